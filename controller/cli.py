@@ -1,0 +1,108 @@
+"""The ``torqueloop`` command line.
+
+Sub-commands
+------------
+``torqueloop check FILE``   validate a robot file or a run config and print a summary.
+``torqueloop run CONFIG``   run a config (simulated plant by default), write log and plots.
+``torqueloop plot LOG``     plot a run log to PNG files.
+``torqueloop tune CONFIG``  search controller gains over Monte-Carlo offline runs.
+
+All errors of the package (:class:`dynamics.errors.TorqueloopError`) are printed
+as one line on stderr with exit code 2; only this module prints or exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import metadata
+
+from dynamics.errors import TorqueloopError
+
+__all__ = ["main", "version"]
+
+
+def version() -> str:
+    """The installed distribution's version (or 'unknown' when run from a bare tree)."""
+    try:
+        return metadata.version("torqueloop")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from . import commands
+    print(commands.check(args.file))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from . import commands
+    return commands.run(args)
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from . import commands
+    return commands.plot(args)
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from . import commands
+    return commands.tune(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="torqueloop", description=__doc__.split("\n")[0])
+    p.add_argument("--version", action="version", version=f"torqueloop {version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    c = sub.add_parser("check", help="validate a robot file or run config and print a summary")
+    c.add_argument("file", help="robot file (.toml/.urdf) or run config (.toml)")
+    c.set_defaults(func=_cmd_check)
+
+    r = sub.add_parser("run", help="run a config (simulated plant unless the config says hardware)")
+    r.add_argument("config", help="run config (.toml)")
+    r.add_argument("-o", "--out", default=None, help="output folder (default: runs/<name>-<time>)")
+    r.add_argument("--duration", type=float, default=None, help="override the run duration [s]")
+    r.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--yes-hardware", action="store_true",
+                   help="confirm a hardware run non-interactively (real motors will move)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set controller.kind=pd_gravity")
+    r.set_defaults(func=_cmd_run)
+
+    pl = sub.add_parser("plot", help="plot a run log (folder or .npy) to PNG files")
+    pl.add_argument("log", help="run folder or telemetry .npy file")
+    pl.add_argument("-o", "--out", default=None, help="folder for the PNG files (default: beside the log)")
+    pl.set_defaults(func=_cmd_plot)
+
+    t = sub.add_parser("tune", help="search controller gains over Monte-Carlo offline runs")
+    t.add_argument("config", help="run config (.toml) with a [tune] table")
+    t.add_argument("-o", "--out", default=None, help="output folder")
+    t.add_argument("--workers", type=int, default=None, help="worker processes (default: cores)")
+    t.add_argument("--engine", default=None, choices=["local", "dask", "ray"],
+                   help="executor engine (overrides [tune].engine)")
+    t.add_argument("--samples", type=int, default=None, help="override the number of candidates")
+    t.set_defaults(func=_cmd_tune)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except TorqueloopError as err:
+        print(f"torqueloop: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("torqueloop: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The driver interface the control loop talks to.
+
+A driver owns every actuator of one robot (possibly over several buses) and
+exchanges one :class:`Command` for one :class:`Feedback` per control cycle.
+Real drivers (MIT CAN, ODrive CAN, serial) and the simulated plant (directly,
+or behind emulated devices) all implement :class:`Driver`, so the loop cannot
+tell them apart.
+
+Everything here is joint side and SI: rad, rad/s, N m (m, m/s, N for
+prismatic joints).  Motor-side units and gear ratios are handled by
+:class:`JointMapping` inside the drivers; protocol units only in codecs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Command", "Feedback", "Driver", "JointMapping", "FAULT_NONE"]
+
+#: fault code meaning "no fault"; other codes are driver specific (documented per driver)
+FAULT_NONE = 0
+
+
+@dataclass
+class Command:
+    """One cycle's command for all n joints.
+
+    Attributes
+    ----------
+    torque_nm : ndarray, shape (n,)
+        Feed-forward joint torque [N m] (force [N] for prismatic joints).
+    position_rad, velocity_rad_s : ndarray, shape (n,), optional
+        Set-points for a drive-side PD (MIT protocol); ignored when kp/kd are 0.
+    kp_nm_per_rad, kd_nm_s_per_rad : ndarray, shape (n,), optional
+        Drive-side PD gains, joint side.  ``None`` means pure torque control.
+    """
+
+    torque_nm: np.ndarray
+    position_rad: np.ndarray | None = None
+    velocity_rad_s: np.ndarray | None = None
+    kp_nm_per_rad: np.ndarray | None = None
+    kd_nm_s_per_rad: np.ndarray | None = None
+
+    @staticmethod
+    def zero(n: int) -> "Command":
+        return Command(np.zeros(n))
+
+
+@dataclass
+class Feedback:
+    """All joints' measured state after one cycle.
+
+    Attributes
+    ----------
+    t_s : float
+        Time stamp of the measurement [s] on the loop's clock.
+    position_rad, velocity_rad_s, torque_nm : ndarray, shape (n,)
+        Measured joint position, velocity and torque (from current).
+        ``velocity_rad_s`` is NaN for devices that only report positions.
+    fault : ndarray of int, shape (n,)
+        Device fault code per joint, ``FAULT_NONE`` (0) when healthy.
+    fresh : ndarray of bool, shape (n,)
+        True where a valid reply arrived in this cycle; where False the values
+        are the last good ones (or NaN if there never was one).
+    enabled : ndarray of bool, shape (n,)
+        Whether each drive reports itself enabled (closed loop / motor mode).
+    """
+
+    t_s: float
+    position_rad: np.ndarray
+    velocity_rad_s: np.ndarray
+    torque_nm: np.ndarray
+    fault: np.ndarray
+    fresh: np.ndarray
+    enabled: np.ndarray
+    info: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JointMapping:
+    """Mapping between motor side and joint side for one joint.
+
+    joint_position = sign * motor_position / gear_ratio + offset_rad
+    joint_torque   = sign * motor_torque * gear_ratio * efficiency
+    motor_torque   = torque_constant_nm_per_a * current_a
+
+    Attributes
+    ----------
+    gear_ratio : float
+        Motor turns per joint turn (>= 1 for reducers).
+    sign : int
+        +1 or -1.
+    offset_rad : float
+        Joint position at motor position zero.
+    torque_constant_nm_per_a : float
+        Motor torque constant (for drives that report or take currents).
+    efficiency : float
+        Gear efficiency (0, 1].
+    """
+
+    gear_ratio: float = 1.0
+    sign: int = 1
+    offset_rad: float = 0.0
+    torque_constant_nm_per_a: float = 1.0
+    efficiency: float = 1.0
+
+    def joint_to_motor_position(self, q):
+        return self.sign * (np.asarray(q) - self.offset_rad) * self.gear_ratio
+
+    def motor_to_joint_position(self, p):
+        return self.sign * np.asarray(p) / self.gear_ratio + self.offset_rad
+
+    def joint_to_motor_velocity(self, qd):
+        return self.sign * np.asarray(qd) * self.gear_ratio
+
+    def motor_to_joint_velocity(self, v):
+        return self.sign * np.asarray(v) / self.gear_ratio
+
+    def joint_to_motor_torque(self, tau):
+        return self.sign * np.asarray(tau) / (self.gear_ratio * self.efficiency)
+
+    def motor_to_joint_torque(self, t):
+        return self.sign * np.asarray(t) * self.gear_ratio * self.efficiency
+
+
+class Driver(ABC):
+    """All actuators of one robot, cycled together.
+
+    Lifecycle: construct (opens ports/buses) -> :meth:`enable` -> repeated
+    :meth:`cycle` -> :meth:`disable` -> :meth:`close`.  ``close`` is idempotent
+    and also disables; the driver is a context manager that closes on exit.
+    A driver never sends a non-finite command: :meth:`cycle` raises
+    ``DriverError`` instead (the safety layer should have caught it first).
+    """
+
+    @property
+    @abstractmethod
+    def n_joints(self) -> int:
+        """Number of joints driven."""
+
+    @abstractmethod
+    def enable(self) -> Feedback:
+        """Put every drive in torque-control mode with zero torque; return first feedback."""
+
+    @abstractmethod
+    def disable(self) -> None:
+        """Command zero torque and put every drive in its idle/disabled state."""
+
+    @abstractmethod
+    def cycle(self, command: Command) -> Feedback:
+        """Send every joint's command in one bus cycle and return every joint's feedback."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Disable (best effort) and release ports/buses; safe to call twice."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

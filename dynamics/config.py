@@ -1,0 +1,199 @@
+"""Small helpers to read TOML configuration with errors that name the file and field.
+
+Every loader in the package (robot files, run configs, driver files) reads its
+dict through a :class:`Section`, so that an unknown key, a missing key, a wrong
+type, a wrong length or a non-finite number is reported as a
+:class:`~dynamics.errors.ConfigError` naming the file and the dotted field.
+
+Examples
+--------
+>>> sec = Section({"mass": 1.0, "com": [0, 0, 0.1]}, file="arm.toml", path="links[0]")
+>>> sec.float("mass", minimum=0.0)
+1.0
+>>> sec.vector("com", 3)
+array([0. , 0. , 0.1])
+>>> sec.finish()   # raises ConfigError if unread keys remain
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from .errors import ConfigError
+
+__all__ = ["Section", "read_toml"]
+
+_MISSING = object()
+
+
+def read_toml(path: str | Path) -> dict:
+    """Read a TOML file, wrapping I/O and syntax errors in :class:`ConfigError`."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError as err:
+        raise ConfigError("file not found", file=str(p)) from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"invalid TOML: {err}", file=str(p)) from err
+    except OSError as err:
+        raise ConfigError(f"cannot read file: {err}", file=str(p)) from err
+
+
+class Section:
+    """A view of one table of a config file that tracks which keys were read.
+
+    Parameters
+    ----------
+    data : Mapping
+        The table.
+    file : str or None
+        File name used in error messages.
+    path : str
+        Dotted path of this table inside the file ("" for the root).
+    """
+
+    def __init__(self, data: Mapping[str, Any], file: str | None = None, path: str = ""):
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"expected a table, got {type(data).__name__}", file, path or None)
+        self.data = data
+        self.file = None if file is None else str(file)
+        self.path = path
+        self._read: set[str] = set()
+
+    # -- helpers -------------------------------------------------------------
+    def field(self, key: str) -> str:
+        """Dotted name of ``key`` inside this section."""
+        return f"{self.path}.{key}" if self.path else key
+
+    def error(self, key: str | None, message: str) -> ConfigError:
+        """Build a :class:`ConfigError` for ``key`` (or this section if None)."""
+        return ConfigError(message, self.file, self.field(key) if key else (self.path or None))
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        """Return the raw value, marking the key as read."""
+        self._read.add(key)
+        if key not in self.data:
+            if default is _MISSING:
+                raise self.error(key, "required field is missing")
+            return default
+        return self.data[key]
+
+    # -- typed getters -------------------------------------------------------
+    def float(self, key: str, default: Any = _MISSING, *, minimum: float | None = None,
+              maximum: float | None = None, strict_min: bool = False) -> float:
+        """Read a finite real number, optionally bounded."""
+        v = self.raw(key, default)
+        if v is None:
+            return v
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self.error(key, f"expected a number, got {v!r}")
+        v = float(v)
+        if not math.isfinite(v):
+            raise self.error(key, f"must be finite, got {v!r}")
+        if minimum is not None and (v < minimum or (strict_min and v == minimum)):
+            op = ">" if strict_min else ">="
+            raise self.error(key, f"must be {op} {minimum}, got {v!r}")
+        if maximum is not None and v > maximum:
+            raise self.error(key, f"must be <= {maximum}, got {v!r}")
+        return v
+
+    def int(self, key: str, default: Any = _MISSING, *, minimum: int | None = None,
+            maximum: int | None = None) -> int:
+        """Read an integer, optionally bounded."""
+        v = self.raw(key, default)
+        if v is None:
+            return v
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.error(key, f"expected an integer, got {v!r}")
+        if minimum is not None and v < minimum:
+            raise self.error(key, f"must be >= {minimum}, got {v!r}")
+        if maximum is not None and v > maximum:
+            raise self.error(key, f"must be <= {maximum}, got {v!r}")
+        return v
+
+    def bool(self, key: str, default: Any = _MISSING) -> bool:
+        v = self.raw(key, default)
+        if not isinstance(v, bool):
+            raise self.error(key, f"expected true or false, got {v!r}")
+        return v
+
+    def str(self, key: str, default: Any = _MISSING, *, choices: Iterable[str] | None = None) -> str:
+        """Read a string, optionally one of ``choices``."""
+        v = self.raw(key, default)
+        if v is None:
+            return v
+        if not isinstance(v, str):
+            raise self.error(key, f"expected a string, got {v!r}")
+        if choices is not None:
+            choices = list(choices)
+            if v not in choices:
+                raise self.error(key, f"must be one of {choices}, got {v!r}")
+        return v
+
+    def vector(self, key: str, length: int | None = None, default: Any = _MISSING, *,
+               minimum: float | None = None) -> np.ndarray:
+        """Read a list of finite numbers as a float array of shape (length,)."""
+        v = self.raw(key, default)
+        if v is None:
+            return v
+        return self.as_array(key, v, (length,) if length is not None else None, minimum=minimum)
+
+    def matrix(self, key: str, shape: tuple[int, int] | None = None, default: Any = _MISSING) -> np.ndarray:
+        """Read a list of lists as a float array of the given shape."""
+        v = self.raw(key, default)
+        if v is None:
+            return v
+        return self.as_array(key, v, shape)
+
+    def as_array(self, key: str, v: Any, shape: tuple | None, *, minimum: float | None = None) -> np.ndarray:
+        try:
+            arr = np.asarray(v, dtype=float)
+        except (TypeError, ValueError) as err:
+            raise self.error(key, f"expected numbers, got {v!r}") from err
+        if arr.dtype == object:
+            raise self.error(key, f"expected numbers, got {v!r}")
+        if shape is not None:
+            if arr.ndim != len(shape) or any(s is not None and a != s for a, s in zip(arr.shape, shape)):
+                want = "x".join("?" if s is None else str(s) for s in shape)
+                raise self.error(key, f"expected shape {want}, got {arr.shape} ({v!r})")
+        if not np.all(np.isfinite(arr)):
+            raise self.error(key, f"all values must be finite, got {v!r}")
+        if minimum is not None and np.any(arr < minimum):
+            raise self.error(key, f"all values must be >= {minimum}, got {v!r}")
+        return arr
+
+    def section(self, key: str, default: Any = _MISSING) -> "Section":
+        """Read a sub-table as a :class:`Section` (``default`` may be ``{}``)."""
+        v = self.raw(key, default)
+        if v is None:
+            return v
+        if not isinstance(v, Mapping):
+            raise self.error(key, f"expected a table, got {type(v).__name__}")
+        return Section(v, self.file, self.field(key))
+
+    def sections(self, key: str, default: Any = _MISSING) -> list["Section"]:
+        """Read an array of tables as a list of :class:`Section`."""
+        v = self.raw(key, default)
+        if not isinstance(v, list):
+            raise self.error(key, f"expected an array of tables, got {type(v).__name__}")
+        out = []
+        for i, item in enumerate(v):
+            if not isinstance(item, Mapping):
+                raise ConfigError(f"expected a table, got {item!r}", self.file, f"{self.field(key)}[{i}]")
+            out.append(Section(item, self.file, f"{self.field(key)}[{i}]"))
+        return out
+
+    def finish(self) -> None:
+        """Raise :class:`ConfigError` if the table holds keys that were never read."""
+        unknown = sorted(set(self.data) - self._read)
+        if unknown:
+            raise self.error(unknown[0], f"unknown field (allowed here: {sorted(self._read)})")
