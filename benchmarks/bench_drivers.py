@@ -1,0 +1,82 @@
+"""Per-cycle encode cost of the real CAN drivers (no I/O): ``make_commands`` for 3 and 6 motors.
+
+``run(quick) -> list[dict]`` rows with ``case``, ``median_us``, ``p99_us``, ``note`` (protocol of
+``benchmarks/run.py``).  The full driver <-> emulator cycle is benchmarked in ``bench_sim.py``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def _time_call(fn, *args, repeat: int, number: int) -> tuple[float, float]:
+    """Median and 99th percentile [us] of ``repeat`` samples, each the mean of ``number`` calls."""
+    try:
+        from benchmarks._timing import time_call  # shared helper when present
+    except ImportError:
+        time_call = None
+    if time_call is not None:
+        return time_call(fn, *args, repeat=repeat, number=number)
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn(*args)
+        samples.append((time.perf_counter() - t0) / number * 1e6)
+    return float(np.median(samples)), float(np.percentile(samples, 99))
+
+
+class _NullBus:
+    def send(self, msg, timeout=None):
+        pass
+
+    def recv(self, timeout=None):
+        return None
+
+    def shutdown(self):
+        pass
+
+
+def run(quick: bool = False) -> list[dict]:
+    from drivers.base import Command, JointMapping
+    from drivers.codecs import mit as mc
+    from drivers.codecs import odrive as oc
+    from drivers.mit import MitCanDriver, MitJoint
+    from drivers.odrive import OdriveAxis, OdriveCanDriver
+    from drivers.transport import CanTransport
+
+    repeat, number = (50, 20) if quick else (300, 50)
+    rng = np.random.default_rng(0)
+    rows = []
+    lim = mc.MIT_MODELS["AK80-9"]
+    med, p99 = _time_call(mc.encode_command, 0.1, 0.2, 10.0, 0.5, 1.0, lim, repeat=repeat, number=number * 5)
+    rows.append({"case": "mit encode_command (1 frame)", "median_us": med, "p99_us": p99})
+    data = mc.encode_reply(1, 0.1, 0.2, 1.0, lim)
+    med, p99 = _time_call(mc.decode_reply, data, lim, repeat=repeat, number=number * 5)
+    rows.append({"case": "mit decode_reply (1 frame)", "median_us": med, "p99_us": p99})
+    for n in (3, 6):
+        t = CanTransport.from_bus(_NullBus(), name="null")
+        mapping = JointMapping(gear_ratio=1.0)
+        mit = MitCanDriver([MitJoint(t, i + 1, lim, mapping) for i in range(n)], now=time.monotonic,
+                           owns_transports=False)
+        cmd = Command(torque_nm=rng.uniform(-5, 5, n), position_rad=rng.uniform(-1, 1, n),
+                      velocity_rad_s=rng.uniform(-1, 1, n), kp_nm_per_rad=np.full(n, 20.0),
+                      kd_nm_s_per_rad=np.full(n, 1.0))
+        med, p99 = _time_call(mit.make_commands, cmd, repeat=repeat, number=number)
+        rows.append({"case": f"mit make_commands, {n} motors (PD + torque)", "median_us": med, "p99_us": p99})
+        od = OdriveCanDriver([OdriveAxis(t, i, mapping) for i in range(n)], now=time.monotonic,
+                             owns_transports=False)
+        tcmd = Command(torque_nm=rng.uniform(-5, 5, n))
+        med, p99 = _time_call(od.make_commands, tcmd, repeat=repeat, number=number)
+        rows.append({"case": f"odrive make_commands, {n} axes", "median_us": med, "p99_us": p99})
+    est = oc.encode_encoder_estimates(1.0, 2.0)
+    med, p99 = _time_call(oc.decode_encoder_estimates, est, repeat=repeat, number=number * 5)
+    rows.append({"case": "odrive decode_encoder_estimates", "median_us": med, "p99_us": p99})
+    return rows
+
+
+if __name__ == "__main__":  # pragma: no cover
+    for r in run(quick=True):
+        print(f"{r['case']:<45} {r['median_us']:8.2f} us  p99 {r['p99_us']:8.2f} us")

@@ -1,0 +1,191 @@
+"""Clocks for the control loop: simulated lock-step time and paced wall time.
+
+A clock gives the loop its notion of time (seconds, float) and waits for the
+absolute deadline of each cycle:
+
+* :class:`LockstepClock` -- simulated time.  ``wait_until(t)`` jumps to ``t``
+  instantly, so an offline run (simulated plant) goes as fast as the CPU
+  allows and is bit-for-bit deterministic.
+* :class:`WallClock` -- soft real-time pacing on the monotonic clock
+  (``time.perf_counter_ns``).  Deadlines are absolute (``t0 + k period``), so
+  lateness does not accumulate; the clock sleeps until ``spin_s`` before the
+  deadline and then busy-waits for the rest.  Optional real-time settings
+  (SCHED_FIFO priority, CPU affinity, freezing the garbage collector) are
+  applied in :meth:`WallClock.start` where the OS permits and undone in
+  :meth:`WallClock.stop`; what could not be applied is reported with
+  ``warnings.warn(..., RealtimeWarning)`` and kept in ``clock.messages``.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+import warnings
+from typing import Protocol, runtime_checkable
+
+from dynamics.errors import ConfigError
+
+__all__ = ["Clock", "LockstepClock", "WallClock", "RealtimeWarning"]
+
+
+class RealtimeWarning(RuntimeWarning):
+    """A real-time setting (priority, affinity) could not be applied."""
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """What the control loop needs from a clock."""
+
+    def now(self) -> float:
+        """Current time [s]."""
+
+    def wait_until(self, t_s: float) -> float:
+        """Return at (or after) time ``t_s``; the result is the lateness [s] (>= 0)."""
+
+    def start(self) -> list[str]:
+        """Called when the loop starts; returns messages about settings not applied."""
+
+    def stop(self) -> None:
+        """Called when the loop ends (restore what ``start`` changed)."""
+
+
+class LockstepClock:
+    """Simulated time that advances only through :meth:`wait_until` / :meth:`advance`.
+
+    Parameters
+    ----------
+    t0 : float
+        Initial time [s].
+    """
+
+    def __init__(self, t0: float = 0.0):
+        self._t = float(t0)
+        self.messages: list[str] = []
+
+    def now(self) -> float:
+        return self._t
+
+    def wait_until(self, t_s: float) -> float:
+        """Jump to ``t_s`` (never backwards); lateness is ``now - t_s`` if already past."""
+        if t_s >= self._t:
+            self._t = float(t_s)
+            return 0.0
+        return self._t - t_s
+
+    def advance(self, dt_s: float) -> float:
+        """Move time forward by ``dt_s`` (e.g. to model a computation delay); returns now."""
+        if dt_s < 0:
+            raise ValueError("cannot move a clock backwards")
+        self._t += dt_s
+        return self._t
+
+    def start(self) -> list[str]:
+        return []
+
+    def stop(self) -> None:
+        return None
+
+
+class WallClock:
+    """Monotonic wall-clock time with sleep-then-spin pacing.
+
+    Parameters
+    ----------
+    spin_s : float
+        Busy-wait window before each deadline [s] (absorbs sleep overshoot;
+        0 sleeps only).
+    realtime : dict, optional
+        Keys: ``sched_fifo_priority`` (int 1..99, SCHED_FIFO), ``cpu`` (int or
+        list of CPUs for affinity), ``freeze_gc`` (bool: ``gc.freeze()`` and
+        ``gc.disable()`` while running).  Applied by :meth:`start`.
+    """
+
+    _KEYS = {"sched_fifo_priority", "cpu", "freeze_gc"}
+
+    def __init__(self, spin_s: float = 2e-4, realtime: dict | None = None):
+        if not (spin_s >= 0.0):
+            raise ConfigError(f"spin_s must be >= 0, got {spin_s!r}", field="spin_s")
+        self.spin_s = float(spin_s)
+        realtime = dict(realtime or {})
+        unknown = set(realtime) - self._KEYS
+        if unknown:
+            raise ConfigError(f"unknown realtime setting(s) {sorted(unknown)}; allowed {sorted(self._KEYS)}",
+                              field="realtime")
+        self.realtime = realtime
+        self.messages: list[str] = []
+        self._t0_ns = time.perf_counter_ns()
+        self._saved: dict = {}
+
+    def now(self) -> float:
+        return (time.perf_counter_ns() - self._t0_ns) * 1e-9
+
+    def wait_until(self, t_s: float) -> float:
+        target_ns = self._t0_ns + int(round(t_s * 1e9))
+        spin_ns = int(self.spin_s * 1e9)
+        remaining = target_ns - time.perf_counter_ns()
+        if remaining > spin_ns:
+            time.sleep((remaining - spin_ns) * 1e-9)
+        while True:
+            now = time.perf_counter_ns()
+            if now >= target_ns:
+                return (now - target_ns) * 1e-9
+
+    # -- real-time settings ----------------------------------------------------
+    def _note(self, msg: str) -> None:
+        self.messages.append(msg)
+        warnings.warn(msg, RealtimeWarning, stacklevel=3)
+
+    def start(self) -> list[str]:
+        """Apply the real-time settings; return the messages about what was not applied."""
+        self.messages = []
+        rt = self.realtime
+        if "cpu" in rt:
+            cpus = rt["cpu"]
+            cpus = {int(cpus)} if isinstance(cpus, int) else {int(c) for c in cpus}
+            if hasattr(os, "sched_setaffinity"):
+                try:
+                    self._saved["affinity"] = os.sched_getaffinity(0)
+                    os.sched_setaffinity(0, cpus)
+                except OSError as err:
+                    self._saved.pop("affinity", None)
+                    self._note(f"CPU affinity {sorted(cpus)} not applied: {err}")
+            else:
+                self._note("CPU affinity not supported on this platform")
+        prio = rt.get("sched_fifo_priority")
+        if prio is not None:
+            if hasattr(os, "sched_setscheduler"):
+                try:
+                    self._saved["sched"] = (os.sched_getscheduler(0), os.sched_getparam(0))
+                    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(int(prio)))
+                except (OSError, ValueError) as err:
+                    self._saved.pop("sched", None)
+                    self._note(f"SCHED_FIFO priority {prio} not applied (needs CAP_SYS_NICE or rtprio limit): {err}")
+            else:
+                self._note("SCHED_FIFO not supported on this platform")
+        if rt.get("freeze_gc"):
+            self._saved["gc"] = gc.isenabled()
+            gc.collect()
+            gc.freeze()
+            gc.disable()
+        return list(self.messages)
+
+    def stop(self) -> None:
+        """Undo :meth:`start` (scheduler, affinity, garbage collector)."""
+        if "sched" in self._saved:
+            policy, param = self._saved.pop("sched")
+            try:
+                os.sched_setscheduler(0, policy, param)
+            except OSError as err:
+                self._note(f"could not restore the scheduling policy: {err}")
+        if "affinity" in self._saved:
+            cpus = self._saved.pop("affinity")
+            try:
+                os.sched_setaffinity(0, cpus)
+            except OSError as err:
+                self._note(f"could not restore the CPU affinity: {err}")
+        if "gc" in self._saved:
+            was = self._saved.pop("gc")
+            gc.unfreeze()
+            if was:
+                gc.enable()

@@ -1,0 +1,670 @@
+"""Control laws: joint- and task-space computed torque, PD + gravity, PID.
+
+A control law knows a model (its *own* model, normally not the plant's) and a
+reference; it never talks to a bus.  Every law implements :class:`Controller`:
+
+* ``reset()`` clears the internal state (integrators, last pose, last time);
+* ``compute(t_s, ref, state) -> tau`` returns the actuator torques, shape
+  ``(n,)`` [N m, or N for prismatic actuators];
+* after ``compute``, ``last_error`` holds the position error ``e = ref - measured``
+  in the controller's space (joint space, or task space for the task-space
+  laws) and ``last_saturated`` the per-actuator saturation mask of the
+  controller's own :class:`Saturation` (all False without one).
+
+``ref`` is any object with ``pos``, ``vel``, ``acc`` arrays of shape ``(dim,)``
+(e.g. :class:`trajectories.base.Sample` or :class:`Ref`); ``state`` is a
+:class:`State` of the *measured* joint positions and velocities.  Gains are
+constant; they may be given as a scalar, a vector of shape ``(dim,)`` (diagonal
+gains) or a full ``(dim, dim)`` matrix.
+
+Anti-windup
+-----------
+Laws with an integrator take an optional :class:`Saturation`.  The integrator
+is then protected against windup: with ``"clamp"`` (conditional integration)
+the integrator does not integrate on a step whose output saturates in the
+direction the error pushes; with ``"back_calculation"`` (PID only) the
+integral term is driven back by ``(tau_sat - tau) / tracking_time_s``.  An
+optional ``integral_limit`` additionally bounds the integral state.
+"""
+
+from __future__ import annotations
+
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from dynamics.base import Model, ParallelModel
+from dynamics.errors import ModelError, SingularityError
+
+__all__ = ["State", "Ref", "Saturation", "Controller", "ComputedTorque", "PDGravity", "PID",
+           "TaskComputedTorque", "TaskPDGravity", "gravity_feedforward", "euler_rotation",
+           "rotation_error", "task_error"]
+
+
+@dataclass(frozen=True)
+class State:
+    """Measured joint state at time ``t_s`` [s]: ``q`` [rad|m] and ``qd``, shape (n,)."""
+
+    t_s: float
+    q: np.ndarray
+    qd: np.ndarray
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference sample: position, velocity, acceleration, shape (dim,)."""
+
+    pos: np.ndarray
+    vel: np.ndarray
+    acc: np.ndarray
+
+    @staticmethod
+    def setpoint(pos) -> "Ref":
+        """A constant set-point (zero velocity and acceleration)."""
+        p = np.asarray(pos, dtype=float)
+        return Ref(p, np.zeros_like(p), np.zeros_like(p))
+
+
+def _gain(k, dim: int, name: str) -> np.ndarray:
+    """Gain as a (dim, dim) matrix from a scalar, a (dim,) vector or a (dim, dim) matrix."""
+    a = np.asarray(k, dtype=float)
+    if a.ndim == 0:
+        a = np.full(dim, float(a))
+    if a.ndim == 1:
+        if a.shape != (dim,):
+            raise ModelError(f"gain {name}: expected {dim} values, got shape {a.shape}")
+        a = np.diag(a)
+    if a.shape != (dim, dim):
+        raise ModelError(f"gain {name}: expected a scalar, ({dim},) or ({dim}, {dim}), got {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ModelError(f"gain {name} must be finite")
+    return a
+
+
+def _vec(x, n: int, name: str) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    if a.ndim == 0:
+        a = np.full(n, float(a))
+    if a.shape != (n,):
+        raise ModelError(f"{name}: expected shape ({n},), got {a.shape}")
+    return a
+
+
+class Saturation:
+    """Symmetric per-actuator torque saturation ``|tau_i| <= limit_nm[i]``.
+
+    Parameters
+    ----------
+    limit_nm : float or array_like, shape (n,)
+        Positive limits [N m | N]; ``inf`` disables a joint's limit.
+    """
+
+    def __init__(self, limit_nm, n: int | None = None):
+        a = np.atleast_1d(np.asarray(limit_nm, dtype=float))
+        if n is not None and a.size == 1:
+            a = np.full(n, float(a[0]))
+        if a.ndim != 1 or np.any(np.isnan(a)) or np.any(a <= 0):
+            raise ModelError(f"saturation limits must be positive, got {limit_nm!r}")
+        self.limit_nm = a
+
+    def apply(self, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``(clipped tau, mask of saturated actuators)``; shapes (n,)."""
+        lim = self.limit_nm
+        sat = np.abs(tau) > lim
+        return np.clip(tau, -lim, lim), sat
+
+
+class Controller(ABC):
+    """Interface of every control law (see module docstring)."""
+
+    #: number of actuators n
+    n: int
+    #: dimension of the reference (n for joint-space laws, task dof for task-space laws)
+    dim: int
+    #: "joint" or "task"
+    space: str = "joint"
+
+    def __init__(self, n: int, dim: int, saturation: Saturation | None = None):
+        self.n = n
+        self.dim = dim
+        if saturation is not None and saturation.limit_nm.shape != (n,):
+            saturation = Saturation(saturation.limit_nm, n)
+            if saturation.limit_nm.shape != (n,):
+                raise ModelError(f"saturation needs {n} limits")
+        self.saturation = saturation
+        self.last_error = np.zeros(dim)
+        self.last_saturated = np.zeros(n, dtype=bool)
+
+    def reset(self) -> None:
+        """Clear internal state (integrators, filters, last pose)."""
+        self.last_error = np.zeros(self.dim)
+        self.last_saturated = np.zeros(self.n, dtype=bool)
+
+    @abstractmethod
+    def compute(self, t_s: float, ref, state: State) -> np.ndarray:
+        """Torques for the measured ``state`` and reference ``ref``, shape (n,)."""
+
+    def tracking_error(self, ref, state: State) -> np.ndarray:
+        """Position error ``ref.pos - measured`` in the controller's space, shape (dim,)."""
+        return np.asarray(ref.pos, dtype=float) - state.q
+
+    def _saturate(self, tau: np.ndarray) -> np.ndarray:
+        if self.saturation is None:
+            self.last_saturated = np.zeros(self.n, dtype=bool)
+            return tau
+        tau_s, sat = self.saturation.apply(tau)
+        self.last_saturated = sat
+        return tau_s
+
+
+class _Integrator:
+    """Integral of the error with clamping anti-windup and an optional bound."""
+
+    def __init__(self, dim: int, limit):
+        self.z = np.zeros(dim)
+        self.limit = None if limit is None else _vec(limit, dim, "integral_limit")
+        self.t_last: float | None = None
+
+    def reset(self):
+        self.z[:] = 0.0
+        self.t_last = None
+
+    def candidate(self, t_s: float, e: np.ndarray) -> np.ndarray:
+        dt = 0.0 if self.t_last is None else max(t_s - self.t_last, 0.0)
+        z = self.z + e * dt
+        if self.limit is not None:
+            z = np.clip(z, -self.limit, self.limit)
+        return z
+
+    def commit(self, t_s: float, z: np.ndarray | None):
+        if z is not None:
+            self.z = z
+        self.t_last = t_s
+
+
+_FRICTION = ("none", "measured", "desired")
+
+
+def _check_friction(friction: str, allowed=_FRICTION) -> str:
+    if friction not in allowed:
+        raise ModelError(f"friction compensation must be one of {list(allowed)}, got {friction!r}")
+    return friction
+
+
+def _pose_hint(model: ParallelModel, q, guess):
+    """Platform pose by forward kinematics warm-started at ``guess``."""
+    return np.asarray(model.forward_kinematics_task(q, guess=guess), dtype=float)
+
+
+class ComputedTorque(Controller):
+    """Joint-space computed torque (inverse dynamics) control.
+
+    Law::
+
+        e    = q_d - q,  e_d = qd_d - qd
+        v    = qdd_d + Kd e_d + Kp e [+ Ki int(e) dt]
+        tau  = sat( M^(q) v + h^(q, qd) )
+
+    with ``M^``, ``h^`` from the controller's ``model``.  With a matched model
+    the error obeys ``e_dd + Kd e_d + Kp e (+ Ki int e) = 0`` per axis (diagonal
+    gains), i.e. the poles chosen with :mod:`controller.gains`.
+
+    For a :class:`~dynamics.base.ParallelModel` the reduced (actuated
+    coordinate) model needs the platform pose as a hint: it is tracked by
+    forward kinematics of the measured ``q`` warm-started from the previous
+    pose (``pose0`` or the model's home pose at the first call) and passed as
+    ``pose=`` to ``mass_matrix`` and ``bias``.
+
+    Parameters
+    ----------
+    model : Model
+        The controller's model (n actuated coordinates).
+    kp, kd : float, (n,) or (n, n)
+        Gains [1/s^2], [1/s].
+    ki : float, (n,) or (n, n), optional
+        Integral gain [1/s^3].
+    integral_limit : float or (n,), optional
+        Bound on each integrator state |int e dt| [rad s].
+    saturation : Saturation, optional
+        Actuator limits; enables clamping anti-windup (the integrator freezes on
+        steps where any actuator saturates).
+    pose0 : array_like, optional
+        Initial pose hint for parallel models.
+    friction : {"none", "measured", "desired"}
+        Add the model's friction torque ``model.friction_torque(v)`` with ``v``
+        the measured or the desired joint velocity (the rigid-body model
+        excludes friction; "desired" avoids Coulomb chatter from noisy
+        velocity measurements).
+    """
+
+    def __init__(self, model: Model, kp, kd, ki=None, integral_limit=None,
+                 saturation: Saturation | None = None, pose0=None, friction: str = "none"):
+        n = model.dof
+        super().__init__(n, n, saturation)
+        self.model = model
+        self.friction = _check_friction(friction)
+        self.kp = _gain(kp, n, "kp")
+        self.kd = _gain(kd, n, "kd")
+        self.ki = None if ki is None else _gain(ki, n, "ki")
+        self._int = _Integrator(n, integral_limit)
+        self._parallel = isinstance(model, ParallelModel)
+        self._pose0 = None if pose0 is None else np.asarray(pose0, dtype=float)
+        self.pose = None
+        self.reset()
+
+    def reset(self) -> None:
+        super().reset()
+        self._int.reset()
+        if self._parallel:
+            self.pose = self._pose0 if self._pose0 is not None else np.asarray(self.model.home_pose, float)
+
+    def _dyn(self, q, qd):
+        if self._parallel:
+            self.pose = _pose_hint(self.model, q, self.pose)
+            return (self.model.mass_matrix(q, pose=self.pose),
+                    self.model.bias(q, qd, pose=self.pose))
+        return self.model.mass_matrix(q), self.model.bias(q, qd)
+
+    def compute(self, t_s, ref, state):
+        q, qd = state.q, state.qd
+        e = np.asarray(ref.pos, dtype=float) - q
+        ed = np.asarray(ref.vel, dtype=float) - qd
+        M, h = self._dyn(q, qd)
+        if self.friction != "none":
+            h = h + self.model.friction_torque(qd if self.friction == "measured" else np.asarray(ref.vel, float))
+        v = np.asarray(ref.acc, dtype=float) + self.kd @ ed + self.kp @ e
+        z = None
+        if self.ki is not None:
+            z = self._int.candidate(t_s, e)
+            tau_free = M @ (v + self.ki @ z) + h
+        else:
+            tau_free = M @ v + h
+        tau = self._saturate(tau_free)
+        if z is not None and np.any(self.last_saturated):
+            z = None  # conditional integration: freeze while saturated
+            tau = self._saturate(M @ (v + self.ki @ self._int.z) + h)
+        self._int.commit(t_s, z)
+        self.last_error = e
+        return tau
+
+    @property
+    def integral(self) -> np.ndarray:
+        """Integrator state int(e) dt, shape (n,) [rad s]."""
+        return self._int.z.copy()
+
+
+class PDGravity(Controller):
+    """PD control with gravity compensation: ``tau = Kp e + Kd e_d + g^(q)``.
+
+    ``e = q_d - q``, ``e_d = qd_d - qd`` (for a set-point ``e_d = -qd``).  With
+    exact gravity and positive definite gains the set-point is globally
+    asymptotically stable (Takegaki-Arimoto).  For a parallel model the
+    gravity term is evaluated with a pose hint tracked as in
+    :class:`ComputedTorque`.  ``friction`` as in :class:`ComputedTorque`.
+    """
+
+    def __init__(self, model: Model, kp, kd, saturation: Saturation | None = None, pose0=None,
+                 friction: str = "none"):
+        n = model.dof
+        super().__init__(n, n, saturation)
+        self.model = model
+        self.friction = _check_friction(friction)
+        self.kp = _gain(kp, n, "kp")
+        self.kd = _gain(kd, n, "kd")
+        self._parallel = isinstance(model, ParallelModel)
+        self._pose0 = None if pose0 is None else np.asarray(pose0, dtype=float)
+        self.pose = None
+        self.reset()
+
+    def reset(self):
+        super().reset()
+        if self._parallel:
+            self.pose = self._pose0 if self._pose0 is not None else np.asarray(self.model.home_pose, float)
+
+    def compute(self, t_s, ref, state):
+        q, qd = state.q, state.qd
+        e = np.asarray(ref.pos, dtype=float) - q
+        ed = np.asarray(ref.vel, dtype=float) - qd
+        if self._parallel:
+            self.pose = _pose_hint(self.model, q, self.pose)
+            g = self.model.bias(q, np.zeros_like(q), pose=self.pose)
+        else:
+            g = self.model.gravity(q)
+        if self.friction != "none":
+            g = g + self.model.friction_torque(qd if self.friction == "measured" else np.asarray(ref.vel, float))
+        self.last_error = e
+        return self._saturate(self.kp @ e + self.kd @ ed + g)
+
+
+def gravity_feedforward(model: Model) -> Callable:
+    """A PID feed-forward ``f(ref, state) -> g^(q)`` (gravity at the measured q)."""
+
+    def ff(ref, state):
+        return model.gravity(state.q)
+
+    return ff
+
+
+class PID(Controller):
+    """Independent-joint PID with feed-forward and anti-windup.
+
+    Law (per joint, diagonal gains)::
+
+        e   = q_d - q,  e_d = qd_d - qd          (derivative on measured velocity)
+        I  += dt * (Ki e [+ (tau_sat - tau) / Tt])
+        tau = sat( ff + Kp e + I + Kd e_d )
+
+    Parameters
+    ----------
+    kp, ki, kd : float or (n,)
+        Gains [N m/rad], [N m/(rad s)], [N m s/rad].
+    n : int, optional
+        Number of joints (needed when every gain is scalar and no saturation is given).
+    feedforward : callable ``f(ref, state) -> (n,)``, optional
+        E.g. :func:`gravity_feedforward`.
+    saturation : Saturation, optional
+    anti_windup : {"clamp", "back_calculation"}
+        ``clamp``: joint i does not integrate while its output is saturated
+        and ``e_i`` has the sign of the saturated output.  ``back_calculation``:
+        the integral term is pulled back with tracking time ``tracking_time_s``
+        (default per joint ``sqrt(Ti Td)`` with ``Ti = kp/ki``, ``Td = kd/kp``, or
+        ``Ti`` when ``kd = 0``).
+    integral_limit_nm : float or (n,), optional
+        Bound on |I| [N m].
+    """
+
+    def __init__(self, kp, ki, kd, n: int | None = None, feedforward: Callable | None = None,
+                 saturation: Saturation | None = None, anti_windup: str = "clamp",
+                 tracking_time_s=None, integral_limit_nm=None):
+        if n is None:
+            sizes = [np.size(k) for k in (kp, ki, kd) if np.ndim(k) > 0]
+            if not sizes and saturation is not None:
+                sizes = [saturation.limit_nm.size]
+            if not sizes:
+                raise ModelError("PID: give n when all gains are scalars")
+            n = sizes[0]
+        super().__init__(n, n, saturation)
+        self.kp = _vec(kp, n, "kp")
+        self.ki = _vec(ki, n, "ki")
+        self.kd = _vec(kd, n, "kd")
+        if anti_windup not in ("clamp", "back_calculation"):
+            raise ModelError(f"PID: anti_windup must be 'clamp' or 'back_calculation', got {anti_windup!r}")
+        self.anti_windup = anti_windup
+        if tracking_time_s is None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ti = np.where(self.ki > 0, self.kp / self.ki, np.inf)
+                td = np.where(self.kp > 0, self.kd / self.kp, 0.0)
+                tt = np.where(td > 0, np.sqrt(ti * td), ti)
+            tracking_time_s = np.where(np.isfinite(tt) & (tt > 0), tt, 1.0)
+        self.tracking_time_s = _vec(tracking_time_s, n, "tracking_time_s")
+        self.integral_limit_nm = None if integral_limit_nm is None else _vec(integral_limit_nm, n, "integral_limit_nm")
+        self.feedforward = feedforward
+        self.integral_nm = np.zeros(n)
+        self._t_last: float | None = None
+        self._aw = np.zeros(n)  # back-calculation term from the previous step
+
+    def reset(self):
+        super().reset()
+        self.integral_nm = np.zeros(self.n)
+        self._t_last = None
+        self._aw = np.zeros(self.n)
+
+    def compute(self, t_s, ref, state):
+        q, qd = state.q, state.qd
+        e = np.asarray(ref.pos, dtype=float) - q
+        ed = np.asarray(ref.vel, dtype=float) - qd
+        dt = 0.0 if self._t_last is None else max(t_s - self._t_last, 0.0)
+        ff = np.zeros(self.n) if self.feedforward is None else np.asarray(self.feedforward(ref, state), float)
+        base = ff + self.kp * e + self.kd * ed
+        if self.anti_windup == "clamp":
+            I_new = self.integral_nm + dt * self.ki * e
+            if self.integral_limit_nm is not None:
+                I_new = np.clip(I_new, -self.integral_limit_nm, self.integral_limit_nm)
+            u = base + I_new
+            if self.saturation is not None:
+                lim = self.saturation.limit_nm
+                hold = (np.abs(u) > lim) & (np.sign(e) == np.sign(u))
+                I_new = np.where(hold, self.integral_nm, I_new)
+            self.integral_nm = I_new
+            tau = self._saturate(base + self.integral_nm)
+        else:
+            I_new = self.integral_nm + dt * (self.ki * e + self._aw)
+            if self.integral_limit_nm is not None:
+                I_new = np.clip(I_new, -self.integral_limit_nm, self.integral_limit_nm)
+            self.integral_nm = I_new
+            u = base + I_new
+            tau = self._saturate(u)
+            self._aw = (tau - u) / self.tracking_time_s
+        self._t_last = t_s
+        self.last_error = e
+        return tau
+
+
+# ---------------------------------------------------------------------------
+# task space (parallel robots)
+# ---------------------------------------------------------------------------
+
+def _rx(a):
+    c, s = np.cos(a), np.sin(a)
+    return np.array([[1.0, 0, 0], [0, c, -s], [0, s, c]])
+
+
+def _ry(a):
+    c, s = np.cos(a), np.sin(a)
+    return np.array([[c, 0, s], [0, 1.0, 0], [-s, 0, c]])
+
+
+def _rz(a):
+    c, s = np.cos(a), np.sin(a)
+    return np.array([[c, -s, 0], [s, c, 0], [0, 0, 1.0]])
+
+
+_AXES = {"x": _rx, "y": _ry, "z": _rz}
+
+
+def euler_rotation(convention: str) -> Callable[[np.ndarray], np.ndarray]:
+    """Rotation matrix function ``R(angles)`` for a product convention.
+
+    ``convention`` is three letters: ``"xyz"`` gives ``R = Rx(a0) Ry(a1) Rz(a2)``,
+    ``"zyx"`` gives ``R = Rz(a0) Ry(a1) Rx(a2)``, etc. (matrix product in the
+    order written, angles in that order).
+    """
+    conv = convention.lower()
+    if len(conv) != 3 or any(c not in _AXES for c in conv):
+        raise ModelError(f"euler convention must be three of x/y/z, got {convention!r}")
+    f0, f1, f2 = (_AXES[c] for c in conv)
+
+    def rot(angles):
+        a = np.asarray(angles, dtype=float)
+        return f0(a[0]) @ f1(a[1]) @ f2(a[2])
+
+    rot.convention = conv
+    return rot
+
+
+def rotation_error(R_d: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """Rotation vector ``theta * axis`` (base frame) of ``R_d R^T``, shape (3,) [rad].
+
+    Exact for any error up to pi (the geodesic on SO(3)), unlike the difference
+    of Euler angles.
+    """
+    Re = R_d @ R.T
+    c = np.clip((np.trace(Re) - 1.0) / 2.0, -1.0, 1.0)
+    theta = np.arccos(c)
+    w = np.array([Re[2, 1] - Re[1, 2], Re[0, 2] - Re[2, 0], Re[1, 0] - Re[0, 1]])
+    if theta < 1e-6:
+        return 0.5 * w
+    if np.pi - theta < 1e-6:
+        # axis from the symmetric part: Re ~ 2 a a^T - I
+        B = (Re + np.eye(3)) / 2.0
+        i = int(np.argmax(np.diag(B)))
+        a = B[:, i] / np.sqrt(max(B[i, i], 1e-300))
+        return theta * a
+    return theta / (2.0 * np.sin(theta)) * w
+
+
+def _euler_rate_matrix(rot, angles, eps=1e-7):
+    """E(angles) with omega = E angles_dot (base frame), by central differences of R."""
+    R = rot(angles)
+    E = np.empty((3, 3))
+    for k in range(3):
+        da = np.zeros(3)
+        da[k] = eps
+        dR = (rot(angles + da) - rot(angles - da)) / (2 * eps)
+        W = dR @ R.T
+        E[:, k] = (W[2, 1], W[0, 2], W[1, 0])
+    return E
+
+
+def task_error(X_d, X, rotation: Callable | None = None) -> np.ndarray:
+    """Pose error ``X_d (-) X`` in task coordinates.
+
+    * 3-DOF planar ``(x, y, phi)``: position difference and the angle
+      difference wrapped to ``(-pi, pi]``.
+    * 6-DOF ``(x, y, z, a0, a1, a2)`` with ``rotation`` the angle -> matrix
+      function: position difference; orientation error as the rotation vector
+      of ``R_d R^T`` mapped to angle coordinates with ``E(X)^-1`` (``omega = E
+      angles_dot``), which equals the Euler-angle difference to first order and
+      stays correct (geodesic direction) for large errors.
+    * Any other size: plain difference.
+    """
+    X_d = np.asarray(X_d, dtype=float)
+    X = np.asarray(X, dtype=float)
+    e = X_d - X
+    if X.shape == (3,):
+        e[2] = np.angle(np.exp(1j * e[2]))
+    elif X.shape == (6,) and rotation is not None:
+        rv = rotation_error(rotation(X_d[3:]), rotation(X[3:]))
+        E = _euler_rate_matrix(rotation, X[3:])
+        try:
+            e[3:] = np.linalg.solve(E, rv)
+        except np.linalg.LinAlgError as err:
+            raise SingularityError("orientation error: Euler-angle rate map is singular") from err
+    return e
+
+
+def _default_rotation(model) -> Callable | None:
+    """The model's angle -> rotation function for 6-DOF poses, if it declares one.
+
+    Looked up as a method ``rotation_matrix``/``pose_rotation``/``orientation_matrix``,
+    an ``euler_convention`` string attribute, or a ``rotation_matrix`` function in
+    the model's module (e.g. :func:`dynamics.stewart.rotation_matrix`).
+    """
+    if getattr(model, "task_dof", 0) != 6:
+        return None
+    for name in ("rotation_matrix", "pose_rotation", "orientation_matrix"):
+        f = getattr(model, name, None)
+        if callable(f):
+            return f
+    conv = getattr(model, "euler_convention", None)
+    if isinstance(conv, str):
+        return euler_rotation(conv)
+    # module-level function next to the model class (dynamics.stewart.rotation_matrix)
+    mod = sys.modules.get(type(model).__module__)
+    f = getattr(mod, "rotation_matrix", None)
+    return f if callable(f) else None
+
+
+class _TaskBase(Controller):
+    space = "task"
+
+    def __init__(self, model: ParallelModel, kp, kd, saturation=None, pose0=None, rotation=None,
+                 friction: str = "none"):
+        if not isinstance(model, ParallelModel):
+            raise ModelError("task-space control needs a ParallelModel")
+        m, n = model.task_dof, model.dof
+        super().__init__(n, m, saturation)
+        self.model = model
+        self.friction = _check_friction(friction, ("none", "measured"))
+        self.kp = _gain(kp, m, "kp")
+        self.kd = _gain(kd, m, "kd")
+        if isinstance(rotation, str):
+            rotation = euler_rotation(rotation)
+        self.rotation = rotation if rotation is not None else _default_rotation(model)
+        if m == 6 and self.rotation is None:
+            raise ModelError("6-DOF task-space control needs the orientation convention: pass "
+                             "rotation='xyz'/'zyx'/... or a function angles -> R")
+        self._pose0 = None if pose0 is None else np.asarray(pose0, dtype=float)
+        self.pose = None
+        self.reset()
+
+    def reset(self):
+        super().reset()
+        self.pose = self._pose0 if self._pose0 is not None else np.asarray(self.model.home_pose, float)
+
+    def _measure(self, q, qd):
+        """Measured pose (FK warm-started at the last pose), J_x and pose rate."""
+        X = _pose_hint(self.model, q, self.pose)
+        self.pose = X
+        Jx = np.asarray(self.model.task_jacobian(q, X), dtype=float)
+        return X, Jx, Jx @ qd
+
+    def tracking_error(self, ref, state):
+        X = _pose_hint(self.model, state.q, self.pose)
+        return task_error(ref.pos, X, self.rotation)
+
+
+class TaskComputedTorque(_TaskBase):
+    """Task-space computed torque for a parallel robot.
+
+    Law::
+
+        X    = FK(q)  (Newton, warm-started at the previous pose)
+        Xd   = J_x(q, X) qd
+        e    = X_d (-) X            (see :func:`task_error`: wrapped angle / SO(3) error)
+        a    = Xdd_d + Kd (Xd_d - Xd) + Kp e
+        tau  = sat( task_inverse_dynamics(X, Xd, a) )
+
+    i.e. the model's inverse dynamics at the *measured* pose and pose rate
+    with the commanded task acceleration; with a matched model the task error
+    obeys ``e_dd + Kd e_d + Kp e = 0`` (to first order in the orientation error).
+
+    Parameters
+    ----------
+    model : ParallelModel
+    kp, kd : float, (m,) or (m, m)
+        Task-space gains [1/s^2], [1/s].
+    saturation : Saturation, optional
+    pose0 : array_like (m,), optional
+        First FK guess (default: the model's home pose).
+    rotation : str or callable, optional
+        6-DOF only: angle convention (see :func:`euler_rotation`) or function
+        angles -> R; default from the model (see ``_default_rotation``).
+    friction : {"none", "measured"}
+        Add ``model.friction_torque(qd)`` at the measured joint velocity.
+    """
+
+    def compute(self, t_s, ref, state):
+        X, Jx, Xd = self._measure(state.q, state.qd)
+        e = task_error(ref.pos, X, self.rotation)
+        ed = np.asarray(ref.vel, dtype=float) - Xd
+        a = np.asarray(ref.acc, dtype=float) + self.kd @ ed + self.kp @ e
+        tau = np.asarray(self.model.task_inverse_dynamics(X, Xd, a), dtype=float)
+        if self.friction == "measured":
+            tau = tau + self.model.friction_torque(state.qd)
+        self.last_error = e
+        return self._saturate(tau)
+
+
+class TaskPDGravity(_TaskBase):
+    """Task-space PD with gravity compensation for a parallel robot.
+
+    Law: ``tau = J_x^T (Kp e + Kd (Xd_d - Xd)) + g^(q)`` with ``X``, ``Xd``, ``e``
+    as in :class:`TaskComputedTorque`; ``J_x^T`` maps a task wrench to actuator
+    torques (power: ``F . Xd = (J_x^T F) . qd``) and ``g^`` is the model's gravity
+    at the measured configuration (pose hint ``X``).
+    """
+
+    def compute(self, t_s, ref, state):
+        X, Jx, Xd = self._measure(state.q, state.qd)
+        e = task_error(ref.pos, X, self.rotation)
+        ed = np.asarray(ref.vel, dtype=float) - Xd
+        g = self.model.bias(state.q, np.zeros_like(state.q), pose=X)
+        tau = Jx.T @ (self.kp @ e + self.kd @ ed) + np.asarray(g, dtype=float)
+        if self.friction == "measured":
+            tau = tau + self.model.friction_torque(state.qd)
+        self.last_error = e
+        return self._saturate(tau)

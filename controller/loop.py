@@ -1,0 +1,382 @@
+"""The fixed-period control loop.
+
+Cycle ``k`` has the absolute deadline ``t0 + k period_s`` on the loop's clock;
+``t = k period_s`` is the time since start used for the trajectory, the
+controller and the log.  One cycle::
+
+    lateness = clock.wait_until(t0 + t)
+    feedback = the previous cycle's driver.cycle() result (first: driver.enable())
+    qd       = feedback velocity, or a filtered finite difference where it is NaN
+    ref      = trajectory.sample(t)
+    tau      = controller.compute(t, ref, State(t, q, qd))   (exception -> fault)
+    cmd, s   = safety.check(t, state, feedback, ref, tau)  (limits, watchdogs, stop reactions)
+    feedback = driver.cycle(Command(cmd))                  (CommsError -> fault)
+    telemetry.record(...)
+
+Stop: when the safety supervisor's action is ``"disable"`` (the end of every
+stop reaction) the loop sends one zero-torque command, disables the driver,
+writes the row and ends; for ``zero_disable`` this happens in the same cycle
+that sees the cause (the cause arrives with the feedback of the previous
+cycle's command, so within 2 cycles of it).  A communication error from the
+driver disables the drives at once (best effort).  SIGINT/SIGTERM are turned
+into a ``"signal"`` fault (safe stop, status ``"stopped"``) while :meth:`ControlLoop.run`
+runs (only when called from the main thread); the previous handlers are
+restored afterwards.  The log is flushed and closed in every case.
+
+Start-up: the first feedback must pass :meth:`SafetySupervisor.startup_check`
+(feedback present, drives enabled, no device fault, state within tolerance of
+the trajectory start), otherwise the drives are disabled and
+:class:`~dynamics.errors.SafetyError` is raised before any torque is sent.
+
+At the end of a completed run the drives are commanded zero torque and
+disabled.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from drivers.base import Command, Driver
+from dynamics.errors import CommsError, ConfigError, DriverError, SafetyError, TorqueloopError
+
+from .clock import Clock
+from .estimation import FilteredDifference
+from .laws import Controller, State
+from .metrics import MetricsAccumulator
+from .safety import DISABLED, FAULT, Fault, SafetySupervisor
+from .telemetry import TelemetryWriter
+
+__all__ = ["ControlLoop", "RunResult", "TimingStats"]
+
+
+class _Series:
+    """A growable float array (amortised O(1) append, constant memory per sample)."""
+
+    def __init__(self, capacity: int = 1024):
+        self.a = np.empty(max(capacity, 16))
+        self.n = 0
+
+    def append(self, x: float) -> None:
+        if self.n == self.a.shape[0]:
+            self.a = np.concatenate([self.a, np.empty(self.a.shape[0])])
+        self.a[self.n] = x
+        self.n += 1
+
+    def values(self) -> np.ndarray:
+        return self.a[: self.n]
+
+
+def _pct(x: np.ndarray) -> dict:
+    if x.size == 0:
+        return {"p50": float("nan"), "p99": float("nan"), "p99_9": float("nan"), "max": float("nan")}
+    p = np.percentile(x, [50, 99, 99.9])
+    return {"p50": float(p[0]), "p99": float(p[1]), "p99_9": float(p[2]), "max": float(np.max(x))}
+
+
+@dataclass
+class TimingStats:
+    """Per-cycle timing statistics [s] (percentiles p50/p99/p99.9 and max).
+
+    ``lateness``: cycle start after its deadline; ``period_error``: |actual
+    interval between cycle starts - period|; ``compute``: estimate + control +
+    safety time (real CPU time, also in lock-step runs); ``cycle``: the whole
+    cycle including driver I/O and telemetry.  ``missed_deadlines``: cycles
+    later than ``miss_fraction * period_s``.
+    """
+
+    n_cycles: int
+    period_s: float
+    lateness: dict
+    period_error: dict
+    compute: dict
+    cycle: dict
+    missed_deadlines: int
+    miss_fraction: float
+
+    @staticmethod
+    def from_arrays(period_s, lateness, starts, compute, cycle, miss_fraction) -> "TimingStats":
+        perr = np.abs(np.diff(starts) - period_s) if starts.size > 1 else np.zeros(0)
+        return TimingStats(int(lateness.size), float(period_s), _pct(lateness), _pct(perr), _pct(compute),
+                           _pct(cycle), int(np.sum(lateness > miss_fraction * period_s)), float(miss_fraction))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RunResult:
+    """Outcome of :meth:`ControlLoop.run`.
+
+    Attributes
+    ----------
+    status : str
+        ``"completed"`` (trajectory finished), ``"stopped"`` (external stop
+        request / signal) or ``"fault"``.
+    faults : list of Fault
+    n_cycles : int
+        Cycles executed (commands sent, including stop-reaction cycles).
+    timing : TimingStats
+    metrics : dict
+        See :mod:`controller.metrics`.
+    log_dir : str or None
+    messages : list of str
+        Notes (real-time settings not applied, defaults chosen).
+    wall_time_s : float
+        Real elapsed time of the cycle loop [s].
+    """
+
+    status: str
+    faults: list
+    n_cycles: int
+    timing: TimingStats
+    metrics: dict
+    log_dir: str | None = None
+    messages: list = field(default_factory=list)
+    wall_time_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"status": self.status, "faults": [asdict(f) for f in self.faults], "n_cycles": self.n_cycles,
+                "timing": self.timing.as_dict(), "metrics": self.metrics, "log_dir": self.log_dir,
+                "messages": list(self.messages), "wall_time_s": self.wall_time_s}
+
+
+class ControlLoop:
+    """Run a controller against a driver along a trajectory (see module docstring).
+
+    Parameters
+    ----------
+    driver : drivers.base.Driver
+    controller : controller.laws.Controller
+    trajectory : trajectories.base.Trajectory
+        In the controller's space (``dim == controller.dim``).
+    safety : SafetySupervisor
+    clock : Clock
+        :class:`~controller.clock.LockstepClock` for offline runs, WallClock for real time.
+    period_s : float
+        Control period [s].
+    telemetry : TelemetryWriter, optional
+        Closed by the loop at the end (with the result in meta.json).
+    velocity_estimator : optional
+        Object with ``reset()`` and ``update(t, q) -> qd``; used for joints whose
+        feedback velocity is NaN (default: FilteredDifference with a cut-off of
+        ``0.05 / period_s`` Hz, created when first needed).
+    duration_s : float, optional
+        Run length (default: the trajectory's duration); the last cycle is at
+        ``t = duration_s``.
+    miss_fraction : float
+        Deadline-miss threshold as a fraction of the period.
+    task_layout : {"planar", "spatial"}, optional
+        For task-space metrics (default from the controller: task dof 3 ->
+        planar, 6 -> spatial).
+    handle_signals : bool
+        Install SIGINT/SIGTERM handlers during :meth:`run` (main thread only).
+    """
+
+    def __init__(self, driver: Driver, controller: Controller, trajectory, safety: SafetySupervisor,
+                 clock: Clock, *, period_s: float, telemetry: TelemetryWriter | None = None,
+                 velocity_estimator=None, duration_s: float | None = None, miss_fraction: float = 0.5,
+                 task_layout: str | None = None, handle_signals: bool = True):
+        if not (period_s > 0 and np.isfinite(period_s)):
+            raise ConfigError(f"must be finite and > 0, got {period_s!r}", field="period_s")
+        n = driver.n_joints
+        if controller.n != n:
+            raise ConfigError(f"controller drives {controller.n} actuators but the driver has {n}")
+        if trajectory.dim != controller.dim:
+            raise ConfigError(f"trajectory has dim {trajectory.dim} but the controller expects {controller.dim}")
+        if safety.n != n:
+            raise ConfigError(f"safety supervisor is set up for {safety.n} joints, driver has {n}")
+        self.driver, self.controller, self.trajectory = driver, controller, trajectory
+        self.safety, self.clock = safety, clock
+        self.period_s = float(period_s)
+        self.telemetry = telemetry
+        self.velocity_estimator = velocity_estimator
+        self.duration_s = float(trajectory.duration_s if duration_s is None else duration_s)
+        if not (self.duration_s >= 0 and np.isfinite(self.duration_s)):
+            raise ConfigError(f"must be finite and >= 0, got {duration_s!r}", field="duration_s")
+        self.miss_fraction = float(miss_fraction)
+        if task_layout is None and controller.space == "task":
+            task_layout = {3: "planar", 6: "spatial"}.get(controller.dim)
+        self.task_layout = task_layout
+        self.handle_signals = handle_signals
+        self.n_planned = int(np.floor(self.duration_s / self.period_s + 1e-9)) + 1
+
+    # -- signals -------------------------------------------------------------------
+    def _install_signals(self):
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return {}
+        saved = {}
+
+        def handler(signum, frame):
+            self.safety.request_stop(signal.Signals(signum).name)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            saved[sig] = signal.signal(sig, handler)
+        return saved
+
+    @staticmethod
+    def _restore_signals(saved):
+        for sig, h in saved.items():
+            signal.signal(sig, h)
+
+    # -- run -----------------------------------------------------------------------
+    def run(self) -> RunResult:
+        """Run until the trajectory ends or a fault stops the robot; see module docstring.
+
+        Raises
+        ------
+        SafetyError
+            The start-up check failed (drives disabled, nothing was sent).
+        """
+        n, dim, P = self.driver.n_joints, self.controller.dim, self.period_s
+        messages: list[str] = []
+        lat, starts, comp, cyc = (_Series(self.n_planned + 8) for _ in range(4))
+        metrics = MetricsAccumulator(n, dim, P, task_layout=self.task_layout, miss_fraction=self.miss_fraction)
+        status = "fault"
+        k = 0
+        enabled = False
+        wall0 = time.perf_counter()
+        saved = self._install_signals()
+        try:
+            messages.extend(self.clock.start())
+            self.safety.reset()
+            self.controller.reset()
+            t0 = self.clock.now()
+            try:
+                fb = self.driver.enable()
+                enabled = True
+            except (CommsError, DriverError) as err:
+                self.safety.fault(0.0, "comms", f"enable failed: {err}")
+                self._disable(0.0)
+                return self._finish("fault", 0, messages, lat, starts, comp, cyc, metrics, wall0)
+            est = self.velocity_estimator
+            qd0 = np.asarray(fb.velocity_rad_s, dtype=float)
+            if est is None and np.any(np.isnan(qd0)):
+                cutoff = 0.05 / P
+                est = FilteredDifference(n, cutoff)
+                messages.append(f"feedback has no velocity; using a filtered finite difference ({cutoff:.4g} Hz)")
+            if est is not None:
+                est.reset()
+            # start-up check
+            ref0 = self.trajectory.sample(0.0)
+            state0 = State(0.0, np.asarray(fb.position_rad, float), np.where(np.isnan(qd0), 0.0, qd0))
+            try:
+                err0 = self.controller.tracking_error(ref0, state0)
+            except Exception as exc:  # noqa: BLE001 - re-raised as SafetyError
+                raise SafetyError(f"start-up check failed: cannot evaluate the start error: {exc}") from exc
+            self.safety.startup_check(fb, err0)
+            self.controller.reset()
+
+            zero = np.zeros(n)
+            nan_dim = np.full(dim, np.nan)
+            tel = self.telemetry
+            while k < self.n_planned or self.safety.latched:
+                t = k * P
+                late = self.clock.wait_until(t0 + t)
+                c0 = time.perf_counter()
+                starts.append(self.clock.now())
+                q = np.asarray(fb.position_rad, dtype=float)
+                qd = np.asarray(fb.velocity_rad_s, dtype=float)
+                if est is not None:
+                    v = est.update(t, q)
+                    qd = np.where(np.isnan(qd), v, qd)
+                state = State(t, q, qd)
+                try:
+                    ref = self.trajectory.sample(t)
+                except Exception as exc:  # noqa: BLE001 - a fault, recorded
+                    self.safety.fault(t, "trajectory", repr(exc))
+                    ref = _NanRef(dim)
+                try:
+                    tau = np.asarray(self.controller.compute(t, ref, state), dtype=float)
+                    err = self.controller.last_error
+                    if tau.shape != (n,):
+                        raise TorqueloopError(f"controller returned shape {tau.shape}, expected ({n},)")
+                except Exception as exc:  # noqa: BLE001 - controller/model failure is a fault
+                    self.safety.fault(t, "controller", f"{type(exc).__name__}: {exc}")
+                    tau = np.full(n, np.nan)
+                    err = nan_dim
+                cmd, ss = self.safety.check(t, state, fb, ref, tau, error=err)
+                c1 = time.perf_counter()
+                comp.append(c1 - c0)
+                lat.append(late)
+                if ss.action == "disable":
+                    fb_used = fb
+                    try:
+                        self.driver.cycle(Command(zero.copy()))
+                    except (CommsError, DriverError) as exc:
+                        self.safety.faults.append(Fault(t, "comms", None, {}, f"zero command failed: {exc}"))
+                    enabled = not self._disable(t)
+                    self._record(tel, metrics, t, state, ref, err, tau, zero, fb_used, ss, late, c1 - c0)
+                    cyc.append(time.perf_counter() - c0)
+                    k += 1
+                    break
+                fb_used = fb
+                try:
+                    fb = self.driver.cycle(Command(cmd))
+                except (CommsError, DriverError) as exc:
+                    self.safety.fault(t, "comms", f"{type(exc).__name__}: {exc}")
+                    enabled = not self._disable(t)
+                    ss.code |= FAULT | DISABLED
+                    self._record(tel, metrics, t, state, ref, err, tau, cmd, fb_used, ss, late, c1 - c0)
+                    cyc.append(time.perf_counter() - c0)
+                    k += 1
+                    break
+                self._record(tel, metrics, t, state, ref, err, tau, cmd, fb_used, ss, late, c1 - c0)
+                cyc.append(time.perf_counter() - c0)
+                k += 1
+            else:
+                status = "completed"
+            if status == "completed":
+                enabled = not self._disable(k * P)
+            elif self.safety.faults and self.safety.faults[0].cause == "signal":
+                status = "stopped"
+            return self._finish(status, k, messages, lat, starts, comp, cyc, metrics, wall0)
+        except BaseException:
+            if enabled:
+                self._disable(k * P)
+                enabled = False
+            if self.telemetry is not None:
+                self.telemetry.close({"status": "error", "n_cycles": k,
+                                      "faults": [asdict(f) for f in self.safety.faults]})
+            raise
+        finally:
+            self._restore_signals(saved)
+            self.clock.stop()
+
+    def _disable(self, t) -> bool:
+        """Disable the driver; a failure is recorded as a fault.  Returns True when it succeeded."""
+        try:
+            self.driver.disable()
+            return True
+        except (CommsError, DriverError) as exc:
+            self.safety.faults.append(Fault(t, "comms", None, {}, f"disable failed: {exc}"))
+            return False
+
+    def _record(self, tel, metrics, t, state, ref, err, tau, cmd, fb, ss, late, compute_s):
+        metrics.add(err, cmd, state.qd, ss.saturated, late)
+        if tel is not None:
+            tel.record(t, state.q, state.qd, ref.pos, ref.vel, ref.acc, err, tau, cmd, fb.torque_nm,
+                       ss.code, ss.saturated, late, compute_s, fb.fresh, fb.fault, fb.enabled)
+
+    def _finish(self, status, k, messages, lat, starts, comp, cyc, metrics, wall0) -> RunResult:
+        timing = TimingStats.from_arrays(self.period_s, lat.values(), starts.values(), comp.values(), cyc.values(),
+                                         self.miss_fraction)
+        res = RunResult(status, list(self.safety.faults), k, timing, metrics.result(),
+                        None if self.telemetry is None else str(self.telemetry.directory), messages,
+                        time.perf_counter() - wall0)
+        if self.telemetry is not None:
+            self.telemetry.close(res.as_dict())
+        return res
+
+
+class _NanRef:
+    """A reference of NaNs (used when the trajectory itself failed; the safety layer then stops)."""
+
+    def __init__(self, dim):
+        self.pos = np.full(dim, np.nan)
+        self.vel = np.full(dim, np.nan)
+        self.acc = np.full(dim, np.nan)

@@ -1,0 +1,510 @@
+"""Run configs: parse a complete run file, build every part, run it.
+
+A run config joins a robot file, a plant (simulated runs), a driver, a
+trajectory, a controller, the loop and the safety settings::
+
+    name = "3rrr_circle"
+    [robot]
+    file = "../robots/3rrr_horizontal.toml"   # the controller's model (paths relative to this file)
+
+    [driver]                                   # see drivers.registry and drivers.sim.build
+    type = "sim_mit_can"                       # sim_*: the simulated plant behind the real driver
+    #                                          # code; mit_can / odrive_can: REAL hardware
+    [driver.plant]                             # the simulated plant (sim_* only), e.g.
+    mass_factor = 1.1                          # plant = model.scaled(1.1): model mismatch
+    coulomb = 0.05
+    encoder_counts_per_rev = 16384
+    seed = 1
+    # q0 defaults to the trajectory's start (joint space)
+
+    [trajectory]                               # see trajectories.load_trajectory
+    [controller]
+    kind = "task_computed_torque"              # computed_torque | pd_gravity | task_pd_gravity | pid
+    wn_rad_s = 40.0                            # gains from natural frequency and damping ...
+    zeta = 1.0
+    # kp = [...], kd = [...], ki = [...]       # ... or explicit (controller-space units)
+    saturate = true                            # clip to the model's torque limits (anti-windup)
+
+    [loop]
+    rate_hz = 1000.0
+    clock = "lockstep"                         # or "wall" (real time; hardware runs use wall)
+    duration_s = 10.0                          # default: the trajectory's
+    [loop.realtime]                            # wall clock only; applied where permitted
+    sched_fifo_priority = 80
+    cpu = 1
+    freeze_gc = true
+
+    [safety]                                   # see controller.safety.SafetyConfig
+    [telemetry]
+    buffer_rows = 200
+
+Everything is validated before anything moves: errors name the file and the field.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from drivers.base import Driver
+from dynamics import load_model
+from dynamics.base import Model, ParallelModel
+from dynamics.config import Section, read_toml
+from dynamics.errors import ConfigError, SafetyError, TorqueloopError
+
+from .clock import LockstepClock, WallClock
+from .laws import (PID, ComputedTorque, Controller, PDGravity, Saturation, TaskComputedTorque,
+                   TaskPDGravity, gravity_feedforward)
+from .loop import ControlLoop, RunResult
+from .safety import SafetyConfig, SafetySupervisor
+from .telemetry import TelemetryWriter
+
+__all__ = ["RunSpec", "parse_run", "load_run", "Run", "build_run", "run_offline_metrics",
+           "check_run_config", "CONTROLLER_KINDS"]
+
+CONTROLLER_KINDS = ("computed_torque", "pd_gravity", "pid", "task_computed_torque", "task_pd_gravity")
+_TASK_KINDS = ("task_computed_torque", "task_pd_gravity")
+
+
+# ---------------------------------------------------------------------------
+# parsing
+# ---------------------------------------------------------------------------
+@dataclass
+class ControllerSpec:
+    kind: str
+    kp: Any
+    kd: Any
+    ki: Any
+    integral_limit: Any
+    saturate: bool
+    wn_rad_s: float | None
+    zeta: float | None
+
+
+@dataclass
+class RunSpec:
+    """A parsed, validated run config (see module docstring)."""
+
+    name: str
+    file: str | None
+    data: dict
+    model: Model
+    plant: dict | None
+    driver_section: Section
+    driver_type: str
+    hardware: bool
+    trajectory: Any
+    controller: ControllerSpec
+    rate_hz: float
+    clock: str
+    duration_s: float
+    realtime: dict | None
+    safety: SafetyConfig
+    telemetry_buffer_rows: int
+    description: str = ""
+
+    @property
+    def period_s(self) -> float:
+        return 1.0 / self.rate_hz
+
+    @property
+    def space(self) -> str:
+        return "task" if self.controller.kind in _TASK_KINDS else "joint"
+
+
+def _resolve(base_dir: Path | None, p: str) -> Path:
+    path = Path(p)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    return path
+
+
+def _per_joint(sec: Section, key: str, n: int, default) -> np.ndarray:
+    v = sec.raw(key, None)
+    if v is None:
+        return np.asarray(default, dtype=float) * np.ones(n)
+    if isinstance(v, list):
+        return sec.vector(key, n, minimum=0.0)
+    return np.full(n, sec.float(key, minimum=0.0))
+
+
+def _model_file(sec: Section, key: str, base_dir: Path | None) -> Model:
+    rel = sec.str(key)
+    path = _resolve(base_dir, rel)
+    if not path.exists():
+        raise sec.error(key, f"robot file not found: {path}")
+    return load_model(path)
+
+
+def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Path | None = None,
+              duration_s: float | None = None) -> RunSpec:
+    """Validate a run-config dict and load its models and trajectory.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and the field of the first bad entry.
+    """
+    from trajectories import load_trajectory  # trajectories may use dynamics only
+
+    root = Section(data, file)
+    name = root.str("name")
+    description = root.str("description", "")
+    rob = root.section("robot")
+    model = _model_file(rob, "file", base_dir)
+    rob.finish()
+
+    drv = root.section("driver")
+    driver_type = drv.str("type")
+    hardware = not driver_type.startswith("sim_")
+    plant_data = drv.data.get("plant", {}) if not hardware else None
+    if plant_data is not None and not isinstance(plant_data, Mapping):
+        raise drv.error("plant", "expected a table")
+
+    csec = root.section("controller")
+    kind = csec.str("kind", choices=CONTROLLER_KINDS)
+    if kind in _TASK_KINDS and not isinstance(model, ParallelModel):
+        raise csec.error("kind", f"{kind} needs a parallel robot (the model is {type(model).__name__})")
+    has_explicit = csec.has("kp")
+    ctrl = ControllerSpec(
+        kind=kind,
+        kp=csec.raw("kp", None), kd=csec.raw("kd", None), ki=csec.raw("ki", None),
+        integral_limit=csec.raw("integral_limit", None),
+        saturate=csec.bool("saturate", True),
+        wn_rad_s=None if has_explicit else csec.float("wn_rad_s", minimum=0.0, strict_min=True),
+        zeta=None if has_explicit else csec.float("zeta", 1.0, minimum=0.0, strict_min=True),
+    )
+    for key in ("kp", "kd", "ki", "integral_limit"):
+        v = getattr(ctrl, key)
+        if v is not None:
+            arr = csec.as_array(key, v, None)
+            if np.any(arr < 0):
+                raise csec.error(key, f"gains must be >= 0, got {v!r}")
+            setattr(ctrl, key, arr)
+    if has_explicit and ctrl.kd is None:
+        raise csec.error("kd", "required with kp")
+    csec.finish()
+
+    tsec = root.section("trajectory")
+    traj = load_trajectory(tsec, model)
+    traj = _trajectory_for_space(traj, model, "task" if kind in _TASK_KINDS else "joint", tsec)
+
+    lsec = root.section("loop", {})
+    rate = lsec.float("rate_hz", 1000.0, minimum=0.0, strict_min=True)
+    clock = lsec.str("clock", "wall" if hardware else "lockstep", choices=["lockstep", "wall"])
+    if hardware and clock != "wall":
+        raise lsec.error("clock", "hardware runs need the wall clock")
+    dur = lsec.float("duration_s", None, minimum=0.0)
+    if duration_s is not None:
+        dur = float(duration_s)
+    if dur is None:
+        dur = float(traj.duration_s)
+    rt = None
+    if lsec.has("realtime"):
+        rsec = lsec.section("realtime")
+        rt = {}
+        if rsec.has("sched_fifo_priority"):
+            rt["sched_fifo_priority"] = rsec.int("sched_fifo_priority", minimum=1, maximum=99)
+        if rsec.has("cpu"):
+            rt["cpu"] = rsec.int("cpu", minimum=0)
+        rt["freeze_gc"] = rsec.bool("freeze_gc", True)
+        rsec.finish()
+    lsec.finish()
+
+    safety = SafetyConfig.from_section(root.section("safety", {}))
+    tel = root.section("telemetry", {})
+    buffer_rows = tel.int("buffer_rows", 200, minimum=1)
+    tel.finish()
+
+    # The driver table is validated when the driver is built (it may open buses);
+    # mark it read here.
+    root.finish()
+    return RunSpec(name=name, file=file, data=dict(data), model=model, plant=plant_data, driver_section=drv,
+                   driver_type=driver_type, hardware=hardware, trajectory=traj, controller=ctrl,
+                   rate_hz=rate, clock=clock, duration_s=dur, realtime=rt, safety=safety,
+                   telemetry_buffer_rows=buffer_rows, description=description)
+
+
+def _trajectory_for_space(traj, model: Model, space: str, tsec: Section):
+    """The reference in the controller's space.
+
+    ``trajectories.load_trajectory`` returns actuator-space trajectories; those
+    mapped from a task path keep it in ``.task``, which task-space controllers use.
+    """
+    if space == "joint":
+        return traj
+    task = getattr(traj, "task", None)
+    if task is None or task.dim != getattr(model, "task_dof", -1):
+        raise tsec.error(None, "a task-space controller needs a task-space trajectory "
+                               "(a pose path mapped through the robot's inverse kinematics)")
+    return task
+
+
+def load_run(path: str | Path, *, overrides: Mapping[str, Any] | None = None,
+             duration_s: float | None = None) -> RunSpec:
+    """Read and parse a run config file (with optional dotted-key overrides)."""
+    from .tune import apply_overrides
+
+    p = Path(path)
+    data = read_toml(p)
+    if overrides:
+        data = apply_overrides(data, dict(overrides), file=str(p))
+    return parse_run(data, file=str(p), base_dir=p.parent, duration_s=duration_s)
+
+
+# ---------------------------------------------------------------------------
+# building
+# ---------------------------------------------------------------------------
+def _task_inertia(model: ParallelModel, X: np.ndarray) -> np.ndarray:
+    """Task-space inertia Lambda = J^-T M J^-1 at pose X (for PD gain scaling)."""
+    q = model.inverse_kinematics(X)
+    J = np.asarray(model.task_jacobian(q, X), dtype=float)  # Xd = J qd
+    M = np.asarray(model.mass_matrix(q, pose=X) if _accepts_pose(model.mass_matrix) else model.mass_matrix(q))
+    Jinv = np.linalg.inv(J)
+    return Jinv.T @ M @ Jinv
+
+
+def _accepts_pose(fn) -> bool:
+    import inspect
+    try:
+        return "pose" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def make_controller(spec: RunSpec, *, pose0=None) -> Controller:
+    """Build the control law of a run spec (gains from wn/zeta where not explicit)."""
+    c, model = spec.controller, spec.model
+    n = model.dof
+    dim = model.task_dof if spec.space == "task" else n
+    sat = Saturation(model.limits.torque_max) if c.saturate and np.all(np.isfinite(model.limits.torque_max)) else None
+    if c.kp is not None:
+        kp, kd, ki = c.kp, c.kd, c.ki
+    else:
+        wn, z = c.wn_rad_s, c.zeta
+        kp, kd, ki = wn * wn, 2.0 * z * wn, None
+        if c.kind in ("pd_gravity", "pid", "task_pd_gravity"):
+            # PD gains in torque units: scale the unit-inertia design by the model's
+            # inertia at the start so that wn/zeta mean the same as for computed torque.
+            start = np.asarray(spec.trajectory.sample(0.0).pos, dtype=float)
+            if c.kind == "task_pd_gravity":
+                Lam = _task_inertia(model, start)
+            else:
+                qs = start
+                Lam = np.asarray(model.mass_matrix(qs), dtype=float)
+            Lam = 0.5 * (Lam + Lam.T)
+            kp, kd = Lam * (wn * wn), Lam * (2.0 * z * wn)
+            if c.kind == "pid":
+                kp, kd = np.diag(kp), np.diag(kd)
+                ki = np.zeros(n) if c.ki is None else c.ki
+    if c.kind == "computed_torque":
+        return ComputedTorque(model, kp, kd, ki=ki, integral_limit=c.integral_limit, saturation=sat)
+    if c.kind == "pd_gravity":
+        return PDGravity(model, kp, kd, saturation=sat)
+    if c.kind == "pid":
+        return PID(kp, ki if ki is not None else np.zeros(n), kd, n=n,
+                   feedforward=gravity_feedforward(model), saturation=sat)
+    if c.kind == "task_computed_torque":
+        return TaskComputedTorque(model, kp, kd, saturation=sat, pose0=pose0)
+    if c.kind == "task_pd_gravity":
+        return TaskPDGravity(model, kp, kd, saturation=sat, pose0=pose0)
+    raise ConfigError(f"unknown controller kind {c.kind!r}", spec.file, "controller.kind")  # pragma: no cover
+
+
+def _joint_start(spec: RunSpec) -> tuple[np.ndarray, np.ndarray | None]:
+    """Joint-space start of the trajectory (and the task pose for parallel task trajectories)."""
+    ref0 = spec.trajectory.sample(0.0)
+    if spec.space == "task":
+        X0 = np.asarray(ref0.pos, dtype=float)
+        return np.asarray(spec.model.inverse_kinematics(X0), dtype=float), X0
+    return np.asarray(ref0.pos, dtype=float), None
+
+
+@dataclass
+class Run:
+    """Everything a run needs, built and owned (close() releases buses/threads)."""
+
+    spec: RunSpec
+    loop: ControlLoop
+    driver: Driver
+    clock: Any
+    plant: Any = None
+    out_dir: Path | None = None
+    _stack: ExitStack = field(default_factory=ExitStack)
+
+    def execute(self) -> RunResult:
+        try:
+            return self.loop.run()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | None = None,
+              clock=None) -> Run:
+    """Build plant (simulated), driver, controller, safety, telemetry and the loop."""
+    from drivers.registry import build_driver
+
+    stack = ExitStack()
+    try:
+        if clock is None:
+            clock = LockstepClock() if spec.clock == "lockstep" else WallClock(realtime=spec.realtime)
+        plant = None
+        if spec.hardware:
+            driver = build_driver(spec.driver_section, now=clock.now)
+        else:
+            driver = build_driver(_sim_section(spec), now=clock.now, model=spec.model,
+                                  rng=np.random.default_rng(0))
+            plant = getattr(driver, "plant", None)
+        stack.callback(driver.close)
+        _, X0 = _joint_start(spec)
+        controller = make_controller(spec, pose0=X0)
+        safety = SafetySupervisor(spec.safety, spec.model.limits, model=spec.model, pose0=X0)
+        telemetry = None
+        if out_dir is not None:
+            m = {"run": spec.name, "config_file": spec.file, "config": spec.data,
+                 "period_s": spec.period_s, "space": spec.space, "controller_kind": spec.controller.kind,
+                 "joint_names": list(spec.model.joint_names), "hardware": spec.hardware,
+                 "plant": spec.plant}
+            if isinstance(spec.model, ParallelModel) and spec.space == "task":
+                m["task_dof"] = spec.model.task_dof
+            m.update(meta or {})
+            telemetry = TelemetryWriter(out_dir, spec.model.dof,
+                                        spec.model.task_dof if spec.space == "task" else spec.model.dof,
+                                        buffer_rows=spec.telemetry_buffer_rows, meta=m)
+        loop = ControlLoop(driver, controller, spec.trajectory, safety, clock, period_s=spec.period_s,
+                           telemetry=telemetry, duration_s=spec.duration_s)
+        return Run(spec, loop, driver, clock, plant, None if out_dir is None else Path(out_dir), stack)
+    except BaseException:
+        stack.close()
+        raise
+
+
+def _sim_section(spec: RunSpec) -> Section:
+    """The [driver] table of a simulated run, with the plant starting at the trajectory start.
+
+    ``driver.plant.q0`` defaults to the trajectory's joint-space start (plus an
+    optional ``driver.plant.initial_offset``), so a run starts on its reference.
+    """
+    import copy
+
+    data = copy.deepcopy(dict(spec.driver_section.data))
+    plant = dict(data.get("plant", {}))
+    if "q0" not in plant:
+        q0, _ = _joint_start(spec)
+        off = plant.pop("initial_offset", None)
+        if off is not None:
+            sec = Section(plant | {"initial_offset": off}, spec.file, "driver.plant")
+            q0 = q0 + sec.vector("initial_offset", spec.model.dof)
+        plant["q0"] = [float(v) for v in q0]
+    elif "initial_offset" in plant:
+        raise ConfigError("give either q0 or initial_offset, not both", spec.file, "driver.plant.initial_offset")
+    if "dt_max_s" not in plant:
+        plant["dt_max_s"] = spec.period_s
+    if "robot" in plant and spec.file:
+        p = Path(plant["robot"])
+        if not p.is_absolute():
+            plant["robot"] = str(Path(spec.file).parent / p)
+    data["plant"] = plant
+    return Section(data, spec.driver_section.file, spec.driver_section.path)
+
+
+# ---------------------------------------------------------------------------
+# helpers for the CLI and the tuner
+# ---------------------------------------------------------------------------
+def summary_metrics(spec: RunSpec, result: RunResult) -> dict:
+    """Flat metrics dict of a run (status, errors, torques, timing) for tables and tuning."""
+    m = dict(result.metrics or {})
+    out: dict[str, Any] = {"status": result.status, "n_cycles": result.n_cycles,
+                           "faults": [f"{f.cause}@{f.t_s:.4f}s" for f in result.faults]}
+    for k, v in m.items():
+        out[k] = v
+    tmax = np.asarray(spec.model.limits.torque_max, dtype=float)
+    peak = np.asarray(m.get("peak_torque", np.zeros_like(tmax)), dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(np.isfinite(tmax) & (tmax > 0), peak / tmax, 0.0)
+    out["torque_peak_ratio_sum"] = float(np.sum(ratio))
+    out["saturation_fraction_per_joint"] = list(m.get("saturation_fraction", []))
+    out["saturation_fraction"] = float(m.get("saturation_fraction_any", 0.0))
+    out["rms_error_norm"] = float(np.linalg.norm(m.get("rms_error", [0.0])))
+    t = result.timing.as_dict() if result.timing is not None else {}
+    out["timing"] = t
+    out["wall_time_s"] = result.wall_time_s
+    sim_s = result.n_cycles * spec.period_s
+    out["real_time_factor"] = sim_s / result.wall_time_s if result.wall_time_s > 0 else math.inf
+    return out
+
+
+def run_offline_metrics(data: Mapping[str, Any], *, file: str | None = None) -> dict:
+    """Run a (simulated) config without telemetry and return :func:`summary_metrics` (for tuning)."""
+    base_dir = Path(file).parent if file else None
+    spec = parse_run(data, file=file, base_dir=base_dir)
+    if spec.hardware:
+        raise ConfigError("tuning runs only on the simulated plant (driver type sim_*)", file, "driver.type")
+    run = build_run(spec, out_dir=None)
+    try:
+        result = run.loop.run()
+    except SafetyError as err:
+        return {"status": "refused", "error": str(err)}
+    finally:
+        run.close()
+    return summary_metrics(spec, result)
+
+
+def check_run_config(path: str | Path) -> str:
+    """Validate a run config; return model summary, bus-load budget and feasibility report."""
+    from trajectories.feasibility import check_feasibility
+
+    spec = load_run(path)
+    lines = [f"run config {path}: '{spec.name}' OK", "", spec.model.summary(), ""]
+    lines.append(f"controller: {spec.controller.kind} in {spec.space} space, "
+                 f"loop {spec.rate_hz:g} Hz ({spec.clock} clock), duration {spec.duration_s:g} s")
+    lines.append(f"driver: {spec.driver_type} ({'HARDWARE' if spec.hardware else 'simulated plant'})")
+    if spec.plant is not None:
+        lines.append("plant: " + ", ".join(f"{k} = {v}" for k, v in spec.plant.items()))
+    budget = bus_budget_text(spec)
+    if budget:
+        lines += ["", budget]
+    rep = check_feasibility(spec.trajectory, spec.model, dt_s=max(spec.period_s, 0.002), space=spec.space)
+    lines += ["", "trajectory feasibility:", str(rep)]
+    if not rep.ok:
+        raise ConfigError("trajectory is not feasible:\n" + str(rep), spec.file, "trajectory")
+    return "\n".join(lines)
+
+
+def bus_budget_text(spec: RunSpec) -> str:
+    """Bus-load budget of the driver configuration at the loop rate ('' for non-CAN drivers)."""
+    kind = spec.driver_type.removeprefix("sim_")
+    if kind not in ("mit_can", "odrive_can"):
+        return ""
+    from drivers.busload import BusSpec, budget, mit_flows, odrive_flows
+
+    data = spec.driver_section.data
+    buses: dict[str, dict] = {}
+    if "buses" in data:
+        buses = dict(data["buses"])
+    else:
+        buses = {"default": dict(data.get("bus", {}))}
+    counts = {name: 0 for name in buses}
+    for j in data.get("joints", []):
+        name = j.get("bus", next(iter(buses)))
+        counts[name] = counts.get(name, 0) + 1
+    items = {}
+    for name, b in buses.items():
+        bs = BusSpec(bitrate_bit_s=float(b.get("bitrate", 1_000_000)), fd=bool(b.get("fd", False)),
+                     data_bitrate_bit_s=b.get("data_bitrate"), name=f"{name} ({b.get('channel', '?')})")
+        if kind == "mit_can":
+            flows = mit_flows(counts.get(name, 0), spec.rate_hz)
+        else:
+            flows = odrive_flows(counts.get(name, 0), spec.rate_hz)
+        items[name] = (bs, flows)
+    return "bus-load budget:\n" + str(budget(items, spec.rate_hz))

@@ -1,0 +1,470 @@
+"""Safety supervisor: limits, watchdogs and stop reactions between controller and driver.
+
+Every cycle the loop passes the controller's torque through
+:meth:`SafetySupervisor.check`, which returns the torque actually sent and a
+:class:`SafetyState`.  The supervisor never lets a non-finite or out-of-limit
+torque through.
+
+Checks (each a *fault* unless said otherwise)
+---------------------------------------------
+* external stop request (:meth:`SafetySupervisor.request_stop`, e.g. SIGINT) -> ``"signal"``
+* NaN/inf in the measured state, the reference, the tracking error or the torque -> ``"nonfinite"``
+* device fault code ``feedback.fault != 0`` -> ``"device_fault"``
+* drive reports not enabled -> ``"drive_disabled"``
+* feedback not fresh for ``stale_cycles`` consecutive cycles -> ``"stale_feedback"``
+* position outside the hard limits -> ``"position_limit"``; inside the soft zone
+  (``position_margin_rad`` from a hard limit) and moving towards it: not a fault,
+  the torque component pushing towards the limit is removed and a damping
+  torque ``-soft_kd qd`` added (flag ``SOFT_LIMIT``)
+* ``|qd| > velocity_max`` -> ``"velocity_limit"``
+* ``|tau| > torque_max``: not a fault, clipped and flagged (``CLIPPED``)
+* ``|e| > tracking_error_max`` (controller space) -> ``"tracking_error"``
+* parallel robots, optional: ``singularity(q, X).margin < singularity_margin_min``
+  (checked every ``singularity_every`` cycles) -> ``"singularity"``
+* faults reported by the loop (:meth:`SafetySupervisor.fault`: controller
+  exception, communication error)
+
+Stop reactions (``stop_reaction``)
+----------------------------------
+* ``"zero_disable"``: zero torque and disable at once (like STO).
+* ``"brake_disable"``: damped braking ``tau = -brake_kd qd`` (clipped) for
+  ``brake_time_s`` or until every ``|qd| < stop_velocity_rad_s``, then disable
+  (like SS1).  Falls back to zero_disable when the state is not finite.
+* ``"hold"``: hold the position at the fault, ``tau = g^(q) + hold_kp (q_f - q)
+  - hold_kd qd`` (gravity only with a model), for ``hold_time_s``, then disable
+  (like SS2 followed by a stop at the end of the run).
+
+Faults latch until :meth:`SafetySupervisor.reset`; each is recorded as a
+:class:`Fault` (time, cause, joint, values).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from dynamics.base import JointLimits, Model, ParallelModel
+from dynamics.config import Section
+from dynamics.errors import ConfigError, SafetyError
+
+__all__ = ["SafetyConfig", "SafetySupervisor", "SafetyState", "Fault", "REACTIONS",
+           "OK", "CLIPPED", "SOFT_LIMIT", "BRAKING", "HOLDING", "FAULT", "DISABLED"]
+
+REACTIONS = ("zero_disable", "brake_disable", "hold")
+
+#: SafetyState.code bits
+OK = 0
+CLIPPED = 1
+SOFT_LIMIT = 2
+BRAKING = 4
+HOLDING = 8
+FAULT = 16
+DISABLED = 32
+
+
+@dataclass
+class SafetyConfig:
+    """Safety settings.  Vectors may be given as a scalar (all joints) or shape (n,).
+
+    Attributes
+    ----------
+    stop_reaction : str
+        One of :data:`REACTIONS`.
+    position_min, position_max, velocity_max, torque_max : array or None
+        Override the model's limits (None: use the model's) [rad|m, rad/s|m/s, N m|N].
+    position_margin_rad : float or array
+        Width of the soft zone inside each hard position limit.
+    soft_kd_nm_s_per_rad : float or array
+        Damping gain applied in the soft zone.
+    tracking_error_max : float or array
+        Largest allowed |position error| in the controller's space (inf: off).
+    stale_cycles : int
+        Consecutive cycles of non-fresh feedback that make a fault.
+    singularity_margin_min : float or None
+        Fault when the singularity margin falls below (parallel robots).
+    singularity_every : int
+        Check the singularity margin every this many cycles.
+    brake_time_s, brake_kd_nm_s_per_rad, stop_velocity_rad_s
+        brake_disable parameters.
+    hold_time_s, hold_kp_nm_per_rad, hold_kd_nm_s_per_rad
+        hold parameters.
+    startup_tolerance : float or array
+        Largest |error| between the measured start and the trajectory's start
+        (controller space) accepted by :meth:`SafetySupervisor.startup_check`.
+    """
+
+    stop_reaction: str = "zero_disable"
+    position_min: Any = None
+    position_max: Any = None
+    velocity_max: Any = None
+    torque_max: Any = None
+    position_margin_rad: Any = 0.05
+    soft_kd_nm_s_per_rad: Any = 1.0
+    tracking_error_max: Any = np.inf
+    stale_cycles: int = 3
+    singularity_margin_min: float | None = None
+    singularity_every: int = 1
+    brake_time_s: float = 0.2
+    brake_kd_nm_s_per_rad: Any = 1.0
+    stop_velocity_rad_s: float = 1e-3
+    hold_time_s: float = 0.5
+    hold_kp_nm_per_rad: Any = 50.0
+    hold_kd_nm_s_per_rad: Any = 5.0
+    startup_tolerance: Any = 0.05
+
+    def __post_init__(self):
+        if self.stop_reaction not in REACTIONS:
+            raise ConfigError(f"must be one of {list(REACTIONS)}, got {self.stop_reaction!r}",
+                              field="stop_reaction")
+        if int(self.stale_cycles) < 1:
+            raise ConfigError("must be >= 1", field="stale_cycles")
+        if int(self.singularity_every) < 1:
+            raise ConfigError("must be >= 1", field="singularity_every")
+        for name in ("brake_time_s", "hold_time_s", "stop_velocity_rad_s"):
+            v = getattr(self, name)
+            if not (np.isfinite(v) and v >= 0):
+                raise ConfigError(f"must be finite and >= 0, got {v!r}", field=name)
+
+    @classmethod
+    def from_section(cls, section: Section) -> "SafetyConfig":
+        """Read a ``[safety]`` table; unknown keys and bad values raise ConfigError naming the field."""
+        kw: dict[str, Any] = {}
+        vector_keys = {"position_min", "position_max", "velocity_max", "torque_max",
+                       "position_margin_rad", "soft_kd_nm_s_per_rad", "tracking_error_max",
+                       "brake_kd_nm_s_per_rad", "hold_kp_nm_per_rad", "hold_kd_nm_s_per_rad",
+                       "startup_tolerance"}
+        for f in fields(cls):
+            k = f.name
+            if not section.has(k):
+                continue
+            if k == "stop_reaction":
+                kw[k] = section.str(k, choices=REACTIONS)
+            elif k in ("stale_cycles", "singularity_every"):
+                kw[k] = section.int(k, minimum=1)
+            elif k == "singularity_margin_min":
+                kw[k] = section.float(k, minimum=0.0, maximum=1.0)
+            elif k in vector_keys:
+                v = section.raw(k)
+                if isinstance(v, (list, tuple)):
+                    arr = section.vector(k)
+                    if k not in ("position_min", "position_max") and np.any(arr < 0):
+                        raise section.error(k, f"all values must be >= 0, got {v!r}")
+                    kw[k] = arr
+                else:
+                    minimum = None if k in ("position_min", "position_max") else 0.0
+                    kw[k] = section.float(k, minimum=minimum)
+            else:
+                kw[k] = section.float(k, minimum=0.0)
+        section.finish()
+        try:
+            return cls(**kw)
+        except ConfigError as err:
+            raise ConfigError(err.message, section.file, section.field(err.field or "")) from err
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One recorded fault: time [s], cause, joint index (or None), values, message."""
+
+    t_s: float
+    cause: str
+    joint: int | None = None
+    values: dict = field(default_factory=dict)
+    message: str = ""
+
+    def __str__(self) -> str:
+        j = "" if self.joint is None else f" joint {self.joint}"
+        return f"t={self.t_s:.4f}s {self.cause}{j}: {self.message}"
+
+
+@dataclass
+class SafetyState:
+    """Result of one :meth:`SafetySupervisor.check`.
+
+    Attributes
+    ----------
+    code : int
+        Bit set of OK/CLIPPED/SOFT_LIMIT/BRAKING/HOLDING/FAULT/DISABLED.
+    action : str
+        ``"run"``, ``"brake"``, ``"hold"`` (send the torque and continue) or
+        ``"disable"`` (send zero torque, disable the drives, end the run).
+    saturated : ndarray of bool, shape (n,)
+        Joints whose torque was clipped this cycle.
+    new_faults : tuple of Fault
+        Faults detected in this cycle.
+    """
+
+    code: int
+    action: str
+    saturated: np.ndarray
+    new_faults: tuple = ()
+
+
+class SafetySupervisor:
+    """Per-cycle safety checks and stop reactions (see module docstring).
+
+    Parameters
+    ----------
+    config : SafetyConfig
+    model_limits : JointLimits
+        The model's limits (overridden per field by the config).
+    model : Model, optional
+        Used for gravity in the ``hold`` reaction and, for a ParallelModel, the
+        singularity check (pose tracked by warm-started forward kinematics).
+    pose0 : array_like, optional
+        First FK guess for the singularity check (default: home pose).
+    """
+
+    def __init__(self, config: SafetyConfig, model_limits: JointLimits, *, model: Model | None = None,
+                 pose0=None):
+        self.config = config
+        n = np.asarray(model_limits.position_min).size
+        self.n = n
+
+        def vec(name, value):
+            a = np.asarray(value, dtype=float)
+            if a.ndim == 0:
+                a = np.full(n, float(a))
+            if a.shape != (n,):
+                raise ConfigError(f"expected a scalar or {n} values, got shape {a.shape}", field=name)
+            if np.any(np.isnan(a)):
+                raise ConfigError("values must not be NaN", field=name)
+            return a
+
+        c = config
+        self.q_min = vec("position_min", model_limits.position_min if c.position_min is None else c.position_min)
+        self.q_max = vec("position_max", model_limits.position_max if c.position_max is None else c.position_max)
+        if np.any(self.q_min >= self.q_max):
+            raise ConfigError("position_min must be below position_max", field="position_min")
+        self.v_max = vec("velocity_max", model_limits.velocity_max if c.velocity_max is None else c.velocity_max)
+        self.tau_max = vec("torque_max", model_limits.torque_max if c.torque_max is None else c.torque_max)
+        if np.any(self.tau_max <= 0):
+            raise ConfigError("torque limits must be > 0", field="torque_max")
+        self.margin = vec("position_margin_rad", c.position_margin_rad)
+        self.soft_kd = vec("soft_kd_nm_s_per_rad", c.soft_kd_nm_s_per_rad)
+        self.brake_kd = vec("brake_kd_nm_s_per_rad", c.brake_kd_nm_s_per_rad)
+        self.hold_kp = vec("hold_kp_nm_per_rad", c.hold_kp_nm_per_rad)
+        self.hold_kd = vec("hold_kd_nm_s_per_rad", c.hold_kd_nm_s_per_rad)
+        self.err_max = np.asarray(c.tracking_error_max, dtype=float)
+        self.start_tol = np.asarray(c.startup_tolerance, dtype=float)
+        self.model = model
+        self._sing = (c.singularity_margin_min is not None and isinstance(model, ParallelModel))
+        self._pose0 = None if pose0 is None else np.asarray(pose0, dtype=float)
+        self.reset()
+
+    # -- state -----------------------------------------------------------------
+    def reset(self) -> None:
+        """Clear latched faults, counters and stop requests."""
+        self.faults: list[Fault] = []
+        self.latched = False
+        self.t_fault: float | None = None
+        self.q_fault: np.ndarray | None = None
+        self.stop_reason: str | None = None
+        self._stale = np.zeros(self.n, dtype=int)
+        self._k = 0
+        self._finished = False
+        self.last_margin = np.nan
+        self.pose = None
+        if self._sing:
+            self.pose = self._pose0 if self._pose0 is not None else np.asarray(self.model.home_pose, float)
+
+    def request_stop(self, reason: str = "signal") -> None:
+        """Ask for a stop at the next :meth:`check` (safe to call from a signal handler)."""
+        self.stop_reason = reason
+
+    def fault(self, t_s: float, cause: str, message: str = "", joint: int | None = None, **values) -> Fault:
+        """Record and latch a fault found outside :meth:`check` (exception, comms error)."""
+        f = Fault(float(t_s), cause, joint, dict(values), message)
+        self._latch(t_s, None, [f])
+        return f
+
+    def _latch(self, t_s, q, new: list[Fault]):
+        self.faults.extend(new)
+        if not self.latched:
+            self.latched = True
+            self.t_fault = float(t_s)
+            self.q_fault = None if q is None or not np.all(np.isfinite(q)) else np.array(q, dtype=float)
+
+    # -- start-up ------------------------------------------------------------------
+    def startup_check(self, feedback, error) -> None:
+        """Refuse to start (SafetyError listing every problem) unless the robot is ready.
+
+        Parameters
+        ----------
+        feedback : drivers.base.Feedback or None
+            First feedback (from ``driver.enable()``).
+        error : array_like
+            Trajectory start minus measured state in the controller's space.
+        """
+        problems = []
+        if feedback is None:
+            raise SafetyError("start-up check: no feedback from the drives")
+        q = np.asarray(feedback.position_rad, dtype=float)
+        if q.shape != (self.n,):
+            problems.append(f"feedback has {q.size} joints, expected {self.n}")
+        else:
+            if not np.all(feedback.fresh):
+                problems.append(f"no fresh feedback from joint(s) {np.flatnonzero(~np.asarray(feedback.fresh)).tolist()}")
+            if not np.all(np.isfinite(q)):
+                problems.append(f"non-finite position from joint(s) {np.flatnonzero(~np.isfinite(q)).tolist()}")
+            if not np.all(feedback.enabled):
+                problems.append(f"drive(s) not enabled: {np.flatnonzero(~np.asarray(feedback.enabled)).tolist()}")
+            bad = np.flatnonzero(np.asarray(feedback.fault) != 0)
+            if bad.size:
+                problems.append("device fault on joint(s) " + ", ".join(
+                    f"{j} (code {int(feedback.fault[j])})" for j in bad))
+            out = np.flatnonzero((q < self.q_min) | (q > self.q_max))
+            if out.size:
+                problems.append(f"joint(s) {out.tolist()} outside position limits: q={q[out].tolist()}")
+        e = np.asarray(error, dtype=float)
+        if not np.all(np.isfinite(e)):
+            problems.append("start error is not finite")
+        else:
+            far = np.flatnonzero(np.abs(e) > self.start_tol)
+            if far.size:
+                problems.append(f"measured state differs from the trajectory start on axis/axes {far.tolist()} "
+                                f"by {e[far].tolist()} (tolerance {np.broadcast_to(self.start_tol, e.shape)[far].tolist()})")
+        if problems:
+            raise SafetyError("start-up check failed: " + "; ".join(problems))
+
+    # -- per cycle ---------------------------------------------------------------------
+    def check(self, t_s: float, state, feedback, ref, tau, *, error=None):
+        """Check one cycle; return ``(command_tau (n,), SafetyState)``.
+
+        ``state`` has ``q``, ``qd`` (measured, velocity possibly estimated);
+        ``feedback`` the driver's Feedback (or None); ``ref`` the reference
+        sample; ``tau`` the controller's torque (NaN if the controller failed);
+        ``error`` the controller-space tracking error (default ``ref.pos - q``
+        when sizes match).
+        """
+        self._k += 1
+        if self.latched:
+            return self._react(t_s, state, ())
+        q = np.asarray(state.q, dtype=float)
+        qd = np.asarray(state.qd, dtype=float)
+        tau = np.asarray(tau, dtype=float)
+        new: list[Fault] = []
+        if self.stop_reason is not None:
+            new.append(Fault(t_s, "signal", None, {}, f"stop requested: {self.stop_reason}"))
+        finite_ok = True
+        for name, arr in (("q", q), ("qd", qd), ("tau", tau)):
+            if not np.all(np.isfinite(arr)):
+                j = int(np.flatnonzero(~np.isfinite(arr))[0]) if arr.shape == (self.n,) else None
+                new.append(Fault(t_s, "nonfinite", j, {name: arr.tolist()}, f"non-finite {name}"))
+                finite_ok = False
+        for name in ("pos", "vel", "acc"):
+            arr = np.asarray(getattr(ref, name), dtype=float)
+            if not np.all(np.isfinite(arr)):
+                new.append(Fault(t_s, "nonfinite", None, {f"ref.{name}": arr.tolist()}, f"non-finite reference {name}"))
+                finite_ok = False
+        if feedback is not None:
+            codes = np.asarray(feedback.fault)
+            for j in np.flatnonzero(codes != 0):
+                new.append(Fault(t_s, "device_fault", int(j), {"code": int(codes[j])},
+                                 f"device reports fault code {int(codes[j])}"))
+            en = np.asarray(feedback.enabled, dtype=bool)
+            for j in np.flatnonzero(~en):
+                new.append(Fault(t_s, "drive_disabled", int(j), {}, "drive not enabled"))
+            fresh = np.asarray(feedback.fresh, dtype=bool)
+            self._stale = np.where(fresh, 0, self._stale + 1)
+            for j in np.flatnonzero(self._stale >= self.config.stale_cycles):
+                new.append(Fault(t_s, "stale_feedback", int(j), {"cycles": int(self._stale[j])},
+                                 f"no fresh feedback for {int(self._stale[j])} cycles"))
+        if finite_ok:
+            for j in np.flatnonzero((q < self.q_min) | (q > self.q_max)):
+                new.append(Fault(t_s, "position_limit", int(j),
+                                 {"q": float(q[j]), "min": float(self.q_min[j]), "max": float(self.q_max[j])},
+                                 "position outside hard limits"))
+            for j in np.flatnonzero(np.abs(qd) > self.v_max):
+                new.append(Fault(t_s, "velocity_limit", int(j), {"qd": float(qd[j]), "max": float(self.v_max[j])},
+                                 "velocity limit exceeded"))
+            if error is None and np.shape(ref.pos) == q.shape:
+                error = np.asarray(ref.pos, dtype=float) - q
+            if error is not None:
+                e = np.asarray(error, dtype=float)
+                if not np.all(np.isfinite(e)):
+                    new.append(Fault(t_s, "nonfinite", None, {"error": e.tolist()}, "non-finite tracking error"))
+                else:
+                    for j in np.flatnonzero(np.abs(e) > self.err_max):
+                        new.append(Fault(t_s, "tracking_error", int(j),
+                                         {"error": float(e[j]),
+                                          "max": float(np.broadcast_to(self.err_max, e.shape)[j])},
+                                         "tracking error limit exceeded"))
+            if self._sing and (self._k - 1) % self.config.singularity_every == 0:
+                try:
+                    self.pose = np.asarray(self.model.forward_kinematics_task(q, guess=self.pose), dtype=float)
+                    rep = self.model.singularity(q, self.pose)
+                    self.last_margin = float(rep.margin)
+                    if not (rep.margin >= self.config.singularity_margin_min):
+                        new.append(Fault(t_s, "singularity", None,
+                                         {"margin": float(rep.margin), "kind": rep.kind,
+                                          "min": self.config.singularity_margin_min},
+                                         f"too close to a {rep.kind} singularity"))
+                except Exception as err:  # noqa: BLE001 - any model failure is a fault, recorded
+                    new.append(Fault(t_s, "singularity", None, {"error": repr(err)},
+                                     f"singularity check failed: {err}"))
+        if new:
+            self._latch(t_s, q, new)
+            return self._react(t_s, state, tuple(new))
+
+        code = OK
+        cmd = tau.copy()
+        lo = (q < self.q_min + self.margin) & (qd < 0)
+        hi = (q > self.q_max - self.margin) & (qd > 0)
+        if np.any(lo | hi):
+            code |= SOFT_LIMIT
+            cmd = np.where(lo, np.maximum(cmd, 0.0), cmd)
+            cmd = np.where(hi, np.minimum(cmd, 0.0), cmd)
+            cmd = np.where(lo | hi, cmd - self.soft_kd * qd, cmd)
+        sat = np.abs(cmd) > self.tau_max
+        if np.any(sat):
+            code |= CLIPPED
+            cmd = np.clip(cmd, -self.tau_max, self.tau_max)
+        return cmd, SafetyState(code, "run", sat)
+
+    # -- reactions --------------------------------------------------------------------
+    def _react(self, t_s, state, new):
+        zero = np.zeros(self.n)
+        nosat = np.zeros(self.n, dtype=bool)
+        q = np.asarray(state.q, dtype=float) if state is not None else None
+        qd = np.asarray(state.qd, dtype=float) if state is not None else None
+        finite = q is not None and np.all(np.isfinite(q)) and np.all(np.isfinite(qd))
+        reaction = self.config.stop_reaction
+        elapsed = t_s - self.t_fault
+        if self._finished or not finite or reaction == "zero_disable":
+            self._finished = True
+            return zero, SafetyState(FAULT | DISABLED, "disable", nosat, new)
+        if reaction == "brake_disable":
+            if elapsed >= self.config.brake_time_s or np.all(np.abs(qd) < self.config.stop_velocity_rad_s):
+                self._finished = True
+                return zero, SafetyState(FAULT | DISABLED, "disable", nosat, new)
+            tau = -self.brake_kd * qd
+            sat = np.abs(tau) > self.tau_max
+            return np.clip(tau, -self.tau_max, self.tau_max), SafetyState(FAULT | BRAKING, "brake", sat, new)
+        # hold
+        if elapsed >= self.config.hold_time_s:
+            self._finished = True
+            return zero, SafetyState(FAULT | DISABLED, "disable", nosat, new)
+        if self.q_fault is None:
+            self.q_fault = q.copy()
+        tau = self.hold_kp * (self.q_fault - q) - self.hold_kd * qd
+        if self.model is not None:
+            try:
+                if isinstance(self.model, ParallelModel):
+                    guess = self.pose if self.pose is not None else self.model.home_pose
+                    self.pose = np.asarray(self.model.forward_kinematics_task(q, guess=guess), dtype=float)
+                    g = self.model.bias(q, np.zeros_like(q), pose=self.pose)
+                else:
+                    g = self.model.gravity(q)
+                g = np.asarray(g, dtype=float)
+                if np.all(np.isfinite(g)):
+                    tau = tau + g
+                else:
+                    self.faults.append(Fault(t_s, "hold_gravity", None, {}, "gravity not finite; holding without it"))
+            except Exception as err:  # noqa: BLE001 - recorded, hold continues without gravity
+                self.faults.append(Fault(t_s, "hold_gravity", None, {"error": repr(err)},
+                                         f"gravity failed during hold: {err}"))
+        sat = np.abs(tau) > self.tau_max
+        return np.clip(tau, -self.tau_max, self.tau_max), SafetyState(FAULT | HOLDING, "hold", sat, new)

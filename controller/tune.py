@@ -1,0 +1,306 @@
+"""Gain search over Monte-Carlo offline runs (``torqueloop tune``).
+
+A ``[tune]`` table in a run config says which config values to search, how the
+plant is perturbed in each Monte-Carlo draw, the metric and the penalties::
+
+    [tune]
+    method = "random"            # or "grid"
+    candidates = 24              # random: number of candidates; grid: points per axis
+    monte_carlo = 4              # plant draws per candidate (same draws for every candidate)
+    metric = "rms_position_error_m"  # any key of the run's summary metrics
+    torque_penalty = 0.1         # x (peak |tau| / torque limit), summed over axes, times metric scale
+    saturation_penalty = 1.0     # x fraction of cycles with any torque clipped
+    duration_s = 4.0             # shorter runs for the search (default: the config's)
+    engine = "local"             # "local" (process pool), "dask" or "ray"
+    address = ""                 # dask scheduler / ray cluster address ("" = start a local one)
+    seed = 1
+    [tune.params]                # dotted config keys -> [low, high] (log-uniform if "log" is added)
+    "controller.wn_rad_s" = [10.0, 80.0, "log"]
+    "controller.zeta" = [0.6, 1.4]
+    [tune.uncertainty]           # dotted config keys -> [low, high] drawn uniformly per draw
+    "plant.mass_scale" = [0.9, 1.2]
+    "plant.coulomb_scale" = [0.5, 1.5]
+
+Each evaluation is a pure function of (config dict, overrides, seed), so the
+same task list runs unchanged on a process pool, a Dask cluster or Ray: only
+the ``engine`` option changes.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import itertools
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from dynamics.config import Section
+from dynamics.errors import ConfigError, TorqueloopError
+
+__all__ = ["TuneSpec", "Candidate", "apply_overrides", "make_tasks", "run_tune", "EXECUTORS"]
+
+
+@dataclass(frozen=True)
+class ParamRange:
+    low: float
+    high: float
+    log: bool = False
+
+    def draw(self, rng: np.random.Generator) -> float:
+        if self.log:
+            return float(math.exp(rng.uniform(math.log(self.low), math.log(self.high))))
+        return float(rng.uniform(self.low, self.high))
+
+    def grid(self, n: int) -> np.ndarray:
+        if n == 1:
+            return np.array([math.sqrt(self.low * self.high) if self.log else 0.5 * (self.low + self.high)])
+        if self.log:
+            return np.geomspace(self.low, self.high, n)
+        return np.linspace(self.low, self.high, n)
+
+
+@dataclass
+class TuneSpec:
+    params: dict[str, ParamRange]
+    uncertainty: dict[str, ParamRange]
+    method: str = "random"
+    candidates: int = 16
+    monte_carlo: int = 3
+    metric: str = "rms_position_error_m"
+    torque_penalty: float = 0.0
+    saturation_penalty: float = 1.0
+    duration_s: float | None = None
+    engine: str = "local"
+    address: str = ""
+    seed: int = 1
+
+    @staticmethod
+    def from_section(sec: Section) -> "TuneSpec":
+        def ranges(sub: Section | None) -> dict[str, ParamRange]:
+            out = {}
+            if sub is None:
+                return out
+            for key in list(sub.data):
+                v = sub.raw(key)
+                log = isinstance(v, list) and len(v) == 3 and v[2] == "log"
+                nums = v[:2] if log else v
+                arr = sub.as_array(key, nums, (2,))
+                if not arr[0] < arr[1]:
+                    raise sub.error(key, f"needs [low, high] with low < high, got {v!r}")
+                if log and arr[0] <= 0:
+                    raise sub.error(key, "a log range needs low > 0")
+                out[key] = ParamRange(float(arr[0]), float(arr[1]), log)
+            return out
+
+        spec = TuneSpec(
+            params=ranges(sec.section("params")),
+            uncertainty=ranges(sec.section("uncertainty", {})),
+            method=sec.str("method", "random", choices=["random", "grid"]),
+            candidates=sec.int("candidates", 16, minimum=1),
+            monte_carlo=sec.int("monte_carlo", 3, minimum=1),
+            metric=sec.str("metric", "rms_position_error_m"),
+            torque_penalty=sec.float("torque_penalty", 0.0, minimum=0.0),
+            saturation_penalty=sec.float("saturation_penalty", 1.0, minimum=0.0),
+            duration_s=sec.float("duration_s", None, minimum=0.0, strict_min=True),
+            engine=sec.str("engine", "local", choices=sorted(EXECUTORS)),
+            address=sec.str("address", ""),
+            seed=sec.int("seed", 1),
+        )
+        if not spec.params:
+            raise sec.error("params", "at least one parameter to search is needed")
+        sec.finish()
+        return spec
+
+
+@dataclass
+class Candidate:
+    index: int
+    values: dict[str, float]
+    scores: list[float] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return float(np.mean(self.scores)) if self.scores else math.inf
+
+
+def apply_overrides(data: dict, overrides: dict[str, Any], *, file: str | None = None) -> dict:
+    """A deep copy of a config dict with dotted keys set (``"controller.wn_rad_s": 40``).
+
+    Multiplicative plant keys ending in ``_scale`` multiply an existing value when one
+    is present.  Unknown top-level tables are an error naming the key.
+    """
+    out = copy.deepcopy(data)
+    for key, value in overrides.items():
+        parts = key.split(".")
+        node = out
+        for p in parts[:-1]:
+            if p not in node or not isinstance(node[p], dict):
+                if p in node:
+                    raise ConfigError(f"cannot set '{key}': '{p}' is not a table", file, key)
+                node[p] = {}
+            node = node[p]
+        leaf = parts[-1]
+        if leaf.endswith("_scale") and isinstance(node.get(leaf), (int, float)) and not isinstance(node.get(leaf), bool):
+            node[leaf] = float(node[leaf]) * float(value)
+        else:
+            node[leaf] = value
+    return out
+
+
+def make_candidates(spec: TuneSpec, rng: np.random.Generator) -> list[Candidate]:
+    names = list(spec.params)
+    if spec.method == "grid":
+        axes = [spec.params[n].grid(spec.candidates) for n in names]
+        combos = itertools.product(*axes)
+        return [Candidate(i, {n: float(v) for n, v in zip(names, c)}) for i, c in enumerate(combos)]
+    return [Candidate(i, {n: spec.params[n].draw(rng) for n in names}) for i in range(spec.candidates)]
+
+
+def make_draws(spec: TuneSpec, rng: np.random.Generator) -> list[dict[str, float]]:
+    return [{k: r.draw(rng) for k, r in spec.uncertainty.items()} for _ in range(spec.monte_carlo)]
+
+
+def make_tasks(spec: TuneSpec, data: dict, file: str | None, candidates: list[Candidate],
+               draws: list[dict[str, float]]) -> list[tuple]:
+    """Every (candidate, draw) as a picklable task tuple for :func:`evaluate_task`."""
+    tasks = []
+    for c in candidates:
+        for j, d in enumerate(draws):
+            overrides = dict(d)
+            overrides.update(c.values)
+            if spec.duration_s is not None:
+                overrides["loop.duration_s"] = spec.duration_s
+            overrides["plant.seed"] = spec.seed * 1000 + j
+            tasks.append((c.index, j, data, file, overrides))
+    return tasks
+
+
+def evaluate_task(task: tuple) -> tuple[int, int, dict]:
+    """Run one offline simulation; returns (candidate index, draw index, metrics)."""
+    from .run import run_offline_metrics
+
+    ci, j, data, file, overrides = task
+    try:
+        metrics = run_offline_metrics(apply_overrides(data, overrides, file=file), file=file)
+    except TorqueloopError as err:
+        metrics = {"status": "error", "error": str(err)}
+    return ci, j, metrics
+
+
+def score(spec: TuneSpec, metrics: dict) -> float:
+    if metrics.get("status") != "completed":
+        return math.inf
+    if spec.metric not in metrics:
+        raise ConfigError(f"unknown metric '{spec.metric}' (have: {sorted(k for k in metrics if not k.startswith('_'))})",
+                          None, "tune.metric")
+    m = float(metrics[spec.metric])
+    pen = spec.torque_penalty * float(metrics.get("torque_peak_ratio_sum", 0.0))
+    pen += spec.saturation_penalty * float(metrics.get("saturation_fraction", 0.0))
+    return m * (1.0 + pen)
+
+
+# -- executors -------------------------------------------------------------------
+def _run_local(tasks: list[tuple], workers: int | None, address: str, progress: Callable | None) -> list:
+    import multiprocessing as mp
+
+    workers = workers or os.cpu_count() or 1
+    if workers == 1:
+        out = []
+        for t in tasks:
+            out.append(evaluate_task(t))
+            if progress:
+                progress(len(out), len(tasks))
+        return out
+    out = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
+        for r in ex.map(evaluate_task, tasks, chunksize=1):
+            out.append(r)
+            if progress:
+                progress(len(out), len(tasks))
+    return out
+
+
+def _run_dask(tasks: list[tuple], workers: int | None, address: str, progress: Callable | None) -> list:
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError as err:
+        raise ConfigError("engine 'dask' needs dask[distributed] installed "
+                          "(pip install 'dask[distributed]')", None, "tune.engine") from err
+    if address:
+        client = Client(address)
+    else:
+        client = Client(LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1))
+    try:
+        futures = client.map(evaluate_task, tasks, pure=False)
+        return client.gather(futures)
+    finally:
+        client.close()
+
+
+def _run_ray(tasks: list[tuple], workers: int | None, address: str, progress: Callable | None) -> list:
+    try:
+        import ray
+    except ImportError as err:
+        raise ConfigError("engine 'ray' needs ray installed (pip install ray)", None, "tune.engine") from err
+    ray.init(address=address or None, num_cpus=None if address else (workers or os.cpu_count()),
+             ignore_reinit_error=True)
+    try:
+        remote = ray.remote(evaluate_task)
+        return ray.get([remote.remote(t) for t in tasks])
+    finally:
+        ray.shutdown()
+
+
+EXECUTORS: dict[str, Callable] = {"local": _run_local, "dask": _run_dask, "ray": _run_ray}
+
+
+@dataclass
+class TuneResult:
+    spec: TuneSpec
+    candidates: list[Candidate]
+    draws: list[dict[str, float]]
+
+    @property
+    def ranked(self) -> list[Candidate]:
+        return sorted(self.candidates, key=lambda c: c.score)
+
+    @property
+    def best(self) -> Candidate:
+        return self.ranked[0]
+
+    def write_table(self, path: Path) -> None:
+        names = list(self.spec.params)
+        with open(path, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["rank", "candidate", *names, "score", f"mean_{self.spec.metric}", "failed_runs"])
+            for r, c in enumerate(self.ranked, 1):
+                vals = [m.get(self.spec.metric, math.nan) for m in c.metrics if m.get("status") == "completed"]
+                failed = sum(1 for m in c.metrics if m.get("status") != "completed")
+                w.writerow([r, c.index, *[f"{c.values[n]:.6g}" for n in names], f"{c.score:.6g}",
+                            f"{np.mean(vals) if vals else math.nan:.6g}", failed])
+
+
+def run_tune(spec: TuneSpec, data: dict, file: str | None, *, workers: int | None = None,
+             engine: str | None = None, progress: Callable | None = None) -> TuneResult:
+    """Evaluate every candidate on the same Monte-Carlo draws and rank them."""
+    rng = np.random.default_rng(spec.seed)
+    candidates = make_candidates(spec, rng)
+    draws = make_draws(spec, rng)
+    tasks = make_tasks(spec, data, file, candidates, draws)
+    engine = engine or spec.engine
+    if engine not in EXECUTORS:
+        raise ConfigError(f"unknown engine {engine!r} (choose from {sorted(EXECUTORS)})", file, "tune.engine")
+    results = EXECUTORS[engine](tasks, workers, spec.address, progress)
+    by_index = {c.index: c for c in candidates}
+    for ci, j, metrics in sorted(results, key=lambda r: (r[0], r[1])):
+        c = by_index[ci]
+        c.metrics.append(metrics)
+        c.scores.append(score(spec, metrics))
+    return TuneResult(spec, candidates, draws)

@@ -1,0 +1,411 @@
+"""MIT "mini cheetah" CAN protocol (CubeMars / T-Motor AK series in MIT mode).
+
+Pure functions, no I/O.  All quantities are *motor side* (output shaft of the
+actuator module, i.e. after its built-in gearbox): rad, rad/s, N m, and the
+drive-side PD gains kp [N m/rad], kd [N m s/rad].
+
+Frame layouts (classic CAN, standard 11-bit id = the motor's CAN id; the reply
+carries the id in byte 0).  Bit packing follows the reference firmware
+(B. Katz, "Motor Control" firmware for the MIT Mini Cheetah, ``CAN_com.cpp``
+``unpack_cmd`` / ``pack_reply``; the CubeMars AK manual, MIT mode, uses the same
+packing):
+
+Command, 8 bytes, big-endian bit fields::
+
+    byte 0..1 : p  [15..0]          16 bit, range [-p_max, p_max]
+    byte 2    : v  [11..4]          12 bit, range [-v_max, v_max]
+    byte 3    : v  [3..0] | kp [11..8]
+    byte 4    : kp [7..0]           12 bit, range [0, kp_max]
+    byte 5    : kd [11..4]          12 bit, range [0, kd_max]
+    byte 6    : kd [3..0] | t [11..8]
+    byte 7    : t  [7..0]           12 bit, range [-t_max, t_max]
+
+Reply, ``"classic6"`` (6 bytes, mini cheetah firmware)::
+
+    byte 0    : motor id
+    byte 1..2 : p  16 bit
+    byte 3    : v  [11..4]
+    byte 4    : v  [3..0] | t [11..8]
+    byte 5    : t  [7..0]
+
+Reply, ``"cubemars8"`` (8 bytes, CubeMars AK firmware in MIT mode): the classic
+six bytes followed by ``byte 6`` = driver temperature [degC] as an unsigned
+byte and ``byte 7`` = error code (see :data:`MIT_ERROR_CODES`).  ``"servo7"``
+is accepted as an alias of ``"cubemars8"`` (the name used in the original
+design brief; the real frame carries both bytes and is 8 bytes long).
+
+Special 8-byte command frames: :data:`ENTER_MOTOR_MODE`,
+:data:`EXIT_MOTOR_MODE`, :data:`SET_ZERO` (seven ``0xFF`` then ``0xFC`` /
+``0xFD`` / ``0xFE``).  The firmware recognises them before unpacking, so a
+regular command that happens to have exactly these bytes cannot be sent.
+
+Quantisation (:func:`float_to_uint`) clamps, scales and *truncates* like the
+firmware; the firmware does this in float32, here it is done in float64, which
+can differ by one LSB exactly at a truncation boundary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dynamics.errors import ConfigError, DecodeError, DriverError
+
+__all__ = [
+    "MitLimits",
+    "MIT_MODELS",
+    "MIT_ERROR_CODES",
+    "REPLY_VARIANTS",
+    "ENTER_MOTOR_MODE",
+    "EXIT_MOTOR_MODE",
+    "SET_ZERO",
+    "MitCommand",
+    "MitReply",
+    "float_to_uint",
+    "uint_to_float",
+    "classify_command",
+    "encode_command",
+    "decode_command",
+    "encode_reply",
+    "decode_reply",
+    "reply_length",
+]
+
+
+@dataclass(frozen=True)
+class MitLimits:
+    """Ranges of the MIT protocol's fixed-point fields for one actuator model.
+
+    Position, velocity and torque ranges are symmetric (``[-x_max, x_max]``);
+    gains are ``[0, kp_max]`` and ``[0, kd_max]``.  These must match the values
+    flashed in the drive, otherwise every number is scaled wrongly.
+
+    Attributes
+    ----------
+    p_max_rad : float
+        Position range half-width [rad] (motor output side).
+    v_max_rad_s : float
+        Velocity range half-width [rad/s].
+    kp_max : float
+        Maximum position gain [N m/rad].
+    kd_max : float
+        Maximum velocity gain [N m s/rad].
+    t_max_nm : float
+        Torque range half-width [N m].
+    """
+
+    p_max_rad: float
+    v_max_rad_s: float
+    kp_max: float
+    kd_max: float
+    t_max_nm: float
+
+    def __post_init__(self):
+        for name in ("p_max_rad", "v_max_rad_s", "kp_max", "kd_max", "t_max_nm"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ConfigError(f"MitLimits.{name} must be a finite number > 0, got {v!r}", field=name)
+            object.__setattr__(self, name, float(v))
+
+
+#: Field ranges per actuator model (motor output side).
+#:
+#: Sources: AK models from the MIT-mode parameter table of the TMotorCANControl
+#: library (neurobionics, ``MIT_Params``), which takes them from the CubeMars
+#: AK-series datasheets / driver manual (p +-12.5 rad, kp 0..500, kd 0..5 for all;
+#: v and t per model).  ``"mini_cheetah"``: defaults of B. Katz' mini cheetah
+#: motor-controller firmware (P 12.5 rad, V 65 rad/s, KP 500, KD 5, T 18 N m).
+#: Drives can be re-flashed with other ranges: pass explicit limits then.
+MIT_MODELS: dict[str, MitLimits] = {
+    "AK10-9": MitLimits(p_max_rad=12.5, v_max_rad_s=50.0, kp_max=500.0, kd_max=5.0, t_max_nm=65.0),
+    "AK80-6": MitLimits(p_max_rad=12.5, v_max_rad_s=76.0, kp_max=500.0, kd_max=5.0, t_max_nm=12.0),
+    "AK70-10": MitLimits(p_max_rad=12.5, v_max_rad_s=50.0, kp_max=500.0, kd_max=5.0, t_max_nm=25.0),
+    "AK60-6": MitLimits(p_max_rad=12.5, v_max_rad_s=50.0, kp_max=500.0, kd_max=5.0, t_max_nm=15.0),
+    "AK80-9": MitLimits(p_max_rad=12.5, v_max_rad_s=50.0, kp_max=500.0, kd_max=5.0, t_max_nm=18.0),
+    "mini_cheetah": MitLimits(p_max_rad=12.5, v_max_rad_s=65.0, kp_max=500.0, kd_max=5.0, t_max_nm=18.0),
+}
+
+#: Error byte of the CubeMars 8-byte MIT reply (CubeMars AK driver manual, MIT mode).
+MIT_ERROR_CODES: dict[int, str] = {
+    0: "no error",
+    1: "over temperature",
+    2: "over current",
+    3: "over voltage",
+    4: "under voltage",
+    5: "encoder fault",
+    6: "phase current unbalance",
+}
+
+#: Reply variant name -> payload length in bytes.
+REPLY_VARIANTS: dict[str, int] = {"classic6": 6, "cubemars8": 8}
+_VARIANT_ALIASES = {"servo7": "cubemars8"}
+
+_SPECIAL_PREFIX = bytes([0xFF] * 7)
+ENTER_MOTOR_MODE = _SPECIAL_PREFIX + bytes([0xFC])
+EXIT_MOTOR_MODE = _SPECIAL_PREFIX + bytes([0xFD])
+SET_ZERO = _SPECIAL_PREFIX + bytes([0xFE])
+_SPECIAL_KIND = {0xFC: "enter", 0xFD: "exit", 0xFE: "zero"}
+
+
+@dataclass(frozen=True)
+class MitCommand:
+    """A decoded MIT command (motor side, quantised values).
+
+    Attributes
+    ----------
+    p_rad, v_rad_s : float
+        Position [rad] and velocity [rad/s] set-points.
+    kp, kd : float
+        Drive PD gains [N m/rad], [N m s/rad].
+    t_nm : float
+        Feed-forward torque [N m].
+    """
+
+    p_rad: float
+    v_rad_s: float
+    kp: float
+    kd: float
+    t_nm: float
+
+
+@dataclass(frozen=True)
+class MitReply:
+    """A decoded MIT reply (motor side, quantised values).
+
+    Attributes
+    ----------
+    motor_id : int
+        CAN id the drive reports in byte 0.
+    p_rad, v_rad_s, t_nm : float
+        Measured position [rad], velocity [rad/s], torque [N m].
+    temperature_c : int or None
+        Driver temperature [degC] (8-byte variant only).
+    error : int or None
+        Error code (8-byte variant only, see :data:`MIT_ERROR_CODES`).
+    """
+
+    motor_id: int
+    p_rad: float
+    v_rad_s: float
+    t_nm: float
+    temperature_c: int | None = None
+    error: int | None = None
+
+
+# ---------------------------------------------------------------------------
+# fixed point
+# ---------------------------------------------------------------------------
+def float_to_uint(x: float, x_min: float, x_max: float, bits: int) -> int:
+    """Quantise ``x`` to an unsigned ``bits``-bit integer over ``[x_min, x_max]``.
+
+    As in the reference firmware: clamp to the range, scale so that ``x_min``
+    maps to 0 and ``x_max`` to ``2**bits - 1``, then truncate toward zero.
+
+    Raises
+    ------
+    DriverError
+        If ``x`` is not finite (nothing non-finite is ever encoded).
+    """
+    x = float(x)
+    if not math.isfinite(x):
+        raise DriverError(f"refusing to encode non-finite value {x!r}")
+    if x < x_min:
+        x = x_min
+    elif x > x_max:
+        x = x_max
+    top = (1 << bits) - 1
+    u = int((x - x_min) * top / (x_max - x_min))
+    return top if u > top else u
+
+
+def uint_to_float(u: int, x_min: float, x_max: float, bits: int) -> float:
+    """Inverse of :func:`float_to_uint`: ``u * span / (2**bits - 1) + x_min``.
+
+    Raises
+    ------
+    DecodeError
+        If ``u`` is not in ``[0, 2**bits - 1]``.
+    """
+    top = (1 << bits) - 1
+    if not 0 <= u <= top:
+        raise DecodeError(f"{bits}-bit field value {u} out of range")
+    return u * (x_max - x_min) / top + x_min
+
+
+# ---------------------------------------------------------------------------
+# commands
+# ---------------------------------------------------------------------------
+def classify_command(data: bytes) -> str:
+    """Return ``"enter"``, ``"exit"``, ``"zero"`` or ``"command"`` for an 8-byte command payload.
+
+    Raises
+    ------
+    DecodeError
+        If the payload is not 8 bytes long.
+    """
+    data = bytes(data)
+    if len(data) != 8:
+        raise DecodeError(f"MIT command must be 8 bytes, got {len(data)}")
+    if data[:7] == _SPECIAL_PREFIX:
+        kind = _SPECIAL_KIND.get(data[7])
+        if kind is not None:
+            return kind
+    return "command"
+
+
+def encode_command(p_rad: float, v_rad_s: float, kp: float, kd: float, t_nm: float,
+                   limits: MitLimits) -> bytes:
+    """Pack one MIT command (motor side values) into 8 bytes.
+
+    Values outside the protocol ranges are clamped (as the firmware does).
+
+    Parameters
+    ----------
+    p_rad, v_rad_s : float
+        Position [rad] and velocity [rad/s] set-points.
+    kp, kd : float
+        PD gains [N m/rad], [N m s/rad] (0 for pure torque control).
+    t_nm : float
+        Feed-forward torque [N m].
+    limits : MitLimits
+        Field ranges of the drive.
+
+    Returns
+    -------
+    bytes
+        The 8-byte payload.
+
+    Raises
+    ------
+    DriverError
+        If any value is not finite.
+    """
+    p = float_to_uint(p_rad, -limits.p_max_rad, limits.p_max_rad, 16)
+    v = float_to_uint(v_rad_s, -limits.v_max_rad_s, limits.v_max_rad_s, 12)
+    kp_u = float_to_uint(kp, 0.0, limits.kp_max, 12)
+    kd_u = float_to_uint(kd, 0.0, limits.kd_max, 12)
+    t = float_to_uint(t_nm, -limits.t_max_nm, limits.t_max_nm, 12)
+    return bytes((
+        p >> 8, p & 0xFF,
+        v >> 4, ((v & 0xF) << 4) | (kp_u >> 8),
+        kp_u & 0xFF,
+        kd_u >> 4, ((kd_u & 0xF) << 4) | (t >> 8),
+        t & 0xFF,
+    ))
+
+
+def decode_command(data: bytes, limits: MitLimits) -> MitCommand:
+    """Unpack an 8-byte MIT command payload (what a drive / emulator does).
+
+    Raises
+    ------
+    DecodeError
+        Wrong length, or the payload is one of the special frames (use
+        :func:`classify_command` first).
+    """
+    data = bytes(data)
+    kind = classify_command(data)
+    if kind != "command":
+        raise DecodeError(f"payload is the special '{kind}' frame, not a command")
+    p = (data[0] << 8) | data[1]
+    v = (data[2] << 4) | (data[3] >> 4)
+    kp_u = ((data[3] & 0xF) << 8) | data[4]
+    kd_u = (data[5] << 4) | (data[6] >> 4)
+    t = ((data[6] & 0xF) << 8) | data[7]
+    return MitCommand(
+        p_rad=uint_to_float(p, -limits.p_max_rad, limits.p_max_rad, 16),
+        v_rad_s=uint_to_float(v, -limits.v_max_rad_s, limits.v_max_rad_s, 12),
+        kp=uint_to_float(kp_u, 0.0, limits.kp_max, 12),
+        kd=uint_to_float(kd_u, 0.0, limits.kd_max, 12),
+        t_nm=uint_to_float(t, -limits.t_max_nm, limits.t_max_nm, 12),
+    )
+
+
+# ---------------------------------------------------------------------------
+# replies
+# ---------------------------------------------------------------------------
+def _variant(variant: str) -> str:
+    v = _VARIANT_ALIASES.get(variant, variant)
+    if v not in REPLY_VARIANTS:
+        raise DriverError(f"unknown MIT reply variant {variant!r}; use one of {sorted(REPLY_VARIANTS)}")
+    return v
+
+
+def reply_length(variant: str) -> int:
+    """Payload length [bytes] of a reply variant (``"classic6"`` 6, ``"cubemars8"`` 8)."""
+    return REPLY_VARIANTS[_variant(variant)]
+
+
+def _byte(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+        raise DriverError(f"{name} must be an integer in [0, 255], got {value!r}")
+    return value
+
+
+def encode_reply(motor_id: int, p_rad: float, v_rad_s: float, t_nm: float, limits: MitLimits, *,
+                 variant: str = "classic6", temperature_c: float = 0, error: int = 0) -> bytes:
+    """Pack a drive's reply (what a drive / emulator sends).
+
+    Parameters
+    ----------
+    motor_id : int
+        CAN id of the drive, 0..255 (byte 0).
+    p_rad, v_rad_s, t_nm : float
+        Measured position [rad], velocity [rad/s], torque [N m] (clamped to range).
+    limits : MitLimits
+        Field ranges of the drive.
+    variant : {"classic6", "cubemars8"}
+        Frame layout (``"servo7"`` is an alias of ``"cubemars8"``).
+    temperature_c : float
+        Driver temperature [degC], rounded and clamped to 0..255 (8-byte variant).
+    error : int
+        Error code 0..255 (8-byte variant).
+
+    Returns
+    -------
+    bytes
+        6 or 8 bytes.
+
+    Raises
+    ------
+    DriverError
+        Non-finite values, ids/codes out of range, unknown variant.
+    """
+    var = _variant(variant)
+    mid = _byte("motor_id", motor_id)
+    p = float_to_uint(p_rad, -limits.p_max_rad, limits.p_max_rad, 16)
+    v = float_to_uint(v_rad_s, -limits.v_max_rad_s, limits.v_max_rad_s, 12)
+    t = float_to_uint(t_nm, -limits.t_max_nm, limits.t_max_nm, 12)
+    out = bytes((mid, p >> 8, p & 0xFF, v >> 4, ((v & 0xF) << 4) | (t >> 8), t & 0xFF))
+    if var == "classic6":
+        return out
+    temp = float(temperature_c)
+    if not math.isfinite(temp):
+        raise DriverError(f"refusing to encode non-finite temperature {temperature_c!r}")
+    temp_u = min(255, max(0, int(round(temp))))
+    return out + bytes((temp_u, _byte("error", error)))
+
+
+def decode_reply(data: bytes, limits: MitLimits) -> MitReply:
+    """Unpack a drive's reply; the layout is chosen by length (6 or 8 bytes).
+
+    Raises
+    ------
+    DecodeError
+        If the payload is neither 6 nor 8 bytes long.
+    """
+    data = bytes(data)
+    n = len(data)
+    if n != 6 and n != 8:
+        raise DecodeError(f"MIT reply must be 6 or 8 bytes, got {n}")
+    p = (data[1] << 8) | data[2]
+    v = (data[3] << 4) | (data[4] >> 4)
+    t = ((data[4] & 0xF) << 8) | data[5]
+    return MitReply(
+        motor_id=data[0],
+        p_rad=uint_to_float(p, -limits.p_max_rad, limits.p_max_rad, 16),
+        v_rad_s=uint_to_float(v, -limits.v_max_rad_s, limits.v_max_rad_s, 12),
+        t_nm=uint_to_float(t, -limits.t_max_nm, limits.t_max_nm, 12),
+        temperature_c=data[6] if n == 8 else None,
+        error=data[7] if n == 8 else None,
+    )

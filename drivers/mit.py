@@ -1,0 +1,502 @@
+"""Driver for MIT-protocol actuators (CubeMars / T-Motor AK series, mini cheetah drives) over CAN.
+
+Outside: joint side, SI (:mod:`drivers.base`).  Inside: motor side, protocol
+units, via each joint's :class:`~drivers.base.JointMapping` and
+:class:`~drivers.codecs.mit.MitLimits`.
+
+One control cycle (:meth:`MitCanDriver.cycle`):
+
+1. :meth:`~MitCanDriver.make_commands` turns the joint command into one 8-byte
+   frame per motor (pure; refuses non-finite values and impossible set-points
+   with :class:`~dynamics.errors.DriverError` before anything is sent);
+2. frames still queued from earlier cycles are discarded (counted as
+   ``late``), then every bus gets its motors' frames back to back;
+3. replies are collected until every motor answered or ``reply_timeout_s``
+   (wall clock) passed.  A missing reply leaves that joint ``fresh=False`` with
+   its last good values; an undecodable frame is counted (``corrupt``) and
+   treated as missing.  Only a failing bus raises
+   (:class:`~dynamics.errors.CommsError`).
+
+Gains: the drive's PD acts on motor-side quantities, so joint gains are
+mapped as ``kp_motor = kp_joint / (gear_ratio**2 * efficiency)`` (same for
+kd), which makes the joint-side torque ``kp_joint * (q_des - q)``.
+
+``Feedback.fault`` is the CubeMars error byte (see
+:data:`drivers.codecs.mit.MIT_ERROR_CODES`; 0 on classic 6-byte drives, which
+report no faults).  ``Feedback.info`` holds per-cycle counters (``missing``,
+``corrupt``, ``late``, ``unexpected``, ``duplicate``, ``error_frames``,
+``saturated``) and ``temperature_c`` (NaN where unknown).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from dynamics.errors import CommsError, CommsTimeoutError, DecodeError, DriverError, TorqueloopError
+
+from .base import FAULT_NONE, Command, Driver, Feedback, JointMapping
+from .codecs import mit as codec
+from .transport import CanTransport, Frame, recv_any
+
+__all__ = ["MitJoint", "MitCanDriver", "build", "check_mapping"]
+
+_ALL_ONES_7 = bytes([0xFF] * 7)
+
+
+def check_mapping(mapping: JointMapping, what: str) -> None:
+    """Raise :class:`DriverError` unless ``mapping`` is usable (finite, gear > 0, sign +-1, 0 < eff <= 1)."""
+    if not isinstance(mapping, JointMapping):
+        raise DriverError(f"{what}: mapping must be a JointMapping, got {type(mapping).__name__}")
+    vals = (mapping.gear_ratio, mapping.offset_rad, mapping.torque_constant_nm_per_a, mapping.efficiency)
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals):
+        raise DriverError(f"{what}: mapping values must be finite, got {mapping}")
+    if mapping.gear_ratio <= 0 or mapping.torque_constant_nm_per_a <= 0:
+        raise DriverError(f"{what}: gear_ratio and torque_constant_nm_per_a must be > 0, got {mapping}")
+    if mapping.sign not in (1, -1):
+        raise DriverError(f"{what}: sign must be +1 or -1, got {mapping.sign!r}")
+    if not 0 < mapping.efficiency <= 1:
+        raise DriverError(f"{what}: efficiency must be in (0, 1], got {mapping.efficiency!r}")
+
+
+@dataclass(frozen=True)
+class MitJoint:
+    """One MIT actuator driving one joint.
+
+    Attributes
+    ----------
+    transport : CanTransport
+        The bus the motor is on.
+    can_id : int
+        Motor CAN id, 1..255 (commands use it as arbitration id; replies carry
+        it in byte 0).
+    limits : MitLimits
+        Field ranges flashed in the drive.
+    mapping : JointMapping
+        Motor side <-> joint side.
+    name : str
+        Joint name for messages.
+    """
+
+    transport: CanTransport
+    can_id: int
+    limits: codec.MitLimits
+    mapping: JointMapping = field(default_factory=JointMapping)
+    name: str = ""
+
+    def __post_init__(self):
+        if isinstance(self.can_id, bool) or not isinstance(self.can_id, int) or not 1 <= self.can_id <= 255:
+            raise DriverError(f"MIT can_id must be an integer in [1, 255], got {self.can_id!r}")
+        if not isinstance(self.limits, codec.MitLimits):
+            raise DriverError(f"limits must be MitLimits, got {type(self.limits).__name__}")
+        check_mapping(self.mapping, self.name or f"can_id {self.can_id}")
+
+
+class MitCanDriver(Driver):
+    """n MIT actuators on one or more CAN buses.
+
+    Parameters
+    ----------
+    joints : sequence of MitJoint
+        In joint order.
+    now : callable
+        The control loop's clock [s]; used to time-stamp feedback.
+    reply_timeout_s : float
+        How long a cycle waits (wall clock) for replies after sending.
+    enable_timeout_s : float
+        How long :meth:`enable` waits for the replies to ENTER_MOTOR_MODE (per try).
+    enable_tries : int
+        Number of times ENTER_MOTOR_MODE is sent to motors that did not answer.
+    owns_transports : bool
+        Close the transports in :meth:`close`.
+    """
+
+    def __init__(self, joints: Sequence[MitJoint], *, now: Callable[[], float], reply_timeout_s: float = 0.002,
+                 enable_timeout_s: float = 0.05, enable_tries: int = 3, owns_transports: bool = True):
+        joints = list(joints)
+        if not joints:
+            raise DriverError("MitCanDriver needs at least one joint")
+        for name, v in (("reply_timeout_s", reply_timeout_s), ("enable_timeout_s", enable_timeout_s)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise DriverError(f"{name} must be finite and > 0, got {v!r}")
+        if not callable(now):
+            raise DriverError("now must be a callable returning the loop time [s]")
+        self._joints = joints
+        self._now = now
+        self.reply_timeout_s = float(reply_timeout_s)
+        self.enable_timeout_s = float(enable_timeout_s)
+        self.enable_tries = int(enable_tries)
+        self._owns = owns_transports
+        # buses in order of first appearance; per bus the joint index of each motor id
+        self._buses: list[CanTransport] = []
+        self._bus_of: list[int] = []
+        self._by_id: list[dict[int, int]] = []
+        for j, jt in enumerate(joints):
+            for b, t in enumerate(self._buses):
+                if t is jt.transport:
+                    break
+            else:
+                self._buses.append(jt.transport)
+                self._by_id.append({})
+                b = len(self._buses) - 1
+            if jt.can_id in self._by_id[b]:
+                other = self._by_id[b][jt.can_id]
+                raise DriverError(f"joints {other} and {j} share CAN id {jt.can_id} on bus {jt.transport.name}")
+            self._by_id[b][jt.can_id] = j
+            self._bus_of.append(b)
+        n = len(joints)
+        # per-joint scalars for the hot path
+        m = [jt.mapping for jt in joints]
+        self._sign = [float(x.sign) for x in m]
+        self._gear = [float(x.gear_ratio) for x in m]
+        self._off = [float(x.offset_rad) for x in m]
+        self._eff = [float(x.efficiency) for x in m]
+        self._lim = [jt.limits for jt in joints]
+        self._q = np.full(n, np.nan)
+        self._qd = np.full(n, np.nan)
+        self._tau = np.full(n, np.nan)
+        self._temp = np.full(n, np.nan)
+        self._fault = np.zeros(n, dtype=int)
+        self._enabled = np.zeros(n, dtype=bool)
+        self._closed = False
+        #: number of values clamped to the protocol ranges by the last make_commands()
+        self.last_saturated = 0
+        self.cycles = 0
+        self._reply_len = 6   # length of the replies seen (6 classic, 8 CubeMars), for bus_flows
+
+    # ------------------------------------------------------------------
+    @property
+    def n_joints(self) -> int:
+        return len(self._joints)
+
+    @property
+    def joints(self) -> tuple[MitJoint, ...]:
+        return tuple(self._joints)
+
+    @property
+    def transports(self) -> tuple[CanTransport, ...]:
+        """The distinct buses, in order of first use."""
+        return tuple(self._buses)
+
+    def _check_open(self):
+        if self._closed:
+            raise DriverError("driver is closed")
+
+    # ------------------------------------------------------------------
+    def _vec(self, x, name: str, n: int, default: float | None):
+        if x is None:
+            return None if default is None else [default] * n
+        a = np.asarray(x, dtype=float)
+        if a.shape != (n,):
+            raise DriverError(f"command.{name} must have shape ({n},), got {a.shape}")
+        lst = a.tolist()
+        if not all(map(math.isfinite, lst)):
+            raise DriverError(f"command.{name} holds non-finite values: {lst}")
+        return lst
+
+    def make_commands(self, command: Command) -> list[Frame]:
+        """Encode one cycle's command: one MIT command frame per joint, in joint order.
+
+        Pure (no I/O).  Joint values are mapped to the motor side and clamped to
+        the protocol ranges (torque, velocity, gains); the number of clamped
+        values is available as :attr:`last_saturated`.
+
+        Raises
+        ------
+        DriverError
+            Wrong shapes, non-finite values, negative gains, or a position
+            set-point outside the drive's position range while kp > 0 (it
+            would be clamped to a different target).
+        """
+        n = self.n_joints
+        tau = self._vec(command.torque_nm, "torque_nm", n, None)
+        if tau is None:
+            raise DriverError("command.torque_nm is required")
+        kp = self._vec(command.kp_nm_per_rad, "kp_nm_per_rad", n, 0.0)
+        kd = self._vec(command.kd_nm_s_per_rad, "kd_nm_s_per_rad", n, 0.0)
+        pos = self._vec(command.position_rad, "position_rad", n, None)
+        vel = self._vec(command.velocity_rad_s, "velocity_rad_s", n, 0.0)
+        if pos is None and any(k != 0.0 for k in kp):
+            raise DriverError("command.position_rad is required when kp_nm_per_rad is non-zero")
+        frames = []
+        saturated = 0
+        for j in range(n):
+            L = self._lim[j]
+            s, g, e = self._sign[j], self._gear[j], self._eff[j]
+            if kp[j] < 0 or kd[j] < 0:
+                raise DriverError(f"joint {j}: gains must be >= 0, got kp={kp[j]}, kd={kd[j]}")
+            kp_m = kp[j] / (g * g * e)
+            kd_m = kd[j] / (g * g * e)
+            p_m = s * (pos[j] - self._off[j]) * g if pos is not None else 0.0
+            if kp_m > 0 and abs(p_m) > L.p_max_rad:
+                raise DriverError(
+                    f"joint {j}: position set-point {pos[j]:.4g} rad is motor position {p_m:.4g} rad, outside "
+                    f"the drive's range +-{L.p_max_rad} rad")
+            v_m = s * vel[j] * g
+            t_m = s * tau[j] / (g * e)
+            saturated += (abs(t_m) > L.t_max_nm) + (abs(v_m) > L.v_max_rad_s) + (kp_m > L.kp_max) + (kd_m > L.kd_max)
+            data = codec.encode_command(p_m, v_m, kp_m, kd_m, t_m, L)
+            if data[7] >= 0xFC and data[:7] == _ALL_ONES_7:
+                # every field at its maximum collides with ENTER/EXIT/ZERO: lower the torque by 3 LSB
+                data = data[:7] + bytes((data[7] - 3,))
+            frames.append(Frame(self._joints[j].can_id, data))
+        self.last_saturated = saturated
+        return frames
+
+    # ------------------------------------------------------------------
+    def _send_per_bus(self, frames: Sequence[Frame]) -> None:
+        # frames in joint order; send bus by bus, back to back
+        for b, t in enumerate(self._buses):
+            for j, f in enumerate(frames):
+                if self._bus_of[j] == b:
+                    t.send_frame(f)
+
+    def _collect(self, pending: set[int], timeout_s: float, stats: dict, fresh: np.ndarray) -> None:
+        """Receive replies until every joint in ``pending`` answered or the time is up."""
+        deadline = time.monotonic() + timeout_s
+        buses = self._buses
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            got = recv_any(buses, remaining)
+            if got is None:
+                break
+            b, frame = got
+            if frame.is_error_frame:
+                stats["error_frames"] += 1
+                continue
+            if frame.is_remote:
+                stats["unexpected"] += 1
+                continue
+            try:
+                # the motor id is in byte 0; limits depend on the joint
+                if len(frame.data) not in (6, 8):
+                    raise DecodeError(f"MIT reply must be 6 or 8 bytes, got {len(frame.data)}")
+                j = self._by_id[b].get(frame.data[0])
+                if j is None:
+                    stats["unexpected"] += 1
+                    continue
+                rep = codec.decode_reply(frame.data, self._lim[j])
+            except DecodeError:
+                stats["corrupt"] += 1
+                continue
+            if fresh[j]:
+                stats["duplicate"] += 1
+                continue
+            self._store(j, rep)
+            self._reply_len = len(frame.data)
+            fresh[j] = True
+            pending.discard(j)
+
+    def _store(self, j: int, rep: codec.MitReply) -> None:
+        s, g, e = self._sign[j], self._gear[j], self._eff[j]
+        self._q[j] = s * rep.p_rad / g + self._off[j]
+        self._qd[j] = s * rep.v_rad_s / g
+        self._tau[j] = s * rep.t_nm * g * e
+        if rep.error is not None:
+            self._fault[j] = rep.error
+        if rep.temperature_c is not None:
+            self._temp[j] = rep.temperature_c
+
+    def _feedback(self, fresh: np.ndarray, stats: dict) -> Feedback:
+        info = dict(stats)
+        info["missing"] = int(self.n_joints - fresh.sum())
+        info["temperature_c"] = self._temp.copy()
+        return Feedback(t_s=float(self._now()), position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
+                        torque_nm=self._tau.copy(), fault=self._fault.copy(), fresh=fresh,
+                        enabled=self._enabled.copy(), info=info)
+
+    @staticmethod
+    def _new_stats() -> dict:
+        return {"corrupt": 0, "late": 0, "unexpected": 0, "duplicate": 0, "error_frames": 0, "saturated": 0}
+
+    def _drain(self) -> int:
+        return sum(t.drain() for t in self._buses)
+
+    def _exchange(self, frames: Sequence[Frame], joints: Sequence[int], timeout_s: float,
+                  stats: dict) -> np.ndarray:
+        stats["late"] += self._drain()
+        self._send_per_bus(frames)
+        fresh = np.zeros(self.n_joints, dtype=bool)
+        self._collect(set(joints), timeout_s, stats, fresh)
+        return fresh
+
+    # ------------------------------------------------------------------
+    def enable(self) -> Feedback:
+        """Send ENTER_MOTOR_MODE to every motor and wait for each one's reply.
+
+        Raises
+        ------
+        CommsTimeoutError
+            Some motors never answered (they are sent EXIT_MOTOR_MODE, best effort).
+        """
+        self._check_open()
+        stats = self._new_stats()
+        answered = np.zeros(self.n_joints, dtype=bool)
+        for _ in range(max(1, self.enable_tries)):
+            todo = [j for j in range(self.n_joints) if not answered[j]]
+            if not todo:
+                break
+            frames = [Frame(self._joints[j].can_id, codec.ENTER_MOTOR_MODE) for j in range(self.n_joints)]
+            stats["late"] += self._drain()
+            for j in todo:
+                self._buses[self._bus_of[j]].send_frame(frames[j])
+            fresh = np.zeros(self.n_joints, dtype=bool)
+            self._collect(set(todo), self.enable_timeout_s, stats, fresh)
+            answered |= fresh
+        if not answered.all():
+            missing = [self._joints[j].name or f"joint {j} (id {self._joints[j].can_id})"
+                       for j in range(self.n_joints) if not answered[j]]
+            for j in np.flatnonzero(answered):
+                self._buses[self._bus_of[j]].send(self._joints[j].can_id, codec.EXIT_MOTOR_MODE)
+            raise CommsTimeoutError(f"no answer to ENTER_MOTOR_MODE from {', '.join(missing)}")
+        self._enabled[:] = True
+        return self._feedback(answered, stats)
+
+    def cycle(self, command: Command) -> Feedback:
+        """Send every joint's command and collect the replies (see the module docstring).
+
+        Raises
+        ------
+        DriverError
+            Not enabled / closed, or a bad command (nothing is sent then).
+        CommsError
+            A bus failed.
+        """
+        self._check_open()
+        if not self._enabled.all():
+            raise DriverError("cycle() before enable()")
+        frames = self.make_commands(command)
+        stats = self._new_stats()
+        stats["saturated"] = self.last_saturated
+        fresh = self._exchange(frames, range(self.n_joints), self.reply_timeout_s, stats)
+        self.cycles += 1
+        return self._feedback(fresh, stats)
+
+    def set_zero(self) -> Feedback:
+        """Make every motor's current position its zero (SET_ZERO frame); motors must be disabled.
+
+        The joint offsets of the mappings still apply afterwards.
+        """
+        self._check_open()
+        if self._enabled.any():
+            raise DriverError("set_zero() needs the motors disabled")
+        frames = [Frame(jt.can_id, codec.SET_ZERO) for jt in self._joints]
+        stats = self._new_stats()
+        fresh = self._exchange(frames, range(self.n_joints), self.enable_timeout_s, stats)
+        return self._feedback(fresh, stats)
+
+    def disable(self) -> None:
+        """Command zero torque (and zero gains), then EXIT_MOTOR_MODE to every motor.
+
+        Replies are collected but not required.
+
+        Raises
+        ------
+        CommsError
+            A bus failed.
+        """
+        self._check_open()
+        stats = self._new_stats()
+        zero = self.make_commands(Command(np.zeros(self.n_joints)))
+        self._exchange(zero, range(self.n_joints), self.reply_timeout_s, stats)
+        self._enabled[:] = False
+        exits = [Frame(jt.can_id, codec.EXIT_MOTOR_MODE) for jt in self._joints]
+        self._exchange(exits, range(self.n_joints), self.reply_timeout_s, stats)
+
+    def close(self) -> None:
+        """Disable (best effort), then close the transports if owned.  Safe to call twice.
+
+        Raises
+        ------
+        CommsError
+            Disabling or closing failed; raised after every transport was closed.
+        """
+        if self._closed:
+            return
+        errors: list[TorqueloopError] = []
+        try:
+            self.disable()
+        except TorqueloopError as err:
+            errors.append(err)
+        self._closed = True
+        if self._owns:
+            for t in self._buses:
+                try:
+                    t.close()
+                except CommsError as err:
+                    errors.append(err)
+        if errors:
+            raise CommsError(f"MitCanDriver.close: {len(errors)} error(s), first: {errors[0]}") from errors[0]
+
+    # ------------------------------------------------------------------
+    def bus_flows(self, loop_hz: float, *, reply_bytes: int | None = None):
+        """Bus-load description for :func:`drivers.busload.budget`: one (BusSpec, flows) per bus.
+
+        ``reply_bytes`` defaults to the length of the replies seen so far (6 before any).
+        """
+        if reply_bytes is None:
+            reply_bytes = self._reply_len
+        from .busload import BusSpec, mit_flows
+        out = {}
+        for b, t in enumerate(self._buses):
+            n = len(self._by_id[b])
+            spec = BusSpec(bitrate_bit_s=float(t.bitrate or 1_000_000), fd=t.data_bitrate is not None,
+                           data_bitrate_bit_s=t.data_bitrate, name=t.name)
+            out[t.name] = (spec, mit_flows(n, loop_hz, reply_bytes=reply_bytes))
+        return out
+
+
+def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver:
+    """Build a :class:`MitCanDriver` from a ``[driver]`` config table (see :mod:`drivers.registry`)."""
+    from . import registry
+    buses = registry.open_buses(section, transports)
+    try:
+        rt = section.float("reply_timeout_s", 0.002, minimum=0.0, strict_min=True)
+        et = section.float("enable_timeout_s", 0.05, minimum=0.0, strict_min=True)
+        tries = section.int("enable_tries", 3, minimum=1)
+        joints = []
+        seen = {}
+        for js in section.sections("joints"):
+            bus_name = registry.joint_bus(js, buses)
+            can_id = js.int("can_id", minimum=1, maximum=255)
+            if (bus_name, can_id) in seen:
+                raise js.error("can_id", f"CAN id {can_id} already used by {seen[bus_name, can_id]} on bus '{bus_name}'")
+            seen[bus_name, can_id] = js.path
+            limits = _limits(js)
+            name = js.str("name", "")
+            mapping = registry.joint_mapping(js)
+            js.finish()
+            joints.append(MitJoint(buses[bus_name], can_id, limits, mapping, name))
+        if not joints:
+            raise section.error("joints", "at least one joint is required")
+        section.finish()
+        return MitCanDriver(joints, now=now, reply_timeout_s=rt, enable_timeout_s=et, enable_tries=tries,
+                            owns_transports=True)
+    except BaseException:
+        registry.close_buses(buses, transports)
+        raise
+
+
+def _limits(js) -> codec.MitLimits:
+    """``model = "AK80-9"`` or an explicit ``[limits]`` table (or both: the table overrides fields)."""
+    model = js.str("model", None, choices=sorted(codec.MIT_MODELS)) if js.has("model") else None
+    base = codec.MIT_MODELS[model] if model else None
+    if not js.has("limits"):
+        if base is None:
+            raise js.error("model", "give a model (one of " + ", ".join(sorted(codec.MIT_MODELS)) +
+                           ") or a [limits] table")
+        return base
+    ls = js.section("limits")
+    vals = {}
+    for key in ("p_max_rad", "v_max_rad_s", "kp_max", "kd_max", "t_max_nm"):
+        default = getattr(base, key) if base is not None else ...
+        vals[key] = ls.float(key, minimum=0.0, strict_min=True) if default is ... else \
+            ls.float(key, default, minimum=0.0, strict_min=True)
+    ls.finish()
+    return codec.MitLimits(**vals)

@@ -1,0 +1,774 @@
+"""Driver for ODrive axes in torque control over CAN (CANSimple protocol).
+
+Outside: joint side, SI.  Inside: the ODrive's motor-side units (turns, N m)
+through :mod:`drivers.codecs.odrive` and each axis' :class:`JointMapping`:
+``position_rad = 2 pi * pos_rev`` on the motor side, then the mapping; the
+torque sent with ``Set_Input_Torque`` is motor-side N m (the ODrive divides by
+its own configured torque constant); a measured ``Iq`` is turned into motor
+torque with ``mapping.torque_constant_nm_per_a``.
+
+Cycle (:meth:`OdriveCanDriver.cycle`): frames queued since the previous cycle
+are processed first (cyclic broadcasts: Heartbeat, Encoder_Estimates, Iq /
+Torques); then ``Set_Input_Torque`` is sent to every axis (this also feeds
+the ODrive's watchdog), followed in ``feedback="rtr"`` mode by remote
+requests for the feedback messages; then frames are read until every axis
+has a new Encoder_Estimates or ``reply_timeout_s`` (wall clock) passed.
+Axes without a new estimate are ``fresh=False`` (last values kept).
+
+``Feedback.fault`` is the heartbeat's axis error word (0 = healthy; bit names
+in :data:`drivers.codecs.odrive.AXIS_ERROR_NAMES`); ``Feedback.enabled`` is
+"heartbeat says CLOSED_LOOP_CONTROL".  ``Feedback.info`` holds counters
+(``corrupt``, ``unexpected``, ``error_frames``, ``saturated``, ``missing``),
+``axis_state`` and ``heartbeat_age_s`` per axis.
+
+The ODrive only does torque control here: a command with non-zero drive-side
+gains (``kp``/``kd``) is refused with :class:`DriverError` rather than ignored.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from dynamics.errors import (CommsError, CommsTimeoutError, DecodeError, DeviceFaultError, DriverError,
+                             TorqueloopError)
+
+from .base import Command, Driver, Feedback, JointMapping
+from .codecs import odrive as codec
+from .codecs.odrive import AxisState, Cmd
+from .mit import check_mapping
+from .transport import CanTransport, Frame, recv_any
+
+__all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build_ascii"]
+
+_TWO_PI = 2.0 * math.pi
+_FEEDBACK_MODES = ("broadcast", "rtr")
+_TORQUE_FEEDBACK = ("iq", "torques", "none")
+
+
+@dataclass(frozen=True)
+class OdriveAxis:
+    """One ODrive axis driving one joint.
+
+    Attributes
+    ----------
+    transport : CanTransport
+    node_id : int
+        CANSimple node id, 0..63.
+    mapping : JointMapping
+    name : str
+    torque_limit_nm : float or None
+        Motor-side torque clamp applied before sending (None: no clamp here;
+        the ODrive applies its own limits).
+    """
+
+    transport: CanTransport
+    node_id: int
+    mapping: JointMapping = field(default_factory=JointMapping)
+    name: str = ""
+    torque_limit_nm: float | None = None
+
+    def __post_init__(self):
+        if isinstance(self.node_id, bool) or not isinstance(self.node_id, int) or \
+                not 0 <= self.node_id <= codec.MAX_NODE_ID:
+            raise DriverError(f"ODrive node_id must be an integer in [0, 63], got {self.node_id!r}")
+        check_mapping(self.mapping, self.name or f"node {self.node_id}")
+        if self.torque_limit_nm is not None and not (math.isfinite(self.torque_limit_nm) and self.torque_limit_nm > 0):
+            raise DriverError(f"torque_limit_nm must be finite and > 0, got {self.torque_limit_nm!r}")
+
+
+class OdriveCanDriver(Driver):
+    """n ODrive axes (one joint each) on one or more CAN buses.
+
+    Parameters
+    ----------
+    axes : sequence of OdriveAxis
+        In joint order.
+    now : callable
+        The control loop's clock [s].
+    feedback : {"broadcast", "rtr"}
+        Use the ODrive's cyclic messages, or request them by RTR every cycle.
+    torque_feedback : {"iq", "torques", "none"}
+        Source of ``Feedback.torque_nm``: ``Get_Iq`` (times the torque
+        constant), ``Get_Torques`` (estimate), or none (NaN).
+    reply_timeout_s : float
+        Wall-clock wait for feedback per cycle.
+    enable_timeout_s : float
+        How long :meth:`enable` waits for every axis to report CLOSED_LOOP_CONTROL.
+    encoder_rate_hz, heartbeat_rate_hz : float or None
+        Broadcast rates configured on the ODrives (for :meth:`bus_flows` only;
+        ``encoder_rate_hz=None`` means once per control cycle).
+    owns_transports : bool
+        Close the transports in :meth:`close`.
+    """
+
+    def __init__(self, axes: Sequence[OdriveAxis], *, now: Callable[[], float], feedback: str = "broadcast",
+                 torque_feedback: str = "iq", reply_timeout_s: float = 0.002, enable_timeout_s: float = 1.0,
+                 encoder_rate_hz: float | None = None, heartbeat_rate_hz: float = 10.0,
+                 owns_transports: bool = True):
+        axes = list(axes)
+        if not axes:
+            raise DriverError("OdriveCanDriver needs at least one axis")
+        if feedback not in _FEEDBACK_MODES:
+            raise DriverError(f"feedback must be one of {_FEEDBACK_MODES}, got {feedback!r}")
+        if torque_feedback not in _TORQUE_FEEDBACK:
+            raise DriverError(f"torque_feedback must be one of {_TORQUE_FEEDBACK}, got {torque_feedback!r}")
+        for name, v in (("reply_timeout_s", reply_timeout_s), ("enable_timeout_s", enable_timeout_s)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise DriverError(f"{name} must be finite and > 0, got {v!r}")
+        if not callable(now):
+            raise DriverError("now must be a callable returning the loop time [s]")
+        self._axes = axes
+        self._now = now
+        self.feedback = feedback
+        self.torque_feedback = torque_feedback
+        self.reply_timeout_s = float(reply_timeout_s)
+        self.enable_timeout_s = float(enable_timeout_s)
+        self.encoder_rate_hz = encoder_rate_hz
+        self.heartbeat_rate_hz = float(heartbeat_rate_hz)
+        self._owns = owns_transports
+        self._buses: list[CanTransport] = []
+        self._bus_of: list[int] = []
+        self._by_node: list[dict[int, int]] = []
+        for j, ax in enumerate(axes):
+            for b, t in enumerate(self._buses):
+                if t is ax.transport:
+                    break
+            else:
+                self._buses.append(ax.transport)
+                self._by_node.append({})
+                b = len(self._buses) - 1
+            if ax.node_id in self._by_node[b]:
+                raise DriverError(f"axes {self._by_node[b][ax.node_id]} and {j} share node id {ax.node_id} "
+                                  f"on bus {ax.transport.name}")
+            self._by_node[b][ax.node_id] = j
+            self._bus_of.append(b)
+        n = len(axes)
+        self._torque_ids = [codec.arbitration_id(ax.node_id, int(Cmd.SET_INPUT_TORQUE)) for ax in axes]
+        self._q = np.full(n, np.nan)
+        self._qd = np.full(n, np.nan)
+        self._tau = np.full(n, np.nan)
+        self._axis_error = np.zeros(n, dtype=np.int64)
+        self._axis_state = np.zeros(n, dtype=np.int64)       # UNDEFINED until a heartbeat
+        self._hb_time = np.full(n, -np.inf)                 # monotonic time of the last heartbeat
+        self._fresh = np.zeros(n, dtype=bool)
+        self._stats = self._new_stats()
+        self._enabled_cmd = False
+        self._closed = False
+        self.last_saturated = 0
+        self.cycles = 0
+
+    # ------------------------------------------------------------------
+    @property
+    def n_joints(self) -> int:
+        return len(self._axes)
+
+    @property
+    def axes(self) -> tuple[OdriveAxis, ...]:
+        return tuple(self._axes)
+
+    @property
+    def transports(self) -> tuple[CanTransport, ...]:
+        return tuple(self._buses)
+
+    def _check_open(self):
+        if self._closed:
+            raise DriverError("driver is closed")
+
+    @staticmethod
+    def _new_stats() -> dict:
+        return {"corrupt": 0, "unexpected": 0, "error_frames": 0, "saturated": 0}
+
+    # ------------------------------------------------------------------
+    def make_commands(self, command: Command) -> list[Frame]:
+        """Encode one ``Set_Input_Torque`` frame per axis, in joint order (pure).
+
+        Raises
+        ------
+        DriverError
+            Wrong shape, non-finite torque, or non-zero drive-side gains.
+        """
+        n = self.n_joints
+        if command.torque_nm is None:
+            raise DriverError("command.torque_nm is required")
+        tau = np.asarray(command.torque_nm, dtype=float)
+        if tau.shape != (n,):
+            raise DriverError(f"command.torque_nm must have shape ({n},), got {tau.shape}")
+        if not np.all(np.isfinite(tau)):
+            raise DriverError(f"command.torque_nm holds non-finite values: {tau.tolist()}")
+        for name in ("kp_nm_per_rad", "kd_nm_s_per_rad"):
+            g = getattr(command, name)
+            if g is not None:
+                g = np.asarray(g, dtype=float)
+                if g.shape != (n,) or not np.all(np.isfinite(g)):
+                    raise DriverError(f"command.{name} must be finite with shape ({n},)")
+                if np.any(g != 0):
+                    raise DriverError(f"ODrive driver does torque control only; command.{name} must be 0 or None")
+        frames = []
+        sat = 0
+        for j, ax in enumerate(self._axes):
+            m = ax.mapping
+            t_m = m.sign * float(tau[j]) / (m.gear_ratio * m.efficiency)
+            lim = ax.torque_limit_nm
+            if lim is not None and abs(t_m) > lim:
+                t_m = math.copysign(lim, t_m)
+                sat += 1
+            frames.append(Frame(self._torque_ids[j], codec.encode_set_input_torque(t_m)))
+        self.last_saturated = sat
+        return frames
+
+    def _send(self, j: int, cmd: Cmd, data: bytes = b"", *, remote: bool = False) -> None:
+        ax = self._axes[j]
+        t = self._buses[self._bus_of[j]]
+        if remote:
+            arb, dlc = codec.rtr_request(ax.node_id, cmd)
+            t.send(arb, b"", is_remote=True, dlc=dlc)
+        else:
+            t.send(codec.arbitration_id(ax.node_id, int(cmd)), data)
+
+    def _handle(self, b: int, frame: Frame) -> None:
+        st = self._stats
+        if frame.is_error_frame:
+            st["error_frames"] += 1
+            return
+        if frame.is_remote or frame.is_extended_id:
+            return  # requests (ours echoed by some adapters, or another master's) carry no data
+        node, cmd = frame.arbitration_id >> 5, frame.arbitration_id & 0x1F
+        j = self._by_node[b].get(node)
+        if j is None:
+            st["unexpected"] += 1
+            return
+        try:
+            if cmd == Cmd.GET_ENCODER_ESTIMATES:
+                est = codec.decode_encoder_estimates(frame.data)
+                m = self._axes[j].mapping
+                self._q[j] = m.sign * _TWO_PI * est.pos_rev / m.gear_ratio + m.offset_rad
+                self._qd[j] = m.sign * _TWO_PI * est.vel_rev_s / m.gear_ratio
+                self._fresh[j] = True
+            elif cmd == Cmd.HEARTBEAT:
+                hb = codec.decode_heartbeat(frame.data)
+                self._axis_error[j] = hb.axis_error
+                self._axis_state[j] = int(hb.axis_state)
+                self._hb_time[j] = time.monotonic()
+            elif cmd == Cmd.GET_IQ and self.torque_feedback == "iq":
+                iq = codec.decode_iq(frame.data)
+                m = self._axes[j].mapping
+                self._tau[j] = m.sign * iq.iq_measured_a * m.torque_constant_nm_per_a * m.gear_ratio * m.efficiency
+            elif cmd == Cmd.GET_TORQUES and self.torque_feedback == "torques":
+                tq = codec.decode_torques(frame.data)
+                m = self._axes[j].mapping
+                self._tau[j] = m.sign * tq.torque_estimate_nm * m.gear_ratio * m.efficiency
+            elif cmd in (Cmd.SET_INPUT_TORQUE, Cmd.SET_AXIS_STATE, Cmd.SET_CONTROLLER_MODE, Cmd.CLEAR_ERRORS):
+                return  # another master's command (or a loop-back); not ours to read
+            else:
+                st["unexpected"] += 1
+        except DecodeError:
+            st["corrupt"] += 1
+
+    def _pump(self, timeout_s: float, until: Callable[[], bool]) -> None:
+        """Handle frames until ``until()`` is true or ``timeout_s`` passed (0: only what is queued)."""
+        deadline = time.monotonic() + timeout_s
+        while not until():
+            remaining = deadline - time.monotonic()
+            got = recv_any(self._buses, max(0.0, remaining))
+            if got is None:
+                return
+            self._handle(*got)
+
+    def _feedback(self) -> Feedback:
+        info = dict(self._stats)
+        info["missing"] = int(self.n_joints - self._fresh.sum())
+        info["axis_state"] = self._axis_state.copy()
+        info["heartbeat_age_s"] = time.monotonic() - self._hb_time
+        tau = self._tau.copy() if self.torque_feedback != "none" else np.full(self.n_joints, np.nan)
+        return Feedback(t_s=float(self._now()), position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
+                        torque_nm=tau, fault=self._axis_error.copy(), fresh=self._fresh.copy(),
+                        enabled=self._axis_state == int(AxisState.CLOSED_LOOP_CONTROL), info=info)
+
+    def _request_feedback(self) -> None:
+        for j in range(self.n_joints):
+            self._send(j, Cmd.GET_ENCODER_ESTIMATES, remote=True)
+            if self.torque_feedback == "iq":
+                self._send(j, Cmd.GET_IQ, remote=True)
+            elif self.torque_feedback == "torques":
+                self._send(j, Cmd.GET_TORQUES, remote=True)
+
+    def _exchange(self, frames: Sequence[Frame]) -> Feedback:
+        self._stats = self._new_stats()
+        self._stats["saturated"] = self.last_saturated
+        self._fresh[:] = False
+        self._pump(0.0, lambda: False)  # what arrived since the last cycle
+        if self.feedback == "rtr":
+            self._fresh[:] = False  # only answers to this cycle's requests count
+        for b, t in enumerate(self._buses):
+            for j, f in enumerate(frames):
+                if self._bus_of[j] == b:
+                    t.send_frame(f)
+        if self.feedback == "rtr":
+            self._request_feedback()
+        self._pump(self.reply_timeout_s, lambda: bool(self._fresh.all()))
+        self._pump(0.0, lambda: False)  # take whatever else is already queued (latest values win)
+        return self._feedback()
+
+    # ------------------------------------------------------------------
+    def enable(self) -> Feedback:
+        """Torque control / passthrough, zero torque, CLOSED_LOOP_CONTROL; wait until every axis reports it.
+
+        Raises
+        ------
+        DeviceFaultError
+            An axis reports an error instead of entering closed loop (all axes are set IDLE).
+        CommsTimeoutError
+            Not every axis reported CLOSED_LOOP_CONTROL within ``enable_timeout_s``.
+        """
+        self._check_open()
+        self._stats = self._new_stats()
+        self._pump(0.0, lambda: False)
+        for j in range(self.n_joints):
+            self._send(j, Cmd.SET_CONTROLLER_MODE, codec.encode_set_controller_mode(
+                codec.ControlMode.TORQUE_CONTROL, codec.InputMode.PASSTHROUGH))
+            self._send(j, Cmd.SET_INPUT_TORQUE, codec.encode_set_input_torque(0.0))
+        t_req = time.monotonic()
+        # heartbeats older than the request do not count
+        self._hb_time[:] = -np.inf
+        self._axis_state[:] = int(AxisState.UNDEFINED)
+        for j in range(self.n_joints):
+            self._send(j, Cmd.SET_AXIS_STATE, codec.encode_set_axis_state(AxisState.CLOSED_LOOP_CONTROL))
+        self._enabled_cmd = True
+        deadline = t_req + self.enable_timeout_s
+        closed_loop = int(AxisState.CLOSED_LOOP_CONTROL)
+        while True:
+            ok = (self._axis_state == closed_loop) & (self._hb_time >= t_req)
+            if ok.all():
+                break
+            bad = [j for j in range(self.n_joints)
+                   if self._hb_time[j] >= t_req and self._axis_error[j] != 0 and self._axis_state[j] != closed_loop]
+            if bad:
+                self._idle_all()
+                desc = "; ".join(f"{self._axes[j].name or f'node {self._axes[j].node_id}'}: "
+                                 f"{'|'.join(codec.axis_error_names(int(self._axis_error[j])))}" for j in bad)
+                raise DeviceFaultError(f"ODrive axes refused closed loop: {desc}")
+            now = time.monotonic()
+            if now >= deadline:
+                self._idle_all()
+                desc = ", ".join(f"{self._axes[j].name or f'node {self._axes[j].node_id}'} "
+                                 f"(state {AxisState(int(self._axis_state[j])).name})"
+                                 for j in range(self.n_joints) if not ok[j])
+                raise CommsTimeoutError(f"ODrive axes not in CLOSED_LOOP_CONTROL after "
+                                        f"{self.enable_timeout_s} s: {desc}")
+            for j in range(self.n_joints):
+                if not ok[j]:
+                    self._send(j, Cmd.HEARTBEAT, remote=True)
+                    self._send(j, Cmd.SET_INPUT_TORQUE, codec.encode_set_input_torque(0.0))
+            slice_end = min(deadline, time.monotonic() + 0.01)
+            self._pump(max(0.0, slice_end - time.monotonic()),
+                       lambda: bool(((self._axis_state == closed_loop) & (self._hb_time >= t_req)).all()))
+        return self._exchange(self.make_commands(Command(np.zeros(self.n_joints))))
+
+    def _idle_all(self) -> None:
+        for j in range(self.n_joints):
+            self._send(j, Cmd.SET_INPUT_TORQUE, codec.encode_set_input_torque(0.0))
+            self._send(j, Cmd.SET_AXIS_STATE, codec.encode_set_axis_state(AxisState.IDLE))
+        self._enabled_cmd = False
+
+    def cycle(self, command: Command) -> Feedback:
+        """Send every axis' torque and collect feedback (see the module docstring).
+
+        Raises
+        ------
+        DriverError
+            Not enabled / closed, or a bad command (nothing is sent then).
+        CommsError
+            A bus failed.
+        """
+        self._check_open()
+        if not self._enabled_cmd:
+            raise DriverError("cycle() before enable()")
+        frames = self.make_commands(command)
+        fb = self._exchange(frames)
+        self.cycles += 1
+        return fb
+
+    def disable(self) -> None:
+        """Zero torque, then IDLE for every axis (no waiting for confirmation)."""
+        self._check_open()
+        self._idle_all()
+
+    def clear_errors(self) -> None:
+        """Send ``Clear_Errors`` to every axis (the axes stay IDLE; call :meth:`enable` again)."""
+        self._check_open()
+        for j in range(self.n_joints):
+            self._send(j, Cmd.CLEAR_ERRORS, codec.encode_clear_errors(False))
+
+    def close(self) -> None:
+        """Disable (best effort), then close owned transports.  Safe to call twice.
+
+        Raises
+        ------
+        CommsError
+            Disabling or closing failed; raised after every transport was closed.
+        """
+        if self._closed:
+            return
+        errors: list[TorqueloopError] = []
+        try:
+            self.disable()
+        except TorqueloopError as err:
+            errors.append(err)
+        self._closed = True
+        if self._owns:
+            for t in self._buses:
+                try:
+                    t.close()
+                except CommsError as err:
+                    errors.append(err)
+        if errors:
+            raise CommsError(f"OdriveCanDriver.close: {len(errors)} error(s), first: {errors[0]}") from errors[0]
+
+    # ------------------------------------------------------------------
+    def bus_flows(self, loop_hz: float):
+        """Bus-load description for :func:`drivers.busload.budget`: one (BusSpec, flows) per bus."""
+        from .busload import BusSpec, odrive_flows
+        out = {}
+        for b, t in enumerate(self._buses):
+            n = len(self._by_node[b])
+            spec = BusSpec(bitrate_bit_s=float(t.bitrate or 1_000_000), fd=t.data_bitrate is not None,
+                           data_bitrate_bit_s=t.data_bitrate, name=t.name)
+            tq_rate = self.encoder_rate_hz or loop_hz
+            flows = odrive_flows(n, loop_hz, feedback=self.feedback, encoder_rate_hz=self.encoder_rate_hz,
+                                 heartbeat_rate_hz=self.heartbeat_rate_hz,
+                                 iq_rate_hz=tq_rate if self.torque_feedback == "iq" else 0.0,
+                                 torques_rate_hz=tq_rate if self.torque_feedback == "torques" else 0.0)
+            out[t.name] = (spec, flows)
+        return out
+
+
+def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDriver:
+    """Build an :class:`OdriveCanDriver` from a ``[driver]`` table.
+
+    Keys (besides the common ones of :mod:`drivers.registry`): ``feedback``
+    ("broadcast" | "rtr"), ``torque_feedback`` ("iq" | "torques" | "none"),
+    ``encoder_rate_hz``, ``heartbeat_rate_hz`` (the ODrives' configured
+    broadcast rates, for the bus-load budget); per joint ``node_id`` (0..63)
+    and optional ``torque_limit_nm`` (motor side).
+    """
+    from . import registry
+    buses = registry.open_buses(section, transports)
+    try:
+        rt = section.float("reply_timeout_s", 0.002, minimum=0.0, strict_min=True)
+        et = section.float("enable_timeout_s", 1.0, minimum=0.0, strict_min=True)
+        fbm = section.str("feedback", "broadcast", choices=_FEEDBACK_MODES)
+        tfb = section.str("torque_feedback", "iq", choices=_TORQUE_FEEDBACK)
+        enc = section.float("encoder_rate_hz", None, minimum=0.0, strict_min=True)
+        hb = section.float("heartbeat_rate_hz", 10.0, minimum=0.0)
+        axes = []
+        seen = {}
+        for js in section.sections("joints"):
+            bus_name = registry.joint_bus(js, buses)
+            node = js.int("node_id", minimum=0, maximum=codec.MAX_NODE_ID)
+            if (bus_name, node) in seen:
+                raise js.error("node_id", f"node id {node} already used by {seen[bus_name, node]} on bus '{bus_name}'")
+            seen[bus_name, node] = js.path
+            name = js.str("name", "")
+            lim = js.float("torque_limit_nm", None, minimum=0.0, strict_min=True)
+            mapping = registry.joint_mapping(js)
+            js.finish()
+            axes.append(OdriveAxis(buses[bus_name], node, mapping, name, lim))
+        if not axes:
+            raise section.error("joints", "at least one joint is required")
+        section.finish()
+        return OdriveCanDriver(axes, now=now, feedback=fbm, torque_feedback=tfb, reply_timeout_s=rt,
+                               enable_timeout_s=et, encoder_rate_hz=enc, heartbeat_rate_hz=hb)
+    except BaseException:
+        registry.close_buses(buses, transports)
+        raise
+
+
+# ---------------------------------------------------------------------------
+# ODrive ASCII protocol over a serial port
+# ---------------------------------------------------------------------------
+def _fmt(x: float) -> str:
+    return format(float(x), ".7g")
+
+
+class OdriveAsciiDriver(Driver):
+    """ODrive axes over the ODrive ASCII protocol (USB CDC or UART), torque control.
+
+    Per cycle and axis: ``c <axis> <torque_nm>`` (torque set-point; also feeds
+    the watchdog) and ``f <axis>`` (the ODrive answers ``<pos_rev> <vel_rev_s>``),
+    one request/answer at a time.  Every ``status_every`` cycles the axes'
+    ``current_state`` and error word are read (``r axis<k>.current_state``,
+    ``r axis<k>.<error_property>``; ``active_errors`` on firmware 0.6,
+    ``error`` on 0.5).
+
+    A missing or malformed answer leaves that joint ``fresh=False`` (counted in
+    ``info``); the input buffer is then flushed so a late answer cannot be
+    taken for the next request.  Torque feedback is not available (NaN).
+
+    Parameters
+    ----------
+    port : SerialTransport
+        The serial port (line terminator ``\\n``).
+    axes : sequence of int
+        ODrive axis numbers, one per joint.
+    mappings : sequence of JointMapping
+        Per joint.
+    now : callable
+        The loop clock [s].
+    reply_timeout_s : float
+        Deadline per answer.
+    enable_timeout_s : float
+        How long :meth:`enable` waits for CLOSED_LOOP_CONTROL.
+    status_every : int
+        Read state and errors every that many cycles (0: never during cycles).
+    error_property : str
+        Name of the axis error property.
+    owns_port : bool
+        Close the port in :meth:`close`.
+    """
+
+    def __init__(self, port, axes: Sequence[int], mappings: Sequence[JointMapping] | None = None, *,
+                 now: Callable[[], float], reply_timeout_s: float = 0.01, enable_timeout_s: float = 1.0,
+                 status_every: int = 50, error_property: str = "active_errors", owns_port: bool = True):
+        axes = list(axes)
+        if not axes:
+            raise DriverError("OdriveAsciiDriver needs at least one axis")
+        if len(set(axes)) != len(axes) or not all(isinstance(a, int) and not isinstance(a, bool) and a >= 0
+                                                  for a in axes):
+            raise DriverError(f"axes must be distinct non-negative integers, got {axes}")
+        mappings = list(mappings) if mappings is not None else [JointMapping() for _ in axes]
+        if len(mappings) != len(axes):
+            raise DriverError(f"{len(axes)} axes but {len(mappings)} mappings")
+        for a, m in zip(axes, mappings):
+            check_mapping(m, f"axis {a}")
+        for name, v in (("reply_timeout_s", reply_timeout_s), ("enable_timeout_s", enable_timeout_s)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise DriverError(f"{name} must be finite and > 0, got {v!r}")
+        if not error_property.replace("_", "").isalnum():
+            raise DriverError(f"bad error_property {error_property!r}")
+        self._port = port
+        self._axes = axes
+        self._maps = mappings
+        self._now = now
+        self.reply_timeout_s = float(reply_timeout_s)
+        self.enable_timeout_s = float(enable_timeout_s)
+        self.status_every = int(status_every)
+        self.error_property = error_property
+        self._owns = owns_port
+        n = len(axes)
+        self._q = np.full(n, np.nan)
+        self._qd = np.full(n, np.nan)
+        self._err = np.zeros(n, dtype=np.int64)
+        self._state = np.zeros(n, dtype=np.int64)
+        self._enabled_cmd = False
+        self._closed = False
+        self.cycles = 0
+        self.last_saturated = 0
+
+    @property
+    def n_joints(self) -> int:
+        return len(self._axes)
+
+    def _check_open(self):
+        if self._closed:
+            raise DriverError("driver is closed")
+
+    def make_commands(self, command: Command) -> list[str]:
+        """The ``c <axis> <torque>`` lines of one cycle, in joint order (pure).
+
+        Raises
+        ------
+        DriverError
+            Wrong shape, non-finite torque, or non-zero drive-side gains.
+        """
+        n = self.n_joints
+        if command.torque_nm is None:
+            raise DriverError("command.torque_nm is required")
+        tau = np.asarray(command.torque_nm, dtype=float)
+        if tau.shape != (n,) or not np.all(np.isfinite(tau)):
+            raise DriverError(f"command.torque_nm must be finite with shape ({n},), got {tau!r}")
+        for name in ("kp_nm_per_rad", "kd_nm_s_per_rad"):
+            g = getattr(command, name)
+            if g is not None and np.any(np.asarray(g, dtype=float) != 0):
+                raise DriverError(f"ODrive driver does torque control only; command.{name} must be 0 or None")
+        return [f"c {a} {_fmt(m.joint_to_motor_torque(t))}" for a, m, t in zip(self._axes, self._maps, tau.tolist())]
+
+    def _query(self, line: str, stats: dict | None = None) -> str | None:
+        """Write ``line`` and return the answer, or None (and flush input) on timeout / bad bytes."""
+        self._port.write_line(line)
+        try:
+            return self._port.read_line(self.reply_timeout_s)
+        except CommsTimeoutError:
+            if stats is not None:
+                stats["timeouts"] += 1
+        except DecodeError:
+            if stats is not None:
+                stats["corrupt"] += 1
+        self._port.reset_input()
+        return None
+
+    def _read_int(self, prop: str, stats: dict | None = None) -> int | None:
+        ans = self._query(f"r {prop}", stats)
+        if ans is None:
+            return None
+        try:
+            return int(ans.strip())
+        except ValueError:
+            if stats is not None:
+                stats["corrupt"] += 1
+            return None
+
+    def _poll_status(self, stats: dict | None) -> None:
+        for j, a in enumerate(self._axes):
+            st = self._read_int(f"axis{a}.current_state", stats)
+            if st is not None:
+                self._state[j] = st
+            err = self._read_int(f"axis{a}.{self.error_property}", stats)
+            if err is not None:
+                self._err[j] = err
+
+    def _feedback(self, fresh: np.ndarray, stats: dict) -> Feedback:
+        info = dict(stats)
+        info["missing"] = int(self.n_joints - fresh.sum())
+        info["axis_state"] = self._state.copy()
+        return Feedback(t_s=float(self._now()), position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
+                        torque_nm=np.full(self.n_joints, np.nan), fault=self._err.copy(), fresh=fresh,
+                        enabled=self._state == int(AxisState.CLOSED_LOOP_CONTROL), info=info)
+
+    def _exchange(self, lines: Sequence[str]) -> Feedback:
+        stats = {"timeouts": 0, "corrupt": 0}
+        self._port.reset_input()
+        fresh = np.zeros(self.n_joints, dtype=bool)
+        for j, (a, line) in enumerate(zip(self._axes, lines)):
+            self._port.write_line(line)
+            ans = self._query(f"f {a}", stats)
+            if ans is None:
+                continue
+            parts = ans.split()
+            try:
+                if len(parts) != 2:
+                    raise ValueError(ans)
+                pos, vel = float(parts[0]), float(parts[1])
+                if not (math.isfinite(pos) and math.isfinite(vel)):
+                    raise ValueError(ans)
+            except ValueError:
+                stats["corrupt"] += 1
+                self._port.reset_input()
+                continue
+            m = self._maps[j]
+            self._q[j] = m.sign * _TWO_PI * pos / m.gear_ratio + m.offset_rad
+            self._qd[j] = m.sign * _TWO_PI * vel / m.gear_ratio
+            fresh[j] = True
+        if self.status_every and self.cycles % self.status_every == 0:
+            self._poll_status(stats)
+        return self._feedback(fresh, stats)
+
+    def enable(self) -> Feedback:
+        """Torque control, passthrough, zero torque, CLOSED_LOOP_CONTROL; wait until every axis reports it.
+
+        Raises
+        ------
+        DeviceFaultError
+            An axis reports an error instead.
+        CommsTimeoutError
+            Not in closed loop within ``enable_timeout_s``.
+        """
+        self._check_open()
+        self._port.reset_input()
+        for a in self._axes:
+            self._port.write_line(f"w axis{a}.controller.config.control_mode {int(codec.ControlMode.TORQUE_CONTROL)}")
+            self._port.write_line(f"w axis{a}.controller.config.input_mode {int(codec.InputMode.PASSTHROUGH)}")
+            self._port.write_line(f"c {a} 0")
+            self._port.write_line(f"w axis{a}.requested_state {int(AxisState.CLOSED_LOOP_CONTROL)}")
+        self._enabled_cmd = True
+        deadline = time.monotonic() + self.enable_timeout_s
+        closed = int(AxisState.CLOSED_LOOP_CONTROL)
+        while True:
+            self._poll_status(None)
+            if (self._state == closed).all():
+                break
+            bad = [j for j in range(self.n_joints) if self._err[j] != 0 and self._state[j] != closed]
+            if bad or time.monotonic() >= deadline:
+                self.disable()
+                if bad:
+                    desc = "; ".join(f"axis {self._axes[j]}: {'|'.join(codec.axis_error_names(int(self._err[j])))}"
+                                     for j in bad)
+                    raise DeviceFaultError(f"ODrive axes refused closed loop: {desc}")
+                raise CommsTimeoutError(f"ODrive axes not in CLOSED_LOOP_CONTROL after {self.enable_timeout_s} s "
+                                        f"(states {self._state.tolist()})")
+            time.sleep(0.005)
+        return self._exchange(self.make_commands(Command(np.zeros(self.n_joints))))
+
+    def cycle(self, command: Command) -> Feedback:
+        """Send every axis' torque and read its position/velocity (see the class docstring)."""
+        self._check_open()
+        if not self._enabled_cmd:
+            raise DriverError("cycle() before enable()")
+        lines = self.make_commands(command)
+        fb = self._exchange(lines)
+        self.cycles += 1
+        return fb
+
+    def disable(self) -> None:
+        """Zero torque, then IDLE for every axis."""
+        self._check_open()
+        for a in self._axes:
+            self._port.write_line(f"c {a} 0")
+            self._port.write_line(f"w axis{a}.requested_state {int(AxisState.IDLE)}")
+        self._enabled_cmd = False
+
+    def close(self) -> None:
+        """Disable (best effort), then close the port if owned.  Safe to call twice."""
+        if self._closed:
+            return
+        errors: list[TorqueloopError] = []
+        try:
+            self.disable()
+        except TorqueloopError as err:
+            errors.append(err)
+        self._closed = True
+        if self._owns:
+            try:
+                self._port.close()
+            except CommsError as err:
+                errors.append(err)
+        if errors:
+            raise CommsError(f"OdriveAsciiDriver.close: {len(errors)} error(s), first: {errors[0]}") from errors[0]
+
+
+def build_ascii(section, *, now: Callable[[], float], transports=None) -> OdriveAsciiDriver:
+    """Build an :class:`OdriveAsciiDriver` from a ``[driver]`` table (``type = "odrive_ascii"``).
+
+    Keys: ``port`` (device path or pyserial URL), ``baudrate`` (115200),
+    ``reply_timeout_s``, ``enable_timeout_s``, ``status_every``,
+    ``error_property``; ``[[joints]]`` with ``axis`` and the mapping keys.
+    ``transports`` may hold ``{"port": SerialTransport}`` to use an open port.
+    """
+    from . import registry
+    from .serial_port import SerialTransport
+    given = (transports or {}).get("port")
+    url = section.str("port", None) if given is not None else section.str("port")
+    baud = section.int("baudrate", 115200, minimum=1)
+    rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True)
+    et = section.float("enable_timeout_s", 1.0, minimum=0.0, strict_min=True)
+    every = section.int("status_every", 50, minimum=0)
+    errp = section.str("error_property", "active_errors", choices=["active_errors", "error"])
+    axes, maps = [], []
+    for js in section.sections("joints"):
+        a = js.int("axis", minimum=0, maximum=1)
+        if a in axes:
+            raise js.error("axis", f"axis {a} is used twice")
+        js.str("name", "")
+        maps.append(registry.joint_mapping(js))
+        js.finish()
+        axes.append(a)
+    if not axes:
+        raise section.error("joints", "at least one joint is required")
+    section.finish()
+    port = given if given is not None else SerialTransport(url, baudrate=baud, timeout_s=rt)
+    return OdriveAsciiDriver(port, axes, maps, now=now, reply_timeout_s=rt, enable_timeout_s=et,
+                             status_every=every, error_property=errp)

@@ -1,0 +1,206 @@
+"""Driver registry: build a :class:`~drivers.base.Driver` from the ``[driver]`` table of a config.
+
+``DRIVER_TYPES`` maps the ``type`` key to ``"module:function"``; the module is
+imported only when that type is chosen, so e.g. the simulation is never
+imported for a real run.  Every builder has the signature
+``build(section, *, now, transports=None) -> Driver``.
+
+Common keys of CAN drivers (``mit_can``, ``odrive_can``)::
+
+    [driver]
+    type = "mit_can"
+    reply_timeout_s = 0.002          # wall-clock wait for replies per cycle
+    enable_timeout_s = 0.05
+
+    [driver.bus]                     # one bus, named "default" ...
+    interface = "socketcan"          # any python-can interface name
+    channel = "can0"
+    bitrate = 1000000                # optional
+    fd = false                       # optional, with data_bitrate
+    [driver.bus.options]             # optional, passed to can.Bus as-is
+    receive_own_messages = false
+
+    # ... or several named buses:
+    # [driver.buses.left]  interface = ..., channel = ...
+    # [driver.buses.right] ...
+
+    [[driver.joints]]
+    bus = "left"                     # needed only with several buses
+    name = "hip"
+    gear_ratio = 1.0                 # motor turns per joint turn
+    sign = 1
+    offset_rad = 0.0
+    torque_constant_nm_per_a = 0.1
+    efficiency = 1.0
+    # MIT: can_id = 1, model = "AK80-9" and/or [driver.joints.limits] p_max_rad = ...
+    # ODrive: node_id = 0 (see drivers.odrive)
+
+``transports``: an optional mapping bus name -> already-open
+:class:`~drivers.transport.CanTransport` (the simulation passes virtual
+buses this way).  Buses given there need no ``bus``/``buses`` entry; buses
+listed in the config but not given are opened.  The driver takes ownership of
+every transport and closes them in its ``close()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Mapping
+
+from dynamics.config import Section
+from dynamics.errors import CommsError, ConfigError
+
+from .base import Driver, JointMapping
+from .transport import CanTransport
+
+__all__ = ["DRIVER_TYPES", "build_driver", "open_buses", "close_buses", "joint_bus", "joint_mapping"]
+
+#: driver ``type`` -> "module:function" building it; other packages (the
+#: simulation) add their entries here.
+DRIVER_TYPES: dict[str, str] = {
+    "mit_can": "drivers.mit:build",
+    "odrive_can": "drivers.odrive:build",
+    "odrive_ascii": "drivers.odrive:build_ascii",
+    "sim_direct": "drivers.sim.build:build_sim_direct",
+    "sim_mit_can": "drivers.sim.build:build_sim_mit_can",
+    "sim_odrive_can": "drivers.sim.build:build_sim_odrive_can",
+}
+
+DEFAULT_BUS = "default"
+
+
+def build_driver(section: Section, *, now: Callable[[], float],
+                 transports: Mapping[str, CanTransport] | None = None, **kwargs) -> Driver:
+    """Build the driver described by a ``[driver]`` table.
+
+    Parameters
+    ----------
+    section : Section
+        The ``[driver]`` table (errors name its file and fields).
+    now : callable
+        The control loop's clock [s].
+    transports : mapping, optional
+        Pre-opened buses by name (see module docstring).
+    **kwargs
+        Passed on to the builder (e.g. ``model=``/``rng=`` for simulated types).
+
+    Raises
+    ------
+    ConfigError
+        Unknown type or bad entries (naming file and field).
+    CommsError
+        A bus cannot be opened.
+    """
+    if not isinstance(section, Section):
+        raise ConfigError(f"build_driver needs a Section, got {type(section).__name__}")
+    kind = section.str("type", choices=sorted(DRIVER_TYPES))
+    target = DRIVER_TYPES[kind]
+    mod_name, _, fn_name = target.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as err:
+        raise section.error("type", f"driver type {kind!r} is not available ({mod_name}: {err})") from err
+    fn = getattr(mod, fn_name, None)
+    if fn is None:
+        raise section.error("type", f"driver type {kind!r}: {target} does not exist")
+    return fn(section, now=now, transports=transports, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# helpers shared by the CAN builders
+# ---------------------------------------------------------------------------
+_BUS_KEYS = ("interface", "channel", "bitrate", "fd", "data_bitrate", "options")
+
+
+def _open_bus(sec: Section, name: str) -> CanTransport:
+    interface = sec.str("interface")
+    ch = sec.raw("channel", None)
+    if ch is not None and (isinstance(ch, bool) or not isinstance(ch, (str, int))):
+        raise sec.error("channel", f"expected a string or integer, got {ch!r}")
+    bitrate = sec.int("bitrate", None, minimum=1)
+    kwargs = {}
+    if sec.bool("fd", False):
+        kwargs["fd"] = True
+        dbr = sec.int("data_bitrate", None, minimum=1)
+        if dbr is not None:
+            kwargs["data_bitrate"] = dbr
+    elif sec.has("data_bitrate"):
+        raise sec.error("data_bitrate", "only valid with fd = true")
+    if sec.has("options"):
+        kwargs.update(dict(sec.section("options").data))
+    sec.finish()
+    try:
+        return CanTransport(interface, ch, bitrate=bitrate, name=name, **kwargs)
+    except CommsError as err:
+        raise CommsError(f"{sec.file or '<config>'}: field '{sec.path}': {err}") from err
+
+
+def open_buses(section: Section, transports: Mapping[str, CanTransport] | None = None) -> dict[str, CanTransport]:
+    """Open the buses of a ``[driver]`` table (``bus`` or ``buses``), merged with ``transports``.
+
+    Raises
+    ------
+    ConfigError
+        Both ``bus`` and ``buses``, none at all, or bad entries.
+    CommsError
+        A bus cannot be opened (already opened ones are closed again).
+    """
+    given = dict(transports or {})
+    for k, t in given.items():
+        if not isinstance(t, CanTransport):
+            raise ConfigError(f"transports[{k!r}] must be a CanTransport, got {type(t).__name__}")
+    specs: dict[str, Section] = {}
+    if section.has("bus") and section.has("buses"):
+        raise section.error("buses", "give either [bus] or [buses.<name>], not both")
+    if section.has("bus"):
+        specs[DEFAULT_BUS] = section.section("bus")
+    elif section.has("buses"):
+        bs = section.section("buses")
+        if not bs.data:
+            raise section.error("buses", "no bus given")
+        for name in bs.data:
+            specs[name] = bs.section(name)
+        bs.finish()
+    if not specs and not given:
+        raise section.error("bus", "a [bus] table (or [buses.<name>] tables) is required")
+    opened: dict[str, CanTransport] = {}
+    try:
+        for name, sec in specs.items():
+            if name in given:
+                continue
+            opened[name] = _open_bus(sec, name)
+    except BaseException:
+        for t in opened.values():
+            t.close()
+        raise
+    return {**given, **opened}
+
+
+def close_buses(buses: Mapping[str, CanTransport], given: Mapping[str, CanTransport] | None) -> None:
+    """Close the buses that :func:`open_buses` opened (not those passed in), after a failed build."""
+    keep = {id(t) for t in (given or {}).values()}
+    for t in buses.values():
+        if id(t) not in keep:
+            t.close()
+
+
+def joint_bus(js: Section, buses: Mapping[str, CanTransport]) -> str:
+    """Name of the bus a joint is on (``bus`` key; optional when there is only one bus)."""
+    if len(buses) == 1 and not js.has("bus"):
+        return next(iter(buses))
+    name = js.str("bus", choices=sorted(buses))
+    return name
+
+
+def joint_mapping(js: Section) -> JointMapping:
+    """Read the :class:`JointMapping` keys of a joint table."""
+    sign = js.int("sign", 1)
+    if sign not in (1, -1):
+        raise js.error("sign", f"must be 1 or -1, got {sign}")
+    return JointMapping(
+        gear_ratio=js.float("gear_ratio", 1.0, minimum=0.0, strict_min=True),
+        sign=sign,
+        offset_rad=js.float("offset_rad", 0.0),
+        torque_constant_nm_per_a=js.float("torque_constant_nm_per_a", 1.0, minimum=0.0, strict_min=True),
+        efficiency=js.float("efficiency", 1.0, minimum=0.0, strict_min=True, maximum=1.0),
+    )

@@ -1,0 +1,407 @@
+"""Build simulated drivers from a ``[driver]`` config table.
+
+Three driver types are registered in :data:`drivers.registry.DRIVER_TYPES`:
+
+``sim_direct``
+    :class:`~drivers.sim.direct.DirectPlantDriver` on a simulated plant (no bus).
+``sim_mit_can`` / ``sim_odrive_can``
+    The *real* :class:`~drivers.mit.MitCanDriver` / ODrive driver, built from
+    the same keys as ``mit_can`` / ``odrive_can``, talking over an in-process
+    python-can ``virtual`` bus to emulated devices
+    (:mod:`drivers.sim.emulators`) that drive the simulated plant.  A
+    hardware config is turned into its simulation by changing ``type`` and
+    adding a ``[driver.plant]`` table; ``bus``/``buses`` entries are kept only
+    for their names (each named bus becomes its own virtual channel).
+
+Keys
+----
+::
+
+    [driver]
+    type = "sim_mit_can"             # or "sim_direct", "sim_odrive_can"
+    # ... every key of the real driver (joints, timeouts, bus names) ...
+
+    [driver.plant]                   # all optional
+    robot = "other_robot.toml"       # plant model file (default: the controller's model)
+    mass_factor = 1.1                # plant = model.scaled(mass_factor, inertia_factor)
+    inertia_factor = 1.1             # default: mass_factor
+    q0 = [0.0, 0.5, -0.3]            # initial position (default: zeros, or the
+    qd0 = [0.0, 0.0, 0.0]            #   home pose's joints for a parallel model)
+    viscous = 0.01                   # N m s/rad, scalar or per joint (default: model.drive)
+    coulomb = 0.05                   # N m (default: model.drive)
+    torque_limit_nm = 20.0           # default: model.limits.torque_max
+    current_lag_s = 0.0005           # first-order current-loop lag
+    encoder_counts_per_rev = 16384   # joint-side encoder resolution
+    position_noise_std_rad = 1e-4
+    velocity_noise_std_rad_s = 1e-3
+    seed = 1                         # noise seed (default: the rng passed to the builder)
+    substeps = 2                     # integration steps per dt_max_s
+    dt_max_s = 0.001
+    integrator = "rk4"               # or "semi_implicit_euler"
+
+    [driver.emulator]                # sim_mit_can / sim_odrive_can only; all optional
+    reply_latency_s = 0.0            # wall-clock delay of every reply / broadcast
+    watchdog_timeout_s = 0.1         # MIT: CAN timeout; ODrive: axis watchdog (default: off)
+    poll_s = 0.001                   # emulator thread poll period
+    variant = "classic6"             # MIT reply layout ("classic6" or "cubemars8")
+    reply_id = 0                     # MIT reply arbitration id
+    temperature_c = 35.0             # MIT reported temperature (cubemars8)
+    heartbeat_period_s = 0.1         # ODrive cyclic messages (0 = RTR only)
+    encoder_period_s = 0.001
+    iq_period_s = 0.001              # default: encoder_period_s if the driver reads Iq, else 0
+    torques_period_s = 0.001         # default: encoder_period_s if it reads Torques, else 0
+    torque_limit_nm = 10.0           # ODrive motor torque limit (default: none)
+
+    [driver.faults]                  # optional: seeded faults between driver and devices
+    seed = 3
+    drop_prob = 0.01                 # also delay_s, duplicate_prob, reorder_prob,
+    corrupt_prob = 0.0               #   corrupt_prob, corrupt_mode, silent_ids,
+    side = "both"                    #   bus_error_after, side
+
+Joint mappings (gear ratio, sign, offset, efficiency) and MIT limits of the
+emulated devices are taken from the built driver's joints, so device and
+driver always agree.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+
+from dynamics.base import Model, ParallelModel
+from dynamics.config import Section
+from dynamics.errors import ConfigError, DriverError, TorqueloopError
+from ..base import Command, Driver, Feedback
+from .direct import DirectPlantDriver
+from .plant import SimulatedPlant
+
+__all__ = ["plant_from_section", "build_sim_direct", "build_sim_mit_can", "build_sim_odrive_can",
+           "EmulatedDriver"]
+
+
+def _per_joint(sec: Section, key: str, n: int, default=None, *, minimum=None):
+    """A float or a list of n floats (or ``default`` when absent)."""
+    if not sec.has(key):
+        sec.raw(key, None)
+        return default
+    v = sec.raw(key)
+    if isinstance(v, list):
+        return sec.as_array(key, v, (n,), minimum=minimum)
+    return sec.float(key, minimum=minimum)
+
+
+def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], float],
+                       rng: np.random.Generator | None = None,
+                       base_dir: str | Path | None = None) -> SimulatedPlant:
+    """Build a :class:`SimulatedPlant` from a ``[plant]`` table (see module docstring).
+
+    Parameters
+    ----------
+    sec : Section or None
+        The table (``None``: all defaults).
+    model : Model
+        The controller's model; the plant uses ``model.scaled(...)`` of it (or
+        the ``robot`` file).
+    now : callable
+        Loop clock; the plant starts at ``now()``.
+    rng : numpy.random.Generator, optional
+        Noise source when the table has no ``seed``.
+    base_dir : path, optional
+        Directory for a relative ``robot`` path (default: the config file's).
+    """
+    if not isinstance(model, Model):
+        raise ConfigError(f"a dynamics.Model is required to simulate, got {type(model).__name__}",
+                          sec.file if sec else None, sec.path if sec else None)
+    sec = sec if sec is not None else Section({}, None, "plant")
+    if sec.has("robot"):
+        from dynamics import load_model
+        path = Path(sec.str("robot"))
+        if not path.is_absolute():
+            root = Path(base_dir) if base_dir is not None else (
+                Path(sec.file).parent if sec.file else Path.cwd())
+            path = root / path
+        base = load_model(path)
+        if base.dof != model.dof:
+            raise sec.error("robot", f"plant robot has {base.dof} joints, the controller's model "
+                                     f"{model.dof}")
+    else:
+        base = model
+    mf = sec.float("mass_factor", 1.0, minimum=0.0, strict_min=True)
+    inf = sec.float("inertia_factor", None, minimum=0.0, strict_min=True)
+    plant_model = base if (mf == 1.0 and inf in (None, 1.0)) else base.scaled(mf, inf)
+    n = plant_model.dof
+    if sec.has("q0"):
+        q0 = sec.vector("q0", n)
+    elif isinstance(plant_model, ParallelModel):
+        q0 = np.asarray(plant_model.inverse_kinematics(plant_model.home_pose), dtype=float)
+    else:
+        q0 = np.zeros(n)
+    qd0 = sec.vector("qd0", n, None)
+    kw = dict(
+        viscous=_per_joint(sec, "viscous", n, minimum=0.0),
+        coulomb=_per_joint(sec, "coulomb", n, minimum=0.0),
+        torque_limit_nm=_per_joint(sec, "torque_limit_nm", n, minimum=0.0),
+        current_lag_s=sec.float("current_lag_s", 0.0, minimum=0.0),
+        encoder_counts_per_rev=sec.int("encoder_counts_per_rev", None, minimum=1),
+        position_noise_std_rad=_per_joint(sec, "position_noise_std_rad", n, 0.0, minimum=0.0),
+        velocity_noise_std_rad_s=_per_joint(sec, "velocity_noise_std_rad_s", n, 0.0, minimum=0.0),
+        substeps=sec.int("substeps", 2, minimum=1),
+        dt_max_s=sec.float("dt_max_s", 1e-3, minimum=0.0, strict_min=True),
+        integrator=sec.str("integrator", "rk4", choices=["rk4", "semi_implicit_euler"]),
+    )
+    seed = sec.int("seed", None, minimum=0)
+    sec.finish()
+    if seed is not None:
+        rng = np.random.default_rng(seed)
+    try:
+        return SimulatedPlant(plant_model, q0=q0, qd0=qd0, rng=rng, t0_s=float(now()), **kw)
+    except ConfigError as err:
+        raise ConfigError(err.message, sec.file,
+                          sec.field(err.field) if err.field else (sec.path or None)) from err
+
+
+def build_sim_direct(section: Section, *, now: Callable[[], float], transports=None,
+                     model: Model | None = None, rng: np.random.Generator | None = None
+                     ) -> DirectPlantDriver:
+    """Registry builder of ``type = "sim_direct"``: a plant and a DirectPlantDriver.
+
+    Table keys: ``[plant]`` (see module docstring) and optional ``joint_names``.
+    """
+    if transports:
+        raise section.error("type", "sim_direct uses no bus; do not pass transports")
+    plant = plant_from_section(section.section("plant", {}), model, now=now, rng=rng)
+    names = section.raw("joint_names", None)
+    if names is not None and (not isinstance(names, list) or len(names) != plant.n_joints
+                              or not all(isinstance(x, str) for x in names)):
+        raise section.error("joint_names", f"expected {plant.n_joints} strings, got {names!r}")
+    section.finish()
+    return DirectPlantDriver(plant, now=now, joint_names=names)
+
+
+class EmulatedDriver(Driver):
+    """A real CAN driver plus the emulators and plant it talks to (owned together).
+
+    Delegates the :class:`Driver` interface to :attr:`inner`; :meth:`close`
+    closes the driver first (so its disable frames are still answered), then
+    the emulator hosts.
+
+    Attributes
+    ----------
+    inner : Driver
+        The real driver (``MitCanDriver`` / ODrive driver).
+    plant : SimulatedPlant
+    emulators : list of EmulatedDevice
+        One per bus, same order as :attr:`hosts`.
+    hosts : list of EmulatorHost
+    fault_buses : list of FaultInjectingBus
+        The fault injectors on the driver's side (empty without ``[faults]``).
+    """
+
+    def __init__(self, inner: Driver, plant: SimulatedPlant, hosts: list, emulators: list,
+                 fault_buses: list):
+        self.inner = inner
+        self.plant = plant
+        self.hosts = hosts
+        self.emulators = emulators
+        self.fault_buses = fault_buses
+        self._closed = False
+
+    @property
+    def n_joints(self) -> int:
+        return self.inner.n_joints
+
+    def _check_hosts(self) -> None:
+        for h in self.hosts:
+            h.check()
+
+    def enable(self) -> Feedback:
+        self._check_hosts()
+        return self.inner.enable()
+
+    def disable(self) -> None:
+        self.inner.disable()
+
+    def cycle(self, command: Command) -> Feedback:
+        return self.inner.cycle(command)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        errors: list[BaseException] = []
+        try:
+            self.inner.close()
+        except TorqueloopError as err:
+            errors.append(err)
+        for h in self.hosts:
+            try:
+                h.close()
+            except TorqueloopError as err:
+                errors.append(err)
+        if errors:
+            raise errors[0]
+
+    def __getattr__(self, name):
+        # driver-specific extras (set_zero, bus_flows, counters...) of the real driver
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def _bus_names(section: Section) -> list[str]:
+    from ..registry import DEFAULT_BUS
+    if section.has("buses"):
+        data = section.data["buses"]
+        if not isinstance(data, Mapping) or not data:
+            raise section.error("buses", "expected one or more [buses.<name>] tables")
+        return list(data)
+    return [DEFAULT_BUS]
+
+
+def _fault_kwargs(sec: Section, rng: np.random.Generator | None) -> tuple[dict, np.random.Generator]:
+    seed = sec.int("seed", None, minimum=0)
+    if seed is not None:
+        rng = np.random.default_rng(seed)
+    if rng is None:
+        raise sec.error("seed", "a seed is required for fault injection (no rng given)")
+    kw = dict(
+        drop_prob=sec.float("drop_prob", 0.0, minimum=0.0, maximum=1.0),
+        delay_s=sec.float("delay_s", 0.0, minimum=0.0),
+        duplicate_prob=sec.float("duplicate_prob", 0.0, minimum=0.0, maximum=1.0),
+        reorder_prob=sec.float("reorder_prob", 0.0, minimum=0.0, maximum=1.0),
+        corrupt_prob=sec.float("corrupt_prob", 0.0, minimum=0.0, maximum=1.0),
+        corrupt_mode=sec.str("corrupt_mode", "truncate", choices=["truncate", "bitflip"]),
+        bus_error_after=sec.int("bus_error_after", None, minimum=0),
+        side=sec.str("side", "both", choices=["both", "send", "recv"]),
+    )
+    ids = sec.raw("silent_ids", [])
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise sec.error("silent_ids", f"expected a list of integer ids, got {ids!r}")
+    kw["silent_ids"] = ids
+    sec.finish()
+    return kw, rng
+
+
+def _build_emulated(section: Section, kind: str, *, now, transports, model, rng) -> EmulatedDriver:
+    import can
+
+    from ..transport import CanTransport
+    from .emulators import EmulatorHost
+    from .faults import FaultInjectingBus
+
+    if transports:
+        raise section.error("type", f"sim_{kind} opens its own virtual buses; do not pass transports")
+    plant = plant_from_section(section.section("plant", {}), model, now=now, rng=rng)
+    emu_sec = section.section("emulator", {})
+    faults_sec = section.section("faults", None)
+    fault_kw, fault_rng = (_fault_kwargs(faults_sec, rng) if faults_sec is not None else (None, None))
+    names = _bus_names(section)
+    channels = {name: f"torqueloop-sim-{uuid.uuid4().hex}" for name in names}
+    fault_buses = []
+    given = {}
+    for name in names:
+        bus = can.Bus(interface="virtual", channel=channels[name])
+        if fault_kw is not None:
+            bus = FaultInjectingBus(bus, rng=fault_rng, now=now, **fault_kw)
+            fault_buses.append(bus)
+        given[name] = CanTransport.from_bus(bus, name=name)
+    if kind == "mit_can":
+        from .. import mit as real
+    else:
+        from .. import odrive as real
+    hosts = []
+    try:
+        driver = real.build(section, now=now, transports=given)
+    except BaseException:
+        for t in given.values():
+            t.close()
+        raise
+    try:
+        latency = emu_sec.float("reply_latency_s", 0.0, minimum=0.0)
+        wd = emu_sec.float("watchdog_timeout_s", None, minimum=0.0, strict_min=True)
+        poll = emu_sec.float("poll_s", 0.001, minimum=0.0, strict_min=True)
+        make = _mit_devices if kind == "mit_can" else _odrive_devices
+        devices_by_bus = make(driver, emu_sec, wd, now)
+        emu_sec.finish()
+        emulators = []
+        for name in names:
+            tr = given[name]
+            dev = devices_by_bus.get(id(tr))
+            if dev is None:
+                continue
+            host = EmulatorHost(can.Bus(interface="virtual", channel=channels[name]), [dev], plant,
+                                now, reply_latency_s=latency, poll_s=poll, own_bus=True)
+            hosts.append(host)
+            emulators.append(dev)
+    except BaseException:
+        for h in hosts:
+            h.close()
+        driver.close()
+        raise
+    return EmulatedDriver(driver, plant, hosts, emulators, fault_buses)
+
+
+def _joint_transport(jt):
+    return getattr(jt, "transport")
+
+
+def _mit_devices(driver, emu_sec: Section, wd, now) -> dict:
+    from .emulators import MitEmulator, MitMotorConfig
+    variant = emu_sec.str("variant", "classic6", choices=["classic6", "cubemars8", "servo7"])
+    reply_id = emu_sec.int("reply_id", 0, minimum=0, maximum=0x7FF)
+    temp = emu_sec.float("temperature_c", 35.0)
+    by_bus: dict[int, tuple] = {}
+    for j, jt in enumerate(driver.joints):
+        tr = _joint_transport(jt)
+        by_bus.setdefault(id(tr), []).append(
+            MitMotorConfig(jt.can_id, j, jt.limits, jt.mapping, variant, temp))
+    try:
+        return {k: MitEmulator(v, reply_id=reply_id, watchdog_timeout_s=wd) for k, v in by_bus.items()}
+    except ConfigError as err:
+        raise emu_sec.error(None, str(err)) from err
+
+
+def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
+    from .emulators import OdriveAxisConfig, OdriveEmulator
+
+    def period(key, default):
+        v = emu_sec.float(key, default, minimum=0.0)
+        return None if v == 0.0 else v
+
+    hb = period("heartbeat_period_s", 0.1)
+    enc = period("encoder_period_s", 0.001)
+    # broadcast the torque message the driver reads, at the encoder rate
+    tfb = getattr(driver, "torque_feedback", "none")
+    iq = period("iq_period_s", (enc or 0.0) if tfb == "iq" else 0.0)
+    tq = period("torques_period_s", (enc or 0.0) if tfb == "torques" else 0.0)
+    tlim = emu_sec.float("torque_limit_nm", math.inf, minimum=0.0, strict_min=True) \
+        if emu_sec.has("torque_limit_nm") else math.inf
+    by_bus: dict[int, list] = {}
+    for j, ax in enumerate(driver.axes):
+        tr = _joint_transport(ax)
+        by_bus.setdefault(id(tr), []).append(
+            OdriveAxisConfig(ax.node_id, j, ax.mapping, tlim, hb, enc, wd, iq_period_s=iq,
+                             torques_period_s=tq))
+    t0 = float(now())
+    try:
+        return {k: OdriveEmulator(v, t0_s=t0) for k, v in by_bus.items()}
+    except ConfigError as err:
+        raise emu_sec.error(None, str(err)) from err
+
+
+def build_sim_mit_can(section: Section, *, now: Callable[[], float], transports=None,
+                      model: Model | None = None, rng: np.random.Generator | None = None
+                      ) -> EmulatedDriver:
+    """Registry builder of ``type = "sim_mit_can"`` (see module docstring)."""
+    return _build_emulated(section, "mit_can", now=now, transports=transports, model=model, rng=rng)
+
+
+def build_sim_odrive_can(section: Section, *, now: Callable[[], float], transports=None,
+                         model: Model | None = None, rng: np.random.Generator | None = None
+                         ) -> EmulatedDriver:
+    """Registry builder of ``type = "sim_odrive_can"`` (see module docstring)."""
+    return _build_emulated(section, "odrive_can", now=now, transports=transports, model=model, rng=rng)

@@ -1,0 +1,608 @@
+"""A simulated robot: integrates a dynamics model under a held torque command.
+
+:class:`SimulatedPlant` is the "hardware" of every offline run.  It wraps any
+:class:`dynamics.Model` (usually a perturbed copy of the controller's model,
+e.g. ``controller_model.scaled(1.1)``, so that model mismatch is normal) and
+adds what a real drive train adds on top of rigid-body dynamics:
+
+* friction: viscous (smooth, inside the integrator) and Coulomb (set-valued,
+  with true stiction, see *Coulomb friction* below);
+* torque saturation of the commanded joint torque;
+* a first-order current-loop lag between commanded and applied torque;
+* an optional drive-side PD law (MIT-style ``kp``/``kd`` fields) evaluated at
+  the integration sub-step rate, like a drive's inner loop;
+* encoder quantisation and seeded Gaussian noise on the *measurements only*;
+  the true state is kept separately (:attr:`SimulatedPlant.state`).
+
+Time
+----
+The plant owns a clock ``t`` that only moves forward, via
+:meth:`SimulatedPlant.advance_to`.  Commands are zero-order held: a command set
+at time ``t`` acts from ``t`` until the next command.  The interval between two
+``advance_to`` targets is split into equal integration steps no longer than
+``dt_max_s / substeps``, so the integration grid always contains the command
+times and the result does not depend on wall-clock timing.
+
+Coulomb friction
+----------------
+Coulomb friction is treated as a set-valued law ``tau_c in -c * Sign(qd)``,
+integrated implicitly (backward Euler) after each smooth step (operator
+splitting).  With ``v*`` the velocity after the smooth step and ``M`` the mass
+matrix at the new position, the post-friction velocity solves the convex
+problem ``min_v 1/2 (v - v*)^T M (v - v*) + h * sum_i c_i |v_i|``, whose
+optimality condition is exactly ``M (v - v*) in -h c Sign(v)``.  It is solved
+by projected Gauss-Seidel (exact coordinate minimisation, a soft threshold per
+joint).  A joint whose smooth-step velocity change is smaller than the
+friction impulse stops exactly (stiction, ``v_i = 0``); there is no
+regularisation velocity and no stiffness, so the step size is not limited by
+the friction law.  The position is corrected consistently with the velocity
+change (``h/2 * (v - v*)`` for RK4, ``h * (v - v*)`` for semi-implicit Euler),
+and a joint at rest before and after a step keeps its position exactly, so a
+stuck joint does not creep.  The splitting is first-order accurate in the
+friction term; with ``coulomb = 0`` the integrator keeps its full order.
+
+Current-loop lag
+----------------
+The applied torque follows ``T * d(tau_a)/dt = tau_c - tau_a`` where ``tau_c``
+is the saturated command, constant within one integration step.  The
+exponential solution is used inside the RK4 stages, so the lag is exact for a
+held command and stable for any ``T``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import threading
+from typing import Sequence
+
+import numpy as np
+
+from dynamics.base import Model, ParallelModel
+from dynamics.errors import ConfigError, DriverError, ModelError
+
+__all__ = ["SimulatedPlant", "PlantState"]
+
+_INTEGRATORS = ("rk4", "semi_implicit_euler")
+
+
+class PlantState(tuple):
+    """True plant state ``(t_s, q, qd)``; ``q``, ``qd`` shape (n,) (copies)."""
+
+    __slots__ = ()
+
+    def __new__(cls, t_s: float, q: np.ndarray, qd: np.ndarray):
+        return super().__new__(cls, (t_s, q, qd))
+
+    @property
+    def t_s(self) -> float:
+        return self[0]
+
+    @property
+    def q(self) -> np.ndarray:
+        return self[1]
+
+    @property
+    def qd(self) -> np.ndarray:
+        return self[2]
+
+
+def _accepts(fn, name: str) -> bool:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    return name in sig.parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+
+
+class SimulatedPlant:
+    """Fixed-step simulation of a robot model with drive effects.
+
+    Parameters
+    ----------
+    model : dynamics.Model
+        The plant's own rigid-body model (its parameters are the "true" ones).
+    q0 : array_like, shape (n,)
+        Initial joint positions [rad or m].
+    qd0 : array_like, shape (n,), optional
+        Initial joint velocities (default zeros).
+    substeps : int
+        Integration steps per ``dt_max_s`` (default 2).  The largest
+        integration step is ``h_max = dt_max_s / substeps``.
+    dt_max_s : float
+        Reference step [s] (default 1e-3, one 1 kHz control period).
+    integrator : {"rk4", "semi_implicit_euler"}
+        Classical 4th-order Runge-Kutta, or symplectic (semi-implicit) Euler.
+    viscous, coulomb : float or array_like (n,), optional
+        Friction coefficients [N m s/rad], [N m].  ``None`` takes them from
+        ``model.drive``.
+    torque_limit_nm : float or array_like (n,), optional
+        Saturation of the commanded joint torque (symmetric).  ``None`` takes
+        ``model.limits.torque_max`` (``inf`` = no saturation).
+    current_lag_s : float
+        Time constant T of the first-order current loop [s]; 0 = none.
+    encoder_counts_per_rev : int or array_like (n,), optional
+        Joint-side encoder resolution: measured positions are rounded to
+        multiples of ``2*pi/counts`` (in the joint's unit).  ``None`` = ideal.
+    position_noise_std_rad, velocity_noise_std_rad_s : float or array_like (n,)
+        Standard deviation of zero-mean Gaussian noise added to measured
+        positions (before quantisation) and velocities.
+    rng : numpy.random.Generator, optional
+        Source of measurement noise; required when any noise std is > 0.
+    t0_s : float
+        Initial time of the plant clock [s].
+
+    Notes
+    -----
+    All public methods take an internal re-entrant lock, so emulator threads
+    and the loop may share one plant.
+    """
+
+    def __init__(self, model: Model, *, q0, qd0=None, substeps: int = 2, dt_max_s: float = 1e-3,
+                 integrator: str = "rk4", viscous=None, coulomb=None, torque_limit_nm=None,
+                 current_lag_s: float = 0.0, encoder_counts_per_rev=None,
+                 position_noise_std_rad=0.0, velocity_noise_std_rad_s=0.0,
+                 rng: np.random.Generator | None = None, t0_s: float = 0.0):
+        if not isinstance(model, Model):
+            raise ConfigError(f"model must be a dynamics.Model, got {type(model).__name__}",
+                              field="model")
+        self._model = model
+        n = model.dof
+        self._n = n
+        self._q = self._vec("q0", q0)
+        self._qd = np.zeros(n) if qd0 is None else self._vec("qd0", qd0)
+        if isinstance(substeps, bool) or not isinstance(substeps, (int, np.integer)) or substeps < 1:
+            raise ConfigError(f"must be an integer >= 1, got {substeps!r}", field="substeps")
+        self._substeps = int(substeps)
+        self._dt_max_s = self._positive("dt_max_s", dt_max_s)
+        self._h_max = self._dt_max_s / self._substeps
+        if integrator not in _INTEGRATORS:
+            raise ConfigError(f"must be one of {list(_INTEGRATORS)}, got {integrator!r}",
+                              field="integrator")
+        self._integrator = integrator
+        drive = model.drive
+        self._viscous = self._vec("viscous", drive.viscous if viscous is None else viscous,
+                                  broadcast=True, minimum=0.0)
+        self._coulomb = self._vec("coulomb", drive.coulomb if coulomb is None else coulomb,
+                                  broadcast=True, minimum=0.0)
+        self._has_viscous = bool(np.any(self._viscous > 0))
+        self._has_coulomb = bool(np.any(self._coulomb > 0))
+        lim = model.limits.torque_max if torque_limit_nm is None else torque_limit_nm
+        self._tau_max = self._vec("torque_limit_nm", lim, broadcast=True, minimum=0.0,
+                                  allow_inf=True)
+        self._saturate = bool(np.any(np.isfinite(self._tau_max)))
+        lag = float(current_lag_s)
+        if not math.isfinite(lag) or lag < 0:
+            raise ConfigError(f"must be finite and >= 0, got {current_lag_s!r}",
+                              field="current_lag_s")
+        self._lag_s = lag
+        if encoder_counts_per_rev is None:
+            self._quantum = None
+        else:
+            counts = self._vec("encoder_counts_per_rev", encoder_counts_per_rev, broadcast=True)
+            if np.any(counts < 1) or np.any(counts != np.round(counts)):
+                raise ConfigError(f"must be positive integers, got {encoder_counts_per_rev!r}",
+                                  field="encoder_counts_per_rev")
+            self._quantum = 2.0 * np.pi / counts
+        self._pos_std = self._vec("position_noise_std_rad", position_noise_std_rad,
+                                  broadcast=True, minimum=0.0)
+        self._vel_std = self._vec("velocity_noise_std_rad_s", velocity_noise_std_rad_s,
+                                  broadcast=True, minimum=0.0)
+        self._noisy = bool(np.any(self._pos_std > 0) or np.any(self._vel_std > 0))
+        if self._noisy and not isinstance(rng, np.random.Generator):
+            raise ConfigError("a numpy.random.Generator is required when noise std > 0",
+                              field="rng")
+        self._rng = rng
+        t0 = float(t0_s)
+        if not math.isfinite(t0):
+            raise ConfigError(f"must be finite, got {t0_s!r}", field="t0_s")
+        self._t = t0
+        # held command (joint side)
+        self._tau_ff = np.zeros(n)
+        self._kp = np.zeros(n)
+        self._kd = np.zeros(n)
+        self._q_ref = np.zeros(n)
+        self._qd_ref = np.zeros(n)
+        self._pd = False
+        self._h_pd = math.inf          # step limit imposed by the drive PD gains
+        self._gains_at_h = (None, None)
+        self._tau_applied = np.zeros(n)
+        self._wrench = None
+        self._lock = threading.RLock()
+        # parallel robots: track the platform pose, pass it as a hint
+        self._parallel = isinstance(model, ParallelModel)
+        self._X = None
+        self._fd_kw = _accepts(model.forward_dynamics, "pose") and self._parallel
+        self._mm_kw = _accepts(model.mass_matrix, "pose") and self._parallel
+        self._ke_kw = _accepts(model.kinetic_energy, "pose") and self._parallel
+        self._pe_kw = _accepts(model.potential_energy, "pose") and self._parallel
+        if self._parallel:
+            try:
+                guess = model.home_pose
+            except NotImplementedError:
+                guess = None
+            self._X = self._fk(self._q, guess)
+        self._check_state()
+
+    # -- construction helpers -------------------------------------------------
+    def _vec(self, name, value, *, broadcast=False, minimum=None, allow_inf=False) -> np.ndarray:
+        try:
+            arr = np.asarray(value, dtype=float)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"expected numbers, got {value!r}", field=name) from err
+        if broadcast and arr.ndim == 0:
+            arr = np.full(self._n, float(arr))
+        if arr.shape != (self._n,):
+            raise ConfigError(f"expected shape ({self._n},), got {arr.shape}", field=name)
+        bad = np.isnan(arr) if allow_inf else ~np.isfinite(arr)
+        if np.any(bad):
+            raise ConfigError(f"values must be finite, got {value!r}", field=name)
+        if minimum is not None and np.any(arr < minimum):
+            raise ConfigError(f"values must be >= {minimum}, got {value!r}", field=name)
+        return arr.copy()
+
+    @staticmethod
+    def _positive(name, value) -> float:
+        v = float(value)
+        if not math.isfinite(v) or v <= 0:
+            raise ConfigError(f"must be finite and > 0, got {value!r}", field=name)
+        return v
+
+    # -- properties ------------------------------------------------------------
+    @property
+    def model(self) -> Model:
+        """The plant's own model."""
+        return self._model
+
+    @property
+    def n_joints(self) -> int:
+        return self._n
+
+    @property
+    def t_s(self) -> float:
+        """Current plant time [s]."""
+        return self._t
+
+    @property
+    def step_s(self) -> float:
+        """Largest integration step ``dt_max_s / substeps`` [s]."""
+        return self._h_max
+
+    @property
+    def torque_limit_nm(self) -> np.ndarray:
+        """Joint torque saturation, shape (n,) (``inf`` = none)."""
+        return self._tau_max.copy()
+
+    @property
+    def pose(self) -> np.ndarray | None:
+        """Tracked platform pose X of a parallel model (``None`` for serial models)."""
+        with self._lock:
+            return None if self._X is None else self._X.copy()
+
+    @property
+    def state(self) -> PlantState:
+        """True state ``(t_s, q, qd)`` (copies, no noise or quantisation)."""
+        with self._lock:
+            return PlantState(self._t, self._q.copy(), self._qd.copy())
+
+    @property
+    def applied_torque_nm(self) -> np.ndarray:
+        """Torque currently applied to the joints (after saturation and lag), shape (n,)."""
+        with self._lock:
+            return self._tau_applied.copy()
+
+    # -- commands --------------------------------------------------------------
+    def _joint_array(self, name, value, idx, *, default=None):
+        m = self._n if idx is None else len(idx)
+        if value is None:
+            return default
+        arr = np.asarray(value, dtype=float)
+        if arr.ndim == 0:
+            arr = np.full(m, float(arr))
+        if arr.shape != (m,):
+            raise DriverError(f"{name}: expected shape ({m},), got {arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise DriverError(f"{name}: non-finite command {arr!r}")
+        return arr
+
+    def set_torque(self, tau_nm, *, joints: Sequence[int] | None = None) -> None:
+        """Hold a pure joint torque command from now on (clears any PD law).
+
+        Parameters
+        ----------
+        tau_nm : array_like, shape (n,) or (len(joints),)
+            Joint torques [N m] (forces [N] for prismatic joints).
+        joints : sequence of int, optional
+            Update only these joints (emulated motors own one joint each).
+        """
+        self.set_command(tau_nm, joints=joints)
+
+    def set_command(self, tau_nm, kp=None, kd=None, q_ref=None, qd_ref=None, *,
+                    joints: Sequence[int] | None = None) -> None:
+        """Hold a torque command with an optional drive-side PD law.
+
+        The applied command is ``tau + kp*(q_ref - q) + kd*(qd_ref - qd)``,
+        evaluated from the true state at the start of every integration step
+        (the drive's inner loop runs at the sub-step rate), then saturated
+        and lagged.  While PD gains are held the step is additionally limited
+        to ``h <= 0.25 m/kd`` and ``h <= 0.1 sqrt(m/kp)`` per joint (``m`` the
+        diagonal of the mass matrix when the gains were set), so a stiff
+        drive loop stays stable: it just costs more steps.
+
+        Parameters
+        ----------
+        tau_nm : array_like, shape (m,)
+            Feed-forward torque [N m], ``m = n`` or ``len(joints)``.
+        kp, kd : array_like, shape (m,), optional
+            Joint-side gains [N m/rad], [N m s/rad]; ``None`` = 0.
+        q_ref, qd_ref : array_like, shape (m,), optional
+            Set-points [rad], [rad/s]; ``None`` = 0.
+        joints : sequence of int, optional
+            Indices of the joints to update; the others keep their command.
+
+        Raises
+        ------
+        DriverError
+            Wrong shape or a non-finite value (nothing is changed then).
+        """
+        idx = None if joints is None else np.asarray(joints, dtype=int).reshape(-1)
+        if idx is not None and (idx.size and (idx.min() < 0 or idx.max() >= self._n)):
+            raise DriverError(f"joint index out of range 0..{self._n - 1}: {list(idx)}")
+        m = self._n if idx is None else idx.size
+        zero = np.zeros(m)
+        tau = self._joint_array("tau_nm", tau_nm, idx)
+        if tau is None:
+            raise DriverError("tau_nm is required")
+        kp_ = self._joint_array("kp", kp, idx, default=zero)
+        kd_ = self._joint_array("kd", kd, idx, default=zero)
+        qr = self._joint_array("q_ref", q_ref, idx, default=zero)
+        qdr = self._joint_array("qd_ref", qd_ref, idx, default=zero)
+        with self._lock:
+            sl = slice(None) if idx is None else idx
+            self._tau_ff[sl] = tau
+            self._kp[sl] = kp_
+            self._kd[sl] = kd_
+            self._q_ref[sl] = qr
+            self._qd_ref[sl] = qdr
+            pd = bool(np.any(self._kp != 0) or np.any(self._kd != 0))
+            if pd and not (self._pd and np.array_equal(self._kp, self._gains_at_h[0])
+                           and np.array_equal(self._kd, self._gains_at_h[1])):
+                self._h_pd = self._pd_step_limit()
+                self._gains_at_h = (self._kp.copy(), self._kd.copy())
+            self._pd = pd
+            if not pd:
+                self._h_pd = math.inf
+
+    def _pd_step_limit(self) -> float:
+        # The drive PD is sampled once per integration step (a digital inner
+        # loop); keep h * kd/m <= 0.25 and h * sqrt(kp/m) <= 0.1, with m the
+        # diagonal of M at the current position, so the sampled loop is
+        # stable and accurate for any gains.
+        kw = {"pose": self._X} if self._mm_kw else {}
+        md = np.diagonal(np.asarray(self._model.mass_matrix(self._q, **kw), dtype=float))
+        kp = np.abs(self._kp)
+        kd = np.abs(self._kd)
+        with np.errstate(divide="ignore"):
+            h_kd = np.where(kd > 0, 0.25 * md / np.where(kd > 0, kd, 1.0), np.inf)
+            h_kp = np.where(kp > 0, 0.1 * np.sqrt(md / np.where(kp > 0, kp, 1.0)), np.inf)
+        return float(min(h_kd.min(), h_kp.min()))
+
+    def set_torque_limit(self, torque_limit_nm, *, joints: Sequence[int] | None = None) -> None:
+        """Change the joint torque saturation (e.g. to a drive's current limit).
+
+        Parameters
+        ----------
+        torque_limit_nm : float or array_like, shape (m,)
+            New symmetric limits [N m] (``inf`` = none), ``m = n`` or ``len(joints)``.
+        joints : sequence of int, optional
+            Joints to update.
+        """
+        idx = None if joints is None else np.asarray(joints, dtype=int).reshape(-1)
+        m = self._n if idx is None else idx.size
+        arr = np.asarray(torque_limit_nm, dtype=float)
+        if arr.ndim == 0:
+            arr = np.full(m, float(arr))
+        if arr.shape != (m,) or np.any(np.isnan(arr)) or np.any(arr < 0):
+            raise DriverError(f"torque_limit_nm: expected {m} values >= 0, got {torque_limit_nm!r}")
+        with self._lock:
+            self._tau_max[slice(None) if idx is None else idx] = arr
+            self._saturate = bool(np.any(np.isfinite(self._tau_max)))
+
+    def set_external_wrench(self, wrench) -> None:
+        """Hold an external wrench on the tool/platform (``None`` removes it).
+
+        Same convention as :meth:`dynamics.Model.forward_dynamics`.
+        """
+        with self._lock:
+            if wrench is None:
+                self._wrench = None
+                return
+            w = np.asarray(wrench, dtype=float)
+            if not np.all(np.isfinite(w)):
+                raise DriverError(f"non-finite wrench {w!r}")
+            self._wrench = w.copy()
+
+    # -- dynamics ----------------------------------------------------------------
+    def _fk(self, q, guess):
+        try:
+            return np.asarray(self._model.forward_kinematics_task(q, guess=guess), dtype=float)
+        except ModelError:
+            raise
+        except (ValueError, FloatingPointError, np.linalg.LinAlgError) as err:
+            raise ModelError(f"plant forward kinematics failed at q={q!r}") from err
+
+    def _qdd(self, q, qd, tau):
+        rhs_tau = tau - self._viscous * qd if self._has_viscous else tau
+        kw = {}
+        if self._wrench is not None:
+            kw["wrench"] = self._wrench
+        if self._fd_kw:
+            kw["pose"] = self._X
+        return self._model.forward_dynamics(q, qd, rhs_tau, **kw)
+
+    def _command_torque(self, q, qd):
+        tau = self._tau_ff
+        if self._pd:
+            tau = tau + self._kp * (self._q_ref - q) + self._kd * (self._qd_ref - qd)
+        if self._saturate:
+            tau = np.clip(tau, -self._tau_max, self._tau_max)
+        return tau
+
+    def _step(self, h: float) -> None:
+        q, qd = self._q, self._qd
+        tau_c = self._command_torque(q, qd)
+        lag = self._lag_s
+        if lag > 0.0:
+            a0 = self._tau_applied
+            diff = a0 - tau_c
+            def tau_at(s):
+                return tau_c + diff * math.exp(-s / lag)
+        else:
+            def tau_at(s):
+                return tau_c
+        if self._integrator == "rk4":
+            t_mid = tau_at(0.5 * h)
+            k1v = self._qdd(q, qd, tau_at(0.0))
+            k1q = qd
+            k2q = qd + 0.5 * h * k1v
+            k2v = self._qdd(q + 0.5 * h * k1q, k2q, t_mid)
+            k3q = qd + 0.5 * h * k2v
+            k3v = self._qdd(q + 0.5 * h * k2q, k3q, t_mid)
+            k4q = qd + h * k3v
+            k4v = self._qdd(q + h * k3q, k4q, tau_at(h))
+            q_new = q + (h / 6.0) * (k1q + 2.0 * k2q + 2.0 * k3q + k4q)
+            qd_new = qd + (h / 6.0) * (k1v + 2.0 * k2v + 2.0 * k3v + k4v)
+            q_corr = 0.5 * h
+        else:
+            # semi-implicit Euler with the step-averaged applied torque
+            if lag > 0.0:
+                e = math.exp(-h / lag)
+                tau_mean = tau_c + (self._tau_applied - tau_c) * (lag / h) * (1.0 - e)
+            else:
+                tau_mean = tau_c
+            qd_new = qd + h * self._qdd(q, qd, tau_mean)
+            q_new = q + h * qd_new
+            q_corr = h
+        if self._has_coulomb:
+            kw = {"pose": self._X} if self._mm_kw else {}
+            M = np.asarray(self._model.mass_matrix(q_new, **kw), dtype=float)
+            v = _coulomb_implicit(M, qd_new, h * self._coulomb)
+            q_new = q_new + q_corr * (v - qd_new)
+            stuck = (v == 0.0) & (qd == 0.0)
+            if stuck.any():
+                # at rest before and after the step: the joint did not move
+                q_new[stuck] = q[stuck]
+            qd_new = v
+        self._tau_applied = tau_at(h) if lag > 0.0 else tau_c
+        self._q = q_new
+        self._qd = qd_new
+        if self._parallel:
+            self._X = self._fk(q_new, self._X)
+
+    def _check_state(self) -> None:
+        if not (np.all(np.isfinite(self._q)) and np.all(np.isfinite(self._qd))):
+            raise ModelError(f"plant state became non-finite at t={self._t:.6f} s "
+                             f"(q={self._q!r}, qd={self._qd!r})")
+
+    def advance_to(self, t_s: float) -> float:
+        """Integrate from the current time to ``t_s`` under the held command.
+
+        The interval is split into ``ceil((t_s - t)/h_max)`` equal steps
+        (``h_max`` reduced further while stiff drive PD gains are held, see
+        :meth:`set_command`).  A
+        target in the past (or equal to the current time) does nothing: the
+        plant never goes back in time.
+
+        Returns
+        -------
+        float
+            The plant time after the call.
+
+        Raises
+        ------
+        DriverError
+            ``t_s`` is not finite.
+        ModelError
+            The state became non-finite, or the model failed.
+        """
+        t_s = float(t_s)
+        if not math.isfinite(t_s):
+            raise DriverError(f"advance_to: non-finite time {t_s!r}")
+        with self._lock:
+            span = t_s - self._t
+            if span <= 0.0:
+                return self._t
+            h_max = self._h_max if self._h_pd >= self._h_max else self._h_pd
+            n_steps = max(1, math.ceil(span / h_max - 1e-9))
+            h = span / n_steps
+            t0 = self._t
+            for k in range(n_steps):
+                self._step(h)
+                self._t = t0 + (k + 1) * h
+            self._t = t_s
+            self._check_state()
+            return self._t
+
+    # -- measurements --------------------------------------------------------------
+    def measure(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """Sensor readings at the current plant time.
+
+        Returns
+        -------
+        t_s : float
+            Plant time [s].
+        q_meas : ndarray, shape (n,)
+            Position + noise, then rounded to the encoder resolution.
+        qd_meas : ndarray, shape (n,)
+            Velocity + noise.
+        tau_applied : ndarray, shape (n,)
+            Torque applied to the joints (after saturation and lag) [N m].
+        """
+        with self._lock:
+            q = self._q.copy()
+            qd = self._qd.copy()
+            if self._noisy:
+                q += self._pos_std * self._rng.standard_normal(self._n)
+                qd += self._vel_std * self._rng.standard_normal(self._n)
+            if self._quantum is not None:
+                q = np.round(q / self._quantum) * self._quantum
+            return self._t, q, qd, self._tau_applied.copy()
+
+    def energy(self) -> float:
+        """Total mechanical energy (kinetic + potential) of the true state [J]."""
+        with self._lock:
+            kw = {"pose": self._X} if self._ke_kw else {}
+            ke = float(self._model.kinetic_energy(self._q, self._qd, **kw))
+            kw = {"pose": self._X} if self._pe_kw else {}
+            pe = float(self._model.potential_energy(self._q, **kw))
+            return ke + pe
+
+
+def _coulomb_implicit(M: np.ndarray, v_star: np.ndarray, impulse: np.ndarray,
+                      *, tol: float = 1e-13, max_iter: int = 100) -> np.ndarray:
+    """Backward-Euler Coulomb friction: argmin 1/2 (v-v*)^T M (v-v*) + sum impulse_i |v_i|.
+
+    Projected Gauss-Seidel (exact coordinate minimisation: a soft threshold per
+    joint).  ``M`` SPD (n, n), ``v_star`` (n,), ``impulse = h * coulomb`` (n,).
+    """
+    n = v_star.shape[0]
+    if n == 1:
+        m = M[0, 0]
+        b = m * v_star[0]
+        return np.array([math.copysign(max(abs(b) - impulse[0], 0.0), b) / m])
+    v = v_star.copy()
+    diag = np.diagonal(M)
+    scale = float(np.max(np.abs(v_star))) + 1e-300
+    for _ in range(max_iter):
+        delta = 0.0
+        for i in range(n):
+            # b = M_ii v*_i - sum_{j != i} M_ij (v_j - v*_j)
+            r = M[i] @ (v - v_star) - diag[i] * (v[i] - v_star[i])
+            b = diag[i] * v_star[i] - r
+            vi = math.copysign(max(abs(b) - impulse[i], 0.0), b) / diag[i]
+            delta = max(delta, abs(vi - v[i]))
+            v[i] = vi
+        if delta <= tol * scale:
+            break
+    return v

@@ -1,0 +1,159 @@
+"""Serve emulated CAN devices and a simulated plant from a separate process.
+
+Usage::
+
+    python -m drivers.sim.serve CONFIG.toml [--duration-s SECONDS]
+
+The process builds the plant and the emulated devices described by the
+``[driver]`` table of ``CONFIG`` (a ``sim_mit_can`` or ``sim_odrive_can``
+table, the same as for the in-process simulation, see
+:mod:`drivers.sim.build`) and serves them on the bus given by ``[server]``,
+by default python-can's ``udp_multicast`` interface with a multicast TTL of 0,
+so frames never leave the machine.  A controller in another process then
+opens the same bus with the *real* driver type (``mit_can`` /
+``odrive_can``).  The clock is ``time.monotonic`` (shared by all processes
+on the machine), so no lock-step is possible across processes.
+
+``[server]`` keys::
+
+    [server]
+    interface = "udp_multicast"     # python-can interface
+    channel = "239.74.163.2"        # multicast group (python-can's default)
+    port = 43113
+    hop_limit = 0                   # multicast TTL; 0 = this host only
+    robot = "arm.toml"              # robot file of the controller's model (relative to CONFIG)
+    toy_model = "planar_two_link"   # ... or a closed-form toy model: "pendulum", "planar_two_link"
+    duration_s = 60.0               # optional: stop after this long
+
+The process prints one line ``READY <interface> <channel> <port>`` to stdout
+once it serves, and exits with 0 after SIGINT/SIGTERM or ``duration_s``,
+2 on a configuration error, 3 when the bus cannot be opened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from dynamics.config import Section, read_toml
+from dynamics.errors import CommsError, ConfigError, TorqueloopError
+
+__all__ = ["main", "build_server", "TOY_MODELS"]
+
+#: closed-form models selectable with ``toy_model``
+TOY_MODELS = {"pendulum": "Pendulum", "planar_two_link": "PlanarTwoLink"}
+
+EXIT_CONFIG = 2
+EXIT_COMMS = 3
+
+
+def _server_model(srv: Section, base_dir: Path):
+    if srv.has("robot") == srv.has("toy_model"):
+        raise srv.error("robot", "give exactly one of 'robot' and 'toy_model'")
+    if srv.has("robot"):
+        from dynamics import load_model
+        p = Path(srv.str("robot"))
+        return load_model(p if p.is_absolute() else base_dir / p)
+    from . import toy_models
+    name = srv.str("toy_model", choices=sorted(TOY_MODELS))
+    return getattr(toy_models, TOY_MODELS[name])()
+
+
+def build_server(config_path: str | Path, *, now=time.monotonic):
+    """Read ``CONFIG`` and return ``(host, duration_s)``: a started EmulatorHost on the server bus.
+
+    Raises
+    ------
+    ConfigError
+        Bad configuration (naming file and field).
+    CommsError
+        The bus cannot be opened.
+    """
+    import can
+
+    from .build import _build_emulated
+    from .emulators import EmulatorHost
+
+    path = Path(config_path)
+    root = Section(read_toml(path), str(path))
+    srv = root.section("server")
+    interface = srv.str("interface", "udp_multicast")
+    default_group = "239.74.163.2"
+    channel = srv.raw("channel", default_group if interface == "udp_multicast" else None)
+    opts = {}
+    if interface == "udp_multicast":
+        opts["port"] = srv.int("port", 43113, minimum=1, maximum=65535)
+        opts["hop_limit"] = srv.int("hop_limit", 0, minimum=0, maximum=255)
+    duration = srv.float("duration_s", None, minimum=0.0, strict_min=True)
+    model = _server_model(srv, path.parent)
+    srv.finish()
+    dsec = root.section("driver")
+    kind = dsec.str("type", choices=["sim_mit_can", "sim_odrive_can"])
+    # Build the in-process setup once (real driver on a private virtual bus) to get
+    # the plant and devices exactly as the client's driver expects them, then move
+    # the devices to the server bus.
+    sim = _build_emulated(dsec, kind[len("sim_"):], now=now, transports=None, model=model, rng=None)
+    root.finish()
+    plant = sim.plant
+    devices = list(sim.emulators)
+    for h in sim.hosts:
+        h.stop()
+    sim.inner.close()
+    for h in sim.hosts:
+        h.close()
+    try:
+        bus = can.Bus(interface=interface, channel=channel, **opts)
+    except (can.CanError, OSError, ImportError, ValueError, TypeError, NotImplementedError,
+            RuntimeError) as err:
+        raise CommsError(f"cannot open {interface!r} channel {channel!r}: "
+                         f"{type(err).__name__}: {err}") from err
+    host = EmulatorHost(bus, devices, plant, now, own_bus=True)
+    return host, duration, (interface, channel, opts.get("port"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see module docstring); returns the exit code."""
+    ap = argparse.ArgumentParser(prog="python -m drivers.sim.serve",
+                                 description="Serve emulated CAN devices on a simulated plant.")
+    ap.add_argument("config", help="TOML file with [server] and [driver] tables")
+    ap.add_argument("--duration-s", type=float, default=None, help="stop after this many seconds")
+    args = ap.parse_args(argv)
+    try:
+        host, duration, where = build_server(args.config)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    except CommsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_COMMS
+    if args.duration_s is not None:
+        duration = args.duration_s
+    stop = threading.Event()
+
+    def _on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    print("READY " + " ".join(str(x) for x in where), flush=True)
+    t_end = None if duration is None else time.monotonic() + duration
+    try:
+        while not stop.is_set():
+            if t_end is not None and time.monotonic() >= t_end:
+                break
+            if not host.running:
+                break
+            stop.wait(0.05)
+        host.close()
+    except TorqueloopError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_COMMS
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through a subprocess in the tests
+    sys.exit(main())

@@ -1,0 +1,309 @@
+"""CAN transport: a thin wrapper around a python-can bus with errors from the error tree.
+
+:class:`CanTransport` opens a python-can bus by interface name
+(``"virtual"``, ``"udp_multicast"``, ``"socketcan"``, ``"pcan"``, ``"slcan"``,
+...).  python-can imports a backend only when it is chosen, so a missing
+optional dependency (vendor library, ``msgpack`` for ``udp_multicast``...) or a
+bad channel surfaces here as a :class:`~dynamics.errors.CommsError` naming the
+interface and channel, chained ``from`` the original error.
+
+A transport can also wrap an existing bus object (anything with the
+:class:`BusLike` methods), which is how the simulation wraps a bus in a
+fault-injecting proxy.
+
+Frames are exchanged as :class:`Frame` records (id, payload bytes, time stamp,
+flags), so the drivers never touch python-can types.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+
+from dynamics.errors import CommsError, CommsTimeoutError
+
+__all__ = ["Frame", "BusLike", "CanTransport", "recv_any"]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One CAN frame as seen by the drivers.
+
+    Attributes
+    ----------
+    arbitration_id : int
+        11-bit (or 29-bit if ``is_extended_id``) identifier.
+    data : bytes
+        Payload (empty for a remote frame).
+    timestamp : float
+        Receive time stamp from the bus backend [s] (backend clock, 0 for frames
+        built locally).
+    is_error_frame : bool
+        True for a CAN error frame (payload meaningless).
+    is_remote : bool
+        True for a remote transmission request (RTR).
+    is_extended_id : bool
+        True for a 29-bit identifier.
+    dlc : int or None
+        Data length code of a remote frame (``None``: ``len(data)``).
+    """
+
+    arbitration_id: int
+    data: bytes = b""
+    timestamp: float = 0.0
+    is_error_frame: bool = False
+    is_remote: bool = False
+    is_extended_id: bool = False
+    dlc: int | None = None
+
+
+@runtime_checkable
+class BusLike(Protocol):
+    """The part of :class:`can.BusABC` the transport uses."""
+
+    def send(self, msg: Any, timeout: float | None = None) -> None: ...
+
+    def recv(self, timeout: float | None = None) -> Any: ...
+
+    def shutdown(self) -> None: ...
+
+
+def _import_can():
+    try:
+        import can  # noqa: PLC0415 - optional at import time of the package
+    except ImportError as err:  # pragma: no cover - python-can is a dependency
+        raise CommsError("python-can is not installed") from err
+    return can
+
+
+class CanTransport:
+    """A CAN bus for the drivers.
+
+    Parameters
+    ----------
+    interface : str, optional
+        python-can interface name (``"virtual"``, ``"udp_multicast"``,
+        ``"socketcan"``, ``"pcan"``, ``"slcan"``...).  Required unless ``bus``
+        is given.
+    channel : str or int, optional
+        Interface channel (``"can0"``, ``"PCAN_USBBUS1"``, a serial port, a
+        virtual channel name, a multicast group...).
+    bitrate : int, optional
+        Nominal bit rate [bit/s] (ignored by virtual buses).
+    bus : BusLike, optional
+        An already-open bus to wrap instead of opening one.
+    name : str, optional
+        Name used in error messages (default ``"interface:channel"``).
+    send_timeout_s : float
+        Time a send may block when the TX queue is full.
+    **kwargs
+        Passed to :class:`can.Bus` (e.g. ``fd=True``, ``data_bitrate=...``,
+        ``receive_own_messages=False``).
+
+    Raises
+    ------
+    CommsError
+        Unknown interface, missing backend dependency, bad channel, or any
+        other failure opening the bus.
+    """
+
+    def __init__(self, interface: str | None = None, channel: str | int | None = None, *,
+                 bitrate: int | None = None, bus: BusLike | None = None, name: str | None = None,
+                 send_timeout_s: float = 0.01, **kwargs):
+        if not (isinstance(send_timeout_s, (int, float)) and math.isfinite(send_timeout_s) and send_timeout_s >= 0):
+            raise CommsError(f"send_timeout_s must be finite and >= 0, got {send_timeout_s!r}")
+        self.send_timeout_s = float(send_timeout_s)
+        self.interface = interface
+        self.channel = channel
+        #: nominal bit rate [bit/s] if known (used by the bus-load budget), else None
+        self.bitrate = None if bitrate is None else int(bitrate)
+        #: CAN FD data-phase bit rate [bit/s] if the bus was opened in FD mode, else None
+        self.data_bitrate = kwargs.get("data_bitrate") if kwargs.get("fd") else None
+        self.name = name or (f"{interface}:{channel}" if interface else "bus")
+        self.frames_sent = 0
+        self.frames_received = 0
+        self.error_frames = 0
+        self._closed = False
+        self._can = _import_can()
+        if bus is not None:
+            if not isinstance(bus, BusLike):
+                raise CommsError(f"{self.name}: object {bus!r} has no send/recv/shutdown")
+            self._bus = bus
+            return
+        if not interface or not isinstance(interface, str):
+            raise CommsError("CanTransport needs an interface name or an open bus")
+        opts = dict(kwargs)
+        if bitrate is not None:
+            opts["bitrate"] = int(bitrate)
+        try:
+            self._bus = self._can.Bus(interface=interface, channel=channel, **opts)
+        except (self._can.CanError, OSError, ImportError, ValueError, TypeError, NotImplementedError,
+                AttributeError) as err:
+            raise CommsError(
+                f"cannot open CAN interface {interface!r} channel {channel!r}: "
+                f"{type(err).__name__}: {err}") from err
+
+    @classmethod
+    def from_bus(cls, bus: BusLike, *, name: str = "bus", send_timeout_s: float = 0.01) -> "CanTransport":
+        """Wrap an existing python-can bus (or a proxy with the :class:`BusLike` methods)."""
+        return cls(bus=bus, name=name, send_timeout_s=send_timeout_s)
+
+    # ------------------------------------------------------------------
+    @property
+    def bus(self) -> BusLike:
+        """The wrapped bus object."""
+        return self._bus
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CommsError(f"{self.name}: transport is closed")
+
+    def send(self, arbitration_id: int, data: bytes = b"", is_extended_id: bool = False, *,
+             is_remote: bool = False, dlc: int | None = None) -> None:
+        """Send one frame.
+
+        Parameters
+        ----------
+        arbitration_id : int
+            Identifier.
+        data : bytes
+            Payload, 0..8 bytes (64 on an FD bus).
+        is_extended_id : bool
+            29-bit identifier.
+        is_remote : bool
+            Send a remote (RTR) frame; ``dlc`` gives the requested length.
+        dlc : int, optional
+            Data length code for a remote frame.
+
+        Raises
+        ------
+        CommsError
+            The bus refused the frame (bus off, TX buffer full, closed...).
+        CommsTimeoutError
+            The frame could not be queued within ``send_timeout_s``.
+        """
+        self._check_open()
+        can = self._can
+        try:
+            if is_remote:
+                msg = can.Message(arbitration_id=arbitration_id, is_extended_id=is_extended_id,
+                                  is_remote_frame=True, dlc=0 if dlc is None else dlc)
+            else:
+                msg = can.Message(arbitration_id=arbitration_id, data=data, is_extended_id=is_extended_id)
+            self._bus.send(msg, timeout=self.send_timeout_s)
+        except can.CanTimeoutError as err:
+            raise CommsTimeoutError(f"{self.name}: send of id 0x{arbitration_id:X} timed out") from err
+        except (can.CanError, OSError, ValueError, TypeError) as err:
+            raise CommsError(f"{self.name}: send of id 0x{arbitration_id:X} failed: {err}") from err
+        self.frames_sent += 1
+
+    def send_frame(self, frame: Frame) -> None:
+        """Send a :class:`Frame`."""
+        self.send(frame.arbitration_id, frame.data, frame.is_extended_id,
+                  is_remote=frame.is_remote, dlc=frame.dlc)
+
+    def send_many(self, frames: Iterable[Frame | tuple[int, bytes]]) -> None:
+        """Send frames back to back (``Frame`` objects or ``(arbitration_id, data)`` pairs)."""
+        for f in frames:
+            if isinstance(f, Frame):
+                self.send_frame(f)
+            else:
+                arb, data = f
+                self.send(arb, data)
+
+    def recv(self, timeout_s: float | None = 0.0) -> Frame | None:
+        """Receive one frame, waiting at most ``timeout_s`` seconds (0: poll, None: block).
+
+        Returns
+        -------
+        Frame or None
+            ``None`` if nothing arrived in time.
+
+        Raises
+        ------
+        CommsError
+            The bus failed.
+        """
+        self._check_open()
+        can = self._can
+        try:
+            msg = self._bus.recv(timeout=timeout_s)
+        except (can.CanError, OSError, ValueError) as err:
+            raise CommsError(f"{self.name}: receive failed: {err}") from err
+        if msg is None:
+            return None
+        self.frames_received += 1
+        if msg.is_error_frame:
+            self.error_frames += 1
+        return Frame(
+            arbitration_id=msg.arbitration_id,
+            data=bytes(msg.data) if msg.data is not None else b"",
+            timestamp=float(msg.timestamp or 0.0),
+            is_error_frame=bool(msg.is_error_frame),
+            is_remote=bool(msg.is_remote_frame),
+            is_extended_id=bool(msg.is_extended_id),
+            dlc=msg.dlc if msg.is_remote_frame else None,
+        )
+
+    def drain(self, max_frames: int = 100_000) -> int:
+        """Discard every frame already queued; return how many were dropped."""
+        n = 0
+        while n < max_frames and self.recv(0.0) is not None:
+            n += 1
+        return n
+
+    def close(self) -> None:
+        """Shut the bus down; safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._bus.shutdown()
+        except (self._can.CanError, OSError) as err:
+            raise CommsError(f"{self.name}: shutdown failed: {err}") from err
+
+    def __enter__(self) -> "CanTransport":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
+
+    def __repr__(self) -> str:
+        return f"CanTransport({self.name!r}, closed={self._closed})"
+
+
+def recv_any(transports: Sequence[CanTransport], timeout_s: float,
+             slice_s: float = 0.0002) -> tuple[int, Frame] | None:
+    """Receive the next frame from whichever of several transports has one.
+
+    With one transport this is a plain blocking :meth:`CanTransport.recv`.
+    With several, every transport is polled, then the first one is waited on
+    for at most ``slice_s`` before polling again, until ``timeout_s`` passed.
+
+    Returns
+    -------
+    (index, Frame) or None
+        Index into ``transports`` and the frame, or ``None`` on timeout.
+    """
+    if len(transports) == 1:
+        f = transports[0].recv(max(0.0, timeout_s))
+        return None if f is None else (0, f)
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    while True:
+        for i, t in enumerate(transports):
+            f = t.recv(0.0)
+            if f is not None:
+                return i, f
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        f = transports[0].recv(min(remaining, slice_s))
+        if f is not None:
+            return 0, f

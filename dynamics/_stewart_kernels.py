@@ -1,0 +1,681 @@
+"""Numba kernels of the Stewart platform (fast path, formulation (b): Kane / Newton-Euler per leg).
+
+Parameter packing (shared with :mod:`dynamics._stewart_lagrange`)
+-----------------------------------------------------------------
+``legs`` : float array (6, 32), one row per leg:
+    ``[b(3), p(3), a(3), m1, S1, I1(9), m2, S2, I2(9), armature]``
+    b = base joint (base frame) [m]; p = platform joint (platform frame) [m];
+    a = unit first axis of the base universal joint (base frame); m1, S1 =
+    lower cylinder mass [kg] and COM distance from the base joint [m]; I1 = its
+    inertia about its COM in the leg frame, row-major [kg m^2]; m2, S2, I2 =
+    upper piston mass, COM distance from the *platform* joint, inertia;
+    armature = reflected drive mass on the leg length [kg].
+``plat`` : float array (16,): ``[m, c(3), Ic(9), g(3)]`` platform mass [kg], COM in
+    the platform frame [m], inertia about the COM in the platform frame
+    [kg m^2], gravity in the base frame [m/s^2].
+
+``params`` : float array (208,) = ``concat(legs.ravel(), plat)``, used by the
+    one-state kernels (``*_one``) so that a call has few arguments: numba's
+    dispatch cost grows with the argument count and dominates a ~1 us kernel.
+
+Status codes returned by kernels: 0 ok, 1 a linear system was singular
+(actuation/type-2 singularity), 2 a universal joint is singular (leg parallel to
+its first axis), 3 Newton did not converge, 4 Euler-angle map singular
+(cos(beta) = 0), 5 a result is not finite (non-finite input).
+
+All kernels are scalar code on tuples (no per-leg allocation) so one task
+inverse dynamics call costs about a microsecond.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+LEG_B = slice(0, 3)
+LEG_P = slice(3, 6)
+LEG_A = slice(6, 9)
+LEG_M1 = 9
+LEG_S1 = 10
+LEG_I1 = slice(11, 20)
+LEG_M2 = 20
+LEG_S2 = 21
+LEG_I2 = slice(22, 31)
+LEG_ARM = 31
+LEG_COLS = 32
+
+PL_M = 0
+PL_C = slice(1, 4)
+PL_I = slice(4, 13)
+PL_G = slice(13, 16)
+PL_COLS = 16
+
+OK, SINGULAR, UJOINT_SINGULAR, NO_CONVERGENCE, EULER_SINGULAR, NOT_FINITE = 0, 1, 2, 3, 4, 5
+#: length of the flat parameter vector ``params = concat(legs.ravel(), plat)`` of the one-state kernels
+N_PARAMS = 6 * LEG_COLS + PL_COLS
+
+#: relative pivot size below which a 6x6 system is treated as singular
+PIVOT_TOL = 1e-13
+#: |u x a| below which a universal joint is treated as singular
+UJOINT_TOL = 1e-9
+
+
+# -- 3-vector helpers on tuples -----------------------------------------------
+@njit(cache=True, inline="always")
+def _add(a, b):
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+@njit(cache=True, inline="always")
+def _sub(a, b):
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
+
+
+@njit(cache=True, inline="always")
+def _mul(s, a):
+    return (s * a[0], s * a[1], s * a[2])
+
+
+@njit(cache=True, inline="always")
+def _dot(a, b):
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+@njit(cache=True, inline="always")
+def _cross(a, b):
+    return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
+
+
+@njit(cache=True, inline="always")
+def _vec(arr, k):
+    return (arr[k], arr[k + 1], arr[k + 2])
+
+
+@njit(cache=True, inline="always")
+def _matvec(M, k, v):
+    """(M v) with M stored row-major as 9 entries of array M starting at k."""
+    return (M[k] * v[0] + M[k + 1] * v[1] + M[k + 2] * v[2],
+            M[k + 3] * v[0] + M[k + 4] * v[1] + M[k + 5] * v[2],
+            M[k + 6] * v[0] + M[k + 7] * v[1] + M[k + 8] * v[2])
+
+
+@njit(cache=True)
+def rotation(e, R):
+    """Fill R (3x3) = Rz(gamma) Ry(beta) Rx(alpha) for e = (alpha, beta, gamma)."""
+    ca, sa = math.cos(e[0]), math.sin(e[0])
+    cb, sb = math.cos(e[1]), math.sin(e[1])
+    cg, sg = math.cos(e[2]), math.sin(e[2])
+    R[0, 0] = cg * cb
+    R[0, 1] = cg * sb * sa - sg * ca
+    R[0, 2] = cg * sb * ca + sg * sa
+    R[1, 0] = sg * cb
+    R[1, 1] = sg * sb * sa + cg * ca
+    R[1, 2] = sg * sb * ca - cg * sa
+    R[2, 0] = -sb
+    R[2, 1] = cb * sa
+    R[2, 2] = cb * ca
+
+
+@njit(cache=True, inline="always")
+def _rv(R, v):
+    return (R[0, 0] * v[0] + R[0, 1] * v[1] + R[0, 2] * v[2],
+            R[1, 0] * v[0] + R[1, 1] * v[1] + R[1, 2] * v[2],
+            R[2, 0] * v[0] + R[2, 1] * v[1] + R[2, 2] * v[2])
+
+
+@njit(cache=True)
+def euler_to_twist(X, Xd, Xdd, nu, nud):
+    """nu = [v; omega], nud = [a; omega_dot] from Euler coordinates (omega = E e', omega_dot = E e'' + E' e')."""
+    cb, sb = math.cos(X[4]), math.sin(X[4])
+    cg, sg = math.cos(X[5]), math.sin(X[5])
+    ad, bd, gd = Xd[3], Xd[4], Xd[5]
+    add, bdd, gdd = Xdd[3], Xdd[4], Xdd[5]
+    for k in range(3):
+        nu[k] = Xd[k]
+        nud[k] = Xdd[k]
+    nu[3] = cg * cb * ad - sg * bd
+    nu[4] = sg * cb * ad + cg * bd
+    nu[5] = -sb * ad + gd
+    # E e''
+    nud[3] = cg * cb * add - sg * bdd
+    nud[4] = sg * cb * add + cg * bdd
+    nud[5] = -sb * add + gdd
+    # E' e'
+    nud[3] += (-sg * cb * gd - cg * sb * bd) * ad - cg * gd * bd
+    nud[4] += (cg * cb * gd - sg * sb * bd) * ad - sg * gd * bd
+    nud[5] += -cb * bd * ad
+
+
+@njit(cache=True)
+def twist_to_euler_acc(X, Xd, nud, Xdd):
+    """Xdd from the twist acceleration: e'' = E^{-1}(omega_dot - E' e'). Returns status."""
+    cb, sb = math.cos(X[4]), math.sin(X[4])
+    cg, sg = math.cos(X[5]), math.sin(X[5])
+    if abs(cb) < 1e-12:
+        return EULER_SINGULAR
+    ad, bd, gd = Xd[3], Xd[4], Xd[5]
+    w0 = nud[3] - ((-sg * cb * gd - cg * sb * bd) * ad - cg * gd * bd)
+    w1 = nud[4] - ((cg * cb * gd - sg * sb * bd) * ad - sg * gd * bd)
+    w2 = nud[5] - (-cb * bd * ad)
+    # E^{-1}: alpha'' = (cg w0 + sg w1)/cb ; beta'' = -sg w0 + cg w1 ; gamma'' = w2 + sb alpha''
+    a2 = (cg * w0 + sg * w1) / cb
+    for k in range(3):
+        Xdd[k] = nud[k]
+    Xdd[3] = a2
+    Xdd[4] = -sg * w0 + cg * w1
+    Xdd[5] = w2 + sb * a2
+    return OK
+
+
+@njit(cache=True)
+def solve6(A, b, x):
+    """Solve A x = b (6x6) by Gaussian elimination with partial pivoting; A, b are not modified.
+
+    Returns SINGULAR if a pivot is below PIVOT_TOL times the largest |A_ij|.
+    """
+    n = 6
+    M = np.empty((n, n + 1))
+    scale = 0.0
+    for i in range(n):
+        for j in range(n):
+            M[i, j] = A[i, j]
+            if abs(A[i, j]) > scale:
+                scale = abs(A[i, j])
+        M[i, n] = b[i]
+    if not scale > 0.0:
+        return SINGULAR
+    for c in range(n):
+        piv = c
+        best = abs(M[c, c])
+        for r in range(c + 1, n):
+            if abs(M[r, c]) > best:
+                best = abs(M[r, c])
+                piv = r
+        if best <= PIVOT_TOL * scale:
+            return SINGULAR
+        if piv != c:
+            for j in range(c, n + 1):
+                t = M[c, j]
+                M[c, j] = M[piv, j]
+                M[piv, j] = t
+        inv = 1.0 / M[c, c]
+        for r in range(c + 1, n):
+            f = M[r, c] * inv
+            if f != 0.0:
+                for j in range(c, n + 1):
+                    M[r, j] -= f * M[c, j]
+    for i in range(n - 1, -1, -1):
+        s = M[i, n]
+        for j in range(i + 1, n):
+            s -= M[i, j] * x[j]
+        x[i] = s / M[i, i]
+    return OK
+
+
+@njit(cache=True)
+def leg_geometry(X, legs, R, J, L, U):
+    """Fill R, the twist Jacobian J (rows [u_i, R p_i x u_i]), lengths L and unit vectors U (6x3)."""
+    rotation(X[3:6], R)
+    r = (X[0], X[1], X[2])
+    for i in range(6):
+        leg = legs[i]
+        rp = _rv(R, _vec(leg, 3))
+        l = _sub(_add(r, rp), _vec(leg, 0))
+        Li = math.sqrt(_dot(l, l))
+        u = _mul(1.0 / Li, l)
+        m = _cross(rp, u)
+        L[i] = Li
+        for k in range(3):
+            U[i, k] = u[k]
+            J[i, k] = u[k]
+            J[i, 3 + k] = m[k]
+
+
+@njit(cache=True)
+def twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd):
+    """Generalized inertia + gravity forces of platform and legs in twist coordinates.
+
+    Fills J (6x6, L' = J nu), rhs (6,) = sum over bodies of the wrench the
+    actuators must supply (so that J^T F = rhs - external wrench), and Ldd (6,)
+    the leg accelerations.  Kane's method per leg: the partial velocities of the
+    two leg bodies with respect to the platform-joint velocity are
+    ``V1 = S1 P / L``, ``V2 = u u^T + (L - S2)/L P`` and ``A / L`` (angular).
+    Returns OK or UJOINT_SINGULAR.
+    """
+    R = np.empty((3, 3))
+    rotation(X[3:6], R)
+    r = (X[0], X[1], X[2])
+    v = (nu[0], nu[1], nu[2])
+    om = (nu[3], nu[4], nu[5])
+    acc = (nud[0], nud[1], nud[2])
+    omd = (nud[3], nud[4], nud[5])
+    g = _vec(plat, 13)
+    # platform (about its reference point O)
+    m = plat[0]
+    cw = _rv(R, _vec(plat, 1))
+    ac = _add(_add(acc, _cross(omd, cw)), _cross(om, _cross(om, cw)))
+    fp = _mul(m, _sub(ac, g))
+    # Ic_w w = R Ic R^T w
+    Rtom = (R[0, 0] * om[0] + R[1, 0] * om[1] + R[2, 0] * om[2],
+            R[0, 1] * om[0] + R[1, 1] * om[1] + R[2, 1] * om[2],
+            R[0, 2] * om[0] + R[1, 2] * om[1] + R[2, 2] * om[2])
+    Rtomd = (R[0, 0] * omd[0] + R[1, 0] * omd[1] + R[2, 0] * omd[2],
+             R[0, 1] * omd[0] + R[1, 1] * omd[1] + R[2, 1] * omd[2],
+             R[0, 2] * omd[0] + R[1, 2] * omd[1] + R[2, 2] * omd[2])
+    Icom = _rv(R, _matvec(plat, 4, Rtom))
+    Icomd = _rv(R, _matvec(plat, 4, Rtomd))
+    np_ = _add(_add(Icomd, _cross(om, Icom)), _cross(cw, fp))
+    for k in range(3):
+        rhs[k] = fp[k]
+        rhs[3 + k] = np_[k]
+    for i in range(6):
+        leg = legs[i]
+        b = _vec(leg, 0)
+        a = _vec(leg, 6)
+        m1, S1, m2, S2 = leg[9], leg[10], leg[20], leg[21]
+        rp = _rv(R, _vec(leg, 3))
+        l = _sub(_add(r, rp), b)
+        L = math.sqrt(_dot(l, l))
+        u = _mul(1.0 / L, l)
+        vP = _add(v, _cross(om, rp))
+        aP = _add(_add(acc, _cross(omd, rp)), _cross(om, _cross(om, rp)))
+        Ld = _dot(u, vP)
+        ud = _mul(1.0 / L, _sub(vP, _mul(Ld, u)))
+        Lddi = _dot(u, aP) + (_dot(vP, vP) - Ld * Ld) / L
+        udd = _mul(1.0 / L, _sub(_sub(aP, _mul(Lddi, u)), _mul(2.0 * Ld, ud)))
+        # leg frame from the universal joint
+        ua = _cross(u, a)
+        s = math.sqrt(_dot(ua, ua))
+        if s < UJOINT_TOL:
+            return UJOINT_SINGULAR
+        xl = _mul(1.0 / s, ua)
+        yl = _cross(u, xl)
+        c = _dot(a, u)
+        w = _dot(ud, xl)
+        sig = -w * c / s
+        omL = _add(_cross(u, ud), _mul(sig, u))
+        xld = _cross(omL, xl)
+        cd = _dot(a, ud)
+        sd = -c * cd / s
+        wd = _dot(udd, xl) + _dot(ud, xld)
+        sigd = -(wd * c + w * cd) / s + w * c * sd / (s * s)
+        alL = _add(_add(_cross(u, udd), _mul(sigd, u)), _mul(sig, ud))
+        # I_w x = RL (I1 + I2) RL^T x, RL = [xl yl u]
+        Ib = (leg[11] + leg[22], leg[12] + leg[23], leg[13] + leg[24],
+              leg[14] + leg[25], leg[15] + leg[26], leg[16] + leg[27],
+              leg[17] + leg[28], leg[18] + leg[29], leg[19] + leg[30])
+        ob = (_dot(xl, omL), _dot(yl, omL), _dot(u, omL))
+        ab = (_dot(xl, alL), _dot(yl, alL), _dot(u, alL))
+        Iob = _matvec(Ib, 0, ob)
+        Iab = _matvec(Ib, 0, ab)
+        Iom = _add(_add(_mul(Iob[0], xl), _mul(Iob[1], yl)), _mul(Iob[2], u))
+        Ial = _add(_add(_mul(Iab[0], xl), _mul(Iab[1], yl)), _mul(Iab[2], u))
+        tau = _add(Ial, _cross(omL, Iom))
+        # body accelerations and forces (inertia minus gravity)
+        f1 = _mul(m1, _sub(_mul(S1, udd), g))
+        a2 = _add(_add(_mul(Lddi, u), _mul(2.0 * Ld, ud)), _mul(L - S2, udd))
+        f2 = _mul(m2, _sub(a2, g))
+        uf1 = _dot(u, f1)
+        uf2 = _dot(u, f2)
+        q1 = _mul(S1 / L, _sub(f1, _mul(uf1, u)))
+        q2 = _add(_mul(uf2, u), _mul((L - S2) / L, _sub(f2, _mul(uf2, u))))
+        # A^T tau = -u x tau + k (u . tau), k = -(c/s) xl
+        qr = _mul(1.0 / L, _add(_mul(-1.0, _cross(u, tau)), _mul(-(c / s) * _dot(u, tau), xl)))
+        Q = _add(_add(q1, q2), qr)
+        mQ = _cross(rp, Q)
+        mu = _cross(rp, u)
+        for k in range(3):
+            rhs[k] += Q[k]
+            rhs[3 + k] += mQ[k]
+            J[i, k] = u[k]
+            J[i, 3 + k] = mu[k]
+        Ldd[i] = Lddi
+    return OK
+
+
+@njit(cache=True)
+def id_twist(X, nu, nud, W, has_w, legs, plat, F):
+    """Leg forces F (6,) for a twist-coordinate motion (nu, nud) and external wrench W. Returns a status."""
+    J = np.empty((6, 6))
+    rhs = np.empty(6)
+    Ldd = np.empty(6)
+    st = twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd)
+    if st != OK:
+        return st
+    if has_w:
+        for k in range(6):
+            rhs[k] -= W[k]
+    st = solve6(J.T, rhs, F)
+    if st != OK:
+        return st
+    for i in range(6):
+        F[i] += legs[i, LEG_ARM] * Ldd[i]
+    return OK
+
+
+@njit(cache=True)
+def task_id_kernel(X, Xd, Xdd, W, has_w, legs, plat, F):
+    """Leg forces F (6,) for an Euler-coordinate motion and external wrench W. Returns a status."""
+    nu = np.empty(6)
+    nud = np.empty(6)
+    euler_to_twist(X, Xd, Xdd, nu, nud)
+    return id_twist(X, nu, nud, W, has_w, legs, plat, F)
+
+
+@njit(cache=True, inline="always")
+def _finite6(F):
+    for i in range(6):
+        if not math.isfinite(F[i]):
+            return False
+    return True
+
+
+@njit(cache=True)
+def task_id_one(X, Xd, Xdd, params, F):
+    """One-state task inverse dynamics without wrench (few-argument entry point). Returns a status."""
+    legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
+    plat = params[6 * LEG_COLS:]
+    st = task_id_kernel(X, Xd, Xdd, X, False, legs, plat, F)
+    if st == OK and not _finite6(F):
+        return NOT_FINITE
+    return st
+
+
+@njit(cache=True)
+def task_id_one_w(X, Xd, Xdd, W, params, F):
+    """One-state task inverse dynamics with an external wrench W. Returns a status."""
+    legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
+    plat = params[6 * LEG_COLS:]
+    st = task_id_kernel(X, Xd, Xdd, W, True, legs, plat, F)
+    if st == OK and not _finite6(F):
+        return NOT_FINITE
+    return st
+
+
+@njit(cache=True)
+def task_id_batch(X, Xd, Xdd, W, has_w, legs, plat, F):
+    """Batch of :func:`task_id_kernel` over the first axis; returns (status, index)."""
+    for n in range(X.shape[0]):
+        st = task_id_kernel(X[n], Xd[n], Xdd[n], W[n], has_w, legs, plat, F[n])
+        if st != OK:
+            return st, n
+    return OK, -1
+
+
+@njit(cache=True)
+def joint_to_twist(X, qd, qdd, legs, plat, nu, nud):
+    """nu = J^{-1} qd and nud = J^{-1} (qdd - J' nu) at pose X. Returns a status."""
+    J = np.empty((6, 6))
+    rhs = np.empty(6)
+    Ldd0 = np.empty(6)
+    R = np.empty((3, 3))
+    L = np.empty(6)
+    U = np.empty((6, 3))
+    leg_geometry(X, legs, R, J, L, U)
+    st = solve6(J, qd, nu)
+    if st != OK:
+        return st
+    zero = np.zeros(6)
+    st = twist_wrench(X, nu, zero, legs, plat, J, rhs, Ldd0)
+    if st != OK:
+        return st
+    b = np.empty(6)
+    for i in range(6):
+        b[i] = qdd[i] - Ldd0[i]
+    return solve6(J, b, nud)
+
+
+@njit(cache=True)
+def joint_id_batch(X, qd, qdd, W, has_w, legs, plat, F):
+    """Leg forces for joint-space motion (q implied by the consistent poses X); returns (status, index)."""
+    nu = np.empty(6)
+    nud = np.empty(6)
+    for n in range(X.shape[0]):
+        st = joint_to_twist(X[n], qd[n], qdd[n], legs, plat, nu, nud)
+        if st == OK:
+            st = id_twist(X[n], nu, nud, W[n], has_w, legs, plat, F[n])
+        if st != OK:
+            return st, n
+    return OK, -1
+
+
+@njit(cache=True, inline="always")
+def _rank1(M, c, y, z, rp):
+    """M += c * [y; rp x y] [z; rp x z]^T (the image of c y z^T under J_i^T (.) J_i)."""
+    my = _cross(rp, y)
+    mz = _cross(rp, z)
+    y6 = (y[0], y[1], y[2], my[0], my[1], my[2])
+    z6 = (z[0], z[1], z[2], mz[0], mz[1], mz[2])
+    for p in range(6):
+        cy = c * y6[p]
+        for q in range(6):
+            M[p, q] += cy * z6[q]
+
+
+@njit(cache=True)
+def mass_twist(X, legs, plat, M, J):
+    """Fill M (6x6) = M_pl + sum J_i^T M_Li J_i (no armature) and J (6x6). Returns a status.
+
+    M_Li = m2 u u^T + m_eq (I - u u^T) + A^T I_w A / L^2 is applied as a sum of rank-one
+    terms: with the leg frame (x_l, y_l, u), ``RL^T A = [-y_l^T; x_l^T; k^T]`` so
+    ``A^T I_w A = sum_ab Ib_ab t_a t_b^T`` with ``t = (-y_l, x_l, k)``.
+    """
+    R = np.empty((3, 3))
+    rotation(X[3:6], R)
+    r = (X[0], X[1], X[2])
+    m = plat[0]
+    c = _rv(R, _vec(plat, 1))
+    # platform: [[m I, -m [c]x], [m [c]x, I_O]], I_O = R Ic R^T + m (|c|^2 I - c c^T)
+    cc = _dot(c, c)
+    for i in range(3):
+        ri = (R[i, 0], R[i, 1], R[i, 2])
+        Ii = _matvec(plat, 4, ri)  # Ic R^T e_i in body coords, i.e. row i of R Ic
+        for j in range(3):
+            rj = (R[j, 0], R[j, 1], R[j, 2])
+            M[3 + i, 3 + j] = _dot(Ii, rj) + m * ((cc if i == j else 0.0) - c[i] * c[j])
+            M[i, j] = m if i == j else 0.0
+    M[0, 4] = m * c[2]
+    M[0, 5] = -m * c[1]
+    M[1, 3] = -m * c[2]
+    M[1, 5] = m * c[0]
+    M[2, 3] = m * c[1]
+    M[2, 4] = -m * c[0]
+    M[0, 3] = M[1, 4] = M[2, 5] = 0.0
+    for i in range(3):
+        for j in range(3):
+            M[3 + j, i] = M[i, 3 + j]
+    e0 = (1.0, 0.0, 0.0)
+    e1 = (0.0, 1.0, 0.0)
+    e2 = (0.0, 0.0, 1.0)
+    for i in range(6):
+        leg = legs[i]
+        b = _vec(leg, 0)
+        a = _vec(leg, 6)
+        m1, S1, m2, S2 = leg[9], leg[10], leg[20], leg[21]
+        rp = _rv(R, _vec(leg, 3))
+        l = _sub(_add(r, rp), b)
+        L = math.sqrt(_dot(l, l))
+        u = _mul(1.0 / L, l)
+        ua = _cross(u, a)
+        s = math.sqrt(_dot(ua, ua))
+        if s < UJOINT_TOL:
+            return UJOINT_SINGULAR
+        xl = _mul(1.0 / s, ua)
+        yl = _cross(u, xl)
+        ca = _dot(a, u)
+        mu = _cross(rp, u)
+        for k in range(3):
+            J[i, k] = u[k]
+            J[i, 3 + k] = mu[k]
+        meq = (m1 * S1 * S1 + m2 * (L - S2) * (L - S2)) / (L * L)
+        _rank1(M, m2 - meq, u, u, rp)
+        _rank1(M, meq, e0, e0, rp)
+        _rank1(M, meq, e1, e1, rp)
+        _rank1(M, meq, e2, e2, rp)
+        t0 = _mul(-1.0, yl)
+        t1 = xl
+        t2 = _mul(-ca / s, xl)
+        iL2 = 1.0 / (L * L)
+        # g_b = sum_a Ib_ab t_a, Ib = I1 + I2 (row-major at 11 and 22)
+        for bb in range(3):
+            i0 = leg[11 + bb] + leg[22 + bb]
+            i1 = leg[14 + bb] + leg[25 + bb]
+            i2 = leg[17 + bb] + leg[28 + bb]
+            g = _add(_add(_mul(i0, t0), _mul(i1, t1)), _mul(i2, t2))
+            tb = t0 if bb == 0 else (t1 if bb == 1 else t2)
+            _rank1(M, iL2, g, tb, rp)
+    return OK
+
+
+@njit(cache=True)
+def fd_twist(X, nu, F, W, has_w, legs, plat, nud, Ldd):
+    """Twist acceleration nud and leg accelerations Ldd for leg forces F and external wrench W.
+
+    Solves ``(M + J^T diag(arm) J) nu' = J^T (F - arm * J' nu) + W - h(X, nu)``.
+    Returns a status.
+    """
+    zero = np.zeros(6)
+    J = np.empty((6, 6))
+    h = np.empty(6)
+    Ldd0 = np.empty(6)
+    st = twist_wrench(X, nu, zero, legs, plat, J, h, Ldd0)  # Ldd0 = J' nu
+    if st != OK:
+        return st
+    M = np.empty((6, 6))
+    st = mass_twist(X, legs, plat, M, J)
+    if st != OK:
+        return st
+    rhs = np.empty(6)
+    for k in range(6):
+        rhs[k] = -h[k] + (W[k] if has_w else 0.0)
+    for i in range(6):
+        arm = legs[i, LEG_ARM]
+        fi = F[i] - arm * Ldd0[i]
+        for p in range(6):
+            rhs[p] += J[i, p] * fi
+            if arm != 0.0:
+                for q in range(6):
+                    M[p, q] += arm * J[i, p] * J[i, q]
+    st = solve6(M, rhs, nud)
+    if st != OK:
+        return st
+    for i in range(6):
+        s = Ldd0[i]
+        for p in range(6):
+            s += J[i, p] * nud[p]
+        Ldd[i] = s
+    return OK
+
+
+@njit(cache=True)
+def task_fd_kernel(X, Xd, F, W, has_w, legs, plat, Xdd):
+    """Platform accelerations Xdd (Euler coordinates): e'' = E^{-1}(omega' - E' e'). Returns a status."""
+    nu = np.empty(6)
+    zero = np.zeros(6)
+    nud = np.empty(6)
+    euler_to_twist(X, Xd, zero, nu, nud)
+    Ldd = np.empty(6)
+    st = fd_twist(X, nu, F, W, has_w, legs, plat, nud, Ldd)
+    if st != OK:
+        return st
+    return twist_to_euler_acc(X, Xd, nud, Xdd)
+
+
+@njit(cache=True)
+def task_fd_one(X, Xd, F, params, Xdd):
+    """One-state task forward dynamics without wrench (few-argument entry point). Returns a status."""
+    legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
+    plat = params[6 * LEG_COLS:]
+    st = task_fd_kernel(X, Xd, F, X, False, legs, plat, Xdd)
+    if st == OK and not _finite6(Xdd):
+        return NOT_FINITE
+    return st
+
+
+@njit(cache=True)
+def task_fd_batch(X, Xd, F, W, has_w, legs, plat, Xdd):
+    for n in range(X.shape[0]):
+        st = task_fd_kernel(X[n], Xd[n], F[n], W[n], has_w, legs, plat, Xdd[n])
+        if st != OK:
+            return st, n
+    return OK, -1
+
+
+@njit(cache=True)
+def joint_fd_batch(X, qd, F, W, has_w, legs, plat, qdd):
+    """Leg accelerations qdd for leg forces F at the consistent poses X; returns (status, index)."""
+    J = np.empty((6, 6))
+    R = np.empty((3, 3))
+    L = np.empty(6)
+    U = np.empty((6, 3))
+    nu = np.empty(6)
+    nud = np.empty(6)
+    for n in range(X.shape[0]):
+        leg_geometry(X[n], legs, R, J, L, U)
+        st = solve6(J, qd[n], nu)
+        if st == OK:
+            st = fd_twist(X[n], nu, F[n], W[n], has_w, legs, plat, nud, qdd[n])
+        if st != OK:
+            return st, n
+    return OK, -1
+
+
+@njit(cache=True)
+def fk_kernel(q, X0, legs, tol, maxit, X):
+    """Forward kinematics by Newton: X with L(X) = q from the guess X0. Returns (status, iterations).
+
+    Newton on f(X) = L(X) - q with the Euler-coordinate Jacobian J diag(I, E);
+    steps are limited to 0.25 (m or rad) in max-norm.
+    """
+    R = np.empty((3, 3))
+    J = np.empty((6, 6))
+    L = np.empty(6)
+    U = np.empty((6, 3))
+    f = np.empty(6)
+    dX = np.empty(6)
+    for k in range(6):
+        X[k] = X0[k]
+    for it in range(maxit + 1):
+        leg_geometry(X, legs, R, J, L, U)
+        err = 0.0
+        for i in range(6):
+            f[i] = q[i] - L[i]
+            if abs(f[i]) > err:
+                err = abs(f[i])
+        if err <= tol:
+            return OK, it
+        if it == maxit:
+            break
+        # Euler-rate Jacobian: angular columns times E
+        cb, sb = math.cos(X[4]), math.sin(X[4])
+        cg, sg = math.cos(X[5]), math.sin(X[5])
+        for i in range(6):
+            m0, m1, m2 = J[i, 3], J[i, 4], J[i, 5]
+            J[i, 3] = m0 * cg * cb + m1 * sg * cb - m2 * sb
+            J[i, 4] = -m0 * sg + m1 * cg
+            J[i, 5] = m2
+        st = solve6(J, f, dX)
+        if st != OK:
+            return SINGULAR, it
+        big = 0.0
+        for k in range(6):
+            if abs(dX[k]) > big:
+                big = abs(dX[k])
+        sc = 1.0 if big <= 0.25 else 0.25 / big
+        for k in range(6):
+            X[k] += sc * dX[k]
+        if not np.isfinite(X).all():
+            break
+    return NO_CONVERGENCE, maxit
+
+
+@njit(cache=True)
+def ik_batch(X, legs, L):
+    """Leg lengths L (N, 6) for poses X (N, 6)."""
+    R = np.empty((3, 3))
+    J = np.empty((6, 6))
+    U = np.empty((6, 3))
+    for n in range(X.shape[0]):
+        leg_geometry(X[n], legs, R, J, L[n], U)

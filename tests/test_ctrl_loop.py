@@ -1,0 +1,145 @@
+"""The control loop with the simulated plant: determinism, accounting, estimation, real parallel model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.clock import LockstepClock, WallClock
+from controller.estimation import FilteredDifference
+from controller.gains import ct_gains
+from controller.laws import ComputedTorque, PDGravity, TaskComputedTorque
+from controller.loop import ControlLoop
+from controller.safety import SafetyConfig, SafetySupervisor
+from controller.telemetry import TelemetryWriter, read_log
+from drivers.sim.direct import DirectPlantDriver
+from drivers.sim.plant import SimulatedPlant
+from dynamics.errors import ConfigError, ModelError
+from trajectories.base import Hold
+
+try:
+    from tests.test_ctrl_models import Arm2, FaultyDriver, SineTraj, replace_fb
+except ImportError:  # pragma: no cover
+    from test_ctrl_models import Arm2, FaultyDriver, SineTraj, replace_fb
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make(tmp_path=None, *, clock=None, period=1e-3, T=0.5, hook=None, estimator=None, plant_kw=None,
+         ctrl=None, traj=None):
+    m = Arm2()
+    traj = traj or SineTraj([0.3, 0.8], [0.2, -0.2], 4.0, T)
+    clock = clock or LockstepClock()
+    s0 = traj.sample(0.0)
+    plant = SimulatedPlant(m, q0=s0.pos, qd0=s0.vel, **(plant_kw or {}))
+    drv = FaultyDriver(DirectPlantDriver(plant, now=clock.now), hook=hook)
+    tel = None if tmp_path is None else TelemetryWriter(tmp_path, 2, 2, buffer_rows=100, meta={"seed": 1})
+    ctrl = ctrl or ComputedTorque(m, 400.0, 40.0)
+    loop = ControlLoop(drv, ctrl, traj, SafetySupervisor(SafetyConfig(tracking_error_max=0.05), m.limits), clock,
+                       period_s=period, telemetry=tel, velocity_estimator=estimator)
+    return loop, drv
+
+
+def test_lockstep_runs_are_deterministic(tmp_path):
+    logs = []
+    for i in range(2):
+        rng = np.random.default_rng(7)
+        loop, _ = make(tmp_path / f"r{i}", plant_kw=dict(position_noise_std_rad=1e-4, rng=rng))
+        res = loop.run()
+        assert res.status == "completed"
+        logs.append(read_log(tmp_path / f"r{i}"))
+    for name in ("t", "q", "qd", "tau_cmd", "err", "ref_pos"):
+        assert np.array_equal(logs[0][name], logs[1][name]), name
+
+
+def test_result_accounting_and_tracking(tmp_path):
+    loop, drv = make(tmp_path, T=1.0)
+    res = loop.run()
+    assert res.status == "completed" and res.n_cycles == 1001 == res.timing.n_cycles
+    assert res.metrics["n_cycles"] == 1001
+    # lock-step: never late, exact periods; compute time measured (real CPU time)
+    assert res.timing.lateness["max"] == 0.0 and res.timing.missed_deadlines == 0
+    assert res.timing.period_error["max"] < 1e-12
+    assert 0 < res.timing.compute["p50"] <= res.timing.compute["max"]
+    assert res.timing.compute["max"] <= res.timing.cycle["max"]
+    # matched CT: the error is the one-period measurement delay, ~ |qd| * period
+    log = read_log(tmp_path)
+    vmax = np.max(np.abs(log["ref_vel"]), axis=0)
+    assert np.all(np.array(res.metrics["max_abs_error"]) < 1.5 * vmax * 1e-3)
+    assert res.metrics["saturation_fraction_any"] == 0.0
+    d = res.as_dict()
+    assert d["status"] == "completed" and d["timing"]["n_cycles"] == 1001
+    with pytest.raises(ConfigError):
+        ControlLoop(drv, ComputedTorque(Arm2(), 1.0, 1.0), Hold([0.0, 0.0, 0.0], 1.0),
+                    SafetySupervisor(SafetyConfig(), Arm2().limits), LockstepClock(), period_s=1e-3)
+    with pytest.raises(ConfigError):
+        ControlLoop(drv, ComputedTorque(Arm2(), 1.0, 1.0), Hold([0.0, 0.0], 1.0),
+                    SafetySupervisor(SafetyConfig(), Arm2().limits), LockstepClock(), period_s=0.0)
+
+
+def test_position_only_feedback_uses_filtered_difference(tmp_path):
+    def hook(k, fb):
+        return replace_fb(fb, velocity_rad_s=np.full(2, np.nan))
+    loop, _ = make(tmp_path, hook=hook, T=1.0, ctrl=PDGravity(Arm2(), 200.0, 20.0),
+                   traj=Hold([0.3, 0.8], 1.0))
+    res = loop.run()
+    assert res.status == "completed"
+    assert any("finite difference" in m for m in res.messages)
+    log = read_log(tmp_path)
+    assert np.all(np.isfinite(log["qd"]))
+
+
+def test_filtered_difference():
+    est = FilteredDifference(1, cutoff_hz=np.inf)
+    for k in range(5):
+        v = est.update(k * 0.01, np.array([2.0 * k * 0.01]))
+    assert v[0] == pytest.approx(2.0)
+    est = FilteredDifference(1, cutoff_hz=5.0)
+    tau = 1 / (2 * np.pi * 5.0)
+    dt = 1e-3
+    vs = [est.update(k * dt, np.array([k * dt]))[0] for k in range(400)]   # unit ramp
+    # first-order response to a velocity step: 1 - exp(-(t - dt)/tau)
+    t = 0.2
+    assert vs[200] == pytest.approx(1 - np.exp(-(t - dt) / tau), abs=2e-3)
+    with pytest.raises(ModelError):
+        FilteredDifference(1, 0.0)
+
+
+def test_wallclock_loop_accounting():
+    """Paced run: ordering and accounting only, no timing thresholds."""
+    clock = WallClock(spin_s=2e-4)
+    loop, drv = make(None, clock=clock, period=2e-3, T=0.1)
+    res = loop.run()
+    assert res.status == "completed" and res.n_cycles == 51
+    assert res.timing.lateness["p50"] >= 0 and res.timing.lateness["max"] >= res.timing.lateness["p99"]
+    assert res.wall_time_s >= 0.1   # paced: cannot finish before the last deadline
+    assert 0 <= res.timing.missed_deadlines <= 51
+
+
+@pytest.mark.slow
+def test_task_space_ct_on_real_3rrr(tmp_path):
+    from dynamics import load_model
+    m = load_model(ROOT / "hil_configs" / "robots" / "3rrr_horizontal.toml")
+    X0 = np.asarray(m.home_pose, float)
+    traj = SineTraj(X0, [0.02, -0.015, 0.05], 6.0, 0.4)
+    s0 = traj.sample(0.0)
+    q0 = m.inverse_kinematics(s0.pos)
+    J = m.task_jacobian(q0, s0.pos)
+    qd0 = np.linalg.solve(J, s0.vel)
+    clock = LockstepClock()
+    plant = SimulatedPlant(m, q0=q0, qd0=qd0)
+    drv = DirectPlantDriver(plant, now=clock.now)
+    d = ct_gains(30.0, 1.0, n=3)
+    ctrl = TaskComputedTorque(m, d.kp, d.kd, friction="measured")
+    safety = SafetySupervisor(SafetyConfig(tracking_error_max=0.01, singularity_margin_min=0.05,
+                                           singularity_every=10), m.limits, model=m)
+    tel = TelemetryWriter(tmp_path, 3, 3)
+    res = ControlLoop(drv, ctrl, traj, safety, clock, period_s=1e-3, telemetry=tel).run()
+    assert res.status == "completed", res.faults
+    # one-period delay dominates: position error ~ |v| dt
+    vmax = np.hypot(0.02 * 6.0, 0.015 * 6.0)
+    assert res.metrics["max_position_error_m"] < 3 * vmax * 1e-3
+    assert res.metrics["max_orientation_error_rad"] < 3 * 0.05 * 6.0 * 1e-3
+    assert 0.05 < safety.last_margin <= 1.0

@@ -1,0 +1,330 @@
+"""Safety supervisor: unit checks, and every fault case through the loop ends safe with the log on disk."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from controller.clock import LockstepClock
+from controller.laws import ComputedTorque, Ref, State
+from controller.loop import ControlLoop
+from controller.safety import (BRAKING, CLIPPED, DISABLED, FAULT, HOLDING, SOFT_LIMIT, SafetyConfig,
+                               SafetySupervisor)
+from controller.telemetry import TelemetryWriter, read_log, read_meta
+from drivers.base import Feedback
+from drivers.sim.direct import DirectPlantDriver
+from drivers.sim.plant import SimulatedPlant
+from dynamics.config import Section
+from dynamics.errors import ConfigError, SafetyError
+from trajectories.base import Hold
+
+try:
+    from tests.test_ctrl_models import Arm2, Arm2Task, FaultyDriver, SineTraj, replace_fb
+except ImportError:  # pragma: no cover
+    from test_ctrl_models import Arm2, Arm2Task, FaultyDriver, SineTraj, replace_fb
+
+P = 1e-3
+
+
+def fb_ok(q, qd=None, n=2, **kw):
+    d = dict(t_s=0.0, position_rad=np.asarray(q, float), velocity_rad_s=np.zeros(n) if qd is None else np.asarray(qd, float),
+             torque_nm=np.zeros(n), fault=np.zeros(n, int), fresh=np.ones(n, bool), enabled=np.ones(n, bool))
+    d.update(kw)
+    return Feedback(**d)
+
+
+def sup(**kw):
+    m = Arm2(tau_max=(10.0, 5.0))
+    return SafetySupervisor(SafetyConfig(**kw), m.limits, model=m)
+
+
+def check(s, q, qd, tau, ref=None, fb=None, t=0.0):
+    q, qd = np.asarray(q, float), np.asarray(qd, float)
+    ref = Ref.setpoint(q) if ref is None else ref
+    fb = fb_ok(q, qd) if fb is None else fb
+    return s.check(t, State(t, q, qd), fb, ref, np.asarray(tau, float))
+
+
+# ---------------------------------------------------------------- unit checks
+def test_clip_and_soft_limit():
+    s = sup(position_margin_rad=0.1, soft_kd_nm_s_per_rad=2.0)
+    cmd, st = check(s, [0.0, 0.0], [0.0, 0.0], [20.0, -1.0])
+    assert np.allclose(cmd, [10.0, -1.0]) and st.code == CLIPPED and st.saturated.tolist() == [True, False]
+    assert st.action == "run" and not s.latched
+    # joint 0 in the soft zone near +3 rad moving up: push removed, damping added
+    cmd, st = check(s, [2.95, 0.0], [1.0, 0.0], [3.0, 1.0])
+    assert st.code & SOFT_LIMIT and cmd[0] == pytest.approx(-2.0) and cmd[1] == 1.0
+    # moving away from the limit: untouched
+    cmd, st = check(s, [2.95, 0.0], [-1.0, 0.0], [3.0, 1.0])
+    assert st.code == 0 and np.allclose(cmd, [3.0, 1.0])
+
+
+@pytest.mark.parametrize("case,cause", [
+    ("nan_tau", "nonfinite"), ("nan_q", "nonfinite"), ("nan_ref", "nonfinite"), ("hard_limit", "position_limit"),
+    ("velocity", "velocity_limit"), ("tracking", "tracking_error"), ("device", "device_fault"),
+    ("disabled", "drive_disabled"), ("signal", "signal")])
+def test_each_fault_latches_and_zero_disables(case, cause):
+    s = sup(tracking_error_max=0.1)
+    q, qd, tau = np.array([0.1, 0.2]), np.zeros(2), np.array([1.0, 1.0])
+    ref, fb = Ref.setpoint(q), fb_ok(q)
+    if case == "nan_tau":
+        tau = np.array([np.nan, 1.0])
+    elif case == "nan_q":
+        q = np.array([0.1, np.inf])
+    elif case == "nan_ref":
+        ref = Ref(q, np.array([0.0, np.nan]), np.zeros(2))
+    elif case == "hard_limit":
+        q = np.array([3.2, 0.0])
+        ref = Ref.setpoint(q)
+    elif case == "velocity":
+        qd = np.array([0.0, -25.0])
+    elif case == "tracking":
+        ref = Ref.setpoint(q + [0.0, 0.2])
+    elif case == "device":
+        fb = fb_ok(q, fault=np.array([0, 7]))
+    elif case == "disabled":
+        fb = fb_ok(q, enabled=np.array([True, False]))
+    elif case == "signal":
+        s.request_stop("SIGINT")
+    cmd, st = s.check(0.5, State(0.5, q, qd), fb, ref, tau)
+    assert np.all(cmd == 0.0) and st.action == "disable" and st.code == FAULT | DISABLED
+    assert s.latched and s.faults[0].cause == cause and s.faults[0].t_s == 0.5
+    # latched until reset, even when everything is fine again
+    cmd, st = check(s, [0.1, 0.2], [0, 0], [1.0, 1.0])
+    assert st.action == "disable" and np.all(cmd == 0)
+    s.reset()
+    cmd, st = check(s, [0.1, 0.2], [0, 0], [1.0, 1.0])
+    assert st.action == "run" and np.allclose(cmd, [1.0, 1.0])
+
+
+def test_stale_feedback_after_n_cycles():
+    s = sup(stale_cycles=3)
+    q = np.array([0.1, 0.2])
+    stale = fb_ok(q, fresh=np.array([True, False]))
+    for k in range(2):
+        _, st = check(s, q, [0, 0], [0, 0], fb=stale)
+        assert st.action == "run"
+    _, st = check(s, q, [0, 0], [0, 0], fb=stale)
+    assert st.action == "disable" and s.faults[0].cause == "stale_feedback" and s.faults[0].joint == 1
+
+
+def test_brake_and_hold_reactions():
+    s = sup(stop_reaction="brake_disable", brake_time_s=0.01, brake_kd_nm_s_per_rad=[3.0, 100.0])
+    s.request_stop()
+    cmd, st = check(s, [0.1, 0.2], [1.0, 0.5], [0, 0], t=1.0)
+    assert st.action == "brake" and st.code == FAULT | BRAKING
+    assert np.allclose(cmd, [-3.0, -5.0]) and st.saturated.tolist() == [False, True]   # clipped at 5 N m
+    cmd, st = check(s, [0.1, 0.2], [1.0, 0.5], [0, 0], t=1.02)
+    assert st.action == "disable" and np.all(cmd == 0)
+    # non-finite state: braking impossible -> immediate zero/disable
+    s2 = sup(stop_reaction="brake_disable")
+    cmd, st = check(s2, [0.1, np.nan], [1.0, 0.5], [0, 0])
+    assert st.action == "disable"
+    # hold: gravity + PD towards the position at the fault
+    m = Arm2(tau_max=(10.0, 5.0))
+    s3 = sup(stop_reaction="hold", hold_time_s=0.1, hold_kp_nm_per_rad=10.0, hold_kd_nm_s_per_rad=1.0)
+    s3.request_stop()
+    q = np.array([0.1, 0.2])
+    cmd, st = check(s3, q, [0, 0], [0, 0], t=0.0)
+    assert st.action == "hold" and st.code == FAULT | HOLDING and np.allclose(cmd, m.gravity(q))
+    cmd, st = check(s3, q + [0.01, 0.0], [0.2, 0], [0, 0], t=0.05)
+    assert np.allclose(cmd, m.gravity(q + [0.01, 0]) + [-0.1 - 0.2, 0.0])
+    cmd, st = check(s3, q, [0, 0], [0, 0], t=0.1)
+    assert st.action == "disable"
+
+
+def test_startup_checks():
+    s = sup(startup_tolerance=0.05)
+    q = np.array([0.1, 0.2])
+    s.startup_check(fb_ok(q), np.zeros(2))
+    for fb, err, word in [(fb_ok(q, enabled=np.array([True, False])), np.zeros(2), "not enabled"),
+                          (fb_ok(q, fresh=np.array([False, True])), np.zeros(2), "fresh"),
+                          (fb_ok(q, fault=np.array([3, 0])), np.zeros(2), "code 3"),
+                          (fb_ok(q), np.array([0.0, 0.2]), "trajectory start"),
+                          (fb_ok([3.5, 0.0]), np.zeros(2), "outside position limits")]:
+        with pytest.raises(SafetyError, match=word):
+            s.startup_check(fb, err)
+    with pytest.raises(SafetyError):
+        s.startup_check(None, np.zeros(2))
+
+
+def test_config_from_section_names_fields():
+    sec = Section({"stop_reaction": "brake_disable", "torque_max": [1.0, 2.0], "tracking_error_max": 0.2,
+                   "stale_cycles": 5, "singularity_margin_min": 0.01}, file="run.toml", path="safety")
+    c = SafetyConfig.from_section(sec)
+    assert c.stop_reaction == "brake_disable" and c.stale_cycles == 5 and np.allclose(c.torque_max, [1, 2])
+    with pytest.raises(ConfigError, match=r"run.toml.*safety\.stop_reaction"):
+        SafetyConfig.from_section(Section({"stop_reaction": "explode"}, file="run.toml", path="safety"))
+    with pytest.raises(ConfigError, match=r"safety\.bogus"):
+        SafetyConfig.from_section(Section({"bogus": 1}, file="run.toml", path="safety"))
+    with pytest.raises(ConfigError, match=r"safety\.stale_cycles"):
+        SafetyConfig.from_section(Section({"stale_cycles": 0}, file="run.toml", path="safety"))
+    with pytest.raises(ConfigError, match=r"safety\.velocity_max"):
+        SafetyConfig.from_section(Section({"velocity_max": [1.0, -2.0]}, file="run.toml", path="safety"))
+    with pytest.raises(ConfigError, match="torque_max"):
+        SafetySupervisor(SafetyConfig(torque_max=[1.0, 2.0, 3.0]), Arm2().limits)
+
+
+def test_singularity_margin_check():
+    m = Arm2Task()
+    s = SafetySupervisor(SafetyConfig(singularity_margin_min=0.05, singularity_every=2), m.limits, model=m)
+    q_ok = np.array([0.3, 1.2])
+    _, st = check(s, q_ok, [0, 0], [0, 0])
+    assert st.action == "run" and 0.05 < s.last_margin <= 1
+    q_sing = np.array([0.3, 1e-4])   # arm stretched: J singular
+    _, st = check(s, q_sing, [0, 0], [0, 0])     # cycle 2: not checked
+    assert st.action == "run"
+    _, st = check(s, q_sing, [0, 0], [0, 0])     # cycle 3: checked
+    assert st.action == "disable" and s.faults[0].cause == "singularity"
+
+
+# ------------------------------------------------------- fault cases through the loop
+class NaNAfter(ComputedTorque):
+    """A model failure: NaN torque from cycle time t_bad on."""
+
+    def __init__(self, *a, t_bad, exc=False, **k):
+        super().__init__(*a, **k)
+        self.t_bad, self.exc = t_bad, exc
+
+    def compute(self, t_s, ref, state):
+        tau = super().compute(t_s, ref, state)
+        if t_s >= self.t_bad - 1e-12:
+            if self.exc:
+                raise np.linalg.LinAlgError("singular matrix (injected)")
+            return tau * np.nan
+        return tau
+
+
+def run_loop(tmp_path, *, hook=None, comms_error_at=None, ctrl=None, traj=None, cfg=None, plant_model=None,
+             q0=None, signal_at=None, drivers_out=None):
+    m = Arm2()
+    traj = traj or SineTraj([0.3, 0.8], [0.2, -0.2], 4.0, 0.5)
+    clock = LockstepClock()
+    s0 = traj.sample(0.0)
+    plant = SimulatedPlant(plant_model or m, q0=s0.pos if q0 is None else q0, qd0=s0.vel)
+    inner = DirectPlantDriver(plant, now=clock.now)
+    if signal_at is not None:
+        def hook(k, fb, _h=hook):
+            if k == signal_at:
+                os.kill(os.getpid(), signal.SIGINT)
+            return fb if _h is None else _h(k, fb)
+    drv = FaultyDriver(inner, hook=hook, comms_error_at=comms_error_at)
+    if drivers_out is not None:
+        drivers_out.append(drv)
+    ctrl = ctrl or ComputedTorque(m, 400.0, 40.0)
+    safety = SafetySupervisor(cfg or SafetyConfig(tracking_error_max=0.05), m.limits, model=m)
+    tel = TelemetryWriter(tmp_path, 2, 2, buffer_rows=64)
+    res = ControlLoop(drv, ctrl, traj, safety, clock, period_s=P, telemetry=tel).run()
+    return res, drv, read_log(tmp_path), read_meta(tmp_path)
+
+
+def assert_safe_stop(res, drv, log, cause, k_cause):
+    """Fault caused by the feedback of command k_cause (or at cycle k_cause): zero/disable within 2 cycles."""
+    assert res.status in ("fault", "stopped")
+    assert res.faults[0].cause == cause
+    assert drv.calls[-1] == "disable"
+    # the last command sent is zero and it is sent no later than 2 cycles after the cause
+    assert np.all(drv.sent[-1] == 0.0)
+    assert len(drv.sent) <= k_cause + 2
+    # log complete on disk: one row per command, the last one flagged
+    assert log.shape[0] == len(drv.sent) == res.n_cycles
+    assert log["safety"][-1] & FAULT and log["safety"][-1] & DISABLED
+    assert np.all(log["tau_cmd"][-1] == 0.0)
+    assert np.allclose(log["t"], np.arange(log.shape[0]) * P)
+
+
+def test_loop_completes_and_disables(tmp_path):
+    res, drv, log, meta = run_loop(tmp_path)
+    assert res.status == "completed" and res.faults == [] and res.n_cycles == 501
+    assert drv.calls[0] == "enable" and drv.calls[-1] == "disable" and drv.calls.count("cycle") == 501
+    assert log.shape == (501,) and meta["result"]["status"] == "completed" and meta["rows"] == 501
+
+
+def test_fault_nan_from_model(tmp_path):
+    m = Arm2()
+    res, drv, log, _ = run_loop(tmp_path, ctrl=NaNAfter(m, 400.0, 40.0, t_bad=0.2))
+    assert_safe_stop(res, drv, log, "nonfinite", 200)
+    assert np.isnan(log["tau_ctrl"][-1]).all()
+
+
+def test_fault_exception_from_model(tmp_path):
+    m = Arm2()
+    res, drv, log, _ = run_loop(tmp_path, ctrl=NaNAfter(m, 400.0, 40.0, t_bad=0.1, exc=True))
+    assert_safe_stop(res, drv, log, "controller", 100)
+    assert "LinAlgError" in res.faults[0].message
+
+
+def test_fault_position_limit(tmp_path):
+    # the trajectory drives joint 1 through its (config) limit of 0.9 rad
+    cfg = SafetyConfig(position_max=[3.0, 0.9], position_margin_rad=0.0, tracking_error_max=0.05)
+    res, drv, log, _ = run_loop(tmp_path, cfg=cfg, traj=SineTraj([0.3, 0.8], [0.0, 0.3], 4.0, 0.5))
+    k = int(np.argmax(log["q"][:, 1] > 0.9))
+    assert_safe_stop(res, drv, log, "position_limit", k)
+    assert k == log.shape[0] - 1
+
+
+def test_fault_stale_feedback(tmp_path):
+    def hook(k, fb):
+        if k >= 100:
+            return replace_fb(fb, fresh=np.array([True, False]))
+        return fb
+    res, drv, log, _ = run_loop(tmp_path, hook=hook, cfg=SafetyConfig(stale_cycles=3))
+    assert_safe_stop(res, drv, log, "stale_feedback", 102)
+    assert log["fresh"][-1].tolist() == [True, False]
+
+
+def test_fault_device(tmp_path):
+    def hook(k, fb):
+        return replace_fb(fb, fault=np.array([0, 0x21])) if k >= 50 else fb
+    res, drv, log, _ = run_loop(tmp_path, hook=hook)
+    assert_safe_stop(res, drv, log, "device_fault", 50)
+    assert res.faults[0].joint == 1 and res.faults[0].values["code"] == 0x21
+
+
+def test_fault_tracking_error(tmp_path):
+    # plant 3x heavier than the model, low gains: the error grows past the limit
+    res, drv, log, _ = run_loop(tmp_path, plant_model=Arm2().scaled(3.0),
+                                ctrl=ComputedTorque(Arm2(), 25.0, 10.0), cfg=SafetyConfig(tracking_error_max=0.02))
+    k = int(np.argmax(np.any(np.abs(log["err"]) > 0.02, axis=1)))
+    assert_safe_stop(res, drv, log, "tracking_error", k)
+
+
+def test_fault_comms_error(tmp_path):
+    res, drv, log, _ = run_loop(tmp_path, comms_error_at=120)
+    assert res.status == "fault" and res.faults[0].cause == "comms"
+    assert drv.calls[-1] == "disable" and len(drv.sent) == 120 and log.shape[0] == 120
+    assert log["safety"][-1] & FAULT
+
+
+def test_sigint_is_a_safe_stop_and_handlers_restored(tmp_path):
+    before = signal.getsignal(signal.SIGINT)
+    res, drv, log, _ = run_loop(tmp_path, signal_at=80)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert res.status == "stopped"
+    assert_safe_stop(res, drv, log, "signal", 80)
+
+
+def test_brake_disable_through_loop(tmp_path):
+    cfg = SafetyConfig(stop_reaction="brake_disable", brake_time_s=0.02, brake_kd_nm_s_per_rad=2.0)
+    res, drv, log, _ = run_loop(tmp_path, cfg=cfg, signal_at=80)
+    codes = log["safety"]
+    braking = np.flatnonzero(codes & BRAKING)
+    assert braking.size >= 1 and braking[0] <= 81
+    qd = log["qd"][braking[0]]
+    assert np.allclose(log["tau_cmd"][braking[0]], -2.0 * qd)
+    assert drv.calls[-1] == "disable" and np.all(drv.sent[-1] == 0)
+    assert log.shape[0] <= braking[0] + 22
+
+
+def test_startup_refused_before_any_torque(tmp_path):
+    out = []
+    with pytest.raises(SafetyError, match="trajectory start"):
+        run_loop(tmp_path, q0=np.array([0.3, 1.2]), drivers_out=out)
+    # nothing was sent and the drives were disabled
+    assert out[0].calls == ["enable", "disable"] and out[0].sent == []
+    log = read_log(tmp_path)
+    assert log.shape == (0,)
+    assert read_meta(tmp_path)["result"]["status"] == "error"

@@ -1,0 +1,382 @@
+"""Device emulators at protocol level (frames built with the codecs, no driver)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import can
+import numpy as np
+import pytest
+
+from dynamics.errors import CommsError, ConfigError
+from drivers.base import JointMapping
+from drivers.codecs import mit as mitc
+from drivers.codecs import odrive as odc
+from drivers.sim.emulators import (EmulatorHost, MitEmulator, MitMotorConfig, OdriveAxisConfig,
+                                   OdriveEmulator)
+from drivers.sim.plant import SimulatedPlant
+from drivers.sim.toy_models import PlanarTwoLink
+
+LIM = mitc.MIT_MODELS["AK80-9"]
+MAP1 = JointMapping(gear_ratio=6.0, sign=-1, offset_rad=0.2, efficiency=0.9)
+
+
+class Clock:
+    def __init__(self, t=0.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+class NullBus:
+    """Stand-in bus for single-threaded use of EmulatorHost.handle()."""
+
+    def send(self, msg, timeout=None):
+        raise AssertionError("not used")
+
+    def recv(self, timeout=None):
+        return None
+
+    def shutdown(self):
+        pass
+
+
+def _frame(arb, data=b"", rtr=False):
+    if rtr:
+        return can.Message(arbitration_id=arb, is_remote_frame=True, dlc=8, is_extended_id=False)
+    return can.Message(arbitration_id=arb, data=data, is_extended_id=False)
+
+
+def _plant():
+    return SimulatedPlant(PlanarTwoLink(), q0=[0.3, -0.4])
+
+
+def _mit_setup(**kw):
+    clock = Clock()
+    plant = _plant()
+    emu = MitEmulator([MitMotorConfig(1, 0, LIM, MAP1),
+                       MitMotorConfig(2, 1, LIM, JointMapping(), variant="cubemars8")], **kw)
+    host = EmulatorHost(NullBus(), [emu], plant, clock, start=False)
+    return clock, plant, emu, host
+
+
+# ---------------------------------------------------------------------------
+# MIT
+# ---------------------------------------------------------------------------
+def test_mit_replies_to_every_frame_with_quantised_state():
+    clock, plant, emu, host = _mit_setup()
+    out = host.handle(_frame(1, mitc.ENTER_MOTOR_MODE))
+    assert len(out) == 1 and out[0].arbitration_id == 0 and len(out[0].data) == 6
+    r = mitc.decode_reply(out[0].data, LIM)
+    assert r.motor_id == 1
+    q_from_motor = MAP1.motor_to_joint_position(r.p_rad)
+    assert q_from_motor == pytest.approx(0.3, abs=25.0 / 65535 / 6 + 1e-12)
+    out = host.handle(_frame(2, mitc.ENTER_MOTOR_MODE))
+    r2 = mitc.decode_reply(out[0].data, LIM)
+    assert len(out[0].data) == 8 and r2.motor_id == 2 and r2.error == 0 and r2.temperature_c == 35
+    assert emu.motor_mode(1) and emu.motor_mode(2)
+
+
+def test_mit_commands_ignored_outside_motor_mode():
+    clock, plant, emu, host = _mit_setup()
+    clock.t = 0.01
+    out = host.handle(_frame(1, mitc.encode_command(0, 0, 0, 0, 5.0, LIM)))
+    assert len(out) == 1  # still answers
+    assert emu.commands_applied(1) == 0
+    clock.t = 0.02
+    host.handle(None)
+    np.testing.assert_array_equal(plant.applied_torque_nm, [0.0, 0.0])
+
+
+def test_mit_torque_and_pd_map_to_joint_side():
+    clock, plant, emu, host = _mit_setup()
+    ref = _plant()
+    host.handle(_frame(1, mitc.ENTER_MOTOR_MODE))
+    host.handle(_frame(2, mitc.ENTER_MOTOR_MODE))
+    rng = np.random.default_rng(1)
+    g = MAP1.gear_ratio
+    for k in range(1, 41):
+        clock.t = k * 1e-3
+        data1 = mitc.encode_command(rng.uniform(-1, 1), rng.uniform(-1, 1), 2.0, 0.05,
+                                    rng.uniform(-1, 1), LIM)
+        data2 = mitc.encode_command(0.0, 0.0, 0.0, 0.0, rng.uniform(-2, 2), LIM)
+        host.handle(_frame(1, data1))
+        host.handle(_frame(2, data2))
+        ref.advance_to(clock.t)
+        c1 = mitc.decode_command(data1, LIM)
+        c2 = mitc.decode_command(data2, LIM)
+        s = MAP1.sign
+        ref.set_command([s * g * 0.9 * c1.t_nm, c2.t_nm],
+                        kp=[c1.kp * g * g * 0.9, 0.0], kd=[c1.kd * g * g * 0.9, 0.0],
+                        q_ref=[s * c1.p_rad / g + 0.2, 0.0], qd_ref=[s * c1.v_rad_s / g, 0.0])
+    clock.t = 0.05
+    host.handle(None)
+    ref.advance_to(0.05)
+    np.testing.assert_array_equal(plant.state.q, ref.state.q)
+    assert emu.commands_applied(1) == 40 and emu.commands_applied(2) == 40
+
+
+def test_mit_set_zero_moves_the_motor_zero():
+    clock, plant, emu, host = _mit_setup()
+    out = host.handle(_frame(2, mitc.SET_ZERO))
+    assert mitc.decode_reply(out[0].data, LIM).p_rad == pytest.approx(0.0, abs=25.0 / 65535)
+    host.handle(_frame(2, mitc.ENTER_MOTOR_MODE))
+    # hold position 0 (= the zeroed pose) with a stiff PD: joint 1 stays near -0.4
+    for k in range(1, 200):
+        clock.t = k * 1e-3
+        host.handle(_frame(2, mitc.encode_command(0.0, 0.0, 200.0, 2.0, 0.0, LIM)))
+    assert plant.state.q[1] == pytest.approx(-0.4, abs=0.02)
+
+
+def test_mit_watchdog_zeroes_torque_at_the_exact_time():
+    clock, plant, emu, host = _mit_setup(watchdog_timeout_s=0.05)
+    ref = _plant()
+    host.handle(_frame(1, mitc.ENTER_MOTOR_MODE))
+    clock.t = 0.01
+    data = mitc.encode_command(0, 0, 0, 0, 1.0, LIM)
+    host.handle(_frame(1, data))
+    tau = MAP1.motor_to_joint_torque(mitc.decode_command(data, LIM).t_nm)
+    clock.t = 0.2            # the loop went silent; the host only polls
+    host.handle(None)
+    ref.advance_to(0.01)
+    ref.set_torque([tau, 0.0])
+    ref.advance_to(0.06)
+    ref.set_torque([0.0, 0.0])
+    ref.advance_to(0.2)
+    np.testing.assert_array_equal(plant.state.q, ref.state.q)
+    assert emu.motor_mode(1)  # the watchdog zeroes the output, it does not leave motor mode
+
+
+def test_mit_fault_injection_and_clear():
+    clock, plant, emu, host = _mit_setup()
+    host.handle(_frame(2, mitc.ENTER_MOTOR_MODE))
+    clock.t = 0.01
+    host.handle(_frame(2, mitc.encode_command(0, 0, 0, 0, 1.0, LIM)))
+    emu.inject_fault(2, 1, temperature_c=95)
+    clock.t = 0.02
+    out = host.handle(_frame(2, mitc.encode_command(0, 0, 0, 0, 1.0, LIM)))
+    r = mitc.decode_reply(out[0].data, LIM)
+    assert r.error == 1 and r.temperature_c == 95
+    assert not emu.motor_mode(2)
+    assert emu.commands_applied(2) == 1
+    clock.t = 0.03
+    host.handle(None)
+    assert plant.applied_torque_nm[1] == 0.0
+    # entering motor mode is refused while the fault is latched
+    host.handle(_frame(2, mitc.ENTER_MOTOR_MODE))
+    assert not emu.motor_mode(2)
+    out = host.handle(_frame(2, mitc.EXIT_MOTOR_MODE))
+    assert mitc.decode_reply(out[0].data, LIM).error == 0
+    host.handle(_frame(2, mitc.ENTER_MOTOR_MODE))
+    assert emu.motor_mode(2)
+
+
+def test_mit_silent_and_malformed_frames_do_nothing():
+    clock, plant, emu, host = _mit_setup()
+    host.handle(_frame(1, mitc.ENTER_MOTOR_MODE))
+    clock.t = 0.01
+    assert host.handle(_frame(1, mitc.encode_command(0, 0, 0, 0, 1.0, LIM)[:7])) == []
+    emu.set_silent(1)
+    assert host.handle(_frame(1, mitc.encode_command(0, 0, 0, 0, 1.0, LIM))) == []
+    assert emu.commands_applied(1) == 0
+    emu.set_silent(1, False)
+    assert len(host.handle(_frame(1, mitc.encode_command(0, 0, 0, 0, 1.0, LIM)))) == 1
+    assert emu.commands_applied(1) == 1
+    assert host.handle(_frame(7, mitc.ENTER_MOTOR_MODE)) == []  # nobody has id 7
+
+
+def test_mit_torque_limit_reaches_the_plant():
+    clock, plant, emu, host = _mit_setup()
+    np.testing.assert_allclose(plant.torque_limit_nm, [LIM.t_max_nm * 6 * 0.9, LIM.t_max_nm])
+
+
+@pytest.mark.parametrize("motors,field", [
+    ([MitMotorConfig(1, 0), MitMotorConfig(1, 1)], "motors[1].can_id"),
+    ([MitMotorConfig(1, 0), MitMotorConfig(2, 0)], "motors[1].joint"),
+    ([MitMotorConfig(300, 0)], "motors[0].can_id"),
+    ([MitMotorConfig(1, 0, limits="AK99")], "motors[0].limits"),
+    ([MitMotorConfig(1, 0, variant="x")], "motors[0].variant"),
+])
+def test_mit_config_errors(motors, field):
+    with pytest.raises(ConfigError) as ei:
+        MitEmulator(motors)
+    assert ei.value.field == field
+
+
+# ---------------------------------------------------------------------------
+# ODrive
+# ---------------------------------------------------------------------------
+def _od_setup(**axis_kw):
+    clock = Clock()
+    plant = _plant()
+    emu = OdriveEmulator([OdriveAxisConfig(3, 0, MAP1, **axis_kw),
+                          OdriveAxisConfig(4, 1, heartbeat_period_s=None, encoder_period_s=None)])
+    host = EmulatorHost(NullBus(), [emu], plant, clock, start=False)
+    first = host.handle(None)  # cyclic messages start at t0 = 0
+    assert [m.arbitration_id for m in first] == [
+        odc.arbitration_id(3, c) for c in (odc.Cmd.HEARTBEAT, odc.Cmd.GET_ENCODER_ESTIMATES)
+        if (c == odc.Cmd.HEARTBEAT and axis_kw.get("heartbeat_period_s", 0.1))
+        or (c == odc.Cmd.GET_ENCODER_ESTIMATES and axis_kw.get("encoder_period_s", 0.01))]
+    return clock, plant, emu, host
+
+
+def _closed_loop(host, node):
+    host.handle(_frame(odc.arbitration_id(node, odc.Cmd.SET_CONTROLLER_MODE),
+                       odc.encode_set_controller_mode(odc.ControlMode.TORQUE_CONTROL,
+                                                      odc.InputMode.PASSTHROUGH)))
+    host.handle(_frame(odc.arbitration_id(node, odc.Cmd.SET_AXIS_STATE),
+                       odc.encode_set_axis_state(odc.AxisState.CLOSED_LOOP_CONTROL)))
+
+
+def _torque(host, node, t):
+    return host.handle(_frame(odc.arbitration_id(node, odc.Cmd.SET_INPUT_TORQUE),
+                              odc.encode_set_input_torque(t)))
+
+
+def test_odrive_torque_only_in_closed_loop_torque_mode():
+    clock, plant, emu, host = _od_setup()
+    clock.t = 0.001
+    _torque(host, 4, 1.0)
+    assert emu.commands_applied(4) == 0 and emu.axis_state(4) == odc.AxisState.IDLE
+    _closed_loop(host, 4)
+    _torque(host, 4, 1.0)
+    clock.t = 0.002
+    _torque(host, 3, 1.0)  # axis 3 still idle
+    host.handle(None)
+    np.testing.assert_array_equal(plant.applied_torque_nm, [0.0, 1.0])
+    _closed_loop(host, 3)
+    _torque(host, 3, 1.0)
+    clock.t = 0.003
+    host.handle(None)
+    np.testing.assert_allclose(plant.applied_torque_nm, [-6 * 0.9, 1.0])
+    # velocity control mode: the emulator applies no torque (only torque mode is emulated)
+    host.handle(_frame(odc.arbitration_id(4, odc.Cmd.SET_CONTROLLER_MODE),
+                       odc.encode_set_controller_mode(odc.ControlMode.VELOCITY_CONTROL,
+                                                      odc.InputMode.PASSTHROUGH)))
+    clock.t = 0.004
+    host.handle(None)
+    assert plant.applied_torque_nm[1] == 0.0
+
+
+def test_odrive_broadcasts_at_their_due_times_with_the_state_then():
+    clock, plant, emu, host = _od_setup(heartbeat_period_s=0.1, encoder_period_s=0.05)
+    ref = _plant()
+    _closed_loop(host, 3)
+    _torque(host, 3, 0.5)
+    ref.set_torque([MAP1.motor_to_joint_torque(0.5), 0.0])
+    clock.t = 0.33
+    out = host.handle(None)
+    kinds = [m.arbitration_id & 0x1F for m in out]
+    assert kinds.count(odc.Cmd.HEARTBEAT) == 3
+    assert kinds.count(odc.Cmd.GET_ENCODER_ESTIMATES) == 6
+    enc = [odc.decode_encoder_estimates(m.data) for m in out
+           if m.arbitration_id == odc.arbitration_id(3, odc.Cmd.GET_ENCODER_ESTIMATES)]
+    for k, e in enumerate(enc, start=1):
+        ref.advance_to(0.05 * k)
+        q = ref.state.q[0]
+        assert MAP1.motor_to_joint_position(2 * np.pi * e.pos_rev) == pytest.approx(q, abs=1e-6)
+    hb = odc.decode_heartbeat(out[kinds.index(odc.Cmd.HEARTBEAT)].data)
+    assert hb.axis_state == odc.AxisState.CLOSED_LOOP_CONTROL and hb.axis_error == 0
+
+
+def test_odrive_rtr_answers():
+    clock, plant, emu, host = _od_setup()
+    for cmd in (odc.Cmd.HEARTBEAT, odc.Cmd.GET_ENCODER_ESTIMATES, odc.Cmd.GET_TORQUES,
+                odc.Cmd.GET_ERROR, odc.Cmd.GET_BUS_VOLTAGE_CURRENT):
+        out = host.handle(_frame(odc.arbitration_id(4, cmd), rtr=True))
+        assert len(out) == 1 and out[0].arbitration_id == odc.arbitration_id(4, cmd)
+    e = odc.decode_encoder_estimates(host.handle(
+        _frame(odc.arbitration_id(4, odc.Cmd.GET_ENCODER_ESTIMATES), rtr=True))[0].data)
+    assert e.pos_rev == pytest.approx(-0.4 / (2 * np.pi), rel=1e-6)
+
+
+def test_odrive_watchdog_sets_error_and_idles_at_the_exact_time():
+    clock, plant, emu, host = _od_setup(watchdog_timeout_s=0.02, heartbeat_period_s=None,
+                                        encoder_period_s=None)
+    ref = _plant()
+    _closed_loop(host, 3)
+    clock.t = 0.01
+    _torque(host, 3, 0.5)
+    clock.t = 0.1
+    host.handle(None)
+    assert emu.axis_state(3) == odc.AxisState.IDLE
+    assert odc.axis_error_names(emu.axis_error(3)) == ["WATCHDOG_TIMER_EXPIRED"]
+    ref.advance_to(0.01)
+    ref.set_torque([MAP1.motor_to_joint_torque(0.5), 0.0])
+    ref.advance_to(0.03)
+    ref.set_torque([0.0, 0.0])
+    ref.advance_to(0.1)
+    np.testing.assert_array_equal(plant.state.q, ref.state.q)
+    # closed loop is refused until the error is cleared
+    _closed_loop(host, 3)
+    assert emu.axis_state(3) == odc.AxisState.IDLE
+    host.handle(_frame(odc.arbitration_id(3, odc.Cmd.CLEAR_ERRORS), odc.encode_clear_errors()))
+    _closed_loop(host, 3)
+    assert emu.axis_state(3) == odc.AxisState.CLOSED_LOOP_CONTROL and emu.axis_error(3) == 0
+
+
+def test_odrive_injected_error_disarms_and_is_reported():
+    clock, plant, emu, host = _od_setup()
+    _closed_loop(host, 4)
+    _torque(host, 4, 1.0)
+    emu.inject_error(4, 0x2000)
+    assert emu.axis_state(4) == odc.AxisState.IDLE
+    hb = odc.decode_heartbeat(host.handle(
+        _frame(odc.arbitration_id(4, odc.Cmd.HEARTBEAT), rtr=True))[0].data)
+    assert hb.axis_error == 0x2000 and hb.axis_state == odc.AxisState.IDLE
+    clock.t = 0.01
+    host.handle(None)
+    assert plant.applied_torque_nm[1] == 0.0
+
+
+def test_odrive_malformed_and_silent():
+    clock, plant, emu, host = _od_setup()
+    _closed_loop(host, 4)
+    assert host.handle(_frame(odc.arbitration_id(4, odc.Cmd.SET_INPUT_TORQUE), b"\x00\x00")) == []
+    assert emu.commands_applied(4) == 0
+    emu.set_silent(4)
+    assert host.handle(_frame(odc.arbitration_id(4, odc.Cmd.HEARTBEAT), rtr=True)) == []
+    _torque(host, 4, 1.0)
+    assert emu.commands_applied(4) == 0
+
+
+# ---------------------------------------------------------------------------
+# threaded host on a virtual bus
+# ---------------------------------------------------------------------------
+def test_host_thread_serves_virtual_bus_with_latency_and_closes():
+    ch = "t-" + uuid.uuid4().hex
+    clock = Clock()
+    plant = _plant()
+    emu = MitEmulator([MitMotorConfig(1, 0, LIM)])
+    host = EmulatorHost(can.Bus(interface="virtual", channel=ch), [emu], plant, clock,
+                        reply_latency_s=0.004, own_bus=True)
+    bus = can.Bus(interface="virtual", channel=ch)
+    try:
+        assert host.running
+        t0 = time.monotonic()
+        bus.send(_frame(1, mitc.ENTER_MOTOR_MODE))
+        msg = bus.recv(1.0)
+        dt = time.monotonic() - t0
+        assert msg is not None and msg.data[0] == 1
+        assert dt >= 0.004
+    finally:
+        host.close()
+        host.close()
+        bus.shutdown()
+    assert not host.running
+
+
+class _FailingBus(NullBus):
+    def recv(self, timeout=None):
+        raise can.CanOperationError("adapter unplugged")
+
+
+def test_host_thread_error_is_reraised():
+    host = EmulatorHost(_FailingBus(), [MitEmulator([MitMotorConfig(1, 0)])], _plant(), Clock())
+    deadline = time.monotonic() + 2.0
+    while host.running and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with pytest.raises(CommsError, match="unplugged"):
+        host.close()

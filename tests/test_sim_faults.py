@@ -1,0 +1,159 @@
+"""FaultInjectingBus: seeded, deterministic bus faults."""
+
+from __future__ import annotations
+
+import uuid
+
+import can
+import numpy as np
+import pytest
+
+from dynamics.errors import CommsError, ConfigError
+from drivers.sim.faults import FaultInjectingBus
+from drivers.transport import CanTransport
+
+
+class Clock:
+    def __init__(self, t=0.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def _pair():
+    ch = "f-" + uuid.uuid4().hex
+    return can.Bus(interface="virtual", channel=ch), can.Bus(interface="virtual", channel=ch)
+
+
+def _msg(i, data=b"\x01\x02\x03\x04\x05\x06\x07\x08"):
+    return can.Message(arbitration_id=i, data=data, is_extended_id=False)
+
+
+def _through(n=400, seed=0, **kw):
+    """Send n frames through a send-side fault bus; return what arrived (id, data)."""
+    a, b = _pair()
+    fb = FaultInjectingBus(a, rng=np.random.default_rng(seed), side="send", **kw)
+    try:
+        for i in range(n):
+            fb.send(_msg(i % 0x7FF, bytes([i % 256] * 8)))
+        out = []
+        while (m := b.recv(0.0)) is not None:
+            out.append((m.arbitration_id, bytes(m.data)))
+        return out, fb.stats
+    finally:
+        fb.shutdown()
+        b.shutdown()
+
+
+def test_no_faults_is_transparent_both_ways():
+    a, b = _pair()
+    fa = FaultInjectingBus(a, rng=np.random.default_rng(0))
+    try:
+        for i in range(20):
+            fa.send(_msg(i))
+            b.send(_msg(100 + i))
+        got = [b.recv(0.1).arbitration_id for _ in range(20)]
+        assert got == list(range(20))
+        got = [fa.recv(0.1).arbitration_id for _ in range(20)]
+        assert got == [100 + i for i in range(20)]
+        assert fa.recv(0.0) is None
+    finally:
+        fa.shutdown()
+        b.shutdown()
+
+
+def test_drop_rate_and_seeded_determinism():
+    out1, st1 = _through(2000, seed=5, drop_prob=0.3)
+    out2, _ = _through(2000, seed=5, drop_prob=0.3)
+    out3, _ = _through(2000, seed=6, drop_prob=0.3)
+    assert out1 == out2
+    assert out1 != out3
+    assert st1.dropped + len(out1) == 2000
+    assert 0.26 < st1.dropped / 2000 < 0.34
+    assert _through(50, drop_prob=1.0)[0] == []
+
+
+def test_duplicate_and_reorder():
+    out, st = _through(300, seed=1, duplicate_prob=0.2)
+    assert len(out) == 300 + st.duplicated and st.duplicated > 30
+    ids = [i for i, _ in out]
+    assert sorted(set(ids)) == list(range(300))
+    out, st = _through(300, seed=2, reorder_prob=0.2)
+    ids = [i for i, _ in out]
+    assert st.reordered > 20
+    # every frame arrives once (the last held frame may still be held)
+    assert len(ids) == len(set(ids)) and len(ids) >= 299
+    swaps = sum(1 for x, y in zip(ids, ids[1:]) if y < x)
+    assert swaps == st.reordered - (300 - len(ids))
+    assert all(abs(p - i) <= 1 for i, p in enumerate(ids))
+
+
+def test_corruption_truncates_or_flips_one_bit():
+    out, st = _through(500, seed=3, corrupt_prob=0.25)
+    short = [d for _, d in out if len(d) < 8]
+    assert len(short) == st.corrupted and 90 < st.corrupted < 160
+    out, st = _through(200, seed=3, corrupt_prob=1.0, corrupt_mode="bitflip")
+    for i, (arb, d) in enumerate(out):
+        orig = bytes([i % 256] * 8)
+        diff = int.from_bytes(d, "big") ^ int.from_bytes(orig, "big")
+        assert bin(diff).count("1") == 1
+
+
+def test_silent_ids():
+    out, st = _through(100, silent_ids=[3, 4])
+    ids = {i for i, _ in out}
+    assert 3 not in ids and 4 not in ids and len(out) == 98 and st.silenced == 2
+
+
+def test_delay_on_the_loop_clock():
+    a, b = _pair()
+    clock = Clock()
+    fb = FaultInjectingBus(b, rng=np.random.default_rng(0), delay_s=0.005, side="recv", now=clock)
+    try:
+        a.send(_msg(1))
+        assert fb.recv(0.02) is None           # not due: the loop clock has not moved
+        clock.t = 0.004
+        assert fb.recv(0.0) is None
+        clock.t = 0.005
+        m = fb.recv(0.0)
+        assert m is not None and m.arbitration_id == 1
+    finally:
+        fb.shutdown()
+        a.shutdown()
+
+
+def test_bus_error_after_n_frames_becomes_comms_error_in_transport():
+    a, b = _pair()
+    fb = FaultInjectingBus(a, rng=np.random.default_rng(0), bus_error_after=3)
+    tr = CanTransport.from_bus(fb, name="faulty")
+    try:
+        for i in range(3):
+            tr.send(i, b"\x00")
+        with pytest.raises(CommsError, match="faulty") as ei:
+            tr.send(9, b"\x00")
+        assert isinstance(ei.value.__cause__, can.CanError)
+        with pytest.raises(CommsError):
+            tr.recv(0.0)
+    finally:
+        tr.close()
+        tr.close()
+        b.shutdown()
+
+
+@pytest.mark.parametrize("kw,field", [(dict(drop_prob=1.5), "drop_prob"),
+                                      (dict(delay_s=-1), "delay_s"),
+                                      (dict(side="up"), "side"),
+                                      (dict(bus_error_after=-2), "bus_error_after"),
+                                      (dict(corrupt_mode="x"), "corrupt_mode")])
+def test_bad_settings(kw, field):
+    a, b = _pair()
+    try:
+        with pytest.raises(ConfigError) as ei:
+            FaultInjectingBus(a, rng=np.random.default_rng(0), **kw)
+        assert ei.value.field == field
+        with pytest.raises(ConfigError):
+            FaultInjectingBus(a, rng=None)
+    finally:
+        a.shutdown()
+        b.shutdown()

@@ -1,0 +1,292 @@
+"""Full sessions: the real MIT / ODrive drivers against the emulators on a virtual bus."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dynamics.config import Section
+from dynamics.errors import ConfigError, DeviceFaultError, DriverError
+from drivers.base import Command
+from drivers.codecs import mit as mitc
+from drivers.codecs import odrive as odc
+from drivers.registry import build_driver
+from drivers.sim import build_simulated
+from drivers.sim.build import EmulatedDriver
+from drivers.sim.direct import DirectPlantDriver
+from drivers.sim.toy_models import PlanarTwoLink
+
+MODEL = PlanarTwoLink()
+
+
+class Clock:
+    def __init__(self, t=0.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def _mit_cfg(**extra):
+    cfg = {"type": "sim_mit_can", "reply_timeout_s": 0.05,
+           "plant": {"mass_factor": 1.1, "q0": [0.1, 0.2]},
+           "emulator": {"variant": "cubemars8"},
+           "joints": [{"can_id": 1, "model": "AK80-9", "gear_ratio": 6.0, "sign": -1,
+                       "offset_rad": 0.05, "efficiency": 0.9},
+                      {"can_id": 2, "model": "AK80-9"}]}
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+            cfg[k] = {**cfg[k], **v}
+        else:
+            cfg[k] = v
+    return cfg
+
+
+def _odrive_cfg(**extra):
+    cfg = {"type": "sim_odrive_can", "reply_timeout_s": 0.05, "feedback": "broadcast",
+           "plant": {"mass_factor": 1.1, "q0": [0.1, 0.2]},
+           "emulator": {"heartbeat_period_s": 0.01, "encoder_period_s": 0.001},
+           "joints": [{"node_id": 1, "gear_ratio": 6.0, "sign": -1, "torque_constant_nm_per_a": 0.08},
+                      {"node_id": 2}]}
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+            cfg[k] = {**cfg[k], **v}
+        else:
+            cfg[k] = v
+    return cfg
+
+
+def _build(cfg, clock):
+    return build_driver(Section(cfg, "sim.toml", "driver"), now=clock, model=MODEL)
+
+
+def _torques(k):
+    return np.array([0.4 * np.sin(0.02 * k), 0.1 * np.cos(0.03 * k)])
+
+
+def _run(drv, clock, n, t0=0.0):
+    out = []
+    for k in range(1, n + 1):
+        clock.t = t0 + k * 1e-3
+        out.append(drv.cycle(Command(_torques(k))))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# MIT
+# ---------------------------------------------------------------------------
+def test_mit_session_tracks_the_plant_and_is_deterministic():
+    results = []
+    for _ in range(2):
+        clock = Clock()
+        drv = _build(_mit_cfg(), clock)
+        try:
+            assert isinstance(drv, EmulatedDriver)
+            fb0 = drv.enable()
+            assert fb0.fresh.all() and fb0.enabled.all()
+            fbs = _run(drv, clock, 150)
+            assert all(fb.fresh.all() for fb in fbs)
+            assert all(fb.info["missing"] == 0 for fb in fbs)
+            fb = fbs[-1]
+            q_true = drv.plant.state.q
+            # feedback = true state to the protocol's 16-bit position resolution (25 rad / 65535)
+            # (joint 0 has a 6:1 gear, so 6x finer on the joint side)
+            assert abs(fb.position_rad[0] - q_true[0]) <= 25.0 / 65535 / 6 + 1e-12
+            assert abs(fb.position_rad[1] - q_true[1]) <= 25.0 / 65535 + 1e-12
+            assert drv.emulators[0].commands_applied(1) == 150
+            results.append(np.array([f.position_rad for f in fbs]))
+        finally:
+            drv.close()
+            drv.close()
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_mit_session_close_to_direct_backend():
+    clock_a, clock_b = Clock(), Clock()
+    emu = _build(_mit_cfg(), clock_a)
+    direct = _build({"type": "sim_direct", "plant": {"mass_factor": 1.1, "q0": [0.1, 0.2]}}, clock_b)
+    assert isinstance(direct, DirectPlantDriver)
+    try:
+        emu.enable()
+        direct.enable()
+        a = _run(emu, clock_a, 200)[-1]
+        b = _run(direct, clock_b, 200)[-1]
+        # differences: 12-bit torque quantisation of the commands, 16-bit position of the replies
+        np.testing.assert_allclose(a.position_rad, b.position_rad, atol=2e-3)
+    finally:
+        emu.close()
+        direct.close()
+
+
+def test_mit_watchdog_fault_silence_and_disable():
+    clock = Clock()
+    drv = _build(_mit_cfg(emulator={"watchdog_timeout_s": 0.02}), clock)
+    emu = drv.emulators[0]
+    plant = drv.plant
+    try:
+        drv.enable()
+        _run(drv, clock, 20)
+        # the loop stalls for 100 ms: the watchdog drops the torque at t_last + 20 ms
+        clock.t = 0.12
+        fb = drv.cycle(Command(np.array([0.3, 0.3])))
+        assert fb.fresh.all()
+        np.testing.assert_allclose(fb.torque_nm, 0.0, atol=0.01)  # measured at 0.12 s: zero torque
+        # over-temperature on motor 2: reported, torque zero, motor mode left
+        emu.inject_fault(2, 1, temperature_c=90)
+        clock.t = 0.121
+        fb = drv.cycle(Command(np.array([0.3, 0.3])))
+        assert list(fb.fault) == [0, 1]
+        assert fb.info["temperature_c"][1] == 90
+        assert not emu.motor_mode(2)
+        clock.t = 0.122
+        drv.cycle(Command(np.array([0.3, 0.3])))
+        assert plant.applied_torque_nm[1] == 0.0
+        # a silent motor: not fresh, last values kept, the other joint unaffected
+        emu.set_silent(1)
+        clock.t = 0.123
+        prev = drv.cycle(Command(np.array([0.3, 0.3])))
+        clock.t = 0.124
+        fb = drv.cycle(Command(np.array([0.3, 0.3])))
+        assert list(fb.fresh) == [False, True] and fb.info["missing"] == 1
+        assert fb.position_rad[0] == prev.position_rad[0] or not prev.fresh[0]
+        emu.set_silent(1, False)
+        drv.disable()
+        assert not emu.motor_mode(1) and not emu.motor_mode(2)
+        with pytest.raises(DriverError):
+            drv.cycle(Command(np.zeros(2)))
+    finally:
+        drv.close()
+
+
+@pytest.mark.parametrize("side", ["send", "recv"])
+def test_mit_dropped_or_corrupt_frames_never_act_and_show_stale(side):
+    clock = Clock()
+    cfg = _mit_cfg(reply_timeout_s=0.03,
+                   faults={"seed": 4, "drop_prob": 0.15, "corrupt_prob": 0.1, "side": side})
+    drv = _build(cfg, clock)
+    emu = drv.emulators[0]
+    fbus = drv.fault_buses[0]
+    try:
+        # enable retries ENTER_MOTOR_MODE until every motor answered
+        drv.enable()
+        applied0 = [emu.commands_applied(i) for i in (1, 2)]
+        fbs = _run(drv, clock, 60)
+        fresh = np.array([fb.fresh for fb in fbs])
+        applied = [emu.commands_applied(i) - a for i, a in zip((1, 2), applied0)]
+        stale = int((~fresh).sum())
+        assert stale > 0
+        if side == "send":
+            # a lost or truncated command is never applied, and never answered
+            assert applied == list(fresh.sum(axis=0))
+        else:
+            # every command arrived; lost or corrupt replies show as not fresh
+            assert applied == [60, 60]
+            assert sum(fb.info["corrupt"] for fb in fbs) > 0
+        assert fbus.stats.dropped + fbus.stats.corrupted >= stale
+    finally:
+        drv.close()
+
+
+# ---------------------------------------------------------------------------
+# ODrive
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("feedback", ["broadcast", "rtr"])
+def test_odrive_session_tracks_the_plant(feedback):
+    clock = Clock()
+    drv = _build(_odrive_cfg(feedback=feedback), clock)
+    try:
+        fb0 = drv.enable()
+        assert fb0.enabled.all()
+        fbs = _run(drv, clock, 150)
+        assert all(fb.fresh.all() for fb in fbs)
+        fb = fbs[-1]
+        np.testing.assert_allclose(fb.position_rad, drv.plant.state.q, atol=1e-5)
+        # Iq feedback times the torque constant gives the applied joint torque
+        np.testing.assert_allclose(fb.torque_nm, drv.plant.applied_torque_nm, atol=1e-5)
+        np.testing.assert_allclose(fb.torque_nm, _torques(149), atol=1e-5)
+    finally:
+        drv.close()
+
+
+def test_odrive_watchdog_error_and_recovery():
+    clock = Clock()
+    drv = _build(_odrive_cfg(emulator={"watchdog_timeout_s": 0.02}), clock)
+    emu = drv.emulators[0]
+    try:
+        drv.enable()
+        _run(drv, clock, 20)
+        clock.t = 0.2  # the loop stalls: both axes trip their watchdog at 0.04 s
+        fb = drv.cycle(Command(np.zeros(2)))
+        assert not fb.enabled.any()
+        assert all(odc.axis_error_names(int(e)) == ["WATCHDOG_TIMER_EXPIRED"] for e in fb.fault)
+        assert emu.axis_state(1) == odc.AxisState.IDLE
+        clock.t = 0.21
+        with pytest.raises(DeviceFaultError, match="WATCHDOG"):
+            drv.enable()
+        drv.clear_errors()
+        clock.t = 0.22
+        fb = drv.enable()
+        assert fb.enabled.all() and emu.axis_error(1) == 0
+    finally:
+        drv.close()
+
+
+def test_odrive_injected_error_is_reported_and_disable_idles():
+    clock = Clock()
+    drv = _build(_odrive_cfg(), clock)
+    emu = drv.emulators[0]
+    try:
+        drv.enable()
+        _run(drv, clock, 5)
+        emu.inject_error(2, 0x2000)
+        fbs = _run(drv, clock, 20, t0=0.005)
+        fb = fbs[-1]
+        assert fb.fault[1] == 0x2000 and not fb.enabled[1] and fb.enabled[0]
+        assert drv.plant.applied_torque_nm[1] == 0.0
+        drv.disable()
+        clock.t = 0.03
+        drv.plant.advance_to(clock.t)
+        assert emu.axis_state(1) == odc.AxisState.IDLE and emu.axis_state(2) == odc.AxisState.IDLE
+    finally:
+        drv.close()
+
+
+# ---------------------------------------------------------------------------
+# builder errors
+# ---------------------------------------------------------------------------
+def test_build_simulated_direct_and_config_errors():
+    clock = Clock()
+    drv = build_simulated(Section({"type": "sim_direct", "plant": {"seed": 1,
+                                                                   "position_noise_std_rad": 1e-3}},
+                                  "x.toml", "driver"), model=MODEL, now=clock)
+    assert isinstance(drv, DirectPlantDriver)
+    drv.close()
+    with pytest.raises(ConfigError) as ei:
+        _build({"type": "sim_direct", "plant": {"mass_factr": 1.1}}, clock)
+    assert ei.value.field == "driver.plant.mass_factr" and ei.value.file == "sim.toml"
+    with pytest.raises(ConfigError) as ei:
+        _build({"type": "sim_direct", "plant": {"q0": [0.0]}}, clock)
+    assert ei.value.field == "driver.plant.q0"
+    with pytest.raises(ConfigError) as ei:
+        _build({"type": "sim_direct", "plant": {"position_noise_std_rad": 1e-3}}, clock)
+    assert ei.value.field == "driver.plant.rng"
+    with pytest.raises(ConfigError) as ei:
+        _build(_mit_cfg(emulator={"variant": "classic7"}), clock)
+    assert ei.value.field == "driver.emulator.variant"
+    with pytest.raises(ConfigError) as ei:
+        _build(_mit_cfg(faults={"drop_prob": 0.1}), clock)
+    assert ei.value.field == "driver.faults.seed"
+
+
+def test_mit_reply_quantisation_matches_codec():
+    # a single reply decoded by the real driver equals the codec's quantisation of the state
+    clock = Clock()
+    drv = _build(_mit_cfg(), clock)
+    try:
+        fb = drv.enable()
+        lim = mitc.MIT_MODELS["AK80-9"]
+        q = drv.plant.state.q[1]
+        r = mitc.decode_reply(mitc.encode_reply(2, q, 0.0, 0.0, lim), lim)
+        assert fb.position_rad[1] == r.p_rad
+    finally:
+        drv.close()

@@ -1,0 +1,194 @@
+"""Task -> actuator mapping (trajectories.mapping): IK round trips and analytic rates vs finite differences."""
+
+from pathlib import Path
+import types
+
+import numpy as np
+import pytest
+
+from dynamics import load_model
+from dynamics.errors import TrajectoryError, UnreachableError
+from trajectories import paths as P
+from trajectories.mapping import (JointSpaceTrajectory, SerialIKTrajectory, Tabulated, TaskSelection,
+                                  _parallel_velocity_acceleration)
+
+from test_traj_profiles import fd_errors, interior_times
+
+ROBOTS = Path(__file__).resolve().parents[1] / "hil_configs" / "robots"
+LINKS_004 = [0.8, 0.7, 0.7, 0.52, 0.3]
+MASSES_004 = [40.0, 20.0, 30.0, 20.0, 20.0]
+Q_004 = np.deg2rad([70.0, -30.0, 15.0, -40.0, 2.5])
+
+
+@pytest.fixture(scope="module")
+def rrr():
+    return load_model(ROBOTS / "3rrr_horizontal.toml")
+
+
+@pytest.fixture(scope="module")
+def stewart():
+    return load_model(ROBOTS / "stewart.toml")
+
+
+@pytest.fixture(scope="module")
+def arm5():
+    """The seed-004 5-link planar arm (uniform rods), built in memory so the test
+    does not depend on the robot file's choices."""
+    joints = [{"a": a, "alpha": 0.0, "d": 0.0, "mass": m, "com": [-a / 2, 0.0, 0.0],
+               "inertia": [0.0, m * a * a / 12, m * a * a / 12, 0.0, 0.0, 0.0]}
+              for a, m in zip(LINKS_004, MASSES_004)]
+    return load_model({"name": "arm5", "type": "serial", "convention": "standard",
+                       "gravity": [0.0, -9.81, 0.0], "joints": joints}, file="<test>")
+
+
+def test_3rrr_round_trip_and_rates(rrr):
+    task = P.planar_circle_pose([0.01, -0.01], 0.04, 4.0, phi0=0.05, phi_amplitude=0.2, ramp_s=0.5)
+    js = JointSpaceTrajectory(task, rrr)
+    t = interior_times(js, avoid=[0.5, 3.5], gap=1e-3)
+    jsm, ts = js.sample_with_task(t)
+    for i in range(0, len(t), 15):
+        X = rrr.forward_kinematics_task(jsm.pos[i], guess=ts.pos[i])
+        np.testing.assert_allclose(X, ts.pos[i], atol=1e-11)
+        np.testing.assert_allclose(rrr.constraints(jsm.pos[i], ts.pos[i]), 0, atol=1e-13)
+        # mapped rates back to the task
+        np.testing.assert_allclose(rrr.task_velocity(jsm.pos[i], ts.pos[i], jsm.vel[i]), ts.vel[i], atol=1e-12)
+        np.testing.assert_allclose(rrr.task_acceleration(jsm.pos[i], ts.pos[i], jsm.vel[i], jsm.acc[i]),
+                                   ts.acc[i], atol=1e-11)
+    ev, ea, ej = fd_errors(js, t, h=1e-6)
+    assert ev < 1e-7 and ea < 1e-5 and ej < 1e-2
+
+
+def test_3rrr_generic_jacobian_route_matches_hessian_route(rrr):
+    task = P.pose_move([0.0, 0.0, 0.0], [0.03, -0.02, 0.25], 1.0)
+    t = np.linspace(0.05, 0.95, 25)
+    js = JointSpaceTrajectory(task, rrr)
+    s, ts = js.sample_with_task(t)
+    generic = types.SimpleNamespace(task_jacobian=rrr.task_jacobian, name="generic")
+    qd, qdd = _parallel_velocity_acceleration(generic, s.pos, ts.pos, ts.vel, ts.acc)
+    np.testing.assert_allclose(qd, s.vel, atol=1e-12)
+    np.testing.assert_allclose(qdd, s.acc, atol=1e-8)
+
+
+def test_3rrr_angles_unwrapped_continuously(rrr):
+    # theta3 starts at -2.82 rad and passes -pi on this move: it must not jump by 2 pi
+    js = JointSpaceTrajectory(P.pose_move([0.0, 0.0, 0.0], [0.0, 0.05, 0.6], 1.0), rrr)
+    q = js.sample(np.linspace(0, 1, 2001)).pos
+    assert q[-1, 2] < -np.pi
+    assert np.max(np.abs(np.diff(q, axis=0))) < 1e-2
+
+
+def test_stewart_round_trip_and_rates(stewart):
+    h = stewart.home_pose
+    task = P.pose_move(h, h + np.array([0.05, -0.03, 0.1, 0.1, -0.15, 0.2]), 2.0)
+    js = JointSpaceTrajectory(task, stewart)
+    t = interior_times(js, n=60)
+    s, ts = js.sample_with_task(t)
+    Xfk = stewart.forward_kinematics_task(s.pos, guess=ts.pos)
+    np.testing.assert_allclose(Xfk, ts.pos, atol=1e-10)
+    ev, ea, ej = fd_errors(js, t, h=1e-6)
+    assert ev < 1e-8 and ea < 1e-6
+    # independent route: Jacobian inverse and the directional derivative of the Jacobian
+    generic = types.SimpleNamespace(task_jacobian=stewart.task_jacobian, name="generic")
+    qd, qdd = _parallel_velocity_acceleration(generic, s.pos, ts.pos, ts.vel, ts.acc)
+    np.testing.assert_allclose(qd, s.vel, atol=1e-12)
+    np.testing.assert_allclose(qdd, s.acc, atol=1e-8)
+
+
+def test_parallel_unreachable_raises(rrr, stewart):
+    with pytest.raises(UnreachableError):
+        JointSpaceTrajectory(P.pose_move([0.0, 0.0, 0.0], [0.6, 0.0, 0.0], 1.0), rrr)
+    h = stewart.home_pose
+    with pytest.raises(UnreachableError):
+        JointSpaceTrajectory(P.pose_move(h, h + [0, 0, 1.0, 0, 0, 0], 1.0), stewart)
+    with pytest.raises(TrajectoryError):
+        JointSpaceTrajectory(P.line([0, 0], [1, 1], 1.0), rrr)
+
+
+def test_serial_redundant_square_dls(arm5):
+    sq = P.square([2.0, 2.0], 0.4, 20.0, first_direction=(-1.0, 0.0), corners="blend", blend_radius=0.05,
+                  ramp_s=2.0)
+    ik = SerialIKTrajectory(sq, arm5, "xy", q_rest=Q_004)
+    sl = sq.law.sample(np.linspace(0, 20, 20001)).pos[:, 0]
+    avoid = np.interp(sq.curve.breakpoints_u, sl, np.linspace(0, 20, 20001))
+    t = interior_times(ik, n=80, avoid=list(avoid) + [2.0, 18.0], gap=2e-3)
+    s = ik.sample(t)
+    # round trip
+    np.testing.assert_allclose(arm5.forward_kinematics(s.pos)[:, :2, 3], sq.sample(t).pos, atol=1e-10)
+    # redundancy resolution: the augmented equations hold
+    np.testing.assert_allclose((ik.C @ (s.pos - Q_004).T).T, 0, atol=1e-10)
+    # analytic rates: task velocity reproduced, and FD of positions
+    J = arm5.jacobian(s.pos)[:, :2, :]
+    np.testing.assert_allclose(np.einsum("nij,nj->ni", J, s.vel), sq.sample(t).vel, atol=1e-12)
+    ev, ea, _ = fd_errors(ik, t, h=1e-5)
+    assert ev < 1e-7 and ea < 1e-7
+    # at the start of the square the arm is in its rest posture (paper's initial angles, to the
+    # paper's 4-decimal rounding of the start point (2, 2))
+    np.testing.assert_allclose(ik.sample(0.0).pos, Q_004, atol=2e-3)
+
+
+def test_serial_redundant_stays_closer_to_rest_than_plain_newton(arm5):
+    x0 = arm5.forward_kinematics(Q_004)[:2, 3]
+    line = P.line(x0, x0 + [-0.3, -0.3], 2.0)
+    ik = SerialIKTrajectory(line, arm5, "xy", q_rest=Q_004)
+    q_end = ik.sample(2.0).pos
+    # compare with the minimum-norm displacement solution from the rest posture (Gauss-Newton, no null space)
+    q = Q_004.copy()
+    for _ in range(50):
+        e = line.end - arm5.forward_kinematics(q)[:2, 3]
+        J = arm5.jacobian(q)[:2]
+        q = q + np.linalg.pinv(J) @ e
+    np.testing.assert_allclose(arm5.forward_kinematics(q)[:2, 3], line.end, atol=1e-12)
+    # both reach the point; the null-space objective keeps the W-distance to rest no larger (to 1 %)
+    assert np.linalg.norm(q_end - Q_004) <= 1.01 * np.linalg.norm(q - Q_004)
+
+
+def test_serial_position_and_angle_task_seed000_arm():
+    arm = load_model(ROBOTS / "seed000_arm.toml")
+    q0 = np.array([0.1, 0.3, -0.4])
+    x0 = arm.forward_kinematics(q0)[:3, 3]
+    circle = P.circle(x0 + [0.0, -0.2, 0.0], 0.2, 3.0, normal=[0, 0, 1], start_angle=np.pi / 2, ramp_s=0.5)
+    np.testing.assert_allclose(circle.start, x0, atol=1e-12)
+    ik = SerialIKTrajectory(circle, arm, "xyz", q_guess=q0)
+    t = interior_times(ik, n=40, avoid=[0.5, 2.5], gap=1e-3)
+    s = ik.sample(t)
+    np.testing.assert_allclose(arm.forward_kinematics(s.pos)[:, :3, 3], circle.sample(t).pos, atol=1e-10)
+    ev, ea, _ = fd_errors(ik, t, h=1e-5)
+    assert ev < 1e-7 and ea < 1e-6
+    np.testing.assert_allclose(ik.sample(0.0).pos, q0, atol=1e-9)
+
+
+def test_serial_planar_angle_component(arm5):
+    T0 = arm5.forward_kinematics(Q_004)
+    phi0 = np.arctan2(T0[1, 0], T0[0, 0])
+    x0 = np.array([T0[0, 3], T0[1, 3], phi0])
+    tr = P.line(x0, x0 + [-0.2, -0.1, 0.3], 2.0, profile="cycloidal")
+    ik = SerialIKTrajectory(tr, arm5, "xy rz", q_rest=Q_004)
+    t = interior_times(ik, n=30)
+    s = ik.sample(t)
+    sel = TaskSelection("xyrz")
+    np.testing.assert_allclose(sel.value(arm5.forward_kinematics(s.pos)), tr.sample(t).pos, atol=1e-10)
+    ev, ea, _ = fd_errors(ik, t, h=1e-5)
+    assert ev < 1e-7 and ea < 1e-6
+
+
+def test_serial_unreachable_and_bad_selection(arm5):
+    far = P.line([2.0, 2.0], [3.5, 3.5], 1.0)
+    with pytest.raises(UnreachableError, match="not reachable"):
+        SerialIKTrajectory(far, arm5, "xy", q_rest=Q_004)
+    with pytest.raises(TrajectoryError):
+        TaskSelection("xw")
+    with pytest.raises(TrajectoryError):
+        TaskSelection("xyrzry")
+    with pytest.raises(TrajectoryError):
+        SerialIKTrajectory(P.line([2.0, 2.0, 0.0], [1.9, 2.0, 0.0], 1.0), arm5, "xy", q_rest=Q_004)
+
+
+def test_tabulated_mapped_trajectory(rrr):
+    task = P.planar_circle_pose([0.0, 0.0], 0.03, 2.0, phi_amplitude=0.1, ramp_s=0.4)
+    js = JointSpaceTrajectory(task, rrr)
+    tab = Tabulated(js, 0.01)
+    t = interior_times(js, n=50)
+    a, b = tab.sample(t), js.sample(t)
+    assert np.max(np.abs(a.pos - b.pos)) < 1e-9
+    assert np.max(np.abs(a.vel - b.vel)) < 1e-6
+    assert np.max(np.abs(a.acc - b.acc)) < 1e-2

@@ -1,0 +1,149 @@
+"""CAN and serial transports: virtual-bus round trip, idempotent close, error wrapping, loop:// and a pty."""
+
+import os
+import time
+import uuid
+
+import can
+import pytest
+
+from drivers.serial_port import LineFramer, SerialTransport, encode_line
+from drivers.transport import BusLike, CanTransport, Frame
+from dynamics.errors import CommsError, CommsTimeoutError, DecodeError
+
+
+def _channel():
+    return f"tl-test-{uuid.uuid4().hex}"
+
+
+def test_virtual_round_trip_and_close_idempotent():
+    ch = _channel()
+    a = CanTransport("virtual", ch)
+    b = CanTransport("virtual", ch)
+    try:
+        a.send(0x123, b"\x01\x02\x03")
+        a.send_many([(0x124, b""), Frame(0x1ABCDE, b"\xff" * 8, is_extended_id=True)])
+        a.send(0x2C9, is_remote=True, dlc=8)
+        got = [b.recv(1.0) for _ in range(4)]
+        assert [f.arbitration_id for f in got] == [0x123, 0x124, 0x1ABCDE, 0x2C9]
+        assert got[0].data == b"\x01\x02\x03" and not got[0].is_extended_id
+        assert got[2].is_extended_id and got[2].data == b"\xff" * 8
+        assert got[3].is_remote and got[3].dlc == 8 and got[3].data == b""
+        assert b.recv(0.0) is None
+        assert a.frames_sent == 4 and b.frames_received == 4
+        a.send(1, b"x")
+        a.send(2, b"y")
+        time.sleep(0.01)
+        assert b.drain() == 2 and b.recv(0) is None
+    finally:
+        a.close()
+        b.close()
+    a.close()  # second close is a no-op
+    assert a.closed
+    with pytest.raises(CommsError):
+        a.send(1, b"")
+    with pytest.raises(CommsError):
+        a.recv(0)
+
+
+def test_context_manager_and_wrapping_existing_bus():
+    ch = _channel()
+    raw = can.Bus(interface="virtual", channel=ch)
+    assert isinstance(raw, BusLike)
+    with CanTransport.from_bus(raw, name="wrapped") as t, CanTransport("virtual", ch) as peer:
+        peer.send(7, b"\x07")
+        f = t.recv(1.0)
+        assert f == Frame(7, b"\x07", timestamp=f.timestamp)
+    assert t.closed
+
+
+@pytest.mark.parametrize("iface,channel", [("nosuchinterface", "x"), ("slcan", "/dev/does-not-exist"),
+                                           ("socketcan", "nosuchcan0")])
+def test_bad_interface_or_channel_is_comms_error(iface, channel):
+    with pytest.raises(CommsError) as info:
+        CanTransport(iface, channel)
+    assert iface in str(info.value)
+    assert info.value.__cause__ is not None
+
+
+def test_bus_errors_are_wrapped():
+    class Broken:
+        def send(self, msg, timeout=None):
+            raise can.CanOperationError("bus off")
+
+        def recv(self, timeout=None):
+            raise can.CanOperationError("controller gone")
+
+        def shutdown(self):
+            pass
+
+    t = CanTransport.from_bus(Broken(), name="broken")
+    with pytest.raises(CommsError, match="bus off"):
+        t.send(1, b"")
+    with pytest.raises(CommsError, match="controller gone"):
+        t.recv(0)
+
+    class Full(Broken):
+        def send(self, msg, timeout=None):
+            raise can.CanTimeoutError("tx full")
+
+    with pytest.raises(CommsTimeoutError):
+        CanTransport.from_bus(Full()).send(1, b"")
+    with pytest.raises(CommsError):
+        CanTransport.from_bus(object())
+
+
+def test_line_framer():
+    fr = LineFramer(b"\n", max_line_bytes=8)
+    assert fr.feed(b"ab") == []
+    assert fr.feed(b"c\r\nde\nf") == [b"abc", b"de"]
+    assert fr.pending == b"f"
+    with pytest.raises(DecodeError):
+        fr.feed(b"0123456789")
+    assert fr.feed(b"tail\nok\n") == [b"ok"]    # the rest of the over-long line is dropped
+    assert encode_line("r axis0.pos") == b"r axis0.pos\n"
+    with pytest.raises(CommsError):
+        encode_line("a\nb")
+
+
+def test_serial_loop_url():
+    with SerialTransport("loop://", timeout_s=0.05) as s:
+        s.write_line("v 0 1.5")
+        assert s.read_line() == "v 0 1.5"
+        s.write(b"abc")
+        with pytest.raises(CommsTimeoutError):
+            s.read_line(timeout_s=0.02)
+        s.write(b"\n1234")
+        assert s.read_line() == "abc"            # partial data was kept across the timeout
+        assert s.read(4) == b"1234"
+        with pytest.raises(CommsTimeoutError):
+            s.read(1, timeout_s=0.01)
+        assert s.request("ping") == "ping"
+    s.close()
+    assert s.closed
+    with pytest.raises(CommsError):
+        s.write(b"x")
+
+
+def test_serial_pty_pair():
+    master, slave = os.openpty()
+    try:
+        with SerialTransport(os.ttyname(slave), timeout_s=0.5) as s:
+            os.write(master, b"hello\r\nwor")
+            assert s.read_line() == "hello"
+            os.write(master, b"ld\n")
+            assert s.read_line() == "world"
+            s.write_line("r vbus_voltage")
+            deadline = time.monotonic() + 1.0
+            got = b""
+            while b"\n" not in got and time.monotonic() < deadline:
+                got += os.read(master, 64)
+            assert got.replace(b"\r", b"") == b"r vbus_voltage\n"
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_serial_bad_port():
+    with pytest.raises(CommsError):
+        SerialTransport("/dev/does-not-exist-tl")

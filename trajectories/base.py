@@ -1,0 +1,291 @@
+"""The trajectory protocol and generic combinators.
+
+A trajectory is a function of time ``t`` in ``[0, duration_s]`` returning
+position, velocity, acceleration and jerk of ``dim`` coordinates.  Outside the
+interval it is *clamped*: it holds the end position with zero velocity,
+acceleration and jerk (so a trajectory that does not end at rest has a velocity
+step at ``duration_s`` when sampled beyond it; every trajectory built by this
+package that is meant to be executed starts and ends at rest).
+
+Units are those of the coordinates (SI, rad for angles); time is in seconds.
+
+Sampling convention
+-------------------
+``sample(t)`` accepts a scalar ``t`` (returns arrays of shape ``(dim,)``) or an
+array of shape ``(N,)`` (returns arrays of shape ``(N, dim)``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence as _Seq
+
+import numpy as np
+
+from dynamics.errors import TrajectoryError
+
+__all__ = ["Sample", "Trajectory", "Hold", "Sequence", "Stack", "TimeScaled", "as_time",
+           "check_duration"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Position, velocity, acceleration and jerk at one time or a batch of times.
+
+    Each array has shape ``(dim,)`` for a scalar time or ``(N, dim)`` for ``N``
+    times.  Units: coordinate units per s^k.
+    """
+
+    pos: np.ndarray
+    vel: np.ndarray
+    acc: np.ndarray
+    jerk: np.ndarray
+
+    def __iter__(self):
+        return iter((self.pos, self.vel, self.acc, self.jerk))
+
+
+def as_time(t) -> tuple[np.ndarray, bool]:
+    """Return ``(t as a 1-D float array, was_scalar)``; raise on non-finite times."""
+    arr = np.asarray(t, dtype=float)
+    scalar = arr.ndim == 0
+    arr = np.atleast_1d(arr)
+    if arr.ndim != 1:
+        raise TrajectoryError(f"time must be a scalar or a 1-D array, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise TrajectoryError("time values must be finite")
+    return arr, scalar
+
+
+def check_duration(duration_s, name: str = "duration_s", allow_zero: bool = False) -> float:
+    """Validate a duration [s] and return it as float."""
+    try:
+        d = float(duration_s)
+    except (TypeError, ValueError) as err:
+        raise TrajectoryError(f"{name} must be a number, got {duration_s!r}") from err
+    if not np.isfinite(d) or d < 0 or (d == 0 and not allow_zero):
+        op = ">= 0" if allow_zero else "> 0"
+        raise TrajectoryError(f"{name} must be finite and {op}, got {duration_s!r}")
+    return d
+
+
+class Trajectory(ABC):
+    """A ``dim``-dimensional trajectory over ``[0, duration_s]``, clamped outside.
+
+    Subclasses implement :meth:`_eval` for times already clamped to the
+    interval; :meth:`sample` handles shapes and clamping.
+    """
+
+    #: names of the coordinates (optional, for plots/logs)
+    names: tuple[str, ...] | None = None
+
+    @property
+    @abstractmethod
+    def duration_s(self) -> float:
+        """Total duration T [s]."""
+
+    @property
+    @abstractmethod
+    def dim(self) -> int:
+        """Number of coordinates."""
+
+    @abstractmethod
+    def _eval(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Evaluate at times ``t`` (shape (N,), inside [0, T]); return four (N, dim) arrays."""
+
+    def sample(self, t) -> Sample:
+        """Sample the trajectory.
+
+        Parameters
+        ----------
+        t : float or array_like, shape (N,)
+            Time(s) [s].  Times before 0 or after ``duration_s`` hold the end
+            positions with zero derivatives.
+
+        Returns
+        -------
+        Sample
+            Arrays of shape ``(dim,)`` (scalar t) or ``(N, dim)``.
+        """
+        tt, scalar = as_time(t)
+        T = self.duration_s
+        before = tt < 0.0
+        after = tt > T
+        tc = np.clip(tt, 0.0, T)
+        p, v, a, j = (np.array(x, dtype=float, copy=True) for x in self._eval(tc))
+        out = before | after
+        if np.any(out):
+            v[out] = 0.0
+            a[out] = 0.0
+            j[out] = 0.0
+        if scalar:
+            return Sample(p[0], v[0], a[0], j[0])
+        return Sample(p, v, a, j)
+
+    @property
+    def start(self) -> np.ndarray:
+        """Position at t = 0, shape (dim,)."""
+        return self.sample(0.0).pos
+
+    @property
+    def end(self) -> np.ndarray:
+        """Position at t = duration_s, shape (dim,)."""
+        return self.sample(self.duration_s).pos
+
+    def time_grid(self, dt_s: float) -> np.ndarray:
+        """Times ``0, dt, 2 dt, ...`` up to and including ``duration_s``, shape (N,)."""
+        dt = check_duration(dt_s, "dt_s")
+        n = int(np.floor(self.duration_s / dt + 1e-9))
+        t = np.arange(n + 1) * dt
+        if t[-1] < self.duration_s - 1e-12:
+            t = np.append(t, self.duration_s)
+        return t
+
+    def __repr__(self) -> str:  # pragma: no cover - cosmetic
+        return f"<{type(self).__name__} dim={self.dim} T={self.duration_s:.4g} s>"
+
+
+class Hold(Trajectory):
+    """Stay at ``position`` (shape (dim,)) for ``duration_s`` seconds."""
+
+    def __init__(self, position, duration_s: float):
+        p = np.atleast_1d(np.asarray(position, dtype=float))
+        if p.ndim != 1 or not np.all(np.isfinite(p)):
+            raise TrajectoryError(f"hold position must be a finite 1-D vector, got {position!r}")
+        self._p = p
+        self._T = check_duration(duration_s, allow_zero=True)
+
+    @property
+    def duration_s(self) -> float:
+        return self._T
+
+    @property
+    def dim(self) -> int:
+        return self._p.size
+
+    def _eval(self, t):
+        n = t.size
+        z = np.zeros((n, self.dim))
+        return np.broadcast_to(self._p, (n, self.dim)).copy(), z, z.copy(), z.copy()
+
+
+class Sequence(Trajectory):
+    """Segments played one after the other.
+
+    Parameters
+    ----------
+    segments : sequence of Trajectory
+        Same ``dim``.  Each segment should start where the previous one ends
+        (checked to ``tol``); velocities are *not* required to match, but
+        segments built by this package start and end at rest, so a sequence of
+        them is velocity-continuous.
+    tol : float
+        Allowed position mismatch at the junctions.
+    """
+
+    def __init__(self, segments: _Seq[Trajectory], tol: float = 1e-9):
+        segs = list(segments)
+        if not segs:
+            raise TrajectoryError("a sequence needs at least one segment")
+        dim = segs[0].dim
+        for i, s in enumerate(segs):
+            if not isinstance(s, Trajectory):
+                raise TrajectoryError(f"segment {i} is not a Trajectory: {s!r}")
+            if s.dim != dim:
+                raise TrajectoryError(f"segment {i} has dim {s.dim}, expected {dim}")
+        for i in range(1, len(segs)):
+            gap = np.max(np.abs(segs[i].start - segs[i - 1].end))
+            if gap > tol:
+                raise TrajectoryError(
+                    f"segment {i} starts {gap:.3g} away from where segment {i - 1} ends")
+        self.segments = tuple(segs)
+        self._dim = dim
+        self._t0 = np.concatenate([[0.0], np.cumsum([s.duration_s for s in segs])])
+        self.names = segs[0].names
+
+    @property
+    def duration_s(self) -> float:
+        return float(self._t0[-1])
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def breakpoints_s(self) -> np.ndarray:
+        """Start times of the segments and the end time, shape (n_segments + 1,)."""
+        return self._t0.copy()
+
+    def _eval(self, t):
+        n = t.size
+        out = [np.zeros((n, self._dim)) for _ in range(4)]
+        # segment index: the last segment whose start <= t (ties go to the later segment)
+        idx = np.clip(np.searchsorted(self._t0, t, side="right") - 1, 0, len(self.segments) - 1)
+        for k, seg in enumerate(self.segments):
+            m = idx == k
+            if not np.any(m):
+                continue
+            vals = seg._eval(np.clip(t[m] - self._t0[k], 0.0, seg.duration_s))
+            for o, v in zip(out, vals):
+                o[m] = v
+        return tuple(out)
+
+
+class Stack(Trajectory):
+    """Several trajectories of equal duration side by side (coordinates concatenated)."""
+
+    def __init__(self, parts: _Seq[Trajectory], tol_s: float = 1e-9):
+        parts = list(parts)
+        if not parts:
+            raise TrajectoryError("a stack needs at least one trajectory")
+        T = parts[0].duration_s
+        for i, p in enumerate(parts):
+            if abs(p.duration_s - T) > tol_s:
+                raise TrajectoryError(f"stacked trajectory {i} lasts {p.duration_s} s, expected {T} s")
+        self.parts = tuple(parts)
+        self._T = T
+
+    @property
+    def duration_s(self) -> float:
+        return self._T
+
+    @property
+    def dim(self) -> int:
+        return sum(p.dim for p in self.parts)
+
+    def _eval(self, t):
+        vals = [p._eval(np.clip(t, 0.0, p.duration_s)) for p in self.parts]
+        return tuple(np.concatenate([v[k] for v in vals], axis=1) for k in range(4))
+
+
+class TimeScaled(Trajectory):
+    """Uniform time scaling: ``y(t) = x(t / k)``, so it lasts ``k`` times longer.
+
+    Velocity scales by ``1/k``, acceleration by ``1/k**2``, jerk by ``1/k**3``.
+
+    Parameters
+    ----------
+    base : Trajectory
+    factor : float
+        ``k > 0``; ``k > 1`` slows the motion down.
+    """
+
+    def __init__(self, base: Trajectory, factor: float):
+        k = check_duration(factor, "factor")
+        self.base = base
+        self.factor = k
+        self.names = base.names
+
+    @property
+    def duration_s(self) -> float:
+        return self.base.duration_s * self.factor
+
+    @property
+    def dim(self) -> int:
+        return self.base.dim
+
+    def _eval(self, t):
+        k = self.factor
+        p, v, a, j = self.base._eval(np.clip(t / k, 0.0, self.base.duration_s))
+        return p, v / k, a / k**2, j / k**3

@@ -1,0 +1,258 @@
+"""Build a trajectory from a ``[trajectory]`` table of a run configuration.
+
+Errors name the file and the dotted field (:class:`~dynamics.errors.ConfigError`).
+
+Common keys
+-----------
+``type``            ``"preset"``, ``"point_to_point"``, ``"circle"``, ``"square"``,
+                    ``"polygon"``, ``"via_points"`` or ``"hold"``
+``space``           ``"joint"`` (default for point_to_point / via_points / hold) or
+                    ``"task"`` (default for circle / square / polygon): task
+                    trajectories are mapped to actuator space (parallel robots:
+                    :class:`JointSpaceTrajectory`; serial arms:
+                    :class:`SerialIKTrajectory` with ``task_components`` (default
+                    ``"xy"`` for 2-D paths, ``"xyz"`` for 3-D), ``q_rest``, ``q_guess``)
+``scale_to_limits`` bool (default false): stretch uniformly to the actuator
+                    limits (:func:`time_scale_to_limits`, grid ``check_dt_s``,
+                    optional ``acceleration_max``)
+``check``           bool (default false): raise :class:`ConfigError` if
+                    :func:`check_feasibility` fails (grid ``check_dt_s``)
+
+Per type
+--------
+preset          ``name`` (see :data:`trajectories.presets.PRESETS`), optional
+                ``[trajectory.options]`` table of the preset's keyword arguments
+point_to_point  ``target``; ``start`` (default: parallel robots in task space the
+                home pose, else ``[0, ...]``); ``profile`` (default "quintic");
+                ``duration_s`` and/or ``vmax``, ``amax``, ``jmax`` (number or list)
+circle          ``center``, ``radius_m``, ``duration_s``; ``turns`` (1),
+                ``start_angle`` [rad] (0), ``ramp_s``, ``normal`` (3-D);
+                3RRR: pose circle with ``phi0`` (home phi), ``phi_amplitude`` (0),
+                ``phi_cycles`` (turns); Stewart: position circle at ``orientation``
+                (default home orientation)
+square          ``start``, ``side_m``, ``duration_s``; ``first_direction`` ([1, 0]),
+                ``ccw`` (true), ``corners`` ("stop" | "blend"), ``blend_radius_m``,
+                ``profile``, ``ramp_s``; 3RRR: constant ``phi`` (home phi)
+polygon         ``vertices`` (K x dim), ``duration_s``, ``closed`` (true) and the
+                corner keys of square
+via_points      ``times_s``, ``points`` (K x dim), ``kind`` ("quintic"), ``bc``
+hold            ``position``, ``duration_s``
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from dynamics.base import Model, ParallelModel
+from dynamics.config import Section
+from dynamics.errors import ConfigError, KinematicsError, TrajectoryError
+
+from .base import Hold, Sequence, Trajectory
+from .feasibility import check_feasibility, time_scale_to_limits
+from .mapping import JointSpaceTrajectory, SerialIKTrajectory
+from .paths import LineCurve, PathTrajectory, StackedCurve, circle, planar_circle_pose, polygon, square
+from .presets import PRESETS
+from .profiles import point_to_point
+from .splines import ViaPointSpline
+
+__all__ = ["load_trajectory", "TRAJECTORY_TYPES"]
+
+TRAJECTORY_TYPES = ("preset", "point_to_point", "circle", "square", "polygon", "via_points", "hold")
+
+
+def _limit(sec: Section, key: str, n: int):
+    """A positive number or a list of n positive numbers (None when absent)."""
+    v = sec.raw(key, None)
+    if v is None:
+        return None
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return sec.float(key, minimum=0.0, strict_min=True)
+    arr = sec.vector(key, n)
+    if np.any(arr <= 0):
+        raise sec.error(key, f"all values must be > 0, got {v!r}")
+    return arr
+
+
+def _corner_kw(sec: Section) -> dict:
+    corners = sec.str("corners", "stop", choices=["stop", "blend"])
+    kw = {"corners": corners}
+    if corners == "blend":
+        kw["blend_radius"] = sec.float("blend_radius_m", minimum=0.0, strict_min=True)
+    prof = sec.str("profile", None)
+    if prof is not None:
+        kw["profile"] = prof
+    ramp = sec.float("ramp_s", None, minimum=0.0)
+    if ramp is not None:
+        kw["ramp_s"] = ramp
+    return kw
+
+
+def _with_phi(task: Trajectory, phi: float) -> Trajectory:
+    """Append a constant angle coordinate to a 2-D path trajectory."""
+    curve = StackedCurve([task.curve, LineCurve([phi], [phi])], length=task.curve.length)
+    return PathTrajectory(curve, task.law, names=("x", "y", "phi"))
+
+
+def _with_orientation(task: PathTrajectory, e) -> Trajectory:
+    curve = StackedCurve([task.curve, LineCurve(e, e)], length=task.curve.length)
+    return PathTrajectory(curve, task.law, names=("x", "y", "z", "alpha", "beta", "gamma"))
+
+
+def _to_actuators(task: Trajectory, model: Model, sec: Section) -> Trajectory:
+    if isinstance(model, ParallelModel):
+        return JointSpaceTrajectory(task, model)
+    comps = sec.str("task_components", "xy" if task.dim == 2 else "xyz")
+    q_rest = sec.vector("q_rest", model.dof, None)
+    q_guess = sec.vector("q_guess", model.dof, None)
+    return SerialIKTrajectory(task, model, comps, q_rest=q_rest, q_guess=q_guess)
+
+
+def _build(sec: Section, model: Model, kind: str) -> Trajectory:
+    n = model.dof
+    if kind == "preset":
+        name = sec.str("name", choices=sorted(PRESETS))
+        fn = PRESETS[name]
+        opts = sec.section("options", {})
+        params = inspect.signature(fn).parameters
+        kwargs = {}
+        for key in opts.data:
+            if key == "model" or key not in params:
+                allowed = sorted(k for k in params if k != "model")
+                raise opts.error(key, f"unknown option of preset {name!r} (allowed: {allowed})")
+            v = opts.raw(key)
+            kwargs[key] = np.asarray(v, dtype=float) if isinstance(v, list) else v
+        opts.finish()
+        try:
+            return fn(model, **kwargs)
+        except TypeError as err:
+            raise opts.error(None, f"bad option for preset {name!r}: {err}") from err
+
+    space_default = "task" if kind in ("circle", "square", "polygon") else "joint"
+    space = sec.str("space", space_default, choices=["joint", "task"])
+    parallel = isinstance(model, ParallelModel)
+    if space == "task" and parallel:
+        m = model.task_dof
+    elif space == "task":
+        m = None        # serial: given by the data
+    else:
+        m = n
+
+    if kind == "point_to_point":
+        target = sec.vector("target", m)
+        dim = target.size
+        if sec.has("start"):
+            start = sec.vector("start", dim)
+        else:
+            sec.raw("start", None)
+            start = np.asarray(model.home_pose, float) if (space == "task" and parallel) else np.zeros(dim)
+        traj = point_to_point(start, target, sec.str("profile", "quintic"),
+                              duration_s=sec.float("duration_s", None, minimum=0.0, strict_min=True),
+                              vmax=_limit(sec, "vmax", dim), amax=_limit(sec, "amax", dim),
+                              jmax=_limit(sec, "jmax", dim))
+    elif kind == "hold":
+        traj = Hold(sec.vector("position", m), sec.float("duration_s", minimum=0.0, strict_min=True))
+    elif kind == "via_points":
+        times = sec.vector("times_s")
+        pts = sec.matrix("points", (len(times), m))
+        traj = ViaPointSpline(times, pts, kind=sec.str("kind", "quintic", choices=["quintic", "cubic"]),
+                              bc=sec.str("bc", "clamped", choices=["clamped", "natural"]))
+    elif kind == "circle":
+        if space != "task":
+            raise sec.error("space", "a circle is a task-space path")
+        T = sec.float("duration_s", minimum=0.0, strict_min=True)
+        r = sec.float("radius_m", minimum=0.0, strict_min=True)
+        turns = sec.float("turns", 1.0)
+        start_angle = sec.float("start_angle", 0.0)
+        ramp = sec.float("ramp_s", None, minimum=0.0)
+        if parallel and model.task_dof == 3:
+            center = sec.vector("center", 2)
+            home = np.asarray(model.home_pose, float)
+            traj = planar_circle_pose(center, r, T, phi0=sec.float("phi0", float(home[2])),
+                                      phi_amplitude=sec.float("phi_amplitude", 0.0),
+                                      phi_cycles=sec.float("phi_cycles", turns), turns=turns,
+                                      start_angle=start_angle, ramp_s=ramp)
+        elif parallel:
+            center = sec.vector("center", 3)
+            normal = sec.vector("normal", 3, None)
+            e = sec.vector("orientation", 3, np.asarray(model.home_pose, float)[3:])
+            traj = _with_orientation(circle(center, r, T, turns=turns, start_angle=start_angle, normal=normal,
+                                            ramp_s=ramp), e)
+        else:
+            center = sec.vector("center")
+            normal = sec.vector("normal", 3, None) if center.size == 3 else None
+            traj = circle(center, r, T, turns=turns, start_angle=start_angle, normal=normal, ramp_s=ramp)
+    elif kind in ("square", "polygon"):
+        if space != "task":
+            raise sec.error("space", f"a {kind} is a task-space path")
+        T = sec.float("duration_s", minimum=0.0, strict_min=True)
+        if kind == "square":
+            traj = square(sec.vector("start", 2), sec.float("side_m", minimum=0.0, strict_min=True), T,
+                          first_direction=sec.vector("first_direction", 2, [1.0, 0.0]),
+                          ccw=sec.bool("ccw", True), **_corner_kw(sec))
+        else:
+            traj = polygon(sec.matrix("vertices"), T, closed=sec.bool("closed", True), **_corner_kw(sec))
+        if parallel and model.task_dof == 3:
+            if traj.dim != 2:
+                raise sec.error("vertices", "3RRR polygons are 2-D (x, y)")
+            phi = sec.float("phi", float(np.asarray(model.home_pose, float)[2]))
+            if isinstance(traj, PathTrajectory):
+                traj = _with_phi(traj, phi)
+            else:
+                traj = Sequence([_with_phi(s, phi) for s in traj.segments])
+        elif parallel:
+            raise sec.error("type", f"{kind} paths are not defined for a {model.task_dof}-DOF platform")
+    else:  # pragma: no cover - guarded by choices
+        raise sec.error("type", f"unknown trajectory type {kind!r}")
+
+    if space == "task":
+        traj = _to_actuators(traj, model, sec)
+    return traj
+
+
+def load_trajectory(section: Section, model: Model) -> Trajectory:
+    """Build the trajectory described by a ``[trajectory]`` table (see module docstring).
+
+    Parameters
+    ----------
+    section : dynamics.config.Section
+        The ``[trajectory]`` table (its ``file``/``path`` are used in errors).
+    model : Model
+        The robot the trajectory is for.
+
+    Returns
+    -------
+    Trajectory
+        In actuator space (dim ``model.dof``); mapped trajectories keep the
+        task reference in ``.task``.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and field, for invalid, unknown or inconsistent
+        entries, and for trajectories that cannot be built (unreachable,
+        infeasible: the message carries the cause).
+    """
+    if not isinstance(section, Section):
+        section = Section(section)
+    kind = section.str("type", choices=TRAJECTORY_TYPES)
+    try:
+        traj = _build(section, model, kind)
+        if traj.dim != model.dof:
+            raise section.error("space", f"trajectory has dim {traj.dim} but {model.name} has {model.dof} "
+                                         "actuators (use space = \"task\" for task coordinates?)")
+        dt = section.float("check_dt_s", 0.01, minimum=0.0, strict_min=True)
+        acc = _limit(section, "acceleration_max", model.dof)
+        if section.bool("scale_to_limits", False):
+            traj = time_scale_to_limits(traj, model, dt_s=dt, acceleration_max=acc)
+        if section.bool("check", False):
+            rep = check_feasibility(traj, model, dt_s=dt, acceleration_max=acc)
+            if not rep.ok:
+                raise section.error(None, f"trajectory infeasible: {rep.first}")
+    except ConfigError:
+        raise
+    except (TrajectoryError, KinematicsError) as err:
+        raise section.error(None, f"{type(err).__name__}: {err}") from err
+    section.finish()
+    return traj
