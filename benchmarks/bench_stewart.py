@@ -2,10 +2,13 @@
 
 ``run(quick)`` returns rows ``{case, median_us, p99_us, ref, ref_median_us, ratio, note}``
 (protocol of ``benchmarks/run.py``).  The reference is ``pinocchio.rnea`` on a 6-DOF
-revolute arm built with Pinocchio's API in the same process; the target is
-``ratio <= 3`` for the one-state task inverse and forward dynamics.
+revolute arm built with Pinocchio's API in the same process, timed interleaved with
+our calls (:func:`benchmarks._timing.time_calls`); the target is ``ratio <= 3`` for
+the one-state task inverse and forward dynamics.  Times are per call from Python,
+including argument checks and the allocation of the result.
 
-Run alone: ``.venv/bin/python -m benchmarks.bench_stewart [--quick]``.
+Run alone: ``.venv/bin/python -m benchmarks.bench_stewart [--quick]`` or through
+``.venv/bin/python benchmarks/run.py --only bench_stewart``.
 """
 
 from __future__ import annotations
@@ -16,29 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._timing import time_call, time_calls
+
 ROOT = Path(__file__).resolve().parents[1]
 ROBOT = ROOT / "hil_configs" / "robots" / "stewart.toml"
 TARGET_RATIO = 3.0
-
-
-def _time_us(fn, quick: bool) -> tuple[float, float]:
-    """(median, p99) per-call time [us]: median of block means, p99 of single timed calls."""
-    for _ in range(200):          # warm-up (numba dispatch caches, allocator)
-        fn()
-    blocks, per = (15, 200) if quick else (41, 500)
-    means = []
-    for _ in range(blocks):
-        t0 = time.perf_counter()
-        for _ in range(per):
-            fn()
-        means.append((time.perf_counter() - t0) / per * 1e6)
-    singles = np.empty(2000 if quick else 10000)
-    pc = time.perf_counter_ns
-    for i in range(singles.size):
-        t0 = pc()
-        fn()
-        singles[i] = (pc() - t0) * 1e-3
-    return float(np.median(means)), float(np.percentile(singles, 99))
 
 
 def _pinocchio_arm():
@@ -60,16 +45,14 @@ def _pinocchio_arm():
 def run(quick: bool = False) -> list[dict]:
     import pinocchio as pin
 
-    sys.path.insert(0, str(ROOT))
     from dynamics import load_model
 
+    repeat, number = (15, 500) if quick else (60, 2000)
     rng = np.random.default_rng(0)
     pm, pd = _pinocchio_arm()
     q = rng.uniform(-1, 1, 6)
     v = rng.normal(size=6)
     a = rng.normal(size=6)
-    ref_med, ref_p99 = _time_us(lambda: pin.rnea(pm, pd, q, v, a), quick)
-    aba_med, _ = _time_us(lambda: pin.aba(pm, pd, q, v, a), quick)
 
     m = load_model(ROBOT)
     X = m.home_pose + np.array([0.02, -0.01, 0.03, 0.05, -0.04, 0.1])
@@ -79,35 +62,47 @@ def run(quick: bool = False) -> list[dict]:
     F = m.task_inverse_dynamics(X, Xd, Xdd, W)
     kin = m.leg_kinematics(X, Xd, Xdd)
     L, Ld, Ldd = kin.lengths, kin.rates, kin.accelerations
+    F0 = m.task_inverse_dynamics(X, Xd, Xdd)
     Xb = X + 0.01 * rng.normal(size=(100, 6))
     Xdb, Xddb = np.tile(Xd, (100, 1)), np.tile(Xdd, (100, 1))
 
-    cases = [
-        ("stewart.task_inverse_dynamics", lambda: m.task_inverse_dynamics(X, Xd, Xdd), True,
-         "formulation (b) Kane/NE, numba, one state"),
-        ("stewart.task_inverse_dynamics+wrench", lambda: m.task_inverse_dynamics(X, Xd, Xdd, W), True,
-         "with external wrench"),
-        ("stewart.forward_dynamics_task", lambda: m.forward_dynamics_task(X, Xd, F), True,
-         f"platform accelerations from leg forces (pinocchio aba on the arm: {aba_med:.2f} us)"),
-        ("stewart.inverse_dynamics(q, pose=)", lambda: m.inverse_dynamics(L, Ld, Ldd, pose=X), False,
-         "actuated coordinates with a pose hint (FK check + conversion)"),
-        ("stewart.task_inverse_dynamics[batch100]/state",
-         lambda: m.task_inverse_dynamics(Xb, Xdb, Xddb), False, "per call of 100 states; divide by 100"),
-    ]
+    ref_name = "pinocchio.rnea 6-DOF arm"
+    calls = {
+        "ref": (pin.rnea, (pm, pd, q, v, a)),
+        "aba": (pin.aba, (pm, pd, q, v, a)),
+        "stewart.task_inverse_dynamics": (m.task_inverse_dynamics, (X, Xd, Xdd)),
+        "stewart.task_inverse_dynamics+wrench": (m.task_inverse_dynamics, (X, Xd, Xdd, W)),
+        "stewart.forward_dynamics_task": (m.forward_dynamics_task, (X, Xd, F)),
+        "stewart.inverse_dynamics(q, pose=)": (lambda: m.inverse_dynamics(L, Ld, Ldd, pose=X), ()),
+        "stewart.forward_dynamics(q, pose=)": (lambda: m.forward_dynamics(L, Ld, F0, pose=X), ()),
+    }
+    res = time_calls(calls, repeat=repeat, number=number)
+    ref_med, ref_p99 = res["ref"]
+    notes = {
+        "stewart.task_inverse_dynamics": "formulation (b) Kane/Newton-Euler, numba, one state",
+        "stewart.task_inverse_dynamics+wrench": "with an external wrench",
+        "stewart.forward_dynamics_task": f"platform accelerations from leg forces "
+                                         f"(pinocchio.aba on the arm: {res['aba'][0]:.2f} us)",
+        "stewart.inverse_dynamics(q, pose=)": "leg coordinates with a pose hint (Newton check + twist conversion)",
+        "stewart.forward_dynamics(q, pose=)": "leg coordinates with a pose hint",
+    }
+    targeted = {"stewart.task_inverse_dynamics", "stewart.task_inverse_dynamics+wrench",
+                "stewart.forward_dynamics_task"}
+    rows = [{"case": ref_name + " (reference)", "median_us": ref_med, "p99_us": ref_p99, "note": "same process"}]
+    for name, note in notes.items():
+        med, p99 = res[name]
+        rows.append({"case": name, "median_us": med, "p99_us": p99, "ref": ref_name,
+                     "ref_median_us": ref_med, "ratio": med / ref_med,
+                     "note": note + (f"; target ratio <= {TARGET_RATIO:g}" if name in targeted else "")})
+    med, p99 = time_call(m.task_inverse_dynamics, Xb, Xdb, Xddb, repeat=repeat, number=max(number // 50, 10))
+    rows.append({"case": "stewart.task_inverse_dynamics[batch 100], per state", "median_us": med / 100,
+                 "p99_us": p99 / 100, "ref": ref_name, "ref_median_us": ref_med, "ratio": med / 100 / ref_med,
+                 "note": "one call on (100, 6) arrays, divided by 100"})
     if not quick:
-        cases.append(("stewart.task_inverse_dynamics_lagrange", lambda: m.task_inverse_dynamics_lagrange(X, Xd, Xdd),
-                      False, "formulation (a) reference, complex-step numpy, not a hot path"))
-    rows = []
-    for name, fn, targeted, note in cases:
-        med, p99 = _time_us(fn, quick) if "lagrange" not in name else _time_slow(fn)
-        if "batch100" in name:
-            med, p99 = med / 100, p99 / 100
-        row = {"case": name, "median_us": med, "p99_us": p99, "ref": "pinocchio.rnea 6-DOF arm",
-               "ref_median_us": ref_med, "ratio": med / ref_med,
-               "note": note + (f"; target ratio <= {TARGET_RATIO:g}" if targeted else "")}
-        rows.append(row)
-    rows.insert(0, {"case": "pinocchio.rnea 6-DOF arm (reference)", "median_us": ref_med, "p99_us": ref_p99,
-                    "ref": "", "ref_median_us": ref_med, "ratio": 1.0, "note": "same process"})
+        med, p99 = _time_slow(lambda: m.task_inverse_dynamics_lagrange(X, Xd, Xdd))
+        rows.append({"case": "stewart.task_inverse_dynamics_lagrange", "median_us": med, "p99_us": p99,
+                     "ref": ref_name, "ref_median_us": ref_med, "ratio": med / ref_med,
+                     "note": "formulation (a) reference (complex-step numpy), not a hot path"})
     return rows
 
 
@@ -121,6 +116,7 @@ def _time_slow(fn) -> tuple[float, float]:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
     for r in run(quick="--quick" in sys.argv):
-        print(f"{r['case']:48s} median {r['median_us']:9.2f} us  p99 {r['p99_us']:9.2f} us  "
-              f"ratio {r['ratio']:6.2f}  {r['note']}")
+        print(f"{r['case']:52s} median {r['median_us']:9.2f} us  p99 {r['p99_us']:9.2f} us  "
+              f"ratio {r.get('ratio', 1.0):7.2f}  {r['note']}")

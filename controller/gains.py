@@ -36,7 +36,7 @@ import numpy as np
 from dynamics.errors import ModelError
 
 __all__ = ["AxisDesign", "GainDesign", "ct_gains", "ct_gains_place", "ct_gains_lqr", "pd_analysis",
-           "pd_gains_nominal"]
+           "pd_analysis_model", "pd_gains_nominal"]
 
 _A = np.array([[0.0, 1.0], [0.0, 0.0]])
 _B = np.array([[0.0], [1.0]])
@@ -274,3 +274,17 @@ def pd_gains_nominal(inertia, wn, zeta=1.0, damping=0.0) -> GainDesign:
     if np.any(kd <= 0):
         raise ModelError("the plant's damping already exceeds the requested damping")
     return pd_analysis(kp, kd, J, damping=b)
+
+
+def pd_analysis_model(model, q0, kp, kd, ki=None, delay_s: float | None = None, **dyn_kw) -> GainDesign:
+    """:func:`pd_analysis` on a model linearised at ``q0``.
+
+    The nominal per-axis plant uses ``J_i = M(q0)[i, i]`` (armature included)
+    and ``b_i = model.drive.viscous[i]``; gravity is assumed compensated (PD+g)
+    or integrated away (PID).  ``dyn_kw`` is passed to ``mass_matrix`` (e.g.
+    ``pose=`` for parallel models).  Coupling between axes is ignored.
+    """
+    q0 = np.asarray(q0, dtype=float)
+    M = np.asarray(model.mass_matrix(q0, **dyn_kw), dtype=float)
+    return pd_analysis(kp, kd, np.diag(M).copy(), ki=ki, damping=np.asarray(model.drive.viscous, float),
+                       delay_s=delay_s)

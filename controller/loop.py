@@ -18,7 +18,9 @@ stop reaction) the loop sends one zero-torque command, disables the driver,
 writes the row and ends; for ``zero_disable`` this happens in the same cycle
 that sees the cause (the cause arrives with the feedback of the previous
 cycle's command, so within 2 cycles of it).  A communication error from the
-driver disables the drives at once (best effort).  SIGINT/SIGTERM are turned
+driver (any torqueloop error from ``driver.cycle``: CommsError -> cause ``"comms"``,
+others such as DriverError or a simulated plant's ModelError -> ``"driver"``)
+disables the drives at once (best effort).  SIGINT/SIGTERM are turned
 into a ``"signal"`` fault (safe stop, status ``"stopped"``) while :meth:`ControlLoop.run`
 runs (only when called from the main thread); the previous handlers are
 restored afterwards.  The log is flushed and closed in every case.
@@ -42,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from drivers.base import Command, Driver
-from dynamics.errors import CommsError, ConfigError, DriverError, SafetyError, TorqueloopError
+from dynamics.errors import CommsError, ConfigError, SafetyError, TorqueloopError
 
 from .clock import Clock
 from .estimation import FilteredDifference
@@ -240,17 +242,17 @@ class ControlLoop:
         k = 0
         enabled = False
         wall0 = time.perf_counter()
+        self.safety.reset()
+        self.controller.reset()
+        self._tel_failed = False
         saved = self._install_signals()
         try:
             messages.extend(self.clock.start())
-            self.safety.reset()
-            self.controller.reset()
-            t0 = self.clock.now()
             try:
                 fb = self.driver.enable()
                 enabled = True
-            except (CommsError, DriverError) as err:
-                self.safety.fault(0.0, "comms", f"enable failed: {err}")
+            except TorqueloopError as err:
+                self.safety.fault(0.0, _driver_cause(err), f"enable failed: {type(err).__name__}: {err}")
                 self._disable(0.0)
                 return self._finish("fault", 0, messages, lat, starts, comp, cyc, metrics, wall0)
             est = self.velocity_estimator
@@ -270,6 +272,7 @@ class ControlLoop:
                 raise SafetyError(f"start-up check failed: cannot evaluate the start error: {exc}") from exc
             self.safety.startup_check(fb, err0)
             self.controller.reset()
+            t0 = self.clock.now()
 
             zero = np.zeros(n)
             nan_dim = np.full(dim, np.nan)
@@ -282,7 +285,8 @@ class ControlLoop:
                 q = np.asarray(fb.position_rad, dtype=float)
                 qd = np.asarray(fb.velocity_rad_s, dtype=float)
                 if est is not None:
-                    v = est.update(t, q)
+                    t_meas = fb.t_s if np.isfinite(fb.t_s) else t
+                    v = est.update(t_meas, q)
                     qd = np.where(np.isnan(qd), v, qd)
                 state = State(t, q, qd)
                 try:
@@ -307,8 +311,9 @@ class ControlLoop:
                     fb_used = fb
                     try:
                         self.driver.cycle(Command(zero.copy()))
-                    except (CommsError, DriverError) as exc:
-                        self.safety.faults.append(Fault(t, "comms", None, {}, f"zero command failed: {exc}"))
+                    except TorqueloopError as exc:
+                        self.safety.faults.append(Fault(t, _driver_cause(exc), None, {},
+                                                        f"zero command failed: {type(exc).__name__}: {exc}"))
                     enabled = not self._disable(t)
                     self._record(tel, metrics, t, state, ref, err, tau, zero, fb_used, ss, late, c1 - c0)
                     cyc.append(time.perf_counter() - c0)
@@ -317,8 +322,8 @@ class ControlLoop:
                 fb_used = fb
                 try:
                     fb = self.driver.cycle(Command(cmd))
-                except (CommsError, DriverError) as exc:
-                    self.safety.fault(t, "comms", f"{type(exc).__name__}: {exc}")
+                except TorqueloopError as exc:
+                    self.safety.fault(t, _driver_cause(exc), f"{type(exc).__name__}: {exc}")
                     enabled = not self._disable(t)
                     ss.code |= FAULT | DISABLED
                     self._record(tel, metrics, t, state, ref, err, tau, cmd, fb_used, ss, late, c1 - c0)
@@ -352,15 +357,21 @@ class ControlLoop:
         try:
             self.driver.disable()
             return True
-        except (CommsError, DriverError) as exc:
-            self.safety.faults.append(Fault(t, "comms", None, {}, f"disable failed: {exc}"))
+        except TorqueloopError as exc:
+            self.safety.faults.append(Fault(t, _driver_cause(exc), None, {},
+                                            f"disable failed: {type(exc).__name__}: {exc}"))
             return False
 
     def _record(self, tel, metrics, t, state, ref, err, tau, cmd, fb, ss, late, compute_s):
         metrics.add(err, cmd, state.qd, ss.saturated, late)
-        if tel is not None:
-            tel.record(t, state.q, state.qd, ref.pos, ref.vel, ref.acc, err, tau, cmd, fb.torque_nm,
-                       ss.code, ss.saturated, late, compute_s, fb.fresh, fb.fault, fb.enabled)
+        if tel is not None and not self._tel_failed:
+            try:
+                tel.record(t, state.q, state.qd, ref.pos, ref.vel, ref.acc, err, tau, cmd, fb.torque_nm,
+                           ss.code, ss.saturated, late, compute_s, fb.fresh, fb.fault, fb.enabled)
+            except (OSError, ValueError) as exc:
+                # cannot log any more: stop the robot (safe stop at the next cycle)
+                self._tel_failed = True
+                self.safety.fault(t, "telemetry", f"{type(exc).__name__}: {exc}")
 
     def _finish(self, status, k, messages, lat, starts, comp, cyc, metrics, wall0) -> RunResult:
         timing = TimingStats.from_arrays(self.period_s, lat.values(), starts.values(), comp.values(), cyc.values(),
@@ -369,8 +380,16 @@ class ControlLoop:
                         None if self.telemetry is None else str(self.telemetry.directory), messages,
                         time.perf_counter() - wall0)
         if self.telemetry is not None:
-            self.telemetry.close(res.as_dict())
+            try:
+                self.telemetry.close(res.as_dict())
+            except OSError as exc:
+                res.messages.append(f"telemetry could not be closed cleanly: {exc}")
         return res
+
+
+def _driver_cause(exc: BaseException) -> str:
+    """Fault cause for an error raised by the driver: "comms" for bus errors, else "driver"."""
+    return "comms" if isinstance(exc, CommsError) else "driver"
 
 
 class _NanRef:

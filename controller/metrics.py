@@ -155,7 +155,9 @@ class MetricsAccumulator:
 
 def metrics_from_log(log: np.ndarray, period_s: float, *, task_layout: str | None = None,
                      miss_fraction: float = 0.5) -> dict:
-    """Metrics of a telemetry log (structured array from :func:`controller.telemetry.read_log`)."""
+    """Metrics of a telemetry log (from :func:`controller.telemetry.read_log` or ``np.load``)."""
+    from .telemetry import group_fields
+    log = group_fields(log)
     n = log.dtype["q"].shape[0] if log.dtype["q"].shape else 1
     dim = log.dtype["err"].shape[0] if log.dtype["err"].shape else 1
     acc = MetricsAccumulator(n, dim, period_s, task_layout=task_layout, miss_fraction=miss_fraction)

@@ -24,6 +24,8 @@ trajectory, a controller, the loop and the safety settings::
     zeta = 1.0
     # kp = [...], kd = [...], ki = [...]       # ... or explicit (controller-space units)
     saturate = true                            # clip to the model's torque limits (anti-windup)
+    friction_compensation = "none"             # or "measured"/"desired": + the model's friction
+    #                                          # at the measured / reference joint velocity
 
     [loop]
     rate_hz = 1000.0
@@ -71,6 +73,8 @@ __all__ = ["RunSpec", "parse_run", "load_run", "Run", "build_run", "run_offline_
 
 CONTROLLER_KINDS = ("computed_torque", "pd_gravity", "pid", "task_computed_torque", "task_pd_gravity")
 _TASK_KINDS = ("task_computed_torque", "task_pd_gravity")
+#: reply timeout of emulated drivers in lock-step runs unless the config sets one [s]
+LOCKSTEP_REPLY_TIMEOUT_S = 0.25
 
 
 # ---------------------------------------------------------------------------
@@ -84,6 +88,7 @@ class ControllerSpec:
     ki: Any
     integral_limit: Any
     saturate: bool
+    friction_compensation: str
     wn_rad_s: float | None
     zeta: float | None
 
@@ -178,6 +183,8 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
         kp=csec.raw("kp", None), kd=csec.raw("kd", None), ki=csec.raw("ki", None),
         integral_limit=csec.raw("integral_limit", None),
         saturate=csec.bool("saturate", True),
+        friction_compensation=csec.str("friction_compensation", "none",
+                                       choices=["none", "measured", "desired"]),
         wn_rad_s=None if has_explicit else csec.float("wn_rad_s", minimum=0.0, strict_min=True),
         zeta=None if has_explicit else csec.float("zeta", 1.0, minimum=0.0, strict_min=True),
     )
@@ -280,7 +287,12 @@ def _accepts_pose(fn) -> bool:
 
 
 def make_controller(spec: RunSpec, *, pose0=None) -> Controller:
-    """Build the control law of a run spec (gains from wn/zeta where not explicit)."""
+    """Build the control law of a run spec (gains from wn/zeta where not explicit),
+    with the model's friction as feed-forward when ``friction_compensation`` is set."""
+    return _make_law(spec, pose0=pose0)
+
+
+def _make_law(spec: RunSpec, *, pose0=None) -> Controller:
     c, model = spec.controller, spec.model
     n = model.dof
     dim = model.task_dof if spec.space == "task" else n
@@ -304,17 +316,25 @@ def make_controller(spec: RunSpec, *, pose0=None) -> Controller:
             if c.kind == "pid":
                 kp, kd = np.diag(kp), np.diag(kd)
                 ki = np.zeros(n) if c.ki is None else c.ki
+    fr = c.friction_compensation
+    if fr == "desired" and c.kind in _TASK_KINDS + ("pid",):
+        raise ConfigError(f"friction_compensation = 'desired' is for joint-space computed torque / PD "
+                          f"(use 'measured' with {c.kind})", spec.file, "controller.friction_compensation")
+    if fr != "none" and c.kind == "pid":
+        raise ConfigError("the PID law has no friction model; use computed_torque or pd_gravity",
+                          spec.file, "controller.friction_compensation")
     if c.kind == "computed_torque":
-        return ComputedTorque(model, kp, kd, ki=ki, integral_limit=c.integral_limit, saturation=sat)
+        return ComputedTorque(model, kp, kd, ki=ki, integral_limit=c.integral_limit, saturation=sat,
+                              friction=fr)
     if c.kind == "pd_gravity":
-        return PDGravity(model, kp, kd, saturation=sat)
+        return PDGravity(model, kp, kd, saturation=sat, friction=fr)
     if c.kind == "pid":
         return PID(kp, ki if ki is not None else np.zeros(n), kd, n=n,
                    feedforward=gravity_feedforward(model), saturation=sat)
     if c.kind == "task_computed_torque":
-        return TaskComputedTorque(model, kp, kd, saturation=sat, pose0=pose0)
+        return TaskComputedTorque(model, kp, kd, saturation=sat, pose0=pose0, friction=fr)
     if c.kind == "task_pd_gravity":
-        return TaskPDGravity(model, kp, kd, saturation=sat, pose0=pose0)
+        return TaskPDGravity(model, kp, kd, saturation=sat, pose0=pose0, friction=fr)
     raise ConfigError(f"unknown controller kind {c.kind!r}", spec.file, "controller.kind")  # pragma: no cover
 
 
@@ -381,12 +401,37 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
             telemetry = TelemetryWriter(out_dir, spec.model.dof,
                                         spec.model.task_dof if spec.space == "task" else spec.model.dof,
                                         buffer_rows=spec.telemetry_buffer_rows, meta=m)
+        _warm_up(spec, controller, plant)
         loop = ControlLoop(driver, controller, spec.trajectory, safety, clock, period_s=spec.period_s,
                            telemetry=telemetry, duration_s=spec.duration_s)
         return Run(spec, loop, driver, clock, plant, None if out_dir is None else Path(out_dir), stack)
     except BaseException:
         stack.close()
         raise
+
+
+def _warm_up(spec: RunSpec, controller: Controller, plant) -> None:
+    """Evaluate the controller and the plant model once before the drives are enabled.
+
+    The models' kernels are compiled just in time (numba) on first use; doing it
+    here keeps the compile time out of the first control cycles, where it would
+    look like a stalled loop (stale feedback, missed deadlines).
+    """
+    from .laws import State
+
+    q0, X0 = _joint_start(spec)
+    z = np.zeros_like(q0)
+    controller.compute(0.0, spec.trajectory.sample(0.0), State(0.0, q0, z))
+    controller.reset()
+    if plant is None:
+        return
+    model = plant.model
+    kw = {"pose": X0} if X0 is not None and _accepts_pose(model.forward_dynamics) else {}
+    if isinstance(model, ParallelModel) and X0 is not None:
+        model.forward_kinematics_task(q0, guess=X0)
+    model.forward_dynamics(q0, z, z, **kw)
+    model.mass_matrix(q0, **kw)
+    model.kinetic_energy(q0, z, **kw)
 
 
 def _sim_section(spec: RunSpec) -> Section:
@@ -408,6 +453,11 @@ def _sim_section(spec: RunSpec) -> Section:
         plant["q0"] = [float(v) for v in q0]
     elif "initial_offset" in plant:
         raise ConfigError("give either q0 or initial_offset, not both", spec.file, "driver.plant.initial_offset")
+    if spec.clock == "lockstep" and spec.driver_type != "sim_direct" and "reply_timeout_s" not in data:
+        # Simulated time does not advance while the driver waits, so a reply that
+        # is late in wall-clock time (a slow machine, a JIT compile) is not late for
+        # the plant: wait long enough that only a lost frame times out.
+        data["reply_timeout_s"] = LOCKSTEP_REPLY_TIMEOUT_S
     if "dt_max_s" not in plant:
         plant["dt_max_s"] = spec.period_s
     if "robot" in plant and spec.file:

@@ -243,6 +243,8 @@ class SafetySupervisor:
         if np.any(self.tau_max <= 0):
             raise ConfigError("torque limits must be > 0", field="torque_max")
         self.margin = vec("position_margin_rad", c.position_margin_rad)
+        self._soft_lo = self.q_min + self.margin
+        self._soft_hi = self.q_max - self.margin
         self.soft_kd = vec("soft_kd_nm_s_per_rad", c.soft_kd_nm_s_per_rad)
         self.brake_kd = vec("brake_kd_nm_s_per_rad", c.brake_kd_nm_s_per_rad)
         self.hold_kp = vec("hold_kp_nm_per_rad", c.hold_kp_nm_per_rad)
@@ -263,6 +265,7 @@ class SafetySupervisor:
         self.q_fault: np.ndarray | None = None
         self.stop_reason: str | None = None
         self._stale = np.zeros(self.n, dtype=int)
+        self._stale_any = False
         self._k = 0
         self._finished = False
         self.last_margin = np.nan
@@ -348,50 +351,65 @@ class SafetySupervisor:
         new: list[Fault] = []
         if self.stop_reason is not None:
             new.append(Fault(t_s, "signal", None, {}, f"stop requested: {self.stop_reason}"))
+        # fast path: cheap whole-array tests, details only when something is wrong
         finite_ok = True
         for name, arr in (("q", q), ("qd", qd), ("tau", tau)):
-            if not np.all(np.isfinite(arr)):
+            if not np.isfinite(arr).all():
                 j = int(np.flatnonzero(~np.isfinite(arr))[0]) if arr.shape == (self.n,) else None
                 new.append(Fault(t_s, "nonfinite", j, {name: arr.tolist()}, f"non-finite {name}"))
                 finite_ok = False
         for name in ("pos", "vel", "acc"):
             arr = np.asarray(getattr(ref, name), dtype=float)
-            if not np.all(np.isfinite(arr)):
+            if not np.isfinite(arr).all():
                 new.append(Fault(t_s, "nonfinite", None, {f"ref.{name}": arr.tolist()}, f"non-finite reference {name}"))
                 finite_ok = False
         if feedback is not None:
             codes = np.asarray(feedback.fault)
-            for j in np.flatnonzero(codes != 0):
-                new.append(Fault(t_s, "device_fault", int(j), {"code": int(codes[j])},
-                                 f"device reports fault code {int(codes[j])}"))
+            if codes.any():
+                for j in np.flatnonzero(codes != 0):
+                    new.append(Fault(t_s, "device_fault", int(j), {"code": int(codes[j])},
+                                     f"device reports fault code {int(codes[j])}"))
             en = np.asarray(feedback.enabled, dtype=bool)
-            for j in np.flatnonzero(~en):
-                new.append(Fault(t_s, "drive_disabled", int(j), {}, "drive not enabled"))
+            if not en.all():
+                for j in np.flatnonzero(~en):
+                    new.append(Fault(t_s, "drive_disabled", int(j), {}, "drive not enabled"))
             fresh = np.asarray(feedback.fresh, dtype=bool)
-            self._stale = np.where(fresh, 0, self._stale + 1)
-            for j in np.flatnonzero(self._stale >= self.config.stale_cycles):
-                new.append(Fault(t_s, "stale_feedback", int(j), {"cycles": int(self._stale[j])},
-                                 f"no fresh feedback for {int(self._stale[j])} cycles"))
+            if fresh.all():
+                if self._stale_any:
+                    self._stale[:] = 0
+                    self._stale_any = False
+            else:
+                self._stale = np.where(fresh, 0, self._stale + 1)
+                self._stale_any = True
+                for j in np.flatnonzero(self._stale >= self.config.stale_cycles):
+                    new.append(Fault(t_s, "stale_feedback", int(j), {"cycles": int(self._stale[j])},
+                                     f"no fresh feedback for {int(self._stale[j])} cycles"))
         if finite_ok:
-            for j in np.flatnonzero((q < self.q_min) | (q > self.q_max)):
-                new.append(Fault(t_s, "position_limit", int(j),
-                                 {"q": float(q[j]), "min": float(self.q_min[j]), "max": float(self.q_max[j])},
-                                 "position outside hard limits"))
-            for j in np.flatnonzero(np.abs(qd) > self.v_max):
-                new.append(Fault(t_s, "velocity_limit", int(j), {"qd": float(qd[j]), "max": float(self.v_max[j])},
-                                 "velocity limit exceeded"))
+            out = (q < self.q_min) | (q > self.q_max)
+            if out.any():
+                for j in np.flatnonzero(out):
+                    new.append(Fault(t_s, "position_limit", int(j),
+                                     {"q": float(q[j]), "min": float(self.q_min[j]), "max": float(self.q_max[j])},
+                                     "position outside hard limits"))
+            fast = np.abs(qd) > self.v_max
+            if fast.any():
+                for j in np.flatnonzero(fast):
+                    new.append(Fault(t_s, "velocity_limit", int(j), {"qd": float(qd[j]), "max": float(self.v_max[j])},
+                                     "velocity limit exceeded"))
             if error is None and np.shape(ref.pos) == q.shape:
                 error = np.asarray(ref.pos, dtype=float) - q
             if error is not None:
                 e = np.asarray(error, dtype=float)
-                if not np.all(np.isfinite(e)):
+                if not np.isfinite(e).all():
                     new.append(Fault(t_s, "nonfinite", None, {"error": e.tolist()}, "non-finite tracking error"))
                 else:
-                    for j in np.flatnonzero(np.abs(e) > self.err_max):
-                        new.append(Fault(t_s, "tracking_error", int(j),
-                                         {"error": float(e[j]),
-                                          "max": float(np.broadcast_to(self.err_max, e.shape)[j])},
-                                         "tracking error limit exceeded"))
+                    big = np.abs(e) > self.err_max
+                    if big.any():
+                        for j in np.flatnonzero(big):
+                            new.append(Fault(t_s, "tracking_error", int(j),
+                                             {"error": float(e[j]),
+                                              "max": float(np.broadcast_to(self.err_max, e.shape)[j])},
+                                             "tracking error limit exceeded"))
             if self._sing and (self._k - 1) % self.config.singularity_every == 0:
                 try:
                     self.pose = np.asarray(self.model.forward_kinematics_task(q, guess=self.pose), dtype=float)
@@ -410,19 +428,20 @@ class SafetySupervisor:
             return self._react(t_s, state, tuple(new))
 
         code = OK
-        cmd = tau.copy()
-        lo = (q < self.q_min + self.margin) & (qd < 0)
-        hi = (q > self.q_max - self.margin) & (qd > 0)
-        if np.any(lo | hi):
+        cmd = tau
+        lo = (q < self._soft_lo) & (qd < 0)
+        hi = (q > self._soft_hi) & (qd > 0)
+        soft = lo | hi
+        if soft.any():
             code |= SOFT_LIMIT
             cmd = np.where(lo, np.maximum(cmd, 0.0), cmd)
             cmd = np.where(hi, np.minimum(cmd, 0.0), cmd)
-            cmd = np.where(lo | hi, cmd - self.soft_kd * qd, cmd)
+            cmd = np.where(soft, cmd - self.soft_kd * qd, cmd)
         sat = np.abs(cmd) > self.tau_max
-        if np.any(sat):
+        if sat.any():
             code |= CLIPPED
             cmd = np.clip(cmd, -self.tau_max, self.tau_max)
-        return cmd, SafetyState(code, "run", sat)
+        return cmd.copy() if cmd is tau else cmd, SafetyState(code, "run", sat)
 
     # -- reactions --------------------------------------------------------------------
     def _react(self, t_s, state, new):

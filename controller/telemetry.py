@@ -5,8 +5,12 @@ Format
 A run directory holds
 
 * ``log.npy`` -- a standard NumPy ``.npy`` (format 1.0) file whose one-
-  dimensional structured array has one row per control cycle (fields: see
-  :func:`log_dtype`).  The header is written with reserved space; rows are
+  dimensional structured array has one row per control cycle.  On disk every
+  field is a scalar column (``t``, ``q[0]``, ``q[1]``, ..., see
+  :func:`file_dtype`) so that ``pandas.DataFrame(np.load(path))`` accepts it;
+  :func:`read_log` returns the same bytes viewed with per-quantity vector
+  fields (``log["q"]`` of shape (rows, n), see :func:`log_dtype`).  The
+  header is written with reserved space; rows are
   appended in blocks of ``buffer_rows`` and, after each block, the header is
   rewritten in place with the new row count.  The data block is written
   *before* the header, so at any moment the header never claims more rows than
@@ -16,11 +20,12 @@ A run directory holds
 * ``meta.json`` -- configuration, versions, git commit, start time, seed,
   field descriptions, and (after :meth:`TelemetryWriter.close`) the run result.
 
-Why not CSV: at 1 kHz with 6 joints a row has ~90 numbers; formatting them as
-text costs tens of microseconds per row in Python (measured in
-``benchmarks/bench_loop.py``: ``telemetry_csv_row`` vs ``telemetry_npy_row``),
-a sizeable part of a 1 ms budget, and loses float precision unless printed
-with 17 digits.  The binary block append costs a few microseconds per row.
+Why not CSV: at 1 kHz with 6 joints a row has 82 numbers; formatting them as
+text (17 significant digits, needed to keep float64 exact) cost 18-33 us per
+row in memory alone versus about 2 us per row for this binary writer,
+flushes included (``benchmarks/bench_loop.py``, rows ``telemetry row ...``,
+measured on a loaded 2-core machine) -- a few percent of a 1 ms budget
+against a fraction of one, for a file that is also 2-3x larger.
 Use :func:`read_log` (or ``np.load``) to read, :func:`to_csv` to export.
 """
 
@@ -32,12 +37,13 @@ import os
 import platform
 import sys
 from pathlib import Path
+
 import numpy as np
 
 from dynamics.errors import TorqueloopError
 
-__all__ = ["TelemetryWriter", "log_dtype", "read_log", "read_meta", "collect_meta", "to_csv",
-           "FIELD_DOC"]
+__all__ = ["TelemetryWriter", "log_dtype", "file_dtype", "group_fields", "read_log", "read_meta",
+           "collect_meta", "to_csv", "FIELD_DOC"]
 
 _MAGIC = b"\x93NUMPY\x01\x00"
 
@@ -74,6 +80,38 @@ def log_dtype(n: int, dim: int) -> np.dtype:
         ("lateness_s", "<f8"), ("compute_s", "<f8"),
         ("fresh", "?", (n,)), ("fault", "<i4", (n,)), ("enabled", "?", (n,)),
     ])
+
+
+def file_dtype(n: int, dim: int) -> np.dtype:
+    """On-disk dtype: :func:`log_dtype` with every vector field split into scalar columns ``name[j]``.
+
+    Same item size and byte layout as :func:`log_dtype` (both packed), so one
+    is a ``view`` of the other.
+    """
+    fields = []
+    for name in log_dtype(n, dim).names:
+        sub = log_dtype(n, dim)[name]
+        if sub.shape:
+            fields += [(f"{name}[{j}]", sub.base.str) for j in range(sub.shape[0])]
+        else:
+            fields.append((name, sub.str))
+    return np.dtype(fields)
+
+
+def group_fields(arr: np.ndarray) -> np.ndarray:
+    """View a flat on-disk log (columns ``q[0]``, ``q[1]``...) with vector fields (:func:`log_dtype`)."""
+    names = arr.dtype.names or ()
+    if "q" in names:
+        return arr
+    try:
+        n = sum(1 for k in names if k.startswith("q["))
+        dim = sum(1 for k in names if k.startswith("err["))
+        grouped = log_dtype(n, dim)
+        if file_dtype(n, dim) != arr.dtype:
+            raise ValueError("unexpected columns")
+        return arr.view(grouped)
+    except (ValueError, TypeError) as err:
+        raise TorqueloopError(f"not a torqueloop telemetry log (columns {names[:6]}...): {err}") from err
 
 
 def _header_bytes(dtype: np.dtype, rows: int, total_len: int | None = None) -> bytes:
@@ -191,19 +229,20 @@ class TelemetryWriter:
         self.meta_path = self.directory / "meta.json"
         self.n, self.dim = int(n), int(dim)
         self.dtype = log_dtype(self.n, self.dim)
+        self.file_dtype = file_dtype(self.n, self.dim)
         self.fsync = fsync
         self._buf = np.zeros(buffer_rows, dtype=self.dtype)
         self._v = {name: self._buf[name] for name in self.dtype.names}
         self._i = 0
         self.rows_written = 0
-        self._hlen = len(_header_bytes(self.dtype, 0))
+        self._hlen = len(_header_bytes(self.file_dtype, 0))
         self.meta = collect_meta(meta)
         self.meta["fields"] = {k: FIELD_DOC[k] for k in self.dtype.names}
         self.meta["n"] = self.n
         self.meta["dim"] = self.dim
         self.meta["buffer_rows"] = buffer_rows
         self._fh = open(self.path, "wb")
-        self._fh.write(_header_bytes(self.dtype, 0, self._hlen))
+        self._fh.write(_header_bytes(self.file_dtype, 0, self._hlen))
         self._fh.flush()
         _write_json(self.meta_path, self.meta)
         self.closed = False
@@ -247,7 +286,7 @@ class TelemetryWriter:
         self.rows_written += self._i
         self._i = 0
         fh.seek(0)
-        fh.write(_header_bytes(self.dtype, self.rows_written, self._hlen))
+        fh.write(_header_bytes(self.file_dtype, self.rows_written, self._hlen))
         fh.flush()
         if self.fsync:
             os.fsync(fh.fileno())
@@ -280,13 +319,18 @@ def _log_path(path) -> Path:
     return p / "log.npy" if p.is_dir() else p
 
 
-def read_log(path) -> np.ndarray:
-    """Read a log (run directory or ``log.npy``) as a structured array, shape (rows,)."""
+def read_log(path, *, flat: bool = False) -> np.ndarray:
+    """Read a log (run directory or ``log.npy``) as a structured array, shape (rows,).
+
+    By default with vector fields (``log["q"]`` has shape (rows, n)); with
+    ``flat=True`` exactly as stored (scalar columns, as ``np.load`` gives).
+    """
     p = _log_path(path)
     try:
-        return np.load(p)
+        arr = np.load(p)
     except (OSError, ValueError) as err:
         raise TorqueloopError(f"{p}: cannot read telemetry log: {err}") from err
+    return arr if flat else group_fields(arr)
 
 
 def read_meta(path) -> dict:
@@ -301,6 +345,7 @@ def read_meta(path) -> dict:
 
 def to_csv(log: np.ndarray, path) -> None:
     """Export a structured log to CSV with one column per scalar (``q[0]``, ``q[1]``...)."""
+    log = group_fields(log)
     cols, names = [], []
     for name in log.dtype.names:
         a = log[name]

@@ -39,7 +39,7 @@ import numpy as np
 
 from dynamics.errors import CommsError, CommsTimeoutError, DecodeError, DriverError, TorqueloopError
 
-from .base import FAULT_NONE, Command, Driver, Feedback, JointMapping
+from .base import Command, Driver, Feedback, JointMapping
 from .codecs import mit as codec
 from .transport import CanTransport, Frame, recv_any
 

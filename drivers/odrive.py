@@ -23,6 +23,10 @@ in :data:`drivers.codecs.odrive.AXIS_ERROR_NAMES`); ``Feedback.enabled`` is
 
 The ODrive only does torque control here: a command with non-zero drive-side
 gains (``kp``/``kd``) is refused with :class:`DriverError` rather than ignored.
+
+:class:`OdriveAsciiDriver` does the same over the ODrive ASCII protocol on a
+serial port (``c``/``f`` commands, ``r``/``w`` properties); registry type
+``odrive_ascii``.
 """
 
 from __future__ import annotations
@@ -317,6 +321,9 @@ class OdriveCanDriver(Driver):
     # ------------------------------------------------------------------
     def enable(self) -> Feedback:
         """Torque control / passthrough, zero torque, CLOSED_LOOP_CONTROL; wait until every axis reports it.
+
+        Latched axis errors are not cleared here (that would hide a fault):
+        call :meth:`clear_errors` first to acknowledge them.
 
         Raises
         ------

@@ -35,6 +35,10 @@ Common keys of CAN drivers (``mit_can``, ``odrive_can``)::
     # MIT: can_id = 1, model = "AK80-9" and/or [driver.joints.limits] p_max_rad = ...
     # ODrive: node_id = 0 (see drivers.odrive)
 
+``odrive_ascii`` (ODrive ASCII protocol on a serial port) takes ``port``
+(device path or pyserial URL), ``baudrate`` and ``[[driver.joints]]`` with
+``axis`` (0 or 1) and the mapping keys; see :func:`drivers.odrive.build_ascii`.
+
 ``transports``: an optional mapping bus name -> already-open
 :class:`~drivers.transport.CanTransport` (the simulation passes virtual
 buses this way).  Buses given there need no ``bus``/``buses`` entry; buses

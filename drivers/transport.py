@@ -121,6 +121,7 @@ class CanTransport:
         self.bitrate = None if bitrate is None else int(bitrate)
         #: CAN FD data-phase bit rate [bit/s] if the bus was opened in FD mode, else None
         self.data_bitrate = kwargs.get("data_bitrate") if kwargs.get("fd") else None
+        self._fd = bool(kwargs.get("fd", False))
         self.name = name or (f"{interface}:{channel}" if interface else "bus")
         self.frames_sent = 0
         self.frames_received = 0
@@ -195,7 +196,9 @@ class CanTransport:
                 msg = can.Message(arbitration_id=arbitration_id, is_extended_id=is_extended_id,
                                   is_remote_frame=True, dlc=0 if dlc is None else dlc)
             else:
-                msg = can.Message(arbitration_id=arbitration_id, data=data, is_extended_id=is_extended_id)
+                fd = self._fd or len(data) > 8
+                msg = can.Message(arbitration_id=arbitration_id, data=data, is_extended_id=is_extended_id,
+                                  is_fd=fd, bitrate_switch=fd and self.data_bitrate is not None)
             self._bus.send(msg, timeout=self.send_timeout_s)
         except can.CanTimeoutError as err:
             raise CommsTimeoutError(f"{self.name}: send of id 0x{arbitration_id:X} timed out") from err

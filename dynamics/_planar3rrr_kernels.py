@@ -25,12 +25,26 @@ Status codes returned by the kernels
 ------------------------------------
 ``0`` ok; ``1 + i`` leg i unreachable (IK); ``10 + i`` leg i at a type-1
 singularity; ``20`` type-2 singularity (det of the normalised B below tol);
-``30`` Newton did not converge; ``31`` non-finite value during Newton.
+``30`` Newton did not converge; ``31`` non-finite value during Newton;
+``40`` an input does not have 3 entries; ``41`` an input is not finite.
 
 Notation (per leg): u = (cos th, sin th), n = (-sin th, cos th), B = A + a u,
 rho = R(phi) c, rho_p = (-rho_y, rho_x), C = P + rho, d = C - B.
 Constraint h_i = |d_i|^2 - b_i^2.  A = dh/dtheta = diag(-2 a d.n);
 B row i = 2 [d_x, d_y, d.rho_p].
+
+Implementation: flat float64 workspaces (one allocation per call, 1-D views),
+3x3 and 6x6 matrices stored row-major; no LAPACK.  Workspace layout
+(``WS_SIZE``)::
+
+    g   0:24   per leg i at 8 i: ux, uy, nx, ny, rhox, rhoy, dx, dy
+    Ad  24:27  diagonal of A
+    B   27:36  B, row-major          Bi 36:45  B^{-1}
+    gam 45:48  gamma_i = zd^T H_i zd
+    Mf  48:84  6x6 KE Hessian        Cf 84:120  6x6 Coriolis matrix
+    gf  120:126 dV/dq                Xd 126:129
+    F   130:136 generalised forces   Xdd 136:139  lam 139:142
+    MG  142:160 Mf G (6x3)           h  160:163 (Newton)
 """
 
 from __future__ import annotations
@@ -49,51 +63,59 @@ ST_TYPE1 = 10
 ST_TYPE2 = 20
 ST_NOCONV = 30
 ST_NONFINITE = 31
+ST_BADSHAPE = 40
+ST_BADINPUT = 41
+
+WS_SIZE = 168
 
 
 @njit(cache=True)
-def geometry(L, G, th, X, u, n, rho, d):
-    """Fill u, n, rho, d (each (3, 2)) for the pair (th, X)."""
+def geometry(L, th, X, g):
+    """Fill g (24,): per leg u, n, rho, d (see module docstring)."""
     c = math.cos(X[2])
     s = math.sin(X[2])
     for i in range(3):
         ct = math.cos(th[i])
         st = math.sin(th[i])
-        u[i, 0] = ct
-        u[i, 1] = st
-        n[i, 0] = -st
-        n[i, 1] = ct
+        k = 8 * i
+        g[k] = ct
+        g[k + 1] = st
+        g[k + 2] = -st
+        g[k + 3] = ct
         rx = c * L[i, 2] - s * L[i, 3]
         ry = s * L[i, 2] + c * L[i, 3]
-        rho[i, 0] = rx
-        rho[i, 1] = ry
-        d[i, 0] = X[0] + rx - L[i, 0] - L[i, 4] * ct
-        d[i, 1] = X[1] + ry - L[i, 1] - L[i, 4] * st
+        g[k + 4] = rx
+        g[k + 5] = ry
+        g[k + 6] = X[0] + rx - L[i, 0] - L[i, 4] * ct
+        g[k + 7] = X[1] + ry - L[i, 1] - L[i, 4] * st
 
 
 @njit(cache=True)
-def jacobians(L, n, rho, d, Ad, B):
-    """A (diagonal, as (3,)) and B (3, 3) of the constraints."""
+def jacobians(L, g, Ad, B):
+    """A (diagonal, (3,)) and B (9,) row-major."""
     for i in range(3):
-        Ad[i] = -2.0 * L[i, 4] * (d[i, 0] * n[i, 0] + d[i, 1] * n[i, 1])
-        B[i, 0] = 2.0 * d[i, 0]
-        B[i, 1] = 2.0 * d[i, 1]
-        B[i, 2] = 2.0 * (-d[i, 0] * rho[i, 1] + d[i, 1] * rho[i, 0])
+        k = 8 * i
+        dx = g[k + 6]
+        dy = g[k + 7]
+        Ad[i] = -2.0 * L[i, 4] * (dx * g[k + 2] + dy * g[k + 3])
+        B[3 * i] = 2.0 * dx
+        B[3 * i + 1] = 2.0 * dy
+        B[3 * i + 2] = 2.0 * (-dx * g[k + 5] + dy * g[k + 4])
 
 
 @njit(cache=True)
 def det3(M):
-    return (M[0, 0] * (M[1, 1] * M[2, 2] - M[1, 2] * M[2, 1])
-            - M[0, 1] * (M[1, 0] * M[2, 2] - M[1, 2] * M[2, 0])
-            + M[0, 2] * (M[1, 0] * M[2, 1] - M[1, 1] * M[2, 0]))
+    return (M[0] * (M[4] * M[8] - M[5] * M[7])
+            - M[1] * (M[3] * M[8] - M[5] * M[6])
+            + M[2] * (M[3] * M[7] - M[4] * M[6]))
 
 
 @njit(cache=True)
 def inv3(M, out):
-    """Inverse of a 3x3 matrix by the adjugate; returns the determinant."""
-    a, b, c = M[0, 0], M[0, 1], M[0, 2]
-    d, e, f = M[1, 0], M[1, 1], M[1, 2]
-    g, h, k = M[2, 0], M[2, 1], M[2, 2]
+    """Inverse of a row-major 3x3 by the adjugate; returns the determinant (0: not done)."""
+    a, b, c = M[0], M[1], M[2]
+    d, e, f = M[3], M[4], M[5]
+    g, h, k = M[6], M[7], M[8]
     A0 = e * k - f * h
     A1 = -(d * k - f * g)
     A2 = d * h - e * g
@@ -101,15 +123,15 @@ def inv3(M, out):
     if det == 0.0:
         return 0.0
     r = 1.0 / det
-    out[0, 0] = A0 * r
-    out[1, 0] = A1 * r
-    out[2, 0] = A2 * r
-    out[0, 1] = -(b * k - c * h) * r
-    out[1, 1] = (a * k - c * g) * r
-    out[2, 1] = -(a * h - b * g) * r
-    out[0, 2] = (b * f - c * e) * r
-    out[1, 2] = -(a * f - c * d) * r
-    out[2, 2] = (a * e - b * d) * r
+    out[0] = A0 * r
+    out[3] = A1 * r
+    out[6] = A2 * r
+    out[1] = -(b * k - c * h) * r
+    out[4] = (a * k - c * g) * r
+    out[7] = -(a * h - b * g) * r
+    out[2] = (b * f - c * e) * r
+    out[5] = -(a * f - c * d) * r
+    out[8] = (a * e - b * d) * r
     return det
 
 
@@ -119,20 +141,15 @@ def normalised_measures(L, G, Ad, B):
 
     The first is |sin| of the angle between proximal and distal link of the
     worst leg (0 at a type-1 singularity); the second is a dimensionless
-    determinant of unit-norm-ish rows (0 at a type-2 singularity).
+    determinant of rows of norm ~1 (0 at a type-2 singularity).  B row-major (9,).
     """
     m1 = 1e300
     for i in range(3):
         v = abs(Ad[i]) / (2.0 * L[i, 4] * L[i, 5])
         if v < m1:
             m1 = v
-    Bn = np.empty((3, 3))
-    for i in range(3):
-        sc = 1.0 / (2.0 * L[i, 5])
-        Bn[i, 0] = B[i, 0] * sc
-        Bn[i, 1] = B[i, 1] * sc
-        Bn[i, 2] = B[i, 2] * sc / G[4]
-    return m1, det3(Bn)
+    scale = 8.0 * L[0, 5] * L[1, 5] * L[2, 5] * G[4]
+    return m1, det3(B) / scale
 
 
 @njit(cache=True)
@@ -149,6 +166,28 @@ def check_singular(L, G, Ad, B, tol):
         return ST_TYPE1 + worst
     if abs(db) < tol:
         return ST_TYPE2
+    return OK
+
+
+@njit(cache=True)
+def valid3(a):
+    """0 if a has 3 finite entries, else a status code."""
+    if a.shape[0] != 3:
+        return ST_BADSHAPE
+    for j in range(3):
+        v = a[j]
+        if not (v == v) or v > 1e308 or v < -1e308:
+            return ST_BADINPUT
+    return OK
+
+
+@njit(cache=True)
+def _combine(s1, s2, s3, s4, s5):
+    if s1 == ST_BADSHAPE or s2 == ST_BADSHAPE or s3 == ST_BADSHAPE or s4 == ST_BADSHAPE \
+            or s5 == ST_BADSHAPE:
+        return ST_BADSHAPE
+    if s1 or s2 or s3 or s4 or s5:
+        return ST_BADINPUT
     return OK
 
 
@@ -184,158 +223,264 @@ def ik(L, X, branch, th):
 
 
 @njit(cache=True)
-def constraint_values(L, G, th, X, h):
-    u = np.empty((3, 2))
-    n = np.empty((3, 2))
-    rho = np.empty((3, 2))
-    d = np.empty((3, 2))
-    geometry(L, G, th, X, u, n, rho, d)
+def constraint_values(L, th, X, h):
+    g = np.empty(24)
+    geometry(L, th, X, g)
     for i in range(3):
-        h[i] = d[i, 0] * d[i, 0] + d[i, 1] * d[i, 1] - L[i, 5] * L[i, 5]
+        dx = g[8 * i + 6]
+        dy = g[8 * i + 7]
+        h[i] = dx * dx + dy * dy - L[i, 5] * L[i, 5]
 
 
 @njit(cache=True)
-def fk_newton(L, G, th, X0, tol, max_iter, X):
+def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
     """Newton on h(th, X) = 0 for X from X0.  Returns (status, iterations).
+    On success ws[0:24] holds the geometry at the returned X.
 
     Converged when max_i |h_i| / (2 b_i) <= tol (a length error in metres); one
-    extra Newton step is then taken unless the error is already below 1e-4 tol.
+    extra (polishing) Newton step is then taken unless the error is already
+    below 1e-15 m, and kept only if it reduced the residual.
     """
-    u = np.empty((3, 2))
-    n = np.empty((3, 2))
-    rho = np.empty((3, 2))
-    d = np.empty((3, 2))
-    Ad = np.empty(3)
-    B = np.empty((3, 3))
-    Bi = np.empty((3, 3))
-    h = np.empty(3)
+    g = ws[0:24]
+    Ad = ws[24:27]
+    B = ws[27:36]
+    Bi = ws[36:45]
+    h = ws[160:163]
     for j in range(3):
         X[j] = X0[j]
     polished = False
+    err_p = 0.0
+    xs0 = 0.0
+    xs1 = 0.0
+    xs2 = 0.0
     for it in range(max_iter + 1):
-        geometry(L, G, th, X, u, n, rho, d)
+        geometry(L, th, X, g)
         err = 0.0
         for i in range(3):
-            h[i] = d[i, 0] * d[i, 0] + d[i, 1] * d[i, 1] - L[i, 5] * L[i, 5]
+            dx = g[8 * i + 6]
+            dy = g[8 * i + 7]
+            h[i] = dx * dx + dy * dy - L[i, 5] * L[i, 5]
             e = abs(h[i]) / (2.0 * L[i, 5])
             if not (e == e) or e > 1e300:
+                if polished:
+                    break
                 return ST_NONFINITE, it
             if e > err:
                 err = e
+        if polished:
+            # keep the polished pose only if it improved the residual (near a
+            # type-2 singularity B^{-1} h can be a large, useless step)
+            if not (err <= err_p):
+                X[0] = xs0
+                X[1] = xs1
+                X[2] = xs2
+                geometry(L, th, X, g)   # on return g always matches X
+            return OK, it
         if err <= tol:
             # one polishing step (quadratic convergence: ~machine precision after it)
-            if polished or err <= 1e-4 * tol or it == max_iter:
+            if err <= 1e-15 or it == max_iter:
                 return OK, it
             polished = True
+            err_p = err
+            xs0 = X[0]
+            xs1 = X[1]
+            xs2 = X[2]
         elif it == max_iter:
             break
-        jacobians(L, n, rho, d, Ad, B)
+        jacobians(L, g, Ad, B)
         det = inv3(B, Bi)
         if det == 0.0:
             return ST_TYPE2, it
         for j in range(3):
-            X[j] -= Bi[j, 0] * h[0] + Bi[j, 1] * h[1] + Bi[j, 2] * h[2]
+            X[j] -= Bi[3 * j] * h[0] + Bi[3 * j + 1] * h[1] + Bi[3 * j + 2] * h[2]
+    if polished:
+        X[0] = xs0
+        X[1] = xs1
+        X[2] = xs2
+        geometry(L, th, X, g)
+        return OK, max_iter
     return ST_NOCONV, max_iter
 
 
 @njit(cache=True)
-def _full_mass(L, G, n, rho, Mf):
-    """KE Hessian d^2T/dqd^2 in redundant coordinates q = (th1, th2, th3, x, y, phi)."""
-    for r in range(6):
-        for c in range(6):
-            Mf[r, c] = 0.0
-    Mf[3, 3] = G[0]
-    Mf[4, 4] = G[0]
-    Mf[5, 5] = G[1]
+def fk_newton(L, th, X0, tol, max_iter, X):
+    ws = np.empty(WS_SIZE)
+    return fk_newton_ws(L, th, X0, tol, max_iter, X, ws)
+
+
+@njit(cache=True)
+def _full_mass(L, G, g, Mf):
+    """KE Hessian d^2T/dqd^2 in redundant coordinates q = (th1, th2, th3, x, y, phi), row-major."""
+    for r in range(36):
+        Mf[r] = 0.0
+    m33 = G[0]
+    m35 = 0.0
+    m45 = 0.0
+    m55 = G[1]
     for i in range(3):
+        k = 8 * i
         a = L[i, 4]
         mBB = L[i, 8]
         mBC = L[i, 9]
         mCC = L[i, 10]
-        Mf[i, i] = L[i, 6] + mBB * a * a
+        Mf[7 * i] = L[i, 6] + mBB * a * a
         # J_B (th_i column) = a n ; J_C = [[1, 0, -rho_y], [0, 1, rho_x]]
-        jbx = a * n[i, 0]
-        jby = a * n[i, 1]
-        rpx = -rho[i, 1]
-        rpy = rho[i, 0]
-        Mf[i, 3] = mBC * jbx
-        Mf[i, 4] = mBC * jby
-        Mf[i, 5] = mBC * (jbx * rpx + jby * rpy)
-        Mf[3, i] = Mf[i, 3]
-        Mf[4, i] = Mf[i, 4]
-        Mf[5, i] = Mf[i, 5]
-        Mf[3, 3] += mCC
-        Mf[4, 4] += mCC
-        Mf[3, 5] += mCC * rpx
-        Mf[4, 5] += mCC * rpy
-        Mf[5, 5] += mCC * (rpx * rpx + rpy * rpy)
-    Mf[5, 3] = Mf[3, 5]
-    Mf[5, 4] = Mf[4, 5]
+        jbx = a * g[k + 2]
+        jby = a * g[k + 3]
+        rpx = -g[k + 5]
+        rpy = g[k + 4]
+        v3 = mBC * jbx
+        v4 = mBC * jby
+        v5 = mBC * (jbx * rpx + jby * rpy)
+        Mf[6 * i + 3] = v3
+        Mf[6 * i + 4] = v4
+        Mf[6 * i + 5] = v5
+        Mf[18 + i] = v3
+        Mf[24 + i] = v4
+        Mf[30 + i] = v5
+        m33 += mCC
+        m35 += mCC * rpx
+        m45 += mCC * rpy
+        m55 += mCC * (rpx * rpx + rpy * rpy)
+    Mf[21] = m33
+    Mf[28] = m33
+    Mf[23] = m35
+    Mf[33] = m35
+    Mf[29] = m45
+    Mf[34] = m45
+    Mf[35] = m55
 
 
 @njit(cache=True)
-def _full_coriolis(L, u, rho, thd, phid, Cf):
-    """C_full(q, qd) = sum m_jk J_j^T dJ_k/dt (so C_full qd = Mdot qd - dT/dq)."""
-    for r in range(6):
-        for c in range(6):
-            Cf[r, c] = 0.0
+def _full_coriolis(L, g, thd, phid, Cf):
+    """C_full(q, qd) = sum m_jk J_j^T dJ_k/dt (so C_full qd = Mdot qd - dT/dq), row-major."""
+    for r in range(36):
+        Cf[r] = 0.0
     for i in range(3):
+        k = 8 * i
         a = L[i, 4]
-        mBB = L[i, 8]
         mBC = L[i, 9]
         mCC = L[i, 10]
+        ux = g[k]
+        uy = g[k + 1]
+        nx = g[k + 2]
+        ny = g[k + 3]
+        rx = g[k + 4]
+        ry = g[k + 5]
         # dJ_B/dt (th_i column) = -a thd u ; dJ_C/dt (phi column) = -phid rho
-        jbdx = -a * thd[i] * u[i, 0]
-        jbdy = -a * thd[i] * u[i, 1]
-        jcdx = -phid * rho[i, 0]
-        jcdy = -phid * rho[i, 1]
-        nx = -u[i, 1]
-        ny = u[i, 0]
-        rpx = -rho[i, 1]
-        rpy = rho[i, 0]
-        # row th_i: a n . (mBB dJ_B + mBC dJ_C)
-        Cf[i, i] += a * mBB * (nx * jbdx + ny * jbdy)
-        Cf[i, 5] += a * mBC * (nx * jcdx + ny * jcdy)
+        jbdx = -a * thd[i] * ux
+        jbdy = -a * thd[i] * uy
+        jcdx = -phid * rx
+        jcdy = -phid * ry
+        rpx = -ry
+        rpy = rx
+        # row th_i: a n . (mBB dJ_B + mBC dJ_C); the mBB part is a n . u = 0
+        Cf[6 * i + 5] += a * mBC * (nx * jcdx + ny * jcdy)
         # rows x, y, phi: J_C^T (mBC dJ_B + mCC dJ_C)
-        Cf[3, i] += mBC * jbdx
-        Cf[4, i] += mBC * jbdy
-        Cf[5, i] += mBC * (rpx * jbdx + rpy * jbdy)
-        Cf[3, 5] += mCC * jcdx
-        Cf[4, 5] += mCC * jcdy
-        Cf[5, 5] += mCC * (rpx * jcdx + rpy * jcdy)
+        Cf[18 + i] += mBC * jbdx
+        Cf[24 + i] += mBC * jbdy
+        Cf[30 + i] += mBC * (rpx * jbdx + rpy * jbdy)
+        Cf[23] += mCC * jcdx
+        Cf[29] += mCC * jcdy
+        Cf[35] += mCC * (rpx * jcdx + rpy * jcdy)
 
 
 @njit(cache=True)
-def _full_gravity(L, G, n, rho, gf):
+def _full_gravity(L, G, g, gf):
     """dV/dq in redundant coordinates, V = -sum m g.p."""
     gx = G[2]
     gy = G[3]
-    gf[3] = -G[0] * gx
-    gf[4] = -G[0] * gy
-    gf[5] = 0.0
+    gf3 = -G[0] * gx
+    gf4 = -G[0] * gy
+    gf5 = 0.0
     for i in range(3):
+        k = 8 * i
         a = L[i, 4]
-        gf[i] = -(L[i, 7] + L[i, 11] * a) * (gx * n[i, 0] + gy * n[i, 1])
+        gf[i] = -(L[i, 7] + L[i, 11] * a) * (gx * g[k + 2] + gy * g[k + 3])
         mC = L[i, 12]
-        gf[3] -= mC * gx
-        gf[4] -= mC * gy
-        gf[5] -= mC * (gx * (-rho[i, 1]) + gy * rho[i, 0])
+        gf3 -= mC * gx
+        gf4 -= mC * gy
+        gf5 -= mC * (gx * (-g[k + 5]) + gy * g[k + 4])
+    gf[3] = gf3
+    gf[4] = gf4
+    gf[5] = gf5
 
 
 @njit(cache=True)
-def _gamma(L, u, rho, d, thd, Xd, gam):
-    """gamma_i = qd^T H_i qd (velocity-product part of d^2 h_i / dt^2)."""
+def gamma(L, g, thd, Xd, gam):
+    """gamma_i = zd^T H_i zd (velocity-product part of d^2 h_i / dt^2)."""
     for i in range(3):
+        k = 8 * i
         a = L[i, 4]
-        vbx = -a * thd[i] * u[i, 1]
-        vby = a * thd[i] * u[i, 0]
-        vcx = Xd[0] - Xd[2] * rho[i, 1]
-        vcy = Xd[1] + Xd[2] * rho[i, 0]
+        vbx = -a * thd[i] * g[k + 1]
+        vby = a * thd[i] * g[k]
+        vcx = Xd[0] - Xd[2] * g[k + 5]
+        vcy = Xd[1] + Xd[2] * g[k + 4]
         wx = vcx - vbx
         wy = vcy - vby
-        qx = -Xd[2] * Xd[2] * rho[i, 0] + a * thd[i] * thd[i] * u[i, 0]
-        qy = -Xd[2] * Xd[2] * rho[i, 1] + a * thd[i] * thd[i] * u[i, 1]
-        gam[i] = 2.0 * (wx * wx + wy * wy) + 2.0 * (d[i, 0] * qx + d[i, 1] * qy)
+        qx = -Xd[2] * Xd[2] * g[k + 4] + a * thd[i] * thd[i] * g[k]
+        qy = -Xd[2] * Xd[2] * g[k + 5] + a * thd[i] * thd[i] * g[k + 1]
+        gam[i] = 2.0 * (wx * wx + wy * wy) + 2.0 * (g[k + 6] * qx + g[k + 7] * qy)
+
+
+@njit(cache=True)
+def prepare(L, G, th, X, thd, Xd, mode, tol, ws, have_geo=False):
+    """Everything the dynamics needs at a consistent (th, X), into the workspace.
+
+    mode 0: thd given, Xd = -B^{-1} A thd is computed; mode 1: Xd given,
+    thd = -A^{-1} B Xd is computed.  ``have_geo``: ws[0:24] already holds the
+    geometry at (th, X) (e.g. right after fk_newton_ws).  Returns a status code.
+    """
+    g = ws[0:24]
+    Ad = ws[24:27]
+    B = ws[27:36]
+    Bi = ws[36:45]
+    if not have_geo:
+        geometry(L, th, X, g)
+    jacobians(L, g, Ad, B)
+    st = check_singular(L, G, Ad, B, tol)
+    if st != OK:
+        return st
+    det = inv3(B, Bi)
+    if det == 0.0:
+        return ST_TYPE2
+    if mode == 0:
+        for r in range(3):
+            Xd[r] = -(Bi[3 * r] * Ad[0] * thd[0] + Bi[3 * r + 1] * Ad[1] * thd[1]
+                      + Bi[3 * r + 2] * Ad[2] * thd[2])
+    else:
+        for i in range(3):
+            thd[i] = -(B[3 * i] * Xd[0] + B[3 * i + 1] * Xd[1] + B[3 * i + 2] * Xd[2]) / Ad[i]
+    gamma(L, g, thd, Xd, ws[45:48])
+    _full_mass(L, G, g, ws[48:84])
+    _full_coriolis(L, g, thd, Xd[2], ws[84:120])
+    _full_gravity(L, G, g, ws[120:126])
+    return OK
+
+
+@njit(cache=True)
+def _forces(ws, thd, Xd, thdd, Xdd, W, F):
+    """F = Mf qdd + Cf qd + gf - [0; W] (6,), from a prepared workspace."""
+    for r in range(6):
+        acc = ws[120 + r]
+        m0 = 48 + 6 * r
+        c0 = 84 + 6 * r
+        for c in range(3):
+            acc += ws[m0 + c] * thdd[c] + ws[c0 + c] * thd[c]
+            acc += ws[m0 + 3 + c] * Xdd[c] + ws[c0 + 3 + c] * Xd[c]
+        F[r] = acc
+    F[3] -= W[0]
+    F[4] -= W[1]
+    F[5] -= W[2]
+
+
+@njit(cache=True)
+def _torques(ws, F, tau, lam):
+    """lam = B^{-T} F_X, tau = F_th - A lam (virtual work over admissible displacements)."""
+    for i in range(3):
+        lam[i] = ws[36 + i] * F[3] + ws[39 + i] * F[4] + ws[42 + i] * F[5]
+    for i in range(3):
+        tau[i] = F[i] - ws[24 + i] * lam[i]
 
 
 @njit(cache=True)
@@ -345,57 +490,93 @@ def task_inverse_dynamics(L, G, X, Xd, Xdd, W, branch, tol, tau, lam, th, thd, t
     Fills tau (3,), the multipliers lam (3,) and the joint motion th, thd, thdd;
     returns a status code.
     """
+    st = _combine(valid3(X), valid3(Xd), valid3(Xdd), valid3(W), OK)
+    if st != OK:
+        return st
     st = ik(L, X, branch, th)
     if st != OK:
         return st
-    u = np.empty((3, 2))
-    n = np.empty((3, 2))
-    rho = np.empty((3, 2))
-    d = np.empty((3, 2))
-    Ad = np.empty(3)
-    B = np.empty((3, 3))
-    Bi = np.empty((3, 3))
-    geometry(L, G, th, X, u, n, rho, d)
-    jacobians(L, n, rho, d, Ad, B)
-    st = check_singular(L, G, Ad, B, tol)
+    ws = np.empty(WS_SIZE)
+    st = prepare(L, G, th, X, thd, Xd, 1, tol, ws)
     if st != OK:
         return st
-    det = inv3(B, Bi)
-    if det == 0.0:
-        return ST_TYPE2
-    gam = np.empty(3)
     for i in range(3):
-        thd[i] = -(B[i, 0] * Xd[0] + B[i, 1] * Xd[1] + B[i, 2] * Xd[2]) / Ad[i]
-    _gamma(L, u, rho, d, thd, Xd, gam)
-    for i in range(3):
-        thdd[i] = -(B[i, 0] * Xdd[0] + B[i, 1] * Xdd[1] + B[i, 2] * Xdd[2] + gam[i]) / Ad[i]
-    Mf = np.empty((6, 6))
-    Cf = np.empty((6, 6))
-    gf = np.empty(6)
-    _full_mass(L, G, n, rho, Mf)
-    _full_coriolis(L, u, rho, thd, Xd[2], Cf)
-    _full_gravity(L, G, n, rho, gf)
-    qd = np.empty(6)
-    qdd = np.empty(6)
-    for i in range(3):
-        qd[i] = thd[i]
-        qd[3 + i] = Xd[i]
-        qdd[i] = thdd[i]
-        qdd[3 + i] = Xdd[i]
-    F = np.empty(6)
+        thdd[i] = -(ws[27 + 3 * i] * Xdd[0] + ws[28 + 3 * i] * Xdd[1] + ws[29 + 3 * i] * Xdd[2]
+                    + ws[45 + i]) / ws[24 + i]
+    F = ws[130:136]
+    _forces(ws, thd, Xd, thdd, Xdd, W, F)
+    _torques(ws, F, tau, lam)
+    return OK
+
+
+@njit(cache=True)
+def inverse_dynamics_fast(L, G, th, thd, thdd, Xh, W, tol, tau, X):
+    """Reduced inverse dynamics with a pose hint, fused: FK refine + D'Alembert torques.
+
+    Xdd = J_x thdd - B^{-1} gamma; F = Mf qdd + Cf qd + gf - [0; W];
+    tau = F_th - A B^{-T} F_X (= G^T F).  X receives the refined pose.
+    """
+    st = _combine(valid3(th), valid3(thd), valid3(thdd), valid3(Xh), valid3(W))
+    if st != OK:
+        return st
+    ws = np.empty(WS_SIZE)
+    st, it = fk_newton_ws(L, th, Xh, 1e-12, 50, X, ws)
+    if st != OK:
+        return st
+    Xd = ws[126:129]
+    st = prepare(L, G, th, X, thd, Xd, 0, tol, ws)
+    if st != OK:
+        return st
+    Xdd = ws[136:139]
+    for r in range(3):
+        acc = 0.0
+        for c in range(3):
+            acc -= ws[36 + 3 * r + c] * (ws[24 + c] * thdd[c] + ws[45 + c])
+        Xdd[r] = acc
+    F = ws[130:136]
+    _forces(ws, thd, Xd, thdd, Xdd, W, F)
+    _torques(ws, F, tau, ws[139:142])
+    return OK
+
+
+@njit(cache=True)
+def _reduced_ws(L, G, th, X, thd, tol, Mr, hr, gr, Jx, ws, have_geo=False):
+    """Mr = G^T Mf G, hr = G^T (Mf Gdot thd + Cf qd + gf), gr = G^T gf, Jx (all row-major 9/3).
+
+    Leaves xb = Gdot thd (the X part, -B^{-1} gamma) in ws[136:139].
+    """
+    Xd = ws[126:129]
+    st = prepare(L, G, th, X, thd, Xd, 0, tol, ws, have_geo)
+    if st != OK:
+        return st
+    Mf = ws[48:84]
+    Cf = ws[84:120]
+    gf = ws[120:126]
+    for r in range(3):
+        for c in range(3):
+            Jx[3 * r + c] = -ws[36 + 3 * r + c] * ws[24 + c]
+    xb = ws[136:139]
+    for r in range(3):
+        xb[r] = -(ws[36 + 3 * r] * ws[45] + ws[37 + 3 * r] * ws[46] + ws[38 + 3 * r] * ws[47])
+    # Fv = Mf [0; xb] + Cf qd + gf
+    Fv = ws[130:136]
     for r in range(6):
         acc = gf[r]
-        for c in range(6):
-            acc += Mf[r, c] * qdd[c] + Cf[r, c] * qd[c]
-        F[r] = acc
-    F[3] -= W[0]
-    F[4] -= W[1]
-    F[5] -= W[2]
-    # B^T lam = F_X  ->  lam = B^{-T} F_X ; tau = F_th - A lam
-    for i in range(3):
-        lam[i] = Bi[0, i] * F[3] + Bi[1, i] * F[4] + Bi[2, i] * F[5]
-    for i in range(3):
-        tau[i] = F[i] - Ad[i] * lam[i]
+        for c in range(3):
+            acc += Mf[6 * r + 3 + c] * xb[c] + Cf[6 * r + c] * thd[c] + Cf[6 * r + 3 + c] * Xd[c]
+        Fv[r] = acc
+    # MG = Mf G (6x3), G = [I; Jx]
+    MG = ws[142:160]
+    for r in range(6):
+        for c in range(3):
+            MG[3 * r + c] = (Mf[6 * r + c] + Mf[6 * r + 3] * Jx[c] + Mf[6 * r + 4] * Jx[3 + c]
+                             + Mf[6 * r + 5] * Jx[6 + c])
+    for r in range(3):
+        for c in range(3):
+            Mr[3 * r + c] = (MG[3 * r + c] + Jx[r] * MG[9 + c] + Jx[3 + r] * MG[12 + c]
+                             + Jx[6 + r] * MG[15 + c])
+        hr[r] = Fv[r] + Jx[r] * Fv[3] + Jx[3 + r] * Fv[4] + Jx[6 + r] * Fv[5]
+        gr[r] = gf[r] + Jx[r] * gf[3] + Jx[3 + r] * gf[4] + Jx[6 + r] * gf[5]
     return OK
 
 
@@ -405,225 +586,189 @@ def reduced(L, G, th, X, thd, tol, Mr, hr, Cr, gr, Jx, want_c):
 
     Mr = G^T Mf G, hr = G^T (Mf Gdot thd + Cf qd + gf), gr = G^T gf,
     Cr = G^T Mf Gdot + G^T Cf G (only if want_c), Jx = -B^{-1} A, with
-    G = [I; Jx].  Returns a status code.
+    G = [I; Jx].  Matrices (3, 3) C-contiguous.  Returns a status code.
     """
-    u = np.empty((3, 2))
-    n = np.empty((3, 2))
-    rho = np.empty((3, 2))
-    d = np.empty((3, 2))
-    Ad = np.empty(3)
-    B = np.empty((3, 3))
-    Bi = np.empty((3, 3))
-    geometry(L, G, th, X, u, n, rho, d)
-    jacobians(L, n, rho, d, Ad, B)
-    st = check_singular(L, G, Ad, B, tol)
+    st = _combine(valid3(th), valid3(X), valid3(thd), OK, OK)
     if st != OK:
         return st
-    det = inv3(B, Bi)
-    if det == 0.0:
-        return ST_TYPE2
+    ws = np.empty(WS_SIZE)
+    out = np.empty(27)
+    st = _reduced_ws(L, G, th, X, thd, tol, out[0:9], hr, gr, out[9:18], ws)
+    if st != OK:
+        return st
     for r in range(3):
         for c in range(3):
-            Jx[r, c] = -Bi[r, c] * Ad[c]
-    Xd = np.empty(3)
+            Mr[r, c] = out[3 * r + c]
+            Jx[r, c] = out[9 + 3 * r + c]
+    if not want_c:
+        return OK
+    g = ws[0:24]
+    Bi = ws[36:45]
+    Mf = ws[48:84]
+    Cf = ws[84:120]
+    Xd = ws[126:129]
+    # Jxdot = -B^{-1} (Adot + Bdot Jx)
+    Adot = np.empty(3)
+    Bdot = np.empty((3, 3))
+    for i in range(3):
+        k = 8 * i
+        a = L[i, 4]
+        ux, uy, nx, ny = g[k], g[k + 1], g[k + 2], g[k + 3]
+        rx, ry, dx, dy = g[k + 4], g[k + 5], g[k + 6], g[k + 7]
+        vbx = -a * thd[i] * uy
+        vby = a * thd[i] * ux
+        ddx = Xd[0] - Xd[2] * ry - vbx
+        ddy = Xd[1] + Xd[2] * rx - vby
+        # n dot = -thd u
+        Adot[i] = -2.0 * a * (ddx * nx + ddy * ny - thd[i] * (dx * ux + dy * uy))
+        Bdot[i, 0] = 2.0 * ddx
+        Bdot[i, 1] = 2.0 * ddy
+        # d/dt (d . rho_p) = ddot . rho_p + d . (-phid rho)
+        Bdot[i, 2] = 2.0 * (-ddx * ry + ddy * rx - Xd[2] * (dx * rx + dy * ry))
+    T3 = np.empty((3, 3))
     for r in range(3):
-        Xd[r] = Jx[r, 0] * thd[0] + Jx[r, 1] * thd[1] + Jx[r, 2] * thd[2]
-    gam = np.empty(3)
-    _gamma(L, u, rho, d, thd, Xd, gam)
-    # Gdot thd = [0; -B^{-1} gam]
-    xb = np.empty(3)
-    for r in range(3):
-        xb[r] = -(Bi[r, 0] * gam[0] + Bi[r, 1] * gam[1] + Bi[r, 2] * gam[2])
-    Mf = np.empty((6, 6))
-    Cf = np.empty((6, 6))
-    gf = np.empty(6)
-    _full_mass(L, G, n, rho, Mf)
-    _full_coriolis(L, u, rho, thd, Xd[2], Cf)
-    _full_gravity(L, G, n, rho, gf)
+        for c in range(3):
+            acc = Bdot[r, 0] * Jx[0, c] + Bdot[r, 1] * Jx[1, c] + Bdot[r, 2] * Jx[2, c]
+            if r == c:
+                acc += Adot[r]
+            T3[r, c] = acc
     Gm = np.zeros((6, 3))
+    Gd = np.zeros((6, 3))
     for i in range(3):
         Gm[i, i] = 1.0
         for c in range(3):
             Gm[3 + i, c] = Jx[i, c]
-    qd = np.empty(6)
-    for i in range(3):
-        qd[i] = thd[i]
-        qd[3 + i] = Xd[i]
-    # full-space force of the velocity terms and gravity
-    Fv = np.empty(6)
-    for r in range(6):
-        acc = gf[r]
-        for c in range(3):
-            acc += Mf[r, 3 + c] * xb[c]
-        for c in range(6):
-            acc += Cf[r, c] * qd[c]
-        Fv[r] = acc
-    MG = np.empty((6, 3))
+            Gd[3 + i, c] = -(Bi[3 * i] * T3[0, c] + Bi[3 * i + 1] * T3[1, c] + Bi[3 * i + 2] * T3[2, c])
+    # K = Mf Gd + Cf G  (6x3); Cr = G^T K
+    K = np.empty((6, 3))
     for r in range(6):
         for c in range(3):
             acc = 0.0
             for k in range(6):
-                acc += Mf[r, k] * Gm[k, c]
-            MG[r, c] = acc
+                acc += Mf[6 * r + k] * Gd[k, c] + Cf[6 * r + k] * Gm[k, c]
+            K[r, c] = acc
     for r in range(3):
         for c in range(3):
             acc = 0.0
             for k in range(6):
-                acc += Gm[k, r] * MG[k, c]
-            Mr[r, c] = acc
-        acc = 0.0
-        acc2 = 0.0
-        for k in range(6):
-            acc += Gm[k, r] * Fv[k]
-            acc2 += Gm[k, r] * gf[k]
-        hr[r] = acc
-        gr[r] = acc2
-    if want_c:
-        # Jxdot = -B^{-1} (Adot + Bdot Jx)
-        Adot = np.empty(3)
-        Bdot = np.empty((3, 3))
-        for i in range(3):
-            a = L[i, 4]
-            vbx = -a * thd[i] * u[i, 1]
-            vby = a * thd[i] * u[i, 0]
-            ddx = Xd[0] - Xd[2] * rho[i, 1] - vbx
-            ddy = Xd[1] + Xd[2] * rho[i, 0] - vby
-            # n dot = -thd u
-            Adot[i] = -2.0 * a * (ddx * n[i, 0] + ddy * n[i, 1]
-                                  - thd[i] * (d[i, 0] * u[i, 0] + d[i, 1] * u[i, 1]))
-            Bdot[i, 0] = 2.0 * ddx
-            Bdot[i, 1] = 2.0 * ddy
-            # d/dt (d . rho_p) = ddot . rho_p + d . (-phid rho)
-            Bdot[i, 2] = 2.0 * (-ddx * rho[i, 1] + ddy * rho[i, 0]
-                                - Xd[2] * (d[i, 0] * rho[i, 0] + d[i, 1] * rho[i, 1]))
-        T3 = np.empty((3, 3))
-        for r in range(3):
-            for c in range(3):
-                acc = Bdot[r, 0] * Jx[0, c] + Bdot[r, 1] * Jx[1, c] + Bdot[r, 2] * Jx[2, c]
-                if r == c:
-                    acc += Adot[r]
-                T3[r, c] = acc
-        Gd = np.zeros((6, 3))
-        for r in range(3):
-            for c in range(3):
-                Gd[3 + r, c] = -(Bi[r, 0] * T3[0, c] + Bi[r, 1] * T3[1, c] + Bi[r, 2] * T3[2, c])
-        # K = Mf Gd + Cf G  (6x3); Cr = G^T K
-        K = np.empty((6, 3))
-        for r in range(6):
-            for c in range(3):
-                acc = 0.0
-                for k in range(6):
-                    acc += Mf[r, k] * Gd[k, c] + Cf[r, k] * Gm[k, c]
-                K[r, c] = acc
-        for r in range(3):
-            for c in range(3):
-                acc = 0.0
-                for k in range(6):
-                    acc += Gm[k, r] * K[k, c]
-                Cr[r, c] = acc
+                acc += Gm[k, r] * K[k, c]
+            Cr[r, c] = acc
     return OK
 
 
 @njit(cache=True)
 def solve3(M, rhs, out):
-    Mi = np.empty((3, 3))
-    det = inv3(M, Mi)
+    """out = M^{-1} rhs for a row-major 3x3 M (Cramer); False if singular."""
+    det = det3(M)
     if det == 0.0:
         return False
-    for r in range(3):
-        out[r] = Mi[r, 0] * rhs[0] + Mi[r, 1] * rhs[1] + Mi[r, 2] * rhs[2]
+    r = 1.0 / det
+    a, b, c = M[0], M[1], M[2]
+    d, e, f = M[3], M[4], M[5]
+    g, h, k = M[6], M[7], M[8]
+    x0, x1, x2 = rhs[0], rhs[1], rhs[2]
+    out[0] = ((e * k - f * h) * x0 - (b * k - c * h) * x1 + (b * f - c * e) * x2) * r
+    out[1] = (-(d * k - f * g) * x0 + (a * k - c * g) * x1 - (a * f - c * d) * x2) * r
+    out[2] = ((d * h - e * g) * x0 - (a * h - b * g) * x1 + (a * e - b * d) * x2) * r
     return True
 
 
 @njit(cache=True)
-def forward_dynamics(L, G, th, X, thd, tau, W, tol, thdd, Xdd):
-    """thdd from M thdd = tau - h + Jx^T W; Xdd = Jx thdd - B^{-1} gamma."""
-    Mr = np.empty((3, 3))
-    hr = np.empty(3)
-    Cr = np.empty((3, 3))
-    gr = np.empty(3)
-    Jx = np.empty((3, 3))
-    st = reduced(L, G, th, X, thd, tol, Mr, hr, Cr, gr, Jx, False)
+def _fd_ws(L, G, th, X, thd, tau, W, tol, thdd, Xdd, ws, ws2, have_geo=False):
+    """Forward dynamics at a consistent (th, X) using workspaces ws (WS_SIZE) and ws2 (32)."""
+    Mr = ws2[0:9]
+    hr = ws2[9:12]
+    gr = ws2[12:15]
+    Jx = ws2[15:24]
+    rhs = ws2[24:27]
+    st = _reduced_ws(L, G, th, X, thd, tol, Mr, hr, gr, Jx, ws, have_geo)
     if st != OK:
         return st
-    rhs = np.empty(3)
     for r in range(3):
-        rhs[r] = tau[r] - hr[r] + Jx[0, r] * W[0] + Jx[1, r] * W[1] + Jx[2, r] * W[2]
+        rhs[r] = tau[r] - hr[r] + Jx[r] * W[0] + Jx[3 + r] * W[1] + Jx[6 + r] * W[2]
     if not solve3(Mr, rhs, thdd):
         return ST_TYPE2
-    # task acceleration
-    u = np.empty((3, 2))
-    n = np.empty((3, 2))
-    rho = np.empty((3, 2))
-    d = np.empty((3, 2))
-    Ad = np.empty(3)
-    B = np.empty((3, 3))
-    geometry(L, G, th, X, u, n, rho, d)
-    jacobians(L, n, rho, d, Ad, B)
-    Xd = np.empty(3)
+    # Xdd = Jx thdd + xb (xb left in ws[136:139] by _reduced_ws)
     for r in range(3):
-        Xd[r] = Jx[r, 0] * thd[0] + Jx[r, 1] * thd[1] + Jx[r, 2] * thd[2]
-    gam = np.empty(3)
-    _gamma(L, u, rho, d, thd, Xd, gam)
-    rhs2 = np.empty(3)
-    for i in range(3):
-        rhs2[i] = -(Ad[i] * thdd[i] + gam[i])
-    if not solve3(B, rhs2, Xdd):
-        return ST_TYPE2
+        Xdd[r] = Jx[3 * r] * thdd[0] + Jx[3 * r + 1] * thdd[1] + Jx[3 * r + 2] * thdd[2] + ws[136 + r]
     return OK
 
 
 @njit(cache=True)
-def rk4_step(L, G, th, thd, X, tau, W, dt, tol, fk_tol, max_iter, th_out, thd_out, X_out):
+def forward_dynamics(L, G, th, X, thd, tau, W, tol, thdd, Xdd):
+    """thdd from M thdd = tau - h + Jx^T W; Xdd = Jx thdd - B^{-1} gamma, at a consistent (th, X)."""
+    st = _combine(valid3(th), valid3(X), valid3(thd), valid3(tau), valid3(W))
+    if st != OK:
+        return st
+    ws = np.empty(WS_SIZE + 32)
+    return _fd_ws(L, G, th, X, thd, tau, W, tol, thdd, Xdd, ws[0:WS_SIZE], ws[WS_SIZE:])
+
+
+@njit(cache=True)
+def forward_dynamics_fast(L, G, th, thd, tau, Xh, W, tol, out):
+    """Forward dynamics with a pose hint: FK refine from Xh, then _fd_ws.
+
+    out (9,): thdd [0:3], Xdd [3:6], refined X [6:9].
+    """
+    st = _combine(valid3(th), valid3(thd), valid3(tau), valid3(Xh), valid3(W))
+    if st != OK:
+        return st
+    ws = np.empty(WS_SIZE + 32)
+    X = out[6:9]
+    st, it = fk_newton_ws(L, th, Xh, 1e-12, 50, X, ws)
+    if st != OK:
+        return st
+    return _fd_ws(L, G, th, X, thd, tau, W, tol, out[0:3], out[3:6], ws[0:WS_SIZE], ws[WS_SIZE:])
+
+
+@njit(cache=True)
+def rk4_step(L, G, th, thd, X, tau, W, dt, tol, fk_tol, max_iter, out):
     """One RK4 step of (th, thd) with X recovered from the constraints at every stage.
 
-    Newton for X is warm-started from the previous stage's pose extrapolated
-    with Xd dt; returns a status code.
+    Newton for X is warm-started from the start-of-step pose.  out (9,):
+    th [0:3], thd [3:6], X [6:9] at the end of the step.  Returns a status code.
     """
-    k_th = np.empty((4, 3))
-    k_thd = np.empty((4, 3))
-    ths = np.empty(3)
-    thds = np.empty(3)
-    Xg = np.empty(3)
-    Xs = np.empty(3)
-    thdd = np.empty(3)
-    Xdd = np.empty(3)
-    Xcur = np.empty(3)
-    for j in range(3):
-        Xcur[j] = X[j]
-    coef = (0.0, 0.5, 0.5, 1.0)
+    st = _combine(valid3(th), valid3(thd), valid3(X), valid3(tau), valid3(W))
+    if st != OK:
+        return st
+    ws = np.empty(WS_SIZE + 32 + 48)
+    buf = ws[WS_SIZE + 32:]
+    k_th = buf[0:12]
+    k_thd = buf[12:24]
+    ths = buf[24:27]
+    thds = buf[27:30]
+    Xs = buf[30:33]
+    thdd = buf[33:36]
+    Xdd = buf[36:39]
+    w0 = ws[0:WS_SIZE]
+    w2 = ws[WS_SIZE:WS_SIZE + 32]
     for s in range(4):
+        cf = 0.0 if s == 0 else (1.0 if s == 3 else 0.5)
         for j in range(3):
             if s == 0:
                 ths[j] = th[j]
                 thds[j] = thd[j]
             else:
-                ths[j] = th[j] + coef[s] * dt * k_th[s - 1, j]
-                thds[j] = thd[j] + coef[s] * dt * k_thd[s - 1, j]
-        if s == 0:
-            for j in range(3):
-                Xs[j] = Xcur[j]
-        else:
-            for j in range(3):
-                Xg[j] = Xcur[j]
-            st, it = fk_newton(L, G, ths, Xg, fk_tol, max_iter, Xs)
-            if st != OK:
-                return st
-        st = forward_dynamics(L, G, ths, Xs, thds, tau, W, tol, thdd, Xdd)
+                ths[j] = th[j] + cf * dt * k_th[3 * (s - 1) + j]
+                thds[j] = thd[j] + cf * dt * k_thd[3 * (s - 1) + j]
+        st, it = fk_newton_ws(L, ths, X, fk_tol, max_iter, Xs, w0)
+        if st != OK:
+            return st
+        st = _fd_ws(L, G, ths, Xs, thds, tau, W, tol, thdd, Xdd, w0, w2, True)
         if st != OK:
             return st
         for j in range(3):
-            k_th[s, j] = thds[j]
-            k_thd[s, j] = thdd[j]
+            k_th[3 * s + j] = thds[j]
+            k_thd[3 * s + j] = thdd[j]
     for j in range(3):
-        th_out[j] = th[j] + dt / 6.0 * (k_th[0, j] + 2 * k_th[1, j] + 2 * k_th[2, j] + k_th[3, j])
-        thd_out[j] = thd[j] + dt / 6.0 * (k_thd[0, j] + 2 * k_thd[1, j] + 2 * k_thd[2, j] + k_thd[3, j])
-    st, it = fk_newton(L, G, th_out, Xcur, fk_tol, max_iter, X_out)
+        out[j] = th[j] + dt / 6.0 * (k_th[j] + 2 * k_th[3 + j] + 2 * k_th[6 + j] + k_th[9 + j])
+        out[3 + j] = thd[j] + dt / 6.0 * (k_thd[j] + 2 * k_thd[3 + j] + 2 * k_thd[6 + j] + k_thd[9 + j])
+    st, it = fk_newton_ws(L, out[0:3], X, fk_tol, max_iter, out[6:9], w0)
     return st
 
 
 @njit(cache=True)
-def fk_continuation(L, G, th_home, X_home, th, tol, max_iter, step_rad, X):
+def fk_continuation(L, th_home, X_home, th, tol, max_iter, step_rad, X):
     """FK by continuation from the home configuration along the straight joint path.
 
     The joint path th(s) = th_home + s * wrap(th - th_home), s in [0, 1], is cut in
@@ -631,7 +776,14 @@ def fk_continuation(L, G, th_home, X_home, th, tol, max_iter, step_rad, X):
     the previous pose, so the assembly mode of the home pose is tracked.
     Returns (status, total iterations).
     """
-    dth = np.empty(3)
+    st = _combine(valid3(th), OK, OK, OK, OK)
+    if st != OK:
+        return st, 0
+    ws = np.empty(WS_SIZE + 9)
+    dth = ws[WS_SIZE:WS_SIZE + 3]
+    Xg = ws[WS_SIZE + 3:WS_SIZE + 6]
+    ths = ws[WS_SIZE + 6:WS_SIZE + 9]
+    w0 = ws[0:WS_SIZE]
     big = 0.0
     for j in range(3):
         v = th[j] - th_home[j]
@@ -642,8 +794,6 @@ def fk_continuation(L, G, th_home, X_home, th, tol, max_iter, step_rad, X):
     nsteps = int(math.ceil(big / step_rad))
     if nsteps < 1:
         nsteps = 1
-    Xg = np.empty(3)
-    ths = np.empty(3)
     for j in range(3):
         Xg[j] = X_home[j]
     total = 0
@@ -653,15 +803,102 @@ def fk_continuation(L, G, th_home, X_home, th, tol, max_iter, step_rad, X):
             ths[j] = th_home[j] + s * dth[j]
         # intermediate steps need only a loose tolerance
         t = tol if k == nsteps else 1e-9
-        st, it = fk_newton(L, G, ths, Xg, t, max_iter, X)
+        st, it = fk_newton_ws(L, ths, Xg, t, max_iter, X, w0)
         total += it
         if st != OK:
             return st, total
         for j in range(3):
             Xg[j] = X[j]
-    if nsteps > 0:
-        # exact end point (th itself, not th_home + dth, which differ by 2 pi multiples only)
-        st, it = fk_newton(L, G, th, Xg, tol, max_iter, X)
-        total += it
-        return st, total
-    return OK, total
+    # exact end point (th itself; th_home + dth differs from it by multiples of 2 pi only)
+    st, it = fk_newton_ws(L, th, Xg, tol, max_iter, X, w0)
+    return st, total + it
+
+
+# ---------------------------------------------------------------------------
+# Fast entry points: fewer arguments (numba dispatch costs ~50 ns per argument).
+# P = packed parameters, shape (4, NL): rows 0-2 = L, row 3 = [G..., tol].
+# ---------------------------------------------------------------------------
+@njit(cache=True)
+def id_entry(P, th, thd, thdd, Xh, W, tau):
+    """Reduced inverse dynamics with a pose hint (as inverse_dynamics_fast, one allocation)."""
+    G = P[3]
+    st = _combine(valid3(th), valid3(thd), valid3(thdd), valid3(Xh), valid3(W))
+    if st != OK:
+        return st
+    ws = np.empty(WS_SIZE + 3)
+    X = ws[WS_SIZE:WS_SIZE + 3]
+    st, it = fk_newton_ws(P, th, Xh, 1e-12, 50, X, ws)
+    if st != OK:
+        return st
+    Xd = ws[126:129]
+    st = prepare(P, G, th, X, thd, Xd, 0, G[5], ws, True)
+    if st != OK:
+        return st
+    Xdd = ws[136:139]
+    for r in range(3):
+        acc = 0.0
+        for c in range(3):
+            acc -= ws[36 + 3 * r + c] * (ws[24 + c] * thdd[c] + ws[45 + c])
+        Xdd[r] = acc
+    F = ws[130:136]
+    _forces(ws, thd, Xd, thdd, Xdd, W, F)
+    _torques(ws, F, tau, ws[139:142])
+    return OK
+
+
+@njit(cache=True)
+def fd_entry(P, th, thd, tau, Xh, W, thdd):
+    """Forward dynamics with a pose hint, joint accelerations only (one allocation)."""
+    G = P[3]
+    st = _combine(valid3(th), valid3(thd), valid3(tau), valid3(Xh), valid3(W))
+    if st != OK:
+        return st
+    ws = np.empty(WS_SIZE + 38)
+    X = ws[WS_SIZE + 32:WS_SIZE + 35]
+    st, it = fk_newton_ws(P, th, Xh, 1e-12, 50, X, ws)
+    if st != OK:
+        return st
+    return _fd_ws(P, G, th, X, thd, tau, W, G[5], thdd, ws[WS_SIZE + 35:WS_SIZE + 38], ws[0:WS_SIZE],
+                  ws[WS_SIZE:WS_SIZE + 32], True)
+
+
+@njit(cache=True)
+def tid_entry(P, X, Xd, Xdd, W, branch, tau):
+    """Task-space inverse dynamics, torques only (one allocation)."""
+    G = P[3]
+    st = _combine(valid3(X), valid3(Xd), valid3(Xdd), valid3(W), OK)
+    if st != OK:
+        return st
+    ws = np.empty(WS_SIZE + 9)
+    th = ws[WS_SIZE:WS_SIZE + 3]
+    thd = ws[WS_SIZE + 3:WS_SIZE + 6]
+    thdd = ws[WS_SIZE + 6:WS_SIZE + 9]
+    st = ik(P, X, branch, th)
+    if st != OK:
+        return st
+    st = prepare(P, G, th, X, thd, Xd, 1, G[5], ws)
+    if st != OK:
+        return st
+    for i in range(3):
+        thdd[i] = -(ws[27 + 3 * i] * Xdd[0] + ws[28 + 3 * i] * Xdd[1] + ws[29 + 3 * i] * Xdd[2]
+                    + ws[45 + i]) / ws[24 + i]
+    F = ws[130:136]
+    _forces(ws, thd, Xd, thdd, Xdd, W, F)
+    _torques(ws, F, tau, ws[139:142])
+    return OK
+
+
+@njit(cache=True)
+def reduced_entry(P, th, thd, Xh, out):
+    """M (row-major, out[0:9]), h (out[9:12]) and g (out[12:15]) with a pose hint."""
+    G = P[3]
+    st = _combine(valid3(th), valid3(thd), valid3(Xh), OK, OK)
+    if st != OK:
+        return st
+    ws = np.empty(WS_SIZE + 12)
+    X = ws[WS_SIZE:WS_SIZE + 3]
+    st, it = fk_newton_ws(P, th, Xh, 1e-12, 50, X, ws)
+    if st != OK:
+        return st
+    return _reduced_ws(P, G, th, X, thd, G[5], out[0:9], out[9:12], out[12:15], ws[WS_SIZE + 3:WS_SIZE + 12],
+                       ws, True)

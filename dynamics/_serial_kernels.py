@@ -102,6 +102,15 @@ def _finite1(x):
 
 
 @njit(cache=True)
+def _finite2(X):
+    s = 0.0
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            s += X[i, j] * 0.0
+    return s == 0.0
+
+
+@njit(cache=True)
 def _links(P, q, Rl):
     """Fill Rl[:, 0:12] (rotation row-major, translation): pose of J_i in J_{i-1} at q."""
     n = int(P[0])
@@ -314,14 +323,13 @@ def rnea_batch(P, Q, QD, QDD, Wr, use_qdd, grav, use_wrench):
         raise ValueError("wrong input shape")
     if use_wrench and (Wr.shape[0] != N or Wr.shape[1] != 6):
         raise ValueError("wrong wrench shape")
+    if not (_finite2(Q) and _finite2(QD) and (_finite2(QDD) or not use_qdd)
+            and (_finite2(Wr) or not use_wrench)):
+        raise ValueError("non-finite input")
     out = np.empty((N, n))
     Rl = np.empty((n, NW))
     for k in range(N):
-        if not (_finite1(Q[k]) and _finite1(QD[k]) and _finite1(QDD[k])):
-            raise ValueError("non-finite input")
         if use_wrench:
-            if not _finite1(Wr[k]):
-                raise ValueError("non-finite input")
             _rnea_core(P, Q[k], QD[k], QDD[k], use_qdd, grav, Wr[k], True, out[k], Rl)
         else:
             _rnea_core(P, Q[k], QD[k], QDD[k], use_qdd, grav, QDD[k], False, out[k], Rl)
@@ -449,11 +457,11 @@ def crba_batch(P, Q):
     N = Q.shape[0]
     if Q.shape[1] != n:
         raise ValueError("wrong input shape")
+    if not _finite2(Q):
+        raise ValueError("non-finite input")
     out = np.empty((N, n, n))
     Rl = np.empty((n, NW))
     for k in range(N):
-        if not _finite1(Q[k]):
-            raise ValueError("non-finite input")
         _crba_core(P, Q[k], out[k], Rl)
     return out
 
@@ -526,12 +534,10 @@ def aba_batch(P, Q, QD, TAU, Wr, use_wrench):
     out = np.empty((N, n))
     M = np.empty((n, n))
     Rl = np.empty((n, NW))
+    if not (_finite2(Q) and _finite2(QD) and _finite2(TAU) and (_finite2(Wr) or not use_wrench)):
+        raise ValueError("non-finite input")
     for k in range(N):
-        if not (_finite1(Q[k]) and _finite1(QD[k]) and _finite1(TAU[k])):
-            raise ValueError("non-finite input")
         if use_wrench:
-            if not _finite1(Wr[k]):
-                raise ValueError("non-finite input")
             ok = _fd_core(P, Q[k], QD[k], TAU[k], Wr[k], True, out[k], M, Rl)
         else:
             ok = _fd_core(P, Q[k], QD[k], TAU[k], TAU[k], False, out[k], M, Rl)
@@ -596,6 +602,35 @@ def poses(P, q):
     Rl = np.empty((n, NW))
     _poses_core(P, q, T, Rl)
     return T
+
+
+@njit([(_V, _V)], cache=True)
+def fk(P, q):
+    """(4, 4): world pose of the tool frame."""
+    n = int(P[0])
+    if q.shape[0] != n:
+        raise ValueError("wrong input length")
+    if not _finite1(q):
+        raise ValueError("non-finite input")
+    T = np.empty((n + 1, 4, 4))
+    Rl = np.empty((n, NW))
+    _poses_core(P, q, T, Rl)
+    return T[n].copy()
+
+
+@njit([(_V, _V)], cache=True)
+def gravity(P, q):
+    """g(q) (n,), one state."""
+    n = int(P[0])
+    if q.shape[0] != n:
+        raise ValueError("wrong input length")
+    if not _finite1(q):
+        raise ValueError("non-finite input")
+    out = np.empty(n)
+    z = np.zeros(n)
+    Rl = np.empty((n, NW))
+    _rnea_core(P, q, z, z, False, 1.0, z, False, out, Rl)
+    return out
 
 
 @njit([(_V, _M2)], cache=True)

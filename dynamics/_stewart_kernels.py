@@ -21,7 +21,10 @@ Parameter packing (shared with :mod:`dynamics._stewart_lagrange`)
 Status codes returned by kernels: 0 ok, 1 a linear system was singular
 (actuation/type-2 singularity), 2 a universal joint is singular (leg parallel to
 its first axis), 3 Newton did not converge, 4 Euler-angle map singular
-(cos(beta) = 0), 5 a result is not finite (non-finite input).
+(cos(beta) = 0), 5 a result is not finite (non-finite input), 6 an argument
+has the wrong length (one-state kernels; callers then take their checked path).
+The one-state kernels have explicit signatures (contiguous float64 vectors), so
+any other argument type raises TypeError instead of compiling a new version.
 
 All kernels are scalar code on tuples (no per-leg allocation) so one task
 inverse dynamics call costs about a microsecond.
@@ -52,7 +55,7 @@ PL_I = slice(4, 13)
 PL_G = slice(13, 16)
 PL_COLS = 16
 
-OK, SINGULAR, UJOINT_SINGULAR, NO_CONVERGENCE, EULER_SINGULAR, NOT_FINITE = 0, 1, 2, 3, 4, 5
+OK, SINGULAR, UJOINT_SINGULAR, NO_CONVERGENCE, EULER_SINGULAR, NOT_FINITE, BAD_INPUT = 0, 1, 2, 3, 4, 5, 6
 #: length of the flat parameter vector ``params = concat(legs.ravel(), plat)`` of the one-state kernels
 N_PARAMS = 6 * LEG_COLS + PL_COLS
 
@@ -63,37 +66,37 @@ UJOINT_TOL = 1e-9
 
 
 # -- 3-vector helpers on tuples -----------------------------------------------
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _add(a, b):
     return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _sub(a, b):
     return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _mul(s, a):
     return (s * a[0], s * a[1], s * a[2])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _dot(a, b):
     return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _cross(a, b):
     return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _vec(arr, k):
     return (arr[k], arr[k + 1], arr[k + 2])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _matvec(M, k, v):
     """(M v) with M stored row-major as 9 entries of array M starting at k."""
     return (M[k] * v[0] + M[k + 1] * v[1] + M[k + 2] * v[2],
@@ -118,7 +121,18 @@ def rotation(e, R):
     R[2, 2] = cb * ca
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
+def _rot9(e0, e1, e2):
+    """Row-major 9-tuple of R = Rz(e2) Ry(e1) Rx(e0)."""
+    ca, sa = math.cos(e0), math.sin(e0)
+    cb, sb = math.cos(e1), math.sin(e1)
+    cg, sg = math.cos(e2), math.sin(e2)
+    return (cg * cb, cg * sb * sa - sg * ca, cg * sb * ca + sg * sa,
+            sg * cb, sg * sb * sa + cg * ca, sg * sb * ca - cg * sa,
+            -sb, cb * sa, cb * ca)
+
+
+@njit(cache=True)
 def _rv(R, v):
     return (R[0, 0] * v[0] + R[0, 1] * v[1] + R[0, 2] * v[2],
             R[1, 0] * v[0] + R[1, 1] * v[1] + R[1, 2] * v[2],
@@ -244,8 +258,7 @@ def twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd):
     ``V1 = S1 P / L``, ``V2 = u u^T + (L - S2)/L P`` and ``A / L`` (angular).
     Returns OK or UJOINT_SINGULAR.
     """
-    R = np.empty((3, 3))
-    rotation(X[3:6], R)
+    R9 = _rot9(X[3], X[4], X[5])
     r = (X[0], X[1], X[2])
     v = (nu[0], nu[1], nu[2])
     om = (nu[3], nu[4], nu[5])
@@ -254,18 +267,18 @@ def twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd):
     g = _vec(plat, 13)
     # platform (about its reference point O)
     m = plat[0]
-    cw = _rv(R, _vec(plat, 1))
+    cw = _matvec(R9, 0, _vec(plat, 1))
     ac = _add(_add(acc, _cross(omd, cw)), _cross(om, _cross(om, cw)))
     fp = _mul(m, _sub(ac, g))
     # Ic_w w = R Ic R^T w
-    Rtom = (R[0, 0] * om[0] + R[1, 0] * om[1] + R[2, 0] * om[2],
-            R[0, 1] * om[0] + R[1, 1] * om[1] + R[2, 1] * om[2],
-            R[0, 2] * om[0] + R[1, 2] * om[1] + R[2, 2] * om[2])
-    Rtomd = (R[0, 0] * omd[0] + R[1, 0] * omd[1] + R[2, 0] * omd[2],
-             R[0, 1] * omd[0] + R[1, 1] * omd[1] + R[2, 1] * omd[2],
-             R[0, 2] * omd[0] + R[1, 2] * omd[1] + R[2, 2] * omd[2])
-    Icom = _rv(R, _matvec(plat, 4, Rtom))
-    Icomd = _rv(R, _matvec(plat, 4, Rtomd))
+    Rtom = (R9[0] * om[0] + R9[3] * om[1] + R9[6] * om[2],
+            R9[1] * om[0] + R9[4] * om[1] + R9[7] * om[2],
+            R9[2] * om[0] + R9[5] * om[1] + R9[8] * om[2])
+    Rtomd = (R9[0] * omd[0] + R9[3] * omd[1] + R9[6] * omd[2],
+             R9[1] * omd[0] + R9[4] * omd[1] + R9[7] * omd[2],
+             R9[2] * omd[0] + R9[5] * omd[1] + R9[8] * omd[2])
+    Icom = _matvec(R9, 0, _matvec(plat, 4, Rtom))
+    Icomd = _matvec(R9, 0, _matvec(plat, 4, Rtomd))
     np_ = _add(_add(Icomd, _cross(om, Icom)), _cross(cw, fp))
     for k in range(3):
         rhs[k] = fp[k]
@@ -275,7 +288,7 @@ def twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd):
         b = _vec(leg, 0)
         a = _vec(leg, 6)
         m1, S1, m2, S2 = leg[9], leg[10], leg[20], leg[21]
-        rp = _rv(R, _vec(leg, 3))
+        rp = _matvec(R9, 0, _vec(leg, 3))
         l = _sub(_add(r, rp), b)
         L = math.sqrt(_dot(l, l))
         u = _mul(1.0 / L, l)
@@ -338,9 +351,10 @@ def twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd):
 @njit(cache=True)
 def id_twist(X, nu, nud, W, has_w, legs, plat, F):
     """Leg forces F (6,) for a twist-coordinate motion (nu, nud) and external wrench W. Returns a status."""
-    J = np.empty((6, 6))
-    rhs = np.empty(6)
-    Ldd = np.empty(6)
+    wk = np.empty(48)
+    J = wk[:36].reshape((6, 6))
+    rhs = wk[36:42]
+    Ldd = wk[42:48]
     st = twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd)
     if st != OK:
         return st
@@ -358,13 +372,14 @@ def id_twist(X, nu, nud, W, has_w, legs, plat, F):
 @njit(cache=True)
 def task_id_kernel(X, Xd, Xdd, W, has_w, legs, plat, F):
     """Leg forces F (6,) for an Euler-coordinate motion and external wrench W. Returns a status."""
-    nu = np.empty(6)
-    nud = np.empty(6)
+    wk = np.empty(12)
+    nu = wk[:6]
+    nud = wk[6:]
     euler_to_twist(X, Xd, Xdd, nu, nud)
     return id_twist(X, nu, nud, W, has_w, legs, plat, F)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _finite6(F):
     for i in range(6):
         if not math.isfinite(F[i]):
@@ -372,9 +387,15 @@ def _finite6(F):
     return True
 
 
-@njit(cache=True)
+_SIG5 = "int64(float64[::1], float64[::1], float64[::1], float64[::1], float64[::1])"
+_SIG6 = "int64(float64[::1], float64[::1], float64[::1], float64[::1], float64[::1], float64[::1])"
+
+
+@njit(_SIG5, cache=True)
 def task_id_one(X, Xd, Xdd, params, F):
     """One-state task inverse dynamics without wrench (few-argument entry point). Returns a status."""
+    if X.shape[0] != 6 or Xd.shape[0] != 6 or Xdd.shape[0] != 6 or F.shape[0] != 6 or params.shape[0] != N_PARAMS:
+        return BAD_INPUT
     legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
     plat = params[6 * LEG_COLS:]
     st = task_id_kernel(X, Xd, Xdd, X, False, legs, plat, F)
@@ -383,9 +404,12 @@ def task_id_one(X, Xd, Xdd, params, F):
     return st
 
 
-@njit(cache=True)
+@njit(_SIG6, cache=True)
 def task_id_one_w(X, Xd, Xdd, W, params, F):
     """One-state task inverse dynamics with an external wrench W. Returns a status."""
+    if (X.shape[0] != 6 or Xd.shape[0] != 6 or Xdd.shape[0] != 6 or W.shape[0] != 6 or F.shape[0] != 6
+            or params.shape[0] != N_PARAMS):
+        return BAD_INPUT
     legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
     plat = params[6 * LEG_COLS:]
     st = task_id_kernel(X, Xd, Xdd, W, True, legs, plat, F)
@@ -406,10 +430,11 @@ def task_id_batch(X, Xd, Xdd, W, has_w, legs, plat, F):
 
 @njit(cache=True)
 def joint_to_twist(X, qd, qdd, legs, plat, nu, nud):
-    """nu = J^{-1} qd and nud = J^{-1} (qdd - J' nu) at pose X. Returns a status."""
+    """nu = J^{-1} qd and nud = J^{-1} (qdd - J' nu) at pose X. Returns a status.
+
+    ``(J' nu)_i = u_i . (omega x (omega x R p_i)) + (|v_Pi|^2 - L'_i^2) / L_i``.
+    """
     J = np.empty((6, 6))
-    rhs = np.empty(6)
-    Ldd0 = np.empty(6)
     R = np.empty((3, 3))
     L = np.empty(6)
     U = np.empty((6, 3))
@@ -417,13 +442,15 @@ def joint_to_twist(X, qd, qdd, legs, plat, nu, nud):
     st = solve6(J, qd, nu)
     if st != OK:
         return st
-    zero = np.zeros(6)
-    st = twist_wrench(X, nu, zero, legs, plat, J, rhs, Ldd0)
-    if st != OK:
-        return st
+    v = (nu[0], nu[1], nu[2])
+    om = (nu[3], nu[4], nu[5])
     b = np.empty(6)
     for i in range(6):
-        b[i] = qdd[i] - Ldd0[i]
+        rp = _rv(R, _vec(legs[i], 3))
+        u = (U[i, 0], U[i, 1], U[i, 2])
+        vP = _add(v, _cross(om, rp))
+        Ld = _dot(u, vP)
+        b[i] = qdd[i] - (_dot(u, _cross(om, _cross(om, rp))) + (_dot(vP, vP) - Ld * Ld) / L[i])
     return solve6(J, b, nud)
 
 
@@ -441,39 +468,25 @@ def joint_id_batch(X, qd, qdd, W, has_w, legs, plat, F):
     return OK, -1
 
 
-@njit(cache=True, inline="always")
-def _rank1(M, c, y, z, rp):
-    """M += c * [y; rp x y] [z; rp x z]^T (the image of c y z^T under J_i^T (.) J_i)."""
-    my = _cross(rp, y)
-    mz = _cross(rp, z)
-    y6 = (y[0], y[1], y[2], my[0], my[1], my[2])
-    z6 = (z[0], z[1], z[2], mz[0], mz[1], mz[2])
-    for p in range(6):
-        cy = c * y6[p]
-        for q in range(6):
-            M[p, q] += cy * z6[q]
-
-
 @njit(cache=True)
 def mass_twist(X, legs, plat, M, J):
     """Fill M (6x6) = M_pl + sum J_i^T M_Li J_i (no armature) and J (6x6). Returns a status.
 
-    M_Li = m2 u u^T + m_eq (I - u u^T) + A^T I_w A / L^2 is applied as a sum of rank-one
-    terms: with the leg frame (x_l, y_l, u), ``RL^T A = [-y_l^T; x_l^T; k^T]`` so
+    M_Li = m2 u u^T + m_eq (I - u u^T) + A^T I_w A / L^2 with, in the leg frame
+    (x_l, y_l, u), ``RL^T A = [-y_l^T; x_l^T; k^T]`` so that
     ``A^T I_w A = sum_ab Ib_ab t_a t_b^T`` with ``t = (-y_l, x_l, k)``.
     """
-    R = np.empty((3, 3))
-    rotation(X[3:6], R)
+    R = _rot9(X[3], X[4], X[5])
     r = (X[0], X[1], X[2])
     m = plat[0]
-    c = _rv(R, _vec(plat, 1))
+    c = _matvec(R, 0, _vec(plat, 1))
     # platform: [[m I, -m [c]x], [m [c]x, I_O]], I_O = R Ic R^T + m (|c|^2 I - c c^T)
     cc = _dot(c, c)
     for i in range(3):
-        ri = (R[i, 0], R[i, 1], R[i, 2])
+        ri = (R[3 * i], R[3 * i + 1], R[3 * i + 2])
         Ii = _matvec(plat, 4, ri)  # Ic R^T e_i in body coords, i.e. row i of R Ic
         for j in range(3):
-            rj = (R[j, 0], R[j, 1], R[j, 2])
+            rj = (R[3 * j], R[3 * j + 1], R[3 * j + 2])
             M[3 + i, 3 + j] = _dot(Ii, rj) + m * ((cc if i == j else 0.0) - c[i] * c[j])
             M[i, j] = m if i == j else 0.0
     M[0, 4] = m * c[2]
@@ -486,15 +499,12 @@ def mass_twist(X, legs, plat, M, J):
     for i in range(3):
         for j in range(3):
             M[3 + j, i] = M[i, 3 + j]
-    e0 = (1.0, 0.0, 0.0)
-    e1 = (0.0, 1.0, 0.0)
-    e2 = (0.0, 0.0, 1.0)
     for i in range(6):
         leg = legs[i]
         b = _vec(leg, 0)
         a = _vec(leg, 6)
         m1, S1, m2, S2 = leg[9], leg[10], leg[20], leg[21]
-        rp = _rv(R, _vec(leg, 3))
+        rp = _matvec(R, 0, _vec(leg, 3))
         l = _sub(_add(r, rp), b)
         L = math.sqrt(_dot(l, l))
         u = _mul(1.0 / L, l)
@@ -510,22 +520,43 @@ def mass_twist(X, legs, plat, M, J):
             J[i, k] = u[k]
             J[i, 3 + k] = mu[k]
         meq = (m1 * S1 * S1 + m2 * (L - S2) * (L - S2)) / (L * L)
-        _rank1(M, m2 - meq, u, u, rp)
-        _rank1(M, meq, e0, e0, rp)
-        _rank1(M, meq, e1, e1, rp)
-        _rank1(M, meq, e2, e2, rp)
         t0 = _mul(-1.0, yl)
         t1 = xl
         t2 = _mul(-ca / s, xl)
         iL2 = 1.0 / (L * L)
-        # g_b = sum_a Ib_ab t_a, Ib = I1 + I2 (row-major at 11 and 22)
-        for bb in range(3):
-            i0 = leg[11 + bb] + leg[22 + bb]
-            i1 = leg[14 + bb] + leg[25 + bb]
-            i2 = leg[17 + bb] + leg[28 + bb]
-            g = _add(_add(_mul(i0, t0), _mul(i1, t1)), _mul(i2, t2))
-            tb = t0 if bb == 0 else (t1 if bb == 1 else t2)
-            _rank1(M, iL2, g, tb, rp)
+        # M_L = (m2 - meq) u u^T + meq I + sum_b g_b t_b^T / L^2, g_b = sum_a Ib_ab t_a
+        g0 = _add(_add(_mul((leg[11] + leg[22]) * iL2, t0), _mul((leg[14] + leg[25]) * iL2, t1)),
+                  _mul((leg[17] + leg[28]) * iL2, t2))
+        g1 = _add(_add(_mul((leg[12] + leg[23]) * iL2, t0), _mul((leg[15] + leg[26]) * iL2, t1)),
+                  _mul((leg[18] + leg[29]) * iL2, t2))
+        g2 = _add(_add(_mul((leg[13] + leg[24]) * iL2, t0), _mul((leg[16] + leg[27]) * iL2, t1)),
+                  _mul((leg[19] + leg[30]) * iL2, t2))
+        w = m2 - meq
+        row0 = _add(_add(_add(_mul(w * u[0], u), (meq, 0.0, 0.0)), _mul(g0[0], t0)),
+                    _add(_mul(g1[0], t1), _mul(g2[0], t2)))
+        row1 = _add(_add(_add(_mul(w * u[1], u), (0.0, meq, 0.0)), _mul(g0[1], t0)),
+                    _add(_mul(g1[1], t1), _mul(g2[1], t2)))
+        row2 = _add(_add(_add(_mul(w * u[2], u), (0.0, 0.0, meq)), _mul(g0[2], t0)),
+                    _add(_mul(g1[2], t1), _mul(g2[2], t2)))
+        # J_i^T M_L J_i = [[M_L, -M_L S], [S M_L, -S M_L S]], S = [rp]x; rows of M_L S are ML_p x rp
+        c0 = _cross(row0, rp)
+        c1 = _cross(row1, rp)
+        c2 = _cross(row2, rp)
+        for q in range(3):
+            M[0, q] += row0[q]
+            M[1, q] += row1[q]
+            M[2, q] += row2[q]
+            M[0, 3 + q] -= c0[q]
+            M[1, 3 + q] -= c1[q]
+            M[2, 3 + q] -= c2[q]
+            M[3 + q, 0] -= c0[q]
+            M[3 + q, 1] -= c1[q]
+            M[3 + q, 2] -= c2[q]
+            # -S C: column q is (C e_q) x rp
+            d = _cross((c0[q], c1[q], c2[q]), rp)
+            M[3, 3 + q] += d[0]
+            M[4, 3 + q] += d[1]
+            M[5, 3 + q] += d[2]
     return OK
 
 
@@ -536,18 +567,20 @@ def fd_twist(X, nu, F, W, has_w, legs, plat, nud, Ldd):
     Solves ``(M + J^T diag(arm) J) nu' = J^T (F - arm * J' nu) + W - h(X, nu)``.
     Returns a status.
     """
-    zero = np.zeros(6)
-    J = np.empty((6, 6))
-    h = np.empty(6)
-    Ldd0 = np.empty(6)
+    wk = np.empty(96)
+    zero = wk[:6]
+    zero[:] = 0.0
+    J = wk[6:42].reshape((6, 6))
+    M = wk[42:78].reshape((6, 6))
+    h = wk[78:84]
+    Ldd0 = wk[84:90]
+    rhs = wk[90:96]
     st = twist_wrench(X, nu, zero, legs, plat, J, h, Ldd0)  # Ldd0 = J' nu
     if st != OK:
         return st
-    M = np.empty((6, 6))
     st = mass_twist(X, legs, plat, M, J)
     if st != OK:
         return st
-    rhs = np.empty(6)
     for k in range(6):
         rhs[k] = -h[k] + (W[k] if has_w else 0.0)
     for i in range(6):
@@ -572,20 +605,24 @@ def fd_twist(X, nu, F, W, has_w, legs, plat, nud, Ldd):
 @njit(cache=True)
 def task_fd_kernel(X, Xd, F, W, has_w, legs, plat, Xdd):
     """Platform accelerations Xdd (Euler coordinates): e'' = E^{-1}(omega' - E' e'). Returns a status."""
-    nu = np.empty(6)
-    zero = np.zeros(6)
-    nud = np.empty(6)
+    wk = np.empty(24)
+    nu = wk[:6]
+    zero = wk[6:12]
+    zero[:] = 0.0
+    nud = wk[12:18]
+    Ldd = wk[18:24]
     euler_to_twist(X, Xd, zero, nu, nud)
-    Ldd = np.empty(6)
     st = fd_twist(X, nu, F, W, has_w, legs, plat, nud, Ldd)
     if st != OK:
         return st
     return twist_to_euler_acc(X, Xd, nud, Xdd)
 
 
-@njit(cache=True)
+@njit(_SIG5, cache=True)
 def task_fd_one(X, Xd, F, params, Xdd):
     """One-state task forward dynamics without wrench (few-argument entry point). Returns a status."""
+    if X.shape[0] != 6 or Xd.shape[0] != 6 or F.shape[0] != 6 or Xdd.shape[0] != 6 or params.shape[0] != N_PARAMS:
+        return BAD_INPUT
     legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
     plat = params[6 * LEG_COLS:]
     st = task_fd_kernel(X, Xd, F, X, False, legs, plat, Xdd)
@@ -679,3 +716,55 @@ def ik_batch(X, legs, L):
     U = np.empty((6, 3))
     for n in range(X.shape[0]):
         leg_geometry(X[n], legs, R, J, L[n], U)
+
+
+@njit(_SIG6, cache=True)
+def joint_id_one(q, qd, qdd, pose, params, F):
+    """One-state inverse dynamics in leg coordinates: FK by Newton from ``pose`` (1e-12 m), then
+    :func:`joint_to_twist` and :func:`id_twist` (no wrench). Returns a status."""
+    if (q.shape[0] != 6 or qd.shape[0] != 6 or qdd.shape[0] != 6 or pose.shape[0] != 6 or F.shape[0] != 6
+            or params.shape[0] != N_PARAMS):
+        return BAD_INPUT
+    legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
+    plat = params[6 * LEG_COLS:]
+    X = np.empty(6)
+    st, _ = fk_kernel(q, pose, legs, 1e-12, 50, X)
+    if st != OK:
+        return st
+    nu = np.empty(6)
+    nud = np.empty(6)
+    st = joint_to_twist(X, qd, qdd, legs, plat, nu, nud)
+    if st != OK:
+        return st
+    st = id_twist(X, nu, nud, F, False, legs, plat, F)
+    if st == OK and not _finite6(F):
+        return NOT_FINITE
+    return st
+
+
+@njit(_SIG6, cache=True)
+def joint_fd_one(q, qd, tau, pose, params, qdd):
+    """One-state forward dynamics in leg coordinates (FK from ``pose``, no wrench). Returns a status."""
+    if (q.shape[0] != 6 or qd.shape[0] != 6 or tau.shape[0] != 6 or pose.shape[0] != 6 or qdd.shape[0] != 6
+            or params.shape[0] != N_PARAMS):
+        return BAD_INPUT
+    legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
+    plat = params[6 * LEG_COLS:]
+    X = np.empty(6)
+    st, _ = fk_kernel(q, pose, legs, 1e-12, 50, X)
+    if st != OK:
+        return st
+    J = np.empty((6, 6))
+    R = np.empty((3, 3))
+    L = np.empty(6)
+    U = np.empty((6, 3))
+    leg_geometry(X, legs, R, J, L, U)
+    nu = np.empty(6)
+    st = solve6(J, qd, nu)
+    if st != OK:
+        return st
+    nud = np.empty(6)
+    st = fd_twist(X, nu, tau, tau, False, legs, plat, nud, qdd)
+    if st == OK and not _finite6(qdd):
+        return NOT_FINITE
+    return st

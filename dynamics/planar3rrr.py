@@ -136,6 +136,7 @@ from .errors import (ConfigError, ConvergenceError, KinematicsError, ModelError,
 __all__ = ["Planar3RRR", "load_3rrr", "LinkParams"]
 
 _F64 = np.float64
+_ND = np.ndarray
 
 
 @dataclass(frozen=True)
@@ -239,12 +240,14 @@ class Planar3RRR(ParallelModel):
         self._Ip = float(platform_inertia)
         self._g = _ro(g)
         self._branch = _ro(br)
+        self._branch_k = br.copy()
         self._limits = limits if limits is not None else JointLimits.unbounded(3)
         self._drive = drive if drive is not None else DriveParams.none(3)
         self._names = tuple(joint_names) if joint_names is not None else ("theta1", "theta2", "theta3")
         if len(self._names) != 3:
             raise ModelError("joint_names must have 3 entries")
         self._tol_sing = float(singularity_tolerance)
+        self._zero3 = np.zeros(3)  # writeable on purpose (fast numba dispatch); never modified
         self._pack()
         hp = np.asarray(home_pose, dtype=float)
         if hp.shape != (3,) or not np.all(np.isfinite(hp)):
@@ -258,6 +261,8 @@ class Planar3RRR(ParallelModel):
                                    f"type-1 measure {rep.extra['type1_measure']:.3g}, "
                                    f"type-2 measure {rep.extra['type2_measure']:.3g})")
         self._home_q = _ro(th)
+        self._home_q_k = th.copy()   # writeable copies for the kernels
+        self._home_k = hp.copy()
         self._fk_step = 0.1
         M = self.mass_matrix(th, pose=hp)
         if np.min(np.linalg.eigvalsh(M)) <= 0:
@@ -288,10 +293,15 @@ class Planar3RRR(ParallelModel):
         if lc <= 0:
             lc = 1.0
         G = np.array([self._mp, self._Ip, self._g[0], self._g[1], lc])
-        L.setflags(write=False)
-        G.setflags(write=False)
+        # kernel inputs stay writeable (numba dispatch of read-only arrays costs ~1 us
+        # per call); they are private and never handed out, so the model stays immutable
         self._L = L
         self._G = G
+        P = np.zeros((4, K.NL))
+        P[:3] = L
+        P[3, :5] = G
+        P[3, 5] = self._tol_sing
+        self._P = P
 
     # -------------------------------------------------------------- description
     @property
@@ -394,7 +404,7 @@ class Planar3RRR(ParallelModel):
 
     def _branch_arr(self, branch) -> np.ndarray:
         if branch is None:
-            return self._branch
+            return self._branch_k
         b = np.asarray(branch, dtype=float)
         if b.shape == ():
             b = np.full(3, float(b))
@@ -421,6 +431,10 @@ class Planar3RRR(ParallelModel):
                                    f"det B ~ 0 at{where}")
         if st == K.ST_NOCONV:
             raise ConvergenceError(f"{self.name}: {what}: Newton did not converge at{where}")
+        if st == K.ST_BADSHAPE:
+            raise ModelError(f"{self.name}: {what}: every input must have shape (3,)")
+        if st == K.ST_BADINPUT:
+            raise ModelError(f"{self.name}: {what}: inputs must be finite")
         if st == K.ST_NONFINITE:
             raise ConvergenceError(f"{self.name}: {what}: Newton diverged (non-finite) at{where}")
         raise ModelError(f"{self.name}: {what}: internal status {st}")  # pragma: no cover
@@ -527,10 +541,10 @@ class Planar3RRR(ParallelModel):
         qa = self._v3(qa, "theta")
         X = np.empty(3)
         if guess is None:
-            st, _ = K.fk_continuation(self._L, self._G, self._home_q, self._home, qa, float(tol),
+            st, _ = K.fk_continuation(self._L, self._home_q_k, self._home_k, qa, float(tol),
                                       int(max_iter), self._fk_step, X)
         else:
-            st, _ = K.fk_newton(self._L, self._G, qa, self._v3(guess, "guess"), float(tol), int(max_iter), X)
+            st, _ = K.fk_newton(self._L, qa, self._v3(guess, "guess"), float(tol), int(max_iter), X)
         if st:
             self._raise(st, "forward kinematics", q=qa)
         return X
@@ -539,10 +553,10 @@ class Planar3RRR(ParallelModel):
         """Consistent pose for q: Newton from ``pose``, or continuation from home; tol 1e-12 m."""
         X = np.empty(3)
         if pose is None:
-            st, _ = K.fk_continuation(self._L, self._G, self._home_q, self._home, q, 1e-12, 50,
+            st, _ = K.fk_continuation(self._L, self._home_q_k, self._home_k, q, 1e-12, 50,
                                       self._fk_step, X)
         else:
-            st, _ = K.fk_newton(self._L, self._G, q, self._v3(pose, "pose"), 1e-12, 50, X)
+            st, _ = K.fk_newton(self._L, q, self._v3(pose, "pose"), 1e-12, 50, X)
         if st:
             self._raise(st, "forward kinematics", q=q)
         return X
@@ -563,13 +577,30 @@ class Planar3RRR(ParallelModel):
     def constraints(self, q, X) -> np.ndarray:
         """h_i(q, X) = |C_i - B_i|^2 - b_i^2, shape (3,) [m^2]."""
         h = np.empty(3)
-        K.constraint_values(self._L, self._G, self._v3(q, "theta"), self._v3(X, "X"), h)
+        K.constraint_values(self._L, self._v3(q, "theta"), self._v3(X, "X"), h)
         return h
 
     def _geom(self, q, X):
-        u = np.empty((3, 2)); n = np.empty((3, 2)); rho = np.empty((3, 2)); d = np.empty((3, 2))
-        K.geometry(self._L, self._G, q, X, u, n, rho, d)
+        """u, n, rho, d, each (3, 2) (module notation), computed with numpy."""
+        u = np.stack([np.cos(q), np.sin(q)], axis=1)
+        n = np.stack([-u[:, 1], u[:, 0]], axis=1)
+        c, s = math.cos(X[2]), math.sin(X[2])
+        rho = self._c @ np.array([[c, s], [-s, c]])
+        d = X[:2] + rho - self._A - self._prox.length[:, None] * u
         return u, n, rho, d
+
+    def _jac(self, n, rho, d):
+        Ad = -2.0 * self._prox.length * np.sum(d * n, axis=1)
+        B = 2.0 * np.stack([d[:, 0], d[:, 1], -d[:, 0] * rho[:, 1] + d[:, 1] * rho[:, 0]], axis=1)
+        return Ad, B
+
+    def _gamma(self, q, u, rho, d, qd, Xd):
+        a = self._prox.length
+        vB = (a * qd)[:, None] * np.stack([-u[:, 1], u[:, 0]], axis=1)
+        vC = Xd[:2] + Xd[2] * np.stack([-rho[:, 1], rho[:, 0]], axis=1)
+        w = vC - vB
+        acc = -Xd[2] ** 2 * rho + (a * qd ** 2)[:, None] * u
+        return 2.0 * np.sum(w * w, axis=1) + 2.0 * np.sum(d * acc, axis=1)
 
     def constraint_jacobians(self, q, X) -> tuple[np.ndarray, np.ndarray]:
         """A = dh/dq (3x3 diagonal) and B = dh/dX (3x3) at (q, X).
@@ -579,8 +610,7 @@ class Planar3RRR(ParallelModel):
         """
         q = self._v3(q, "theta"); X = self._v3(X, "X")
         u, n, rho, d = self._geom(q, X)
-        Ad = np.empty(3); B = np.empty((3, 3))
-        K.jacobians(self._L, n, rho, d, Ad, B)
+        Ad, B = self._jac(n, rho, d)
         return np.diag(Ad), B
 
     def constraint_hessians(self, q, X) -> np.ndarray:
@@ -606,9 +636,8 @@ class Planar3RRR(ParallelModel):
     def _AB(self, q, X, what):
         q = self._v3(q, "theta"); X = self._v3(X, "X")
         u, n, rho, d = self._geom(q, X)
-        Ad = np.empty(3); B = np.empty((3, 3))
-        K.jacobians(self._L, n, rho, d, Ad, B)
-        st = K.check_singular(self._L, self._G, Ad, B, self._tol_sing)
+        Ad, B = self._jac(n, rho, d)
+        st = K.check_singular(self._L, self._G, Ad, B.ravel(), self._tol_sing)
         if st:
             self._raise(st, what, q=q, X=X)
         return q, X, u, rho, d, Ad, B
@@ -638,17 +667,14 @@ class Planar3RRR(ParallelModel):
         """gamma_i = zd^T H_i zd, z = (q, X): the velocity-product part of d^2h/dt^2, shape (3,)."""
         q = self._v3(q, "theta"); X = self._v3(X, "X")
         u, n, rho, d = self._geom(q, X)
-        g = np.empty(3)
-        K._gamma(self._L, u, rho, d, self._v3(qd, "qd"), self._v3(Xd, "Xd"), g)
-        return g
+        return self._gamma(q, u, rho, d, self._v3(qd, "qd"), self._v3(Xd, "Xd"))
 
     def task_acceleration(self, q, X, qd, qdd) -> np.ndarray:
         """Xdd = -B^{-1} (A qdd + gamma), gamma_i = zd^T H_i zd; shape (3,)."""
         q, X, u, rho, d, Ad, B = self._AB(q, X, "task_acceleration")
         qd = self._v3(qd, "qd"); qdd = self._v3(qdd, "qdd")
         Xd = -np.linalg.solve(B, Ad * qd)
-        g = np.empty(3)
-        K._gamma(self._L, u, rho, d, qd, Xd, g)
+        g = self._gamma(q, u, rho, d, qd, Xd)
         return -np.linalg.solve(B, Ad * qdd + g)
 
     def joint_acceleration(self, q, X, Xd, Xdd) -> np.ndarray:
@@ -656,8 +682,7 @@ class Planar3RRR(ParallelModel):
         q, X, u, rho, d, Ad, B = self._AB(q, X, "joint_acceleration")
         Xd = self._v3(Xd, "Xd"); Xdd = self._v3(Xdd, "Xdd")
         qd = -(B @ Xd) / Ad
-        g = np.empty(3)
-        K._gamma(self._L, u, rho, d, qd, Xd, g)
+        g = self._gamma(q, u, rho, d, qd, Xd)
         return -(B @ Xdd + g) / Ad
 
     def singularity(self, q, X) -> SingularityReport:
@@ -673,9 +698,8 @@ class Planar3RRR(ParallelModel):
         """
         q = self._v3(q, "theta"); X = self._v3(X, "X")
         u, n, rho, d = self._geom(q, X)
-        Ad = np.empty(3); B = np.empty((3, 3))
-        K.jacobians(self._L, n, rho, d, Ad, B)
-        m1, db = K.normalised_measures(self._L, self._G, Ad, B)
+        Ad, B = self._jac(n, rho, d)
+        m1, db = K.normalised_measures(self._L, self._G, Ad, np.ascontiguousarray(B.ravel()))
         lc = self._G[4]
         An = Ad / (2 * self._L[:, 4] * self._L[:, 5])
         Bn = B / (2 * self._L[:, 5])[:, None]
@@ -727,6 +751,14 @@ class Planar3RRR(ParallelModel):
         ------
         UnreachableError, SingularityError
         """
+        if (type(X) is _ND and type(Xd) is _ND and type(Xdd) is _ND and wrench is None and branch is None
+                and not full and X.ndim == 1):
+            # fast path: the kernel validates shapes and finiteness
+            tau = np.empty(3)
+            st = K.tid_entry(self._P, X, Xd, Xdd, self._zero3, self._branch_k, tau)
+            if st:
+                self._raise(st, "task_inverse_dynamics", X=X)
+            return tau
         Xa = np.asarray(X, dtype=float)
         if Xa.ndim == 2:
             if full:
@@ -857,6 +889,12 @@ class Planar3RRR(ParallelModel):
 
         ``pose``: optional platform pose hint (Newton start for X), shape (3,) or (N, 3).
         """
+        if type(q) is _ND and type(pose) is _ND and q.ndim == 1:
+            out = np.empty(15)
+            st = K.reduced_entry(self._P, q, self._zero3, pose, out)
+            if st:
+                self._raise(st, "mass_matrix", q=q)
+            return out[:9].reshape(3, 3)
         qa = np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(lambda q, pose: self.mass_matrix(q, pose), qa, pose=pose, out_shape=(3, 3))
@@ -864,6 +902,12 @@ class Planar3RRR(ParallelModel):
 
     def bias(self, q, qd, pose=None) -> np.ndarray:
         """h(theta, thetad) = C thetad + g, shape like q [N m]."""
+        if type(q) is _ND and type(qd) is _ND and type(pose) is _ND and q.ndim == 1:
+            out = np.empty(15)
+            st = K.reduced_entry(self._P, q, qd, pose, out)
+            if st:
+                self._raise(st, "bias", q=q)
+            return out[9:12]
         qa = np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(lambda q, qd, pose: self.bias(q, qd, pose), qa, qd, pose=pose, out_shape=(3,))
@@ -890,6 +934,14 @@ class Planar3RRR(ParallelModel):
         ``wrench``: (fx, fy, mz) or a 6-vector on the platform (module docstring);
         ``pose``: optional pose hint.
         """
+        if (type(q) is _ND and type(qd) is _ND and type(qdd) is _ND and type(pose) is _ND and wrench is None
+                and q.ndim == 1):
+            # fast path: the kernel validates shapes and finiteness
+            tau = np.empty(3)
+            st = K.id_entry(self._P, q, qd, qdd, pose, self._zero3, tau)
+            if st:
+                self._raise(st, "inverse_dynamics", q=q)
+            return tau
         qa = np.asarray(q, dtype=float)
         if qa.ndim == 2:
             W = None if wrench is None else np.broadcast_to(np.asarray(wrench, dtype=float),
@@ -899,12 +951,19 @@ class Planar3RRR(ParallelModel):
             return np.array([self.inverse_dynamics(qa[j], qd[j], qdd[j], None if W is None else W[j],
                                                    None if P is None else P[j])
                              for j in range(qa.shape[0])]).reshape(-1, 3)
-        qdd = self._v3(qdd, "thetadd")
-        Mr, hr, Cr, gr, Jx, X = self._reduced(qa, qd, pose)
-        tau = Mr @ qdd + hr
-        if wrench is not None:
-            tau -= Jx.T @ self._wrench3(wrench)
-        return tau
+        if type(q) is np.ndarray and type(qd) is np.ndarray and type(qdd) is np.ndarray:
+            W = self._zero3 if wrench is None else self._wrench3(wrench)
+            Xh = self._pose(self._v3(q, "theta"), None) if pose is None else pose
+            if type(Xh) is not np.ndarray:
+                Xh = self._v3(Xh, "pose")
+            tau = np.empty(3)
+            X = np.empty(3)
+            st = K.inverse_dynamics_fast(self._L, self._G, q, qd, qdd, Xh, W, self._tol_sing, tau, X)
+            if st:
+                self._raise(st, "inverse_dynamics", q=q)
+            return tau
+        return self.inverse_dynamics(self._v3(q, "theta"), self._v3(qd, "thetad"), self._v3(qdd, "thetadd"),
+                                     wrench, pose)
 
     def forward_dynamics_task(self, q, qd, tau, wrench=None, pose=None):
         """Joint and platform accelerations for applied torques (no friction).
@@ -928,6 +987,14 @@ class Planar3RRR(ParallelModel):
 
     def forward_dynamics(self, q, qd, tau, wrench=None, pose=None) -> np.ndarray:
         """thetadd solving M thetadd = tau - h + J_x^T w, shape like q [rad/s^2]."""
+        if (type(q) is _ND and type(qd) is _ND and type(tau) is _ND and type(pose) is _ND and wrench is None
+                and q.ndim == 1):
+            # fast path: the kernel validates shapes and finiteness
+            qdd = np.empty(3)
+            st = K.fd_entry(self._P, q, qd, tau, pose, self._zero3, qdd)
+            if st:
+                self._raise(st, "forward_dynamics", q=q)
+            return qdd
         qa = np.asarray(q, dtype=float)
         if qa.ndim == 2:
             W = None if wrench is None else np.broadcast_to(np.asarray(wrench, dtype=float),
@@ -937,6 +1004,16 @@ class Planar3RRR(ParallelModel):
             return np.array([self.forward_dynamics(qa[j], qd[j], tau[j], None if W is None else W[j],
                                                    None if P is None else P[j])
                              for j in range(qa.shape[0])]).reshape(-1, 3)
+        if type(q) is np.ndarray and type(qd) is np.ndarray and type(tau) is np.ndarray:
+            W = self._zero3 if wrench is None else self._wrench3(wrench)
+            Xh = self._pose(self._v3(q, "theta"), None) if pose is None else pose
+            if type(Xh) is not np.ndarray:
+                Xh = self._v3(Xh, "pose")
+            out = np.empty(9)
+            st = K.forward_dynamics_fast(self._L, self._G, q, qd, tau, Xh, W, self._tol_sing, out)
+            if st:
+                self._raise(st, "forward_dynamics", q=q)
+            return out[0:3]
         return self.forward_dynamics_task(qa, qd, tau, wrench, pose)[0]
 
     def rk4_step(self, q, qd, tau, dt: float, pose, wrench=None, fk_tol: float = 1e-12):
@@ -963,12 +1040,12 @@ class Planar3RRR(ParallelModel):
         """
         q = self._v3(q, "theta"); qd = self._v3(qd, "thetad"); tau = self._v3(tau, "tau")
         X = self._v3(pose, "pose")
-        qo = np.empty(3); qdo = np.empty(3); Xo = np.empty(3)
+        out = np.empty(9)
         st = K.rk4_step(self._L, self._G, q, qd, X, tau, self._wrench3(wrench), float(dt),
-                        self._tol_sing, float(fk_tol), 50, qo, qdo, Xo)
+                        self._tol_sing, float(fk_tol), 50, out)
         if st:
             self._raise(st, "rk4_step", q=q, X=X)
-        return qo, qdo, Xo
+        return out[0:3], out[3:6], out[6:9]
 
     # ------------------------------------------------------------- energies
     def kinetic_energy(self, q, qd, pose=None) -> np.ndarray:

@@ -14,6 +14,7 @@ Robot file (TOML), ``type = "serial"``::
 
     name = "arm"
     type = "serial"
+    description = "..."          # optional, free text
     convention = "standard"      # or "modified" (Craig)
     gravity = [0.0, 0.0, -9.81]  # world/base frame [m/s^2], default as shown
     base = { xyz = [0, 0, 0], rpy = [0, 0, 0] }   # optional: link frame 0 in the world
@@ -42,7 +43,9 @@ Robot file (TOML), ``type = "serial"``::
     coulomb = 0.2                # [N m]
 
 Conventions: standard DH link transform ``Rz(theta) Tz(d) Tx(a) Rx(alpha)``;
-modified (Craig) ``Rx(alpha) Tx(a) Rz(theta) Tz(d)``.  ``rpy`` is URDF's
+modified (Craig) ``Rx(alpha) Tx(a) Rz(theta) Tz(d)``, so in a modified row ``alpha``
+and ``a`` are Craig's ``alpha_{i-1}``, ``a_{i-1}`` (the row's transform is applied
+before its joint).  Link frame 0 is the ``base`` pose in the world.  ``rpy`` is URDF's
 ``R = Rz(yaw) Ry(pitch) Rx(roll)``.  ``inertia`` entries are tensor entries
 (URDF convention: ``Ixy`` is the (0, 1) entry, i.e. minus the product-of-inertia
 integral).  Inertias may be positive *semi*-definite (slender rods) but must
@@ -63,7 +66,6 @@ from .errors import ConfigError, ModelError
 
 __all__ = ["SerialModel", "load_serial", "dh_transform", "rpy_matrix", "check_inertia"]
 
-_ND = np.ndarray
 _NO_W = np.zeros((1, 6))
 
 
@@ -106,7 +108,7 @@ def dh_transform(a: float, alpha: float, d: float, theta: float, convention: str
         return _rz(theta) @ _tr(0, 0, d) @ _tr(a, 0, 0) @ _rx(alpha)
     if convention == "modified":
         return _rx(alpha) @ _tr(a, 0, 0) @ _rz(theta) @ _tr(0, 0, d)
-    raise ValueError(f"unknown DH convention {convention!r}")
+    raise ConfigError(f"unknown DH convention {convention!r} (use 'standard' or 'modified')")
 
 
 def check_inertia(I: np.ndarray) -> str | None:
@@ -414,11 +416,15 @@ class SerialModel(Model):
 
     def gravity(self, q) -> np.ndarray:
         """Gravity torques g(q), shape like q [N m | N]."""
+        try:
+            return _k.gravity(self._P, q)
+        except (TypeError, ValueError):
+            pass  # not a plain float64 (n,) input: validated and dispatched below
         (q,), batch = self._states(("q",), q)
-        z = np.zeros_like(q)
         if batch:
+            z = np.zeros_like(q)
             return self._call(_k.rnea_batch, q, z, z, _NO_W, False, 1.0, False)
-        return self._call(_k.bias, q, z, 1.0)
+        return self._call(_k.gravity, q)
 
     def coriolis_torque(self, q, qd) -> np.ndarray:
         """C(q, qd) qd (velocity terms of the bias only), shape like q."""
@@ -500,8 +506,12 @@ class SerialModel(Model):
 
     def forward_kinematics(self, q) -> np.ndarray:
         """Tool pose T_world_tool, (4, 4) or (N, 4, 4)."""
-        T, _ = self._poses(q)
-        return np.ascontiguousarray(T[..., -1, :, :])
+        try:
+            return _k.fk(self._P, q)
+        except (TypeError, ValueError):
+            pass  # not a plain float64 (n,) input: validated and dispatched below
+        T, batch = self._poses(q)
+        return np.ascontiguousarray(T[:, -1]) if batch else T[-1].copy()
 
     def joint_poses(self, q) -> np.ndarray:
         """World poses of the joint frames J_0..J_{n-1} (joint i moves about their z), (n, 4, 4) or (N, n, 4, 4)."""
@@ -523,6 +533,10 @@ class SerialModel(Model):
 
     def jacobian(self, q) -> np.ndarray:
         """Geometric tool Jacobian [v; omega] in the world frame, (6, n) or (N, 6, n)."""
+        try:
+            return _k.jacobian(self._P, q)
+        except (TypeError, ValueError):
+            pass  # not a plain float64 (n,) input: validated and dispatched below
         (q,), batch = self._states(("q",), q)
         return self._call(_k.jacobian_batch, q) if batch else self._call(_k.jacobian, q)
 
@@ -561,7 +575,9 @@ def _angle(sec: Section, key: str, default=0.0) -> float:
         raise sec.error(key + "_deg", f"give either '{key}' or '{key}_deg', not both")
     if sec.has(key + "_deg"):
         return math.radians(sec.float(key + "_deg"))
-    return sec.float(key, default)
+    if not sec.has(key):
+        return default
+    return sec.float(key)
 
 
 def _transform(sec: Section | None) -> np.ndarray:
@@ -656,8 +672,7 @@ def load_serial(root: Section, base_dir=None) -> SerialModel:
         com[i] = S[:3, :3] @ c + S[:3, 3]
         inertia[i] = S[:3, :3] @ I @ S[:3, :3].T
         if jt == "revolute":
-            pmin = _angle(js, "position_min", -np.inf) if (js.has("position_min") or js.has("position_min_deg")) else -np.inf
-            pmax = _angle(js, "position_max", np.inf) if (js.has("position_max") or js.has("position_max_deg")) else np.inf
+            pmin, pmax = _angle(js, "position_min", -np.inf), _angle(js, "position_max", np.inf)
         else:
             pmin = js.float("position_min", -np.inf) if js.has("position_min") else -np.inf
             pmax = js.float("position_max", np.inf) if js.has("position_max") else np.inf

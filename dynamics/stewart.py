@@ -39,6 +39,15 @@ axes).  Two independent inverse dynamics formulations are provided:
     Newton-Euler for the platform, compiled with numba (fast path,
     :mod:`dynamics._stewart_kernels`).
 
+Singular configurations: maps that invert the leg Jacobian (``task_jacobian``,
+``jacobian``, ``mass_matrix``, the Lagrange reference) raise
+:class:`SingularityError` when the condition number of the dimensionless leg
+Jacobian exceeds ``singular_condition`` (robot file, default 1e9); the compiled
+dynamics kernels raise it when a 6x6 elimination meets a pivot below 1e-13 of the
+largest entry (so they return, large, forces closer to the singularity).  The
+task-space forward dynamics stays defined at a parallel singularity (the platform
+inertia is regular); joint-space maps do not.
+
 Simulation integrates the task state ``(X, X')`` with
 :meth:`StewartPlatform.task_state_derivative` (Euler coordinates; singular only at
 ``cos beta = 0``); joint-space quantities follow from IK.  Methods in actuated
@@ -104,11 +113,6 @@ _STATUS_TEXT = {
     K.UJOINT_SINGULAR: "a base universal joint is singular (leg parallel to its first axis)",
     K.EULER_SINGULAR: "Euler-angle rate map is singular (cos(beta) = 0)",
 }
-
-
-def _one(a) -> bool:
-    """True for a float64 ndarray of shape (6,) that a one-state kernel can take as is."""
-    return type(a) is np.ndarray and a.shape == (6,) and a.dtype == np.float64 and a.flags.c_contiguous
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -186,13 +190,17 @@ class StewartPlatform(ParallelModel):
         plat[K.PL_G] = np.asarray(gravity, dtype=float)
         if not (np.all(np.isfinite(legs)) and np.all(np.isfinite(plat))):
             raise ModelError("model parameters must be finite")
+        if np.any(legs[:, [K.LEG_M1, K.LEG_S1, K.LEG_M2, K.LEG_S2, K.LEG_ARM]] < 0) or not plat[K.PL_M] > 0:
+            raise ModelError("masses, COM distances and armature must be >= 0 and the platform mass > 0")
         self._legs = _ro(legs)
         self._plat = _ro(plat)
         # private flat copy for the one-state kernels (writable arrays dispatch faster in numba;
         # never exposed or modified)
         self._params = np.concatenate([legs.ravel(), plat])
         self._home = _ro(np.asarray(home_pose, dtype=float))
-        self.singular_condition = float(singular_condition)
+        if not float(singular_condition) > 1.0:
+            raise ModelError(f"singular_condition must be > 1, got {singular_condition!r}")
+        self._singular_condition = float(singular_condition)
         # characteristic length making the leg Jacobian dimensionless (mean platform joint radius)
         self._char_len = float(np.mean(np.linalg.norm(p, axis=1))) or 1.0
 
@@ -240,6 +248,11 @@ class StewartPlatform(ParallelModel):
     def ujoint_axes(self) -> np.ndarray:
         """a_i (6, 3), unit first axes of the base universal joints, base frame."""
         return self._legs[:, K.LEG_A].copy()
+
+    @property
+    def singular_condition(self) -> float:
+        """Condition number of the dimensionless leg Jacobian above which maps raise SingularityError."""
+        return self._singular_condition
 
     @property
     def packed_parameters(self) -> tuple[np.ndarray, np.ndarray]:
@@ -290,7 +303,7 @@ class StewartPlatform(ParallelModel):
         if np.any(bad):
             n, i = np.argwhere(bad)[0]
             raise UnreachableError(
-                f"{self.name}: leg {self.joint_names[i]} length {q[n, i]:.6g} m outside "
+                f"{self.name}: {self.joint_names[i]} length {q[n, i]:.6g} m outside "
                 f"[{lo[i]:.6g}, {hi[i]:.6g}] m" + (f" (batch item {n})" if q.shape[0] > 1 else ""))
 
     def inverse_kinematics(self, X, check_limits: bool = True) -> np.ndarray:
@@ -358,12 +371,12 @@ class StewartPlatform(ParallelModel):
         Jh = J.copy()
         Jh[..., 3:] /= self._char_len
         c = np.linalg.cond(Jh)
-        bad = ~(c <= self.singular_condition)
+        bad = ~(c <= self._singular_condition)
         if np.any(bad):
             idx = int(np.argmax(np.atleast_1d(bad))) if np.ndim(c) else None
             raise SingularityError(
                 f"{self.name}: {where}: leg Jacobian condition number {np.atleast_1d(c)[idx or 0]:.3g} "
-                f"exceeds {self.singular_condition:.3g}" + (f" (batch item {idx})" if idx is not None else ""))
+                f"exceeds {self._singular_condition:.3g}" + (f" (batch item {idx})" if idx is not None else ""))
 
     def task_jacobian(self, q, X) -> np.ndarray:
         """J_x = J_e^{-1} (6, 6) with ``X' = J_x q'`` (Euler-rate coordinates) at the consistent pair (q, X).
@@ -441,16 +454,19 @@ class StewartPlatform(ParallelModel):
         F : ndarray
             Leg forces including the armature term, excluding friction.
         """
-        if _one(X) and _one(Xd) and _one(Xdd):
-            # fast path for one state (the control-loop case); any failure falls through to the
-            # checked path below, which validates the input and raises the matching error
+        # fast path for one state (the control-loop case): the kernels take only contiguous float64
+        # vectors (TypeError otherwise) and check lengths; any failure falls through to the checked
+        # path below, which validates the input and raises the matching error
+        # (a numba TypeError costs ~0.1 ms, so batches and lists skip the attempt)
+        if type(X) is np.ndarray and X.ndim == 1:
             F = np.empty(6)
-            if wrench is None:
-                st = K.task_id_one(X, Xd, Xdd, self._params, F)
-            elif _one(wrench):
-                st = K.task_id_one_w(X, Xd, Xdd, wrench, self._params, F)
-            else:
-                st = K.NOT_FINITE
+            try:
+                if wrench is None:
+                    st = K.task_id_one(X, Xd, Xdd, self._params, F)
+                else:
+                    st = K.task_id_one_w(X, Xd, Xdd, wrench, self._params, F)
+            except TypeError:
+                st = K.BAD_INPUT
             if st == K.OK:
                 return F
         X, Xd, Xdd = self._arr(X, "X"), self._arr(Xd, "Xd"), self._arr(Xdd, "Xdd")
@@ -486,9 +502,12 @@ class StewartPlatform(ParallelModel):
         then ``e'' = E^{-1} (omega' - E' e')``.  Friction is not applied (subtract
         :meth:`friction_torque` from ``forces`` to include it).
         """
-        if wrench is None and _one(X) and _one(Xd) and _one(forces):
+        if wrench is None and type(X) is np.ndarray and X.ndim == 1:   # fast path, see task_inverse_dynamics
             out = np.empty(6)
-            st = K.task_fd_one(X, Xd, forces, self._params, out)
+            try:
+                st = K.task_fd_one(X, Xd, forces, self._params, out)
+            except TypeError:
+                st = K.BAD_INPUT
             if st == K.OK:
                 return out
         X, Xd, F = self._arr(X, "X"), self._arr(Xd, "Xd"), self._arr(forces, "forces")
@@ -553,6 +572,14 @@ class StewartPlatform(ParallelModel):
 
     def inverse_dynamics(self, q, qd, qdd, wrench=None, pose=None) -> np.ndarray:
         """Leg forces tau (6,) or (N, 6) [N] = M qdd + h - J^{-T} wrench, computed by the fast kernel."""
+        if wrench is None and pose is not None and type(q) is np.ndarray and q.ndim == 1:   # see task_inverse_dynamics
+            F = np.empty(6)
+            try:
+                st = K.joint_id_one(q, qd, qdd, pose, self._params, F)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:
+                return F
         q, X = self._pose(q, pose)
         qd, qdd = self._arr(qd, "qd"), self._arr(qdd, "qdd")
         (X2, qd2, qdd2), single = self._batch(X, qd, qdd)
@@ -575,6 +602,14 @@ class StewartPlatform(ParallelModel):
 
     def forward_dynamics(self, q, qd, tau, wrench=None, pose=None) -> np.ndarray:
         """Leg accelerations qdd (6,) or (N, 6) [m/s^2] for leg forces tau (no friction)."""
+        if wrench is None and pose is not None and type(q) is np.ndarray and q.ndim == 1:   # see task_inverse_dynamics
+            out = np.empty(6)
+            try:
+                st = K.joint_fd_one(q, qd, tau, pose, self._params, out)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:
+                return out
         q, X = self._pose(q, pose)
         qd, tau = self._arr(qd, "qd"), self._arr(tau, "tau")
         (X2, qd2, tau2), single = self._batch(X, qd, tau)
@@ -658,7 +693,7 @@ class StewartPlatform(ParallelModel):
         det_b = float(np.linalg.det(J))
         u = self.leg_kinematics(X).units
         us = np.linalg.norm(np.cross(u, self._legs[:, K.LEG_A]), axis=1)
-        kind = "type2" if not cond <= self.singular_condition else "regular"
+        kind = "type2" if not cond <= self._singular_condition else "regular"
         return SingularityReport(kind=kind, det_a=1.0, det_b=det_b, cond_a=1.0, cond_b=float(cond),
                                  margin=float(0.0 if not np.isfinite(cond) else 1.0 / cond),
                                  extra={"det_euler": det_b * float(np.cos(X[4])),
@@ -685,7 +720,7 @@ class StewartPlatform(ParallelModel):
             platform_inertia=inertia_factor * P[K.PL_I].reshape(3, 3), gravity=P[K.PL_G],
             limits=self._limits, drive=self._drive, home_pose=self._home,
             name=f"{self.name} (x{mass_factor:g} mass, x{inertia_factor:g} inertia)", source=self.source,
-            singular_condition=self.singular_condition)
+            singular_condition=self._singular_condition)
 
     def summary(self) -> str:
         lines = [super().summary(),

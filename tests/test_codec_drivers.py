@@ -8,6 +8,7 @@ import math
 import os
 import select
 import threading
+import time
 import uuid
 from collections import deque
 
@@ -490,7 +491,10 @@ def test_odrive_ascii_session_over_pty():
         np.testing.assert_allclose(fb.velocity_rad_s, [-math.pi / 4 * 2 / 2, math.pi / 2])
         assert np.isnan(fb.torque_nm).all()
         drv.close()
-        assert dev.state == {0: 1, 1: 1}
+        deadline = time.monotonic() + 2.0   # the responder thread handles the last lines asynchronously
+        while dev.state != {0: 1, 1: 1} and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert dev.state == {0: 1, 1: 1} and dev.torque == {0: 0.0, 1: 0.0}
         drv.close()
     finally:
         _ascii_end(dev, fds)
@@ -512,3 +516,21 @@ def test_odrive_ascii_fault_and_garbled_answer():
     finally:
         drv.close()
         _ascii_end(dev, fds)
+
+
+def test_registry_odrive_ascii_config():
+    from drivers.odrive import OdriveAsciiDriver
+    cfg = {"type": "odrive_ascii", "port": "loop://", "reply_timeout_s": 0.01,
+           "joints": [{"axis": 0, "gear_ratio": 3.0}, {"axis": 1, "sign": -1}]}
+    drv = build_driver(_section(cfg), now=lambda: 0.0)
+    try:
+        assert isinstance(drv, OdriveAsciiDriver) and drv.n_joints == 2
+        assert drv.make_commands(Command(np.array([3.0, 1.0]))) == ["c 0 1", "c 1 -1"]
+    finally:
+        drv.close()
+    for d, field in [({k: v for k, v in cfg.items() if k != "port"}, "driver.port"),
+                     ({**cfg, "joints": [{"axis": 0}, {"axis": 0}]}, "driver.joints[1].axis"),
+                     ({**cfg, "joints": [{"axis": 2}]}, "driver.joints[0].axis")]:
+        with pytest.raises(ConfigError) as info:
+            build_driver(_section(d), now=lambda: 0.0)
+        assert info.value.field == field

@@ -71,3 +71,18 @@ def test_pd_gains_nominal():
     for ax, J in zip(d.axes, [0.5, 0.1]):
         assert ax.wn == pytest.approx(20.0) and ax.zeta == pytest.approx(0.7)
         assert ax.kp == pytest.approx(J * 400.0)
+
+
+def test_pd_analysis_model_uses_mass_matrix_diagonal():
+    from controller.gains import pd_analysis_model
+    try:
+        from tests.test_ctrl_models import Arm2
+    except ImportError:  # pragma: no cover
+        from test_ctrl_models import Arm2
+    m = Arm2()
+    q0 = np.array([0.2, 0.9])
+    d = pd_analysis_model(m, q0, [60.0, 30.0], [6.0, 3.0], delay_s=1e-3)
+    J = np.diag(m.mass_matrix(q0))
+    ref = pd_analysis([60.0, 30.0], [6.0, 3.0], J, delay_s=1e-3)
+    for a, b in zip(d.axes, ref.axes):
+        assert np.allclose(a.poles, b.poles) and a.margins == b.margins

@@ -19,7 +19,6 @@ from drivers.sim.direct import DirectPlantDriver
 from drivers.sim.plant import SimulatedPlant
 from dynamics.config import Section
 from dynamics.errors import ConfigError, SafetyError
-from trajectories.base import Hold
 
 try:
     from tests.test_ctrl_models import Arm2, Arm2Task, FaultyDriver, SineTraj, replace_fb
@@ -199,7 +198,7 @@ class NaNAfter(ComputedTorque):
 
 
 def run_loop(tmp_path, *, hook=None, comms_error_at=None, ctrl=None, traj=None, cfg=None, plant_model=None,
-             q0=None, signal_at=None, drivers_out=None):
+             q0=None, signal_at=None, drivers_out=None, writer=TelemetryWriter):
     m = Arm2()
     traj = traj or SineTraj([0.3, 0.8], [0.2, -0.2], 4.0, 0.5)
     clock = LockstepClock()
@@ -216,7 +215,7 @@ def run_loop(tmp_path, *, hook=None, comms_error_at=None, ctrl=None, traj=None, 
         drivers_out.append(drv)
     ctrl = ctrl or ComputedTorque(m, 400.0, 40.0)
     safety = SafetySupervisor(cfg or SafetyConfig(tracking_error_max=0.05), m.limits, model=m)
-    tel = TelemetryWriter(tmp_path, 2, 2, buffer_rows=64)
+    tel = writer(tmp_path, 2, 2, buffer_rows=64)
     res = ControlLoop(drv, ctrl, traj, safety, clock, period_s=P, telemetry=tel).run()
     return res, drv, read_log(tmp_path), read_meta(tmp_path)
 
@@ -328,3 +327,16 @@ def test_startup_refused_before_any_torque(tmp_path):
     log = read_log(tmp_path)
     assert log.shape == (0,)
     assert read_meta(tmp_path)["result"]["status"] == "error"
+
+
+def test_fault_telemetry_write_error(tmp_path):
+    class FailingWriter(TelemetryWriter):
+        def record(self, *a, **k):
+            if self.rows_written + self._i >= 150:
+                raise OSError(28, "No space left on device")
+            super().record(*a, **k)
+
+    res, drv, log, _ = run_loop(tmp_path, writer=FailingWriter)
+    assert res.status == "fault" and res.faults[0].cause == "telemetry"
+    assert drv.calls[-1] == "disable" and np.all(drv.sent[-1] == 0) and len(drv.sent) == 152
+    assert log.shape[0] == 150

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from controller.metrics import MetricsAccumulator, metrics_from_log
-from controller.telemetry import TelemetryWriter, log_dtype, read_log, read_meta, to_csv
+from controller.telemetry import TelemetryWriter, file_dtype, group_fields, log_dtype, read_log, read_meta, to_csv
 from dynamics.errors import TorqueloopError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +39,12 @@ def test_roundtrip_and_header_rewritten_at_each_flush(tmp_path):
     w.close()  # idempotent
     log = read_log(tmp_path)
     assert log.dtype == log_dtype(2, 3) and log.shape == (25,)
+    # on disk: only scalar columns (what pandas.DataFrame(np.load(path)) needs), same bytes
+    raw = np.load(tmp_path / "log.npy")
+    assert raw.dtype == file_dtype(2, 3) and all(raw.dtype[k].shape == () for k in raw.dtype.names)
+    assert raw.dtype.names[:4] == ("t", "q[0]", "q[1]", "qd[0]")
+    assert np.array_equal(raw["err[2]"], log["err"][:, 2]) and np.array_equal(raw["sat[1]"], log["sat"][:, 1])
+    assert np.array_equal(read_log(tmp_path, flat=True), raw)
     assert np.allclose(log["t"], np.arange(25) * 1e-3)
     assert np.allclose(log["err"][:, 1], 0.5 * np.arange(25))
     assert log["sat"][4].tolist() == [True, True] and log["safety"][5] == 2
@@ -58,6 +64,9 @@ def test_roundtrip_and_header_rewritten_at_each_flush(tmp_path):
 def test_read_errors(tmp_path):
     with pytest.raises(TorqueloopError):
         read_log(tmp_path / "missing.npy")
+    np.save(tmp_path / "other.npy", np.zeros(3, dtype=[("a", "<f8")]))
+    with pytest.raises(TorqueloopError, match="not a torqueloop telemetry log"):
+        read_log(tmp_path / "other.npy")
     with pytest.raises(TorqueloopError):
         read_meta(tmp_path)
 
@@ -83,7 +92,8 @@ def test_sigkill_loses_at_most_one_buffer(tmp_path):
     assert r.returncode == -signal.SIGKILL
     log = np.load(d / "log.npy")
     assert log.shape == (1000,)
-    assert np.array_equal(log["q"][:, 0], np.arange(1000))
+    assert np.array_equal(log["q[0]"], np.arange(1000))
+    assert np.array_equal(group_fields(log)["q"][:, 1], np.arange(1000))
 
 
 _LOOP_SCRIPT = textwrap.dedent("""
@@ -111,11 +121,7 @@ _LOOP_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_kill_running_loop_log_loads(tmp_path):
-    d = tmp_path / "run"
-    p = subprocess.Popen([sys.executable, "-c", _LOOP_SCRIPT.format(root=str(ROOT), tests=str(ROOT / "tests"),
-                                                                    d=str(d))],
-                         stdout=subprocess.PIPE, text=True)
+def _wait_and_kill(p, d):
     try:
         assert p.stdout.readline().strip() == "started"
         deadline = time.monotonic() + 60
@@ -126,10 +132,18 @@ def test_kill_running_loop_log_loads(tmp_path):
             except (OSError, ValueError):  # not created yet
                 pass
             time.sleep(0.05)
-        os.kill(p.pid, signal.SIGKILL)
     finally:
+        os.kill(p.pid, signal.SIGKILL)
         p.wait(timeout=30)
-    log = np.load(d / "log.npy")
+
+
+def test_kill_running_loop_log_loads(tmp_path):
+    d = tmp_path / "run"
+    with subprocess.Popen([sys.executable, "-c", _LOOP_SCRIPT.format(root=str(ROOT), tests=str(ROOT / "tests"),
+                                                                     d=str(d))],
+                          stdout=subprocess.PIPE, text=True) as p:
+        _wait_and_kill(p, d)
+    log = group_fields(np.load(d / "log.npy"))
     assert log.shape[0] >= 300 and log.shape[0] % 100 == 0
     assert np.allclose(log["t"], np.arange(log.shape[0]) * 1e-3)
     assert np.all(np.isfinite(log["q"])) and np.all(log["enabled"])
@@ -168,5 +182,6 @@ def test_metrics_stream_equals_log_and_definitions(tmp_path):
                  sat[k], late[k], 0.0, np.ones(n, bool), np.zeros(n, int), np.ones(n, bool))
     w.close()
     r2 = metrics_from_log(read_log(tmp_path), P, task_layout="planar")
+    r3 = metrics_from_log(np.load(tmp_path / "log.npy"), P, task_layout="planar")
     for key in r:
-        assert np.allclose(r[key], r2[key]), key
+        assert np.allclose(r[key], r2[key]) and np.allclose(r[key], r3[key]), key

@@ -100,6 +100,23 @@ def test_corruption_truncates_or_flips_one_bit():
         assert bin(diff).count("1") == 1
 
 
+def test_faults_can_be_paused():
+    a, b = _pair()
+    fb = FaultInjectingBus(a, rng=np.random.default_rng(0), drop_prob=1.0)
+    try:
+        fb.send(_msg(1))
+        fb.active = False
+        fb.send(_msg(2))
+        fb.active = True
+        fb.send(_msg(3))
+        assert b.recv(0.05).arbitration_id == 2
+        assert b.recv(0.0) is None
+        assert fb.stats.dropped == 2
+    finally:
+        fb.shutdown()
+        b.shutdown()
+
+
 def test_silent_ids():
     out, st = _through(100, silent_ids=[3, 4])
     ids = {i for i, _ in out}

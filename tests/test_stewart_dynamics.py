@@ -153,6 +153,15 @@ def test_joint_space_consistency(gmodel):
         assert relerr(Fq, Ft) < 1e-9
         # without a pose hint (Newton from home) the same
         assert relerr(m.inverse_dynamics(q, qd, qdd, W), Ft) < 1e-9
+        # one-state fast paths (no wrench, pose hint) equal the checked batch paths
+        F0 = m.task_inverse_dynamics(X, Xd, Xdd)
+        np.testing.assert_allclose(m.inverse_dynamics(q, qd, qdd, pose=X), F0, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(m.inverse_dynamics(q[None], qd[None], qdd[None])[0], F0, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(m.task_inverse_dynamics(list(X), list(Xd), list(Xdd)), F0, rtol=1e-14)
+        np.testing.assert_allclose(m.forward_dynamics(q, qd, F0, pose=X), qdd, rtol=1e-8, atol=1e-8)
+        np.testing.assert_allclose(m.forward_dynamics(q[None], qd[None], F0[None])[0], qdd, rtol=1e-8, atol=1e-8)
+        np.testing.assert_allclose(m.forward_dynamics_task(X[None], Xd[None], F0[None])[0], Xdd,
+                                   rtol=1e-8, atol=1e-8)
         M = m.mass_matrix(q, pose=X)
         np.testing.assert_allclose(M, M.T, atol=1e-12 * np.abs(M).max())
         assert np.all(np.linalg.eigvalsh(M) > 0)
@@ -297,3 +306,86 @@ def test_bad_dynamic_input(model):
         model.task_inverse_dynamics(np.zeros((3, 6)) + X, np.zeros((2, 6)), np.zeros(6))
     with pytest.raises(ModelError):
         model.inverse_dynamics(model.leg_lengths(X), np.zeros(6), np.zeros(6), wrench=[1.0, 2.0])
+    with pytest.raises(ModelError):
+        model.inverse_dynamics(model.leg_lengths(X), np.zeros(6), np.zeros(7), pose=X)
+    with pytest.raises(ModelError):
+        model.forward_dynamics(model.leg_lengths(X), np.zeros(6), np.full(6, np.inf), pose=X)
+    with pytest.raises(ModelError):
+        model.forward_dynamics_task(X, np.zeros(6), np.zeros(4))
+    # integer input is accepted (converted), not compiled for
+    np.testing.assert_allclose(model.task_inverse_dynamics(np.array([0, 0, 1, 0, 0, 0]), np.zeros(6, int),
+                                                           np.zeros(6, int)),
+                               model.task_inverse_dynamics(np.array([0.0, 0, 1, 0, 0, 0]), np.zeros(6), np.zeros(6)))
+
+
+def _leg_frames(m, X):
+    """Leg unit vectors, lengths and universal-joint leg frames [x_l, y_l, u] (6, 3, 3) at pose X."""
+    kin = m.leg_kinematics(X)
+    u = kin.units
+    xl = np.cross(u, m.ujoint_axes)
+    xl /= np.linalg.norm(xl, axis=1)[:, None]
+    yl = np.cross(u, xl)
+    return kin.lengths, u, np.stack([xl, yl, u], axis=2)
+
+
+def test_kinetic_energy_brute_force(gmodel):
+    """T from the Lagrangian equals sum 1/2 m v^2 + 1/2 w^T I w with v, w by finite differences of every
+    body's position and orientation (independent of the leg angular-velocity formula)."""
+    m = gmodel
+    legs, plat = m.packed_parameters
+    X0 = m.home_pose
+    h = 1e-6
+    for t in (0.2, 1.4):
+        X, Xd, _ = trajectory(X0, t)
+        Xp, Xm = trajectory(X0, t + h)[0], trajectory(X0, t - h)[0]
+        T = 0.0
+        # platform
+        Rp_, Rm_, R = (m.forward_kinematics(m.leg_lengths(x), pose=x)[:3, :3] for x in (Xp, Xm, X))
+        cp, cm = Xp[:3] + Rp_ @ plat[1:4], Xm[:3] + Rm_ @ plat[1:4]
+        W = (Rp_ - Rm_) / (2 * h) @ R.T
+        w = np.array([W[2, 1], W[0, 2], W[1, 0]])
+        v = (cp - cm) / (2 * h)
+        T += 0.5 * plat[0] * v @ v + 0.5 * w @ (R @ plat[4:13].reshape(3, 3) @ R.T) @ w
+        Lp, up, RLp = _leg_frames(m, Xp)
+        Lm, um, RLm = _leg_frames(m, Xm)
+        L0, u0, RL0 = _leg_frames(m, X)
+        for i in range(6):
+            b, m1, S1, m2, S2 = legs[i, 0:3], legs[i, 9], legs[i, 10], legs[i, 20], legs[i, 21]
+            v1 = S1 * (up[i] - um[i]) / (2 * h)
+            v2 = ((Lp[i] - S2) * up[i] - (Lm[i] - S2) * um[i]) / (2 * h)
+            W = (RLp[i] - RLm[i]) / (2 * h) @ RL0[i].T
+            w = np.array([W[2, 1], W[0, 2], W[1, 0]])
+            I = RL0[i] @ (legs[i, 11:20] + legs[i, 22:31]).reshape(3, 3) @ RL0[i].T
+            T += 0.5 * m1 * v1 @ v1 + 0.5 * m2 * v2 @ v2 + 0.5 * w @ I @ w
+            Ld = (Lp[i] - Lm[i]) / (2 * h)
+            T += 0.5 * legs[i, 31] * Ld ** 2
+        assert abs(T - m.task_kinetic_energy(X, Xd)) < 1e-8 * T
+
+
+def test_leg_mass_matches_errata_form_without_spin(model):
+    """Where the universal joint axis is perpendicular to the leg (no spin), the leg inertia is the
+    ERRATA form m2 u u^T - m_eq [u]x^2 - [u]x I_w [u]x / L^2 with m_eq = (m1 S1^2 + m2 (L - S2)^2) / L^2."""
+    legs, _ = model.packed_parameters
+    X = model.home_pose           # default axes are perpendicular to the legs here
+    L, u, RL = _leg_frames(model, X)
+    kin = model.leg_kinematics(X)
+    for i in range(6):
+        x = X[:3] + kin.platform_joints[i]
+        m1, S1, m2, S2 = legs[i, 9], legs[i, 10], legs[i, 20], legs[i, 21]
+        Sx = LG.skew(u[i])
+        Iw = RL[i] @ (legs[i, 11:20] + legs[i, 22:31]).reshape(3, 3) @ RL[i].T
+        meq = (m1 * S1 ** 2 + m2 * (L[i] - S2) ** 2) / L[i] ** 2
+        expected = m2 * np.outer(u[i], u[i]) - meq * Sx @ Sx - Sx @ Iw @ Sx / L[i] ** 2
+        np.testing.assert_allclose(LG.leg_mass(x, legs[i]), expected, rtol=1e-13, atol=1e-15)
+
+
+def test_leg_gravity_is_potential_gradient(gmodel):
+    """Corrected eq. 11/23: G_Li = dV_Li/dx_L (complex-step gradient of the leg potential)."""
+    legs, plat = gmodel.packed_parameters
+    g = plat[13:16]
+    X = gmodel.home_pose + np.array([0.02, 0.03, -0.05, 0.1, -0.08, 0.3])
+    kin = gmodel.leg_kinematics(X)
+    for i in range(6):
+        x = X[:3] + kin.platform_joints[i]
+        grad = np.array([LG.leg_potential(x + 1e-30j * e, legs[i], g).imag / 1e-30 for e in np.eye(3)])
+        np.testing.assert_allclose(LG.leg_gravity(x, legs[i], g), grad, rtol=1e-13, atol=1e-13)

@@ -157,3 +157,33 @@ def test_bad_arguments(rrr):
         check_feasibility(point_to_point([0.0], [1.0], "quintic", duration_s=1.0), rrr, dt_s=0.1)
     with pytest.raises(TrajectoryError):
         check_feasibility(tr, rrr, dt_s=0.1, acceleration_max=-1.0)
+
+
+def test_time_scaling_stewart_forces_through_task_dynamics():
+    st = load_model(ROBOTS / "stewart.toml")
+    h = st.home_pose
+    fast = JointSpaceTrajectory(P.pose_move(h, h + [0.05, -0.05, 0.08, 0.1, -0.1, 0.15], 0.25), st)
+    kw = dict(torque_max=150.0, velocity_max=10.0)
+    rep = check_feasibility(fast, st, dt_s=2e-3, **kw)
+    assert not rep.ok and rep.first.quantity == "torque"
+    scaled = time_scale_to_limits(fast, st, dt_s=2e-3, **kw)
+    k = scaled.factor
+    assert k > 1.0
+    assert check_feasibility(scaled, st, dt_s=2e-3 * k, **kw).ok
+    assert not check_feasibility(TimeScaled(fast, 0.995 * k), st, dt_s=2e-3 * 0.995 * k, **kw).ok
+    # the closed form used for k: tau(k) = tau_static + (tau(1) - tau_static) / k^2, checked directly
+    t = np.array([0.05, 0.1, 0.2])
+    s, ts = fast.sample_with_task(t)
+    tau1 = st.task_inverse_dynamics(ts.pos, ts.vel, ts.acc)
+    tau0 = st.task_inverse_dynamics(ts.pos, 0 * ts.vel, 0 * ts.acc)
+    sk, tsk = scaled.base.sample_with_task(t)
+    tauk = st.task_inverse_dynamics(tsk.pos, tsk.vel / k, tsk.acc / k**2)
+    np.testing.assert_allclose(tauk, tau0 + (tau1 - tau0) / k**2, rtol=1e-9, atol=1e-9)
+
+
+def test_tabulated_mapped_is_checked_with_task_states(rrr):
+    from trajectories.mapping import Tabulated
+    js = JointSpaceTrajectory(P.pose_move([0.0, 0.0, 0.0], [0.0, 0.05, 0.6], 1.0), rrr)
+    a = check_feasibility(js, rrr, dt_s=1e-3)
+    b = check_feasibility(Tabulated(js, 1e-3), rrr, dt_s=1e-3)
+    assert b.first == a.first and b.min_singularity_margin == a.min_singularity_margin

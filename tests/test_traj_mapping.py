@@ -12,7 +12,23 @@ from trajectories import paths as P
 from trajectories.mapping import (JointSpaceTrajectory, SerialIKTrajectory, Tabulated, TaskSelection,
                                   _parallel_velocity_acceleration)
 
-from test_traj_profiles import fd_errors, interior_times
+
+def fd_errors(traj, t, h=1e-5):
+    """Max abs difference between analytic derivatives and central differences of the next lower one."""
+    s, sp, sm = traj.sample(t), traj.sample(t + h), traj.sample(t - h)
+    return (np.max(np.abs((sp.pos - sm.pos) / (2 * h) - s.vel)),
+            np.max(np.abs((sp.vel - sm.vel) / (2 * h) - s.acc)),
+            np.max(np.abs((sp.acc - sm.acc) / (2 * h) - s.jerk)))
+
+
+def interior_times(traj, n=150, avoid=(), gap=1e-3, seed=0):
+    """Random times inside (0, T), away from the given breakpoints."""
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(gap, traj.duration_s - gap, 4 * n))
+    for b in avoid:
+        t = t[np.abs(t - b) > gap]
+    return t[:n]
+
 
 ROBOTS = Path(__file__).resolve().parents[1] / "hil_configs" / "robots"
 LINKS_004 = [0.8, 0.7, 0.7, 0.52, 0.3]
@@ -192,3 +208,17 @@ def test_tabulated_mapped_trajectory(rrr):
     assert np.max(np.abs(a.pos - b.pos)) < 1e-9
     assert np.max(np.abs(a.vel - b.vel)) < 1e-6
     assert np.max(np.abs(a.acc - b.acc)) < 1e-2
+
+
+def test_tabulated_time_scaled_mapped_keeps_task(rrr):
+    from trajectories.base import TimeScaled
+    task = P.planar_circle_pose([0.0, 0.0], 0.03, 2.0, phi_amplitude=0.1, ramp_s=0.4)
+    slow = TimeScaled(JointSpaceTrajectory(task, rrr), 1.5)
+    np.testing.assert_allclose(slow.task.sample(1.5).vel, task.sample(1.0).vel / 1.5)
+    tab = Tabulated(slow, 0.01)
+    nodes = tab.nodes_s[::23]
+    a, b = tab.sample(nodes), slow.sample(nodes)
+    for x, y in zip(list(a)[:3], list(b)[:3]):
+        np.testing.assert_allclose(x, y, atol=1e-12)
+    assert tab.task.duration_s == pytest.approx(3.0)
+    assert not hasattr(Tabulated(task, 0.1), "task")

@@ -9,7 +9,22 @@ from scipy.spatial.transform import Rotation
 from dynamics.errors import TrajectoryError
 from trajectories import paths as P
 
-from test_traj_profiles import fd_errors, interior_times
+
+def fd_errors(traj, t, h=1e-5):
+    """Max abs difference between analytic derivatives and central differences of the next lower one."""
+    s, sp, sm = traj.sample(t), traj.sample(t + h), traj.sample(t - h)
+    return (np.max(np.abs((sp.pos - sm.pos) / (2 * h) - s.vel)),
+            np.max(np.abs((sp.vel - sm.vel) / (2 * h) - s.acc)),
+            np.max(np.abs((sp.acc - sm.acc) / (2 * h) - s.jerk)))
+
+
+def interior_times(traj, n=150, avoid=(), gap=1e-3, seed=0):
+    """Random times inside (0, T), away from the given breakpoints."""
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(gap, traj.duration_s - gap, 4 * n))
+    for b in avoid:
+        t = t[np.abs(t - b) > gap]
+    return t[:n]
 
 
 def _check_fd(tr, avoid=(), gap=1e-4, tol=(1e-7, 1e-6, 1e-4), h=1e-6):

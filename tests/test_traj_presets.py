@@ -11,10 +11,26 @@ from dynamics.config import Section
 from dynamics.errors import ConfigError, InfeasibleTrajectoryError, TrajectoryError
 from trajectories import load_trajectory, preset
 from trajectories.feasibility import check_feasibility
-from trajectories.mapping import JointSpaceTrajectory, SerialIKTrajectory
+from trajectories.mapping import JointSpaceTrajectory, SerialIKTrajectory, Tabulated
 from trajectories.presets import SEED000_TARGET, SEED004_Q0
 
-from test_traj_profiles import fd_errors, interior_times
+
+def fd_errors(traj, t, h=1e-5):
+    """Max abs difference between analytic derivatives and central differences of the next lower one."""
+    s, sp, sm = traj.sample(t), traj.sample(t + h), traj.sample(t - h)
+    return (np.max(np.abs((sp.pos - sm.pos) / (2 * h) - s.vel)),
+            np.max(np.abs((sp.vel - sm.vel) / (2 * h) - s.acc)),
+            np.max(np.abs((sp.acc - sm.acc) / (2 * h) - s.jerk)))
+
+
+def interior_times(traj, n=150, avoid=(), gap=1e-3, seed=0):
+    """Random times inside (0, T), away from the given breakpoints."""
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(gap, traj.duration_s - gap, 4 * n))
+    for b in avoid:
+        t = t[np.abs(t - b) > gap]
+    return t[:n]
+
 
 ROBOTS = Path(__file__).resolve().parents[1] / "hil_configs" / "robots"
 
@@ -110,9 +126,17 @@ def _sec(d):
 def test_config_preset_and_options(models):
     tr = load_trajectory(_sec({"type": "preset", "name": "seed000_fast"}), models["arm"])
     assert tr.duration_s == pytest.approx(11.0 / 2.5)
-    tr = load_trajectory(_sec({"type": "preset", "name": "rrr_circle",
+    tr = load_trajectory(_sec({"type": "preset", "name": "rrr_circle", "tabulate_dt_s": 0.0,
                                "options": {"radius_m": 0.03, "turns": 1.0}}), models["rrr_v"])
     assert isinstance(tr, JointSpaceTrajectory)
+    # by default mapped trajectories come tabulated (fast sampling), matching the analytic values at nodes
+    tab = load_trajectory(_sec({"type": "preset", "name": "rrr_circle",
+                                "options": {"radius_m": 0.03, "turns": 1.0}}), models["rrr_v"])
+    assert isinstance(tab, Tabulated) and tab.base_type == "JointSpaceTrajectory"
+    nodes = tab.nodes_s[::97]
+    for a, b in zip(tab.sample(nodes), list(tr.sample(nodes))[:3]):
+        np.testing.assert_allclose(a, b, atol=1e-12)
+    assert tab.task is tr.task or np.allclose(tab.task.sample(nodes).pos, tr.task.sample(nodes).pos)
     with pytest.raises(ConfigError) as ei:
         load_trajectory(_sec({"type": "preset", "name": "rrr_circle", "options": {"radius": 0.03}}),
                         models["rrr_v"])
@@ -132,7 +156,7 @@ def test_config_point_to_point_joint_and_task(models):
     h = st.home_pose
     tr = load_trajectory(_sec({"type": "point_to_point", "space": "task", "target": list(h + [0, 0, 0.05, 0, 0, 0.1]),
                                "duration_s": 2.0, "check": True}), st)
-    assert isinstance(tr, JointSpaceTrajectory)
+    assert isinstance(tr, Tabulated) and isinstance(tr.base, JointSpaceTrajectory)
     np.testing.assert_allclose(tr.task.start, h)
     tr = load_trajectory(_sec({"type": "point_to_point", "target": [1.0, 1.0, 1.0], "profile": "quintic",
                                "duration_s": 0.3, "scale_to_limits": True, "acceleration_max": 20.0,
@@ -144,17 +168,18 @@ def test_config_point_to_point_joint_and_task(models):
 def test_config_paths(models):
     sq = load_trajectory(_sec({"type": "square", "start": [2.0, 2.0], "side_m": 0.3, "duration_s": 30.0,
                                "first_direction": [-1.0, 0.0], "corners": "blend", "blend_radius_m": 0.02,
-                               "q_rest": list(SEED004_Q0)}), models["arm5"])
-    assert isinstance(sq, SerialIKTrajectory) and sq.dim == 5
+                               "q_rest": list(SEED004_Q0), "tabulate_dt_s": 0.01}), models["arm5"])
+    assert isinstance(sq.base, SerialIKTrajectory) and sq.dim == 5 and sq.nodes_s[1] == 0.01
     m = models["rrr_h"]
     c = load_trajectory(_sec({"type": "circle", "center": [0.0, 0.0], "radius_m": 0.03, "duration_s": 4.0,
-                              "phi_amplitude": 0.1}), m)
+                              "phi_amplitude": 0.1, "tabulate_dt_s": 0.01}), m)
     assert c.task.dim == 3
-    sqr = load_trajectory(_sec({"type": "square", "start": [0.0, 0.0], "side_m": 0.03, "duration_s": 4.0}), m)
+    sqr = load_trajectory(_sec({"type": "square", "start": [0.0, 0.0], "side_m": 0.03, "duration_s": 4.0,
+                               "tabulate_dt_s": 0.0}), m)
     np.testing.assert_allclose(sqr.task.sample(2.0).pos[2], m.home_pose[2])
     st = models["stewart"]
     c6 = load_trajectory(_sec({"type": "circle", "center": list(st.home_pose[:3]), "radius_m": 0.05,
-                               "duration_s": 4.0, "start_angle": math.pi}), st)
+                               "duration_s": 4.0, "start_angle": math.pi, "tabulate_dt_s": 0.01}), st)
     np.testing.assert_allclose(c6.task.sample(1.0).pos[3:], st.home_pose[3:])
     v = load_trajectory(_sec({"type": "via_points", "times_s": [0.0, 1.0, 2.0],
                               "points": [[0, 0, 0], [0.1, 0.2, -0.1], [0, 0, 0]]}), models["arm"])

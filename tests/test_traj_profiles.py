@@ -246,3 +246,13 @@ def test_bad_input_raises_trajectory_error(call):
 def test_infeasible_duration_for_fixed_shape():
     with pytest.raises(InfeasibleTrajectoryError, match="shorter"):
         point_to_point([0.0], [1.0], "quintic", duration_s=0.1, vmax=1.0)
+
+
+def test_generic_law_scaling():
+    from trajectories.profiles import TimingLaw, _ScaledLaw
+    law = shape_law("septic", 1.0)
+    slow = TimingLaw.scaled_to(law, 3.0)
+    assert isinstance(slow, _ScaledLaw) and slow.duration_s == 3.0
+    np.testing.assert_allclose(slow.sample(1.5).vel, law.sample(0.5).vel / 3)
+    np.testing.assert_allclose(slow.sample(1.5).jerk, law.sample(0.5).jerk / 27)
+    assert law.scaled_to(3.0).sample(1.5).acc[0] == pytest.approx(slow.sample(1.5).acc[0])

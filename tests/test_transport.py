@@ -147,3 +147,41 @@ def test_serial_pty_pair():
 def test_serial_bad_port():
     with pytest.raises(CommsError):
         SerialTransport("/dev/does-not-exist-tl")
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.binary(max_size=12).filter(lambda b: b"\n" not in b), max_size=8),
+       st.lists(st.integers(1, 7), min_size=1, max_size=20))
+def test_line_framer_chunking_invariant(lines, cuts):
+    """However the stream is cut into chunks, the framer returns the same lines."""
+    stream = b"".join(line + b"\n" for line in lines)
+    fr = LineFramer(b"\n", max_line_bytes=1000)
+    got, i, k = [], 0, 0
+    while i < len(stream):
+        step = cuts[k % len(cuts)]
+        got += fr.feed(stream[i:i + step])
+        i += step
+        k += 1
+    want = [line[:-1] if line.endswith(b"\r") else line for line in lines]
+    assert got == want and fr.pending == b""
+
+
+def test_udp_multicast_round_trip_or_clear_missing_dependency():
+    """udp_multicast needs msgpack: without it the error names the interface and the missing package."""
+    import importlib.util
+    group = "239.74.163.2"
+    if importlib.util.find_spec("msgpack") is None:
+        with pytest.raises(CommsError, match="udp_multicast.*msgpack"):
+            CanTransport("udp_multicast", group)
+        return
+    try:
+        a = CanTransport("udp_multicast", group)
+    except CommsError as err:  # no multicast route on this machine
+        pytest.skip(f"udp_multicast cannot bind here: {err}")
+    with a, CanTransport("udp_multicast", group) as b:
+        a.send(0x55, b"\x01\x02")
+        f = b.recv(2.0)
+        assert f is not None and f.arbitration_id == 0x55 and f.data == b"\x01\x02"

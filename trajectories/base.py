@@ -282,6 +282,14 @@ class TimeScaled(Trajectory):
         return self.base.duration_s * self.factor
 
     @property
+    def task(self) -> "Trajectory":
+        """The task-space reference, scaled alike, when ``base`` is a mapped trajectory."""
+        task = getattr(self.base, "task", None)
+        if task is None:
+            raise AttributeError(f"{type(self.base).__name__} has no task trajectory")
+        return TimeScaled(task, self.factor)
+
+    @property
     def dim(self) -> int:
         return self.base.dim
 

@@ -17,6 +17,12 @@ Common keys
                     optional ``acceleration_max``)
 ``check``           bool (default false): raise :class:`ConfigError` if
                     :func:`check_feasibility` fails (grid ``check_dt_s``)
+``tabulate_dt_s``   step [s] of a :class:`Tabulated` (quintic Hermite, C2) copy
+                    returned instead of the trajectory itself; default 0.001 for
+                    trajectories mapped through inverse kinematics (sampling
+                    those costs ~1-2 ms per call, too slow for a 1 kHz loop;
+                    the table matches the analytic q, qd, qdd at every node and
+                    keeps ``.task``), 0 (no table) otherwise; 0 disables
 
 Per type
 --------
@@ -49,9 +55,9 @@ from dynamics.base import Model, ParallelModel
 from dynamics.config import Section
 from dynamics.errors import ConfigError, KinematicsError, TrajectoryError
 
-from .base import Hold, Sequence, Trajectory
+from .base import Hold, Sequence, TimeScaled, Trajectory
 from .feasibility import check_feasibility, time_scale_to_limits
-from .mapping import JointSpaceTrajectory, SerialIKTrajectory
+from .mapping import JointSpaceTrajectory, SerialIKTrajectory, Tabulated, _Mapped
 from .paths import LineCurve, PathTrajectory, StackedCurve, circle, planar_circle_pose, polygon, square
 from .presets import PRESETS
 from .profiles import point_to_point
@@ -250,6 +256,10 @@ def load_trajectory(section: Section, model: Model) -> Trajectory:
             rep = check_feasibility(traj, model, dt_s=dt, acceleration_max=acc)
             if not rep.ok:
                 raise section.error(None, f"trajectory infeasible: {rep.first}")
+        mapped = isinstance(traj, _Mapped) or (isinstance(traj, TimeScaled) and isinstance(traj.base, _Mapped))
+        tab = section.float("tabulate_dt_s", 0.001 if mapped else 0.0, minimum=0.0)
+        if tab > 0:
+            traj = Tabulated(traj, tab)
     except ConfigError:
         raise
     except (TrajectoryError, KinematicsError) as err:

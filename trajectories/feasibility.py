@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dynamics.base import Model, ParallelModel
-from dynamics.errors import InfeasibleTrajectoryError, KinematicsError, TrajectoryError
+from dynamics.errors import InfeasibleTrajectoryError, KinematicsError, SingularityError, TrajectoryError
 
 from .base import Trajectory, TimeScaled, check_duration
-from .mapping import JointSpaceTrajectory, _Mapped, map_parallel
+from .mapping import JointSpaceTrajectory, Tabulated, _Mapped, map_parallel
 
 __all__ = ["Violation", "FeasibilityReport", "check_feasibility", "time_scale_to_limits",
            "QUANTITIES"]
@@ -128,6 +128,12 @@ def _states(traj: Trajectory, model: Model, t: np.ndarray, space: str):
     When a pose is unreachable at sample k, only samples [0, k) are returned.
     """
     task = None
+    base = getattr(traj, "base", None)
+    if isinstance(traj, Tabulated) and (isinstance(base, _Mapped) or
+                                        (isinstance(base, TimeScaled) and isinstance(base.base, _Mapped))):
+        # a table of a mapped trajectory: check the analytic mapping it was built from (equal at the
+        # nodes, O(dt^6) apart between them) so the task states are available
+        return _states(base, model, t, space)
     if isinstance(traj, TimeScaled):
         k = traj.factor
         q, qd, qdd, task, viol = _states(traj.base, model, np.clip(t / k, 0.0, traj.base.duration_s), space)
@@ -186,8 +192,12 @@ def _states(traj: Trajectory, model: Model, t: np.ndarray, space: str):
                 good.append(mapper(np.array([k])))
             except KinematicsError as err:
                 n_ok = k
-                viol = Violation(float(t[k]), "reachability", None, None, np.nan, np.nan,
-                                 f"pose not reachable: {err}")
+                if isinstance(err, SingularityError):
+                    viol = Violation(float(t[k]), "singularity", None, None, 0.0, np.nan,
+                                     f"singular configuration: {err}")
+                else:
+                    viol = Violation(float(t[k]), "reachability", None, None, np.nan, np.nan,
+                                     f"pose not reachable: {err}")
                 if good:
                     q, qd, qdd = (np.concatenate([g[i] for g in good]) for i in range(3))
                 else:

@@ -12,8 +12,9 @@ Parallel robots (:class:`~dynamics.base.ParallelModel`, ``Xd = J_x qd``)::
 ``J_x`` is ``model.task_jacobian(q, X)``.  When the model has analytic maps
 ``joint_velocity(q, X, Xd)`` / ``joint_acceleration(q, X, Xd, Xdd)`` (the 3RRR:
 ``qdd = -A^-1 (B Xdd + gamma)``, gamma from the constraint Hessians) or
-``leg_kinematics(X, Xd, Xdd)`` (the Stewart platform) they are used; otherwise the term ``Jdot_x qd`` is the directional derivative of ``J_x`` along the motion,
-``(J_x(q + e qd, X + e Xd) - J_x(q - e qd, X - e Xd)) / (2 e)``, a central
+``leg_kinematics(X, Xd, Xdd)`` (the Stewart platform) they are used; otherwise
+the term ``Jdot_x qd`` is the directional derivative of ``J_x`` along the
+motion, ``(J_x(q + e qd, X + e Xd) - J_x(q - e qd, X - e Xd)) / (2 e)``, a central
 difference of the *Jacobian* (error ~1e-10 relative), not of positions.
 
 Serial arms (:class:`SerialIKTrajectory`): the task is a selection of tool
@@ -39,15 +40,16 @@ analytic position, velocity and acceleration at every node).
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import numpy as np
-from scipy.interpolate import BPoly
 from scipy.linalg import null_space
 
 from dynamics.base import Model, ParallelModel
 from dynamics.errors import (KinematicsError, ModelError, SingularityError,
                              TrajectoryError, UnreachableError)
 
-from .base import Sample, Trajectory, check_duration
+from .base import Sample, TimeScaled, Trajectory, check_duration
 
 __all__ = ["JointSpaceTrajectory", "SerialIKTrajectory", "TaskSelection", "Tabulated",
            "map_parallel"]
@@ -150,8 +152,9 @@ class _Mapped(Trajectory):
     def dim(self) -> int:
         return self.model.dof
 
-    def _map(self, X, Xd, Xdd, t):  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _map(self, X, Xd, Xdd, t):
+        """Map task states (N, m) at times t (N,) to joint (q, qd, qdd), each (N, n)."""
 
     def _eval_noj(self, t):
         ts = self.task.sample(t)
@@ -207,8 +210,9 @@ class JointSpaceTrajectory(_Mapped):
     -----
     ``sample(t)`` returns actuated q, qd, qdd (mapped analytically, see module
     docstring); ``sample_with_task(t)`` returns both spaces.  Raises
-    :class:`UnreachableError` / :class:`SingularityError` at construction if the
-    start or end pose is not reachable, and when sampled at an unreachable pose.
+    :class:`UnreachableError` / :class:`SingularityError` at construction if a
+    pose of the continuation grid is not reachable (or singular), and when
+    sampled at such a pose.
     """
 
     def __init__(self, task: Trajectory, model: ParallelModel, jerk_step_s: float = 1e-4, *,
@@ -466,12 +470,11 @@ class SerialIKTrajectory(_Mapped):
             done = err < self.tol
             if np.all(done):
                 return q
-            A = self._aug_jacobian(q[~done])
+            A = self._aug_jacobian(q[~done])          # square (n, n): m task rows + n - m null-space rows
             try:
-                dq = np.linalg.solve(A, r[~done][..., None])[..., 0] if A.shape[-1] == A.shape[-2] else \
-                    np.einsum("...ji,...j->...i", A, np.linalg.solve(A @ np.swapaxes(A, -1, -2), r[~done][..., None])[..., 0])
+                dq = np.linalg.solve(A, r[~done][..., None])[..., 0]
             except np.linalg.LinAlgError:
-                break
+                break                                   # singular somewhere: per-sample LM below
             q[~done] = q[~done] + dq
         r = self._residual(X, q)
         for i in np.nonzero(np.max(np.abs(r), axis=-1) >= self.tol)[0]:
@@ -503,29 +506,58 @@ class SerialIKTrajectory(_Mapped):
 class Tabulated(Trajectory):
     """A trajectory precomputed on a grid and interpolated by quintic Hermite polynomials.
 
-    The interpolant matches position, velocity and acceleration of ``base`` at
-    every node (``scipy.interpolate.BPoly.from_derivatives``), so it is C2; its
+    On each grid interval the quintic matches position, velocity and
+    acceleration of ``base`` at both nodes, so the interpolant is C2 and its
     error between nodes is O(dt^6) times the sixth derivative.  Sampling costs
-    no kinematics: use it in real-time loops.
+    no kinematics (a search and a Horner evaluation, tens of microseconds for
+    one time): use it in real-time loops.  The jerk is that of the quintic
+    (piecewise, discontinuous at the nodes).
 
     Parameters
     ----------
     base : Trajectory
     dt_s : float
         Grid step [s] (the last step may be shorter).
+
+    Attributes
+    ----------
+    base : Trajectory
+        The tabulated trajectory.
+    task : Trajectory
+        ``base.task`` when ``base`` is a mapped trajectory (the analytic task
+        reference, cheap to sample); otherwise absent.
     """
 
     def __init__(self, base: Trajectory, dt_s: float):
         t = base.time_grid(dt_s)
-        s = base.sample(t)
+        inner, k = base, 1.0
+        if isinstance(base, TimeScaled) and isinstance(base.base, _Mapped):
+            inner, k = base.base, base.factor
+        if isinstance(inner, _Mapped):        # the jerk is not needed: skip its extra mappings
+            p, v, a = inner._eval_noj(np.clip(t / k, 0.0, inner.duration_s))
+            v, a = v / k, a / k**2
+        else:
+            smp = base.sample(t)
+            p, v, a = smp.pos, smp.vel, smp.acc
+        self.base = base
+        task = getattr(base, "task", None)
+        if task is not None:
+            self.task = task
         self.base_type = type(base).__name__
         self.names = base.names
         self.nodes_s = t
         self._T = float(t[-1])
         self._dim = base.dim
-        y = np.stack([s.pos, s.vel, s.acc], axis=1)          # (N, 3, dim)
-        self._polys = [BPoly.from_derivatives(t, y[:, :, j]) for j in range(base.dim)]
-        self._d = [[p.derivative(k) if k else p for k in range(4)] for p in self._polys]
+        h = np.diff(t)[:, None]
+        dp = p[1:] - p[:-1] - v[:-1] * h - a[:-1] * h**2 / 2
+        dv = v[1:] - v[:-1] - a[:-1] * h
+        da = a[1:] - a[:-1]
+        c = np.empty((len(h), 6, self._dim))     # power basis in s = t - t_k
+        c[:, 0], c[:, 1], c[:, 2] = p[:-1], v[:-1], a[:-1] / 2
+        c[:, 3] = (20 * dp - 8 * dv * h + da * h**2) / (2 * h**3)
+        c[:, 4] = (-30 * dp + 14 * dv * h - 2 * da * h**2) / (2 * h**4)
+        c[:, 5] = (12 * dp - 6 * dv * h + da * h**2) / (2 * h**5)
+        self._c = c
 
     @property
     def duration_s(self) -> float:
@@ -536,5 +568,12 @@ class Tabulated(Trajectory):
         return self._dim
 
     def _eval(self, t):
-        return tuple(np.stack([self._d[j][k](t) for j in range(self._dim)], axis=1) for k in range(4))
-
+        k = np.clip(np.searchsorted(self.nodes_s, t, side="right") - 1, 0, len(self._c) - 1)
+        s = (t - self.nodes_s[k])[:, None]
+        c = self._c[k]
+        c0, c1, c2, c3, c4, c5 = (c[:, i] for i in range(6))
+        pos = c0 + s * (c1 + s * (c2 + s * (c3 + s * (c4 + s * c5))))
+        vel = c1 + s * (2 * c2 + s * (3 * c3 + s * (4 * c4 + s * 5 * c5)))
+        acc = 2 * c2 + s * (6 * c3 + s * (12 * c4 + s * 20 * c5))
+        jerk = 6 * c3 + s * (24 * c4 + s * 60 * c5)
+        return pos, vel, acc, jerk

@@ -77,8 +77,24 @@ class TimingLaw(Trajectory):
         return smp.pos[:, 0], smp.vel[:, 0], smp.acc[:, 0], smp.jerk[:, 0]
 
     def scaled_to(self, duration_s: float) -> "TimingLaw":
-        """The same shape stretched uniformly to ``duration_s``."""
-        raise NotImplementedError
+        """The same shape stretched uniformly to ``duration_s`` (subclasses return their own type)."""
+        return _ScaledLaw(self, check_duration(duration_s) / self.duration_s)
+
+
+class _ScaledLaw(TimingLaw):
+    """``s(t / k)`` for any timing law (generic uniform time scaling)."""
+
+    def __init__(self, base: TimingLaw, k: float):
+        self.base, self.k = base, float(k)
+
+    @property
+    def duration_s(self) -> float:
+        return self.base.duration_s * self.k
+
+    def _eval(self, t):
+        k = self.k
+        s, v, a, j = self.base._eval(np.clip(t / k, 0.0, self.base.duration_s))
+        return s, v / k, a / k**2, j / k**3
 
 
 def _shape(kind: str, tau: np.ndarray):

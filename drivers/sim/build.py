@@ -74,7 +74,7 @@ import numpy as np
 
 from dynamics.base import Model, ParallelModel
 from dynamics.config import Section
-from dynamics.errors import ConfigError, DriverError, TorqueloopError
+from dynamics.errors import ConfigError, TorqueloopError
 from ..base import Command, Driver, Feedback
 from .direct import DirectPlantDriver
 from .plant import SimulatedPlant
@@ -160,6 +160,8 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
     try:
         return SimulatedPlant(plant_model, q0=q0, qd0=qd0, rng=rng, t0_s=float(now()), **kw)
     except ConfigError as err:
+        if err.field == "rng":
+            raise sec.error("seed", "measurement noise needs a seed (no rng was given)") from err
         raise ConfigError(err.message, sec.file,
                           sec.field(err.field) if err.field else (sec.path or None)) from err
 
@@ -218,6 +220,11 @@ class EmulatedDriver(Driver):
         for h in self.hosts:
             h.check()
 
+    def sync(self, timeout_s: float = 5.0) -> None:
+        """Wait until every emulator host processed all frames sent so far (see EmulatorHost.sync)."""
+        for h in self.hosts:
+            h.sync(timeout_s)
+
     def enable(self) -> Feedback:
         self._check_hosts()
         return self.inner.enable()
@@ -226,6 +233,8 @@ class EmulatedDriver(Driver):
         self.inner.disable()
 
     def cycle(self, command: Command) -> Feedback:
+        for h in self.hosts:
+            h.check()  # a dead emulator thread: raise its error now
         return self.inner.cycle(command)
 
     def close(self) -> None:

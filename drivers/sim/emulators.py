@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import can
-import numpy as np
 
-from dynamics.errors import CommsError, ConfigError, DecodeError, DriverError, TorqueloopError
+from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeError, DriverError,
+                             TorqueloopError)
 from ..base import JointMapping
 from ..codecs import mit as mitc
 from ..codecs import odrive as odc
@@ -130,10 +130,13 @@ class MitMotorConfig:
 
 class _MitState:
     __slots__ = ("cfg", "limits", "motor_mode", "zero_m", "last_cmd_t", "fault", "silent",
-                 "temperature_c", "commands", "armed")
+                 "temperature_c", "commands", "armed", "map")
 
     def __init__(self, cfg: MitMotorConfig, limits: mitc.MitLimits):
         self.cfg = cfg
+        m = cfg.mapping
+        # (sign, gear ratio, offset, efficiency) as floats for the hot path
+        self.map = (float(m.sign), float(m.gear_ratio), float(m.offset_rad), float(m.efficiency))
         self.limits = limits
         self.motor_mode = False
         self.zero_m = 0.0          # raw motor position at the last "set zero"
@@ -267,7 +270,7 @@ class MitEmulator(EmulatedDevice):
 
     # -- behaviour -------------------------------------------------------------------
     def _zero_output(self, st: _MitState) -> None:
-        self.plant.set_torque([0.0], joints=[st.cfg.joint])
+        self.plant.set_joint_command(st.cfg.joint, 0.0)
         st.armed = False
 
     def accepts(self, msg: can.Message) -> bool:
@@ -312,13 +315,11 @@ class MitEmulator(EmulatedDevice):
                 st.zero_m = float(cfg.mapping.joint_to_motor_position(q))
             elif st.motor_mode:
                 cmd = mitc.decode_command(data, st.limits)
-                mp = cfg.mapping
-                g2 = mp.gear_ratio ** 2 * mp.efficiency
-                q_ref = float(mp.motor_to_joint_position(cmd.p_rad + st.zero_m))
-                qd_ref = float(mp.motor_to_joint_velocity(cmd.v_rad_s))
-                tau = float(mp.motor_to_joint_torque(cmd.t_nm))
-                self.plant.set_command([tau], [cmd.kp * g2], [cmd.kd * g2], [q_ref], [qd_ref],
-                                       joints=[cfg.joint])
+                s, g, off, eff = st.map
+                g2e = g * g * eff
+                self.plant.set_joint_command(cfg.joint, s * cmd.t_nm * g * eff, cmd.kp * g2e,
+                                             cmd.kd * g2e, s * (cmd.p_rad + st.zero_m) / g + off,
+                                             s * cmd.v_rad_s / g)
                 st.last_cmd_t = t_s
                 st.armed = True
                 st.commands += 1
@@ -327,11 +328,11 @@ class MitEmulator(EmulatedDevice):
     def _reply(self, st: _MitState) -> can.Message:
         _, q, qd, tau = self.plant.measure()
         cfg = st.cfg
-        mp = cfg.mapping
         j = cfg.joint
-        p = float(mp.joint_to_motor_position(q[j])) - st.zero_m
-        v = float(mp.joint_to_motor_velocity(qd[j]))
-        t = float(mp.joint_to_motor_torque(tau[j]))
+        s, g, off, eff = st.map
+        p = s * (float(q[j]) - off) * g - st.zero_m
+        v = s * float(qd[j]) * g
+        t = s * float(tau[j]) / (g * eff)
         data = mitc.encode_reply(cfg.can_id, p, v, t, st.limits, variant=cfg.variant,
                                  temperature_c=st.temperature_c, error=st.fault)
         return _msg(self._reply_id, data)
@@ -514,8 +515,8 @@ class OdriveEmulator(EmulatedDevice):
         t_m = ax.input_torque if active else 0.0
         lim = ax.cfg.torque_limit_nm
         t_m = min(max(t_m, -lim), lim)
-        self.plant.set_torque([float(ax.cfg.mapping.motor_to_joint_torque(t_m))],
-                              joints=[ax.cfg.joint])
+        mp = ax.cfg.mapping
+        self.plant.set_joint_command(ax.cfg.joint, mp.sign * t_m * mp.gear_ratio * mp.efficiency)
 
     def _disarm(self, ax: _AxisState) -> None:
         ax.state = odc.AxisState.IDLE
@@ -711,6 +712,8 @@ class EmulatorHost:
         self._outq: list = []          # heap of (wall_release, seq, msg)
         self._seq = itertools.count()
         self._stop = threading.Event()
+        self._idle = threading.Condition()
+        self._idle_count = 0
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -743,9 +746,8 @@ class EmulatorHost:
         self._thread.start()
 
     # -- event processing (serving thread, or step() when not threaded) ----------
-    def _advance(self, t: float) -> list[can.Message]:
+    def _advance(self, t: float, emit) -> None:
         """Process every timed device event due up to ``t``, then advance the plant to ``t``."""
-        out: list[can.Message] = []
         plant = self._plant
         while True:
             te, dev = math.inf, None
@@ -755,26 +757,32 @@ class EmulatorHost:
                     te, dev = tn, d
             if dev is None or te > t + _TIME_EPS_S:
                 break
-            te = max(te, plant.t_s)
-            plant.advance_to(te)
-            out.extend(dev.on_timer(te))
+            # an event due within _TIME_EPS_S after t is handled at t (before any frame at t)
+            plant.advance_to(min(max(te, plant.t_s), t))
+            frames = dev.on_timer(te)
+            if frames:
+                emit(frames)
         plant.advance_to(t)
-        return out
 
-    def handle(self, msg: can.Message | None) -> list[can.Message]:
-        """Process one received frame (or only the timers when ``None``) at ``now()``.
-
-        Returns the frames to send.  Used by the serving thread; exposed for
-        single-threaded tests.
-        """
+    def _process(self, msg: can.Message | None, emit) -> None:
         t = self._now()
-        out = self._advance(t)
+        self._advance(t, emit)
         if msg is not None:
             for d in self._devices:
                 if d.accepts(msg):
                     r = d.on_frame(msg, t)
                     if r:
-                        out.extend(r)
+                        emit(r)
+
+    def handle(self, msg: can.Message | None) -> list[can.Message]:
+        """Process one received frame (or only the timers when ``None``) at ``now()``.
+
+        Returns the frames to send (nothing is sent).  For single-threaded
+        tests; the serving thread does the same and sends the frames as they
+        are produced.
+        """
+        out: list[can.Message] = []
+        self._process(msg, out.extend)
         return out
 
     def _send_due(self, force: bool = False) -> None:
@@ -805,10 +813,44 @@ class EmulatorHost:
                 msg = self._bus.recv(wait)
                 if msg is not None:
                     self.frames_in += 1
-                self._queue(self.handle(msg))
+                self._process(msg, self._queue)
                 self._send_due()
+                if msg is None:
+                    with self._idle:
+                        self._idle_count += 1
+                        self._idle.notify_all()
         except BaseException as err:  # re-raised in check()/stop(); the thread must not die silently
             self._error = err
+        finally:
+            with self._idle:
+                self._idle.notify_all()
+
+    def sync(self, timeout_s: float = 5.0) -> None:
+        """Block until every frame sent to the devices before this call was processed.
+
+        Waits for the serving thread to complete an idle poll (no frame
+        pending) that started after the call, so all frames already on the bus
+        were handled and the plant was advanced to at least the ``now()`` of
+        the call.  Useful with a lock-step clock after a large time step.
+
+        Raises
+        ------
+        CommsTimeoutError
+            Not synchronised within ``timeout_s`` (wall clock).
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._idle:
+            target = self._idle_count + 2
+            while self._idle_count < target:
+                if self._error is not None or not self.running:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CommsTimeoutError(f"emulator host not idle within {timeout_s} s")
+                self._idle.wait(min(remaining, 0.05))
+        self.check()
+        if not self.running:
+            raise DriverError("emulator host is not running")
 
     # -- control ----------------------------------------------------------------------------
     def check(self) -> None:

@@ -218,7 +218,18 @@ class FaultInjectingBus:
         self._frames = 0
         self._lock = threading.RLock()
         self._closed = False
+        self._active = True
         self.stats = FaultStats()
+
+    @property
+    def active(self) -> bool:
+        """Whether faults are injected (``False``: frames pass unchanged, no random draws)."""
+        return self._active
+
+    @active.setter
+    def active(self, value: bool) -> None:
+        with self._lock:
+            self._active = bool(value)
 
     # -- python-can-like attributes --------------------------------------------
     @property
@@ -284,7 +295,7 @@ class FaultInjectingBus:
         with self._lock:
             self._check()
             self._count()
-            if not self._on_send:
+            if not (self._on_send and self._active):
                 self._inner.send(msg, timeout)
                 return
             self._tx.enqueue(self._tx.process(msg))
@@ -312,7 +323,7 @@ class FaultInjectingBus:
             if msg is not None:
                 with self._lock:
                     self._count()
-                    if not self._on_recv:
+                    if not (self._on_recv and self._active):
                         return msg
                     self._rx.enqueue(self._rx.process(msg))
                     m = self._rx.pop_due()

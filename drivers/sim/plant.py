@@ -365,14 +365,37 @@ class SimulatedPlant:
             self._kd[sl] = kd_
             self._q_ref[sl] = qr
             self._qd_ref[sl] = qdr
-            pd = bool(np.any(self._kp != 0) or np.any(self._kd != 0))
-            if pd and not (self._pd and np.array_equal(self._kp, self._gains_at_h[0])
-                           and np.array_equal(self._kd, self._gains_at_h[1])):
-                self._h_pd = self._pd_step_limit()
-                self._gains_at_h = (self._kp.copy(), self._kd.copy())
-            self._pd = pd
-            if not pd:
-                self._h_pd = math.inf
+            self._gains_updated()
+
+    def set_joint_command(self, joint: int, tau_nm: float, kp: float = 0.0, kd: float = 0.0,
+                          q_ref: float = 0.0, qd_ref: float = 0.0) -> None:
+        """Scalar fast path of :meth:`set_command` for one joint (used by the emulators).
+
+        Raises
+        ------
+        DriverError
+            Joint index out of range or a non-finite value (nothing is changed then).
+        """
+        if not 0 <= joint < self._n:
+            raise DriverError(f"joint index {joint} out of range 0..{self._n - 1}")
+        vals = (float(tau_nm), float(kp), float(kd), float(q_ref), float(qd_ref))
+        if not all(map(math.isfinite, vals)):
+            raise DriverError(f"non-finite command for joint {joint}: {vals!r}")
+        with self._lock:
+            (self._tau_ff[joint], self._kp[joint], self._kd[joint], self._q_ref[joint],
+             self._qd_ref[joint]) = vals
+            if vals[1] != 0.0 or vals[2] != 0.0 or self._pd:
+                self._gains_updated()
+
+    def _gains_updated(self) -> None:
+        pd = bool(self._kp.any() or self._kd.any())
+        if pd and not (self._pd and np.array_equal(self._kp, self._gains_at_h[0])
+                       and np.array_equal(self._kd, self._gains_at_h[1])):
+            self._h_pd = self._pd_step_limit()
+            self._gains_at_h = (self._kp.copy(), self._kd.copy())
+        self._pd = pd
+        if not pd:
+            self._h_pd = math.inf
 
     def _pd_step_limit(self) -> float:
         # The drive PD is sampled once per integration step (a digital inner
@@ -442,7 +465,7 @@ class SimulatedPlant:
         return self._model.forward_dynamics(q, qd, rhs_tau, **kw)
 
     def _command_torque(self, q, qd):
-        tau = self._tau_ff
+        tau = self._tau_ff.copy()  # a new array: it may become the applied torque
         if self._pd:
             tau = tau + self._kp * (self._q_ref - q) + self._kd * (self._qd_ref - qd)
         if self._saturate:

@@ -12,7 +12,8 @@ by default python-can's ``udp_multicast`` interface with a multicast TTL of 0,
 so frames never leave the machine.  A controller in another process then
 opens the same bus with the *real* driver type (``mit_can`` /
 ``odrive_can``).  The clock is ``time.monotonic`` (shared by all processes
-on the machine), so no lock-step is possible across processes.
+on the machine; the plant's time is the time since the server started serving),
+so no lock-step is possible across processes.
 
 ``[server]`` keys::
 
@@ -93,25 +94,27 @@ def build_server(config_path: str | Path, *, now=time.monotonic):
     srv.finish()
     dsec = root.section("driver")
     kind = dsec.str("type", choices=["sim_mit_can", "sim_odrive_can"])
-    # Build the in-process setup once (real driver on a private virtual bus) to get
-    # the plant and devices exactly as the client's driver expects them, then move
-    # the devices to the server bus.
-    sim = _build_emulated(dsec, kind[len("sim_"):], now=now, transports=None, model=model, rng=None)
+    # Build the in-process setup once (real driver on a private virtual bus, frozen
+    # clock) to get the plant and devices exactly as the client's driver expects
+    # them, then move the devices to the server bus.
+    sim = _build_emulated(dsec, kind[len("sim_"):], now=lambda: 0.0, transports=None, model=model,
+                          rng=None)
     root.finish()
     plant = sim.plant
     devices = list(sim.emulators)
     for h in sim.hosts:
-        h.stop()
-    sim.inner.close()
-    for h in sim.hosts:
         h.close()
+    for t in sim.inner.transports:
+        t.close()  # the throw-away driver is not disabled: nobody listens on its bus
     try:
         bus = can.Bus(interface=interface, channel=channel, **opts)
     except (can.CanError, OSError, ImportError, ValueError, TypeError, NotImplementedError,
             RuntimeError) as err:
         raise CommsError(f"cannot open {interface!r} channel {channel!r}: "
                          f"{type(err).__name__}: {err}") from err
-    host = EmulatorHost(bus, devices, plant, now, own_bus=True)
+    # the plant starts at 0 on the server clock: time since serving started
+    t_start = now()
+    host = EmulatorHost(bus, devices, plant, lambda: now() - t_start, own_bus=True)
     return host, duration, (interface, channel, opts.get("port"))
 
 

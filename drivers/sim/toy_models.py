@@ -9,6 +9,8 @@ the +x axis (absolute for link 1, relative for link 2).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dynamics.base import DriveParams, JointLimits, Model
@@ -190,6 +192,39 @@ class PlanarTwoLink(_PlanarBase):
         qd = _as_state(qd, 2, "qd")
         C = self.coriolis_matrix(q, qd)
         return np.einsum("...ij,...j->...i", C, qd) + self.gravity(q)
+
+    def forward_dynamics(self, q, qd, tau, wrench=None):
+        """Closed-form 2x2 solve for a single state (the plant's hot path); batches and
+        wrenches go through the generic :meth:`Model.forward_dynamics`."""
+        q = np.asarray(q, dtype=float)
+        qd = np.asarray(qd, dtype=float)
+        if wrench is not None or q.shape != (2,) or qd.shape != (2,):
+            return super().forward_dynamics(q, qd, tau, wrench)
+        t = np.asarray(tau, dtype=float)
+        if t.shape != (2,):
+            raise ModelError(f"tau: expected shape (2,), got {t.shape}")
+        m1, m2 = self.m
+        l1 = self.l[0]
+        c1, c2 = self.c
+        I1, I2 = self.I
+        a = self._drive.armature
+        g = self._g
+        q1, q2 = float(q[0]), float(q[1])
+        v1, v2 = float(qd[0]), float(qd[1])
+        cq2, sq2 = math.cos(q2), math.sin(q2)
+        m11 = I1 + I2 + m1 * c1 * c1 + m2 * (l1 * l1 + c2 * c2 + 2 * l1 * c2 * cq2) + a[0]
+        m12 = I2 + m2 * (c2 * c2 + l1 * c2 * cq2)
+        m22 = I2 + m2 * c2 * c2 + a[1]
+        hh = -m2 * l1 * c2 * sq2
+        c12 = math.cos(q1 + q2)
+        g2 = m2 * c2 * g * c12
+        g1 = (m1 * c1 + m2 * l1) * g * math.cos(q1) + g2
+        r1 = float(t[0]) - (hh * v2 * v1 + hh * (v1 + v2) * v2) - g1
+        r2 = float(t[1]) - (-hh * v1 * v1) - g2
+        det = m11 * m22 - m12 * m12
+        if not det > 0.0:
+            raise ModelError(f"{self.name}: singular mass matrix")
+        return np.array([(m22 * r1 - m12 * r2) / det, (m11 * r2 - m12 * r1) / det])
 
     def potential_energy(self, q):
         q = _as_state(q, 2, "q")

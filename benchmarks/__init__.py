@@ -1,0 +1,1 @@
+"""Benchmarks: ``python benchmarks/run.py [--quick] [--json FILE]`` runs every ``bench_*.py``."""

@@ -1,0 +1,56 @@
+"""benchmarks/run.py plumbing and the shared timing helpers (fast smoke checks)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import run as bench_run  # noqa: E402
+from benchmarks._timing import stats, time_call, time_calls  # noqa: E402
+
+
+def test_timing_helpers():
+    calls = []
+    med, p99 = time_call(calls.append, 1, repeat=5, number=10, warmup=1)
+    assert len(calls) == 60
+    assert 0 < med <= p99
+    res = time_calls({"a": (abs, (-1,)), "b": (max, (1, 2))}, repeat=4, number=5)
+    assert set(res) == {"a", "b"} and all(m > 0 for m, _ in res.values())
+    assert stats([1.0, 2.0, 3.0])[0] == 2.0
+
+
+def test_format_table_orders_columns():
+    rows = [{"case": "x", "median_us": 1.23456, "note": "n", "extra": 5.0, "ratio": 0.5},
+            {"case": "longer case", "median_us": 1234567.0, "ref": "r", "ref_median_us": 2.0}]
+    text = bench_run.format_table(rows)
+    header = text.splitlines()[0].split()
+    assert header == ["case", "median_us", "ref", "ref_median_us", "ratio", "extra", "note"]
+    assert "1.235" in text and "1.235e+06" in text
+
+
+def test_discover_finds_serial():
+    assert "bench_serial" in bench_run.discover()
+
+
+def test_run_serial_quick_writes_json(tmp_path, capsys):
+    pytest.importorskip("pinocchio")
+    out = tmp_path / "b.json"
+    rc = bench_run.main(["--quick", "--only", "serial", "--json", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    rows = data["modules"]["bench_serial"]
+    cases = [r["case"] for r in rows]
+    assert any("arm6 6-DOF inverse_dynamics" in c for c in cases)
+    assert any("batch" in c for c in cases)
+    for r in rows:
+        assert r["median_us"] > 0 and r["ref_median_us"] > 0 and r["ratio"] > 0
+    assert "bench_serial" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench_run.main(["--only", "nonexistent_module"])

@@ -1,0 +1,129 @@
+"""The emulator server (python -m drivers.sim.serve): in-process and cross-process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dynamics.config import Section
+from dynamics.errors import CommsError
+from drivers.base import Command
+from drivers.registry import build_driver
+from drivers.sim.serve import build_server
+
+REPO = Path(__file__).resolve().parents[1]
+
+JOINTS = """
+[[driver.joints]]
+can_id = 1
+model = "AK80-9"
+gear_ratio = 6.0
+[[driver.joints]]
+can_id = 2
+model = "AK80-9"
+"""
+
+
+def _write(tmp_path, server: str, sim_type="sim_mit_can") -> Path:
+    p = tmp_path / "serve.toml"
+    p.write_text(f"""
+[server]
+{server}
+[driver]
+type = "{sim_type}"
+reply_timeout_s = 0.25
+[driver.plant]
+q0 = [0.1, 0.2]
+mass_factor = 1.1
+{JOINTS}
+""")
+    return p
+
+
+def _client_cfg(bus: dict) -> dict:
+    return {"type": "mit_can", "reply_timeout_s": 0.25, "bus": bus,
+            "joints": [{"can_id": 1, "model": "AK80-9", "gear_ratio": 6.0},
+                       {"can_id": 2, "model": "AK80-9"}]}
+
+
+def _session(drv, n=30):
+    fb = drv.enable()
+    assert fb.fresh.all()
+    for _ in range(n):
+        fb = drv.cycle(Command(np.array([0.2, -0.1])))
+        assert fb.fresh.all()
+    return fb
+
+
+def test_server_builds_and_serves_in_process_on_a_virtual_bus(tmp_path):
+    ch = "srv-" + uuid.uuid4().hex
+    cfg = _write(tmp_path, f'interface = "virtual"\nchannel = "{ch}"\ntoy_model = "planar_two_link"')
+    host, duration, where = build_server(cfg)
+    try:
+        assert duration is None and where[:2] == ("virtual", ch)
+        drv = build_driver(Section(_client_cfg({"interface": "virtual", "channel": ch}), "client"),
+                           now=time.monotonic)
+        try:
+            fb = _session(drv)
+            np.testing.assert_allclose(fb.position_rad, host.plant.state.q, atol=0.05)
+            assert host.plant.t_s > 0
+        finally:
+            drv.close()
+    finally:
+        host.close()
+
+
+def _run_cli(*args, timeout=30):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "drivers.sim.serve", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_config_error_exit_code(tmp_path):
+    cfg = _write(tmp_path, 'toy_model = "planar_two_link"\nbogus = 1')
+    r = _run_cli(str(cfg))
+    assert r.returncode == 2
+    assert "server.bogus" in r.stderr and str(cfg) in r.stderr
+
+
+def test_cross_process_udp_multicast_session(tmp_path):
+    port = 43000 + (os.getpid() % 1000)
+    group = "239.74.163.2"
+    cfg = _write(tmp_path, f'interface = "udp_multicast"\nchannel = "{group}"\nport = {port}\n'
+                           f'hop_limit = 0\ntoy_model = "planar_two_link"\nduration_s = 30.0')
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "drivers.sim.serve", str(cfg)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        if not line.startswith("READY"):
+            proc.wait(timeout=10)
+            err = proc.stderr.read()
+            if proc.returncode == 3:
+                pytest.skip(f"udp_multicast unavailable on this machine: {err.strip()}")
+            pytest.fail(f"server failed (rc={proc.returncode}): {err}")
+        try:
+            drv = build_driver(Section(_client_cfg({
+                "interface": "udp_multicast", "channel": group,
+                "options": {"port": port, "hop_limit": 0}}), "client"), now=time.monotonic)
+        except CommsError as err:
+            pytest.skip(f"udp_multicast client cannot bind: {err}")
+        try:
+            _session(drv)
+        finally:
+            drv.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
