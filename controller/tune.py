@@ -18,8 +18,8 @@ plant is perturbed in each Monte-Carlo draw, the metric and the penalties::
     "controller.wn_rad_s" = [10.0, 80.0, "log"]
     "controller.zeta" = [0.6, 1.4]
     [tune.uncertainty]           # dotted config keys -> [low, high] drawn uniformly per draw
-    "plant.mass_scale" = [0.9, 1.2]
-    "plant.coulomb_scale" = [0.5, 1.5]
+    "driver.plant.mass_factor" = [0.9, 1.2]
+    "driver.plant.coulomb" = [0.02, 0.1]
 
 Each evaluation is a pure function of (config dict, overrides, seed), so the
 same task list runs unchanged on a process pool, a Dask cluster or Ray: only
@@ -133,8 +133,9 @@ class Candidate:
 def apply_overrides(data: dict, overrides: dict[str, Any], *, file: str | None = None) -> dict:
     """A deep copy of a config dict with dotted keys set (``"controller.wn_rad_s": 40``).
 
-    Multiplicative plant keys ending in ``_scale`` multiply an existing value when one
-    is present.  Unknown top-level tables are an error naming the key.
+    Keys ending in ``_scale`` multiply an existing value when one is present
+    (e.g. ``"driver.plant.coulomb_scale"`` is not special: only existing ``*_scale``
+    numbers are multiplied).
     """
     out = copy.deepcopy(data)
     for key, value in overrides.items():
@@ -177,7 +178,7 @@ def make_tasks(spec: TuneSpec, data: dict, file: str | None, candidates: list[Ca
             overrides.update(c.values)
             if spec.duration_s is not None:
                 overrides["loop.duration_s"] = spec.duration_s
-            overrides["plant.seed"] = spec.seed * 1000 + j
+            overrides["driver.plant.seed"] = spec.seed * 1000 + j
             tasks.append((c.index, j, data, file, overrides))
     return tasks
 
@@ -279,12 +280,15 @@ class TuneResult:
         names = list(self.spec.params)
         with open(path, "w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(["rank", "candidate", *names, "score", f"mean_{self.spec.metric}", "failed_runs"])
+            w.writerow(["rank", "candidate", *names, "score", f"mean_{self.spec.metric}", "failed_runs",
+                        "first_failure"])
             for r, c in enumerate(self.ranked, 1):
                 vals = [m.get(self.spec.metric, math.nan) for m in c.metrics if m.get("status") == "completed"]
                 failed = sum(1 for m in c.metrics if m.get("status") != "completed")
+                why = next((m.get("error") or ";".join(m.get("faults", [])) or m.get("status", "")
+                            for m in c.metrics if m.get("status") != "completed"), "")
                 w.writerow([r, c.index, *[f"{c.values[n]:.6g}" for n in names], f"{c.score:.6g}",
-                            f"{np.mean(vals) if vals else math.nan:.6g}", failed])
+                            f"{np.mean(vals) if vals else math.nan:.6g}", failed, why])
 
 
 def run_tune(spec: TuneSpec, data: dict, file: str | None, *, workers: int | None = None,

@@ -44,7 +44,11 @@ Implementation: flat float64 workspaces (one allocation per call, 1-D views),
     Mf  48:84  6x6 KE Hessian        Cf 84:120  6x6 Coriolis matrix
     gf  120:126 dV/dq                Xd 126:129
     F   130:136 generalised forces   Xdd 136:139  lam 139:142
-    MG  142:160 Mf G (6x3)           h  160:163 (Newton)
+    MG  142:160 Mf G (6x3)
+    red 160:184 reduced dynamics: M 160:169, h 169:172, g 172:175, J_x 175:184
+    h   184:187 constraint values (Newton)
+Hot kernels index the workspace with these fixed offsets rather than slicing
+it (each numba array view costs reference-count traffic).
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ ST_NONFINITE = 31
 ST_BADSHAPE = 40
 ST_BADINPUT = 41
 
-WS_SIZE = 168
+WS_SIZE = 192
 
 
 @njit(cache=True)
@@ -91,16 +95,16 @@ def geometry(L, th, X, g):
 
 
 @njit(cache=True)
-def jacobians(L, g, Ad, B):
-    """A (diagonal, (3,)) and B (9,) row-major."""
+def jacobians(L, ws):
+    """A (diagonal) into ws[24:27] and B (row-major) into ws[27:36] from the geometry in ws[0:24]."""
     for i in range(3):
         k = 8 * i
-        dx = g[k + 6]
-        dy = g[k + 7]
-        Ad[i] = -2.0 * L[i, 4] * (dx * g[k + 2] + dy * g[k + 3])
-        B[3 * i] = 2.0 * dx
-        B[3 * i + 1] = 2.0 * dy
-        B[3 * i + 2] = 2.0 * (-dx * g[k + 5] + dy * g[k + 4])
+        dx = ws[k + 6]
+        dy = ws[k + 7]
+        ws[24 + i] = -2.0 * L[i, 4] * (dx * ws[k + 2] + dy * ws[k + 3])
+        ws[27 + 3 * i] = 2.0 * dx
+        ws[28 + 3 * i] = 2.0 * dy
+        ws[29 + 3 * i] = 2.0 * (-dx * ws[k + 5] + dy * ws[k + 4])
 
 
 @njit(cache=True)
@@ -111,11 +115,11 @@ def det3(M):
 
 
 @njit(cache=True)
-def inv3(M, out):
-    """Inverse of a row-major 3x3 by the adjugate; returns the determinant (0: not done)."""
-    a, b, c = M[0], M[1], M[2]
-    d, e, f = M[3], M[4], M[5]
-    g, h, k = M[6], M[7], M[8]
+def inv3_ws(ws, src, dst):
+    """ws[dst:dst+9] = inverse of the row-major 3x3 ws[src:src+9]; returns the determinant (0: not done)."""
+    a, b, c = ws[src], ws[src + 1], ws[src + 2]
+    d, e, f = ws[src + 3], ws[src + 4], ws[src + 5]
+    g, h, k = ws[src + 6], ws[src + 7], ws[src + 8]
     A0 = e * k - f * h
     A1 = -(d * k - f * g)
     A2 = d * h - e * g
@@ -123,15 +127,15 @@ def inv3(M, out):
     if det == 0.0:
         return 0.0
     r = 1.0 / det
-    out[0] = A0 * r
-    out[3] = A1 * r
-    out[6] = A2 * r
-    out[1] = -(b * k - c * h) * r
-    out[4] = (a * k - c * g) * r
-    out[7] = -(a * h - b * g) * r
-    out[2] = (b * f - c * e) * r
-    out[5] = -(a * f - c * d) * r
-    out[8] = (a * e - b * d) * r
+    ws[dst] = A0 * r
+    ws[dst + 3] = A1 * r
+    ws[dst + 6] = A2 * r
+    ws[dst + 1] = -(b * k - c * h) * r
+    ws[dst + 4] = (a * k - c * g) * r
+    ws[dst + 7] = -(a * h - b * g) * r
+    ws[dst + 2] = (b * f - c * e) * r
+    ws[dst + 5] = -(a * f - c * d) * r
+    ws[dst + 8] = (a * e - b * d) * r
     return det
 
 
@@ -165,6 +169,26 @@ def check_singular(L, G, Ad, B, tol):
                 worst = i
         return ST_TYPE1 + worst
     if abs(db) < tol:
+        return ST_TYPE2
+    return OK
+
+
+@njit(cache=True)
+def check_singular_ws(L, G, ws, tol):
+    """check_singular on A = ws[24:27], B = ws[27:36]."""
+    m1 = 1e300
+    worst = 0
+    for i in range(3):
+        v = abs(ws[24 + i]) / (2.0 * L[i, 4] * L[i, 5])
+        if v < m1:
+            m1 = v
+            worst = i
+    if m1 < tol:
+        return ST_TYPE1 + worst
+    det = (ws[27] * (ws[31] * ws[35] - ws[32] * ws[34])
+           - ws[28] * (ws[30] * ws[35] - ws[32] * ws[33])
+           + ws[29] * (ws[30] * ws[34] - ws[31] * ws[33]))
+    if abs(det) < tol * 8.0 * L[0, 5] * L[1, 5] * L[2, 5] * G[4]:
         return ST_TYPE2
     return OK
 
@@ -235,17 +259,12 @@ def constraint_values(L, th, X, h):
 @njit(cache=True)
 def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
     """Newton on h(th, X) = 0 for X from X0.  Returns (status, iterations).
-    On success ws[0:24] holds the geometry at the returned X.
 
     Converged when max_i |h_i| / (2 b_i) <= tol (a length error in metres); one
     extra (polishing) Newton step is then taken unless the error is already
-    below 1e-15 m, and kept only if it reduced the residual.
+    below 1e-15 m, and kept only if it reduced the residual.  On success
+    ws[0:24] holds the geometry at the returned X.
     """
-    g = ws[0:24]
-    Ad = ws[24:27]
-    B = ws[27:36]
-    Bi = ws[36:45]
-    h = ws[160:163]
     for j in range(3):
         X[j] = X0[j]
     polished = False
@@ -254,28 +273,30 @@ def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
     xs1 = 0.0
     xs2 = 0.0
     for it in range(max_iter + 1):
-        geometry(L, th, X, g)
+        geometry(L, th, X, ws)
         err = 0.0
+        finite = True
         for i in range(3):
-            dx = g[8 * i + 6]
-            dy = g[8 * i + 7]
-            h[i] = dx * dx + dy * dy - L[i, 5] * L[i, 5]
-            e = abs(h[i]) / (2.0 * L[i, 5])
+            dx = ws[8 * i + 6]
+            dy = ws[8 * i + 7]
+            hv = dx * dx + dy * dy - L[i, 5] * L[i, 5]
+            ws[184 + i] = hv
+            e = abs(hv) / (2.0 * L[i, 5])
             if not (e == e) or e > 1e300:
-                if polished:
-                    break
-                return ST_NONFINITE, it
-            if e > err:
+                finite = False
+            elif e > err:
                 err = e
         if polished:
             # keep the polished pose only if it improved the residual (near a
             # type-2 singularity B^{-1} h can be a large, useless step)
-            if not (err <= err_p):
+            if not finite or not (err <= err_p):
                 X[0] = xs0
                 X[1] = xs1
                 X[2] = xs2
-                geometry(L, th, X, g)   # on return g always matches X
+                geometry(L, th, X, ws)   # on return the geometry always matches X
             return OK, it
+        if not finite:
+            return ST_NONFINITE, it
         if err <= tol:
             # one polishing step (quadratic convergence: ~machine precision after it)
             if err <= 1e-15 or it == max_iter:
@@ -287,18 +308,15 @@ def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
             xs2 = X[2]
         elif it == max_iter:
             break
-        jacobians(L, g, Ad, B)
-        det = inv3(B, Bi)
+        jacobians(L, ws)
+        det = inv3_ws(ws, 27, 36)
         if det == 0.0:
             return ST_TYPE2, it
+        h0 = ws[184]
+        h1 = ws[185]
+        h2 = ws[186]
         for j in range(3):
-            X[j] -= Bi[3 * j] * h[0] + Bi[3 * j + 1] * h[1] + Bi[3 * j + 2] * h[2]
-    if polished:
-        X[0] = xs0
-        X[1] = xs1
-        X[2] = xs2
-        geometry(L, th, X, g)
-        return OK, max_iter
+            X[j] -= ws[36 + 3 * j] * h0 + ws[37 + 3 * j] * h1 + ws[38 + 3 * j] * h2
     return ST_NOCONV, max_iter
 
 
@@ -309,10 +327,10 @@ def fk_newton(L, th, X0, tol, max_iter, X):
 
 
 @njit(cache=True)
-def _full_mass(L, G, g, Mf):
-    """KE Hessian d^2T/dqd^2 in redundant coordinates q = (th1, th2, th3, x, y, phi), row-major."""
-    for r in range(36):
-        Mf[r] = 0.0
+def _full_mass(L, G, ws):
+    """KE Hessian d^2T/dqd^2 in q = (th1, th2, th3, x, y, phi), row-major into ws[48:84]."""
+    for r in range(48, 84):
+        ws[r] = 0.0
     m33 = G[0]
     m35 = 0.0
     m45 = 0.0
@@ -323,50 +341,53 @@ def _full_mass(L, G, g, Mf):
         mBB = L[i, 8]
         mBC = L[i, 9]
         mCC = L[i, 10]
-        Mf[7 * i] = L[i, 6] + mBB * a * a
+        ws[48 + 7 * i] = L[i, 6] + mBB * a * a
         # J_B (th_i column) = a n ; J_C = [[1, 0, -rho_y], [0, 1, rho_x]]
-        jbx = a * g[k + 2]
-        jby = a * g[k + 3]
-        rpx = -g[k + 5]
-        rpy = g[k + 4]
+        jbx = a * ws[k + 2]
+        jby = a * ws[k + 3]
+        rpx = -ws[k + 5]
+        rpy = ws[k + 4]
         v3 = mBC * jbx
         v4 = mBC * jby
         v5 = mBC * (jbx * rpx + jby * rpy)
-        Mf[6 * i + 3] = v3
-        Mf[6 * i + 4] = v4
-        Mf[6 * i + 5] = v5
-        Mf[18 + i] = v3
-        Mf[24 + i] = v4
-        Mf[30 + i] = v5
+        ws[48 + 6 * i + 3] = v3
+        ws[48 + 6 * i + 4] = v4
+        ws[48 + 6 * i + 5] = v5
+        ws[48 + 18 + i] = v3
+        ws[48 + 24 + i] = v4
+        ws[48 + 30 + i] = v5
         m33 += mCC
         m35 += mCC * rpx
         m45 += mCC * rpy
         m55 += mCC * (rpx * rpx + rpy * rpy)
-    Mf[21] = m33
-    Mf[28] = m33
-    Mf[23] = m35
-    Mf[33] = m35
-    Mf[29] = m45
-    Mf[34] = m45
-    Mf[35] = m55
+    ws[48 + 21] = m33
+    ws[48 + 28] = m33
+    ws[48 + 23] = m35
+    ws[48 + 33] = m35
+    ws[48 + 29] = m45
+    ws[48 + 34] = m45
+    ws[48 + 35] = m55
 
 
 @njit(cache=True)
-def _full_coriolis(L, g, thd, phid, Cf):
-    """C_full(q, qd) = sum m_jk J_j^T dJ_k/dt (so C_full qd = Mdot qd - dT/dq), row-major."""
-    for r in range(36):
-        Cf[r] = 0.0
+def _full_coriolis(L, ws, thd, phid):
+    """C_full(q, qd) = sum m_jk J_j^T dJ_k/dt (C_full qd = Mdot qd - dT/dq), row-major into ws[84:120]."""
+    for r in range(84, 120):
+        ws[r] = 0.0
+    c35 = 0.0
+    c45 = 0.0
+    c55 = 0.0
     for i in range(3):
         k = 8 * i
         a = L[i, 4]
         mBC = L[i, 9]
         mCC = L[i, 10]
-        ux = g[k]
-        uy = g[k + 1]
-        nx = g[k + 2]
-        ny = g[k + 3]
-        rx = g[k + 4]
-        ry = g[k + 5]
+        ux = ws[k]
+        uy = ws[k + 1]
+        nx = ws[k + 2]
+        ny = ws[k + 3]
+        rx = ws[k + 4]
+        ry = ws[k + 5]
         # dJ_B/dt (th_i column) = -a thd u ; dJ_C/dt (phi column) = -phid rho
         jbdx = -a * thd[i] * ux
         jbdy = -a * thd[i] * uy
@@ -375,19 +396,22 @@ def _full_coriolis(L, g, thd, phid, Cf):
         rpx = -ry
         rpy = rx
         # row th_i: a n . (mBB dJ_B + mBC dJ_C); the mBB part is a n . u = 0
-        Cf[6 * i + 5] += a * mBC * (nx * jcdx + ny * jcdy)
+        ws[84 + 6 * i + 5] = a * mBC * (nx * jcdx + ny * jcdy)
         # rows x, y, phi: J_C^T (mBC dJ_B + mCC dJ_C)
-        Cf[18 + i] += mBC * jbdx
-        Cf[24 + i] += mBC * jbdy
-        Cf[30 + i] += mBC * (rpx * jbdx + rpy * jbdy)
-        Cf[23] += mCC * jcdx
-        Cf[29] += mCC * jcdy
-        Cf[35] += mCC * (rpx * jcdx + rpy * jcdy)
+        ws[84 + 18 + i] = mBC * jbdx
+        ws[84 + 24 + i] = mBC * jbdy
+        ws[84 + 30 + i] = mBC * (rpx * jbdx + rpy * jbdy)
+        c35 += mCC * jcdx
+        c45 += mCC * jcdy
+        c55 += mCC * (rpx * jcdx + rpy * jcdy)
+    ws[84 + 23] = c35
+    ws[84 + 29] = c45
+    ws[84 + 35] = c55
 
 
 @njit(cache=True)
-def _full_gravity(L, G, g, gf):
-    """dV/dq in redundant coordinates, V = -sum m g.p."""
+def _full_gravity(L, G, ws):
+    """dV/dq in redundant coordinates, V = -sum m g.p, into ws[120:126]."""
     gx = G[2]
     gy = G[3]
     gf3 = -G[0] * gx
@@ -396,71 +420,68 @@ def _full_gravity(L, G, g, gf):
     for i in range(3):
         k = 8 * i
         a = L[i, 4]
-        gf[i] = -(L[i, 7] + L[i, 11] * a) * (gx * g[k + 2] + gy * g[k + 3])
+        ws[120 + i] = -(L[i, 7] + L[i, 11] * a) * (gx * ws[k + 2] + gy * ws[k + 3])
         mC = L[i, 12]
         gf3 -= mC * gx
         gf4 -= mC * gy
-        gf5 -= mC * (gx * (-g[k + 5]) + gy * g[k + 4])
-    gf[3] = gf3
-    gf[4] = gf4
-    gf[5] = gf5
+        gf5 -= mC * (gx * (-ws[k + 5]) + gy * ws[k + 4])
+    ws[123] = gf3
+    ws[124] = gf4
+    ws[125] = gf5
 
 
 @njit(cache=True)
-def gamma(L, g, thd, Xd, gam):
-    """gamma_i = zd^T H_i zd (velocity-product part of d^2 h_i / dt^2)."""
+def gamma(L, ws, thd, Xd):
+    """gamma_i = zd^T H_i zd (velocity-product part of d^2 h_i / dt^2) into ws[45:48]."""
     for i in range(3):
         k = 8 * i
         a = L[i, 4]
-        vbx = -a * thd[i] * g[k + 1]
-        vby = a * thd[i] * g[k]
-        vcx = Xd[0] - Xd[2] * g[k + 5]
-        vcy = Xd[1] + Xd[2] * g[k + 4]
+        vbx = -a * thd[i] * ws[k + 1]
+        vby = a * thd[i] * ws[k]
+        vcx = Xd[0] - Xd[2] * ws[k + 5]
+        vcy = Xd[1] + Xd[2] * ws[k + 4]
         wx = vcx - vbx
         wy = vcy - vby
-        qx = -Xd[2] * Xd[2] * g[k + 4] + a * thd[i] * thd[i] * g[k]
-        qy = -Xd[2] * Xd[2] * g[k + 5] + a * thd[i] * thd[i] * g[k + 1]
-        gam[i] = 2.0 * (wx * wx + wy * wy) + 2.0 * (g[k + 6] * qx + g[k + 7] * qy)
+        qx = -Xd[2] * Xd[2] * ws[k + 4] + a * thd[i] * thd[i] * ws[k]
+        qy = -Xd[2] * Xd[2] * ws[k + 5] + a * thd[i] * thd[i] * ws[k + 1]
+        ws[45 + i] = 2.0 * (wx * wx + wy * wy) + 2.0 * (ws[k + 6] * qx + ws[k + 7] * qy)
 
 
 @njit(cache=True)
 def prepare(L, G, th, X, thd, Xd, mode, tol, ws, have_geo=False):
     """Everything the dynamics needs at a consistent (th, X), into the workspace.
 
-    mode 0: thd given, Xd = -B^{-1} A thd is computed; mode 1: Xd given,
-    thd = -A^{-1} B Xd is computed.  ``have_geo``: ws[0:24] already holds the
-    geometry at (th, X) (e.g. right after fk_newton_ws).  Returns a status code.
+    mode 0: thd given, Xd = -B^{-1} A thd is computed (into the array Xd);
+    mode 1: Xd given, thd = -A^{-1} B Xd is computed (into thd).  ``have_geo``:
+    ws[0:24] already holds the geometry at (th, X) (e.g. right after
+    fk_newton_ws).  Returns a status code.
     """
-    g = ws[0:24]
-    Ad = ws[24:27]
-    B = ws[27:36]
-    Bi = ws[36:45]
     if not have_geo:
-        geometry(L, th, X, g)
-    jacobians(L, g, Ad, B)
-    st = check_singular(L, G, Ad, B, tol)
+        geometry(L, th, X, ws)
+    jacobians(L, ws)
+    st = check_singular_ws(L, G, ws, tol)
     if st != OK:
         return st
-    det = inv3(B, Bi)
+    det = inv3_ws(ws, 27, 36)
     if det == 0.0:
         return ST_TYPE2
     if mode == 0:
         for r in range(3):
-            Xd[r] = -(Bi[3 * r] * Ad[0] * thd[0] + Bi[3 * r + 1] * Ad[1] * thd[1]
-                      + Bi[3 * r + 2] * Ad[2] * thd[2])
+            Xd[r] = -(ws[36 + 3 * r] * ws[24] * thd[0] + ws[37 + 3 * r] * ws[25] * thd[1]
+                      + ws[38 + 3 * r] * ws[26] * thd[2])
     else:
         for i in range(3):
-            thd[i] = -(B[3 * i] * Xd[0] + B[3 * i + 1] * Xd[1] + B[3 * i + 2] * Xd[2]) / Ad[i]
-    gamma(L, g, thd, Xd, ws[45:48])
-    _full_mass(L, G, g, ws[48:84])
-    _full_coriolis(L, g, thd, Xd[2], ws[84:120])
-    _full_gravity(L, G, g, ws[120:126])
+            thd[i] = -(ws[27 + 3 * i] * Xd[0] + ws[28 + 3 * i] * Xd[1] + ws[29 + 3 * i] * Xd[2]) / ws[24 + i]
+    gamma(L, ws, thd, Xd)
+    _full_mass(L, G, ws)
+    _full_coriolis(L, ws, thd, Xd[2])
+    _full_gravity(L, G, ws)
     return OK
 
 
 @njit(cache=True)
-def _forces(ws, thd, Xd, thdd, Xdd, W, F):
-    """F = Mf qdd + Cf qd + gf - [0; W] (6,), from a prepared workspace."""
+def _forces(ws, thd, Xd, thdd, Xdd, W):
+    """F = Mf qdd + Cf qd + gf - [0; W] into ws[130:136], from a prepared workspace."""
     for r in range(6):
         acc = ws[120 + r]
         m0 = 48 + 6 * r
@@ -468,19 +489,19 @@ def _forces(ws, thd, Xd, thdd, Xdd, W, F):
         for c in range(3):
             acc += ws[m0 + c] * thdd[c] + ws[c0 + c] * thd[c]
             acc += ws[m0 + 3 + c] * Xdd[c] + ws[c0 + 3 + c] * Xd[c]
-        F[r] = acc
-    F[3] -= W[0]
-    F[4] -= W[1]
-    F[5] -= W[2]
+        ws[130 + r] = acc
+    ws[133] -= W[0]
+    ws[134] -= W[1]
+    ws[135] -= W[2]
 
 
 @njit(cache=True)
-def _torques(ws, F, tau, lam):
-    """lam = B^{-T} F_X, tau = F_th - A lam (virtual work over admissible displacements)."""
+def _torques(ws, tau):
+    """lam = B^{-T} F_X (ws[139:142]), tau = F_th - A lam (virtual work over admissible displacements)."""
     for i in range(3):
-        lam[i] = ws[36 + i] * F[3] + ws[39 + i] * F[4] + ws[42 + i] * F[5]
-    for i in range(3):
-        tau[i] = F[i] - ws[24 + i] * lam[i]
+        lam = ws[36 + i] * ws[133] + ws[39 + i] * ws[134] + ws[42 + i] * ws[135]
+        ws[139 + i] = lam
+        tau[i] = ws[130 + i] - ws[24 + i] * lam
 
 
 @njit(cache=True)
@@ -503,80 +524,52 @@ def task_inverse_dynamics(L, G, X, Xd, Xdd, W, branch, tol, tau, lam, th, thd, t
     for i in range(3):
         thdd[i] = -(ws[27 + 3 * i] * Xdd[0] + ws[28 + 3 * i] * Xdd[1] + ws[29 + 3 * i] * Xdd[2]
                     + ws[45 + i]) / ws[24 + i]
-    F = ws[130:136]
-    _forces(ws, thd, Xd, thdd, Xdd, W, F)
-    _torques(ws, F, tau, lam)
+    _forces(ws, thd, Xd, thdd, Xdd, W)
+    _torques(ws, tau)
+    for i in range(3):
+        lam[i] = ws[139 + i]
     return OK
 
 
 @njit(cache=True)
-def inverse_dynamics_fast(L, G, th, thd, thdd, Xh, W, tol, tau, X):
-    """Reduced inverse dynamics with a pose hint, fused: FK refine + D'Alembert torques.
+def _reduced_ws(L, G, th, X, thd, tol, ws, have_geo=False):
+    """Reduced dynamics into ws[160:184]: M (row-major), h, g, J_x (row-major).
 
-    Xdd = J_x thdd - B^{-1} gamma; F = Mf qdd + Cf qd + gf - [0; W];
-    tau = F_th - A B^{-T} F_X (= G^T F).  X receives the refined pose.
-    """
-    st = _combine(valid3(th), valid3(thd), valid3(thdd), valid3(Xh), valid3(W))
-    if st != OK:
-        return st
-    ws = np.empty(WS_SIZE)
-    st, it = fk_newton_ws(L, th, Xh, 1e-12, 50, X, ws)
-    if st != OK:
-        return st
-    Xd = ws[126:129]
-    st = prepare(L, G, th, X, thd, Xd, 0, tol, ws)
-    if st != OK:
-        return st
-    Xdd = ws[136:139]
-    for r in range(3):
-        acc = 0.0
-        for c in range(3):
-            acc -= ws[36 + 3 * r + c] * (ws[24 + c] * thdd[c] + ws[45 + c])
-        Xdd[r] = acc
-    F = ws[130:136]
-    _forces(ws, thd, Xd, thdd, Xdd, W, F)
-    _torques(ws, F, tau, ws[139:142])
-    return OK
-
-
-@njit(cache=True)
-def _reduced_ws(L, G, th, X, thd, tol, Mr, hr, gr, Jx, ws, have_geo=False):
-    """Mr = G^T Mf G, hr = G^T (Mf Gdot thd + Cf qd + gf), gr = G^T gf, Jx (all row-major 9/3).
-
-    Leaves xb = Gdot thd (the X part, -B^{-1} gamma) in ws[136:139].
+    M = G^T Mf G, h = G^T (Mf Gdot thd + Cf qd + gf), g = G^T gf, J_x = -B^{-1} A,
+    G = [I; J_x].  Also leaves Xd in ws[126:129] and xb = -B^{-1} gamma (the X
+    part of Gdot thd) in ws[136:139].
     """
     Xd = ws[126:129]
     st = prepare(L, G, th, X, thd, Xd, 0, tol, ws, have_geo)
     if st != OK:
         return st
-    Mf = ws[48:84]
-    Cf = ws[84:120]
-    gf = ws[120:126]
     for r in range(3):
         for c in range(3):
-            Jx[3 * r + c] = -ws[36 + 3 * r + c] * ws[24 + c]
-    xb = ws[136:139]
+            ws[175 + 3 * r + c] = -ws[36 + 3 * r + c] * ws[24 + c]
     for r in range(3):
-        xb[r] = -(ws[36 + 3 * r] * ws[45] + ws[37 + 3 * r] * ws[46] + ws[38 + 3 * r] * ws[47])
-    # Fv = Mf [0; xb] + Cf qd + gf
-    Fv = ws[130:136]
+        ws[136 + r] = -(ws[36 + 3 * r] * ws[45] + ws[37 + 3 * r] * ws[46] + ws[38 + 3 * r] * ws[47])
+    # Fv = Mf [0; xb] + Cf qd + gf  -> ws[130:136]
     for r in range(6):
-        acc = gf[r]
+        acc = ws[120 + r]
         for c in range(3):
-            acc += Mf[6 * r + 3 + c] * xb[c] + Cf[6 * r + c] * thd[c] + Cf[6 * r + 3 + c] * Xd[c]
-        Fv[r] = acc
-    # MG = Mf G (6x3), G = [I; Jx]
-    MG = ws[142:160]
+            acc += (ws[48 + 6 * r + 3 + c] * ws[136 + c] + ws[84 + 6 * r + c] * thd[c]
+                    + ws[84 + 6 * r + 3 + c] * Xd[c])
+        ws[130 + r] = acc
+    # MG = Mf G (6x3) -> ws[142:160]
     for r in range(6):
+        m = 48 + 6 * r
         for c in range(3):
-            MG[3 * r + c] = (Mf[6 * r + c] + Mf[6 * r + 3] * Jx[c] + Mf[6 * r + 4] * Jx[3 + c]
-                             + Mf[6 * r + 5] * Jx[6 + c])
+            ws[142 + 3 * r + c] = (ws[m + c] + ws[m + 3] * ws[175 + c] + ws[m + 4] * ws[178 + c]
+                                   + ws[m + 5] * ws[181 + c])
     for r in range(3):
+        j0 = ws[175 + r]
+        j1 = ws[178 + r]
+        j2 = ws[181 + r]
         for c in range(3):
-            Mr[3 * r + c] = (MG[3 * r + c] + Jx[r] * MG[9 + c] + Jx[3 + r] * MG[12 + c]
-                             + Jx[6 + r] * MG[15 + c])
-        hr[r] = Fv[r] + Jx[r] * Fv[3] + Jx[3 + r] * Fv[4] + Jx[6 + r] * Fv[5]
-        gr[r] = gf[r] + Jx[r] * gf[3] + Jx[3 + r] * gf[4] + Jx[6 + r] * gf[5]
+            ws[160 + 3 * r + c] = (ws[142 + 3 * r + c] + j0 * ws[151 + c] + j1 * ws[154 + c]
+                                   + j2 * ws[157 + c])
+        ws[169 + r] = ws[130 + r] + j0 * ws[133] + j1 * ws[134] + j2 * ws[135]
+        ws[172 + r] = ws[120 + r] + j0 * ws[123] + j1 * ws[124] + j2 * ws[125]
     return OK
 
 
@@ -592,20 +585,17 @@ def reduced(L, G, th, X, thd, tol, Mr, hr, Cr, gr, Jx, want_c):
     if st != OK:
         return st
     ws = np.empty(WS_SIZE)
-    out = np.empty(27)
-    st = _reduced_ws(L, G, th, X, thd, tol, out[0:9], hr, gr, out[9:18], ws)
+    st = _reduced_ws(L, G, th, X, thd, tol, ws)
     if st != OK:
         return st
     for r in range(3):
+        hr[r] = ws[169 + r]
+        gr[r] = ws[172 + r]
         for c in range(3):
-            Mr[r, c] = out[3 * r + c]
-            Jx[r, c] = out[9 + 3 * r + c]
+            Mr[r, c] = ws[160 + 3 * r + c]
+            Jx[r, c] = ws[175 + 3 * r + c]
     if not want_c:
         return OK
-    g = ws[0:24]
-    Bi = ws[36:45]
-    Mf = ws[48:84]
-    Cf = ws[84:120]
     Xd = ws[126:129]
     # Jxdot = -B^{-1} (Adot + Bdot Jx)
     Adot = np.empty(3)
@@ -613,8 +603,8 @@ def reduced(L, G, th, X, thd, tol, Mr, hr, Cr, gr, Jx, want_c):
     for i in range(3):
         k = 8 * i
         a = L[i, 4]
-        ux, uy, nx, ny = g[k], g[k + 1], g[k + 2], g[k + 3]
-        rx, ry, dx, dy = g[k + 4], g[k + 5], g[k + 6], g[k + 7]
+        ux, uy, nx, ny = ws[k], ws[k + 1], ws[k + 2], ws[k + 3]
+        rx, ry, dx, dy = ws[k + 4], ws[k + 5], ws[k + 6], ws[k + 7]
         vbx = -a * thd[i] * uy
         vby = a * thd[i] * ux
         ddx = Xd[0] - Xd[2] * ry - vbx
@@ -638,14 +628,14 @@ def reduced(L, G, th, X, thd, tol, Mr, hr, Cr, gr, Jx, want_c):
         Gm[i, i] = 1.0
         for c in range(3):
             Gm[3 + i, c] = Jx[i, c]
-            Gd[3 + i, c] = -(Bi[3 * i] * T3[0, c] + Bi[3 * i + 1] * T3[1, c] + Bi[3 * i + 2] * T3[2, c])
+            Gd[3 + i, c] = -(ws[36 + 3 * i] * T3[0, c] + ws[37 + 3 * i] * T3[1, c] + ws[38 + 3 * i] * T3[2, c])
     # K = Mf Gd + Cf G  (6x3); Cr = G^T K
     K = np.empty((6, 3))
     for r in range(6):
         for c in range(3):
             acc = 0.0
             for k in range(6):
-                acc += Mf[6 * r + k] * Gd[k, c] + Cf[6 * r + k] * Gm[k, c]
+                acc += ws[48 + 6 * r + k] * Gd[k, c] + ws[84 + 6 * r + k] * Gm[k, c]
             K[r, c] = acc
     for r in range(3):
         for c in range(3):
@@ -657,40 +647,28 @@ def reduced(L, G, th, X, thd, tol, Mr, hr, Cr, gr, Jx, want_c):
 
 
 @njit(cache=True)
-def solve3(M, rhs, out):
-    """out = M^{-1} rhs for a row-major 3x3 M (Cramer); False if singular."""
-    det = det3(M)
-    if det == 0.0:
-        return False
-    r = 1.0 / det
-    a, b, c = M[0], M[1], M[2]
-    d, e, f = M[3], M[4], M[5]
-    g, h, k = M[6], M[7], M[8]
-    x0, x1, x2 = rhs[0], rhs[1], rhs[2]
-    out[0] = ((e * k - f * h) * x0 - (b * k - c * h) * x1 + (b * f - c * e) * x2) * r
-    out[1] = (-(d * k - f * g) * x0 + (a * k - c * g) * x1 - (a * f - c * d) * x2) * r
-    out[2] = ((d * h - e * g) * x0 - (a * h - b * g) * x1 + (a * e - b * d) * x2) * r
-    return True
-
-
-@njit(cache=True)
-def _fd_ws(L, G, th, X, thd, tau, W, tol, thdd, Xdd, ws, ws2, have_geo=False):
-    """Forward dynamics at a consistent (th, X) using workspaces ws (WS_SIZE) and ws2 (32)."""
-    Mr = ws2[0:9]
-    hr = ws2[9:12]
-    gr = ws2[12:15]
-    Jx = ws2[15:24]
-    rhs = ws2[24:27]
-    st = _reduced_ws(L, G, th, X, thd, tol, Mr, hr, gr, Jx, ws, have_geo)
+def _fd_ws(L, G, th, X, thd, tau, W, tol, thdd, Xdd, ws, have_geo=False):
+    """Forward dynamics at a consistent (th, X): M thdd = tau - h + J_x^T W (Cramer), Xdd."""
+    st = _reduced_ws(L, G, th, X, thd, tol, ws, have_geo)
     if st != OK:
         return st
-    for r in range(3):
-        rhs[r] = tau[r] - hr[r] + Jx[r] * W[0] + Jx[3 + r] * W[1] + Jx[6 + r] * W[2]
-    if not solve3(Mr, rhs, thdd):
+    x0 = tau[0] - ws[169] + ws[175] * W[0] + ws[178] * W[1] + ws[181] * W[2]
+    x1 = tau[1] - ws[170] + ws[176] * W[0] + ws[179] * W[1] + ws[182] * W[2]
+    x2 = tau[2] - ws[171] + ws[177] * W[0] + ws[180] * W[1] + ws[183] * W[2]
+    a, b, c = ws[160], ws[161], ws[162]
+    d, e, f = ws[163], ws[164], ws[165]
+    g, h, k = ws[166], ws[167], ws[168]
+    det = a * (e * k - f * h) - b * (d * k - f * g) + c * (d * h - e * g)
+    if det == 0.0:
         return ST_TYPE2
-    # Xdd = Jx thdd + xb (xb left in ws[136:139] by _reduced_ws)
-    for r in range(3):
-        Xdd[r] = Jx[3 * r] * thdd[0] + Jx[3 * r + 1] * thdd[1] + Jx[3 * r + 2] * thdd[2] + ws[136 + r]
+    r = 1.0 / det
+    thdd[0] = ((e * k - f * h) * x0 - (b * k - c * h) * x1 + (b * f - c * e) * x2) * r
+    thdd[1] = (-(d * k - f * g) * x0 + (a * k - c * g) * x1 - (a * f - c * d) * x2) * r
+    thdd[2] = ((d * h - e * g) * x0 - (a * h - b * g) * x1 + (a * e - b * d) * x2) * r
+    # Xdd = J_x thdd + xb
+    for i in range(3):
+        Xdd[i] = (ws[175 + 3 * i] * thdd[0] + ws[176 + 3 * i] * thdd[1] + ws[177 + 3 * i] * thdd[2]
+                  + ws[136 + i])
     return OK
 
 
@@ -700,25 +678,8 @@ def forward_dynamics(L, G, th, X, thd, tau, W, tol, thdd, Xdd):
     st = _combine(valid3(th), valid3(X), valid3(thd), valid3(tau), valid3(W))
     if st != OK:
         return st
-    ws = np.empty(WS_SIZE + 32)
-    return _fd_ws(L, G, th, X, thd, tau, W, tol, thdd, Xdd, ws[0:WS_SIZE], ws[WS_SIZE:])
-
-
-@njit(cache=True)
-def forward_dynamics_fast(L, G, th, thd, tau, Xh, W, tol, out):
-    """Forward dynamics with a pose hint: FK refine from Xh, then _fd_ws.
-
-    out (9,): thdd [0:3], Xdd [3:6], refined X [6:9].
-    """
-    st = _combine(valid3(th), valid3(thd), valid3(tau), valid3(Xh), valid3(W))
-    if st != OK:
-        return st
-    ws = np.empty(WS_SIZE + 32)
-    X = out[6:9]
-    st, it = fk_newton_ws(L, th, Xh, 1e-12, 50, X, ws)
-    if st != OK:
-        return st
-    return _fd_ws(L, G, th, X, thd, tau, W, tol, out[0:3], out[3:6], ws[0:WS_SIZE], ws[WS_SIZE:])
+    ws = np.empty(WS_SIZE)
+    return _fd_ws(L, G, th, X, thd, tau, W, tol, thdd, Xdd, ws)
 
 
 @njit(cache=True)
@@ -731,8 +692,8 @@ def rk4_step(L, G, th, thd, X, tau, W, dt, tol, fk_tol, max_iter, out):
     st = _combine(valid3(th), valid3(thd), valid3(X), valid3(tau), valid3(W))
     if st != OK:
         return st
-    ws = np.empty(WS_SIZE + 32 + 48)
-    buf = ws[WS_SIZE + 32:]
+    ws = np.empty(WS_SIZE)
+    buf = np.empty(39)
     k_th = buf[0:12]
     k_thd = buf[12:24]
     ths = buf[24:27]
@@ -740,8 +701,6 @@ def rk4_step(L, G, th, thd, X, tau, W, dt, tol, fk_tol, max_iter, out):
     Xs = buf[30:33]
     thdd = buf[33:36]
     Xdd = buf[36:39]
-    w0 = ws[0:WS_SIZE]
-    w2 = ws[WS_SIZE:WS_SIZE + 32]
     for s in range(4):
         cf = 0.0 if s == 0 else (1.0 if s == 3 else 0.5)
         for j in range(3):
@@ -751,10 +710,10 @@ def rk4_step(L, G, th, thd, X, tau, W, dt, tol, fk_tol, max_iter, out):
             else:
                 ths[j] = th[j] + cf * dt * k_th[3 * (s - 1) + j]
                 thds[j] = thd[j] + cf * dt * k_thd[3 * (s - 1) + j]
-        st, it = fk_newton_ws(L, ths, X, fk_tol, max_iter, Xs, w0)
+        st, it = fk_newton_ws(L, ths, X, fk_tol, max_iter, Xs, ws)
         if st != OK:
             return st
-        st = _fd_ws(L, G, ths, Xs, thds, tau, W, tol, thdd, Xdd, w0, w2, True)
+        st = _fd_ws(L, G, ths, Xs, thds, tau, W, tol, thdd, Xdd, ws, True)
         if st != OK:
             return st
         for j in range(3):
@@ -763,7 +722,7 @@ def rk4_step(L, G, th, thd, X, tau, W, dt, tol, fk_tol, max_iter, out):
     for j in range(3):
         out[j] = th[j] + dt / 6.0 * (k_th[j] + 2 * k_th[3 + j] + 2 * k_th[6 + j] + k_th[9 + j])
         out[3 + j] = thd[j] + dt / 6.0 * (k_thd[j] + 2 * k_thd[3 + j] + 2 * k_thd[6 + j] + k_thd[9 + j])
-    st, it = fk_newton_ws(L, out[0:3], X, fk_tol, max_iter, out[6:9], w0)
+    st, it = fk_newton_ws(L, out[0:3], X, fk_tol, max_iter, out[6:9], ws)
     return st
 
 
@@ -779,11 +738,11 @@ def fk_continuation(L, th_home, X_home, th, tol, max_iter, step_rad, X):
     st = _combine(valid3(th), OK, OK, OK, OK)
     if st != OK:
         return st, 0
-    ws = np.empty(WS_SIZE + 9)
-    dth = ws[WS_SIZE:WS_SIZE + 3]
-    Xg = ws[WS_SIZE + 3:WS_SIZE + 6]
-    ths = ws[WS_SIZE + 6:WS_SIZE + 9]
-    w0 = ws[0:WS_SIZE]
+    ws = np.empty(WS_SIZE)
+    tmp = np.empty(9)
+    dth = tmp[0:3]
+    Xg = tmp[3:6]
+    ths = tmp[6:9]
     big = 0.0
     for j in range(3):
         v = th[j] - th_home[j]
@@ -803,68 +762,86 @@ def fk_continuation(L, th_home, X_home, th, tol, max_iter, step_rad, X):
             ths[j] = th_home[j] + s * dth[j]
         # intermediate steps need only a loose tolerance
         t = tol if k == nsteps else 1e-9
-        st, it = fk_newton_ws(L, ths, Xg, t, max_iter, X, w0)
+        st, it = fk_newton_ws(L, ths, Xg, t, max_iter, X, ws)
         total += it
         if st != OK:
             return st, total
         for j in range(3):
             Xg[j] = X[j]
     # exact end point (th itself; th_home + dth differs from it by multiples of 2 pi only)
-    st, it = fk_newton_ws(L, th, Xg, tol, max_iter, X, w0)
+    st, it = fk_newton_ws(L, th, Xg, tol, max_iter, X, ws)
     return st, total + it
 
 
 # ---------------------------------------------------------------------------
-# Fast entry points: fewer arguments (numba dispatch costs ~50 ns per argument).
-# P = packed parameters, shape (4, NL): rows 0-2 = L, row 3 = [G..., tol].
+# Fast entry points: few arguments (numba dispatch costs ~50 ns per argument)
+# and one allocation.  P = packed parameters, shape (4, NL): rows 0-2 = L,
+# row 3 = [G..., tol].
 # ---------------------------------------------------------------------------
 @njit(cache=True)
 def id_entry(P, th, thd, thdd, Xh, W, tau):
-    """Reduced inverse dynamics with a pose hint (as inverse_dynamics_fast, one allocation)."""
+    """Reduced inverse dynamics with a pose hint, fused: FK refine + D'Alembert torques.
+
+    Xdd = J_x thdd - B^{-1} gamma; F = Mf qdd + Cf qd + gf - [0; W];
+    tau = F_th - A B^{-T} F_X (= G^T F).
+    """
     G = P[3]
     st = _combine(valid3(th), valid3(thd), valid3(thdd), valid3(Xh), valid3(W))
     if st != OK:
         return st
-    ws = np.empty(WS_SIZE + 3)
+    ws = np.empty(WS_SIZE + 9)
     X = ws[WS_SIZE:WS_SIZE + 3]
+    Xd = ws[WS_SIZE + 3:WS_SIZE + 6]
+    Xdd = ws[WS_SIZE + 6:WS_SIZE + 9]
     st, it = fk_newton_ws(P, th, Xh, 1e-12, 50, X, ws)
     if st != OK:
         return st
-    Xd = ws[126:129]
     st = prepare(P, G, th, X, thd, Xd, 0, G[5], ws, True)
     if st != OK:
         return st
-    Xdd = ws[136:139]
     for r in range(3):
         acc = 0.0
         for c in range(3):
             acc -= ws[36 + 3 * r + c] * (ws[24 + c] * thdd[c] + ws[45 + c])
         Xdd[r] = acc
-    F = ws[130:136]
-    _forces(ws, thd, Xd, thdd, Xdd, W, F)
-    _torques(ws, F, tau, ws[139:142])
+    _forces(ws, thd, Xd, thdd, Xdd, W)
+    _torques(ws, tau)
     return OK
 
 
 @njit(cache=True)
 def fd_entry(P, th, thd, tau, Xh, W, thdd):
-    """Forward dynamics with a pose hint, joint accelerations only (one allocation)."""
+    """Forward dynamics with a pose hint, joint accelerations only."""
     G = P[3]
     st = _combine(valid3(th), valid3(thd), valid3(tau), valid3(Xh), valid3(W))
     if st != OK:
         return st
-    ws = np.empty(WS_SIZE + 38)
-    X = ws[WS_SIZE + 32:WS_SIZE + 35]
+    ws = np.empty(WS_SIZE + 6)
+    X = ws[WS_SIZE:WS_SIZE + 3]
     st, it = fk_newton_ws(P, th, Xh, 1e-12, 50, X, ws)
     if st != OK:
         return st
-    return _fd_ws(P, G, th, X, thd, tau, W, G[5], thdd, ws[WS_SIZE + 35:WS_SIZE + 38], ws[0:WS_SIZE],
-                  ws[WS_SIZE:WS_SIZE + 32], True)
+    return _fd_ws(P, G, th, X, thd, tau, W, G[5], thdd, ws[WS_SIZE + 3:WS_SIZE + 6], ws, True)
+
+
+@njit(cache=True)
+def fd_task_entry(P, th, thd, tau, Xh, W, out):
+    """Forward dynamics with a pose hint; out (9,) = thdd, Xdd, refined X."""
+    G = P[3]
+    st = _combine(valid3(th), valid3(thd), valid3(tau), valid3(Xh), valid3(W))
+    if st != OK:
+        return st
+    ws = np.empty(WS_SIZE)
+    X = out[6:9]
+    st, it = fk_newton_ws(P, th, Xh, 1e-12, 50, X, ws)
+    if st != OK:
+        return st
+    return _fd_ws(P, G, th, X, thd, tau, W, G[5], out[0:3], out[3:6], ws, True)
 
 
 @njit(cache=True)
 def tid_entry(P, X, Xd, Xdd, W, branch, tau):
-    """Task-space inverse dynamics, torques only (one allocation)."""
+    """Task-space inverse dynamics, torques only."""
     G = P[3]
     st = _combine(valid3(X), valid3(Xd), valid3(Xdd), valid3(W), OK)
     if st != OK:
@@ -882,9 +859,8 @@ def tid_entry(P, X, Xd, Xdd, W, branch, tau):
     for i in range(3):
         thdd[i] = -(ws[27 + 3 * i] * Xdd[0] + ws[28 + 3 * i] * Xdd[1] + ws[29 + 3 * i] * Xdd[2]
                     + ws[45 + i]) / ws[24 + i]
-    F = ws[130:136]
-    _forces(ws, thd, Xd, thdd, Xdd, W, F)
-    _torques(ws, F, tau, ws[139:142])
+    _forces(ws, thd, Xd, thdd, Xdd, W)
+    _torques(ws, tau)
     return OK
 
 
@@ -895,10 +871,14 @@ def reduced_entry(P, th, thd, Xh, out):
     st = _combine(valid3(th), valid3(thd), valid3(Xh), OK, OK)
     if st != OK:
         return st
-    ws = np.empty(WS_SIZE + 12)
+    ws = np.empty(WS_SIZE + 3)
     X = ws[WS_SIZE:WS_SIZE + 3]
     st, it = fk_newton_ws(P, th, Xh, 1e-12, 50, X, ws)
     if st != OK:
         return st
-    return _reduced_ws(P, G, th, X, thd, G[5], out[0:9], out[9:12], out[12:15], ws[WS_SIZE + 3:WS_SIZE + 12],
-                       ws, True)
+    st = _reduced_ws(P, G, th, X, thd, G[5], ws, True)
+    if st != OK:
+        return st
+    for j in range(15):
+        out[j] = ws[160 + j]
+    return OK

@@ -957,8 +957,7 @@ class Planar3RRR(ParallelModel):
             if type(Xh) is not np.ndarray:
                 Xh = self._v3(Xh, "pose")
             tau = np.empty(3)
-            X = np.empty(3)
-            st = K.inverse_dynamics_fast(self._L, self._G, q, qd, qdd, Xh, W, self._tol_sing, tau, X)
+            st = K.id_entry(self._P, q, qd, qdd, Xh, W, tau)
             if st:
                 self._raise(st, "inverse_dynamics", q=q)
             return tau
@@ -977,13 +976,12 @@ class Planar3RRR(ParallelModel):
         q = self._v3(q, "theta")
         qd = self._v3(qd, "thetad")
         tau = self._v3(tau, "tau")
-        X = self._pose(q, pose)
-        qdd = np.empty(3); Xdd = np.empty(3)
-        st = K.forward_dynamics(self._L, self._G, q, X, qd, tau, self._wrench3(wrench),
-                                self._tol_sing, qdd, Xdd)
+        Xh = self._pose(q, None) if pose is None else self._v3(pose, "pose")
+        out = np.empty(9)
+        st = K.fd_task_entry(self._P, q, qd, tau, Xh, self._wrench3(wrench), out)
         if st:
-            self._raise(st, "forward dynamics", q=q, X=X)
-        return qdd, Xdd, X
+            self._raise(st, "forward dynamics", q=q, X=Xh)
+        return out[0:3], out[3:6], out[6:9]
 
     def forward_dynamics(self, q, qd, tau, wrench=None, pose=None) -> np.ndarray:
         """thetadd solving M thetadd = tau - h + J_x^T w, shape like q [rad/s^2]."""
@@ -1009,11 +1007,11 @@ class Planar3RRR(ParallelModel):
             Xh = self._pose(self._v3(q, "theta"), None) if pose is None else pose
             if type(Xh) is not np.ndarray:
                 Xh = self._v3(Xh, "pose")
-            out = np.empty(9)
-            st = K.forward_dynamics_fast(self._L, self._G, q, qd, tau, Xh, W, self._tol_sing, out)
+            qdd = np.empty(3)
+            st = K.fd_entry(self._P, q, qd, tau, Xh, W, qdd)
             if st:
                 self._raise(st, "forward_dynamics", q=q)
-            return out[0:3]
+            return qdd
         return self.forward_dynamics_task(qa, qd, tau, wrench, pose)[0]
 
     def rk4_step(self, q, qd, tau, dt: float, pose, wrench=None, fk_tol: float = 1e-12):

@@ -67,7 +67,7 @@ from . import _stewart_kernels as K
 from . import _stewart_lagrange as LG
 from .base import DriveParams, JointLimits, ParallelModel, SingularityReport
 from .config import Section
-from .errors import ConfigError, ConvergenceError, ModelError, SingularityError, UnreachableError
+from .errors import ConvergenceError, ModelError, SingularityError, UnreachableError
 
 __all__ = ["StewartPlatform", "LegKinematics", "load_stewart", "rotation_matrix", "euler_rate_matrix"]
 

@@ -20,7 +20,7 @@ from drivers.sim.serve import build_server
 
 REPO = Path(__file__).resolve().parents[1]
 
-JOINTS = """
+JOINTS = {"sim_mit_can": """
 [[driver.joints]]
 can_id = 1
 model = "AK80-9"
@@ -28,7 +28,13 @@ gear_ratio = 6.0
 [[driver.joints]]
 can_id = 2
 model = "AK80-9"
-"""
+""", "sim_odrive_can": """
+[[driver.joints]]
+node_id = 1
+gear_ratio = 6.0
+[[driver.joints]]
+node_id = 2
+"""}
 
 
 def _write(tmp_path, server: str, sim_type="sim_mit_can") -> Path:
@@ -42,15 +48,18 @@ reply_timeout_s = 0.25
 [driver.plant]
 q0 = [0.1, 0.2]
 mass_factor = 1.1
-{JOINTS}
+{JOINTS[sim_type]}
 """)
     return p
 
 
-def _client_cfg(bus: dict) -> dict:
-    return {"type": "mit_can", "reply_timeout_s": 0.25, "bus": bus,
-            "joints": [{"can_id": 1, "model": "AK80-9", "gear_ratio": 6.0},
-                       {"can_id": 2, "model": "AK80-9"}]}
+def _client_cfg(bus: dict, kind="mit_can") -> dict:
+    if kind == "mit_can":
+        joints = [{"can_id": 1, "model": "AK80-9", "gear_ratio": 6.0},
+                  {"can_id": 2, "model": "AK80-9"}]
+    else:
+        joints = [{"node_id": 1, "gear_ratio": 6.0}, {"node_id": 2}]
+    return {"type": kind, "reply_timeout_s": 0.25, "bus": bus, "joints": joints}
 
 
 def _session(drv, n=30):
@@ -93,11 +102,13 @@ def test_cli_config_error_exit_code(tmp_path):
     assert "server.bogus" in r.stderr and str(cfg) in r.stderr
 
 
-def test_cross_process_udp_multicast_session(tmp_path):
-    port = 43000 + (os.getpid() % 1000)
+@pytest.mark.parametrize("kind", ["mit_can", "odrive_can"])
+def test_cross_process_udp_multicast_session(tmp_path, kind):
+    port = 43000 + (os.getpid() % 1000) + (kind == "odrive_can")
     group = "239.74.163.2"
     cfg = _write(tmp_path, f'interface = "udp_multicast"\nchannel = "{group}"\nport = {port}\n'
-                           f'hop_limit = 0\ntoy_model = "planar_two_link"\nduration_s = 30.0')
+                           f'hop_limit = 0\ntoy_model = "planar_two_link"\nduration_s = 30.0',
+                 sim_type="sim_" + kind)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-m", "drivers.sim.serve", str(cfg)], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -112,7 +123,7 @@ def test_cross_process_udp_multicast_session(tmp_path):
         try:
             drv = build_driver(Section(_client_cfg({
                 "interface": "udp_multicast", "channel": group,
-                "options": {"port": port, "hop_limit": 0}}), "client"), now=time.monotonic)
+                "options": {"port": port, "hop_limit": 0}}, kind), "client"), now=time.monotonic)
         except CommsError as err:
             pytest.skip(f"udp_multicast client cannot bind: {err}")
         try:
