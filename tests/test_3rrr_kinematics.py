@@ -269,3 +269,13 @@ def test_bad_inputs(model):
         model.inverse_kinematics(model.home_pose, branch=[1, 0, 1])
     with pytest.raises(ModelError, match="wrench"):
         model.task_inverse_dynamics(model.home_pose, np.zeros(3), np.zeros(3), wrench=[1.0, 2.0])
+    # the fast (numba) paths validate too
+    q, X = model.home_q, model.home_pose
+    with pytest.raises(ModelError, match="shape"):
+        model.inverse_dynamics(np.zeros(4), np.zeros(3), np.zeros(3), pose=X)
+    with pytest.raises(ModelError, match="finite"):
+        model.forward_dynamics(q, np.array([0.0, np.inf, 0.0]), np.zeros(3), pose=X)
+    with pytest.raises(ModelError, match="finite"):
+        model.task_inverse_dynamics(X, np.zeros(3), np.array([np.nan, 0.0, 0.0]))
+    with pytest.raises(ModelError, match="shape"):
+        model.mass_matrix(np.zeros(2), pose=X)

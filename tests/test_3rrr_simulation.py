@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dynamics import load_model
+from dynamics.errors import KinematicsError, ModelError
 
 ROBOTS = Path(__file__).resolve().parents[1] / "hil_configs" / "robots"
 
@@ -89,3 +90,9 @@ def test_rk4_step_matches_reference_and_fails_cleanly():
     np.testing.assert_allclose(q1, q_ref, atol=1e-13)
     np.testing.assert_allclose(qd1, qd_ref, atol=1e-10)
     np.testing.assert_allclose(X1, model.forward_kinematics_task(q1, guess=X), atol=1e-13)
+    # bad inputs and impossible states give errors from the tree, not garbage
+    with pytest.raises(ModelError, match="finite"):
+        model.rk4_step(q, qd, np.array([np.nan, 0.0, 0.0]), dt, X)
+    with pytest.raises(KinematicsError):
+        # a huge torque for a long step throws the state out of the workspace
+        model.rk4_step(q, qd, np.array([500.0, -500.0, 500.0]), 0.2, X)

@@ -399,3 +399,24 @@ def test_real_parallel_model_energy_and_pose():
     assert err < 1e-6 * max(1.0, abs(e0))
     assert np.linalg.norm(p.state.q - q0) > 0.05  # it did fall
     np.testing.assert_allclose(p.pose, model.forward_kinematics_task(p.state.q, guess=p.pose), atol=1e-10)
+
+
+def test_implicit_coulomb_solution_satisfies_its_optimality_conditions():
+    from drivers.sim.plant import _coulomb_implicit
+    rng = np.random.default_rng(5)
+    sliding = sticking = 0
+    for _ in range(200):
+        n = int(rng.integers(1, 7))
+        A = rng.normal(size=(n, n))
+        M = A @ A.T + n * np.eye(n)
+        v_star = rng.normal(size=n) * rng.choice([1e-3, 1.0], size=n)
+        impulse = rng.uniform(0, 2, n) * rng.choice([0.0, 1.0], size=n, p=[0.2, 0.8])
+        v = _coulomb_implicit(M, v_star, impulse)
+        # M (v - v*) + impulse * s = 0 with s = sign(v) where v != 0, |s| <= 1 where v = 0
+        r = -(M @ (v - v_star))
+        moving = v != 0
+        np.testing.assert_allclose(r[moving], (impulse * np.sign(v))[moving], atol=1e-8)
+        assert np.all(np.abs(r[~moving]) <= impulse[~moving] + 1e-8)
+        sliding += int(moving.sum())
+        sticking += int((~moving).sum())
+    assert sliding > 50 and sticking > 50

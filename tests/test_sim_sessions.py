@@ -253,17 +253,16 @@ def test_odrive_physics_independent_of_feedback_mode():
 
 def test_odrive_dropped_or_corrupt_commands_never_reach_the_plant():
     clock = Clock()
+    # OdriveCanDriver.enable does not resend Set_Axis_State, so a lost one fails
+    # the enable: the faults start once the axes are in closed loop
     drv = _build(_odrive_cfg(reply_timeout_s=0.03,
                              faults={"seed": 9, "drop_prob": 0.2, "corrupt_prob": 0.1,
-                                     "side": "send"}), clock)
+                                     "side": "send", "during_enable": False}), clock)
     emu = drv.emulators[0]
     fbus = drv.fault_buses[0]
     try:
-        # OdriveCanDriver.enable does not resend Set_Axis_State, so a lost one fails
-        # the enable: switch the faults on only once the axes are in closed loop
-        fbus.active = False
         drv.enable()
-        fbus.active = True
+        assert fbus.active
         before = emu.commands_applied(1) + emu.commands_applied(2)
         lost_before = fbus.stats.dropped + fbus.stats.corrupted
         fbs = _run(drv, clock, 50)
@@ -275,6 +274,30 @@ def test_odrive_dropped_or_corrupt_commands_never_reach_the_plant():
         assert all(fb.fresh.all() for fb in fbs)  # feedback is broadcast: not affected
     finally:
         drv.close()
+
+
+def test_two_buses_one_host_deterministic_with_a_stall():
+    def run():
+        clock = Clock()
+        cfg = _odrive_cfg(emulator={"watchdog_timeout_s": 0.02},
+                          buses={"left": {"interface": "virtual"}, "right": {"interface": "virtual"}})
+        cfg["joints"] = [dict(cfg["joints"][0], bus="left"), dict(cfg["joints"][1], bus="right")]
+        drv = _build(cfg, clock)
+        try:
+            assert len(drv.hosts) == 1 and len(drv.hosts[0].buses) == 2
+            drv.enable()
+            fbs = _run(drv, clock, 30)
+            clock.t = 0.08                       # stall: both watchdogs fire at 0.05 s
+            drv.sync()
+            fb = drv.cycle(Command(np.zeros(2)))
+            assert not fb.enabled.any()
+            return np.array([f.position_rad for f in fbs]), drv.plant.state.q
+        finally:
+            drv.close()
+
+    (a, qa), (b, qb) = run(), run()
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(qa, qb)
 
 
 def test_odrive_watchdog_error_and_recovery():

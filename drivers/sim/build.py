@@ -57,6 +57,7 @@ Keys
     drop_prob = 0.01                 # also delay_s, duplicate_prob, reorder_prob,
     corrupt_prob = 0.0               #   corrupt_prob, corrupt_mode, silent_ids,
     side = "both"                    #   bus_error_after, side
+    during_enable = true             # false: frames pass unharmed while enable() runs
 
 Joint mappings (gear ratio, sign, offset, efficiency) and MIT limits of the
 emulated devices are taken from the built driver's joints, so device and
@@ -197,19 +198,21 @@ class EmulatedDriver(Driver):
         The real driver (``MitCanDriver`` / ODrive driver).
     plant : SimulatedPlant
     emulators : list of EmulatedDevice
-        One per bus, same order as :attr:`hosts`.
+        One per bus (in the order of the bus names).
     hosts : list of EmulatorHost
+        One host serving every bus.
     fault_buses : list of FaultInjectingBus
         The fault injectors on the driver's side (empty without ``[faults]``).
     """
 
     def __init__(self, inner: Driver, plant: SimulatedPlant, hosts: list, emulators: list,
-                 fault_buses: list):
+                 fault_buses: list, *, faults_during_enable: bool = True):
         self.inner = inner
         self.plant = plant
         self.hosts = hosts
         self.emulators = emulators
         self.fault_buses = fault_buses
+        self.faults_during_enable = faults_during_enable
         self._closed = False
 
     @property
@@ -227,7 +230,15 @@ class EmulatedDriver(Driver):
 
     def enable(self) -> Feedback:
         self._check_hosts()
-        return self.inner.enable()
+        if self.faults_during_enable or not self.fault_buses:
+            return self.inner.enable()
+        for b in self.fault_buses:
+            b.active = False
+        try:
+            return self.inner.enable()
+        finally:
+            for b in self.fault_buses:
+                b.active = True
 
     def disable(self) -> None:
         self.inner.disable()
@@ -271,7 +282,8 @@ def _bus_names(section: Section) -> list[str]:
     return [DEFAULT_BUS]
 
 
-def _fault_kwargs(sec: Section, rng: np.random.Generator | None) -> tuple[dict, np.random.Generator]:
+def _fault_kwargs(sec: Section, rng: np.random.Generator | None
+                  ) -> tuple[dict, np.random.Generator, bool]:
     seed = sec.int("seed", None, minimum=0)
     if seed is not None:
         rng = np.random.default_rng(seed)
@@ -291,8 +303,9 @@ def _fault_kwargs(sec: Section, rng: np.random.Generator | None) -> tuple[dict, 
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise sec.error("silent_ids", f"expected a list of integer ids, got {ids!r}")
     kw["silent_ids"] = ids
+    during_enable = sec.bool("during_enable", True)
     sec.finish()
-    return kw, rng
+    return kw, rng, during_enable
 
 
 def _build_emulated(section: Section, kind: str, *, now, transports, model, rng) -> EmulatedDriver:
@@ -307,7 +320,8 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
     plant = plant_from_section(section.section("plant", {}), model, now=now, rng=rng)
     emu_sec = section.section("emulator", {})
     faults_sec = section.section("faults", None)
-    fault_kw, fault_rng = (_fault_kwargs(faults_sec, rng) if faults_sec is not None else (None, None))
+    fault_kw, fault_rng, during_enable = (_fault_kwargs(faults_sec, rng) if faults_sec is not None
+                                          else (None, None, True))
     names = _bus_names(section)
     channels = {name: f"torqueloop-sim-{uuid.uuid4().hex}" for name in names}
     fault_buses = []
@@ -336,22 +350,28 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
         make = _mit_devices if kind == "mit_can" else _odrive_devices
         devices_by_bus = make(driver, emu_sec, wd, now)
         emu_sec.finish()
-        emulators = []
+        emulators, buses = [], []
         for name in names:
-            tr = given[name]
-            dev = devices_by_bus.get(id(tr))
+            dev = devices_by_bus.get(id(given[name]))
             if dev is None:
                 continue
-            host = EmulatorHost(can.Bus(interface="virtual", channel=channels[name]), [dev], plant,
-                                now, reply_latency_s=latency, poll_s=poll, own_bus=True)
-            hosts.append(host)
+            buses.append(can.Bus(interface="virtual", channel=channels[name]))
             emulators.append(dev)
+        # one host (one thread) for every bus: device events are processed in one time order
+        try:
+            hosts.append(EmulatorHost(buses, [[d] for d in emulators], plant, now,
+                                      reply_latency_s=latency, poll_s=poll, own_bus=True))
+        except BaseException:
+            for b in buses:
+                b.shutdown()
+            raise
     except BaseException:
         for h in hosts:
             h.close()
         driver.close()
         raise
-    return EmulatedDriver(driver, plant, hosts, emulators, fault_buses)
+    return EmulatedDriver(driver, plant, hosts, emulators, fault_buses,
+                          faults_during_enable=during_enable)
 
 
 def _joint_transport(jt):

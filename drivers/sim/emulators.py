@@ -654,15 +654,18 @@ class OdriveEmulator(EmulatedDevice):
 # hosting
 # ---------------------------------------------------------------------------
 class EmulatorHost:
-    """Serve emulated devices on a python-can bus from a background thread.
+    """Serve emulated devices on one or more python-can buses from one background thread.
 
     Parameters
     ----------
-    bus : python-can bus
+    bus : python-can bus, or sequence of buses
         The devices' side of the bus (e.g. ``can.Bus(interface="virtual",
         channel=name)``, another instance on the same channel as the driver).
-    devices : sequence of EmulatedDevice
-        Devices sharing ``plant``.
+        Several buses: one thread serves them all, so the timed events of
+        every device are processed in one global time order (deterministic
+        with a lock-step clock).
+    devices : sequence of EmulatedDevice, or sequence of such sequences
+        Devices sharing ``plant``; with several buses, one sequence per bus.
     plant : SimulatedPlant
     now : callable () -> float
         The control loop's clock [s].
@@ -672,7 +675,7 @@ class EmulatorHost:
         ``recv`` timeout of the serving loop (timed events are checked at least
         this often).
     own_bus : bool
-        Shut ``bus`` down in :meth:`close`.
+        Shut the bus(es) down in :meth:`close`.
     start : bool
         Start the thread immediately (else call :meth:`start`).
 
@@ -683,13 +686,33 @@ class EmulatorHost:
     :class:`~dynamics.errors.CommsError`).
     """
 
-    def __init__(self, bus, devices: Iterable[EmulatedDevice], plant: SimulatedPlant,
+    def __init__(self, bus, devices, plant: SimulatedPlant,
                  now: Callable[[], float], *, reply_latency_s: float = 0.0, poll_s: float = 0.001,
                  own_bus: bool = False, start: bool = True):
-        self._bus = bus
-        self._devices = list(devices)
-        if not self._devices:
-            raise ConfigError("at least one device is required", field="devices")
+        if isinstance(bus, (list, tuple)):
+            buses = list(bus)
+            groups = [list(g) for g in devices]
+            if len(groups) != len(buses) or not buses:
+                raise ConfigError(f"{len(buses)} buses need as many device lists, got {len(groups)}",
+                                  field="devices")
+        else:
+            buses = [bus]
+            groups = [list(devices)]
+        self._buses = buses
+        self._bus = buses[0]
+        self._devices: list[EmulatedDevice] = []
+        self._dev_bus: list = []            # bus of each device (same order)
+        self._bus_devices: dict[int, list] = {}
+        for b, g in zip(buses, groups):
+            if not g:
+                raise ConfigError("at least one device is required per bus", field="devices")
+            self._bus_devices[id(b)] = g
+            for d in g:
+                if not isinstance(d, EmulatedDevice):
+                    raise ConfigError(f"expected an EmulatedDevice, got {type(d).__name__}",
+                                      field="devices")
+                self._devices.append(d)
+                self._dev_bus.append(b)
         if not isinstance(plant, SimulatedPlant):
             raise ConfigError(f"plant must be a SimulatedPlant, got {type(plant).__name__}",
                               field="plant")
@@ -709,7 +732,7 @@ class EmulatorHost:
         self._own_bus = own_bus
         for d in self._devices:
             d.bind(plant)
-        self._outq: list = []          # heap of (wall_release, seq, msg)
+        self._outq: list = []          # heap of (wall_release, seq, bus, msg)
         self._seq = itertools.count()
         self._stop = threading.Event()
         self._idle = threading.Condition()
@@ -731,6 +754,10 @@ class EmulatorHost:
         return tuple(self._devices)
 
     @property
+    def buses(self) -> tuple:
+        return tuple(self._buses)
+
+    @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
@@ -745,64 +772,82 @@ class EmulatorHost:
                                         daemon=True)
         self._thread.start()
 
-    # -- event processing (serving thread, or step() when not threaded) ----------
+    # -- event processing (serving thread, or handle() when not threaded) ----------
     def _advance(self, t: float, emit) -> None:
         """Process every timed device event due up to ``t``, then advance the plant to ``t``."""
         plant = self._plant
+        devices = self._devices
         while True:
-            te, dev = math.inf, None
-            for d in self._devices:
+            te, k = math.inf, -1
+            for i, d in enumerate(devices):
                 tn = d.next_timer_s()
                 if tn < te:
-                    te, dev = tn, d
-            if dev is None or te > t + _TIME_EPS_S:
+                    te, k = tn, i
+            if k < 0 or te > t + _TIME_EPS_S:
                 break
             # an event due within _TIME_EPS_S after t is handled at t (before any frame at t)
             plant.advance_to(min(max(te, plant.t_s), t))
-            frames = dev.on_timer(te)
+            frames = devices[k].on_timer(te)
             if frames:
-                emit(frames)
+                emit(frames, self._dev_bus[k])
         plant.advance_to(t)
 
-    def _process(self, msg: can.Message | None, emit) -> None:
+    def _process(self, msg: can.Message | None, bus, emit) -> None:
         t = self._now()
         self._advance(t, emit)
         if msg is not None:
-            for d in self._devices:
+            for d in self._bus_devices[id(bus)]:
                 if d.accepts(msg):
                     r = d.on_frame(msg, t)
                     if r:
-                        emit(r)
+                        emit(r, bus)
 
-    def handle(self, msg: can.Message | None) -> list[can.Message]:
-        """Process one received frame (or only the timers when ``None``) at ``now()``.
+    def handle(self, msg: can.Message | None, bus=None) -> list[can.Message]:
+        """Process one frame received on ``bus`` (default: the first), or only the timers
+        when ``msg`` is ``None``, at ``now()``.
 
         Returns the frames to send (nothing is sent).  For single-threaded
         tests; the serving thread does the same and sends the frames as they
         are produced.
         """
         out: list[can.Message] = []
-        self._process(msg, out.extend)
+        self._process(msg, self._bus if bus is None else bus, lambda frames, _b: out.extend(frames))
         return out
 
-    def _send_due(self, force: bool = False) -> None:
+    def _send_due(self) -> None:
         now = time.monotonic()
-        while self._outq and (force or self._outq[0][0] <= now):
-            _, _, m = heapq.heappop(self._outq)
-            self._bus.send(m)
+        while self._outq and self._outq[0][0] <= now:
+            _, _, bus, m = heapq.heappop(self._outq)
+            bus.send(m)
             self.frames_out += 1
 
-    def _queue(self, frames: list[can.Message]) -> None:
-        if not frames:
-            return
+    def _queue(self, frames: list[can.Message], bus) -> None:
         if self._latency == 0.0:
             for m in frames:
-                self._bus.send(m)
+                bus.send(m)
                 self.frames_out += 1
             return
         release = time.monotonic() + self._latency
         for m in frames:
-            heapq.heappush(self._outq, (release, next(self._seq), m))
+            heapq.heappush(self._outq, (release, next(self._seq), bus, m))
+
+    def _recv(self, wait: float):
+        """Next frame from any bus as ``(msg, bus)``, or ``(None, None)`` after ``wait`` [s]."""
+        buses = self._buses
+        if len(buses) == 1:
+            return buses[0].recv(wait), buses[0]
+        deadline = time.monotonic() + wait
+        while True:
+            for b in buses:
+                m = b.recv(0.0)
+                if m is not None:
+                    return m, b
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None, None
+            m = buses[0].recv(min(remaining, 0.0002))
+            if m is not None:
+                return m, buses[0]
 
     def _run(self) -> None:
         try:
@@ -810,10 +855,10 @@ class EmulatorHost:
                 wait = self._poll
                 if self._outq:
                     wait = max(0.0, min(wait, self._outq[0][0] - time.monotonic()))
-                msg = self._bus.recv(wait)
+                msg, bus = self._recv(wait)
                 if msg is not None:
                     self.frames_in += 1
-                self._process(msg, self._queue)
+                self._process(msg, bus, self._queue)
                 self._send_due()
                 if msg is None:
                     with self._idle:
@@ -877,7 +922,7 @@ class EmulatorHost:
         self.check()
 
     def close(self) -> None:
-        """Stop the thread and (if owned) shut the bus down; safe to call twice."""
+        """Stop the thread and (if owned) shut the bus(es) down; safe to call twice."""
         if self._closed:
             return
         self._closed = True
@@ -885,7 +930,8 @@ class EmulatorHost:
             self.stop()
         finally:
             if self._own_bus:
-                self._bus.shutdown()
+                for b in self._buses:
+                    b.shutdown()
 
     def __enter__(self):
         return self

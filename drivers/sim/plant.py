@@ -603,20 +603,26 @@ class SimulatedPlant:
 
 
 def _coulomb_implicit(M: np.ndarray, v_star: np.ndarray, impulse: np.ndarray,
-                      *, tol: float = 1e-13, max_iter: int = 100) -> np.ndarray:
+                      *, rtol: float = 1e-10, max_iter: int = 100) -> np.ndarray:
     """Backward-Euler Coulomb friction: argmin 1/2 (v-v*)^T M (v-v*) + sum impulse_i |v_i|.
 
-    Projected Gauss-Seidel (exact coordinate minimisation: a soft threshold per
-    joint).  ``M`` SPD (n, n), ``v_star`` (n,), ``impulse = h * coulomb`` (n,).
+    ``v = 0`` is optimal exactly when ``|M v*| <= impulse`` componentwise (all
+    joints stick; checked first).  Otherwise projected Gauss-Seidel (exact
+    coordinate minimisation: a soft threshold per joint) until no component
+    changes by more than ``rtol * max|v*|``.  ``M`` SPD (n, n), ``v_star`` (n,),
+    ``impulse = h * coulomb`` (n,).
     """
+    p = M @ v_star
+    if np.all(np.abs(p) <= impulse):
+        return np.zeros_like(v_star)
     n = v_star.shape[0]
     if n == 1:
         m = M[0, 0]
-        b = m * v_star[0]
+        b = p[0]
         return np.array([math.copysign(max(abs(b) - impulse[0], 0.0), b) / m])
     v = v_star.copy()
     diag = np.diagonal(M)
-    scale = float(np.max(np.abs(v_star))) + 1e-300
+    tol = rtol * float(np.max(np.abs(v_star)))
     for _ in range(max_iter):
         delta = 0.0
         for i in range(n):
@@ -624,8 +630,10 @@ def _coulomb_implicit(M: np.ndarray, v_star: np.ndarray, impulse: np.ndarray,
             r = M[i] @ (v - v_star) - diag[i] * (v[i] - v_star[i])
             b = diag[i] * v_star[i] - r
             vi = math.copysign(max(abs(b) - impulse[i], 0.0), b) / diag[i]
-            delta = max(delta, abs(vi - v[i]))
+            d = abs(vi - v[i])
+            if d > delta:
+                delta = d
             v[i] = vi
-        if delta <= tol * scale:
+        if delta <= tol:
             break
     return v
