@@ -91,6 +91,9 @@ class ControllerSpec:
     friction_compensation: str
     wn_rad_s: float | None
     zeta: float | None
+    design: str = "wn_zeta"
+    poles: Any = None
+    lqr: Any = None
 
 
 @dataclass
@@ -178,6 +181,26 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     if kind in _TASK_KINDS and not isinstance(model, ParallelModel):
         raise csec.error("kind", f"{kind} needs a parallel robot (the model is {type(model).__name__})")
     has_explicit = csec.has("kp")
+    design = csec.str("design", "explicit" if has_explicit else "wn_zeta",
+                      choices=["explicit", "wn_zeta", "place", "lqr"])
+    if design in ("place", "lqr") and kind not in ("computed_torque", "task_computed_torque"):
+        raise csec.error("design", f"'{design}' designs the error dynamics of computed torque; "
+                                   f"{kind} takes wn_rad_s/zeta or explicit kp/kd")
+    if design == "explicit" and not has_explicit:
+        raise csec.error("kp", "required with design = 'explicit'")
+    if design != "explicit" and has_explicit:
+        raise csec.error("kp", f"explicit gains conflict with design = '{design}'")
+    poles = lqr = None
+    if design == "place":
+        poles = csec.as_array("poles", csec.raw("poles"), None)
+        if poles.ndim not in (1, 2) or poles.shape[-1] != 2 or np.any(poles >= 0):
+            raise csec.error("poles", "expected two negative real poles [p1, p2] (or one pair per axis) [1/s]")
+    if design == "lqr":
+        lsec_ = csec.section("lqr")
+        lqr = {"q_pos": lsec_.float("q_pos", minimum=0.0, strict_min=True),
+               "q_vel": lsec_.float("q_vel", 1.0, minimum=0.0),
+               "r": lsec_.float("r", 1.0, minimum=0.0, strict_min=True)}
+        lsec_.finish()
     ctrl = ControllerSpec(
         kind=kind,
         kp=csec.raw("kp", None), kd=csec.raw("kd", None), ki=csec.raw("ki", None),
@@ -185,8 +208,9 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
         saturate=csec.bool("saturate", True),
         friction_compensation=csec.str("friction_compensation", "none",
                                        choices=["none", "measured", "desired"]),
-        wn_rad_s=None if has_explicit else csec.float("wn_rad_s", minimum=0.0, strict_min=True),
-        zeta=None if has_explicit else csec.float("zeta", 1.0, minimum=0.0, strict_min=True),
+        wn_rad_s=csec.float("wn_rad_s", minimum=0.0, strict_min=True) if design == "wn_zeta" else None,
+        zeta=csec.float("zeta", 1.0, minimum=0.0, strict_min=True) if design == "wn_zeta" else None,
+        design=design, poles=poles, lqr=lqr,
     )
     for key in ("kp", "kd", "ki", "integral_limit"):
         v = getattr(ctrl, key)
@@ -299,6 +323,9 @@ def _make_law(spec: RunSpec, *, pose0=None) -> Controller:
     sat = Saturation(model.limits.torque_max) if c.saturate and np.all(np.isfinite(model.limits.torque_max)) else None
     if c.kp is not None:
         kp, kd, ki = c.kp, c.kd, c.ki
+    elif c.design in ("place", "lqr"):
+        d = design_gains(spec)
+        kp, kd, ki = np.diag(d.kp), np.diag(d.kd), None
     else:
         wn, z = c.wn_rad_s, c.zeta
         kp, kd, ki = wn * wn, 2.0 * z * wn, None
@@ -336,6 +363,55 @@ def _make_law(spec: RunSpec, *, pose0=None) -> Controller:
     if c.kind == "task_pd_gravity":
         return TaskPDGravity(model, kp, kd, saturation=sat, pose0=pose0, friction=fr)
     raise ConfigError(f"unknown controller kind {c.kind!r}", spec.file, "controller.kind")  # pragma: no cover
+
+
+def design_gains(spec: RunSpec):
+    """The computed-torque gain design of a spec (python-control), or None for other laws.
+
+    Returns a :class:`controller.gains.GainDesign` with closed-loop poles and the nominal step
+    response per axis of the error dynamics ``e'' + Kd e' + Kp e = 0``.
+    """
+    from .gains import ct_gains, ct_gains_lqr, ct_gains_place
+
+    c = spec.controller
+    if c.kind not in ("computed_torque", "task_computed_torque"):
+        return None
+    dim = spec.model.task_dof if spec.space == "task" else spec.model.dof
+    if c.design == "place":
+        return ct_gains_place(c.poles, dim)
+    if c.design == "lqr":
+        return ct_gains_lqr(c.lqr["q_pos"], c.lqr["q_vel"], c.lqr["r"], dim)
+    if c.design == "wn_zeta":
+        return ct_gains(c.wn_rad_s, c.zeta, dim)
+    kp = np.diag(np.atleast_2d(c.kp)) if np.ndim(c.kp) == 2 else c.kp * np.ones(dim)
+    kd = np.diag(np.atleast_2d(c.kd)) if np.ndim(c.kd) == 2 else c.kd * np.ones(dim)
+    from .gains import ct_gains_place as _  # noqa: F401  (same module, explicit gains analysed below)
+    from .gains import _ct_axis, GainDesign
+    return GainDesign(np.asarray(kp, float), np.asarray(kd, float), None,
+                      [_ct_axis(float(a), float(b)) for a, b in zip(kp, kd)])
+
+
+def gain_report(spec: RunSpec) -> str:
+    """Closed-loop poles, margins and nominal step response of the configured gains."""
+    from .gains import pd_analysis, pd_analysis_model
+
+    c = spec.controller
+    d = design_gains(spec)
+    if d is not None:
+        return ("gain design (computed torque, error dynamics per axis; nominal = matched model, "
+                "no delay):\n" + d.summary())
+    law = make_controller(spec)
+    kp = np.diag(np.atleast_2d(law.kp)) if np.ndim(getattr(law, "kp", 0)) == 2 else np.asarray(law.kp)
+    kd = np.diag(np.atleast_2d(law.kd)) if np.ndim(getattr(law, "kd", 0)) == 2 else np.asarray(law.kd)
+    if spec.space == "task":
+        X0 = np.asarray(spec.trajectory.sample(0.0).pos, dtype=float)
+        inertia = np.diag(_task_inertia(spec.model, X0))
+        d = pd_analysis(kp, kd, inertia, delay_s=spec.period_s)
+    else:
+        q0 = np.asarray(spec.trajectory.sample(0.0).pos, dtype=float)
+        d = pd_analysis_model(spec.model, q0, kp, kd, delay_s=spec.period_s)
+    return (f"gain analysis ({c.kind}, each axis linearised at the start with its inertia, one-period "
+            "delay):\n" + d.summary())
 
 
 def _joint_start(spec: RunSpec) -> tuple[np.ndarray, np.ndarray | None]:
@@ -521,6 +597,10 @@ def check_run_config(path: str | Path) -> str:
     lines.append(f"driver: {spec.driver_type} ({'HARDWARE' if spec.hardware else 'simulated plant'})")
     if spec.plant is not None:
         lines.append("plant: " + ", ".join(f"{k} = {v}" for k, v in spec.plant.items()))
+    try:
+        lines += ["", gain_report(spec)]
+    except TorqueloopError as err:
+        lines += ["", f"gain analysis not available: {err}"]
     budget = bus_budget_text(spec)
     if budget:
         lines += ["", budget]
