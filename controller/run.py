@@ -595,6 +595,11 @@ def check_run_config(path: str | Path) -> str:
     lines.append(f"controller: {spec.controller.kind} in {spec.space} space, "
                  f"loop {spec.rate_hz:g} Hz ({spec.clock} clock), duration {spec.duration_s:g} s")
     lines.append(f"driver: {spec.driver_type} ({'HARDWARE' if spec.hardware else 'simulated plant'})")
+    if not spec.hardware:
+        # build (and close) the simulated stack: validates the driver, plant and emulator tables
+        build_run(spec).close()
+    else:
+        lines.append("  (hardware driver tables are validated when the run opens the bus)")
     if spec.plant is not None:
         lines.append("plant: " + ", ".join(f"{k} = {v}" for k, v in spec.plant.items()))
     try:
