@@ -14,15 +14,22 @@ Parameter packing (shared with :mod:`dynamics._stewart_lagrange`)
     the platform frame [m], inertia about the COM in the platform frame
     [kg m^2], gravity in the base frame [m/s^2].
 
-``params`` : float array (208,) = ``concat(legs.ravel(), plat)``, used by the
-    one-state kernels (``*_one``) so that a call has few arguments: numba's
-    dispatch cost grows with the argument count and dominates a ~1 us kernel.
+``params`` : float array (210,) = ``concat(legs.ravel(), plat, [char_length,
+    singular_condition])``, used by the one-state kernels (``*_one``) so that a
+    call has few arguments: numba's dispatch cost grows with the argument count
+    and dominates a ~1 us kernel.  ``char_length`` [m] divides the angular
+    columns of the leg Jacobian (dimensionless condition number);
+    ``singular_condition`` is the model's condition-number limit.
 
 Status codes returned by kernels: 0 ok, 1 a linear system was singular
 (actuation/type-2 singularity), 2 a universal joint is singular (leg parallel to
 its first axis), 3 Newton did not converge, 4 Euler-angle map singular
 (cos(beta) = 0), 5 a result is not finite (non-finite input), 6 an argument
-has the wrong length (one-state kernels; callers then take their checked path).
+has the wrong length or is not finite (one-state kernels; callers then take their
+checked path), 7 the cheap Frobenius bound ``|Jh|_F |Jh^-1|_F`` of the leg
+Jacobian's condition number exceeds ``singular_condition`` (one-state kernels of
+maps that check conditioning; callers then take their checked path, which
+computes the exact 2-norm condition number and raises or not).
 The one-state kernels have explicit signatures (contiguous float64 vectors), so
 any other argument type raises TypeError instead of compiling a new version.
 
@@ -55,9 +62,15 @@ PL_I = slice(4, 13)
 PL_G = slice(13, 16)
 PL_COLS = 16
 
-OK, SINGULAR, UJOINT_SINGULAR, NO_CONVERGENCE, EULER_SINGULAR, NOT_FINITE, BAD_INPUT = 0, 1, 2, 3, 4, 5, 6
-#: length of the flat parameter vector ``params = concat(legs.ravel(), plat)`` of the one-state kernels
-N_PARAMS = 6 * LEG_COLS + PL_COLS
+OK, SINGULAR, UJOINT_SINGULAR, NO_CONVERGENCE, EULER_SINGULAR, NOT_FINITE, BAD_INPUT, COND_LIMIT = \
+    0, 1, 2, 3, 4, 5, 6, 7
+#: index in ``params`` of the characteristic length [m] that makes the leg Jacobian dimensionless
+P_CHAR = 6 * LEG_COLS + PL_COLS
+#: index in ``params`` of the condition-number limit (``singular_condition``)
+P_COND = P_CHAR + 1
+#: length of the flat parameter vector
+#: ``params = concat(legs.ravel(), plat, [char_length, singular_condition])`` of the one-state kernels
+N_PARAMS = P_COND + 1
 
 #: relative pivot size below which a 6x6 system is treated as singular
 PIVOT_TOL = 1e-13
@@ -387,6 +400,12 @@ def _finite6(F):
     return True
 
 
+@njit(cache=True)
+def _split(params):
+    """(legs (6, 32), plat (16,)) views of the flat parameter vector."""
+    return params[:6 * LEG_COLS].reshape((6, LEG_COLS)), params[6 * LEG_COLS:6 * LEG_COLS + PL_COLS]
+
+
 _SIG5 = "int64(float64[::1], float64[::1], float64[::1], float64[::1], float64[::1])"
 _SIG6 = "int64(float64[::1], float64[::1], float64[::1], float64[::1], float64[::1], float64[::1])"
 
@@ -396,8 +415,7 @@ def task_id_one(X, Xd, Xdd, params, F):
     """One-state task inverse dynamics without wrench (few-argument entry point). Returns a status."""
     if X.shape[0] != 6 or Xd.shape[0] != 6 or Xdd.shape[0] != 6 or F.shape[0] != 6 or params.shape[0] != N_PARAMS:
         return BAD_INPUT
-    legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
-    plat = params[6 * LEG_COLS:]
+    legs, plat = _split(params)
     st = task_id_kernel(X, Xd, Xdd, X, False, legs, plat, F)
     if st == OK and not _finite6(F):
         return NOT_FINITE
@@ -410,8 +428,7 @@ def task_id_one_w(X, Xd, Xdd, W, params, F):
     if (X.shape[0] != 6 or Xd.shape[0] != 6 or Xdd.shape[0] != 6 or W.shape[0] != 6 or F.shape[0] != 6
             or params.shape[0] != N_PARAMS):
         return BAD_INPUT
-    legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
-    plat = params[6 * LEG_COLS:]
+    legs, plat = _split(params)
     st = task_id_kernel(X, Xd, Xdd, W, True, legs, plat, F)
     if st == OK and not _finite6(F):
         return NOT_FINITE
@@ -623,8 +640,7 @@ def task_fd_one(X, Xd, F, params, Xdd):
     """One-state task forward dynamics without wrench (few-argument entry point). Returns a status."""
     if X.shape[0] != 6 or Xd.shape[0] != 6 or F.shape[0] != 6 or Xdd.shape[0] != 6 or params.shape[0] != N_PARAMS:
         return BAD_INPUT
-    legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
-    plat = params[6 * LEG_COLS:]
+    legs, plat = _split(params)
     st = task_fd_kernel(X, Xd, F, X, False, legs, plat, Xdd)
     if st == OK and not _finite6(Xdd):
         return NOT_FINITE
@@ -725,8 +741,9 @@ def joint_id_one(q, qd, qdd, pose, params, F):
     if (q.shape[0] != 6 or qd.shape[0] != 6 or qdd.shape[0] != 6 or pose.shape[0] != 6 or F.shape[0] != 6
             or params.shape[0] != N_PARAMS):
         return BAD_INPUT
-    legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
-    plat = params[6 * LEG_COLS:]
+    if not (_finite6(q) and _finite6(qd) and _finite6(qdd) and _finite6(pose)):
+        return BAD_INPUT
+    legs, plat = _split(params)
     X = np.empty(6)
     st, _ = fk_kernel(q, pose, legs, 1e-12, 50, X)
     if st != OK:
@@ -748,8 +765,9 @@ def joint_fd_one(q, qd, tau, pose, params, qdd):
     if (q.shape[0] != 6 or qd.shape[0] != 6 or tau.shape[0] != 6 or pose.shape[0] != 6 or qdd.shape[0] != 6
             or params.shape[0] != N_PARAMS):
         return BAD_INPUT
-    legs = params[:6 * LEG_COLS].reshape((6, LEG_COLS))
-    plat = params[6 * LEG_COLS:]
+    if not (_finite6(q) and _finite6(qd) and _finite6(tau) and _finite6(pose)):
+        return BAD_INPUT
+    legs, plat = _split(params)
     X = np.empty(6)
     st, _ = fk_kernel(q, pose, legs, 1e-12, 50, X)
     if st != OK:
@@ -768,3 +786,377 @@ def joint_fd_one(q, qd, tau, pose, params, qdd):
     if st == OK and not _finite6(qdd):
         return NOT_FINITE
     return st
+
+
+# -- one-state kernels of the actuated-coordinate maps (plant and controller hot paths) -------------
+# Each takes contiguous float64 vectors (TypeError otherwise), returns a status and writes its
+# result into the last argument.  Non-finite or wrongly sized inputs give BAD_INPUT; maps that
+# invert the leg Jacobian give COND_LIMIT when the Frobenius bound of its condition number exceeds
+# the model's limit: the Python caller then takes its checked path, which raises the matching error
+# (or, between the exact condition number and the bound, returns the same result).
+
+_SIG4 = "int64(float64[::1], float64[::1], float64[::1], float64[::1])"
+_SIG4M = "int64(float64[::1], float64[::1], float64[::1], float64[:, ::1])"
+_SIG5M = "int64(float64[::1], float64[::1], float64[::1], float64[::1], float64[:, ::1])"
+
+
+@njit(cache=True)
+def inv6(A, Ai):
+    """Ai = A^{-1} (6x6) by Gauss-Jordan elimination with partial pivoting; A is not modified.
+
+    Returns SINGULAR if a pivot is below PIVOT_TOL times the largest |A_ij|, else OK.
+    """
+    M = np.empty((6, 12))
+    scale = 0.0
+    for i in range(6):
+        for j in range(6):
+            M[i, j] = A[i, j]
+            M[i, 6 + j] = 1.0 if i == j else 0.0
+            if abs(A[i, j]) > scale:
+                scale = abs(A[i, j])
+    if not scale > 0.0:
+        return SINGULAR
+    for c in range(6):
+        piv = c
+        best = abs(M[c, c])
+        for r in range(c + 1, 6):
+            if abs(M[r, c]) > best:
+                best = abs(M[r, c])
+                piv = r
+        if not best > PIVOT_TOL * scale:
+            return SINGULAR
+        if piv != c:
+            for j in range(c, 12):
+                t = M[c, j]
+                M[c, j] = M[piv, j]
+                M[piv, j] = t
+        inv = 1.0 / M[c, c]
+        for j in range(c, 12):
+            M[c, j] *= inv
+        for r in range(6):
+            if r != c:
+                f = M[r, c]
+                if f != 0.0:
+                    for j in range(c, 12):
+                        M[r, j] -= f * M[c, j]
+    for i in range(6):
+        for j in range(6):
+            Ai[i, j] = M[i, 6 + j]
+    return OK
+
+
+@njit(cache=True)
+def cond_bound_ok(J, Ji, char_len, limit):
+    """True when ``|Jh|_F |Jh^{-1}|_F <= limit`` for ``Jh = J diag(1, 1, 1, 1/c, 1/c, 1/c)``.
+
+    The product of Frobenius norms bounds the 2-norm condition number from above, so True
+    guarantees ``cond_2(Jh) <= limit``.
+    """
+    a = 0.0
+    b = 0.0
+    for i in range(6):
+        for j in range(3):
+            a += J[i, j] * J[i, j] + J[i, 3 + j] * J[i, 3 + j] / (char_len * char_len)
+            b += Ji[j, i] * Ji[j, i] + Ji[3 + j, i] * Ji[3 + j, i] * (char_len * char_len)
+    bound = math.sqrt(a * b)
+    return bound <= limit
+
+
+@njit(cache=True)
+def _finite_mat(M):
+    for i in range(M.shape[0]):
+        for j in range(M.shape[1]):
+            if not math.isfinite(M[i, j]):
+                return False
+    return True
+
+
+@njit(cache=True)
+def _pose_of(q, pose, legs, X):
+    """Forward kinematics with the defaults of ``forward_kinematics_task`` (tol 1e-12 m, 50 iterations)."""
+    st, _ = fk_kernel(q, pose, legs, 1e-12, 50, X)
+    return st
+
+
+@njit(cache=True)
+def mass_actuated(X, params, M):
+    """M (6x6) = J^{-T} M_twist J^{-1} + diag(armature), symmetrised, at the pose X. Returns a status."""
+    legs, plat = _split(params)
+    Mt = np.empty((6, 6))
+    J = np.empty((6, 6))
+    Ji = np.empty((6, 6))
+    T = np.empty((6, 6))
+    st = mass_twist(X, legs, plat, Mt, J)
+    if st != OK:
+        return st
+    st = inv6(J, Ji)
+    if st != OK:
+        return st
+    if not cond_bound_ok(J, Ji, params[P_CHAR], params[P_COND]):
+        return COND_LIMIT
+    for i in range(6):
+        for j in range(6):
+            s = 0.0
+            for k in range(6):
+                s += Mt[i, k] * Ji[k, j]
+            T[i, j] = s
+    for i in range(6):
+        for j in range(6):
+            s = 0.0
+            for k in range(6):
+                s += Ji[k, i] * T[k, j]
+            M[i, j] = s
+    for i in range(6):
+        for j in range(i + 1, 6):
+            s = 0.5 * (M[i, j] + M[j, i])
+            M[i, j] = s
+            M[j, i] = s
+        M[i, i] += legs[i, LEG_ARM]
+    if not _finite_mat(M):
+        return NOT_FINITE
+    return OK
+
+
+@njit(_SIG4M, cache=True)
+def mass_one(q, pose, params, M):
+    """Joint-space mass matrix M (6x6) [kg] at leg lengths q, FK from the hint ``pose``. Returns a status."""
+    if (q.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS or M.shape[0] != 6
+            or M.shape[1] != 6):
+        return BAD_INPUT
+    if not (_finite6(q) and _finite6(pose)):
+        return BAD_INPUT
+    legs, _ = _split(params)
+    X = np.empty(6)
+    st = _pose_of(q, pose, legs, X)
+    if st != OK:
+        return st
+    return mass_actuated(X, params, M)
+
+
+@njit(_SIG5, cache=True)
+def kinetic_one(q, qd, pose, params, out):
+    """out[0] = 1/2 qd^T M(q) qd [J] (FK from ``pose``; same conditioning checks as :func:`mass_one`)."""
+    if (q.shape[0] != 6 or qd.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS
+            or out.shape[0] < 1):
+        return BAD_INPUT
+    if not (_finite6(q) and _finite6(qd) and _finite6(pose)):
+        return BAD_INPUT
+    legs, _ = _split(params)
+    X = np.empty(6)
+    st = _pose_of(q, pose, legs, X)
+    if st != OK:
+        return st
+    M = np.empty((6, 6))
+    st = mass_actuated(X, params, M)
+    if st != OK:
+        return st
+    s = 0.0
+    for i in range(6):
+        r = 0.0
+        for j in range(6):
+            r += M[i, j] * qd[j]
+        s += qd[i] * r
+    out[0] = 0.5 * s
+    return OK
+
+
+@njit(cache=True)
+def potential(X, legs, plat):
+    """Gravitational potential energy [J] of platform and legs at pose X (as the Lagrange reference)."""
+    R9 = _rot9(X[3], X[4], X[5])
+    r = (X[0], X[1], X[2])
+    g = _vec(plat, 13)
+    V = -plat[PL_M] * _dot(g, _add(r, _matvec(R9, 0, _vec(plat, 1))))
+    for i in range(6):
+        leg = legs[i]
+        b = _vec(leg, 0)
+        l = _sub(_add(r, _matvec(R9, 0, _vec(leg, 3))), b)
+        L = math.sqrt(_dot(l, l))
+        gu = _dot(g, l) / L
+        m1, S1, m2, S2 = leg[LEG_M1], leg[LEG_S1], leg[LEG_M2], leg[LEG_S2]
+        V += -(m1 * S1 + m2 * (L - S2)) * gu - (m1 + m2) * _dot(g, b)
+    return V
+
+
+@njit(_SIG4, cache=True)
+def potential_one(q, pose, params, out):
+    """out[0] = gravitational potential energy [J] at leg lengths q (FK from ``pose``). Returns a status."""
+    if q.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS or out.shape[0] < 1:
+        return BAD_INPUT
+    if not (_finite6(q) and _finite6(pose)):
+        return BAD_INPUT
+    legs, plat = _split(params)
+    X = np.empty(6)
+    st = _pose_of(q, pose, legs, X)
+    if st != OK:
+        return st
+    out[0] = potential(X, legs, plat)
+    if not math.isfinite(out[0]):
+        return NOT_FINITE
+    return OK
+
+
+@njit(_SIG5, cache=True)
+def bias_one(q, qd, pose, params, F):
+    """h(q, qd) = C qd + g [N] (inverse dynamics at zero leg acceleration, FK from ``pose``)."""
+    zero = np.zeros(6)
+    return joint_id_one(q, qd, zero, pose, params, F)
+
+
+@njit(_SIG4, cache=True)
+def gravity_one(q, pose, params, F):
+    """g(q) [N] (inverse dynamics at rest, FK from ``pose``). Returns a status."""
+    zero = np.zeros(6)
+    return joint_id_one(q, zero, zero, pose, params, F)
+
+
+@njit("int64(float64[::1], float64[::1], float64[::1], float64, int64, float64[::1])", cache=True)
+def fk_one(q, guess, params, tol, maxit, X):
+    """Forward kinematics of one state (:func:`fk_kernel`) from the guess. Returns a status."""
+    if q.shape[0] != 6 or guess.shape[0] != 6 or params.shape[0] != N_PARAMS or X.shape[0] != 6:
+        return BAD_INPUT
+    if not (_finite6(q) and _finite6(guess)):
+        return BAD_INPUT
+    legs, _ = _split(params)
+    st, _ = fk_kernel(q, guess, legs, tol, maxit, X)
+    return st
+
+
+@njit(cache=True)
+def _jacobian_inverse(X, params, Ji):
+    """Ji = J^{-1} (twist leg Jacobian) at pose X with the conditioning checks. Returns a status."""
+    legs, _ = _split(params)
+    R = np.empty((3, 3))
+    J = np.empty((6, 6))
+    L = np.empty(6)
+    U = np.empty((6, 3))
+    leg_geometry(X, legs, R, J, L, U)
+    st = inv6(J, Ji)
+    if st != OK:
+        return st
+    if not cond_bound_ok(J, Ji, params[P_CHAR], params[P_COND]):
+        return COND_LIMIT
+    if not _finite_mat(Ji):
+        return NOT_FINITE
+    return OK
+
+
+@njit(_SIG4M, cache=True)
+def task_jacobian_one(q, X, params, Jx):
+    """J_x = J_e^{-1} = diag(I, E^{-1}) J^{-1} (6x6) at the consistent pair (q, X). Returns a status."""
+    if (q.shape[0] != 6 or X.shape[0] != 6 or params.shape[0] != N_PARAMS or Jx.shape[0] != 6
+            or Jx.shape[1] != 6):
+        return BAD_INPUT
+    if not (_finite6(q) and _finite6(X)):
+        return BAD_INPUT
+    cb, sb = math.cos(X[4]), math.sin(X[4])
+    if abs(cb) < 1e-9:
+        return EULER_SINGULAR
+    st = _jacobian_inverse(X, params, Jx)
+    if st != OK:
+        return st
+    cg, sg = math.cos(X[5]), math.sin(X[5])
+    # E^{-1} = [[cg/cb, sg/cb, 0], [-sg, cg, 0], [cg sb/cb, sg sb/cb, 1]]
+    for j in range(6):
+        w0, w1, w2 = Jx[3, j], Jx[4, j], Jx[5, j]
+        a = (cg * w0 + sg * w1) / cb
+        Jx[3, j] = a
+        Jx[4, j] = -sg * w0 + cg * w1
+        Jx[5, j] = w2 + sb * a
+    return OK
+
+
+@njit(_SIG4M, cache=True)
+def jacobian_one(q, pose, params, Jg):
+    """Geometric Jacobian J^{-1} (6x6) at leg lengths q (FK from ``pose``). Returns a status."""
+    if (q.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS or Jg.shape[0] != 6
+            or Jg.shape[1] != 6):
+        return BAD_INPUT
+    if not (_finite6(q) and _finite6(pose)):
+        return BAD_INPUT
+    legs, _ = _split(params)
+    X = np.empty(6)
+    st = _pose_of(q, pose, legs, X)
+    if st != OK:
+        return st
+    return _jacobian_inverse(X, params, Jg)
+
+
+@njit(cache=True)
+def det6(A):
+    """det A (6x6) by Gaussian elimination with partial pivoting (0.0 at an exactly zero pivot)."""
+    M = np.empty((6, 6))
+    for i in range(6):
+        for j in range(6):
+            M[i, j] = A[i, j]
+    d = 1.0
+    for c in range(6):
+        piv = c
+        best = abs(M[c, c])
+        for r in range(c + 1, 6):
+            if abs(M[r, c]) > best:
+                best = abs(M[r, c])
+                piv = r
+        if best == 0.0:
+            return 0.0
+        if piv != c:
+            d = -d
+            for j in range(c, 6):
+                t = M[c, j]
+                M[c, j] = M[piv, j]
+                M[piv, j] = t
+        d *= M[c, c]
+        inv = 1.0 / M[c, c]
+        for r in range(c + 1, 6):
+            f = M[r, c] * inv
+            if f != 0.0:
+                for j in range(c, 6):
+                    M[r, j] -= f * M[c, j]
+    return d
+
+
+@njit(cache=True, error_model="numpy")
+def _cond2(A):
+    """2-norm condition number by singular values (LAPACK); inf when the smallest is zero."""
+    c = np.linalg.cond(A)
+    if not c >= 0.0:   # 0/0
+        return np.inf
+    return c
+
+
+@njit(_SIG4, cache=True)
+def singularity_one(q, X, params, out):
+    """Singularity measures at the consistent pair (q, X): ``out[:3] = (cond_b, det_b, ujoint_min_sin)``.
+
+    ``cond_b`` is the 2-norm condition number of the leg Jacobian with its angular columns divided by
+    the characteristic length, ``det_b = det J`` [m^3] and ``ujoint_min_sin = min_i |u_i x a_i|``.
+    Returns a status.
+    """
+    if q.shape[0] != 6 or X.shape[0] != 6 or params.shape[0] != N_PARAMS or out.shape[0] < 3:
+        return BAD_INPUT
+    if not (_finite6(q) and _finite6(X)):
+        return BAD_INPUT
+    legs, _ = _split(params)
+    R = np.empty((3, 3))
+    J = np.empty((6, 6))
+    L = np.empty(6)
+    U = np.empty((6, 3))
+    leg_geometry(X, legs, R, J, L, U)
+    if not _finite_mat(J):
+        return NOT_FINITE
+    Jh = np.empty((6, 6))
+    c = params[P_CHAR]
+    for i in range(6):
+        for j in range(3):
+            Jh[i, j] = J[i, j]
+            Jh[i, 3 + j] = J[i, 3 + j] / c
+    out[0] = _cond2(Jh)
+    out[1] = det6(J)
+    smin = np.inf
+    for i in range(6):
+        w = _cross((U[i, 0], U[i, 1], U[i, 2]), _vec(legs[i], 6))
+        sn = math.sqrt(_dot(w, w))
+        if sn < smin:
+            smin = sn
+    out[2] = smin
+    return OK

@@ -58,6 +58,7 @@ starts from the home pose.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,15 +195,17 @@ class StewartPlatform(ParallelModel):
             raise ModelError("masses, COM distances and armature must be >= 0 and the platform mass > 0")
         self._legs = _ro(legs)
         self._plat = _ro(plat)
-        # private flat copy for the one-state kernels (writable arrays dispatch faster in numba;
-        # never exposed or modified)
-        self._params = np.concatenate([legs.ravel(), plat])
         self._home = _ro(np.asarray(home_pose, dtype=float))
         if not float(singular_condition) > 1.0:
             raise ModelError(f"singular_condition must be > 1, got {singular_condition!r}")
         self._singular_condition = float(singular_condition)
         # characteristic length making the leg Jacobian dimensionless (mean platform joint radius)
         self._char_len = float(np.mean(np.linalg.norm(p, axis=1))) or 1.0
+        # private flat copies for the one-state kernels (the kernels' signatures take writable
+        # arrays; never exposed or modified): parameters (layout in _stewart_kernels) and the home
+        # pose as the default Newton guess
+        self._params = np.concatenate([legs.ravel(), plat, [self._char_len, self._singular_condition]])
+        self._home_guess = np.array(self._home)
 
     # -- description -----------------------------------------------------------------------------
     @property
@@ -383,6 +386,14 @@ class StewartPlatform(ParallelModel):
 
         Raises SingularityError near a parallel singularity or at cos(beta) = 0.
         """
+        if type(q) is np.ndarray and type(X) is np.ndarray and X.ndim == 1:   # fast path, see _fast_note
+            out = np.empty((6, 6))
+            try:
+                st = K.task_jacobian_one(q, X, self._params, out)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:
+                return out
         self._arr(q, "q")
         Je = self.leg_jacobian(X, "euler")
         X = np.asarray(X, dtype=float)
@@ -393,6 +404,15 @@ class StewartPlatform(ParallelModel):
 
     def jacobian(self, q, pose=None) -> np.ndarray:
         """Geometric Jacobian J^{-1} (6, 6): ``[v; omega] = J^{-1} q'`` (base frame, v of the reference point)."""
+        g = self._home_guess if pose is None else pose
+        if type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray:   # fast path, see _fast_note
+            out = np.empty((6, 6))
+            try:
+                st = K.jacobian_one(q, g, self._params, out)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:
+                return out
         X = self.forward_kinematics_task(q, guess=pose)
         J = self.leg_jacobian(X, "twist")
         self._check_cond(J, "jacobian")
@@ -408,6 +428,16 @@ class StewartPlatform(ParallelModel):
         ConvergenceError
             If Newton does not converge in ``max_iter`` iterations or meets a singular Jacobian.
         """
+        g = self._home_guess if guess is None else guess
+        if (type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray and type(tol) is float
+                and type(max_iter) is int):   # fast path, see _fast_note
+            X = np.empty(6)
+            try:
+                st = K.fk_one(q, g, self._params, tol, max_iter, X)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:
+                return X
         q = self._arr(q, "q")
         g = self._home if guess is None else self._arr(guess, "guess")
         (q2, g2), single = self._batch(q, g)
@@ -559,6 +589,15 @@ class StewartPlatform(ParallelModel):
 
     def mass_matrix(self, q, pose=None) -> np.ndarray:
         """M(q) = J^{-T} M_task J^{-1} + diag(armature), (6, 6) or (N, 6, 6) [kg]."""
+        g = self._home_guess if pose is None else pose
+        if type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray:   # fast path, see _fast_note
+            M = np.empty((6, 6))
+            try:
+                st = K.mass_one(q, g, self._params, M)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:
+                return M
         q, X = self._pose(q, pose)
         (X2,), single = self._batch(X)
         Mt = np.atleast_3d(self.task_mass_matrix(X2)).reshape(-1, 6, 6)
@@ -592,11 +631,29 @@ class StewartPlatform(ParallelModel):
 
     def bias(self, q, qd, pose=None) -> np.ndarray:
         """h(q, qd) = C qd + g [N]."""
+        g = self._home_guess if pose is None else pose
+        if type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray:   # fast path, see _fast_note
+            F = np.empty(6)
+            try:
+                st = K.bias_one(q, qd, g, self._params, F)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:
+                return F
         qd = self._arr(qd, "qd")
         return self.inverse_dynamics(q, qd, np.zeros_like(qd), pose=pose)
 
     def gravity(self, q, pose=None) -> np.ndarray:
         """g(q) [N]: leg forces holding the platform still against gravity."""
+        g = self._home_guess if pose is None else pose
+        if type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray:   # fast path, see _fast_note
+            F = np.empty(6)
+            try:
+                st = K.gravity_one(q, g, self._params, F)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:
+                return F
         q = self._arr(q, "q")
         return self.inverse_dynamics(q, np.zeros_like(q), np.zeros_like(q), pose=pose)
 
@@ -659,12 +716,30 @@ class StewartPlatform(ParallelModel):
 
     def kinetic_energy(self, q, qd, pose=None) -> np.ndarray:
         """1/2 qd^T M(q) qd [J] (platform, legs and drives)."""
+        g = self._home_guess if pose is None else pose
+        if type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray:   # fast path, see _fast_note
+            out = np.empty(1)
+            try:
+                st = K.kinetic_one(q, qd, g, self._params, out)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:
+                return out[0]
         qd = self._arr(qd, "qd")
         M = self.mass_matrix(q, pose=pose)
         return 0.5 * np.einsum("...i,...ij,...j->...", qd, M, qd)
 
     def potential_energy(self, q, pose=None) -> np.ndarray:
         """Gravitational potential energy [J]."""
+        g = self._home_guess if pose is None else pose
+        if type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray:   # fast path, see _fast_note
+            out = np.empty(1)
+            try:
+                st = K.potential_one(q, g, self._params, out)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:
+                return out[0]
         _, X = self._pose(q, pose)
         return self.task_potential_energy(X)
 
@@ -681,6 +756,19 @@ class StewartPlatform(ParallelModel):
         ``ujoint_min_sin`` (smallest |u_i x a_i|).  ``kind`` is "type2" when
         ``cond_b > singular_condition``, else "regular".
         """
+        if type(q) is np.ndarray and type(X) is np.ndarray and X.ndim == 1:   # fast path, see _fast_note
+            out = np.empty(3)
+            try:
+                st = K.singularity_one(q, X, self._params, out)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:
+                cond, det_b, us = float(out[0]), float(out[1]), float(out[2])
+                return SingularityReport(
+                    kind="type2" if not cond <= self._singular_condition else "regular", det_a=1.0,
+                    det_b=det_b, cond_a=1.0, cond_b=cond, margin=0.0 if not np.isfinite(cond) else 1.0 / cond,
+                    extra={"det_euler": det_b * math.cos(X[4]), "char_length_m": self._char_len,
+                           "ujoint_min_sin": us})
         self._arr(q, "q")
         X = self._arr(X, "X")
         if X.ndim != 1:

@@ -420,3 +420,17 @@ def test_implicit_coulomb_solution_satisfies_its_optimality_conditions():
         sliding += int(moving.sum())
         sticking += int((~moving).sum())
     assert sliding > 50 and sticking > 50
+
+
+def test_compiled_coulomb_step_equals_python_reference():
+    from drivers.sim.plant import _coulomb_implicit, _coulomb_implicit_py
+
+    rng = np.random.default_rng(42)
+    for n in (1, 2, 3, 5, 6):
+        for _ in range(40):
+            A = rng.normal(size=(n, n))
+            M = A @ A.T + n * np.eye(n) * rng.uniform(0.01, 1.0)
+            v_star = rng.normal(size=n) * rng.choice([1e-3, 1.0])
+            impulse = np.abs(rng.normal(size=n)) * rng.choice([1e-4, 1e-2, 1.0])
+            np.testing.assert_allclose(_coulomb_implicit(M, v_star, impulse),
+                                       _coulomb_implicit_py(M, v_star, impulse), rtol=0, atol=1e-12)

@@ -604,6 +604,15 @@ class SimulatedPlant:
 
 def _coulomb_implicit(M: np.ndarray, v_star: np.ndarray, impulse: np.ndarray,
                       *, rtol: float = 1e-10, max_iter: int = 100) -> np.ndarray:
+    """Backward-Euler Coulomb friction step (compiled; see :func:`_coulomb_implicit_py`)."""
+    from ._friction_kernel import coulomb_pgs
+
+    return coulomb_pgs(np.ascontiguousarray(M, dtype=np.float64), np.ascontiguousarray(v_star, dtype=np.float64),
+                       np.ascontiguousarray(impulse, dtype=np.float64), float(rtol), int(max_iter))
+
+
+def _coulomb_implicit_py(M: np.ndarray, v_star: np.ndarray, impulse: np.ndarray,
+                         *, rtol: float = 1e-10, max_iter: int = 100) -> np.ndarray:
     """Backward-Euler Coulomb friction: argmin 1/2 (v-v*)^T M (v-v*) + sum impulse_i |v_i|.
 
     ``v = 0`` is optimal exactly when ``|M v*| <= impulse`` componentwise (all
