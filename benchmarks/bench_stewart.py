@@ -4,8 +4,13 @@
 (protocol of ``benchmarks/run.py``).  The reference is ``pinocchio.rnea`` on a 6-DOF
 revolute arm built with Pinocchio's API in the same process, timed interleaved with
 our calls (:func:`benchmarks._timing.time_calls`); the target is ``ratio <= 3`` for
-the one-state task inverse and forward dynamics.  Times are per call from Python,
-including argument checks and the allocation of the result.
+the one-state task inverse and forward dynamics and for every per-cycle call of the
+simulated plant and the controllers in leg coordinates with a pose hint (mass
+matrix, bias, gravity, inverse/forward dynamics, energies, Jacobians, warm-started
+forward kinematics); the singularity report (an SVD, every ``singularity_every``
+cycles) and the Coriolis matrix (complex-step dM/dt) are reported without a target.
+Times are per call from Python, including argument checks and the allocation of
+the result.
 
 Run alone: ``.venv/bin/python -m benchmarks.bench_stewart [--quick]`` or through
 ``.venv/bin/python benchmarks/run.py --only bench_stewart``.
@@ -63,6 +68,8 @@ def run(quick: bool = False) -> list[dict]:
     kin = m.leg_kinematics(X, Xd, Xdd)
     L, Ld, Ldd = kin.lengths, kin.rates, kin.accelerations
     F0 = m.task_inverse_dynamics(X, Xd, Xdd)
+    # the plant's implicit friction step evaluates M at the new leg lengths from the previous pose
+    Lnext = L + 1e-3 * Ld
     Xb = X + 0.01 * rng.normal(size=(100, 6))
     Xdb, Xddb = np.tile(Xd, (100, 1)), np.tile(Xdd, (100, 1))
 
@@ -75,6 +82,17 @@ def run(quick: bool = False) -> list[dict]:
         "stewart.forward_dynamics_task": (m.forward_dynamics_task, (X, Xd, F)),
         "stewart.inverse_dynamics(q, pose=)": (lambda: m.inverse_dynamics(L, Ld, Ldd, pose=X), ()),
         "stewart.forward_dynamics(q, pose=)": (lambda: m.forward_dynamics(L, Ld, F0, pose=X), ()),
+        "stewart.mass_matrix(q, pose=)": (lambda: m.mass_matrix(L, pose=X), ()),
+        "stewart.mass_matrix(q moved, pose=)": (lambda: m.mass_matrix(Lnext, pose=X), ()),
+        "stewart.bias(q, pose=)": (lambda: m.bias(L, Ld, pose=X), ()),
+        "stewart.gravity(q, pose=)": (lambda: m.gravity(L, pose=X), ()),
+        "stewart.kinetic_energy(q, pose=)": (lambda: m.kinetic_energy(L, Ld, pose=X), ()),
+        "stewart.potential_energy(q, pose=)": (lambda: m.potential_energy(L, pose=X), ()),
+        "stewart.task_jacobian(q, X)": (lambda: m.task_jacobian(L, X), ()),
+        "stewart.jacobian(q, pose=)": (lambda: m.jacobian(L, pose=X), ()),
+        "stewart.forward_kinematics_task(q moved, guess=)": (lambda: m.forward_kinematics_task(Lnext, guess=X), ()),
+        "stewart.singularity(q, X)": (lambda: m.singularity(L, X), ()),
+        "stewart.coriolis_matrix(q, pose=)": (lambda: m.coriolis_matrix(L, Ld, pose=X), ()),
     }
     res = time_calls(calls, repeat=repeat, number=number)
     ref_med, ref_p99 = res["ref"]
@@ -85,9 +103,25 @@ def run(quick: bool = False) -> list[dict]:
                                          f"(pinocchio.aba on the arm: {res['aba'][0]:.2f} us)",
         "stewart.inverse_dynamics(q, pose=)": "leg coordinates with a pose hint (Newton check + twist conversion)",
         "stewart.forward_dynamics(q, pose=)": "leg coordinates with a pose hint",
+        "stewart.mass_matrix(q, pose=)": "J^-T M_twist J^-1 + armature, conditioning bound",
+        "stewart.mass_matrix(q moved, pose=)": "plant friction step: Newton from the previous pose",
+        "stewart.bias(q, pose=)": "C qd + g (inverse dynamics at zero leg acceleration)",
+        "stewart.gravity(q, pose=)": "g",
+        "stewart.kinetic_energy(q, pose=)": "1/2 qd^T M qd",
+        "stewart.potential_energy(q, pose=)": "platform and legs",
+        "stewart.task_jacobian(q, X)": "J_e^-1 (controller, every cycle)",
+        "stewart.jacobian(q, pose=)": "geometric J^-1",
+        "stewart.forward_kinematics_task(q moved, guess=)": "Newton, warm-started (1-2 steps)",
+        "stewart.singularity(q, X)": "SVD condition number + det + report (safety, every N cycles)",
+        "stewart.coriolis_matrix(q, pose=)": "complex-step dM/dt + bias - gravity, numba",
     }
     targeted = {"stewart.task_inverse_dynamics", "stewart.task_inverse_dynamics+wrench",
-                "stewart.forward_dynamics_task"}
+                "stewart.forward_dynamics_task", "stewart.inverse_dynamics(q, pose=)",
+                "stewart.forward_dynamics(q, pose=)", "stewart.mass_matrix(q, pose=)",
+                "stewart.mass_matrix(q moved, pose=)", "stewart.bias(q, pose=)", "stewart.gravity(q, pose=)",
+                "stewart.kinetic_energy(q, pose=)", "stewart.potential_energy(q, pose=)",
+                "stewart.task_jacobian(q, X)", "stewart.jacobian(q, pose=)",
+                "stewart.forward_kinematics_task(q moved, guess=)"}
     rows = [{"case": ref_name + " (reference)", "median_us": ref_med, "p99_us": ref_p99, "note": "same process"}]
     for name, note in notes.items():
         med, p99 = res[name]

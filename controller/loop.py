@@ -45,6 +45,7 @@ import numpy as np
 
 from drivers.base import Command, Driver
 from dynamics.errors import CommsError, ConfigError, SafetyError, TorqueloopError
+from trajectories.base import GridCache, Trajectory
 
 from .clock import Clock
 from .estimation import FilteredDifference
@@ -264,7 +265,8 @@ class ControlLoop:
             if est is not None:
                 est.reset()
             # start-up check
-            ref0 = self.trajectory.sample(0.0)
+            traj = _grid_sampler(self.trajectory, P)
+            ref0 = traj.sample(0.0)
             state0 = State(0.0, np.asarray(fb.position_rad, float), np.where(np.isnan(qd0), 0.0, qd0))
             try:
                 err0 = self.controller.tracking_error(ref0, state0)
@@ -290,7 +292,7 @@ class ControlLoop:
                     qd = np.where(np.isnan(qd), v, qd)
                 state = State(t, q, qd)
                 try:
-                    ref = self.trajectory.sample(t)
+                    ref = traj.sample(t)
                 except Exception as exc:  # noqa: BLE001 - a fault, recorded
                     self.safety.fault(t, "trajectory", repr(exc))
                     ref = _NanRef(dim)
@@ -385,6 +387,18 @@ class ControlLoop:
             except OSError as exc:
                 res.messages.append(f"telemetry could not be closed cleanly: {exc}")
         return res
+
+
+def _grid_sampler(trajectory, period_s: float):
+    """``trajectory`` behind a :class:`trajectories.base.GridCache` when that is exact.
+
+    The loop samples at ``t = k * period_s``; a trajectory using the standard
+    :meth:`Trajectory.sample` (vectorised, element-wise identical to scalar
+    sampling) is then evaluated in blocks.  Anything else is used as it is.
+    """
+    if isinstance(trajectory, Trajectory) and type(trajectory).sample is Trajectory.sample:
+        return GridCache(trajectory, period_s)
+    return trajectory
 
 
 def _driver_cause(exc: BaseException) -> str:

@@ -436,10 +436,26 @@ class Run:
     _stack: ExitStack = field(default_factory=ExitStack)
 
     def execute(self) -> RunResult:
+        """Run the loop to its end, then release the driver (bus/port) and the plant.
+
+        The loop has already stopped the motors and flushed the log when it
+        returns; an error while closing the driver afterwards (for example a bus
+        that went down with the fault being reported) must not hide that result,
+        so it is added to ``RunResult.messages`` instead of being raised.
+        """
         try:
-            return self.loop.run()
-        finally:
+            result = self.loop.run()
+        except BaseException as run_err:
+            try:
+                self.close()
+            except TorqueloopError as err:
+                run_err.add_note(f"closing the driver afterwards also failed: {type(err).__name__}: {err}")
+            raise
+        try:
             self.close()
+        except TorqueloopError as err:
+            result.messages.append(f"closing the driver failed: {type(err).__name__}: {err}")
+        return result
 
     def close(self) -> None:
         self._stack.close()
@@ -534,6 +550,14 @@ def _sim_section(spec: RunSpec) -> Section:
         # is late in wall-clock time (a slow machine, a JIT compile) is not late for
         # the plant: wait long enough that only a lost frame times out.
         data["reply_timeout_s"] = LOCKSTEP_REPLY_TIMEOUT_S
+    if spec.clock == "lockstep" and spec.driver_type in ("sim_mit_can", "sim_odrive_can"):
+        # Simulated time is frozen while the driver waits: the emulated devices can
+        # serve each frame in the driver's thread when it is sent (same results, no
+        # thread hand-offs), unless a wall-clock reply latency is modelled.
+        emu = dict(data.get("emulator", {}))
+        if "serve" not in emu and not emu.get("reply_latency_s", 0.0):
+            emu["serve"] = "inline"
+            data["emulator"] = emu
     if "dt_max_s" not in plant:
         plant["dt_max_s"] = spec.period_s
     if "robot" in plant and spec.file:

@@ -40,6 +40,8 @@ Faults latch until :meth:`SafetySupervisor.reset`; each is recorded as a
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -348,6 +350,10 @@ class SafetySupervisor:
         q = np.asarray(state.q, dtype=float)
         qd = np.asarray(state.qd, dtype=float)
         tau = np.asarray(tau, dtype=float)
+        if self.stop_reason is None:
+            done = self._check_clean(q, qd, tau, feedback, ref, error)
+            if done is not None:
+                return done
         new: list[Fault] = []
         if self.stop_reason is not None:
             new.append(Fault(t_s, "signal", None, {}, f"stop requested: {self.stop_reason}"))
@@ -442,6 +448,60 @@ class SafetySupervisor:
             code |= CLIPPED
             cmd = np.clip(cmd, -self.tau_max, self.tau_max)
         return cmd.copy() if cmd is tau else cmd, SafetyState(code, "run", sat)
+
+    def _check_clean(self, q, qd, tau, feedback, ref, error):
+        """Fast path of :meth:`check` for the common cycle: nothing wrong, nothing to do.
+
+        Plain-float tests that are exactly the conditions of the full checks in
+        :meth:`check`.  Returns ``(tau copy, SafetyState OK)`` when every check
+        passes, no soft limit is active, no torque is clipped, no stale-feedback
+        counter needs resetting and no singularity check is due; otherwise
+        ``None`` and :meth:`check` runs its full path (which then finds and
+        records whatever is wrong, or handles the limits).
+        """
+        n = self.n
+        if q.shape != (n,) or qd.shape != (n,) or tau.shape != (n,):
+            return None
+        if self._stale_any or (self._sing and (self._k - 1) % self.config.singularity_every == 0):
+            return None
+        isfinite = math.isfinite
+        ql, qdl, taul = q.tolist(), qd.tolist(), tau.tolist()
+        refs = [np.asarray(ref.pos, dtype=float), np.asarray(ref.vel, dtype=float),
+                np.asarray(ref.acc, dtype=float)]
+        for vals in (ql, qdl, taul, refs[0].ravel().tolist(), refs[1].ravel().tolist(),
+                     refs[2].ravel().tolist()):
+            for v in vals:
+                if not isfinite(v):
+                    return None
+        if feedback is not None:
+            if any(np.asarray(feedback.fault).ravel().tolist()):
+                return None
+            if not (all(np.asarray(feedback.enabled, dtype=bool).ravel().tolist())
+                    and all(np.asarray(feedback.fresh, dtype=bool).ravel().tolist())):
+                return None
+        if error is None and refs[0].shape == q.shape:
+            error = refs[0] - q
+        if error is not None:
+            e = np.asarray(error, dtype=float)
+            em = self.err_max
+            if e.ndim != 1:
+                return None
+            if em.shape == e.shape:
+                lims = em.tolist()
+            elif em.ndim == 0:
+                lims = [float(em)] * e.size
+            else:
+                return None
+            for v, lim in zip(e.tolist(), lims):
+                if not isfinite(v) or abs(v) > lim:
+                    return None
+        for qj, qdj, tj, lo, hi, vm, slo, shi, tm in zip(
+                ql, qdl, taul, self.q_min.tolist(), self.q_max.tolist(), self.v_max.tolist(),
+                self._soft_lo.tolist(), self._soft_hi.tolist(), self.tau_max.tolist()):
+            if (qj < lo or qj > hi or abs(qdj) > vm or (qj < slo and qdj < 0) or (qj > shi and qdj > 0)
+                    or abs(tj) > tm):
+                return None
+        return tau.copy(), SafetyState(OK, "run", np.zeros(n, dtype=bool))
 
     # -- reactions --------------------------------------------------------------------
     def _react(self, t_s, state, new):

@@ -882,3 +882,92 @@ def reduced_entry(P, th, thd, Xh, out):
     for j in range(15):
         out[j] = ws[160 + j]
     return OK
+
+
+@njit(cache=True)
+def _geometry_checked(P, th, X, ws):
+    """Finite-input check, then geometry and the constraint Jacobians of (th, X) into ws."""
+    st = _combine(valid3(th), valid3(X), OK, OK, OK)
+    if st != OK:
+        return st
+    geometry(P, th, X, ws)
+    jacobians(P, ws)
+    return OK
+
+
+@njit(cache=True)
+def jx_entry(P, th, X, Jx):
+    """Task Jacobian J_x = -B^{-1} A (row-major into Jx (9,)) at a consistent (th, X).
+
+    Same singularity test as ``check_singular`` (status ST_TYPE1 + i / ST_TYPE2).
+    """
+    G = P[3]
+    ws = np.empty(WS_SIZE)
+    st = _geometry_checked(P, th, X, ws)
+    if st != OK:
+        return st
+    st = check_singular(P, G, ws[24:27], ws[27:36], G[5])
+    if st != OK:
+        return st
+    if inv3_ws(ws, 27, 36) == 0.0:
+        return ST_TYPE2
+    for r in range(3):
+        for c in range(3):
+            Jx[3 * r + c] = -(ws[36 + 3 * r + c] * ws[24 + c])
+    return OK
+
+
+@njit(cache=True)
+def sing_entry(P, th, X, out):
+    """Singularity measures at (th, X) into out (8,).
+
+    out = [type1 measure m1, type2 measure det(B normalised), cond_a, cond_b,
+    margin (-1: not computed, the caller decides regularity), det_a, det_b,
+    worst leg].  ``margin`` is 1/cond of J_x with its phi row scaled by lc,
+    computed only when the pose is regular (both measures >= tol).
+    """
+    G = P[3]
+    ws = np.empty(WS_SIZE)
+    st = _geometry_checked(P, th, X, ws)
+    if st != OK:
+        return st
+    m1, db = normalised_measures(P, G, ws[24:27], ws[27:36])
+    lc = G[4]
+    tol = G[5]
+    amin = 1e300
+    amax = 0.0
+    worst = 0
+    for i in range(3):
+        v = abs(ws[24 + i] / (2.0 * P[i, 4] * P[i, 5]))
+        if v < amin:
+            amin = v
+            worst = i
+        if v > amax:
+            amax = v
+    Bn = np.empty((3, 3))
+    for i in range(3):
+        s2 = 2.0 * P[i, 5]
+        Bn[i, 0] = ws[27 + 3 * i] / s2
+        Bn[i, 1] = ws[28 + 3 * i] / s2
+        Bn[i, 2] = ws[29 + 3 * i] / s2 / lc
+    sv = np.linalg.svd(Bn)[1]
+    out[0] = m1
+    out[1] = db
+    out[2] = amax / amin if amin > 0 else np.inf
+    out[3] = sv[0] / sv[2] if sv[2] > 0 else np.inf
+    out[4] = -1.0
+    if not (m1 < tol) and not (abs(db) < tol):
+        det = inv3_ws(ws, 27, 36)
+        if det != 0.0:
+            Jx = np.empty((3, 3))
+            for r in range(3):
+                for c in range(3):
+                    Jx[r, c] = -(ws[36 + 3 * r + c] * ws[24 + c])
+            for c in range(3):
+                Jx[2, c] *= lc
+            sj = np.linalg.svd(Jx)[1]
+            out[4] = sj[2] / sj[0] if sj[0] > 0 else 0.0
+    out[5] = ws[24] * ws[25] * ws[26]
+    out[6] = det3(ws[27:36])
+    out[7] = worst
+    return OK

@@ -135,14 +135,20 @@ def rotation(e, R):
 
 
 @njit(cache=True)
-def _rot9(e0, e1, e2):
-    """Row-major 9-tuple of R = Rz(e2) Ry(e1) Rx(e0)."""
-    ca, sa = math.cos(e0), math.sin(e0)
-    cb, sb = math.cos(e1), math.sin(e1)
-    cg, sg = math.cos(e2), math.sin(e2)
+def _rot9g(e0, e1, e2):
+    """Row-major 9-tuple of R = Rz(e2) Ry(e1) Rx(e0), for float or complex angles (complex step)."""
+    ca, sa = np.cos(e0), np.sin(e0)
+    cb, sb = np.cos(e1), np.sin(e1)
+    cg, sg = np.cos(e2), np.sin(e2)
     return (cg * cb, cg * sb * sa - sg * ca, cg * sb * ca + sg * sa,
             sg * cb, sg * sb * sa + cg * ca, sg * sb * ca - cg * sa,
             -sb, cb * sa, cb * ca)
+
+
+@njit(cache=True)
+def _rot9(e0, e1, e2):
+    """Row-major 9-tuple of R = Rz(e2) Ry(e1) Rx(e0) (float angles)."""
+    return _rot9g(e0, e1, e2)
 
 
 @njit(cache=True)
@@ -197,48 +203,106 @@ def twist_to_euler_acc(X, Xd, nud, Xdd):
 
 
 @njit(cache=True)
+def _pivot_row(M, c):
+    """Row r >= c of the largest |M[r, c]| and that magnitude (partial pivoting)."""
+    piv = c
+    best = abs(M[c, c])
+    for r in range(c + 1, M.shape[0]):
+        if abs(M[r, c]) > best:
+            best = abs(M[r, c])
+            piv = r
+    return piv, best
+
+
+@njit(cache=True)
+def _swap_rows(M, a, b, j0):
+    """Swap rows a and b of M from column j0 on."""
+    for j in range(j0, M.shape[1]):
+        t = M[a, j]
+        M[a, j] = M[b, j]
+        M[b, j] = t
+
+
+@njit(cache=True)
 def solve6(A, b, x):
     """Solve A x = b (6x6) by Gaussian elimination with partial pivoting; A, b are not modified.
 
     Returns SINGULAR if a pivot is below PIVOT_TOL times the largest |A_ij|.
     """
-    n = 6
-    M = np.empty((n, n + 1))
+    LU = np.empty((6, 6))
+    perm = np.empty(6, np.int64)
+    st = lu6(A, LU, perm)
+    if st != OK:
+        return st
+    lu_solve6(LU, perm, b, x)
+    return OK
+
+
+@njit(cache=True)
+def lu6(A, LU, perm):
+    """LU factorisation with partial pivoting ``P A = L U`` (6x6) into LU (unit L below the diagonal).
+
+    ``perm[i]`` is the row of A that became row i.  Same pivoting and singularity test as
+    :func:`solve6` (SINGULAR if a pivot is below PIVOT_TOL times the largest |A_ij|).
+    """
     scale = 0.0
-    for i in range(n):
-        for j in range(n):
-            M[i, j] = A[i, j]
+    for i in range(6):
+        perm[i] = i
+        for j in range(6):
+            LU[i, j] = A[i, j]
             if abs(A[i, j]) > scale:
                 scale = abs(A[i, j])
-        M[i, n] = b[i]
     if not scale > 0.0:
         return SINGULAR
-    for c in range(n):
-        piv = c
-        best = abs(M[c, c])
-        for r in range(c + 1, n):
-            if abs(M[r, c]) > best:
-                best = abs(M[r, c])
-                piv = r
+    for c in range(6):
+        piv, best = _pivot_row(LU, c)
         if best <= PIVOT_TOL * scale:
             return SINGULAR
         if piv != c:
-            for j in range(c, n + 1):
-                t = M[c, j]
-                M[c, j] = M[piv, j]
-                M[piv, j] = t
-        inv = 1.0 / M[c, c]
-        for r in range(c + 1, n):
-            f = M[r, c] * inv
+            _swap_rows(LU, c, piv, 0)
+            k = perm[c]
+            perm[c] = perm[piv]
+            perm[piv] = k
+        inv = 1.0 / LU[c, c]
+        for r in range(c + 1, 6):
+            f = LU[r, c] * inv
+            LU[r, c] = f
             if f != 0.0:
-                for j in range(c, n + 1):
-                    M[r, j] -= f * M[c, j]
-    for i in range(n - 1, -1, -1):
-        s = M[i, n]
-        for j in range(i + 1, n):
-            s -= M[i, j] * x[j]
-        x[i] = s / M[i, i]
+                for j in range(c + 1, 6):
+                    LU[r, j] -= f * LU[c, j]
     return OK
+
+
+@njit(cache=True)
+def lu_solve6(LU, perm, b, x):
+    """x = A^{-1} b from :func:`lu6` (x may not alias b)."""
+    for i in range(6):
+        s = b[perm[i]]
+        for j in range(i):
+            s -= LU[i, j] * x[j]
+        x[i] = s
+    for i in range(5, -1, -1):
+        s = x[i]
+        for j in range(i + 1, 6):
+            s -= LU[i, j] * x[j]
+        x[i] = s / LU[i, i]
+
+
+@njit(cache=True)
+def lu_solve6_t(LU, perm, b, x, w):
+    """x = A^{-T} b from :func:`lu6` (``A^T = U^T L^T P``); w is a 6-vector workspace."""
+    for i in range(6):
+        s = b[i]
+        for j in range(i):
+            s -= LU[j, i] * w[j]
+        w[i] = s / LU[i, i]
+    for i in range(5, -1, -1):
+        s = w[i]
+        for j in range(i + 1, 6):
+            s -= LU[j, i] * w[j]
+        w[i] = s
+    for i in range(6):
+        x[perm[i]] = w[i]
 
 
 @njit(cache=True)
@@ -446,16 +510,11 @@ def task_id_batch(X, Xd, Xdd, W, has_w, legs, plat, F):
 
 
 @njit(cache=True)
-def joint_to_twist(X, qd, qdd, legs, plat, nu, nud):
-    """nu = J^{-1} qd and nud = J^{-1} (qdd - J' nu) at pose X. Returns a status.
+def twist_from_joint_geom(R, J, L, U, qd, qdd, legs, nu, nud):
+    """nu = J^{-1} qd and nud = J^{-1} (qdd - J' nu) from the geometry (R, J, L, U) of the pose.
 
-    ``(J' nu)_i = u_i . (omega x (omega x R p_i)) + (|v_Pi|^2 - L'_i^2) / L_i``.
+    ``(J' nu)_i = u_i . (omega x (omega x R p_i)) + (|v_Pi|^2 - L'_i^2) / L_i``.  Returns a status.
     """
-    J = np.empty((6, 6))
-    R = np.empty((3, 3))
-    L = np.empty(6)
-    U = np.empty((6, 3))
-    leg_geometry(X, legs, R, J, L, U)
     st = solve6(J, qd, nu)
     if st != OK:
         return st
@@ -469,6 +528,18 @@ def joint_to_twist(X, qd, qdd, legs, plat, nu, nud):
         Ld = _dot(u, vP)
         b[i] = qdd[i] - (_dot(u, _cross(om, _cross(om, rp))) + (_dot(vP, vP) - Ld * Ld) / L[i])
     return solve6(J, b, nud)
+
+
+@njit(cache=True)
+def joint_to_twist(X, qd, qdd, legs, plat, nu, nud):
+    """nu = J^{-1} qd and nud = J^{-1} (qdd - J' nu) at pose X (:func:`twist_from_joint_geom`)."""
+    wk = np.empty(9 + 36 + 6 + 18)
+    R = wk[:9].reshape((3, 3))
+    J = wk[9:45].reshape((6, 6))
+    L = wk[45:51]
+    U = wk[51:69].reshape((6, 3))
+    leg_geometry(X, legs, R, J, L, U)
+    return twist_from_joint_geom(R, J, L, U, qd, qdd, legs, nu, nud)
 
 
 @njit(cache=True)
@@ -492,8 +563,11 @@ def mass_twist(X, legs, plat, M, J):
     M_Li = m2 u u^T + m_eq (I - u u^T) + A^T I_w A / L^2 with, in the leg frame
     (x_l, y_l, u), ``RL^T A = [-y_l^T; x_l^T; k^T]`` so that
     ``A^T I_w A = sum_ab Ib_ab t_a t_b^T`` with ``t = (-y_l, x_l, k)``.
+
+    Generic in the scalar type: a complex X (with complex M, J) gives the complex-step
+    derivative of M along the imaginary part of X (see :func:`mass_derivative_one`).
     """
-    R = _rot9(X[3], X[4], X[5])
+    R = _rot9g(X[3], X[4], X[5])
     r = (X[0], X[1], X[2])
     m = plat[0]
     c = _matvec(R, 0, _vec(plat, 1))
@@ -523,11 +597,11 @@ def mass_twist(X, legs, plat, M, J):
         m1, S1, m2, S2 = leg[9], leg[10], leg[20], leg[21]
         rp = _matvec(R, 0, _vec(leg, 3))
         l = _sub(_add(r, rp), b)
-        L = math.sqrt(_dot(l, l))
+        L = np.sqrt(_dot(l, l))
         u = _mul(1.0 / L, l)
         ua = _cross(u, a)
-        s = math.sqrt(_dot(ua, ua))
-        if s < UJOINT_TOL:
+        s = np.sqrt(_dot(ua, ua))
+        if s.real < UJOINT_TOL:
             return UJOINT_SINGULAR
         xl = _mul(1.0 / s, ua)
         yl = _cross(u, xl)
@@ -676,18 +750,17 @@ def joint_fd_batch(X, qd, F, W, has_w, legs, plat, qdd):
 
 
 @njit(cache=True)
-def fk_kernel(q, X0, legs, tol, maxit, X):
+def fk_geom(q, X0, legs, tol, maxit, X, R, J, L, U):
     """Forward kinematics by Newton: X with L(X) = q from the guess X0. Returns (status, iterations).
 
     Newton on f(X) = L(X) - q with the Euler-coordinate Jacobian J diag(I, E);
-    steps are limited to 0.25 (m or rad) in max-norm.
+    steps are limited to 0.25 (m or rad) in max-norm.  On success R, the twist
+    Jacobian J, the lengths L and unit vectors U are those of the returned X
+    (:func:`leg_geometry`), so callers need not recompute them.
     """
-    R = np.empty((3, 3))
-    J = np.empty((6, 6))
-    L = np.empty(6)
-    U = np.empty((6, 3))
-    f = np.empty(6)
-    dX = np.empty(6)
+    wk = np.empty(12)
+    f = wk[:6]
+    dX = wk[6:]
     for k in range(6):
         X[k] = X0[k]
     for it in range(maxit + 1):
@@ -719,9 +792,20 @@ def fk_kernel(q, X0, legs, tol, maxit, X):
         sc = 1.0 if big <= 0.25 else 0.25 / big
         for k in range(6):
             X[k] += sc * dX[k]
-        if not np.isfinite(X).all():
+        if not _finite6(X):
             break
     return NO_CONVERGENCE, maxit
+
+
+@njit(cache=True)
+def fk_kernel(q, X0, legs, tol, maxit, X):
+    """Forward kinematics by Newton from the guess X0 (:func:`fk_geom`). Returns (status, iterations)."""
+    wk = np.empty(9 + 36 + 6 + 18)
+    R = wk[:9].reshape((3, 3))
+    J = wk[9:45].reshape((6, 6))
+    L = wk[45:51]
+    U = wk[51:69].reshape((6, 3))
+    return fk_geom(q, X0, legs, tol, maxit, X, R, J, L, U)
 
 
 @njit(cache=True)
@@ -734,54 +818,91 @@ def ik_batch(X, legs, L):
         leg_geometry(X[n], legs, R, J, L[n], U)
 
 
+@njit(cache=True)
+def _joint_args_ok(q, a, b, pose, params, out):
+    """Sizes (6-vectors, N_PARAMS parameters) and finite inputs of a one-state joint-space kernel."""
+    if (q.shape[0] != 6 or a.shape[0] != 6 or b.shape[0] != 6 or pose.shape[0] != 6 or out.shape[0] != 6
+            or params.shape[0] != N_PARAMS):
+        return False
+    return _finite6(q) and _finite6(a) and _finite6(b) and _finite6(pose)
+
+
+@njit(cache=True)
+def _joint_id(q, qd, qdd, pose, params, F):
+    """Body of :func:`joint_id_one` (shared with :func:`bias_one` and :func:`gravity_one`)."""
+    if not _joint_args_ok(q, qd, qdd, pose, params, F):
+        return BAD_INPUT
+    legs, plat = _split(params)
+    # one LU factorisation of the leg Jacobian serves nu = J^-1 qd, nud = J^-1 (qdd - J' nu) and
+    # the force balance J^T F = rhs (see joint_to_twist and id_twist, the batch path)
+    wk = np.empty(18 + 9 + 36 + 6 + 18 + 36 + 18 + 6)
+    X = wk[:6]
+    nu = wk[6:12]
+    nud = wk[12:18]
+    R = wk[18:27].reshape((3, 3))
+    J = wk[27:63].reshape((6, 6))
+    L = wk[63:69]
+    U = wk[69:87].reshape((6, 3))
+    LU = wk[87:123].reshape((6, 6))
+    b = wk[123:129]
+    rhs = wk[129:135]
+    Ldd = wk[135:141]
+    tmp = wk[141:147]
+    perm = np.empty(6, np.int64)
+    st, _ = fk_geom(q, pose, legs, 1e-12, 50, X, R, J, L, U)
+    if st != OK:
+        return st
+    st = lu6(J, LU, perm)
+    if st != OK:
+        return st
+    lu_solve6(LU, perm, qd, nu)
+    v = (nu[0], nu[1], nu[2])
+    om = (nu[3], nu[4], nu[5])
+    for i in range(6):
+        rp = _rv(R, _vec(legs[i], 3))
+        u = (U[i, 0], U[i, 1], U[i, 2])
+        vP = _add(v, _cross(om, rp))
+        Ld = _dot(u, vP)
+        b[i] = qdd[i] - (_dot(u, _cross(om, _cross(om, rp))) + (_dot(vP, vP) - Ld * Ld) / L[i])
+    lu_solve6(LU, perm, b, nud)
+    st = twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd)
+    if st != OK:
+        return st
+    lu_solve6_t(LU, perm, rhs, F, tmp)
+    for i in range(6):
+        F[i] += legs[i, LEG_ARM] * Ldd[i]
+    if not _finite6(F):
+        return NOT_FINITE
+    return OK
+
+
 @njit(_SIG6, cache=True)
 def joint_id_one(q, qd, qdd, pose, params, F):
     """One-state inverse dynamics in leg coordinates: FK by Newton from ``pose`` (1e-12 m), then
     :func:`joint_to_twist` and :func:`id_twist` (no wrench). Returns a status."""
-    if (q.shape[0] != 6 or qd.shape[0] != 6 or qdd.shape[0] != 6 or pose.shape[0] != 6 or F.shape[0] != 6
-            or params.shape[0] != N_PARAMS):
-        return BAD_INPUT
-    if not (_finite6(q) and _finite6(qd) and _finite6(qdd) and _finite6(pose)):
-        return BAD_INPUT
-    legs, plat = _split(params)
-    X = np.empty(6)
-    st, _ = fk_kernel(q, pose, legs, 1e-12, 50, X)
-    if st != OK:
-        return st
-    nu = np.empty(6)
-    nud = np.empty(6)
-    st = joint_to_twist(X, qd, qdd, legs, plat, nu, nud)
-    if st != OK:
-        return st
-    st = id_twist(X, nu, nud, F, False, legs, plat, F)
-    if st == OK and not _finite6(F):
-        return NOT_FINITE
-    return st
+    return _joint_id(q, qd, qdd, pose, params, F)
 
 
 @njit(_SIG6, cache=True)
 def joint_fd_one(q, qd, tau, pose, params, qdd):
     """One-state forward dynamics in leg coordinates (FK from ``pose``, no wrench). Returns a status."""
-    if (q.shape[0] != 6 or qd.shape[0] != 6 or tau.shape[0] != 6 or pose.shape[0] != 6 or qdd.shape[0] != 6
-            or params.shape[0] != N_PARAMS):
-        return BAD_INPUT
-    if not (_finite6(q) and _finite6(qd) and _finite6(tau) and _finite6(pose)):
+    if not _joint_args_ok(q, qd, tau, pose, params, qdd):
         return BAD_INPUT
     legs, plat = _split(params)
-    X = np.empty(6)
-    st, _ = fk_kernel(q, pose, legs, 1e-12, 50, X)
+    wk = np.empty(18 + 9 + 36 + 6 + 18)
+    X = wk[:6]
+    nu = wk[6:12]
+    nud = wk[12:18]
+    R = wk[18:27].reshape((3, 3))
+    J = wk[27:63].reshape((6, 6))
+    L = wk[63:69]
+    U = wk[69:87].reshape((6, 3))
+    st, _ = fk_geom(q, pose, legs, 1e-12, 50, X, R, J, L, U)
     if st != OK:
         return st
-    J = np.empty((6, 6))
-    R = np.empty((3, 3))
-    L = np.empty(6)
-    U = np.empty((6, 3))
-    leg_geometry(X, legs, R, J, L, U)
-    nu = np.empty(6)
     st = solve6(J, qd, nu)
     if st != OK:
         return st
-    nud = np.empty(6)
     st = fd_twist(X, nu, tau, tau, False, legs, plat, nud, qdd)
     if st == OK and not _finite6(qdd):
         return NOT_FINITE
@@ -805,8 +926,9 @@ def inv6(A, Ai):
     """Ai = A^{-1} (6x6) by Gauss-Jordan elimination with partial pivoting; A is not modified.
 
     Returns SINGULAR if a pivot is below PIVOT_TOL times the largest |A_ij|, else OK.
+    Generic in the scalar type (float or complex A and Ai).
     """
-    M = np.empty((6, 12))
+    M = np.empty((6, 12), A.dtype)
     scale = 0.0
     for i in range(6):
         for j in range(6):
@@ -817,19 +939,11 @@ def inv6(A, Ai):
     if not scale > 0.0:
         return SINGULAR
     for c in range(6):
-        piv = c
-        best = abs(M[c, c])
-        for r in range(c + 1, 6):
-            if abs(M[r, c]) > best:
-                best = abs(M[r, c])
-                piv = r
+        piv, best = _pivot_row(M, c)
         if not best > PIVOT_TOL * scale:
             return SINGULAR
         if piv != c:
-            for j in range(c, 12):
-                t = M[c, j]
-                M[c, j] = M[piv, j]
-                M[piv, j] = t
+            _swap_rows(M, c, piv, c)
         inv = 1.0 / M[c, c]
         for j in range(c, 12):
             M[c, j] *= inv
@@ -882,10 +996,11 @@ def _pose_of(q, pose, legs, X):
 def mass_actuated(X, params, M):
     """M (6x6) = J^{-T} M_twist J^{-1} + diag(armature), symmetrised, at the pose X. Returns a status."""
     legs, plat = _split(params)
-    Mt = np.empty((6, 6))
-    J = np.empty((6, 6))
-    Ji = np.empty((6, 6))
-    T = np.empty((6, 6))
+    wk = np.empty(144)
+    Mt = wk[:36].reshape((6, 6))
+    J = wk[36:72].reshape((6, 6))
+    Ji = wk[72:108].reshape((6, 6))
+    T = wk[108:].reshape((6, 6))
     st = mass_twist(X, legs, plat, Mt, J)
     if st != OK:
         return st
@@ -1000,14 +1115,14 @@ def potential_one(q, pose, params, out):
 def bias_one(q, qd, pose, params, F):
     """h(q, qd) = C qd + g [N] (inverse dynamics at zero leg acceleration, FK from ``pose``)."""
     zero = np.zeros(6)
-    return joint_id_one(q, qd, zero, pose, params, F)
+    return _joint_id(q, qd, zero, pose, params, F)
 
 
 @njit(_SIG4, cache=True)
 def gravity_one(q, pose, params, F):
     """g(q) [N] (inverse dynamics at rest, FK from ``pose``). Returns a status."""
     zero = np.zeros(6)
-    return joint_id_one(q, zero, zero, pose, params, F)
+    return _joint_id(q, zero, zero, pose, params, F)
 
 
 @njit("int64(float64[::1], float64[::1], float64[::1], float64, int64, float64[::1])", cache=True)
@@ -1091,20 +1206,12 @@ def det6(A):
             M[i, j] = A[i, j]
     d = 1.0
     for c in range(6):
-        piv = c
-        best = abs(M[c, c])
-        for r in range(c + 1, 6):
-            if abs(M[r, c]) > best:
-                best = abs(M[r, c])
-                piv = r
+        piv, best = _pivot_row(M, c)
         if best == 0.0:
             return 0.0
         if piv != c:
             d = -d
-            for j in range(c, 6):
-                t = M[c, j]
-                M[c, j] = M[piv, j]
-                M[piv, j] = t
+            _swap_rows(M, c, piv, c)
         d *= M[c, c]
         inv = 1.0 / M[c, c]
         for r in range(c + 1, 6):
@@ -1159,4 +1266,236 @@ def singularity_one(q, X, params, out):
         if sn < smin:
             smin = sn
     out[2] = smin
+    return OK
+
+
+#: complex-step size of :func:`mass_derivative` (exact to rounding: no subtraction)
+CSTEP = 1e-30
+
+
+@njit(cache=True)
+def mass_derivative(X, Xdot, params, Md):
+    """dM/dt (6x6) of the joint-space mass matrix along the Euler-rate motion Xdot at X.
+
+    Complex step: ``Im M(X + i h Xdot) / h`` with h = 1e-30 on the generic :func:`mass_twist`
+    and :func:`inv6` (armature is constant), symmetrised.  Returns a status.
+    """
+    legs, plat = _split(params)
+    Xc = np.empty(6, np.complex128)
+    for k in range(6):
+        Xc[k] = X[k] + 1j * (CSTEP * Xdot[k])
+    Mt = np.empty((6, 6), np.complex128)
+    J = np.empty((6, 6), np.complex128)
+    Ji = np.empty((6, 6), np.complex128)
+    T = np.empty((6, 6), np.complex128)
+    st = mass_twist(Xc, legs, plat, Mt, J)
+    if st != OK:
+        return st
+    st = inv6(J, Ji)
+    if st != OK:
+        return st
+    for i in range(6):
+        for j in range(6):
+            s = 0.0j
+            for k in range(6):
+                s += Mt[i, k] * Ji[k, j]
+            T[i, j] = s
+    for i in range(6):
+        for j in range(i, 6):
+            sij = 0.0j
+            sji = 0.0j
+            for k in range(6):
+                sij += Ji[k, i] * T[k, j]
+                sji += Ji[k, j] * T[k, i]
+            v = 0.5 * (sij.imag + sji.imag) / CSTEP
+            Md[i, j] = v
+            Md[j, i] = v
+    return OK
+
+
+@njit(cache=True)
+def _motion_of(q, qd, pose, params, X, Xdot):
+    """FK from ``pose`` into X, then the Euler rates Xdot = J_e^{-1} qd. Returns a status."""
+    legs, _ = _split(params)
+    st = _pose_of(q, pose, legs, X)
+    if st != OK:
+        return st
+    cb, sb = math.cos(X[4]), math.sin(X[4])
+    if abs(cb) < 1e-9:
+        return EULER_SINGULAR
+    R = np.empty((3, 3))
+    J = np.empty((6, 6))
+    L = np.empty(6)
+    U = np.empty((6, 3))
+    nu = np.empty(6)
+    leg_geometry(X, legs, R, J, L, U)
+    st = solve6(J, qd, nu)
+    if st != OK:
+        return st
+    cg, sg = math.cos(X[5]), math.sin(X[5])
+    for k in range(3):
+        Xdot[k] = nu[k]
+    a = (cg * nu[3] + sg * nu[4]) / cb
+    Xdot[3] = a
+    Xdot[4] = -sg * nu[3] + cg * nu[4]
+    Xdot[5] = nu[5] + sb * a
+    return OK
+
+
+@njit(_SIG5M, cache=True)
+def mass_derivative_one(q, qd, pose, params, Md):
+    """dM/dt (6x6) along the motion (q, qd), FK from ``pose``. Returns a status."""
+    if (q.shape[0] != 6 or qd.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS
+            or Md.shape[0] != 6 or Md.shape[1] != 6):
+        return BAD_INPUT
+    if not (_finite6(q) and _finite6(qd) and _finite6(pose)):
+        return BAD_INPUT
+    X = np.empty(6)
+    Xdot = np.empty(6)
+    st = _motion_of(q, qd, pose, params, X, Xdot)
+    if st != OK:
+        return st
+    st = mass_derivative(X, Xdot, params, Md)
+    if st == OK and not _finite_mat(Md):
+        return NOT_FINITE
+    return st
+
+
+@njit(_SIG5M, cache=True)
+def coriolis_one(q, qd, pose, params, C):
+    """Coriolis matrix C (6x6) with ``C qd = h - g`` and ``dM/dt - 2C`` skew, FK from ``pose``.
+
+    ``C = dM/dt / 2 + (w qd^T - qd w^T) / |qd|^2`` with ``w = (h - g) - dM/dt qd / 2`` (see
+    :meth:`dynamics.stewart.StewartPlatform.coriolis_matrix`). Returns a status.
+    """
+    if (q.shape[0] != 6 or qd.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS
+            or C.shape[0] != 6 or C.shape[1] != 6):
+        return BAD_INPUT
+    if not (_finite6(q) and _finite6(qd) and _finite6(pose)):
+        return BAD_INPUT
+    wk = np.empty(30)
+    X = wk[:6]
+    Xdot = wk[6:12]
+    zero = wk[12:18]
+    zero[:] = 0.0
+    hv = wk[18:24]
+    gv = wk[24:30]
+    st = _motion_of(q, qd, pose, params, X, Xdot)
+    if st != OK:
+        return st
+    st = _joint_id(q, qd, zero, X, params, hv)
+    if st != OK:
+        return st
+    st = _joint_id(q, zero, zero, X, params, gv)
+    if st != OK:
+        return st
+    Md = np.empty((6, 6))
+    st = mass_derivative(X, Xdot, params, Md)
+    if st != OK:
+        return st
+    w = np.empty(6)
+    nn = 0.0
+    for i in range(6):
+        s = 0.0
+        for j in range(6):
+            s += Md[i, j] * qd[j]
+        w[i] = (hv[i] - gv[i]) - 0.5 * s
+        nn += qd[i] * qd[i]
+    for i in range(6):
+        for j in range(6):
+            C[i, j] = 0.5 * Md[i, j] + ((w[i] * qd[j] - qd[i] * w[j]) / nn if nn > 0.0 else 0.0)
+    if not _finite_mat(C):
+        return NOT_FINITE
+    return OK
+
+
+# -- small one-state helpers (public functions and leg kinematics of dynamics.stewart) --------------
+@njit("int64(float64[::1], float64[:, ::1])", cache=True)
+def rotation_one(e, R):
+    """R (3x3) = Rz(e2) Ry(e1) Rx(e0) (:func:`rotation`). Returns a status."""
+    if e.shape[0] != 3 or R.shape[0] != 3 or R.shape[1] != 3:
+        return BAD_INPUT
+    rotation(e, R)
+    return OK
+
+
+@njit("int64(float64[::1], float64[:, ::1])", cache=True)
+def euler_rate_one(e, E):
+    """E (3x3) with omega = E e' for e = (alpha, beta, gamma). Returns a status."""
+    if e.shape[0] != 3 or E.shape[0] != 3 or E.shape[1] != 3:
+        return BAD_INPUT
+    cb, sb = math.cos(e[1]), math.sin(e[1])
+    cg, sg = math.cos(e[2]), math.sin(e[2])
+    E[0, 0] = cg * cb
+    E[0, 1] = -sg
+    E[0, 2] = 0.0
+    E[1, 0] = sg * cb
+    E[1, 1] = cg
+    E[1, 2] = 0.0
+    E[2, 0] = -sb
+    E[2, 1] = 0.0
+    E[2, 2] = 1.0
+    return OK
+
+
+@njit("int64(float64[::1], float64[::1], float64[::1], int64, float64[::1], float64[::1])", cache=True)
+def leg_kinematics_one(X, Xd, Xdd, order, params, out):
+    """Leg vectors, lengths, unit vectors, platform joints and (order >= 1) rates, (order 2) accelerations.
+
+    ``out`` (72,) in contiguous blocks: ``l (6x3), u (6x3), R p (6x3), L (6), L' (6), L'' (6)``;
+    ``Xd``/``Xdd`` are read only up to ``order`` (pass any 6-vector otherwise).  Returns a status
+    (BAD_INPUT for wrong sizes or non-finite inputs).
+    """
+    if (X.shape[0] != 6 or Xd.shape[0] != 6 or Xdd.shape[0] != 6 or params.shape[0] != N_PARAMS
+            or out.shape[0] != 72 or order < 0 or order > 2):
+        return BAD_INPUT
+    if not _finite6(X) or (order >= 1 and not _finite6(Xd)) or (order == 2 and not _finite6(Xdd)):
+        return BAD_INPUT
+    legs, _ = _split(params)
+    wk = np.empty(18)
+    nu = wk[:6]
+    nud = wk[6:12]
+    zero = wk[12:]
+    zero[:] = 0.0
+    if order >= 1:
+        euler_to_twist(X, Xd, Xdd if order == 2 else zero, nu, nud)
+    R9 = _rot9(X[3], X[4], X[5])
+    r = (X[0], X[1], X[2])
+    for i in range(6):
+        leg = legs[i]
+        rp = _matvec(R9, 0, _vec(leg, 3))
+        l = _sub(_add(r, rp), _vec(leg, 0))
+        L = math.sqrt(_dot(l, l))
+        u = (l[0] / L, l[1] / L, l[2] / L)
+        for k in range(3):
+            out[3 * i + k] = l[k]
+            out[18 + 3 * i + k] = u[k]
+            out[36 + 3 * i + k] = rp[k]
+        out[54 + i] = L
+        out[60 + i] = 0.0
+        out[66 + i] = 0.0
+        if order >= 1:
+            om = (nu[3], nu[4], nu[5])
+            vP = _add((nu[0], nu[1], nu[2]), _cross(om, rp))
+            Ld = _dot(u, vP)
+            out[60 + i] = Ld
+            if order == 2:
+                aP = _add(_add((nud[0], nud[1], nud[2]), _cross((nud[3], nud[4], nud[5]), rp)),
+                          _cross(om, _cross(om, rp)))
+                out[66 + i] = _dot(u, aP) + (_dot(vP, vP) - Ld * Ld) / L
+    return OK
+
+
+@njit("int64(float64[::1], float64[::1], float64[::1])", cache=True)
+def leg_lengths_one(X, params, L):
+    """Leg lengths L (6,) [m] at pose X. Returns a status (BAD_INPUT for wrong sizes or non-finite X)."""
+    if X.shape[0] != 6 or params.shape[0] != N_PARAMS or L.shape[0] != 6 or not _finite6(X):
+        return BAD_INPUT
+    legs, _ = _split(params)
+    R9 = _rot9(X[3], X[4], X[5])
+    r = (X[0], X[1], X[2])
+    for i in range(6):
+        leg = legs[i]
+        l = _sub(_add(r, _matvec(R9, 0, _vec(leg, 3))), _vec(leg, 0))
+        L[i] = math.sqrt(_dot(l, l))
     return OK

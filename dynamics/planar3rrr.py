@@ -662,6 +662,11 @@ class Planar3RRR(ParallelModel):
 
         Raises SingularityError at (or numerically near) a type-1 or type-2 singularity.
         """
+        if type(q) is _ND and type(X) is _ND and q.ndim == 1 and X.ndim == 1:
+            # fast path (one kernel call); any problem is reported by the checked path below
+            out = np.empty(9)
+            if K.jx_entry(self._P, q, X, out) == 0:
+                return out.reshape(3, 3)
         q, X, u, rho, d, Ad, B = self._AB(q, X, "task_jacobian")
         return -np.linalg.solve(B, np.diag(Ad))
 
@@ -712,6 +717,19 @@ class Planar3RRR(ParallelModel):
         radius (0 when singular).
         """
         q = self._v3(q, "theta"); X = self._v3(X, "X")
+        out = np.empty(8)
+        if K.sing_entry(self._P, q, X, out) == 0 and (out[4] >= 0.0 or out[4] == -1.0):
+            # fast path (one kernel call, same measures)
+            m1, db = float(out[0]), float(out[1])
+            t1 = m1 < self._tol_sing
+            t2 = abs(db) < self._tol_sing
+            kind = "both" if (t1 and t2) else "type1" if t1 else "type2" if t2 else "regular"
+            margin = float(out[4]) if kind == "regular" else 0.0
+            if margin >= 0.0:
+                return SingularityReport(kind=kind, det_a=float(out[5]), det_b=float(out[6]),
+                                         cond_a=float(out[2]), cond_b=float(out[3]), margin=margin,
+                                         extra={"type1_measure": m1, "type2_measure": db,
+                                                "worst_leg": int(out[7])})
         u, n, rho, d = self._geom(q, X)
         Ad, B = self._jac(n, rho, d)
         m1, db = K.normalised_measures(self._L, self._G, Ad, np.ascontiguousarray(B.ravel()))

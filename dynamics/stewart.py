@@ -54,6 +54,24 @@ Simulation integrates the task state ``(X, X')`` with
 coordinates need the pose: they accept ``pose=`` (a pose hint, e.g. the previous
 state of a tracker; Newton then takes zero or one step), else forward kinematics
 starts from the home pose.
+
+Fast paths
+----------
+The per-cycle calls of a plant or controller on one state -- ``mass_matrix``,
+``bias``, ``gravity``, ``inverse_dynamics``, ``forward_dynamics``,
+``coriolis_matrix``, ``mass_matrix_derivative``, ``kinetic_energy``,
+``potential_energy``, ``jacobian`` (leg lengths with a pose hint, or the home
+pose), ``task_jacobian``, ``singularity``, ``forward_kinematics_task``,
+``leg_kinematics``, ``leg_lengths``, :func:`rotation_matrix`,
+:func:`euler_rate_matrix` and the task-space dynamics -- first call a one-state
+numba kernel (``*_one`` in :mod:`dynamics._stewart_kernels`) when every array
+argument is a 1-D ``numpy.ndarray``.  The kernels take only contiguous float64
+vectors (TypeError otherwise), reject wrong lengths and non-finite inputs, and
+accept a leg Jacobian only when the Frobenius bound ``|Jh|_F |Jh^-1|_F`` of its
+condition number is within ``singular_condition``.  Any other outcome falls
+through to the checked path below each fast path, which validates the input,
+computes the exact condition number and raises the matching error, so the
+results and errors are the same either way (to rounding).
 """
 
 from __future__ import annotations
@@ -75,11 +93,25 @@ __all__ = ["StewartPlatform", "LegKinematics", "load_stewart", "rotation_matrix"
 
 def rotation_matrix(angles) -> np.ndarray:
     """R = Rz(gamma) Ry(beta) Rx(alpha) for ``angles = (alpha, beta, gamma)`` [rad], shape (3, 3)."""
+    if type(angles) is np.ndarray:   # fast path (compiled; float64 vectors only, else TypeError)
+        R = np.empty((3, 3))
+        try:
+            if K.rotation_one(angles, R) == K.OK:
+                return R
+        except TypeError:
+            pass
     return LG.rot(np.asarray(angles, dtype=float))
 
 
 def euler_rate_matrix(angles) -> np.ndarray:
     """E (3, 3) with ``omega_world = E [alpha', beta', gamma']``."""
+    if type(angles) is np.ndarray:   # fast path, as rotation_matrix
+        E = np.empty((3, 3))
+        try:
+            if K.euler_rate_one(angles, E) == K.OK:
+                return E
+        except TypeError:
+            pass
     return LG.euler_E(np.asarray(angles, dtype=float))
 
 
@@ -292,6 +324,14 @@ class StewartPlatform(ParallelModel):
     # -- kinematics ------------------------------------------------------------------------------
     def leg_lengths(self, X) -> np.ndarray:
         """Leg lengths L (6,) or (N, 6) [m] for poses X, without limit checks."""
+        if type(X) is np.ndarray and X.ndim == 1:  # fast path (module doc)
+            L = np.empty(6)
+            try:
+                st = K.leg_lengths_one(X, self._params, L)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:
+                return L
         X = self._arr(X, "X")
         (X2,), single = self._batch(X)
         L = np.empty_like(X2)
@@ -329,6 +369,18 @@ class StewartPlatform(ParallelModel):
         ``v_Pi = v + omega x R p_i``, ``a_Pi = a + omega' x R p_i + omega x (omega x R p_i)``
         and ``omega = E e'``, ``omega' = E e'' + E' e'``.
         """
+        if type(X) is np.ndarray and X.ndim == 1:  # fast path (module doc)
+            order = 0 if Xd is None else (1 if Xdd is None else 2)
+            out = np.empty(72)
+            try:
+                st = K.leg_kinematics_one(X, X if order < 1 else Xd, X if order < 2 else Xdd, order,
+                                          self._params, out)
+            except TypeError:
+                st = K.BAD_INPUT
+            if st == K.OK:   # contiguous views of one block
+                return LegKinematics(out[0:18].reshape(6, 3), out[54:60], out[18:36].reshape(6, 3),
+                                     out[36:54].reshape(6, 3), out[60:66] if order >= 1 else None,
+                                     out[66:72] if order == 2 else None)
         X = self._arr(X, "X")
         if X.ndim != 1:
             raise ModelError(f"{self.name}: leg_kinematics takes one state, got shape {X.shape}")
@@ -386,7 +438,7 @@ class StewartPlatform(ParallelModel):
 
         Raises SingularityError near a parallel singularity or at cos(beta) = 0.
         """
-        if type(q) is np.ndarray and type(X) is np.ndarray and X.ndim == 1:   # fast path, see _fast_note
+        if type(q) is np.ndarray and type(X) is np.ndarray and X.ndim == 1:  # fast path (module doc)
             out = np.empty((6, 6))
             try:
                 st = K.task_jacobian_one(q, X, self._params, out)
@@ -405,13 +457,9 @@ class StewartPlatform(ParallelModel):
     def jacobian(self, q, pose=None) -> np.ndarray:
         """Geometric Jacobian J^{-1} (6, 6): ``[v; omega] = J^{-1} q'`` (base frame, v of the reference point)."""
         g = self._home_guess if pose is None else pose
-        if type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray:   # fast path, see _fast_note
-            out = np.empty((6, 6))
-            try:
-                st = K.jacobian_one(q, g, self._params, out)
-            except TypeError:
-                st = K.BAD_INPUT
-            if st == K.OK:
+        if type(q) is np.ndarray and type(g) is np.ndarray and q.ndim == g.ndim == 1:  # fast path (module doc)
+            out = self._fast(K.jacobian_one, (6, 6), q, g)
+            if out is not None:
                 return out
         X = self.forward_kinematics_task(q, guess=pose)
         J = self.leg_jacobian(X, "twist")
@@ -429,8 +477,8 @@ class StewartPlatform(ParallelModel):
             If Newton does not converge in ``max_iter`` iterations or meets a singular Jacobian.
         """
         g = self._home_guess if guess is None else guess
-        if (type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray and type(tol) is float
-                and type(max_iter) is int):   # fast path, see _fast_note
+        if (type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray and g.ndim == 1 and type(tol) is float
+                and type(max_iter) is int):  # fast path (module doc)
             X = np.empty(6)
             try:
                 st = K.fk_one(q, g, self._params, tol, max_iter, X)
@@ -582,6 +630,20 @@ class StewartPlatform(ParallelModel):
         return V[0] if single else V
 
     # -- actuated-coordinate (Model) interface ----------------------------------------------------
+    def _fast(self, kernel, shape, *args):
+        """Run a single-state compiled kernel ``kernel(*args, params, out)``; None when it declines.
+
+        The kernel declines (status other than OK, or argument types it was not compiled
+        for) whenever the general path has something to say: a batch, a bad shape, a
+        singular pose; that path then raises the precise error.
+        """
+        out = np.empty(shape)
+        try:
+            st = kernel(*args, self._params, out)
+        except TypeError:
+            return None
+        return out if st == K.OK else None
+
     def _pose(self, q, pose):
         q = self._arr(q, "q")
         X = self.forward_kinematics_task(q, guess=pose)
@@ -590,13 +652,9 @@ class StewartPlatform(ParallelModel):
     def mass_matrix(self, q, pose=None) -> np.ndarray:
         """M(q) = J^{-T} M_task J^{-1} + diag(armature), (6, 6) or (N, 6, 6) [kg]."""
         g = self._home_guess if pose is None else pose
-        if type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray:   # fast path, see _fast_note
-            M = np.empty((6, 6))
-            try:
-                st = K.mass_one(q, g, self._params, M)
-            except TypeError:
-                st = K.BAD_INPUT
-            if st == K.OK:
+        if type(q) is np.ndarray and type(g) is np.ndarray and q.ndim == g.ndim == 1:  # fast path (module doc)
+            M = self._fast(K.mass_one, (6, 6), q, g)
+            if M is not None:
                 return M
         q, X = self._pose(q, pose)
         (X2,), single = self._batch(X)
@@ -632,13 +690,9 @@ class StewartPlatform(ParallelModel):
     def bias(self, q, qd, pose=None) -> np.ndarray:
         """h(q, qd) = C qd + g [N]."""
         g = self._home_guess if pose is None else pose
-        if type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray:   # fast path, see _fast_note
-            F = np.empty(6)
-            try:
-                st = K.bias_one(q, qd, g, self._params, F)
-            except TypeError:
-                st = K.BAD_INPUT
-            if st == K.OK:
+        if type(q) is np.ndarray and type(g) is np.ndarray and q.ndim == g.ndim == 1:  # fast path (module doc)
+            F = self._fast(K.bias_one, 6, q, qd, g)
+            if F is not None:
                 return F
         qd = self._arr(qd, "qd")
         return self.inverse_dynamics(q, qd, np.zeros_like(qd), pose=pose)
@@ -646,13 +700,9 @@ class StewartPlatform(ParallelModel):
     def gravity(self, q, pose=None) -> np.ndarray:
         """g(q) [N]: leg forces holding the platform still against gravity."""
         g = self._home_guess if pose is None else pose
-        if type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray:   # fast path, see _fast_note
-            F = np.empty(6)
-            try:
-                st = K.gravity_one(q, g, self._params, F)
-            except TypeError:
-                st = K.BAD_INPUT
-            if st == K.OK:
+        if type(q) is np.ndarray and type(g) is np.ndarray and q.ndim == g.ndim == 1:  # fast path (module doc)
+            F = self._fast(K.gravity_one, 6, q, g)
+            if F is not None:
                 return F
         q = self._arr(q, "q")
         return self.inverse_dynamics(q, np.zeros_like(q), np.zeros_like(q), pose=pose)
@@ -684,6 +734,11 @@ class StewartPlatform(ParallelModel):
         ``w = (h - g) - dM/dt qd / 2`` (``qd . w = 0`` by the power identity of Lagrangian
         systems).  ``dM/dt`` is the exact (complex-step) derivative of M along the motion.
         """
+        g = self._home_guess if pose is None else pose
+        if type(q) is np.ndarray and type(g) is np.ndarray and q.ndim == g.ndim == 1:  # fast path (module doc)
+            out = self._fast(K.coriolis_one, (6, 6), q, qd, g)
+            if out is not None:
+                return out
         q, X = self._pose(q, pose)
         qd = self._arr(qd, "qd")
         (q2, X2, qd2), single = self._batch(q, X, qd)
@@ -703,6 +758,11 @@ class StewartPlatform(ParallelModel):
 
     def mass_matrix_derivative(self, q, qd, pose=None) -> np.ndarray:
         """dM/dt (6, 6) along the motion (q, qd), by complex step (exact to rounding)."""
+        g = self._home_guess if pose is None else pose
+        if type(q) is np.ndarray and type(g) is np.ndarray and q.ndim == g.ndim == 1:  # fast path (module doc)
+            out = self._fast(K.mass_derivative_one, (6, 6), q, qd, g)
+            if out is not None:
+                return out
         q, X = self._pose(q, pose)
         qd = self._arr(qd, "qd")
         (X2, qd2), single = self._batch(X, qd)
@@ -717,13 +777,9 @@ class StewartPlatform(ParallelModel):
     def kinetic_energy(self, q, qd, pose=None) -> np.ndarray:
         """1/2 qd^T M(q) qd [J] (platform, legs and drives)."""
         g = self._home_guess if pose is None else pose
-        if type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray:   # fast path, see _fast_note
-            out = np.empty(1)
-            try:
-                st = K.kinetic_one(q, qd, g, self._params, out)
-            except TypeError:
-                st = K.BAD_INPUT
-            if st == K.OK:
+        if type(q) is np.ndarray and type(g) is np.ndarray and q.ndim == g.ndim == 1:  # fast path (module doc)
+            out = self._fast(K.kinetic_one, 1, q, qd, g)
+            if out is not None:
                 return out[0]
         qd = self._arr(qd, "qd")
         M = self.mass_matrix(q, pose=pose)
@@ -732,13 +788,9 @@ class StewartPlatform(ParallelModel):
     def potential_energy(self, q, pose=None) -> np.ndarray:
         """Gravitational potential energy [J]."""
         g = self._home_guess if pose is None else pose
-        if type(q) is np.ndarray and q.ndim == 1 and type(g) is np.ndarray:   # fast path, see _fast_note
-            out = np.empty(1)
-            try:
-                st = K.potential_one(q, g, self._params, out)
-            except TypeError:
-                st = K.BAD_INPUT
-            if st == K.OK:
+        if type(q) is np.ndarray and type(g) is np.ndarray and q.ndim == g.ndim == 1:  # fast path (module doc)
+            out = self._fast(K.potential_one, 1, q, g)
+            if out is not None:
                 return out[0]
         _, X = self._pose(q, pose)
         return self.task_potential_energy(X)
@@ -756,7 +808,7 @@ class StewartPlatform(ParallelModel):
         ``ujoint_min_sin`` (smallest |u_i x a_i|).  ``kind`` is "type2" when
         ``cond_b > singular_condition``, else "regular".
         """
-        if type(q) is np.ndarray and type(X) is np.ndarray and X.ndim == 1:   # fast path, see _fast_note
+        if type(q) is np.ndarray and type(X) is np.ndarray and X.ndim == 1:  # fast path (module doc)
             out = np.empty(3)
             try:
                 st = K.singularity_one(q, X, self._params, out)

@@ -9,7 +9,7 @@ finite differences of positions (the one documented exception: the jerk of
 mapped joint trajectories).
 """
 
-from .base import Hold, Sample, Sequence, Stack, TimeScaled, Trajectory
+from .base import GridCache, Hold, Sample, Sequence, Stack, TimeScaled, Trajectory
 from .config import TRAJECTORY_TYPES, load_trajectory
 from .feasibility import FeasibilityReport, Violation, check_feasibility, time_scale_to_limits
 from .mapping import JointSpaceTrajectory, SerialIKTrajectory, Tabulated, TaskSelection
@@ -21,7 +21,7 @@ from .profiles import (ConstantSpeedLaw, PiecewiseLaw, PointToPoint, ShapeLaw, T
 from .splines import ViaPointSpline
 
 __all__ = [
-    "Trajectory", "Sample", "Hold", "Sequence", "Stack", "TimeScaled",
+    "Trajectory", "Sample", "Hold", "Sequence", "Stack", "TimeScaled", "GridCache",
     "TimingLaw", "ShapeLaw", "PiecewiseLaw", "ConstantSpeedLaw", "PointToPoint", "point_to_point",
     "shape_law", "trapezoidal_law", "double_s_law", "constant_speed_law", "ViaPointSpline",
     "Curve", "LineCurve", "ArcCurve", "CompositeCurve", "StackedCurve", "SineCurve", "SlerpCurve",

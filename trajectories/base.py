@@ -25,7 +25,7 @@ import numpy as np
 
 from dynamics.errors import TrajectoryError
 
-__all__ = ["Sample", "Trajectory", "Hold", "Sequence", "Stack", "TimeScaled", "as_time",
+__all__ = ["Sample", "Trajectory", "Hold", "Sequence", "Stack", "TimeScaled", "GridCache", "as_time",
            "check_duration"]
 
 
@@ -297,3 +297,80 @@ class TimeScaled(Trajectory):
         k = self.factor
         p, v, a, j = self.base._eval(np.clip(t / k, 0.0, self.base.duration_s))
         return p, v / k, a / k**2, j / k**3
+
+
+class GridCache(Trajectory):
+    """A trajectory sampled on the time grid ``k * period_s``, evaluated in blocks and cached.
+
+    A control loop samples its reference at exactly ``t = k * period_s``
+    (``k`` an integer); evaluating those times one by one costs the full
+    Python overhead of the trajectory tree per cycle.  This wrapper evaluates
+    ``block`` consecutive grid times at once with the wrapped trajectory's own
+    vectorised :meth:`Trajectory.sample` (per time the same computation as a
+    scalar call; the package's trajectories give bit-identical results, see
+    ``tests/test_perf_fastpaths.py``) and serves scalar grid times from that
+    block.  Any other time
+    (off the grid, arrays, a block that fails to evaluate) is passed to the
+    wrapped trajectory unchanged, so results and errors are exactly those of
+    ``base.sample``.
+
+    Parameters
+    ----------
+    base : Trajectory
+        The trajectory to sample (not modified).
+    period_s : float
+        Grid step [s] (the loop period).
+    block : int
+        Grid times evaluated per block (memory ``4 * block * dim`` floats).
+    """
+
+    def __init__(self, base: Trajectory, period_s: float, block: int = 256):
+        if not isinstance(base, Trajectory):
+            raise TrajectoryError(f"base must be a Trajectory, got {type(base).__name__}")
+        self.base = base
+        self.period_s = check_duration(period_s, "period_s")
+        if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
+            raise TrajectoryError(f"block must be an integer >= 1, got {block!r}")
+        self._block = int(block)
+        self._k0 = -1           # first grid index of the cached block (-1: none)
+        self._rows: tuple = ()
+        self.names = base.names
+
+    @property
+    def duration_s(self) -> float:
+        return self.base.duration_s
+
+    @property
+    def dim(self) -> int:
+        return self.base.dim
+
+    def _eval(self, t):
+        return self.base._eval(t)
+
+    def sample(self, t) -> Sample:
+        """Like ``base.sample(t)``; scalar times on the grid come from the cached block."""
+        if (type(t) is float or type(t) is int) and 0.0 <= t < 1e15:
+            P = self.period_s
+            k = round(t / P)
+            if k >= 0 and k * P == t:
+                j = k - self._k0
+                if self._k0 < 0 or not 0 <= j < self._block:
+                    if not self._fill(k):
+                        return self.base.sample(t)
+                    j = 0
+                p, v, a, jk = self._rows
+                return Sample(p[j].copy(), v[j].copy(), a[j].copy(), jk[j].copy())
+        return self.base.sample(t)
+
+    def _fill(self, k: int) -> bool:
+        ts = np.arange(k, k + self._block) * self.period_s
+        try:
+            s = self.base.sample(ts)
+        except Exception:  # noqa: BLE001 - not swallowed: the caller re-runs the scalar call
+            # some time of the block failed: let the scalar call raise (or not) exactly
+            # as base.sample(t) would
+            self._k0 = -1
+            return False
+        self._rows = (s.pos, s.vel, s.acc, s.jerk)
+        self._k0 = k
+        return True

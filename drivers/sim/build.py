@@ -43,6 +43,9 @@ Keys
     reply_latency_s = 0.0            # wall-clock delay of every reply / broadcast
     watchdog_timeout_s = 0.1         # MIT: CAN timeout; ODrive: axis watchdog (default: off)
     poll_s = 0.001                   # emulator thread poll period
+    serve = "thread"                 # or "inline": served in the driver's thread on send/recv, no
+                                     # emulator thread (lock-step clock and reply_latency_s = 0 only;
+                                     # the default of lock-step runs built by controller.run)
     variant = "classic6"             # MIT reply layout ("classic6" or "cubemars8")
     reply_id = 0                     # MIT reply arbitration id
     temperature_c = 35.0             # MIT reported temperature (cubemars8)
@@ -312,7 +315,7 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
     import can
 
     from ..transport import CanTransport
-    from .emulators import EmulatorHost
+    from .emulators import EmulatorHost, InlineServedBus, LocalBus
     from .faults import FaultInjectingBus
 
     if transports:
@@ -322,12 +325,21 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
     faults_sec = section.section("faults", None)
     fault_kw, fault_rng, during_enable = (_fault_kwargs(faults_sec, rng) if faults_sec is not None
                                           else (None, None, True))
+    serve = emu_sec.str("serve", "thread", choices=["thread", "inline"])
     names = _bus_names(section)
     channels = {name: f"torqueloop-sim-{uuid.uuid4().hex}" for name in names}
     fault_buses = []
+    inline_buses = []
     given = {}
+    device_ends = {}
     for name in names:
-        bus = can.Bus(interface="virtual", channel=channels[name])
+        if serve == "inline":
+            # an in-process point-to-point channel (no emulator thread to reach)
+            bus, device_ends[name] = LocalBus.pair(channels[name])
+            bus = InlineServedBus(bus)
+            inline_buses.append(bus)
+        else:
+            bus = can.Bus(interface="virtual", channel=channels[name])
         if fault_kw is not None:
             bus = FaultInjectingBus(bus, rng=fault_rng, now=now, **fault_kw)
             fault_buses.append(bus)
@@ -355,12 +367,19 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
             dev = devices_by_bus.get(id(given[name]))
             if dev is None:
                 continue
-            buses.append(can.Bus(interface="virtual", channel=channels[name]))
+            buses.append(device_ends.pop(name) if serve == "inline"
+                         else can.Bus(interface="virtual", channel=channels[name]))
             emulators.append(dev)
         # one host (one thread) for every bus: device events are processed in one time order
         try:
-            hosts.append(EmulatorHost(buses, [[d] for d in emulators], plant, now,
-                                      reply_latency_s=latency, poll_s=poll, own_bus=True))
+            try:
+                host = EmulatorHost(buses, [[d] for d in emulators], plant, now,
+                                    reply_latency_s=latency, poll_s=poll, own_bus=True, serve=serve)
+            except ConfigError as err:
+                raise emu_sec.error("serve" if serve == "inline" else None, str(err)) from err
+            hosts.append(host)
+            for b in inline_buses:
+                b.host = host
         except BaseException:
             for b in buses:
                 b.shutdown()

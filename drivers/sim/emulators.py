@@ -32,6 +32,7 @@ the same convention as the drivers: ``q = sign*p/G + offset``,
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import math
@@ -50,7 +51,7 @@ from ..codecs import odrive as odc
 from .plant import SimulatedPlant
 
 __all__ = ["MitMotorConfig", "MitEmulator", "OdriveAxisConfig", "OdriveEmulator",
-           "EmulatedDevice", "EmulatorHost"]
+           "EmulatedDevice", "EmulatorHost", "InlineServedBus", "LocalBus"]
 
 _TWO_PI = 2.0 * math.pi
 #: timed events due up to this much after ``now()`` are processed (absorbs clock rounding
@@ -678,6 +679,14 @@ class EmulatorHost:
         Shut the bus(es) down in :meth:`close`.
     start : bool
         Start the thread immediately (else call :meth:`start`).
+    serve : {"thread", "inline"}
+        ``"thread"``: a background thread serves the devices (any clock).
+        ``"inline"``: no thread; the devices are served in the caller's thread
+        by :meth:`pump`, which :class:`InlineServedBus` (the driver's side of
+        the bus) calls on every send and receive.  Only for a lock-step clock
+        (the loop time does not move while the driver waits, so serving a frame
+        when it is sent is the same as serving it from a thread, without the
+        thread hand-offs) and ``reply_latency_s = 0``.
 
     Notes
     -----
@@ -688,7 +697,12 @@ class EmulatorHost:
 
     def __init__(self, bus, devices, plant: SimulatedPlant,
                  now: Callable[[], float], *, reply_latency_s: float = 0.0, poll_s: float = 0.001,
-                 own_bus: bool = False, start: bool = True):
+                 own_bus: bool = False, start: bool = True, serve: str = "thread"):
+        if serve not in ("thread", "inline"):
+            raise ConfigError(f"must be 'thread' or 'inline', got {serve!r}", field="serve")
+        if serve == "inline" and float(reply_latency_s) != 0.0:
+            raise ConfigError("inline serving needs reply_latency_s = 0", field="serve")
+        self._inline = serve == "inline"
         if isinstance(bus, (list, tuple)):
             buses = list(bus)
             groups = [list(g) for g in devices]
@@ -742,6 +756,8 @@ class EmulatorHost:
         self._closed = False
         self.frames_in = 0
         self.frames_out = 0
+        self._started = False
+        self._failed = False       # inline: serving stopped by an error (like a dead thread)
         if start:
             self.start()
 
@@ -758,14 +774,25 @@ class EmulatorHost:
         return tuple(self._buses)
 
     @property
+    def inline(self) -> bool:
+        """Whether the devices are served inline by :meth:`pump` (no thread)."""
+        return self._inline
+
+    @property
     def running(self) -> bool:
+        if self._inline:
+            return self._started and not self._closed and not self._failed
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
-        """Start the serving thread (no-op when running)."""
+        """Start the serving thread (no-op when running); inline: start serving in :meth:`pump`."""
         if self._closed:
             raise DriverError("emulator host is closed")
         if self.running:
+            return
+        if self._inline:
+            self._started = True
+            self._failed = False
             return
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="torqueloop-emulator-host",
@@ -870,6 +897,36 @@ class EmulatorHost:
             with self._idle:
                 self._idle.notify_all()
 
+    def pump(self, idle: bool = True) -> None:
+        """Inline serving: process every frame pending on the devices' buses, then the timers due.
+
+        Does what one pass of the serving thread does until its buses are empty
+        (frames in arrival order, polling the buses in order as the thread does),
+        then, with ``idle``, an idle poll (timed events due at ``now()``; every
+        frame is processed after the events due before it anyway).  An error stops the
+        serving, as it would stop the thread: it is kept and re-raised by
+        :meth:`check`, and later pumps do nothing.  No-op for a threaded host,
+        a host not started or closed, or after an error.
+        """
+        if not self._inline or not self._started or self._closed or self._failed:
+            return
+        try:
+            buses = self._buses
+            while True:
+                for b in buses:
+                    msg = b.recv(0.0)
+                    if msg is not None:
+                        self.frames_in += 1
+                        self._process(msg, b, self._queue)
+                        break
+                else:
+                    break
+            if idle:
+                self._process(None, None, self._queue)
+        except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like the thread's
+            self._error = err
+            self._failed = True
+
     def sync(self, timeout_s: float = 5.0) -> None:
         """Block until every frame sent to the devices before this call was processed.
 
@@ -883,6 +940,12 @@ class EmulatorHost:
         CommsTimeoutError
             Not synchronised within ``timeout_s`` (wall clock).
         """
+        if self._inline:
+            self.pump()
+            self.check()
+            if not self.running:
+                raise DriverError("emulator host is not running")
+            return
         deadline = time.monotonic() + timeout_s
         with self._idle:
             target = self._idle_count + 2
@@ -913,6 +976,7 @@ class EmulatorHost:
     def stop(self, timeout_s: float = 2.0) -> None:
         """Stop and join the serving thread (idempotent); re-raise its error if any."""
         self._stop.set()
+        self._started = False
         th = self._thread
         if th is not None and th.is_alive() and th is not threading.current_thread():
             th.join(timeout_s)
@@ -939,3 +1003,130 @@ class EmulatorHost:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+class InlineServedBus:
+    """The driver's side of a bus served by an inline :class:`EmulatorHost`.
+
+    Wraps a python-can bus: :meth:`send` sends, then lets the host serve
+    (so the reply is queued before ``send`` returns); :meth:`recv` lets the
+    host serve, then receives.  Everything else is the wrapped bus's.  The
+    driver's code is unchanged: it sees an ordinary bus.
+    """
+
+    def __init__(self, bus, host: EmulatorHost | None = None):
+        self._bus = bus
+        #: the serving host (``None``: not attached yet, a plain bus)
+        self.host = host
+
+    @property
+    def inner(self):
+        """The wrapped bus."""
+        return self._bus
+
+    def send(self, msg, timeout: float | None = None) -> None:
+        self._bus.send(msg, timeout)
+        if self.host is not None:
+            self.host.pump(idle=False)
+
+    def recv(self, timeout: float | None = None):
+        host = self.host
+        if host is not None:
+            msg = self._bus.recv(0.0)
+            if msg is not None:
+                return msg
+            host.pump()
+        return self._bus.recv(timeout)
+
+    def shutdown(self) -> None:
+        self._bus.shutdown()
+
+    def __getattr__(self, name):
+        if name in ("_bus", "host"):
+            raise AttributeError(name)
+        return getattr(self._bus, name)
+
+
+class LocalBus:
+    """One end of an in-process, point-to-point CAN channel (python-can-like bus).
+
+    A lighter stand-in for python-can's ``virtual`` interface for the inline
+    emulator: a sent frame is copied into the peer's receive queue with the
+    same fields a ``virtual`` bus sets (``timestamp = time.time()``, the
+    channel name, ``is_rx``) but without ``copy.deepcopy`` and ``queue.Queue``.
+    Create the two ends with :meth:`pair`.  Thread-safe; ``recv`` with a
+    timeout blocks until a frame arrives or the timeout passes.
+    """
+
+    def __init__(self, channel: str):
+        self.channel_info = f"local {channel}"
+        self._channel = channel
+        self._rx: collections.deque = collections.deque()   # appends/pops are atomic
+        self._cond = threading.Condition()
+        self._waiting = 0          # receivers blocked in recv (set under _cond)
+        self._peer: LocalBus | None = None
+        self._open = True
+
+    @classmethod
+    def pair(cls, channel: str) -> tuple["LocalBus", "LocalBus"]:
+        """The two connected ends of a new channel."""
+        a, b = cls(channel), cls(channel)
+        a._peer, b._peer = b, a
+        return a, b
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise can.CanOperationError("Cannot operate on a closed bus")
+
+    def send(self, msg: can.Message, timeout: float | None = None) -> None:
+        self._check_open()
+        peer = self._peer
+        if peer is None or not peer._open:
+            return  # nobody listening (a virtual bus drops it too)
+        cp = can.Message(timestamp=time.time(), arbitration_id=msg.arbitration_id,
+                         is_extended_id=msg.is_extended_id, is_remote_frame=msg.is_remote_frame,
+                         is_error_frame=msg.is_error_frame, channel=self._channel, dlc=msg.dlc,
+                         data=msg.data, is_fd=msg.is_fd, is_rx=True, bitrate_switch=msg.bitrate_switch,
+                         error_state_indicator=msg.error_state_indicator, check=False)
+        peer._rx.append(cp)
+        if peer._waiting:
+            # a receiver set _waiting under the lock before testing the queue, so
+            # either it sees this frame or it is waiting and gets this notification
+            with peer._cond:
+                peer._cond.notify_all()
+
+    def recv(self, timeout: float | None = None) -> can.Message | None:
+        self._check_open()
+        rx = self._rx
+        if rx:
+            return rx.popleft()
+        if timeout is not None and timeout <= 0:
+            return None
+        with self._cond:
+            self._waiting += 1
+            try:
+                if not self._cond.wait_for(lambda: rx or not self._open, timeout):
+                    return None
+            finally:
+                self._waiting -= 1
+            self._check_open()
+            return rx.popleft()
+
+    def set_filters(self, filters=None) -> None:
+        if filters:
+            raise can.CanInterfaceNotImplementedError("LocalBus has no receive filters")
+
+    def flush_tx_buffer(self) -> None:
+        return None
+
+    def fileno(self) -> int:
+        return -1
+
+    @property
+    def protocol(self):
+        return can.CanProtocol.CAN_20
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._open = False
+            self._cond.notify_all()

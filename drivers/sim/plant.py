@@ -166,11 +166,13 @@ class SimulatedPlant:
                                   broadcast=True, minimum=0.0)
         self._coulomb = self._vec("coulomb", drive.coulomb if coulomb is None else coulomb,
                                   broadcast=True, minimum=0.0)
+        self._par = np.stack([self._viscous, self._coulomb, np.zeros(n)])
+        self._viscous, self._coulomb = self._par[0], self._par[1]
         self._has_viscous = bool(np.any(self._viscous > 0))
         self._has_coulomb = bool(np.any(self._coulomb > 0))
         lim = model.limits.torque_max if torque_limit_nm is None else torque_limit_nm
-        self._tau_max = self._vec("torque_limit_nm", lim, broadcast=True, minimum=0.0,
-                                  allow_inf=True)
+        self._par[2] = self._vec("torque_limit_nm", lim, broadcast=True, minimum=0.0, allow_inf=True)
+        self._tau_max = self._par[2]
         self._saturate = bool(np.any(np.isfinite(self._tau_max)))
         lag = float(current_lag_s)
         if not math.isfinite(lag) or lag < 0:
@@ -198,12 +200,10 @@ class SimulatedPlant:
         if not math.isfinite(t0):
             raise ConfigError(f"must be finite, got {t0_s!r}", field="t0_s")
         self._t = t0
-        # held command (joint side)
-        self._tau_ff = np.zeros(n)
-        self._kp = np.zeros(n)
-        self._kd = np.zeros(n)
-        self._q_ref = np.zeros(n)
-        self._qd_ref = np.zeros(n)
+        # held command (joint side): rows of one array (views), so the compiled
+        # fast path gets the whole command in one argument
+        self._cmd = np.zeros((5, n))
+        self._tau_ff, self._kp, self._kd, self._q_ref, self._qd_ref = self._cmd
         self._pd = False
         self._h_pd = math.inf          # step limit imposed by the drive PD gains
         self._gains_at_h = (None, None)
@@ -223,7 +223,22 @@ class SimulatedPlant:
             except NotImplementedError:
                 guess = None
             self._X = self._fk(self._q, guess)
+        self._kernel = self._fast_kernel()
         self._check_state()
+
+    def _fast_kernel(self):
+        """The compiled step of :mod:`._plant_kernels` when it applies to this plant, else None.
+
+        It applies to the RK4 integration of an exact :class:`dynamics.planar3rrr.Planar3RRR`
+        (not a subclass, whose methods may differ); the external wrench is checked per call.
+        """
+        from dynamics.planar3rrr import Planar3RRR
+
+        if type(self._model) is not Planar3RRR or self._integrator != "rk4":
+            return None
+        from ._plant_kernels import rrr_advance
+
+        return rrr_advance
 
     # -- construction helpers -------------------------------------------------
     def _vec(self, name, value, *, broadcast=False, minimum=None, allow_inf=False) -> np.ndarray:
@@ -316,6 +331,18 @@ class SimulatedPlant:
         joints : sequence of int, optional
             Update only these joints (emulated motors own one joint each).
         """
+        if (joints is None and type(tau_nm) is np.ndarray and tau_nm.dtype == np.float64
+                and tau_nm.shape == (self._n,)):
+            # fast path of set_command(tau_nm): same checks, same held command
+            tau = tau_nm
+            if not np.isfinite(tau).all():
+                raise DriverError(f"tau_nm: non-finite command {tau!r}")
+            with self._lock:
+                self._tau_ff[:] = tau
+                self._cmd[1:] = 0.0
+                self._pd = False
+                self._h_pd = math.inf
+            return
         self.set_command(tau_nm, joints=joints)
 
     def set_command(self, tau_nm, kp=None, kd=None, q_ref=None, qd_ref=None, *,
@@ -560,12 +587,35 @@ class SimulatedPlant:
             n_steps = max(1, math.ceil(span / h_max - 1e-9))
             h = span / n_steps
             t0 = self._t
-            for k in range(n_steps):
+            done = 0
+            if self._kernel is not None and self._wrench is None:
+                done = self._advance_compiled(h, n_steps)
+                self._t = t0 + done * h
+            for k in range(done, n_steps):
                 self._step(h)
                 self._t = t0 + (k + 1) * h
             self._t = t_s
-            self._check_state()
+            if done < n_steps:      # the kernel checked its own steps' state for finiteness
+                self._check_state()
             return self._t
+
+    def _advance_compiled(self, h: float, n_steps: int) -> int:
+        """Run up to ``n_steps`` steps in the compiled kernel; returns how many completed.
+
+        The state after the completed steps is committed; a step the kernel could not
+        complete (any model status) is left to :meth:`_step`, which raises the error.
+        """
+        flags = ((1 if self._has_viscous else 0) | (2 if self._has_coulomb else 0)
+                 | (4 if self._pd else 0) | (8 if self._saturate else 0))
+        out = np.empty(12)      # a new buffer per call: the state arrays below are views of it
+        st, done = self._kernel(self._model._P, self._q, self._qd, self._X, self._tau_applied,
+                                self._cmd, self._par, self._lag_s, flags, h, n_steps, out)
+        if done:
+            self._q = out[0:3]
+            self._qd = out[3:6]
+            self._X = out[6:9]
+            self._tau_applied = out[9:12]
+        return done
 
     # -- measurements --------------------------------------------------------------
     def measure(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,171 @@
+"""Compiled fast path of :class:`drivers.sim.plant.SimulatedPlant` for the planar 3RRR model.
+
+One call integrates ``n_steps`` RK4 steps of the plant exactly as the Python
+reference ``SimulatedPlant._step`` does (same operations in the same order:
+held command with optional drive PD and saturation, exponential current lag
+inside the stages, viscous friction, forward dynamics with the start-of-step
+pose as the Newton hint, implicit Coulomb step, pose update), using the 3RRR
+model's own kernels.  It never raises: on any non-zero model status it stops
+and reports how many steps were completed, and the caller re-runs the failing
+step on the Python path (which raises the proper error).
+
+Flags (bit mask): 1 viscous, 2 Coulomb, 4 drive PD, 8 saturation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from dynamics._planar3rrr_kernels import fd_entry, fk_newton_ws, reduced_entry, WS_SIZE
+
+from ._friction_kernel import coulomb_pgs
+
+F_VISCOUS = 1
+F_COULOMB = 2
+F_PD = 4
+F_SATURATE = 8
+
+
+@njit(cache=True)
+def _qdd(P, q, qd, tau, visc, has_visc, X, W, rhs, out):
+    for i in range(3):
+        rhs[i] = tau[i] - visc[i] * qd[i] if has_visc else tau[i]
+    return fd_entry(P, q, qd, rhs, X, W, out)
+
+
+@njit(cache=True)
+def rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
+    """Integrate ``n_steps`` plant steps of length ``h`` [s] (3RRR, RK4).
+
+    Parameters
+    ----------
+    P : (4, NL) packed 3RRR parameters (``Planar3RRR._P``).
+    q, qd, X, ta : (3,) joint angles, rates, platform pose, applied torque at the start.
+    cmd : (5, 3) rows tau_ff, kp, kd, q_ref, qd_ref (the held command).
+    par : (3, 3) rows viscous, coulomb, torque limit.
+    lag : current-loop time constant [s] (0 = none).
+    flags : bit mask (module docstring).
+    out : (12,) q, qd, X, ta after the last completed step.
+
+    Returns
+    -------
+    (status, steps) : the model status of the failing step (0 if none) and the
+        number of completed steps; ``out`` holds the state after them.
+    """
+    has_visc = (flags & F_VISCOUS) != 0
+    has_coul = (flags & F_COULOMB) != 0
+    pd = (flags & F_PD) != 0
+    sat = (flags & F_SATURATE) != 0
+    buf = np.zeros(64)
+    W = buf[0:3]
+    tc = buf[3:6]
+    t0 = buf[6:9]
+    tm = buf[9:12]
+    th_ = buf[12:15]
+    k1v = buf[15:18]
+    k2v = buf[18:21]
+    k3v = buf[21:24]
+    k4v = buf[24:27]
+    k2q = buf[27:30]
+    k3q = buf[30:33]
+    k4q = buf[33:36]
+    qs = buf[36:39]
+    rhs = buf[39:42]
+    qn = buf[42:45]
+    qdn = buf[45:48]
+    imp = buf[48:51]
+    Xn = buf[51:54]
+    ws = np.empty(WS_SIZE)
+    M = np.empty((3, 3))
+    red = np.empty(15)
+    zero3 = np.zeros(3)
+    for i in range(3):
+        out[i] = q[i]
+        out[3 + i] = qd[i]
+        out[6 + i] = X[i]
+        out[9 + i] = ta[i]
+    cq = out[0:3]
+    cqd = out[3:6]
+    cX = out[6:9]
+    cta = out[9:12]
+    e_mid = math.exp(-(0.5 * h) / lag) if lag > 0.0 else 0.0
+    e_end = math.exp(-h / lag) if lag > 0.0 else 0.0
+    hh = 0.5 * h
+    h6 = h / 6.0
+    for k in range(n_steps):
+        # held command at the start of the step
+        for i in range(3):
+            t = cmd[0, i]
+            if pd:
+                t = t + cmd[1, i] * (cmd[3, i] - cq[i]) + cmd[2, i] * (cmd[4, i] - cqd[i])
+            if sat:
+                lim = par[2, i]
+                if t < -lim:
+                    t = -lim
+                if t > lim:
+                    t = lim
+            tc[i] = t
+            if lag > 0.0:
+                diff = cta[i] - t
+                t0[i] = t + diff * 1.0
+                tm[i] = t + diff * e_mid
+                th_[i] = t + diff * e_end
+            else:
+                t0[i] = t
+                tm[i] = t
+                th_[i] = t
+        st = _qdd(P, cq, cqd, t0, par[0], has_visc, cX, W, rhs, k1v)
+        if st != 0:
+            return st, k
+        for i in range(3):
+            k2q[i] = cqd[i] + hh * k1v[i]
+            qs[i] = cq[i] + hh * cqd[i]
+        st = _qdd(P, qs, k2q, tm, par[0], has_visc, cX, W, rhs, k2v)
+        if st != 0:
+            return st, k
+        for i in range(3):
+            k3q[i] = cqd[i] + hh * k2v[i]
+            qs[i] = cq[i] + hh * k2q[i]
+        st = _qdd(P, qs, k3q, tm, par[0], has_visc, cX, W, rhs, k3v)
+        if st != 0:
+            return st, k
+        for i in range(3):
+            k4q[i] = cqd[i] + h * k3v[i]
+            qs[i] = cq[i] + h * k3q[i]
+        st = _qdd(P, qs, k4q, th_, par[0], has_visc, cX, W, rhs, k4v)
+        if st != 0:
+            return st, k
+        for i in range(3):
+            qn[i] = cq[i] + h6 * (cqd[i] + 2.0 * k2q[i] + 2.0 * k3q[i] + k4q[i])
+            qdn[i] = cqd[i] + h6 * (k1v[i] + 2.0 * k2v[i] + 2.0 * k3v[i] + k4v[i])
+        if has_coul:
+            st = reduced_entry(P, qn, zero3, cX, red)
+            if st != 0:
+                return st, k
+            for r in range(3):
+                for c in range(3):
+                    M[r, c] = red[3 * r + c]
+                imp[r] = h * par[1, r]
+            v = coulomb_pgs(M, qdn, imp, 1e-10, 100)
+            for i in range(3):
+                qn[i] = qn[i] + hh * (v[i] - qdn[i])
+                if v[i] == 0.0 and cqd[i] == 0.0:
+                    qn[i] = cq[i]
+                qdn[i] = v[i]
+        st, it = fk_newton_ws(P, qn, cX, 1e-12, 50, Xn, ws)
+        if st != 0:
+            return st, k
+        for i in range(3):
+            v0 = qn[i]
+            v1 = qdn[i]
+            if not (v0 == v0) or v0 > 1e308 or v0 < -1e308 or not (v1 == v1) or v1 > 1e308 or v1 < -1e308:
+                return 41, k
+        for i in range(3):
+            cq[i] = qn[i]
+            cqd[i] = qdn[i]
+            cX[i] = Xn[i]
+            cta[i] = th_[i] if lag > 0.0 else tc[i]
+    return 0, n_steps

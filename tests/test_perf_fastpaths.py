@@ -1,0 +1,389 @@
+"""The per-cycle fast paths of the offline loop give the results of the reference paths.
+
+Each fast path is compared with the code path it short-cuts (forced by
+disabling the fast path on the same objects), to 1e-12 or exactly:
+
+* ``SimulatedPlant`` compiled 3RRR step (``drivers/sim/_plant_kernels.py``)
+  vs the Python ``_step`` (lag, viscous + Coulomb incl. sticking, drive PD,
+  saturation), and the same error when the model fails;
+* ``Planar3RRR.task_jacobian`` / ``singularity`` kernels vs the numpy paths;
+* ``trajectories.GridCache`` vs ``Trajectory.sample`` (on and off the grid,
+  a failing trajectory raises at the same time);
+* ``SafetySupervisor`` clean-cycle path vs the full checks, on random cycles
+  that hit every check;
+* inline-served emulated CAN devices vs the emulator thread: identical runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.run import build_run, load_run
+from controller.safety import SafetySupervisor
+from dynamics import load_model
+from dynamics.errors import TorqueloopError, TrajectoryError
+from drivers.sim.plant import SimulatedPlant
+from trajectories import GridCache, Hold, Sequence, Trajectory
+from trajectories.base import Sample
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "hil_configs" / "runs"
+ROBOT = ROOT / "hil_configs" / "robots" / "3rrr_horizontal.toml"
+
+
+@pytest.fixture(scope="module")
+def rrr():
+    return load_model(ROBOT)
+
+
+def _plant(model, **kw):
+    q0 = np.asarray(model.inverse_kinematics(model.home_pose), dtype=float)
+    return SimulatedPlant(model.scaled(1.1), q0=q0, **kw)
+
+
+def _drive(plant, commands, dt=1e-3):
+    """Hold each command for one period; return the trajectory of (q, qd, X, tau_applied)."""
+    out = []
+    t = plant.t_s
+    for c in commands:
+        plant.set_command(*c)
+        t += dt
+        plant.advance_to(t)
+        st = plant.state
+        out.append(np.concatenate([st.q, st.qd, plant.pose, plant.applied_torque_nm]))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(current_lag_s=4e-4, viscous=0.03, coulomb=0.08),
+    dict(current_lag_s=0.0, viscous=0.0, coulomb=0.0),
+    dict(current_lag_s=1e-3, viscous=0.05, coulomb=0.2, torque_limit_nm=0.3),   # sticking + saturation
+    dict(substeps=3, coulomb=0.02),
+])
+def test_compiled_plant_step_equals_python_step(rrr, kw):
+    rng = np.random.default_rng(5)
+    cmds = []
+    for k in range(120):
+        tau = 0.4 * np.sin(0.05 * k + np.arange(3)) + 0.05 * rng.normal(size=3)
+        if 40 <= k < 70:   # drive-side PD for a while
+            cmds.append((tau, np.full(3, 2.0), np.full(3, 0.05), np.full(3, 0.1), np.zeros(3)))
+        else:
+            cmds.append((tau,))
+    fast = _plant(rrr, **kw)
+    slow = _plant(rrr, **kw)
+    assert fast._kernel is not None
+    slow._kernel = None
+    a = _drive(fast, cmds)
+    b = _drive(slow, cmds)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+    assert np.ptp(a[:, :3], axis=0).max() > 1e-3          # it did move
+
+
+def test_compiled_plant_step_not_used_with_a_wrench_or_euler(rrr):
+    p = _plant(rrr, integrator="semi_implicit_euler")
+    assert p._kernel is None
+    fast = _plant(rrr)
+    slow = _plant(rrr)
+    slow._kernel = None
+    for p in (fast, slow):
+        p.set_external_wrench([1.0, -0.5, 0.02])
+    np.testing.assert_array_equal(_drive(fast, [(np.full(3, 0.1),)] * 5),
+                                  _drive(slow, [(np.full(3, 0.1),)] * 5))
+
+
+def test_compiled_plant_step_fails_like_the_python_step(rrr):
+    errs = []
+    for use_kernel in (True, False):
+        p = _plant(rrr, viscous=0.0, coulomb=0.0)
+        if not use_kernel:
+            p._kernel = None
+        p.set_torque(np.array([40.0, -40.0, 40.0]))    # flings the robot out of its workspace
+        t = 0.0
+        with pytest.raises(TorqueloopError) as ei:
+            for _ in range(2000):
+                t += 1e-3
+                p.advance_to(t)
+        errs.append((type(ei.value), str(ei.value).split(" at ")[0], p.t_s, p.state.q))
+    assert errs[0][0] is errs[1][0] and errs[0][1] == errs[1][1]
+    assert errs[0][2] == errs[1][2]
+    np.testing.assert_allclose(errs[0][3], errs[1][3], rtol=0, atol=1e-9)
+
+
+def test_task_jacobian_and_singularity_kernels_match_numpy(rrr, monkeypatch):
+    import dynamics.planar3rrr as mod
+
+    rng = np.random.default_rng(3)
+    X0 = np.asarray(rrr.home_pose, dtype=float)
+    cases = []
+    for _ in range(200):
+        X = X0 + rng.normal(size=3) * [0.04, 0.04, 0.4]
+        try:
+            q = rrr.inverse_kinematics(X)
+        except TorqueloopError:
+            continue
+        cases.append((np.asarray(q, dtype=float), X))
+    assert len(cases) > 50
+    fast = [(rrr.task_jacobian(q, X), rrr.singularity(q, X)) for q, X in cases]
+    monkeypatch.setattr(mod.K, "jx_entry", lambda *a: 1)
+    monkeypatch.setattr(mod.K, "sing_entry", lambda *a: 1)
+    kinds = set()
+    for (q, X), (J, rep) in zip(cases, fast):
+        J_ref, rep_ref = rrr.task_jacobian(q, X), rrr.singularity(q, X)
+        np.testing.assert_allclose(J, J_ref, rtol=0, atol=1e-12 * max(1.0, np.abs(J_ref).max()))
+        assert rep.kind == rep_ref.kind
+        kinds.add(rep.kind)
+        for f in ("det_a", "det_b", "cond_a", "cond_b", "margin"):
+            x, y = getattr(rep, f), getattr(rep_ref, f)
+            assert x == pytest.approx(y, rel=1e-11, abs=1e-14), f
+        assert rep.extra["worst_leg"] == rep_ref.extra["worst_leg"]
+        for k in ("type1_measure", "type2_measure"):
+            assert rep.extra[k] == pytest.approx(rep_ref.extra[k], rel=1e-12, abs=1e-15)
+    assert "regular" in kinds
+
+
+def test_grid_cache_equals_scalar_sampling():
+    spec = load_run(RUNS / "3rrr_circle_direct.toml")
+    for traj in (spec.trajectory, load_run(RUNS / "seed003_2r.toml").trajectory):
+        P = spec.period_s
+        g = GridCache(traj, P, block=97)
+        n = int(traj.duration_s / P) + 40          # past the end too (clamped)
+        for k in list(range(n)) + [5, 3, 700, 2]:   # also backwards
+            a, b = g.sample(k * P), traj.sample(k * P)
+            for x, y in zip(a, b):
+                np.testing.assert_allclose(x, y, rtol=0, atol=1e-12)
+        for t in (0.0005, 1.23456, np.float64(0.5), -1.0):   # off the grid, other types
+            for x, y in zip(g.sample(t), traj.sample(t)):
+                np.testing.assert_array_equal(x, y)
+        ts = np.linspace(0, traj.duration_s, 11)
+        for x, y in zip(g.sample(ts), traj.sample(ts)):
+            np.testing.assert_array_equal(x, y)
+        s = g.sample(3 * P)
+        s.pos[:] = 1e9                              # callers get copies, the cache is intact
+        assert np.all(g.sample(3 * P).pos < 1e9)
+
+
+class _FailsAfter(Trajectory):
+    """A trajectory whose evaluation raises beyond ``t_fail``."""
+
+    def __init__(self, t_fail):
+        self.t_fail = t_fail
+
+    duration_s = 1.0
+    dim = 2
+
+    def _eval(self, t):
+        if np.any(t > self.t_fail):
+            raise TrajectoryError(f"cannot evaluate beyond {self.t_fail}")
+        z = np.zeros((t.size, 2))
+        return np.stack([t, -t], axis=1), z + 1.0, z, z
+
+
+def test_grid_cache_raises_where_the_trajectory_raises():
+    P = 1e-3
+    base = _FailsAfter(0.1005)
+    g = GridCache(base, P, block=64)
+    for k in range(101):
+        np.testing.assert_array_equal(g.sample(k * P).pos, [k * P, -k * P])
+    with pytest.raises(TrajectoryError, match="beyond"):
+        g.sample(101 * P)
+    with pytest.raises(TrajectoryError):
+        GridCache("x", P)
+    seq = Sequence([Hold([1.0, 2.0], 0.5), Hold([1.0, 2.0], 0.25)])
+    g2 = GridCache(seq, 0.01)
+    assert g2.dim == 2 and g2.duration_s == 0.75
+    assert isinstance(g2.sample(0.3), Sample)
+
+
+def _safety_cases(sup, rng, n_cases):
+    from types import SimpleNamespace as NS
+
+    n = sup.n
+    for i in range(n_cases):
+        span = sup.q_max - sup.q_min
+        q = sup.q_min + span * rng.uniform(-0.02, 1.02, n)
+        qd = rng.normal(size=n) * sup.v_max * rng.choice([0.1, 0.6])
+        tau = rng.normal(size=n) * sup.tau_max * rng.choice([0.2, 0.8])
+        pos = rng.normal(size=3) * 1e-3
+        err = rng.normal(size=3) * np.broadcast_to(sup.err_max, 3) * rng.choice([0.1, 0.5])
+        fb = NS(fault=np.zeros(n, dtype=int), enabled=np.ones(n, dtype=bool), fresh=np.ones(n, dtype=bool))
+        r = rng.uniform()
+        if r < 0.03:
+            q[rng.integers(n)] = np.nan
+        elif r < 0.06:
+            tau[rng.integers(n)] = np.inf
+        elif r < 0.09:
+            pos[0] = np.nan
+        elif r < 0.12:
+            fb.fresh[rng.integers(n)] = False
+        elif r < 0.14:
+            fb.fault[rng.integers(n)] = 7
+        elif r < 0.16:
+            fb.enabled[rng.integers(n)] = False
+        elif r < 0.19:
+            err[1] = np.nan
+        ref = NS(pos=pos, vel=np.zeros(3), acc=np.zeros(3))
+        yield i * 1e-3, NS(q=q, qd=qd), fb, ref, tau, err
+
+
+def _run_safety(sup, cases, *, fast):
+    used = [0]
+    if not fast:
+        sup._check_clean = lambda *a: None
+    else:
+        clean = sup._check_clean
+
+        def counted(*a):
+            r = clean(*a)
+            used[0] += r is not None
+            return r
+        sup._check_clean = counted
+    out = []
+    for t, state, fb, ref, tau, err in cases:
+        sup.reset()
+        sup._k = 1                      # not a singularity-check cycle
+        cmd, ss = sup.check(t, state, fb, ref, tau, error=err)
+        out.append((cmd.copy(), ss.code, ss.action, ss.saturated.copy(),
+                    [(f.cause, f.joint) for f in ss.new_faults], sup._stale.copy(), sup.latched))
+    assert not fast or used[0] > len(cases) // 10      # the clean path was taken
+    return out
+
+
+@pytest.mark.parametrize("err_max", [None, 0.01])
+def test_safety_clean_path_equals_full_checks(err_max):
+    import dataclasses
+
+    spec = load_run(RUNS / "3rrr_circle_direct.toml")
+    cfg = spec.safety if err_max is None else dataclasses.replace(spec.safety, tracking_error_max=err_max)
+    X0 = np.asarray(spec.model.home_pose, dtype=float)
+    cases = list(_safety_cases(SafetySupervisor(cfg, spec.model.limits, model=spec.model, pose0=X0),
+                               np.random.default_rng(11), 600))
+    a = _run_safety(SafetySupervisor(cfg, spec.model.limits, model=spec.model, pose0=X0), cases, fast=True)
+    b = _run_safety(SafetySupervisor(cfg, spec.model.limits, model=spec.model, pose0=X0), cases, fast=False)
+    codes = set()
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x[0], y[0])
+        assert x[1:3] == y[1:3] and x[4] == y[4] and x[6] == y[6]
+        np.testing.assert_array_equal(x[3], y[3])
+        np.testing.assert_array_equal(x[5], y[5])
+        codes.add(x[1])
+    assert len(codes) >= 3           # clean, clipped/soft-limited and faulted cycles all occurred
+
+
+def test_safety_clean_path_keeps_stale_counters_and_singularity_cadence():
+    """A sequence of cycles (not reset in between): stale counting and the periodic singularity check."""
+    from types import SimpleNamespace as NS
+
+    spec = load_run(RUNS / "3rrr_circle_direct.toml")
+    X0 = np.asarray(spec.model.home_pose, dtype=float)
+    q0 = np.asarray(spec.model.inverse_kinematics(X0), dtype=float)
+    res = []
+    for fast in (True, False):
+        sup = SafetySupervisor(spec.safety, spec.model.limits, model=spec.model, pose0=X0)
+        if not fast:
+            sup._check_clean = lambda *a: None
+        log = []
+        for k in range(40):
+            fresh = np.ones(3, dtype=bool)
+            if k in (5, 6, 12):
+                fresh[1] = False
+            fb = NS(fault=np.zeros(3, dtype=int), enabled=np.ones(3, dtype=bool), fresh=fresh)
+            ref = NS(pos=X0, vel=np.zeros(3), acc=np.zeros(3))
+            cmd, ss = sup.check(k * 1e-3, NS(q=q0 + 1e-4 * k, qd=np.full(3, 0.01)), fb, ref,
+                                np.array([0.1, -0.2, 0.3]), error=np.zeros(3))
+            log.append((cmd.tolist(), ss.code, sup._stale.tolist(), sup.last_margin, sup.latched))
+        res.append(log)
+    assert res[0] == res[1]
+    assert not res[0][-1][-1] and np.isfinite(res[0][-1][3])
+
+
+def _short_run(path, overrides, out, duration_s=0.4):
+    r = build_run(load_run(path, overrides=overrides, duration_s=duration_s), out_dir=out)
+    drv = r.driver
+    res = r.execute()
+    return res, np.load(Path(out) / "log.npy"), drv
+
+
+def test_inline_emulator_serving_equals_the_emulator_thread(tmp_path):
+    res_i, log_i, drv_i = _short_run(RUNS / "3rrr_circle.toml", {}, tmp_path / "inline")
+    res_t, log_t, drv_t = _short_run(RUNS / "3rrr_circle.toml", {"driver.emulator.serve": "thread"},
+                                     tmp_path / "thread")
+    assert drv_i.hosts[0].inline and not drv_t.hosts[0].inline
+    assert res_i.status == res_t.status == "completed"
+    assert res_i.n_cycles == res_t.n_cycles == 401
+    for name in log_i.dtype.names:
+        if name in ("compute_s", "lateness_s"):
+            continue
+        np.testing.assert_array_equal(log_i[name], log_t[name], err_msg=name)
+    assert drv_i.hosts[0].frames_in == drv_t.hosts[0].frames_in
+
+
+def test_inline_emulator_serving_equals_the_emulator_thread_odrive(tmp_path):
+    path = RUNS / "stewart_motion.toml"
+    res_i, log_i, drv_i = _short_run(path, {}, tmp_path / "inline", 0.05)
+    res_t, log_t, drv_t = _short_run(path, {"driver.emulator.serve": "thread"}, tmp_path / "thread", 0.05)
+    assert drv_i.hosts[0].inline and not drv_t.hosts[0].inline
+    assert res_i.status == res_t.status and res_i.n_cycles == res_t.n_cycles > 40
+    for name in log_i.dtype.names:
+        if name not in ("compute_s", "lateness_s"):
+            np.testing.assert_array_equal(log_i[name], log_t[name], err_msg=name)
+
+
+def test_inline_serving_needs_zero_latency_and_reports_host_errors():
+    from dynamics.config import Section
+    from dynamics.errors import ConfigError
+    from drivers.registry import build_driver
+
+    model = load_model(ROBOT)
+    q0 = np.asarray(model.inverse_kinematics(model.home_pose), dtype=float)
+    joints = [{"can_id": i + 1, "model": "AK80-9"} for i in range(3)]
+    cfg = {"type": "sim_mit_can", "joints": joints, "plant": {"q0": q0.tolist()},
+           "emulator": {"serve": "inline", "reply_latency_s": 0.001}}
+    with pytest.raises(ConfigError, match="serve"):
+        build_driver(Section(cfg, "t.toml"), now=lambda: 0.0, model=model)
+    cfg["emulator"] = {"serve": "inline"}
+    clock = [0.0]
+    drv = build_driver(Section(cfg, "t.toml"), now=lambda: clock[0], model=model)
+    try:
+        host = drv.hosts[0]
+        assert host.inline and host.running
+        fb = drv.enable()
+        assert fb.fresh.all()
+        drv.sync()
+        # a failing plant stops the serving like a dead thread; the error surfaces in check()
+        host._error = None
+        drv.plant._q[:] = np.nan
+        clock[0] = 0.001
+        host.pump()
+        with pytest.raises(TorqueloopError):
+            host.check()
+        assert not host.running
+    finally:
+        drv.plant._q[:] = q0
+        drv.close()
+
+
+def test_local_bus_pair_delivers_across_threads():
+    import threading
+
+    import can
+
+    from drivers.sim.emulators import LocalBus
+
+    a, b = LocalBus.pair("t")
+    assert b.recv(0.0) is None and b.recv(0.01) is None
+    a.send(can.Message(arbitration_id=5, data=b"\x01\x02", is_extended_id=False))
+    m = b.recv(0.0)
+    assert m.arbitration_id == 5 and bytes(m.data) == b"\x01\x02" and m.is_rx and m.channel == "t"
+    timer = threading.Timer(0.02, lambda: a.send(can.Message(arbitration_id=6, data=b"", is_extended_id=False)))
+    timer.start()
+    m = b.recv(2.0)                       # blocks until the other thread sends
+    timer.join()
+    assert m is not None and m.arbitration_id == 6
+    b.shutdown()
+    a.send(can.Message(arbitration_id=7, data=b""))   # peer closed: dropped
+    with pytest.raises(can.CanOperationError):
+        b.recv(0.0)
+    a.shutdown()
