@@ -127,13 +127,38 @@ def _step(ctl, sys) -> dict:
             "overshoot_pct": float(info["Overshoot"])}
 
 
-def _ct_axis(kp, kd) -> AxisDesign:
+def _ct_axis(kp, kd, ki=0.0) -> AxisDesign:
+    """Error dynamics ``e'' + kd e' + kp e (+ ki int e) = 0`` of one computed-torque axis.
+
+    The step response is the set-point response of the unit-inertia loop
+    ``Y/R = (kp s + ki) / (s^3 + kd s^2 + kp s + ki)`` (second order without ki).
+    """
     ctl = _control()
-    K = np.array([[kp, kd]])
-    cl = ctl.ss(_A - _B @ K, _B * kp, np.array([[1.0, 0.0]]), 0.0)  # set-point step, no feed-forward
+    if ki:
+        cl = ctl.tf([kp, ki], [1.0, kd, kp, ki])
+    else:
+        K = np.array([[kp, kd]])
+        cl = ctl.ss(_A - _B @ K, _B * kp, np.array([[1.0, 0.0]]), 0.0)  # set-point step, no feed-forward
     poles = np.sort_complex(np.asarray(ctl.poles(cl), dtype=complex))
     wn, zeta = _dominant(poles)
-    return AxisDesign(float(kp), float(kd), 0.0, poles, wn, zeta, _step(ctl, cl))
+    if np.all(np.real(poles) < 0):
+        step = _step(ctl, cl)
+    else:  # the step response of an unstable loop has no settling time: say so, do not simulate
+        step = {"rise_time_s": float("nan"), "settling_time_s": float("inf"), "overshoot_pct": float("inf")}
+    return AxisDesign(float(kp), float(kd), float(ki), poles, wn, zeta, step)
+
+
+def with_integral(design: GainDesign, ki) -> GainDesign:
+    """``design`` with an integral gain per axis (float or (n,) [1/s^3]), poles and step redone.
+
+    Stable (Routh-Hurwitz) when ``0 < ki < kp kd`` on every axis; the report shows
+    the poles either way so that an unstable choice is visible before a run.
+    """
+    ki = _as_axes(ki, design.kp.size, "ki")
+    if np.any(ki < 0):
+        raise ModelError(f"ki must be >= 0, got {ki}")
+    return GainDesign(design.kp, design.kd, ki,
+                      [_ct_axis(a, b, c) for a, b, c in zip(design.kp, design.kd, ki)])
 
 
 def _check_stable_ct(kp, kd):

@@ -635,18 +635,58 @@ class TaskComputedTorque(_TaskBase):
         angles -> R; default from the model (see ``_default_rotation``).
     friction : {"none", "measured"}
         Add ``model.friction_torque(qd)`` at the measured joint velocity.
+    ki : float, (m,) or (m, m), optional
+        Task-space integral gain [1/s^3]: ``a += Ki int(e) dt``.  Removes the
+        steady error a mass or gravity mismatch leaves (``e = dg / Kp`` without).
+    integral_limit : float or (m,), optional
+        Bound on each integrator state |int e dt| [m s] / [rad s].
+
+    Notes
+    -----
+    Anti-windup is conditional integration, as in :class:`ComputedTorque`: on a
+    cycle where any actuator saturates the integrator keeps its previous value.
     """
+
+    def __init__(self, model: ParallelModel, kp, kd, ki=None, integral_limit=None, saturation=None,
+                 pose0=None, rotation=None, friction: str = "none"):
+        if not isinstance(model, ParallelModel):
+            raise ModelError("task-space control needs a ParallelModel")
+        m = model.task_dof
+        self.ki = None if ki is None else _gain(ki, m, "ki")
+        self._int = _Integrator(m, integral_limit)
+        super().__init__(model, kp, kd, saturation=saturation, pose0=pose0, rotation=rotation,
+                         friction=friction)
+
+    def reset(self):
+        super().reset()
+        self._int.reset()
+
+    def _torque(self, X, Xd, a, qd):
+        tau = np.asarray(self.model.task_inverse_dynamics(X, Xd, a), dtype=float)
+        if self.friction == "measured":
+            tau = tau + self.model.friction_torque(qd)
+        return tau
 
     def compute(self, t_s, ref, state):
         X, Jx, Xd = self._measure(state.q, state.qd)
         e = task_error(ref.pos, X, self.rotation)
         ed = np.asarray(ref.vel, dtype=float) - Xd
         a = np.asarray(ref.acc, dtype=float) + self.kd @ ed + self.kp @ e
-        tau = np.asarray(self.model.task_inverse_dynamics(X, Xd, a), dtype=float)
-        if self.friction == "measured":
-            tau = tau + self.model.friction_torque(state.qd)
         self.last_error = e
-        return self._saturate(tau)
+        if self.ki is None:
+            return self._saturate(self._torque(X, Xd, a, state.qd))
+        z = self._int.candidate(t_s, e)
+        tau = self._saturate(self._torque(X, Xd, a + self.ki @ z, state.qd))
+        if np.any(self.last_saturated):
+            z = None  # conditional integration: freeze while saturated
+            tau = self._saturate(self._torque(X, Xd, a + self.ki @ self._int.z, state.qd))
+        self._int.commit(t_s, z)
+        return tau
+
+    @property
+    def integral(self) -> np.ndarray:
+        """Integrator state int(e) dt, shape (m,) [m s] / [rad s]."""
+        return self._int.z.copy()
 
 
 class TaskPDGravity(_TaskBase):

@@ -221,6 +221,11 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
             setattr(ctrl, key, arr)
     if has_explicit and ctrl.kd is None:
         raise csec.error("kd", "required with kp")
+    if kind in ("pd_gravity", "task_pd_gravity"):
+        for key in ("ki", "integral_limit"):
+            if getattr(ctrl, key) is not None:
+                raise csec.error(key, f"{kind} has no integral action (use computed_torque, "
+                                      f"task_computed_torque or pid)")
     csec.finish()
 
     tsec = root.section("trajectory")
@@ -325,10 +330,10 @@ def _make_law(spec: RunSpec, *, pose0=None) -> Controller:
         kp, kd, ki = c.kp, c.kd, c.ki
     elif c.design in ("place", "lqr"):
         d = design_gains(spec)
-        kp, kd, ki = np.diag(d.kp), np.diag(d.kd), None
+        kp, kd, ki = np.diag(d.kp), np.diag(d.kd), c.ki
     else:
         wn, z = c.wn_rad_s, c.zeta
-        kp, kd, ki = wn * wn, 2.0 * z * wn, None
+        kp, kd, ki = wn * wn, 2.0 * z * wn, c.ki
         if c.kind in ("pd_gravity", "pid", "task_pd_gravity"):
             # PD gains in torque units: scale the unit-inertia design by the model's
             # inertia at the start so that wn/zeta mean the same as for computed torque.
@@ -359,7 +364,8 @@ def _make_law(spec: RunSpec, *, pose0=None) -> Controller:
         return PID(kp, ki if ki is not None else np.zeros(n), kd, n=n,
                    feedforward=gravity_feedforward(model), saturation=sat)
     if c.kind == "task_computed_torque":
-        return TaskComputedTorque(model, kp, kd, saturation=sat, pose0=pose0, friction=fr)
+        return TaskComputedTorque(model, kp, kd, ki=ki, integral_limit=c.integral_limit, saturation=sat,
+                                  pose0=pose0, friction=fr)
     if c.kind == "task_pd_gravity":
         return TaskPDGravity(model, kp, kd, saturation=sat, pose0=pose0, friction=fr)
     raise ConfigError(f"unknown controller kind {c.kind!r}", spec.file, "controller.kind")  # pragma: no cover
@@ -369,13 +375,25 @@ def design_gains(spec: RunSpec):
     """The computed-torque gain design of a spec (python-control), or None for other laws.
 
     Returns a :class:`controller.gains.GainDesign` with closed-loop poles and the nominal step
-    response per axis of the error dynamics ``e'' + Kd e' + Kp e = 0``.
+    response per axis of the error dynamics ``e'' + Kd e' + Kp e (+ Ki int e) = 0``.
     """
-    from .gains import ct_gains, ct_gains_lqr, ct_gains_place
-
     c = spec.controller
     if c.kind not in ("computed_torque", "task_computed_torque"):
         return None
+    d = _design_pd(spec)
+    if c.ki is None:
+        return d
+    from .gains import with_integral
+
+    ki = np.diag(np.atleast_2d(c.ki)) if np.ndim(c.ki) == 2 else c.ki
+    return with_integral(d, ki)
+
+
+def _design_pd(spec: RunSpec):
+    """Proportional and derivative part of :func:`design_gains`."""
+    from .gains import ct_gains, ct_gains_lqr, ct_gains_place
+
+    c = spec.controller
     dim = spec.model.task_dof if spec.space == "task" else spec.model.dof
     if c.design == "place":
         return ct_gains_place(c.poles, dim)
@@ -385,8 +403,7 @@ def design_gains(spec: RunSpec):
         return ct_gains(c.wn_rad_s, c.zeta, dim)
     kp = np.diag(np.atleast_2d(c.kp)) if np.ndim(c.kp) == 2 else c.kp * np.ones(dim)
     kd = np.diag(np.atleast_2d(c.kd)) if np.ndim(c.kd) == 2 else c.kd * np.ones(dim)
-    from .gains import ct_gains_place as _  # noqa: F401  (same module, explicit gains analysed below)
-    from .gains import _ct_axis, GainDesign
+    from .gains import GainDesign, _ct_axis
     return GainDesign(np.asarray(kp, float), np.asarray(kd, float), None,
                       [_ct_axis(float(a), float(b)) for a, b in zip(kp, kd)])
 

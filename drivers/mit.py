@@ -166,6 +166,8 @@ class MitCanDriver(Driver):
         #: number of values clamped to the protocol ranges by the last make_commands()
         self.last_saturated = 0
         self.cycles = 0
+        #: joints whose EXIT_MOTOR_MODE the last disable() could not confirm (no reply, twice)
+        self.exit_unconfirmed: list[int] = []
         self._reply_len = 6   # length of the replies seen (6 classic, 8 CubeMars), for bus_flows
 
     # ------------------------------------------------------------------
@@ -394,7 +396,9 @@ class MitCanDriver(Driver):
     def disable(self) -> None:
         """Command zero torque (and zero gains), then EXIT_MOTOR_MODE to every motor.
 
-        Replies are collected but not required.
+        Replies are not required, but a motor that did not answer its EXIT_MOTOR_MODE
+        is sent the zero command and the exit once more (a lost frame would otherwise
+        leave it in motor mode until its own watchdog, if any, runs out).
 
         Raises
         ------
@@ -404,10 +408,17 @@ class MitCanDriver(Driver):
         self._check_open()
         stats = self._new_stats()
         zero = self.make_commands(Command(np.zeros(self.n_joints)))
-        self._exchange(zero, range(self.n_joints), self.reply_timeout_s, stats)
-        self._enabled[:] = False
         exits = [Frame(jt.can_id, codec.EXIT_MOTOR_MODE) for jt in self._joints]
-        self._exchange(exits, range(self.n_joints), self.reply_timeout_s, stats)
+        todo = list(range(self.n_joints))
+        for attempt in range(2):
+            self._exchange([zero[j] for j in todo], todo, self.reply_timeout_s, stats)
+            if attempt == 0:
+                self._enabled[:] = False
+            fresh = self._exchange([exits[j] for j in todo], todo, self.reply_timeout_s, stats)
+            todo = [j for j in todo if not fresh[j]]
+            if not todo:
+                break
+        self.exit_unconfirmed = todo
 
     def close(self) -> None:
         """Disable (best effort), then close the transports if owned.  Safe to call twice.

@@ -51,6 +51,8 @@ __all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build
 
 _TWO_PI = 2.0 * math.pi
 _FEEDBACK_MODES = ("broadcast", "rtr")
+#: enable(): an axis still IDLE (no error) this long after Set_Axis_State gets the request again [s]
+_STATE_RETRY_S = 0.05
 _TORQUE_FEEDBACK = ("iq", "torques", "none")
 
 
@@ -132,6 +134,8 @@ class OdriveCanDriver(Driver):
         self.torque_feedback = torque_feedback
         self.reply_timeout_s = float(reply_timeout_s)
         self.enable_timeout_s = float(enable_timeout_s)
+        #: Set_Axis_State requests the last enable() had to repeat (lost frames)
+        self.state_requests_resent = 0
         self.encoder_rate_hz = encoder_rate_hz
         self.heartbeat_rate_hz = float(heartbeat_rate_hz)
         self._owns = owns_transports
@@ -345,9 +349,12 @@ class OdriveCanDriver(Driver):
         self._axis_state[:] = int(AxisState.UNDEFINED)
         for j in range(self.n_joints):
             self._send(j, Cmd.SET_AXIS_STATE, codec.encode_set_axis_state(AxisState.CLOSED_LOOP_CONTROL))
+        t_state_req = np.full(self.n_joints, time.monotonic())
+        self.state_requests_resent = 0
         self._enabled_cmd = True
         deadline = t_req + self.enable_timeout_s
         closed_loop = int(AxisState.CLOSED_LOOP_CONTROL)
+        idle = int(AxisState.IDLE)
         while True:
             ok = (self._axis_state == closed_loop) & (self._hb_time >= t_req)
             if ok.all():
@@ -371,6 +378,15 @@ class OdriveCanDriver(Driver):
                 if not ok[j]:
                     self._send(j, Cmd.HEARTBEAT, remote=True)
                     self._send(j, Cmd.SET_INPUT_TORQUE, codec.encode_set_input_torque(0.0))
+                    # still IDLE without an error well after the request: the Set_Axis_State frame
+                    # was lost (CAN has no end-to-end acknowledgement); ask again.  Only from IDLE:
+                    # a request during a calibration/start-up sequence would restart it.
+                    if (self._hb_time[j] >= t_state_req[j] + _STATE_RETRY_S and self._axis_state[j] == idle
+                            and self._axis_error[j] == 0):
+                        self._send(j, Cmd.SET_AXIS_STATE,
+                                   codec.encode_set_axis_state(AxisState.CLOSED_LOOP_CONTROL))
+                        t_state_req[j] = time.monotonic()
+                        self.state_requests_resent += 1
             slice_end = min(deadline, time.monotonic() + 0.01)
             self._pump(max(0.0, slice_end - time.monotonic()),
                        lambda: bool(((self._axis_state == closed_loop) & (self._hb_time >= t_req)).all()))

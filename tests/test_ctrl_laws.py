@@ -330,3 +330,36 @@ def test_joint_ct_and_pd_gravity_on_real_3rrr_vertical():
             _, q, qd, _ = plant.measure()
             plant.set_torque(ctrl.compute(t, Ref.setpoint(goal), State(t, q, qd)))
         assert np.max(np.abs(ctrl.last_error)) < 1e-4, type(ctrl).__name__
+
+
+def test_task_ct_integral_removes_the_offset_of_a_heavier_plant():
+    """3RRR vertical (gravity in the plane), plant 20 % heavier: a set-point keeps an offset of
+    about dg/Kp without ki and none with it; saturation freezes the integrator."""
+    from pathlib import Path
+    from dynamics import load_model
+    robots = Path(__file__).resolve().parents[1] / "hil_configs" / "robots"
+    m = load_model(robots / "3rrr_vertical.toml")
+    heavy = m.scaled(1.2)
+    X0 = np.asarray(m.home_pose, float)
+    q0 = m.inverse_kinematics(X0)
+
+    def final_error(ctrl, T=2.0):
+        plant = SimulatedPlant(heavy, q0=q0, viscous=0.0, coulomb=0.0)
+        ctrl.reset()
+        for k in range(int(T / DT) + 1):
+            t = k * DT
+            plant.advance_to(t)
+            _, q, qd, _ = plant.measure()
+            plant.set_torque(ctrl.compute(t, Ref.setpoint(X0), State(t, q, qd)))
+        return np.abs(ctrl.last_error), ctrl
+
+    e_pd, _ = final_error(TaskComputedTorque(m, 400.0, 40.0))
+    assert e_pd[1] > 1e-3                      # gravity along -y: offset ~ 0.2 g / kp ~ 5 mm
+    e_pid, c = final_error(TaskComputedTorque(m, 400.0, 40.0, ki=2000.0))
+    assert np.all(e_pid < 1e-5) and np.all(e_pid < 1e-2 * e_pd.max())
+    assert abs(c.integral[1]) > 0
+    # saturated: torques within limits, integrator bounded by integral_limit
+    lim = Saturation(0.2 * np.abs(m.gravity(q0, pose=X0)).max() + 1e-3, 3)
+    e_sat, cs = final_error(TaskComputedTorque(m, 400.0, 40.0, ki=2000.0, integral_limit=1e-3,
+                                               saturation=lim), T=0.5)
+    assert np.all(np.abs(cs.integral) <= 1e-3 + 1e-15)

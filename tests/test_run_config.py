@@ -45,6 +45,8 @@ def test_lqr_and_place_designs_give_the_gains_python_control_reports():
     ({"kind": "computed_torque", "wn_rad_s": -3.0}, "controller.wn_rad_s"),
     ({"kind": "task_pd_gravity", "wn_rad_s": 10.0, "friction_compensation": "desired"},
      "controller.friction_compensation"),
+    ({"kind": "task_pd_gravity", "wn_rad_s": 10.0, "ki": 100.0}, "controller.ki"),
+    ({"kind": "task_computed_torque", "wn_rad_s": 10.0, "ki": -1.0}, "controller.ki"),
 ])
 def test_bad_controller_tables(controller, field):
     with pytest.raises(ConfigError) as ei:
@@ -71,3 +73,21 @@ def test_plant_starts_on_the_reference_and_offset_is_applied():
         np.testing.assert_allclose(q, np.asarray(spec.trajectory.sample(0.0).pos) + [0.01, -0.02], atol=1e-12)
     finally:
         run.close()
+
+
+def test_integral_gain_reaches_the_task_law_and_the_gain_report():
+    """ki with a wn/zeta design is used (not dropped) and reported with the third-order poles."""
+    spec = load_run(RUNS / "3rrr_circle_direct.toml", overrides={
+        "controller": {"kind": "task_computed_torque", "wn_rad_s": 30.0, "zeta": 1.0, "ki": 9000.0,
+                       "integral_limit": 0.02}})
+    law = build_run(spec).loop.controller
+    np.testing.assert_allclose(np.diag(law.ki), 9000.0)
+    d = design_gains(spec)
+    # s^3 + 60 s^2 + 900 s + 9000: the poles python-control reports are its roots
+    np.testing.assert_allclose(np.sort_complex(d.axes[0].poles),
+                               np.sort_complex(np.roots([1.0, 60.0, 900.0, 9000.0])), rtol=1e-9)
+    assert "ki=9000" in gain_report(spec)
+    # unstable by Routh (ki > kp kd = 54000): visible in the report, no step simulated
+    bad = design_gains(load_run(RUNS / "3rrr_circle_direct.toml", overrides={
+        "controller": {"kind": "task_computed_torque", "wn_rad_s": 30.0, "ki": 60000.0}}))
+    assert np.any(bad.axes[0].poles.real > 0) and bad.axes[0].step["settling_time_s"] == np.inf

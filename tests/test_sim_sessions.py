@@ -179,6 +179,39 @@ def test_mit_watchdog_fault_silence_and_disable():
         drv.close()
 
 
+def test_mit_disable_repeats_a_lost_exit():
+    """The EXIT_MOTOR_MODE frame to one motor is lost: disable() sees no reply from it and sends
+    the zero command and the exit once more, so the motor does leave motor mode."""
+    clock = Clock()
+    drv = _build(_mit_cfg(), clock)
+    emu = drv.emulators[0]
+    inner = drv.inner
+    bus = inner._buses[0]
+    send_frame = bus.send_frame
+    lost = []
+
+    def lossy(frame):
+        if frame.arbitration_id == 2 and bytes(frame.data) == mitc.EXIT_MOTOR_MODE and not lost:
+            lost.append(frame)
+            return
+        send_frame(frame)
+
+    bus.send_frame = lossy
+    try:
+        drv.enable()
+        _run(drv, clock, 5)
+        drv.disable()
+        assert lost and not emu.motor_mode(1) and not emu.motor_mode(2)
+        assert inner.exit_unconfirmed == []
+        # a motor that stays silent is reported, after one repeat, not waited for forever
+        drv.enable()
+        emu.set_silent(2)
+        drv.disable()
+        assert inner.exit_unconfirmed == [1]
+    finally:
+        drv.close()
+
+
 @pytest.mark.parametrize("side", ["send", "recv"])
 def test_mit_dropped_or_corrupt_frames_never_act_and_show_stale(side):
     clock = Clock()
@@ -320,6 +353,32 @@ def test_odrive_watchdog_error_and_recovery():
         clock.t = 0.22
         fb = drv.enable()
         assert fb.enabled.all() and emu.axis_error(1) == 0
+    finally:
+        drv.close()
+
+
+def test_odrive_enable_asks_again_when_the_state_request_is_lost():
+    """A lost Set_Axis_State frame (CAN has no end-to-end ack): the axis keeps reporting IDLE
+    without an error, and enable() repeats the request instead of timing out."""
+    clock = Clock()
+    drv = _build(_odrive_cfg(enable_timeout_s=2.0), clock)
+    emu = drv.emulators[0]
+    inner = drv.inner
+    send = inner._send
+    dropped = []
+
+    def lossy(j, cmd, data=b"", *, remote=False):
+        if cmd == odc.Cmd.SET_AXIS_STATE and j == 1 and not dropped:
+            dropped.append(cmd)       # the first request to the second axis never arrives
+            return
+        send(j, cmd, data, remote=remote)
+
+    inner._send = lossy
+    try:
+        fb = drv.enable()
+        assert dropped and fb.enabled.all()
+        assert emu.axis_state(2) == odc.AxisState.CLOSED_LOOP_CONTROL
+        assert inner.state_requests_resent >= 1
     finally:
         drv.close()
 
