@@ -113,10 +113,19 @@ class MitCanDriver(Driver):
         Number of times ENTER_MOTOR_MODE is sent to motors that did not answer.
     owns_transports : bool
         Close the transports in :meth:`close`.
+    quantization : {"nearest", "truncate"}
+        How command values are rounded to the protocol's integer fields:
+        ``"nearest"`` (unbiased, default) or ``"truncate"`` (the reference host
+        code; biases every torque by -1/2 LSB, see :mod:`drivers.codecs.mit`).
+    reply_centered : bool
+        Decode the replies' position, velocity and torque to the middle of their
+        quantisation step (default), correcting the firmware's truncation; False
+        reads them as the plain inverse mapping does.
     """
 
     def __init__(self, joints: Sequence[MitJoint], *, now: Callable[[], float], reply_timeout_s: float = 0.002,
-                 enable_timeout_s: float = 0.05, enable_tries: int = 3, owns_transports: bool = True):
+                 enable_timeout_s: float = 0.05, enable_tries: int = 3, owns_transports: bool = True,
+                 quantization: str = "nearest", reply_centered: bool = True):
         joints = list(joints)
         if not joints:
             raise DriverError("MitCanDriver needs at least one joint")
@@ -130,6 +139,11 @@ class MitCanDriver(Driver):
         self.reply_timeout_s = float(reply_timeout_s)
         self.enable_timeout_s = float(enable_timeout_s)
         self.enable_tries = int(enable_tries)
+        if quantization not in ("nearest", "truncate"):
+            raise DriverError(f"quantization must be 'nearest' or 'truncate', got {quantization!r}")
+        self.quantization = quantization
+        self._nearest = quantization == "nearest"
+        self.reply_centered = bool(reply_centered)
         self._owns = owns_transports
         # buses in order of first appearance; per bus the joint index of each motor id
         self._buses: list[CanTransport] = []
@@ -241,7 +255,7 @@ class MitCanDriver(Driver):
             v_m = s * vel[j] * g
             t_m = s * tau[j] / (g * e)
             saturated += (abs(t_m) > L.t_max_nm) + (abs(v_m) > L.v_max_rad_s) + (kp_m > L.kp_max) + (kd_m > L.kd_max)
-            data = codec.encode_command(p_m, v_m, kp_m, kd_m, t_m, L)
+            data = codec.encode_command(p_m, v_m, kp_m, kd_m, t_m, L, self._nearest)
             if data[7] >= 0xFC and data[:7] == _ALL_ONES_7:
                 # every field at its maximum collides with ENTER/EXIT/ZERO: lower the torque by 3 LSB
                 data = data[:7] + bytes((data[7] - 3,))
@@ -283,7 +297,7 @@ class MitCanDriver(Driver):
                 if j is None:
                     stats["unexpected"] += 1
                     continue
-                rep = codec.decode_reply(frame.data, self._lim[j])
+                rep = codec.decode_reply(frame.data, self._lim[j], self.reply_centered)
             except DecodeError:
                 stats["corrupt"] += 1
                 continue
@@ -471,6 +485,8 @@ def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver
         rt = section.float("reply_timeout_s", 0.002, minimum=0.0, strict_min=True)
         et = section.float("enable_timeout_s", 0.05, minimum=0.0, strict_min=True)
         tries = section.int("enable_tries", 3, minimum=1)
+        quant = section.str("quantization", "nearest", choices=["nearest", "truncate"])
+        centered = section.bool("reply_centered", True)
         joints = []
         seen = {}
         for js in section.sections("joints"):
@@ -488,7 +504,7 @@ def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver
             raise section.error("joints", "at least one joint is required")
         section.finish()
         return MitCanDriver(joints, now=now, reply_timeout_s=rt, enable_timeout_s=et, enable_tries=tries,
-                            owns_transports=True)
+                            owns_transports=True, quantization=quant, reply_centered=centered)
     except BaseException:
         registry.close_buses(buses, transports)
         raise

@@ -11,6 +11,8 @@ Common keys of CAN drivers (``mit_can``, ``odrive_can``)::
     type = "mit_can"
     reply_timeout_s = 0.002          # wall-clock wait for replies per cycle
     enable_timeout_s = 0.05
+    # MIT only: quantization = "nearest" (or "truncate", the reference host code's -1/2 LSB bias);
+    # reply_centered = true (decode replies to the middle of the firmware's truncation step)
 
     [driver.bus]                     # one bus, named "default" ...
     interface = "socketcan"          # any python-can interface name

@@ -167,3 +167,48 @@ def test_decoders_fuzz_only_value_or_decode_error(data, name):
     if len(data) == 8 and data[:7] != b"\xff" * 7:
         cmd = mit.decode_command(data, L)
         assert abs(cmd.p_rad) <= L.p_max_rad + 1e-9 and 0 <= cmd.kp <= L.kp_max + 1e-9
+
+
+def test_nearest_rounding_removes_the_truncation_bias():
+    """Truncation (reference host code) decodes to -1/2 LSB on average; rounding to the
+    nearest step is unbiased and never more than 1/2 LSB off.  Same bytes otherwise."""
+    lim = mit.MIT_MODELS["AK80-9"]
+    lsb = 2 * lim.t_max_nm / 4095
+    ts = [-0.7 + 1.4 * k / 9973 for k in range(9974)]        # many fractions of a step
+
+    def decoded(t, nearest):
+        return mit.decode_command(mit.encode_command(0, 0, 0, 0, t, lim, nearest=nearest), lim).t_nm
+
+    err_trunc = [decoded(t, False) - t for t in ts]
+    err_near = [decoded(t, True) - t for t in ts]
+    assert abs(sum(err_trunc) / len(ts) + 0.5 * lsb) < 0.02 * lsb
+    assert abs(sum(err_near) / len(ts)) < 0.02 * lsb
+    assert max(abs(e) for e in err_near) <= 0.5 * lsb + 1e-12
+    assert max(abs(e) for e in err_trunc) <= lsb + 1e-12
+    # the two encodings differ by at most one step, and only in the low bits
+    assert mit.float_to_uint(0.0, -18.0, 18.0, 12) == 2047
+    assert mit.float_to_uint(0.0, -18.0, 18.0, 12, nearest=True) == 2048
+    assert mit.float_to_uint(18.0, -18.0, 18.0, 12, nearest=True) == 4095
+    assert mit.float_to_uint(-18.0, -18.0, 18.0, 12, nearest=True) == 0
+
+
+def test_centered_reply_decoding_removes_the_firmware_truncation_bias():
+    """The firmware truncates when it packs a reply; decoding to the step's middle is unbiased
+    (plain decoding reads -1/2 LSB low on average), and a motor at rest reads zero velocity."""
+    lim = mit.MIT_MODELS["AK80-9"]
+    vs = [-3.0 + 6.0 * k / 7919 for k in range(7920)]
+    lsb = 2 * lim.v_max_rad_s / 4095
+
+    def read(v, centered):
+        return mit.decode_reply(mit.encode_reply(1, 0.3, v, 0.1, lim), lim, centered=centered).v_rad_s
+
+    plain = [read(v, False) - v for v in vs]
+    cent = [read(v, True) - v for v in vs]
+    assert abs(sum(plain) / len(vs) + 0.5 * lsb) < 0.02 * lsb
+    assert abs(sum(cent) / len(vs)) < 0.02 * lsb
+    assert max(abs(e) for e in cent) <= 0.5 * lsb + 1e-12
+    assert abs(read(0.0, True)) < 1e-12 and read(0.0, False) < -0.4 * lsb
+    # the clamped maximum stays the maximum
+    assert mit.uint_to_float_centered(4095, -18.0, 18.0, 12) == pytest.approx(18.0)
+    with pytest.raises(DecodeError):
+        mit.uint_to_float_centered(4096, 0.0, 5.0, 12)

@@ -104,12 +104,13 @@ def test_mit_session_tracks_the_plant_and_is_deterministic():
 
 
 def _mit_quantised(tau):
-    """Joint torques after the MIT protocol's 12-bit quantisation (mapping of _mit_cfg)."""
+    """Joint torques after the MIT protocol's 12-bit quantisation (mapping of _mit_cfg; the
+    driver rounds to the nearest step by default)."""
     lim = mitc.MIT_MODELS["AK80-9"]
     out = []
     for t, (g, s, e) in zip(tau, [(6.0, -1, 0.9), (1.0, 1, 1.0)]):
         t_m = s * t / (g * e)
-        c = mitc.decode_command(mitc.encode_command(0, 0, 0, 0, t_m, lim), lim)
+        c = mitc.decode_command(mitc.encode_command(0, 0, 0, 0, t_m, lim, nearest=True), lim)
         out.append(s * c.t_nm * g * e)
     return np.array(out)
 
@@ -437,7 +438,8 @@ def test_mit_reply_quantisation_matches_codec():
         fb = drv.enable()
         lim = mitc.MIT_MODELS["AK80-9"]
         q = drv.plant.state.q[1]
-        r = mitc.decode_reply(mitc.encode_reply(2, q, 0.0, 0.0, lim), lim)
+        r = mitc.decode_reply(mitc.encode_reply(2, q, 0.0, 0.0, lim), lim, centered=True)
         assert fb.position_rad[1] == r.p_rad
+        assert fb.velocity_rad_s[1] == r.v_rad_s and abs(r.v_rad_s) < 1e-12   # at rest: zero, not -1/2 LSB
     finally:
         drv.close()
