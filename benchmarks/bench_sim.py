@@ -13,7 +13,9 @@ Cases:
 * ``mit_can`` / ``odrive_can`` with 3 and 6 motors: one cycle of the *real* driver against the
   emulated devices on an in-process python-can ``virtual`` bus (encode, send, emulator thread
   decodes, advances the plant, replies, driver decodes); the note gives the part that is not
-  plant integration (median cycle minus median plant row).
+  plant integration (median cycle minus median plant row).  Each is timed with the emulators
+  served by their own thread (``serve = "thread"``, as a separate device would be) and inline
+  in the driver's thread (``serve = "inline"``, what offline runs use: no thread hand-off).
 """
 
 from __future__ import annotations
@@ -110,37 +112,49 @@ def run(quick: bool = False) -> list[dict]:
         drv.close()
 
     for kind in ("mit_can", "odrive_can"):
-        for dof, model in models.items():
-            q0 = _q0(model)
-            tau = _hold(model, q0)
-            if kind == "mit_can":
-                joints = [{"can_id": i + 1, "model": "AK10-9", "gear_ratio": 1.0} for i in range(dof)]
-                extra = {}
-            else:
-                joints = [{"node_id": i + 1} for i in range(dof)]
-                extra = {"feedback": "broadcast", "emulator": {"encoder_period_s": PERIOD_S}}
-            cfg = {"type": f"sim_{kind}", "reply_timeout_s": 0.05, "joints": joints,
-                   "plant": {"q0": q0.tolist()}, **extra}
-            clock = _Clock()
-            drv = build_driver(Section(cfg, "bench_sim"), now=clock, model=model)
-            try:
-                drv.enable()
-                cmd = Command(tau)
-                missing = [0]
-
-                def emu_step(k):
-                    clock.t = k * PERIOD_S
-                    fb = drv.cycle(cmd)
-                    missing[0] += int((~fb.fresh).sum())
-
-                med, p99, _ = _stats(_time_cycles(emu_step, n))
-            finally:
-                drv.close()
-            rows.append({"case": f"{kind} cycle, {dof} motors, virtual bus", "median_us": med,
-                         "p99_us": p99,
-                         "note": f"bus + protocol + emulator thread: {med - plant_median[dof]:.0f} us over "
-                                 f"the plant row; stale replies {missing[0]} / {n * dof}"})
+        for serve in ("thread", "inline"):
+            for dof, model in models.items():
+                rows.append(_emulated_row(kind, serve, dof, model, n, plant_median[dof]))
     return rows
+
+
+def _emulated_row(kind: str, serve: str, dof: int, model, n: int, plant_median_us: float) -> dict:
+    """One real driver <-> emulated devices cycle (virtual bus) per period, timed."""
+    from dynamics.config import Section
+    from drivers.base import Command
+    from drivers.registry import build_driver
+
+    q0 = _q0(model)
+    tau = _hold(model, q0)
+    if kind == "mit_can":
+        joints = [{"can_id": i + 1, "model": "AK10-9", "gear_ratio": 1.0} for i in range(dof)]
+        extra = {"emulator": {"serve": serve}}
+    else:
+        joints = [{"node_id": i + 1} for i in range(dof)]
+        extra = {"feedback": "broadcast",
+                 "emulator": {"encoder_period_s": PERIOD_S, "serve": serve}}
+    cfg = {"type": f"sim_{kind}", "reply_timeout_s": 0.05, "joints": joints,
+           "plant": {"q0": q0.tolist()}, **extra}
+    clock = _Clock()
+    drv = build_driver(Section(cfg, "bench_sim"), now=clock, model=model)
+    try:
+        drv.enable()
+        cmd = Command(tau)
+        missing = [0]
+
+        def emu_step(k):
+            clock.t = k * PERIOD_S
+            fb = drv.cycle(cmd)
+            missing[0] += int((~fb.fresh).sum())
+
+        med, p99, _ = _stats(_time_cycles(emu_step, n))
+    finally:
+        drv.close()
+    where = "emulator thread" if serve == "thread" else "emulators served inline (driver's thread)"
+    return {"case": f"{kind} cycle, {dof} motors, virtual bus, {serve}", "median_us": med,
+            "p99_us": p99,
+            "note": f"bus + protocol + {where}: {med - plant_median_us:.0f} us over "
+                    f"the plant row; stale replies {missing[0]} / {n * dof}"}
 
 
 if __name__ == "__main__":  # pragma: no cover
