@@ -519,7 +519,7 @@ def _euler_rate_matrix(rot, angles, eps=1e-7):
     return E
 
 
-def task_error(X_d, X, rotation: Callable | None = None) -> np.ndarray:
+def task_error(X_d, X, rotation: Callable | None = None, rate_matrix: Callable | None = None) -> np.ndarray:
     """Pose error ``X_d (-) X`` in task coordinates.
 
     * 3-DOF planar ``(x, y, phi)``: position difference and the angle
@@ -528,7 +528,9 @@ def task_error(X_d, X, rotation: Callable | None = None) -> np.ndarray:
       function: position difference; orientation error as the rotation vector
       of ``R_d R^T`` mapped to angle coordinates with ``E(X)^-1`` (``omega = E
       angles_dot``), which equals the Euler-angle difference to first order and
-      stays correct (geodesic direction) for large errors.
+      stays correct (geodesic direction) for large errors.  ``rate_matrix``
+      (angles -> E, closed form) is used when given, else E is obtained from
+      ``rotation`` by central differences.
     * Any other size: plain difference.
     """
     X_d = np.asarray(X_d, dtype=float)
@@ -538,7 +540,7 @@ def task_error(X_d, X, rotation: Callable | None = None) -> np.ndarray:
         e[2] = np.angle(np.exp(1j * e[2]))
     elif X.shape == (6,) and rotation is not None:
         rv = rotation_error(rotation(X_d[3:]), rotation(X[3:]))
-        E = _euler_rate_matrix(rotation, X[3:])
+        E = rate_matrix(X[3:]) if rate_matrix is not None else _euler_rate_matrix(rotation, X[3:])
         try:
             e[3:] = np.linalg.solve(E, rv)
         except np.linalg.LinAlgError as err:
@@ -568,6 +570,18 @@ def _default_rotation(model) -> Callable | None:
     return f if callable(f) else None
 
 
+def _matching_rate_matrix(model, rotation) -> Callable | None:
+    """The closed-form ``euler_rate_matrix`` of the model's module, if ``rotation`` is that
+    module's ``rotation_matrix`` (same convention); None otherwise (numerical E is used)."""
+    if rotation is None:
+        return None
+    mod = sys.modules.get(type(model).__module__)
+    if getattr(mod, "rotation_matrix", None) is rotation:
+        f = getattr(mod, "euler_rate_matrix", None)
+        return f if callable(f) else None
+    return None
+
+
 class _TaskBase(Controller):
     space = "task"
 
@@ -584,6 +598,7 @@ class _TaskBase(Controller):
         if isinstance(rotation, str):
             rotation = euler_rotation(rotation)
         self.rotation = rotation if rotation is not None else _default_rotation(model)
+        self.rate_matrix = _matching_rate_matrix(model, self.rotation)
         if m == 6 and self.rotation is None:
             raise ModelError("6-DOF task-space control needs the orientation convention: pass "
                              "rotation='xyz'/'zyx'/... or a function angles -> R")
@@ -604,7 +619,7 @@ class _TaskBase(Controller):
 
     def tracking_error(self, ref, state):
         X = _pose_hint(self.model, state.q, self.pose)
-        return task_error(ref.pos, X, self.rotation)
+        return task_error(ref.pos, X, self.rotation, self.rate_matrix)
 
 
 class TaskComputedTorque(_TaskBase):
@@ -669,7 +684,7 @@ class TaskComputedTorque(_TaskBase):
 
     def compute(self, t_s, ref, state):
         X, Jx, Xd = self._measure(state.q, state.qd)
-        e = task_error(ref.pos, X, self.rotation)
+        e = task_error(ref.pos, X, self.rotation, self.rate_matrix)
         ed = np.asarray(ref.vel, dtype=float) - Xd
         a = np.asarray(ref.acc, dtype=float) + self.kd @ ed + self.kp @ e
         self.last_error = e
@@ -700,7 +715,7 @@ class TaskPDGravity(_TaskBase):
 
     def compute(self, t_s, ref, state):
         X, Jx, Xd = self._measure(state.q, state.qd)
-        e = task_error(ref.pos, X, self.rotation)
+        e = task_error(ref.pos, X, self.rotation, self.rate_matrix)
         ed = np.asarray(ref.vel, dtype=float) - Xd
         g = self.model.bias(state.q, np.zeros_like(state.q), pose=X)
         tau = Jx.T @ (self.kp @ e + self.kd @ ed) + np.asarray(g, dtype=float)

@@ -363,3 +363,20 @@ def test_task_ct_integral_removes_the_offset_of_a_heavier_plant():
     e_sat, cs = final_error(TaskComputedTorque(m, 400.0, 40.0, ki=2000.0, integral_limit=1e-3,
                                                saturation=lim), T=0.5)
     assert np.all(np.abs(cs.integral) <= 1e-3 + 1e-15)
+
+
+def test_task_error_uses_the_models_closed_form_rate_matrix():
+    """Stewart: the controller picks dynamics.stewart.euler_rate_matrix (same convention as its
+    rotation) and the error equals the numerical-E error to the differencing accuracy."""
+    from pathlib import Path
+    from dynamics import load_model
+    from dynamics.stewart import euler_rate_matrix, rotation_matrix
+    m = load_model(Path(__file__).resolve().parents[1] / "hil_configs" / "robots" / "stewart.toml")
+    c = TaskComputedTorque(m, 900.0, 60.0)
+    assert c.rate_matrix is euler_rate_matrix
+    assert TaskComputedTorque(m, 900.0, 60.0, rotation="zyx").rate_matrix is None  # other convention
+    X = np.array([0.01, -0.02, 0.9, 0.3, -0.4, 0.5])
+    Xd = X + np.array([0.001, 0.0, -0.002, 0.2, 0.1, -0.3])
+    exact = task_error(Xd, X, rotation_matrix, euler_rate_matrix)
+    numeric = task_error(Xd, X, rotation_matrix)
+    np.testing.assert_allclose(exact, numeric, rtol=0, atol=1e-7)
