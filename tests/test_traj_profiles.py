@@ -256,3 +256,26 @@ def test_generic_law_scaling():
     np.testing.assert_allclose(slow.sample(1.5).vel, law.sample(0.5).vel / 3)
     np.testing.assert_allclose(slow.sample(1.5).jerk, law.sample(0.5).jerk / 27)
     assert law.scaled_to(3.0).sample(1.5).acc[0] == pytest.approx(slow.sample(1.5).acc[0])
+
+
+def test_double_s_equals_ruckig_time_optimal_profile():
+    """Independent reference: ruckig (time-optimal jerk-limited OTG) gives the same duration and
+    the same position/velocity/acceleration along rest-to-rest moves, over random limits covering
+    every case (vmax reached or not, amax reached or not)."""
+    ruckig = pytest.importorskip("ruckig")
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        h = float(rng.uniform(0.01, 5.0)) * (1 if rng.random() < 0.5 else -1)
+        v, a, j = (float(x) for x in 10 ** rng.uniform(-0.5, 1.0, size=3))
+        ours = point_to_point([0.3], [0.3 + h], "double_s", vmax=v, amax=a, jmax=j)
+        inp = ruckig.InputParameter(1)
+        inp.current_position, inp.target_position = [0.3], [0.3 + h]
+        inp.max_velocity, inp.max_acceleration, inp.max_jerk = [v], [a], [j]
+        ref = ruckig.Trajectory(1)
+        assert ruckig.Ruckig(1).calculate(inp, ref) == ruckig.Result.Working
+        assert ours.duration_s == pytest.approx(ref.duration, rel=1e-9, abs=1e-12)
+        for t in np.linspace(0.0, ref.duration, 37):
+            p, vel, acc = ref.at_time(float(t))
+            s = ours.sample(float(t))
+            np.testing.assert_allclose([s.pos[0], s.vel[0], s.acc[0]], [p[0], vel[0], acc[0]],
+                                       rtol=0, atol=1e-8 * max(1.0, abs(h), v, a))
