@@ -98,6 +98,8 @@ class GainDesign:
                     f" settle={a.step['settling_time_s']:.4g}s overshoot={a.step['overshoot_pct']:.3g}%")
             if a.margins:
                 line += (f" GM={a.margins['gain_margin']:.4g} PM={a.margins['phase_margin_deg']:.4g}deg")
+            if not np.all(np.real(a.poles) < 0):
+                line += "  UNSTABLE (a closed-loop pole has Re >= 0)"
             lines.append(line)
         return "\n".join(lines)
 

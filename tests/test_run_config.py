@@ -88,6 +88,8 @@ def test_integral_gain_reaches_the_task_law_and_the_gain_report():
                                np.sort_complex(np.roots([1.0, 60.0, 900.0, 9000.0])), rtol=1e-9)
     assert "ki=9000" in gain_report(spec)
     # unstable by Routh (ki > kp kd = 54000): visible in the report, no step simulated
-    bad = design_gains(load_run(RUNS / "3rrr_circle_direct.toml", overrides={
-        "controller": {"kind": "task_computed_torque", "wn_rad_s": 30.0, "ki": 60000.0}}))
+    bad_spec = load_run(RUNS / "3rrr_circle_direct.toml", overrides={
+        "controller": {"kind": "task_computed_torque", "wn_rad_s": 30.0, "ki": 60000.0}})
+    bad = design_gains(bad_spec)
     assert np.any(bad.axes[0].poles.real > 0) and bad.axes[0].step["settling_time_s"] == np.inf
+    assert "UNSTABLE" in gain_report(bad_spec) and "UNSTABLE" not in gain_report(spec)
