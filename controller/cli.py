@@ -32,7 +32,7 @@ def version() -> str:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from . import commands
-    print(commands.check(args.file))
+    print(commands.check(args.file, overrides=commands.parse_sets(args.set) if args.set else None))
     return 0
 
 
@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="validate a robot file or run config and print a summary")
     c.add_argument("file", help="robot file (.toml/.urdf) or run config (.toml)")
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="run configs: check with a value overridden, as `run --set` does")
     c.set_defaults(func=_cmd_check)
 
     r = sub.add_parser("run", help="run a config (simulated plant unless the config says hardware)")

@@ -23,18 +23,21 @@ from dynamics.errors import ConfigError, SafetyError
 __all__ = ["check", "run", "plot", "tune", "parse_sets", "format_summary"]
 
 
-def check(path: str) -> str:
-    """Validate a robot file or a run config; return a human-readable report."""
+def check(path: str, overrides: dict | None = None) -> str:
+    """Validate a robot file or a run config; return a human-readable report.
+
+    ``overrides`` (dotted keys, as ``run --set``) apply to run configs only.
+    """
     p = Path(path)
     if not p.exists():
         raise ConfigError("file not found", file=str(p))
-    if p.suffix.lower() == ".urdf":
-        return load_model(p).summary()
-    data = read_toml(p)
-    if "type" in data:  # a robot file
+    is_robot = p.suffix.lower() == ".urdf" or "type" in read_toml(p)
+    if is_robot:
+        if overrides:
+            raise ConfigError("--set applies to run configs, not robot files", file=str(p))
         return load_model(p).summary()
     from .run import check_run_config
-    return check_run_config(p)
+    return check_run_config(p, overrides=overrides)
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:

@@ -627,11 +627,12 @@ def run_offline_metrics(data: Mapping[str, Any], *, file: str | None = None) -> 
     return summary_metrics(spec, result)
 
 
-def check_run_config(path: str | Path) -> str:
-    """Validate a run config; return model summary, bus-load budget and feasibility report."""
+def check_run_config(path: str | Path, overrides: dict | None = None) -> str:
+    """Validate a run config (with ``overrides`` as in :func:`load_run`); return model summary,
+    bus-load budget, gain report and feasibility report."""
     from trajectories.feasibility import check_feasibility
 
-    spec = load_run(path)
+    spec = load_run(path, overrides=overrides)
     lines = [f"run config {path}: '{spec.name}' OK", "", spec.model.summary(), ""]
     lines.append(f"controller: {spec.controller.kind} in {spec.space} space, "
                  f"loop {spec.rate_hz:g} Hz ({spec.clock} clock), duration {spec.duration_s:g} s")

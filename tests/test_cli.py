@@ -66,6 +66,12 @@ def test_check_run_config_prints_budget_and_feasibility():
     r = tl("check", RUNS / "3rrr_circle.toml")
     assert r.returncode == 0, r.stderr
     assert "bus-load budget" in r.stdout and "feasible" in r.stdout
+    # --set is checked as run would apply it: an unstable integral gain shows in the gain report,
+    # a bad value names the field
+    r = tl("check", RUNS / "3rrr_circle.toml", "--set", "controller.ki=200000.0")  # > kp kd = 128000
+    assert r.returncode == 0 and "UNSTABLE" in r.stdout, (r.stdout, r.stderr)
+    r = tl("check", RUNS / "3rrr_circle.toml", "--set", "loop.rate_hz=-1.0")
+    assert r.returncode == 2 and "loop.rate_hz" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("edit, field", [

@@ -185,3 +185,16 @@ def test_metrics_stream_equals_log_and_definitions(tmp_path):
     r3 = metrics_from_log(np.load(tmp_path / "log.npy"), P, task_layout="planar")
     for key in r:
         assert np.allclose(r[key], r2[key]) and np.allclose(r[key], r3[key]), key
+
+
+def test_pandas_opens_the_log_directly(tmp_path):
+    """The README's promise: ``pandas.DataFrame(numpy.load(path))`` gives one column per scalar."""
+    pd = pytest.importorskip("pandas")
+    w = TelemetryWriter(tmp_path, 2, 3, buffer_rows=10)
+    for i in range(13):
+        w.record(**row(i))
+    w.close({"status": "completed"})
+    df = pd.DataFrame(np.load(tmp_path / "log.npy"))
+    assert len(df) == 13 and list(df.columns[:3]) == ["t", "q[0]", "q[1]"]
+    assert np.allclose(df["err[1]"].to_numpy(), 0.5 * np.arange(13))
+    assert df["sat[0]"].dtype == bool and df["safety"].iloc[5] == 2
