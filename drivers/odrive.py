@@ -792,6 +792,12 @@ def build_ascii(section, *, now: Callable[[], float], transports=None) -> Odrive
     if not axes:
         raise section.error("joints", "at least one joint is required")
     section.finish()
-    port = given if given is not None else SerialTransport(url, baudrate=baud, timeout_s=rt)
+    if given is not None:
+        port = given
+    else:
+        try:
+            port = SerialTransport(url, baudrate=baud, timeout_s=rt)
+        except CommsError as err:   # name the config file and field, as for a CAN bus
+            raise CommsError(f"{section.file or '<config>'}: field '{section.path}.port': {err}") from err
     return OdriveAsciiDriver(port, axes, maps, now=now, reply_timeout_s=rt, enable_timeout_s=et,
                              status_every=every, error_property=errp)

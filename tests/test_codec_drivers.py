@@ -534,3 +534,7 @@ def test_registry_odrive_ascii_config():
         with pytest.raises(ConfigError) as info:
             build_driver(_section(d), now=lambda: 0.0)
         assert info.value.field == field
+    # a port that cannot be opened: CommsError naming the file and the field
+    with pytest.raises(CommsError) as info:
+        build_driver(_section({**cfg, "port": "/nonexistent/ttyACM9"}), now=lambda: 0.0)
+    assert "field 'driver.port'" in str(info.value) and "/nonexistent/ttyACM9" in str(info.value)
