@@ -259,6 +259,12 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     buffer_rows = tel.int("buffer_rows", 200, minimum=1)
     tel.finish()
 
+    # A [tune] table (gain search, see controller.tune) is validated here so that `check` and
+    # `run` report its errors too; `run` itself does not use it.
+    if "tune" in data:
+        from .tune import TuneSpec
+        TuneSpec.from_section(root.section("tune"))
+
     # The driver table is validated when the driver is built (it may open buses);
     # mark it read here.
     root.finish()

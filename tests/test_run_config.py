@@ -93,3 +93,11 @@ def test_integral_gain_reaches_the_task_law_and_the_gain_report():
     bad = design_gains(bad_spec)
     assert np.any(bad.axes[0].poles.real > 0) and bad.axes[0].step["settling_time_s"] == np.inf
     assert "UNSTABLE" in gain_report(bad_spec) and "UNSTABLE" not in gain_report(spec)
+
+
+def test_a_tune_table_is_validated_by_run_and_check():
+    spec = load_run(RUNS / "3rrr_circle_tune.toml")          # runs like any config
+    assert spec.controller.kind == "task_computed_torque"
+    with pytest.raises(ConfigError) as ei:
+        load_run(RUNS / "3rrr_circle_tune.toml", overrides={"tune.candidates": -3})
+    assert "tune.candidates" in str(ei.value) and "3rrr_circle_tune.toml" in str(ei.value)
