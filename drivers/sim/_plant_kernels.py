@@ -1,4 +1,5 @@
-"""Compiled fast path of :class:`drivers.sim.plant.SimulatedPlant` for the planar 3RRR model.
+"""Compiled fast paths of :class:`drivers.sim.plant.SimulatedPlant` for the planar 3RRR model
+(:func:`rrr_advance`) and for serial chains (:func:`serial_advance`).
 
 One call integrates ``n_steps`` RK4 steps of the plant exactly as the Python
 reference ``SimulatedPlant._step`` does (same operations in the same order:
@@ -20,6 +21,7 @@ import numpy as np
 from numba import njit
 
 from dynamics._planar3rrr_kernels import fd_entry, fk_newton_ws, reduced_entry, WS_SIZE
+from dynamics._serial_kernels import NW, _crba_core, _fd_core
 
 from ._friction_kernel import coulomb_pgs
 
@@ -34,6 +36,55 @@ def _qdd(P, q, qd, tau, visc, has_visc, X, W, rhs, out):
     for i in range(3):
         rhs[i] = tau[i] - visc[i] * qd[i] if has_visc else tau[i]
     return fd_entry(P, q, qd, rhs, X, W, out)
+
+
+@njit(cache=True)
+def _coulomb_update(M, imp, hh, cq, cqd, qn, qdn):
+    """Implicit Coulomb step on the RK4 result (qn, qdn), as ``SimulatedPlant._step``: the
+    velocity is projected (exact friction impulse), the position corrected by hh (v - v*),
+    and a joint at rest before and after the step keeps its position."""
+    v = coulomb_pgs(M, qdn, imp, 1e-10, 100)
+    for i in range(qn.shape[0]):
+        qn[i] = qn[i] + hh * (v[i] - qdn[i])
+        if v[i] == 0.0 and cqd[i] == 0.0:
+            qn[i] = cq[i]
+        qdn[i] = v[i]
+
+
+@njit(cache=True)
+def _finite_state(qn, qdn):
+    for i in range(qn.shape[0]):
+        v0 = qn[i]
+        v1 = qdn[i]
+        if not (v0 == v0) or v0 > 1e308 or v0 < -1e308 or not (v1 == v1) or v1 > 1e308 or v1 < -1e308:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _held_torques(cmd, par, cq, cqd, cta, pd, sat, lag, e_mid, e_end, tc, t0, tm, th_):
+    """The held command at the start of a step (drive PD, saturation) into tc, and the applied
+    torque through the current-loop lag at the step's start, middle and end into t0, tm, th_."""
+    for i in range(tc.shape[0]):
+        t = cmd[0, i]
+        if pd:
+            t = t + cmd[1, i] * (cmd[3, i] - cq[i]) + cmd[2, i] * (cmd[4, i] - cqd[i])
+        if sat:
+            lim = par[2, i]
+            if t < -lim:
+                t = -lim
+            if t > lim:
+                t = lim
+        tc[i] = t
+        if lag > 0.0:
+            diff = cta[i] - t
+            t0[i] = t + diff * 1.0
+            tm[i] = t + diff * e_mid
+            th_[i] = t + diff * e_end
+        else:
+            t0[i] = t
+            tm[i] = t
+            th_[i] = t
 
 
 @njit(cache=True)
@@ -96,27 +147,7 @@ def rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
     hh = 0.5 * h
     h6 = h / 6.0
     for k in range(n_steps):
-        # held command at the start of the step
-        for i in range(3):
-            t = cmd[0, i]
-            if pd:
-                t = t + cmd[1, i] * (cmd[3, i] - cq[i]) + cmd[2, i] * (cmd[4, i] - cqd[i])
-            if sat:
-                lim = par[2, i]
-                if t < -lim:
-                    t = -lim
-                if t > lim:
-                    t = lim
-            tc[i] = t
-            if lag > 0.0:
-                diff = cta[i] - t
-                t0[i] = t + diff * 1.0
-                tm[i] = t + diff * e_mid
-                th_[i] = t + diff * e_end
-            else:
-                t0[i] = t
-                tm[i] = t
-                th_[i] = t
+        _held_torques(cmd, par, cq, cqd, cta, pd, sat, lag, e_mid, e_end, tc, t0, tm, th_)
         st = _qdd(P, cq, cqd, t0, par[0], has_visc, cX, W, rhs, k1v)
         if st != 0:
             return st, k
@@ -149,23 +180,126 @@ def rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
                 for c in range(3):
                     M[r, c] = red[3 * r + c]
                 imp[r] = h * par[1, r]
-            v = coulomb_pgs(M, qdn, imp, 1e-10, 100)
-            for i in range(3):
-                qn[i] = qn[i] + hh * (v[i] - qdn[i])
-                if v[i] == 0.0 and cqd[i] == 0.0:
-                    qn[i] = cq[i]
-                qdn[i] = v[i]
+            _coulomb_update(M, imp, hh, cq, cqd, qn, qdn)
         st, it = fk_newton_ws(P, qn, cX, 1e-12, 50, Xn, ws)
         if st != 0:
             return st, k
-        for i in range(3):
-            v0 = qn[i]
-            v1 = qdn[i]
-            if not (v0 == v0) or v0 > 1e308 or v0 < -1e308 or not (v1 == v1) or v1 > 1e308 or v1 < -1e308:
-                return 41, k
+        if not _finite_state(qn, qdn):
+            return 41, k
         for i in range(3):
             cq[i] = qn[i]
             cqd[i] = qdn[i]
             cX[i] = Xn[i]
+            cta[i] = th_[i] if lag > 0.0 else tc[i]
+    return 0, n_steps
+
+
+# ---------------------------------------------------------------------------------------------
+# serial chains (dynamics.serial.SerialModel)
+# ---------------------------------------------------------------------------------------------
+#: status of a serial step whose mass matrix was not positive definite
+ST_SERIAL_NOT_PD = 1
+#: status of a step whose state became non-finite (same code as the 3RRR kernel)
+ST_NOT_FINITE = 41
+
+
+@njit(cache=True)
+def _serial_qdd(P, q, qd, tau, visc, has_visc, rhs, out, M, Rl):
+    n = q.shape[0]
+    for i in range(n):
+        rhs[i] = tau[i] - visc[i] * qd[i] if has_visc else tau[i]
+    return _fd_core(P, q, qd, rhs, rhs, False, out, M, Rl)
+
+
+@njit(cache=True)
+def serial_advance(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out):
+    """Integrate ``n_steps`` plant steps of length ``h`` [s] of a serial chain (RK4).
+
+    The same operations in the same order as ``SimulatedPlant._step`` with the
+    serial model's own kernels (``aba`` = ``_fd_core``, ``crba`` = ``_crba_core``),
+    so the result equals the Python path to the last bit.
+
+    Parameters
+    ----------
+    P : packed serial parameters (``SerialModel._P``), n joints.
+    q, qd, ta : (n,) joint positions, rates and applied torque at the start.
+    cmd : (5, n) rows tau_ff, kp, kd, q_ref, qd_ref (the held command).
+    par : (3, n) rows viscous, coulomb, torque limit.
+    lag : current-loop time constant [s] (0 = none).
+    flags : bit mask (module docstring).
+    out : (3 n,) q, qd, ta after the last completed step.
+
+    Returns
+    -------
+    (status, steps) : 0 or :data:`ST_SERIAL_NOT_PD` / :data:`ST_NOT_FINITE` for the
+        failing step, and the number of completed steps.
+    """
+    n = q.shape[0]
+    has_visc = (flags & F_VISCOUS) != 0
+    has_coul = (flags & F_COULOMB) != 0
+    pd = (flags & F_PD) != 0
+    sat = (flags & F_SATURATE) != 0
+    buf = np.zeros(17 * n)
+    tc = buf[0:n]
+    t0 = buf[n:2 * n]
+    tm = buf[2 * n:3 * n]
+    th_ = buf[3 * n:4 * n]
+    k1v = buf[4 * n:5 * n]
+    k2v = buf[5 * n:6 * n]
+    k3v = buf[6 * n:7 * n]
+    k4v = buf[7 * n:8 * n]
+    k2q = buf[8 * n:9 * n]
+    k3q = buf[9 * n:10 * n]
+    k4q = buf[10 * n:11 * n]
+    qs = buf[11 * n:12 * n]
+    rhs = buf[12 * n:13 * n]
+    qn = buf[13 * n:14 * n]
+    qdn = buf[14 * n:15 * n]
+    imp = buf[15 * n:16 * n]
+    M = np.empty((n, n))
+    Rl = np.empty((n, NW))
+    for i in range(n):
+        out[i] = q[i]
+        out[n + i] = qd[i]
+        out[2 * n + i] = ta[i]
+    cq = out[0:n]
+    cqd = out[n:2 * n]
+    cta = out[2 * n:3 * n]
+    e_mid = math.exp(-(0.5 * h) / lag) if lag > 0.0 else 0.0
+    e_end = math.exp(-h / lag) if lag > 0.0 else 0.0
+    hh = 0.5 * h
+    h6 = h / 6.0
+    for k in range(n_steps):
+        _held_torques(cmd, par, cq, cqd, cta, pd, sat, lag, e_mid, e_end, tc, t0, tm, th_)
+        if not _serial_qdd(P, cq, cqd, t0, par[0], has_visc, rhs, k1v, M, Rl):
+            return ST_SERIAL_NOT_PD, k
+        for i in range(n):
+            k2q[i] = cqd[i] + hh * k1v[i]
+            qs[i] = cq[i] + hh * cqd[i]
+        if not _serial_qdd(P, qs, k2q, tm, par[0], has_visc, rhs, k2v, M, Rl):
+            return ST_SERIAL_NOT_PD, k
+        for i in range(n):
+            k3q[i] = cqd[i] + hh * k2v[i]
+            qs[i] = cq[i] + hh * k2q[i]
+        if not _serial_qdd(P, qs, k3q, tm, par[0], has_visc, rhs, k3v, M, Rl):
+            return ST_SERIAL_NOT_PD, k
+        for i in range(n):
+            k4q[i] = cqd[i] + h * k3v[i]
+            qs[i] = cq[i] + h * k3q[i]
+        if not _serial_qdd(P, qs, k4q, th_, par[0], has_visc, rhs, k4v, M, Rl):
+            return ST_SERIAL_NOT_PD, k
+        for i in range(n):
+            qn[i] = cq[i] + h6 * (cqd[i] + 2.0 * k2q[i] + 2.0 * k3q[i] + k4q[i])
+            qdn[i] = cqd[i] + h6 * (k1v[i] + 2.0 * k2v[i] + 2.0 * k3v[i] + k4v[i])
+        if has_coul:
+            _crba_core(P, qn, M, Rl)
+            for r in range(n):
+                imp[r] = h * par[1, r]
+            _coulomb_update(M, imp, hh, cq, cqd, qn, qdn)
+        if not _finite_state(qn, qdn):
+            return ST_NOT_FINITE, k
+        for i in range(n):
+            cq[i] = qn[i]
+            cqd[i] = qdn[i]
             cta[i] = th_[i] if lag > 0.0 else tc[i]
     return 0, n_steps

@@ -230,15 +230,21 @@ class SimulatedPlant:
         """The compiled step of :mod:`._plant_kernels` when it applies to this plant, else None.
 
         It applies to the RK4 integration of an exact :class:`dynamics.planar3rrr.Planar3RRR`
-        (not a subclass, whose methods may differ); the external wrench is checked per call.
+        or :class:`dynamics.serial.SerialModel` (not a subclass, whose methods may differ);
+        the external wrench is checked per call.
         """
         from dynamics.planar3rrr import Planar3RRR
+        from dynamics.serial import SerialModel
 
-        if type(self._model) is not Planar3RRR or self._integrator != "rk4":
+        if self._integrator != "rk4":
             return None
-        from ._plant_kernels import rrr_advance
-
-        return rrr_advance
+        if type(self._model) is Planar3RRR:
+            from ._plant_kernels import rrr_advance
+            return rrr_advance
+        if type(self._model) is SerialModel:
+            from ._plant_kernels import serial_advance
+            return serial_advance
+        return None
 
     # -- construction helpers -------------------------------------------------
     def _vec(self, name, value, *, broadcast=False, minimum=None, allow_inf=False) -> np.ndarray:
@@ -607,14 +613,24 @@ class SimulatedPlant:
         """
         flags = ((1 if self._has_viscous else 0) | (2 if self._has_coulomb else 0)
                  | (4 if self._pd else 0) | (8 if self._saturate else 0))
-        out = np.empty(12)      # a new buffer per call: the state arrays below are views of it
-        st, done = self._kernel(self._model._P, self._q, self._qd, self._X, self._tau_applied,
+        n = self._n
+        if self._parallel:
+            out = np.empty(12)      # a new buffer per call: the state arrays below are views of it
+            st, done = self._kernel(self._model._P, self._q, self._qd, self._X, self._tau_applied,
+                                    self._cmd, self._par, self._lag_s, flags, h, n_steps, out)
+            if done:
+                self._q = out[0:3]
+                self._qd = out[3:6]
+                self._X = out[6:9]
+                self._tau_applied = out[9:12]
+            return done
+        out = np.empty(3 * n)
+        st, done = self._kernel(self._model._P, self._q, self._qd, self._tau_applied,
                                 self._cmd, self._par, self._lag_s, flags, h, n_steps, out)
         if done:
-            self._q = out[0:3]
-            self._qd = out[3:6]
-            self._X = out[6:9]
-            self._tau_applied = out[9:12]
+            self._q = out[0:n]
+            self._qd = out[n:2 * n]
+            self._tau_applied = out[2 * n:3 * n]
         return done
 
     # -- measurements --------------------------------------------------------------
