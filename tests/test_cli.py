@@ -15,6 +15,11 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+try:
+    from tests.serve_process import served
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from serve_process import served
 RUNS = ROOT / "hil_configs" / "runs"
 ROBOTS = ROOT / "hil_configs" / "robots"
 
@@ -190,32 +195,15 @@ def test_hardware_rehearsal_against_emulated_robot_in_another_process(tmp_path):
     run.write_text((reh / "3rrr_mit_udp_run.toml").read_text()
                    .replace("port = 43113", f"port = {port}")
                    .replace('file = "../robots/3rrr_horizontal.toml"', f'file = "{robot}"'))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "drivers.sim.serve", str(srv), "--duration-s", "120"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        if not line.startswith("READY"):
-            proc.wait(timeout=10)
-            err = proc.stderr.read()
-            if proc.returncode == 3:
-                pytest.skip(f"udp_multicast unavailable on this machine: {err.strip()}")
-            pytest.fail(f"server failed (rc={proc.returncode}): {err}")
+    with served(srv, "--duration-s", "120"):
         out = tmp_path / "out"
         r = tl("run", run, "--yes-hardware", "--duration", "1.5", "-o", out, "--no-plots", "--no-progress")
-        assert r.returncode == 0, (r.stdout, r.stderr)
-        assert "COMPLETED" in r.stdout and "driver mit_can (hardware)" in r.stdout
-        log = np.load(out / "log.npy")
-        meta = json.loads((out / "meta.json").read_text())
-        assert len(log) == 1501 == meta["result"]["n_cycles"] and meta["hardware"] is True
-        # the real driver talked to the devices: fresh feedback nearly every cycle, tracking held
-        fresh = np.all([log[f"fresh[{j}]"] for j in range(3)], axis=0)
-        assert fresh.mean() > 0.9
-        assert max(abs(log[f"err[{i}]"]).max() for i in range(2)) < 0.01
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "COMPLETED" in r.stdout and "driver mit_can (hardware)" in r.stdout
+    log = np.load(out / "log.npy")
+    meta = json.loads((out / "meta.json").read_text())
+    assert len(log) == 1501 == meta["result"]["n_cycles"] and meta["hardware"] is True
+    # the real driver talked to the devices: fresh feedback nearly every cycle, tracking held
+    fresh = np.all([log[f"fresh[{j}]"] for j in range(3)], axis=0)
+    assert fresh.mean() > 0.9
+    assert max(abs(log[f"err[{i}]"]).max() for i in range(2)) < 0.01

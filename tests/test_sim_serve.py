@@ -18,6 +18,11 @@ from drivers.base import Command
 from drivers.registry import build_driver
 from drivers.sim.serve import build_server
 
+try:
+    from tests.serve_process import served
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from serve_process import served
+
 REPO = Path(__file__).resolve().parents[1]
 
 JOINTS = {"sim_mit_can": """
@@ -109,17 +114,7 @@ def test_cross_process_udp_multicast_session(tmp_path, kind):
     cfg = _write(tmp_path, f'interface = "udp_multicast"\nchannel = "{group}"\nport = {port}\n'
                            f'hop_limit = 0\ntoy_model = "planar_two_link"\nduration_s = 30.0',
                  sim_type="sim_" + kind)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "drivers.sim.serve", str(cfg)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        if not line.startswith("READY"):
-            proc.wait(timeout=10)
-            err = proc.stderr.read()
-            if proc.returncode == 3:
-                pytest.skip(f"udp_multicast unavailable on this machine: {err.strip()}")
-            pytest.fail(f"server failed (rc={proc.returncode}): {err}")
+    with served(cfg) as proc:
         try:
             drv = build_driver(Section(_client_cfg({
                 "interface": "udp_multicast", "channel": group,
@@ -130,11 +125,4 @@ def test_cross_process_udp_multicast_session(tmp_path, kind):
             _session(drv)
         finally:
             drv.close()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0

@@ -1,0 +1,41 @@
+"""Test helper: run ``python -m drivers.sim.serve CONFIG`` in a subprocess for the duration of a test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def served(config: Path, *args: str):
+    """Start the emulator server on ``config``; yield the process once it printed READY.
+
+    Skips the test when the server cannot open its bus (exit code 3: no multicast on this
+    machine), fails it on any other start-up error, and terminates the server afterwards.
+    """
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "drivers.sim.serve", str(config), *args], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        if not line.startswith("READY"):
+            proc.wait(timeout=10)
+            err = proc.stderr.read()
+            if proc.returncode == 3:
+                pytest.skip(f"udp_multicast unavailable on this machine: {err.strip()}")
+            pytest.fail(f"server failed (rc={proc.returncode}): {err}")
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
