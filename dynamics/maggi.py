@@ -470,6 +470,26 @@ class Seed000Maggi:
         return C.T @ (self.redundant_mass_matrix(q) @ self.convective_accelerations(q, qd)
                       + self.redundant_velocity_forces(q, qd) + self.redundant_gravity_forces())
 
+    def forward_dynamics(self, q, qd, tau) -> np.ndarray:
+        """Joint accelerations from Maggi's equations, ``(C^T M_r C) qdd = tau - C^T (M_r C' u + h_r + g_r)``.
+
+        The ODE form of the paper's DAE (the redundant accelerations follow as
+        ``C qdd + C' u``, see :meth:`redundant_accelerations`).
+
+        Parameters
+        ----------
+        q, qd : array_like, shape (3,)
+            Joint angles [rad] and speeds [rad/s].
+        tau : array_like, shape (3,)
+            Actuator torques ``[T1, T2, T3]`` [N m].
+
+        Returns
+        -------
+        ndarray, shape (3,)
+            [rad/s^2].
+        """
+        return np.linalg.solve(self.mass_matrix(q), np.asarray(tau, dtype=float) - self.bias(q, qd))
+
     def gravity(self, q) -> np.ndarray:
         """Gravity torques ``C^T g_r`` (3,) [N m] (holding torque at rest)."""
         return self.constraint_matrix(q).T @ self.redundant_gravity_forces()

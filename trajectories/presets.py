@@ -44,7 +44,7 @@ from .mapping import JointSpaceTrajectory, SerialIKTrajectory
 from .paths import planar_circle_pose, pose_move, square
 from .profiles import point_to_point
 
-__all__ = ["seed000_motion", "seed000_slow", "seed000_fast", "seed004_square", "rrr_circle",
+__all__ = ["seed000_motion", "seed000_slow", "seed000_fast", "seed000_forward_torques", "seed004_square", "rrr_circle",
            "stewart_motion", "PRESETS", "preset"]
 
 #: seed 000 reference configuration (static equilibrium, gamma1 = alpha2 = alpha3 = 0) [rad]
@@ -256,6 +256,53 @@ def stewart_motion(model, *, translation_m: float = 0.05, rotation_rad: float = 
 
 
 #: preset name -> function(model, **options)
+def seed000_forward_torques(model=None, *, variation_nm=(0.5, -1.0, 0.5), rise_s: float = 1.0,
+                            static_nm=None) -> Trajectory:
+    """Torque input of seed 000's forward simulation (not a motion: ``pos`` is torque [N m]).
+
+    The paper's forward simulation starts at rest in the reference configuration
+    (gamma1 = alpha2 = alpha3 = 0) and applies "slight variations of the static
+    values of the torques" with the same kind of interpolating curve as the
+    motions (sinusoidal second derivative, extremes are inflection points): here
+    the static holding torques, then a cycloidal ramp of ``variation_nm`` over
+    ``rise_s``, then held.  Integrate ``model.forward_dynamics`` under
+    ``sample(t).pos`` to get the motion (figures of the values are missing in the
+    paper, so the variation is our choice).
+
+    Parameters
+    ----------
+    model : Model or path, optional
+        The arm (3 joints); its ``gravity(0)`` gives the static torques unless
+        ``static_nm`` is given.
+    variation_nm : sequence of 3 floats
+        Torque change at the end of the ramp [N m].
+    rise_s : float
+        Ramp duration [s] (> 0).
+    static_nm : sequence of 3 floats, optional
+        Static torques [N m] (default ``model.gravity(0)``; with Table 2,
+        ``[0, 8 g, 2.5 g]``).
+
+    Returns
+    -------
+    PointToPoint
+        dim 3, duration ``rise_s``; ``sample(t).pos`` are torques [N m] (held after
+        ``rise_s``).
+    """
+    if static_nm is None:
+        if model is None:
+            raise TrajectoryError("seed000_forward_torques needs the model or static_nm")
+        m = _model(model)
+        if m.dof != 3:
+            raise TrajectoryError(f"seed 000 forward simulation needs a 3-joint arm, {m.name} has {m.dof}")
+        static_nm = np.asarray(m.gravity(np.zeros(3)), dtype=float)
+    static = np.asarray(static_nm, dtype=float)
+    dv = np.asarray(variation_nm, dtype=float)
+    if static.shape != (3,) or dv.shape != (3,) or not (np.all(np.isfinite(static)) and np.all(np.isfinite(dv))):
+        raise TrajectoryError("static_nm and variation_nm must be 3 finite numbers each")
+    return point_to_point(static, static + dv, "cycloidal", duration_s=rise_s,
+                          names=("T1", "T2", "T3"))
+
+
 PRESETS = {
     "seed000_slow": seed000_slow,
     "seed000_fast": seed000_fast,
