@@ -828,14 +828,14 @@ def _joint_args_ok(q, a, b, pose, params, out):
 
 
 @njit(cache=True)
-def _joint_id(q, qd, qdd, pose, params, F):
-    """Body of :func:`joint_id_one` (shared with :func:`bias_one` and :func:`gravity_one`)."""
-    if not _joint_args_ok(q, qd, qdd, pose, params, F):
-        return BAD_INPUT
-    legs, plat = _split(params)
-    # one LU factorisation of the leg Jacobian serves nu = J^-1 qd, nud = J^-1 (qdd - J' nu) and
-    # the force balance J^T F = rhs (see joint_to_twist and id_twist, the batch path)
-    wk = np.empty(18 + 9 + 36 + 6 + 18 + 36 + 18 + 6)
+def _joint_geometry(q, pose, legs, extra):
+    """Workspace of a one-state joint-space kernel and the platform geometry at leg lengths q.
+
+    Forward kinematics by Newton from ``pose`` (1e-12 m).  Returns ``(status, X, nu, nud, R, J,
+    L, U, work)``: pose, twist and twist-rate buffers, rotation, leg Jacobian, lengths, unit
+    vectors, and ``extra`` more floats of scratch space for the caller.
+    """
+    wk = np.empty(87 + extra)
     X = wk[:6]
     nu = wk[6:12]
     nud = wk[12:18]
@@ -843,15 +843,27 @@ def _joint_id(q, qd, qdd, pose, params, F):
     J = wk[27:63].reshape((6, 6))
     L = wk[63:69]
     U = wk[69:87].reshape((6, 3))
-    LU = wk[87:123].reshape((6, 6))
-    b = wk[123:129]
-    rhs = wk[129:135]
-    Ldd = wk[135:141]
-    tmp = wk[141:147]
-    perm = np.empty(6, np.int64)
     st, _ = fk_geom(q, pose, legs, 1e-12, 50, X, R, J, L, U)
+    return st, X, nu, nud, R, J, L, U, wk[87:]
+
+
+@njit(cache=True)
+def _joint_id(q, qd, qdd, pose, params, F):
+    """Body of :func:`joint_id_one` (shared with :func:`bias_one` and :func:`gravity_one`)."""
+    if not _joint_args_ok(q, qd, qdd, pose, params, F):
+        return BAD_INPUT
+    legs, plat = _split(params)
+    # one LU factorisation of the leg Jacobian serves nu = J^-1 qd, nud = J^-1 (qdd - J' nu) and
+    # the force balance J^T F = rhs (see joint_to_twist and id_twist, the batch path)
+    st, X, nu, nud, R, J, L, U, wk = _joint_geometry(q, pose, legs, 36 + 18 + 6)
     if st != OK:
         return st
+    LU = wk[0:36].reshape((6, 6))
+    b = wk[36:42]
+    rhs = wk[42:48]
+    Ldd = wk[48:54]
+    tmp = wk[54:60]
+    perm = np.empty(6, np.int64)
     st = lu6(J, LU, perm)
     if st != OK:
         return st
@@ -889,15 +901,7 @@ def joint_fd_one(q, qd, tau, pose, params, qdd):
     if not _joint_args_ok(q, qd, tau, pose, params, qdd):
         return BAD_INPUT
     legs, plat = _split(params)
-    wk = np.empty(18 + 9 + 36 + 6 + 18)
-    X = wk[:6]
-    nu = wk[6:12]
-    nud = wk[12:18]
-    R = wk[18:27].reshape((3, 3))
-    J = wk[27:63].reshape((6, 6))
-    L = wk[63:69]
-    U = wk[69:87].reshape((6, 3))
-    st, _ = fk_geom(q, pose, legs, 1e-12, 50, X, R, J, L, U)
+    st, X, nu, nud, R, J, L, U, _ = _joint_geometry(q, pose, legs, 0)
     if st != OK:
         return st
     st = solve6(J, qd, nu)

@@ -91,28 +91,27 @@ from .errors import ConvergenceError, ModelError, SingularityError, UnreachableE
 __all__ = ["StewartPlatform", "LegKinematics", "load_stewart", "rotation_matrix", "euler_rate_matrix"]
 
 
-def rotation_matrix(angles) -> np.ndarray:
-    """R = Rz(gamma) Ry(beta) Rx(alpha) for ``angles = (alpha, beta, gamma)`` [rad], shape (3, 3)."""
-    if type(angles) is np.ndarray:   # fast path (compiled; float64 vectors only, else TypeError)
-        R = np.empty((3, 3))
+def _angles_3x3(kernel, reference, angles) -> np.ndarray:
+    """``kernel(angles, out)`` (compiled; float64 vectors only, else TypeError) when it applies,
+    else the numpy ``reference`` (which also reports bad input)."""
+    if type(angles) is np.ndarray:
+        out = np.empty((3, 3))
         try:
-            if K.rotation_one(angles, R) == K.OK:
-                return R
+            if kernel(angles, out) == K.OK:
+                return out
         except TypeError:
             pass
-    return LG.rot(np.asarray(angles, dtype=float))
+    return reference(np.asarray(angles, dtype=float))
+
+
+def rotation_matrix(angles) -> np.ndarray:
+    """R = Rz(gamma) Ry(beta) Rx(alpha) for ``angles = (alpha, beta, gamma)`` [rad], shape (3, 3)."""
+    return _angles_3x3(K.rotation_one, LG.rot, angles)
 
 
 def euler_rate_matrix(angles) -> np.ndarray:
     """E (3, 3) with ``omega_world = E [alpha', beta', gamma']``."""
-    if type(angles) is np.ndarray:   # fast path, as rotation_matrix
-        E = np.empty((3, 3))
-        try:
-            if K.euler_rate_one(angles, E) == K.OK:
-                return E
-        except TypeError:
-            pass
-    return LG.euler_E(np.asarray(angles, dtype=float))
+    return _angles_3x3(K.euler_rate_one, LG.euler_E, angles)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,22 @@ def _qdd(P, q, qd, tau, visc, has_visc, X, W, rhs, out):
 
 
 @njit(cache=True)
+def _rk4_stage(cq, cqd, c, kv, kq_prev, kq, qs):
+    """Next RK4 stage point: ``kq = qd + c kv`` (stage velocity), ``qs = q + c kq_prev``."""
+    for i in range(cq.shape[0]):
+        kq[i] = cqd[i] + c * kv[i]
+        qs[i] = cq[i] + c * kq_prev[i]
+
+
+@njit(cache=True)
+def _rk4_combine(cq, cqd, h6, k2q, k3q, k4q, k1v, k2v, k3v, k4v, qn, qdn):
+    """RK4 step result (qn, qdn) from the four stages (``k1q = qd``), ``h6 = h / 6``."""
+    for i in range(cq.shape[0]):
+        qn[i] = cq[i] + h6 * (cqd[i] + 2.0 * k2q[i] + 2.0 * k3q[i] + k4q[i])
+        qdn[i] = cqd[i] + h6 * (k1v[i] + 2.0 * k2v[i] + 2.0 * k3v[i] + k4v[i])
+
+
+@njit(cache=True)
 def _coulomb_update(M, imp, hh, cq, cqd, qn, qdn):
     """Implicit Coulomb step on the RK4 result (qn, qdn), as ``SimulatedPlant._step``: the
     velocity is projected (exact friction impulse), the position corrected by hh (v - v*),
@@ -151,27 +167,19 @@ def rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
         st = _qdd(P, cq, cqd, t0, par[0], has_visc, cX, W, rhs, k1v)
         if st != 0:
             return st, k
-        for i in range(3):
-            k2q[i] = cqd[i] + hh * k1v[i]
-            qs[i] = cq[i] + hh * cqd[i]
+        _rk4_stage(cq, cqd, hh, k1v, cqd, k2q, qs)
         st = _qdd(P, qs, k2q, tm, par[0], has_visc, cX, W, rhs, k2v)
         if st != 0:
             return st, k
-        for i in range(3):
-            k3q[i] = cqd[i] + hh * k2v[i]
-            qs[i] = cq[i] + hh * k2q[i]
+        _rk4_stage(cq, cqd, hh, k2v, k2q, k3q, qs)
         st = _qdd(P, qs, k3q, tm, par[0], has_visc, cX, W, rhs, k3v)
         if st != 0:
             return st, k
-        for i in range(3):
-            k4q[i] = cqd[i] + h * k3v[i]
-            qs[i] = cq[i] + h * k3q[i]
+        _rk4_stage(cq, cqd, h, k3v, k3q, k4q, qs)
         st = _qdd(P, qs, k4q, th_, par[0], has_visc, cX, W, rhs, k4v)
         if st != 0:
             return st, k
-        for i in range(3):
-            qn[i] = cq[i] + h6 * (cqd[i] + 2.0 * k2q[i] + 2.0 * k3q[i] + k4q[i])
-            qdn[i] = cqd[i] + h6 * (k1v[i] + 2.0 * k2v[i] + 2.0 * k3v[i] + k4v[i])
+        _rk4_combine(cq, cqd, h6, k2q, k3q, k4q, k1v, k2v, k3v, k4v, qn, qdn)
         if has_coul:
             st = reduced_entry(P, qn, zero3, cX, red)
             if st != 0:
@@ -273,24 +281,16 @@ def serial_advance(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out):
         _held_torques(cmd, par, cq, cqd, cta, pd, sat, lag, e_mid, e_end, tc, t0, tm, th_)
         if not _serial_qdd(P, cq, cqd, t0, par[0], has_visc, rhs, k1v, M, Rl):
             return ST_SERIAL_NOT_PD, k
-        for i in range(n):
-            k2q[i] = cqd[i] + hh * k1v[i]
-            qs[i] = cq[i] + hh * cqd[i]
+        _rk4_stage(cq, cqd, hh, k1v, cqd, k2q, qs)
         if not _serial_qdd(P, qs, k2q, tm, par[0], has_visc, rhs, k2v, M, Rl):
             return ST_SERIAL_NOT_PD, k
-        for i in range(n):
-            k3q[i] = cqd[i] + hh * k2v[i]
-            qs[i] = cq[i] + hh * k2q[i]
+        _rk4_stage(cq, cqd, hh, k2v, k2q, k3q, qs)
         if not _serial_qdd(P, qs, k3q, tm, par[0], has_visc, rhs, k3v, M, Rl):
             return ST_SERIAL_NOT_PD, k
-        for i in range(n):
-            k4q[i] = cqd[i] + h * k3v[i]
-            qs[i] = cq[i] + h * k3q[i]
+        _rk4_stage(cq, cqd, h, k3v, k3q, k4q, qs)
         if not _serial_qdd(P, qs, k4q, th_, par[0], has_visc, rhs, k4v, M, Rl):
             return ST_SERIAL_NOT_PD, k
-        for i in range(n):
-            qn[i] = cq[i] + h6 * (cqd[i] + 2.0 * k2q[i] + 2.0 * k3q[i] + k4q[i])
-            qdn[i] = cqd[i] + h6 * (k1v[i] + 2.0 * k2v[i] + 2.0 * k3v[i] + k4v[i])
+        _rk4_combine(cq, cqd, h6, k2q, k3q, k4q, k1v, k2v, k3v, k4v, qn, qdn)
         if has_coul:
             _crba_core(P, qn, M, Rl)
             for r in range(n):
