@@ -20,10 +20,12 @@ that sees the cause (the cause arrives with the feedback of the previous
 cycle's command, so within 2 cycles of it).  A communication error from the
 driver (any torqueloop error from ``driver.cycle``: CommsError -> cause ``"comms"``,
 others such as DriverError or a simulated plant's ModelError -> ``"driver"``)
-disables the drives at once (best effort).  SIGINT/SIGTERM are turned
-into a ``"signal"`` fault (safe stop, status ``"stopped"``) while :meth:`ControlLoop.run`
-runs (only when called from the main thread); the previous handlers are
-restored afterwards.  The log is flushed and closed in every case.
+disables the drives at once (best effort).  Every signal that would end
+the process (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2, SIGALRM...; see
+:func:`terminating_signals`) is turned into a ``"signal"`` fault (safe stop,
+status ``"stopped"``) while :meth:`ControlLoop.run` runs (only when called from
+the main thread); a second signal during the stop reaction ends it at once
+(zero torque, disable).  The previous handlers are restored afterwards.  The log is flushed and closed in every case.
 
 Start-up: the first feedback must pass :meth:`SafetySupervisor.startup_check`
 (feedback present, drives enabled, no device fault, state within tolerance of
@@ -54,7 +56,33 @@ from .metrics import MetricsAccumulator
 from .safety import DISABLED, FAULT, Fault, SafetySupervisor
 from .telemetry import TelemetryWriter
 
-__all__ = ["ControlLoop", "RunResult", "TimingStats"]
+__all__ = ["ControlLoop", "RunResult", "TimingStats", "terminating_signals"]
+
+
+#: signals whose default action ends the process (where the platform has them)
+_TERMINATING = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM",
+                "SIGVTALRM", "SIGPROF", "SIGXCPU", "SIGXFSZ", "SIGPWR", "SIGSTKFLT", "SIGIO", "SIGPIPE")
+
+
+def terminating_signals() -> list[signal.Signals]:
+    """The signals that would end the process now: default (or Python's SIGINT) disposition.
+
+    SIGKILL and SIGSTOP cannot be caught; a signal currently ignored
+    (``SIG_IGN``, e.g. SIGPIPE in CPython or SIGHUP under ``nohup``) does not end
+    the process and is left alone.
+    """
+    out = []
+    for name in _TERMINATING:
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            h = signal.getsignal(sig)
+        except (OSError, ValueError):  # pragma: no cover
+            continue
+        if h is signal.SIG_DFL or h is signal.default_int_handler:
+            out.append(sig)
+    return out
 
 
 class _Series:
@@ -210,6 +238,14 @@ class ControlLoop:
 
     # -- signals -------------------------------------------------------------------
     def _install_signals(self):
+        """Route every signal that would end the process through the safe stop.
+
+        Only signals whose current disposition would terminate the process are
+        taken (a signal the user set to be ignored, such as SIGHUP under
+        ``nohup``, stays ignored).  The first one requests a stop (the configured
+        stop reaction runs); a second one during the stop reaction cuts it short:
+        zero torque and disable in the next cycle.
+        """
         if not self.handle_signals or threading.current_thread() is not threading.main_thread():
             return {}
         saved = {}
@@ -217,8 +253,11 @@ class ControlLoop:
         def handler(signum, frame):
             self.safety.request_stop(signal.Signals(signum).name)
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            saved[sig] = signal.signal(sig, handler)
+        for sig in terminating_signals():
+            try:
+                saved[sig] = signal.signal(sig, handler)
+            except (OSError, ValueError):  # pragma: no cover - not settable on this platform
+                pass
         return saved
 
     @staticmethod

@@ -270,13 +270,21 @@ class SafetySupervisor:
         self._stale_any = False
         self._k = 0
         self._finished = False
+        self._abort = False
         self.last_margin = np.nan
         self.pose = None
         if self._sing:
             self.pose = self._pose0 if self._pose0 is not None else np.asarray(self.model.home_pose, float)
 
     def request_stop(self, reason: str = "signal") -> None:
-        """Ask for a stop at the next :meth:`check` (safe to call from a signal handler)."""
+        """Ask for a stop at the next :meth:`check` (safe to call from a signal handler).
+
+        A second request while a stop is pending or a stop reaction (brake,
+        hold) runs cuts it short: the next :meth:`check` commands zero torque
+        and disable.
+        """
+        if self.latched or self.stop_reason is not None:
+            self._abort = True
         self.stop_reason = reason
 
     def fault(self, t_s: float, cause: str, message: str = "", joint: int | None = None, **values) -> Fault:
@@ -512,6 +520,11 @@ class SafetySupervisor:
         finite = q is not None and np.all(np.isfinite(q)) and np.all(np.isfinite(qd))
         reaction = self.config.stop_reaction
         elapsed = t_s - self.t_fault
+        if self._abort and not self._finished:
+            self.faults.append(Fault(t_s, "signal", None, {}, "second stop request: stop reaction cut short"))
+            self._abort = False
+            self._finished = True
+            return zero, SafetyState(FAULT | DISABLED, "disable", nosat, new)
         if self._finished or not finite or reaction == "zero_disable":
             self._finished = True
             return zero, SafetyState(FAULT | DISABLED, "disable", nosat, new)

@@ -1,0 +1,107 @@
+"""Every signal that would end the process goes through the safe stop (issue 12, item 1).
+
+Each case runs the CLI in a subprocess on the wall clock, waits until the loop
+is logging, sends the signal(s) and checks: exit code 1 (stopped), the drives
+commanded zero torque and disabled in the last row, every cycle on disk, and
+the result in meta.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.loop import terminating_signals
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "hil_configs" / "runs"
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+def _start(out: Path, *sets: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "controller.cli", "run", str(RUNS / "seed003_2r.toml"), "-o", str(out),
+           "--no-plots", "--no-progress", "--set", 'loop.clock="wall"', "--duration", "60"]
+    for s in sets:
+        cmd += ["--set", s]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_running(proc: subprocess.Popen, out: Path) -> None:
+    log = out / "log.npy"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if log.exists() and log.stat().st_size > 200 * 100:
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended early: {proc.communicate()}")
+        time.sleep(0.05)
+    pytest.fail("the run did not start")
+
+
+def _check_safe_end(proc, out: Path, stdout: str, stderr: str):
+    assert proc.returncode == 1, (proc.returncode, stdout, stderr)
+    assert "Traceback" not in stderr, stderr
+    meta = json.loads((out / "meta.json").read_text())
+    res = meta["result"]
+    assert res["status"] == "stopped"
+    data = np.load(out / "log.npy")
+    assert data.shape[0] == res["n_cycles"]            # every cycle is on disk
+    last = data[-1]
+    assert [float(last[f"tau_cmd[{j}]"]) for j in range(2)] == [0.0, 0.0]
+    assert int(last["safety"]) & 32                     # DISABLED
+    return res, data
+
+
+def test_terminating_signals_cover_the_usual_ones():
+    names = {s.name for s in terminating_signals()}
+    for required in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM"):
+        assert required in names
+
+
+@pytest.mark.parametrize("sig", ["SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGTERM"])
+def test_signal_ends_in_the_safe_stop(tmp_path, sig):
+    out = tmp_path / "out"
+    proc = _start(out)
+    try:
+        _wait_running(proc, out)
+        proc.send_signal(getattr(signal, sig))
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    res, _ = _check_safe_end(proc, out, stdout, stderr)
+    assert any(f["cause"] == "signal" and sig in f["message"] for f in res["faults"]), res["faults"]
+
+
+def test_second_signal_cuts_a_long_hold_short(tmp_path):
+    """With hold_time_s = 30 the first SIGTERM starts the hold; a second one ends it at once."""
+    out = tmp_path / "out"
+    proc = _start(out, 'safety.stop_reaction="hold"', "safety.hold_time_s=30.0")
+    try:
+        _wait_running(proc, out)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.poll() is None, "the hold should still run"
+        t_second = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+        ended_after_s = time.monotonic() - t_second
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    res, data = _check_safe_end(proc, out, stdout, stderr)
+    assert ended_after_s < 15.0                          # not the 30 s hold
+    assert any("cut short" in f["message"] for f in res["faults"])
+    held = (data["safety"].astype(int) & 8) != 0          # HOLDING rows
+    assert held.sum() > 100                               # the hold did run before the 2nd signal
+    assert data["t"][-1] - data["t"][np.flatnonzero(held)[0]] < 10.0
