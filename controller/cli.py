@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     except TorqueloopError as err:
         print(f"torqueloop: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a port, bus or file that cannot be opened or written
+        print(f"torqueloop: error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("torqueloop: interrupted", file=sys.stderr)
         return 130

@@ -168,13 +168,19 @@ def _confirm_hardware(spec, args) -> None:
 
 def run(args) -> int:
     """``torqueloop run``: build, run, write log, summary and plots. Exit 0 only if completed."""
-    from .run import build_run, load_run, summary_metrics
+    from .run import build_run, load_run, summary_metrics, validate_run
+    from .telemetry import write_json
 
     overrides = parse_sets(args.set)
     spec = load_run(args.config, overrides=overrides, duration_s=args.duration)
-    _confirm_hardware(spec, args)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else Path("runs") / f"{spec.name}-{stamp}"
+    # the same validation as `check` (feasibility, singularity, bus budget, protections), and
+    # a writable output folder with room for the log, before anything is enabled
+    validation = validate_run(spec, out_dir=out)
+    for w in validation.warnings:
+        print(f"torqueloop: WARNING: {w}", file=sys.stderr)
+    _confirm_hardware(spec, args)
     run_obj = build_run(spec, out_dir=out, meta={"cli_overrides": overrides})
     progress = None
     if not args.no_progress and not spec.hardware and sys.stderr.isatty():
@@ -187,16 +193,21 @@ def run(args) -> int:
         if progress is not None:
             progress.done()
     metrics = summary_metrics(spec, result)
-    (out / "summary.json").write_text(json.dumps(metrics, indent=2, default=_json_default))
     print(format_summary(spec, result, metrics))
-    if not args.no_plots:
+    try:
+        write_json(out / "summary.json", json.loads(json.dumps(metrics, default=_json_default)))
+    except OSError as err:
+        print(f"  summary.json not written: {err}")
+    if not args.no_plots and result.log_unwritten is None:
         from .plots import plot_run
         try:
             written = plot_run(out)
             print(f"  plots: {', '.join(str(p) for p in written)}")
-        except ConfigError as err:
+        except (ConfigError, OSError) as err:
             print(f"  plots skipped: {err}")
     print(f"  log: {out / 'log.npy'} (numpy structured array; pandas.DataFrame(numpy.load(path)))")
+    if result.status == "fault" and result.n_cycles == 0:
+        return 2  # start-up failure (enable refused): nothing ran
     return 0 if result.status == "completed" else 1
 
 

@@ -53,7 +53,7 @@ from .clock import Clock
 from .estimation import FilteredDifference
 from .laws import Controller, State
 from .metrics import MetricsAccumulator
-from .safety import DISABLED, FAULT, Fault, SafetySupervisor
+from .safety import DISABLED, FAULT, Fault, SafetyState, SafetySupervisor
 from .telemetry import TelemetryWriter
 
 __all__ = ["ControlLoop", "RunResult", "TimingStats", "terminating_signals"]
@@ -159,6 +159,8 @@ class RunResult:
         Notes (real-time settings not applied, defaults chosen).
     wall_time_s : float
         Real elapsed time of the cycle loop [s].
+    log_unwritten : ndarray or None
+        Log rows the telemetry could not write (a full disk), kept in memory.
     """
 
     status: str
@@ -169,6 +171,8 @@ class RunResult:
     log_dir: str | None = None
     messages: list = field(default_factory=list)
     wall_time_s: float = 0.0
+    #: log rows that could not be written (disk full), else None
+    log_unwritten: object = None
 
     def as_dict(self) -> dict:
         return {"status": self.status, "faults": [asdict(f) for f in self.faults], "n_cycles": self.n_cycles,
@@ -318,9 +322,12 @@ class ControlLoop:
             zero = np.zeros(n)
             nan_dim = np.full(dim, np.nan)
             tel = self.telemetry
+            miss_s = self.miss_fraction * P
             while k < self.n_planned or self.safety.latched:
                 t = k * P
                 late = self.clock.wait_until(t0 + t)
+                if late > miss_s:
+                    self.safety.note_overrun(t, late)
                 c0 = time.perf_counter()
                 starts.append(self.clock.now())
                 q = np.asarray(fb.position_rad, dtype=float)
@@ -377,7 +384,34 @@ class ControlLoop:
             else:
                 status = "completed"
             if status == "completed":
-                enabled = not self._disable(k * P)
+                # the final disable is a cycle of its own in the log: zero torque, drives off
+                t = k * P
+                late = self.clock.wait_until(t0 + t)
+                c0 = time.perf_counter()
+                starts.append(self.clock.now())
+                try:
+                    fb_end = self.driver.cycle(Command(zero.copy()))
+                except TorqueloopError as exc:
+                    self.safety.faults.append(Fault(t, _driver_cause(exc), None, {},
+                                                    f"zero command failed: {type(exc).__name__}: {exc}"))
+                    fb_end = fb
+                enabled = not self._disable(t)
+                if tel is not None and not self._tel_failed:
+                    q_end = np.asarray(fb_end.position_rad, dtype=float)
+                    qd_end = np.asarray(fb_end.velocity_rad_s, dtype=float)
+                    ref = traj.sample(min(t, self.duration_s))
+                    st_end = State(t, q_end, np.where(np.isnan(qd_end), 0.0, qd_end))
+                    try:
+                        err_end = np.asarray(self.controller.tracking_error(ref, st_end), dtype=float)
+                    except Exception:  # noqa: BLE001 - the log row keeps NaN; the run is over
+                        err_end = nan_dim
+                    ss = SafetyState(DISABLED, "disable", np.zeros(n, dtype=bool))
+                    self._record(tel, None, t, st_end, ref, err_end, zero, zero, fb_end, ss, late,
+                                 time.perf_counter() - c0)
+                lat.append(late)
+                comp.append(time.perf_counter() - c0)
+                cyc.append(time.perf_counter() - c0)
+                k += 1
             elif self.safety.faults and self.safety.faults[0].cause == "signal":
                 status = "stopped"
             return self._finish(status, k, messages, lat, starts, comp, cyc, metrics, wall0)
@@ -404,12 +438,18 @@ class ControlLoop:
             return False
 
     def _record(self, tel, metrics, t, state, ref, err, tau, cmd, fb, ss, late, compute_s):
-        metrics.add(err, cmd, state.qd, ss.saturated, late)
+        if metrics is not None:
+            metrics.add(err, cmd, state.qd, ss.saturated, late)
         if tel is not None and not self._tel_failed:
             try:
                 tel.record(t, state.q, state.qd, ref.pos, ref.vel, ref.acc, err, tau, cmd, fb.torque_nm,
                            ss.code, ss.saturated, late, compute_s, fb.fresh, fb.fault, fb.enabled)
-            except (OSError, ValueError) as exc:
+            except OSError as exc:
+                # the disk is full or failing: the writer keeps the rows in memory (and
+                # keeps taking them); stop the robot (safe stop at the next cycle)
+                self.safety.fault(t, "telemetry", f"log write failed, rows kept in memory: "
+                                                  f"{type(exc).__name__}: {exc}")
+            except ValueError as exc:
                 # cannot log any more: stop the robot (safe stop at the next cycle)
                 self._tel_failed = True
                 self.safety.fault(t, "telemetry", f"{type(exc).__name__}: {exc}")
@@ -421,10 +461,16 @@ class ControlLoop:
                         None if self.telemetry is None else str(self.telemetry.directory), messages,
                         time.perf_counter() - wall0)
         if self.telemetry is not None:
+            tel = self.telemetry
             try:
-                self.telemetry.close(res.as_dict())
+                tel.close(res.as_dict())
             except OSError as exc:
-                res.messages.append(f"telemetry could not be closed cleanly: {exc}")
+                res.messages.append(f"telemetry could not be closed cleanly (meta.json has no result): {exc}")
+            if getattr(tel, "write_error", None) is not None:
+                res.log_unwritten = tel.unwritten()
+                res.messages.append(f"log incomplete: {tel.rows_written} rows on disk, "
+                                    f"{res.log_unwritten.shape[0]} kept in memory only "
+                                    f"(RunResult.log_unwritten): {tel.write_error}")
         return res
 
 

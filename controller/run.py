@@ -69,10 +69,17 @@ from .safety import SafetyConfig, SafetySupervisor
 from .telemetry import TelemetryWriter
 
 __all__ = ["RunSpec", "parse_run", "load_run", "Run", "build_run", "run_offline_metrics",
-           "check_run_config", "CONTROLLER_KINDS"]
+           "check_run_config", "validate_run", "Validation", "make_safety", "check_output_dir", "bus_budget",
+           "CONTROLLER_KINDS"]
 
 CONTROLLER_KINDS = ("computed_torque", "pd_gravity", "pid", "task_computed_torque", "task_pd_gravity")
 _TASK_KINDS = ("task_computed_torque", "task_pd_gravity")
+#: plausible ranges of the loop and the gain design (outside: refused, naming the field)
+RATE_MIN_HZ, RATE_MAX_HZ = 1.0, 40_000.0
+DURATION_MAX_S = 86_400.0
+WN_MAX_RAD_S = 1e4
+ZETA_MAX = 100.0
+GAIN_MAX = 1e9
 #: reply timeout of emulated drivers in lock-step runs unless the config sets one [s]
 LOCKSTEP_REPLY_TIMEOUT_S = 0.25
 
@@ -169,8 +176,10 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     model = _model_file(rob, "file", base_dir)
     rob.finish()
 
+    from drivers.registry import DRIVER_TYPES
+
     drv = root.section("driver")
-    driver_type = drv.str("type")
+    driver_type = drv.str("type", choices=sorted(DRIVER_TYPES))
     hardware = not driver_type.startswith("sim_")
     plant_data = drv.data.get("plant", {}) if not hardware else None
     if plant_data is not None and not isinstance(plant_data, Mapping):
@@ -208,8 +217,9 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
         saturate=csec.bool("saturate", True),
         friction_compensation=csec.str("friction_compensation", "none",
                                        choices=["none", "measured", "desired"]),
-        wn_rad_s=csec.float("wn_rad_s", minimum=0.0, strict_min=True) if design == "wn_zeta" else None,
-        zeta=csec.float("zeta", 1.0, minimum=0.0, strict_min=True) if design == "wn_zeta" else None,
+        wn_rad_s=(csec.float("wn_rad_s", minimum=0.0, strict_min=True, maximum=WN_MAX_RAD_S)
+                  if design == "wn_zeta" else None),
+        zeta=csec.float("zeta", 1.0, minimum=0.0, strict_min=True, maximum=ZETA_MAX) if design == "wn_zeta" else None,
         design=design, poles=poles, lqr=lqr,
     )
     for key in ("kp", "kd", "ki", "integral_limit"):
@@ -218,6 +228,12 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
             arr = csec.as_array(key, v, None)
             if np.any(arr < 0):
                 raise csec.error(key, f"gains must be >= 0, got {v!r}")
+            if np.any(arr > GAIN_MAX):
+                raise csec.error(key, f"must be <= {GAIN_MAX:g} (not a plausible gain), got {v!r}")
+            dim = model.task_dof if kind in _TASK_KINDS else model.dof
+            if not (arr.ndim == 0 or arr.shape == (dim,) or (arr.shape == (dim, dim) and key != "integral_limit")):
+                raise csec.error(key, f"expected a number, {dim} values (one per {'task' if kind in _TASK_KINDS else 'joint'}"
+                                      f"-space axis) or a {dim}x{dim} matrix, got shape {arr.shape}")
             setattr(ctrl, key, arr)
     if has_explicit and ctrl.kd is None:
         raise csec.error("kd", "required with kp")
@@ -229,17 +245,26 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     csec.finish()
 
     tsec = root.section("trajectory")
-    traj = load_trajectory(tsec, model)
+    try:
+        traj = load_trajectory(tsec, model)
+    except ConfigError:
+        raise
+    except (TorqueloopError, ValueError, TypeError, ArithmeticError) as err:
+        # a value the trajectory code could not use (e.g. a huge number of turns, a string where
+        # a number belongs, inside an options table): name the table
+        raise ConfigError(f"{type(err).__name__}: {err}", file, tsec.path or "trajectory") from err
     traj = _trajectory_for_space(traj, model, "task" if kind in _TASK_KINDS else "joint", tsec)
 
     lsec = root.section("loop", {})
-    rate = lsec.float("rate_hz", 1000.0, minimum=0.0, strict_min=True)
+    rate = lsec.float("rate_hz", 1000.0, minimum=RATE_MIN_HZ, maximum=RATE_MAX_HZ)
     clock = lsec.str("clock", "wall" if hardware else "lockstep", choices=["lockstep", "wall"])
     if hardware and clock != "wall":
         raise lsec.error("clock", "hardware runs need the wall clock")
-    dur = lsec.float("duration_s", None, minimum=0.0)
+    dur = lsec.float("duration_s", None, minimum=0.0, maximum=DURATION_MAX_S)
     if duration_s is not None:
         dur = float(duration_s)
+        if not (0.0 <= dur <= DURATION_MAX_S):
+            raise ConfigError(f"must be >= 0 and <= {DURATION_MAX_S:g} s, got {duration_s!r}", file, "--duration")
     if dur is None:
         dur = float(traj.duration_s)
     rt = None
@@ -503,7 +528,7 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
         stack.callback(driver.close)
         _, X0 = _joint_start(spec)
         controller = make_controller(spec, pose0=X0)
-        safety = SafetySupervisor(spec.safety, spec.model.limits, model=spec.model, pose0=X0)
+        safety = make_safety(spec, pose0=X0)
         telemetry = None
         if out_dir is not None:
             m = {"run": spec.name, "config_file": spec.file, "config": spec.data,
@@ -633,20 +658,146 @@ def run_offline_metrics(data: Mapping[str, Any], *, file: str | None = None) -> 
     return summary_metrics(spec, result)
 
 
-def check_run_config(path: str | Path, overrides: dict | None = None) -> str:
-    """Validate a run config (with ``overrides`` as in :func:`load_run`); return model summary,
-    bus-load budget, gain report and feasibility report."""
+@dataclass
+class Validation:
+    """What :func:`validate_run` found: report lines and warnings (errors are raised)."""
+
+    lines: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+
+    def text(self) -> str:
+        out = list(self.lines)
+        if self.warnings:
+            out += [""] + [f"WARNING: {w}" for w in self.warnings]
+        return "\n".join(out)
+
+
+def make_safety(spec: RunSpec, *, pose0=None) -> SafetySupervisor:
+    """The run's safety supervisor; a ConfigError names the run file and the ``safety.`` field."""
+    try:
+        return SafetySupervisor(spec.safety, spec.model.limits, model=spec.model, pose0=pose0)
+    except ConfigError as err:
+        if err.file is not None:
+            raise
+        raise ConfigError(err.message, spec.file, f"safety.{err.field}" if err.field else "safety") from err
+
+
+def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_bytes: int | None = None,
+                 build_sim: bool = False) -> Validation:
+    """The one validation of a run before anything moves, used by ``check`` and ``run``.
+
+    Checks, in order: the safety settings against the model (finite torque
+    limits on every actuator, vector lengths); for hardware runs, that no
+    protection of :data:`controller.safety.PROTECTIONS` is off unless listed in
+    ``safety.disabled_protections``; the bus-load budget (over 100 %: an error
+    for hardware, a warning in simulation, where the emulated bus has no
+    bandwidth limit); the trajectory's feasibility (position, velocity and
+    torque limits, reachability, singularity margin at least
+    ``safety.singularity_margin_min``); optionally (``out_dir``) that the
+    output folder is writable with room for the log.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and the field, for the first problem found.
+    """
     from trajectories.feasibility import check_feasibility
 
+    from .safety import PROTECTIONS
+
+    v = Validation()
+    _, X0 = _joint_start(spec)
+    safety = make_safety(spec, pose0=X0)
+    n_ctrl = spec.model.task_dof if spec.space == "task" else spec.model.dof
+    for key in ("tracking_error_max", "startup_tolerance"):
+        val = getattr(spec.safety, key)
+        if val is not None and np.ndim(val) == 1 and np.size(val) != n_ctrl:
+            raise ConfigError(f"expected a scalar or {n_ctrl} values (one per {spec.space}-space axis of "
+                              f"{spec.controller.kind}), got {np.size(val)}", spec.file, f"safety.{key}")
+    if build_sim and not spec.hardware:
+        # build (and close) the simulated stack: validates the driver, plant and emulator tables
+        build_run(spec).close()
+    off = []
+    if spec.safety.tracking_error_max is None:
+        off.append("tracking_error_max")
+    if not np.all(np.isfinite(safety.v_max)):
+        off.append("velocity_max")
+    if isinstance(spec.model, ParallelModel) and spec.safety.singularity_margin_min is None:
+        off.append("singularity_margin_min")
+    unlisted = [p for p in off if p not in spec.safety.disabled_protections]
+    if spec.hardware and unlisted:
+        what = {"tracking_error_max": "no tracking-error limit",
+                "velocity_max": "no velocity limit (robot file or [safety] velocity_max)",
+                "singularity_margin_min": "no singularity guard on a parallel robot"}
+        raise ConfigError(f"a hardware run needs every protection: {what[unlisted[0]]}; set it, or list "
+                          f"{unlisted[0]!r} in safety.disabled_protections to run without it deliberately",
+                          spec.file, f"safety.{unlisted[0]}")
+    if off:
+        v.lines.append(f"protections off: {', '.join(off)}"
+                       + (" (listed in safety.disabled_protections)" if spec.hardware else " (simulation)"))
+    rep_bus = bus_budget(spec)
+    if rep_bus is not None:
+        v.lines += ["bus-load budget:", str(rep_bus)]
+        if not rep_bus.fits:
+            msg = (f"the bus load is over 100 % at {spec.rate_hz:g} Hz: the real bus cannot carry this "
+                   f"cycle (see the bus-load budget for remedies)")
+            if spec.hardware:
+                raise ConfigError(msg, spec.file, "loop.rate_hz")
+            v.warnings.append(msg + "; the simulated run goes on, a hardware run with this setup is refused")
+    m_min = spec.safety.singularity_margin_min
+    rep = check_feasibility(spec.trajectory, spec.model, dt_s=max(spec.period_s, 0.002), space=spec.space,
+                            velocity_max=safety.v_max, torque_max=safety.tau_max,
+                            singularity_margin=max(1e-3, m_min or 0.0))
+    v.lines += ["trajectory feasibility:", str(rep)]
+    if not rep.ok:
+        raise ConfigError("trajectory is not feasible (nothing was enabled):\n" + str(rep), spec.file, "trajectory")
+    if out_dir is not None:
+        check_output_dir(out_dir, spec, min_free_bytes=min_free_bytes)
+    return v
+
+
+def log_bytes_estimate(spec: RunSpec) -> int:
+    """Upper estimate of a run's log size [bytes] (rows x row size, plus stop-reaction rows)."""
+    from .telemetry import log_dtype
+
+    n = spec.model.dof
+    dim = spec.model.task_dof if spec.space == "task" else n
+    rows = int(spec.duration_s * spec.rate_hz) + 2 + int(60.0 * spec.rate_hz)  # + a long hold
+    return rows * log_dtype(n, dim).itemsize + 1_000_000
+
+
+def check_output_dir(out_dir: str | Path, spec: RunSpec, *, min_free_bytes: int | None = None) -> None:
+    """Refuse (ConfigError) an output folder that cannot be written or lacks room for the log."""
+    import os
+    import shutil
+
+    out = Path(out_dir)
+    probe_dir = out
+    while not probe_dir.exists():
+        if probe_dir.parent == probe_dir:
+            break
+        probe_dir = probe_dir.parent
+    if probe_dir.exists() and not probe_dir.is_dir():
+        raise ConfigError(f"output path {probe_dir} is a file, not a folder", str(out), "--out")
+    if not os.access(probe_dir, os.W_OK | os.X_OK):
+        raise ConfigError(f"output folder {probe_dir} is not writable (nothing was enabled)", str(out), "--out")
+    need = log_bytes_estimate(spec) if min_free_bytes is None else int(min_free_bytes)
+    free = shutil.disk_usage(probe_dir).free
+    if free < need:
+        raise ConfigError(f"only {free / 1e6:.1f} MB free in {probe_dir}; the log needs up to {need / 1e6:.1f} MB "
+                          "(nothing was enabled)", str(out), "--out")
+
+
+def check_run_config(path: str | Path, overrides: dict | None = None) -> str:
+    """Validate a run config (with ``overrides`` as in :func:`load_run`) exactly as ``run`` does
+    before it enables anything (:func:`validate_run`); return model summary, bus-load budget, gain
+    report, feasibility report and warnings."""
     spec = load_run(path, overrides=overrides)
     lines = [f"run config {path}: '{spec.name}' OK", "", spec.model.summary(), ""]
     lines.append(f"controller: {spec.controller.kind} in {spec.space} space, "
                  f"loop {spec.rate_hz:g} Hz ({spec.clock} clock), duration {spec.duration_s:g} s")
     lines.append(f"driver: {spec.driver_type} ({'HARDWARE' if spec.hardware else 'simulated plant'})")
-    if not spec.hardware:
-        # build (and close) the simulated stack: validates the driver, plant and emulator tables
-        build_run(spec).close()
-    else:
+    if spec.hardware:
         lines.append("  (hardware driver tables are validated when the run opens the bus)")
     if spec.plant is not None:
         lines.append("plant: " + ", ".join(f"{k} = {v}" for k, v in spec.plant.items()))
@@ -654,40 +805,46 @@ def check_run_config(path: str | Path, overrides: dict | None = None) -> str:
         lines += ["", gain_report(spec)]
     except TorqueloopError as err:
         lines += ["", f"gain analysis not available: {err}"]
-    budget = bus_budget_text(spec)
-    if budget:
-        lines += ["", budget]
-    rep = check_feasibility(spec.trajectory, spec.model, dt_s=max(spec.period_s, 0.002), space=spec.space)
-    lines += ["", "trajectory feasibility:", str(rep)]
-    if not rep.ok:
-        raise ConfigError("trajectory is not feasible:\n" + str(rep), spec.file, "trajectory")
+    v = validate_run(spec, build_sim=True)
+    lines += ["", v.text()]
     return "\n".join(lines)
 
 
-def bus_budget_text(spec: RunSpec) -> str:
-    """Bus-load budget of the driver configuration at the loop rate ('' for non-CAN drivers)."""
+def bus_budget(spec: RunSpec):
+    """Bus-load budget (:class:`drivers.busload.BudgetReport`) of the driver at the loop rate, or None
+    for drivers without a budget model."""
     kind = spec.driver_type.removeprefix("sim_")
     if kind not in ("mit_can", "odrive_can"):
-        return ""
+        return None
     from drivers.busload import BusSpec, budget, mit_flows, odrive_flows
 
-    data = spec.driver_section.data
-    buses: dict[str, dict] = {}
+    drv = spec.driver_section
+    data = drv.data
     if "buses" in data:
-        buses = dict(data["buses"])
+        bsec = drv.section("buses")
+        buses = {name: bsec.section(name) for name in data["buses"]}
     else:
-        buses = {"default": dict(data.get("bus", {}))}
+        buses = {"default": drv.section("bus", {})}
     counts = {name: 0 for name in buses}
-    for j in data.get("joints", []):
-        name = j.get("bus", next(iter(buses)))
+    joints = data.get("joints", [])
+    for j in joints if isinstance(joints, list) else []:
+        name = j.get("bus", next(iter(buses))) if isinstance(j, Mapping) else next(iter(buses))
         counts[name] = counts.get(name, 0) + 1
     items = {}
     for name, b in buses.items():
-        bs = BusSpec(bitrate_bit_s=float(b.get("bitrate", 1_000_000)), fd=bool(b.get("fd", False)),
-                     data_bitrate_bit_s=b.get("data_bitrate"), name=f"{name} ({b.get('channel', '?')})")
+        bs = BusSpec(bitrate_bit_s=b.float("bitrate", 1_000_000, minimum=10_000.0, maximum=8_000_000.0),
+                     fd=b.bool("fd", False),
+                     data_bitrate_bit_s=b.float("data_bitrate", None, minimum=10_000.0, maximum=8_000_000.0),
+                     name=f"{name} ({b.raw('channel', '?')})")
         if kind == "mit_can":
             flows = mit_flows(counts.get(name, 0), spec.rate_hz)
         else:
             flows = odrive_flows(counts.get(name, 0), spec.rate_hz)
         items[name] = (bs, flows)
-    return "bus-load budget:\n" + str(budget(items, spec.rate_hz))
+    return budget(items, spec.rate_hz)
+
+
+def bus_budget_text(spec: RunSpec) -> str:
+    """Bus-load budget of the driver configuration at the loop rate ('' for drivers without one)."""
+    rep = bus_budget(spec)
+    return "" if rep is None else "bus-load budget:\n" + str(rep)

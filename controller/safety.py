@@ -11,7 +11,13 @@ Checks (each a *fault* unless said otherwise)
 * NaN/inf in the measured state, the reference, the tracking error or the torque -> ``"nonfinite"``
 * device fault code ``feedback.fault != 0`` -> ``"device_fault"``
 * drive reports not enabled -> ``"drive_disabled"``
-* feedback not fresh for ``stale_cycles`` consecutive cycles -> ``"stale_feedback"``
+* feedback not fresh for ``stale_cycles`` consecutive cycles -> ``"stale_feedback"``;
+  more than ``stale_fraction_max`` of the last ``stale_window_cycles`` cycles with
+  some joint's feedback not fresh (intermittent loss) -> ``"stale_feedback"``
+* deadline overruns reported by the loop (:meth:`SafetySupervisor.note_overrun`,
+  wall clock): one cycle later than ``lateness_max_s``, or more than
+  ``overrun_fraction_max`` of the last ``overrun_window_cycles`` cycles missed
+  -> ``"overrun"``
 * position outside the hard limits -> ``"position_limit"``; inside the soft zone
   (``position_margin_rad`` from a hard limit) and moving towards it: not a fault,
   the torque component pushing towards the limit is removed and a damping
@@ -20,28 +26,47 @@ Checks (each a *fault* unless said otherwise)
 * ``|tau| > torque_max``: not a fault, clipped and flagged (``CLIPPED``)
 * ``|e| > tracking_error_max`` (controller space) -> ``"tracking_error"``
 * parallel robots, optional: ``singularity(q, X).margin < singularity_margin_min``
-  (checked every ``singularity_every`` cycles) -> ``"singularity"``
+  (checked every ``singularity_every`` cycles), or predicted to fall below it
+  within ``singularity_horizon_s`` from the margin's rate of change between
+  checks -> ``"singularity"``
 * faults reported by the loop (:meth:`SafetySupervisor.fault`: controller
   exception, communication error)
 
 Stop reactions (``stop_reaction``)
 ----------------------------------
 * ``"zero_disable"``: zero torque and disable at once (like STO).
-* ``"brake_disable"``: damped braking ``tau = -brake_kd qd`` (clipped) for
-  ``brake_time_s`` or until every ``|qd| < stop_velocity_rad_s``, then disable
-  (like SS1).  Falls back to zero_disable when the state is not finite.
+* ``"brake_disable"``: damped braking ``tau = -brake_kd qd`` for ``brake_time_s``
+  or until every ``|qd| < stop_velocity_rad_s``, then disable (like SS1).  The
+  brake uses only fresh, finite, plausible feedback (``|qd| <= 2 velocity_max``):
+  a joint without it gets zero torque, and with none left the drives are
+  disabled at once.  The brake torque limit ramps from 0 to ``torque_max`` over
+  ``brake_ramp_s`` (never a step), so one corrupt sample cannot command a full
+  brake.  Falls back to zero_disable when the state is not finite.
 * ``"hold"``: hold the position at the fault, ``tau = g^(q) + hold_kp (q_f - q)
   - hold_kd qd`` (gravity only with a model), for ``hold_time_s``, then disable
-  (like SS2 followed by a stop at the end of the run).
+  (like SS2 followed by a stop at the end of the run); disables at once when
+  the feedback is not fresh for ``stale_cycles`` cycles during the hold.
+* A second stop request (:meth:`SafetySupervisor.request_stop`, e.g. a second
+  SIGINT) during a brake or hold cuts it short: zero torque and disable.
 
 Faults latch until :meth:`SafetySupervisor.reset`; each is recorded as a
 :class:`Fault` (time, cause, joint, values).
+
+Plausible ranges
+----------------
+Every numeric setting has a plausible range (:data:`SAFETY_RANGES`); a value
+outside it, or one that would switch a protection off (``1e300``, ``inf``, 0
+where 0 means "never"), is refused with a :class:`ConfigError` naming the
+field.  Protections that are off by default in simulation (no tracking-error
+limit, no velocity limit, no singularity guard on a parallel robot) must be
+on for a hardware run unless listed in ``disabled_protections``
+(:func:`unprotected`).
 """
 
 from __future__ import annotations
 
 import math
-
+from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -51,10 +76,44 @@ from dynamics.base import JointLimits, Model, ParallelModel
 from dynamics.config import Section
 from dynamics.errors import ConfigError, SafetyError
 
-__all__ = ["SafetyConfig", "SafetySupervisor", "SafetyState", "Fault", "REACTIONS",
-           "OK", "CLIPPED", "SOFT_LIMIT", "BRAKING", "HOLDING", "FAULT", "DISABLED"]
+__all__ = ["SafetyConfig", "SafetySupervisor", "SafetyState", "Fault", "REACTIONS", "SAFETY_RANGES",
+           "PROTECTIONS", "unprotected", "OK", "CLIPPED", "SOFT_LIMIT", "BRAKING", "HOLDING", "FAULT", "DISABLED"]
 
 REACTIONS = ("zero_disable", "brake_disable", "hold")
+
+#: plausible range of every numeric safety setting: (lowest, highest, lowest excluded, unit).
+#: A value outside is refused (a limit of 1e300 or 0 would switch its protection off).
+SAFETY_RANGES: dict[str, tuple[float, float, bool, str]] = {
+    "position_min": (-1e4, 1e4, False, "rad|m"),
+    "position_max": (-1e4, 1e4, False, "rad|m"),
+    "velocity_max": (0.0, 1e4, True, "rad/s|m/s"),
+    "torque_max": (0.0, 1e5, True, "N m|N"),
+    "position_margin_rad": (0.0, 10.0, False, "rad|m"),
+    "soft_kd_nm_s_per_rad": (0.0, 1e5, False, "N m s/rad|N s/m"),
+    "tracking_error_max": (0.0, 10.0, True, "rad|m (controller space)"),
+    "stale_cycles": (1, 100, False, "cycles"),
+    "stale_fraction_max": (0.0, 0.9, True, "fraction"),
+    "stale_window_cycles": (10, 100_000, False, "cycles"),
+    "overrun_fraction_max": (0.0, 0.9, True, "fraction"),
+    "overrun_window_cycles": (10, 100_000, False, "cycles"),
+    "lateness_max_s": (0.0, 10.0, True, "s"),
+    "singularity_margin_min": (0.0, 1.0, True, "margin"),
+    "singularity_every": (1, 100, False, "cycles"),
+    "singularity_horizon_s": (0.0, 1.0, False, "s"),
+    "brake_time_s": (0.0, 10.0, True, "s"),
+    "brake_ramp_s": (0.0, 1.0, True, "s"),
+    "brake_kd_nm_s_per_rad": (0.0, 1e5, True, "N m s/rad|N s/m"),
+    "stop_velocity_rad_s": (0.0, 1.0, True, "rad/s|m/s"),
+    "hold_time_s": (0.0, 60.0, True, "s"),
+    "hold_kp_nm_per_rad": (0.0, 1e6, True, "N m/rad|N/m"),
+    "hold_kd_nm_s_per_rad": (0.0, 1e5, False, "N m s/rad|N s/m"),
+    "startup_tolerance": (0.0, math.pi, True, "rad|m (controller space)"),
+}
+
+#: protections that may be off in simulation but must be on (or explicitly listed in
+#: ``disabled_protections``) for a hardware run
+PROTECTIONS = ("tracking_error_max", "velocity_max", "singularity_margin_min")
+_INT_FIELDS = ("stale_cycles", "stale_window_cycles", "overrun_window_cycles", "singularity_every")
 
 #: SafetyState.code bits
 OK = 0
@@ -80,8 +139,9 @@ class SafetyConfig:
         Width of the soft zone inside each hard position limit.
     soft_kd_nm_s_per_rad : float or array
         Damping gain applied in the soft zone.
-    tracking_error_max : float or array
-        Largest allowed |position error| in the controller's space (inf: off).
+    tracking_error_max : float or array or None
+        Largest allowed |position error| in the controller's space (None: off,
+        refused for hardware unless listed in ``disabled_protections``).
     stale_cycles : int
         Consecutive cycles of non-fresh feedback that make a fault.
     singularity_margin_min : float or None
@@ -95,6 +155,23 @@ class SafetyConfig:
     startup_tolerance : float or array
         Largest |error| between the measured start and the trajectory's start
         (controller space) accepted by :meth:`SafetySupervisor.startup_check`.
+    stale_fraction_max, stale_window_cycles
+        Fault when more than this fraction of the last ``stale_window_cycles``
+        cycles had feedback that was not fresh (intermittent loss).
+    overrun_fraction_max, overrun_window_cycles, lateness_max_s
+        Wall clock: fault when more than this fraction of the last
+        ``overrun_window_cycles`` cycles missed their deadline, or when one
+        cycle starts more than ``lateness_max_s`` late.
+    singularity_horizon_s
+        Predictive singularity guard: fault when the margin, extrapolated
+        with its rate of change between checks, would fall below
+        ``singularity_margin_min`` within this time (0: no prediction).
+    brake_ramp_s
+        Time over which the brake torque limit ramps from 0 to ``torque_max``.
+    disabled_protections : tuple of str
+        Protections of :data:`PROTECTIONS` deliberately off in a hardware run.
+
+    Every numeric field must lie in its :data:`SAFETY_RANGES` range.
     """
 
     stop_reaction: str = "zero_disable"
@@ -104,7 +181,7 @@ class SafetyConfig:
     torque_max: Any = None
     position_margin_rad: Any = 0.05
     soft_kd_nm_s_per_rad: Any = 1.0
-    tracking_error_max: Any = np.inf
+    tracking_error_max: Any = None
     stale_cycles: int = 3
     singularity_margin_min: float | None = None
     singularity_every: int = 1
@@ -115,19 +192,41 @@ class SafetyConfig:
     hold_kp_nm_per_rad: Any = 50.0
     hold_kd_nm_s_per_rad: Any = 5.0
     startup_tolerance: Any = 0.05
+    stale_fraction_max: float = 0.2
+    stale_window_cycles: int = 500
+    overrun_fraction_max: float = 0.2
+    overrun_window_cycles: int = 500
+    lateness_max_s: float = 0.1
+    singularity_horizon_s: float = 0.02
+    brake_ramp_s: float = 0.05
+    disabled_protections: tuple = ()
 
     def __post_init__(self):
         if self.stop_reaction not in REACTIONS:
             raise ConfigError(f"must be one of {list(REACTIONS)}, got {self.stop_reaction!r}",
                               field="stop_reaction")
-        if int(self.stale_cycles) < 1:
-            raise ConfigError("must be >= 1", field="stale_cycles")
-        if int(self.singularity_every) < 1:
-            raise ConfigError("must be >= 1", field="singularity_every")
-        for name in ("brake_time_s", "hold_time_s", "stop_velocity_rad_s"):
+        for name, (lo, hi, strict, unit) in SAFETY_RANGES.items():
             v = getattr(self, name)
-            if not (np.isfinite(v) and v >= 0):
-                raise ConfigError(f"must be finite and >= 0, got {v!r}", field=name)
+            if v is None:
+                continue  # not set: the model's limit / protection off (see PROTECTIONS)
+            try:
+                a = np.asarray(v, dtype=float)
+            except (TypeError, ValueError) as err:
+                raise ConfigError(f"expected a number, got {v!r}", field=name) from err
+            if a.ndim > 1 or a.size == 0:
+                raise ConfigError(f"expected a number or a list of numbers, got {v!r}", field=name)
+            if name in _INT_FIELDS and (a.ndim or a != np.round(a)):
+                raise ConfigError(f"expected an integer, got {v!r}", field=name)
+            bad = ~np.isfinite(a) | (a > hi) | (a < lo) | ((a == lo) if strict else False)
+            if np.any(bad):
+                op = ">" if strict else ">="
+                raise ConfigError(f"must be {op} {lo:g} and <= {hi:g} [{unit}] (a value outside would "
+                                  f"switch the protection off or is not plausible), got {v!r}", field=name)
+        self.disabled_protections = tuple(self.disabled_protections)
+        for p in self.disabled_protections:
+            if p not in PROTECTIONS:
+                raise ConfigError(f"unknown protection {p!r} (one of {list(PROTECTIONS)})",
+                                  field="disabled_protections")
 
     @classmethod
     def from_section(cls, section: Section) -> "SafetyConfig":
@@ -143,22 +242,18 @@ class SafetyConfig:
                 continue
             if k == "stop_reaction":
                 kw[k] = section.str(k, choices=REACTIONS)
-            elif k in ("stale_cycles", "singularity_every"):
-                kw[k] = section.int(k, minimum=1)
-            elif k == "singularity_margin_min":
-                kw[k] = section.float(k, minimum=0.0, maximum=1.0)
+            elif k in _INT_FIELDS:
+                kw[k] = section.int(k)
+            elif k == "disabled_protections":
+                v = section.raw(k)
+                if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                    raise section.error(k, f"expected a list of names from {list(PROTECTIONS)}, got {v!r}")
+                kw[k] = tuple(v)
             elif k in vector_keys:
                 v = section.raw(k)
-                if isinstance(v, (list, tuple)):
-                    arr = section.vector(k)
-                    if k not in ("position_min", "position_max") and np.any(arr < 0):
-                        raise section.error(k, f"all values must be >= 0, got {v!r}")
-                    kw[k] = arr
-                else:
-                    minimum = None if k in ("position_min", "position_max") else 0.0
-                    kw[k] = section.float(k, minimum=minimum)
+                kw[k] = section.vector(k) if isinstance(v, (list, tuple)) else section.float(k)
             else:
-                kw[k] = section.float(k, minimum=0.0)
+                kw[k] = section.float(k)
         section.finish()
         try:
             return cls(**kw)
@@ -244,6 +339,15 @@ class SafetySupervisor:
         self.tau_max = vec("torque_max", model_limits.torque_max if c.torque_max is None else c.torque_max)
         if np.any(self.tau_max <= 0):
             raise ConfigError("torque limits must be > 0", field="torque_max")
+        if not np.all(np.isfinite(self.tau_max)):
+            raise ConfigError(
+                f"no finite torque limit for actuator(s) {np.flatnonzero(~np.isfinite(self.tau_max)).tolist()}: "
+                "a run needs one on every actuator (torque_max in the robot file's joints, or "
+                "[safety] torque_max)", field="torque_max")
+        lo, hi = SAFETY_RANGES["torque_max"][:2]
+        if np.any(self.tau_max > hi):
+            raise ConfigError(f"torque limits must be <= {hi:g} [N m|N], got {self.tau_max.tolist()}",
+                              field="torque_max")
         self.margin = vec("position_margin_rad", c.position_margin_rad)
         self._soft_lo = self.q_min + self.margin
         self._soft_hi = self.q_max - self.margin
@@ -251,7 +355,9 @@ class SafetySupervisor:
         self.brake_kd = vec("brake_kd_nm_s_per_rad", c.brake_kd_nm_s_per_rad)
         self.hold_kp = vec("hold_kp_nm_per_rad", c.hold_kp_nm_per_rad)
         self.hold_kd = vec("hold_kd_nm_s_per_rad", c.hold_kd_nm_s_per_rad)
-        self.err_max = np.asarray(c.tracking_error_max, dtype=float)
+        self.err_max = np.asarray(np.inf if c.tracking_error_max is None else c.tracking_error_max, dtype=float)
+        #: plausible |velocity| for a brake: beyond twice the limit a reading is not trusted
+        self.v_plausible = 2.0 * self.v_max
         self.start_tol = np.asarray(c.startup_tolerance, dtype=float)
         self.model = model
         self._sing = (c.singularity_margin_min is not None and isinstance(model, ParallelModel))
@@ -271,6 +377,10 @@ class SafetySupervisor:
         self._k = 0
         self._finished = False
         self._abort = False
+        self._pending: list[Fault] = []
+        self._stale_hist: deque = deque()
+        self._overrun_hist: deque = deque()
+        self._margin_prev: tuple[float, float] | None = None
         self.last_margin = np.nan
         self.pose = None
         if self._sing:
@@ -286,6 +396,28 @@ class SafetySupervisor:
         if self.latched or self.stop_reason is not None:
             self._abort = True
         self.stop_reason = reason
+
+    def note_overrun(self, t_s: float, late_s: float) -> None:
+        """The loop reports a missed deadline (cycle ``late_s`` seconds late, wall clock).
+
+        A fault is raised at the next :meth:`check` when this cycle is later than
+        ``lateness_max_s`` or the window's share of missed deadlines exceeds
+        ``overrun_fraction_max``.
+        """
+        c = self.config
+        k = self._k + 1  # the cycle about to be checked
+        h = self._overrun_hist
+        h.append(k)
+        while h[0] <= k - c.overrun_window_cycles:
+            h.popleft()
+        if late_s > c.lateness_max_s:
+            self._pending.append(Fault(t_s, "overrun", None, {"late_s": float(late_s), "max": c.lateness_max_s},
+                                       f"cycle started {1e3 * late_s:.1f} ms late (lateness_max_s = "
+                                       f"{1e3 * c.lateness_max_s:g} ms)"))
+        elif len(h) > c.overrun_fraction_max * c.overrun_window_cycles:
+            self._pending.append(Fault(t_s, "overrun", None, {"missed": len(h), "window": c.overrun_window_cycles},
+                                       f"{len(h)} of the last {c.overrun_window_cycles} cycles missed their "
+                                       f"deadline (overrun_fraction_max = {c.overrun_fraction_max:g})"))
 
     def fault(self, t_s: float, cause: str, message: str = "", joint: int | None = None, **values) -> Fault:
         """Record and latch a fault found outside :meth:`check` (exception, comms error)."""
@@ -354,17 +486,20 @@ class SafetySupervisor:
         """
         self._k += 1
         if self.latched:
-            return self._react(t_s, state, ())
+            return self._react(t_s, state, (), feedback)
         q = np.asarray(state.q, dtype=float)
         qd = np.asarray(state.qd, dtype=float)
         tau = np.asarray(tau, dtype=float)
-        if self.stop_reason is None:
+        if self.stop_reason is None and not self._pending:
             done = self._check_clean(q, qd, tau, feedback, ref, error)
             if done is not None:
                 return done
         new: list[Fault] = []
         if self.stop_reason is not None:
             new.append(Fault(t_s, "signal", None, {}, f"stop requested: {self.stop_reason}"))
+        if self._pending:
+            new.extend(self._pending)
+            self._pending = []
         # fast path: cheap whole-array tests, details only when something is wrong
         finite_ok = True
         for name, arr in (("q", q), ("qd", qd), ("tau", tau)):
@@ -398,6 +533,7 @@ class SafetySupervisor:
                 for j in np.flatnonzero(self._stale >= self.config.stale_cycles):
                     new.append(Fault(t_s, "stale_feedback", int(j), {"cycles": int(self._stale[j])},
                                      f"no fresh feedback for {int(self._stale[j])} cycles"))
+                new.extend(self._stale_window(t_s))
         if finite_ok:
             out = (q < self.q_min) | (q > self.q_max)
             if out.any():
@@ -428,12 +564,27 @@ class SafetySupervisor:
                 try:
                     self.pose = np.asarray(self.model.forward_kinematics_task(q, guess=self.pose), dtype=float)
                     rep = self.model.singularity(q, self.pose)
-                    self.last_margin = float(rep.margin)
-                    if not (rep.margin >= self.config.singularity_margin_min):
+                    m = float(rep.margin)
+                    self.last_margin = m
+                    m_min = self.config.singularity_margin_min
+                    predicted = m
+                    if self._margin_prev is not None and self.config.singularity_horizon_s > 0:
+                        t0, m0 = self._margin_prev
+                        dt = float(t_s) - t0
+                        if dt > 0:
+                            predicted = m + min(0.0, (m - m0) / dt) * self.config.singularity_horizon_s
+                    self._margin_prev = (float(t_s), m)
+                    if not (m >= m_min):
                         new.append(Fault(t_s, "singularity", None,
-                                         {"margin": float(rep.margin), "kind": rep.kind,
-                                          "min": self.config.singularity_margin_min},
+                                         {"margin": m, "kind": rep.kind, "min": m_min},
                                          f"too close to a {rep.kind} singularity"))
+                    elif not (predicted >= m_min):
+                        new.append(Fault(t_s, "singularity", None,
+                                         {"margin": m, "predicted": predicted, "kind": rep.kind, "min": m_min,
+                                          "horizon_s": self.config.singularity_horizon_s},
+                                         f"approaching a {rep.kind} singularity: margin {m:.3g} predicted "
+                                         f"{predicted:.3g} within {self.config.singularity_horizon_s:g} s "
+                                         f"(min {m_min:g})"))
                 except Exception as err:  # noqa: BLE001 - any model failure is a fault, recorded
                     new.append(Fault(t_s, "singularity", None, {"error": repr(err)},
                                      f"singularity check failed: {err}"))
@@ -511,34 +662,76 @@ class SafetySupervisor:
                 return None
         return tau.copy(), SafetyState(OK, "run", np.zeros(n, dtype=bool))
 
+    def _stale_window(self, t_s) -> list[Fault]:
+        """Record a cycle with some feedback not fresh; a fault when the window's share is too high."""
+        c = self.config
+        h = self._stale_hist
+        h.append(self._k)
+        while h[0] <= self._k - c.stale_window_cycles:
+            h.popleft()
+        if len(h) > c.stale_fraction_max * c.stale_window_cycles:
+            return [Fault(t_s, "stale_feedback", None, {"stale": len(h), "window": c.stale_window_cycles},
+                          f"feedback not fresh in {len(h)} of the last {c.stale_window_cycles} cycles "
+                          f"(stale_fraction_max = {c.stale_fraction_max:g})")]
+        return []
+
     # -- reactions --------------------------------------------------------------------
-    def _react(self, t_s, state, new):
-        zero = np.zeros(self.n)
-        nosat = np.zeros(self.n, dtype=bool)
+    def _usable(self, q, qd, feedback) -> np.ndarray:
+        """Joints whose feedback may drive a brake: fresh, finite and plausible (bool (n,))."""
+        ok = np.isfinite(qd) & (np.abs(qd) <= self.v_plausible)
+        if q is not None and q.shape == ok.shape:
+            ok &= np.isfinite(q)
+        if feedback is not None:
+            fresh = np.asarray(feedback.fresh, dtype=bool)
+            if fresh.shape == ok.shape:
+                ok &= fresh
+            else:
+                ok[:] = False
+        return ok
+
+    def _end(self, t_s, new, message: str | None = None):
+        """Finish the stop reaction: zero torque and disable (with an optional recorded reason)."""
+        if message is not None:
+            self.faults.append(Fault(t_s, "stop_reaction", None, {}, message))
+        self._finished = True
+        return np.zeros(self.n), SafetyState(FAULT | DISABLED, "disable", np.zeros(self.n, dtype=bool), new)
+
+    def _react(self, t_s, state, new, feedback=None):
         q = np.asarray(state.q, dtype=float) if state is not None else None
         qd = np.asarray(state.qd, dtype=float) if state is not None else None
         finite = q is not None and np.all(np.isfinite(q)) and np.all(np.isfinite(qd))
         reaction = self.config.stop_reaction
         elapsed = t_s - self.t_fault
         if self._abort and not self._finished:
-            self.faults.append(Fault(t_s, "signal", None, {}, "second stop request: stop reaction cut short"))
             self._abort = False
-            self._finished = True
-            return zero, SafetyState(FAULT | DISABLED, "disable", nosat, new)
-        if self._finished or not finite or reaction == "zero_disable":
-            self._finished = True
-            return zero, SafetyState(FAULT | DISABLED, "disable", nosat, new)
+            self.faults.append(Fault(t_s, "signal", None, {}, "second stop request: stop reaction cut short"))
+            return self._end(t_s, new)
+        if self._finished or reaction == "zero_disable":
+            return self._end(t_s, new)
         if reaction == "brake_disable":
-            if elapsed >= self.config.brake_time_s or np.all(np.abs(qd) < self.config.stop_velocity_rad_s):
-                self._finished = True
-                return zero, SafetyState(FAULT | DISABLED, "disable", nosat, new)
-            tau = -self.brake_kd * qd
-            sat = np.abs(tau) > self.tau_max
-            return np.clip(tau, -self.tau_max, self.tau_max), SafetyState(FAULT | BRAKING, "brake", sat, new)
+            if elapsed >= self.config.brake_time_s:
+                return self._end(t_s, new)
+            qd = np.full(self.n, np.nan) if qd is None or qd.shape != (self.n,) else qd
+            use = self._usable(q, qd, feedback)
+            if not use.any():
+                return self._end(t_s, new, "brake: no fresh, plausible velocity feedback; disabled at once")
+            if np.all(np.abs(qd[use]) < self.config.stop_velocity_rad_s):
+                return self._end(t_s, new)
+            ramp = min(1.0, max(0.0, elapsed) / self.config.brake_ramp_s)
+            lim = self.tau_max * ramp
+            tau = np.where(use, -self.brake_kd * np.where(use, qd, 0.0), 0.0)
+            sat = np.abs(tau) > lim
+            return np.clip(tau, -lim, lim), SafetyState(FAULT | BRAKING, "brake", sat, new)
         # hold
+        if not finite:
+            return self._end(t_s, new)
         if elapsed >= self.config.hold_time_s:
-            self._finished = True
-            return zero, SafetyState(FAULT | DISABLED, "disable", nosat, new)
+            return self._end(t_s, new)
+        if feedback is not None:
+            fresh = np.asarray(feedback.fresh, dtype=bool)
+            self._stale = np.where(fresh, 0, self._stale + 1)
+            if np.any(self._stale >= self.config.stale_cycles):
+                return self._end(t_s, new, "hold: feedback not fresh for stale_cycles cycles; disabled")
         if self.q_fault is None:
             self.q_fault = q.copy()
         tau = self.hold_kp * (self.q_fault - q) - self.hold_kd * qd

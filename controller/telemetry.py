@@ -194,10 +194,36 @@ def _jsonable(x):
     return repr(x)
 
 
-def _write_json(path: Path, data: dict) -> None:
+#: how files are opened for writing (a seam for the disk-full tests)
+_open = open
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON, atomically where the disk allows it.
+
+    First a temporary file renamed over ``path``; when that fails (a full
+    disk) the temporary file is removed and ``path`` is rewritten in place,
+    compactly (truncating it frees its blocks, so this can succeed where the
+    copy could not).  Raises OSError only when neither works.
+    """
+    path = Path(path)
+    text = json.dumps(_jsonable(data), indent=2)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(data), indent=2))
-    os.replace(tmp, path)
+    try:
+        with _open(tmp, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+        return
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+    with _open(path, "w") as fh:
+        fh.write(json.dumps(_jsonable(data), separators=(",", ":")))
+
+
+_write_json = write_json
 
 
 class TelemetryWriter:
@@ -241,11 +267,16 @@ class TelemetryWriter:
         self.meta["n"] = self.n
         self.meta["dim"] = self.dim
         self.meta["buffer_rows"] = buffer_rows
-        self._fh = open(self.path, "wb")
+        self._fh = _open(self.path, "wb")
         self._fh.write(_header_bytes(self.file_dtype, 0, self._hlen))
         self._fh.flush()
         _write_json(self.meta_path, self.meta)
         self.closed = False
+        #: rows that could not be written (disk full, I/O error): kept in memory, see :meth:`unwritten`
+        self._held: list[np.ndarray] = []
+        self.held_rows_max = 1_000_000
+        #: the first write error, or None
+        self.write_error: OSError | None = None
 
     def record(self, t, q, qd, ref_pos, ref_vel, ref_acc, err, tau_ctrl, tau_cmd, tau_meas, safety, sat,
                lateness_s, compute_s, fresh, fault, enabled) -> None:
@@ -276,35 +307,79 @@ class TelemetryWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Write buffered rows, then rewrite the header with the new row count."""
+        """Write buffered rows, then rewrite the header with the new row count.
+
+        On a write error (a full disk) the rows are kept in memory
+        (:meth:`unwritten`), the file keeps a valid header for the rows that
+        did reach it, and the first error is raised once (later flushes retry
+        quietly: space may have been freed).
+        """
         if self.closed or self._i == 0:
             return
-        fh = self._fh
-        fh.seek(0, os.SEEK_END)
-        fh.write(self._buf[: self._i].tobytes())
-        fh.flush()
-        self.rows_written += self._i
+        rows = self._buf[: self._i].copy()
         self._i = 0
-        fh.seek(0)
-        fh.write(_header_bytes(self.file_dtype, self.rows_written, self._hlen))
-        fh.flush()
-        if self.fsync:
-            os.fsync(fh.fileno())
+        if self._held:
+            rows = np.concatenate(self._held + [rows])
+            self._held = []
+        fh = self._fh
+        try:
+            start = self._hlen + self.rows_written * self.dtype.itemsize
+            fh.seek(start)
+            fh.write(rows.tobytes())
+            fh.flush()
+            fh.seek(0)
+            fh.write(_header_bytes(self.file_dtype, self.rows_written + rows.shape[0], self._hlen))
+            fh.flush()
+            self.rows_written += rows.shape[0]
+            if self.fsync:
+                os.fsync(fh.fileno())
+        except OSError as err:
+            self._held = [rows[-self.held_rows_max:]]
+            try:  # drop a partial tail so the file stays a valid log of rows_written rows
+                fh.truncate(self._hlen + self.rows_written * self.dtype.itemsize)
+            except (OSError, ValueError):
+                pass
+            first = self.write_error is None
+            if first:
+                self.write_error = err
+                raise
+
+    def unwritten(self) -> np.ndarray:
+        """Rows recorded but not on disk (after a write error), shape (rows,) of :func:`log_dtype`."""
+        parts = self._held + ([self._buf[: self._i].copy()] if not self.closed and self._i else [])
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=self.dtype)
 
     def close(self, result: dict | None = None) -> None:
         """Flush, close the file and update meta.json with ``result`` (idempotent)."""
         if self.closed:
             return
         try:
-            self.flush()
+            try:
+                self.flush()
+            except OSError:
+                pass  # recorded in write_error; the rows stay in memory
+            held = self.unwritten()
+            try:
+                self._fh.close()
+            except OSError as err:
+                self.write_error = self.write_error or err
         finally:
-            self._fh.close()
             self.closed = True
-            self.meta["rows"] = self.rows_written
-            self.meta["end_time_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
-            if result is not None:
-                self.meta["result"] = result
+        self._held = [held] if held.size else []
+        self.meta["rows"] = self.rows_written
+        self.meta["end_time_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
+        if self.write_error is not None:
+            self.meta["log_incomplete"] = {"rows_not_written": int(held.shape[0]),
+                                           "error": f"{type(self.write_error).__name__}: {self.write_error}"}
+        if result is not None:
+            self.meta["result"] = result
+        try:
             _write_json(self.meta_path, self.meta)
+        except OSError:
+            # no room for the full metadata: the result alone, in place
+            small = {k: self.meta[k] for k in ("rows", "end_time_utc", "log_incomplete", "result", "n", "dim")
+                     if k in self.meta}
+            _write_json(self.meta_path, small)
 
     def __enter__(self):
         return self

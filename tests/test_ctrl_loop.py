@@ -57,7 +57,8 @@ def test_lockstep_runs_are_deterministic(tmp_path):
 def test_result_accounting_and_tracking(tmp_path):
     loop, drv = make(tmp_path, T=1.0)
     res = loop.run()
-    assert res.status == "completed" and res.n_cycles == 1001 == res.timing.n_cycles
+    # 1001 control cycles (the metrics) + the final zero-torque/disable cycle
+    assert res.status == "completed" and res.n_cycles == 1002 == res.timing.n_cycles
     assert res.metrics["n_cycles"] == 1001
     # lock-step: never late, exact periods; compute time measured (real CPU time)
     assert res.timing.lateness["max"] == 0.0 and res.timing.missed_deadlines == 0
@@ -70,7 +71,7 @@ def test_result_accounting_and_tracking(tmp_path):
     assert np.all(np.array(res.metrics["max_abs_error"]) < 1.5 * vmax * 1e-3)
     assert res.metrics["saturation_fraction_any"] == 0.0
     d = res.as_dict()
-    assert d["status"] == "completed" and d["timing"]["n_cycles"] == 1001
+    assert d["status"] == "completed" and d["timing"]["n_cycles"] == 1002
     with pytest.raises(ConfigError):
         ControlLoop(drv, ComputedTorque(Arm2(), 1.0, 1.0), Hold([0.0, 0.0, 0.0], 1.0),
                     SafetySupervisor(SafetyConfig(), Arm2().limits), LockstepClock(), period_s=1e-3)
@@ -112,10 +113,10 @@ def test_wallclock_loop_accounting():
     clock = WallClock(spin_s=2e-4)
     loop, drv = make(None, clock=clock, period=2e-3, T=0.1)
     res = loop.run()
-    assert res.status == "completed" and res.n_cycles == 51
+    assert res.status == "completed" and res.n_cycles == 52
     assert res.timing.lateness["p50"] >= 0 and res.timing.lateness["max"] >= res.timing.lateness["p99"]
     assert res.wall_time_s >= 0.1   # paced: cannot finish before the last deadline
-    assert 0 <= res.timing.missed_deadlines <= 51
+    assert 0 <= res.timing.missed_deadlines <= 52
 
 
 @pytest.mark.slow

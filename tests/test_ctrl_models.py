@@ -69,7 +69,7 @@ class Pend(Model):
 class Arm2(Model):
     name = "arm2"
 
-    def __init__(self, m1=1.0, m2=0.8, l1=0.4, l2=0.3, Jr=(0.01, 0.01), tau_max=(np.inf, np.inf),
+    def __init__(self, m1=1.0, m2=0.8, l1=0.4, l2=0.3, Jr=(0.01, 0.01), tau_max=(200.0, 200.0),
                  q_lim=3.0, v_max=20.0):
         self.m1, self.m2, self.l1, self.l2 = m1, m2, l1, l2
         self.Jr = np.asarray(Jr, float)

@@ -111,17 +111,26 @@ def test_stale_feedback_after_n_cycles():
 
 
 def test_brake_and_hold_reactions():
-    s = sup(stop_reaction="brake_disable", brake_time_s=0.01, brake_kd_nm_s_per_rad=[3.0, 100.0])
+    s = sup(stop_reaction="brake_disable", brake_time_s=0.2, brake_ramp_s=0.05,
+            brake_kd_nm_s_per_rad=[3.0, 100.0])
     s.request_stop()
+    # the brake ramps from zero: no step to the torque limit in the fault's cycle
     cmd, st = check(s, [0.1, 0.2], [1.0, 0.5], [0, 0], t=1.0)
-    assert st.action == "brake" and st.code == FAULT | BRAKING
-    assert np.allclose(cmd, [-3.0, -5.0]) and st.saturated.tolist() == [False, True]   # clipped at 5 N m
-    cmd, st = check(s, [0.1, 0.2], [1.0, 0.5], [0, 0], t=1.02)
+    assert st.action == "brake" and st.code == FAULT | BRAKING and np.all(cmd == 0.0)
+    cmd, st = check(s, [0.1, 0.2], [1.0, 0.5], [0, 0], t=1.025)   # half-way up the ramp: limits 5, 2.5
+    assert np.allclose(cmd, [-3.0, -2.5]) and st.saturated.tolist() == [False, True]
+    cmd, st = check(s, [0.1, 0.2], [1.0, 0.5], [0, 0], t=1.06)    # full limits 10, 5
+    assert np.allclose(cmd, [-3.0, -5.0]) and st.saturated.tolist() == [False, True]
+    cmd, st = check(s, [0.1, 0.2], [1.0, 0.5], [0, 0], t=1.21)
     assert st.action == "disable" and np.all(cmd == 0)
-    # non-finite state: braking impossible -> immediate zero/disable
-    s2 = sup(stop_reaction="brake_disable")
-    cmd, st = check(s2, [0.1, np.nan], [1.0, 0.5], [0, 0])
-    assert st.action == "disable"
+    # a joint with a non-finite reading gets no brake torque; the others brake
+    s2 = sup(stop_reaction="brake_disable", brake_ramp_s=0.01)
+    s2.request_stop()
+    check(s2, [0.1, 0.2], [1.0, 0.5], [0, 0], t=0.0)
+    cmd, st = check(s2, [0.1, np.nan], [1.0, 0.5], [0, 0], t=0.05)
+    assert st.action == "brake" and cmd[0] == pytest.approx(-1.0) and cmd[1] == 0.0
+    cmd, st = check(s2, [np.nan, np.nan], [1.0, 0.5], [0, 0], t=0.06)
+    assert st.action == "disable" and np.all(cmd == 0)
     # hold: gravity + PD towards the position at the fault
     m = Arm2(tau_max=(10.0, 5.0))
     s3 = sup(stop_reaction="hold", hold_time_s=0.1, hold_kp_nm_per_rad=10.0, hold_kd_nm_s_per_rad=1.0)
@@ -237,9 +246,13 @@ def assert_safe_stop(res, drv, log, cause, k_cause):
 
 def test_loop_completes_and_disables(tmp_path):
     res, drv, log, meta = run_loop(tmp_path)
-    assert res.status == "completed" and res.faults == [] and res.n_cycles == 501
-    assert drv.calls[0] == "enable" and drv.calls[-1] == "disable" and drv.calls.count("cycle") == 501
-    assert log.shape == (501,) and meta["result"]["status"] == "completed" and meta["rows"] == 501
+    # 501 control cycles, then one zero-torque cycle with the disable: a row of its own
+    assert res.status == "completed" and res.faults == [] and res.n_cycles == 502
+    assert drv.calls[0] == "enable" and drv.calls[-1] == "disable" and drv.calls.count("cycle") == 502
+    assert log.shape == (502,) and meta["result"]["status"] == "completed" and meta["rows"] == 502
+    assert log["safety"][-1] == DISABLED and np.all(log["tau_cmd"][-1] == 0.0)
+    assert not np.any(log["safety"][:-1] & DISABLED)
+    assert np.all(np.isfinite(log["err"]))
 
 
 def test_fault_nan_from_model(tmp_path):
@@ -307,15 +320,99 @@ def test_sigint_is_a_safe_stop_and_handlers_restored(tmp_path):
 
 
 def test_brake_disable_through_loop(tmp_path):
-    cfg = SafetyConfig(stop_reaction="brake_disable", brake_time_s=0.02, brake_kd_nm_s_per_rad=2.0)
+    cfg = SafetyConfig(stop_reaction="brake_disable", brake_time_s=0.02, brake_ramp_s=0.005,
+                       brake_kd_nm_s_per_rad=2.0)
     res, drv, log, _ = run_loop(tmp_path, cfg=cfg, signal_at=80)
     codes = log["safety"]
     braking = np.flatnonzero(codes & BRAKING)
-    assert braking.size >= 1 and braking[0] <= 81
-    qd = log["qd"][braking[0]]
-    assert np.allclose(log["tau_cmd"][braking[0]], -2.0 * qd)
+    assert braking.size >= 6 and braking[0] <= 81
+    assert np.all(log["tau_cmd"][braking[0]] == 0.0)          # ramp starts at zero
+    k = braking[0] + 6                                        # ramp complete (5 cycles)
+    assert np.allclose(log["tau_cmd"][k], -2.0 * log["qd"][k])
     assert drv.calls[-1] == "disable" and np.all(drv.sent[-1] == 0)
     assert log.shape[0] <= braking[0] + 22
+
+
+def _brake_sup(**kw):
+    s = sup(stop_reaction="brake_disable", brake_time_s=0.5, brake_ramp_s=0.01,
+            brake_kd_nm_s_per_rad=10.0, **kw)
+    s.request_stop()
+    check(s, [0.1, 0.2], [0.5, 0.5], [0, 0], t=0.0)
+    return s
+
+
+@pytest.mark.parametrize("case", ["corrupt_sample", "stale", "both_stale", "limit_ramp"])
+def test_brake_uses_only_fresh_plausible_feedback(case):
+    """The brake never acts on the reading that caused the fault or on a frozen one."""
+    s = _brake_sup()
+    q = [0.1, 0.2]
+    if case == "corrupt_sample":
+        # joint 0 reads 1e3 rad/s (> 2 x velocity_max 20): zero torque on it, joint 1 brakes
+        cmd, st = check(s, q, [1e3, 0.5], [0, 0], t=0.02)
+        assert st.action == "brake" and cmd[0] == 0.0 and cmd[1] == pytest.approx(-5.0)
+    elif case == "stale":
+        fb = fb_ok(q, [0.5, 0.5], fresh=np.array([True, False]))
+        cmd, st = check(s, q, [0.5, 0.5], [0, 0], fb=fb, t=0.02)
+        assert st.action == "brake" and cmd[0] == pytest.approx(-5.0) and cmd[1] == 0.0
+    elif case == "both_stale":
+        fb = fb_ok(q, [0.5, 0.5], fresh=np.array([False, False]))
+        cmd, st = check(s, q, [0.5, 0.5], [0, 0], fb=fb, t=0.02)
+        assert st.action == "disable" and np.all(cmd == 0.0)
+        assert any("no fresh, plausible" in f.message for f in s.faults)
+    else:
+        # brake torque never steps: |tau| <= tau_max * elapsed / ramp
+        for t in np.arange(0.001, 0.012, 0.001):
+            cmd, st = check(s, q, [15.0, 15.0], [0, 0], t=float(t))
+            assert np.all(np.abs(cmd) <= np.array([10.0, 5.0]) * min(1.0, t / 0.01) + 1e-12)
+
+
+def test_hold_disables_on_stale_feedback():
+    s = sup(stop_reaction="hold", hold_time_s=1.0, stale_cycles=2)
+    s.request_stop()
+    q = [0.1, 0.2]
+    check(s, q, [0, 0], [0, 0], t=0.0)
+    stale = fb_ok(q, fresh=np.array([True, False]))
+    _, st = check(s, q, [0, 0], [0, 0], fb=stale, t=0.001)
+    assert st.action == "hold"
+    cmd, st = check(s, q, [0, 0], [0, 0], fb=stale, t=0.002)
+    assert st.action == "disable" and np.all(cmd == 0.0)
+
+
+def test_intermittent_stale_feedback_faults_on_the_window():
+    """No gap reaches stale_cycles, but 40 % of the cycles are stale."""
+    s = sup(stale_cycles=3, stale_fraction_max=0.2, stale_window_cycles=100)
+    q = [0.1, 0.2]
+    for k in range(200):
+        fresh = np.array([True, (k % 5) >= 2])   # 2 stale cycles in every 5
+        _, st = check(s, q, [0, 0], [0, 0], fb=fb_ok(q, fresh=fresh), t=k * P)
+        if st.action != "run":
+            break
+    assert st.action == "disable"
+    f = s.faults[0]
+    assert f.cause == "stale_feedback" and f.values["window"] == 100 and f.values["stale"] == 21
+    # the same pattern below the fraction passes
+    s = sup(stale_cycles=3, stale_fraction_max=0.5, stale_window_cycles=100)
+    for k in range(300):
+        fresh = np.array([True, (k % 5) >= 2])
+        _, st = check(s, q, [0, 0], [0, 0], fb=fb_ok(q, fresh=fresh), t=k * P)
+        assert st.action == "run"
+
+
+@pytest.mark.parametrize("late_s,every,expect", [(0.15, 1000, "ms late"), (0.002, 3, "missed their deadline"),
+                                                 (0.002, 10, None)])
+def test_overruns_fault(late_s, every, expect):
+    s = sup(overrun_fraction_max=0.2, overrun_window_cycles=100, lateness_max_s=0.1)
+    q = [0.1, 0.2]
+    for k in range(1, 400):
+        if k % every == 0 or (every == 1000 and k == 50):
+            s.note_overrun(k * P, late_s)
+        _, st = check(s, q, [0, 0], [0, 0], t=k * P)
+        if st.action != "run":
+            break
+    if expect is None:
+        assert st.action == "run" and not s.faults
+    else:
+        assert st.action == "disable" and s.faults[0].cause == "overrun" and expect in s.faults[0].message
 
 
 def test_startup_refused_before_any_torque(tmp_path):
@@ -340,3 +437,29 @@ def test_fault_telemetry_write_error(tmp_path):
     assert res.status == "fault" and res.faults[0].cause == "telemetry"
     assert drv.calls[-1] == "disable" and np.all(drv.sent[-1] == 0) and len(drv.sent) == 152
     assert log.shape[0] == 150
+
+
+@pytest.mark.parametrize("horizon_s", [0.0, 0.05])
+def test_singularity_guard_is_predictive(horizon_s):
+    """The elbow straightens at 2 rad/s: with a horizon the guard stops while the margin is
+    still above its minimum (before the torque grows), without one only once it is below."""
+    m = Arm2Task()
+    s = SafetySupervisor(SafetyConfig(singularity_margin_min=0.05, singularity_every=1,
+                                      singularity_horizon_s=horizon_s, velocity_max=50.0), m.limits, model=m)
+    margins = []
+    for k in range(2000):
+        q = np.array([0.3, 1.2 - 2.0 * k * P])
+        _, st = check(s, q, [0.0, -2.0], [0, 0], t=k * P)
+        margins.append(s.last_margin)
+        if st.action != "run":
+            break
+    f = s.faults[0]
+    assert f.cause == "singularity"
+    if horizon_s:
+        assert "approaching" in f.message and f.values["margin"] > 0.05
+        assert f.values["predicted"] < 0.05
+        # the prediction is not premature: the margin does reach the minimum within about the horizon
+        rate = (margins[-1] - margins[-2]) / P
+        assert margins[-1] + rate * 2 * horizon_s < 0.05
+    else:
+        assert f.values["margin"] < 0.05 and margins[-2] >= 0.05

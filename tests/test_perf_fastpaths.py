@@ -312,7 +312,7 @@ def test_inline_emulator_serving_equals_the_emulator_thread(tmp_path):
                                      tmp_path / "thread")
     assert drv_i.hosts[0].inline and not drv_t.hosts[0].inline
     assert res_i.status == res_t.status == "completed"
-    assert res_i.n_cycles == res_t.n_cycles == 401
+    assert res_i.n_cycles == res_t.n_cycles == 402  # 401 control cycles + the final disable
     for name in log_i.dtype.names:
         if name in ("compute_s", "lateness_s"):
             continue
