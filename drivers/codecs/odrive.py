@@ -85,6 +85,12 @@ __all__ = [
     "encode_adc_voltage", "decode_adc_voltage",
     "encode_clear_errors", "decode_clear_errors",
     "encode_reboot", "decode_reboot", "encode_estop",
+    "encode_set_limits", "decode_set_limits", "encode_set_traj_vel_limit", "encode_set_traj_accel_limits",
+    "encode_set_traj_inertia", "encode_set_absolute_position", "encode_set_pos_gain", "encode_set_vel_gains",
+    "decode_one_float_command", "decode_two_float_command", "encode_temperature", "encode_powers",
+    "decode_two_floats", "encode_error_code", "decode_error_code", "encode_encoder_count", "decode_encoder_count",
+    "encode_set_linear_count", "decode_set_linear_count", "encode_set_axis_node_id", "decode_set_axis_node_id",
+    "encode_address", "decode_address", "encode_rx_sdo", "encode_tx_sdo", "decode_sdo",
 ]
 
 MAX_NODE_ID = 0x3F
@@ -826,3 +832,164 @@ def decode_adc_voltage(data: bytes) -> float:
     (v,) = _F1.unpack_from(_need(data, 4, "Get_ADC_Voltage"))
     _finite("Get_ADC_Voltage", v)
     return v
+
+
+# ---------------------------------------------------------------------------
+# the remaining messages of the DBCs (configuration, diagnostics)
+# ---------------------------------------------------------------------------
+def _floats_message(names: tuple[str, ...], values, length: int = 8) -> bytes:
+    return _pad(b"".join(_F1.pack(_f32(n, v)) for n, v in zip(names, values)), length)
+
+
+def _cmd_floats(data, what: str, count: int) -> tuple[float, ...]:
+    data = bytes(data)
+    return tuple(_cmd_float(data, 4 * k, what) for k in range(count))
+
+
+def encode_set_limits(vel_limit_rev_s: float, current_limit_a: float) -> bytes:
+    """``Set_Limits`` (0x0F): velocity limit [rev/s], current limit [A], two float32."""
+    return _floats_message(("vel_limit_rev_s", "current_limit_a"), (vel_limit_rev_s, current_limit_a))
+
+
+def decode_set_limits(data: bytes) -> tuple[float, float]:
+    """``(vel_limit_rev_s, current_limit_a)`` of a ``Set_Limits`` frame."""
+    return _cmd_floats(data, "Set_Limits", 2)
+
+
+def encode_set_traj_vel_limit(vel_limit_rev_s: float) -> bytes:
+    """``Set_Traj_Vel_Limit`` (0x11): float32, zero-padded to the DBC's 8 bytes."""
+    return _floats_message(("vel_limit_rev_s",), (vel_limit_rev_s,))
+
+
+def encode_set_traj_accel_limits(accel_rev_s2: float, decel_rev_s2: float) -> bytes:
+    """``Set_Traj_Accel_Limits`` (0x12): two float32 [rev/s^2]."""
+    return _floats_message(("accel_rev_s2", "decel_rev_s2"), (accel_rev_s2, decel_rev_s2))
+
+
+def encode_set_traj_inertia(inertia_nm_per_rev_s2: float) -> bytes:
+    """``Set_Traj_Inertia`` (0x13): float32 [N m / (rev/s^2)], zero-padded to 8 bytes."""
+    return _floats_message(("inertia",), (inertia_nm_per_rev_s2,))
+
+
+def encode_set_absolute_position(pos_rev: float) -> bytes:
+    """``Set_Absolute_Position`` (0x19, firmware 0.6): float32 [rev], zero-padded to 8 bytes."""
+    return _floats_message(("pos_rev",), (pos_rev,))
+
+
+def encode_set_pos_gain(pos_gain: float) -> bytes:
+    """``Set_Pos_Gain`` (0x1A): float32 [(rev/s)/rev], zero-padded to 8 bytes."""
+    return _floats_message(("pos_gain",), (pos_gain,))
+
+
+def encode_set_vel_gains(vel_gain: float, vel_integrator_gain: float) -> bytes:
+    """``Set_Vel_Gains`` (0x1B): two float32."""
+    return _floats_message(("vel_gain", "vel_integrator_gain"), (vel_gain, vel_integrator_gain))
+
+
+def decode_one_float_command(data: bytes, what: str = "command") -> float:
+    """The float32 of a one-float command (Set_Traj_Vel_Limit, Set_Traj_Inertia, Set_Absolute_Position,
+    Set_Pos_Gain)."""
+    return _cmd_floats(data, what, 1)[0]
+
+
+def decode_two_float_command(data: bytes, what: str = "command") -> tuple[float, float]:
+    """The two float32 of Set_Traj_Accel_Limits / Set_Vel_Gains / Set_Limits."""
+    return _cmd_floats(data, what, 2)
+
+
+def encode_temperature(fet_temperature_c: float, motor_temperature_c: float) -> bytes:
+    """``Get_Temperature`` (0x15, firmware 0.6): FET and motor temperature [degC], two float32."""
+    return _pack_two_floats("fet_temperature_c", fet_temperature_c, "motor_temperature_c", motor_temperature_c)
+
+
+def encode_powers(electrical_power_w: float, mechanical_power_w: float) -> bytes:
+    """``Get_Powers`` (0x1D, firmware 0.6): electrical and mechanical power [W], two float32."""
+    return _pack_two_floats("electrical_power_w", electrical_power_w, "mechanical_power_w", mechanical_power_w)
+
+
+def decode_two_floats(data: bytes, what: str = "message") -> tuple[float, float]:
+    """Two float32 of a feedback message (Get_Temperature, Get_Powers, Get_Sensorless_Estimates)."""
+    return _unpack_two_floats(data, what)
+
+
+def encode_error_code(code: int) -> bytes:
+    """Firmware 0.5 ``Get_Motor_Error`` / ``Get_Encoder_Error`` / ``Get_Sensorless_Error`` /
+    ``Get_Controller_Error`` answer: uint32 error code, zero-padded to 8 bytes."""
+    return _pad(_U1.pack(_uint("code", code, 32)), 8)
+
+
+def decode_error_code(data: bytes) -> int:
+    """Inverse of :func:`encode_error_code`."""
+    return _U1.unpack_from(_need(data, 4, "error code"))[0]
+
+
+_I2 = struct.Struct("<ii")
+
+
+def encode_encoder_count(shadow_count: int, count_in_cpr: int) -> bytes:
+    """Firmware 0.5 ``Get_Encoder_Count`` (0x0A): two int32 as the firmware sends them.
+
+    (The 0.5.6 DBC declares them unsigned; non-negative counts read the same.)
+    """
+    for name, v in (("shadow_count", shadow_count), ("count_in_cpr", count_in_cpr)):
+        if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 31) <= v < (1 << 31):
+            raise DriverError(f"{name} must be an int32, got {v!r}")
+    return _I2.pack(shadow_count, count_in_cpr)
+
+
+def decode_encoder_count(data: bytes) -> tuple[int, int]:
+    """Inverse of :func:`encode_encoder_count`."""
+    return _I2.unpack_from(_need(data, 8, "Get_Encoder_Count"))
+
+
+def encode_set_linear_count(count: int) -> bytes:
+    """Firmware 0.5 ``Set_Linear_Count`` (0x19): int32 encoder count, zero-padded to 8 bytes."""
+    if isinstance(count, bool) or not isinstance(count, int) or not -(1 << 31) <= count < (1 << 31):
+        raise DriverError(f"count must be an int32, got {count!r}")
+    return _pad(struct.pack("<i", count), 8)
+
+
+def decode_set_linear_count(data: bytes) -> int:
+    """Inverse of :func:`encode_set_linear_count` (any length, integer zero-extended)."""
+    return _cmd_int(bytes(data), 0, 4, signed=True)
+
+
+def encode_set_axis_node_id(node_id: int) -> bytes:
+    """Firmware 0.5 ``Set_Axis_Node_ID`` (0x06): uint32 node id, zero-padded to 8 bytes."""
+    return _pad(_U1.pack(_uint("node_id", node_id, 32)), 8)
+
+
+def decode_set_axis_node_id(data: bytes) -> int:
+    """Inverse of :func:`encode_set_axis_node_id`."""
+    return _cmd_int(bytes(data), 0, 4)
+
+
+def encode_address(node_id: int, serial_number: int) -> bytes:
+    """Firmware 0.6 ``Address`` (0x06): uint8 node id, 48-bit serial number, 1 spare byte."""
+    return bytes((_uint("node_id", node_id, 8),)) + _uint("serial_number", serial_number, 48).to_bytes(6, "little") \
+        + b"\0"
+
+
+def decode_address(data: bytes) -> tuple[int, int]:
+    """``(node_id, serial_number)`` of an ``Address`` frame (7 or more bytes)."""
+    d = _need(data, 7, "Address")
+    return d[0], int.from_bytes(d[1:7], "little")
+
+
+_SDO = struct.Struct("<BHBI")
+
+
+def encode_rx_sdo(opcode: int, endpoint_id: int, value: int) -> bytes:
+    """Firmware 0.6 ``RxSdo`` (0x04): opcode (0 read, 1 write), endpoint id, reserved, 4 value bytes (uint32 view)."""
+    return _SDO.pack(_uint("opcode", opcode, 8), _uint("endpoint_id", endpoint_id, 16), 0, _uint("value", value, 32))
+
+
+def encode_tx_sdo(endpoint_id: int, value: int) -> bytes:
+    """Firmware 0.6 ``TxSdo`` (0x05): reserved, endpoint id, reserved, 4 value bytes (uint32 view)."""
+    return _SDO.pack(0, _uint("endpoint_id", endpoint_id, 16), 0, _uint("value", value, 32))
+
+
+def decode_sdo(data: bytes) -> tuple[int, int, int]:
+    """``(opcode or reserved byte, endpoint_id, value)`` of an RxSdo / TxSdo frame (8 bytes)."""
+    op, ep, _res, value = _SDO.unpack_from(_need(data, 8, "SDO"))
+    return op, ep, value
