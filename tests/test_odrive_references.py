@@ -36,17 +36,12 @@ def _dbc(fw):
 DBC = {fw: _dbc(fw) for fw in FW_DBC}
 
 
-def _snake(name: str) -> str:
-    return name.upper()
-
-
 def _cmd_enum(fw):
     return od.Cmd if fw == "0.6" else od.Cmd05
 
 
 # names of the DBC that our enums spell differently
-_ALIAS = {"SET_AXIS_NODE_ID": "SET_AXIS_NODE_ID", "GET_ADC_VOLTAGE": "GET_ADC_VOLTAGE",
-          "RXSDO": "RX_SDO", "TXSDO": "TX_SDO"}
+_ALIAS = {"RXSDO": "RX_SDO", "TXSDO": "TX_SDO"}
 
 
 # ---------------------------------------------------------------------------
@@ -59,7 +54,7 @@ def test_every_dbc_message_id_and_length(fw):
     for msg in DBC[fw].messages:
         axis, name = msg.name.split("_", 1)
         node = int(axis[len("Axis"):])
-        cmd_name = _ALIAS.get(_snake(name), _snake(name))
+        cmd_name = _ALIAS.get(name.upper(), name.upper())
         cmd = enum_cls[cmd_name]                       # every DBC message has our id name
         assert od.arbitration_id(node, int(cmd)) == msg.frame_id, msg.name
         assert od.message_length(cmd, fw) == msg.length, msg.name
