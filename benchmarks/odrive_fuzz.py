@@ -39,7 +39,9 @@ from drivers.sim.plant import SimulatedPlant  # noqa: E402
 from drivers.sim.toy_models import PlanarTwoLink  # noqa: E402
 
 
-class _Clock:
+class Clock:
+    """A loop clock the caller sets (``clock.t``)."""
+
     def __init__(self):
         self.t = 0.0
 
@@ -47,7 +49,9 @@ class _Clock:
         return self.t
 
 
-class _NullBus:
+class NullBus:
+    """Bus stand-in for EmulatorHost.handle() (frames are returned, not sent)."""
+
     def send(self, msg, timeout=None):
         raise AssertionError("frames are handed back by EmulatorHost.handle()")
 
@@ -61,12 +65,12 @@ class _NullBus:
 def fuzz_emulator(n_frames: int, seed: int = 0, firmware: str = "0.6") -> dict:
     """Feed ``n_frames`` random frames to a 2-axis emulator; returns counts (used by the benchmark too)."""
     rng = np.random.default_rng(seed)
-    clock = _Clock()
+    clock = Clock()
     plant = SimulatedPlant(PlanarTwoLink(), q0=[0.3, -0.4])
     emu = OdriveEmulator([OdriveAxisConfig(3, 0, JointMapping(torque_constant_nm_per_a=0.05),
                                            watchdog_timeout_s=0.05, current_limit_a=20.0),
                           OdriveAxisConfig(4, 1, heartbeat_period_s=None)], firmware=firmware)
-    host = EmulatorHost(_NullBus(), [emu], plant, clock, start=False)
+    host = EmulatorHost(NullBus(), [emu], plant, clock, start=False)
     exceptions = 0
     over_limit = 0
     answered = 0

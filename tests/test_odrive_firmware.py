@@ -30,26 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.odrive_fuzz import fuzz_emulator  # noqa: E402
-
-
-class Clock:
-    def __init__(self, t=0.0):
-        self.t = t
-
-    def __call__(self):
-        return self.t
-
-
-class NullBus:
-    def send(self, msg, timeout=None):
-        raise AssertionError("not used")
-
-    def recv(self, timeout=None):
-        return None
-
-    def shutdown(self):
-        pass
+from benchmarks.odrive_fuzz import Clock, NullBus, fuzz_emulator  # noqa: E402
 
 
 def _frame(arb, data=b"", rtr=False):
