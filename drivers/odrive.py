@@ -453,6 +453,8 @@ class OdriveCanDriver(Driver):
             self._pump(max(0.0, slice_end - time.monotonic()),
                        lambda: bool(((self._axis_state == closed_loop) & (self._hb_time >= t_req)).all()))
         fb = self._exchange(self.make_commands(Command(np.zeros(self.n_joints))))
+        if self.firmware == "0.5":
+            self._refuse_version_mismatch()
         if self.feedback == "broadcast" and not fb.fresh.all():
             # no broadcast estimate yet (e.g. no loop time has passed): ask once, as a real ODrive
             # answers an RTR in any mode
@@ -488,13 +490,16 @@ class OdriveCanDriver(Driver):
     def _check_versions(self) -> None:
         """Read Get_Version from every axis (0.6) and refuse another generation (see the module docstring)."""
         self.versions = [None] * self.n_joints
-        for j in range(self.n_joints):
-            self._send(j, Cmd.GET_VERSION, remote=True) if self.firmware == "0.6" else \
+        if self.firmware == "0.5":
+            # 0x00 is CANopen NMT on 0.5 (ignored); a 0.6 device answers with its version, which
+            # enable() refuses as soon as it arrives (absence cannot be proven here)
+            for j in range(self.n_joints):
                 self._buses[self._bus_of[j]].send(codec.arbitration_id(self._axes[j].node_id, 0), b"",
                                                   is_remote=True, dlc=8)
-        if self.firmware == "0.5":
-            self._version_ok = True     # absence cannot be proven here; answers are checked during enable()
+            self._version_ok = True
             return
+        for j in range(self.n_joints):
+            self._send(j, Cmd.GET_VERSION, remote=True)
         deadline = time.monotonic() + self.enable_timeout_s
         last = time.monotonic()
         while not all(v is not None for v in self.versions):

@@ -294,3 +294,18 @@ def test_stewart_odrive_run_starts_with_the_default_feedback_on_the_lock_step_cl
     finally:
         run.close()
     assert result.status == "completed", result.faults
+
+
+def test_firmware_05_driver_refuses_a_06_device_that_answers_get_version():
+    t0 = time.monotonic()
+    drv = _build(_odrive_cfg(firmware="0.5", torque_feedback="iq"), lambda: time.monotonic() - t0)
+    try:
+        for e in drv.emulators:       # the device on the bus is a 0.6 ODrive
+            e.firmware = "0.6"
+            e._rtr = odc.RTR_COMMANDS
+            e.version = odc.Version(2, 4, 4, 58, 0, 6, 10, 0)
+        with pytest.raises(ConfigError, match="firmware mismatch: the config says '0.5'") as ei:
+            drv.enable()
+        assert ei.value.field == "driver.firmware" and "firmware 0.6.10" in str(ei.value)
+    finally:
+        drv.close()
