@@ -451,7 +451,9 @@ class SafetySupervisor:
             problems.append(f"feedback has {q.size} joints, expected {self.n}")
         else:
             if not np.all(feedback.fresh):
-                problems.append(f"no fresh feedback from joint(s) {np.flatnonzero(~np.asarray(feedback.fresh)).tolist()}")
+                hint = (getattr(feedback, "info", None) or {}).get("hint")   # the driver names its settings
+                problems.append(f"no fresh feedback from joint(s) {np.flatnonzero(~np.asarray(feedback.fresh)).tolist()}"
+                                + (f" ({hint})" if hint else ""))
             if not np.all(np.isfinite(q)):
                 problems.append(f"non-finite position from joint(s) {np.flatnonzero(~np.isfinite(q)).tolist()}")
             if not np.all(feedback.enabled):

@@ -200,7 +200,8 @@ def odrive_flows(n_axes: int, loop_hz: float, *, feedback: str = "broadcast",
     heartbeat_rate_hz, torques_rate_hz, iq_rate_hz : float
         Broadcast rates of Heartbeat, Get_Torques and Get_Iq (0: off).
     """
-    flows = [FrameFlow("ODrive Set_Input_Torque", 4, loop_hz, n_axes)]
+    from .codecs.odrive import MESSAGE_LENGTH, Cmd   # the DBC's 8 bytes, as the driver sends them
+    flows = [FrameFlow("ODrive Set_Input_Torque", MESSAGE_LENGTH[Cmd.SET_INPUT_TORQUE], loop_hz, n_axes)]
     if feedback == "rtr":
         flows += [FrameFlow("ODrive RTR Encoder_Estimates", 0, loop_hz, n_axes),
                   FrameFlow("ODrive Encoder_Estimates", 8, loop_hz, n_axes)]

@@ -13,7 +13,22 @@ Torques); then ``Set_Input_Torque`` is sent to every axis (this also feeds
 the ODrive's watchdog), followed in ``feedback="rtr"`` mode by remote
 requests for the feedback messages; then frames are read until every axis
 has a new Encoder_Estimates or ``reply_timeout_s`` (wall clock) passed.
-Axes without a new estimate are ``fresh=False`` (last values kept).
+Axes without a new estimate are ``fresh=False`` (last values kept);
+``Feedback.info["hint"]`` then names the settings involved.  enable() with
+``feedback="broadcast"`` requests (RTR) the estimates of axes that have not
+broadcast one yet (a real ODrive answers requests in any mode; on a lock-step
+clock no loop time, hence no broadcast period, passes during enable()).
+
+Firmware generation (``firmware``, ``"0.6"`` default or ``"0.5"``): selects
+the CANSimple layout (heartbeat bits, error names, ids; see
+:mod:`drivers.codecs.odrive`).  :meth:`OdriveCanDriver.enable` first reads
+``Get_Version`` from every axis on 0.6 and refuses (ConfigError naming the
+``firmware`` setting) an axis on another generation or one that never
+answers (firmware 0.5 has no ``Get_Version``); on 0.5 an axis that answers
+``Get_Version`` is refused the same way.  Firmware 0.5 answers no heartbeat
+request: enable() then relies on its cyclic heartbeats (so on a lock-step
+clock, where no loop time passes during enable(), it cannot confirm closed
+loop: use the wall clock or firmware 0.6).
 
 ``Feedback.fault`` is the heartbeat's axis error word (0 = healthy; bit names
 in :data:`drivers.codecs.odrive.AXIS_ERROR_NAMES`); ``Feedback.enabled`` is
@@ -38,8 +53,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dynamics.errors import (CommsError, CommsTimeoutError, DecodeError, DeviceFaultError, DriverError,
-                             TorqueloopError)
+from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeError, DeviceFaultError,
+                             DriverError, TorqueloopError)
 
 from .base import Command, Driver, Feedback, JointMapping
 from .codecs import odrive as codec
@@ -54,6 +69,8 @@ _FEEDBACK_MODES = ("broadcast", "rtr")
 #: enable(): an axis still IDLE (no error) this long after Set_Axis_State gets the request again [s]
 _STATE_RETRY_S = 0.05
 _TORQUE_FEEDBACK = ("iq", "torques", "none")
+#: enable(): Get_Version requests are repeated this often until answered [s]
+_VERSION_RETRY_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -110,15 +127,24 @@ class OdriveCanDriver(Driver):
         ``encoder_rate_hz=None`` means once per control cycle).
     owns_transports : bool
         Close the transports in :meth:`close`.
+    firmware : {"0.6", "0.5"}
+        CANSimple generation of the ODrives (see the module docstring).
+    settings : dict, optional
+        Where each setting came from, e.g. ``{"firmware": "run.toml: field
+        'driver.firmware'"}`` (filled by :func:`build`), quoted in errors and hints.
     """
 
     def __init__(self, axes: Sequence[OdriveAxis], *, now: Callable[[], float], feedback: str = "broadcast",
                  torque_feedback: str = "iq", reply_timeout_s: float = 0.002, enable_timeout_s: float = 1.0,
                  encoder_rate_hz: float | None = None, heartbeat_rate_hz: float = 10.0,
-                 owns_transports: bool = True):
+                 owns_transports: bool = True, firmware: str = "0.6", settings: dict | None = None):
         axes = list(axes)
         if not axes:
             raise DriverError("OdriveCanDriver needs at least one axis")
+        self.firmware = codec.check_firmware(firmware)
+        if firmware == "0.5" and torque_feedback == "torques":
+            raise DriverError("torque_feedback='torques' needs firmware 0.6 (0x1C is Get_ADC_Voltage on 0.5)")
+        self._settings = dict(settings or {})
         if feedback not in _FEEDBACK_MODES:
             raise DriverError(f"feedback must be one of {_FEEDBACK_MODES}, got {feedback!r}")
         if torque_feedback not in _TORQUE_FEEDBACK:
@@ -163,6 +189,10 @@ class OdriveCanDriver(Driver):
         self._axis_error = np.zeros(n, dtype=np.int64)
         self._axis_state = np.zeros(n, dtype=np.int64)       # UNDEFINED until a heartbeat
         self._hb_time = np.full(n, -np.inf)                 # monotonic time of the last heartbeat
+        self._seen = np.zeros(n, dtype=bool)                # any frame from the axis since start-up
+        #: Get_Version answer per axis (None: none yet)
+        self.versions: list[codec.Version | None] = [None] * n
+        self._version_ok = False
         self._fresh = np.zeros(n, dtype=bool)
         self._stats = self._new_stats()
         self._enabled_cmd = False
@@ -233,7 +263,7 @@ class OdriveCanDriver(Driver):
         ax = self._axes[j]
         t = self._buses[self._bus_of[j]]
         if remote:
-            arb, dlc = codec.rtr_request(ax.node_id, cmd)
+            arb, dlc = codec.rtr_request(ax.node_id, cmd, self.firmware)
             t.send(arb, b"", is_remote=True, dlc=dlc)
         else:
             t.send(codec.arbitration_id(ax.node_id, int(cmd)), data)
@@ -250,6 +280,7 @@ class OdriveCanDriver(Driver):
         if j is None:
             st["unexpected"] += 1
             return
+        self._seen[j] = True
         try:
             if cmd == Cmd.GET_ENCODER_ESTIMATES:
                 est = codec.decode_encoder_estimates(frame.data)
@@ -258,7 +289,7 @@ class OdriveCanDriver(Driver):
                 self._qd[j] = m.sign * _TWO_PI * est.vel_rev_s / m.gear_ratio
                 self._fresh[j] = True
             elif cmd == Cmd.HEARTBEAT:
-                hb = codec.decode_heartbeat(frame.data)
+                hb = codec.decode_heartbeat(frame.data, self.firmware)
                 self._axis_error[j] = hb.axis_error
                 self._axis_state[j] = int(hb.axis_state)
                 self._hb_time[j] = time.monotonic()
@@ -266,6 +297,9 @@ class OdriveCanDriver(Driver):
                 iq = codec.decode_iq(frame.data)
                 m = self._axes[j].mapping
                 self._tau[j] = m.sign * iq.iq_measured_a * m.torque_constant_nm_per_a * m.gear_ratio * m.efficiency
+            elif cmd == Cmd.GET_VERSION:
+                # firmware 0.6 answers Get_Version; on 0.5 this id is CANopen NMT and never answered
+                self.versions[j] = codec.decode_version(frame.data)
             elif cmd == Cmd.GET_TORQUES and self.torque_feedback == "torques":
                 tq = codec.decode_torques(frame.data)
                 m = self._axes[j].mapping
@@ -287,9 +321,26 @@ class OdriveCanDriver(Driver):
                 return
             self._handle(*got)
 
+    def _where(self, key: str) -> str:
+        """``"<file>: field '<path>'"`` of a setting, or ``"[driver] <key>"`` when built in code."""
+        return self._settings.get(key, f"[driver] {key}")
+
+    def stale_hint(self) -> str:
+        """What to check when an axis sends no encoder estimate in time (names the settings)."""
+        if self.feedback == "broadcast":
+            how = (f"with feedback = 'broadcast' ({self._where('feedback')}) every ODrive must broadcast "
+                   f"Encoder_Estimates at least at the loop rate (axis.config.can.encoder_msg_rate_ms), or set "
+                   f"feedback = 'rtr' to request them each cycle")
+        else:
+            how = f"feedback = 'rtr' ({self._where('feedback')}): the ODrives must answer Get_Encoder_Estimates requests"
+        return (f"no Encoder_Estimates within reply_timeout_s = {self.reply_timeout_s} s "
+                f"({self._where('reply_timeout_s')}); {how}")
+
     def _feedback(self) -> Feedback:
         info = dict(self._stats)
         info["missing"] = int(self.n_joints - self._fresh.sum())
+        if info["missing"]:
+            info["hint"] = self.stale_hint()
         info["axis_state"] = self._axis_state.copy()
         info["heartbeat_age_s"] = time.monotonic() - self._hb_time
         tau = self._tau.copy() if self.torque_feedback != "none" else np.full(self.n_joints, np.nan)
@@ -339,6 +390,8 @@ class OdriveCanDriver(Driver):
         self._check_open()
         self._stats = self._new_stats()
         self._pump(0.0, lambda: False)
+        if not self._version_ok:
+            self._check_versions()
         for j in range(self.n_joints):
             self._send(j, Cmd.SET_CONTROLLER_MODE, codec.encode_set_controller_mode(
                 codec.ControlMode.TORQUE_CONTROL, codec.InputMode.PASSTHROUGH))
@@ -363,20 +416,29 @@ class OdriveCanDriver(Driver):
                    if self._hb_time[j] >= t_req and self._axis_error[j] != 0 and self._axis_state[j] != closed_loop]
             if bad:
                 self._idle_all()
-                desc = "; ".join(f"{self._axes[j].name or f'node {self._axes[j].node_id}'}: "
-                                 f"{'|'.join(codec.axis_error_names(int(self._axis_error[j])))}" for j in bad)
+                desc = "; ".join(f"{self._name(j)}: "
+                                 f"{'|'.join(codec.axis_error_names(int(self._axis_error[j]), self.firmware))}"
+                                 for j in bad)
                 raise DeviceFaultError(f"ODrive axes refused closed loop: {desc}")
+            if self.firmware == "0.5":
+                self._refuse_version_mismatch()
             now = time.monotonic()
             if now >= deadline:
                 self._idle_all()
-                desc = ", ".join(f"{self._axes[j].name or f'node {self._axes[j].node_id}'} "
-                                 f"(state {AxisState(int(self._axis_state[j])).name})"
+                desc = ", ".join(f"{self._name(j)} (state {codec.axis_state_name(int(self._axis_state[j]))})"
                                  for j in range(self.n_joints) if not ok[j])
+                hint = ""
+                if self.firmware == "0.5":
+                    hint = (f"; firmware 0.5 ({self._where('firmware')}) sends heartbeats only cyclically "
+                            f"(axis.config.can.heartbeat_rate_ms), never on request: check that rate; on a "
+                            f"lock-step clock no loop time passes during enable(), use clock = 'wall'")
                 raise CommsTimeoutError(f"ODrive axes not in CLOSED_LOOP_CONTROL after "
-                                        f"{self.enable_timeout_s} s: {desc}")
+                                        f"{self.enable_timeout_s} s (enable_timeout_s, "
+                                        f"{self._where('enable_timeout_s')}): {desc}{hint}")
             for j in range(self.n_joints):
                 if not ok[j]:
-                    self._send(j, Cmd.HEARTBEAT, remote=True)
+                    if self.firmware == "0.6":   # 0.5 answers no heartbeat request (cyclic only)
+                        self._send(j, Cmd.HEARTBEAT, remote=True)
                     self._send(j, Cmd.SET_INPUT_TORQUE, codec.encode_set_input_torque(0.0))
                     # still IDLE without an error well after the request: the Set_Axis_State frame
                     # was lost (CAN has no end-to-end acknowledgement); ask again.  Only from IDLE:
@@ -390,7 +452,80 @@ class OdriveCanDriver(Driver):
             slice_end = min(deadline, time.monotonic() + 0.01)
             self._pump(max(0.0, slice_end - time.monotonic()),
                        lambda: bool(((self._axis_state == closed_loop) & (self._hb_time >= t_req)).all()))
-        return self._exchange(self.make_commands(Command(np.zeros(self.n_joints))))
+        fb = self._exchange(self.make_commands(Command(np.zeros(self.n_joints))))
+        if self.firmware == "0.5":
+            self._refuse_version_mismatch()
+        if self.feedback == "broadcast" and not fb.fresh.all():
+            # no broadcast estimate yet (e.g. no loop time has passed): ask once, as a real ODrive
+            # answers an RTR in any mode
+            for j in np.flatnonzero(~fb.fresh):
+                self._send(int(j), Cmd.GET_ENCODER_ESTIMATES, remote=True)
+            self._pump(self.reply_timeout_s, lambda: bool(self._fresh.all()))
+            fb = self._feedback()
+        return fb
+
+    def _name(self, j: int) -> str:
+        ax = self._axes[j]
+        return ax.name or f"node {ax.node_id}"
+
+    def _refuse_version_mismatch(self) -> None:
+        """ConfigError (axes set IDLE) if an axis reported a firmware generation other than ``firmware``."""
+        wrong = [(j, v) for j, v in enumerate(self.versions) if v is not None and v.firmware != self.firmware]
+        if wrong:
+            self._idle_all()
+            desc = "; ".join(f"{self._name(j)} reports {v}" for j, v in wrong)
+            src = self._where("firmware")
+            raise ConfigError(f"ODrive firmware mismatch: the config says {self.firmware!r} ({src}) but {desc}; "
+                              f"set firmware = {wrong[0][1].firmware!r} if that generation is supported "
+                              f"({', '.join(codec.FIRMWARES)}), else update the ODrive firmware",
+                              *self._setting_file_field("firmware"))
+
+    def _setting_file_field(self, key: str) -> tuple[str | None, str | None]:
+        where = self._settings.get(key)
+        if where is None or ": field '" not in where:
+            return None, f"driver.{key}"
+        file, field = where.split(": field '", 1)
+        return file, field.rstrip("'")
+
+    def _check_versions(self) -> None:
+        """Read Get_Version from every axis (0.6) and refuse another generation (see the module docstring)."""
+        self.versions = [None] * self.n_joints
+        if self.firmware == "0.5":
+            # 0x00 is CANopen NMT on 0.5 (ignored); a 0.6 device answers with its version, which
+            # enable() refuses as soon as it arrives (absence cannot be proven here)
+            for j in range(self.n_joints):
+                self._buses[self._bus_of[j]].send(codec.arbitration_id(self._axes[j].node_id, 0), b"",
+                                                  is_remote=True, dlc=8)
+            self._version_ok = True
+            return
+        for j in range(self.n_joints):
+            self._send(j, Cmd.GET_VERSION, remote=True)
+        deadline = time.monotonic() + self.enable_timeout_s
+        last = time.monotonic()
+        while not all(v is not None for v in self.versions):
+            now = time.monotonic()
+            if now >= deadline:
+                dead = [self._name(j) for j, v in enumerate(self.versions) if v is None and not self._seen[j]]
+                if dead:
+                    raise CommsTimeoutError(f"no frame at all from ODrive axis/axes {', '.join(dead)} within "
+                                            f"{self.enable_timeout_s} s (enable_timeout_s, "
+                                            f"{self._where('enable_timeout_s')}): check power, wiring, bit rate "
+                                            f"and node ids")
+                missing = ", ".join(self._name(j) for j, v in enumerate(self.versions) if v is None)
+                raise ConfigError(
+                    f"no Get_Version answer from ODrive axis/axes {missing} within {self.enable_timeout_s} s "
+                    f"(enable_timeout_s): firmware 0.6 answers it, firmware 0.5 (ODrive 3.6) does not; "
+                    f"set firmware = '0.5' ({self._where('firmware')}) for an ODrive 3.6, else check wiring, "
+                    f"bit rate and node ids", *self._setting_file_field("firmware"))
+            if now - last >= _VERSION_RETRY_S:   # CAN has no end-to-end acknowledgement: ask again
+                for j, v in enumerate(self.versions):
+                    if v is None:
+                        self._send(j, Cmd.GET_VERSION, remote=True)
+                last = now
+            self._pump(min(_VERSION_RETRY_S, max(0.0, deadline - now)),
+                       lambda: all(v is not None for v in self.versions))
+        self._refuse_version_mismatch()
+        self._version_ok = True
 
     def _idle_all(self) -> None:
         for j in range(self.n_joints):
@@ -425,7 +560,7 @@ class OdriveCanDriver(Driver):
         """Send ``Clear_Errors`` to every axis (the axes stay IDLE; call :meth:`enable` again)."""
         self._check_open()
         for j in range(self.n_joints):
-            self._send(j, Cmd.CLEAR_ERRORS, codec.encode_clear_errors(False))
+            self._send(j, Cmd.CLEAR_ERRORS, codec.encode_clear_errors(False, self.firmware))
 
     def close(self) -> None:
         """Disable (best effort), then close owned transports.  Safe to call twice.
@@ -473,7 +608,8 @@ class OdriveCanDriver(Driver):
 def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDriver:
     """Build an :class:`OdriveCanDriver` from a ``[driver]`` table.
 
-    Keys (besides the common ones of :mod:`drivers.registry`): ``feedback``
+    Keys (besides the common ones of :mod:`drivers.registry`): ``firmware``
+    ("0.6" | "0.5", the ODrives' CANSimple generation), ``feedback``
     ("broadcast" | "rtr"), ``torque_feedback`` ("iq" | "torques" | "none"),
     ``encoder_rate_hz``, ``heartbeat_rate_hz`` (the ODrives' configured
     broadcast rates, for the bus-load budget); per joint ``node_id`` (0..63)
@@ -486,6 +622,10 @@ def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDri
         et = section.float("enable_timeout_s", 1.0, minimum=0.0, strict_min=True)
         fbm = section.str("feedback", "broadcast", choices=_FEEDBACK_MODES)
         tfb = section.str("torque_feedback", "iq", choices=_TORQUE_FEEDBACK)
+        fw = section.str("firmware", "0.6", choices=list(codec.FIRMWARES))
+        if fw == "0.5" and tfb == "torques":
+            raise section.error("torque_feedback", "'torques' needs firmware 0.6 (Get_Torques; 0x1C is "
+                                                   "Get_ADC_Voltage on firmware 0.5): use 'iq' or 'none'")
         enc = section.float("encoder_rate_hz", None, minimum=0.0, strict_min=True)
         hb = section.float("heartbeat_rate_hz", 10.0, minimum=0.0)
         axes = []
@@ -504,8 +644,11 @@ def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDri
         if not axes:
             raise section.error("joints", "at least one joint is required")
         section.finish()
+        where = {k: f"{section.file or '<config>'}: field '{section.field(k)}'"
+                 for k in ("firmware", "feedback", "reply_timeout_s", "enable_timeout_s")}
         return OdriveCanDriver(axes, now=now, feedback=fbm, torque_feedback=tfb, reply_timeout_s=rt,
-                               enable_timeout_s=et, encoder_rate_hz=enc, heartbeat_rate_hz=hb)
+                               enable_timeout_s=et, encoder_rate_hz=enc, heartbeat_rate_hz=hb, firmware=fw,
+                               settings=where)
     except BaseException:
         registry.close_buses(buses, transports)
         raise

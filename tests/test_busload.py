@@ -73,8 +73,8 @@ def test_three_mit_at_1khz_fit():
 def test_odrive_budget_and_rate_remedy():
     rep = bl.odrive_budget(4, 1000.0, heartbeat_rate_hz=10.0)
     (ld,) = rep.loads
-    # 4 x (torque 4 B: 79 + 16 stuff = 95 bits + estimates 8 B: 135 bits) per ms + 40 heartbeats/s
-    assert ld.utilisation == pytest.approx(4 * (95 + 135) * 1e-3 + 40 * 135e-6)
+    # 4 x (torque 8 B as in the DBC: 135 bits + estimates 8 B: 135 bits) per ms + 40 heartbeats/s
+    assert ld.utilisation == pytest.approx(4 * (135 + 135) * 1e-3 + 40 * 135e-6)
     rtr = bl.odrive_budget(4, 1000.0, feedback="rtr")
     assert rtr.loads[0].utilisation > ld.utilisation
     slow = bl.odrive_budget(6, 500.0, bus=bl.BusSpec(500_000.0))

@@ -281,6 +281,8 @@ class OdriveAxes:
             return self._msg(node, cmd, oc.encode_encoder_estimates(s["pos"], s["vel"]))
         if cmd == oc.Cmd.GET_IQ:
             return self._msg(node, cmd, oc.encode_iq(s["torque"] / self.kt, s["torque"] / self.kt))
+        if cmd == oc.Cmd.GET_VERSION:      # firmware 0.6.10 (the driver checks it at enable())
+            return self._msg(node, cmd, oc.encode_version(oc.Version(2, 4, 4, 58, 0, 6, 10, 0)))
         raise AssertionError(cmd)
 
     def __call__(self, msg):

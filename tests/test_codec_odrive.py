@@ -48,20 +48,23 @@ def test_heartbeat_dbc_example():
     hb2 = od.decode_heartbeat(od.encode_heartbeat(0x01000000, 8, 3, True))
     assert hb2.axis_state is od.AxisState.CLOSED_LOOP_CONTROL and hb2.trajectory_done
     assert od.axis_error_names(hb2.axis_error) == ["WATCHDOG_TIMER_EXPIRED"]
-    with pytest.raises(DecodeError):       # axis state 0x63 does not exist
-        od.decode_heartbeat(bytes.fromhex("0000000063000000"))
+    # a state this module does not know (future firmware) is kept as an int, never "corrupt"
+    assert od.decode_heartbeat(bytes.fromhex("0000000063000000")).axis_state == 0x63
+    for s in (15, 16):   # firmware 0.6.11: HARMONIC_CALIBRATION(_COMMUTATION)
+        assert od.decode_heartbeat(bytes([0, 0, 0, 0, s, 0, 0, 0])).axis_state == s
     with pytest.raises(DecodeError):
-        od.decode_heartbeat(bytes(7))
+        od.decode_heartbeat(bytes(6))
 
 
 def test_commands_byte_exact():
-    assert od.encode_set_axis_state(od.AxisState.CLOSED_LOOP_CONTROL) == bytes.fromhex("08000000")
+    # lengths of odrive-cansimple-0.6.10.dbc: 8 bytes, zero-padded
+    assert od.encode_set_axis_state(od.AxisState.CLOSED_LOOP_CONTROL) == bytes.fromhex("0800000000000000")
     assert od.decode_set_axis_state(bytes.fromhex("01000000")) is od.AxisState.IDLE
     cm = od.encode_set_controller_mode(od.ControlMode.TORQUE_CONTROL, od.InputMode.PASSTHROUGH)
     assert cm == bytes.fromhex("0100000001000000")
     assert od.decode_set_controller_mode(cm) == od.ControllerMode(od.ControlMode.TORQUE_CONTROL,
                                                                   od.InputMode.PASSTHROUGH)
-    assert od.encode_set_input_torque(1.0) == bytes.fromhex("0000803f")
+    assert od.encode_set_input_torque(1.0) == bytes.fromhex("0000803f00000000")
     assert od.decode_set_input_torque(bytes.fromhex("000000c0")) == -2.0
     assert od.encode_set_input_vel(1.5, -2.0) == bytes.fromhex("0000c03f000000c0")
     # Set_Input_Pos: float32 1.0, vel_ff 0.5 rev/s -> 500 = 0x01F4, torque_ff -0.25 -> -250 = 0xFF06
@@ -154,3 +157,60 @@ def test_split_id_fuzz(arb):
         assert not 0 <= arb <= 0x7FF
         return
     assert od.arbitration_id(node, cmd) == arb
+
+
+# ---------------------------------------------------------------------------
+# what other clients send and the firmware accepts (issue 11)
+# ---------------------------------------------------------------------------
+def test_command_decoders_accept_what_the_firmware_accepts():
+    closed = od.AxisState.CLOSED_LOOP_CONTROL
+    # Set_Axis_State as 1 byte (pyodrivecan), 4 bytes (older clients), 8 bytes (DBC, ODrive's Arduino client)
+    for data in (b"\x08", bytes.fromhex("08000000"), bytes.fromhex("0800000000000000")):
+        assert od.decode_set_axis_state(data) is closed
+    assert od.decode_set_axis_state(b"") == od.AxisState.UNDEFINED      # nothing requested
+    assert od.decode_set_axis_state(bytes([0x63])) == 0x63              # the firmware decides
+    # Set_Input_Torque: 4 bytes (float only) or the DBC's 8
+    assert od.decode_set_input_torque(bytes.fromhex("000000c0")) == -2.0
+    assert od.decode_set_input_torque(bytes.fromhex("000000c0deadbeef")) == -2.0
+    with pytest.raises(DecodeError):     # a float cut short has no meaning
+        od.decode_set_input_torque(b"\x00\x00")
+    with pytest.raises(DecodeError):
+        od.decode_set_input_torque(bytes.fromhex("0000c07f"))            # NaN never reaches a motor
+    # Clear_Errors: 0 bytes (0.5 clients, Estop-like), 1 byte (0.6 DBC), 8 bytes
+    assert od.decode_clear_errors(b"") is False and od.decode_clear_errors(bytes(8)) is False
+    assert od.decode_clear_errors(b"\x01") is True
+    # Set_Controller_Mode with only the control mode: input mode reads as 0 (INACTIVE)
+    cm = od.decode_set_controller_mode(bytes.fromhex("01000000"))
+    assert cm == od.ControllerMode(od.ControlMode.TORQUE_CONTROL, od.InputMode.INACTIVE)
+    assert od.decode_set_input_vel(od.encode_set_input_vel(1.5, 0.0)[:4]) == od.InputVel(1.5, 0.0)
+
+
+def test_feedback_decoders_need_their_signals_and_accept_longer_frames():
+    e = od.encode_encoder_estimates(1.5, -2.0)
+    assert od.decode_encoder_estimates(e + b"\x00") == od.EncoderEstimates(1.5, -2.0)
+    with pytest.raises(DecodeError):
+        od.decode_encoder_estimates(e[:7])
+
+
+def test_firmware_05_layouts():
+    # heartbeat of firmware 0.5: flags at bits 40, 48, 56 and trajectory done at bit 63
+    data = od.encode_heartbeat(0x40, od.AxisState.IDLE, trajectory_done=True, firmware="0.5",
+                               motor_error_flag=True, controller_error_flag=True)
+    assert data == bytes.fromhex("4000000001010081")
+    hb = od.decode_heartbeat(data, "0.5")
+    assert hb == od.Heartbeat(0x40, od.AxisState.IDLE, 0, True, True, False, True)
+    assert od.axis_error_names(0x840, "0.5") == ["MOTOR_FAILED", "WATCHDOG_TIMER_EXPIRED"]
+    assert od.axis_error_names(0x800, "0.6") == ["DC_BUS_OVER_REGEN_CURRENT"]
+    # the same bytes read as 0.6 mean something else (procedure result 1 = BUSY)
+    assert od.decode_heartbeat(data, "0.6").procedure_result == 1
+    assert od.encode_clear_errors(firmware="0.5") == b"" and od.encode_reboot(firmware="0.5") == b""
+    assert od.message_length(0x1C, "0.5") == 8 and od.Cmd05(0x1C) is od.Cmd05.GET_ADC_VOLTAGE
+    assert od.Cmd(0x1C) is od.Cmd.GET_TORQUES
+    with pytest.raises(DriverError):
+        od.rtr_request(1, od.Cmd.GET_VERSION, "0.5")      # 0x00 is CANopen NMT on 0.5
+    with pytest.raises(DriverError):
+        od.rtr_request(1, od.Cmd05.HEARTBEAT, "0.5")      # 0.5 does not answer heartbeat RTRs
+    with pytest.raises(DriverError):
+        od.check_firmware("0.4")
+    v = od.Version(2, 4, 4, 58, 0, 6, 10, 0)
+    assert od.decode_version(od.encode_version(v)) == v and v.firmware == "0.6"

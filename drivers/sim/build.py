@@ -54,6 +54,9 @@ Keys
     iq_period_s = 0.001              # default: encoder_period_s if the driver reads Iq, else 0
     torques_period_s = 0.001         # default: encoder_period_s if it reads Torques, else 0
     torque_limit_nm = 10.0           # ODrive motor torque limit (default: none)
+    current_limit_a = 10.0           # ODrive motor current limit (firmware default 10 A); the applied
+                                     # torque is clamped to min(torque_limit_nm, current_limit_a * kt)
+    fw_version = [0, 6, 10]          # what Get_Version reports (default 0.6.10 / 0.5.6 per `firmware`)
 
     [driver.faults]                  # optional: seeded faults between driver and devices
     seed = 3
@@ -414,12 +417,13 @@ def _mit_devices(driver, emu_sec: Section, wd, now) -> dict:
 
 
 def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
-    from .emulators import OdriveAxisConfig, OdriveEmulator
+    from .odrive_emulator import OdriveAxisConfig, OdriveEmulator
 
     def period(key, default):
         v = emu_sec.float(key, default, minimum=0.0)
         return None if v == 0.0 else v
 
+    firmware = getattr(driver, "firmware", "0.6")
     hb = period("heartbeat_period_s", 0.1)
     enc = period("encoder_period_s", 0.001)
     # broadcast the torque message the driver reads, at the encoder rate
@@ -428,17 +432,24 @@ def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
     tq = period("torques_period_s", (enc or 0.0) if tfb == "torques" else 0.0)
     tlim = emu_sec.float("torque_limit_nm", math.inf, minimum=0.0, strict_min=True) \
         if emu_sec.has("torque_limit_nm") else math.inf
+    cur = emu_sec.float("current_limit_a", 10.0, minimum=0.0, strict_min=True)
+    if not math.isfinite(cur):
+        raise emu_sec.error("current_limit_a", f"must be finite (a drive's current limit is), got {cur!r}")
+    version = emu_sec.raw("fw_version", None)
     by_bus: dict[int, list] = {}
     for j, ax in enumerate(driver.axes):
         tr = _joint_transport(ax)
         by_bus.setdefault(id(tr), []).append(
             OdriveAxisConfig(ax.node_id, j, ax.mapping, tlim, hb, enc, wd, iq_period_s=iq,
-                             torques_period_s=tq))
+                             torques_period_s=tq, current_limit_a=cur))
     t0 = float(now())
     try:
-        return {k: OdriveEmulator(v, t0_s=t0) for k, v in by_bus.items()}
-    except ConfigError as err:
-        raise emu_sec.error(None, str(err)) from err
+        return {k: OdriveEmulator(v, t0_s=t0, firmware=firmware,
+                                  fw_version=tuple(version) if isinstance(version, list) else version)
+                for k, v in by_bus.items()}
+    except (ConfigError, TypeError) as err:
+        field = "fw_version" if isinstance(err, TypeError) or getattr(err, "field", None) == "fw_version" else None
+        raise emu_sec.error(field, str(err)) from err
 
 
 def build_sim_mit_can(section: Section, *, now: Callable[[], float], transports=None,

@@ -1,0 +1,555 @@
+"""Emulated ODrive axes speaking CANSimple (firmware 0.6 or 0.5) on a simulated plant.
+
+Behaviour modelled on the firmware, not on our driver (issue 11).  Sources:
+ODrive's CANSimple DBC files (0.6.10, 0.5.6), the ODrive docs ("CAN Protocol",
+API reference) and, for firmware 0.5, its open ``can_simple.cpp`` / ``axis.cpp``.
+
+What the emulated firmware does
+-------------------------------
+* **Every frame addressed to an axis feeds its watchdog** (``do_command`` feeds
+  before looking at the command: data, RTR, unknown ids alike).  With
+  ``watchdog_timeout_s`` set (``axis.config.enable_watchdog``), closed loop
+  without a frame for that long sets ``WATCHDOG_TIMER_EXPIRED`` (0x1000000 on
+  0.6, 0x800 on 0.5) and the axis disarms to IDLE at the expiry time (loop
+  clock).  Closed loop is refused while an error is set, until
+  ``Clear_Errors``.
+* **Torque limits**: the applied motor torque is the input torque clamped to
+  ``min(torque_limit_nm, current_limit_a * torque_constant)`` (the firmware
+  turns torque into a current set-point and clamps it to the current limit,
+  default 10 A as ``motor.config.current_lim`` of ODrive 3.6);
+  ``Set_Limits`` changes the current limit at run time.  A 1e30 N m command
+  is applied as the limit, and Iq / Torques report the clamped values.
+* **Lengths**: commands are decoded as the firmware reads them (any DLC, see
+  :mod:`drivers.codecs.odrive`); a frame whose signals cannot be read (a float
+  cut short, a NaN, an unknown control mode) is ignored with no state change
+  (counted in :attr:`OdriveEmulator.frames_ignored`).
+* **Requests**: RTR frames of the messages the firmware answers
+  (:data:`~drivers.codecs.odrive.RTR_COMMANDS` / ``RTR_COMMANDS_05``) get one
+  answer; on 0.5 a 0-byte *data* frame with such an id is answered like an RTR
+  (``if (msg.rtr || msg.len == 0)``), ``Get_ADC_Voltage`` and
+  ``Get_Controller_Error`` on any frame, and the heartbeat is never answered on
+  request (cyclic only).  ``Get_Version`` exists on 0.6 only (0x00 is CANopen
+  NMT, ignored, on 0.5).
+* **Set_Axis_State**: IDLE disarms; CLOSED_LOOP_CONTROL arms unless an error is
+  set (0.6: ``procedure_result = DISARMED``); 0 (UNDEFINED) is "no request";
+  any other state (the calibration procedures are not emulated, unknown states)
+  is refused: ``procedure_result = INVALID_STATE`` on 0.6, axis error
+  ``INVALID_STATE`` and IDLE on 0.5.
+* ``Set_Input_Torque`` / the torque feed-forward of ``Set_Input_Vel`` and
+  ``Set_Input_Pos`` set the held input torque in any state, as the firmware's
+  ``controller.input_torque`` (it is applied in closed loop with
+  ``TORQUE_CONTROL``; velocity and position control are not emulated: no
+  torque).  So a torque sent while IDLE is applied on arming, as on a real
+  ODrive: the driver sends 0 before requesting closed loop.
+* ``Estop`` sets ``ESTOP_REQUESTED`` and disarms; ``Reboot`` (0.6 actions 0..2,
+  0.5 any) disarms and clears errors; 0.6 ``Reboot`` action 3 and
+  ``Enter_DFU_Mode`` leave CANSimple (the axis goes silent).
+  ``Set_Axis_Node_ID`` (0.5) / ``Address`` with this serial number (0.6) change
+  the node id.  ``Set_Absolute_Position`` (0.6) / ``Set_Linear_Count`` (0.5)
+  set the reported position.  Gains and trajectory limits are stored (not used
+  in torque control).  Unknown ids and ``RxSdo`` (no endpoint table) are ignored.
+* Serving never raises on a frame: whatever a frame holds, the answer is a
+  list of frames (maybe empty).
+
+Not emulated: calibration, velocity/position control, the torque-mode
+velocity limit (``enable_torque_mode_vel_limit``), over-speed errors, CAN bus
+error states.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import can
+
+from dynamics.errors import ConfigError, DecodeError, DriverError
+from ..base import JointMapping
+from ..codecs import odrive as odc
+from .emulators import EmulatedDevice, _msg
+from .plant import SimulatedPlant
+
+__all__ = ["OdriveAxisConfig", "OdriveEmulator"]
+
+_TWO_PI = 2.0 * math.pi
+_CL = odc.AxisState.CLOSED_LOOP_CONTROL
+_IDLE = odc.AxisState.IDLE
+#: GPIOs whose ADC voltage ODrive 3.6 reports (``GPIO_COUNT``; ``Get_ADC_Voltage`` ignores others)
+_GPIO_COUNT_05 = 17
+_PERIODIC = ((odc.Cmd.HEARTBEAT, "heartbeat_period_s"),
+             (odc.Cmd.GET_ENCODER_ESTIMATES, "encoder_period_s"),
+             (odc.Cmd.GET_IQ, "iq_period_s"),
+             (odc.Cmd.GET_TORQUES, "torques_period_s"))
+_DEFAULT_VERSION = {"0.6": (0, 6, 10), "0.5": (0, 5, 6)}
+# errors the heartbeat's 0.5 flags summarise (MOTOR_FAILED, ENCODER_FAILED, CONTROLLER_FAILED)
+_FLAGS_05 = (0x40, 0x100, 0x200)
+_DEFAULT_FAULT = {"0.6": 0x2000, "0.5": 0x40000}      # MOTOR_OVER_TEMP / OVER_TEMP
+
+
+@dataclass(frozen=True)
+class OdriveAxisConfig:
+    """One emulated ODrive axis.
+
+    Attributes
+    ----------
+    node_id : int
+        CANSimple node id (0..63).
+    joint : int
+        Plant joint it drives.
+    mapping : JointMapping
+        Joint <-> motor side (must match the driver's); its
+        ``torque_constant_nm_per_a`` turns torque into the current that is
+        limited and reported as Iq.
+    torque_limit_nm : float
+        Motor torque limit (``motor.config.torque_lim``) [N m]; ``inf`` = none
+        (the firmware default; the current limit still applies).
+    heartbeat_period_s : float or None
+        Cyclic ``Heartbeat`` period on the loop clock (ODrive default 0.1 s);
+        ``None`` = none.  Cyclic messages are due at ``t0 + k * period``.
+    encoder_period_s : float or None
+        Cyclic ``Get_Encoder_Estimates`` period; ``None`` = only on request.
+    watchdog_timeout_s : float or None
+        ``axis.config.watchdog_timeout`` with ``enable_watchdog`` (``None``: off).
+    bus_voltage_v : float
+        ``Get_Bus_Voltage_Current`` voltage [V].
+    iq_period_s, torques_period_s : float or None
+        Cyclic ``Get_Iq`` / ``Get_Torques`` periods (default: on request only;
+        ``Get_Torques`` exists on 0.6 only).
+    current_limit_a : float
+        Motor current limit [A] (``motor.config.current_lim``, default 10 A);
+        finite and > 0.
+    temperature_c : float
+        FET and motor temperature reported by ``Get_Temperature`` [degC].
+    serial_number : int or None
+        48-bit serial number of the ``Address`` message (default derived from the node id).
+    encoder_cpr : int
+        Counts per motor revolution of ``Get_Encoder_Count`` / ``Set_Linear_Count`` (0.5).
+    """
+
+    node_id: int
+    joint: int
+    mapping: JointMapping = field(default_factory=JointMapping)
+    torque_limit_nm: float = math.inf
+    heartbeat_period_s: float | None = 0.1
+    encoder_period_s: float | None = 0.01
+    watchdog_timeout_s: float | None = None
+    bus_voltage_v: float = 24.0
+    iq_period_s: float | None = None
+    torques_period_s: float | None = None
+    current_limit_a: float = 10.0
+    temperature_c: float = 30.0
+    serial_number: int | None = None
+    encoder_cpr: int = 8192
+
+
+class _Axis:
+    __slots__ = ("cfg", "node_id", "state", "control_mode", "input_mode", "input_torque", "axis_error",
+                 "procedure_result", "last_feed_t", "periods", "next_due", "count", "t0", "silent", "commands",
+                 "current_limit_a", "vel_limit_rev_s", "params", "pos_offset_rev", "serial", "kt", "torque_lim")
+
+    def __init__(self, cfg: OdriveAxisConfig, t0: float):
+        self.cfg = cfg
+        self.node_id = cfg.node_id
+        self.state = _IDLE
+        self.control_mode: int = odc.ControlMode.TORQUE_CONTROL
+        self.input_mode: int = odc.InputMode.PASSTHROUGH
+        self.input_torque = 0.0
+        self.axis_error = 0
+        self.procedure_result = int(odc.ProcedureResult.SUCCESS)
+        self.last_feed_t = -math.inf
+        self.periods = {cmd: float(getattr(cfg, name)) for cmd, name in _PERIODIC if getattr(cfg, name) is not None}
+        self.t0 = t0
+        self.count = {cmd: 0 for cmd in self.periods}
+        self.next_due = {cmd: t0 for cmd in self.periods}
+        self.silent = False
+        self.commands = 0
+        self.current_limit_a = float(cfg.current_limit_a)
+        self.vel_limit_rev_s = math.inf
+        self.params: dict[str, float] = {}
+        self.pos_offset_rev = 0.0
+        self.serial = cfg.serial_number if cfg.serial_number is not None else 0x3000_0000_0000 + cfg.node_id
+        self.kt = float(cfg.mapping.torque_constant_nm_per_a)
+        self.torque_lim = float(cfg.torque_limit_nm)
+
+    def limit_nm(self) -> float:
+        """Effective motor torque limit [N m]."""
+        return min(self.torque_lim, self.current_limit_a * abs(self.kt))
+
+    def torque_setpoint(self) -> float:
+        """Motor torque the drive applies now [N m] (clamped; 0 unless armed in torque control)."""
+        if self.state != _CL or self.control_mode != odc.ControlMode.TORQUE_CONTROL:
+            return 0.0
+        lim = self.limit_nm()
+        return min(max(self.input_torque, -lim), lim)
+
+
+class OdriveEmulator(EmulatedDevice):
+    """ODrive axes speaking CANSimple, firmware ``"0.6"`` or ``"0.5"`` (see the module docstring).
+
+    Parameters
+    ----------
+    axes : sequence of OdriveAxisConfig
+    t0_s : float
+        Loop time of the first cyclic messages.
+    firmware : {"0.6", "0.5"}
+        Protocol generation.
+    fw_version : tuple of 3 int, optional
+        Reported by ``Get_Version`` (0.6); default (0, 6, 10) / (0, 5, 6).
+    hw_version : tuple of 3 int
+        Hardware version reported by ``Get_Version``.
+
+    Attributes
+    ----------
+    frames_ignored : int
+        Frames addressed to an axis that the firmware would drop (unreadable
+        signals, unknown modes, commands of the other generation...).
+    """
+
+    def __init__(self, axes: Sequence[OdriveAxisConfig], *, t0_s: float = 0.0, firmware: str = "0.6",
+                 fw_version: tuple[int, int, int] | None = None, hw_version: tuple[int, int, int] = (4, 4, 58)):
+        if firmware not in odc.FIRMWARES:
+            raise ConfigError(f"must be one of {odc.FIRMWARES}, got {firmware!r}", field="firmware")
+        self.firmware = firmware
+        fwv = tuple(fw_version) if fw_version is not None else _DEFAULT_VERSION[firmware]
+        if len(fwv) != 3 or not all(isinstance(x, int) and 0 <= x <= 255 for x in fwv):
+            raise ConfigError(f"expected three integers 0..255, got {fw_version!r}", field="fw_version")
+        self.version = odc.Version(2, *hw_version, *fwv, 0)
+        axes = list(axes)
+        if not axes:
+            raise ConfigError("at least one axis is required", field="axes")
+        self._axes: dict[int, _Axis] = {}
+        joints = set()
+        for i, a in enumerate(axes):
+            self._check_axis(i, a, joints)
+            self._axes[a.node_id] = _Axis(a, float(t0_s))
+        self._wd_bit = odc.WATCHDOG_ERROR_BIT[firmware]
+        self._estop_bit = odc.ESTOP_ERROR_BIT[firmware]
+        self._rtr = odc.RTR_COMMANDS if firmware == "0.6" else odc.RTR_COMMANDS_05
+        self._lock = threading.RLock()
+        self.frames_ignored = 0
+
+    def _check_axis(self, i: int, a, joints: set) -> None:
+        where = f"axes[{i}]"
+        if not isinstance(a, OdriveAxisConfig):
+            raise ConfigError(f"expected OdriveAxisConfig, got {type(a).__name__}", field=where)
+        if isinstance(a.node_id, bool) or not isinstance(a.node_id, int) or not 0 <= a.node_id <= odc.MAX_NODE_ID:
+            raise ConfigError(f"node_id must be in 0..{odc.MAX_NODE_ID}, got {a.node_id!r}", field=f"{where}.node_id")
+        if a.node_id in self._axes:
+            raise ConfigError(f"duplicate node id {a.node_id}", field=f"{where}.node_id")
+        if a.joint in joints:
+            raise ConfigError(f"joint {a.joint} driven twice", field=f"{where}.joint")
+        joints.add(a.joint)
+        for name in ("heartbeat_period_s", "encoder_period_s", "watchdog_timeout_s", "iq_period_s",
+                     "torques_period_s"):
+            v = getattr(a, name)
+            if v is not None and (not math.isfinite(float(v)) or float(v) <= 0):
+                raise ConfigError(f"must be > 0 or None, got {v!r}", field=f"{where}.{name}")
+        if self.firmware == "0.5" and a.torques_period_s is not None:
+            raise ConfigError("firmware 0.5 has no Get_Torques message (0x1C is Get_ADC_Voltage)",
+                              field=f"{where}.torques_period_s")
+        c = float(a.current_limit_a)
+        if not (math.isfinite(c) and c > 0):
+            raise ConfigError(f"must be finite and > 0, got {a.current_limit_a!r}", field=f"{where}.current_limit_a")
+        t = float(a.torque_limit_nm)
+        if math.isnan(t) or t <= 0:
+            raise ConfigError(f"must be > 0 (inf: none), got {a.torque_limit_nm!r}", field=f"{where}.torque_limit_nm")
+        kt = float(a.mapping.torque_constant_nm_per_a)
+        if not (math.isfinite(kt) and kt != 0):
+            raise ConfigError(f"must be finite and non-zero, got {kt!r}",
+                              field=f"{where}.mapping.torque_constant_nm_per_a")
+
+    # -- setup and inspection ---------------------------------------------------------
+    def bind(self, plant: SimulatedPlant) -> None:
+        super().bind(plant)
+        for ax in self._axes.values():
+            j = ax.cfg.joint
+            if not 0 <= j < plant.n_joints:
+                raise ConfigError(f"joint {j} out of range for a {plant.n_joints}-joint plant",
+                                  field=f"axis {ax.node_id}.joint")
+            mp = ax.cfg.mapping
+            lim = abs(ax.limit_nm() * mp.gear_ratio * mp.efficiency)
+            plant.set_torque_limit([min(plant.torque_limit_nm[j], lim)], joints=[j])
+
+    @property
+    def node_ids(self) -> tuple[int, ...]:
+        return tuple(self._axes)
+
+    def _axis(self, node_id: int) -> _Axis:
+        try:
+            return self._axes[node_id]
+        except KeyError as err:
+            raise DriverError(f"no emulated ODrive axis with node id {node_id}") from err
+
+    def axis_state(self, node_id: int) -> int:
+        return self._axis(node_id).state
+
+    def axis_error(self, node_id: int) -> int:
+        return self._axis(node_id).axis_error
+
+    def commands_applied(self, node_id: int) -> int:
+        """Number of torque commands applied to the plant by this axis (armed, torque control)."""
+        return self._axis(node_id).commands
+
+    def torque_limit_nm(self, node_id: int) -> float:
+        """Effective motor torque limit of an axis now [N m]."""
+        return self._axis(node_id).limit_nm()
+
+    # -- fault injection --------------------------------------------------------------
+    def inject_error(self, node_id: int, bits: int | None = None) -> None:
+        """Set axis error bits (default: over-temperature of the firmware); the axis disarms to IDLE."""
+        bits = _DEFAULT_FAULT[self.firmware] if bits is None else bits
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 0 < bits < (1 << 32):
+            raise DriverError(f"error bits must be a non-zero uint32, got {bits!r}")
+        with self._lock:
+            ax = self._axis(node_id)
+            ax.axis_error |= bits
+            self._disarm(ax)
+
+    def set_silent(self, node_id: int, silent: bool = True) -> None:
+        with self._lock:
+            self._axis(node_id).silent = bool(silent)
+
+    # -- plant coupling ------------------------------------------------------------------
+    def _apply(self, ax: _Axis) -> None:
+        mp = ax.cfg.mapping
+        t_m = ax.torque_setpoint()
+        self.plant.set_joint_command(ax.cfg.joint, mp.sign * t_m * mp.gear_ratio * mp.efficiency)
+
+    def _disarm(self, ax: _Axis) -> None:
+        ax.state = _IDLE
+        self._apply(ax)
+
+    # -- timed events ------------------------------------------------------------------------
+    def accepts(self, msg: can.Message) -> bool:
+        return not msg.is_extended_id and not msg.is_error_frame and (msg.arbitration_id >> 5) in self._axes
+
+    def next_timer_s(self) -> float:
+        with self._lock:
+            t = math.inf
+            for ax in self._axes.values():
+                for due in ax.next_due.values():
+                    if due < t:
+                        t = due
+                wd = ax.cfg.watchdog_timeout_s
+                if wd is not None and ax.state == _CL:
+                    t = min(t, ax.last_feed_t + wd)
+            return t
+
+    def on_timer(self, t_s: float) -> list[can.Message]:
+        out: list[can.Message] = []
+        with self._lock:
+            for ax in self._axes.values():
+                wd = ax.cfg.watchdog_timeout_s
+                if wd is not None and ax.state == _CL and ax.last_feed_t + wd <= t_s:
+                    ax.axis_error |= self._wd_bit
+                    self._disarm(ax)
+                for cmd, due in ax.next_due.items():
+                    if due <= t_s:
+                        ax.count[cmd] += 1
+                        ax.next_due[cmd] = ax.t0 + ax.count[cmd] * ax.periods[cmd]
+                        if not ax.silent:
+                            out.extend(self._answer(ax, cmd, b""))
+        return out
+
+    # -- answers ---------------------------------------------------------------------------------
+    def _reply(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
+        return [_msg(odc.arbitration_id(ax.node_id, int(cmd)), data)]
+
+    def _motor_pos_vel(self, ax: _Axis) -> tuple[float, float]:
+        _, q, qd, _tau = self.plant.measure()
+        mp = ax.cfg.mapping
+        j = ax.cfg.joint
+        return (float(mp.joint_to_motor_position(q[j])) / _TWO_PI + ax.pos_offset_rev,
+                float(mp.joint_to_motor_velocity(qd[j])) / _TWO_PI)
+
+    def _applied_motor_torque(self, ax: _Axis) -> float:
+        return float(ax.cfg.mapping.joint_to_motor_torque(self.plant.applied_torque_nm[ax.cfg.joint]))
+
+    def _heartbeat(self, ax: _Axis) -> bytes:
+        if self.firmware == "0.6":
+            return odc.encode_heartbeat(ax.axis_error, int(ax.state), ax.procedure_result, True)
+        e = ax.axis_error
+        return odc.encode_heartbeat(e, int(ax.state), trajectory_done=True, firmware="0.5",
+                                    motor_error_flag=bool(e & _FLAGS_05[0]),
+                                    encoder_error_flag=bool(e & _FLAGS_05[1]),
+                                    controller_error_flag=bool(e & _FLAGS_05[2]))
+
+    def _answer(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
+        """The message ``cmd`` of axis ``ax`` (cyclic broadcast or answer to a request)."""
+        fw06 = self.firmware == "0.6"
+        if cmd == odc.Cmd.HEARTBEAT:
+            return self._reply(ax, cmd, self._heartbeat(ax))
+        if cmd == odc.Cmd.GET_ENCODER_ESTIMATES:
+            return self._reply(ax, cmd, odc.encode_encoder_estimates(*self._motor_pos_vel(ax)))
+        if cmd == odc.Cmd.GET_IQ:
+            return self._reply(ax, cmd, odc.encode_iq(ax.torque_setpoint() / ax.kt,
+                                                      self._applied_motor_torque(ax) / ax.kt))
+        if cmd == odc.Cmd.GET_BUS_VOLTAGE_CURRENT:
+            return self._reply(ax, cmd, odc.encode_bus_voltage_current(ax.cfg.bus_voltage_v, 0.0))
+        if fw06:
+            if cmd == odc.Cmd.GET_TORQUES:
+                return self._reply(ax, cmd, odc.encode_torques(ax.torque_setpoint(), self._applied_motor_torque(ax)))
+            if cmd == odc.Cmd.GET_VERSION:
+                return self._reply(ax, cmd, odc.encode_version(self.version))
+            if cmd == odc.Cmd.GET_ERROR:
+                return self._reply(ax, cmd, odc.encode_error_status(ax.axis_error, ax.axis_error))
+            if cmd == odc.Cmd.ADDRESS:
+                return self._reply(ax, cmd, odc.encode_address(ax.node_id, ax.serial))
+            if cmd == odc.Cmd.GET_TEMPERATURE:
+                return self._reply(ax, cmd, odc.encode_temperature(ax.cfg.temperature_c, ax.cfg.temperature_c))
+            if cmd == odc.Cmd.GET_POWERS:
+                mech = self._applied_motor_torque(ax) * self._motor_pos_vel(ax)[1] * _TWO_PI
+                return self._reply(ax, cmd, odc.encode_powers(mech, mech))
+            return []
+        if cmd == odc.Cmd05.GET_ENCODER_COUNT:
+            counts = self._motor_pos_vel(ax)[0] * ax.cfg.encoder_cpr
+            shadow = int(max(min(round(counts), 2 ** 31 - 1), -2 ** 31))
+            return self._reply(ax, cmd, odc.encode_encoder_count(shadow, shadow % ax.cfg.encoder_cpr))
+        if cmd == odc.Cmd05.GET_SENSORLESS_ESTIMATES:     # the sensorless estimator is not running
+            return self._reply(ax, cmd, odc.encode_encoder_estimates(0.0, 0.0))
+        if cmd in (odc.Cmd05.GET_MOTOR_ERROR, odc.Cmd05.GET_ENCODER_ERROR, odc.Cmd05.GET_CONTROLLER_ERROR):
+            flag = {odc.Cmd05.GET_MOTOR_ERROR: _FLAGS_05[0], odc.Cmd05.GET_ENCODER_ERROR: _FLAGS_05[1],
+                    odc.Cmd05.GET_CONTROLLER_ERROR: _FLAGS_05[2]}[cmd]
+            return self._reply(ax, cmd, odc.encode_error_code(1 if ax.axis_error & flag else 0))
+        if cmd == odc.Cmd05.GET_SENSORLESS_ERROR:
+            return self._reply(ax, cmd, odc.encode_error_code(0))
+        if cmd == odc.Cmd05.GET_ADC_VOLTAGE:
+            gpio = data[0] if data else 0
+            return self._reply(ax, cmd, odc.encode_adc_voltage(0.0)) if gpio < _GPIO_COUNT_05 else []
+        return []
+
+    # -- frames ------------------------------------------------------------------------------------
+    def on_frame(self, msg: can.Message, t_s: float) -> list[can.Message] | None:
+        if msg.is_extended_id or msg.is_error_frame:
+            return None
+        node, cmd = msg.arbitration_id >> 5, msg.arbitration_id & 0x1F
+        with self._lock:
+            ax = self._axes.get(node)
+            if ax is None or ax.silent:
+                return None
+            ax.last_feed_t = t_s           # any frame for the axis feeds the watchdog
+            data = b"" if msg.is_remote_frame else bytes(msg.data)
+            try:
+                if msg.is_remote_frame:
+                    return self._answer(ax, cmd, data) if cmd in self._rtr else []
+                return self._command(ax, cmd, data)
+            except (DecodeError, DriverError, ValueError, OverflowError, struct.error):
+                # a frame the firmware cannot read (or an answer that cannot be encoded): dropped
+                self.frames_ignored += 1
+                return []
+
+    def _set_state(self, ax: _Axis, req: int) -> None:
+        fw06 = self.firmware == "0.6"
+        if req == odc.AxisState.UNDEFINED:
+            return
+        if req == _IDLE:
+            self._disarm(ax)
+            ax.procedure_result = int(odc.ProcedureResult.SUCCESS)
+        elif req == _CL:
+            if ax.axis_error:
+                ax.procedure_result = int(odc.ProcedureResult.DISARMED)
+                self._disarm(ax)
+                return
+            ax.state = _CL
+            ax.procedure_result = int(odc.ProcedureResult.SUCCESS)
+            self._apply(ax)
+        elif fw06:
+            ax.procedure_result = int(odc.ProcedureResult.INVALID_STATE)
+        else:
+            ax.axis_error |= 0x1       # 0.5 Axis.Error INVALID_STATE
+            self._disarm(ax)
+
+    def _set_torque(self, ax: _Axis, t_m: float) -> None:
+        ax.input_torque = t_m
+        if ax.state == _CL and ax.control_mode == odc.ControlMode.TORQUE_CONTROL:
+            ax.commands += 1
+        self._apply(ax)
+
+    def _command(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
+        C = odc.Cmd
+        fw06 = self.firmware == "0.6"
+        if not fw06 and not data and cmd in self._rtr:
+            return self._answer(ax, cmd, data)          # 0.5: a 0-byte data frame is a request
+        if cmd == C.SET_AXIS_STATE:
+            self._set_state(ax, odc.decode_set_axis_state(data))
+        elif cmd == C.SET_CONTROLLER_MODE:
+            mode = odc.decode_set_controller_mode(data)
+            ax.control_mode, ax.input_mode = mode.control_mode, mode.input_mode
+            self._apply(ax)
+        elif cmd == C.SET_INPUT_TORQUE:
+            self._set_torque(ax, odc.decode_set_input_torque(data))
+        elif cmd == C.SET_INPUT_VEL:
+            v = odc.decode_set_input_vel(data)
+            ax.params["input_vel"] = v.vel_rev_s
+            self._set_torque(ax, v.torque_ff_nm)
+        elif cmd == C.SET_INPUT_POS:
+            p = odc.decode_set_input_pos(data)
+            ax.params["input_pos"] = p.pos_rev
+            self._set_torque(ax, p.torque_ff_nm)
+        elif cmd == C.SET_LIMITS:
+            vel, cur = odc.decode_set_limits(data)
+            if vel < 0 or cur < 0:
+                raise DecodeError("negative limit")
+            ax.vel_limit_rev_s, ax.current_limit_a = vel, cur
+            self._apply(ax)
+        elif cmd == C.CLEAR_ERRORS:
+            odc.decode_clear_errors(data)
+            ax.axis_error = 0
+            ax.procedure_result = int(odc.ProcedureResult.SUCCESS)
+        elif cmd == C.ESTOP:
+            ax.axis_error |= self._estop_bit
+            self._disarm(ax)
+        elif cmd == C.REBOOT:
+            action = odc.decode_reboot(data) if fw06 else 0
+            if action == 3:
+                self._leave_cansimple(ax)
+            elif action <= 2:
+                ax.axis_error = 0
+                ax.input_torque = 0.0
+                self._disarm(ax)
+        elif cmd in (C.SET_TRAJ_VEL_LIMIT, C.SET_TRAJ_INERTIA, C.SET_POS_GAIN):
+            ax.params[C(cmd).name.lower()] = odc.decode_one_float_command(data, C(cmd).name)
+        elif cmd in (C.SET_TRAJ_ACCEL_LIMITS, C.SET_VEL_GAINS):
+            ax.params[C(cmd).name.lower()] = odc.decode_two_float_command(data, C(cmd).name)
+        elif fw06:
+            self._command_06(ax, cmd, data)
+        else:
+            return self._command_05(ax, cmd, data)
+        return []
+
+    def _command_06(self, ax: _Axis, cmd: int, data: bytes) -> None:
+        if cmd == odc.Cmd.SET_ABSOLUTE_POSITION:
+            pos = odc.decode_one_float_command(data, "Set_Absolute_Position")
+            ax.pos_offset_rev += pos - self._motor_pos_vel(ax)[0]
+        elif cmd == odc.Cmd.ENTER_DFU_MODE:
+            self._leave_cansimple(ax)
+        elif cmd == odc.Cmd.ADDRESS and len(data) >= 7:
+            node, serial = odc.decode_address(data)
+            if serial == ax.serial:
+                self._renumber(ax, node)
+        # Get_* ids as data frames, RxSdo (no endpoint table here), unknown ids: ignored
+
+    def _command_05(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
+        if cmd in (odc.Cmd05.GET_ADC_VOLTAGE, odc.Cmd05.GET_CONTROLLER_ERROR):
+            return self._answer(ax, cmd, data)          # answered on any frame
+        if cmd == odc.Cmd05.SET_LINEAR_COUNT:
+            count = odc.decode_set_linear_count(data)
+            ax.pos_offset_rev += count / ax.cfg.encoder_cpr - self._motor_pos_vel(ax)[0]
+        elif cmd == odc.Cmd05.SET_AXIS_NODE_ID:
+            self._renumber(ax, odc.decode_set_axis_node_id(data))
+        return []
+
+    def _renumber(self, ax: _Axis, node: int) -> None:
+        if not 0 <= node <= odc.MAX_NODE_ID or node in self._axes:
+            raise DecodeError(f"node id {node} out of range or used by another emulated axis")
+        del self._axes[ax.node_id]
+        ax.node_id = node
+        self._axes[node] = ax
+
+    def _leave_cansimple(self, ax: _Axis) -> None:
+        ax.input_torque = 0.0
+        self._disarm(ax)
+        ax.silent = True
