@@ -301,3 +301,115 @@ def test_command_packing_vs_tmotorcancontrol_within_its_scale_difference(model):
     mgr.power_off(5)
     mgr.zero(5)
     assert [bytes(m.data) for m in bus.sent] == [mitc.ENTER_MOTOR_MODE, mitc.EXIT_MOTOR_MODE, mitc.SET_ZERO]
+
+
+# ---------------------------------------------------------------------------
+# third-party clients driving the emulator over a python-can virtual bus
+# ---------------------------------------------------------------------------
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+#: the emulated joint: a gravity-free rigid body, J = I + m c^2 [kg m^2], no friction, no lag
+_J = 0.01 + 1.0 * 0.1 ** 2
+
+
+def _emulated(channel: str, clock, model="AK80-9"):
+    plant = SimulatedPlant(Pendulum(mass_kg=1.0, com_m=0.1, inertia_kgm2=0.01, g=0.0), q0=[0.0])
+    emu = MitEmulator([MitMotorConfig(1, 0, model, JointMapping(), variant="cubemars8")])
+    host = EmulatorHost(can.Bus(interface="virtual", channel=channel), [emu], plant, clock, own_bus=True)
+    return plant, emu, host
+
+
+def _predicted(tau_nm: float, t0: float, t: float) -> tuple[float, float]:
+    """Constant torque from rest at t0: q = tau/J (t-t0)^2 / 2, qd = tau/J (t-t0)."""
+    a = tau_nm / _J
+    return 0.5 * a * (t - t0) ** 2, a * (t - t0)
+
+
+# its staleness warning is on the wall clock (100 ms without a reply); the test's clock is lock-step
+@pytest.mark.filterwarnings("ignore:State update requested but no data:RuntimeWarning")
+def test_tmotorcancontrol_client_enables_and_moves_the_emulated_motor(capsys):
+    mc = _tmc()
+    channel = f"torqueloop-tmc-{uuid.uuid4().hex}"
+    clock = _Clock()
+    plant, emu, host = _emulated(channel, clock)
+    mgr = _Manager.make(can.Bus(interface="virtual", channel=channel))
+    saved = mc.CAN_Manager._instance
+    mc.CAN_Manager._instance = mgr
+    L = mitc.MIT_MODELS["AK80-9"]
+    try:
+        motor = mc.TMotorManager_mit_can(motor_type="AK80-9", motor_ID=1)
+        with motor:                       # ENTER_MOTOR_MODE + its 10-reply connection check
+            assert emu.motor_mode(1)
+            motor.set_current_gains()
+            tau_field = 0.4               # N m in the frame's torque field
+            iq = motor.TMotor_current_to_qaxis_current(tau_field)
+            motor.set_motor_current_qaxis_amps(iq)
+            # what the drive decodes from the field their encoder writes (2**12/span scale)
+            u = mc.CAN_Manager.float_to_uint(motor.qaxis_current_to_TMotor_current(iq),
+                                             -L.t_max_nm, L.t_max_nm, 12)
+            tau = mitc.uint_to_float(u, -L.t_max_nm, L.t_max_nm, 12)
+            assert tau == pytest.approx(tau_field, abs=2 * 2 * L.t_max_nm / 4095)
+            t0, dt, n = 0.1, 0.002, 100
+            for k in range(n + 2):        # the last update reads the reply to the one before
+                clock.t = t0 + min(k, n) * dt
+                motor.update()
+                host.sync()
+                deadline = time.monotonic() + 2.0
+                while not motor._updated and time.monotonic() < deadline:   # the listener thread
+                    time.sleep(0.001)
+            T = t0 + n * dt
+            q_pred, v_pred = _predicted(tau, t0, T)
+            assert q_pred > 0.3           # a real motion, not noise
+            assert motor.position == pytest.approx(q_pred, abs=2 * 25.0 / 65535)
+            assert motor.velocity == pytest.approx(v_pred, abs=2 * 100.0 / 4095)
+            assert plant.state.q[0] == pytest.approx(q_pred, rel=1e-9)
+        host.sync()
+        assert not emu.motor_mode(1)      # __exit__ sent EXIT_MOTOR_MODE
+        host.check()
+    finally:
+        mc.CAN_Manager._instance = saved
+        mgr.notifier.stop()
+        mgr.bus.shutdown()
+        host.close()
+
+
+def test_tmotor_can_mit_mode_client_enables_and_moves_the_emulated_motor(tmotor):
+    clock = _Clock()
+    plant, emu, host = _emulated(_CanlibShim.channel_name, clock)
+    try:
+        tmotor.channel.drain()
+        m = tmotor(1, "AK80-9")
+        m.start_motor()
+        host.sync()
+        assert emu.motor_mode(1)
+        assert tmotor.read_can()[0] == 1
+        tau_field = -0.3
+        L = mitc.MIT_MODELS["AK80-9"]
+        tau = mitc.decode_command(bytes(m.pack_cmd(0, 0, tau_field, 0, 0)), L).t_nm
+        t0, dt, n = 0.05, 0.002, 100
+        for k in range(n + 1):
+            clock.t = t0 + k * dt
+            m.attain(0.0, 0.0, tau_field, 0.0, 0.0)
+            host.sync()
+            mid, p, v, t = tmotor.read_can()
+            assert mid == 1
+        # the reply to the frame at T carries the state at T (before that frame's command)
+        T = t0 + n * dt
+        q_pred, v_pred = _predicted(tau, t0, T)
+        assert q_pred < -0.3
+        assert p == pytest.approx(q_pred, abs=2 * 25.0 / 65535)
+        assert v == pytest.approx(v_pred, abs=2 * 100.0 / 4095)
+        assert t == pytest.approx(tau, abs=2 * 36.0 / 4095)
+        m.stop_motor()
+        host.sync()
+        assert not emu.motor_mode(1)
+        host.check()
+    finally:
+        host.close()
+        tmotor.motors_dict.pop(1, None)
