@@ -211,3 +211,24 @@ def test_unreported_device_fault_on_classic_reply_ends_in_safe_stop(tmp_path, ki
         assert not emu.motor_mode(cid) or emu.device_fault(cid) == "frozen"
     if kind == "limp":
         np.testing.assert_allclose(plant.applied_torque_nm, 0.0, atol=1e-6)
+
+
+def test_unconfirmed_exit_motor_mode_is_reported_not_silent(tmp_path):
+    """Motor 2 disconnected after enable: the run stops (stale feedback) and the result the CLI
+    prints says its EXIT_MOTOR_MODE was never confirmed."""
+    ov = {"safety.stop_reaction": "zero_disable", "driver.faults.seed": 1,
+          "driver.faults.silent_ids": [2], "driver.faults.during_enable": False}
+    spec = load_run(DEMO, overrides=ov, duration_s=0.2)
+    res = build_run(spec, out_dir=tmp_path / "run").execute()
+    assert res.status == "fault" and res.faults[0].cause == "stale_feedback"
+    warn = [m for m in res.messages if "never confirmed the exit from motor mode" in m]
+    assert len(warn) == 1 and "[1]" in warn[0]
+    from controller.commands import format_summary        # what the CLI prints
+    assert warn[0] in format_summary(spec, res, res.metrics or {})
+
+
+def test_confirmed_exit_adds_no_message(tmp_path):
+    spec = load_run(DEMO, overrides={}, duration_s=0.05)
+    res = build_run(spec, out_dir=tmp_path / "run").execute()
+    assert res.status == "completed"
+    assert not [m for m in res.messages if "motor mode" in m]
