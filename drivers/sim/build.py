@@ -46,7 +46,8 @@ Keys
     serve = "thread"                 # or "inline": served in the driver's thread on send/recv, no
                                      # emulator thread (lock-step clock and reply_latency_s = 0 only;
                                      # the default of lock-step runs built by controller.run)
-    variant = "classic6"             # MIT reply layout ("classic6" or "cubemars8")
+    variant = "classic6"             # MIT reply layout ("classic6" or "cubemars8"; default: the
+                                     #   driver's reply_variant when it names one, else classic6)
     reply_id = 0                     # MIT reply arbitration id
     temperature_c = 35.0             # MIT reported temperature (cubemars8)
     heartbeat_period_s = 0.1         # ODrive cyclic messages (0 = RTR only)
