@@ -499,14 +499,35 @@ class Run:
             except TorqueloopError as err:
                 run_err.add_note(f"closing the driver afterwards also failed: {type(err).__name__}: {err}")
             raise
+        at_stop = list(getattr(self.driver, "exit_unconfirmed", None) or [])
         try:
             self.close()
         except TorqueloopError as err:
             result.messages.append(f"closing the driver failed: {type(err).__name__}: {err}")
+        _report_exit_unconfirmed(self.driver, at_stop, result)
         return result
 
     def close(self) -> None:
         self._stack.close()
+
+
+def _report_exit_unconfirmed(driver, at_stop: list, result: RunResult) -> None:
+    """Warn when a drive did not confirm leaving its powered mode (MIT EXIT_MOTOR_MODE unanswered).
+
+    ``at_stop``: joints unconfirmed after the loop's own disable; the driver's
+    ``exit_unconfirmed`` after ``close()`` (which sends the exit again) are the ones
+    that may still be powered.
+    """
+    after_close = list(getattr(driver, "exit_unconfirmed", None) or [])
+    if after_close:
+        result.messages.append(
+            f"WARNING: drive(s) of joint(s) {after_close} never confirmed the exit from motor mode "
+            f"(no reply to EXIT_MOTOR_MODE, sent 4 times): they may still be powered; check them "
+            f"before touching the robot")
+    elif at_stop:
+        result.messages.append(
+            f"exit from motor mode of joint(s) {at_stop} was not confirmed at the stop, confirmed "
+            f"when the driver was closed")
 
 
 def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | None = None,

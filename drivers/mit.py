@@ -22,10 +22,22 @@ mapped as ``kp_motor = kp_joint / (gear_ratio**2 * efficiency)`` (same for
 kd), which makes the joint-side torque ``kp_joint * (q_des - q)``.
 
 ``Feedback.fault`` is the CubeMars error byte (see
-:data:`drivers.codecs.mit.MIT_ERROR_CODES`; 0 on classic 6-byte drives, which
-report no faults).  ``Feedback.info`` holds per-cycle counters (``missing``,
-``corrupt``, ``late``, ``unexpected``, ``duplicate``, ``error_frames``,
-``saturated``) and ``temperature_c`` (NaN where unknown).
+:data:`drivers.codecs.mit.MIT_ERROR_CODES`) when it is non-zero, else a fault the
+driver detected itself (:data:`drivers.mit_health.DETECTED_FAULTS`, codes above
+255, latched until the next :meth:`~MitCanDriver.enable`):
+
+* the measured torque does not follow the commanded one (a limp motor), or the
+  replies repeat byte for byte while the command changes (a hung drive), checked
+  by :class:`~drivers.mit_health.FollowMonitor` on every reply, both variants;
+* a reported temperature above ``temperature_max_c`` (8-byte replies only).
+
+The classic 6-byte reply has no error byte, so there only the detected faults
+exist; ``reply_variant = "cubemars8"`` makes a 6-byte reply count as corrupt (the
+setting for drives that send the 8-byte reply, so a drive that lost its error
+byte is not taken for healthy).  ``Feedback.info`` holds per-cycle counters
+(``missing``, ``corrupt``, ``late``, ``unexpected``, ``duplicate``,
+``error_frames``, ``saturated``), ``temperature_c`` (NaN where unknown) and
+``torque_residual_nm`` (measured minus expected motor torque, per joint).
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ from dynamics.errors import CommsError, CommsTimeoutError, DecodeError, DriverEr
 
 from .base import Command, Driver, Feedback, JointMapping
 from .codecs import mit as codec
+from .mit_health import FAULT_OVER_TEMPERATURE, FollowConfig, FollowMonitor
 from .transport import CanTransport, Frame, recv_any
 
 __all__ = ["MitJoint", "MitCanDriver", "build", "check_mapping"]
@@ -121,11 +134,19 @@ class MitCanDriver(Driver):
         Decode the replies' position, velocity and torque to the middle of their
         quantisation step (default), correcting the firmware's truncation; False
         reads them as the plain inverse mapping does.
+    reply_variant : {"auto", "classic6", "cubemars8"}
+        ``"auto"`` accepts 6- and 8-byte replies; ``"classic6"`` / ``"cubemars8"``
+        accept only their length (anything else counts as corrupt).
+    follow : FollowConfig
+        Settings of the "drive follows its commands" checks (module docstring).
+    temperature_max_c : float
+        Highest reported driver temperature [degC] before a fault (8-byte replies).
     """
 
     def __init__(self, joints: Sequence[MitJoint], *, now: Callable[[], float], reply_timeout_s: float = 0.002,
                  enable_timeout_s: float = 0.05, enable_tries: int = 3, owns_transports: bool = True,
-                 quantization: str = "nearest", reply_centered: bool = True):
+                 quantization: str = "nearest", reply_centered: bool = True, reply_variant: str = "auto",
+                 follow: FollowConfig | None = None, temperature_max_c: float = 85.0):
         joints = list(joints)
         if not joints:
             raise DriverError("MitCanDriver needs at least one joint")
@@ -144,6 +165,15 @@ class MitCanDriver(Driver):
         self.quantization = quantization
         self._nearest = quantization == "nearest"
         self.reply_centered = bool(reply_centered)
+        lengths = {"auto": (6, 8), "classic6": (6,), "cubemars8": (8,)}
+        if reply_variant not in lengths:
+            raise DriverError(f"reply_variant must be one of {sorted(lengths)}, got {reply_variant!r}")
+        self.reply_variant = reply_variant
+        self._reply_lengths = lengths[reply_variant]
+        if not (isinstance(temperature_max_c, (int, float)) and math.isfinite(temperature_max_c)
+                and 0 < temperature_max_c <= 255):
+            raise DriverError(f"temperature_max_c must be in (0, 255] degC, got {temperature_max_c!r}")
+        self.temperature_max_c = float(temperature_max_c)
         self._owns = owns_transports
         # buses in order of first appearance; per bus the joint index of each motor id
         self._buses: list[CanTransport] = []
@@ -175,6 +205,11 @@ class MitCanDriver(Driver):
         self._tau = np.full(n, np.nan)
         self._temp = np.full(n, np.nan)
         self._fault = np.zeros(n, dtype=int)
+        self._detected = np.zeros(n, dtype=int)     # latched faults the driver found itself
+        self._rep = [None] * n                      # this cycle's reply, motor side, for the monitor
+        self.monitor = FollowMonitor([L.t_max_nm for L in self._lim], follow if follow is not None
+                                     else FollowConfig())
+        self._torque_residual = np.zeros(n)
         self._enabled = np.zeros(n, dtype=bool)
         self._closed = False
         #: number of values clamped to the protocol ranges by the last make_commands()
@@ -291,8 +326,9 @@ class MitCanDriver(Driver):
                 continue
             try:
                 # the motor id is in byte 0; limits depend on the joint
-                if len(frame.data) not in (6, 8):
-                    raise DecodeError(f"MIT reply must be 6 or 8 bytes, got {len(frame.data)}")
+                if len(frame.data) not in self._reply_lengths:
+                    raise DecodeError(f"MIT reply must be {' or '.join(map(str, self._reply_lengths))} "
+                                      f"bytes, got {len(frame.data)}")
                 j = self._by_id[b].get(frame.data[0])
                 if j is None:
                     stats["unexpected"] += 1
@@ -304,12 +340,13 @@ class MitCanDriver(Driver):
             if fresh[j]:
                 stats["duplicate"] += 1
                 continue
-            self._store(j, rep)
+            self._store(j, rep, frame.data)
             self._reply_len = len(frame.data)
             fresh[j] = True
             pending.discard(j)
 
-    def _store(self, j: int, rep: codec.MitReply) -> None:
+    def _store(self, j: int, rep: codec.MitReply, data: bytes) -> None:
+        self._rep[j] = (rep.p_rad, rep.v_rad_s, rep.t_nm, bytes(data[1:6]))
         s, g, e = self._sign[j], self._gear[j], self._eff[j]
         self._q[j] = s * rep.p_rad / g + self._off[j]
         self._qd[j] = s * rep.v_rad_s / g
@@ -318,13 +355,17 @@ class MitCanDriver(Driver):
             self._fault[j] = rep.error
         if rep.temperature_c is not None:
             self._temp[j] = rep.temperature_c
+            if rep.temperature_c > self.temperature_max_c and not self._detected[j]:
+                self._detected[j] = FAULT_OVER_TEMPERATURE
 
     def _feedback(self, fresh: np.ndarray, stats: dict) -> Feedback:
         info = dict(stats)
         info["missing"] = int(self.n_joints - fresh.sum())
         info["temperature_c"] = self._temp.copy()
+        info["torque_residual_nm"] = self._torque_residual.copy()
+        fault = np.where(self._fault != 0, self._fault, self._detected)
         return Feedback(t_s=float(self._now()), position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
-                        torque_nm=self._tau.copy(), fault=self._fault.copy(), fresh=fresh,
+                        torque_nm=self._tau.copy(), fault=fault, fresh=fresh,
                         enabled=self._enabled.copy(), info=info)
 
     @staticmethod
@@ -372,6 +413,11 @@ class MitCanDriver(Driver):
                 self._buses[self._bus_of[j]].send(self._joints[j].can_id, codec.EXIT_MOTOR_MODE)
             raise CommsTimeoutError(f"no answer to ENTER_MOTOR_MODE from {', '.join(missing)}")
         self._enabled[:] = True
+        self._detected[:] = 0
+        self.monitor.reset([r[2] if r is not None else 0.0 for r in self._rep])
+        for j in range(self.n_joints):    # a temperature already too high at enable is a fault too
+            if self._temp[j] > self.temperature_max_c:
+                self._detected[j] = FAULT_OVER_TEMPERATURE
         return self._feedback(answered, stats)
 
     def cycle(self, command: Command) -> Feedback:
@@ -392,7 +438,25 @@ class MitCanDriver(Driver):
         stats["saturated"] = self.last_saturated
         fresh = self._exchange(frames, range(self.n_joints), self.reply_timeout_s, stats)
         self.cycles += 1
+        self._follow_check(frames, fresh)
         return self._feedback(fresh, stats)
+
+    def _follow_check(self, frames: Sequence[Frame], fresh: np.ndarray) -> None:
+        """Run the :class:`~drivers.mit_health.FollowMonitor` on this cycle's commands and replies."""
+        mon = self.monitor
+        if not mon.config.enabled:
+            return
+        cmds = []
+        for j, f in enumerate(frames):
+            c = codec.decode_command(f.data, self._lim[j])
+            cmds.append((c.p_rad, c.v_rad_s, c.kp, c.kd, c.t_nm))
+        codes = mon.update(float(self._now()), fresh.tolist(), self._rep, cmds)
+        for j, code in enumerate(codes):
+            if code and not self._detected[j]:
+                self._detected[j] = code
+        s = self._sign
+        ge = [g * e for g, e in zip(self._gear, self._eff)]
+        self._torque_residual[:] = [s[j] * mon.residual_nm[j] * ge[j] for j in range(self.n_joints)]
 
     def set_zero(self) -> Feedback:
         """Make every motor's current position its zero (SET_ZERO frame); motors must be disabled.
@@ -487,6 +551,9 @@ def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver
         tries = section.int("enable_tries", 3, minimum=1)
         quant = section.str("quantization", "nearest", choices=["nearest", "truncate"])
         centered = section.bool("reply_centered", True)
+        variant = section.str("reply_variant", "auto", choices=["auto", "classic6", "cubemars8"])
+        temp_max = section.float("temperature_max_c", 85.0, minimum=0.0, strict_min=True, maximum=255.0)
+        follow = _follow_config(section.section("follow", {}))
         joints = []
         seen = {}
         for js in section.sections("joints"):
@@ -504,10 +571,24 @@ def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver
             raise section.error("joints", "at least one joint is required")
         section.finish()
         return MitCanDriver(joints, now=now, reply_timeout_s=rt, enable_timeout_s=et, enable_tries=tries,
-                            owns_transports=True, quantization=quant, reply_centered=centered)
+                            owns_transports=True, quantization=quant, reply_centered=centered,
+                            reply_variant=variant, follow=follow, temperature_max_c=temp_max)
     except BaseException:
         registry.close_buses(buses, transports)
         raise
+
+
+def _follow_config(fs) -> FollowConfig:
+    """The ``[driver.follow]`` table (all optional, see :class:`~drivers.mit_health.FollowConfig`)."""
+    d = FollowConfig()
+    kw = dict(enabled=fs.bool("enabled", d.enabled),
+              lag_s=fs.float("lag_s", d.lag_s, minimum=0.0, maximum=0.1),
+              tol_nm=fs.float("tol_nm", None, minimum=0.0, strict_min=True) if fs.has("tol_nm") else None,
+              rel_tol=fs.float("rel_tol", d.rel_tol, minimum=0.0, maximum=0.99),
+              window_cycles=fs.int("window_cycles", d.window_cycles, minimum=1, maximum=10_000),
+              frozen_cycles=fs.int("frozen_cycles", d.frozen_cycles, minimum=1, maximum=10_000))
+    fs.finish()
+    return FollowConfig(**kw)
 
 
 def _limits(js) -> codec.MitLimits:

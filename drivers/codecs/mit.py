@@ -46,6 +46,15 @@ it rounds to the nearest step instead: the drive decodes both the same way,
 but truncation biases every value by -1/2 LSB on average (for the 12-bit torque
 of an AK80-9, -4.4 mN m on every actuator, which on a symmetric parallel robot
 adds up to a steady platform torque), so the drivers round by default.
+
+Scale: ``(2**bits - 1) / span``, the scale of the firmware's ``uint_to_float``
+(Katz ``math_ops.cpp``; every decoder checked, ours and both third-party ones,
+uses it).  The host example in the CubeMars manual V1.0.8 (p. 51) and
+``TMotorCANControl`` encode with ``2**bits / span`` instead, which sends up to
+one LSB more than the value asked for (and, in the manual's example, overflows
+the field at ``x_max``); ``tmotor-can-mit-mode`` encodes as here.  The manual's
+example also packs ``kp`` where the torque's high nibble belongs (``data[6]``,
+p. 51); the layout above is the firmware's and the manual's table (p. 48-49).
 """
 
 from __future__ import annotations
@@ -115,22 +124,38 @@ class MitLimits:
 
 #: Field ranges per actuator model (motor output side).
 #:
-#: Sources: AK models from the MIT-mode parameter table of the TMotorCANControl
-#: library (neurobionics, ``MIT_Params``), which takes them from the CubeMars
-#: AK-series datasheets / driver manual (p +-12.5 rad, kp 0..500, kd 0..5 for all;
-#: v and t per model).  ``"mini_cheetah"``: defaults of B. Katz' mini cheetah
-#: motor-controller firmware (P 12.5 rad, V 65 rad/s, KP 500, KD 5, T 18 N m).
-#: Drives can be re-flashed with other ranges: pass explicit limits then.
+#: Source of the AK rows: CubeMars, "AK Series Actuator Driver Manual", V1.0.8,
+#: section 5.3 "MIT power mode communication protocol", range table on p. 49-50
+#: (P +-12.5 rad, Kp 0..500, Kd 0..5 for every model; V and T per model).  The
+#: table's last column is headed "AK80-80" on p. 49; the same values (V +-8 rad/s,
+#: T +-144 N m) are the AK80-64 in both third-party tables below, and CubeMars
+#: sells the AK80-64 with this driver, so the row is keyed "AK80-64".
+#:
+#: Checked against (tests/test_mit_thirdparty.py):
+#:
+#: * ``tmotor-can-mit-mode`` 1.1.2 (``tmotor.return_params``): agrees on every row;
+#: * ``TMotorCANControl`` 1.2.6 (``mit_can.MIT_Params``): agrees except AK60-6
+#:   velocity, which it has as +-50 rad/s (the manual and tmotor-can-mit-mode say
+#:   +-45; the first release of this table had copied the +-50).
+#:
+#: ``"mini_cheetah"``: defaults of B. Katz' mini cheetah motor-controller firmware
+#: (``CAN_com.h``: P 12.5 rad, V 65 rad/s, KP 500, KD 5, T 18 N m).  Drives can be
+#: re-flashed with other ranges: pass explicit limits then.
 MIT_MODELS: dict[str, MitLimits] = {
-    "AK10-9": MitLimits(p_max_rad=12.5, v_max_rad_s=50.0, kp_max=500.0, kd_max=5.0, t_max_nm=65.0),
-    "AK80-6": MitLimits(p_max_rad=12.5, v_max_rad_s=76.0, kp_max=500.0, kd_max=5.0, t_max_nm=12.0),
-    "AK70-10": MitLimits(p_max_rad=12.5, v_max_rad_s=50.0, kp_max=500.0, kd_max=5.0, t_max_nm=25.0),
-    "AK60-6": MitLimits(p_max_rad=12.5, v_max_rad_s=50.0, kp_max=500.0, kd_max=5.0, t_max_nm=15.0),
-    "AK80-9": MitLimits(p_max_rad=12.5, v_max_rad_s=50.0, kp_max=500.0, kd_max=5.0, t_max_nm=18.0),
+    # model       P [rad]           V [rad/s]           Kp           Kd           T [N m]      manual V1.0.8
+    "AK10-9": MitLimits(p_max_rad=12.5, v_max_rad_s=50.0, kp_max=500.0, kd_max=5.0, t_max_nm=65.0),   # p. 50
+    "AK60-6": MitLimits(p_max_rad=12.5, v_max_rad_s=45.0, kp_max=500.0, kd_max=5.0, t_max_nm=15.0),   # p. 50
+    "AK70-10": MitLimits(p_max_rad=12.5, v_max_rad_s=50.0, kp_max=500.0, kd_max=5.0, t_max_nm=25.0),  # p. 50
+    "AK80-6": MitLimits(p_max_rad=12.5, v_max_rad_s=76.0, kp_max=500.0, kd_max=5.0, t_max_nm=12.0),   # p. 50
+    "AK80-9": MitLimits(p_max_rad=12.5, v_max_rad_s=50.0, kp_max=500.0, kd_max=5.0, t_max_nm=18.0),   # p. 50
+    "AK80-64": MitLimits(p_max_rad=12.5, v_max_rad_s=8.0, kp_max=500.0, kd_max=5.0, t_max_nm=144.0),  # p. 49-50
     "mini_cheetah": MitLimits(p_max_rad=12.5, v_max_rad_s=65.0, kp_max=500.0, kd_max=5.0, t_max_nm=18.0),
 }
 
-#: Error byte of the CubeMars 8-byte MIT reply (CubeMars AK driver manual, MIT mode).
+#: Error byte (``byte 7``) of the CubeMars 8-byte MIT reply.  The manual V1.0.8
+#: names the byte ("An error code", p. 49) without listing the values; this table
+#: is the one of ``TMotorCANControl`` 1.2.6 (``MIT_Params["ERROR_CODES"]``).  Any
+#: non-zero value is a device fault for the driver, listed here or not.
 MIT_ERROR_CODES: dict[int, str] = {
     0: "no error",
     1: "over temperature",

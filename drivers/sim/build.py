@@ -46,7 +46,8 @@ Keys
     serve = "thread"                 # or "inline": served in the driver's thread on send/recv, no
                                      # emulator thread (lock-step clock and reply_latency_s = 0 only;
                                      # the default of lock-step runs built by controller.run)
-    variant = "classic6"             # MIT reply layout ("classic6" or "cubemars8")
+    variant = "classic6"             # MIT reply layout ("classic6" or "cubemars8"; default: the
+                                     #   driver's reply_variant when it names one, else classic6)
     reply_id = 0                     # MIT reply arbitration id
     temperature_c = 35.0             # MIT reported temperature (cubemars8)
     heartbeat_period_s = 0.1         # ODrive cyclic messages (0 = RTR only)
@@ -64,6 +65,9 @@ Keys
     corrupt_prob = 0.0               #   corrupt_prob, corrupt_mode, silent_ids,
     side = "both"                    #   bus_error_after, side
     during_enable = true             # false: frames pass unharmed while enable() runs
+    device_fault = "limp"            # sim_mit_can: an unreported device fault ("limp": no torque
+    device_fault_ids = [2]           #   while replying; "frozen": replies repeat, last command
+    device_fault_at_s = 0.2          #   held) on these CAN ids from this loop time
 
 Joint mappings (gear ratio, sign, offset, efficiency) and MIT limits of the
 emulated devices are taken from the built driver's joints, so device and
@@ -310,8 +314,35 @@ def _fault_kwargs(sec: Section, rng: np.random.Generator | None
         raise sec.error("silent_ids", f"expected a list of integer ids, got {ids!r}")
     kw["silent_ids"] = ids
     during_enable = sec.bool("during_enable", True)
+    kw["device_fault"] = _device_fault(sec)
     sec.finish()
     return kw, rng, during_enable
+
+
+def _device_fault(sec: Section):
+    """``device_fault`` / ``device_fault_ids`` / ``device_fault_at_s`` -> (kind, ids, t_s) or None."""
+    if not sec.has("device_fault"):
+        for key in ("device_fault_ids", "device_fault_at_s"):
+            if sec.has(key):
+                raise sec.error(key, "needs device_fault")
+        return None
+    from .mit_emulator import MIT_DEVICE_FAULTS
+    kind = sec.str("device_fault", choices=list(MIT_DEVICE_FAULTS))
+    ids = sec.raw("device_fault_ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                       for i in ids):
+        raise sec.error("device_fault_ids", f"expected a non-empty list of CAN ids, got {ids!r}")
+    t = sec.float("device_fault_at_s", 0.0, minimum=0.0)
+    return kind, ids, t
+
+
+def _schedule_device_faults(faults_sec: Section, spec, emulators: list) -> None:
+    kind, ids, t = spec
+    for cid in ids:
+        emu = next((e for e in emulators if cid in getattr(e, "can_ids", ())), None)
+        if emu is None or not hasattr(emu, "schedule_device_fault"):
+            raise faults_sec.error("device_fault_ids", f"no emulated MIT motor with CAN id {cid}")
+        emu.schedule_device_fault(cid, kind, t)
 
 
 def _build_emulated(section: Section, kind: str, *, now, transports, model, rng) -> EmulatedDriver:
@@ -331,6 +362,7 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
     serve = emu_sec.str("serve", "thread", choices=["thread", "inline"])
     names = _bus_names(section)
     channels = {name: f"torqueloop-sim-{uuid.uuid4().hex}" for name in names}
+    device_fault = fault_kw.pop("device_fault") if fault_kw is not None else None
     fault_buses = []
     inline_buses = []
     given = {}
@@ -373,6 +405,8 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
             buses.append(device_ends.pop(name) if serve == "inline"
                          else can.Bus(interface="virtual", channel=channels[name]))
             emulators.append(dev)
+        if device_fault is not None:
+            _schedule_device_faults(faults_sec, device_fault, emulators)
         # one host (one thread) for every bus: device events are processed in one time order
         try:
             try:
@@ -402,7 +436,10 @@ def _joint_transport(jt):
 
 def _mit_devices(driver, emu_sec: Section, wd, now) -> dict:
     from .emulators import MitEmulator, MitMotorConfig
-    variant = emu_sec.str("variant", "classic6", choices=["classic6", "cubemars8", "servo7"])
+    # the drive's reply layout: what the driver is configured to expect, unless said here
+    expect = getattr(driver, "reply_variant", "auto")
+    variant = emu_sec.str("variant", "classic6" if expect == "auto" else expect,
+                          choices=["classic6", "cubemars8", "servo7"])
     reply_id = emu_sec.int("reply_id", 0, minimum=0, maximum=0x7FF)
     temp = emu_sec.float("temperature_c", 35.0)
     by_bus: dict[int, tuple] = {}

@@ -4,7 +4,8 @@ The emulators speak the real protocols (through :mod:`drivers.codecs`), so the
 real drivers can be run, unchanged, against a simulated robot:
 
 * :class:`MitEmulator` -- one or more MIT "mini cheetah" protocol motors
-  (CubeMars / T-Motor AK series in MIT mode);
+  (CubeMars / T-Motor AK series in MIT mode), in :mod:`drivers.sim.mit_emulator`,
+  re-exported here;
 * :class:`OdriveEmulator` -- one or more ODrive CANSimple axes (in
   :mod:`drivers.sim.odrive_emulator`, re-exported here);
 * :class:`EmulatorHost` -- serves a set of devices on a python-can bus from a
@@ -39,15 +40,12 @@ import itertools
 import math
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable
 
 import can
 
 from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeError, DriverError,
                              TorqueloopError)
-from ..base import JointMapping
-from ..codecs import mit as mitc
 from .plant import SimulatedPlant
 
 __all__ = ["MitMotorConfig", "MitEmulator", "OdriveAxisConfig", "OdriveEmulator",
@@ -99,250 +97,15 @@ class EmulatedDevice:
 
 
 # ---------------------------------------------------------------------------
-# MIT protocol
-# ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MitMotorConfig:
-    """One emulated MIT-protocol motor.
-
-    Attributes
-    ----------
-    can_id : int
-        The motor's CAN id (1..255); it answers frames with this id.
-    joint : int
-        Plant joint it drives.
-    limits : MitLimits or str
-        Protocol field ranges (or a key of :data:`drivers.codecs.mit.MIT_MODELS`).
-    mapping : JointMapping
-        Joint <-> motor side (must match the driver's).
-    variant : {"classic6", "cubemars8"}
-        Reply layout (``"servo7"`` is accepted as an alias of ``"cubemars8"``).
-    temperature_c : float
-        Driver temperature reported in the 8-byte reply [degC].
-    """
-
-    can_id: int
-    joint: int
-    limits: mitc.MitLimits | str = "AK80-9"
-    mapping: JointMapping = field(default_factory=JointMapping)
-    variant: str = "classic6"
-    temperature_c: float = 35.0
-
-
-class _MitState:
-    __slots__ = ("cfg", "limits", "motor_mode", "zero_m", "last_cmd_t", "fault", "silent",
-                 "temperature_c", "commands", "armed", "map")
-
-    def __init__(self, cfg: MitMotorConfig, limits: mitc.MitLimits):
-        self.cfg = cfg
-        m = cfg.mapping
-        # (sign, gear ratio, offset, efficiency) as floats for the hot path
-        self.map = (float(m.sign), float(m.gear_ratio), float(m.offset_rad), float(m.efficiency))
-        self.limits = limits
-        self.motor_mode = False
-        self.zero_m = 0.0          # raw motor position at the last "set zero"
-        self.last_cmd_t = -math.inf
-        self.fault = 0
-        self.silent = False
-        self.temperature_c = float(cfg.temperature_c)
-        self.commands = 0          # commands applied to the plant (for tests)
-        self.armed = False         # watchdog armed (a command is being held)
-
-
-class MitEmulator(EmulatedDevice):
-    """MIT-protocol motors ("mini cheetah" firmware behaviour).
-
-    Behaviour per motor, as in the reference firmware: every 8-byte frame
-    with the motor's id is answered with one reply (id ``reply_id``, motor id
-    in byte 0) carrying the quantised position, velocity and torque;
-    ``ENTER_MOTOR_MODE`` / ``EXIT_MOTOR_MODE`` switch the motor mode (outside
-    it, commands are not applied and the torque is zero); ``SET_ZERO`` makes
-    the current position the motor's zero.  Frames of another length are
-    ignored without a reply (a real drive drops them).
-
-    Parameters
-    ----------
-    motors : sequence of MitMotorConfig
-        The motors (distinct ids, distinct joints).
-    reply_id : int
-        Arbitration id of the replies (the firmware's ``CAN_MASTER``, 0).
-    watchdog_timeout_s : float, optional
-        When no command frame arrives for this long (loop clock), the motor
-        holds zero torque and zero gains until the next command (as the
-        firmware's ``CAN_TIMEOUT``).  ``None`` disables it.
-
-    Fault injection
-    ---------------
-    :meth:`inject_fault` latches an error code (see
-    :data:`drivers.codecs.mit.MIT_ERROR_CODES`): the motor leaves motor mode,
-    applies zero torque and reports the code in the 8-byte reply (the
-    classic 6-byte reply cannot carry it).  ``EXIT_MOTOR_MODE`` clears the
-    latch.  :meth:`set_silent` disconnects a motor from the bus (it neither
-    applies nor answers frames; its held command is dropped by its watchdog).
-    """
-
-    def __init__(self, motors: Sequence[MitMotorConfig], *, reply_id: int = 0,
-                 watchdog_timeout_s: float | None = None):
-        motors = list(motors)
-        if not motors:
-            raise ConfigError("at least one motor is required", field="motors")
-        self._by_id: dict[int, _MitState] = {}
-        joints = set()
-        for i, m in enumerate(motors):
-            if not isinstance(m, MitMotorConfig):
-                raise ConfigError(f"expected MitMotorConfig, got {type(m).__name__}",
-                                  field=f"motors[{i}]")
-            if isinstance(m.can_id, bool) or not isinstance(m.can_id, int) or not 1 <= m.can_id <= 0xFF:
-                raise ConfigError(f"can_id must be an integer in 1..255, got {m.can_id!r}",
-                                  field=f"motors[{i}].can_id")
-            if m.can_id in self._by_id or m.can_id == reply_id:
-                raise ConfigError(f"duplicate CAN id {m.can_id}", field=f"motors[{i}].can_id")
-            if m.joint in joints:
-                raise ConfigError(f"joint {m.joint} driven twice", field=f"motors[{i}].joint")
-            joints.add(m.joint)
-            lim = m.limits
-            if isinstance(lim, str):
-                if lim not in mitc.MIT_MODELS:
-                    raise ConfigError(f"unknown MIT model {lim!r}; known: {sorted(mitc.MIT_MODELS)}",
-                                      field=f"motors[{i}].limits")
-                lim = mitc.MIT_MODELS[lim]
-            try:
-                mitc.reply_length(m.variant)
-            except (DriverError, KeyError) as err:
-                raise ConfigError(str(err), field=f"motors[{i}].variant") from err
-            self._by_id[m.can_id] = _MitState(m, lim)
-        self._reply_id = int(reply_id)
-        if watchdog_timeout_s is not None:
-            w = float(watchdog_timeout_s)
-            if not math.isfinite(w) or w <= 0:
-                raise ConfigError(f"must be > 0, got {watchdog_timeout_s!r}",
-                                  field="watchdog_timeout_s")
-            watchdog_timeout_s = w
-        self._wd = watchdog_timeout_s
-        self._lock = threading.RLock()
-
-    # -- setup -----------------------------------------------------------------
-    def bind(self, plant: SimulatedPlant) -> None:
-        super().bind(plant)
-        for st in self._by_id.values():
-            j = st.cfg.joint
-            if not 0 <= j < plant.n_joints:
-                raise ConfigError(f"joint {j} out of range for a {plant.n_joints}-joint plant",
-                                  field=f"motor {st.cfg.can_id}.joint")
-            mp = st.cfg.mapping
-            lim = abs(st.limits.t_max_nm * mp.gear_ratio * mp.efficiency)
-            cur = plant.torque_limit_nm[j]
-            plant.set_torque_limit([min(cur, lim)], joints=[j])
-
-    @property
-    def can_ids(self) -> tuple[int, ...]:
-        return tuple(self._by_id)
-
-    def motor_mode(self, can_id: int) -> bool:
-        return self._state(can_id).motor_mode
-
-    def commands_applied(self, can_id: int) -> int:
-        """Number of command frames applied to the plant by this motor."""
-        return self._state(can_id).commands
-
-    def _state(self, can_id: int) -> _MitState:
-        try:
-            return self._by_id[can_id]
-        except KeyError as err:
-            raise DriverError(f"no emulated MIT motor with id {can_id}") from err
-
-    # -- fault injection ---------------------------------------------------------
-    def inject_fault(self, can_id: int, code: int = 1, *, temperature_c: float | None = None) -> None:
-        """Latch error ``code`` (1 over-temperature, 2 over-current, ...) on a motor."""
-        if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
-            raise DriverError(f"fault code must be in 1..255, got {code!r}")
-        with self._lock:
-            st = self._state(can_id)
-            st.fault = code
-            if temperature_c is not None:
-                st.temperature_c = float(temperature_c)
-            self._zero_output(st)
-            st.motor_mode = False
-
-    def set_silent(self, can_id: int, silent: bool = True) -> None:
-        """Disconnect (``True``) or reconnect a motor from the bus."""
-        with self._lock:
-            self._state(can_id).silent = bool(silent)
-
-    # -- behaviour -------------------------------------------------------------------
-    def _zero_output(self, st: _MitState) -> None:
-        self.plant.set_joint_command(st.cfg.joint, 0.0)
-        st.armed = False
-
-    def accepts(self, msg: can.Message) -> bool:
-        return (not msg.is_extended_id and not msg.is_remote_frame
-                and msg.arbitration_id in self._by_id)
-
-    def next_timer_s(self) -> float:
-        if self._wd is None:
-            return math.inf
-        with self._lock:
-            return min((st.last_cmd_t + self._wd for st in self._by_id.values() if st.armed),
-                       default=math.inf)
-
-    def on_timer(self, t_s: float) -> list[can.Message]:
-        with self._lock:
-            for st in self._by_id.values():
-                if st.armed and st.last_cmd_t + self._wd <= t_s:
-                    self._zero_output(st)
-        return []
-
-    def on_frame(self, msg: can.Message, t_s: float) -> list[can.Message] | None:
-        with self._lock:
-            st = self._by_id.get(msg.arbitration_id)
-            if st is None or msg.is_remote_frame or st.silent:
-                return None
-            data = bytes(msg.data)
-            if len(data) != 8:
-                return []
-            kind = mitc.classify_command(data)
-            cfg = st.cfg
-            if kind == "enter":
-                if st.fault == 0:
-                    st.motor_mode = True
-                self._zero_output(st)
-            elif kind == "exit":
-                st.motor_mode = False
-                st.fault = 0
-                st.temperature_c = float(cfg.temperature_c)
-                self._zero_output(st)
-            elif kind == "zero":
-                q = self.plant.state.q[cfg.joint]
-                st.zero_m = float(cfg.mapping.joint_to_motor_position(q))
-            elif st.motor_mode:
-                cmd = mitc.decode_command(data, st.limits)
-                s, g, off, eff = st.map
-                g2e = g * g * eff
-                self.plant.set_joint_command(cfg.joint, s * cmd.t_nm * g * eff, cmd.kp * g2e,
-                                             cmd.kd * g2e, s * (cmd.p_rad + st.zero_m) / g + off,
-                                             s * cmd.v_rad_s / g)
-                st.last_cmd_t = t_s
-                st.armed = True
-                st.commands += 1
-            return [self._reply(st)]
-
-    def _reply(self, st: _MitState) -> can.Message:
-        _, q, qd, tau = self.plant.measure()
-        cfg = st.cfg
-        j = cfg.joint
-        s, g, off, eff = st.map
-        p = s * (float(q[j]) - off) * g - st.zero_m
-        v = s * float(qd[j]) * g
-        t = s * float(tau[j]) / (g * eff)
-        data = mitc.encode_reply(cfg.can_id, p, v, t, st.limits, variant=cfg.variant,
-                                 temperature_c=st.temperature_c, error=st.fault)
-        return _msg(self._reply_id, data)
-
-
-# ---------------------------------------------------------------------------
-# ODrive CANSimple: drivers/sim/odrive_emulator.py (re-exported here, loaded on first use)
+# The device emulators live in their own modules (they import this one) and are
+# re-exported here, loaded on first use:
+#   MIT protocol:     drivers/sim/mit_emulator.py
+#   ODrive CANSimple: drivers/sim/odrive_emulator.py
 # ---------------------------------------------------------------------------
 def __getattr__(name):
+    if name in ("MitEmulator", "MitMotorConfig", "MIT_DEVICE_FAULTS"):
+        from . import mit_emulator
+        return getattr(mit_emulator, name)
     if name in ("OdriveAxisConfig", "OdriveEmulator"):
         from . import odrive_emulator
         return getattr(odrive_emulator, name)

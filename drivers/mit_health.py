@@ -1,0 +1,202 @@
+"""Faults an MIT drive cannot report itself: a motor that replies but does not follow its commands.
+
+The classic 6-byte MIT reply carries no fault code, and even the 8-byte CubeMars
+reply says nothing when the power stage stops producing torque while the logic
+still answers (a limp motor), or when the drive's control loop hangs while its
+CAN interrupt keeps answering with the same state (frozen replies).  What the
+host *can* see is the reply's torque field, which the drive computes from the
+measured q-axis current, against the torque the drive was told to produce.
+
+:class:`FollowMonitor` does that per motor, motor side, every cycle:
+
+* expected torque ``u = t_ff + kp (p_des - p) + kd (v_des - v)`` from the command
+  actually sent (the decoded frame) and the state the drive reported with it,
+  clamped to the model's torque range;
+* the reply to the *next* command carries the current driven by ``u`` through the
+  current loop, modelled as first order: ``x_k = x_{k-1} + a (u_{k-1} - x_{k-1})``,
+  ``a = 1 - exp(-dt / lag_s)`` (``a = 1`` for ``lag_s = 0``);
+* **not following** (:data:`FAULT_NOT_FOLLOWING`): ``|t_meas - x| > tol_nm +
+  rel_tol |x|`` on ``window_cycles`` consecutive fresh replies;
+* **frozen** (:data:`FAULT_FROZEN`): ``frozen_cycles`` consecutive fresh replies
+  with byte-identical position/velocity/torque fields while the expected torque
+  ``x`` moved by more than ``tol_nm`` over them (a motor at rest under a constant
+  command legitimately repeats its reply; one told to change its torque does not).
+
+A fault latches (per joint) until :meth:`FollowMonitor.reset`.  The codes are
+above 255 so they never collide with a drive's own error byte.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from dynamics.errors import ConfigError
+
+__all__ = ["FollowConfig", "FollowMonitor", "FAULT_NOT_FOLLOWING", "FAULT_FROZEN",
+           "FAULT_OVER_TEMPERATURE", "DETECTED_FAULTS"]
+
+#: measured torque (current) does not follow the commanded torque
+FAULT_NOT_FOLLOWING = 0x100
+#: replies repeat byte for byte while the command changes
+FAULT_FROZEN = 0x101
+#: reported driver temperature above ``temperature_max_c`` (8-byte replies)
+FAULT_OVER_TEMPERATURE = 0x102
+
+#: Fault codes the MIT driver detects itself -> description.
+DETECTED_FAULTS: dict[int, str] = {
+    FAULT_NOT_FOLLOWING: "measured torque does not follow the command (limp motor?)",
+    FAULT_FROZEN: "replies frozen while the command changes (drive control loop stopped?)",
+    FAULT_OVER_TEMPERATURE: "reported temperature above temperature_max_c",
+}
+
+
+@dataclass(frozen=True)
+class FollowConfig:
+    """Settings of :class:`FollowMonitor` (motor side).
+
+    Attributes
+    ----------
+    enabled : bool
+        Run the checks (a hardware config must say ``false`` explicitly to switch them off).
+    lag_s : float
+        Time constant of the drive's current loop used for the prediction [s].
+    tol_nm : float or None
+        Absolute tolerance [N m]; ``None``: 1 % of the model's torque range.
+    rel_tol : float
+        Relative tolerance (fraction of the expected torque), in [0, 1).
+    window_cycles : int
+        Consecutive out-of-tolerance replies that make a "not following" fault.
+    frozen_cycles : int
+        Consecutive identical replies (with a changing command) that make a "frozen" fault.
+    """
+
+    enabled: bool = True
+    lag_s: float = 0.0005
+    tol_nm: float | None = None
+    rel_tol: float = 0.25
+    window_cycles: int = 10
+    frozen_cycles: int = 20
+
+    def __post_init__(self):
+        if not isinstance(self.enabled, bool):
+            raise ConfigError(f"must be true or false, got {self.enabled!r}", field="enabled")
+        if not (math.isfinite(self.lag_s) and 0.0 <= self.lag_s <= 0.1):
+            raise ConfigError(f"must be in [0, 0.1] s, got {self.lag_s!r}", field="lag_s")
+        if self.tol_nm is not None and not (math.isfinite(self.tol_nm) and self.tol_nm > 0):
+            raise ConfigError(f"must be finite and > 0, got {self.tol_nm!r}", field="tol_nm")
+        if not (math.isfinite(self.rel_tol) and 0.0 <= self.rel_tol < 1.0):
+            raise ConfigError(f"must be in [0, 1), got {self.rel_tol!r}", field="rel_tol")
+        for name in ("window_cycles", "frozen_cycles"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10_000:
+                raise ConfigError(f"must be an integer in [1, 10000], got {v!r}", field=name)
+
+
+class FollowMonitor:
+    """Per-motor "does the drive follow its commands" checks (see the module docstring).
+
+    Parameters
+    ----------
+    t_max_nm : sequence of float
+        Each motor's torque range half-width [N m] (motor side).
+    config : FollowConfig
+    """
+
+    def __init__(self, t_max_nm: Sequence[float], config: FollowConfig = FollowConfig()):
+        self.config = config
+        self._tmax = [float(t) for t in t_max_nm]
+        n = len(self._tmax)
+        self._tol = [config.tol_nm if config.tol_nm is not None else 0.01 * t for t in self._tmax]
+        self._x = [0.0] * n            # expected measured torque for the next reply
+        self._u = [0.0] * n            # torque the last command asks for
+        self._bad = [0] * n            # consecutive out-of-tolerance replies
+        self._same = [0] * n           # consecutive identical replies
+        self._last = [None] * n        # last reply fields (raw)
+        self._xlo = [0.0] * n          # range of x over the identical replies
+        self._xhi = [0.0] * n
+        self._t = None
+        self.codes = [0] * n           # latched fault code per motor (0: none)
+        self.residual_nm = [0.0] * n   # last measured - expected [N m]
+
+    @property
+    def n(self) -> int:
+        return len(self._tmax)
+
+    def reset(self, measured_nm: Sequence[float] | None = None) -> None:
+        """Clear the latches and the history (at enable); the filter starts at ``measured_nm``."""
+        n = self.n
+        m = [0.0] * n if measured_nm is None else [float(v) if math.isfinite(v) else 0.0 for v in measured_nm]
+        self._x = list(m)
+        self._u = list(m)
+        self._bad = [0] * n
+        self._same = [0] * n
+        self._last = [None] * n
+        self._t = None
+        self.codes = [0] * n
+        self.residual_nm = [0.0] * n
+
+    def update(self, t_s: float, fresh: Sequence[bool], replies: Sequence, commands: Sequence) -> list[int]:
+        """Check one cycle; return the latched codes (one per motor).
+
+        Parameters
+        ----------
+        t_s : float
+            Time of this cycle [s] (the loop's clock).
+        fresh : sequence of bool
+            Whether motor j answered this cycle.
+        replies : sequence of (p_rad, v_rad_s, t_nm, raw) or None
+            Motor-side values of this cycle's reply and its raw fields (any hashable,
+            compared for equality); ``None`` where there is none.
+        commands : sequence of (p_des, v_des, kp, kd, t_ff)
+            The command sent this cycle (decoded from its frame), motor side.
+        """
+        cfg = self.config
+        if not cfg.enabled:
+            return self.codes
+        dt = 0.0 if self._t is None else max(0.0, t_s - self._t)
+        self._t = t_s
+        a = 1.0 if cfg.lag_s == 0.0 else 1.0 - math.exp(-dt / cfg.lag_s) if dt > 0 else 0.0
+        for j in range(self.n):
+            # the reply to this cycle's command shows the current driven by the previous one
+            x = self._x[j] + a * (self._u[j] - self._x[j])
+            self._x[j] = x
+            rep = replies[j] if fresh[j] else None
+            p_des, v_des, kp, kd, t_ff = commands[j]
+            if rep is None:
+                # no state to evaluate the drive's PD with: assume it sees the target
+                u = t_ff
+            else:
+                p, v, t_meas, raw = rep
+                u = t_ff + kp * (p_des - p) + kd * (v_des - v)
+                if self.codes[j] == 0:
+                    self._check(j, x, t_meas, raw)
+            tm = self._tmax[j]
+            self._u[j] = tm if u > tm else -tm if u < -tm else u
+        return self.codes
+
+    def _check(self, j: int, x: float, t_meas: float, raw) -> None:
+        cfg = self.config
+        tol = self._tol[j]
+        r = t_meas - x
+        self.residual_nm[j] = r
+        if abs(r) > tol + cfg.rel_tol * abs(x):
+            self._bad[j] += 1
+            if self._bad[j] >= cfg.window_cycles:
+                self.codes[j] = FAULT_NOT_FOLLOWING
+                return
+        else:
+            self._bad[j] = 0
+        if raw == self._last[j]:
+            self._same[j] += 1
+            if x < self._xlo[j]:
+                self._xlo[j] = x
+            elif x > self._xhi[j]:
+                self._xhi[j] = x
+            if self._same[j] >= cfg.frozen_cycles and self._xhi[j] - self._xlo[j] > tol:
+                self.codes[j] = FAULT_FROZEN
+        else:
+            self._last[j] = raw
+            self._same[j] = 1
+            self._xlo[j] = self._xhi[j] = x

@@ -1,0 +1,354 @@
+"""Emulated MIT-protocol motors (CubeMars / T-Motor AK series in MIT mode, mini cheetah drives).
+
+What the emulator does, and the firmware behaviour it follows
+------------------------------------------------------------
+Sources: the CubeMars "AK Series Actuator Driver Manual" V1.0.8, section 5.3 (MIT
+power mode, p. 48-51), and B. Katz' mini cheetah motor-controller firmware
+(``CAN_com.cpp``, ``main.cpp``), from which the AK drives' MIT mode descends.
+
+* **Frames it answers**: classic data frames with the motor's 11-bit id and exactly
+  8 data bytes (the manual's command is "DLC: 8 bytes", p. 48).  Each is answered
+  with one reply (arbitration id ``reply_id``, the manual's "0X00", motor id in
+  byte 0) carrying the state at that moment, as the firmware packs its reply in the
+  receive interrupt.  Remote frames, error frames, extended ids, other ids and
+  frames of another length are ignored without a reply and change nothing (the
+  manual defines no answer to them; the closed CubeMars firmware cannot be checked,
+  so the emulator takes the conservative reading: not a command).
+* **Special frames** (seven ``0xFF`` then ``0xFC`` / ``0xFD`` / ``0xFE``, p. 48):
+  enter motor mode (refused while an error is latched), exit motor mode (clears
+  the latch, zero torque), set zero (the current position becomes 0).  All three
+  are answered, the manual's way to read the state without moving (p. 48).  Any
+  other ``0xFF x 7`` frame is an ordinary command, as in the firmware.
+* **Commands** apply only in motor mode.  Every field is clamped by its fixed-point
+  range (a 12-bit field cannot say more than ``t_max``); the total torque
+  (feed-forward plus the drive-side PD) is clamped to the model's torque range at the
+  plant (:meth:`MitEmulator.bind`).
+* **Watchdog**: the CubeMars manual documents none for MIT mode, so by default
+  there is none: a motor holds its last command until told otherwise (which is why
+  the driver must send EXIT_MOTOR_MODE and check it was answered).
+  ``watchdog_timeout_s`` emulates the mini cheetah firmware's optional CAN timeout
+  (``CAN_TIMEOUT``): no command for that long and the motor holds zero torque and
+  zero gains (still in motor mode) until the next command.
+* **Never stops serving**: nothing a frame can contain raises out of
+  :meth:`MitEmulator.on_frame` (fuzzed in the suite and by
+  ``benchmarks/bench_mit_emulator_fuzz.py``).
+
+Device faults (what a real drive can do that the bus cannot show)
+------------------------------------------------------------------
+:meth:`MitEmulator.inject_fault` latches an error code: the motor leaves motor mode,
+applies zero torque and reports the code in the 8-byte reply only.
+:meth:`MitEmulator.set_device_fault` sets a fault the drive does *not* report:
+
+* ``"limp"``: the power stage gives no torque (and the measured current, hence the
+  reply's torque field, decays to zero through the current-loop lag) while the logic
+  keeps answering normally;
+* ``"frozen"``: the drive's control loop stops: its last command stays applied and
+  every reply repeats the last one byte for byte.
+
+:meth:`MitEmulator.schedule_device_fault` starts one at a given loop time (used by
+``[driver.faults] device_fault`` in :mod:`drivers.sim.build`).  :meth:`set_silent`
+disconnects a motor from the bus.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import can
+
+from dynamics.errors import ConfigError, DriverError
+from ..base import JointMapping
+from ..codecs import mit as mitc
+from .emulators import EmulatedDevice, _msg
+from .plant import SimulatedPlant
+
+__all__ = ["MitMotorConfig", "MitEmulator", "MIT_DEVICE_FAULTS"]
+
+#: device faults the drive does not report (see the module docstring)
+MIT_DEVICE_FAULTS = ("limp", "frozen")
+
+
+@dataclass(frozen=True)
+class MitMotorConfig:
+    """One emulated MIT-protocol motor.
+
+    Attributes
+    ----------
+    can_id : int
+        The motor's CAN id (1..255); it answers frames with this id.
+    joint : int
+        Plant joint it drives.
+    limits : MitLimits or str
+        Protocol field ranges (or a key of :data:`drivers.codecs.mit.MIT_MODELS`).
+    mapping : JointMapping
+        Joint <-> motor side (must match the driver's).
+    variant : {"classic6", "cubemars8"}
+        Reply layout (``"servo7"`` is accepted as an alias of ``"cubemars8"``).
+    temperature_c : float
+        Driver temperature reported in the 8-byte reply [degC].
+    """
+
+    can_id: int
+    joint: int
+    limits: mitc.MitLimits | str = "AK80-9"
+    mapping: JointMapping = field(default_factory=JointMapping)
+    variant: str = "classic6"
+    temperature_c: float = 35.0
+
+
+class _MitState:
+    __slots__ = ("cfg", "limits", "motor_mode", "zero_m", "last_cmd_t", "fault", "silent",
+                 "temperature_c", "commands", "armed", "map", "device_fault", "scheduled",
+                 "last_reply", "received")
+
+    def __init__(self, cfg: MitMotorConfig, limits: mitc.MitLimits):
+        self.cfg = cfg
+        m = cfg.mapping
+        # (sign, gear ratio, offset, efficiency) as floats for the hot path
+        self.map = (float(m.sign), float(m.gear_ratio), float(m.offset_rad), float(m.efficiency))
+        self.limits = limits
+        self.motor_mode = False
+        self.zero_m = 0.0          # raw motor position at the last "set zero"
+        self.last_cmd_t = -math.inf
+        self.fault = 0
+        self.silent = False
+        self.temperature_c = float(cfg.temperature_c)
+        self.commands = 0          # commands applied to the plant (for tests)
+        self.received = 0          # command frames received in motor mode (applied or not)
+        self.armed = False         # watchdog armed (a command is being held)
+        self.device_fault: str | None = None       # "limp" / "frozen" (not reported)
+        self.scheduled: tuple[float, str] | None = None
+        self.last_reply: bytes | None = None
+
+
+class MitEmulator(EmulatedDevice):
+    """MIT-protocol motors behaving like the firmware (see the module docstring).
+
+    Parameters
+    ----------
+    motors : sequence of MitMotorConfig
+        The motors (distinct ids, distinct joints).
+    reply_id : int
+        Arbitration id of the replies (the firmware's ``CAN_MASTER``, 0).
+    watchdog_timeout_s : float, optional
+        The mini cheetah firmware's CAN timeout [s] on the loop clock; ``None``
+        (default, as the CubeMars firmware documents none) disables it.
+    """
+
+    def __init__(self, motors: Sequence[MitMotorConfig], *, reply_id: int = 0,
+                 watchdog_timeout_s: float | None = None):
+        motors = list(motors)
+        if not motors:
+            raise ConfigError("at least one motor is required", field="motors")
+        self._by_id: dict[int, _MitState] = {}
+        joints = set()
+        for i, m in enumerate(motors):
+            if not isinstance(m, MitMotorConfig):
+                raise ConfigError(f"expected MitMotorConfig, got {type(m).__name__}",
+                                  field=f"motors[{i}]")
+            if isinstance(m.can_id, bool) or not isinstance(m.can_id, int) or not 1 <= m.can_id <= 0xFF:
+                raise ConfigError(f"can_id must be an integer in 1..255, got {m.can_id!r}",
+                                  field=f"motors[{i}].can_id")
+            if m.can_id in self._by_id or m.can_id == reply_id:
+                raise ConfigError(f"duplicate CAN id {m.can_id}", field=f"motors[{i}].can_id")
+            if m.joint in joints:
+                raise ConfigError(f"joint {m.joint} driven twice", field=f"motors[{i}].joint")
+            joints.add(m.joint)
+            lim = m.limits
+            if isinstance(lim, str):
+                if lim not in mitc.MIT_MODELS:
+                    raise ConfigError(f"unknown MIT model {lim!r}; known: {sorted(mitc.MIT_MODELS)}",
+                                      field=f"motors[{i}].limits")
+                lim = mitc.MIT_MODELS[lim]
+            try:
+                mitc.reply_length(m.variant)
+            except (DriverError, KeyError) as err:
+                raise ConfigError(str(err), field=f"motors[{i}].variant") from err
+            self._by_id[m.can_id] = _MitState(m, lim)
+        self._reply_id = int(reply_id)
+        if watchdog_timeout_s is not None:
+            w = float(watchdog_timeout_s)
+            if not math.isfinite(w) or w <= 0:
+                raise ConfigError(f"must be > 0, got {watchdog_timeout_s!r}",
+                                  field="watchdog_timeout_s")
+            watchdog_timeout_s = w
+        self._wd = watchdog_timeout_s
+        self._lock = threading.RLock()
+
+    # -- setup -----------------------------------------------------------------
+    def bind(self, plant: SimulatedPlant) -> None:
+        super().bind(plant)
+        for st in self._by_id.values():
+            j = st.cfg.joint
+            if not 0 <= j < plant.n_joints:
+                raise ConfigError(f"joint {j} out of range for a {plant.n_joints}-joint plant",
+                                  field=f"motor {st.cfg.can_id}.joint")
+            mp = st.cfg.mapping
+            lim = abs(st.limits.t_max_nm * mp.gear_ratio * mp.efficiency)
+            cur = plant.torque_limit_nm[j]
+            plant.set_torque_limit([min(cur, lim)], joints=[j])
+
+    @property
+    def can_ids(self) -> tuple[int, ...]:
+        return tuple(self._by_id)
+
+    def motor_mode(self, can_id: int) -> bool:
+        return self._state(can_id).motor_mode
+
+    def commands_applied(self, can_id: int) -> int:
+        """Number of command frames applied to the plant by this motor."""
+        return self._state(can_id).commands
+
+    def commands_received(self, can_id: int) -> int:
+        """Number of command frames received in motor mode (applied, or swallowed by a device fault)."""
+        return self._state(can_id).received
+
+    def _state(self, can_id: int) -> _MitState:
+        try:
+            return self._by_id[can_id]
+        except KeyError as err:
+            raise DriverError(f"no emulated MIT motor with id {can_id}") from err
+
+    # -- fault injection ---------------------------------------------------------
+    def inject_fault(self, can_id: int, code: int = 1, *, temperature_c: float | None = None) -> None:
+        """Latch error ``code`` (1 over-temperature, 2 over-current, ...) on a motor."""
+        if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
+            raise DriverError(f"fault code must be in 1..255, got {code!r}")
+        with self._lock:
+            st = self._state(can_id)
+            st.fault = code
+            if temperature_c is not None:
+                st.temperature_c = float(temperature_c)
+            self._zero_output(st)
+            st.motor_mode = False
+
+    def set_silent(self, can_id: int, silent: bool = True) -> None:
+        """Disconnect (``True``) or reconnect a motor from the bus."""
+        with self._lock:
+            self._state(can_id).silent = bool(silent)
+
+    def set_temperature(self, can_id: int, temperature_c: float) -> None:
+        """Set the driver temperature a motor reports (8-byte replies) [degC]."""
+        t = float(temperature_c)
+        if not math.isfinite(t):
+            raise DriverError(f"temperature must be finite, got {temperature_c!r}")
+        with self._lock:
+            self._state(can_id).temperature_c = t
+
+    def set_device_fault(self, can_id: int, kind: str | None) -> None:
+        """Start (``"limp"``, ``"frozen"``) or end (``None``) an unreported device fault now."""
+        if kind is not None and kind not in MIT_DEVICE_FAULTS:
+            raise DriverError(f"device fault must be one of {list(MIT_DEVICE_FAULTS)} or None, got {kind!r}")
+        with self._lock:
+            st = self._state(can_id)
+            st.scheduled = None
+            self._start_device_fault(st, kind)
+
+    def schedule_device_fault(self, can_id: int, kind: str, t_s: float) -> None:
+        """Start device fault ``kind`` on a motor with the first frame at loop time >= ``t_s``."""
+        if kind not in MIT_DEVICE_FAULTS:
+            raise DriverError(f"device fault must be one of {list(MIT_DEVICE_FAULTS)}, got {kind!r}")
+        t = float(t_s)
+        if not math.isfinite(t):
+            raise DriverError(f"fault time must be finite, got {t_s!r}")
+        with self._lock:
+            self._state(can_id).scheduled = (t, kind)
+
+    def device_fault(self, can_id: int) -> str | None:
+        """The unreported device fault active on a motor (``None``: healthy)."""
+        return self._state(can_id).device_fault
+
+    def _start_device_fault(self, st: _MitState, kind: str | None) -> None:
+        st.device_fault = kind
+        if kind == "limp" and self.plant is not None:
+            self._zero_output(st)
+
+    # -- behaviour -------------------------------------------------------------------
+    def _zero_output(self, st: _MitState) -> None:
+        self.plant.set_joint_command(st.cfg.joint, 0.0)
+        st.armed = False
+
+    def accepts(self, msg: can.Message) -> bool:
+        return (not msg.is_extended_id and not msg.is_remote_frame and not msg.is_error_frame
+                and msg.arbitration_id in self._by_id)
+
+    def next_timer_s(self) -> float:
+        if self._wd is None:
+            return math.inf
+        with self._lock:
+            return min((st.last_cmd_t + self._wd for st in self._by_id.values() if st.armed),
+                       default=math.inf)
+
+    def on_timer(self, t_s: float) -> list[can.Message]:
+        with self._lock:
+            for st in self._by_id.values():
+                if st.armed and st.last_cmd_t + self._wd <= t_s:
+                    self._zero_output(st)
+        return []
+
+    def on_frame(self, msg: can.Message, t_s: float) -> list[can.Message] | None:
+        with self._lock:
+            if msg.is_extended_id or msg.is_remote_frame or msg.is_error_frame:
+                return None
+            st = self._by_id.get(msg.arbitration_id)
+            if st is None or st.silent:
+                return None
+            data = bytes(msg.data)
+            if len(data) != 8:
+                return []
+            if st.scheduled is not None and t_s >= st.scheduled[0]:
+                kind = st.scheduled[1]
+                st.scheduled = None
+                self._start_device_fault(st, kind)
+            frozen = st.device_fault == "frozen"
+            kind = mitc.classify_command(data)
+            cfg = st.cfg
+            if frozen:
+                # the control loop is stopped: nothing is applied, the interrupt repeats its reply
+                if kind == "command" and st.motor_mode:
+                    st.received += 1
+            elif kind == "enter":
+                if st.fault == 0:
+                    st.motor_mode = True
+                self._zero_output(st)
+            elif kind == "exit":
+                st.motor_mode = False
+                st.fault = 0
+                st.temperature_c = float(cfg.temperature_c)
+                self._zero_output(st)
+            elif kind == "zero":
+                q = self.plant.state.q[cfg.joint]
+                st.zero_m = float(cfg.mapping.joint_to_motor_position(q))
+            elif st.motor_mode:
+                st.received += 1
+                if st.device_fault == "limp":
+                    self._zero_output(st)
+                else:
+                    cmd = mitc.decode_command(data, st.limits)
+                    s, g, off, eff = st.map
+                    g2e = g * g * eff
+                    self.plant.set_joint_command(cfg.joint, s * cmd.t_nm * g * eff, cmd.kp * g2e,
+                                                 cmd.kd * g2e, s * (cmd.p_rad + st.zero_m) / g + off,
+                                                 s * cmd.v_rad_s / g)
+                    st.last_cmd_t = t_s
+                    st.armed = True
+                    st.commands += 1
+            if frozen and st.last_reply is not None:
+                return [_msg(self._reply_id, st.last_reply)]
+            reply = self._reply(st)
+            st.last_reply = reply
+            return [_msg(self._reply_id, reply)]
+
+    def _reply(self, st: _MitState) -> bytes:
+        _, q, qd, tau = self.plant.measure()
+        cfg = st.cfg
+        j = cfg.joint
+        s, g, off, eff = st.map
+        p = s * (float(q[j]) - off) * g - st.zero_m
+        v = s * float(qd[j]) * g
+        t = s * float(tau[j]) / (g * eff)
+        return mitc.encode_reply(cfg.can_id, p, v, t, st.limits, variant=cfg.variant,
+                                 temperature_c=st.temperature_c, error=st.fault)
