@@ -40,6 +40,7 @@ per-cycle ``missing``, ``corrupt`` (CRC or framing errors), ``status_errors``
 from __future__ import annotations
 
 import math
+import termios
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -233,7 +234,10 @@ class DynamixelDriver(Driver):
 
     # -- port I/O ------------------------------------------------------------------------------
     def _flush(self) -> None:
-        self._port.reset_input()
+        try:
+            self._port.reset_input()
+        except termios.error as err:          # pyserial lets this through when the adapter is gone
+            raise CommsError(f"serial port {getattr(self._port, 'url', '?')!r}: {err}") from err
         self._framer.clear()
         self._ready.clear()
 

@@ -375,6 +375,14 @@ class EmulatedServo:
         return self._status(StatusError.CRC) if self._answers(Inst.WRITE) else None
 
 
+def _warm_plant(plant: SimulatedPlant) -> None:
+    """Step a throw-away copy of the plant once, so that the just-in-time compilation of its
+    kernel happens here and not in the serving thread during the first exchanges (where it
+    would look like servos that do not answer)."""
+    scratch = SimulatedPlant(plant.model, q0=plant.state.q, dt_max_s=plant.step_s * 2, substeps=2, t0_s=0.0)
+    scratch.advance_to(plant.step_s * 4)
+
+
 class DynamixelBusEmulator:
     """A Dynamixel bus on a pseudo-terminal, served from a background thread.
 
@@ -402,6 +410,7 @@ class DynamixelBusEmulator:
             raise ConfigError(f"must be a positive integer, got {baudrate!r}", field="baudrate")
         self._servos: dict[int, EmulatedServo] = {}
         self.plant = plant
+        _warm_plant(plant)
         self._lock = threading.RLock()
         self.add_servos(servos)
         self._now = now

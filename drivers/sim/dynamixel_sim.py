@@ -27,16 +27,6 @@ from dynamics.errors import ConfigError
 __all__ = ["build_sim_dynamixel"]
 
 
-def _warm_plant(plant) -> None:
-    """Step a throw-away copy of the plant once, so the just-in-time compilation of its kernel
-    happens here and not in the emulator thread during the first cycles (where it would look
-    like servos that do not answer)."""
-    from .plant import SimulatedPlant
-    scratch = SimulatedPlant(plant.model, q0=plant.state.q, dt_max_s=plant.step_s * 2, substeps=2,
-                             t0_s=0.0)
-    scratch.advance_to(plant.step_s * 4)
-
-
 def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transports=None,
                         model: Model | None = None, rng: np.random.Generator | None = None):
     """Registry builder of ``type = "sim_dynamixel"`` (see module docstring)."""
@@ -55,7 +45,6 @@ def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transport
     poll = emu_sec.float("poll_s", 0.005, minimum=0.0, strict_min=True)
     emu_sec.finish()
     baud = section.int("baudrate", 4_000_000, minimum=1) if section.has("baudrate") else 4_000_000
-    _warm_plant(plant)
     emu = DynamixelBusEmulator([], plant, now, baudrate=baud, poll_s=poll)
     try:
         rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True) \
