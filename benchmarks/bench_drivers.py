@@ -71,9 +71,51 @@ def run(quick: bool = False) -> list[dict]:
         tcmd = Command(torque_nm=rng.uniform(-5, 5, n))
         med, p99 = _time_call(od.make_commands, tcmd, repeat=repeat, number=number)
         rows.append({"case": f"odrive make_commands, {n} axes", "median_us": med, "p99_us": p99})
+    rows += _dynamixel_rows(repeat, number)
     est = oc.encode_encoder_estimates(1.0, 2.0)
     med, p99 = _time_call(oc.decode_encoder_estimates, est, repeat=repeat, number=number * 5)
     rows.append({"case": "odrive decode_encoder_estimates", "median_us": med, "p99_us": p99})
+    return rows
+
+
+def _dynamixel_rows(repeat: int, number: int) -> list[dict]:
+    """Dynamixel: make_command (Sync Write) and a full cycle against emulated servos on a pty."""
+    from drivers.base import Command, JointMapping
+    from drivers.codecs import dynamixel as dx
+    from drivers.dynamixel import DynamixelDriver, DynamixelServo
+    from drivers.serial_port import SerialTransport
+    from drivers.sim.dynamixel_emulator import DynamixelBusEmulator, ServoConfig
+    from drivers.sim.plant import SimulatedPlant
+    from dynamics import load_model
+    from pathlib import Path
+
+    rows = []
+    xm = dx.DXL_MODELS["XM430-W350"]
+    mapping = JointMapping(torque_constant_nm_per_a=xm.torque_constant_nm_per_a)
+    root = Path(__file__).resolve().parents[1] / "hil_configs" / "robots"
+    for n in (3, 6):
+        model = load_model(root / ("dxl_3dof_arm.toml" if n == 3 else "arm6_demo.toml"))
+        servos = [DynamixelServo(i + 1, xm, mapping) for i in range(n)]
+        drv = DynamixelDriver(None, servos, now=time.monotonic, owns_port=False)
+        cmd = Command(torque_nm=np.linspace(-1.0, 1.0, n))
+        med, p99 = _time_call(drv.make_command, cmd, repeat=repeat, number=number)
+        rows.append({"case": f"dynamixel make_command (Sync Write), {n} servos", "median_us": med, "p99_us": p99})
+        t = [0.0]
+        plant = SimulatedPlant(model, q0=np.zeros(n))
+        with DynamixelBusEmulator([ServoConfig(i + 1, i, xm, mapping) for i in range(n)], plant,
+                                  lambda: t[0], baudrate=4_000_000) as emu:
+            port = SerialTransport(emu.port_path, baudrate=4_000_000, timeout_s=0.05)
+            with DynamixelDriver(port, servos, now=lambda: t[0], reply_timeout_s=0.05, status_every=0) as d:
+                d.enable()
+                zero = Command(np.zeros(n))
+
+                def one():
+                    t[0] += 1e-3
+                    d.cycle(zero)
+                med, p99 = _time_call(one, repeat=max(20, repeat // 5), number=max(5, number // 5))
+        rows.append({"case": f"dynamixel cycle vs emulated servos (pty, 4 Mbit/s modelled), {n} servos",
+                     "median_us": med, "p99_us": p99,
+                     "note": "includes the modelled wire time and the emulator thread"})
     return rows
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "classic_frame_bits", "fd_frame_bits", "fd_payload_length", "frame_time_s",
     "mit_flows", "odrive_flows", "bus_load", "budget", "mit_budget", "odrive_budget", "driver_budget",
     "TIGHT_ABOVE",
+    "SerialBudget", "dynamixel_cycle_bytes", "dynamixel_budget", "SERIAL_BITS_PER_BYTE",
 ]
 
 #: utilisation above which the verdict is "tight"
@@ -399,3 +400,141 @@ def driver_budget(driver, loop_hz: float, *, stuffing: str = "worst",
     if flows is None:
         raise ConfigError(f"{type(driver).__name__} has no CAN bus flows to budget")
     return budget(flows(loop_hz), loop_hz, stuffing=stuffing, tight_above=tight_above)
+
+
+# ---------------------------------------------------------------------------
+# Dynamixel Protocol 2.0 on a half-duplex serial bus
+# ---------------------------------------------------------------------------
+#: bits on the wire per byte on a Dynamixel bus (8N1: start, 8 data, stop)
+SERIAL_BITS_PER_BYTE = 10
+_DXL_HEAD = 10      # header 4, ID, length 2, instruction, CRC 2
+_READ_MODES = ("fast_sync", "sync")
+
+
+@dataclass(frozen=True)
+class SerialBudget:
+    """Per-cycle time of a Dynamixel bus (one Sync Write + one (Fast) Sync Read per cycle).
+
+    Attributes
+    ----------
+    n_servos : int
+    loop_hz : float
+    baudrate : int
+        [bit/s]
+    read_mode : str
+    bytes_out, bytes_in : int
+        Bytes the host sends / the servos answer per cycle (no byte stuffing).
+    wire_time_s : float
+        Their time on the wire at ``baudrate`` (10 bits per byte).
+    delay_s : float
+        Return delays (once for Fast Sync Read, once per servo for Sync Read)
+        plus ``host_latency_s`` (USB adapter turnaround, if given).
+    cycle_time_s : float
+        ``wire_time_s + delay_s``.
+    utilisation : float
+        ``cycle_time_s * loop_hz``.
+    verdict : str
+        ``"ok"`` (<= 70 %), ``"tight"`` (<= 100 %) or ``"over"``.
+    max_servos_ok, max_servos_fit : int
+        Most servos of this configuration that stay under 70 % / 100 % of the period.
+    """
+
+    n_servos: int
+    loop_hz: float
+    baudrate: int
+    read_mode: str
+    bytes_out: int
+    bytes_in: int
+    wire_time_s: float
+    delay_s: float
+    cycle_time_s: float
+    utilisation: float
+    verdict: str
+    max_servos_ok: int
+    max_servos_fit: int
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict != "over"
+
+    def summary(self) -> str:
+        """Human-readable report."""
+        return (f"Dynamixel bus at {self.baudrate / 1e6:g} Mbit/s, {self.n_servos} servos, {self.read_mode} read, "
+                f"{self.loop_hz:g} Hz: {self.bytes_out} B out + {self.bytes_in} B in per cycle = "
+                f"{1e6 * self.wire_time_s:.0f} us on the wire + {1e6 * self.delay_s:.0f} us delays = "
+                f"{1e6 * self.cycle_time_s:.0f} us ({100 * self.utilisation:.1f} % of the period) -> "
+                f"{self.verdict.upper()}; at most {self.max_servos_ok} servos under {100 * TIGHT_ABOVE:.0f} %, "
+                f"{self.max_servos_fit} under 100 %")
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def dynamixel_cycle_bytes(n_servos: int, *, read_mode: str = "fast_sync", write_bytes: int = 2,
+                          read_bytes: int = 10) -> tuple[int, int]:
+    """``(bytes_out, bytes_in)`` of one cycle: Sync Write of ``write_bytes`` per servo (Goal Current)
+    and a (Fast) Sync Read of ``read_bytes`` per servo (Present Current/Velocity/Position).
+
+    Packet sizes (e-Manual, Protocol 2.0): Sync Write 14 + n (1 + w); Sync Read request
+    14 + n; Sync Read answers n (11 + r); Fast Sync Read answer 8 + n (4 + r).
+    """
+    if isinstance(n_servos, bool) or not isinstance(n_servos, int) or n_servos < 1:
+        raise ConfigError(f"n_servos must be a positive integer, got {n_servos!r}")
+    if read_mode not in _READ_MODES:
+        raise ConfigError(f"read_mode must be one of {_READ_MODES}, got {read_mode!r}")
+    out = (_DXL_HEAD + 4 + n_servos * (1 + write_bytes)) + (_DXL_HEAD + 4 + n_servos)
+    if read_mode == "fast_sync":
+        inn = 8 + n_servos * (4 + read_bytes)
+    else:
+        inn = n_servos * (_DXL_HEAD + 1 + read_bytes)
+    return out, inn
+
+
+def _dxl_cycle_s(n: int, baudrate: int, return_delay_s: float, read_mode: str, host_latency_s: float) -> tuple:
+    out, inn = dynamixel_cycle_bytes(n, read_mode=read_mode)
+    wire = (out + inn) * SERIAL_BITS_PER_BYTE / baudrate
+    delay = return_delay_s * (1 if read_mode == "fast_sync" else n) + host_latency_s
+    return out, inn, wire, delay
+
+
+def dynamixel_budget(n_servos: int, loop_hz: float, *, baudrate: int = 4_000_000, return_delay_s: float = 0.0,
+                     read_mode: str = "fast_sync", host_latency_s: float = 0.0,
+                     tight_above: float = TIGHT_ABOVE) -> SerialBudget:
+    """Does one Sync Write + (Fast) Sync Read per cycle of ``n_servos`` fit in the period?
+
+    Parameters
+    ----------
+    n_servos : int
+    loop_hz : float
+        Control loop rate [Hz].
+    baudrate : int
+        Bus speed [bit/s] (X series: up to 4.5 Mbit/s).
+    return_delay_s : float
+        Return Delay Time of the servos [s] (factory 500 us; the driver sets 0 by default).
+    read_mode : {"fast_sync", "sync"}
+    host_latency_s : float
+        Host-side turnaround per cycle [s] (USB adapter latency timer, OS); 0 counts the bus only.
+    """
+    if not (isinstance(loop_hz, (int, float)) and math.isfinite(loop_hz) and loop_hz > 0):
+        raise ConfigError(f"loop_hz must be finite and > 0, got {loop_hz!r}")
+    if isinstance(baudrate, bool) or not isinstance(baudrate, int) or baudrate <= 0:
+        raise ConfigError(f"baudrate must be a positive integer, got {baudrate!r}")
+    for name, v in (("return_delay_s", return_delay_s), ("host_latency_s", host_latency_s)):
+        if not (math.isfinite(v) and v >= 0):
+            raise ConfigError(f"{name} must be finite and >= 0, got {v!r}")
+    out, inn, wire, delay = _dxl_cycle_s(n_servos, baudrate, return_delay_s, read_mode, host_latency_s)
+    period = 1.0 / loop_hz
+    util = (wire + delay) / period
+
+    def most(frac: float) -> int:
+        k = 0
+        while k < 253:
+            _, _, w, d = _dxl_cycle_s(k + 1, baudrate, return_delay_s, read_mode, host_latency_s)
+            if w + d > frac * period:
+                break
+            k += 1
+        return k
+
+    verdict = "over" if util > 1.0 else "tight" if util > tight_above else "ok"
+    return SerialBudget(n_servos, float(loop_hz), baudrate, read_mode, out, inn, wire, delay, wire + delay,
+                        util, verdict, most(tight_above), most(1.0))

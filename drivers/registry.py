@@ -41,6 +41,10 @@ Common keys of CAN drivers (``mit_can``, ``odrive_can``)::
 (device path or pyserial URL), ``baudrate`` and ``[[driver.joints]]`` with
 ``axis`` (0 or 1) and the mapping keys; see :func:`drivers.odrive.build_ascii`.
 
+``dynamixel`` (Dynamixel X series, Protocol 2.0 on a serial port, current control) takes
+``port``, ``baudrate``, ``read_mode``, ``return_delay_us``, ``bus_watchdog_ms`` and
+``[[driver.joints]]`` with ``id`` and ``model``; see :func:`drivers.dynamixel.build`.
+
 ``transports``: an optional mapping bus name -> already-open
 :class:`~drivers.transport.CanTransport` (the simulation passes virtual
 buses this way).  Buses given there need no ``bus``/``buses`` entry; buses
@@ -67,9 +71,11 @@ DRIVER_TYPES: dict[str, str] = {
     "mit_can": "drivers.mit:build",
     "odrive_can": "drivers.odrive:build",
     "odrive_ascii": "drivers.odrive:build_ascii",
+    "dynamixel": "drivers.dynamixel:build",
     "sim_direct": "drivers.sim.build:build_sim_direct",
     "sim_mit_can": "drivers.sim.build:build_sim_mit_can",
     "sim_odrive_can": "drivers.sim.build:build_sim_odrive_can",
+    "sim_dynamixel": "drivers.sim.dynamixel_sim:build_sim_dynamixel",
 }
 
 DEFAULT_BUS = "default"

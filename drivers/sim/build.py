@@ -501,3 +501,10 @@ def build_sim_odrive_can(section: Section, *, now: Callable[[], float], transpor
                          ) -> EmulatedDriver:
     """Registry builder of ``type = "sim_odrive_can"`` (see module docstring)."""
     return _build_emulated(section, "odrive_can", now=now, transports=transports, model=model, rng=rng)
+
+
+def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transports=None,
+                        model: Model | None = None, rng: np.random.Generator | None = None):
+    """Registry builder of ``type = "sim_dynamixel"`` (see :mod:`drivers.sim.dynamixel_sim`)."""
+    from .dynamixel_sim import build_sim_dynamixel as build
+    return build(section, now=now, transports=transports, model=model, rng=rng)

@@ -1,0 +1,664 @@
+"""Emulated Dynamixel X-series servos on a pseudo-terminal, driving a :class:`SimulatedPlant`.
+
+:class:`DynamixelBusEmulator` opens a pseudo-terminal pair (``os.openpty``)
+and answers on the master side; a driver (ours, or ``dynamixel_sdk``) opens
+:attr:`~DynamixelBusEmulator.port_path` like a real serial port.  Behind it,
+one :class:`EmulatedServo` per ID behaves like the X-series firmware
+(e-Manual, "DYNAMIXEL Protocol 2.0" and the model pages):
+
+* control table with sizes, access rights and ranges: a write to a read-only
+  or undefined address, or to the EEPROM area while Torque Enable is 1, gets
+  Access Error (0x07); a value outside its range Data Range Error (0x04);
+  a Goal Current beyond Current Limit (38) Data Limit Error (0x06); a write
+  that covers part of an item Data Length Error (0x05); nothing is written then;
+* Ping, Read, Write, Reboot, Sync Write, Sync Read, Fast Sync Read; broadcast
+  Read/Write get no status; Status Return Level (68) decides which
+  instructions are answered; packets for other IDs are ignored;
+* a packet with a CRC error addressed to this ID is answered with CRC Error
+  (0x03) and not executed (broadcast ones are dropped silently);
+* current control (Operating Mode 0): with torque on, the plant joint gets
+  ``kt * Goal Current`` through the joint mapping; Present Current is the
+  plant's applied torque back in current units; Present Position is the
+  multi-turn pulse count, Present Velocity in 0.229 rev/min;
+* Bus Watchdog (98): with torque on and a value k > 0, no instruction packet
+  for this device for k x 20 ms (loop clock) stops the motor and sets the
+  value to -1; Goal values then refuse writes (Data Range Error) until 0 is
+  written;
+* hardware errors: input voltage outside the voltage limits (32, 34),
+  temperature above Temperature Limit (31), and injected ones (overload...)
+  set Hardware Error Status (70) and the Alert bit (0x80) of every status
+  packet; bits enabled in Shutdown (63) turn the torque off until Reboot.
+
+Timing: replies are written to the master after the request's and reply's
+wire time at ``baudrate`` (10 bits per byte) plus the servo's Return Delay
+Time (9), one device after the other, all in wall-clock time.  The plant is
+advanced on the loop clock ``now()`` when a packet has been received (timed
+events such as a watchdog expiry at their own due time), as
+:class:`~drivers.sim.emulators.EmulatorHost` does for the CAN devices.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import os
+import select
+import threading
+import time
+import tty
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from dynamics.errors import CommsError, ConfigError, DecodeError, DriverError
+from ..base import JointMapping
+from ..codecs import dynamixel as dx
+from ..codecs.dynamixel import Addr, Inst, StatusError
+from .plant import SimulatedPlant
+
+__all__ = ["ServoConfig", "EmulatedServo", "DynamixelBusEmulator"]
+
+_BITS_PER_BYTE = 10    # 8N1
+_TIME_EPS_S = 1e-9
+
+
+@dataclass(frozen=True)
+class _Item:
+    size: int
+    signed: bool = False
+    writable: bool = True
+    eeprom: bool = False
+    lo: int = 0
+    hi: int = 0
+
+
+def _items(model: dx.DxlModel) -> dict[int, _Item]:
+    E = dict(eeprom=True)
+    return {
+        Addr.MODEL_NUMBER: _Item(2, writable=False),
+        2: _Item(4, writable=False),                      # Model Information
+        Addr.FIRMWARE_VERSION: _Item(1, writable=False),
+        Addr.ID: _Item(1, lo=0, hi=252, **E),
+        Addr.BAUD_RATE: _Item(1, lo=0, hi=7, **E),
+        Addr.RETURN_DELAY_TIME: _Item(1, lo=0, hi=254, **E),
+        Addr.DRIVE_MODE: _Item(1, lo=0, hi=5, **E),
+        Addr.OPERATING_MODE: _Item(1, lo=0, hi=16, **E),
+        12: _Item(1, lo=0, hi=255, **E),                  # Secondary ID
+        13: _Item(1, lo=1, hi=2, **E),                    # Protocol Type
+        Addr.HOMING_OFFSET: _Item(4, signed=True, lo=-1044479, hi=1044479, **E),
+        24: _Item(4, lo=0, hi=1023, **E),                 # Moving Threshold
+        Addr.TEMPERATURE_LIMIT: _Item(1, lo=0, hi=100, **E),
+        Addr.MAX_VOLTAGE_LIMIT: _Item(2, lo=model.min_voltage_lsb, hi=model.max_voltage_lsb, **E),
+        Addr.MIN_VOLTAGE_LIMIT: _Item(2, lo=model.min_voltage_lsb, hi=model.max_voltage_lsb, **E),
+        Addr.PWM_LIMIT: _Item(2, lo=0, hi=885, **E),
+        Addr.CURRENT_LIMIT: _Item(2, lo=0, hi=model.current_limit_lsb, **E),
+        Addr.VELOCITY_LIMIT: _Item(4, lo=0, hi=1023, **E),
+        Addr.MAX_POSITION_LIMIT: _Item(4, lo=0, hi=4095, **E),
+        Addr.MIN_POSITION_LIMIT: _Item(4, lo=0, hi=4095, **E),
+        Addr.SHUTDOWN: _Item(1, lo=0, hi=255, **E),
+        Addr.TORQUE_ENABLE: _Item(1, lo=0, hi=1),
+        Addr.LED: _Item(1, lo=0, hi=1),
+        Addr.STATUS_RETURN_LEVEL: _Item(1, lo=0, hi=2),
+        Addr.REGISTERED_INSTRUCTION: _Item(1, writable=False),
+        Addr.HARDWARE_ERROR_STATUS: _Item(1, writable=False),
+        Addr.BUS_WATCHDOG: _Item(1, signed=True, lo=0, hi=127),
+        Addr.GOAL_PWM: _Item(2, signed=True, lo=-885, hi=885),
+        Addr.GOAL_CURRENT: _Item(2, signed=True, lo=-model.current_limit_lsb, hi=model.current_limit_lsb),
+        Addr.GOAL_VELOCITY: _Item(4, signed=True, lo=-1023, hi=1023),
+        108: _Item(4, lo=0, hi=32767),                    # Profile Acceleration
+        112: _Item(4, lo=0, hi=32767),                    # Profile Velocity
+        Addr.GOAL_POSITION: _Item(4, signed=True, lo=-1048575, hi=1048575),
+        Addr.REALTIME_TICK: _Item(2, writable=False),
+        Addr.MOVING: _Item(1, writable=False),
+        123: _Item(1, writable=False),                    # Moving Status
+        Addr.PRESENT_PWM: _Item(2, signed=True, writable=False),
+        Addr.PRESENT_CURRENT: _Item(2, signed=True, writable=False),
+        Addr.PRESENT_VELOCITY: _Item(4, signed=True, writable=False),
+        Addr.PRESENT_POSITION: _Item(4, signed=True, writable=False),
+        136: _Item(4, signed=True, writable=False),
+        140: _Item(4, signed=True, writable=False),
+        Addr.PRESENT_INPUT_VOLTAGE: _Item(2, writable=False),
+        Addr.PRESENT_TEMPERATURE: _Item(1, writable=False),
+    }
+
+
+_TABLE_END = 148          # reads beyond the RAM block are refused (no indirect area emulated)
+_GOALS = (Addr.GOAL_PWM, Addr.GOAL_CURRENT, Addr.GOAL_VELOCITY, Addr.GOAL_POSITION)
+
+
+@dataclass(frozen=True)
+class ServoConfig:
+    """One emulated servo.
+
+    Attributes
+    ----------
+    dxl_id : int
+        Bus ID (0..252).
+    joint : int
+        Plant joint it drives.
+    model : DxlModel or str
+        Model (or a key of :data:`drivers.codecs.dynamixel.DXL_MODELS`).
+    mapping : JointMapping
+        Joint <-> servo output side (as the driver's); ``torque_constant_nm_per_a``
+        is the servo's output torque per A.
+    firmware_version : int
+    supply_voltage_v : float
+    temperature_c : float
+    """
+
+    dxl_id: int
+    joint: int
+    model: dx.DxlModel | str = "XM430-W350"
+    mapping: JointMapping = field(default_factory=JointMapping)
+    firmware_version: int = 52
+    supply_voltage_v: float = 12.0
+    temperature_c: float = 35.0
+
+
+class EmulatedServo:
+    """One X-series servo: control table, instruction processing, watchdog, hardware errors."""
+
+    def __init__(self, cfg: ServoConfig, plant: SimulatedPlant):
+        model = cfg.model
+        if isinstance(model, str):
+            if model not in dx.DXL_MODELS:
+                raise ConfigError(f"unknown Dynamixel model {model!r}; known: {sorted(dx.DXL_MODELS)}",
+                                  field="model")
+            model = dx.DXL_MODELS[model]
+        if not 0 <= cfg.joint < plant.n_joints:
+            raise ConfigError(f"joint {cfg.joint} out of range for a {plant.n_joints}-joint plant", field="joint")
+        self.cfg = cfg
+        self.model = model
+        self.plant = plant
+        self.items = _items(model)
+        self.supply_voltage_v = float(cfg.supply_voltage_v)
+        self.temperature_c = float(cfg.temperature_c)
+        self.injected = 0            # injected hardware error bits (kept until reboot)
+        self.silent = False
+        self.instructions = 0        # instruction packets executed (for tests)
+        self.last_instruction_t = -math.inf
+        self._t0 = float(plant.t_s)
+        self._tab = bytearray(_TABLE_END)
+        self._factory()
+        # the servo limits the plant joint to what its Current Limit can give
+        m = cfg.mapping
+        lim = abs(m.motor_to_joint_torque(model.current_limit_a * m.torque_constant_nm_per_a))
+        plant.set_torque_limit([min(float(plant.torque_limit_nm[cfg.joint]), float(lim))], joints=[cfg.joint])
+
+    # -- table -------------------------------------------------------------------------------------
+    def _factory(self) -> None:
+        m = self.model
+        t = self._tab
+        t[:] = bytes(len(t))
+        self._put(Addr.MODEL_NUMBER, m.model_number)
+        self._put(Addr.FIRMWARE_VERSION, self.cfg.firmware_version)
+        self._put(Addr.ID, self.cfg.dxl_id)
+        self._put(Addr.BAUD_RATE, 1)
+        self._put(Addr.RETURN_DELAY_TIME, 250)
+        self._put(Addr.OPERATING_MODE, 3)
+        self._put(12, 255)
+        self._put(13, 2)
+        self._put(24, 10)
+        self._put(Addr.TEMPERATURE_LIMIT, m.temperature_limit_c)
+        self._put(Addr.MAX_VOLTAGE_LIMIT, m.max_voltage_lsb)
+        self._put(Addr.MIN_VOLTAGE_LIMIT, m.min_voltage_lsb)
+        self._put(Addr.PWM_LIMIT, 885)
+        self._put(Addr.CURRENT_LIMIT, m.current_limit_lsb)
+        self._put(Addr.VELOCITY_LIMIT, m.velocity_limit_lsb)
+        self._put(Addr.MAX_POSITION_LIMIT, 4095)
+        self._put(Addr.SHUTDOWN, m.shutdown_default)
+        self._reset_ram()
+
+    def _reset_ram(self) -> None:
+        for a in range(Addr.TORQUE_ENABLE, _TABLE_END):
+            self._tab[a] = 0
+        self._put(Addr.STATUS_RETURN_LEVEL, 2)
+        self.injected = 0
+        self._apply_output()
+
+    def _put(self, addr: int, value: int) -> None:
+        it = self.items[addr]
+        self._tab[addr:addr + it.size] = int(value).to_bytes(it.size, "little", signed=it.signed)
+
+    def get(self, addr: int) -> int:
+        """Value of the item at ``addr`` (as the device holds it)."""
+        it = self.items[addr]
+        return int.from_bytes(self._tab[addr:addr + it.size], "little", signed=it.signed)
+
+    @property
+    def dxl_id(self) -> int:
+        return self._tab[Addr.ID]
+
+    @property
+    def torque_on(self) -> bool:
+        return self._tab[Addr.TORQUE_ENABLE] == 1
+
+    @property
+    def hardware_error(self) -> int:
+        return self._tab[Addr.HARDWARE_ERROR_STATUS]
+
+    # -- plant coupling ----------------------------------------------------------------------------
+    def _apply_output(self) -> None:
+        j = self.cfg.joint
+        cur = 0.0
+        if self._tab[Addr.TORQUE_ENABLE] == 1 and self._tab[Addr.OPERATING_MODE] == 0 and self.get(Addr.BUS_WATCHDOG) >= 0:
+            cur = self.model.lsb_to_current(self.get(Addr.GOAL_CURRENT))
+        m = self.cfg.mapping
+        self.plant.set_joint_command(j, float(m.motor_to_joint_torque(cur * m.torque_constant_nm_per_a)))
+
+    def _refresh_present(self, t_s: float) -> None:
+        _, q, qd, tau = self.plant.measure()
+        j = self.cfg.joint
+        m = self.cfg.mapping
+        pos = m.joint_to_motor_position(float(q[j])) / dx.POSITION_RAD_PER_PULSE + self.get(Addr.HOMING_OFFSET)
+        vel = m.joint_to_motor_velocity(float(qd[j])) / dx.VELOCITY_RAD_S_PER_LSB
+        cur = m.joint_to_motor_torque(float(tau[j])) / m.torque_constant_nm_per_a
+        self._tab[Addr.PRESENT_CURRENT:Addr.PRESENT_CURRENT + 10] = dx.encode_present(
+            self.model.current_to_lsb(cur), int(round(vel)), int(math.floor(pos + 0.5)))
+        self._put(Addr.PRESENT_INPUT_VOLTAGE, max(0, min(0xFFFF, int(round(self.supply_voltage_v * 10)))))
+        self._put(Addr.PRESENT_TEMPERATURE, max(0, min(255, int(round(self.temperature_c)))))
+        self._put(Addr.REALTIME_TICK, int((t_s - self._t0) * 1000.0) % 32768)
+        self._check_hardware()
+
+    def _check_hardware(self) -> None:
+        bits = self.injected
+        v = self.supply_voltage_v * 10.0
+        if v > self.get(Addr.MAX_VOLTAGE_LIMIT) or v < self.get(Addr.MIN_VOLTAGE_LIMIT):
+            bits |= 0x01
+        if self.temperature_c > self.get(Addr.TEMPERATURE_LIMIT):
+            bits |= 0x04
+        old = self._tab[Addr.HARDWARE_ERROR_STATUS]
+        shutdown = self._tab[Addr.SHUTDOWN]
+        # shutdown errors latch until reboot; others follow the condition
+        latched = old & shutdown
+        new = bits | latched
+        self._tab[Addr.HARDWARE_ERROR_STATUS] = new
+        if new & shutdown and self._tab[Addr.TORQUE_ENABLE]:
+            self._tab[Addr.TORQUE_ENABLE] = 0
+            self._apply_output()
+
+    # -- watchdog ----------------------------------------------------------------------------------
+    def watchdog_due_s(self) -> float:
+        wd = self.get(Addr.BUS_WATCHDOG)
+        if wd <= 0 or not self.torque_on:
+            return math.inf
+        return self.last_instruction_t + wd * dx.BUS_WATCHDOG_S_PER_LSB
+
+    def on_watchdog(self, t_s: float) -> None:
+        if self.watchdog_due_s() <= t_s + _TIME_EPS_S:
+            self._put(Addr.BUS_WATCHDOG, -1)
+            self._apply_output()
+
+    # -- instructions ------------------------------------------------------------------------------
+    def _status(self, error: int, params: bytes = b"") -> bytes:
+        if self.hardware_error:
+            error |= dx.ALERT_BIT
+        return dx.encode_status(self.dxl_id, error, params)
+
+    def _answers(self, inst: int) -> bool:
+        level = self._tab[Addr.STATUS_RETURN_LEVEL]
+        return inst == Inst.PING or level == 2 or (level == 1 and inst in (Inst.READ, Inst.SYNC_READ,
+                                                                           Inst.FAST_SYNC_READ))
+
+    def read(self, addr: int, length: int) -> tuple[int, bytes]:
+        """``(error, data)`` of a read of ``length`` bytes at ``addr``."""
+        if length < 1 or addr + length > _TABLE_END:
+            return StatusError.ACCESS, b""
+        return 0, bytes(self._tab[addr:addr + length])
+
+    def write(self, addr: int, data: bytes) -> int:
+        """Apply a write of ``data`` at ``addr`` (all or nothing); return the error number."""
+        end = addr + len(data)
+        pending = []
+        a = addr
+        while a < end:
+            it = self.items.get(a)
+            if it is None:
+                return StatusError.ACCESS
+            if a + it.size > end:
+                return StatusError.DATA_LENGTH
+            if not it.writable or (it.eeprom and self.torque_on):
+                return StatusError.ACCESS
+            v = int.from_bytes(data[a - addr:a - addr + it.size], "little", signed=it.signed)
+            if a in _GOALS and self.get(Addr.BUS_WATCHDOG) < 0:
+                return StatusError.DATA_RANGE
+            if a == Addr.GOAL_CURRENT:
+                if abs(v) > self.get(Addr.CURRENT_LIMIT):
+                    return StatusError.DATA_LIMIT
+            elif not it.lo <= v <= it.hi:
+                return StatusError.DATA_RANGE
+            pending.append((a, v))
+            a += it.size
+        for a, v in pending:
+            if a == Addr.TORQUE_ENABLE and v == 1 and self.hardware_error & self._tab[Addr.SHUTDOWN]:
+                return StatusError.RESULT_FAIL     # only a reboot re-enables torque after a shutdown
+        for a, v in pending:
+            self._put(a, v)
+        self._apply_output()
+        return StatusError.NONE
+
+    def reboot(self) -> None:
+        """Reboot: RAM area to its defaults, hardware errors and watchdog cleared, torque off."""
+        self._reset_ram()
+
+    def execute(self, pkt: dx.Packet, t_s: float) -> bytes | None:
+        """Execute one instruction addressed to this servo (unicast or broadcast) at loop time ``t_s``.
+
+        Returns the status packet to send, or None.  Sync instructions are
+        handled by the bus (:meth:`DynamixelBusEmulator`), which calls
+        :meth:`read` / :meth:`write`.
+        """
+        self.instructions += 1
+        self.last_instruction_t = t_s
+        self._refresh_present(t_s)
+        inst, p = pkt.instruction, pkt.params
+        unicast = pkt.id != dx.BROADCAST_ID
+        if inst == Inst.PING:
+            return self._status(0, self.get(Addr.MODEL_NUMBER).to_bytes(2, "little") +
+                                bytes((self._tab[Addr.FIRMWARE_VERSION],)))
+        if inst == Inst.READ:
+            if len(p) != 4:
+                err, data = StatusError.DATA_LENGTH, b""
+            else:
+                err, data = self.read(p[0] | p[1] << 8, p[2] | p[3] << 8)
+            return self._status(err, data) if unicast and self._answers(inst) else None
+        if inst == Inst.WRITE:
+            err = StatusError.DATA_LENGTH if len(p) < 3 else self.write(p[0] | p[1] << 8, p[2:])
+            return self._status(err) if unicast and self._answers(inst) else None
+        if inst == Inst.REBOOT:
+            self.reboot()
+            return self._status(0) if unicast and self._answers(inst) else None
+        return self._status(StatusError.INSTRUCTION) if unicast and self._answers(inst) else None
+
+    def crc_error(self) -> bytes | None:
+        """Status for a packet to this ID whose CRC failed (not executed)."""
+        return self._status(StatusError.CRC) if self._answers(Inst.WRITE) else None
+
+
+def _warm_plant(plant: SimulatedPlant) -> None:
+    """Step a throw-away copy of the plant once, so that the just-in-time compilation of its
+    kernel happens here and not in the serving thread during the first exchanges (where it
+    would look like servos that do not answer)."""
+    scratch = SimulatedPlant(plant.model, q0=plant.state.q, dt_max_s=plant.step_s * 2, substeps=2, t0_s=0.0)
+    scratch.advance_to(plant.step_s * 4)
+
+
+class DynamixelBusEmulator:
+    """A Dynamixel bus on a pseudo-terminal, served from a background thread.
+
+    Parameters
+    ----------
+    servos : sequence of ServoConfig
+        Distinct IDs, distinct joints (more with :meth:`add_servos`).
+    plant : SimulatedPlant
+    now : callable
+        The loop clock [s].
+    baudrate : int
+        Modelled wire speed [bit/s] (8N1: 10 bits per byte).
+    poll_s : float
+        Longest idle wait of the serving thread [s].
+
+    Fault injection: :meth:`set_supply_voltage`, :meth:`set_temperature`,
+    :meth:`inject_hardware_error`, :meth:`set_silent`,
+    :meth:`corrupt_replies` (flip a byte of the next replies: CRC errors on
+    the controller side), :meth:`disconnect` (the port disappears).
+    """
+
+    def __init__(self, servos: Sequence[ServoConfig], plant: SimulatedPlant, now: Callable[[], float], *,
+                 baudrate: int = 4_000_000, poll_s: float = 0.005):
+        if not (isinstance(baudrate, int) and baudrate > 0):
+            raise ConfigError(f"must be a positive integer, got {baudrate!r}", field="baudrate")
+        self._servos: dict[int, EmulatedServo] = {}
+        self.plant = plant
+        _warm_plant(plant)
+        self._lock = threading.RLock()
+        self.add_servos(servos)
+        self._now = now
+        self.baudrate = int(baudrate)
+        self._byte_s = _BITS_PER_BYTE / self.baudrate
+        self._poll = float(poll_s)
+        self._framer = dx.PacketFramer()
+        self._outq: list = []
+        self._seq = itertools.count()
+        self._bus_free = 0.0
+        self._corrupt = 0
+        self.packets_in = 0
+        self.packets_out = 0
+        self.crc_errors_in = 0
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._master, self._slave = os.openpty()
+        tty.setraw(self._slave)
+        self.port_path = os.ttyname(self._slave)
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="torqueloop-dynamixel-bus", daemon=True)
+        self._thread.start()
+
+    def add_servos(self, servos: Sequence[ServoConfig]) -> None:
+        """Connect servos to the bus (distinct IDs and joints; may be called while serving)."""
+        with self._lock:
+            joints = {s.cfg.joint for s in self._servos.values()}
+            new = {}
+            for i, c in enumerate(servos):
+                if not isinstance(c, ServoConfig):
+                    raise ConfigError(f"expected ServoConfig, got {type(c).__name__}", field=f"servos[{i}]")
+                if isinstance(c.dxl_id, bool) or not isinstance(c.dxl_id, int) or not 0 <= c.dxl_id <= dx.MAX_ID:
+                    raise ConfigError(f"ID must be in 0..252, got {c.dxl_id!r}", field=f"servos[{i}].dxl_id")
+                if c.dxl_id in self._servos or c.dxl_id in new:
+                    raise ConfigError(f"duplicate ID {c.dxl_id}", field=f"servos[{i}].dxl_id")
+                if c.joint in joints:
+                    raise ConfigError(f"joint {c.joint} driven twice", field=f"servos[{i}].joint")
+                joints.add(c.joint)
+                new[c.dxl_id] = EmulatedServo(c, self.plant)
+            self._servos.update(new)
+
+    # -- access --------------------------------------------------------------------------------------
+    def servo(self, dxl_id: int) -> EmulatedServo:
+        try:
+            return self._servos[dxl_id]
+        except KeyError as err:
+            raise DriverError(f"no emulated servo with ID {dxl_id}") from err
+
+    @property
+    def servos(self) -> tuple[EmulatedServo, ...]:
+        return tuple(self._servos.values())
+
+    # -- fault injection -------------------------------------------------------------------------------
+    def set_supply_voltage(self, volts: float) -> None:
+        with self._lock:
+            for s in self._servos.values():
+                s.supply_voltage_v = float(volts)
+                s._check_hardware()
+
+    def set_temperature(self, dxl_id: int, temperature_c: float) -> None:
+        with self._lock:
+            s = self.servo(dxl_id)
+            s.temperature_c = float(temperature_c)
+            s._check_hardware()
+
+    def inject_hardware_error(self, dxl_id: int, bits: int = 0x20) -> None:
+        """Raise hardware error bits (default 0x20 overload) on a servo, as its firmware would."""
+        with self._lock:
+            s = self.servo(dxl_id)
+            s.injected |= int(bits) & 0xFF
+            s._check_hardware()
+
+    def set_silent(self, dxl_id: int, silent: bool = True) -> None:
+        with self._lock:
+            self.servo(dxl_id).silent = bool(silent)
+
+    def corrupt_replies(self, n: int = 1) -> None:
+        """Flip one bit in each of the next ``n`` reply packets (the controller sees CRC errors)."""
+        with self._lock:
+            self._corrupt += int(n)
+
+    def disconnect(self) -> None:
+        """The adapter disappears: close the pseudo-terminal (reads on the port fail from now on)."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(2.0)
+        for fd in (self._master, self._slave):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._master = self._slave = -1
+
+    def check(self) -> None:
+        """Re-raise an error that stopped the serving thread."""
+        err, self._error = self._error, None
+        if err is not None:
+            raise CommsError(f"Dynamixel emulator stopped: {err}") from err
+
+    # -- serving ----------------------------------------------------------------------------------
+    def _advance(self, t: float) -> None:
+        plant = self.plant
+        while self._servos:
+            due, s = min(((x.watchdog_due_s(), x) for x in self._servos.values()), key=lambda v: v[0])
+            if due > t + _TIME_EPS_S:
+                break
+            plant.advance_to(min(max(due, plant.t_s), t))
+            s.on_watchdog(due)
+        plant.advance_to(t)
+
+    def _schedule(self, replies: list[tuple[EmulatedServo, bytes]], t_request_end: float) -> None:
+        """Queue replies one after the other on the half-duplex wire."""
+        free = max(self._bus_free, t_request_end)
+        for s, data in replies:
+            start = max(free, t_request_end + s.get(Addr.RETURN_DELAY_TIME) * dx.RETURN_DELAY_S_PER_LSB)
+            release = start + len(data) * self._byte_s
+            if self._corrupt > 0:
+                self._corrupt -= 1
+                b = bytearray(data)
+                b[len(b) // 2] ^= 0x10
+                data = bytes(b)
+            heapq.heappush(self._outq, (release, next(self._seq), data))
+            free = release
+        self._bus_free = free
+
+    def _handle(self, item, t_wall: float) -> None:
+        t_end = max(self._bus_free, t_wall)
+        if isinstance(item, DecodeError):
+            self.crc_errors_in += 1
+            pid = getattr(item, "packet_id", None)
+            s = self._servos.get(pid)
+            if s is not None and not s.silent:
+                r = s.crc_error()
+                if r:
+                    self._schedule([(s, r)], t_end)
+            return
+        pkt: dx.Packet = item
+        if pkt.is_status:
+            return                       # another device's answer (not ours to process)
+        t = self._now()
+        self._advance(t)
+        replies: list[tuple[EmulatedServo, bytes]] = []
+        inst = pkt.instruction
+        if pkt.id != dx.BROADCAST_ID:
+            s = self._servos.get(pkt.id)
+            if s is None or s.silent:
+                return
+            r = s.execute(pkt, t)
+            if r:
+                replies.append((s, r))
+        elif inst in (Inst.SYNC_WRITE, Inst.SYNC_READ, Inst.FAST_SYNC_READ):
+            self._sync(pkt, t, replies)
+        elif inst == Inst.PING:
+            for i in sorted(self._servos):
+                s = self._servos[i]
+                if not s.silent:
+                    replies.append((s, s.execute(pkt, t)))
+        else:
+            for s in self._servos.values():
+                if not s.silent:
+                    s.execute(pkt, t)
+        if replies:
+            self._schedule(replies, t_end)
+
+    def _sync(self, pkt: dx.Packet, t: float, replies: list) -> None:
+        try:
+            addr, length, rest = dx.parse_sync_params(pkt.params)
+        except DecodeError:
+            return
+        if pkt.instruction == Inst.SYNC_WRITE:
+            step = 1 + length
+            if length < 1 or len(rest) % step:
+                return                      # malformed: the firmware drops it
+            for k in range(0, len(rest), step):
+                s = self._servos.get(rest[k])
+                if s is not None and not s.silent:
+                    s.instructions += 1
+                    s.last_instruction_t = t
+                    s._refresh_present(t)
+                    s.write(addr, rest[k + 1:k + step])
+            return
+        ids = list(rest)
+        segs = []
+        for i in ids:
+            s = self._servos.get(i)
+            if s is None or s.silent:
+                if pkt.instruction == Inst.FAST_SYNC_READ:
+                    break                   # the chain of segments stops at a missing device
+                continue
+            s.instructions += 1
+            s.last_instruction_t = t
+            s._refresh_present(t)
+            err, data = s.read(addr, length)
+            if err:
+                data = bytes(length)
+            if s.hardware_error:
+                err |= dx.ALERT_BIT
+            if pkt.instruction == Inst.SYNC_READ:
+                if s._answers(Inst.SYNC_READ):
+                    replies.append((s, dx.encode_status(s.dxl_id, err, data)))
+            else:
+                segs.append((s, err, data))
+        if segs:
+            data = dx.encode_fast_sync_status([(e, s.dxl_id, d) for s, e, d in segs])
+            # one packet built by the devices in turn: the first one's return delay starts it
+            replies.append((segs[0][0], data))
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                wait = self._poll
+                if self._outq:
+                    wait = max(0.0, min(wait, self._outq[0][0] - time.monotonic()))
+                r, _, _ = select.select([self._master], [], [], wait)
+                now = time.monotonic()
+                if r:
+                    try:
+                        data = os.read(self._master, 4096)
+                    except OSError:
+                        data = b""
+                    if data:
+                        with self._lock:
+                            for item in self._framer.feed(data):
+                                if not isinstance(item, DecodeError):
+                                    self.packets_in += 1
+                                # the request is complete on the wire one byte time per byte later
+                                self._handle(item, now + len(getattr(item, "raw", b"")) * self._byte_s)
+                while self._outq and self._outq[0][0] <= time.monotonic():
+                    _, _, out = heapq.heappop(self._outq)
+                    os.write(self._master, out)
+                    self.packets_out += 1
+                if self._outq:
+                    delay = self._outq[0][0] - time.monotonic()
+                    if 0 < delay < 0.0005:
+                        time.sleep(delay)
+        except BaseException as err:  # re-raised by check(); the thread must not die silently
+            self._error = err
+
+    def close(self) -> None:
+        """Stop the thread and close the pseudo-terminal; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self.disconnect()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
