@@ -70,6 +70,8 @@ DRIVER_TYPES: dict[str, str] = {
     "sim_direct": "drivers.sim.build:build_sim_direct",
     "sim_mit_can": "drivers.sim.build:build_sim_mit_can",
     "sim_odrive_can": "drivers.sim.build:build_sim_odrive_can",
+    "cia402_can": "drivers.cia402:build",
+    "sim_cia402_can": "drivers.sim.build:build_sim_cia402_can",
 }
 
 DEFAULT_BUS = "default"

@@ -40,6 +40,7 @@ SIM_TYPES = {
     "sim_direct": "build_sim_direct",
     "sim_mit_can": "build_sim_mit_can",
     "sim_odrive_can": "build_sim_odrive_can",
+    "sim_cia402_can": "build_sim_cia402_can",
 }
 
 
