@@ -573,7 +573,7 @@ def _sim_section(spec: RunSpec) -> Section:
         # is late in wall-clock time (a slow machine, a JIT compile) is not late for
         # the plant: wait long enough that only a lost frame times out.
         data["reply_timeout_s"] = LOCKSTEP_REPLY_TIMEOUT_S
-    if spec.clock == "lockstep" and spec.driver_type in ("sim_mit_can", "sim_odrive_can"):
+    if spec.clock == "lockstep" and spec.driver_type in ("sim_mit_can", "sim_odrive_can", "sim_cia402_can"):
         # Simulated time is frozen while the driver waits: the emulated devices can
         # serve each frame in the driver's thread when it is sent (same results, no
         # thread hand-offs), unless a wall-clock reply latency is modelled.
@@ -667,9 +667,9 @@ def check_run_config(path: str | Path, overrides: dict | None = None) -> str:
 def bus_budget_text(spec: RunSpec) -> str:
     """Bus-load budget of the driver configuration at the loop rate ('' for non-CAN drivers)."""
     kind = spec.driver_type.removeprefix("sim_")
-    if kind not in ("mit_can", "odrive_can"):
+    if kind not in ("mit_can", "odrive_can", "cia402_can"):
         return ""
-    from drivers.busload import BusSpec, budget, mit_flows, odrive_flows
+    from drivers.busload import BusSpec, budget, cia402_flows, mit_flows, odrive_flows
 
     data = spec.driver_section.data
     buses: dict[str, dict] = {}
@@ -687,6 +687,11 @@ def bus_budget_text(spec: RunSpec) -> str:
                      data_bitrate_bit_s=b.get("data_bitrate"), name=f"{name} ({b.get('channel', '?')})")
         if kind == "mit_can":
             flows = mit_flows(counts.get(name, 0), spec.rate_hz)
+        elif kind == "cia402_can":
+            hb, mhb = data.get("heartbeat_period_s", 0.05), data.get("master_heartbeat_period_s", 0.05)
+            flows = cia402_flows(counts.get(name, 0), spec.rate_hz, heartbeat_rate_hz=1.0 / hb,
+                                 master_heartbeat_rate_hz=0.0 if data.get("master_node_id", 127) == 0
+                                 else 1.0 / mhb)
         else:
             flows = odrive_flows(counts.get(name, 0), spec.rate_hz)
         items[name] = (bs, flows)
