@@ -568,6 +568,8 @@ class Cia402Emulator(EmulatedDevice):
 
     def next_timer_s(self) -> float:
         with self._lock:
+            if self._out.frames and self.plant is not None:
+                return self.plant.t_s      # an EMCY raised between bus events: send it now
             t = math.inf
             for d in self._drives.values():
                 node_c, tc = self._consumer(d)
@@ -577,7 +579,6 @@ class Cia402Emulator(EmulatedDevice):
 
     def on_timer(self, t_s: float) -> list[can.Message]:
         with self._lock:
-            self._out.frames = []
             for d in self._drives.values():
                 if d.boot_due <= t_s:
                     d.boot_due = math.inf
@@ -612,7 +613,6 @@ class Cia402Emulator(EmulatedDevice):
     def on_frame(self, msg: can.Message, t_s: float) -> list[can.Message] | None:
         arb = msg.arbitration_id
         with self._lock:
-            self._out.frames = []
             if msg.is_remote_frame:
                 return None
             if arb == codec.SYNC_ID:
