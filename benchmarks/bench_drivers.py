@@ -72,6 +72,7 @@ def run(quick: bool = False) -> list[dict]:
         med, p99 = _time_call(od.make_commands, tcmd, repeat=repeat, number=number)
         rows.append({"case": f"odrive make_commands, {n} axes", "median_us": med, "p99_us": p99})
     rows += _dynamixel_rows(repeat, number)
+    rows += _cia402_rows(rng, repeat, number)
     est = oc.encode_encoder_estimates(1.0, 2.0)
     med, p99 = _time_call(oc.decode_encoder_estimates, est, repeat=repeat, number=number * 5)
     rows.append({"case": "odrive decode_encoder_estimates", "median_us": med, "p99_us": p99})
@@ -116,6 +117,28 @@ def _dynamixel_rows(repeat: int, number: int) -> list[dict]:
         rows.append({"case": f"dynamixel cycle vs emulated servos (pty, 4 Mbit/s modelled), {n} servos",
                      "median_us": med, "p99_us": p99,
                      "note": "includes the modelled wire time and the emulator thread"})
+    return rows
+
+
+def _cia402_rows(rng, repeat: int, number: int) -> list[dict]:
+    """CiA 402 CST: pure make_commands (RPDO1 per drive) and one decode, for 3 and 6 drives."""
+    from drivers.base import Command, JointMapping
+    from drivers.cia402 import Cia402Axis, Cia402Driver
+    from drivers.codecs import cia402 as cc
+    from drivers.transport import CanTransport
+
+    rows = []
+    units = cc.Cia402Units(counts_per_rev=131072, rated_torque_nm=1.0)
+    for n in (3, 6):
+        t = CanTransport.from_bus(_NullBus(), name="null")
+        drv = Cia402Driver([Cia402Axis(t, i + 1, units, JointMapping(gear_ratio=9.0)) for i in range(n)],
+                           now=time.monotonic, owns_transports=False)
+        tcmd = Command(torque_nm=rng.uniform(-5, 5, n))
+        med, p99 = _time_call(drv.make_commands, tcmd, repeat=repeat, number=number)
+        rows.append({"case": f"cia402 make_commands, {n} drives", "median_us": med, "p99_us": p99})
+    data = cc.encode_tpdo1(0x1237, 123456, -250)
+    med, p99 = _time_call(cc.decode_tpdo1, data, repeat=repeat, number=number * 5)
+    rows.append({"case": "cia402 decode_tpdo1", "median_us": med, "p99_us": p99})
     return rows
 
 

@@ -46,12 +46,10 @@ Everything is validated before anything moves: errors name the file and the fiel
 from __future__ import annotations
 
 import math
-import time
-import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -355,7 +353,6 @@ def make_controller(spec: RunSpec, *, pose0=None) -> Controller:
 def _make_law(spec: RunSpec, *, pose0=None) -> Controller:
     c, model = spec.controller, spec.model
     n = model.dof
-    dim = model.task_dof if spec.space == "task" else n
     sat = Saturation(model.limits.torque_max) if c.saturate and np.all(np.isfinite(model.limits.torque_max)) else None
     if c.kp is not None:
         kp, kd, ki = c.kp, c.kd, c.ki
@@ -619,7 +616,7 @@ def _sim_section(spec: RunSpec) -> Section:
         # is late in wall-clock time (a slow machine, a JIT compile) is not late for
         # the plant: wait long enough that only a lost frame times out.
         data["reply_timeout_s"] = LOCKSTEP_REPLY_TIMEOUT_S
-    if spec.clock == "lockstep" and spec.driver_type in ("sim_mit_can", "sim_odrive_can"):
+    if spec.clock == "lockstep" and spec.driver_type in ("sim_mit_can", "sim_odrive_can", "sim_cia402_can"):
         # Simulated time is frozen while the driver waits: the emulated devices can
         # serve each frame in the driver's thread when it is sent (same results, no
         # thread hand-offs), unless a wall-clock reply latency is modelled.
@@ -723,8 +720,6 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
         Naming the file and the field, for the first problem found.
     """
     from trajectories.feasibility import check_feasibility
-
-    from .safety import PROTECTIONS
 
     v = Validation()
     _, X0 = _joint_start(spec)
@@ -835,9 +830,18 @@ def bus_budget(spec: RunSpec):
     """Bus-load budget (:class:`drivers.busload.BudgetReport`) of the driver at the loop rate, or None
     for drivers without a budget model."""
     kind = spec.driver_type.removeprefix("sim_")
-    if kind not in ("mit_can", "odrive_can"):
+    if kind == "dynamixel":
+        from drivers.busload import dynamixel_budget
+
+        drv = spec.driver_section
+        joints = drv.data.get("joints", [])
+        return dynamixel_budget(len(joints) if isinstance(joints, list) else 0, spec.rate_hz,
+                                baudrate=drv.int("baudrate", 4_000_000, minimum=9600, maximum=10_500_000),
+                                return_delay_s=1e-6 * drv.float("return_delay_us", 0.0, minimum=0.0, maximum=508.0),
+                                read_mode=drv.str("read_mode", "fast_sync", choices=["fast_sync", "sync"]))
+    if kind not in ("mit_can", "odrive_can", "cia402_can"):
         return None
-    from drivers.busload import BusSpec, budget, mit_flows, odrive_flows
+    from drivers.busload import BusSpec, budget, cia402_flows, mit_flows, odrive_flows
 
     drv = spec.driver_section
     data = drv.data
@@ -859,6 +863,12 @@ def bus_budget(spec: RunSpec):
                      name=f"{name} ({b.raw('channel', '?')})")
         if kind == "mit_can":
             flows = mit_flows(counts.get(name, 0), spec.rate_hz)
+        elif kind == "cia402_can":
+            hb = drv.float("heartbeat_period_s", 0.05, minimum=0.001, maximum=60.0)
+            mhb = drv.float("master_heartbeat_period_s", 0.05, minimum=0.001, maximum=60.0)
+            flows = cia402_flows(counts.get(name, 0), spec.rate_hz, heartbeat_rate_hz=1.0 / hb,
+                                 master_heartbeat_rate_hz=0.0 if data.get("master_node_id", 127) == 0
+                                 else 1.0 / mhb)
         else:
             flows = odrive_flows(counts.get(name, 0), spec.rate_hz)
         items[name] = (bs, flows)

@@ -46,7 +46,7 @@ from dynamics.errors import ConfigError
 __all__ = [
     "BusSpec", "FrameFlow", "BusLoad", "BudgetReport",
     "classic_frame_bits", "fd_frame_bits", "fd_payload_length", "frame_time_s",
-    "mit_flows", "odrive_flows", "bus_load", "budget", "mit_budget", "odrive_budget", "driver_budget",
+    "mit_flows", "odrive_flows", "cia402_flows", "bus_load", "budget", "mit_budget", "odrive_budget", "driver_budget",
     "TIGHT_ABOVE",
     "SerialBudget", "dynamixel_cycle_bytes", "dynamixel_budget", "SERIAL_BITS_PER_BYTE",
 ]
@@ -218,6 +218,32 @@ def odrive_flows(n_axes: int, loop_hz: float, *, feedback: str = "broadcast",
     if iq_rate_hz > 0:
         flows.append(FrameFlow("ODrive Get_Iq", 8, iq_rate_hz, n_axes, per_cycle=False))
     return flows
+
+
+def cia402_flows(n_drives: int, loop_hz: float, *, heartbeat_rate_hz: float = 20.0,
+                 master_heartbeat_rate_hz: float = 20.0) -> list[FrameFlow]:
+    """Flows of ``n_drives`` CiA 402 drives in cyclic synchronous torque (:mod:`drivers.cia402`).
+
+    Per cycle: one SYNC (0 bytes) per bus, and per drive RPDO1 (controlword +
+    target torque, 4 bytes), TPDO1 (statusword, position, torque, 8 bytes)
+    and TPDO2 (velocity, mode display, 5 bytes); plus every drive's heartbeat
+    and the master's heartbeat (1 byte each) at their rates.
+    """
+    flows = [FrameFlow("CiA 402 SYNC", 0, loop_hz, 1),
+             FrameFlow("CiA 402 RPDO1 controlword+target torque", 4, loop_hz, n_drives),
+             FrameFlow("CiA 402 TPDO1 statusword+position+torque", 8, loop_hz, n_drives),
+             FrameFlow("CiA 402 TPDO2 velocity+mode", 5, loop_hz, n_drives)]
+    if heartbeat_rate_hz > 0:
+        flows.append(FrameFlow("CiA 402 drive heartbeat", 1, heartbeat_rate_hz, n_drives, per_cycle=False))
+    if master_heartbeat_rate_hz > 0:
+        flows.append(FrameFlow("CANopen master heartbeat", 1, master_heartbeat_rate_hz, 1, per_cycle=False))
+    return flows
+
+
+def cia402_budget(n_drives: int, loop_hz: float, *, bus: BusSpec = BusSpec(), stuffing: str = "worst",
+                  **flow_kwargs) -> "BudgetReport":
+    """Budget of ``n_drives`` CiA 402 drives on one bus (``flow_kwargs`` go to :func:`cia402_flows`)."""
+    return budget([(bus, cia402_flows(n_drives, loop_hz, **flow_kwargs))], loop_hz, stuffing=stuffing)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ SIM_TYPES = {
     "sim_mit_can": "build_sim_mit_can",
     "sim_odrive_can": "build_sim_odrive_can",
     "sim_dynamixel": "build_sim_dynamixel",
+    "sim_cia402_can": "build_sim_cia402_can",
 }
 
 

@@ -91,7 +91,7 @@ from .direct import DirectPlantDriver
 from .plant import SimulatedPlant
 
 __all__ = ["plant_from_section", "build_sim_direct", "build_sim_mit_can", "build_sim_odrive_can",
-           "EmulatedDriver"]
+           "build_sim_cia402_can", "EmulatedDriver"]
 
 
 def _per_joint(sec: Section, key: str, n: int, default=None, *, minimum=None):
@@ -381,6 +381,8 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
         given[name] = CanTransport.from_bus(bus, name=name)
     if kind == "mit_can":
         from .. import mit as real
+    elif kind == "cia402_can":
+        from .. import cia402 as real
     else:
         from .. import odrive as real
     hosts = []
@@ -394,7 +396,10 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
         latency = emu_sec.float("reply_latency_s", 0.0, minimum=0.0)
         wd = emu_sec.float("watchdog_timeout_s", None, minimum=0.0, strict_min=True)
         poll = emu_sec.float("poll_s", 0.001, minimum=0.0, strict_min=True)
-        make = _mit_devices if kind == "mit_can" else _odrive_devices
+        if kind == "cia402_can":
+            from .cia402_emulator import devices_from_driver as make
+        else:
+            make = _mit_devices if kind == "mit_can" else _odrive_devices
         devices_by_bus = make(driver, emu_sec, wd, now)
         emu_sec.finish()
         emulators, buses = [], []
@@ -508,3 +513,11 @@ def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transport
     """Registry builder of ``type = "sim_dynamixel"`` (see :mod:`drivers.sim.dynamixel_sim`)."""
     from .dynamixel_sim import build_sim_dynamixel as build
     return build(section, now=now, transports=transports, model=model, rng=rng)
+
+
+def build_sim_cia402_can(section: Section, *, now: Callable[[], float], transports=None,
+                         model: Model | None = None, rng: np.random.Generator | None = None
+                         ) -> EmulatedDriver:
+    """Registry builder of ``type = "sim_cia402_can"``: the real CiA 402 driver against
+    emulated drives (:mod:`drivers.sim.cia402_emulator`); keys as ``cia402_can``."""
+    return _build_emulated(section, "cia402_can", now=now, transports=transports, model=model, rng=rng)

@@ -1,0 +1,848 @@
+"""Driver for CANopen CiA 402 servo drives in cyclic synchronous torque (CST) mode.
+
+Built on the ``canopen`` library (imported only when this driver is chosen):
+each drive is a :class:`canopen.RemoteNode` with its object dictionary from
+an EDS file (default: the generic CiA 402 one shipped in
+``drivers/eds/cia402_generic.eds``); canopen does NMT, the SDO client
+(expedited and segmented transfers, aborts), the PDO configuration and the
+EMCY / heartbeat bookkeeping.  The cyclic hot path encodes and decodes the
+PDO payloads with :mod:`drivers.codecs.cia402` (checked byte-exact against
+canopen's own PDO maps in the tests) and is the only place where drive units
+(increments, increments/s, per mille of the rated torque) become SI.
+
+No receive thread: every frame is read in the caller's thread and handed to
+canopen's ``Network.notify``.  While canopen's SDO client waits for a
+response, the bus adapter (:class:`_SdoPumpBus`) has already read it: after
+sending an SDO request it receives until the node's response arrived (or the
+SDO timeout passed), so the library's blocking calls work without a
+notifier, also with an emulator served in the caller's thread.
+
+Enable (:meth:`Cia402Driver.enable`), per drive: NMT pre-operational; SDO
+checks of the device type (profile 402), the supported modes (CST), the
+rated torque (0x6076) and encoder resolution (0x608F) against the
+configuration; SDO writes of max torque (0x6072), quick stop and fault
+reaction option codes (0x605A, 0x605E), SYNC COB-ID, producer heartbeat
+(0x1017), consumer heartbeat of the master (0x1016), modes of operation = 10
+and target torque 0; the PDO mapping of :mod:`drivers.codecs.cia402` (RPDO1,
+TPDO1, TPDO2 synchronous; the others disabled) through canopen's PDO maps;
+NMT operational; then the power state machine is walked with controlwords in
+RPDO1 and one SYNC per step (shutdown -> switch on -> enable operation) until
+every statusword says OPERATION ENABLED.  A drive in FAULT is not reset here
+(that would hide a fault): enable raises :class:`DeviceFaultError` naming its
+EMCY code; :meth:`fault_reset` acknowledges it explicitly.
+
+Cycle (:meth:`Cia402Driver.cycle`): frames queued since the last cycle are
+handled (EMCY, heartbeats); per bus every drive's RPDO1 (enable operation +
+target torque) is sent, then one SYNC; TPDO1 and TPDO2 of every drive are
+collected until all arrived or ``reply_timeout_s`` (wall clock) passed.  The
+drives apply the RPDO and sample the TPDO values at the SYNC.  The master
+heartbeat (consumed by the drives, 0x1016) is sent when due on the loop clock.
+
+Faults, through the driver interface (the safety supervisor stops):
+
+* ``Feedback.fault``: the drive's EMCY error code (CiA 301, e.g. 0x2310
+  over-current, 0x8130 heartbeat) while its statusword says FAULT or FAULT
+  REACTION ACTIVE (0x1000 'generic' if no EMCY arrived);
+  :data:`FAULT_HEARTBEAT_LOST` (0x8130) when the drive's heartbeat is older
+  than ``heartbeat_timeout_s`` on the loop clock (the master's heartbeat
+  consumer); 0 otherwise.
+* ``Feedback.enabled``: statusword says OPERATION ENABLED.
+* ``Feedback.fresh``: both TPDOs arrived this cycle.
+* ``Feedback.info``: counters (``corrupt``, ``unexpected``, ``error_frames``,
+  ``saturated``, ``missing``, ``emcy``), ``state`` (:class:`State` per
+  drive), ``nmt_state``, ``heartbeat_age_s``, ``emcy_code``.
+
+The drive's own reaction to a fault (0x605E) and to a lost master heartbeat
+happens in the drive; :meth:`quick_stop` asks for the quick stop reaction
+(0x605A); :meth:`disable` sends shutdown (power stage off) and NMT
+pre-operational.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeError, DeviceFaultError,
+                             DriverError, TorqueloopError)
+
+from .base import Command, Driver, Feedback, JointMapping
+from .codecs import cia402 as codec
+from .codecs.cia402 import Cia402Units, NmtState, State
+from .mit import check_mapping
+from .transport import CanTransport, Frame, recv_any
+
+__all__ = ["Cia402Axis", "Cia402Driver", "build", "GENERIC_EDS", "FAULT_HEARTBEAT_LOST"]
+
+#: the generic CiA 402 object dictionary shipped with the package
+GENERIC_EDS = "cia402_generic.eds"
+#: Feedback.fault code of a drive whose heartbeat is missing (CiA 301 'heartbeat error')
+FAULT_HEARTBEAT_LOST = codec.EMCY_HEARTBEAT
+_NMT_NAMES = {0x00: "BOOT-UP", 0x04: "STOPPED", 0x05: "OPERATIONAL", 0x7F: "PRE-OPERATIONAL"}
+
+
+def eds_path(name_or_path: str | Path | None) -> str:
+    """Path of an EDS file: a shipped one by file name (``drivers/eds/``), or a path."""
+    if name_or_path is None:
+        name_or_path = GENERIC_EDS
+    p = Path(name_or_path)
+    if p.is_file():
+        return str(p)
+    shipped = resources.files("drivers") / "eds" / str(name_or_path)
+    if shipped.is_file():
+        return str(shipped)
+    raise ConfigError(f"EDS file {str(name_or_path)!r} not found (neither a path nor one of drivers/eds/)")
+
+
+def _import_canopen():
+    try:
+        import canopen  # noqa: PLC0415 - imported only when a CiA 402 driver is built
+    except ImportError as err:
+        raise DriverError("the CiA 402 driver needs the 'canopen' package") from err
+    return canopen
+
+
+@dataclass(frozen=True)
+class Cia402Axis:
+    """One CiA 402 drive driving one joint.
+
+    Attributes
+    ----------
+    transport : CanTransport
+    node_id : int
+        CANopen node id, 1..127.
+    units : Cia402Units
+        Encoder increments per motor revolution and motor rated torque (checked
+        against the drive's 0x608F / 0x6076 at enable).
+    mapping : JointMapping
+        Motor side <-> joint side (gear ratio, sign, offset, efficiency).
+    name : str
+    torque_limit_nm : float or None
+        Motor-side torque limit written to the drive's max torque 0x6072 (per
+        mille of the rated torque) and applied before sending; ``None``: the
+        rated torque (1000 per mille).
+    eds : str
+        EDS file (a shipped name or a path).
+    """
+
+    transport: CanTransport
+    node_id: int
+    units: Cia402Units
+    mapping: JointMapping = field(default_factory=JointMapping)
+    name: str = ""
+    torque_limit_nm: float | None = None
+    eds: str = GENERIC_EDS
+
+    def __post_init__(self):
+        codec.rpdo_id(self.node_id)  # validates the id
+        if not isinstance(self.units, Cia402Units):
+            raise DriverError(f"units must be Cia402Units, got {type(self.units).__name__}")
+        check_mapping(self.mapping, self.name or f"node {self.node_id}")
+        lim = self.torque_limit_nm
+        if lim is not None and not (isinstance(lim, (int, float)) and math.isfinite(lim) and lim > 0):
+            raise DriverError(f"torque_limit_nm must be finite and > 0, got {lim!r}")
+
+    @property
+    def max_torque_permille(self) -> int:
+        """0x6072 value: the torque limit in per mille of the rated torque (1..65535)."""
+        if self.torque_limit_nm is None:
+            return 1000
+        return max(1, min(0xFFFF, int(math.floor(self.torque_limit_nm / self.units.nm_per_permille))))
+
+
+class _SdoPumpBus:
+    """The python-can-like bus canopen's Network sends on (see module docstring)."""
+
+    def __init__(self, driver: "Cia402Driver", b: int):
+        self._driver = driver
+        self._b = b
+        self.channel_info = driver._buses[b].name
+
+    def send(self, msg, timeout: float | None = None) -> None:
+        d = self._driver
+        t = d._buses[self._b]
+        t.send(msg.arbitration_id, bytes(msg.data), msg.is_extended_id, is_remote=msg.is_remote_frame,
+               dlc=msg.dlc if msg.is_remote_frame else None)
+        arb = msg.arbitration_id
+        if 0x601 <= arb <= 0x67F:      # an SDO request: read until the response is there
+            d._pump_bus(self._b, d.sdo_timeout_s, until_id=arb - 0x80)
+
+    def shutdown(self) -> None:  # the transport is closed by the driver
+        return None
+
+
+class Cia402Driver(Driver):
+    """n CiA 402 drives in cyclic synchronous torque mode on one or more CAN buses.
+
+    Parameters
+    ----------
+    axes : sequence of Cia402Axis
+        In joint order.
+    now : callable
+        The control loop's clock [s] (time stamps, heartbeat ages and the master heartbeat).
+    reply_timeout_s : float
+        Wall-clock wait for the TPDOs after each SYNC.
+    enable_timeout_s : float
+        Wall-clock limit of the state machine walk in :meth:`enable`.
+    sdo_timeout_s : float
+        Wait for each SDO response.
+    heartbeat_period_s : float
+        Producer heartbeat time written to the drives (0x1017, ms resolution).
+    heartbeat_timeout_s : float, optional
+        A drive heartbeat older than this (loop clock) is a fault
+        (:data:`FAULT_HEARTBEAT_LOST`); default 3 heartbeat periods.
+    master_node_id : int or None
+        Node id of this master's heartbeat (0x700 + id), consumed by the drives
+        (0x1016 sub1); ``None`` switches the drives' consumer off.
+    master_heartbeat_period_s : float
+        Period of the master heartbeat on the loop clock.
+    master_heartbeat_timeout_s : float, optional
+        Consumer time written to the drives: a drive that hears no master
+        heartbeat for this long runs its fault reaction (default 3 periods).
+    quick_stop_option : int
+        0x605A (1: slow-down ramp, 2: quick stop ramp -> SWITCH ON DISABLED; 5, 6: stay in QUICK STOP ACTIVE; 0: coast).
+    fault_reaction_option : int
+        0x605E (0: switch the power stage off, motor coasts; 1, 2: brake, then FAULT).
+    owns_transports : bool
+        Close the transports in :meth:`close`.
+    """
+
+    def __init__(self, axes: Sequence[Cia402Axis], *, now: Callable[[], float], reply_timeout_s: float = 0.002,
+                 enable_timeout_s: float = 1.0, sdo_timeout_s: float = 0.1, heartbeat_period_s: float = 0.05,
+                 heartbeat_timeout_s: float | None = None, master_node_id: int | None = 127,
+                 master_heartbeat_period_s: float = 0.05, master_heartbeat_timeout_s: float | None = None,
+                 quick_stop_option: int = 2, fault_reaction_option: int = 2, owns_transports: bool = True):
+        axes = list(axes)
+        if not axes:
+            raise DriverError("Cia402Driver needs at least one axis")
+        for name, v in (("reply_timeout_s", reply_timeout_s), ("enable_timeout_s", enable_timeout_s),
+                        ("sdo_timeout_s", sdo_timeout_s), ("heartbeat_period_s", heartbeat_period_s),
+                        ("master_heartbeat_period_s", master_heartbeat_period_s)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise DriverError(f"{name} must be finite and > 0, got {v!r}")
+        if not callable(now):
+            raise DriverError("now must be a callable returning the loop time [s]")
+        if quick_stop_option not in (0, 1, 2, 5, 6):
+            raise DriverError(f"quick_stop_option must be 0, 1, 2, 5 or 6, got {quick_stop_option!r}")
+        if fault_reaction_option not in (0, 1, 2):
+            raise DriverError(f"fault_reaction_option must be 0, 1 or 2, got {fault_reaction_option!r}")
+        self._canopen = _import_canopen()
+        self._axes = axes
+        self._now = now
+        self.reply_timeout_s = float(reply_timeout_s)
+        self.enable_timeout_s = float(enable_timeout_s)
+        self.sdo_timeout_s = float(sdo_timeout_s)
+        self.heartbeat_period_s = float(heartbeat_period_s)
+        self.heartbeat_timeout_s = float(heartbeat_timeout_s if heartbeat_timeout_s is not None
+                                         else 3.0 * heartbeat_period_s)
+        if not (math.isfinite(self.heartbeat_timeout_s) and self.heartbeat_timeout_s > self.heartbeat_period_s):
+            raise DriverError("heartbeat_timeout_s must be finite and longer than heartbeat_period_s "
+                              "(a shorter one would report every drive as lost)")
+        self.master_node_id = master_node_id
+        self.master_heartbeat_period_s = float(master_heartbeat_period_s)
+        self.master_heartbeat_timeout_s = float(master_heartbeat_timeout_s if master_heartbeat_timeout_s
+                                                is not None else 3.0 * master_heartbeat_period_s)
+        if master_node_id is not None:
+            codec.heartbeat_id(master_node_id)
+            if not self.master_heartbeat_timeout_s > self.master_heartbeat_period_s:
+                raise DriverError("master_heartbeat_timeout_s must be longer than master_heartbeat_period_s")
+        self.quick_stop_option = int(quick_stop_option)
+        self.fault_reaction_option = int(fault_reaction_option)
+        self._owns = owns_transports
+        self._buses: list[CanTransport] = []
+        self._bus_of: list[int] = []
+        self._by_node: list[dict[int, int]] = []
+        for j, ax in enumerate(axes):
+            for b, t in enumerate(self._buses):
+                if t is ax.transport:
+                    break
+            else:
+                self._buses.append(ax.transport)
+                self._by_node.append({})
+                b = len(self._buses) - 1
+            if ax.node_id in self._by_node[b]:
+                raise DriverError(f"axes {self._by_node[b][ax.node_id]} and {j} share node id {ax.node_id} "
+                                  f"on bus {ax.transport.name}")
+            if master_node_id is not None and ax.node_id == master_node_id:
+                raise DriverError(f"axis {j}: node id {ax.node_id} is the master heartbeat's node id")
+            self._by_node[b][ax.node_id] = j
+            self._bus_of.append(b)
+        n = len(axes)
+        # canopen: one network per bus, one RemoteNode per drive (object dictionary from its EDS)
+        canopen = self._canopen
+        self._networks = []
+        self.nodes = []
+        ods: dict[str, object] = {}
+        for b in range(len(self._buses)):
+            net = canopen.Network(bus=_SdoPumpBus(self, b))
+            self._networks.append(net)
+        for j, ax in enumerate(axes):
+            path = eds_path(ax.eds)
+            try:
+                node = canopen.RemoteNode(ax.node_id, path)
+            except Exception as err:  # noqa: BLE001 - any parse failure of a vendor file
+                raise ConfigError(f"cannot read EDS {path}: {type(err).__name__}: {err}") from err
+            node.sdo.RESPONSE_TIMEOUT = self.sdo_timeout_s
+            self._networks[self._bus_of[j]].add_node(node)
+            self.nodes.append(node)
+            ods[path] = node.object_dictionary
+        # frame id -> (kind, joint) per bus for the hot path
+        self._route: list[dict[int, tuple[int, int]]] = [{} for _ in self._buses]
+        for j, ax in enumerate(axes):
+            r = self._route[self._bus_of[j]]
+            r[codec.tpdo_id(ax.node_id, 1)] = (1, j)
+            r[codec.tpdo_id(ax.node_id, 2)] = (2, j)
+            r[codec.emcy_id(ax.node_id)] = (3, j)
+            r[codec.heartbeat_id(ax.node_id)] = (4, j)
+        self._rpdo_ids = [codec.rpdo_id(ax.node_id, 1) for ax in axes]
+        u = [ax.units for ax in axes]
+        m = [ax.mapping for ax in axes]
+        # joint-side scale factors: q = sign*counts*rad_per_count/G + off, ...
+        self._kq = [x.sign * uu.rad_per_count / x.gear_ratio for x, uu in zip(m, u)]
+        self._kqd = [x.sign * uu.rad_s_per_count_s / x.gear_ratio for x, uu in zip(m, u)]
+        self._ktau = [x.sign * uu.nm_per_permille * x.gear_ratio * x.efficiency for x, uu in zip(m, u)]
+        self._off = [float(x.offset_rad) for x in m]
+        self._limit = [ax.max_torque_permille for ax in axes]
+        self._q = np.full(n, np.nan)
+        self._qd = np.full(n, np.nan)
+        self._tau = np.full(n, np.nan)
+        self._sw = np.zeros(n, dtype=np.int64)
+        self._state = np.full(n, int(State.UNKNOWN), dtype=np.int64)
+        self._mode = np.zeros(n, dtype=np.int64)
+        self._emcy = np.zeros(n, dtype=np.int64)          # last EMCY error code (0 after 'error reset')
+        self._nmt = np.full(n, -1, dtype=np.int64)
+        self._hb_t = np.full(n, -np.inf)                    # loop time of the last heartbeat
+        self._got1 = np.zeros(n, dtype=bool)
+        self._got2 = np.zeros(n, dtype=bool)
+        self._stats = self._new_stats()
+        self._enabled_cmd = False
+        self._controlword = codec.CW_SHUTDOWN
+        self._closed = False
+        self._hb_master_due = -math.inf
+        self.last_saturated = 0
+        self.cycles = 0
+        #: joints whose shutdown the last disable() could not confirm
+        self.disable_unconfirmed: list[int] = []
+
+    # ------------------------------------------------------------------
+    @property
+    def n_joints(self) -> int:
+        return len(self._axes)
+
+    @property
+    def axes(self) -> tuple[Cia402Axis, ...]:
+        return tuple(self._axes)
+
+    @property
+    def transports(self) -> tuple[CanTransport, ...]:
+        return tuple(self._buses)
+
+    def states(self) -> list[State]:
+        """Last power state reported by each drive."""
+        return [State(int(s)) for s in self._state]
+
+    def _check_open(self):
+        if self._closed:
+            raise DriverError("driver is closed")
+
+    @staticmethod
+    def _new_stats() -> dict:
+        return {"corrupt": 0, "unexpected": 0, "error_frames": 0, "saturated": 0, "emcy": 0}
+
+    def _name(self, j: int) -> str:
+        ax = self._axes[j]
+        return ax.name or f"node {ax.node_id}"
+
+    # ------------------------------------------------------------------
+    def make_commands(self, command: Command, controlword: int = codec.CW_ENABLE_OPERATION) -> list[Frame]:
+        """Encode one RPDO1 (controlword + target torque) per drive, in joint order (pure).
+
+        Joint torques go to motor side, then per mille of the rated torque
+        (nearest), clamped to the drive's max torque (0x6072); the number of
+        clamped values is :attr:`last_saturated`.
+
+        Raises
+        ------
+        DriverError
+            Wrong shape, non-finite torque, or non-zero drive-side gains (CST has none).
+        """
+        n = self.n_joints
+        if command.torque_nm is None:
+            raise DriverError("command.torque_nm is required")
+        tau = np.asarray(command.torque_nm, dtype=float)
+        if tau.shape != (n,):
+            raise DriverError(f"command.torque_nm must have shape ({n},), got {tau.shape}")
+        lst = tau.tolist()
+        if not all(map(math.isfinite, lst)):
+            raise DriverError(f"command.torque_nm holds non-finite values: {lst}")
+        for name in ("kp_nm_per_rad", "kd_nm_s_per_rad"):
+            g = getattr(command, name)
+            if g is not None:
+                g = np.asarray(g, dtype=float)
+                if g.shape != (n,) or not np.all(np.isfinite(g)):
+                    raise DriverError(f"command.{name} must be finite with shape ({n},)")
+                if np.any(g != 0):
+                    raise DriverError(f"CiA 402 CST is torque control only; command.{name} must be 0 or None")
+        frames = []
+        sat = 0
+        for j in range(n):
+            # joint torque -> per mille: tau_m = tau / (G eff) * sign, permille = tau_m / nm_per_permille
+            x = lst[j] / self._ktau[j]
+            lim = self._limit[j]
+            if x > lim:
+                p, sat = lim, sat + 1
+            elif x < -lim:
+                p, sat = -lim, sat + 1
+            else:
+                p = int(round(x))
+            frames.append(Frame(self._rpdo_ids[j], codec.encode_rpdo1(controlword, p)))
+        self.last_saturated = sat
+        return frames
+
+    # ------------------------------------------------------------------
+    def _handle(self, b: int, frame: Frame) -> int:
+        """Handle one received frame; return the CAN id it answered (for the SDO pump)."""
+        st = self._stats
+        if frame.is_error_frame:
+            st["error_frames"] += 1
+            return -1
+        if frame.is_remote or frame.is_extended_id:
+            return -1
+        arb = frame.arbitration_id
+        hit = self._route[b].get(arb)
+        data = frame.data
+        try:
+            if hit is not None:
+                kind, j = hit
+                if kind == 1:
+                    sw, pos, tq = codec.decode_tpdo1(data)
+                    self._sw[j] = sw
+                    self._state[j] = int(codec.decode_state(sw))
+                    self._q[j] = self._kq[j] * pos + self._off[j]
+                    self._tau[j] = self._ktau[j] * tq
+                    self._got1[j] = True
+                    return arb
+                if kind == 2:
+                    vel, mode = codec.decode_tpdo2(data)
+                    self._qd[j] = self._kqd[j] * vel
+                    self._mode[j] = mode
+                    self._got2[j] = True
+                    return arb
+                if kind == 3:
+                    em = codec.decode_emcy(data)
+                    self._emcy[j] = em.code
+                    st["emcy"] += 1
+                elif kind == 4:
+                    self._nmt[j] = codec.decode_heartbeat(data)
+                    self._hb_t[j] = float(self._now())
+        except DecodeError:
+            st["corrupt"] += 1
+            return -1
+        if 0x581 <= arb <= 0x5FF or hit is not None:
+            # SDO responses, EMCY and heartbeats also go to canopen (SDO client, EMCY log, NMT state)
+            self._networks[b].notify(arb, bytearray(data), frame.timestamp)
+        elif arb not in (codec.SYNC_ID, 0) and not (0x201 <= arb <= 0x57F or 0x601 <= arb <= 0x7FF):
+            st["unexpected"] += 1
+        return arb
+
+    def _pump_bus(self, b: int, timeout_s: float, until_id: int) -> None:
+        """Handle frames of bus ``b`` until one with ``until_id`` arrived or ``timeout_s`` passed."""
+        t = self._buses[b]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            f = t.recv(max(0.0, remaining))
+            if f is None:
+                return
+            if self._handle(b, f) == until_id:
+                return
+
+    def _pump(self, timeout_s: float, until: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not until():
+            remaining = deadline - time.monotonic()
+            got = recv_any(self._buses, max(0.0, remaining))
+            if got is None:
+                return
+            self._handle(*got)
+
+    def _master_heartbeat(self, force: bool = False) -> None:
+        if self.master_node_id is None:
+            return
+        t = float(self._now())
+        if force or t >= self._hb_master_due:
+            for bus in self._buses:
+                bus.send(codec.heartbeat_id(self.master_node_id), codec.encode_heartbeat(NmtState.OPERATIONAL))
+            self._hb_master_due = t + self.master_heartbeat_period_s
+
+    def _exchange(self, frames: Sequence[Frame]) -> Feedback:
+        """Send the RPDOs and one SYNC per bus, collect both TPDOs of every drive."""
+        self._stats = self._new_stats()
+        self._stats["saturated"] = self.last_saturated
+        self._pump(0.0, lambda: False)      # EMCY / heartbeats / late TPDOs since the last cycle
+        self._got1[:] = False
+        self._got2[:] = False
+        self._master_heartbeat()
+        for b, t in enumerate(self._buses):
+            for j, f in enumerate(frames):
+                if self._bus_of[j] == b:
+                    t.send_frame(f)
+            t.send(codec.SYNC_ID, b"")
+        got1, got2 = self._got1, self._got2
+        self._pump(self.reply_timeout_s, lambda: bool(got1.all() and got2.all()))
+        return self._feedback()
+
+    def _feedback(self) -> Feedback:
+        n = self.n_joints
+        t = float(self._now())
+        fresh = self._got1 & self._got2
+        hb_age = t - self._hb_t
+        fault = np.zeros(n, dtype=np.int64)
+        faulted = (self._state == int(State.FAULT)) | (self._state == int(State.FAULT_REACTION_ACTIVE))
+        fault[faulted] = np.where(self._emcy[faulted] != 0, self._emcy[faulted], codec.EMCY_GENERIC)
+        lost = hb_age > self.heartbeat_timeout_s
+        fault[lost & ~faulted] = FAULT_HEARTBEAT_LOST
+        info = dict(self._stats)
+        info["missing"] = int(n - fresh.sum())
+        info["state"] = self._state.copy()
+        info["nmt_state"] = self._nmt.copy()
+        info["heartbeat_age_s"] = hb_age
+        info["emcy_code"] = self._emcy.copy()
+        info["statusword"] = self._sw.copy()
+        return Feedback(t_s=t, position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
+                        torque_nm=self._tau.copy(), fault=fault, fresh=fresh,
+                        enabled=self._state == int(State.OPERATION_ENABLED), info=info)
+
+    # ------------------------------------------------------------------
+    def _sdo_error(self, j: int, what: str, err: Exception) -> TorqueloopError:
+        canopen = self._canopen
+        if isinstance(err, canopen.SdoAbortedError):
+            return DeviceFaultError(f"{self._name(j)}: SDO {what} aborted by the drive: {err}")
+        if isinstance(err, canopen.sdo.SdoCommunicationError):
+            return CommsTimeoutError(f"{self._name(j)}: SDO {what}: {err}")
+        return CommsError(f"{self._name(j)}: SDO {what}: {type(err).__name__}: {err}")
+
+    def _sdo(self, j: int, what: str, fn):
+        canopen = self._canopen
+        try:
+            return fn(self.nodes[j])
+        except (canopen.SdoAbortedError, canopen.sdo.SdoCommunicationError) as err:
+            raise self._sdo_error(j, what, err) from err
+        except TorqueloopError:
+            raise
+        except Exception as err:  # noqa: BLE001 - canopen raises plain exceptions for malformed responses
+            raise self._sdo_error(j, what, err) from err
+
+    def configure(self, j: int) -> None:
+        """SDO configuration and PDO mapping of drive ``j`` (NMT pre-operational first)."""
+        ax = self._axes[j]
+        node = self.nodes[j]
+        node.nmt.state = "PRE-OPERATIONAL"
+        dev = self._sdo(j, "read 0x1000", lambda nd: nd.sdo[0x1000].raw)
+        if dev & 0xFFFF != codec.DEVICE_PROFILE_402:
+            raise DeviceFaultError(f"{self._name(j)}: device type 0x{dev:08X} is not a CiA 402 drive")
+        modes = self._sdo(j, "read 0x6502", lambda nd: nd.sdo[0x6502].raw)
+        if not modes & codec.SUPPORTED_MODE_CST:
+            raise DeviceFaultError(f"{self._name(j)}: drive does not support cyclic synchronous torque "
+                                   f"(0x6502 = 0x{modes:08X})")
+        rated = self._sdo(j, "read 0x6076", lambda nd: nd.sdo[0x6076].raw)
+        if rated != ax.units.rated_torque_mnm:
+            raise DriverError(f"{self._name(j)}: drive's rated torque 0x6076 is {rated} mN m, the configuration "
+                              f"says {ax.units.rated_torque_mnm} mN m (rated_torque_nm)")
+        inc = self._sdo(j, "read 0x608F", lambda nd: (nd.sdo[0x608F][1].raw, nd.sdo[0x608F][2].raw))
+        if inc[1] == 0 or abs(inc[0] / inc[1] - ax.units.counts_per_rev) > 1e-9 * ax.units.counts_per_rev:
+            raise DriverError(f"{self._name(j)}: drive's encoder resolution 0x608F is {inc[0]}/{inc[1]} "
+                              f"increments per revolution, the configuration says {ax.units.counts_per_rev}")
+        hb_ms = max(1, int(round(self.heartbeat_period_s * 1000)))
+        writes = [
+            (0x6071, None, 0),
+            (0x6072, None, ax.max_torque_permille),
+            (0x605A, None, self.quick_stop_option),
+            (0x605E, None, self.fault_reaction_option),
+            (0x1005, None, codec.SYNC_ID),
+            (0x1017, None, hb_ms),
+            (0x1016, 1, 0 if self.master_node_id is None else
+             (self.master_node_id << 16) | max(1, int(round(self.master_heartbeat_timeout_s * 1000)))),
+            (0x6060, None, codec.MODE_CST),
+        ]
+        for idx, sub, val in writes:
+            def w(nd, idx=idx, sub=sub, val=val):
+                obj = nd.sdo[idx] if sub is None else nd.sdo[idx][sub]
+                obj.raw = val
+            self._sdo(j, f"write 0x{idx:04X}" + (f":{sub}" if sub else ""), w)
+
+        def pdos(nd):
+            nd.rpdo.read(from_od=True)
+            nd.tpdo.read(from_od=True)
+            for maps, layout, make_id in ((nd.rpdo, {1: codec.RPDO1_MAP}, codec.rpdo_id),
+                                          (nd.tpdo, {1: codec.TPDO1_MAP, 2: codec.TPDO2_MAP}, codec.tpdo_id)):
+                for k in range(1, 5):
+                    pm = maps[k]
+                    pm.clear()
+                    pm.cob_id = make_id(ax.node_id, k)
+                    if k in layout:
+                        for idx, sub, bits in layout[k]:
+                            pm.add_variable(idx, sub, bits)
+                        pm.trans_type = 1
+                        pm.enabled = True
+                    else:
+                        pm.trans_type = 255
+                        pm.enabled = False
+                    pm.save()
+        self._sdo(j, "PDO mapping", pdos)
+        mode = self._sdo(j, "read 0x6061", lambda nd: nd.sdo[0x6061].raw)
+        if mode != codec.MODE_CST:
+            raise DeviceFaultError(f"{self._name(j)}: modes of operation display is {mode}, not 10 (CST)")
+
+    def enable(self) -> Feedback:
+        """Configure every drive, start it (NMT) and walk the power state machine to OPERATION ENABLED.
+
+        Raises
+        ------
+        DeviceFaultError
+            A drive is (or goes) in FAULT, refuses a configuration write, or is not a CST drive.
+        CommsTimeoutError
+            No SDO answer, or not every drive OPERATION ENABLED within ``enable_timeout_s``.
+        DriverError
+            The drive's rated torque or encoder resolution differ from the configuration.
+        """
+        self._check_open()
+        self._stats = self._new_stats()
+        self._pump(0.0, lambda: False)
+        for j in range(self.n_joints):
+            self.configure(j)
+        for j in range(self.n_joints):
+            self.nodes[j].nmt.state = "OPERATIONAL"
+        self._master_heartbeat(force=True)
+        n = self.n_joints
+        t0 = float(self._now())
+        self._hb_t[:] = np.maximum(self._hb_t, t0)   # heartbeat ages count from the start
+        deadline = time.monotonic() + self.enable_timeout_s
+        zero = np.zeros(n)
+        cw = [codec.CW_SHUTDOWN] * n
+        self._enabled_cmd = True
+        while True:
+            frames = self.make_commands(Command(zero))
+            frames = [Frame(f.arbitration_id, codec.encode_rpdo1(cw[j], 0)) for j, f in enumerate(frames)]
+            fb = self._exchange(frames)
+            states = [State(int(s)) for s in self._state]
+            faulted = [j for j in range(n) if fb.fresh[j] and states[j] in (State.FAULT, State.FAULT_REACTION_ACTIVE)]
+            if faulted:
+                self._shutdown_all()
+                desc = "; ".join(f"{self._name(j)}: {states[j].name}, EMCY 0x{int(self._emcy[j]):04X} "
+                                 f"({codec.EMCY_NAMES.get(int(self._emcy[j]), 'unknown')})" for j in faulted)
+                raise DeviceFaultError(f"CiA 402 drives in fault (call fault_reset() to acknowledge): {desc}")
+            if fb.fresh.all() and all(s == State.OPERATION_ENABLED for s in states):
+                break
+            if time.monotonic() > deadline:
+                self._shutdown_all()
+                desc = ", ".join(f"{self._name(j)} ({states[j].name if fb.fresh[j] else 'no TPDO'})"
+                                 for j in range(n) if not (fb.fresh[j] and states[j] == State.OPERATION_ENABLED))
+                raise CommsTimeoutError(f"CiA 402 drives not OPERATION ENABLED after {self.enable_timeout_s} s: "
+                                        f"{desc}")
+            for j in range(n):
+                s = states[j]
+                if not fb.fresh[j]:
+                    continue
+                if s == State.SWITCH_ON_DISABLED:
+                    cw[j] = codec.CW_SHUTDOWN
+                elif s == State.READY_TO_SWITCH_ON:
+                    cw[j] = codec.CW_SWITCH_ON
+                elif s in (State.SWITCHED_ON, State.OPERATION_ENABLED):
+                    cw[j] = codec.CW_ENABLE_OPERATION
+                elif s == State.QUICK_STOP_ACTIVE:
+                    cw[j] = codec.CW_DISABLE_VOLTAGE
+        return self._exchange(self.make_commands(Command(zero)))
+
+    def cycle(self, command: Command) -> Feedback:
+        """Send every drive's RPDO1 and a SYNC, collect the TPDOs (see the module docstring).
+
+        Raises
+        ------
+        DriverError
+            Not enabled / closed, or a bad command (nothing is sent then).
+        CommsError
+            A bus failed.
+        """
+        self._check_open()
+        if not self._enabled_cmd:
+            raise DriverError("cycle() before enable()")
+        frames = self.make_commands(command)
+        fb = self._exchange(frames)
+        self.cycles += 1
+        return fb
+
+    def _controlword_cycle(self, controlword: int) -> Feedback:
+        return self._exchange(self.make_commands(Command(np.zeros(self.n_joints)), controlword))
+
+    def _shutdown_all(self) -> None:
+        self._controlword_cycle(codec.CW_SHUTDOWN)
+        self._enabled_cmd = False
+
+    def quick_stop(self) -> Feedback:
+        """Controlword 'quick stop': each drive runs its quick stop reaction (0x605A)."""
+        self._check_open()
+        fb = self._controlword_cycle(codec.CW_QUICK_STOP)
+        self._enabled_cmd = False
+        return fb
+
+    def fault_reset(self, timeout_s: float | None = None) -> Feedback:
+        """Acknowledge drive faults: controlword bit 7 rising edge (FAULT -> SWITCH ON DISABLED).
+
+        Raises
+        ------
+        DeviceFaultError
+            A drive is still in FAULT afterwards (its cause persists).
+        """
+        self._check_open()
+        self._controlword_cycle(codec.CW_DISABLE_VOLTAGE)
+        deadline = time.monotonic() + (self.enable_timeout_s if timeout_s is None else timeout_s)
+        while True:
+            fb = self._controlword_cycle(codec.CW_FAULT_RESET)
+            still = [j for j in range(self.n_joints) if self._state[j] in (int(State.FAULT),
+                                                                           int(State.FAULT_REACTION_ACTIVE))]
+            if not still and fb.fresh.all():
+                break
+            if time.monotonic() > deadline:
+                raise DeviceFaultError("fault reset not accepted by " + ", ".join(self._name(j) for j in still))
+            self._controlword_cycle(codec.CW_DISABLE_VOLTAGE)
+        self._enabled_cmd = False
+        return fb
+
+    def disable(self) -> None:
+        """Zero torque with controlword 'shutdown' (power stage off), then NMT pre-operational.
+
+        Drives that do not confirm (statusword still OPERATION ENABLED) get the
+        shutdown once more; those still unconfirmed are listed in
+        :attr:`disable_unconfirmed`.
+        """
+        self._check_open()
+        todo = list(range(self.n_joints))
+        for _ in range(2):
+            fb = self._controlword_cycle(codec.CW_SHUTDOWN)
+            todo = [j for j in todo if not fb.fresh[j] or self._state[j] == int(State.OPERATION_ENABLED)]
+            if not todo:
+                break
+        self._enabled_cmd = False
+        self.disable_unconfirmed = todo
+        for node in self.nodes:
+            node.nmt.state = "PRE-OPERATIONAL"
+
+    def close(self) -> None:
+        """Disable (best effort), then close owned transports.  Safe to call twice.
+
+        Raises
+        ------
+        CommsError
+            Disabling or closing failed; raised after every transport was closed.
+        """
+        if self._closed:
+            return
+        errors: list[BaseException] = []
+        try:
+            self.disable()
+        except TorqueloopError as err:
+            errors.append(err)
+        except Exception as err:  # noqa: BLE001 - canopen errors while sending NMT
+            errors.append(err)
+        self._closed = True
+        if self._owns:
+            for t in self._buses:
+                try:
+                    t.close()
+                except CommsError as err:
+                    errors.append(err)
+        if errors:
+            raise CommsError(f"Cia402Driver.close: {len(errors)} error(s), first: {errors[0]}") from errors[0]
+
+    # ------------------------------------------------------------------
+    def bus_flows(self, loop_hz: float):
+        """Bus-load description for :func:`drivers.busload.budget`: one (BusSpec, flows) per bus."""
+        from .busload import BusSpec, cia402_flows
+        out = {}
+        for b, t in enumerate(self._buses):
+            spec = BusSpec(bitrate_bit_s=float(t.bitrate or 1_000_000), fd=False, name=t.name)
+            out[t.name] = (spec, cia402_flows(len(self._by_node[b]), loop_hz,
+                                              heartbeat_rate_hz=1.0 / self.heartbeat_period_s,
+                                              master_heartbeat_rate_hz=0.0 if self.master_node_id is None
+                                              else 1.0 / self.master_heartbeat_period_s))
+        return out
+
+
+def build(section, *, now: Callable[[], float], transports=None) -> Cia402Driver:
+    """Build a :class:`Cia402Driver` from a ``[driver]`` table (type ``cia402_can``).
+
+    Keys besides the common ones of :mod:`drivers.registry`: ``enable_timeout_s``,
+    ``sdo_timeout_s``, ``heartbeat_period_s``, ``heartbeat_timeout_s``,
+    ``master_node_id`` (0 = no master heartbeat), ``master_heartbeat_period_s``,
+    ``master_heartbeat_timeout_s``, ``quick_stop_option``, ``fault_reaction_option``;
+    per joint ``node_id`` (1..127), ``counts_per_rev``, ``rated_torque_nm``,
+    optional ``velocity_counts_per_rev_s``, ``torque_limit_nm`` (motor side,
+    written to 0x6072), ``eds`` (a shipped EDS name or a path relative to the
+    config file) and the mapping keys.
+    """
+    from . import registry
+    buses = registry.open_buses(section, transports)
+    try:
+        rt = section.float("reply_timeout_s", 0.002, minimum=0.0, strict_min=True)
+        et = section.float("enable_timeout_s", 1.0, minimum=0.0, strict_min=True)
+        st = section.float("sdo_timeout_s", 0.1, minimum=0.0, strict_min=True)
+        hb = section.float("heartbeat_period_s", 0.05, minimum=0.001)
+        hbt = section.float("heartbeat_timeout_s", None, minimum=0.0, strict_min=True)
+        if hbt is not None and hbt <= hb:
+            raise section.error("heartbeat_timeout_s", f"must be longer than heartbeat_period_s ({hb} s); "
+                                                       "a shorter one would report every drive as lost")
+        master = section.int("master_node_id", 127, minimum=0, maximum=127)
+        mhb = section.float("master_heartbeat_period_s", 0.05, minimum=0.001)
+        mhbt = section.float("master_heartbeat_timeout_s", None, minimum=0.0, strict_min=True)
+        if mhbt is not None and mhbt <= mhb:
+            raise section.error("master_heartbeat_timeout_s",
+                                f"must be longer than master_heartbeat_period_s ({mhb} s)")
+        qs = section.int("quick_stop_option", 2)
+        if qs not in (0, 1, 2, 5, 6):
+            raise section.error("quick_stop_option", f"must be 0, 1, 2, 5 or 6, got {qs}")
+        fr = section.int("fault_reaction_option", 2)
+        if fr not in (0, 1, 2):
+            raise section.error("fault_reaction_option", f"must be 0, 1 or 2, got {fr}")
+        base_dir = Path(section.file).parent if section.file else None
+        axes = []
+        seen = {}
+        for js in section.sections("joints"):
+            bus_name = registry.joint_bus(js, buses)
+            node = js.int("node_id", minimum=1, maximum=127)
+            if (bus_name, node) in seen:
+                raise js.error("node_id", f"node id {node} already used by {seen[bus_name, node]} on bus '{bus_name}'")
+            if node == master:
+                raise js.error("node_id", f"node id {node} is the master_node_id")
+            seen[bus_name, node] = js.path
+            name = js.str("name", "")
+            units = Cia402Units(js.float("counts_per_rev", minimum=0.0, strict_min=True),
+                                js.float("rated_torque_nm", minimum=0.0, strict_min=True),
+                                js.float("velocity_counts_per_rev_s", None, minimum=0.0, strict_min=True))
+            lim = js.float("torque_limit_nm", None, minimum=0.0, strict_min=True)
+            eds = js.str("eds", GENERIC_EDS)
+            if base_dir is not None and not Path(eds).is_absolute() and (base_dir / eds).is_file():
+                eds = str(base_dir / eds)
+            try:
+                eds_path(eds)
+            except ConfigError as err:
+                raise js.error("eds", err.message) from err
+            mapping = registry.joint_mapping(js)
+            js.finish()
+            axes.append(Cia402Axis(buses[bus_name], node, units, mapping, name, lim, eds))
+        if not axes:
+            raise section.error("joints", "at least one joint is required")
+        section.finish()
+        return Cia402Driver(axes, now=now, reply_timeout_s=rt, enable_timeout_s=et, sdo_timeout_s=st,
+                            heartbeat_period_s=hb, heartbeat_timeout_s=hbt,
+                            master_node_id=None if master == 0 else master, master_heartbeat_period_s=mhb,
+                            master_heartbeat_timeout_s=mhbt, quick_stop_option=qs, fault_reaction_option=fr)
+    except BaseException:
+        registry.close_buses(buses, transports)
+        raise

@@ -1,0 +1,676 @@
+"""Emulated CANopen CiA 402 servo drives (cyclic synchronous torque) on the simulated plant.
+
+Each drive is a :class:`canopen.LocalNode` (object dictionary from the same
+EDS the driver uses): canopen's SDO server answers configuration requests,
+its NMT slave follows NMT commands, its PDO maps hold the mapping the master
+wrote and decode / encode the PDOs, and its EMCY producer sends emergencies.
+The drive behaviour around it is modelled here, as a drive firmware does it:
+
+* NMT: boot-up message at start, PDOs and SYNC only in OPERATIONAL, no SDO
+  in STOPPED; reset node / communication returns to PRE-OPERATIONAL with a
+  new boot-up (reset node also clears a fault whose cause is gone).
+* PDOs: the mapping is taken from the object dictionary when the node
+  enters OPERATIONAL; a mapping longer than 64 bits or of an object that is
+  not PDO-mappable is refused by SDO abort (0x06040042 / 0x06040041).
+  Synchronous RPDOs are applied at the next SYNC (the latest one received),
+  asynchronous ones (254/255) at once; an RPDO shorter than its mapping is
+  not processed and raises EMCY 0x8210.  At each SYNC the actual values are
+  sampled once, the RPDOs applied, then every synchronous TPDO due is sent.
+* Power state machine (CiA 402): controlword commands shutdown, switch on,
+  enable operation, disable voltage, quick stop, disable operation and fault
+  reset (rising edge of bit 7); statusword bits 0-6, voltage enabled, remote,
+  internal limit active (torque clamped to 0x6072) and 'following' (bit 12).
+* CST: in OPERATION ENABLED with modes of operation 10 the target torque
+  0x6071 (per mille of 0x6076, clamped to 0x6072) is applied to the plant
+  joint; otherwise the motor torque is zero.  0x6060 accepts only 0 and 10
+  (others: SDO abort 0x06090030).
+* Quick stop (0x605A) and fault reaction (0x605E): 0 switches the power
+  stage off (motor coasts); 1/2 brake with the drive's velocity loop (joint
+  damping ``brake_kd_nm_s_per_rad``, torque limited by 0x6072) until the
+  joint speed is below ``standstill_rad_s`` (or ``max_brake_s`` passed),
+  then switch off (SWITCH ON DISABLED, or FAULT after a fault reaction);
+  quick stop 5/6 brake and stay in QUICK STOP ACTIVE.
+* Heartbeat producer (0x1017) on the loop clock; heartbeat consumer
+  (0x1016 sub1: node id and time), armed by the first heartbeat of that
+  node: on a timeout EMCY 0x8130 and, with the power stage on, the fault
+  reaction.
+* Faults (:meth:`Cia402Emulator.inject_fault`): EMCY with the code, 0x603F,
+  error register 0x1001, fault reaction, FAULT; a fault reset is accepted
+  once the cause is gone (EMCY 0x0000 'error reset').
+
+Units (motor side, :class:`~drivers.codecs.cia402.Cia402Units` from 0x608F
+and 0x6076): position in increments, velocity in increments/s, torques in
+per mille of the rated torque.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import can
+
+from dynamics.errors import ConfigError, DriverError
+from ..base import JointMapping
+from ..cia402 import GENERIC_EDS, eds_path
+from ..codecs import cia402 as codec
+from ..codecs.cia402 import Cia402Units, State
+from .emulators import EmulatedDevice
+from .plant import SimulatedPlant
+
+__all__ = ["Cia402DriveConfig", "Cia402Emulator"]
+
+_POWER_ON = (State.SWITCHED_ON, State.OPERATION_ENABLED, State.QUICK_STOP_ACTIVE, State.FAULT_REACTION_ACTIVE)
+_REACTION_CHECK_S = 0.001
+_NMT_OPERATIONAL, _NMT_STOPPED, _NMT_PREOP, _NMT_INIT = 5, 4, 127, 0
+
+
+@dataclass(frozen=True)
+class Cia402DriveConfig:
+    """One emulated CiA 402 drive.
+
+    Attributes
+    ----------
+    node_id : int
+        1..127.
+    joint : int
+        Plant joint it drives.
+    units : Cia402Units
+        Encoder increments per motor revolution (0x608F) and rated torque (0x6076).
+    mapping : JointMapping
+        Joint <-> motor side (as the driver's).
+    eds : str
+        EDS file (a shipped name or a path).
+    brake_kd_nm_s_per_rad : float
+        Joint-side damping of the drive's velocity loop during quick stop / fault reaction.
+    standstill_rad_s : float
+        Joint speed below which a braking reaction ends.
+    max_brake_s : float
+        Longest braking reaction (loop clock).
+    """
+
+    node_id: int
+    joint: int
+    units: Cia402Units
+    mapping: JointMapping = field(default_factory=JointMapping)
+    eds: str = GENERIC_EDS
+    brake_kd_nm_s_per_rad: float = 5.0
+    standstill_rad_s: float = 0.02
+    max_brake_s: float = 1.0
+
+
+class _Outbox:
+    """The 'bus' of the emulator's canopen network: collects what the nodes send."""
+
+    def __init__(self):
+        self.frames: list[can.Message] = []
+
+    def send(self, msg, timeout=None):
+        self.frames.append(can.Message(arbitration_id=msg.arbitration_id, data=bytes(msg.data),
+                                       is_extended_id=False, is_remote_frame=msg.is_remote_frame))
+
+    def send_periodic(self, msg, period, *args, **kwargs):
+        # heartbeats are produced on the loop clock by the emulator (on_timer), not by a thread
+        return _NoTask()
+
+    def __bool__(self):
+        return True
+
+
+class _NoTask:
+    def stop(self):
+        return None
+
+    def modify_data(self, msg):
+        return None
+
+
+class _Drive:
+    def __init__(self, cfg: Cia402DriveConfig, node, emu: "Cia402Emulator"):
+        self.cfg = cfg
+        self.node = node
+        self.emu = emu
+        self.state = State.NOT_READY_TO_SWITCH_ON
+        self.cw = 0
+        self.error_code = 0
+        self.error_register = 0
+        self.cause = False           # injected fault cause still present
+        self.reaction: str | None = None   # "quick_stop" | "fault"
+        self.reaction_t0 = 0.0
+        self.next_check = math.inf
+        self.limit_active = False
+        self.hb_due = math.inf
+        self.consumer_last = -math.inf   # loop time of the last master heartbeat (-inf: not armed)
+        self.boot_due = 0.0
+        self.silent = False
+        self.commands = 0
+        self.sync_count = 0
+        self.units = cfg.units
+        self.meas = None              # (t, q, qd, tau) sampled at the last SYNC / SDO read
+        self.rpdo_ready: list = []
+        self.tpdo_ready: list = []
+
+
+class Cia402Emulator(EmulatedDevice):
+    """CiA 402 drives on one CAN bus (see the module docstring).
+
+    Parameters
+    ----------
+    drives : sequence of Cia402DriveConfig
+        Distinct node ids and joints.
+    t0_s : float
+        Loop time of power-on (boot-up messages are sent then).
+    """
+
+    def __init__(self, drives: Sequence[Cia402DriveConfig], *, t0_s: float = 0.0):
+        import canopen
+        self._canopen = canopen
+        drives = list(drives)
+        if not drives:
+            raise ConfigError("at least one drive is required", field="drives")
+        self._out = _Outbox()
+        self.network = canopen.Network(bus=self._out)
+        self._drives: dict[int, _Drive] = {}
+        joints = set()
+        ods = {}
+        for i, c in enumerate(drives):
+            if not isinstance(c, Cia402DriveConfig):
+                raise ConfigError(f"expected Cia402DriveConfig, got {type(c).__name__}", field=f"drives[{i}]")
+            try:
+                codec.rpdo_id(c.node_id)
+            except DriverError as err:
+                raise ConfigError(str(err), field=f"drives[{i}].node_id") from err
+            if c.node_id in self._drives:
+                raise ConfigError(f"duplicate node id {c.node_id}", field=f"drives[{i}].node_id")
+            if c.joint in joints:
+                raise ConfigError(f"joint {c.joint} driven twice", field=f"drives[{i}].joint")
+            joints.add(c.joint)
+            path = eds_path(c.eds)
+            if path not in ods:
+                ods[path] = path
+            node = canopen.LocalNode(c.node_id, path)
+            self.network.add_node(node)
+            d = _Drive(c, node, self)
+            d.boot_due = float(t0_s)
+            node.add_read_callback(lambda index, subindex, od, d=d: self._read(d, index, subindex))
+            node.add_write_callback(lambda index, subindex, od, data, d=d: self._write(d, index, subindex, od, data))
+            # the drive's own identity: units and rated torque in its object dictionary
+            node.set_data(0x608F, 1, struct.pack("<I", int(round(c.units.counts_per_rev))))
+            node.set_data(0x608F, 2, struct.pack("<I", 1))
+            node.set_data(0x6076, 0, struct.pack("<I", c.units.rated_torque_mnm))
+            self._drives[c.node_id] = d
+        self._lock = threading.RLock()
+        self._limit0: dict[int, float] = {}
+
+    # -- setup ---------------------------------------------------------------------------------
+    def bind(self, plant: SimulatedPlant) -> None:
+        super().bind(plant)
+        for d in self._drives.values():
+            j = d.cfg.joint
+            if not 0 <= j < plant.n_joints:
+                raise ConfigError(f"joint {j} out of range for a {plant.n_joints}-joint plant",
+                                  field=f"drive {d.cfg.node_id}.joint")
+            self._limit0[j] = float(plant.torque_limit_nm[j])
+            self._set_plant_limit(d)
+            plant.set_joint_command(j, 0.0)
+            d.state = State.SWITCH_ON_DISABLED     # self test passed
+
+    @property
+    def node_ids(self) -> tuple[int, ...]:
+        return tuple(self._drives)
+
+    def _drive(self, node_id: int) -> _Drive:
+        try:
+            return self._drives[node_id]
+        except KeyError as err:
+            raise DriverError(f"no emulated CiA 402 drive with node id {node_id}") from err
+
+    def state(self, node_id: int) -> State:
+        """Power state of a drive."""
+        return self._drive(node_id).state
+
+    def nmt_state(self, node_id: int) -> str:
+        return self._drive(node_id).node.nmt.state
+
+    def error_code(self, node_id: int) -> int:
+        return self._drive(node_id).error_code
+
+    def commands_applied(self, node_id: int) -> int:
+        """Number of SYNCs at which a target torque was applied in OPERATION ENABLED."""
+        return self._drive(node_id).commands
+
+    def local_node(self, node_id: int):
+        """The drive's :class:`canopen.LocalNode` (object dictionary values: ``data_store``)."""
+        return self._drive(node_id).node
+
+    # -- fault injection -------------------------------------------------------------------------
+    def inject_fault(self, node_id: int, code: int = 0x2310, *, persistent: bool = False) -> None:
+        """Raise a drive fault with EMCY ``code`` (default 0x2310 over-current).
+
+        ``persistent``: the cause stays until :meth:`clear_fault_cause` (fault reset refused).
+        """
+        if isinstance(code, bool) or not isinstance(code, int) or not 0 < code <= 0xFFFF:
+            raise DriverError(f"EMCY code must be in 1..0xFFFF, got {code!r}")
+        with self._lock:
+            d = self._drive(node_id)
+            d.cause = bool(persistent)
+            self._fault(d, code, self.plant.t_s)
+
+    def clear_fault_cause(self, node_id: int) -> None:
+        with self._lock:
+            self._drive(node_id).cause = False
+
+    def set_silent(self, node_id: int, silent: bool = True) -> None:
+        """Disconnect (``True``) or reconnect a drive from the bus (it keeps running its reactions)."""
+        with self._lock:
+            self._drive(node_id).silent = bool(silent)
+
+    # -- object dictionary callbacks ----------------------------------------------------------------
+    def _sample(self, d: _Drive):
+        t = self.plant.t_s
+        if d.meas is None or d.meas[0] != t:
+            d.meas = self.plant.measure()
+        return d.meas
+
+    def _mode(self, d: _Drive) -> int:
+        try:
+            return struct.unpack("<b", d.node.data_store[0x6060][0])[0]
+        except KeyError:
+            return 0
+
+    def _u(self, d: _Drive, index: int, sub: int = 0, fmt: str = "<I") -> int:
+        return struct.unpack(fmt, d.node.get_data(index, sub))[0]
+
+    def statusword(self, d: _Drive) -> int:
+        return codec.statusword_for(
+            d.state, internal_limit=d.limit_active,
+            following=d.state == State.OPERATION_ENABLED and self._mode(d) == codec.MODE_CST)
+
+    def _read(self, d: _Drive, index: int, sub: int):
+        if index == 0x6041:
+            return self.statusword(d)
+        if index == 0x6061:
+            return self._mode(d)
+        if index == 0x603F:
+            return d.error_code
+        if index == 0x1001:
+            return d.error_register
+        if index in (0x6064, 0x606C, 0x6077, 0x6074):
+            _, q, qd, tau = self._sample(d)
+            m, u, j = d.cfg.mapping, d.units, d.cfg.joint
+            if index == 0x6064:
+                return u.position_counts(float(m.joint_to_motor_position(q[j])))
+            if index == 0x606C:
+                return u.velocity_counts_s(float(m.joint_to_motor_velocity(qd[j])))
+            t_m = float(m.joint_to_motor_torque(tau[j])) if index == 0x6077 else self._demand_nm(d)
+            return max(-0x7FFF, min(0x7FFF, int(round(t_m / u.nm_per_permille))))
+        return None
+
+    def _write(self, d: _Drive, index: int, sub: int, od, data: bytes) -> None:
+        SdoAbortedError = self._canopen.SdoAbortedError
+        if index == 0x6060:
+            mode = struct.unpack("<b", data)[0]
+            if mode not in (0, codec.MODE_CST):
+                raise SdoAbortedError(0x06090030)      # value range of parameter exceeded
+        elif index == 0x6040:
+            self._controlword(d, struct.unpack("<H", data)[0], self.plant.t_s)
+        elif index == 0x6072:
+            self._set_plant_limit(d, struct.unpack("<H", data)[0])
+        elif index in (0x6076, 0x608F):
+            if d.state in _POWER_ON:
+                raise SdoAbortedError(0x08000022)      # not in the present device state
+            if index == 0x6076:
+                d.units = Cia402Units(d.units.counts_per_rev, max(1, struct.unpack("<I", data)[0]) / 1000.0)
+            elif sub == 1:
+                d.units = Cia402Units(max(1, struct.unpack("<I", data)[0]), d.units.rated_torque_nm)
+        elif 0x1600 <= index <= 0x1603 or 0x1A00 <= index <= 0x1A03:
+            if sub == 0:
+                n = data[0]
+                bits = 0
+                for s in range(1, n + 1):
+                    try:
+                        entry = struct.unpack("<I", d.node.get_data(index, s))[0]
+                    except SdoAbortedError:
+                        raise SdoAbortedError(0x06040041) from None
+                    bits += entry & 0xFF
+                if n > 8 or bits > 64:
+                    raise SdoAbortedError(0x06040042)  # exceeds PDO length
+            else:
+                entry = struct.unpack("<I", data)[0]
+                obj_index, obj_sub = entry >> 16, (entry >> 8) & 0xFF
+                if entry:
+                    try:
+                        obj = d.node._find_object(obj_index, obj_sub)
+                    except SdoAbortedError:
+                        raise SdoAbortedError(0x06040041) from None
+                    if not obj.pdo_mappable:
+                        raise SdoAbortedError(0x06040041)  # object cannot be mapped
+        elif index == 0x1017:
+            ms = struct.unpack("<H", data)[0]
+            if d.boot_due == math.inf:          # producer (re)started by the write
+                d.hb_due = (self.plant.t_s if self.plant is not None else 0.0) + (ms / 1000.0 if ms else math.inf)
+        elif index == 0x1016 and sub == 1:
+            d.consumer_last = -math.inf                # re-armed by the next heartbeat
+
+    def _set_plant_limit(self, d: _Drive, permille: int | None = None) -> None:
+        if permille is None:
+            permille = self._u(d, 0x6072, 0, "<H")
+        m = d.cfg.mapping
+        lim = abs(permille * d.units.nm_per_permille * m.gear_ratio * m.efficiency)
+        j = d.cfg.joint
+        if self.plant is not None:
+            self.plant.set_torque_limit([min(self._limit0.get(j, math.inf), lim)], joints=[j])
+
+    # -- behaviour ----------------------------------------------------------------------------------
+    def _demand_nm(self, d: _Drive) -> float:
+        if d.state != State.OPERATION_ENABLED or self._mode(d) != codec.MODE_CST:
+            return 0.0
+        target = struct.unpack("<h", d.node.get_data(0x6071, 0))[0]
+        lim = self._u(d, 0x6072, 0, "<H")
+        d.limit_active = abs(target) > lim
+        target = max(-lim, min(lim, target))
+        return target * d.units.nm_per_permille
+
+    def _output(self, d: _Drive) -> None:
+        """Put the drive's current output on the plant joint."""
+        j = d.cfg.joint
+        m = d.cfg.mapping
+        if d.reaction is not None:
+            self.plant.set_joint_command(j, 0.0, 0.0, d.cfg.brake_kd_nm_s_per_rad)
+            return
+        if d.state == State.QUICK_STOP_ACTIVE:     # quick stop 5/6: held by the velocity loop
+            self.plant.set_joint_command(j, 0.0, 0.0, d.cfg.brake_kd_nm_s_per_rad)
+            return
+        t_m = self._demand_nm(d)
+        if d.state != State.OPERATION_ENABLED:
+            d.limit_active = False
+        self.plant.set_joint_command(j, m.sign * t_m * m.gear_ratio * m.efficiency)
+
+    def _start_reaction(self, d: _Drive, kind: str, option: int, t_s: float) -> None:
+        if option == 0 or d.state not in (State.OPERATION_ENABLED, State.QUICK_STOP_ACTIVE,
+                                           State.FAULT_REACTION_ACTIVE):
+            d.reaction = None
+            d.state = State.FAULT if kind == "fault" else State.SWITCH_ON_DISABLED
+            self._output(d)
+            return
+        d.reaction = kind
+        d.reaction_t0 = t_s
+        d.next_check = t_s + _REACTION_CHECK_S
+        d.state = State.FAULT_REACTION_ACTIVE if kind == "fault" else State.QUICK_STOP_ACTIVE
+        self._output(d)
+
+    def _end_reaction(self, d: _Drive) -> None:
+        kind = d.reaction
+        d.reaction = None
+        d.next_check = math.inf
+        if kind == "fault":
+            d.state = State.FAULT
+        else:
+            option = self._u(d, 0x605A, 0, "<h")
+            d.state = State.QUICK_STOP_ACTIVE if option in (5, 6, 7, 8) else State.SWITCH_ON_DISABLED
+        self._output(d)
+
+    def _fault(self, d: _Drive, code: int, t_s: float) -> None:
+        if d.state in (State.FAULT, State.FAULT_REACTION_ACTIVE) and d.error_code:
+            return
+        d.error_code = code
+        d.error_register |= 0x01 | (0x10 if code & 0xFF00 == 0x8100 else 0)
+        if not d.silent:
+            d.node.emcy.send(code, d.error_register)
+        was = d.state
+        d.state = State.FAULT_REACTION_ACTIVE
+        if was in (State.OPERATION_ENABLED, State.QUICK_STOP_ACTIVE):
+            self._start_reaction(d, "fault", self._u(d, 0x605E, 0, "<h"), t_s)
+        else:
+            d.reaction = None
+            d.state = State.FAULT
+            self._output(d)
+
+    def _controlword(self, d: _Drive, cw: int, t_s: float) -> None:
+        prev, d.cw = d.cw, cw
+        cmd = codec.controlword_command(cw)
+        s = d.state
+        if s == State.FAULT:
+            if cmd == "fault_reset" and not prev & 0x80 and not d.cause:
+                d.state = State.SWITCH_ON_DISABLED
+                d.error_code = 0
+                d.error_register = 0
+                if not d.silent:
+                    d.node.emcy.reset()
+            return
+        if s in (State.FAULT_REACTION_ACTIVE, State.NOT_READY_TO_SWITCH_ON) or cmd is None:
+            return
+        if cmd == "fault_reset":
+            return
+        if d.reaction == "quick_stop":
+            if cmd == "disable_voltage":
+                d.reaction = None
+                d.next_check = math.inf
+                d.state = State.SWITCH_ON_DISABLED
+                self._output(d)
+            return
+        new = s
+        if cmd == "disable_voltage":
+            new = State.SWITCH_ON_DISABLED
+        elif cmd == "quick_stop":
+            if s == State.OPERATION_ENABLED:
+                self._start_reaction(d, "quick_stop", self._u(d, 0x605A, 0, "<h"), t_s)
+                return
+            if s in (State.READY_TO_SWITCH_ON, State.SWITCHED_ON):
+                new = State.SWITCH_ON_DISABLED
+        elif cmd == "shutdown":
+            if s in (State.SWITCH_ON_DISABLED, State.SWITCHED_ON, State.OPERATION_ENABLED):
+                new = State.READY_TO_SWITCH_ON
+        elif cmd == "switch_on":
+            if s == State.READY_TO_SWITCH_ON or s == State.OPERATION_ENABLED:
+                new = State.SWITCHED_ON
+        elif cmd == "enable_operation":
+            if s in (State.READY_TO_SWITCH_ON, State.SWITCHED_ON):
+                new = State.OPERATION_ENABLED
+            elif s == State.QUICK_STOP_ACTIVE and self._u(d, 0x605A, 0, "<h") in (5, 6, 7, 8):
+                new = State.OPERATION_ENABLED
+        if new != s:
+            d.state = new
+            self._output(d)
+
+    def _read_pdo_config(self, d: _Drive) -> None:
+        """Take the PDO mapping from the object dictionary (on entering OPERATIONAL)."""
+        node = d.node
+        node.rpdo.read(from_od=False)
+        node.tpdo.read(from_od=False)
+        d.rpdo_ready = [pm for pm in node.rpdo.values() if pm.enabled]
+        d.tpdo_ready = [pm for pm in node.tpdo.values() if pm.enabled and 1 <= (pm.trans_type or 0) <= 240]
+        for pm in d.rpdo_ready:
+            pm.is_received = False
+            if pm.trans_type is not None and pm.trans_type >= 254 and self._apply_now not in pm.callbacks:
+                pm.add_callback(self._apply_now)
+
+    def _apply_now(self, pm) -> None:
+        d = self._drives.get(pm.pdo_node.node.id)
+        if d is not None and d.node.nmt.state == "OPERATIONAL" and pm in d.rpdo_ready:
+            self._apply_rpdo(d, pm)
+
+    def _apply_rpdo(self, d: _Drive, pm) -> None:
+        pm.is_received = False
+        if len(pm.data) < (pm.length + 7) // 8:
+            d.node.emcy.send(0x8210, d.error_register)       # PDO not processed due to length error
+            return
+        ctrl = None
+        for var in pm.map:
+            if not var.length:
+                continue
+            raw = bytes(var.get_data())
+            if var.index == 0x6040:
+                ctrl = raw                       # the controlword acts after the targets are in
+                continue
+            d.node.set_data(var.index, var.subindex, raw)
+        if ctrl is not None:
+            d.node.set_data(0x6040, 0, ctrl)
+
+    def _sync(self, d: _Drive, t_s: float) -> None:
+        d.sync_count += 1
+        d.meas = None
+        self._sample(d)
+        for pm in d.rpdo_ready:
+            if pm.is_received and (pm.trans_type or 0) <= 240:
+                self._apply_rpdo(d, pm)
+        self._output(d)
+        if d.state == State.OPERATION_ENABLED and self._mode(d) == codec.MODE_CST:
+            d.commands += 1
+        if d.silent:
+            return
+        for pm in d.tpdo_ready:
+            if d.sync_count % pm.trans_type == 0:
+                for var in pm.map:
+                    if var.length:
+                        var.set_data(d.node.get_data(var.index, var.subindex))
+                self._out.frames.append(can.Message(arbitration_id=pm.cob_id, data=bytes(pm.data),
+                                                    is_extended_id=False))
+
+    def _nmt_changed(self, d: _Drive, before: int, t_s: float) -> None:
+        after = d.node.nmt._state
+        if after == _NMT_INIT:
+            # reset node / communication: back to pre-operational with a boot-up message
+            if d.state in _POWER_ON:
+                d.reaction = None
+                d.state = State.SWITCH_ON_DISABLED
+            if d.state == State.FAULT and not d.cause:
+                d.state = State.SWITCH_ON_DISABLED
+                d.error_code = 0
+                d.error_register = 0
+            self._output(d)
+            d.node.nmt.send_command(0x80)        # sends nothing itself from a reset state ...
+            self._out.frames.append(can.Message(arbitration_id=codec.heartbeat_id(d.cfg.node_id),
+                                                data=b"\x00", is_extended_id=False))
+            d.rpdo_ready, d.tpdo_ready = [], []
+        elif after == _NMT_OPERATIONAL and before != _NMT_OPERATIONAL:
+            self._read_pdo_config(d)
+        elif before == _NMT_OPERATIONAL and after != _NMT_OPERATIONAL:
+            d.rpdo_ready, d.tpdo_ready = [], []
+            if d.state in (State.OPERATION_ENABLED, State.QUICK_STOP_ACTIVE) and d.reaction is None:
+                d.state = State.SWITCH_ON_DISABLED        # communication lost: power stage off
+                self._output(d)
+
+    # -- EmulatedDevice ------------------------------------------------------------------------------
+    def accepts(self, msg: can.Message) -> bool:
+        return not msg.is_extended_id and not msg.is_error_frame
+
+    def _hb_period(self, d: _Drive) -> float:
+        ms = self._u(d, 0x1017, 0, "<H")
+        return ms / 1000.0 if ms else math.inf
+
+    def _consumer(self, d: _Drive) -> tuple[int, float]:
+        v = self._u(d, 0x1016, 1)
+        return (v >> 16) & 0x7F, (v & 0xFFFF) / 1000.0
+
+    def next_timer_s(self) -> float:
+        with self._lock:
+            if self._out.frames and self.plant is not None:
+                return self.plant.t_s      # an EMCY raised between bus events: send it now
+            t = math.inf
+            for d in self._drives.values():
+                node_c, tc = self._consumer(d)
+                armed = node_c and tc > 0 and math.isfinite(d.consumer_last)
+                t = min(t, d.boot_due, d.hb_due, d.next_check, d.consumer_last + tc if armed else math.inf)
+            return t
+
+    def on_timer(self, t_s: float) -> list[can.Message]:
+        with self._lock:
+            for d in self._drives.values():
+                if d.boot_due <= t_s:
+                    d.boot_due = math.inf
+                    d.node.nmt.send_command(0x80)           # INITIALISING -> PRE-OPERATIONAL
+                    if not d.silent:
+                        self._out.frames.append(can.Message(arbitration_id=codec.heartbeat_id(d.cfg.node_id),
+                                                            data=b"\x00", is_extended_id=False))
+                    d.hb_due = t_s + self._hb_period(d)
+                if d.hb_due <= t_s:
+                    d.hb_due = t_s + self._hb_period(d)
+                    if not d.silent:
+                        self._out.frames.append(can.Message(arbitration_id=codec.heartbeat_id(d.cfg.node_id),
+                                                            data=codec.encode_heartbeat(d.node.nmt._state),
+                                                            is_extended_id=False))
+                node_c, tc = self._consumer(d)
+                if node_c and tc > 0 and math.isfinite(d.consumer_last) and d.consumer_last + tc <= t_s:
+                    d.consumer_last = -math.inf          # disarmed until the next heartbeat
+                    if d.state in _POWER_ON:
+                        self._fault(d, codec.EMCY_HEARTBEAT, t_s)
+                    elif not d.silent:
+                        d.node.emcy.send(codec.EMCY_HEARTBEAT, d.error_register | 0x10)
+                if d.next_check <= t_s:
+                    _, _, qd, _ = self.plant.measure()
+                    if abs(float(qd[d.cfg.joint])) < d.cfg.standstill_rad_s or \
+                            t_s - d.reaction_t0 >= d.cfg.max_brake_s:
+                        self._end_reaction(d)
+                    else:
+                        d.next_check = t_s + _REACTION_CHECK_S
+            out, self._out.frames = self._out.frames, []
+            return out
+
+    def on_frame(self, msg: can.Message, t_s: float) -> list[can.Message] | None:
+        arb = msg.arbitration_id
+        with self._lock:
+            if msg.is_remote_frame:
+                return None
+            if arb == codec.SYNC_ID:
+                for d in self._drives.values():
+                    if d.node.nmt.state == "OPERATIONAL":
+                        self._sync(d, t_s)
+            elif arb == 0:
+                before = {k: d.node.nmt._state for k, d in self._drives.items()}
+                silent = {k for k, d in self._drives.items() if d.silent}
+                for k in silent:
+                    before.pop(k)
+                for k in silent:      # a disconnected drive does not hear the command
+                    self.network.unsubscribe(0, self._drives[k].node.nmt.on_command)
+                self.network.notify(arb, bytearray(msg.data), t_s)
+                for k in silent:
+                    self.network.subscribe(0, self._drives[k].node.nmt.on_command)
+                for k, b in before.items():
+                    d = self._drives[k]
+                    if d.node.nmt._state != b:
+                        self._nmt_changed(d, b, t_s)
+                        if d.silent:
+                            self._out.frames.clear()
+            elif 0x701 <= arb <= 0x77F:
+                for d in self._drives.values():
+                    node_c, tc = self._consumer(d)
+                    if node_c == arb - 0x700 and not d.silent:
+                        d.consumer_last = t_s
+            else:
+                d = self._drives.get(arb & 0x7F)
+                if d is None or d.silent:
+                    return None
+                if 0x601 <= arb <= 0x67F:
+                    if d.node.nmt._state == _NMT_STOPPED:
+                        return None
+                    self._sample(d)
+                elif 0x201 <= arb <= 0x57F and d.node.nmt.state != "OPERATIONAL":
+                    return None
+                self.network.notify(arb, bytearray(msg.data), t_s)
+            out, self._out.frames = self._out.frames, []
+            return out
+
+
+def devices_from_driver(driver, emu_sec, wd, now) -> dict:
+    """One :class:`Cia402Emulator` per bus of a built :class:`~drivers.cia402.Cia402Driver`
+    (node ids, units, mappings and EDS from the driver's axes; ``[driver.emulator]`` keys
+    ``brake_kd_nm_s_per_rad``, ``standstill_rad_s``, ``max_brake_s``)."""
+    if wd is not None:
+        raise emu_sec.error("watchdog_timeout_s", "CiA 402 drives watch the master heartbeat instead "
+                                                  "(driver.master_heartbeat_timeout_s)")
+    kd = emu_sec.float("brake_kd_nm_s_per_rad", 5.0, minimum=0.0, strict_min=True)
+    still = emu_sec.float("standstill_rad_s", 0.02, minimum=0.0, strict_min=True)
+    tmax = emu_sec.float("max_brake_s", 1.0, minimum=0.0, strict_min=True)
+    by_bus: dict[int, list] = {}
+    for j, ax in enumerate(driver.axes):
+        by_bus.setdefault(id(ax.transport), []).append(
+            Cia402DriveConfig(ax.node_id, j, ax.units, ax.mapping, ax.eds, kd, still, tmax))
+    t0 = float(now())
+    try:
+        return {k: Cia402Emulator(v, t0_s=t0) for k, v in by_bus.items()}
+    except ConfigError as err:
+        raise emu_sec.error(None, str(err)) from err

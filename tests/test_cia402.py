@@ -1,0 +1,513 @@
+"""CiA 402 cyclic synchronous torque: codec vs the canopen stack, driver vs emulator, faults, and
+canopen's own BaseNode402 as an independent client of the emulated drive."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.integrate import solve_ivp
+
+import canopen
+from canopen.profiles.p402 import BaseNode402, State402
+
+from controller.run import build_run, load_run
+from drivers.base import Command
+from drivers.busload import BusSpec, cia402_budget, cia402_flows
+from drivers.cia402 import FAULT_HEARTBEAT_LOST, eds_path
+from drivers.codecs import cia402 as codec
+from drivers.codecs.cia402 import Cia402Units, State
+from drivers.registry import build_driver
+from drivers.sim.cia402_emulator import Cia402DriveConfig, Cia402Emulator
+from drivers.sim.emulators import EmulatorHost
+from drivers.sim.plant import SimulatedPlant
+from dynamics import load_model
+from dynamics.config import Section
+from dynamics.errors import DecodeError, DeviceFaultError, DriverError
+
+ROOT = Path(__file__).resolve().parents[1]
+ROBOT_2R = ROOT / "hil_configs" / "robots" / "seed003_2r.toml"
+RUN = ROOT / "hil_configs" / "runs" / "3rrr_circle_cia402.toml"
+EDS = eds_path(None)
+UNITS = Cia402Units(counts_per_rev=1 << 20, rated_torque_nm=0.5)
+GEAR = 6.0
+
+
+# ---------------------------------------------------------------------------
+# codec against canopen's own PDO maps, state table, EMCY parser
+# ---------------------------------------------------------------------------
+_OD = {}
+
+
+def _canopen_map(kind: str, layout):
+    key = (kind, layout)
+    if key in _OD:
+        return _OD[key]
+    node = canopen.RemoteNode(5, canopen.import_od(EDS, 5))
+    canopen.Network().add_node(node)
+    maps = node.rpdo if kind == "rpdo" else node.tpdo
+    maps.read(from_od=True)
+    pm = maps[1]
+    pm.clear()
+    for idx, sub, bits in layout:
+        pm.add_variable(idx, sub, bits)
+    _OD[key] = pm
+    return pm
+
+
+@settings(max_examples=200, deadline=None)
+@given(cw=st.integers(0, 0xFFFF), tq=st.integers(-0x8000, 0x7FFF))
+def test_rpdo1_bytes_equal_canopens_encoding(cw, tq):
+    pm = _canopen_map("rpdo", codec.RPDO1_MAP)
+    pm[0x6040].raw = cw
+    pm[0x6071].raw = tq
+    assert codec.encode_rpdo1(cw, tq) == bytes(pm.data)
+    assert codec.decode_rpdo1(bytes(pm.data)) == (cw, tq)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data1=st.binary(min_size=8, max_size=8), data2=st.binary(min_size=5, max_size=5))
+def test_tpdo_decoding_equals_canopens(data1, data2):
+    pm1 = _canopen_map("tpdo", codec.TPDO1_MAP)
+    pm1.on_message(pm1.cob_id, bytearray(data1), 0.0)
+    sw, pos, tq = codec.decode_tpdo1(data1)
+    assert (sw, pos, tq) == (pm1[0x6041].raw, pm1[0x6064].raw, pm1[0x6077].raw)
+    assert codec.encode_tpdo1(sw, pos, tq) == data1
+    pm2 = _canopen_map("tpdo", codec.TPDO2_MAP)
+    pm2.on_message(pm2.cob_id, bytearray(data2), 0.0)
+    vel, mode = codec.decode_tpdo2(data2)
+    assert (vel, mode) == (pm2[0x606C].raw, pm2[0x6061].raw)
+    assert codec.encode_tpdo2(vel, mode) == data2
+
+
+def test_every_statusword_decodes_as_canopens_state_table():
+    names = {s: s.name.replace("_", " ") for s in State}
+    for sw in range(0x10000):
+        ours = codec.decode_state(sw)
+        theirs = next((n for n, (m, v) in State402.SW_MASK.items() if sw & m == v), "UNKNOWN")
+        assert names[ours] == theirs, hex(sw)
+    for s in State:
+        if s != State.UNKNOWN:
+            assert codec.decode_state(codec.statusword_for(s)) == s
+
+
+def test_controlword_commands_match_canopens_table():
+    assert codec.controlword_command(State402.CW_SHUTDOWN) == "shutdown"
+    assert codec.controlword_command(State402.CW_SWITCH_ON) == "switch_on"
+    assert codec.controlword_command(State402.CW_OPERATION_ENABLED) == "enable_operation"
+    assert codec.controlword_command(State402.CW_QUICK_STOP) == "quick_stop"
+    assert codec.controlword_command(State402.CW_DISABLE_VOLTAGE) == "disable_voltage"
+    assert codec.controlword_command(State402.CW_SWITCH_ON_DISABLED) == "fault_reset"
+
+
+@given(code=st.integers(0, 0xFFFF), reg=st.integers(0, 0xFF), vendor=st.binary(max_size=5))
+def test_emcy_matches_canopens_consumer(code, reg, vendor):
+    data = codec.encode_emcy(code, reg, vendor)
+    cons = canopen.emcy.EmcyConsumer()
+    cons.on_emcy(0x85, data, 0.0)
+    err = cons.log[-1]
+    em = codec.decode_emcy(data)
+    assert (em.code, em.register, em.vendor) == (err.code, err.register, err.data)
+
+
+def test_codec_refuses_bad_values():
+    with pytest.raises(DriverError):
+        codec.encode_rpdo1(0x10000, 0)
+    with pytest.raises(DriverError):
+        codec.encode_rpdo1(0, 0x8000)
+    with pytest.raises(DecodeError):
+        codec.decode_tpdo1(b"\0" * 7)
+    with pytest.raises(DriverError):
+        UNITS.torque_permille(math.nan)
+    with pytest.raises(DriverError):
+        Cia402Units(0, 1.0)
+
+
+def test_units_convert_counts_and_per_mille():
+    u = Cia402Units(counts_per_rev=4096, rated_torque_nm=2.0)
+    assert u.position_rad(4096) == pytest.approx(2 * math.pi)
+    assert u.position_counts(-2 * math.pi) == -4096
+    assert u.velocity_rad_s(2048) == pytest.approx(math.pi)
+    assert u.torque_nm(500) == pytest.approx(1.0)
+    assert u.torque_permille(1.0) == (500, False)
+    assert u.torque_permille(5.0, 2000) == (2000, True)
+    assert u.rated_torque_mnm == 2000
+
+
+# ---------------------------------------------------------------------------
+# driver against the emulated drives (lock-step clock, served inline)
+# ---------------------------------------------------------------------------
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def _driver_section(n=2, **extra):
+    joints = [{"node_id": j + 1, "counts_per_rev": UNITS.counts_per_rev, "rated_torque_nm": UNITS.rated_torque_nm,
+               "gear_ratio": GEAR, "torque_limit_nm": 1.0, "name": f"j{j}"} for j in range(n)]
+    data = {"type": "sim_cia402_can", "reply_timeout_s": 0.5, "bus": {"interface": "virtual", "channel": "x"},
+            "emulator": {"serve": "inline", "brake_kd_nm_s_per_rad": 50.0}, "joints": joints,
+            "plant": {"viscous": 0.0, "coulomb": 0.0, "q0": [0.3, -0.4]}}
+    data.update(extra)
+    return Section(data, None, "driver")
+
+
+@pytest.fixture
+def sim():
+    clock = _Clock()
+    model = load_model(ROBOT_2R)
+    d = build_driver(_driver_section(), now=clock, model=model)
+    yield d, clock, model
+    d.close()
+
+
+def test_enable_configures_the_drive_by_sdo_and_reaches_operation_enabled(sim):
+    d, clock, _ = sim
+    fb = d.enable()
+    assert fb.enabled.all() and fb.fresh.all() and not fb.fault.any()
+    assert np.allclose(fb.position_rad, [0.3, -0.4], atol=1e-5)
+    emu = d.emulators[0]
+    for node_id in (1, 2):
+        assert emu.state(node_id) == State.OPERATION_ENABLED
+        assert emu.nmt_state(node_id) == "OPERATIONAL"
+        ds = emu.local_node(node_id).data_store
+        # what canopen's SDO client wrote, as canopen's SDO server stored it
+        assert ds[0x6060][0] == bytes([10])
+        assert int.from_bytes(ds[0x6072][0], "little") == 2000         # 1 N m of 0.5 N m rated
+        assert int.from_bytes(ds[0x1017][0], "little") == 50
+        assert int.from_bytes(ds[0x1016][1], "little") == (127 << 16) | 150
+        assert ds[0x1600][0] == bytes([2]) and ds[0x1A00][0] == bytes([3]) and ds[0x1A01][0] == bytes([2])
+        assert int.from_bytes(ds[0x1600][1], "little") == 0x60400010
+        assert int.from_bytes(ds[0x1600][2], "little") == 0x60710010
+        assert int.from_bytes(ds[0x1A00][2], "little") == 0x60640020
+        assert int.from_bytes(ds[0x1A01][2], "little") == 0x60610008
+        assert int.from_bytes(ds[0x1401][1], "little") & 0x80000000          # RPDO2 disabled
+        assert int.from_bytes(ds[0x1800][2], "little") == 1                   # TPDO1 on every SYNC
+
+
+def test_constant_torque_motion_matches_an_independent_integration(sim):
+    """1 s of constant joint torques through the PDOs: positions and velocities read back through
+    the TPDOs equal a scipy solve_ivp integration of the model (no friction) to 1e-4."""
+    d, clock, model = sim
+    d.enable()
+    tau = np.array([0.6, -0.25])
+    fb = None
+    for k in range(500):
+        clock.t += 0.002
+        fb = d.cycle(Command(tau))
+    assert fb.fresh.all() and fb.enabled.all() and not fb.fault.any()
+    # the torque actually applied is the per-mille quantised one
+    per_mille = np.round(tau / (GEAR * UNITS.nm_per_permille))
+    tau_q = per_mille * GEAR * UNITS.nm_per_permille
+    assert np.allclose(fb.torque_nm, tau_q, atol=1e-12)
+    # zero torque (gravity only) until the first cycle's SYNC at t = 0.002 s, then tau_q
+    def f(tq):
+        return lambda t, x: np.concatenate([x[2:], model.forward_dynamics(x[:2], x[2:], tq)])
+    x1 = solve_ivp(f(np.zeros(2)), (0.0, 0.002), [0.3, -0.4, 0.0, 0.0], rtol=1e-10, atol=1e-12).y[:, -1]
+    sol = solve_ivp(f(tau_q), (0.002, clock.t), x1, rtol=1e-10, atol=1e-12)
+    q_ref, qd_ref = sol.y[:2, -1], sol.y[2:, -1]
+    assert np.abs(q_ref - [0.3, -0.4]).max() > 0.05          # it moved
+    assert np.allclose(fb.position_rad, q_ref, atol=1e-4)
+    assert np.allclose(fb.velocity_rad_s, qd_ref, atol=1e-3)
+
+
+def test_torque_is_clamped_to_the_drives_max_torque(sim):
+    d, clock, _ = sim
+    d.enable()
+    for _ in range(2):          # torque actual values are sampled at the SYNC, before the new target
+        clock.t += 0.001
+        fb = d.cycle(Command(np.array([100.0, -100.0])))
+    assert fb.info["saturated"] == 2
+    assert np.allclose(fb.torque_nm, [6.0, -6.0])            # 2000 per mille * 0.5 N m * gear 6
+
+
+def test_non_finite_or_gains_are_refused_before_anything_is_sent(sim):
+    d, clock, _ = sim
+    d.enable()
+    with pytest.raises(DriverError):
+        d.cycle(Command(np.array([np.nan, 0.0])))
+    with pytest.raises(DriverError):
+        d.cycle(Command(np.zeros(2), kp_nm_per_rad=np.ones(2), position_rad=np.zeros(2)))
+
+
+def _run(d, clock, n, tau=(0.0, 0.0), dt=0.002):
+    fb = None
+    for _ in range(n):
+        clock.t += dt
+        fb = d.cycle(Command(np.asarray(tau, dtype=float)))
+    return fb
+
+
+def test_drive_fault_with_emcy_brakes_and_reports_the_code(sim):
+    d, clock, _ = sim
+    d.enable()
+    fb = _run(d, clock, 150, (0.6, 0.0))
+    v0 = abs(fb.velocity_rad_s[0])
+    assert v0 > 0.1
+    d.emulators[0].inject_fault(1, 0x2310)
+    fb = _run(d, clock, 1, (0.6, 0.0))
+    assert fb.fault[0] == 0x2310 and fb.fault[1] == 0
+    assert not fb.enabled[0] and fb.enabled[1]
+    assert fb.info["emcy"] == 1 and fb.info["state"][0] == State.FAULT_REACTION_ACTIVE
+    # the drive's own fault reaction (0x605E = 2) brakes the joint, then FAULT
+    fb = _run(d, clock, 600, (0.6, 0.0))
+    assert State(fb.info["state"][0]) == State.FAULT
+    assert d.plant._tau_ff[0] == 0.0 and d.plant._kd[0] == 0.0     # power stage off after the reaction
+    # enable refuses a faulted drive; fault_reset acknowledges, then enable works
+    with pytest.raises(DeviceFaultError, match="0x2310"):
+        d.enable()
+    d.fault_reset()
+    assert d.emulators[0].state(1) == State.SWITCH_ON_DISABLED
+    fb = d.enable()
+    assert fb.enabled.all() and not fb.fault.any()
+
+
+def test_fault_reset_is_refused_while_the_cause_persists(sim):
+    d, clock, _ = sim
+    d.enable()
+    d.emulators[0].inject_fault(2, 0x4210, persistent=True)
+    _run(d, clock, 5)
+    with pytest.raises(DeviceFaultError):
+        d.fault_reset(timeout_s=0.05)
+    d.emulators[0].clear_fault_cause(2)
+    d.fault_reset()
+    assert d.emulators[0].state(2) == State.SWITCH_ON_DISABLED
+
+
+def test_missing_drive_heartbeat_is_a_fault(sim):
+    d, clock, _ = sim
+    d.enable()
+    fb = _run(d, clock, 100)
+    assert not fb.fault.any() and (fb.info["heartbeat_age_s"] <= 0.05 + 1e-9).all()
+    d.emulators[0].set_silent(2)
+    d.inner.reply_timeout_s = 0.002
+    fb = _run(d, clock, 100)                                  # 0.2 s > 3 heartbeat periods
+    assert fb.fault[1] == FAULT_HEARTBEAT_LOST and fb.fault[0] == 0
+    assert not fb.fresh[1]
+
+
+def test_lost_master_heartbeat_makes_the_drive_run_its_fault_reaction(sim):
+    """The drives consume the master's heartbeat (0x1016): when the host stops cycling, they
+    brake and go to FAULT with EMCY 0x8130 on their own."""
+    d, clock, _ = sim
+    d.enable()
+    _run(d, clock, 200, (0.6, -0.25))
+    emu = d.emulators[0]
+    host = d.hosts[0]
+    clock.t += 0.2                                            # the master is silent for 200 ms
+    host.pump()
+    assert emu.state(1) in (State.FAULT, State.FAULT_REACTION_ACTIVE)
+    assert emu.error_code(1) == codec.EMCY_HEARTBEAT
+    fb = _run(d, clock, 1)
+    assert (fb.fault == codec.EMCY_HEARTBEAT).all() and not fb.enabled.any()
+
+
+def test_quick_stop_brakes_to_switch_on_disabled(sim):
+    d, clock, _ = sim
+    d.enable()
+    fb = _run(d, clock, 150, (0.6, 0.0))
+    v0 = abs(fb.velocity_rad_s[0])
+    assert v0 > 0.1
+    fb = d.quick_stop()
+    assert State(fb.info["state"][0]) == State.QUICK_STOP_ACTIVE
+    vmax = 0.0
+    for _ in range(600):
+        clock.t += 0.002
+        fb = d._controlword_cycle(codec.CW_QUICK_STOP)
+        if State(fb.info["state"][0]) == State.QUICK_STOP_ACTIVE:
+            vmax = max(vmax, abs(fb.velocity_rad_s[0]))
+    assert State(fb.info["state"][0]) == State.SWITCH_ON_DISABLED
+    assert vmax > 0.0
+
+
+def test_disable_switches_off_and_leaves_operational(sim):
+    d, clock, _ = sim
+    d.enable()
+    _run(d, clock, 10, (0.3, 0.3))
+    d.disable()
+    emu = d.emulators[0]
+    assert d.disable_unconfirmed == []
+    for n in (1, 2):
+        assert emu.state(n) == State.READY_TO_SWITCH_ON
+        assert emu.nmt_state(n) == "PRE-OPERATIONAL"
+    assert np.all(d.plant._tau_ff == 0.0)
+
+
+def test_config_mismatch_with_the_drive_is_refused():
+    clock = _Clock()
+    model = load_model(ROBOT_2R)
+    d = build_driver(_driver_section(), now=clock, model=model)
+    try:
+        # the drive says 0.8 N m rated, the configuration 0.5 N m
+        d.emulators[0].local_node(1).data_store[0x6076][0] = (800).to_bytes(4, "little")
+        with pytest.raises(DriverError, match="rated torque"):
+            d.enable()
+    finally:
+        d.close()
+
+
+def test_emulator_refuses_what_the_firmware_refuses(sim):
+    d, clock, _ = sim
+    d.enable()
+    node = d.inner.nodes[0]
+    with pytest.raises(canopen.SdoAbortedError) as e:
+        node.sdo[0x6060].raw = 8                              # CSP: not supported here
+    assert e.value.code == 0x06090030
+    node.sdo[0x1A02][0].raw = 0
+    with pytest.raises(canopen.SdoAbortedError) as e:
+        node.sdo[0x1A02][1].raw = 0x60410010                  # statusword: mappable, accepted
+        node.sdo[0x1A02][2].raw = 0x605A0010                  # quick stop option code: not mappable
+    assert e.value.code == 0x06040041
+
+
+def test_run_config_runs_and_the_budget_is_listed(tmp_path):
+    spec = load_run(RUN, duration_s=0.5)
+    run = build_run(spec, out_dir=tmp_path / "run")
+    try:
+        res = run.loop.run()
+    finally:
+        run.close()
+    assert res.status == "completed"
+    from controller.run import bus_budget_text
+    text = bus_budget_text(spec)
+    assert "bus-load budget at 500 Hz: OK" in text
+
+
+# ---------------------------------------------------------------------------
+# bus budget
+# ---------------------------------------------------------------------------
+def test_cia402_bus_budget_figures():
+    # per cycle: SYNC (0 B) + n * (RPDO1 4 B + TPDO1 8 B + TPDO2 5 B), worst-case stuffing
+    bits = {0: 47 + 8, 4: 47 + 32 + 16, 8: 47 + 64 + 24, 5: 47 + 40 + 18}
+    for n in (3, 6):
+        rep = cia402_budget(n, 1000.0, heartbeat_rate_hz=0, master_heartbeat_rate_hz=0)
+        want = 1000.0 * (bits[0] + n * (bits[4] + bits[8] + bits[5])) / 1e6
+        assert rep.loads[0].utilisation == pytest.approx(want, rel=1e-9)
+    flows = cia402_flows(6, 1000.0)
+    assert {f.name for f in flows} >= {"CiA 402 SYNC", "CiA 402 drive heartbeat"}
+    # 335 bits per drive and cycle: at 1 kHz on 1 Mbit/s two drives fit, three do not
+    assert cia402_budget(2, 1000.0, bus=BusSpec(bitrate_bit_s=1e6)).verdict == "tight"
+    assert cia402_budget(3, 1000.0, bus=BusSpec(bitrate_bit_s=1e6)).verdict == "over"
+    assert cia402_budget(3, 500.0, bus=BusSpec(bitrate_bit_s=1e6)).verdict == "ok"
+
+
+# ---------------------------------------------------------------------------
+# canopen's own BaseNode402 drives the emulated drive (independent client)
+# ---------------------------------------------------------------------------
+def test_canopens_basenode402_drives_the_emulated_drive():
+    """A second CANopen stack we did not write (canopen's RemoteNode/BaseNode402 with its own
+    SYNC producer and periodic RPDO, on its own python-can notifier thread) takes the emulated
+    drive to OPERATION ENABLED in CST, commands a torque, reads position/velocity, and the motion
+    equals a solve_ivp integration of the model.  The plant's clock is advanced by the test, so
+    the physics is exact whatever the thread timing."""
+    import can
+
+    model = load_model(ROBOT_2R)
+    clock = _Clock()
+    plant = SimulatedPlant(model, q0=np.array([0.3, -0.4]), viscous=0.0, coulomb=0.0, t0_s=0.0)
+    cfg = Cia402DriveConfig(4, 0, UNITS, mapping=__import__("drivers.base", fromlist=["JointMapping"])
+                            .JointMapping(gear_ratio=GEAR))
+    emu = Cia402Emulator([cfg], t0_s=0.0)
+    chan = f"cia402-indep-{time.monotonic_ns()}"
+    host = EmulatorHost(can.Bus(interface="virtual", channel=chan), [emu], plant, clock, own_bus=True)
+    net = canopen.Network()
+    net.connect(interface="virtual", channel=chan)
+    try:
+        node = BaseNode402(4, EDS)
+        net.add_node(node)
+        node.nmt.state = "PRE-OPERATIONAL"
+        # PDO mapping with canopen's own API (written by its SDO client)
+        node.tpdo.read()
+        node.rpdo.read()
+        node.rpdo[1].clear()
+        node.rpdo[1].add_variable(0x6040)
+        node.rpdo[1].add_variable(0x6071)
+        node.rpdo[1].trans_type = 1
+        node.rpdo[1].enabled = True
+        node.tpdo[1].clear()
+        node.tpdo[1].add_variable(0x6041)
+        node.tpdo[1].add_variable(0x6064)
+        node.tpdo[1].trans_type = 1
+        node.tpdo[1].enabled = True
+        node.tpdo[2].clear()
+        node.tpdo[2].add_variable(0x606C)
+        node.tpdo[2].add_variable(0x6061)
+        node.tpdo[2].add_variable(0x6077)
+        node.tpdo[2].trans_type = 1
+        node.tpdo[2].enabled = True
+        node.rpdo.save()
+        node.tpdo.save()
+        node.sdo[0x1017].raw = 20
+        node.setup_402_state_machine(read_pdos=False)
+        node.nmt.state = "OPERATIONAL"
+        net.sync.start(0.005)
+        node.rpdo[1].period = 0.005
+        node.rpdo[1][0x6071].raw = 0
+        node.rpdo[1][0x6040].raw = State402.CW_DISABLE_VOLTAGE
+        node.rpdo[1].start()
+        node.op_mode = "CYCLIC SYNCHRONOUS TORQUE"
+        assert node.op_mode == "CYCLIC SYNCHRONOUS TORQUE"
+        node.state = "OPERATION ENABLED"
+        assert node.state == "OPERATION ENABLED"
+        assert emu.state(4) == State.OPERATION_ENABLED
+        # torque: 300 per mille of 0.5 N m = 0.15 N m motor, 0.9 N m at the joint
+        node.rpdo[1][0x6071].raw = 300
+        node.rpdo[1].update()
+        deadline = time.monotonic() + 2.0
+        while emu.local_node(4).data_store.get(0x6071, {}).get(0) != (300).to_bytes(2, "little", signed=True):
+            assert time.monotonic() < deadline, "target torque never applied"
+            time.sleep(0.005)
+        host.sync()
+        t_start = clock.t
+        clock.t = 0.4                                            # 0.4 s of plant time
+        host.sync()
+        node.tpdo[2].wait_for_reception(1.0)
+        node.tpdo[2].wait_for_reception(1.0)                    # TPDOs sampled after the step
+        pos, vel = node.tpdo_values[0x6064], node.tpdo_values[0x606C]
+        tq = node.tpdo_values[0x6077]
+        q = UNITS.position_rad(pos) / GEAR
+        qd = UNITS.velocity_rad_s(vel) / GEAR
+        tau = np.array([300 * UNITS.nm_per_permille * GEAR, 0.0])
+        sol = solve_ivp(lambda t, x: np.concatenate([x[2:], model.forward_dynamics(x[:2], x[2:], tau)]),
+                        (t_start, clock.t), [0.3, -0.4, 0.0, 0.0], rtol=1e-10, atol=1e-12)
+        assert tq == 300
+        assert q == pytest.approx(sol.y[0, -1], abs=1e-4)
+        assert qd == pytest.approx(sol.y[2, -1], abs=1e-3)
+        assert abs(q - 0.3) > 0.02
+        # SDO reads through canopen's client agree with the TPDO values
+        assert node.sdo[0x6064].raw == pos
+        # and back: quick stop, then disable voltage
+        node.state = "QUICK STOP ACTIVE"
+        assert emu.state(4) in (State.QUICK_STOP_ACTIVE, State.SWITCH_ON_DISABLED)
+        node.state = "SWITCH ON DISABLED"
+        assert emu.state(4) == State.SWITCH_ON_DISABLED
+        # EMCY -> FAULT, seen by canopen's EMCY consumer and statusword; fault reset
+        emu.inject_fault(4, 0x2310)
+        err = node.emcy.wait(0x2310, timeout=1.0)
+        assert err is not None and err.code == 0x2310
+        node.tpdo[1].wait_for_reception(1.0)
+        node.tpdo[1].wait_for_reception(1.0)
+        assert node.is_faulted()
+        node.rpdo[1][0x6040].raw = State402.CW_DISABLE_VOLTAGE
+        node.rpdo[1].update()
+        time.sleep(0.03)
+        node.rpdo[1][0x6040].raw = State402.CW_SWITCH_ON_DISABLED
+        node.rpdo[1].update()
+        deadline = time.monotonic() + 1.0
+        while emu.state(4) != State.SWITCH_ON_DISABLED:
+            assert time.monotonic() < deadline, "fault reset not applied"
+            time.sleep(0.005)
+    finally:
+        net.sync.stop()
+        for pm in node.rpdo.values():
+            pm.stop()
+        net.disconnect()
+        host.close()
