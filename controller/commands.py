@@ -20,7 +20,7 @@ from dynamics import load_model
 from dynamics.config import read_toml
 from dynamics.errors import ConfigError, SafetyError
 
-__all__ = ["check", "run", "plot", "tune", "parse_sets", "format_summary"]
+__all__ = ["check", "run", "plot", "animate", "tune", "parse_sets", "format_summary"]
 
 
 def check(path: str, overrides: dict | None = None) -> str:
@@ -177,6 +177,26 @@ def plot(args) -> int:
     written = plot_run(args.log, args.out)
     for p in written:
         print(p)
+    if getattr(args, "animate", False):
+        out = None if args.out is None else Path(args.out) / "animation.gif"
+        args = _animate_args(args, out)
+        return animate(args)
+    return 0
+
+
+def _animate_args(args, out):
+    import argparse
+
+    return argparse.Namespace(log=args.log, out=out, fps=getattr(args, "fps", 20.0),
+                              max_frames=getattr(args, "max_frames", 200))
+
+
+def animate(args) -> int:
+    """``torqueloop animate``: a stick-figure animation of the robot from a run's log (GIF or HTML)."""
+    from .animate import animate_run
+
+    path, frames = animate_run(args.log, args.out, fps=args.fps, max_frames=args.max_frames)
+    print(f"{path} ({frames} frames)")
     return 0
 
 

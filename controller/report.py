@@ -183,7 +183,7 @@ def _timing_lines(tm: dict, health: dict) -> list[str]:
             f"cycle p50 {_us(cyc.get('p50'))} p99 {_us(cyc.get('p99'))} p99.9 {_us(cyc.get('p99_9'))}")
     if not health["deadlines"]:
         return [f"  timing [us] ({health['clock']} clock: simulated time waits for the computation, "
-                f"no deadline can be missed): {work}"]
+                "no deadline can be missed)", f"    {work}"]
     lines = [f"  timing [us] (wall clock, period {_us(tm.get('period_s'))}): "
              f"missed deadlines {health['missed']} of {health['cycles']} cycles "
              f"({100 * health['missed_fraction']:.2f} %; a miss starts > {_us(health['miss_threshold_s'])} late)",
