@@ -386,7 +386,9 @@ def tune_figure(result):
         for edge in (rng.low, rng.high):
             ax.axvline(edge, color="0.5", ls=":", lw=0.8)
         if rng.log:
+            from matplotlib.ticker import NullFormatter
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"{k} (search range dotted)")
         ax.set_ylabel(f"score [{unit}]")
         ax.legend(fontsize=7)
