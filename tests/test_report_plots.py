@@ -317,3 +317,41 @@ def test_cli_animate_and_plot_animate(runs, tmp_path):
                                                            "path.png", "animation.gif"}
     r = tl("animate", out, "-o", tmp_path / "a.mp4")
     assert r.returncode == 2 and ".gif or .html" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_named_columns_at_the_writer_and_their_checks(tmp_path):
+    from controller.telemetry import TelemetryWriter, column_labels, to_csv, usable_labels
+    from dynamics.errors import TorqueloopError
+
+    w = TelemetryWriter(tmp_path, 2, 3, buffer_rows=4, joint_names=["hip", "knee"], axis_names=["x", "y", "phi"])
+    for i in range(6):
+        w.record(i * 1e-3, [i, -i], [0, 0], [1, 2, 3], [0, 0, 0], [0, 0, 0], [0.1 * i, 0, 0], [0, 0], [0, 0],
+                 [0, 0], 0, [False, False], 0.0, 0.0, [True, True], [0, 0], [True, True])
+    w.close()
+    raw = read_log(tmp_path, flat=True)
+    assert column_labels(raw, "q") == ["hip", "knee"] and column_labels(raw, "ref_pos") == ["x", "y", "phi"]
+    np.testing.assert_array_equal(read_log(tmp_path)["q"][:, 1], -np.arange(6))
+    to_csv(raw, tmp_path / "log.csv")
+    head = (tmp_path / "log.csv").read_text().splitlines()[0].split(",")
+    assert head[:3] == ["t", "q[hip]", "q[knee]"] and "err[phi]" in head
+    assert usable_labels(["a", "a"], 2) is None and usable_labels(["a[1]", "b"], 2) is None
+    with pytest.raises(TorqueloopError, match="joint_names"):
+        TelemetryWriter(tmp_path / "bad", 2, 2, joint_names=["a"])
+
+
+def test_logs_without_the_new_metadata_take_units_from_the_model(runs, figs, tmp_path):
+    """A log written before meta.json carried joint types and limits: the types come from the robot
+    file named in the config, the clock from the lateness column."""
+    import json
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(runs["stewart"][3], old)
+    meta = json.loads((old / "meta.json").read_text())
+    for k in ("joint_types", "torque_limit", "clock", "robot_file", "axis_names"):
+        meta.pop(k)
+    (old / "meta.json").write_text(json.dumps(meta))
+    f = figs(old)
+    labels = [ax.get_ylabel() for ax in f["torque"].axes]
+    assert labels[0] == "leg1 [N]" and not any("N m" in lb for lb in labels)
+    assert not any("lateness" in ax.get_xlabel() for ax in f["timing"].axes)
