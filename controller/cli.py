@@ -5,6 +5,7 @@ Sub-commands
 ``torqueloop check FILE``   validate a robot file or a run config and print a summary.
 ``torqueloop run CONFIG``   run a config (simulated plant by default), write log and plots.
 ``torqueloop plot LOG``     plot a run log to PNG files.
+``torqueloop animate LOG``  stick-figure animation of the robot from a run log.
 ``torqueloop tune CONFIG``  search controller gains over Monte-Carlo offline runs.
 
 All errors of the package (:class:`dynamics.errors.TorqueloopError`) are printed
@@ -46,6 +47,11 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return commands.plot(args)
 
 
+def _cmd_animate(args: argparse.Namespace) -> int:
+    from . import commands
+    return commands.animate(args)
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
     from . import commands
     return commands.tune(args)
@@ -77,7 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="plot a run log (folder or .npy) to PNG files")
     pl.add_argument("log", help="run folder or telemetry .npy file")
     pl.add_argument("-o", "--out", default=None, help="folder for the PNG files (default: beside the log)")
+    pl.add_argument("--animate", action="store_true", help="also write animation.gif (see `animate`)")
     pl.set_defaults(func=_cmd_plot)
+
+    an = sub.add_parser("animate", help="stick-figure animation of the robot from a run log (GIF or HTML)")
+    an.add_argument("log", help="run folder or telemetry .npy file")
+    an.add_argument("-o", "--out", default=None,
+                    help="output .gif or .html (default: RUN_DIR/animation.gif)")
+    an.add_argument("--fps", type=float, default=20.0, help="frames per second (default 20)")
+    an.add_argument("--max-frames", type=int, default=200,
+                    help="at most this many frames; longer runs play faster (default 200)")
+    an.set_defaults(func=_cmd_animate)
 
     t = sub.add_parser("tune", help="search controller gains over Monte-Carlo offline runs")
     t.add_argument("config", help="run config (.toml) with a [tune] table")

@@ -20,7 +20,7 @@ from dynamics import load_model
 from dynamics.config import read_toml
 from dynamics.errors import ConfigError, SafetyError
 
-__all__ = ["check", "run", "plot", "tune", "parse_sets", "format_summary"]
+__all__ = ["check", "run", "plot", "animate", "tune", "parse_sets", "format_summary"]
 
 
 def check(path: str, overrides: dict | None = None) -> str:
@@ -107,48 +107,10 @@ def _fmt(v, unit="", scale=1.0, digits=4) -> str:
 
 
 def format_summary(spec, result, metrics: dict) -> str:
-    """The end-of-run summary table."""
-    lines = [f"run '{spec.name}': {result.status.upper()} after {result.n_cycles} cycles "
-             f"({result.n_cycles * spec.period_s:.3f} s simulated/controlled, wall {result.wall_time_s:.2f} s, "
-             f"real-time factor {metrics.get('real_time_factor', math.nan):.1f}x)"]
-    lines.append(f"  controller {spec.controller.kind} ({spec.space} space) at {spec.rate_hz:g} Hz; "
-                 f"driver {spec.driver_type} ({'hardware' if spec.hardware else 'simulated plant'})")
-    if "rms_position_error_m" in metrics:
-        lines.append(f"  task position error : RMS {_fmt(metrics['rms_position_error_m'], ' mm', 1e3)}, "
-                     f"max {_fmt(metrics['max_position_error_m'], ' mm', 1e3)}")
-        lines.append(f"  orientation error   : RMS {_fmt(metrics['rms_orientation_error_rad'], ' mrad', 1e3)}, "
-                     f"max {_fmt(metrics['max_orientation_error_rad'], ' mrad', 1e3)}")
-    names = list(spec.model.joint_names)
-    axes = names if spec.space == "joint" else (
-        ["x", "y", "phi"] if len(metrics.get("rms_error", [])) == 3 else ["x", "y", "z", "a", "b", "g"])
-    rms = metrics.get("rms_error", [])
-    mx = metrics.get("max_abs_error", [])
-    lines.append("  axis      RMS error     max error")
-    for i, a in enumerate(axes[:len(rms)]):
-        lines.append(f"  {a:<8} {rms[i]:12.4g}  {mx[i]:12.4g}")
-    peak = metrics.get("peak_torque", [])
-    tmax = spec.model.limits.torque_max
-    lines.append("  joint     peak |tau|    limit     saturated")
-    sat = metrics.get("saturation_fraction_per_joint") or [None] * len(peak)
-    for j, nm in enumerate(names[:len(peak)]):
-        s = "-" if sat[j] is None else f"{100 * sat[j]:.1f} %"
-        lines.append(f"  {nm:<8} {peak[j]:10.4g}  {tmax[j]:9.4g}  {s:>9}")
-    tm = metrics.get("timing", {})
-    if tm:
-        lat = tm.get("lateness", {})
-        comp = tm.get("compute", {})
-        cyc = tm.get("cycle", {})
-        lines.append(f"  timing: compute p50 {_fmt(comp.get('p50'), ' us', 1e6)} p99 {_fmt(comp.get('p99'), ' us', 1e6)}; "
-                     f"cycle p50 {_fmt(cyc.get('p50'), ' us', 1e6)} p99 {_fmt(cyc.get('p99'), ' us', 1e6)}; "
-                     f"lateness p99 {_fmt(lat.get('p99'), ' us', 1e6)} p99.9 {_fmt(lat.get('p99.9'), ' us', 1e6)}"
-                     f" max {_fmt(lat.get('max'), ' us', 1e6)}; missed deadlines {tm.get('missed_deadlines', 0)}")
-    if result.faults:
-        lines.append("  faults:")
-        for f in result.faults:
-            lines.append(f"    {f}")
-    for m in result.messages:
-        lines.append(f"  note: {m}")
-    return "\n".join(lines)
+    """The end-of-run summary table (units, timing health: :func:`controller.report.format_summary`)."""
+    from .report import format_summary as _format
+
+    return _format(spec, result, metrics)
 
 
 def _confirm_hardware(spec, args) -> None:
@@ -226,6 +188,26 @@ def plot(args) -> int:
     written = plot_run(args.log, args.out)
     for p in written:
         print(p)
+    if getattr(args, "animate", False):
+        out = None if args.out is None else Path(args.out) / "animation.gif"
+        args = _animate_args(args, out)
+        return animate(args)
+    return 0
+
+
+def _animate_args(args, out):
+    import argparse
+
+    return argparse.Namespace(log=args.log, out=out, fps=getattr(args, "fps", 20.0),
+                              max_frames=getattr(args, "max_frames", 200))
+
+
+def animate(args) -> int:
+    """``torqueloop animate``: a stick-figure animation of the robot from a run's log (GIF or HTML)."""
+    from .animate import animate_run
+
+    path, frames = animate_run(args.log, args.out, fps=args.fps, max_frames=args.max_frames)
+    print(f"{path} ({frames} frames)")
     return 0
 
 
@@ -261,13 +243,22 @@ def tune(args) -> int:
         raise SafetyError("no candidate completed its runs; see ranking.csv")
     best_cfg = apply_overrides(base, best.values, file=str(path))
     _write_toml(out / "best.toml", best_cfg)
-    _plot_tune(result, out)
+    try:
+        from .plots import plot_tune
+        png = plot_tune(result, out)
+    except ConfigError as err:  # no matplotlib
+        png = f"skipped ({err})"
     print(f"torqueloop tune: {len(result.candidates)} candidates x {spec.monte_carlo} plant draws "
           f"in {time.perf_counter() - t0:.1f} s ({args.engine or spec.engine} engine)")
-    print("  rank  " + "  ".join(f"{k:>22}" for k in spec.params) + f"  {'score':>12}")
+    score_head = f"score [{result.score_unit}]"
+    width = max(12, len(score_head))
+    print("  rank  " + "  ".join(f"{k:>22}" for k in spec.params) + f"  {score_head:>{width}}")
     for r, c in enumerate(result.ranked[:10], 1):
-        print(f"  {r:4d}  " + "  ".join(f"{c.values[k]:22.5g}" for k in spec.params) + f"  {c.score:12.5g}")
-    print(f"  table: {out / 'ranking.csv'}\n  best config: {out / 'best.toml'}\n  plot: {out / 'tune.png'}")
+        print(f"  {r:4d}  " + "  ".join(f"{c.values[k]:22.5g}" for k in spec.params) + f"  {c.score:{width}.5g}")
+    print(f"  score = {spec.metric} x (1 + penalties) [{result.score_unit}]")
+    for w in result.edge_warnings():
+        print(f"  WARNING: {w}")
+    print(f"  table: {out / 'ranking.csv'}\n  best config: {out / 'best.toml'}\n  plot: {png}")
     return 0
 
 
@@ -298,32 +289,3 @@ def _write_toml(path: Path, data: dict) -> None:
         return x
 
     path.write_bytes(tomli_w.dumps(clean(data)).encode())
-
-
-def _plot_tune(result, out: Path) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    names = list(result.spec.params)
-    scores = np.array([c.score for c in result.candidates])
-    ok = np.isfinite(scores)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.6), squeeze=False)
-    for i, k in enumerate(names):
-        x = np.array([c.values[k] for c in result.candidates])
-        ax = axes[0, i]
-        ax.scatter(x[ok], scores[ok], s=18)
-        if np.any(~ok):
-            ax.scatter(x[~ok], np.full((~ok).sum(), np.nanmax(scores[ok]) if ok.any() else 1.0),
-                       marker="x", color="r", label="failed")
-            ax.legend()
-        if result.spec.params[k].log:
-            ax.set_xscale("log")
-        ax.set_xlabel(k)
-        ax.set_ylabel(f"score ({result.spec.metric})")
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out / "tune.png", dpi=110)
-    plt.close(fig)

@@ -396,18 +396,17 @@ class ControlLoop:
                                                     f"zero command failed: {type(exc).__name__}: {exc}"))
                     fb_end = fb
                 enabled = not self._disable(t)
-                if tel is not None and not self._tel_failed:
-                    q_end = np.asarray(fb_end.position_rad, dtype=float)
-                    qd_end = np.asarray(fb_end.velocity_rad_s, dtype=float)
-                    ref = traj.sample(min(t, self.duration_s))
-                    st_end = State(t, q_end, np.where(np.isnan(qd_end), 0.0, qd_end))
-                    try:
-                        err_end = np.asarray(self.controller.tracking_error(ref, st_end), dtype=float)
-                    except Exception:  # noqa: BLE001 - the log row keeps NaN; the run is over
-                        err_end = nan_dim
-                    ss = SafetyState(DISABLED, "disable", np.zeros(n, dtype=bool))
-                    self._record(tel, None, t, st_end, ref, err_end, zero, zero, fb_end, ss, late,
-                                 time.perf_counter() - c0)
+                q_end = np.asarray(fb_end.position_rad, dtype=float)
+                qd_end = np.asarray(fb_end.velocity_rad_s, dtype=float)
+                ref = traj.sample(min(t, self.duration_s))
+                st_end = State(t, q_end, np.where(np.isnan(qd_end), 0.0, qd_end))
+                try:
+                    err_end = np.asarray(self.controller.tracking_error(ref, st_end), dtype=float)
+                except Exception:  # noqa: BLE001 - the log row keeps NaN; the run is over
+                    err_end = nan_dim
+                ss = SafetyState(DISABLED, "disable", np.zeros(n, dtype=bool))
+                self._record(tel, metrics, t, st_end, ref, err_end, zero, zero, fb_end, ss, late,
+                             time.perf_counter() - c0)
                 lat.append(late)
                 comp.append(time.perf_counter() - c0)
                 cyc.append(time.perf_counter() - c0)
@@ -438,8 +437,7 @@ class ControlLoop:
             return False
 
     def _record(self, tel, metrics, t, state, ref, err, tau, cmd, fb, ss, late, compute_s):
-        if metrics is not None:
-            metrics.add(err, cmd, state.qd, ss.saturated, late)
+        metrics.add(err, cmd, state.qd, ss.saturated, late)
         if tel is not None and not self._tel_failed:
             try:
                 tel.record(t, state.q, state.qd, ref.pos, ref.vel, ref.acc, err, tau, cmd, fb.torque_nm,

@@ -1,11 +1,25 @@
-"""PNG plots of a run log (matplotlib, Agg backend; no display needed).
+"""Figures of a run log for a report (matplotlib, Agg backend; no display needed).
 
 ``plot_run(log_dir, out_dir)`` writes:
 
-* ``tracking.png``  -- reference and measured position per controller axis;
-* ``error.png``     -- tracking error per axis;
-* ``torque.png``    -- controller output, commanded and measured torque per actuator;
-* ``timing.png``    -- histograms of cycle lateness and compute time.
+* ``tracking.png`` -- reference and measured position per controller axis [m | rad];
+* ``error.png``    -- tracking error per axis in mm / mrad, its RMS marked (the same
+  units as the console summary, :mod:`controller.report`);
+* ``torque.png``   -- per actuator: commanded and measured torque [N m] or force [N]
+  (prismatic joints, from the model's joint types) against the limit the safety
+  layer clips to (``[safety] torque_max`` or the robot file's), and beside it the
+  differences controller - commanded (what the safety layer took away) and
+  measured - commanded one cycle before (what the drive did not deliver: the
+  feedback of a cycle answers the previous cycle's command);
+* ``path.png``     -- the end-effector path in its task plane, reference against
+  measured, and the position error along it in mm with its RMS (task-space runs
+  from the log; joint-space serial arms through the model's forward kinematics);
+* ``timing.png``   -- compute time, and on the wall clock the lateness of each cycle
+  against the deadline-miss threshold (on the lock-step clock lateness is zero by
+  construction and not drawn).
+
+:func:`run_figures` returns the same figures as objects (for tests and notebooks);
+:func:`tune_figure` draws a gain search with the best candidate marked.
 
 In task space the measured pose is ``ref_pos - err`` (the logged error is
 ``ref - measured``).
@@ -13,121 +27,383 @@ In task space the measured pose is ``ref_pos - err`` (the logged error is
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from dynamics.errors import ConfigError
+from dynamics.errors import ConfigError, TorqueloopError
 
+from .report import effort_word, joint_quantities, task_quantities
 from .telemetry import read_log, read_meta
 
-__all__ = ["plot_run"]
+__all__ = ["RunData", "load_run_data", "run_figures", "plot_run", "tune_figure", "plot_tune", "end_effector_path"]
+
+_DPI = 110
 
 
-def _axis_names(meta: dict, dim: int, space: str) -> list[str]:
-    if space == "task":
-        return {3: ["x [m]", "y [m]", "phi [rad]"],
-                6: ["x [m]", "y [m]", "z [m]", "alpha [rad]", "beta [rad]", "gamma [rad]"]}.get(
-                    dim, [f"X{i}" for i in range(dim)])
-    names = meta.get("joint_names") or [f"q{i}" for i in range(dim)]
-    return [str(n) for n in names][:dim]
-
-
-def plot_run(log_path, out_dir=None) -> list[Path]:
-    """Plot a run directory (or its log.npy); returns the written PNG paths."""
+def _pyplot():
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as err:
         raise ConfigError("plotting needs matplotlib (pip install 'torqueloop[plot]')") from err
+    return plt
+
+
+def _cols(a: np.ndarray) -> np.ndarray:
+    return a if a.ndim == 2 else a[:, None]
+
+
+@dataclass
+class RunData:
+    """A run's log with what is needed to label it (see :func:`load_run_data`).
+
+    Attributes
+    ----------
+    log : numpy structured array, shape (rows,)
+        Grouped fields (:func:`controller.telemetry.read_log`).
+    meta : dict
+        ``meta.json`` (empty when missing).
+    axes : list of Quantity
+        The controller's axes (task coordinates or joints), length dim.
+    joints : list of Quantity
+        The actuated joints, length n (names and units from the model's joint types).
+    torque_limit : ndarray, shape (n,), or None
+        The limit the safety layer clipped to [N m | N].
+    clock : str
+        ``"lockstep"`` or ``"wall"``.
+    """
+
+    log: np.ndarray
+    meta: dict
+    axes: list
+    joints: list
+    torque_limit: np.ndarray | None
+    clock: str
+    title: str
+    space: str
+    run_dir: Path
+    _model: object = field(default=None, repr=False)
+    _model_error: str | None = field(default=None, repr=False)
+
+    @property
+    def model(self):
+        """The run's robot model (from ``meta.json``), or None when its file cannot be read."""
+        if self._model is None and self._model_error is None:
+            try:
+                self._model = _model_from_meta(self.meta)
+            except (TorqueloopError, OSError) as err:
+                self._model_error = str(err)
+        return self._model
+
+
+def _model_from_meta(meta: dict):
+    from dynamics import load_model
+
+    src = meta.get("robot_file")
+    if not src:
+        rel = (meta.get("config") or {}).get("robot", {}).get("file")
+        if not rel:
+            raise ConfigError("meta.json names no robot file")
+        base = Path(meta["config_file"]).parent if meta.get("config_file") else Path(".")
+        src = Path(rel) if Path(rel).is_absolute() else base / rel
+    return load_model(src)
+
+
+def load_run_data(log_path) -> RunData:
+    """Read a run folder (or its ``log.npy``) and the labels of its axes and joints.
+
+    Older logs without the joint types, limit and clock in ``meta.json`` take them
+    from the robot model named there (and the clock from the lateness column).
+    """
     log_path = Path(log_path)
     run_dir = log_path if log_path.is_dir() else log_path.parent
     log = read_log(log_path)
-    try:
-        meta = read_meta(log_path)
-    except Exception:  # noqa: BLE001 - plots work without metadata
-        meta = {}
-    out = Path(out_dir) if out_dir is not None else run_dir
-    out.mkdir(parents=True, exist_ok=True)
     if log.shape[0] == 0:
         raise ConfigError(f"{log_path}: the log has no rows to plot")
-    t = log["t"]
-    ref = np.atleast_2d(log["ref_pos"].T).T if log["ref_pos"].ndim == 1 else log["ref_pos"]
-    err = log["err"] if log["err"].ndim == 2 else log["err"][:, None]
-    dim = ref.shape[1]
+    try:
+        meta = read_meta(log_path)
+    except TorqueloopError:
+        meta = {}
+    n, dim = _cols(log["q"]).shape[1], _cols(log["err"]).shape[1]
     space = meta.get("space", "joint")
-    names = _axis_names(meta, dim, space)
-    title = meta.get("run", run_dir.name)
-    written = []
+    data = RunData(log, meta, [], [], None, "", meta.get("run", run_dir.name), space, run_dir)
+    names = meta.get("joint_names") or [f"q{i}" for i in range(n)]
+    types = meta.get("joint_types")
+    lim = meta.get("torque_limit")
+    if (types is None or lim is None) and data.model is not None:
+        types = types or list(data.model.joint_types)
+        lim = lim if lim is not None else np.asarray(data.model.limits.torque_max, float).tolist()
+    data.joints = joint_quantities(names[:n], (types or ["revolute"] * n)[:n])
+    data.torque_limit = None if lim is None else np.asarray(lim, dtype=float)
+    data.axes = task_quantities(dim) if space == "task" else data.joints[:dim]
+    data.clock = meta.get("clock") or ("wall" if np.any(log["lateness_s"] != 0.0) else "lockstep")
+    return data
 
-    fig, axes = plt.subplots(dim, 1, figsize=(9, 2.2 * dim), sharex=True, squeeze=False)
-    for i in range(dim):
+
+# -- end-effector path ------------------------------------------------------------
+def end_effector_path(data: RunData) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
+    """Reference and measured tool/platform position, each (rows, 3) [m], with the axis names.
+
+    Task-space runs: from the logged reference and error.  Joint-space serial
+    arms: forward kinematics of the reference and measured joint positions.
+    None when neither applies (a joint-space parallel robot, or no model).
+    """
+    log = data.log
+    if data.space == "task":
+        ref = _cols(log["ref_pos"])
+        meas = ref - _cols(log["err"])
+        k = [i for i, a in enumerate(data.axes) if a.kind == "linear"]
+        pad = np.zeros((ref.shape[0], 3 - len(k)))
+        return np.hstack([ref[:, k], pad]), np.hstack([meas[:, k], pad]), ["x", "y", "z"]
+    model = data.model
+    if model is None or hasattr(model, "task_dof"):
+        return None
+    q_ref, q = _cols(log["ref_pos"]), _cols(log["q"])
+    if q_ref.shape[1] != model.dof:
+        return None
+    return model.forward_kinematics(q_ref)[:, :3, 3], model.forward_kinematics(q)[:, :3, 3], ["x", "y", "z"]
+
+
+def _task_plane(ref: np.ndarray) -> list[int]:
+    """The two base axes along which the reference path extends most (ties: x, y, z order)."""
+    span = np.ptp(ref, axis=0)
+    return sorted(np.argsort(-span, kind="stable")[:2].tolist())
+
+
+# -- figures ---------------------------------------------------------------------
+def _tracking(plt, d: RunData):
+    t, ref, err = d.log["t"], _cols(d.log["ref_pos"]), _cols(d.log["err"])
+    dim = ref.shape[1]
+    fig, axes = plt.subplots(dim, 1, figsize=(9, 2.1 * dim), sharex=True, squeeze=False)
+    for i, a in enumerate(d.axes):
         ax = axes[i, 0]
         ax.plot(t, ref[:, i], "k--", lw=1.0, label="reference")
         ax.plot(t, ref[:, i] - err[:, i], lw=1.2, label="measured")
-        ax.set_ylabel(names[i])
-        ax.grid(alpha=0.3)
-    axes[0, 0].legend(loc="upper right")
-    axes[-1, 0].set_xlabel("t [s]")
-    fig.suptitle(f"{title}: tracking ({space} space)")
-    fig.tight_layout()
-    written.append(out / "tracking.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
-
-    fig, axes = plt.subplots(dim, 1, figsize=(9, 2.0 * dim), sharex=True, squeeze=False)
-    for i in range(dim):
-        ax = axes[i, 0]
-        ax.plot(t, err[:, i], lw=1.0)
-        rms = float(np.sqrt(np.mean(err[:, i] ** 2)))
-        ax.set_ylabel(names[i])
-        ax.set_title(f"RMS {rms:.3g}", fontsize=8, loc="right")
-        ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel("t [s]")
-    fig.suptitle(f"{title}: tracking error (reference - measured)")
-    fig.tight_layout()
-    written.append(out / "error.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
-
-    tau_c = log["tau_cmd"] if log["tau_cmd"].ndim == 2 else log["tau_cmd"][:, None]
-    tau_u = log["tau_ctrl"] if log["tau_ctrl"].ndim == 2 else log["tau_ctrl"][:, None]
-    tau_m = log["tau_meas"] if log["tau_meas"].ndim == 2 else log["tau_meas"][:, None]
-    n = tau_c.shape[1]
-    jn = meta.get("joint_names") or [f"q{i}" for i in range(n)]
-    fig, axes = plt.subplots(n, 1, figsize=(9, 2.0 * n), sharex=True, squeeze=False)
-    for j in range(n):
-        ax = axes[j, 0]
-        ax.plot(t, tau_u[:, j], lw=0.8, alpha=0.6, label="controller")
-        ax.plot(t, tau_c[:, j], lw=1.0, label="commanded")
-        ax.plot(t, tau_m[:, j], lw=0.8, alpha=0.8, label="measured")
-        ax.set_ylabel(f"{jn[j]} [N m]")
+        ax.set_ylabel(a.label)
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper right", fontsize=8)
     axes[-1, 0].set_xlabel("t [s]")
-    fig.suptitle(f"{title}: actuator torques")
+    fig.suptitle(f"{d.title}: tracking ({d.space} space)")
     fig.tight_layout()
-    written.append(out / "torque.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    return fig
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    late_us = log["lateness_s"] * 1e6
-    comp_us = log["compute_s"] * 1e6
-    axes[0].hist(late_us, bins=60, color="tab:orange")
-    axes[0].set_xlabel("cycle lateness [us]")
-    axes[0].set_ylabel("cycles")
-    axes[0].set_yscale("log")
-    axes[1].hist(comp_us, bins=60, color="tab:blue")
-    axes[1].set_xlabel("compute time [us]")
-    axes[1].set_yscale("log")
-    for ax in axes:
+
+def _error(plt, d: RunData):
+    t, err = d.log["t"], _cols(d.log["err"])
+    dim = err.shape[1]
+    fig, axes = plt.subplots(dim, 1, figsize=(9, 2.0 * dim), sharex=True, squeeze=False)
+    for i, a in enumerate(d.axes):
+        ax = axes[i, 0]
+        e = err[:, i] * a.error_scale
+        rms = float(np.sqrt(np.mean(e ** 2)))
+        ax.plot(t, e, lw=1.0, label="error")
+        ax.axhline(rms, color="tab:red", ls="--", lw=0.9, label=f"RMS {rms:.3g} {a.error_unit}")
+        ax.axhline(-rms, color="tab:red", ls="--", lw=0.9)
+        ax.set_ylabel(f"{a.name} [{a.error_unit}]")
+        ax.set_title(f"RMS {rms:.3g} {a.error_unit}, max |e| {np.max(np.abs(e)):.3g} {a.error_unit}",
+                     fontsize=8, loc="right")
+        ax.legend(loc="upper left", fontsize=7)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{title}: timing (p99 lateness {np.percentile(late_us, 99):.1f} us, "
-                 f"p99 compute {np.percentile(comp_us, 99):.1f} us)")
+    axes[-1, 0].set_xlabel("t [s]")
+    fig.suptitle(f"{d.title}: tracking error (reference - measured)")
     fig.tight_layout()
-    written.append(out / "timing.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    return fig
+
+
+def _torque(plt, d: RunData):
+    t = d.log["t"]
+    tau_u, tau_c, tau_m = (_cols(d.log[k]) for k in ("tau_ctrl", "tau_cmd", "tau_meas"))
+    n = tau_c.shape[1]
+    word = effort_word(["prismatic" if q.kind == "linear" else "revolute" for q in d.joints])
+    fig, axes = plt.subplots(n, 2, figsize=(12, 2.0 * n + 0.6), sharex=True, squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 2]})
+    for j, q in enumerate(d.joints):
+        ax, dx = axes[j, 0], axes[j, 1]
+        ax.plot(t, tau_c[:, j], lw=1.0, label="commanded")
+        ax.plot(t, tau_m[:, j], lw=0.8, alpha=0.8, label="measured")
+        peak = float(np.max(np.abs(tau_c[:, j])))
+        lim = None if d.torque_limit is None else float(d.torque_limit[j])
+        if lim is not None and np.isfinite(lim):
+            ax.axhline(lim, color="tab:red", ls="--", lw=0.9, label=f"limit {lim:.4g} {q.effort_unit}")
+            ax.axhline(-lim, color="tab:red", ls="--", lw=0.9)
+            ax.set_title(f"peak {peak:.4g} {q.effort_unit} = {100 * peak / lim:.1f} % of the limit",
+                         fontsize=8, loc="right")
+        else:
+            ax.set_title(f"peak {peak:.4g} {q.effort_unit} (no limit)", fontsize=8, loc="right")
+        ax.set_ylabel(f"{q.name} [{q.effort_unit}]")
+        dx.plot(t, tau_u[:, j] - tau_c[:, j], lw=0.9, color="tab:purple", label="controller - commanded")
+        # the feedback of row k answers the command of row k - 1 (controller.loop)
+        dx.plot(t[1:], tau_m[1:, j] - tau_c[:-1, j], lw=0.8, color="tab:green", alpha=0.8,
+                label="measured - commanded (the cycle before)")
+        dx.set_ylabel(f"{q.name} diff. [{q.effort_unit}]")
+        for a in (ax, dx):
+            a.grid(alpha=0.3)
+    axes[0, 0].legend(loc="upper left", fontsize=7)
+    axes[0, 1].legend(loc="upper left", fontsize=7)
+    axes[-1, 0].set_xlabel("t [s]")
+    axes[-1, 1].set_xlabel("t [s]")
+    fig.suptitle(f"{d.title}: actuator {word} (left) and its differences (right: safety clipping, drive lag)")
+    fig.tight_layout()
+    return fig
+
+
+def _timing(plt, d: RunData):
+    comp_us = d.log["compute_s"] * 1e6
+    if d.clock != "wall":
+        fig, ax = plt.subplots(1, 1, figsize=(6, 3.5))
+        ax.hist(comp_us, bins=60, color="tab:blue")
+        ax.set_xlabel("compute time [us]")
+        ax.set_ylabel("cycles [-]")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        fig.suptitle(f"{d.title}: compute time (p99 {np.percentile(comp_us, 99):.0f} us); "
+                     f"lock-step clock: no deadlines", fontsize=10)
+        fig.tight_layout()
+        return fig
+    late_us = d.log["lateness_s"] * 1e6
+    tm = (d.meta.get("result") or {}).get("timing") or {}
+    period_s = float(d.meta.get("period_s") or tm.get("period_s") or 0.0)
+    thr_us = float(tm.get("miss_fraction", 0.5)) * period_s * 1e6
+    missed = int(np.sum(late_us > thr_us)) if period_s else 0
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    axes[0].hist(late_us, bins=60, color="tab:orange")
+    if period_s:
+        axes[0].axvline(thr_us, color="tab:red", ls="--", label=f"miss threshold {thr_us:.0f} us")
+        axes[0].legend(fontsize=8)
+    axes[0].set_xlabel("cycle start lateness [us]")
+    axes[0].set_ylabel("cycles [-]")
+    axes[1].hist(comp_us, bins=60, color="tab:blue")
+    if period_s:
+        axes[1].axvline(period_s * 1e6, color="tab:red", ls="--", label=f"period {period_s * 1e6:.0f} us")
+        axes[1].legend(fontsize=8)
+    axes[1].set_xlabel("compute time [us]")
+    axes[1].set_ylabel("cycles [-]")
+    for ax in axes:
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{d.title}: wall-clock timing: {missed} of {late_us.size} cycles missed "
+                 f"({100 * missed / late_us.size:.2f} %), p99 lateness {np.percentile(late_us, 99):.0f} us",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _path(plt, d: RunData):
+    p = end_effector_path(d)
+    if p is None:
+        return None
+    ref, meas, names = p
+    i, k = _task_plane(ref)
+    t = d.log["t"]
+    dev_mm = np.linalg.norm(ref - meas, axis=1) * 1e3
+    rms = float(np.sqrt(np.mean(dev_mm ** 2)))
+    fig, (ax, ex) = plt.subplots(1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [1, 1.3]})
+    ax.plot(ref[:, i], ref[:, k], "k--", lw=1.0, label="reference")
+    ax.plot(meas[:, i], meas[:, k], lw=1.2, alpha=0.85, label="measured")
+    ax.plot(ref[0, i], ref[0, k], "go", ms=6, label="start")
+    ax.set_xlabel(f"{names[i]} [m]")
+    ax.set_ylabel(f"{names[k]} [m]")
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title(f"path in the {names[i]}{names[k]} plane", fontsize=9)
+    ex.plot(t, dev_mm, lw=1.0, label="|p_ref - p_meas|")
+    ex.axhline(rms, color="tab:red", ls="--", lw=0.9, label=f"RMS {rms:.3g} mm")
+    ex.set_xlabel("t [s]")
+    ex.set_ylabel("position error [mm]")
+    ex.set_title(f"RMS {rms:.3g} mm, max {np.max(dev_mm):.3g} mm", fontsize=9, loc="right")
+    ex.legend(fontsize=8)
+    ex.grid(alpha=0.3)
+    fig.suptitle(f"{d.title}: end-effector path (reference vs measured)")
+    fig.tight_layout()
+    return fig
+
+
+def run_figures(log_path) -> dict:
+    """The figures of a run as matplotlib Figure objects, by file stem.
+
+    Keys ``tracking``, ``error``, ``torque``, ``timing`` and, where an
+    end-effector path can be formed (see :func:`end_effector_path`), ``path``.
+    The caller closes them (``matplotlib.pyplot.close(fig)``).
+    """
+    plt = _pyplot()
+    d = load_run_data(log_path)
+    figs = {"tracking": _tracking(plt, d), "error": _error(plt, d), "torque": _torque(plt, d),
+            "timing": _timing(plt, d)}
+    path = _path(plt, d)
+    if path is not None:
+        figs["path"] = path
+    return figs
+
+
+def plot_run(log_path, out_dir=None) -> list[Path]:
+    """Plot a run directory (or its log.npy) to PNG files; returns the written paths."""
+    plt = _pyplot()
+    log_path = Path(log_path)
+    run_dir = log_path if log_path.is_dir() else log_path.parent
+    out = Path(out_dir) if out_dir is not None else run_dir
+    figs = run_figures(log_path)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, fig in figs.items():
+        written.append(out / f"{name}.png")
+        fig.savefig(written[-1], dpi=_DPI)
+        plt.close(fig)
     return written
+
+
+# -- gain search -----------------------------------------------------------------
+def tune_figure(result):
+    """Score against each searched parameter, one panel per parameter, the best candidate marked.
+
+    Parameters
+    ----------
+    result : controller.tune.TuneResult
+    """
+    from .tune import metric_unit
+
+    plt = _pyplot()
+    names = list(result.spec.params)
+    scores = np.array([c.score for c in result.candidates])
+    ok = np.isfinite(scores)
+    best = result.best
+    unit = metric_unit(result.spec.metric)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.8), squeeze=False)
+    for i, k in enumerate(names):
+        x = np.array([c.values[k] for c in result.candidates])
+        ax = axes[0, i]
+        ax.scatter(x[ok], scores[ok], s=18, label="candidates")
+        if np.any(~ok):
+            ax.scatter(x[~ok], np.full((~ok).sum(), np.nanmax(scores[ok]) if ok.any() else 1.0),
+                       marker="x", color="r", label="failed")
+        if np.isfinite(best.score):
+            ax.scatter([best.values[k]], [best.score], marker="*", s=220, color="gold", edgecolor="k",
+                       zorder=5, label=f"best {best.values[k]:.4g}")
+        rng = result.spec.params[k]
+        for edge in (rng.low, rng.high):
+            ax.axvline(edge, color="0.5", ls=":", lw=0.8)
+        if rng.log:
+            from matplotlib.ticker import NullFormatter
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(f"{k} (search range dotted)")
+        ax.set_ylabel(f"score [{unit}]")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"gain search: score = {result.spec.metric} x (1 + penalties), best {best.score:.4g} {unit}",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_tune(result, out_dir) -> Path:
+    """Write ``tune.png`` (:func:`tune_figure`) into ``out_dir``; returns its path."""
+    plt = _pyplot()
+    fig = tune_figure(result)
+    path = Path(out_dir) / "tune.png"
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path

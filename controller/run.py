@@ -63,8 +63,9 @@ from .clock import LockstepClock, WallClock
 from .laws import (PID, ComputedTorque, Controller, PDGravity, Saturation, TaskComputedTorque,
                    TaskPDGravity, gravity_feedforward)
 from .loop import ControlLoop, RunResult
+from .report import controller_quantities, effective_torque_limit, timing_health
 from .safety import SafetyConfig, SafetySupervisor
-from .telemetry import TelemetryWriter
+from .telemetry import TelemetryWriter, usable_labels
 
 __all__ = ["RunSpec", "parse_run", "load_run", "Run", "build_run", "run_offline_metrics",
            "check_run_config", "validate_run", "Validation", "make_safety", "check_output_dir", "bus_budget",
@@ -555,10 +556,15 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
                  "plant": spec.plant}
             if isinstance(spec.model, ParallelModel) and spec.space == "task":
                 m["task_dof"] = spec.model.task_dof
+            axes = controller_quantities(spec.model, spec.space)
+            m.update({"joint_types": list(spec.model.joint_types), "axis_names": [a.name for a in axes],
+                      "torque_limit": effective_torque_limit(spec).tolist(), "clock": spec.clock,
+                      "robot_file": spec.model.source})
             m.update(meta or {})
-            telemetry = TelemetryWriter(out_dir, spec.model.dof,
-                                        spec.model.task_dof if spec.space == "task" else spec.model.dof,
-                                        buffer_rows=spec.telemetry_buffer_rows, meta=m)
+            telemetry = TelemetryWriter(out_dir, spec.model.dof, len(axes),
+                                        buffer_rows=spec.telemetry_buffer_rows, meta=m,
+                                        joint_names=usable_labels(spec.model.joint_names, spec.model.dof),
+                                        axis_names=usable_labels(m["axis_names"], len(axes)))
         _warm_up(spec, controller, plant)
         loop = ControlLoop(driver, controller, spec.trajectory, safety, clock, period_s=spec.period_s,
                            telemetry=telemetry, duration_s=spec.duration_s)
@@ -644,7 +650,7 @@ def summary_metrics(spec: RunSpec, result: RunResult) -> dict:
                            "faults": [f"{f.cause}@{f.t_s:.4f}s" for f in result.faults]}
     for k, v in m.items():
         out[k] = v
-    tmax = np.asarray(spec.model.limits.torque_max, dtype=float)
+    tmax = effective_torque_limit(spec)
     peak = np.asarray(m.get("peak_torque", np.zeros_like(tmax)), dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(np.isfinite(tmax) & (tmax > 0), peak / tmax, 0.0)
@@ -654,6 +660,8 @@ def summary_metrics(spec: RunSpec, result: RunResult) -> dict:
     out["rms_error_norm"] = float(np.linalg.norm(m.get("rms_error", [0.0])))
     t = result.timing.as_dict() if result.timing is not None else {}
     out["timing"] = t
+    out["timing_health"] = timing_health(t, spec.clock)
+    out["torque_limit"] = tmax.tolist()
     out["wall_time_s"] = result.wall_time_s
     sim_s = result.n_cycles * spec.period_s
     out["real_time_factor"] = sim_s / result.wall_time_s if result.wall_time_s > 0 else math.inf

@@ -59,8 +59,8 @@ outside it, or one that would switch a protection off (``1e300``, ``inf``, 0
 where 0 means "never"), is refused with a :class:`ConfigError` naming the
 field.  Protections that are off by default in simulation (no tracking-error
 limit, no velocity limit, no singularity guard on a parallel robot) must be
-on for a hardware run unless listed in ``disabled_protections``
-(:func:`unprotected`).
+on for a hardware run unless listed in ``disabled_protections`` (checked by
+:func:`controller.run.validate_run`).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ from dynamics.config import Section
 from dynamics.errors import ConfigError, SafetyError
 
 __all__ = ["SafetyConfig", "SafetySupervisor", "SafetyState", "Fault", "REACTIONS", "SAFETY_RANGES",
-           "PROTECTIONS", "unprotected", "OK", "CLIPPED", "SOFT_LIMIT", "BRAKING", "HOLDING", "FAULT", "DISABLED"]
+           "PROTECTIONS", "OK", "CLIPPED", "SOFT_LIMIT", "BRAKING", "HOLDING", "FAULT", "DISABLED"]
 
 REACTIONS = ("zero_disable", "brake_disable", "hold")
 

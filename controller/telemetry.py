@@ -6,8 +6,8 @@ A run directory holds
 
 * ``log.npy`` -- a standard NumPy ``.npy`` (format 1.0) file whose one-
   dimensional structured array has one row per control cycle.  On disk every
-  field is a scalar column (``t``, ``q[0]``, ``q[1]``, ..., see
-  :func:`file_dtype`) so that ``pandas.DataFrame(np.load(path))`` accepts it;
+  field is a scalar column (``t``, ``q[0]``, ``q[1]``, ..., or ``q[theta1]``,
+  ``err[x]`` where the joints and axes are named, see :func:`file_dtype`) so that ``pandas.DataFrame(np.load(path))`` accepts it;
   :func:`read_log` returns the same bytes viewed with per-quantity vector
   fields (``log["q"]`` of shape (rows, n), see :func:`log_dtype`).  The
   header is written with reserved space; rows are
@@ -42,7 +42,7 @@ import numpy as np
 
 from dynamics.errors import TorqueloopError
 
-__all__ = ["TelemetryWriter", "log_dtype", "file_dtype", "group_fields", "read_log", "read_meta",
+__all__ = ["TelemetryWriter", "log_dtype", "file_dtype", "column_labels", "usable_labels", "group_fields", "read_log", "read_meta",
            "collect_meta", "to_csv", "FIELD_DOC"]
 
 _MAGIC = b"\x93NUMPY\x01\x00"
@@ -82,24 +82,62 @@ def log_dtype(n: int, dim: int) -> np.dtype:
     ])
 
 
-def file_dtype(n: int, dim: int) -> np.dtype:
-    """On-disk dtype: :func:`log_dtype` with every vector field split into scalar columns ``name[j]``.
+#: fields of the controller's dimension (the others have one entry per actuator)
+_DIM_FIELDS = ("ref_pos", "ref_vel", "ref_acc", "err")
 
-    Same item size and byte layout as :func:`log_dtype` (both packed), so one
-    is a ``view`` of the other.
+
+def usable_labels(names, count: int) -> list[str] | None:
+    """``names`` as column labels if they can be (``count`` distinct non-empty strings without
+    brackets), else None (the columns are then numbered)."""
+    if names is None:
+        return None
+    labels = [str(v) for v in names]
+    if len(labels) != count or len(set(labels)) != count or any(not v or "[" in v or "]" in v for v in labels):
+        return None
+    return labels
+
+
+def _column_labels(count: int, names, what: str) -> list[str]:
+    if names is None:
+        return [str(j) for j in range(count)]
+    labels = usable_labels(names, count)
+    if labels is None:
+        raise TorqueloopError(f"{what}: need {count} distinct non-empty names without brackets, got {names!r}")
+    return labels
+
+
+def file_dtype(n: int, dim: int, joint_names=None, axis_names=None) -> np.dtype:
+    """On-disk dtype: :func:`log_dtype` with every vector field split into scalar columns.
+
+    The columns are ``name[label]``: the label is the joint's name for the
+    per-actuator fields (``q[theta1]``, ``tau_cmd[leg3]``) and the axis name for
+    the reference and error fields (``err[x]``, ``ref_pos[phi]``) when
+    ``joint_names`` (length n) / ``axis_names`` (length dim) are given, the index
+    (``q[0]``) otherwise.  Same item size and byte layout as :func:`log_dtype`
+    (both packed), so one is a ``view`` of the other.
     """
+    jl = _column_labels(n, joint_names, "joint_names")
+    al = _column_labels(dim, axis_names, "axis_names")
+    grouped = log_dtype(n, dim)
     fields = []
-    for name in log_dtype(n, dim).names:
-        sub = log_dtype(n, dim)[name]
+    for name in grouped.names:
+        sub = grouped[name]
         if sub.shape:
-            fields += [(f"{name}[{j}]", sub.base.str) for j in range(sub.shape[0])]
+            labels = al if name in _DIM_FIELDS else jl
+            fields += [(f"{name}[{lab}]", sub.base.str) for lab in labels]
         else:
             fields.append((name, sub.str))
     return np.dtype(fields)
 
 
+def column_labels(arr: np.ndarray, field: str) -> list[str]:
+    """The labels of a vector field's columns in a flat log (``"q"`` -> ``["theta1", ...]`` or ``["0", ...]``)."""
+    names = arr.dtype.names or ()
+    return [k[len(field) + 1:-1] for k in names if k.startswith(field + "[") and k.endswith("]")]
+
+
 def group_fields(arr: np.ndarray) -> np.ndarray:
-    """View a flat on-disk log (columns ``q[0]``, ``q[1]``...) with vector fields (:func:`log_dtype`)."""
+    """View a flat on-disk log (columns ``q[0]`` or ``q[theta1]``...) with vector fields (:func:`log_dtype`)."""
     names = arr.dtype.names or ()
     if "q" in names:
         return arr
@@ -107,7 +145,11 @@ def group_fields(arr: np.ndarray) -> np.ndarray:
         n = sum(1 for k in names if k.startswith("q["))
         dim = sum(1 for k in names if k.startswith("err["))
         grouped = log_dtype(n, dim)
-        if file_dtype(n, dim) != arr.dtype:
+        expected = file_dtype(n, dim)
+        same = (len(names) == len(expected.names) and arr.dtype.itemsize == expected.itemsize
+                and all(a.split("[")[0] == b.split("[")[0] and arr.dtype[a] == expected[b]
+                        for a, b in zip(names, expected.names)))
+        if not same:
             raise ValueError("unexpected columns")
         return arr.view(grouped)
     except (ValueError, TypeError) as err:
@@ -243,10 +285,13 @@ class TelemetryWriter:
         Extra metadata (configs, seed, ...) merged into meta.json.
     fsync : bool
         Also ``os.fsync`` after each flush (survives power loss, costs ms).
+    joint_names, axis_names : sequence of str, optional
+        Column labels on disk (length n and dim): ``q[theta1]``, ``err[x]``
+        instead of ``q[0]``, ``err[0]`` (see :func:`file_dtype`).
     """
 
     def __init__(self, directory, n: int, dim: int, *, buffer_rows: int = 200, meta: dict | None = None,
-                 fsync: bool = False):
+                 fsync: bool = False, joint_names=None, axis_names=None):
         if buffer_rows < 1:
             raise TorqueloopError("buffer_rows must be >= 1")
         self.directory = Path(directory)
@@ -255,7 +300,7 @@ class TelemetryWriter:
         self.meta_path = self.directory / "meta.json"
         self.n, self.dim = int(n), int(dim)
         self.dtype = log_dtype(self.n, self.dim)
-        self.file_dtype = file_dtype(self.n, self.dim)
+        self.file_dtype = file_dtype(self.n, self.dim, joint_names, axis_names)
         self.fsync = fsync
         self._buf = np.zeros(buffer_rows, dtype=self.dtype)
         self._v = {name: self._buf[name] for name in self.dtype.names}
@@ -419,8 +464,17 @@ def read_meta(path) -> dict:
 
 
 def to_csv(log: np.ndarray, path) -> None:
-    """Export a structured log to CSV with one column per scalar (``q[0]``, ``q[1]``...)."""
-    log = group_fields(log)
+    """Export a structured log to CSV with one column per scalar (``q[0]``, ``q[1]``...).
+
+    A flat log as stored (``read_log(path, flat=True)``) keeps its column names
+    (``q[theta1]`` where the joints are named).
+    """
+    if "q" not in (log.dtype.names or ()):
+        group_fields(log)  # validates the layout
+        names = list(log.dtype.names)
+        data = np.column_stack([log[k].astype(float) for k in names]) if log.shape[0] else np.zeros((0, len(names)))
+        np.savetxt(path, data, delimiter=",", header=",".join(names), comments="", fmt="%.17g")
+        return
     cols, names = [], []
     for name in log.dtype.names:
         a = log[name]

@@ -6,8 +6,9 @@ plant is perturbed in each Monte-Carlo draw, the metric and the penalties::
     [tune]
     method = "random"            # or "grid"
     candidates = 24              # random: number of candidates; grid: points per axis
-    monte_carlo = 4              # plant draws per candidate (same draws for every candidate)
-    metric = "rms_position_error_m"  # any key of the run's summary metrics
+    monte_carlo = 4              # plant draws per candidate (same draws for every candidate,
+                                 # from a random stream of their own: --samples does not change them)
+    metric = "rms_position_error_m"  # any key of the run's summary metrics; the score has its unit
     torque_penalty = 0.1         # x (peak |tau| / torque limit), summed over axes, times metric scale
     saturation_penalty = 1.0     # x fraction of cycles with any torque clipped
     duration_s = 4.0             # shorter runs for the search (default: the config's)
@@ -36,14 +37,15 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 
 from dynamics.config import Section
 from dynamics.errors import ConfigError, TorqueloopError
 
-__all__ = ["TuneSpec", "Candidate", "apply_overrides", "make_tasks", "run_tune", "EXECUTORS"]
+__all__ = ["TuneSpec", "Candidate", "TuneResult", "apply_overrides", "make_tasks", "run_tune", "random_streams",
+           "metric_unit", "EXECUTORS", "EDGE_FRACTION"]
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,8 @@ def evaluate_task(task: tuple) -> tuple[int, int, dict]:
 
 
 def score(spec: TuneSpec, metrics: dict) -> float:
+    """``metric x (1 + torque_penalty x peak ratio sum + saturation_penalty x clipped fraction)``,
+    in the metric's unit (:func:`metric_unit`); inf for a run that did not complete."""
     if metrics.get("status") != "completed":
         return math.inf
     if spec.metric not in metrics:
@@ -261,6 +265,25 @@ def _run_ray(tasks: list[tuple], workers: int | None, address: str, progress: Ca
 
 EXECUTORS: dict[str, Callable] = {"local": _run_local, "dask": _run_dask, "ray": _run_ray}
 
+#: a best value within this fraction of a range's width from a bound is "at the edge"
+EDGE_FRACTION = 0.05
+
+#: units of the summary metrics a search can rank by (the score has the metric's unit)
+_METRIC_UNITS = {"rms_error_norm": "rad|m",
+                 "saturation_fraction": "1", "torque_peak_ratio_sum": "1", "real_time_factor": "1",
+                 "positive_work_j": "J", "wall_time_s": "s"}
+_SUFFIX_UNITS = (("_m", "m"), ("_rad", "rad"), ("_s", "s"), ("_j", "J"), ("_nm", "N m"), ("_n", "N"))
+
+
+def metric_unit(metric: str) -> str:
+    """Unit of a summary metric (and so of a score ranked by it), from its name's suffix."""
+    if metric in _METRIC_UNITS:
+        return _METRIC_UNITS[metric]
+    for suffix, unit in _SUFFIX_UNITS:
+        if metric.endswith(suffix):
+            return unit
+    return "metric units"
+
 
 @dataclass
 class TuneResult:
@@ -276,12 +299,42 @@ class TuneResult:
     def best(self) -> Candidate:
         return self.ranked[0]
 
+    @property
+    def score_unit(self) -> str:
+        """Unit of the score (the metric's; the penalties are dimensionless factors)."""
+        return metric_unit(self.spec.metric)
+
+    def edge_warnings(self, fraction: float = EDGE_FRACTION) -> list[str]:
+        """Warnings for each parameter whose best value lies at the edge of its search range.
+
+        "At the edge" is within ``fraction`` of the range's width from a bound
+        (measured on the log scale for log ranges), or on the first/last point of a
+        grid: the optimum may lie outside the range searched.
+        """
+        best = self.best
+        if not math.isfinite(best.score):
+            return []
+        out = []
+        for k, r in self.spec.params.items():
+            v = best.values[k]
+            lo, hi, x = ((math.log(r.low), math.log(r.high), math.log(v)) if r.log else (r.low, r.high, v))
+            u = (x - lo) / (hi - lo)
+            tol = 1e-9 if self.spec.method == "grid" else fraction
+            side = "low" if u <= tol else ("high" if u >= 1.0 - tol else None)
+            if side is not None:
+                bound = r.low if side == "low" else r.high
+                out.append(f"the best {k} = {v:.5g} is at the {side} edge of the search range "
+                           f"[{r.low:.5g}, {r.high:.5g}]: the optimum may lie beyond {bound:.5g}; "
+                           "widen the range in [tune.params] and search again")
+        return out
+
     def write_table(self, path: Path) -> None:
         names = list(self.spec.params)
         with open(path, "w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(["rank", "candidate", *names, "score", f"mean_{self.spec.metric}", "failed_runs",
-                        "first_failure"])
+            unit = self.score_unit
+            w.writerow(["rank", "candidate", *names, f"score [{unit}]", f"mean_{self.spec.metric} [{unit}]",
+                        "failed_runs", "first_failure"])
             for r, c in enumerate(self.ranked, 1):
                 vals = [m.get(self.spec.metric, math.nan) for m in c.metrics if m.get("status") == "completed"]
                 failed = sum(1 for m in c.metrics if m.get("status") != "completed")
@@ -291,12 +344,23 @@ class TuneResult:
                             f"{np.mean(vals) if vals else math.nan:.6g}", failed, why])
 
 
+def random_streams(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
+    """Independent generators for the candidates and for the plant draws, both from ``seed``.
+
+    Spawned from one :class:`numpy.random.SeedSequence`, so the number of
+    candidates drawn (``--samples``) does not change the plants, and the first
+    candidates are the same whatever the count.
+    """
+    cand_ss, plant_ss = np.random.SeedSequence(seed).spawn(2)
+    return np.random.default_rng(cand_ss), np.random.default_rng(plant_ss)
+
+
 def run_tune(spec: TuneSpec, data: dict, file: str | None, *, workers: int | None = None,
              engine: str | None = None, progress: Callable | None = None) -> TuneResult:
     """Evaluate every candidate on the same Monte-Carlo draws and rank them."""
-    rng = np.random.default_rng(spec.seed)
-    candidates = make_candidates(spec, rng)
-    draws = make_draws(spec, rng)
+    cand_rng, plant_rng = random_streams(spec.seed)
+    candidates = make_candidates(spec, cand_rng)
+    draws = make_draws(spec, plant_rng)
     tasks = make_tasks(spec, data, file, candidates, draws)
     engine = engine or spec.engine
     if engine not in EXECUTORS:

@@ -117,6 +117,12 @@ class Model(ABC):
         return tuple(f"q{i}" for i in range(self.dof))
 
     @property
+    def joint_types(self) -> tuple[str, ...]:
+        """``"revolute"`` (angle [rad], torque [N m]) or ``"prismatic"`` (displacement [m], force [N])
+        per actuated coordinate, length n; revolute unless the model says otherwise."""
+        return ("revolute",) * self.dof
+
+    @property
     def limits(self) -> JointLimits:
         return JointLimits.unbounded(self.dof)
 

@@ -252,6 +252,11 @@ class StewartPlatform(ParallelModel):
         return tuple(f"leg{i + 1}" for i in range(6))
 
     @property
+    def joint_types(self) -> tuple[str, ...]:
+        """The six legs are prismatic actuators: lengths [m], forces [N]."""
+        return ("prismatic",) * 6
+
+    @property
     def limits(self) -> JointLimits:
         return self._limits
 

@@ -150,7 +150,7 @@ def test_sigint_stops_safely_with_complete_log(tmp_path):
     data = np.load(log)
     assert data.shape[0] == res["n_cycles"]          # every cycle is on disk
     last = data[-1]
-    assert np.all(np.asarray([last[f"tau_cmd[{j}]"] for j in range(2)]) == 0.0)
+    assert np.all(np.asarray([last[f"tau_cmd[{j}]"] for j in ("q1", "q2")]) == 0.0)   # columns by joint name
     assert int(last["safety"]) & 32            # DISABLED: the loop disabled the drives
     # the stop came within 2 cycles of the request: the rows before it tracked normally
     assert data.shape[0] < 60000
@@ -209,6 +209,6 @@ def test_hardware_rehearsal_against_emulated_robot_in_another_process(tmp_path):
     meta = json.loads((out / "meta.json").read_text())
     assert len(log) == 1502 == meta["result"]["n_cycles"] and meta["hardware"] is True
     # the real driver talked to the devices: fresh feedback nearly every cycle, tracking held
-    fresh = np.all([log[f"fresh[{j}]"] for j in range(3)], axis=0)
+    fresh = np.all([log[f"fresh[{j}]"] for j in ("theta1", "theta2", "theta3")], axis=0)
     assert fresh.mean() > 0.9
-    assert max(abs(log[f"err[{i}]"]).max() for i in range(2)) < 0.01
+    assert max(abs(log[f"err[{i}]"]).max() for i in ("x", "y")) < 0.01

@@ -57,9 +57,9 @@ def test_lockstep_runs_are_deterministic(tmp_path):
 def test_result_accounting_and_tracking(tmp_path):
     loop, drv = make(tmp_path, T=1.0)
     res = loop.run()
-    # 1001 control cycles (the metrics) + the final zero-torque/disable cycle
+    # 1001 control cycles + the final zero-torque/disable cycle
     assert res.status == "completed" and res.n_cycles == 1002 == res.timing.n_cycles
-    assert res.metrics["n_cycles"] == 1001
+    assert res.metrics["n_cycles"] == 1002
     # lock-step: never late, exact periods; compute time measured (real CPU time)
     assert res.timing.lateness["max"] == 0.0 and res.timing.missed_deadlines == 0
     assert res.timing.period_error["max"] < 1e-12

@@ -1,0 +1,218 @@
+"""Stick-figure animation of a robot from a run's log (``torqueloop animate RUN_DIR``).
+
+The measured joint positions of the log are drawn through the robot model named
+in the run's ``meta.json``: a serial arm as the chain of its link frames (DH or
+URDF joint frames) to the tool, the 3RRR as its three legs (base joint, elbow,
+platform joint) and platform triangle, the Stewart platform as its base and
+platform hexagons joined by the six legs.  The pose of a parallel robot comes
+from its forward kinematics, warm-started from the reference pose (task-space
+runs) or the previous frame.  Planar motions are drawn in their plane, others in
+3-D; lengths in metres.  The reference end-effector path is drawn dashed and the
+measured one is traced as the robot moves.
+
+Output: an animated GIF (matplotlib's PillowWriter; Pillow comes with
+matplotlib) or, for a ``.html`` file name, a self-contained page with a player
+(play, pause, step, speed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dynamics.errors import ConfigError, TorqueloopError
+
+from .plots import _cols, _pyplot, load_run_data
+
+__all__ = ["robot_polylines", "animate_run"]
+
+
+def _xyz(p: np.ndarray) -> np.ndarray:
+    p = np.asarray(p, dtype=float)
+    return p if p.shape[-1] == 3 else np.concatenate([p, np.zeros(p.shape[:-1] + (1,))], axis=-1)
+
+
+def robot_polylines(model, q, pose=None) -> tuple[list[np.ndarray], np.ndarray, np.ndarray | None]:
+    """The stick figure of ``model`` at joint positions ``q``.
+
+    Parameters
+    ----------
+    model : dynamics.base.Model
+        A serial arm, a 3RRR or a Stewart platform.
+    q : array_like, shape (n,)
+        Actuated joint positions [rad | m].
+    pose : array_like, optional
+        Parallel robots: a guess of the task pose for the forward kinematics.
+
+    Returns
+    -------
+    lines : list of ndarray, each (k, 3) [m]
+        Polylines in the base frame.
+    tool : ndarray, shape (3,) [m]
+        Tool (serial) or platform (parallel) origin.
+    X : ndarray or None
+        Parallel robots: the pose found (to warm-start the next frame).
+    """
+    from dynamics.planar3rrr import Planar3RRR
+    from dynamics.serial import SerialModel
+    from dynamics.stewart import StewartPlatform
+
+    q = np.asarray(q, dtype=float)
+    if isinstance(model, SerialModel):
+        pts = model.link_poses(q)[:, :3, 3]
+        tool = model.forward_kinematics(q)[:3, 3]
+        return [np.vstack([pts, tool])], tool, None
+    if isinstance(model, Planar3RRR):
+        X = model.forward_kinematics_task(q, guess=pose)
+        A, B, C = model.base_joints, model.elbow_positions(q), model.platform_joint_positions(X)
+        legs = [_xyz(np.vstack([A[i], B[i], C[i]])) for i in range(3)]
+        return legs + [_xyz(np.vstack([C, C[:1]]))], _xyz(X[:2]), X
+    if isinstance(model, StewartPlatform):
+        X = model.forward_kinematics_task(q, guess=pose)
+        T = model.forward_kinematics(q, pose=X)
+        P = model.platform_joints @ T[:3, :3].T + T[:3, 3]
+        b = model.base_joints
+        legs = [np.vstack([b[i], P[i]]) for i in range(6)]
+        return legs + [np.vstack([b, b[:1]]), np.vstack([P, P[:1]])], T[:3, 3].copy(), X
+    raise ConfigError(f"no stick figure for a {type(model).__name__} model")
+
+
+def _frame_rows(t: np.ndarray, fps: float, max_frames: int) -> np.ndarray:
+    """Log rows of the frames: evenly spaced in time, at most ``max_frames``, about ``fps`` per second."""
+    span = float(t[-1] - t[0])
+    n = int(min(max_frames, max(2, round(span * fps) + 1)))
+    return np.unique(np.clip(np.searchsorted(t, np.linspace(t[0], t[-1], n)), 0, t.size - 1))
+
+
+def animate_run(log_path, out=None, *, fps: float = 20.0, max_frames: int = 200, dpi: int = 80) -> tuple[Path, int]:
+    """Write an animation of the robot from a run's log.
+
+    Parameters
+    ----------
+    log_path : path
+        Run folder or its ``log.npy`` (``meta.json`` beside it names the robot file).
+    out : path, optional
+        ``.gif`` (default ``RUN_DIR/animation.gif``) or ``.html``.
+    fps : float
+        Frames per second of the animation; the log is sampled at this rate of
+        simulated time, or more sparsely when that would exceed ``max_frames``
+        (the title then shows the speed-up).
+    max_frames : int
+        Upper bound on the number of frames.
+    dpi : int
+        Resolution of the frames.
+
+    Returns
+    -------
+    path : Path
+        The file written.
+    frames : int
+        Number of frames.
+    """
+    if fps <= 0 or max_frames < 2:
+        raise ConfigError("animation needs fps > 0 and at least 2 frames")
+    plt = _pyplot()
+    from matplotlib.animation import FuncAnimation, PillowWriter
+
+    data = load_run_data(log_path)
+    model = data.model
+    if model is None:
+        raise ConfigError(f"{data.run_dir}: cannot animate without the robot model "
+                          f"({data._model_error or 'meta.json names no robot file'})")
+    out = Path(out) if out is not None else data.run_dir / "animation.gif"
+    if out.suffix.lower() not in (".gif", ".html"):
+        raise ConfigError(f"{out}: the animation is written as .gif or .html")
+    log = data.log
+    t = log["t"]
+    rows = _frame_rows(t, fps, max_frames)
+    q = _cols(log["q"])
+    ref = _cols(log["ref_pos"])
+    guess = ref if data.space == "task" else None
+    figures, tools = [], []
+    X = getattr(model, "home_pose", None) if hasattr(model, "task_dof") else None
+    for k in rows:
+        try:
+            lines, tool, X = robot_polylines(model, q[k], pose=guess[k] if guess is not None else X)
+        except TorqueloopError as err:
+            raise ConfigError(f"{data.run_dir}: cannot draw the robot at t = {t[k]:.3f} s: {err}") from err
+        figures.append(lines)
+        tools.append(tool)
+    try:
+        ref_path = _reference_path(model, data, rows)
+    except TorqueloopError as err:
+        raise ConfigError(f"{data.run_dir}: cannot draw the reference path: {err}") from err
+    tools = np.array(tools)
+    pts = np.vstack([np.vstack(f) for f in figures] + [ref_path])
+    span = np.ptp(pts, axis=0)
+    flat = [i for i in range(3) if span[i] <= 1e-9 * max(span.max(), 1e-12)]
+    plane = [i for i in range(3) if i not in flat][:2] if len(flat) == 1 else None
+    names = ("x", "y", "z")
+    fig = plt.figure(figsize=(6.4, 6.0))
+    lo, hi = pts.min(axis=0), pts.max(axis=0)
+    mid, half = 0.5 * (lo + hi), 0.55 * max(float(np.max(hi - lo)), 1e-3)
+    if plane is not None:
+        i, j = plane
+        ax = fig.add_subplot()
+        ax.set_xlim(mid[i] - half, mid[i] + half)
+        ax.set_ylim(mid[j] - half, mid[j] + half)
+        ax.set_aspect("equal")
+        ax.set_xlabel(f"{names[i]} [m]")
+        ax.set_ylabel(f"{names[j]} [m]")
+        ax.plot(ref_path[:, i], ref_path[:, j], "k--", lw=0.8, label="reference path")
+        links = [ax.plot([], [], "o-", lw=2.5, ms=4, color="tab:blue")[0] for _ in figures[0]]
+        trace = ax.plot([], [], color="tab:orange", lw=1.2, label="measured path")[0]
+
+        def draw(f):
+            for ln, pl in zip(links, figures[f]):
+                ln.set_data(pl[:, i], pl[:, j])
+            trace.set_data(tools[: f + 1, i], tools[: f + 1, j])
+    else:
+        ax = fig.add_subplot(projection="3d")
+        for a, setter in enumerate((ax.set_xlim, ax.set_ylim, ax.set_zlim)):
+            setter(mid[a] - half, mid[a] + half)
+        ax.set_xlabel("x [m]")
+        ax.set_ylabel("y [m]")
+        ax.set_zlabel("z [m]")
+        ax.plot(*ref_path.T, "k--", lw=0.8, label="reference path")
+        links = [ax.plot([], [], [], "o-", lw=2.5, ms=3, color="tab:blue")[0] for _ in figures[0]]
+        trace = ax.plot([], [], [], color="tab:orange", lw=1.2, label="measured path")[0]
+
+        def draw(f):
+            for ln, pl in zip(links, figures[f]):
+                ln.set_data_3d(pl[:, 0], pl[:, 1], pl[:, 2])
+            trace.set_data_3d(tools[: f + 1, 0], tools[: f + 1, 1], tools[: f + 1, 2])
+    ax.legend(loc="upper right", fontsize=8)
+    speed = (float(t[rows[-1]] - t[rows[0]]) / max(len(rows) - 1, 1)) * fps
+    title = fig.suptitle("")
+
+    def update(f):
+        draw(f)
+        title.set_text(f"{data.title}: t = {t[rows[f]]:.2f} s" + (f" (x{speed:.2g} speed)" if speed > 1.05 else ""))
+        return [*links, trace, title]
+
+    anim = FuncAnimation(fig, update, frames=len(rows), interval=1000.0 / fps, blit=False)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if out.suffix.lower() == ".html":
+            out.write_text(anim.to_jshtml(fps=fps, default_mode="once"))
+        else:
+            anim.save(out, writer=PillowWriter(fps=fps), dpi=dpi)
+    finally:
+        plt.close(fig)
+    return out, len(rows)
+
+
+def _reference_path(model, data, rows) -> np.ndarray:
+    """Reference end-effector positions at the frame rows, (frames, 3) [m]."""
+    ref = _cols(data.log["ref_pos"])[rows]
+    if data.space == "task":
+        k = [i for i, a in enumerate(data.axes) if a.kind == "linear"]
+        return _xyz(ref[:, k]) if len(k) in (2, 3) else np.zeros((len(rows), 3))
+    if hasattr(model, "task_dof"):
+        out, X = [], getattr(model, "home_pose", None)
+        for r in ref:
+            _, tool, X = robot_polylines(model, r, pose=X)
+            out.append(tool)
+        return np.array(out)
+    return model.forward_kinematics(ref)[:, :3, 3]

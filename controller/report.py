@@ -1,0 +1,251 @@
+"""What a run report shows and in which units: the console summary, and the labels the plots use.
+
+Display units (the same in the console summary, the plots and the animation)
+---------------------------------------------------------------------------
+* positions: m (linear axes and prismatic joints) and rad (angles, revolute joints);
+* tracking errors: mm and mrad (a millimetre-scale error reads badly in metres);
+* actuator efforts: N m for revolute joints (torques), N for prismatic joints (forces:
+  the Stewart platform's legs); the joint type comes from the model
+  (:attr:`dynamics.base.Model.joint_types`);
+* timing: microseconds.
+
+Logs, ``summary.json`` and ``meta.json`` keep SI units and radians (the names say so).
+
+Timing health
+-------------
+On the wall clock a cycle that starts later than ``miss_fraction * period``
+after its deadline is a deadline miss (:class:`controller.loop.TimingStats`).
+More than :data:`MISS_WARN_FRACTION` of the cycles missed means the run did not
+hold real time: the summary's status line says so and a loud warning follows.
+On the lock-step clock simulated time waits for the computation, so deadlines
+cannot be missed and lateness is not reported (compute and cycle times are).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Quantity", "MISS_WARN_FRACTION", "TASK_AXES", "joint_quantities", "task_quantities",
+           "controller_quantities", "effective_torque_limit", "effort_word", "timing_health",
+           "format_summary"]
+
+#: fraction of missed deadlines above which a wall-clock run gets a loud warning
+MISS_WARN_FRACTION = 0.01
+
+#: task coordinates per layout: (name, kind)
+TASK_AXES = {
+    "planar": (("x", "linear"), ("y", "linear"), ("phi", "angular")),
+    "spatial": (("x", "linear"), ("y", "linear"), ("z", "linear"),
+                ("alpha", "angular"), ("beta", "angular"), ("gamma", "angular")),
+}
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One axis or joint as shown in reports.
+
+    Parameters
+    ----------
+    name : str
+        Axis (``"x"``, ``"phi"``) or joint name (``"theta1"``, ``"leg3"``).
+    kind : {"linear", "angular"}
+        Metres or radians (a prismatic joint is linear, a revolute one angular).
+    """
+
+    name: str
+    kind: str
+
+    @property
+    def unit(self) -> str:
+        """Position unit: ``"m"`` or ``"rad"``."""
+        return "m" if self.kind == "linear" else "rad"
+
+    @property
+    def error_unit(self) -> str:
+        """Tracking-error display unit: ``"mm"`` or ``"mrad"`` (values times :attr:`error_scale`)."""
+        return "mm" if self.kind == "linear" else "mrad"
+
+    error_scale = 1e3
+
+    @property
+    def effort_unit(self) -> str:
+        """Actuator effort unit of a joint: ``"N"`` (prismatic, force) or ``"N m"`` (revolute, torque)."""
+        return "N" if self.kind == "linear" else "N m"
+
+    @property
+    def label(self) -> str:
+        """``"x [m]"``."""
+        return f"{self.name} [{self.unit}]"
+
+
+def joint_quantities(names, types) -> list[Quantity]:
+    """Quantities of the actuated joints from their names and types (``"revolute"``/``"prismatic"``)."""
+    return [Quantity(str(n), "linear" if t == "prismatic" else "angular") for n, t in zip(names, types)]
+
+
+def task_quantities(dim: int) -> list[Quantity]:
+    """Quantities of a task space of dimension 3 (planar) or 6 (spatial)."""
+    layout = {3: "planar", 6: "spatial"}.get(dim)
+    if layout is None:
+        return [Quantity(f"X{i}", "linear") for i in range(dim)]
+    return [Quantity(n, k) for n, k in TASK_AXES[layout]]
+
+
+def controller_quantities(model, space: str) -> list[Quantity]:
+    """The controller's axes: the task coordinates (task space) or the joints (joint space)."""
+    if space == "task":
+        return task_quantities(model.task_dof)
+    return joint_quantities(model.joint_names, model.joint_types)
+
+
+def effort_word(types) -> str:
+    """``"torque"``, ``"force"`` or ``"torque/force"`` for a set of joint types."""
+    kinds = set(types)
+    if kinds == {"prismatic"}:
+        return "force"
+    return "torque" if "prismatic" not in kinds else "torque/force"
+
+
+def effective_torque_limit(spec) -> np.ndarray:
+    """The limit the safety layer clips to, shape (n,) [N m | N]: ``[safety] torque_max`` when set,
+    else the robot file's limits."""
+    n = spec.model.dof
+    lim = spec.safety.torque_max if spec.safety.torque_max is not None else spec.model.limits.torque_max
+    return np.broadcast_to(np.asarray(lim, dtype=float), (n,)).copy()
+
+
+def timing_health(timing: dict, clock: str) -> dict:
+    """Deadline health of a run from :meth:`controller.loop.TimingStats.as_dict`.
+
+    Returns
+    -------
+    dict
+        ``clock``, ``deadlines`` (True on the wall clock: only there can a deadline
+        be missed), ``cycles``, ``missed``, ``missed_fraction``, ``miss_threshold_s``
+        (lateness counted as a miss), ``warn_fraction`` (:data:`MISS_WARN_FRACTION`),
+        ``lateness_max_s`` and ``ok`` (False when more than ``warn_fraction`` missed).
+    """
+    cycles = int(timing.get("n_cycles", 0) or 0)
+    missed = int(timing.get("missed_deadlines", 0) or 0)
+    frac = missed / cycles if cycles else 0.0
+    deadlines = clock == "wall"
+    late = timing.get("lateness", {}) or {}
+    return {"clock": clock, "deadlines": deadlines, "cycles": cycles, "missed": missed,
+            "missed_fraction": frac,
+            "miss_threshold_s": float(timing.get("miss_fraction", 0.5)) * float(timing.get("period_s", 0.0)),
+            "warn_fraction": MISS_WARN_FRACTION, "lateness_max_s": late.get("max"),
+            "ok": not (deadlines and frac > MISS_WARN_FRACTION)}
+
+
+# -- the console summary ---------------------------------------------------------
+def _num(v, scale: float = 1.0, digits: int = 4) -> str:
+    if v is None:
+        return "-"
+    v = float(v)
+    if not math.isfinite(v):
+        return "-" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return f"{v * scale:.{digits}g}"
+
+
+def _us(v) -> str:
+    if v is None or not math.isfinite(float(v)):
+        return "-"
+    return f"{float(v) * 1e6:.0f}"
+
+
+def _table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
+    """Rows of strings as aligned columns: the first ``left`` columns left-aligned, the rest right."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    out = []
+    for r in [header, *rows]:
+        cells = [c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        out.append("  " + "   ".join(cells).rstrip())
+    return out
+
+
+def _status_line(spec, result, metrics: dict, health: dict) -> str:
+    status = result.status.upper()
+    if not health["ok"]:
+        status += (f", TIMING NOT HELD ({100 * health['missed_fraction']:.1f} % of the cycles "
+                   f"missed their deadline)")
+    rtf = metrics.get("real_time_factor", math.nan)
+    return (f"run '{spec.name}': {status} after {result.n_cycles} cycles "
+            f"({result.n_cycles * spec.period_s:.3f} s controlled, wall {result.wall_time_s:.2f} s, "
+            f"real-time factor {rtf:.1f}x)")
+
+
+def _timing_lines(tm: dict, health: dict) -> list[str]:
+    comp, cyc, lat = tm.get("compute", {}), tm.get("cycle", {}), tm.get("lateness", {})
+    work = (f"compute p50 {_us(comp.get('p50'))} p99 {_us(comp.get('p99'))} p99.9 {_us(comp.get('p99_9'))}; "
+            f"cycle p50 {_us(cyc.get('p50'))} p99 {_us(cyc.get('p99'))} p99.9 {_us(cyc.get('p99_9'))}")
+    if not health["deadlines"]:
+        return [f"  timing [us] ({health['clock']} clock: simulated time waits for the computation, "
+                "no deadline can be missed)", f"    {work}"]
+    lines = [f"  timing [us] (wall clock, period {_us(tm.get('period_s'))}): "
+             f"missed deadlines {health['missed']} of {health['cycles']} cycles "
+             f"({100 * health['missed_fraction']:.2f} %; a miss starts > {_us(health['miss_threshold_s'])} late)",
+             f"    lateness p50 {_us(lat.get('p50'))} p99 {_us(lat.get('p99'))} p99.9 {_us(lat.get('p99_9'))} "
+             f"max {_us(lat.get('max'))}; {work}"]
+    if not health["ok"]:
+        lines.append(f"  WARNING: TIMING NOT HELD: {100 * health['missed_fraction']:.1f} % of the cycles missed "
+                     f"their deadline (more than {100 * health['warn_fraction']:g} %), worst "
+                     f"{_num(health['lateness_max_s'], 1e3)} ms late. The controller ran slower than its period: "
+                     "these results do not show what the robot does at the configured rate. Lower the rate, "
+                     "free the CPU, or enable real-time scheduling ([loop.realtime]).")
+    elif health["missed"]:
+        lines.append(f"  note: {health['missed']} deadline(s) missed (within the {100 * health['warn_fraction']:g} % "
+                     "allowance)")
+    return lines
+
+
+def format_summary(spec, result, metrics: dict) -> str:
+    """The end-of-run summary (console), units on every value (see module docstring).
+
+    Parameters
+    ----------
+    spec : controller.run.RunSpec
+    result : controller.loop.RunResult
+    metrics : dict
+        :func:`controller.run.summary_metrics` of the run.
+    """
+    tm = metrics.get("timing") or (result.timing.as_dict() if result.timing is not None else {})
+    health = metrics.get("timing_health") or timing_health(tm, spec.clock)
+    lines = [_status_line(spec, result, metrics, health),
+             f"  controller {spec.controller.kind} ({spec.space} space) at {spec.rate_hz:g} Hz; "
+             f"driver {spec.driver_type} ({'hardware' if spec.hardware else 'simulated plant'}); "
+             f"{spec.clock} clock"]
+    if "rms_position_error_m" in metrics:
+        lines.append(f"  task position error : RMS {_num(metrics['rms_position_error_m'], 1e3)} mm, "
+                     f"max {_num(metrics['max_position_error_m'], 1e3)} mm")
+        lines.append(f"  orientation error   : RMS {_num(metrics['rms_orientation_error_rad'], 1e3)} mrad, "
+                     f"max {_num(metrics['max_orientation_error_rad'], 1e3)} mrad")
+    axes = controller_quantities(spec.model, spec.space)
+    rms, mx = metrics.get("rms_error", []), metrics.get("max_abs_error", [])
+    rows = [[a.name, f"{_num(rms[i], a.error_scale)} {a.error_unit}", f"{_num(mx[i], a.error_scale)} {a.error_unit}"]
+            for i, a in enumerate(axes[:len(rms)])]
+    if rows:
+        lines += _table(["axis", "RMS error", "max error"], rows)
+    joints = joint_quantities(spec.model.joint_names, spec.model.joint_types)
+    peak = metrics.get("peak_torque", [])
+    lim = metrics.get("torque_limit") or effective_torque_limit(spec).tolist()
+    sat = metrics.get("saturation_fraction_per_joint") or [None] * len(peak)
+    rows = []
+    for j, q in enumerate(joints[:len(peak)]):
+        ratio = peak[j] / lim[j] if lim[j] and math.isfinite(lim[j]) else None
+        rows.append([q.name, f"{_num(peak[j])} {q.effort_unit}", f"{_num(lim[j])} {q.effort_unit}",
+                     "-" if ratio is None else f"{100 * ratio:.1f} %",
+                     "-" if sat[j] is None else f"{100 * sat[j]:.1f} %"])
+    if rows:
+        src = "[safety] torque_max" if spec.safety.torque_max is not None else "robot file"
+        lines += _table(["joint", f"peak |{effort_word(spec.model.joint_types)}|", f"limit ({src})",
+                         "peak/limit", "clipped"], rows)
+    if tm:
+        lines += _timing_lines(tm, health)
+    if result.faults:
+        lines.append("  faults:")
+        lines += [f"    {f}" for f in result.faults]
+    lines += [f"  note: {m}" for m in result.messages]
+    return "\n".join(lines)
