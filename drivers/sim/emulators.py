@@ -263,6 +263,7 @@ class MitEmulator(EmulatedDevice):
                 st.temperature_c = float(temperature_c)
             self._zero_output(st)
             st.motor_mode = False
+            self.plant.set_brake(True, joints=[st.cfg.joint])
 
     def set_silent(self, can_id: int, silent: bool = True) -> None:
         """Disconnect (``True``) or reconnect a motor from the bus."""
@@ -305,12 +306,15 @@ class MitEmulator(EmulatedDevice):
             if kind == "enter":
                 if st.fault == 0:
                     st.motor_mode = True
+                    # the drive releases the joint's holding brake when it enters motor mode
+                    self.plant.set_brake(False, joints=[cfg.joint])
                 self._zero_output(st)
             elif kind == "exit":
                 st.motor_mode = False
                 st.fault = 0
                 st.temperature_c = float(cfg.temperature_c)
                 self._zero_output(st)
+                self.plant.set_brake(True, joints=[cfg.joint])
             elif kind == "zero":
                 q = self.plant.state.q[cfg.joint]
                 st.zero_m = float(cfg.mapping.joint_to_motor_position(q))
@@ -523,6 +527,7 @@ class OdriveEmulator(EmulatedDevice):
         ax.state = odc.AxisState.IDLE
         ax.input_torque = 0.0
         self._apply(ax)
+        self.plant.set_brake(True, joints=[ax.cfg.joint])
 
     def accepts(self, msg: can.Message) -> bool:
         return not msg.is_extended_id and (msg.arbitration_id >> 5) in self._axes
@@ -623,6 +628,8 @@ class OdriveEmulator(EmulatedDevice):
                 ax.input_torque = 0.0
                 ax.procedure_result = int(odc.ProcedureResult.SUCCESS)
                 self._apply(ax)
+                # firmware 0.6 mechanical brake: released in closed loop, applied when idle
+                self.plant.set_brake(False, joints=[ax.cfg.joint])
             elif req == odc.AxisState.IDLE:
                 self._disarm(ax)
             else:
