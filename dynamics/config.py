@@ -41,6 +41,10 @@ def read_toml(path: str | Path) -> dict:
         raise ConfigError("file not found", file=str(p)) from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"invalid TOML: {err}", file=str(p)) from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"not a TOML text file: byte 0x{err.object[err.start]:02x} at offset "
+                          f"{err.start} is not UTF-8 (TOML files are UTF-8 text; is this a binary "
+                          f"file, or one saved in another encoding?)", file=str(p)) from err
     except OSError as err:
         raise ConfigError(f"cannot read file: {err}", file=str(p)) from err
 
@@ -65,6 +69,7 @@ class Section:
         self.file = None if file is None else str(file)
         self.path = path
         self._read: set[str] = set()
+        self._known: set[str] = set()   # optional keys looked up with has(): valid here too
 
     # -- helpers -------------------------------------------------------------
     def field(self, key: str) -> str:
@@ -76,6 +81,8 @@ class Section:
         return ConfigError(message, self.file, self.field(key) if key else (self.path or None))
 
     def has(self, key: str) -> bool:
+        """Whether ``key`` is present (it is then listed among the keys allowed here)."""
+        self._known.add(key)
         return key in self.data
 
     def raw(self, key: str, default: Any = _MISSING) -> Any:
@@ -196,4 +203,4 @@ class Section:
         """Raise :class:`ConfigError` if the table holds keys that were never read."""
         unknown = sorted(set(self.data) - self._read)
         if unknown:
-            raise self.error(unknown[0], f"unknown field (allowed here: {sorted(self._read)})")
+            raise self.error(unknown[0], f"unknown field (allowed here: {sorted(self._read | self._known)})")
