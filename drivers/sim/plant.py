@@ -736,6 +736,23 @@ class SimulatedPlant:
             self._tau_applied = out[2 * n:3 * n]
         return done
 
+    def warm_up(self) -> None:
+        """Compile (or load from numba's cache) the integration kernels now.
+
+        A twin of this plant (same model and settings, no brakes, the current state) takes
+        two steps, once through the compiled kernel and once through the Python step; this
+        plant is not changed.  A server calls it before it serves, so that the first step
+        after a brake lets go does not stall the emulated devices for the compile time.
+        """
+        with self._lock:
+            twin = SimulatedPlant(self._model, q0=self._q, qd0=self._qd, substeps=self._substeps,
+                                  dt_max_s=self._dt_max_s, integrator=self._integrator,
+                                  viscous=self._viscous, coulomb=self._coulomb,
+                                  torque_limit_nm=self._tau_max, current_lag_s=self._lag_s,
+                                  t0_s=self._t)
+        twin.advance_to(self._t + self._h_max)
+        twin._step(self._h_max)
+
     # -- measurements --------------------------------------------------------------
     def measure(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         """Sensor readings at the current plant time.
