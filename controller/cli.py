@@ -2,7 +2,8 @@
 
 Sub-commands
 ------------
-``torqueloop check FILE``   validate a robot file or a run config and print a summary.
+``torqueloop check FILE``   validate a robot file or a run config and print a summary
+                            (``--explain TOPIC``: the keys of a config table).
 ``torqueloop run CONFIG``   run a config (simulated plant by default), write log and plots.
 ``torqueloop plot LOG``     plot a run log to PNG files.
 ``torqueloop animate LOG``  stick-figure animation of the robot from a run log.
@@ -33,6 +34,13 @@ def version() -> str:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from . import commands
+    if args.explain:
+        from .explain import explain
+        print(explain(args.explain))
+        if args.file is None:
+            return 0
+    elif args.file is None:
+        raise TorqueloopError("check needs a FILE (or --explain TOPIC)")
     print(commands.check(args.file, overrides=commands.parse_sets(args.set) if args.set else None))
     return 0
 
@@ -63,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     c = sub.add_parser("check", help="validate a robot file or run config and print a summary")
-    c.add_argument("file", help="robot file (.toml/.urdf) or run config (.toml)")
+    c.add_argument("file", nargs="?", default=None, help="robot file (.toml/.urdf) or run config (.toml)")
+    c.add_argument("--explain", metavar="TOPIC", default=None,
+                   help="print the keys of a config table with types, defaults and bounds, read from "
+                        "the parser itself: safety, driver, driver.joints, driver.plant, "
+                        "driver.emulator, driver.faults, driver.bus or driver.<type>")
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="run configs: check with a value overridden, as `run --set` does")
     c.set_defaults(func=_cmd_check)

@@ -604,25 +604,54 @@ def _sim_section(spec: RunSpec) -> Section:
     ``driver.plant.q0`` defaults to the trajectory's joint-space start (plus an
     optional ``driver.plant.initial_offset``), so a run starts on its reference.
     """
+    q0, _ = _joint_start(spec)
+    return sim_driver_section(spec.driver_section.data, q0=q0, clock=spec.clock,
+                              period_s=spec.period_s, file=spec.file,
+                              path=spec.driver_section.path)
+
+
+def sim_driver_section(driver: Mapping[str, Any], *, q0, clock: str, period_s: float,
+                       file: str | None = None, path: str = "driver") -> Section:
+    """A simulated ``[driver]`` table completed with the run's defaults (used by run configs
+    and by :func:`controller.api.simulate`).
+
+    ``plant.q0`` defaults to ``q0`` (plus ``plant.initial_offset``), ``plant.dt_max_s`` to
+    the control period; on the lock-step clock the emulated CAN drivers get a long
+    ``reply_timeout_s`` and devices served in the driver's thread (same results, no
+    thread hand-offs) unless a reply latency is modelled.
+
+    Parameters
+    ----------
+    driver : mapping
+        The ``[driver]`` table (``type`` = ``sim_*``); not modified.
+    q0 : array_like, shape (n,)
+        Joint-space start of the reference [rad | m].
+    clock : {"lockstep", "wall"}
+    period_s : float
+        Control period [s].
+    file, path : str, optional
+        Config file and table path named in errors.
+    """
     import copy
 
-    data = copy.deepcopy(dict(spec.driver_section.data))
+    data = copy.deepcopy(dict(driver))
+    driver_type = data.get("type", "")
     plant = dict(data.get("plant", {}))
+    q0 = np.asarray(q0, dtype=float)
     if "q0" not in plant:
-        q0, _ = _joint_start(spec)
         off = plant.pop("initial_offset", None)
         if off is not None:
-            sec = Section(plant | {"initial_offset": off}, spec.file, "driver.plant")
-            q0 = q0 + sec.vector("initial_offset", spec.model.dof)
+            sec = Section(plant | {"initial_offset": off}, file, f"{path}.plant")
+            q0 = q0 + sec.vector("initial_offset", q0.size)
         plant["q0"] = [float(v) for v in q0]
     elif "initial_offset" in plant:
-        raise ConfigError("give either q0 or initial_offset, not both", spec.file, "driver.plant.initial_offset")
-    if spec.clock == "lockstep" and spec.driver_type != "sim_direct" and "reply_timeout_s" not in data:
+        raise ConfigError("give either q0 or initial_offset, not both", file, f"{path}.plant.initial_offset")
+    if clock == "lockstep" and driver_type != "sim_direct" and "reply_timeout_s" not in data:
         # Simulated time does not advance while the driver waits, so a reply that
         # is late in wall-clock time (a slow machine, a JIT compile) is not late for
         # the plant: wait long enough that only a lost frame times out.
         data["reply_timeout_s"] = LOCKSTEP_REPLY_TIMEOUT_S
-    if spec.clock == "lockstep" and spec.driver_type in ("sim_mit_can", "sim_odrive_can", "sim_cia402_can"):
+    if clock == "lockstep" and driver_type in ("sim_mit_can", "sim_odrive_can", "sim_cia402_can"):
         # Simulated time is frozen while the driver waits: the emulated devices can
         # serve each frame in the driver's thread when it is sent (same results, no
         # thread hand-offs), unless a wall-clock reply latency is modelled.
@@ -631,13 +660,13 @@ def _sim_section(spec: RunSpec) -> Section:
             emu["serve"] = "inline"
             data["emulator"] = emu
     if "dt_max_s" not in plant:
-        plant["dt_max_s"] = spec.period_s
-    if "robot" in plant and spec.file:
+        plant["dt_max_s"] = period_s
+    if "robot" in plant and file:
         p = Path(plant["robot"])
         if not p.is_absolute():
-            plant["robot"] = str(Path(spec.file).parent / p)
+            plant["robot"] = str(Path(file).parent / p)
     data["plant"] = plant
-    return Section(data, spec.driver_section.file, spec.driver_section.path)
+    return Section(data, file, path)
 
 
 # ---------------------------------------------------------------------------

@@ -447,9 +447,21 @@ def read_log(path, *, flat: bool = False) -> np.ndarray:
     """
     p = _log_path(path)
     try:
-        arr = np.load(p)
-    except (OSError, ValueError) as err:
+        with open(p, "rb") as fh:
+            magic = fh.read(6)
+    except OSError as err:
         raise TorqueloopError(f"{p}: cannot read telemetry log: {err}") from err
+    if magic != b"\x93NUMPY":
+        raise TorqueloopError(f"{p}: not a torqueloop telemetry log (a run's log.npy, or the run folder "
+                              f"holding it): the file is not in numpy's .npy format")
+    try:
+        arr = np.load(p, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:
+        raise TorqueloopError(f"{p}: not a torqueloop telemetry log: a damaged or truncated .npy file "
+                              f"({type(err).__name__})") from err
+    if arr.dtype.names is None or "t" not in arr.dtype.names:
+        raise TorqueloopError(f"{p}: not a torqueloop telemetry log: a .npy file without the log's columns "
+                              f"(time 't', 'q[0]', ...; dtype {arr.dtype})")
     return arr if flat else group_fields(arr)
 
 

@@ -206,15 +206,23 @@ def joint_bus(js: Section, buses: Mapping[str, CanTransport]) -> str:
     return name
 
 
+#: plausible gear ratios (motor turns per joint turn): a speed-up of 100 to a 10,000:1 reduction
+GEAR_RATIO_RANGE = (0.01, 10_000.0)
+#: plausible joint offsets [rad]: a thousand radians is 160 turns, past any encoder's zero
+OFFSET_RAD_MAX = 1000.0
+#: plausible motor torque constants [N m / A]
+KT_RANGE = (1e-4, 100.0)
+
+
 def joint_mapping(js: Section) -> JointMapping:
     """Read the :class:`JointMapping` keys of a joint table."""
     sign = js.int("sign", 1)
     if sign not in (1, -1):
         raise js.error("sign", f"must be 1 or -1, got {sign}")
     return JointMapping(
-        gear_ratio=js.float("gear_ratio", 1.0, minimum=0.0, strict_min=True),
+        gear_ratio=js.float("gear_ratio", 1.0, minimum=GEAR_RATIO_RANGE[0], maximum=GEAR_RATIO_RANGE[1]),
         sign=sign,
-        offset_rad=js.float("offset_rad", 0.0),
-        torque_constant_nm_per_a=js.float("torque_constant_nm_per_a", 1.0, minimum=0.0, strict_min=True),
+        offset_rad=js.float("offset_rad", 0.0, minimum=-OFFSET_RAD_MAX, maximum=OFFSET_RAD_MAX),
+        torque_constant_nm_per_a=js.float("torque_constant_nm_per_a", 1.0, minimum=KT_RANGE[0], maximum=KT_RANGE[1]),
         efficiency=js.float("efficiency", 1.0, minimum=0.0, strict_min=True, maximum=1.0),
     )

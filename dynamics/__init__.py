@@ -7,6 +7,7 @@ torqueloop packages.
 
 from __future__ import annotations
 
+import math
 from importlib import import_module
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,6 +26,32 @@ MODEL_TYPES: dict[str, str] = {
     "planar_3rrr": "dynamics.planar3rrr:load_3rrr",
     "stewart": "dynamics.stewart:load_stewart",
 }
+
+
+#: largest magnitude any number in a robot file may have (SI units: no robot has a length, mass,
+#: inertia, gain or stiffness beyond this; a value past it is a typo or a unit slip)
+ROBOT_MAGNITUDE_MAX = 1e7
+
+
+def _check_magnitudes(root: Section, data: Any, path: tuple = ()) -> None:
+    """Refuse non-finite and absurdly large numbers anywhere in a robot file, naming the field."""
+    if isinstance(data, Mapping):
+        for k, v in data.items():
+            _check_magnitudes(root, v, path + (str(k),))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            if isinstance(v, (Mapping, list)):
+                _check_magnitudes(root, v, path + (str(i),))
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                _check_number(root, path, v)
+    elif isinstance(data, (int, float)) and not isinstance(data, bool):
+        _check_number(root, path, data)
+
+
+def _check_number(root: Section, path: tuple, v: float) -> None:
+    if not math.isfinite(v) or abs(v) > ROBOT_MAGNITUDE_MAX:
+        field = ".".join(p if not p.isdigit() else f"[{p}]" for p in path).replace(".[", "[")
+        raise root.error(field, f"must be finite with magnitude <= {ROBOT_MAGNITUDE_MAX:g} (SI units), got {v!r}")
 
 
 def load_model(source: str | Path | Mapping[str, Any], *, file: str | None = None) -> Model:
@@ -56,6 +83,7 @@ def load_model(source: str | Path | Mapping[str, Any], *, file: str | None = Non
             return load_urdf(path)
         data, fname, base_dir = read_toml(path), str(path), path.parent
     root = Section(data, fname)
+    _check_magnitudes(root, data)
     kind = root.str("type", choices=sorted(MODEL_TYPES))
     mod_name, func_name = MODEL_TYPES[kind].split(":")
     loader = getattr(import_module(mod_name), func_name)

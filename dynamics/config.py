@@ -26,7 +26,7 @@ import numpy as np
 
 from .errors import ConfigError
 
-__all__ = ["Section", "read_toml"]
+__all__ = ["Section", "RecordingSection", "KeyLog", "read_toml"]
 
 _MISSING = object()
 
@@ -41,6 +41,10 @@ def read_toml(path: str | Path) -> dict:
         raise ConfigError("file not found", file=str(p)) from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"invalid TOML: {err}", file=str(p)) from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"not a TOML text file: byte 0x{err.object[err.start]:02x} at offset "
+                          f"{err.start} is not UTF-8 (TOML files are UTF-8 text; is this a binary "
+                          f"file, or one saved in another encoding?)", file=str(p)) from err
     except OSError as err:
         raise ConfigError(f"cannot read file: {err}", file=str(p)) from err
 
@@ -65,6 +69,7 @@ class Section:
         self.file = None if file is None else str(file)
         self.path = path
         self._read: set[str] = set()
+        self._known: set[str] = set()   # optional keys looked up with has(): valid here too
 
     # -- helpers -------------------------------------------------------------
     def field(self, key: str) -> str:
@@ -76,6 +81,8 @@ class Section:
         return ConfigError(message, self.file, self.field(key) if key else (self.path or None))
 
     def has(self, key: str) -> bool:
+        """Whether ``key`` is present (it is then listed among the keys allowed here)."""
+        self._known.add(key)
         return key in self.data
 
     def raw(self, key: str, default: Any = _MISSING) -> Any:
@@ -178,7 +185,7 @@ class Section:
             return v
         if not isinstance(v, Mapping):
             raise self.error(key, f"expected a table, got {type(v).__name__}")
-        return Section(v, self.file, self.field(key))
+        return self._child(v, self.field(key))
 
     def sections(self, key: str, default: Any = _MISSING) -> list["Section"]:
         """Read an array of tables as a list of :class:`Section`."""
@@ -189,11 +196,109 @@ class Section:
         for i, item in enumerate(v):
             if not isinstance(item, Mapping):
                 raise ConfigError(f"expected a table, got {item!r}", self.file, f"{self.field(key)}[{i}]")
-            out.append(Section(item, self.file, f"{self.field(key)}[{i}]"))
+            out.append(self._child(item, f"{self.field(key)}[{i}]"))
         return out
+
+    def _child(self, data: Mapping[str, Any], path: str) -> "Section":
+        """A sub-table of this one (subclasses keep their kind)."""
+        return Section(data, self.file, path)
 
     def finish(self) -> None:
         """Raise :class:`ConfigError` if the table holds keys that were never read."""
         unknown = sorted(set(self.data) - self._read)
         if unknown:
-            raise self.error(unknown[0], f"unknown field (allowed here: {sorted(self._read)})")
+            raise self.error(unknown[0], f"unknown field (allowed here: {sorted(self._read | self._known)})")
+
+
+class KeyLog:
+    """What a parser asked of its tables, collected by :class:`RecordingSection`.
+
+    ``tables`` maps a table path (array indices dropped: ``driver.joints``) to
+    ``{key: info}``, ``info`` holding ``kind`` (``number``, ``integer``, ``bool``,
+    ``string``, ``list``, ``table``, ``tables`` or ``any``), ``required`` and, where
+    the parser gave them, ``default``, ``minimum``/``maximum`` (``strict_min``),
+    ``choices`` and ``length``.
+    """
+
+    def __init__(self) -> None:
+        self.tables: dict[str, dict[str, dict]] = {}
+
+    @staticmethod
+    def table_name(path: str) -> str:
+        import re
+        return re.sub(r"\[\d+\]", "", path)
+
+    def note(self, path: str, key: str, *, first: bool = False, **info) -> None:
+        entry = self.tables.setdefault(self.table_name(path), {}).setdefault(key, {})
+        for k, v in info.items():
+            if first and k in entry:
+                continue
+            entry[k] = v
+
+
+class RecordingSection(Section):
+    """A :class:`Section` that also records every key its parser reads or looks up.
+
+    Run a loader on an example table through it and :attr:`log` holds the keys that
+    loader accepts, with their types, defaults, bounds and choices, taken from the
+    very calls that validate them (``torqueloop check --explain`` prints them).
+    """
+
+    def __init__(self, data: Mapping[str, Any], file: str | None = None, path: str = "",
+                 log: KeyLog | None = None):
+        super().__init__(data, file, path)
+        self.log = log if log is not None else KeyLog()
+
+    def _child(self, data, path):
+        return RecordingSection(data, self.file, path, self.log)
+
+    def _note(self, key, kind, default, **info):
+        info = {k: v for k, v in info.items() if v is not None and v is not False}
+        if default is not _MISSING:
+            info["default"] = default
+        # a key read only after has() said it is there is optional (or one of alternatives)
+        looked_up = key in self._known
+        self.log.note(self.path, key, kind=kind, required=default is _MISSING and not looked_up,
+                      **info)
+
+    def has(self, key: str) -> bool:
+        self.log.note(self.path, key, first=True, kind="any", required=False)
+        return super().has(key)
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        self.log.note(self.path, key, first=True, kind="any",
+                      required=default is _MISSING and key not in self._known,
+                      **({} if default is _MISSING else {"default": default}))
+        return super().raw(key, default)
+
+    def float(self, key, default=_MISSING, *, minimum=None, maximum=None, strict_min=False):
+        self._note(key, "number", default, minimum=minimum, maximum=maximum, strict_min=strict_min)
+        return super().float(key, default, minimum=minimum, maximum=maximum, strict_min=strict_min)
+
+    def int(self, key, default=_MISSING, *, minimum=None, maximum=None):
+        self._note(key, "integer", default, minimum=minimum, maximum=maximum)
+        return super().int(key, default, minimum=minimum, maximum=maximum)
+
+    def bool(self, key, default=_MISSING):
+        self._note(key, "bool", default)
+        return super().bool(key, default)
+
+    def str(self, key, default=_MISSING, *, choices=None):
+        self._note(key, "string", default, choices=None if choices is None else list(choices))
+        return super().str(key, default, choices=choices)
+
+    def vector(self, key, length=None, default=_MISSING, *, minimum=None):
+        self._note(key, "list", default, length=length, minimum=minimum)
+        return super().vector(key, length, default, minimum=minimum)
+
+    def matrix(self, key, shape=None, default=_MISSING):
+        self._note(key, "list", default)
+        return super().matrix(key, shape, default)
+
+    def section(self, key, default=_MISSING):
+        self._note(key, "table", _MISSING if default is _MISSING else None)
+        return super().section(key, default)
+
+    def sections(self, key, default=_MISSING):
+        self._note(key, "tables", _MISSING if default is _MISSING else None)
+        return super().sections(key, default)

@@ -570,12 +570,15 @@ class SerialModel(Model):
 # ---------------------------------------------------------------------------
 
 def _angle(sec: Section, key: str, default=0.0) -> float:
-    """Read ``key`` [rad] or ``key_deg`` [deg] (not both)."""
+    """Read ``key`` [rad] or ``key_deg`` [deg] (not both); ``default=None``: one is required."""
     if sec.has(key) and sec.has(key + "_deg"):
         raise sec.error(key + "_deg", f"give either '{key}' or '{key}_deg', not both")
     if sec.has(key + "_deg"):
         return math.radians(sec.float(key + "_deg"))
     if not sec.has(key):
+        if default is None:
+            raise sec.error(key, f"required field is missing (give '{key}' [rad] or "
+                                 f"'{key}_deg' [deg])")
         return default
     return sec.float(key)
 
@@ -639,9 +642,10 @@ def load_serial(root: Section, base_dir=None) -> SerialModel:
         if nm in names:
             raise js.error("name", f"duplicate joint name {nm!r}")
         names.append(nm)
-        a = js.float("a", 0.0)
-        alpha = _angle(js, "alpha")
-        d = js.float("d", 0.0)
+        # the DH parameters of the row are all required: a forgotten one is not silently 0
+        a = js.float("a")
+        alpha = _angle(js, "alpha", None)
+        d = js.float("d")
         if jt == "revolute":
             offset = _angle(js, "offset")
             theta, dd = offset, d

@@ -227,6 +227,9 @@ def test_planar_rp_closed_form(tmp_path):
         gravity = [0.0, {-g}, 0.0]
         [[joints]]
         type = "revolute"
+        a = 0.0
+        alpha = 0.0
+        d = 0.0
         mass = {m1}
         com = [{c1}, 0.0, 0.0]
         inertia = [0.01, {Iz}, {Iz}, 0.0, 0.0, 0.0]
@@ -234,6 +237,7 @@ def test_planar_rp_closed_form(tmp_path):
         gear_ratio = 2.0
         [[joints]]
         type = "prismatic"
+        a = 0.0
         alpha_deg = -90.0
         d = {d2}
         offset = {off2}

@@ -59,6 +59,8 @@ def _variant_toml(p: dict, com3_frac: float = 0.5) -> str:
         [[joints]]
         name = "alpha2"
         a = {p['l2']!r}
+        alpha = 0.0
+        d = 0.0
         mass = {p['m2']!r}
         com = [{-p['l2'] / 2!r}, 0.0, 0.0]
         inertia = [{p['Jy2']!r}, {p['Jz2']!r}, {p['Jx2']!r}, 0.0, 0.0, 0.0]
@@ -66,6 +68,8 @@ def _variant_toml(p: dict, com3_frac: float = 0.5) -> str:
         [[joints]]
         name = "alpha3"
         a = {p['l3']!r}
+        alpha = 0.0
+        d = 0.0
         mass = {p['m3']!r}
         com = [{-p['l3'] * com3_frac!r}, 0.0, 0.0]
         inertia = [{p['Jy3']!r}, {p['Jz3']!r}, {p['Jx3']!r}, 0.0, 0.0, 0.0]

@@ -83,7 +83,8 @@ def test_two_link_planar_closed_form():
 def test_prismatic_lift_closed_form():
     # one vertical prismatic joint (z up) carrying 4 kg, with armature 0.5 kg
     data = {"name": "lift", "type": "serial", "convention": "modified", "gravity": [0, 0, -G],
-            "joints": [{"type": "prismatic", "theta_deg": 30.0, "offset": 0.2, "mass": 4.0,
+            "joints": [{"type": "prismatic", "a": 0.0, "alpha": 0.0, "d": 0.0, "theta_deg": 30.0,
+                        "offset": 0.2, "mass": 4.0,
                         "com": [0.1, 0, 0], "inertia": [0.01, 0.01, 0.01, 0, 0, 0],
                         "rotor_inertia": 0.005, "gear_ratio": 10.0}]}
     model = load_model(data)

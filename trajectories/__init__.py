@@ -19,6 +19,7 @@ from .presets import PRESETS, preset
 from .profiles import (ConstantSpeedLaw, PiecewiseLaw, PointToPoint, ShapeLaw, TimingLaw, constant_speed_law,
                        double_s_law, point_to_point, shape_law, trapezoidal_law)
 from .splines import ViaPointSpline
+from .files import FileTrajectory, read_samples
 
 __all__ = [
     "Trajectory", "Sample", "Hold", "Sequence", "Stack", "TimeScaled", "GridCache",
@@ -28,5 +29,5 @@ __all__ = [
     "PathTrajectory", "line", "circle", "polygon", "square", "planar_circle_pose", "pose_move",
     "JointSpaceTrajectory", "SerialIKTrajectory", "TaskSelection", "Tabulated",
     "FeasibilityReport", "Violation", "check_feasibility", "time_scale_to_limits",
-    "PRESETS", "preset", "load_trajectory", "TRAJECTORY_TYPES",
+    "PRESETS", "preset", "load_trajectory", "TRAJECTORY_TYPES", "FileTrajectory", "read_samples",
 ]

@@ -58,8 +58,15 @@ def as_time(t) -> tuple[np.ndarray, bool]:
     return arr, scalar
 
 
+#: longest single trajectory segment [s]; a longer session is several runs (its log and its
+#: feasibility grid would otherwise not fit in memory)
+DURATION_MAX_S = 3600.0
+#: most samples :meth:`Trajectory.time_grid` hands out (an hour at 10 kHz)
+GRID_SAMPLES_MAX = 36_000_000
+
+
 def check_duration(duration_s, name: str = "duration_s", allow_zero: bool = False) -> float:
-    """Validate a duration [s] and return it as float."""
+    """Validate a duration [s] (finite, positive, at most :data:`DURATION_MAX_S`) and return it."""
     try:
         d = float(duration_s)
     except (TypeError, ValueError) as err:
@@ -67,6 +74,9 @@ def check_duration(duration_s, name: str = "duration_s", allow_zero: bool = Fals
     if not np.isfinite(d) or d < 0 or (d == 0 and not allow_zero):
         op = ">= 0" if allow_zero else "> 0"
         raise TrajectoryError(f"{name} must be finite and {op}, got {duration_s!r}")
+    if d > DURATION_MAX_S:
+        raise TrajectoryError(f"{name} = {d:g} s is longer than {DURATION_MAX_S:g} s; split a longer session "
+                              "into several runs")
     return d
 
 
@@ -137,6 +147,9 @@ class Trajectory(ABC):
         """Times ``0, dt, 2 dt, ...`` up to and including ``duration_s``, shape (N,)."""
         dt = check_duration(dt_s, "dt_s")
         n = int(np.floor(self.duration_s / dt + 1e-9))
+        if n > GRID_SAMPLES_MAX:
+            raise TrajectoryError(f"a grid of {n} samples ({self.duration_s:g} s every {dt:g} s) is more than "
+                                  f"{GRID_SAMPLES_MAX}; use a larger step or a shorter trajectory")
         t = np.arange(n + 1) * dt
         if t[-1] < self.duration_s - 1e-12:
             t = np.append(t, self.duration_s)

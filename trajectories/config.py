@@ -42,6 +42,8 @@ square          ``start``, ``side_m``, ``duration_s``; ``first_direction`` ([1, 
 polygon         ``vertices`` (K x dim), ``duration_s``, ``closed`` (true) and the
                 corner keys of square
 via_points      ``times_s``, ``points`` (K x dim), ``kind`` ("quintic"), ``bc``
+file            ``path`` (CSV or NPY of time and positions, relative to the config
+                file; see :mod:`trajectories.files`), ``kind`` ("quintic"), ``bc``
 hold            ``position``, ``duration_s``
 """
 
@@ -65,7 +67,8 @@ from .splines import ViaPointSpline
 
 __all__ = ["load_trajectory", "TRAJECTORY_TYPES"]
 
-TRAJECTORY_TYPES = ("preset", "point_to_point", "circle", "square", "polygon", "via_points", "hold")
+TRAJECTORY_TYPES = ("preset", "point_to_point", "circle", "square", "polygon", "via_points", "hold",
+                    "file")
 
 
 def _limit(sec: Section, key: str, n: int):
@@ -113,6 +116,24 @@ def _to_actuators(task: Trajectory, model: Model, sec: Section) -> Trajectory:
     q_rest = sec.vector("q_rest", model.dof, None)
     q_guess = sec.vector("q_guess", model.dof, None)
     return SerialIKTrajectory(task, model, comps, q_rest=q_rest, q_guess=q_guess)
+
+
+def _from_file(sec: Section, m: int | None) -> Trajectory:
+    """``type = "file"``: a spline through the samples of a CSV/NPY file."""
+    from pathlib import Path
+
+    from .files import FileTrajectory
+
+    rel = Path(sec.str("path"))
+    path = rel if rel.is_absolute() or not sec.file else Path(sec.file).parent / rel
+    try:
+        traj = FileTrajectory(path, kind=sec.str("kind", "quintic", choices=["quintic", "cubic"]),
+                              bc=sec.str("bc", "clamped", choices=["clamped", "natural"]))
+    except ConfigError as err:
+        raise sec.error("path", f"{err}") from err
+    if m is not None and traj.dim != m:
+        raise sec.error("path", f"{path}: {traj.dim} position columns, expected {m}")
+    return traj
 
 
 def _build(sec: Section, model: Model, kind: str) -> Trajectory:
@@ -164,6 +185,8 @@ def _build(sec: Section, model: Model, kind: str) -> Trajectory:
         pts = sec.matrix("points", (len(times), m))
         traj = ViaPointSpline(times, pts, kind=sec.str("kind", "quintic", choices=["quintic", "cubic"]),
                               bc=sec.str("bc", "clamped", choices=["clamped", "natural"]))
+    elif kind == "file":
+        traj = _from_file(sec, m)
     elif kind == "circle":
         if space != "task":
             raise sec.error("space", "a circle is a task-space path")

@@ -38,6 +38,11 @@ Keys
     substeps = 2                     # integration steps per dt_max_s
     dt_max_s = 0.001
     integrator = "rk4"               # or "semi_implicit_euler"
+    brakes = true                    # holding brakes, engaged until the drive enables the
+                                     # joint and again when it disables or faults (default true:
+                                     # a gravity-loaded robot does not fall before the run starts)
+    brake_torque_nm = 50.0           # holding torque, scalar or per joint (default: never slips)
+    brake_release_s = 0.05           # mechanical release time after the drive enables (default 0)
 
     [driver.emulator]                # sim_mit_can / sim_odrive_can only; all optional
     reply_latency_s = 0.0            # wall-clock delay of every reply / broadcast
@@ -164,12 +169,21 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
         dt_max_s=sec.float("dt_max_s", 1e-3, minimum=0.0, strict_min=True),
         integrator=sec.str("integrator", "rk4", choices=["rk4", "semi_implicit_euler"]),
     )
+    brakes = sec.bool("brakes", True)
+    if sec.has("brake_torque_nm") and not brakes:
+        raise sec.error("brake_torque_nm", "given with brakes = false")
+    brake_nm = _per_joint(sec, "brake_torque_nm", n, math.inf, minimum=0.0)
+    if sec.has("brake_release_s") and not brakes:
+        raise sec.error("brake_release_s", "given with brakes = false")
+    brake_release_s = sec.float("brake_release_s", 0.0, minimum=0.0)
     seed = sec.int("seed", None, minimum=0)
     sec.finish()
     if seed is not None:
         rng = np.random.default_rng(seed)
     try:
-        return SimulatedPlant(plant_model, q0=q0, qd0=qd0, rng=rng, t0_s=float(now()), **kw)
+        return SimulatedPlant(plant_model, q0=q0, qd0=qd0, rng=rng, t0_s=float(now()),
+                              brake_torque_nm=brake_nm if brakes else 0.0, brakes_engaged=brakes,
+                              brake_release_s=brake_release_s, **kw)
     except ConfigError as err:
         if err.field == "rng":
             raise sec.error("seed", "measurement noise needs a seed (no rng was given)") from err

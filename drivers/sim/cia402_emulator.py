@@ -375,9 +375,14 @@ class Cia402Emulator(EmulatedDevice):
         return target * d.units.nm_per_permille
 
     def _output(self, d: _Drive) -> None:
-        """Put the drive's current output on the plant joint."""
+        """Put the drive's current output on the plant joint (and work its holding brake)."""
         j = d.cfg.joint
         m = d.cfg.mapping
+        # the drive's brake output: released while the power stage holds the axis
+        released = d.state in (State.OPERATION_ENABLED, State.QUICK_STOP_ACTIVE) or d.reaction is not None
+        if released != getattr(d, "brake_released", None):
+            d.brake_released = released
+            self.plant.set_brake(not released, joints=[j])
         if d.reaction is not None:
             self.plant.set_joint_command(j, 0.0, 0.0, d.cfg.brake_kd_nm_s_per_rad)
             return

@@ -41,7 +41,8 @@ class DirectPlantDriver(Driver):
     :meth:`SimulatedPlant.set_command`).  The feedback therefore describes the
     state at ``now()`` under the *previous* command, as with a real bus.
     While disabled the commands are ignored and the plant receives zero
-    torque.  Fault codes are always ``FAULT_NONE``.
+    torque; :meth:`enable` releases the plant's holding brakes (if it has
+    any, see :class:`SimulatedPlant`) and :meth:`disable` engages them.  Fault codes are always ``FAULT_NONE``.
     """
 
     def __init__(self, plant: SimulatedPlant, *, now: Callable[[], float],
@@ -86,18 +87,20 @@ class DirectPlantDriver(Driver):
             raise DriverError("driver is closed")
 
     def enable(self) -> Feedback:
-        """Enable with zero torque and return the first feedback."""
+        """Release the holding brakes, enable with zero torque, return the first feedback."""
         self._check_open()
         self._plant.advance_to(self._now())
         self._plant.set_torque(self._zero)
+        self._plant.set_brake(False)
         self._enabled = True
         return self._feedback()
 
     def disable(self) -> None:
-        """Zero torque and stop accepting commands (until :meth:`enable`)."""
+        """Zero torque, engage the holding brakes, stop accepting commands (until :meth:`enable`)."""
         self._check_open()
         self._plant.advance_to(self._now())
         self._plant.set_torque(self._zero)
+        self._plant.set_brake(True)
         self._enabled = False
 
     def _field(self, name, value):

@@ -243,6 +243,11 @@ class EmulatedServo:
         cur = 0.0
         if self._tab[Addr.TORQUE_ENABLE] == 1 and self._tab[Addr.OPERATING_MODE] == 0 and self.get(Addr.BUS_WATCHDOG) >= 0:
             cur = self.model.lsb_to_current(self.get(Addr.GOAL_CURRENT))
+        # the robot's holding brake (the plant's, if it has one) follows torque enable
+        released = self._tab[Addr.TORQUE_ENABLE] == 1
+        if released != getattr(self, "_brake_released", None):
+            self._brake_released = released
+            self.plant.set_brake(not released, joints=[j])
         m = self.cfg.mapping
         self.plant.set_joint_command(j, float(m.motor_to_joint_torque(cur * m.torque_constant_nm_per_a)))
 

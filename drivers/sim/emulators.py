@@ -44,7 +44,7 @@ from typing import Callable
 
 import can
 
-from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeError, DriverError,
+from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DriverError,
                              TorqueloopError)
 from .plant import SimulatedPlant
 

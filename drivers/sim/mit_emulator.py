@@ -224,6 +224,7 @@ class MitEmulator(EmulatedDevice):
                 st.temperature_c = float(temperature_c)
             self._zero_output(st)
             st.motor_mode = False
+            self.plant.set_brake(True, joints=[st.cfg.joint])
 
     def set_silent(self, can_id: int, silent: bool = True) -> None:
         """Disconnect (``True``) or reconnect a motor from the bus."""
@@ -313,12 +314,15 @@ class MitEmulator(EmulatedDevice):
             elif kind == "enter":
                 if st.fault == 0:
                     st.motor_mode = True
+                    # the drive releases the joint's holding brake when it enters motor mode
+                    self.plant.set_brake(False, joints=[cfg.joint])
                 self._zero_output(st)
             elif kind == "exit":
                 st.motor_mode = False
                 st.fault = 0
                 st.temperature_c = float(cfg.temperature_c)
                 self._zero_output(st)
+                self.plant.set_brake(True, joints=[cfg.joint])
             elif kind == "zero":
                 q = self.plant.state.q[cfg.joint]
                 st.zero_m = float(cfg.mapping.joint_to_motor_position(q))

@@ -12,7 +12,6 @@ the applied torque stays within each motor's torque range (joint side).
 
 from __future__ import annotations
 
-import math
 
 import can
 import numpy as np

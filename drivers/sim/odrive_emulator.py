@@ -75,6 +75,14 @@ from .plant import SimulatedPlant
 __all__ = ["OdriveAxisConfig", "OdriveEmulator"]
 
 _TWO_PI = 2.0 * math.pi
+_F32_MAX = 3.4028234663852886e38
+
+
+def _f32_saturate(x: float) -> float:
+    """``x`` limited to the finite float32 range (NaN stays NaN)."""
+    return min(max(x, -_F32_MAX), _F32_MAX)
+
+
 _CL = odc.AxisState.CLOSED_LOOP_CONTROL
 _IDLE = odc.AxisState.IDLE
 #: GPIOs whose ADC voltage ODrive 3.6 reports (``GPIO_COUNT``; ``Get_ADC_Voltage`` ignores others)
@@ -321,6 +329,7 @@ class OdriveEmulator(EmulatedDevice):
     def _disarm(self, ax: _Axis) -> None:
         ax.state = _IDLE
         self._apply(ax)
+        self.plant.set_brake(True, joints=[ax.cfg.joint])
 
     # -- timed events ------------------------------------------------------------------------
     def accepts(self, msg: can.Message) -> bool:
@@ -362,8 +371,10 @@ class OdriveEmulator(EmulatedDevice):
         _, q, qd, _tau = self.plant.measure()
         mp = ax.cfg.mapping
         j = ax.cfg.joint
-        return (float(mp.joint_to_motor_position(q[j])) / _TWO_PI + ax.pos_offset_rev,
-                float(mp.joint_to_motor_velocity(qd[j])) / _TWO_PI)
+        # the firmware's estimates are float32: a value past its range saturates there
+        # (the reply still goes out), it never stops the device answering
+        return (_f32_saturate(float(mp.joint_to_motor_position(q[j])) / _TWO_PI + ax.pos_offset_rev),
+                _f32_saturate(float(mp.joint_to_motor_velocity(qd[j])) / _TWO_PI))
 
     def _applied_motor_torque(self, ax: _Axis) -> float:
         return float(ax.cfg.mapping.joint_to_motor_torque(self.plant.applied_torque_nm[ax.cfg.joint]))
@@ -456,6 +467,8 @@ class OdriveEmulator(EmulatedDevice):
             ax.state = _CL
             ax.procedure_result = int(odc.ProcedureResult.SUCCESS)
             self._apply(ax)
+            # the mechanical brake: released in closed loop, applied when idle
+            self.plant.set_brake(False, joints=[ax.cfg.joint])
         elif fw06:
             ax.procedure_result = int(odc.ProcedureResult.INVALID_STATE)
         else:

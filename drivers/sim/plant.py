@@ -132,6 +132,19 @@ class SimulatedPlant:
         Source of measurement noise; required when any noise std is > 0.
     t0_s : float
         Initial time of the plant clock [s].
+    brake_torque_nm : float or array_like (n,)
+        Holding torque of each joint's brake [N m] ([N] for prismatic joints);
+        ``inf`` never slips, ``0`` (default here) = no brake.  The ``[driver.plant]``
+        table (:func:`drivers.sim.build.plant_from_section`) gives every joint an
+        ``inf`` brake unless ``brakes = false``.
+    brakes_engaged : bool
+        Whether the brakes start engaged (default ``False``: the plant moves
+        freely until :meth:`set_brake` engages them).
+    brake_release_s : float
+        Mechanical release time of the brakes [s]: a joint's brake lets go this
+        long after :meth:`set_brake` releases it (spring-applied brakes take tens
+        of milliseconds; the drive is already in closed loop meanwhile).  Engaging
+        is immediate.  Default 0.
 
     Notes
     -----
@@ -143,7 +156,9 @@ class SimulatedPlant:
                  integrator: str = "rk4", viscous=None, coulomb=None, torque_limit_nm=None,
                  current_lag_s: float = 0.0, encoder_counts_per_rev=None,
                  position_noise_std_rad=0.0, velocity_noise_std_rad_s=0.0,
-                 rng: np.random.Generator | None = None, t0_s: float = 0.0):
+                 rng: np.random.Generator | None = None, t0_s: float = 0.0,
+                 brake_torque_nm=0.0, brakes_engaged: bool = False,
+                 brake_release_s: float = 0.0):
         if not isinstance(model, Model):
             raise ConfigError(f"model must be a dynamics.Model, got {type(model).__name__}",
                               field="model")
@@ -166,10 +181,19 @@ class SimulatedPlant:
                                   broadcast=True, minimum=0.0)
         self._coulomb = self._vec("coulomb", drive.coulomb if coulomb is None else coulomb,
                                   broadcast=True, minimum=0.0)
+        self._brake_nm = self._vec("brake_torque_nm", brake_torque_nm, broadcast=True,
+                                   minimum=0.0, allow_inf=True)
+        self._braked = np.full(n, bool(brakes_engaged)) & (self._brake_nm > 0)
+        rel = float(brake_release_s)
+        if not math.isfinite(rel) or rel < 0:
+            raise ConfigError(f"must be finite and >= 0, got {brake_release_s!r}",
+                              field="brake_release_s")
+        self._brake_release_s = rel
+        self._release_at = np.full(n, math.inf)     # pending releases (plant time)
         self._par = np.stack([self._viscous, self._coulomb, np.zeros(n)])
-        self._viscous, self._coulomb = self._par[0], self._par[1]
+        self._viscous = self._par[0]
         self._has_viscous = bool(np.any(self._viscous > 0))
-        self._has_coulomb = bool(np.any(self._coulomb > 0))
+        self._update_friction()
         lim = model.limits.torque_max if torque_limit_nm is None else torque_limit_nm
         self._par[2] = self._vec("torque_limit_nm", lim, broadcast=True, minimum=0.0, allow_inf=True)
         self._tau_max = self._par[2]
@@ -479,6 +503,53 @@ class SimulatedPlant:
                 raise DriverError(f"non-finite wrench {w!r}")
             self._wrench = w.copy()
 
+    # -- holding brakes ---------------------------------------------------------
+    @property
+    def brake_torque_nm(self) -> np.ndarray:
+        """Holding torque of each joint's brake, shape (n,) (``inf`` = never slips, 0 = none)."""
+        return self._brake_nm.copy()
+
+    @property
+    def brakes_engaged(self) -> np.ndarray:
+        """Which joints' brakes are engaged, shape (n,) bool (always False without a brake)."""
+        with self._lock:
+            return self._braked.copy()
+
+    def set_brake(self, engaged: bool, *, joints: Sequence[int] | None = None) -> None:
+        """Engage (``True``) or release (``False``) the holding brakes of some or all joints.
+
+        Call :meth:`advance_to` first so that the change happens at the right time (the
+        emulated drives do).  A release takes effect ``brake_release_s`` later; engaging
+        is immediate (and cancels a pending release).  A joint without a brake (holding
+        torque 0) stays free.
+
+        Parameters
+        ----------
+        engaged : bool
+        joints : sequence of int, optional
+            Joint indices (default: all).
+        """
+        idx = slice(None) if joints is None else np.asarray(joints, dtype=int).reshape(-1)
+        if joints is not None and idx.size and (idx.min() < 0 or idx.max() >= self._n):
+            raise DriverError(f"joint index out of range 0..{self._n - 1}: {list(idx)}")
+        with self._lock:
+            if engaged or self._brake_release_s == 0.0:
+                self._braked[idx] = bool(engaged)
+                self._braked &= self._brake_nm > 0
+                self._release_at[idx] = math.inf
+                self._update_friction()
+            else:
+                sel = np.zeros(self._n, dtype=bool)
+                sel[idx] = True
+                pend = sel & self._braked & np.isinf(self._release_at)
+                self._release_at[pend] = self._t + self._brake_release_s
+
+    def _update_friction(self) -> None:
+        # an engaged brake is Coulomb friction with the brake's holding torque
+        self._par[1] = self._coulomb + np.where(self._braked, self._brake_nm, 0.0)
+        self._has_coulomb = bool(np.any(self._par[1] > 0))
+        self._locked = bool(self._braked.all() and np.all(np.isinf(self._brake_nm)))
+
     # -- dynamics ----------------------------------------------------------------
     def _fk(self, q, guess):
         try:
@@ -543,7 +614,7 @@ class SimulatedPlant:
         if self._has_coulomb:
             kw = {"pose": self._X} if self._mm_kw else {}
             M = np.asarray(self._model.mass_matrix(q_new, **kw), dtype=float)
-            v = _coulomb_implicit(M, qd_new, h * self._coulomb)
+            v = _coulomb_implicit(M, qd_new, h * self._par[1])
             q_new = q_new + q_corr * (v - qd_new)
             stuck = (v == 0.0) & (qd == 0.0)
             if stuck.any():
@@ -586,24 +657,56 @@ class SimulatedPlant:
         if not math.isfinite(t_s):
             raise DriverError(f"advance_to: non-finite time {t_s!r}")
         with self._lock:
-            span = t_s - self._t
-            if span <= 0.0:
+            if t_s <= self._t:
                 return self._t
-            h_max = self._h_max if self._h_pd >= self._h_max else self._h_pd
-            n_steps = max(1, math.ceil(span / h_max - 1e-9))
-            h = span / n_steps
-            t0 = self._t
-            done = 0
-            if self._kernel is not None and self._wrench is None:
-                done = self._advance_compiled(h, n_steps)
-                self._t = t0 + done * h
-            for k in range(done, n_steps):
-                self._step(h)
-                self._t = t0 + (k + 1) * h
-            self._t = t_s
-            if done < n_steps:      # the kernel checked its own steps' state for finiteness
-                self._check_state()
+            while True:                      # pending brake releases inside the interval
+                t_rel = float(self._release_at.min())
+                if t_rel >= t_s:
+                    break
+                self._advance(t_rel)
+                due = self._release_at <= t_rel
+                self._release_at[due] = math.inf
+                self._braked[due] = False
+                self._update_friction()
+            return self._advance(t_s)
+
+    def _advance(self, t_s: float) -> float:
+        """:meth:`advance_to` without brake events (lock held)."""
+        span = t_s - self._t
+        if span <= 0.0:
             return self._t
+        h_max = self._h_max if self._h_pd >= self._h_max else self._h_pd
+        n_steps = max(1, math.ceil(span / h_max - 1e-9))
+        h = span / n_steps
+        t0 = self._t
+        done = 0
+        if self._locked and not self._qd.any():
+            self._hold_locked(span)
+            self._t = t_s
+            return self._t
+        if self._kernel is not None and self._wrench is None:
+            done = self._advance_compiled(h, n_steps)
+            self._t = t0 + done * h
+        for k in range(done, n_steps):
+            self._step(h)
+            self._t = t0 + (k + 1) * h
+        self._t = t_s
+        if done < n_steps:      # the kernel checked its own steps' state for finiteness
+            self._check_state()
+        return self._t
+
+    def _hold_locked(self, span: float) -> None:
+        """Every joint braked (infinite holding torque) and at rest: only the lag state moves.
+
+        Exactly what the integration would give: the friction law returns zero velocity
+        and keeps the positions, and the applied torque follows the held command through
+        the lag's exponential solution.
+        """
+        tau_c = self._command_torque(self._q, self._qd)
+        if self._lag_s > 0.0:
+            self._tau_applied = tau_c + (self._tau_applied - tau_c) * math.exp(-span / self._lag_s)
+        else:
+            self._tau_applied = tau_c
 
     def _advance_compiled(self, h: float, n_steps: int) -> int:
         """Run up to ``n_steps`` steps in the compiled kernel; returns how many completed.
@@ -632,6 +735,23 @@ class SimulatedPlant:
             self._qd = out[n:2 * n]
             self._tau_applied = out[2 * n:3 * n]
         return done
+
+    def warm_up(self) -> None:
+        """Compile (or load from numba's cache) the integration kernels now.
+
+        A twin of this plant (same model and settings, no brakes, the current state) takes
+        two steps, once through the compiled kernel and once through the Python step; this
+        plant is not changed.  A server calls it before it serves, so that the first step
+        after a brake lets go does not stall the emulated devices for the compile time.
+        """
+        with self._lock:
+            twin = SimulatedPlant(self._model, q0=self._q, qd0=self._qd, substeps=self._substeps,
+                                  dt_max_s=self._dt_max_s, integrator=self._integrator,
+                                  viscous=self._viscous, coulomb=self._coulomb,
+                                  torque_limit_nm=self._tau_max, current_lag_s=self._lag_s,
+                                  t0_s=self._t)
+        twin.advance_to(self._t + self._h_max)
+        twin._step(self._h_max)
 
     # -- measurements --------------------------------------------------------------
     def measure(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:

@@ -112,6 +112,8 @@ def build_server(config_path: str | Path, *, now=time.monotonic):
             RuntimeError) as err:
         raise CommsError(f"cannot open {interface!r} channel {channel!r}: "
                          f"{type(err).__name__}: {err}") from err
+    # compile the plant's kernels now: the first step after the brakes let go must not stall
+    plant.warm_up()
     # the plant starts at 0 on the server clock: time since serving started
     t_start = now()
     host = EmulatorHost(bus, devices, plant, lambda: now() - t_start, own_bus=True)

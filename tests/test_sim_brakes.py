@@ -1,0 +1,217 @@
+"""Holding brakes of the simulated plant (drivers/sim/plant.py) and who works them.
+
+The brake is modelled as Coulomb friction with the brake's holding torque, so it is checked
+against an independent integration (scipy's solve_ivp) of the one free joint's equation of
+motion; the emulated drives release it on enable and apply it on disable; gravity-loaded robots
+start on the wall clock in process and in the hardware rehearsal across processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+from drivers.sim.build import plant_from_section
+from drivers.sim.plant import SimulatedPlant
+from dynamics import load_model
+from dynamics.config import Section
+from dynamics.errors import ConfigError
+
+from serve_process import served
+
+ROOT = Path(__file__).resolve().parents[1]
+ROBOTS = ROOT / "hil_configs" / "robots"
+REHEARSAL = ROOT / "hil_configs" / "rehearsal"
+Q_ARM = np.array([0.0, -1.2, 1.0, -0.5, 0.5, 0.0])
+
+
+@pytest.fixture(scope="module")
+def arm():
+    return load_model(ROBOTS / "arm6_demo.toml")
+
+
+def _plant(model, q0, **kw):
+    kw.setdefault("brake_torque_nm", np.inf)
+    return SimulatedPlant(model, q0=q0, viscous=0.0, coulomb=0.0, dt_max_s=1e-3, substeps=2, **kw)
+
+
+def _one_joint_reference(model, q0, j, t_end, coulomb=0.0):
+    """Joint j free, all others held: M_jj(q) qdd_j = -g_j(q) - coulomb sign(qd_j) (from rest)."""
+    def f(t, y):
+        q = q0.copy()
+        q[j] = y[0]
+        M = np.asarray(model.mass_matrix(q))
+        g = float(np.asarray(model.gravity(q))[j])
+        fr = coulomb * np.sign(y[1]) if y[1] != 0 else coulomb * np.sign(-g)
+        return [y[1], (-g - fr) / M[j, j]]
+    sol = solve_ivp(f, (0.0, t_end), [q0[j], 0.0], rtol=1e-10, atol=1e-12)
+    return sol.y[0, -1], sol.y[1, -1]
+
+
+def test_engaged_brakes_hold_a_gravity_loaded_arm_exactly(arm):
+    p = _plant(arm, Q_ARM, brakes_engaged=True)
+    assert np.abs(arm.gravity(Q_ARM)).max() > 10.0     # really gravity-loaded
+    p.advance_to(2.0)
+    assert np.array_equal(p.state.q, Q_ARM) and not p.state.qd.any()
+    assert p.brakes_engaged.all()
+    p.set_brake(False)
+    p.advance_to(2.1)
+    assert abs(p.state.q[1] - Q_ARM[1]) > 0.02          # released: it falls
+
+
+def test_one_released_joint_moves_as_the_constrained_one_joint_equation(arm):
+    p = _plant(arm, Q_ARM, brakes_engaged=True)
+    p.set_brake(False, joints=[1])
+    p.advance_to(0.15)
+    q_ref, qd_ref = _one_joint_reference(arm, Q_ARM, 1, 0.15)
+    q, qd = p.state.q, p.state.qd
+    held = [0, 2, 3, 4, 5]
+    assert np.array_equal(q[held], Q_ARM[held]) and not qd[held].any()
+    assert q[1] - Q_ARM[1] > 0.05                         # it really moved
+    assert q[1] == pytest.approx(q_ref, abs=2e-3 * abs(q_ref - Q_ARM[1]))
+    assert qd[1] == pytest.approx(qd_ref, rel=5e-3)
+
+
+def test_a_release_takes_effect_after_the_brake_release_time(arm):
+    p = _plant(arm, Q_ARM, brakes_engaged=True, brake_release_s=0.05)
+    p.advance_to(0.2)
+    p.set_brake(False, joints=[1])
+    assert p.brakes_engaged[1]                            # still closed: the spring lets go later
+    p.advance_to(0.2499)
+    assert np.array_equal(p.state.q, Q_ARM) and p.brakes_engaged[1]
+    p.advance_to(0.35)                                    # released at 0.25 inside this interval
+    assert not p.brakes_engaged[1]
+    q_ref, _ = _one_joint_reference(arm, Q_ARM, 1, 0.1)
+    assert p.state.q[1] == pytest.approx(q_ref, abs=2e-3 * abs(q_ref - Q_ARM[1]))
+    # engaging again is immediate and cancels a pending release
+    p.set_brake(True)
+    p.set_brake(False, joints=[2])
+    p.set_brake(True, joints=[2])
+    p.advance_to(1.0)
+    assert p.brakes_engaged.all()
+
+
+def test_an_overloaded_brake_slips_against_its_holding_torque(arm):
+    g1 = abs(float(arm.gravity(Q_ARM)[1]))
+    hold = np.full(6, np.inf)
+    hold[1] = 0.5 * g1                                    # half the gravity torque: slips
+    p = _plant(arm, Q_ARM, brakes_engaged=True, brake_torque_nm=hold)
+    p.advance_to(0.15)
+    q_ref, qd_ref = _one_joint_reference(arm, Q_ARM, 1, 0.15, coulomb=0.5 * g1)
+    assert p.state.q[1] - Q_ARM[1] > 0.01
+    assert p.state.q[1] == pytest.approx(q_ref, abs=5e-3 * abs(q_ref - Q_ARM[1]))
+    # a brake stronger than the load holds exactly
+    hold[1] = 1.2 * g1
+    p = _plant(arm, Q_ARM, brakes_engaged=True, brake_torque_nm=hold)
+    p.advance_to(0.5)
+    assert np.array_equal(p.state.q, Q_ARM)
+
+
+def test_plant_table_brakes_default_on_and_options(arm):
+    now = lambda: 0.0  # noqa: E731
+    p = plant_from_section(Section({"q0": Q_ARM.tolist()}, "x.toml", "driver.plant"), arm, now=now)
+    assert p.brakes_engaged.all() and np.isinf(p.brake_torque_nm).all()
+    p = plant_from_section(Section({"q0": Q_ARM.tolist(), "brakes": False}, "x.toml", "driver.plant"),
+                           arm, now=now)
+    assert not p.brakes_engaged.any()
+    p = plant_from_section(Section({"brake_torque_nm": [50, 50, 50, 5, 5, 5]}, "x.toml", "driver.plant"),
+                           arm, now=now)
+    assert p.brake_torque_nm.tolist() == [50, 50, 50, 5, 5, 5]
+    with pytest.raises(ConfigError) as ei:
+        plant_from_section(Section({"brakes": False, "brake_torque_nm": 5.0}, "x.toml", "driver.plant"),
+                           arm, now=now)
+    assert ei.value.file == "x.toml" and ei.value.field == "driver.plant.brake_torque_nm"
+
+
+@pytest.mark.parametrize("kind", ["sim_direct", "sim_mit_can", "sim_odrive_can"])
+def test_drives_release_on_enable_and_apply_on_disable(arm, kind):
+    from drivers.registry import build_driver
+
+    t = [0.0]
+    joints = [{"can_id": i + 1, "model": "AK10-9", "gear_ratio": 3.0} if kind == "sim_mit_can"
+              else {"node_id": i, "gear_ratio": 10.0} for i in range(6)]
+    data = {"type": kind, "plant": {"q0": Q_ARM.tolist()}}
+    if kind != "sim_direct":
+        data |= {"joints": joints, "reply_timeout_s": 0.25}
+        if kind == "sim_odrive_can":
+            data |= {"feedback": "rtr", "torque_feedback": "none"}
+        data["emulator"] = {"serve": "inline"}
+    drv = build_driver(Section(data, "x.toml", "driver"), now=lambda: t[0], model=arm,
+                       rng=np.random.default_rng(0))
+    try:
+        plant = drv.plant
+        t[0] = 0.5
+        plant.advance_to(t[0])
+        assert plant.brakes_engaged.all() and np.array_equal(plant.state.q, Q_ARM)
+        drv.enable()
+        assert not plant.brakes_engaged.any()
+        drv.disable()
+        assert plant.brakes_engaged.all()
+    finally:
+        drv.close()
+
+
+def _tl(*args, timeout=240):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "controller.cli", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_stewart_starts_and_runs_on_the_wall_clock_in_process(tmp_path):
+    """The issue's case: the emulated Stewart on the wall clock (it used to sink 7-8 cm first)."""
+    out = tmp_path / "out"
+    r = _tl("run", ROOT / "hil_configs" / "runs" / "stewart_motion.toml", "--set", 'loop.clock="wall"',
+            "--set", "loop.rate_hz=250.0", "--duration", "1.0", "-o", out, "--no-plots", "--no-progress")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "COMPLETED" in r.stdout
+
+
+def _rehearse(tmp_path, stem, robot, port, duration_s):
+    srv = tmp_path / "server.toml"
+    rob = (ROBOTS / robot).as_posix()
+    srv.write_text(re.sub(r"port = \d+", f"port = {port}", (REHEARSAL / f"{stem}_server.toml").read_text()
+                          .replace(f'robot = "../robots/{robot}"', f'robot = "{rob}"')))
+    run = tmp_path / "run.toml"
+    run.write_text(re.sub(r"port = \d+", f"port = {port}", (REHEARSAL / f"{stem}_run.toml").read_text()
+                          .replace(f'file = "../robots/{robot}"', f'file = "{rob}"')))
+    out = tmp_path / "out"
+    with served(srv, "--duration-s", "120"):
+        r = _tl("run", run, "--yes-hardware", "--duration", duration_s, "-o", out, "--no-plots",
+                "--no-progress")
+    # What this test is about: the gravity-loaded robot is still at its start pose when the run
+    # enables it (the start-up check compares the measured pose with the trajectory start).
+    assert "differs from the trajectory start" not in r.stderr, r.stderr
+    meta = json.loads((out / "meta.json").read_text()) if (out / "meta.json").exists() else None
+    timing = (meta or {}).get("result", {}).get("timing") or {}
+    n = max(1, (meta or {}).get("result", {}).get("n_cycles", 1))
+    if r.returncode != 0 and ("no fresh feedback" in r.stderr
+                              or timing.get("missed_deadlines", 0) > 0.05 * n):
+        # two plain-Python processes on a shared 2-core machine: when the machine is overloaded
+        # the emulator answers late and the loop misses its deadlines; that says nothing about
+        # the brakes
+        pytest.skip(f"machine too loaded for a wall-clock rehearsal (os.getloadavg() = "
+                    f"{os.getloadavg()}): {r.stderr.strip() or timing}")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "COMPLETED" in r.stdout and "(hardware)" in r.stdout
+    return np.load(out / "log.npy"), meta
+
+
+def test_stewart_rehearsal_on_the_wall_clock_starts_and_runs(tmp_path):
+    log, meta = _rehearse(tmp_path, "stewart_odrive_udp", "stewart.toml", 45000 + os.getpid() % 1000, "2.0")
+    assert meta["result"]["n_cycles"] == len(log) == 502       # 500 cycles + the final disable row
+    # the platform held its pose until enable: the start-up check passed and tracking held
+    assert max(abs(log[k]).max() for k in log.dtype.names if k.startswith("err[") and k[4:-1] in ("x", "y", "z")) < 0.005
+
+
+def test_arm6_rehearsal_on_the_wall_clock_starts_and_runs(tmp_path):
+    log, meta = _rehearse(tmp_path, "arm6_mit_udp", "arm6_demo.toml", 46000 + os.getpid() % 1000, "2.0")
+    assert meta["result"]["n_cycles"] == len(log) == 802
+    assert max(abs(log[k]).max() for k in log.dtype.names if k.startswith("err[")) < 0.03
