@@ -20,7 +20,7 @@ from dynamics import load_model
 from dynamics.config import read_toml
 from dynamics.errors import ConfigError, SafetyError
 
-__all__ = ["check", "run", "plot", "tune", "parse_sets", "format_summary"]
+__all__ = ["check", "run", "plot", "tune", "identify", "parse_sets", "format_summary"]
 
 
 def check(path: str, overrides: dict | None = None) -> str:
@@ -316,3 +316,18 @@ def _plot_tune(result, out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "tune.png", dpi=110)
     plt.close(fig)
+
+
+def identify(args) -> int:
+    """``torqueloop identify``: excitation and validation runs, estimation, identified robot file."""
+    from .identify import load_identify, run_identification
+
+    spec = load_identify(args.config, overrides=parse_sets(args.set) if args.set else None)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else Path("runs") / f"identify-{spec.name}-{stamp}"
+    print(f"torqueloop identify: '{spec.name}' -> {out}")
+    res = run_identification(spec, out, confirm=lambda run_spec: _confirm_hardware(run_spec, args),
+                             progress=lambda line: print(f"  {line}", flush=True))
+    print(res.report)
+    print(f"  identified robot file: {res.robot_file}\n  report: {out / 'report.txt'}")
+    return 0
