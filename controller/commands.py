@@ -326,8 +326,14 @@ def identify(args) -> int:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else Path("runs") / f"identify-{spec.name}-{stamp}"
     print(f"torqueloop identify: '{spec.name}' -> {out}")
-    res = run_identification(spec, out, confirm=lambda run_spec: _confirm_hardware(run_spec, args),
-                             progress=lambda line: print(f"  {line}", flush=True))
+    confirmed = []
+
+    def confirm(run_spec):          # asked once, before anything is built or moves
+        if run_spec.hardware and not confirmed:
+            _confirm_hardware(run_spec, args)
+            confirmed.append(True)
+
+    res = run_identification(spec, out, confirm=confirm, progress=lambda line: print(f"  {line}", flush=True))
     print(res.report)
     print(f"  identified robot file: {res.robot_file}\n  report: {out / 'report.txt'}")
     return 0

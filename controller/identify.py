@@ -330,6 +330,11 @@ def run_identification(spec: IdentifySpec, out_dir, *, confirm: Callable | None 
         Receives one line per step.
     """
     say = progress or (lambda s: None)
+    drv_type = str(spec.run_data.get("driver", {}).get("type", ""))
+    if confirm is not None and not drv_type.startswith("sim_"):
+        # before the (slow) design: nothing is built or moved until the user confirms
+        from types import SimpleNamespace
+        confirm(SimpleNamespace(hardware=True, name=spec.name, driver_type=drv_type))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = spec.model

@@ -56,7 +56,7 @@ def robot_file_data(model: Model, pset: ParameterSet, pi, nominal: dict, *, comm
     pi = np.asarray(pi, dtype=float)
     data = copy.deepcopy(nominal)
     drive = pi[pset.n_inertial:].reshape(pset.dof, pset.drive_size)
-    if comment:
+    if comment and pset.kind == "serial":     # the 3RRR format has no description field
         data["description"] = comment
     if pset.kind == "serial":
         if "joints" not in data:
