@@ -135,6 +135,10 @@ def load_identify(path, *, overrides: dict | None = None) -> IdentifySpec:
     robot_file = (p.parent / rob.str("file")).resolve()
     if not robot_file.exists():
         raise rob.error("file", f"robot file not found: {robot_file}")
+    if robot_file.suffix.lower() != ".toml":
+        raise rob.error("file", "identify writes the identified parameters into a TOML robot file (DH "
+                                "serial or 3RRR); a URDF's regressor is available from "
+                                "dynamics.identification, but not its output file")
     model = load_model(robot_file)
     try:
         parameter_set(model)

@@ -132,7 +132,7 @@ def prepare(t, q, tau, *, cutoff_hz: float = 5.0, order: int = 4, decimate: int 
 
 def estimate_delay(model: Model, t, q, tau, base: BaseParameters, *, max_delay_s: float = 0.004,
                    offset: bool = False, **prepare_kw) -> float:
-    """Lag of the measured torques behind the measured positions [s], by least squares.
+    """Lag of the measured torques behind the measured positions [s] (negative: a lead), by least squares.
 
     A torque read at the end of a control period is the one that acted over
     that period (zero-order hold), plus any current-loop and bus delay: it
@@ -140,12 +140,13 @@ def estimate_delay(model: Model, t, q, tau, base: BaseParameters, *, max_delay_s
     ``-d dtau/dt``, whose inertial part ``-d M qddd`` is nearly
     ``+d w^2 M qd`` on a Fourier excitation: a bias on the viscous
     friction.  The delay minimising the ordinary least-squares residual of the
-    base regression over a grid (steps of a quarter sample, refined by a
-    parabola through the best three) is returned.
+    base regression over a grid in ``[-max_delay_s, max_delay_s]`` (steps of a
+    quarter sample, refined by a parabola through the best three) is returned.
+    A lead happens when a drive reports the torque it was just commanded.
     """
     t = np.asarray(t, dtype=float)
     h = float(np.median(np.diff(t)))
-    grid = np.arange(0.0, max_delay_s + 1e-12, 0.25 * h)
+    grid = np.arange(-max_delay_s, max_delay_s + 1e-12, 0.25 * h)
     cost = []
     for d in grid:
         data = prepare(t, q, tau, delay_s=float(d), **prepare_kw)
@@ -344,10 +345,15 @@ def identify(model: Model, data: Samples, base: BaseParameters, *, offset: bool 
     scale = _prior_scale(pset, pi0)
     Ws = Y.reshape(-1, p) * w[:, None]
     sw = np.sqrt(prior_weight)
+    # the data residual is linear in pi: with Ws = Q R, |Ws pi - yw|^2 = |R pi - Q^T yw|^2 + const,
+    # so the fit works on p rows instead of N n
+    Qs, Rs = np.linalg.qr(Ws)
+    ys = Qs.T @ yw
+    Ws, yw_s = Rs, ys
 
     def fun(theta):
         pi = physical_parameters(pset, theta)
-        return np.concatenate([Ws @ pi - yw, sw * (pi - pi0) / scale])
+        return np.concatenate([Ws @ pi - yw_s, sw * (pi - pi0) / scale])
 
     def jac(theta):
         # chain rule through the cheap map theta -> pi (central differences of that map only)
