@@ -392,7 +392,11 @@ def run_identification(spec: IdentifySpec, out_dir, *, confirm: Callable | None 
         res.report += "\n\n" + format_tracking(res.tracking)
     (out / "report.txt").write_text(res.report + "\n")
     (out / "identification.json").write_text(json.dumps(_result_json(spec, res, rms_nom, nrmse_nom), indent=2))
-    _plots(out, model, base, est, valid, tau_pred, true_base, res.tracking)
+    # the plot shows the held-out run at the full rate (the fit and NRMSE use the decimated samples)
+    full, _ = log_samples(logs["validation"], spec.estimation | {"torque_delay_s": delay, "decimate": 1,
+                                                                 "velocity_min": 0.0})
+    _plots(out, model, base, est, full, data_regressor(model, full, offset=spec.offset) @ est.pi, true_base,
+           res.tracking)
     return res
 
 

@@ -184,18 +184,19 @@ class _Problem:
             v += _relu_sq((lim.position_min - q) / span) + _relu_sq((q - lim.position_max) / span)
         if lim.singularity_margin > 0 and self.task:
             v += _relu_sq(1.0 - margin / lim.singularity_margin)
+        Y = None
         if lim.torque is not None and np.any(np.isfinite(lim.torque)):
             Y = self.basis.full(q, qd, qdd, poses)
             tau = Y @ self.basis.pi
             v += _relu_sq(np.abs(tau) / lim.torque - 1.0)
-        return v, (q, qd, qdd, poses)
+        return v, (q, qd, qdd, poses, Y)
 
     def cost(self, z):
         traj = self.traj(z)
         v, st = self.violation(traj, self.t)
         if st is None:
             return 1e6
-        W = self.basis.base_columns(*st)
+        W = self.basis.base_columns(*st)     # reuses the regressor of the torque check
         c = excitation_criterion(W, self.criterion)
         return (math.log(c) if self.criterion == "cond" else c) + 1e2 * v
 
@@ -208,8 +209,8 @@ class _Basis:
         from dynamics.identification.regressor import regressor
         return regressor(self.model, q, qd, qdd, poses=poses)
 
-    def base_columns(self, q, qd, qdd, poses):
-        Y = self.full(q, qd, qdd, poses)
+    def base_columns(self, q, qd, qdd, poses, Y=None):
+        Y = self.full(q, qd, qdd, poses) if Y is None else Y.copy()
         # a smooth Coulomb column keeps the criterion differentiable where a velocity
         # crosses zero on the grid (sign() jumps there: the line search would stall)
         ps = self.bp.pset
