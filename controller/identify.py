@@ -571,7 +571,8 @@ def _plots(out: Path, model, base, est, valid: Samples, tau_pred, true_base, tra
             key = "rms_position_error_m" if "rms_position_error_m" in ms["nominal"] else "rms_error_norm"
             ax.bar(labels, [ms[k][key] for k in labels], color=["tab:red", "tab:blue", "tab:green"][:len(labels)])
             ax.set_title(it["run"])
-            ax.set_ylabel(key)
+            ax.set_ylabel({"rms_position_error_m": "RMS platform position error [m]"}.get(
+                key, "norm of the per-joint RMS errors [rad]"))
             ax.grid(alpha=0.3, axis="y")
         fig.tight_layout()
         p = out / "tracking.png"
