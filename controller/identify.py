@@ -438,7 +438,8 @@ def format_report(spec, est: Estimate, rms, nrmse, rms_nom, nrmse_nom, true_base
     for k in range(b.rank):
         s = f"  b{k + 1:<3d} {b.names[k]:<22} {est.base_ls[k]:12.6g} +- {est.base_std[k]:9.3g} | {est.base_pc[k]:12.6g}"
         if true_base is not None:
-            s += f" | {true_base[k]:12.6g} | {100 * rel[k]:7.3f} % | {z[k]:5.2f}"
+            r = f"{100 * rel[k]:7.3f} %" if true_base[k] != 0 else f"{'(zero)':>9}"
+            s += f" | {true_base[k]:12.6g} | {r} | {z[k]:5.2f}"
         lines.append(s)
     lines.append("")
     lines.append("held-out torque prediction (identified | nominal model):")
