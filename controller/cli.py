@@ -8,6 +8,7 @@ Sub-commands
 ``torqueloop plot LOG``     plot a run log to PNG files.
 ``torqueloop animate LOG``  stick-figure animation of the robot from a run log.
 ``torqueloop tune CONFIG``  search controller gains over Monte-Carlo offline runs.
+``torqueloop identify CONFIG``  excite, estimate and validate dynamic parameters; write a robot file.
 
 All errors of the package (:class:`dynamics.errors.TorqueloopError`) are printed
 as one line on stderr with exit code 2; only this module prints or exits.
@@ -65,6 +66,11 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return commands.tune(args)
 
 
+def _cmd_identify(args: argparse.Namespace) -> int:
+    from . import commands
+    return commands.identify(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="torqueloop", description=__doc__.split("\n")[0])
     p.add_argument("--version", action="version", version=f"torqueloop {version()}")
@@ -115,6 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="executor engine (overrides [tune].engine)")
     t.add_argument("--samples", type=int, default=None, help="override the number of candidates")
     t.set_defaults(func=_cmd_tune)
+
+    i = sub.add_parser("identify", help="identify dynamic parameters: excitation run, estimation, "
+                                        "validation, identified robot file")
+    i.add_argument("config", help="identify config (.toml): a run config with an [identify] table")
+    i.add_argument("-o", "--out", default=None, help="output folder (default: runs/identify-<name>-<time>)")
+    i.add_argument("--yes-hardware", action="store_true",
+                   help="confirm the hardware runs non-interactively (real motors will move)")
+    i.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set identify.excitation.iterations=10")
+    i.set_defaults(func=_cmd_identify)
     return p
 
 

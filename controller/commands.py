@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from dynamics import load_model
-from dynamics.config import read_toml
+from dynamics.config import read_toml, write_toml
 from dynamics.errors import ConfigError, SafetyError
 
-__all__ = ["check", "run", "plot", "animate", "tune", "parse_sets", "format_summary"]
+__all__ = ["check", "run", "plot", "animate", "tune", "identify", "parse_sets", "format_summary"]
 
 
 def check(path: str, overrides: dict | None = None) -> str:
@@ -242,7 +242,7 @@ def tune(args) -> int:
     if not math.isfinite(best.score):
         raise SafetyError("no candidate completed its runs; see ranking.csv")
     best_cfg = apply_overrides(base, best.values, file=str(path))
-    _write_toml(out / "best.toml", best_cfg)
+    write_toml(out / "best.toml", best_cfg)
     try:
         from .plots import plot_tune
         png = plot_tune(result, out)
@@ -274,18 +274,24 @@ def _absolutise(data: dict, base_dir: Path) -> dict:
     return d
 
 
-def _write_toml(path: Path, data: dict) -> None:
-    import tomli_w
 
-    def clean(x):
-        if isinstance(x, dict):
-            return {k: clean(v) for k, v in x.items() if v is not None}
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        if isinstance(x, np.ndarray):
-            return x.tolist()
-        if isinstance(x, (np.floating, np.integer)):
-            return x.item()
-        return x
 
-    path.write_bytes(tomli_w.dumps(clean(data)).encode())
+def identify(args) -> int:
+    """``torqueloop identify``: excitation and validation runs, estimation, identified robot file."""
+    from .identify import load_identify, run_identification
+
+    spec = load_identify(args.config, overrides=parse_sets(args.set) if args.set else None)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else Path("runs") / f"identify-{spec.name}-{stamp}"
+    print(f"torqueloop identify: '{spec.name}' -> {out}")
+    confirmed = []
+
+    def confirm(run_spec):          # asked once, before anything is built or moves
+        if run_spec.hardware and not confirmed:
+            _confirm_hardware(run_spec, args)
+            confirmed.append(True)
+
+    res = run_identification(spec, out, confirm=confirm, progress=lambda line: print(f"  {line}", flush=True))
+    print(res.report)
+    print(f"  identified robot file: {res.robot_file}\n  report: {out / 'report.txt'}")
+    return 0

@@ -49,6 +49,27 @@ def read_toml(path: str | Path) -> dict:
         raise ConfigError(f"cannot read file: {err}", file=str(p)) from err
 
 
+def toml_plain(x: Any) -> Any:
+    """``x`` with numpy arrays/scalars made plain Python and ``None`` entries of tables dropped
+    (TOML has no null), ready for ``tomli_w.dumps``."""
+    if isinstance(x, Mapping):
+        return {k: toml_plain(v) for k, v in x.items() if v is not None}
+    if isinstance(x, (list, tuple)):
+        return [toml_plain(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    return x
+
+
+def write_toml(path: str | Path, data: Mapping[str, Any]) -> None:
+    """Write ``data`` (plain or numpy values, see :func:`toml_plain`) as a TOML file."""
+    import tomli_w
+
+    Path(path).write_bytes(tomli_w.dumps(toml_plain(data)).encode())
+
+
 class Section:
     """A view of one table of a config file that tracks which keys were read.
 

@@ -45,6 +45,10 @@ via_points      ``times_s``, ``points`` (K x dim), ``kind`` ("quintic"), ``bc``
 file            ``path`` (CSV or NPY of time and positions, relative to the config
                 file; see :mod:`trajectories.files`), ``kind`` ("quintic"), ``bc``
 hold            ``position``, ``duration_s``
+fourier         ``start``, ``a``, ``b`` (dim x (K-1) coefficients of harmonics 2..K),
+                ``period_s``, ``periods`` (1): the finite Fourier series of
+                :class:`trajectories.excitation.FourierSeries`, at rest at ``start``
+                at both ends (``torqueloop identify`` writes one)
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ from .splines import ViaPointSpline
 __all__ = ["load_trajectory", "TRAJECTORY_TYPES"]
 
 TRAJECTORY_TYPES = ("preset", "point_to_point", "circle", "square", "polygon", "via_points", "hold",
-                    "file")
+                    "file", "fourier")
 
 
 def _limit(sec: Section, key: str, n: int):
@@ -178,6 +182,12 @@ def _build(sec: Section, model: Model, kind: str) -> Trajectory:
                               duration_s=sec.float("duration_s", None, minimum=0.0, strict_min=True),
                               vmax=_limit(sec, "vmax", dim), amax=_limit(sec, "amax", dim),
                               jmax=_limit(sec, "jmax", dim))
+    elif kind == "fourier":
+        from .excitation import FourierSeries
+        start = sec.vector("start", m)
+        a = sec.matrix("a", (start.size, None))
+        traj = FourierSeries(start, a, sec.matrix("b", a.shape), sec.float("period_s", minimum=0.0, strict_min=True),
+                             sec.int("periods", 1, minimum=1))
     elif kind == "hold":
         traj = Hold(sec.vector("position", m), sec.float("duration_s", minimum=0.0, strict_min=True))
     elif kind == "via_points":

@@ -34,6 +34,7 @@ Keys
     encoder_counts_per_rev = 16384   # joint-side encoder resolution
     position_noise_std_rad = 1e-4
     velocity_noise_std_rad_s = 1e-3
+    torque_noise_std_nm = 0.01       # current-sensor noise on the measured torque
     seed = 1                         # noise seed (default: the rng passed to the builder)
     substeps = 2                     # integration steps per dt_max_s
     dt_max_s = 0.001
@@ -165,6 +166,7 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
         encoder_counts_per_rev=sec.int("encoder_counts_per_rev", None, minimum=1),
         position_noise_std_rad=_per_joint(sec, "position_noise_std_rad", n, 0.0, minimum=0.0),
         velocity_noise_std_rad_s=_per_joint(sec, "velocity_noise_std_rad_s", n, 0.0, minimum=0.0),
+        torque_noise_std_nm=_per_joint(sec, "torque_noise_std_nm", n, 0.0, minimum=0.0),
         substeps=sec.int("substeps", 2, minimum=1),
         dt_max_s=sec.float("dt_max_s", 1e-3, minimum=0.0, strict_min=True),
         integrator=sec.str("integrator", "rk4", choices=["rk4", "semi_implicit_euler"]),

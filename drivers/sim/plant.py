@@ -128,6 +128,9 @@ class SimulatedPlant:
     position_noise_std_rad, velocity_noise_std_rad_s : float or array_like (n,)
         Standard deviation of zero-mean Gaussian noise added to measured
         positions (before quantisation) and velocities.
+    torque_noise_std_nm : float or array_like (n,)
+        Standard deviation of zero-mean Gaussian noise on the measured torque
+        (current-sensor noise) [N m]; the applied torque is not affected.
     rng : numpy.random.Generator, optional
         Source of measurement noise; required when any noise std is > 0.
     t0_s : float
@@ -158,7 +161,7 @@ class SimulatedPlant:
                  position_noise_std_rad=0.0, velocity_noise_std_rad_s=0.0,
                  rng: np.random.Generator | None = None, t0_s: float = 0.0,
                  brake_torque_nm=0.0, brakes_engaged: bool = False,
-                 brake_release_s: float = 0.0):
+                 brake_release_s: float = 0.0, torque_noise_std_nm=0.0):
         if not isinstance(model, Model):
             raise ConfigError(f"model must be a dynamics.Model, got {type(model).__name__}",
                               field="model")
@@ -215,8 +218,10 @@ class SimulatedPlant:
                                   broadcast=True, minimum=0.0)
         self._vel_std = self._vec("velocity_noise_std_rad_s", velocity_noise_std_rad_s,
                                   broadcast=True, minimum=0.0)
+        self._tau_std = self._vec("torque_noise_std_nm", torque_noise_std_nm, broadcast=True, minimum=0.0)
+        self._tau_noisy = bool(np.any(self._tau_std > 0))
         self._noisy = bool(np.any(self._pos_std > 0) or np.any(self._vel_std > 0))
-        if self._noisy and not isinstance(rng, np.random.Generator):
+        if (self._noisy or self._tau_noisy) and not isinstance(rng, np.random.Generator):
             raise ConfigError("a numpy.random.Generator is required when noise std > 0",
                               field="rng")
         self._rng = rng
@@ -766,7 +771,8 @@ class SimulatedPlant:
         qd_meas : ndarray, shape (n,)
             Velocity + noise.
         tau_applied : ndarray, shape (n,)
-            Torque applied to the joints (after saturation and lag) [N m].
+            Torque applied to the joints (after saturation and lag) [N m],
+            plus the current-sensor noise ``torque_noise_std_nm``.
         """
         with self._lock:
             q = self._q.copy()
@@ -776,7 +782,10 @@ class SimulatedPlant:
                 qd += self._vel_std * self._rng.standard_normal(self._n)
             if self._quantum is not None:
                 q = np.round(q / self._quantum) * self._quantum
-            return self._t, q, qd, self._tau_applied.copy()
+            tau = self._tau_applied.copy()
+            if self._tau_noisy:
+                tau += self._tau_std * self._rng.standard_normal(self._n)
+            return self._t, q, qd, tau
 
     def energy(self) -> float:
         """Total mechanical energy (kinetic + potential) of the true state [J]."""
