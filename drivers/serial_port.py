@@ -19,6 +19,12 @@ from dynamics.errors import CommsError, CommsTimeoutError, DecodeError
 
 __all__ = ["LineFramer", "SerialTransport", "encode_line"]
 
+try:  # POSIX: pyserial's port (re)configuration raises termios.error, which is no OSError
+    import termios as _termios
+    _TERMIOS_ERRORS: tuple = (_termios.error,)
+except ImportError:  # pragma: no cover - Windows
+    _TERMIOS_ERRORS = ()
+
 
 def encode_line(text: str, terminator: bytes = b"\n", encoding: str = "ascii") -> bytes:
     """Encode one line of an ASCII protocol (the terminator is appended).
@@ -175,7 +181,7 @@ class SerialTransport:
             self._port.flush()
         except ser.SerialTimeoutException as err:
             raise CommsTimeoutError(f"serial port {self.url!r}: write timed out") from err
-        except (ser.SerialException, OSError) as err:
+        except (ser.SerialException, OSError, *_TERMIOS_ERRORS) as err:
             raise CommsError(f"serial port {self.url!r}: write failed: {err}") from err
         if n is not None and n != len(data):
             raise CommsTimeoutError(f"serial port {self.url!r}: wrote {n} of {len(data)} bytes")
@@ -189,7 +195,9 @@ class SerialTransport:
             self._port.timeout = remaining
             waiting = self._port.in_waiting
             return self._port.read(max(1, waiting))
-        except (ser.SerialException, OSError, ValueError) as err:
+        except (ser.SerialException, OSError, ValueError, *_TERMIOS_ERRORS) as err:
+            # pyserial re-applies the port settings when the timeout changes: a device that
+            # vanished then fails in termios (termios.error is not an OSError)
             raise CommsError(f"serial port {self.url!r}: read failed: {err}") from err
 
     def _deadline(self, timeout_s: float | None) -> float:
@@ -272,7 +280,7 @@ class SerialTransport:
         self._lines.clear()
         try:
             self._port.reset_input_buffer()
-        except (self._serial_mod.SerialException, OSError) as err:
+        except (self._serial_mod.SerialException, OSError, *_TERMIOS_ERRORS) as err:
             raise CommsError(f"serial port {self.url!r}: reset failed: {err}") from err
 
     def close(self) -> None:
@@ -282,7 +290,7 @@ class SerialTransport:
         self._closed = True
         try:
             self._port.close()
-        except (self._serial_mod.SerialException, OSError) as err:
+        except (self._serial_mod.SerialException, OSError, *_TERMIOS_ERRORS) as err:
             raise CommsError(f"serial port {self.url!r}: close failed: {err}") from err
 
     def __enter__(self) -> "SerialTransport":

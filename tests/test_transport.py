@@ -144,6 +144,41 @@ def test_serial_pty_pair():
         os.close(slave)
 
 
+@pytest.mark.skipif(os.name != "posix", reason="termios is POSIX")
+@pytest.mark.parametrize("op", ["read", "write", "reset_input", "close"])
+def test_serial_port_vanishing_in_termios_is_a_comms_error(op):
+    """pyserial re-applies termios settings when the timeout changes; on a port whose device is
+    gone that raises termios.error (not an OSError): it must arrive as CommsError."""
+    import termios
+
+    class _Gone:
+        in_waiting = 0
+
+        @property
+        def timeout(self):
+            return 0.1
+
+        @timeout.setter
+        def timeout(self, v):
+            raise termios.error(5, "Input/output error")
+
+        def write(self, *args):
+            raise termios.error(5, "Input/output error")
+
+        flush = read = reset_input_buffer = close = write
+
+    s = SerialTransport(port=_Gone(), timeout_s=0.05)
+    with pytest.raises(CommsError, match="Input/output"):
+        if op == "read":
+            s.read(1)
+        elif op == "write":
+            s.write(b"x")
+        elif op == "reset_input":
+            s.reset_input()
+        else:
+            s.close()
+
+
 def test_serial_bad_port():
     with pytest.raises(CommsError):
         SerialTransport("/dev/does-not-exist-tl")
