@@ -508,3 +508,22 @@ def test_acceptance_seed000_without_noise(tmp_path):
     assert np.all(rel[coulomb] <= 0.02), dict(zip(names, rel))
     assert np.all(np.abs(est.base_ls - true) <= 3 * est.base_std)
     assert np.all(res.nrmse <= 0.01)
+
+
+@pytest.mark.parametrize("path", sorted(IDENT.glob("*.toml")), ids=lambda p: p.name)
+def test_every_shipped_identify_config_loads_and_its_run_tables_validate(path):
+    """Each shipped identify config parses, and its [driver]/[loop]/[safety] tables are the ones
+    ``run`` accepts (the full identification of arm6 is too long for the suite)."""
+    from controller.identify import load_identify
+
+    from controller.run import parse_run, validate_run
+
+    spec = load_identify(path)
+    assert spec.name and spec.excitation["amplitude"].size > 0
+    # the run tables, with a short hold at the excitation's start as the trajectory
+    start = np.asarray(spec.excitation.get("start", np.asarray(spec.model.home_pose, float)
+                                           if hasattr(spec.model, "home_pose") else np.zeros(spec.model.dof)))
+    data = dict(spec.run_data, trajectory={"type": "hold", "position": start.tolist(), "duration_s": 0.1,
+                                           "space": "task" if hasattr(spec.model, "platform_joints")
+                                           else "joint"})
+    validate_run(parse_run(data, file=str(path), base_dir=path.parent), build_sim=True)
