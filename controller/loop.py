@@ -311,10 +311,13 @@ class ControlLoop:
             traj = _grid_sampler(self.trajectory, P)
             ref0 = traj.sample(0.0)
             state0 = State(0.0, np.asarray(fb.position_rad, float), np.where(np.isnan(qd0), 0.0, qd0))
-            try:
-                err0 = self.controller.tracking_error(ref0, state0)
-            except Exception as exc:  # noqa: BLE001 - re-raised as SafetyError
-                raise SafetyError(f"start-up check failed: cannot evaluate the start error: {exc}") from exc
+            if np.all(np.isfinite(state0.q)):
+                try:
+                    err0 = self.controller.tracking_error(ref0, state0)
+                except Exception as exc:  # noqa: BLE001 - re-raised as SafetyError
+                    raise SafetyError(f"start-up check failed: cannot evaluate the start error: {exc}") from exc
+            else:       # missing feedback: the check below names the joints (and the driver's hint)
+                err0 = np.full(self.controller.dim, np.nan)
             self.safety.startup_check(fb, err0)
             self.controller.reset()
             t0 = self.clock.now()

@@ -460,7 +460,9 @@ class OdriveCanDriver(Driver):
             # answers an RTR in any mode
             for j in np.flatnonzero(~fb.fresh):
                 self._send(int(j), Cmd.GET_ENCODER_ESTIMATES, remote=True)
-            self._pump(self.reply_timeout_s, lambda: bool(self._fresh.all()))
+            # enable() is not time-critical: wait up to what is left of enable_timeout_s (a busy
+            # host or a slow adapter can take longer than one reply_timeout_s)
+            self._pump(max(self.reply_timeout_s, deadline - time.monotonic()), lambda: bool(self._fresh.all()))
             fb = self._feedback()
         return fb
 
