@@ -134,12 +134,64 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _ClosedPipeTolerant:
+    """Standard output that drops what it cannot write once the reader has gone.
+
+    ``torqueloop run ... | head`` must not turn a finished run into an error, nor stop a
+    running one half-way through writing its summary and plots: after the first
+    :class:`BrokenPipeError` the rest of the output is discarded and the command carries
+    on, returning its real exit code.
+    """
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._closed_pipe = False
+
+    def write(self, text):
+        if not self._closed_pipe:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self):
+        if not self._closed_pipe:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self):
+        self._closed_pipe = True
+        try:  # the interpreter's final flush of the real stdout must not fail either
+            import os
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    stdout = sys.stdout
+    sys.stdout = tolerant = _ClosedPipeTolerant(stdout)
+    try:
+        return _dispatch(args)
+    finally:
+        tolerant.flush()  # buffered output meets the closed pipe here, not at interpreter exit
+        sys.stdout = stdout
+
+
+def _dispatch(args) -> int:
     try:
         return int(args.func(args) or 0)
     except TorqueloopError as err:

@@ -897,7 +897,7 @@ def bus_budget(spec: RunSpec):
         bs = BusSpec(bitrate_bit_s=b.float("bitrate", 1_000_000, minimum=10_000.0, maximum=8_000_000.0),
                      fd=b.bool("fd", False),
                      data_bitrate_bit_s=b.float("data_bitrate", None, minimum=10_000.0, maximum=8_000_000.0),
-                     name=f"{name} ({b.raw('channel', '?')})")
+                     name=(f"{name} ({b.raw('channel')})" if b.has("channel") else name))
         if kind == "mit_can":
             flows = mit_flows(counts.get(name, 0), spec.rate_hz)
         elif kind == "cia402_can":

@@ -212,3 +212,24 @@ def test_hardware_rehearsal_against_emulated_robot_in_another_process(tmp_path):
     fresh = np.all([log[f"fresh[{j}]"] for j in ("theta1", "theta2", "theta3")], axis=0)
     assert fresh.mean() > 0.9
     assert max(abs(log[f"err[{i}]"]).max() for i in ("x", "y")) < 0.01
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_a_reader_that_goes_away_does_not_break_the_command(tmp_path, command):
+    """``torqueloop run ... | head -1``: the pipe closes before the summary is printed. The run
+    still writes summary.json and returns its real code; no BrokenPipeError on stderr."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    args = [sys.executable, "-m", "controller.cli", command, str(RUNS / "seed003_2r.toml")]
+    if command == "run":
+        args += ["--duration", "0.3", "--no-plots", "--out", str(tmp_path / "out")]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        r = subprocess.run(args, cwd=ROOT, env=env, stdout=write_end, stderr=subprocess.PIPE,
+                           text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert "BrokenPipe" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr
+    if command == "run":
+        assert json.loads((tmp_path / "out" / "summary.json").read_text())
