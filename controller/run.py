@@ -897,7 +897,8 @@ def bus_budget(spec: RunSpec):
         bs = BusSpec(bitrate_bit_s=b.float("bitrate", 1_000_000, minimum=10_000.0, maximum=8_000_000.0),
                      fd=b.bool("fd", False),
                      data_bitrate_bit_s=b.float("data_bitrate", None, minimum=10_000.0, maximum=8_000_000.0),
-                     name=(f"{name} ({b.raw('channel')})" if b.has("channel") else name))
+                     name=(f"{name} ({b.raw('channel')})"
+                           if b.has("channel") and str(b.raw("channel")) != name else name))
         if kind == "mit_can":
             flows = mit_flows(counts.get(name, 0), spec.rate_hz)
         elif kind == "cia402_can":
@@ -907,7 +908,11 @@ def bus_budget(spec: RunSpec):
                                  master_heartbeat_rate_hz=0.0 if data.get("master_node_id", 127) == 0
                                  else 1.0 / mhb)
         else:
-            flows = odrive_flows(counts.get(name, 0), spec.rate_hz)
+            # the driver's own defaults (drivers.odrive.build): broadcast estimates, Get_Iq
+            flows = odrive_flows(counts.get(name, 0), spec.rate_hz,
+                                 feedback=drv.str("feedback", "broadcast", choices=("broadcast", "rtr")),
+                                 torque_feedback=drv.str("torque_feedback", "iq",
+                                                         choices=("iq", "torques", "none")))
         items[name] = (bs, flows)
     return budget(items, spec.rate_hz)
 

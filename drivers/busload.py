@@ -189,6 +189,7 @@ def mit_flows(n_motors: int, loop_hz: float, *, reply_bytes: int = 6) -> list[Fr
 
 
 def odrive_flows(n_axes: int, loop_hz: float, *, feedback: str = "broadcast",
+                 torque_feedback: str = "none",
                  encoder_rate_hz: float | None = None, heartbeat_rate_hz: float = 10.0,
                  torques_rate_hz: float = 0.0, iq_rate_hz: float = 0.0) -> list[FrameFlow]:
     """Flows of ``n_axes`` ODrive axes in torque control.
@@ -198,14 +199,24 @@ def odrive_flows(n_axes: int, loop_hz: float, *, feedback: str = "broadcast",
     feedback : {"broadcast", "rtr"}
         Cyclic broadcast of Encoder_Estimates at ``encoder_rate_hz`` (default:
         the loop rate), or one RTR request + answer per axis per cycle.
+    torque_feedback : {"none", "iq", "torques"}
+        With ``feedback="rtr"`` the driver also requests Get_Iq or Get_Torques
+        every cycle (one more RTR + answer per axis); with broadcasts they come
+        at ``iq_rate_hz``/``torques_rate_hz``.
     heartbeat_rate_hz, torques_rate_hz, iq_rate_hz : float
         Broadcast rates of Heartbeat, Get_Torques and Get_Iq (0: off).
     """
     from .codecs.odrive import MESSAGE_LENGTH, Cmd   # the DBC's 8 bytes, as the driver sends them
+    if torque_feedback not in ("none", "iq", "torques"):
+        raise ConfigError(f"torque_feedback must be 'none', 'iq' or 'torques', got {torque_feedback!r}")
     flows = [FrameFlow("ODrive Set_Input_Torque", MESSAGE_LENGTH[Cmd.SET_INPUT_TORQUE], loop_hz, n_axes)]
     if feedback == "rtr":
         flows += [FrameFlow("ODrive RTR Encoder_Estimates", 0, loop_hz, n_axes),
                   FrameFlow("ODrive Encoder_Estimates", 8, loop_hz, n_axes)]
+        if torque_feedback != "none":
+            name = "Get_Iq" if torque_feedback == "iq" else "Get_Torques"
+            flows += [FrameFlow(f"ODrive RTR {name}", 0, loop_hz, n_axes),
+                      FrameFlow(f"ODrive {name}", 8, loop_hz, n_axes)]
     elif feedback == "broadcast":
         rate = loop_hz if encoder_rate_hz is None else encoder_rate_hz
         flows.append(FrameFlow("ODrive Encoder_Estimates", 8, rate, n_axes, per_cycle=encoder_rate_hz is None))

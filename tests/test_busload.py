@@ -89,3 +89,27 @@ def test_odrive_budget_and_rate_remedy():
 def test_report_str_is_the_summary():
     rep = bl.mit_budget(6, 1000.0)
     assert str(rep) == rep.summary() and "remedy:" in str(rep)
+
+
+def test_odrive_rtr_feedback_counts_requests_and_answers():
+    bc = {f.name: f for f in bl.odrive_flows(2, 1000.0)}
+    rtr = {f.name: f for f in bl.odrive_flows(2, 1000.0, feedback="rtr", torque_feedback="iq")}
+    assert "ODrive RTR Encoder_Estimates" not in bc
+    for name in ("ODrive RTR Encoder_Estimates", "ODrive Encoder_Estimates", "ODrive RTR Get_Iq", "ODrive Get_Iq"):
+        assert rtr[name].rate_hz == 1000.0 and rtr[name].count == 2
+    with pytest.raises(ConfigError):
+        bl.odrive_flows(2, 100.0, feedback="rtr", torque_feedback="current")
+
+
+def test_run_budget_uses_the_drivers_feedback_setting():
+    """stewart_motion.toml asks for estimates by RTR (torque_feedback none): 2 axes per bus x
+    (torque + RTR + answer) at 1 kHz + heartbeats; the budget used to count broadcasts only."""
+    from pathlib import Path
+
+    from controller.run import bus_budget, load_run
+
+    runs = Path(__file__).resolve().parents[1] / "hil_configs" / "runs"
+    rep = bus_budget(load_run(runs / "stewart_motion.toml"))
+    assert [round(ld.frames_per_s) for ld in rep.loads] == [6020] * 3
+    rep = bus_budget(load_run(runs / "stewart_motion.toml", overrides={"driver.feedback": "broadcast"}))
+    assert [round(ld.frames_per_s) for ld in rep.loads] == [4020] * 3

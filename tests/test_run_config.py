@@ -20,6 +20,20 @@ def test_every_shipped_run_config_parses():
         assert spec.trajectory.dim == (spec.model.task_dof if spec.space == "task" else spec.model.dof)
 
 
+SHIPPED_RUNS = sorted([*RUNS.glob("*.toml"), *(RUNS.parent / "hardware").glob("*.toml"),
+                       *(RUNS.parent / "rehearsal").glob("*_run.toml")])
+
+
+@pytest.mark.parametrize("path", SHIPPED_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_shipped_run_config_passes_the_start_up_validation(path):
+    """What `check` and `run` refuse before enabling (feasibility, torque limits, bus budget,
+    protections) must not refuse a shipped config: the ODrive ASCII template's move needed
+    119 N m against its 60 N m limit, so it could never start."""
+    from controller.run import validate_run
+
+    validate_run(load_run(path))
+
+
 def test_lqr_and_place_designs_give_the_gains_python_control_reports():
     spec = load_run(RUNS / "3rrr_circle_direct.toml", overrides={
         "controller": {"kind": "task_computed_torque", "design": "lqr", "lqr": {"q_pos": 1.0e6, "q_vel": 0.0, "r": 1.0}}})
