@@ -168,8 +168,14 @@ def run(args) -> int:
         except (ConfigError, OSError) as err:
             print(f"  plots skipped: {err}")
     print(f"  log: {out / 'log.npy'} (numpy structured array; pandas.DataFrame(numpy.load(path)))")
+    return exit_code(result)
+
+
+def exit_code(result) -> int:
+    """``torqueloop run``'s exit code for a run result: 0 completed, 1 stopped or faulted after
+    it ran, 2 a start-up failure (enable refused: nothing ran)."""
     if result.status == "fault" and result.n_cycles == 0:
-        return 2  # start-up failure (enable refused): nothing ran
+        return 2
     return 0 if result.status == "completed" else 1
 
 

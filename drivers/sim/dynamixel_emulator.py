@@ -50,7 +50,7 @@ import tty
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from dynamics.errors import CommsError, ConfigError, DecodeError, DriverError
+from dynamics.errors import CommsError, CommsTimeoutError, ConfigError, DecodeError, DriverError
 from ..base import JointMapping
 from ..codecs import dynamixel as dx
 from ..codecs.dynamixel import Addr, Inst, StatusError
@@ -432,6 +432,8 @@ class DynamixelBusEmulator:
         self.crc_errors_in = 0
         self._error: BaseException | None = None
         self._stop = threading.Event()
+        self._idle = threading.Condition()
+        self._idle_polls = 0                  # completed polls that found nothing to do
         self._master, self._slave = os.openpty()
         tty.setraw(self._slave)
         self.port_path = os.ttyname(self._slave)
@@ -508,6 +510,35 @@ class DynamixelBusEmulator:
             except OSError:
                 pass
         self._master = self._slave = -1
+
+    def sync(self, timeout_s: float = 5.0) -> None:
+        """Block until every byte written to the port before this call was handled.
+
+        Waits for the serving thread to complete an idle poll (nothing to read, no
+        reply pending) that started after the call, as :meth:`EmulatorHost.sync`
+        does for the CAN emulators.
+
+        Raises
+        ------
+        CommsError
+            The serving thread stopped (with its error) or the port was disconnected.
+        CommsTimeoutError
+            Not synchronised within ``timeout_s`` (wall clock).
+        """
+        self.check()
+        if self._stop.is_set():
+            raise CommsError("Dynamixel emulator is disconnected")
+        deadline = time.monotonic() + timeout_s
+        with self._idle:
+            target = self._idle_polls + 2      # the poll running now may have started before the call
+            while self._idle_polls < target:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    break
+                self._idle.wait(min(left, 0.05))
+        self.check()
+        if self._idle_polls < target:
+            raise CommsTimeoutError(f"Dynamixel emulator not idle within {timeout_s} s")
 
     def check(self) -> None:
         """Re-raise an error that stopped the serving thread."""
@@ -651,6 +682,10 @@ class DynamixelBusEmulator:
                     delay = self._outq[0][0] - time.monotonic()
                     if 0 < delay < 0.0005:
                         time.sleep(delay)
+                elif not r:
+                    with self._idle:
+                        self._idle_polls += 1
+                        self._idle.notify_all()
         except BaseException as err:  # re-raised by check(); the thread must not die silently
             self._error = err
 

@@ -269,6 +269,11 @@ class FaultInjectingBus:
         b[bit // 8] ^= 1 << (bit % 8)
         return _copy_msg(msg, bytes(b))
 
+    def fail_now(self) -> None:
+        """The adapter goes bus-off now: every later send and receive raises ``CanOperationError``."""
+        with self._lock:
+            self._error_after = self._frames
+
     def _count(self) -> None:
         if self._error_after is not None:
             if self._frames >= self._error_after:

@@ -1,0 +1,389 @@
+"""The fault matrix: every fault kind x every protocol, through the real run path.
+
+One table (:data:`CELLS`) says, for each fault kind and each protocol, how the fault is
+injected, what the run must end with (status, cause) and within how many loop cycles of
+the onset the motors must be commanded to zero torque and disabled; a cell a protocol
+cannot express is listed with the reason (:data:`NOT_APPLICABLE`), never left out.
+:mod:`tests.test_fault_matrix` asserts every cell; ``python -m tests.fault_matrix``
+runs the same table and prints what was measured as a markdown table.
+
+Protocols (each its shipped run config, with ``safety.stop_reaction = "zero_disable"``
+and a short duration): ``mit`` the 3RRR demo (emulated AK80-9 on a virtual CAN bus),
+``odrive`` the Stewart platform (six emulated ODrive axes, CANSimple on three buses),
+``cia402`` the 3RRR on emulated CiA 402 drives (CANopen, 500 Hz), ``dynamixel`` the 3-DOF
+arm on emulated XM430 servos (Protocol 2.0 on a pseudo-terminal, 500 Hz), ``plant`` the
+3RRR with the plant in process (no protocol).
+
+Cycle numbering as in :mod:`tests.test_integration_faults`: row ``k`` of the log is loop
+cycle ``k``; an injection "at cycle K" runs at the start of driver cycle ``K`` (before that
+cycle's frames go out), so a device shows it in its reply to cycle ``K`` and the supervisor
+sees it in row ``K + 1``.  *Cycles to stop* = (row of the zero-torque stop) - ``K``.  For
+the seeded lossy/corrupting buses there is no single injection cycle: the onset is the
+row in which some joint's feedback had been missing ``stale_cycles`` rows in a row.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from controller.commands import exit_code
+from controller.run import build_run, load_run
+from controller.safety import DISABLED, FAULT
+from controller.telemetry import read_log, read_meta
+from dynamics.errors import CommsError
+
+try:
+    from tests.test_integration_faults import _Hooked, _stale_cause_row
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from test_integration_faults import _Hooked, _stale_cause_row
+
+RUNS = Path(__file__).resolve().parents[1] / "hil_configs" / "runs"
+
+#: injection cycle (driver cycle) of the single-shot faults
+K = 100
+
+
+@dataclass(frozen=True)
+class Protocol:
+    config: str
+    duration_s: float
+
+
+PROTOCOLS = {
+    "mit": Protocol("3rrr_circle.toml", 0.4),
+    "odrive": Protocol("stewart_motion.toml", 0.4),
+    "cia402": Protocol("3rrr_circle_cia402.toml", 0.7),
+    "dynamixel": Protocol("dxl_3dof_arm.toml", 0.7),
+    "plant": Protocol("3rrr_circle_direct.toml", 0.4),
+}
+
+
+# --- where joint 1's device is ---------------------------------------------------------------
+def _device(case, joint: int):
+    """(emulator, device id) of ``joint`` on the emulated protocols."""
+    drv = case.run.driver.inner
+    if hasattr(drv, "servos"):                                  # Dynamixel
+        did = drv.servos[joint].dxl_id
+    elif hasattr(drv, "axes"):                                  # ODrive
+        did = drv.axes[joint].node_id
+    else:                                                       # MIT, CiA 402
+        did = getattr(drv.joints[joint], "can_id", None)
+        if did is None:
+            did = drv.joints[joint].node_id
+    for emu in case.run.driver.emulators:
+        ids = getattr(emu, "can_ids", None) or getattr(emu, "node_ids", None)
+        if ids is None or did in ids:
+            return emu, did
+    raise AssertionError(f"no emulator holds device {did}")
+
+
+# --- injections: (case) -> hook run at driver cycle K ------------------------------------------
+def _silent(case):
+    emu, did = _device(case, 1)
+    return lambda: emu.set_silent(did)
+
+
+def _device_fault(case):
+    emu, did = _device(case, 1)
+    proto = case.protocol
+    if proto == "mit":
+        return lambda: emu.inject_fault(did, code=2)               # over-current (8-byte reply)
+    if proto == "odrive":
+        return lambda: emu.inject_error(did, 0x2000)               # MOTOR_OVER_TEMP
+    if proto == "cia402":
+        return lambda: emu.inject_fault(did, 0x2310)               # continuous over-current (EMCY)
+    return lambda: emu.inject_hardware_error(did, 0x20)            # Dynamixel overload
+
+
+def _limp(case):
+    emu, did = _device(case, 1)
+    return lambda: emu.set_device_fault(did, "limp")
+
+
+def _corrupt_serial(case):
+    emu, _ = _device(case, 1)
+    return lambda: emu.corrupt_replies(1_000_000)                  # every reply fails its CRC
+
+
+def _bus_dead(case):
+    if case.protocol == "dynamixel":
+        emu, _ = _device(case, 1)
+        return emu.disconnect                                       # the adapter disappears
+    bus = case.run.driver.fault_buses[0]
+    return bus.fail_now                                             # bus-off
+
+
+def _position_limit(case):
+    def hook():                                                     # joint 1 is now beyond its limit
+        case.safety.q_max[1] = case.safety.q_min[1] - 1.0
+    return hook
+
+
+def _tracking_error(case):
+    def hook():
+        case.safety.err_max = np.full_like(np.asarray(case.safety.err_max, dtype=float), 1e-12)
+    return hook
+
+
+class _NanController:
+    """The loop's controller, returning NaN torques once armed."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.armed = False
+
+    def compute(self, *args, **kw):
+        tau = np.asarray(self._inner.compute(*args, **kw), dtype=float)
+        return np.full_like(tau, np.nan) if self.armed else tau
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def _nan(case):
+    proxy = _NanController(case.run.loop.controller)
+    case.run.loop.controller = proxy
+    return lambda: setattr(proxy, "armed", True)
+
+
+def _sigint(case):
+    orig = case.safety.request_stop
+
+    def spy(reason="signal"):
+        case.onset.setdefault("signal", case.hooked.calls - 1)
+        orig(reason)
+
+    case.safety.request_stop = spy
+    return lambda: threading.Timer(0.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+
+_LOSSY = {"driver.faults.seed": 5, "driver.faults.during_enable": False,
+          "driver.faults.drop_prob": 0.45, "driver.faults.side": "recv"}
+_TRUNCATE = {"driver.faults.seed": 5, "driver.faults.during_enable": False,
+             "driver.faults.corrupt_prob": 0.45, "driver.faults.corrupt_mode": "truncate",
+             "driver.faults.side": "recv"}
+_PASS = {"driver.faults.seed": 1, "driver.faults.during_enable": False}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One fault kind on one protocol: injection, expected end, bound on cycles to stop."""
+
+    fault: str
+    protocol: str
+    cause: str
+    max_cycles: int
+    inject: Callable | None = None                  # (case) -> hook at driver cycle K
+    overrides: dict = field(default_factory=dict)
+    status: str = "fault"
+    onset: str = "K"                                 # "K", "stale" (seeded bus), "signal"
+    disconnected: tuple = ()                         # joints nobody can tell to stop
+    braking: tuple = ()                              # joints in their drive's own fault reaction
+    reachable: bool = True                           # False: no command reaches any device any more
+    note: str = ""
+
+
+CAN = ("mit", "odrive", "cia402")
+DEVICES = CAN + ("dynamixel",)
+ALL = DEVICES + ("plant",)
+
+CELLS: list[Cell] = []
+for p in DEVICES:
+    # stale_cycles = 3 missing replies -> stop in the next row (CiA 402 at 500 Hz: same count)
+    CELLS.append(Cell("device silent", p, "stale_feedback", 4, _silent, disconnected=(1,)))
+for p in CAN:
+    CELLS.append(Cell("lossy bus (45 % drops)", p, "stale_feedback", 1, None, _LOSSY, onset="stale"))
+    CELLS.append(Cell("corrupt frames (45 % truncated)", p, "stale_feedback", 1, None, _TRUNCATE,
+                      onset="stale"))
+CELLS.append(Cell("corrupt frames (45 % truncated)", "dynamixel", "stale_feedback", 4, _corrupt_serial,
+                  note="every reply fails its CRC from cycle K"))
+CELLS.append(Cell("device fault", "mit", "device_fault", 1, _device_fault,
+                  {"driver.emulator.variant": "cubemars8"}, note="8-byte CubeMars reply"))
+CELLS.append(Cell("device fault", "odrive", "device_fault", round(0.1 / 0.001) + 2, _device_fault,
+                  note="seen with the next heartbeat (every 0.1 s)"))
+CELLS.append(Cell("device fault", "cia402", "device_fault", 2, _device_fault, braking=(1,),
+                  note="EMCY + statusword; the drive's fault reaction (0x605E) brakes its axis"))
+CELLS.append(Cell("device fault", "dynamixel", "device_fault", 2, _device_fault,
+                  note="status packet's alert bit"))
+CELLS.append(Cell("motor limp (no fault code)", "mit", "device_fault", 16 + 4, _limp,
+                  note="classic 6-byte reply: the driver's follow check"))
+for p in DEVICES:
+    # the exchange of cycle K fails: its row is the last, flagged FAULT | DISABLED; no zero command
+    # can reach the motors any more, each one's watchdog has to zero it
+    CELLS.append(Cell("bus dead / adapter gone", p, "comms", 0, _bus_dead,
+                      _PASS if p in CAN else {}, disconnected=(0, 1, 2, 3, 4, 5), reachable=False))
+for p in ALL:
+    CELLS.append(Cell("NaN from the controller", p, "nonfinite", 1, _nan))
+    CELLS.append(Cell("position limit", p, "position_limit", 1, _position_limit))
+    CELLS.append(Cell("tracking error", p, "tracking_error", 1, _tracking_error))
+    CELLS.append(Cell("SIGINT", p, "signal", 2, _sigint, status="stopped", onset="signal"))
+
+#: (fault, protocol) -> why the cell does not exist
+NOT_APPLICABLE = {
+    ("device silent", "plant"): "no device: the plant is stepped in process",
+    ("lossy bus (45 % drops)", "dynamixel"): "a serial line loses bytes, not frames: a damaged reply "
+                                             "fails its CRC (the corrupt-frames row)",
+    ("lossy bus (45 % drops)", "plant"): "no bus",
+    ("corrupt frames (45 % truncated)", "plant"): "no bus",
+    ("device fault", "plant"): "no device",
+    ("motor limp (no fault code)", "odrive"): "the firmware reports its errors (device-fault row)",
+    ("motor limp (no fault code)", "cia402"): "the drive reports its faults (EMCY, device-fault row)",
+    ("motor limp (no fault code)", "dynamixel"): "the servo reports its alerts (device-fault row)",
+    ("motor limp (no fault code)", "plant"): "no device",
+    ("bus dead / adapter gone", "plant"): "no bus",
+}
+
+FAULTS = list(dict.fromkeys(c.fault for c in CELLS))
+assert {(c.fault, c.protocol) for c in CELLS}.isdisjoint(NOT_APPLICABLE)
+assert len(CELLS) + len(NOT_APPLICABLE) == len(FAULTS) * len(ALL), "a cell is neither run nor explained"
+
+
+# --- running a cell ------------------------------------------------------------------------------
+class CellRun:
+    """A built run with the cell's fault injected, run to its end; its log and meta read back."""
+
+    def __init__(self, cell: Cell, out: Path):
+        self.cell, self.protocol = cell, cell.protocol
+        proto = PROTOCOLS[cell.protocol]
+        ov = {"safety.stop_reaction": "zero_disable", **cell.overrides}
+        self.spec = load_run(RUNS / proto.config, overrides=ov, duration_s=proto.duration_s)
+        self.out = out
+        self.onset: dict = {}
+        self.run = build_run(self.spec, out_dir=out)
+        self.close_error = None
+        sig_before = signal.getsignal(signal.SIGINT)
+        try:
+            self.safety = self.run.loop.safety
+            self.plant = self.run.plant
+            self.hooked = _Hooked(self.run.loop.driver, {})
+            hook = cell.inject(self) if cell.inject is not None else None
+            if hook is not None:
+                self.hooked.hooks[K] = hook
+            self.run.loop.driver = self.hooked
+            self.result = self.run.loop.run()
+            sync = getattr(self.run.driver, "sync", None)
+            if sync is not None and cell.fault != "bus dead / adapter gone":
+                sync()
+        finally:
+            try:
+                self.run.close()
+            except CommsError as err:       # a dead bus cannot be closed cleanly either
+                self.close_error = err
+        assert signal.getsignal(signal.SIGINT) is sig_before
+        self.plant.advance_to(self.plant.t_s + 0.02)   # > 40 current-loop lag constants
+        self.applied_torque = np.asarray(self.plant.applied_torque_nm, dtype=float)
+        self.log = read_log(out)
+        self.meta = read_meta(out)
+
+    @property
+    def stop_row(self) -> int:
+        """The first row commanding zero torque on every joint (unreachable devices: the first
+        row flagged FAULT, the exchange that failed)."""
+        if not self.cell.reachable:
+            flagged = np.flatnonzero(self.log["safety"] & FAULT)
+            return int(flagged[0]) if flagged.size else -1
+        zero = np.flatnonzero(np.all(self.log["tau_cmd"] == 0.0, axis=1))
+        return int(zero[0]) if zero.size else -1
+
+    @property
+    def onset_row(self) -> int:
+        if self.cell.onset == "stale":
+            return _stale_cause_row(self.log["fresh"], self.spec.safety.stale_cycles)
+        if self.cell.onset == "signal":
+            return self.onset["signal"]
+        return K
+
+    @property
+    def cycles_to_stop(self) -> int:
+        return self.stop_row - self.onset_row
+
+
+def problems(c: CellRun) -> list[str]:
+    """Everything the cell's run got wrong (empty: the cell passes)."""
+    cell, res, log, meta = c.cell, c.result, c.log, c.meta
+    out = []
+    if res.status != cell.status:
+        out.append(f"status {res.status!r}, expected {cell.status!r}")
+    cause = res.faults[0].cause if res.faults else None
+    if cause != cell.cause:
+        out.append(f"cause {cause!r}, expected {cell.cause!r} ({[str(f) for f in res.faults][:3]})")
+    n = res.n_cycles
+    if not (len(log) == n == meta["rows"] == meta["result"]["n_cycles"]):
+        out.append(f"log incomplete: {len(log)} rows, {n} cycles, meta rows {meta['rows']}")
+    if meta["result"]["status"] != res.status:
+        out.append("meta.json result differs from the run's")
+    if not np.allclose(log["t"], np.arange(len(log)) * c.spec.period_s, rtol=0, atol=1e-9):
+        out.append("log time not continuous")
+    if c.hooked.calls != n or not np.array_equal(np.array(c.hooked.sent), log["tau_cmd"]):
+        out.append("the commands that reached the driver are not the logged ones")
+    tau = log["tau_cmd"]
+    if not np.all(np.isfinite(tau)):
+        out.append("a non-finite torque was commanded")
+    elif np.any(np.abs(tau) > c.safety.tau_max + 1e-12):
+        out.append("a torque beyond the limit was commanded")
+    last = len(log) - 1
+    if c.stop_row != last or (cell.reachable and not np.all(tau[last] == 0.0)):
+        out.append(f"the stop is not the last row (stop row {c.stop_row}, last {last})")
+    if (log["safety"][last] & (FAULT | DISABLED)) != (FAULT | DISABLED):
+        out.append("last row not flagged FAULT | DISABLED")
+    if np.any(log["safety"][: c.onset_row] & FAULT):
+        out.append("a fault before the onset")
+    if not (0 <= c.cycles_to_stop <= cell.max_cycles):
+        out.append(f"{c.cycles_to_stop} cycles from onset (row {c.onset_row}) to stop, "
+                   f"allowed 0..{cell.max_cycles}")
+    on = np.setdiff1d(np.arange(c.spec.model.dof), np.asarray(cell.disconnected + cell.braking, dtype=int))
+    if np.any(np.abs(c.applied_torque[on]) > 1e-6):
+        out.append(f"torque still applied after the stop: {c.applied_torque}")
+    for j in cell.braking:   # the drive's own reaction may only brake: torque against the motion
+        if c.applied_torque[j] * c.plant.state.qd[j] > 0.0:
+            out.append(f"joint {j}: torque {c.applied_torque[j]:.3g} N m drives the motion after the stop")
+    if exit_code(res) != 1:
+        out.append(f"exit code {exit_code(res)}, expected 1")
+    return out
+
+
+def overloaded(c: CellRun) -> bool:
+    """A stop for lateness/stale feedback that the machine's load, not the fault, caused."""
+    res = c.result
+    if not res.faults or res.faults[0].cause == c.cell.cause:
+        return False
+    return res.faults[0].cause in ("stale_feedback", "overrun") and (
+        res.faults[0].t_s < K * c.spec.period_s or c.cell.onset == "stale")
+
+
+def main(argv=None) -> int:  # pragma: no cover - a report, not a test
+    import argparse
+    import tempfile
+    import time
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.parse_args(argv)
+    results = {}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, cell in enumerate(CELLS):
+            c = CellRun(cell, Path(tmp) / f"c{i}")
+            bad = problems(c)
+            cause = c.result.faults[0].cause if c.result.faults else "-"
+            results[(cell.fault, cell.protocol)] = (
+                f"{cause}, {c.cycles_to_stop} cyc, exit {exit_code(c.result)}" + (" **FAIL**" if bad else ""))
+            if bad:
+                print(f"{cell.fault} x {cell.protocol}: " + "; ".join(bad))
+    print(f"\n| fault \\ protocol | {' | '.join(ALL)} |\n|---|{'---|' * len(ALL)}")
+    for f in FAULTS:
+        row = [results.get((f, p), "n/a") for p in ALL]
+        print(f"| {f} | {' | '.join(row)} |")
+    print(f"\n{len(CELLS)} cells run, {len(NOT_APPLICABLE)} not applicable; "
+          f"{time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
