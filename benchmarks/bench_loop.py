@@ -176,7 +176,7 @@ def _wall_rows(tmp: Path, quick: bool) -> list[dict]:
 def run(quick: bool = False) -> list[dict]:
     from controller.gains import ct_gains
     from controller.laws import ComputedTorque, TaskComputedTorque
-    from drivers.sim.toy_models import PlanarTwoLink
+    from dynamics.toy_models import PlanarTwoLink
     from dynamics import load_model
     from trajectories.base import Hold
 

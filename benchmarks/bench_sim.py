@@ -77,9 +77,7 @@ def _hold(model, q0):
 
 
 def run(quick: bool = False) -> list[dict]:
-    from dynamics.config import Section
     from drivers.base import Command
-    from drivers.registry import build_driver
     from drivers.sim.direct import DirectPlantDriver
     from drivers.sim.plant import SimulatedPlant
 

@@ -36,7 +36,7 @@ from drivers.codecs import odrive as odc  # noqa: E402
 from drivers.sim.odrive_emulator import OdriveAxisConfig, OdriveEmulator  # noqa: E402
 from drivers.sim.emulators import EmulatorHost  # noqa: E402
 from drivers.sim.plant import SimulatedPlant  # noqa: E402
-from drivers.sim.toy_models import PlanarTwoLink  # noqa: E402
+from dynamics.toy_models import PlanarTwoLink  # noqa: E402
 
 
 class Clock:

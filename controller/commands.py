@@ -219,8 +219,9 @@ def animate(args) -> int:
 
 def tune(args) -> int:
     """``torqueloop tune``: Monte-Carlo gain search; writes table, plot, best config."""
-    from dynamics.config import Section
-    from .tune import TuneSpec, apply_overrides, run_tune
+    from dynamics.config import Section, apply_overrides
+
+    from .tune import TuneSpec, run_tune
 
     path = Path(args.config)
     data = read_toml(path)

@@ -51,7 +51,7 @@ def driver_keys(kind: str) -> dict[str, dict[str, dict]]:
         ``kind`` is not registered, or has no example table to build.
     """
     from drivers.registry import DRIVER_TYPES, build_driver
-    from drivers.sim.toy_models import Pendulum
+    from dynamics.toy_models import Pendulum
 
     examples = _examples()
     if kind not in DRIVER_TYPES:

@@ -120,7 +120,7 @@ def _excitation_opts(sec: Section, model: Model, defaults: dict | None = None) -
 
 def load_identify(path, *, overrides: dict | None = None) -> IdentifySpec:
     """Read and validate an identify config (errors name the file and the field)."""
-    from .tune import apply_overrides
+    from dynamics.config import apply_overrides
 
     p = Path(path)
     data = read_toml(p)

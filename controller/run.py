@@ -286,7 +286,7 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     # A [tune] table (gain search, see controller.tune) is validated here so that `check` and
     # `run` report its errors too; `run` itself does not use it.
     if "tune" in data:
-        from .tune import TuneSpec
+        from .tune_config import TuneSpec
         TuneSpec.from_section(root.section("tune"))
 
     # The driver table is validated when the driver is built (it may open buses);
@@ -316,7 +316,7 @@ def _trajectory_for_space(traj, model: Model, space: str, tsec: Section):
 def load_run(path: str | Path, *, overrides: Mapping[str, Any] | None = None,
              duration_s: float | None = None) -> RunSpec:
     """Read and parse a run config file (with optional dotted-key overrides)."""
-    from .tune import apply_overrides
+    from dynamics.config import apply_overrides
 
     p = Path(path)
     data = read_toml(p)

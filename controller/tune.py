@@ -29,7 +29,6 @@ the ``engine`` option changes.
 
 from __future__ import annotations
 
-import copy
 import csv
 import itertools
 import math
@@ -37,87 +36,17 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
-from dynamics.config import Section
+from dynamics.config import apply_overrides
 from dynamics.errors import ConfigError, TorqueloopError
 
-__all__ = ["TuneSpec", "Candidate", "TuneResult", "apply_overrides", "make_tasks", "run_tune", "random_streams",
+from .tune_config import ENGINES, ParamRange, TuneSpec
+
+__all__ = ["TuneSpec", "ParamRange", "Candidate", "TuneResult", "apply_overrides", "make_tasks", "run_tune", "random_streams",
            "metric_unit", "EXECUTORS", "EDGE_FRACTION"]
-
-
-@dataclass(frozen=True)
-class ParamRange:
-    low: float
-    high: float
-    log: bool = False
-
-    def draw(self, rng: np.random.Generator) -> float:
-        if self.log:
-            return float(math.exp(rng.uniform(math.log(self.low), math.log(self.high))))
-        return float(rng.uniform(self.low, self.high))
-
-    def grid(self, n: int) -> np.ndarray:
-        if n == 1:
-            return np.array([math.sqrt(self.low * self.high) if self.log else 0.5 * (self.low + self.high)])
-        if self.log:
-            return np.geomspace(self.low, self.high, n)
-        return np.linspace(self.low, self.high, n)
-
-
-@dataclass
-class TuneSpec:
-    params: dict[str, ParamRange]
-    uncertainty: dict[str, ParamRange]
-    method: str = "random"
-    candidates: int = 16
-    monte_carlo: int = 3
-    metric: str = "rms_position_error_m"
-    torque_penalty: float = 0.0
-    saturation_penalty: float = 1.0
-    duration_s: float | None = None
-    engine: str = "local"
-    address: str = ""
-    seed: int = 1
-
-    @staticmethod
-    def from_section(sec: Section) -> "TuneSpec":
-        def ranges(sub: Section | None) -> dict[str, ParamRange]:
-            out = {}
-            if sub is None:
-                return out
-            for key in list(sub.data):
-                v = sub.raw(key)
-                log = isinstance(v, list) and len(v) == 3 and v[2] == "log"
-                nums = v[:2] if log else v
-                arr = sub.as_array(key, nums, (2,))
-                if not arr[0] < arr[1]:
-                    raise sub.error(key, f"needs [low, high] with low < high, got {v!r}")
-                if log and arr[0] <= 0:
-                    raise sub.error(key, "a log range needs low > 0")
-                out[key] = ParamRange(float(arr[0]), float(arr[1]), log)
-            return out
-
-        spec = TuneSpec(
-            params=ranges(sec.section("params")),
-            uncertainty=ranges(sec.section("uncertainty", {})),
-            method=sec.str("method", "random", choices=["random", "grid"]),
-            candidates=sec.int("candidates", 16, minimum=1),
-            monte_carlo=sec.int("monte_carlo", 3, minimum=1),
-            metric=sec.str("metric", "rms_position_error_m"),
-            torque_penalty=sec.float("torque_penalty", 0.0, minimum=0.0),
-            saturation_penalty=sec.float("saturation_penalty", 1.0, minimum=0.0),
-            duration_s=sec.float("duration_s", None, minimum=0.0, strict_min=True),
-            engine=sec.str("engine", "local", choices=sorted(EXECUTORS)),
-            address=sec.str("address", ""),
-            seed=sec.int("seed", 1),
-        )
-        if not spec.params:
-            raise sec.error("params", "at least one parameter to search is needed")
-        sec.finish()
-        return spec
 
 
 @dataclass
@@ -130,31 +59,6 @@ class Candidate:
     @property
     def score(self) -> float:
         return float(np.mean(self.scores)) if self.scores else math.inf
-
-
-def apply_overrides(data: dict, overrides: dict[str, Any], *, file: str | None = None) -> dict:
-    """A deep copy of a config dict with dotted keys set (``"controller.wn_rad_s": 40``).
-
-    Keys ending in ``_scale`` multiply an existing value when one is present
-    (e.g. ``"driver.plant.coulomb_scale"`` is not special: only existing ``*_scale``
-    numbers are multiplied).
-    """
-    out = copy.deepcopy(data)
-    for key, value in overrides.items():
-        parts = key.split(".")
-        node = out
-        for p in parts[:-1]:
-            if p not in node or not isinstance(node[p], dict):
-                if p in node:
-                    raise ConfigError(f"cannot set '{key}': '{p}' is not a table", file, key)
-                node[p] = {}
-            node = node[p]
-        leaf = parts[-1]
-        if leaf.endswith("_scale") and isinstance(node.get(leaf), (int, float)) and not isinstance(node.get(leaf), bool):
-            node[leaf] = float(node[leaf]) * float(value)
-        else:
-            node[leaf] = value
-    return out
 
 
 def make_candidates(spec: TuneSpec, rng: np.random.Generator) -> list[Candidate]:
@@ -264,6 +168,7 @@ def _run_ray(tasks: list[tuple], workers: int | None, address: str, progress: Ca
 
 
 EXECUTORS: dict[str, Callable] = {"local": _run_local, "dask": _run_dask, "ray": _run_ray}
+assert set(EXECUTORS) == set(ENGINES)
 
 #: a best value within this fraction of a range's width from a bound is "at the edge"
 EDGE_FRACTION = 0.05

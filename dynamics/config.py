@@ -17,6 +17,7 @@ array([0. , 0. , 0.1])
 
 from __future__ import annotations
 
+import copy
 import math
 import tomllib
 from pathlib import Path
@@ -26,7 +27,7 @@ import numpy as np
 
 from .errors import ConfigError
 
-__all__ = ["Section", "RecordingSection", "KeyLog", "read_toml"]
+__all__ = ["Section", "RecordingSection", "KeyLog", "read_toml", "apply_overrides"]
 
 _MISSING = object()
 
@@ -323,3 +324,28 @@ class RecordingSection(Section):
     def sections(self, key, default=_MISSING):
         self._note(key, "tables", _MISSING if default is _MISSING else None)
         return super().sections(key, default)
+
+
+def apply_overrides(data: dict, overrides: dict[str, Any], *, file: str | None = None) -> dict:
+    """A deep copy of a config dict with dotted keys set (``"controller.wn_rad_s": 40``).
+
+    Keys ending in ``_scale`` multiply an existing value when one is present
+    (e.g. ``"driver.plant.coulomb_scale"`` is not special: only existing ``*_scale``
+    numbers are multiplied).
+    """
+    out = copy.deepcopy(data)
+    for key, value in overrides.items():
+        parts = key.split(".")
+        node = out
+        for p in parts[:-1]:
+            if p not in node or not isinstance(node[p], dict):
+                if p in node:
+                    raise ConfigError(f"cannot set '{key}': '{p}' is not a table", file, key)
+                node[p] = {}
+            node = node[p]
+        leaf = parts[-1]
+        if leaf.endswith("_scale") and isinstance(node.get(leaf), (int, float)) and not isinstance(node.get(leaf), bool):
+            node[leaf] = float(node[leaf]) * float(value)
+        else:
+            node[leaf] = value
+    return out

@@ -15,7 +15,6 @@ same validation as ``torqueloop check`` on the result:
 
 from __future__ import annotations
 
-import copy
 import math
 import sys
 import tomllib

@@ -16,7 +16,7 @@ import pytest
 from controller.explain import _examples, driver_keys, explain, safety_keys
 from controller.safety import SafetyConfig
 from drivers.registry import DRIVER_TYPES, build_driver
-from drivers.sim.toy_models import Pendulum
+from dynamics.toy_models import Pendulum
 from dynamics.config import RecordingSection, Section
 from dynamics.errors import ConfigError
 

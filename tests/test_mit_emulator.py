@@ -8,11 +8,10 @@ import pytest
 
 from drivers.base import JointMapping
 from drivers.codecs import mit as mitc
-from drivers.sim import emulators
 from drivers.sim.mit_emulator import MitEmulator, MitMotorConfig
 from drivers.sim.mit_fuzz import fuzz_mit_emulator
 from drivers.sim.plant import SimulatedPlant
-from drivers.sim.toy_models import Pendulum
+from dynamics.toy_models import Pendulum
 
 
 def test_fuzz_20000_random_frames():
@@ -20,10 +19,6 @@ def test_fuzz_20000_random_frames():
     assert c["frames"] == 20_000
     # the fuzz reached the interesting paths, not only rejections
     assert c["replies"] > 3000 and c["commands_applied"] > 1000
-
-
-def test_reexported_from_emulators_module():
-    assert emulators.MitEmulator is MitEmulator and emulators.MitMotorConfig is MitMotorConfig
 
 
 def _one(model="AK60-6", **kw):

@@ -24,7 +24,7 @@ from drivers.base import Command
 from drivers.mit_health import (FAULT_FROZEN, FAULT_NOT_FOLLOWING, FAULT_OVER_TEMPERATURE, FollowConfig,
                                 FollowMonitor)
 from drivers.registry import build_driver
-from drivers.sim.toy_models import Pendulum
+from dynamics.toy_models import Pendulum
 
 DEMO = Path(__file__).resolve().parents[1] / "hil_configs" / "runs" / "3rrr_circle.toml"
 

@@ -28,7 +28,6 @@ Disagreements found (asserted below, so a change in either side shows up):
 from __future__ import annotations
 
 import sys
-import threading
 import time
 import types
 import uuid
@@ -39,9 +38,10 @@ import pytest
 
 from drivers.base import JointMapping
 from drivers.codecs import mit as mitc
-from drivers.sim.emulators import EmulatorHost, MitEmulator, MitMotorConfig
+from drivers.sim.emulators import EmulatorHost
+from drivers.sim.mit_emulator import MitEmulator, MitMotorConfig
 from drivers.sim.plant import SimulatedPlant
-from drivers.sim.toy_models import Pendulum
+from dynamics.toy_models import Pendulum
 
 #: CubeMars AK Series Actuator Driver Manual V1.0.8, p. 49-50 (MIT mode range table):
 #: model -> (P_max rad, V_max rad/s, T_max N m, Kp_max, Kd_max); the last column is headed

@@ -20,9 +20,10 @@ import pytest
 
 from drivers.base import JointMapping
 from drivers.codecs import odrive as odc
-from drivers.sim.emulators import EmulatorHost, OdriveAxisConfig, OdriveEmulator
+from drivers.sim.emulators import EmulatorHost
+from drivers.sim.odrive_emulator import OdriveAxisConfig, OdriveEmulator
 from drivers.sim.plant import SimulatedPlant
-from drivers.sim.toy_models import PlanarTwoLink
+from dynamics.toy_models import PlanarTwoLink
 from dynamics.config import Section
 from dynamics.errors import CommsTimeoutError, ConfigError
 

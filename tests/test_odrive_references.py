@@ -289,9 +289,10 @@ def test_third_party_odrive_can_client_enables_and_moves_the_emulated_axis_as_ph
     import can
 
     from drivers.base import JointMapping
-    from drivers.sim.emulators import EmulatorHost, OdriveAxisConfig, OdriveEmulator
+    from drivers.sim.emulators import EmulatorHost
+    from drivers.sim.odrive_emulator import OdriveAxisConfig, OdriveEmulator
     from drivers.sim.plant import SimulatedPlant
-    from drivers.sim.toy_models import Pendulum
+    from dynamics.toy_models import Pendulum
     from odrive_can.odrive import ODriveCAN
 
     J = 0.02                                   # kg m^2

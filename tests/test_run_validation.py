@@ -8,7 +8,6 @@ protection off, an over-budget bus on hardware, an output folder that cannot tak
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import numpy as np

@@ -9,7 +9,7 @@ from dynamics.errors import DriverError
 from drivers.base import Command, Driver
 from drivers.sim.direct import DirectPlantDriver
 from drivers.sim.plant import SimulatedPlant
-from drivers.sim.toy_models import Pendulum, PlanarTwoLink
+from dynamics.toy_models import Pendulum, PlanarTwoLink
 
 
 class Clock:

@@ -13,10 +13,11 @@ from dynamics.errors import CommsError, ConfigError
 from drivers.base import JointMapping
 from drivers.codecs import mit as mitc
 from drivers.codecs import odrive as odc
-from drivers.sim.emulators import (EmulatorHost, MitEmulator, MitMotorConfig, OdriveAxisConfig,
-                                   OdriveEmulator)
+from drivers.sim.emulators import EmulatorHost
+from drivers.sim.mit_emulator import MitEmulator, MitMotorConfig
+from drivers.sim.odrive_emulator import OdriveAxisConfig, OdriveEmulator
 from drivers.sim.plant import SimulatedPlant
-from drivers.sim.toy_models import PlanarTwoLink
+from dynamics.toy_models import PlanarTwoLink
 
 LIM = mitc.MIT_MODELS["AK80-9"]
 MAP1 = JointMapping(gear_ratio=6.0, sign=-1, offset_rad=0.2, efficiency=0.9)

@@ -12,7 +12,7 @@ from scipy.integrate import solve_ivp
 from dynamics.base import ParallelModel
 from dynamics.errors import ConfigError, DriverError, ModelError
 from drivers.sim.plant import SimulatedPlant
-from drivers.sim.toy_models import Pendulum, PlanarTwoLink
+from dynamics.toy_models import Pendulum, PlanarTwoLink
 
 
 def _energy_drift(integrator: str, substeps: int, t_end: float = 2.0) -> float:

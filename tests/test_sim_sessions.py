@@ -14,7 +14,7 @@ from drivers.registry import build_driver
 from drivers.sim import build_simulated
 from drivers.sim.build import EmulatedDriver
 from drivers.sim.direct import DirectPlantDriver
-from drivers.sim.toy_models import PlanarTwoLink
+from dynamics.toy_models import PlanarTwoLink
 
 MODEL = PlanarTwoLink()
 

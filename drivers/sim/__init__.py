@@ -15,7 +15,7 @@
     ``python -m drivers.sim.serve CONFIG``: emulators in a separate process on
     ``udp_multicast``.
 
-Driver types ``sim_direct``, ``sim_mit_can`` and ``sim_odrive_can`` are
+The ``sim_*`` driver types are
 registered in :data:`drivers.registry.DRIVER_TYPES`; :func:`build_simulated`
 builds any of them directly.  Configuration keys: :mod:`drivers.sim.build`.
 """
@@ -30,19 +30,15 @@ from dynamics.base import Model
 from dynamics.config import Section
 from dynamics.errors import ConfigError
 
+from ..registry import DRIVER_TYPES
 from .direct import DirectPlantDriver
 from .plant import PlantState, SimulatedPlant
 
 __all__ = ["SimulatedPlant", "PlantState", "DirectPlantDriver", "build_simulated", "SIM_TYPES"]
 
-#: simulated driver type -> builder in :mod:`drivers.sim.build`
-SIM_TYPES = {
-    "sim_direct": "build_sim_direct",
-    "sim_mit_can": "build_sim_mit_can",
-    "sim_odrive_can": "build_sim_odrive_can",
-    "sim_dynamixel": "build_sim_dynamixel",
-    "sim_cia402_can": "build_sim_cia402_can",
-}
+#: simulated driver type -> "module:builder" (the ``sim_*`` entries of the one registry,
+#: :data:`drivers.registry.DRIVER_TYPES`; imported when chosen)
+SIM_TYPES = {k: v for k, v in DRIVER_TYPES.items() if k.startswith("sim_")}
 
 
 def build_simulated(section: Section, *, model: Model, now: Callable[[], float],
@@ -66,8 +62,9 @@ def build_simulated(section: Section, *, model: Model, now: Callable[[], float],
     Driver
         ``DirectPlantDriver`` or :class:`~drivers.sim.build.EmulatedDriver`.
     """
-    from . import build as _build
+    from importlib import import_module
     kind = section.str("type", choices=sorted(SIM_TYPES))
     if not isinstance(model, Model):
         raise ConfigError("a dynamics.Model is required to simulate", section.file, section.path or None)
-    return getattr(_build, SIM_TYPES[kind])(section, now=now, model=model, rng=rng)
+    module, func = SIM_TYPES[kind].split(":")
+    return getattr(import_module(module), func)(section, now=now, model=model, rng=rng)

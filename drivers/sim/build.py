@@ -456,7 +456,7 @@ def _joint_transport(jt):
 
 
 def _mit_devices(driver, emu_sec: Section, wd, now) -> dict:
-    from .emulators import MitEmulator, MitMotorConfig
+    from .mit_emulator import MitEmulator, MitMotorConfig
     # the drive's reply layout: what the driver is configured to expect, unless said here
     expect = getattr(driver, "reply_variant", "auto")
     variant = emu_sec.str("variant", "classic6" if expect == "auto" else expect,
@@ -522,13 +522,6 @@ def build_sim_odrive_can(section: Section, *, now: Callable[[], float], transpor
                          ) -> EmulatedDriver:
     """Registry builder of ``type = "sim_odrive_can"`` (see module docstring)."""
     return _build_emulated(section, "odrive_can", now=now, transports=transports, model=model, rng=rng)
-
-
-def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transports=None,
-                        model: Model | None = None, rng: np.random.Generator | None = None):
-    """Registry builder of ``type = "sim_dynamixel"`` (see :mod:`drivers.sim.dynamixel_sim`)."""
-    from .dynamixel_sim import build_sim_dynamixel as build
-    return build(section, now=now, transports=transports, model=model, rng=rng)
 
 
 def build_sim_cia402_can(section: Section, *, now: Callable[[], float], transports=None,

@@ -48,8 +48,7 @@ from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DriverE
                              TorqueloopError)
 from .plant import SimulatedPlant
 
-__all__ = ["MitMotorConfig", "MitEmulator", "OdriveAxisConfig", "OdriveEmulator",
-           "EmulatedDevice", "EmulatorHost", "InlineServedBus", "LocalBus"]
+__all__ = ["EmulatedDevice", "EmulatorHost", "InlineServedBus", "LocalBus"]
 
 _TWO_PI = 2.0 * math.pi
 #: timed events due up to this much after ``now()`` are processed (absorbs clock rounding
@@ -97,19 +96,10 @@ class EmulatedDevice:
 
 
 # ---------------------------------------------------------------------------
-# The device emulators live in their own modules (they import this one) and are
-# re-exported here, loaded on first use:
-#   MIT protocol:     drivers/sim/mit_emulator.py
-#   ODrive CANSimple: drivers/sim/odrive_emulator.py
+# The device emulators live in their own modules and import this one (never the
+# other way round): drivers/sim/mit_emulator.py (MIT protocol),
+# drivers/sim/odrive_emulator.py (ODrive CANSimple), drivers/sim/cia402_emulator.py.
 # ---------------------------------------------------------------------------
-def __getattr__(name):
-    if name in ("MitEmulator", "MitMotorConfig", "MIT_DEVICE_FAULTS"):
-        from . import mit_emulator
-        return getattr(mit_emulator, name)
-    if name in ("OdriveAxisConfig", "OdriveEmulator"):
-        from . import odrive_emulator
-        return getattr(odrive_emulator, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def fuzz_mit_emulator(n_frames: int, seed: int = 0, model=None) -> dict:
     model : dynamics.Model, optional
         Plant model with 2 joints (default: a gravity-free planar two-link arm).
     """
-    from .toy_models import PlanarTwoLink
+    from dynamics.toy_models import PlanarTwoLink
     rng = np.random.default_rng(seed)
     plant = SimulatedPlant(model if model is not None else PlanarTwoLink(g=0.0), q0=[0.1, -0.2],
                            current_lag_s=0.0004, viscous=0.05)

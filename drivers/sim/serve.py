@@ -59,7 +59,7 @@ def _server_model(srv: Section, base_dir: Path):
         from dynamics import load_model
         p = Path(srv.str("robot"))
         return load_model(p if p.is_absolute() else base_dir / p)
-    from . import toy_models
+    from dynamics import toy_models
     name = srv.str("toy_model", choices=sorted(TOY_MODELS))
     return getattr(toy_models, TOY_MODELS[name])()
 

@@ -1,0 +1,92 @@
+"""The ``[tune]`` table of a run config (what :mod:`controller.tune` searches).
+
+Kept apart from the search itself so that the run-config builder
+(:mod:`controller.run`) can validate a ``[tune]`` table without importing the
+tuner, which imports the builder (one-way dependency: tune -> run -> tune_config).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynamics.config import Section
+
+__all__ = ["ENGINES", "ParamRange", "TuneSpec"]
+
+#: where the evaluations run (:data:`controller.tune.EXECUTORS` implements each)
+ENGINES = ("local", "dask", "ray")
+
+
+@dataclass(frozen=True)
+class ParamRange:
+    low: float
+    high: float
+    log: bool = False
+
+    def draw(self, rng: np.random.Generator) -> float:
+        if self.log:
+            return float(math.exp(rng.uniform(math.log(self.low), math.log(self.high))))
+        return float(rng.uniform(self.low, self.high))
+
+    def grid(self, n: int) -> np.ndarray:
+        if n == 1:
+            return np.array([math.sqrt(self.low * self.high) if self.log else 0.5 * (self.low + self.high)])
+        if self.log:
+            return np.geomspace(self.low, self.high, n)
+        return np.linspace(self.low, self.high, n)
+
+
+@dataclass
+class TuneSpec:
+    params: dict[str, ParamRange]
+    uncertainty: dict[str, ParamRange]
+    method: str = "random"
+    candidates: int = 16
+    monte_carlo: int = 3
+    metric: str = "rms_position_error_m"
+    torque_penalty: float = 0.0
+    saturation_penalty: float = 1.0
+    duration_s: float | None = None
+    engine: str = "local"
+    address: str = ""
+    seed: int = 1
+
+    @staticmethod
+    def from_section(sec: Section) -> "TuneSpec":
+        def ranges(sub: Section | None) -> dict[str, ParamRange]:
+            out = {}
+            if sub is None:
+                return out
+            for key in list(sub.data):
+                v = sub.raw(key)
+                log = isinstance(v, list) and len(v) == 3 and v[2] == "log"
+                nums = v[:2] if log else v
+                arr = sub.as_array(key, nums, (2,))
+                if not arr[0] < arr[1]:
+                    raise sub.error(key, f"needs [low, high] with low < high, got {v!r}")
+                if log and arr[0] <= 0:
+                    raise sub.error(key, "a log range needs low > 0")
+                out[key] = ParamRange(float(arr[0]), float(arr[1]), log)
+            return out
+
+        spec = TuneSpec(
+            params=ranges(sec.section("params")),
+            uncertainty=ranges(sec.section("uncertainty", {})),
+            method=sec.str("method", "random", choices=["random", "grid"]),
+            candidates=sec.int("candidates", 16, minimum=1),
+            monte_carlo=sec.int("monte_carlo", 3, minimum=1),
+            metric=sec.str("metric", "rms_position_error_m"),
+            torque_penalty=sec.float("torque_penalty", 0.0, minimum=0.0),
+            saturation_penalty=sec.float("saturation_penalty", 1.0, minimum=0.0),
+            duration_s=sec.float("duration_s", None, minimum=0.0, strict_min=True),
+            engine=sec.str("engine", "local", choices=sorted(ENGINES)),
+            address=sec.str("address", ""),
+            seed=sec.int("seed", 1),
+        )
+        if not spec.params:
+            raise sec.error("params", "at least one parameter to search is needed")
+        sec.finish()
+        return spec
