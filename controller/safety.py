@@ -76,6 +76,13 @@ from dynamics.base import JointLimits, Model, ParallelModel
 from dynamics.config import Section
 from dynamics.errors import ConfigError, SafetyError
 
+from . import _safety_rules as _rules
+
+#: empty inputs of the rule kernel: no tracking error / no driver feedback this cycle
+_NO_ERROR = np.zeros(0)
+_NO_CODES = np.zeros(0, dtype=np.int64)
+_NO_FLAGS = np.zeros(0, dtype=np.bool_)
+
 __all__ = ["SafetyConfig", "SafetySupervisor", "SafetyState", "Fault", "REACTIONS", "SAFETY_RANGES",
            "PROTECTIONS", "OK", "CLIPPED", "SOFT_LIMIT", "BRAKING", "HOLDING", "FAULT", "DISABLED"]
 
@@ -374,6 +381,8 @@ class SafetySupervisor:
         self.stop_reason: str | None = None
         self._stale = np.zeros(self.n, dtype=int)
         self._stale_any = False
+        self._jbits = np.zeros(self.n, dtype=np.int64)     # rule bits of the last cycle, per joint
+        self._ebits = np.zeros(0, dtype=np.int64)          # ... per tracking-error axis
         self._k = 0
         self._finished = False
         self._abort = False
@@ -485,15 +494,45 @@ class SafetySupervisor:
         sample; ``tau`` the controller's torque (NaN if the controller failed);
         ``error`` the controller-space tracking error (default ``ref.pos - q``
         when sizes match).
+
+        Every per-joint and per-axis rule is evaluated once, by
+        :func:`controller._safety_rules.evaluate`; a cycle with no bit set (and no
+        stale counter or singularity check pending) is clean, otherwise the bits
+        become faults, soft-limit damping and clipping here.
         """
         self._k += 1
         if self.latched:
             return self._react(t_s, state, (), feedback)
+        n = self.n
         q = np.asarray(state.q, dtype=float)
         qd = np.asarray(state.qd, dtype=float)
         tau = np.asarray(tau, dtype=float)
+        if q.shape != (n,) or qd.shape != (n,) or tau.shape != (n,):
+            raise SafetyError(f"safety check: q, qd and tau must have shape ({n},), got {q.shape}, "
+                              f"{qd.shape}, {tau.shape}")
+        pos = np.asarray(ref.pos, dtype=float)
+        vel = np.asarray(ref.vel, dtype=float)
+        acc = np.asarray(ref.acc, dtype=float)
+        if error is None and pos.shape == q.shape:
+            error = pos - q
+        e = _NO_ERROR if error is None else np.asarray(error, dtype=float)
+        em = self.err_max.reshape(-1)
+        if e.ndim != 1 or em.shape[0] not in (1, e.shape[0]):
+            raise SafetyError(f"safety check: tracking error of shape {e.shape} against "
+                              f"tracking_error_max of shape {self.err_max.shape}")
+        if feedback is None:
+            fault, enabled, fresh = _NO_CODES, _NO_FLAGS, _NO_FLAGS
+        else:
+            fault = np.asarray(feedback.fault, dtype=np.int64)
+            enabled = np.asarray(feedback.enabled, dtype=np.bool_)
+            fresh = np.asarray(feedback.fresh, dtype=np.bool_)
+        jb = self._jbits
+        eb = self._ebits if self._ebits.shape[0] == e.shape[0] else np.zeros(e.shape[0], dtype=np.int64)
+        self._ebits = eb
+        summary = _rules.evaluate(q, qd, tau, pos, vel, acc, e, em, fault, enabled, fresh, self.q_min,
+                                  self.q_max, self.v_max, self._soft_lo, self._soft_hi, self.tau_max, jb, eb)
         if self.stop_reason is None and not self._pending:
-            done = self._check_clean(q, qd, tau, feedback, ref, error)
+            done = self._check_clean(summary, tau)
             if done is not None:
                 return done
         new: list[Fault] = []
@@ -502,67 +541,53 @@ class SafetySupervisor:
         if self._pending:
             new.extend(self._pending)
             self._pending = []
-        # fast path: cheap whole-array tests, details only when something is wrong
         finite_ok = True
-        for name, arr in (("q", q), ("qd", qd), ("tau", tau)):
-            if not np.isfinite(arr).all():
-                j = int(np.flatnonzero(~np.isfinite(arr))[0]) if arr.shape == (self.n,) else None
-                new.append(Fault(t_s, "nonfinite", j, {name: arr.tolist()}, f"non-finite {name}"))
+        for name, arr, bit in (("q", q, _rules.J_Q_NONFINITE), ("qd", qd, _rules.J_QD_NONFINITE),
+                               ("tau", tau, _rules.J_TAU_NONFINITE)):
+            bad = np.flatnonzero(jb & bit)
+            if bad.size:
+                new.append(Fault(t_s, "nonfinite", int(bad[0]), {name: arr.tolist()}, f"non-finite {name}"))
                 finite_ok = False
-        for name in ("pos", "vel", "acc"):
-            arr = np.asarray(getattr(ref, name), dtype=float)
-            if not np.isfinite(arr).all():
+        for name, arr, bit in (("pos", pos, _rules.G_REF_POS), ("vel", vel, _rules.G_REF_VEL),
+                               ("acc", acc, _rules.G_REF_ACC)):
+            if summary & bit:
                 new.append(Fault(t_s, "nonfinite", None, {f"ref.{name}": arr.tolist()}, f"non-finite reference {name}"))
                 finite_ok = False
         if feedback is not None:
-            codes = np.asarray(feedback.fault)
-            if codes.any():
-                for j in np.flatnonzero(codes != 0):
-                    new.append(Fault(t_s, "device_fault", int(j), {"code": int(codes[j])},
-                                     f"device reports fault code {int(codes[j])}"))
-            en = np.asarray(feedback.enabled, dtype=bool)
-            if not en.all():
-                for j in np.flatnonzero(~en):
-                    new.append(Fault(t_s, "drive_disabled", int(j), {}, "drive not enabled"))
-            fresh = np.asarray(feedback.fresh, dtype=bool)
-            if fresh.all():
+            for j in np.flatnonzero(jb & _rules.J_DEVICE_FAULT):
+                new.append(Fault(t_s, "device_fault", int(j), {"code": int(fault[j])},
+                                 f"device reports fault code {int(fault[j])}"))
+            for j in np.flatnonzero(jb & _rules.J_DISABLED):
+                new.append(Fault(t_s, "drive_disabled", int(j), {}, "drive not enabled"))
+            stale = (jb & _rules.J_NOT_FRESH) != 0
+            if not stale.any():
                 if self._stale_any:
                     self._stale[:] = 0
                     self._stale_any = False
             else:
-                self._stale = np.where(fresh, 0, self._stale + 1)
+                self._stale = np.where(stale, self._stale + 1, 0)
                 self._stale_any = True
                 for j in np.flatnonzero(self._stale >= self.config.stale_cycles):
                     new.append(Fault(t_s, "stale_feedback", int(j), {"cycles": int(self._stale[j])},
                                      f"no fresh feedback for {int(self._stale[j])} cycles"))
                 new.extend(self._stale_window(t_s))
         if finite_ok:
-            out = (q < self.q_min) | (q > self.q_max)
-            if out.any():
-                for j in np.flatnonzero(out):
-                    new.append(Fault(t_s, "position_limit", int(j),
-                                     {"q": float(q[j]), "min": float(self.q_min[j]), "max": float(self.q_max[j])},
-                                     "position outside hard limits"))
-            fast = np.abs(qd) > self.v_max
-            if fast.any():
-                for j in np.flatnonzero(fast):
-                    new.append(Fault(t_s, "velocity_limit", int(j), {"qd": float(qd[j]), "max": float(self.v_max[j])},
-                                     "velocity limit exceeded"))
-            if error is None and np.shape(ref.pos) == q.shape:
-                error = np.asarray(ref.pos, dtype=float) - q
+            for j in np.flatnonzero(jb & _rules.J_POSITION):
+                new.append(Fault(t_s, "position_limit", int(j),
+                                 {"q": float(q[j]), "min": float(self.q_min[j]), "max": float(self.q_max[j])},
+                                 "position outside hard limits"))
+            for j in np.flatnonzero(jb & _rules.J_VELOCITY):
+                new.append(Fault(t_s, "velocity_limit", int(j), {"qd": float(qd[j]), "max": float(self.v_max[j])},
+                                 "velocity limit exceeded"))
             if error is not None:
-                e = np.asarray(error, dtype=float)
-                if not np.isfinite(e).all():
+                if np.any(eb & _rules.E_NONFINITE):
                     new.append(Fault(t_s, "nonfinite", None, {"error": e.tolist()}, "non-finite tracking error"))
                 else:
-                    big = np.abs(e) > self.err_max
-                    if big.any():
-                        for j in np.flatnonzero(big):
-                            new.append(Fault(t_s, "tracking_error", int(j),
-                                             {"error": float(e[j]),
-                                              "max": float(np.broadcast_to(self.err_max, e.shape)[j])},
-                                             "tracking error limit exceeded"))
-            if self._sing and (self._k - 1) % self.config.singularity_every == 0:
+                    for j in np.flatnonzero(eb & _rules.E_BEYOND):
+                        new.append(Fault(t_s, "tracking_error", int(j),
+                                         {"error": float(e[j]), "max": float(em[0 if em.shape[0] == 1 else j])},
+                                         "tracking error limit exceeded"))
+        if self._sing and (self._k - 1) % self.config.singularity_every == 0:
                 try:
                     self.pose = np.asarray(self.model.forward_kinematics_task(q, guess=self.pose), dtype=float)
                     rep = self.model.singularity(q, self.pose)
@@ -596,8 +621,8 @@ class SafetySupervisor:
 
         code = OK
         cmd = tau
-        lo = (q < self._soft_lo) & (qd < 0)
-        hi = (q > self._soft_hi) & (qd > 0)
+        lo = (jb & _rules.J_SOFT_LO) != 0
+        hi = (jb & _rules.J_SOFT_HI) != 0
         soft = lo | hi
         if soft.any():
             code |= SOFT_LIMIT
@@ -610,59 +635,13 @@ class SafetySupervisor:
             cmd = np.clip(cmd, -self.tau_max, self.tau_max)
         return cmd.copy() if cmd is tau else cmd, SafetyState(code, "run", sat)
 
-    def _check_clean(self, q, qd, tau, feedback, ref, error):
-        """Fast path of :meth:`check` for the common cycle: nothing wrong, nothing to do.
-
-        Plain-float tests that are exactly the conditions of the full checks in
-        :meth:`check`.  Returns ``(tau copy, SafetyState OK)`` when every check
-        passes, no soft limit is active, no torque is clipped, no stale-feedback
-        counter needs resetting and no singularity check is due; otherwise
-        ``None`` and :meth:`check` runs its full path (which then finds and
-        records whatever is wrong, or handles the limits).
-        """
-        n = self.n
-        if q.shape != (n,) or qd.shape != (n,) or tau.shape != (n,):
+    def _check_clean(self, summary: int, tau: np.ndarray):
+        """The clean cycle: no rule bit set (``summary`` of :func:`_rules.evaluate`), no stale
+        counter to reset and no singularity check due.  Returns ``(tau copy, SafetyState OK)``,
+        or ``None`` for the full path (which finds what is set, or handles the limits)."""
+        if summary or self._stale_any or (self._sing and (self._k - 1) % self.config.singularity_every == 0):
             return None
-        if self._stale_any or (self._sing and (self._k - 1) % self.config.singularity_every == 0):
-            return None
-        isfinite = math.isfinite
-        ql, qdl, taul = q.tolist(), qd.tolist(), tau.tolist()
-        refs = [np.asarray(ref.pos, dtype=float), np.asarray(ref.vel, dtype=float),
-                np.asarray(ref.acc, dtype=float)]
-        for vals in (ql, qdl, taul, refs[0].ravel().tolist(), refs[1].ravel().tolist(),
-                     refs[2].ravel().tolist()):
-            for v in vals:
-                if not isfinite(v):
-                    return None
-        if feedback is not None:
-            if any(np.asarray(feedback.fault).ravel().tolist()):
-                return None
-            if not (all(np.asarray(feedback.enabled, dtype=bool).ravel().tolist())
-                    and all(np.asarray(feedback.fresh, dtype=bool).ravel().tolist())):
-                return None
-        if error is None and refs[0].shape == q.shape:
-            error = refs[0] - q
-        if error is not None:
-            e = np.asarray(error, dtype=float)
-            em = self.err_max
-            if e.ndim != 1:
-                return None
-            if em.shape == e.shape:
-                lims = em.tolist()
-            elif em.ndim == 0:
-                lims = [float(em)] * e.size
-            else:
-                return None
-            for v, lim in zip(e.tolist(), lims):
-                if not isfinite(v) or abs(v) > lim:
-                    return None
-        for qj, qdj, tj, lo, hi, vm, slo, shi, tm in zip(
-                ql, qdl, taul, self.q_min.tolist(), self.q_max.tolist(), self.v_max.tolist(),
-                self._soft_lo.tolist(), self._soft_hi.tolist(), self.tau_max.tolist()):
-            if (qj < lo or qj > hi or abs(qdj) > vm or (qj < slo and qdj < 0) or (qj > shi and qdj > 0)
-                    or abs(tj) > tm):
-                return None
-        return tau.copy(), SafetyState(OK, "run", np.zeros(n, dtype=bool))
+        return tau.copy(), SafetyState(OK, "run", np.zeros(self.n, dtype=bool))
 
     def _stale_window(self, t_s) -> list[Fault]:
         """Record a cycle with some feedback not fresh; a fault when the window's share is too high."""

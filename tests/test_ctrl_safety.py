@@ -463,3 +463,50 @@ def test_singularity_guard_is_predictive(horizon_s):
         assert margins[-1] + rate * 2 * horizon_s < 0.05
     else:
         assert f.values["margin"] < 0.05 and margins[-2] >= 0.05
+
+
+def test_rule_kernel_bits_match_the_rules_stated_plainly():
+    """controller._safety_rules.evaluate (the one copy of the per-cycle rules) against the rules
+    written out with numpy, on random states with NaN/inf, limits, soft zones and feedback."""
+    from controller import _safety_rules as R
+
+    rng = np.random.default_rng(3)
+    n, m = 3, 2
+    q_min, q_max = np.array([-1.0, -2.0, -0.5]), np.array([1.0, 2.0, 0.5])
+    soft_lo, soft_hi = q_min + 0.1, q_max - 0.1
+    v_max, tau_max = np.array([2.0, 3.0, 1.0]), np.array([5.0, 5.0, 2.0])
+    specials = np.array([np.nan, np.inf, -np.inf])
+    seen = 0
+    for _ in range(3000):
+        def arr(k, scale):
+            a = rng.normal(0.0, scale, k)
+            a[rng.random(k) < 0.01] = rng.choice(specials)
+            return a
+        q, qd, tau = arr(n, 0.5), arr(n, 1.0), arr(n, 2.0)
+        pos, vel, acc = arr(3, 1.0), arr(3, 1.0), arr(3, 1.0)
+        err = arr(m, 0.03)
+        em = np.array([0.05]) if rng.random() < 0.5 else np.array([0.02, 0.08])
+        fb = rng.random() < 0.7
+        fault = rng.integers(0, 2, n) * (rng.random(n) < 0.1) if fb else np.zeros(0, dtype=np.int64)
+        enabled = rng.random(n) > 0.05 if fb else np.zeros(0, dtype=bool)
+        fresh = rng.random(n) > 0.05 if fb else np.zeros(0, dtype=bool)
+        jb, eb = np.zeros(n, dtype=np.int64), np.zeros(m, dtype=np.int64)
+        g = R.evaluate(q, qd, tau, pos, vel, acc, err, em, fault.astype(np.int64), enabled, fresh,
+                       q_min, q_max, v_max, soft_lo, soft_hi, tau_max, jb, eb)
+        want = (~np.isfinite(q)) * R.J_Q_NONFINITE | (~np.isfinite(qd)) * R.J_QD_NONFINITE \
+            | (~np.isfinite(tau)) * R.J_TAU_NONFINITE \
+            | ((q < q_min) | (q > q_max)) * R.J_POSITION | (np.abs(qd) > v_max) * R.J_VELOCITY \
+            | ((q < soft_lo) & (qd < 0)) * R.J_SOFT_LO | ((q > soft_hi) & (qd > 0)) * R.J_SOFT_HI \
+            | (np.abs(tau) > tau_max) * R.J_CLIP
+        if fb:
+            want = want | (fault != 0) * R.J_DEVICE_FAULT | (~enabled) * R.J_DISABLED | (~fresh) * R.J_NOT_FRESH
+        np.testing.assert_array_equal(jb, want)
+        lim = np.broadcast_to(em, (m,))
+        want_e = np.where(~np.isfinite(err), R.E_NONFINITE, np.where(np.abs(err) > lim, R.E_BEYOND, 0))
+        np.testing.assert_array_equal(eb, want_e)
+        want_g = (R.G_REF_POS * (not np.isfinite(pos).all()) | R.G_REF_VEL * (not np.isfinite(vel).all())
+                  | R.G_REF_ACC * (not np.isfinite(acc).all()))
+        assert g == want_g | (int(np.bitwise_or.reduce(want_e)) << R.E_SHIFT) \
+            | (int(np.bitwise_or.reduce(want)) << R.JOINT_SHIFT)
+        seen += g == 0
+    assert 50 < seen < 2900        # clean and flagged cycles both occurred

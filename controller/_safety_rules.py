@@ -1,0 +1,128 @@
+"""The per-cycle rules of the safety supervisor, written once (compiled).
+
+:func:`evaluate` tests every per-joint and per-axis rule of
+:meth:`controller.safety.SafetySupervisor.check` on plain arrays and writes one
+bit mask per joint (``J_*``) and per tracking-error axis (``E_*``).  The
+supervisor uses the bits both ways: when nothing is set (and no stale counter
+or singularity check is pending) the cycle is clean and the command goes out
+unchanged; otherwise it turns the set bits into faults, soft-limit damping and
+clipping.  No rule is restated anywhere else.
+
+Comparisons follow IEEE rules: a NaN is never beyond a limit (it is reported by
+the non-finite bits instead).
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+__all__ = ["evaluate", "J_Q_NONFINITE", "J_QD_NONFINITE", "J_TAU_NONFINITE", "J_DEVICE_FAULT",
+           "J_DISABLED", "J_NOT_FRESH", "J_POSITION", "J_VELOCITY", "J_SOFT_LO", "J_SOFT_HI", "J_CLIP",
+           "E_NONFINITE", "E_BEYOND", "G_REF_POS", "G_REF_VEL", "G_REF_ACC", "JOINT_SHIFT"]
+
+# per joint
+J_Q_NONFINITE = 1
+J_QD_NONFINITE = 2
+J_TAU_NONFINITE = 4
+J_DEVICE_FAULT = 8          # the device reports a non-zero fault code
+J_DISABLED = 16             # the drive says it is not enabled
+J_NOT_FRESH = 32            # no fresh feedback this cycle
+J_POSITION = 64             # outside [q_min, q_max]
+J_VELOCITY = 128            # |qd| > v_max
+J_SOFT_LO = 256             # in the lower soft zone, moving further in
+J_SOFT_HI = 512             # in the upper soft zone, moving further in
+J_CLIP = 1024               # |tau| > tau_max
+# per tracking-error axis
+E_NONFINITE = 1
+E_BEYOND = 2                # |e| > its limit
+# global (low bits of the return value); the OR of every joint's and axis' bits above them
+G_REF_POS = 1
+G_REF_VEL = 2
+G_REF_ACC = 4
+E_SHIFT = 3
+JOINT_SHIFT = 5
+
+
+@njit(cache=True)
+def _all_finite(a) -> bool:
+    for v in a.ravel():
+        if not math.isfinite(v):
+            return False
+    return True
+
+
+@njit(cache=True)
+def evaluate(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh,
+             q_min, q_max, v_max, soft_lo, soft_hi, tau_max, jbits, ebits):
+    """Evaluate the rules of one cycle.
+
+    Parameters
+    ----------
+    q, qd, tau : (n,) measured positions [rad|m], velocities [rad/s|m/s], controller torques [N m|N].
+    pos, vel, acc : reference sample (any shape; only finiteness is tested here).
+    err : (m,) tracking error in controller space (m = 0: none).
+    err_max : (1,) or (m,) its limits.
+    fault, enabled, fresh : (n,) int64 / bool / bool from the driver's feedback, or (0,) without one.
+    q_min, q_max, v_max, soft_lo, soft_hi, tau_max : (n,) limits.
+    jbits : (n,) int64 out, ``J_*`` per joint.  ebits : (m,) int64 out, ``E_*`` per axis.
+
+    Returns
+    -------
+    int
+        ``G_*`` bits | (OR of ``ebits``) << E_SHIFT | (OR of ``jbits``) << JOINT_SHIFT;
+        zero: nothing to do this cycle.
+    """
+    g = 0
+    if not _all_finite(pos):
+        g |= G_REF_POS
+    if not _all_finite(vel):
+        g |= G_REF_VEL
+    if not _all_finite(acc):
+        g |= G_REF_ACC
+    has_fb = fault.shape[0] > 0
+    jor = 0
+    for j in range(q.shape[0]):
+        b = 0
+        qj = q[j]
+        qdj = qd[j]
+        tj = tau[j]
+        if not math.isfinite(qj):
+            b |= J_Q_NONFINITE
+        if not math.isfinite(qdj):
+            b |= J_QD_NONFINITE
+        if not math.isfinite(tj):
+            b |= J_TAU_NONFINITE
+        if has_fb:
+            if fault[j] != 0:
+                b |= J_DEVICE_FAULT
+            if not enabled[j]:
+                b |= J_DISABLED
+            if not fresh[j]:
+                b |= J_NOT_FRESH
+        if qj < q_min[j] or qj > q_max[j]:
+            b |= J_POSITION
+        if abs(qdj) > v_max[j]:
+            b |= J_VELOCITY
+        if qj < soft_lo[j] and qdj < 0.0:
+            b |= J_SOFT_LO
+        if qj > soft_hi[j] and qdj > 0.0:
+            b |= J_SOFT_HI
+        if abs(tj) > tau_max[j]:
+            b |= J_CLIP
+        jbits[j] = b
+        jor |= b
+    eor = 0
+    one = err_max.shape[0] == 1
+    for i in range(err.shape[0]):
+        e = err[i]
+        lim = err_max[0] if one else err_max[i]
+        b = 0
+        if not math.isfinite(e):
+            b = E_NONFINITE
+        elif abs(e) > lim:
+            b = E_BEYOND
+        ebits[i] = b
+        eor |= b
+    return g | (eor << E_SHIFT) | (jor << JOINT_SHIFT)
