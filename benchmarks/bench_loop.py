@@ -10,6 +10,9 @@
 * the control part alone (``compute`` column of the loop timing: velocity handling,
   controller, safety);
 * one telemetry row: ``.npy`` block writer vs formatting the same row as CSV text;
+* ``SafetySupervisor.check`` alone on a clean 3RRR cycle (the rules of
+  ``controller/_safety_rules.py``, the periodic singularity check included), beside
+  ``controller.compute`` of the same cycle as the reference;
 * the offline closed-loop real-time factor of the shipped run configs, built exactly as
   ``torqueloop run`` builds them (``controller.run.load_run`` / ``build_run``, telemetry
   on): ``hil_configs/runs/3rrr_circle_direct.toml`` (plant in process) and
@@ -49,7 +52,9 @@ def _loop_rows(name, model, ctrl, traj, q0, qd0, duration_s, tmp):
 
     clock = LockstepClock()
     drv = DirectPlantDriver(SimulatedPlant(model, q0=q0, qd0=qd0), now=clock.now)
-    safety = SafetySupervisor(SafetyConfig(), model.limits, model=model)
+    # a run needs a finite torque limit on every actuator: the toy arm's file has none
+    finite = bool(np.all(np.isfinite(model.limits.torque_max)))
+    safety = SafetySupervisor(SafetyConfig(torque_max=None if finite else 100.0), model.limits, model=model)
     tel = TelemetryWriter(tmp / name.replace(" ", "_"), model.dof, ctrl.dim)
     res = ControlLoop(drv, ctrl, traj, safety, clock, period_s=PERIOD_S, telemetry=tel,
                       duration_s=duration_s, handle_signals=False).run()
@@ -173,6 +178,38 @@ def _wall_rows(tmp: Path, quick: bool) -> list[dict]:
     ]
 
 
+def _safety_rows(repeat):
+    """One clean cycle of the 3RRR demo's supervisor, interleaved with its controller's compute."""
+    from types import SimpleNamespace as NS
+
+    from benchmarks._timing import time_calls
+    from controller.run import build_run, load_run
+
+    spec = load_run(ROOT / "hil_configs" / "runs" / "3rrr_circle_direct.toml")
+    run = build_run(spec)
+    try:
+        sup, law = run.loop.safety, run.loop.controller
+        m = spec.model
+        X0 = np.asarray(m.home_pose, dtype=float)
+        q0 = np.asarray(m.inverse_kinematics(X0), dtype=float)
+        fb = NS(fault=np.zeros(3, dtype=np.int64), enabled=np.ones(3, dtype=bool), fresh=np.ones(3, dtype=bool))
+        ref = spec.trajectory.sample(0.0)
+        state = NS(q=q0, qd=np.full(3, 0.01), X=X0, Xd=np.zeros(3))
+        tau = np.array([0.1, -0.2, 0.3])
+        err = np.zeros(3)
+        law.reset()
+        t = time_calls({"compute": (law.compute, (0.0, ref, state)),
+                        "check": (lambda: sup.check(0.0, state, fb, ref, tau, error=err), ())},
+                       repeat=repeat, number=2000)
+        (c_med, _), (s_med, s_p99) = t["compute"], t["check"]
+        assert not sup.latched, sup.faults
+    finally:
+        run.close()
+    return [{"case": "safety.check, clean 3RRR cycle", "median_us": s_med, "p99_us": s_p99,
+             "ref": "controller.compute (same cycle)", "ref_median_us": c_med, "ratio": s_med / c_med,
+             "note": "rules once in controller/_safety_rules.py; singularity check every N cycles included"}]
+
+
 def run(quick: bool = False) -> list[dict]:
     from controller.gains import ct_gains
     from controller.laws import ComputedTorque, TaskComputedTorque
@@ -195,6 +232,7 @@ def run(quick: bool = False) -> list[dict]:
         rows += _loop_rows("3RRR, task-space CT", m, TaskComputedTorque(m, g3.kp, g3.kd, friction="measured"),
                            Hold(X0, duration), m.inverse_kinematics(X0), None, duration, tmp)
     rows += _telemetry_rows(20 if quick else 100)
+    rows += _safety_rows(5 if quick else 25)
     with tempfile.TemporaryDirectory() as d:
         rows += _offline_rows(Path(d), quick)
         rows += _wall_rows(Path(d), quick)

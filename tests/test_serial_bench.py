@@ -54,3 +54,23 @@ def test_run_serial_quick_writes_json(tmp_path, capsys):
     assert "bench_serial" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bench_run.main(["--only", "nonexistent_module"])
+
+
+@pytest.mark.slow
+def test_every_benchmark_module_runs(tmp_path):
+    """`python benchmarks/run.py --quick` runs every module to the end (bench_loop had stopped
+    running when robot files without torque limits became refused, and nothing noticed)."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "bench.json"
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "run.py"), "--quick", "--json", str(out)],
+                       cwd=root, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=str(root)))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "FAILED" not in r.stdout
+    data = json.loads(out.read_text())
+    text = json.dumps(data)
+    for module in ("bench_serial", "bench_loop", "bench_sim", "bench_drivers", "bench_stewart"):
+        assert module in text, module
