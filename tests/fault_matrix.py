@@ -19,7 +19,9 @@ cycle ``k``; an injection "at cycle K" runs at the start of driver cycle ``K`` (
 cycle's frames go out), so a device shows it in its reply to cycle ``K`` and the supervisor
 sees it in row ``K + 1``.  *Cycles to stop* = (row of the zero-torque stop) - ``K``.  For
 the seeded lossy/corrupting buses there is no single injection cycle: the onset is the
-row in which some joint's feedback had been missing ``stale_cycles`` rows in a row.
+row in which some joint's feedback had been missing ``stale_cycles`` rows in a row.  For the
+velocity limit (tightened at cycle ``K`` to :data:`V_TIGHT`) the onset is the driver cycle
+whose reply first shows the joint moving after that (a joint at rest is within any limit).
 """
 
 from __future__ import annotations
@@ -126,6 +128,16 @@ def _position_limit(case):
     return hook
 
 
+#: joint 1's velocity limit from cycle K on [rad/s | m/s]: any motion is beyond it
+V_TIGHT = 1e-12
+
+
+def _velocity_limit(case):
+    def hook():
+        case.safety.v_max[1] = V_TIGHT
+    return hook
+
+
 def _tracking_error(case):
     def hook():
         case.safety.err_max = np.full_like(np.asarray(case.safety.err_max, dtype=float), 1e-12)
@@ -153,15 +165,19 @@ def _nan(case):
     return lambda: setattr(proxy, "armed", True)
 
 
-def _sigint(case):
-    orig = case.safety.request_stop
+def _signal(sig: signal.Signals):
+    """Injection: ``sig`` sent to this process by another thread (as ``kill`` from a shell would)."""
+    def inject(case):
+        orig = case.safety.request_stop
 
-    def spy(reason="signal"):
-        case.onset.setdefault("signal", case.hooked.calls - 1)
-        orig(reason)
+        def spy(reason="signal"):
+            case.onset.setdefault("signal", case.hooked.calls - 1)
+            case.onset.setdefault("reason", reason)
+            orig(reason)
 
-    case.safety.request_stop = spy
-    return lambda: threading.Timer(0.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        case.safety.request_stop = spy
+        return lambda: threading.Timer(0.0, os.kill, (os.getpid(), sig)).start()
+    return inject
 
 
 _LOSSY = {"driver.faults.seed": 5, "driver.faults.during_enable": False,
@@ -183,12 +199,15 @@ class Cell:
     inject: Callable | None = None                  # (case) -> hook at driver cycle K
     overrides: dict = field(default_factory=dict)
     status: str = "fault"
-    onset: str = "K"                                 # "K", "stale" (seeded bus), "signal"
+    onset: str = "K"                                 # "K", "stale" (seeded bus), "signal", "velocity"
     disconnected: tuple = ()                         # joints nobody can tell to stop
     braking: tuple = ()                              # joints in their drive's own fault reaction
     reachable: bool = True                           # False: no command reaches any device any more
     note: str = ""
 
+
+#: safety.stale_cycles the stale-feedback bounds are written for (checked against each run's config)
+STALE_CYCLES = 3
 
 CAN = ("mit", "odrive", "cia402")
 DEVICES = CAN + ("dynamixel",)
@@ -196,14 +215,16 @@ ALL = DEVICES + ("plant",)
 
 CELLS: list[Cell] = []
 for p in DEVICES:
-    # stale_cycles = 3 missing replies -> stop in the next row (CiA 402 at 500 Hz: same count)
-    CELLS.append(Cell("device silent", p, "stale_feedback", 4, _silent, disconnected=(1,)))
+    # replies K, K+1, K+2 missing (stale_cycles = 3, every shipped config): seen in rows K+1..K+3,
+    # the stop in row K+3 (CiA 402 and Dynamixel at 500 Hz: the same count)
+    CELLS.append(Cell("device silent", p, "stale_feedback", STALE_CYCLES, _silent, disconnected=(1,)))
 for p in CAN:
-    CELLS.append(Cell("lossy bus (45 % drops)", p, "stale_feedback", 1, None, _LOSSY, onset="stale"))
-    CELLS.append(Cell("corrupt frames (45 % truncated)", p, "stale_feedback", 1, None, _TRUNCATE,
+    # the onset is the row in which the count reaches stale_cycles: the stop must be in that row
+    CELLS.append(Cell("lossy bus (45 % drops)", p, "stale_feedback", 0, None, _LOSSY, onset="stale"))
+    CELLS.append(Cell("corrupt frames (45 % truncated)", p, "stale_feedback", 0, None, _TRUNCATE,
                       onset="stale"))
-CELLS.append(Cell("corrupt frames (45 % truncated)", "dynamixel", "stale_feedback", 4, _corrupt_serial,
-                  note="every reply fails its CRC from cycle K"))
+CELLS.append(Cell("corrupt frames (45 % truncated)", "dynamixel", "stale_feedback", STALE_CYCLES,
+                  _corrupt_serial, note="every reply fails its CRC from cycle K"))
 CELLS.append(Cell("device fault", "mit", "device_fault", 1, _device_fault,
                   {"driver.emulator.variant": "cubemars8"}, note="8-byte CubeMars reply"))
 CELLS.append(Cell("device fault", "odrive", "device_fault", round(0.1 / 0.001) + 2, _device_fault,
@@ -222,8 +243,11 @@ for p in DEVICES:
 for p in ALL:
     CELLS.append(Cell("NaN from the controller", p, "nonfinite", 1, _nan))
     CELLS.append(Cell("position limit", p, "position_limit", 1, _position_limit))
+    CELLS.append(Cell("velocity limit", p, "velocity_limit", 1, _velocity_limit, onset="velocity",
+                      note="limit tightened at cycle K; onset: the first reply after it with joint 1 moving"))
     CELLS.append(Cell("tracking error", p, "tracking_error", 1, _tracking_error))
-    CELLS.append(Cell("SIGINT", p, "signal", 2, _sigint, status="stopped", onset="signal"))
+    CELLS.append(Cell("SIGINT", p, "signal", 2, _signal(signal.SIGINT), status="stopped", onset="signal"))
+    CELLS.append(Cell("SIGTERM", p, "signal", 2, _signal(signal.SIGTERM), status="stopped", onset="signal"))
 
 #: (fault, protocol) -> why the cell does not exist
 NOT_APPLICABLE = {
@@ -258,7 +282,7 @@ class CellRun:
         self.onset: dict = {}
         self.run = build_run(self.spec, out_dir=out)
         self.close_error = None
-        sig_before = signal.getsignal(signal.SIGINT)
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             self.safety = self.run.loop.safety
             self.plant = self.run.plant
@@ -276,7 +300,8 @@ class CellRun:
                 self.run.close()
             except CommsError as err:       # a dead bus cannot be closed cleanly either
                 self.close_error = err
-        assert signal.getsignal(signal.SIGINT) is sig_before
+        for sig, handler in handlers.items():     # the loop's handlers are gone again
+            assert signal.getsignal(sig) is handler, sig
         self.plant.advance_to(self.plant.t_s + 0.02)   # > 40 current-loop lag constants
         self.applied_torque = np.asarray(self.plant.applied_torque_nm, dtype=float)
         self.log = read_log(out)
@@ -298,6 +323,11 @@ class CellRun:
             return _stale_cause_row(self.log["fresh"], self.spec.safety.stale_cycles)
         if self.cell.onset == "signal":
             return self.onset["signal"]
+        if self.cell.onset == "velocity":
+            # the driver cycle whose reply first showed joint 1 beyond V_TIGHT (its row is one later);
+            # the Stewart legs stick in their Coulomb friction for the first 0.22 s
+            moving = np.flatnonzero(np.abs(self.log["qd"][K + 1:, 1]) > V_TIGHT)
+            return K + int(moving[0]) if moving.size else len(self.log)
         return K
 
     @property
@@ -314,6 +344,8 @@ def problems(c: CellRun) -> list[str]:
     cause = res.faults[0].cause if res.faults else None
     if cause != cell.cause:
         out.append(f"cause {cause!r}, expected {cell.cause!r} ({[str(f) for f in res.faults][:3]})")
+    if cell.cause == "stale_feedback" and c.spec.safety.stale_cycles != STALE_CYCLES:
+        out.append(f"safety.stale_cycles is {c.spec.safety.stale_cycles}, the bounds are for {STALE_CYCLES}")
     n = res.n_cycles
     if not (len(log) == n == meta["rows"] == meta["result"]["n_cycles"]):
         out.append(f"log incomplete: {len(log)} rows, {n} cycles, meta rows {meta['rows']}")
@@ -335,6 +367,12 @@ def problems(c: CellRun) -> list[str]:
         out.append("last row not flagged FAULT | DISABLED")
     if np.any(log["safety"][: c.onset_row] & FAULT):
         out.append("a fault before the onset")
+    if cell.cause == "device_fault":      # the device's code is in the log, from the stop row on only
+        j = res.faults[0].joint if res.faults else None
+        if j is None or log["fault"][last, j] == 0 or log["fault"][:last].any():
+            out.append(f"device fault code not logged in the stop row only: {log['fault'][-3:].tolist()}")
+    if cell.onset == "signal" and c.onset.get("reason") != cell.fault:
+        out.append(f"stop requested for {c.onset.get('reason')!r}, expected {cell.fault!r}")
     if not (0 <= c.cycles_to_stop <= cell.max_cycles):
         out.append(f"{c.cycles_to_stop} cycles from onset (row {c.onset_row}) to stop, "
                    f"allowed 0..{cell.max_cycles}")
