@@ -50,6 +50,10 @@ RUNS = Path(__file__).resolve().parents[1] / "hil_configs" / "runs"
 
 #: injection cycle (driver cycle) of the single-shot faults
 K = 100
+#: |applied torque| [N m | N] counted as none
+TORQUE_OFF_NM = 1e-6
+#: time step [s] of the devices' timed events after a run whose bus died
+WATCHDOG_STEP_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,8 @@ class Cell:
     disconnected: tuple = ()                         # joints nobody can tell to stop
     braking: tuple = ()                              # joints in their drive's own fault reaction
     reachable: bool = True                           # False: no command reaches any device any more
+    watchdog_s: float | None = None                  # unreachable: the devices' own protection must
+    #                                                  leave no torque this long after the last row [s]
     note: str = ""
 
 
@@ -235,11 +241,18 @@ CELLS.append(Cell("device fault", "dynamixel", "device_fault", 2, _device_fault,
                   note="status packet's alert bit"))
 CELLS.append(Cell("motor limp (no fault code)", "mit", "device_fault", 16 + 4, _limp,
                   note="classic 6-byte reply: the driver's follow check"))
+#: dead bus: each device's own protection in the shipped config, + 10 ms for the current loop's lag
+#: to reach TORQUE_OFF_NM [s]: MIT CAN timeout 50 ms ([driver.emulator] watchdog_timeout_s), ODrive
+#: axis watchdog 100 ms (idem), CiA 402 master-heartbeat timeout 60 ms (0x1016) then the fault
+#: reaction (0x605E: brake to standstill, then power off; + 50 ms), Dynamixel Bus Watchdog 100 ms
+WATCHDOG_S = {"mit": 0.05 + 0.01, "odrive": 0.1 + 0.01, "cia402": 0.06 + 0.05 + 0.01,
+              "dynamixel": 0.1 + 0.01}
 for p in DEVICES:
     # the exchange of cycle K fails: its row is the last, flagged FAULT | DISABLED; no zero command
     # can reach the motors any more, each one's watchdog has to zero it
     CELLS.append(Cell("bus dead / adapter gone", p, "comms", 0, _bus_dead,
-                      _PASS if p in CAN else {}, disconnected=(0, 1, 2, 3, 4, 5), reachable=False))
+                      _PASS if p in CAN else {}, disconnected=(0, 1, 2, 3, 4, 5), reachable=False,
+                      watchdog_s=WATCHDOG_S[p]))
 for p in ALL:
     CELLS.append(Cell("NaN from the controller", p, "nonfinite", 1, _nan))
     CELLS.append(Cell("position limit", p, "position_limit", 1, _position_limit))
@@ -292,9 +305,11 @@ class CellRun:
                 self.hooked.hooks[K] = hook
             self.run.loop.driver = self.hooked
             self.result = self.run.loop.run()
-            sync = getattr(self.run.driver, "sync", None)
-            if sync is not None and cell.fault != "bus dead / adapter gone":
-                sync()
+            self.torque_off_s = None
+            if not cell.reachable:
+                self.torque_off_s = self._torque_off_after(2.0 * cell.watchdog_s)
+            elif getattr(self.run.driver, "sync", None) is not None:
+                self.run.driver.sync()
         finally:
             try:
                 self.run.close()
@@ -306,6 +321,25 @@ class CellRun:
         self.applied_torque = np.asarray(self.plant.applied_torque_nm, dtype=float)
         self.log = read_log(out)
         self.meta = read_meta(out)
+
+    def _torque_off_after(self, horizon_s: float) -> float:
+        """Loop time [s] from the last row until no joint applies torque (``TORQUE_OFF_NM``),
+        nobody commanding the devices: only their own watchdogs (or fault reactions) act.
+
+        Loop time goes on in steps of ``WATCHDOG_STEP_S``; the devices process their timed
+        events up to each step (the plant with them).  ``inf``: not within ``horizon_s``.
+        """
+        clock = self.run.clock
+        t_last = (self.result.n_cycles - 1) * self.spec.period_s
+        ticks = [getattr(h, "advance_to", None) or (lambda _t, h=h: h.handle(None))
+                 for h in self.run.driver.hosts]
+        while clock.now() < t_last + horizon_s:
+            t = clock.advance(WATCHDOG_STEP_S)
+            for tick in ticks:
+                tick(t)
+            if np.all(np.abs(self.plant.applied_torque_nm) <= TORQUE_OFF_NM):
+                return t - t_last
+        return float("inf")
 
     @property
     def stop_row(self) -> int:
@@ -377,11 +411,15 @@ def problems(c: CellRun) -> list[str]:
         out.append(f"{c.cycles_to_stop} cycles from onset (row {c.onset_row}) to stop, "
                    f"allowed 0..{cell.max_cycles}")
     on = np.setdiff1d(np.arange(c.spec.model.dof), np.asarray(cell.disconnected + cell.braking, dtype=int))
-    if np.any(np.abs(c.applied_torque[on]) > 1e-6):
+    if np.any(np.abs(c.applied_torque[on]) > TORQUE_OFF_NM):
         out.append(f"torque still applied after the stop: {c.applied_torque}")
     for j in cell.braking:   # the drive's own reaction may only brake: torque against the motion
         if c.applied_torque[j] * c.plant.state.qd[j] > 0.0:
             out.append(f"joint {j}: torque {c.applied_torque[j]:.3g} N m drives the motion after the stop")
+    if not cell.reachable and not c.torque_off_s <= cell.watchdog_s:
+        when = (f"only after {c.torque_off_s * 1e3:.0f} ms" if np.isfinite(c.torque_off_s)
+                else f"still after {2e3 * cell.watchdog_s:g} ms")
+        out.append(f"the devices still apply torque {cell.watchdog_s * 1e3:g} ms after the last row ({when})")
     if exit_code(res) != 1:
         out.append(f"exit code {exit_code(res)}, expected 1")
     return out
@@ -410,8 +448,9 @@ def main(argv=None) -> int:  # pragma: no cover - a report, not a test
             c = CellRun(cell, Path(tmp) / f"c{i}")
             bad = problems(c)
             cause = c.result.faults[0].cause if c.result.faults else "-"
+            off = "" if c.torque_off_s is None else f", torque off +{c.torque_off_s * 1e3:.0f} ms"
             results[(cell.fault, cell.protocol)] = (
-                f"{cause}, {c.cycles_to_stop} cyc, exit {exit_code(c.result)}" + (" **FAIL**" if bad else ""))
+                f"{cause}, {c.cycles_to_stop} cyc{off}, exit {exit_code(c.result)}" + (" **FAIL**" if bad else ""))
             if bad:
                 print(f"{cell.fault} x {cell.protocol}: " + "; ".join(bad))
     print(f"\n| fault \\ protocol | {' | '.join(ALL)} |\n|---|{'---|' * len(ALL)}")

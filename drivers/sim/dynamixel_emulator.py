@@ -540,6 +540,17 @@ class DynamixelBusEmulator:
         if self._idle_polls < target:
             raise CommsTimeoutError(f"Dynamixel emulator not idle within {timeout_s} s")
 
+    def advance_to(self, t_s: float) -> None:
+        """Run the servos' timed events (the bus watchdog) due up to loop time ``t_s`` [s], then
+        advance the plant to ``t_s``, in the caller's thread.
+
+        The serving thread does this when a packet arrives; after :meth:`disconnect` no packet
+        ever arrives, but the servos are still powered and their watchdogs still run: this is
+        how loop time passes for them then.
+        """
+        with self._lock:
+            self._advance(float(t_s))
+
     def check(self) -> None:
         """Re-raise an error that stopped the serving thread."""
         err, self._error = self._error, None
