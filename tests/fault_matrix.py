@@ -92,7 +92,7 @@ def _device(case, joint: int):
 
 # --- injections: (case) -> hook run at driver cycle K ------------------------------------------
 def _silent(case):
-    emu, did = _device(case, 1)
+    emu, did = _device(case, case.cell.disconnected[0])
     return lambda: emu.set_silent(did)
 
 
@@ -207,7 +207,7 @@ class Cell:
     disconnected: tuple = ()                         # joints nobody can tell to stop
     braking: tuple = ()                              # joints in their drive's own fault reaction
     reachable: bool = True                           # False: no command reaches any device any more
-    watchdog_s: float | None = None                  # unreachable: the devices' own protection must
+    watchdog_s: float | None = None                  # disconnected: the devices' own protection must
     #                                                  leave no torque this long after the last row [s]
     note: str = ""
 
@@ -219,11 +219,21 @@ CAN = ("mit", "odrive", "cia402")
 DEVICES = CAN + ("dynamixel",)
 ALL = DEVICES + ("plant",)
 
+#: a device nobody can reach (silent, dead bus) must leave no torque this long after the run's last
+#: row [s]: its own protection in the shipped config + 10 ms for the current loop's lag to reach
+#: TORQUE_OFF_NM.  MIT CAN timeout 50 ms ([driver.emulator] watchdog_timeout_s), ODrive axis watchdog
+#: 100 ms (idem), CiA 402 master-heartbeat timeout 60 ms (0x1016) then the fault reaction (0x605E:
+#: brake to standstill, then power off; + 50 ms), Dynamixel Bus Watchdog 100 ms (bus_watchdog_ms)
+WATCHDOG_S = {"mit": 0.05 + 0.01, "odrive": 0.1 + 0.01, "cia402": 0.06 + 0.05 + 0.01,
+              "dynamixel": 0.1 + 0.01}
+
 CELLS: list[Cell] = []
 for p in DEVICES:
     # replies K, K+1, K+2 missing (stale_cycles = 3, every shipped config): seen in rows K+1..K+3,
     # the stop in row K+3 (CiA 402 and Dynamixel at 500 Hz: the same count)
-    CELLS.append(Cell("device silent", p, "stale_feedback", STALE_CYCLES, _silent, disconnected=(1,)))
+    # the joint silenced carries torque then (the arm's shoulder is commanded < 2 mN m at cycle K)
+    CELLS.append(Cell("device silent", p, "stale_feedback", STALE_CYCLES, _silent,
+                      disconnected=(0,) if p == "dynamixel" else (1,), watchdog_s=WATCHDOG_S[p]))
 for p in CAN:
     # the onset is the row in which the count reaches stale_cycles: the stop must be in that row
     CELLS.append(Cell("lossy bus (45 % drops)", p, "stale_feedback", 0, None, _LOSSY, onset="stale"))
@@ -241,12 +251,6 @@ CELLS.append(Cell("device fault", "dynamixel", "device_fault", 2, _device_fault,
                   note="status packet's alert bit"))
 CELLS.append(Cell("motor limp (no fault code)", "mit", "device_fault", 16 + 4, _limp,
                   note="classic 6-byte reply: the driver's follow check"))
-#: dead bus: each device's own protection in the shipped config, + 10 ms for the current loop's lag
-#: to reach TORQUE_OFF_NM [s]: MIT CAN timeout 50 ms ([driver.emulator] watchdog_timeout_s), ODrive
-#: axis watchdog 100 ms (idem), CiA 402 master-heartbeat timeout 60 ms (0x1016) then the fault
-#: reaction (0x605E: brake to standstill, then power off; + 50 ms), Dynamixel Bus Watchdog 100 ms
-WATCHDOG_S = {"mit": 0.05 + 0.01, "odrive": 0.1 + 0.01, "cia402": 0.06 + 0.05 + 0.01,
-              "dynamixel": 0.1 + 0.01}
 for p in DEVICES:
     # the exchange of cycle K fails: its row is the last, flagged FAULT | DISABLED; no zero command
     # can reach the motors any more, each one's watchdog has to zero it
@@ -305,11 +309,11 @@ class CellRun:
                 self.hooked.hooks[K] = hook
             self.run.loop.driver = self.hooked
             self.result = self.run.loop.run()
-            self.torque_off_s = None
-            if not cell.reachable:
-                self.torque_off_s = self._torque_off_after(2.0 * cell.watchdog_s)
-            elif getattr(self.run.driver, "sync", None) is not None:
+            if cell.reachable and getattr(self.run.driver, "sync", None) is not None:
                 self.run.driver.sync()
+            self.torque_off_s = None
+            if cell.watchdog_s is not None:
+                self.torque_off_s = self._torque_off_after(2.0 * cell.watchdog_s)
         finally:
             try:
                 self.run.close()
@@ -331,6 +335,7 @@ class CellRun:
         """
         clock = self.run.clock
         t_last = (self.result.n_cycles - 1) * self.spec.period_s
+        self.torque_at_stop = np.array(self.plant.applied_torque_nm, dtype=float)
         ticks = [getattr(h, "advance_to", None) or (lambda _t, h=h: h.handle(None))
                  for h in self.run.driver.hosts]
         while clock.now() < t_last + horizon_s:
@@ -416,7 +421,11 @@ def problems(c: CellRun) -> list[str]:
     for j in cell.braking:   # the drive's own reaction may only brake: torque against the motion
         if c.applied_torque[j] * c.plant.state.qd[j] > 0.0:
             out.append(f"joint {j}: torque {c.applied_torque[j]:.3g} N m drives the motion after the stop")
-    if not cell.reachable and not c.torque_off_s <= cell.watchdog_s:
+    cut = np.intersect1d(np.asarray(cell.disconnected, dtype=int), np.arange(c.spec.model.dof))
+    if cell.watchdog_s is not None and not np.any(np.abs(c.torque_at_stop[cut]) > 10.0 * TORQUE_OFF_NM):
+        out.append(f"no torque on the disconnected joint(s) {cut.tolist()} at the stop: the watchdog "
+                   f"check has nothing to remove ({c.torque_at_stop})")
+    if cell.watchdog_s is not None and not c.torque_off_s <= cell.watchdog_s:
         when = (f"only after {c.torque_off_s * 1e3:.0f} ms" if np.isfinite(c.torque_off_s)
                 else f"still after {2e3 * cell.watchdog_s:g} ms")
         out.append(f"the devices still apply torque {cell.watchdog_s * 1e3:g} ms after the last row ({when})")
