@@ -451,24 +451,32 @@ def main(argv=None) -> int:  # pragma: no cover - a report, not a test
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.parse_args(argv)
     results = {}
+    failed = 0
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for i, cell in enumerate(CELLS):
             c = CellRun(cell, Path(tmp) / f"c{i}")
             bad = problems(c)
+            failed += bool(bad)
             cause = c.result.faults[0].cause if c.result.faults else "-"
-            off = "" if c.torque_off_s is None else f", torque off +{c.torque_off_s * 1e3:.0f} ms"
+            off = ("" if c.torque_off_s is None
+                   else f", torque off +{c.torque_off_s * 1e3:.0f} ms (<= {cell.watchdog_s * 1e3:.0f})")
             results[(cell.fault, cell.protocol)] = (
-                f"{cause}, {c.cycles_to_stop} cyc{off}, exit {exit_code(c.result)}" + (" **FAIL**" if bad else ""))
+                f"{cause}, {c.cycles_to_stop} cyc (<= {cell.max_cycles}){off}, exit {exit_code(c.result)}"
+                + (" **FAIL**" if bad else ""))
             if bad:
                 print(f"{cell.fault} x {cell.protocol}: " + "; ".join(bad))
     print(f"\n| fault \\ protocol | {' | '.join(ALL)} |\n|---|{'---|' * len(ALL)}")
     for f in FAULTS:
         row = [results.get((f, p), "n/a") for p in ALL]
         print(f"| {f} | {' | '.join(row)} |")
-    print(f"\n{len(CELLS)} cells run, {len(NOT_APPLICABLE)} not applicable; "
+    print("\ncause: the run's first fault; cyc: loop cycles from the onset to the row that commands zero "
+          "torque and disables (bound in brackets); torque off: loop time from that row until a device "
+          "nobody can reach any more applies none (its own watchdog); exit: `torqueloop run`'s code.")
+    print("n/a: " + "; ".join(f"{f} x {p}: {why}" for (f, p), why in NOT_APPLICABLE.items()))
+    print(f"\n{len(CELLS)} cells run ({failed} failed), {len(NOT_APPLICABLE)} not applicable; "
           f"{time.perf_counter() - t0:.1f} s")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":  # pragma: no cover
