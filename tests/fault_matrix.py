@@ -184,9 +184,12 @@ def _signal(sig: signal.Signals):
     return inject
 
 
-_LOSSY = {"driver.faults.seed": 5, "driver.faults.during_enable": False,
+#: replies that never come: wait 20 ms for them, not the 0.25 s of lock-step runs (the emulated
+#: devices answer in the driver's thread as a frame is sent: a reply is never late, only missing)
+_MISSING = {"driver.reply_timeout_s": 0.02}
+_LOSSY = {**_MISSING, "driver.faults.seed": 5, "driver.faults.during_enable": False,
           "driver.faults.drop_prob": 0.45, "driver.faults.side": "recv"}
-_TRUNCATE = {"driver.faults.seed": 5, "driver.faults.during_enable": False,
+_TRUNCATE = {**_MISSING, "driver.faults.seed": 5, "driver.faults.during_enable": False,
              "driver.faults.corrupt_prob": 0.45, "driver.faults.corrupt_mode": "truncate",
              "driver.faults.side": "recv"}
 _PASS = {"driver.faults.seed": 1, "driver.faults.during_enable": False}
@@ -233,7 +236,8 @@ for p in DEVICES:
     # the stop in row K+3 (CiA 402 and Dynamixel at 500 Hz: the same count)
     # the joint silenced carries torque then (the arm's shoulder is commanded < 2 mN m at cycle K)
     CELLS.append(Cell("device silent", p, "stale_feedback", STALE_CYCLES, _silent,
-                      disconnected=(0,) if p == "dynamixel" else (1,), watchdog_s=WATCHDOG_S[p]))
+                      _MISSING if p in CAN else {}, disconnected=(0,) if p == "dynamixel" else (1,),
+                      watchdog_s=WATCHDOG_S[p]))
 for p in CAN:
     # the onset is the row in which the count reaches stale_cycles: the stop must be in that row
     CELLS.append(Cell("lossy bus (45 % drops)", p, "stale_feedback", 0, None, _LOSSY, onset="stale"))
