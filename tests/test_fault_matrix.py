@@ -10,6 +10,8 @@ the CLI's exit code.  ``python -m tests.fault_matrix`` prints the measured matri
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -61,3 +63,12 @@ def test_the_cell_checks_catch_what_they_are_for(tmp_path):
     c.log = log
     c.applied_torque = c.applied_torque + 1.0
     assert any("torque still applied" in p for p in fm.problems(c))
+    c.applied_torque = c.applied_torque - 1.0
+    # a device nobody reaches: its watchdog must remove a torque that is there, in time
+    c.cell = dataclasses.replace(cell, disconnected=(1,), watchdog_s=0.05)
+    c.torque_at_stop, c.torque_off_s = np.array([0.0, 0.5, 0.0]), 0.04
+    assert fm.problems(c) == []
+    c.torque_off_s = 0.06
+    assert any("still apply torque" in p for p in fm.problems(c))
+    c.torque_at_stop, c.torque_off_s = np.array([0.5, 0.0, 0.5]), 0.04
+    assert any("nothing to remove" in p for p in fm.problems(c))
