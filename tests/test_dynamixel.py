@@ -155,6 +155,38 @@ def test_bus_watchdog_stops_the_servo_and_locks_goals(bus, sdk_port):
     assert ph.write2ByteTxRx(port, 1, dx.Addr.GOAL_CURRENT, 10)[1] == 0
 
 
+def test_bus_watchdog_fires_without_any_packet(bus, sdk_port):
+    """The servo's watchdog is its own timer: it cuts the torque when the controller stops sending
+    (a paused or killed process), not when the next packet happens to arrive, and it still runs
+    after the adapter is gone (loop time then passes through advance_to)."""
+    emu, plant, clock = bus
+    port, ph = sdk_port
+    for dxl_id in (1, 2):
+        ph.write1ByteTxRx(port, dxl_id, dx.Addr.OPERATING_MODE, 0)
+        ph.write1ByteTxRx(port, dxl_id, dx.Addr.TORQUE_ENABLE, 1)
+        ph.write2ByteTxRx(port, dxl_id, dx.Addr.GOAL_CURRENT, 300)
+        assert ph.write1ByteTxRx(port, dxl_id, dx.Addr.BUS_WATCHDOG, 5)[1] == 0       # 100 ms
+    clock.t = 0.09
+    emu.sync()
+    assert plant.applied_torque_nm[0] != 0 and plant.applied_torque_nm[1] != 0
+    assert plant.t_s == pytest.approx(0.09)                 # idle polls advance the plant with time
+    clock.t = 0.11                                          # 110 ms after the last packet: nothing sent
+    emu.sync()
+    assert plant.applied_torque_nm[0] == 0 and plant.applied_torque_nm[1] == 0
+    assert emu.servo(1).get(dx.Addr.BUS_WATCHDOG) == -1     # 0xFF on the wire: the watchdog error
+    # the adapter disappears: the servos keep their watchdogs
+    ph.write1ByteTxRx(port, 1, dx.Addr.BUS_WATCHDOG, 0)
+    ph.write2ByteTxRx(port, 1, dx.Addr.GOAL_CURRENT, 300)
+    ph.write1ByteTxRx(port, 1, dx.Addr.BUS_WATCHDOG, 5)
+    emu.disconnect()
+    emu.advance_to(0.11 + 0.05)
+    assert plant.applied_torque_nm[0] != 0
+    emu.advance_to(0.11 + 0.099)
+    assert plant.applied_torque_nm[0] != 0
+    emu.advance_to(0.11 + 0.101)
+    assert plant.applied_torque_nm[0] == 0 and plant.t_s == pytest.approx(0.211)
+
+
 def test_hardware_errors_alert_shutdown_and_reboot(bus, sdk_port):
     emu, plant, clock = bus
     port, ph = sdk_port

@@ -544,9 +544,9 @@ class DynamixelBusEmulator:
         """Run the servos' timed events (the bus watchdog) due up to loop time ``t_s`` [s], then
         advance the plant to ``t_s``, in the caller's thread.
 
-        The serving thread does this when a packet arrives; after :meth:`disconnect` no packet
-        ever arrives, but the servos are still powered and their watchdogs still run: this is
-        how loop time passes for them then.
+        The serving thread does this on every packet and idle poll; after :meth:`disconnect`
+        there is no thread, but the servos are still powered and their watchdogs still run: this
+        is how loop time passes for them then.
         """
         with self._lock:
             self._advance(float(t_s))
@@ -694,6 +694,8 @@ class DynamixelBusEmulator:
                     if 0 < delay < 0.0005:
                         time.sleep(delay)
                 elif not r:
+                    with self._lock:           # the servos' timers run without packets too
+                        self._advance(self._now())
                     with self._idle:
                         self._idle_polls += 1
                         self._idle.notify_all()
