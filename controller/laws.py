@@ -39,6 +39,8 @@ import numpy as np
 from dynamics.base import Model, ParallelModel
 from dynamics.errors import ModelError, SingularityError
 
+from . import _law_kernels as _LK
+
 __all__ = ["State", "Ref", "Saturation", "Controller", "ComputedTorque", "PDGravity", "PID",
            "TaskComputedTorque", "TaskPDGravity", "gravity_feedforward", "euler_rotation",
            "rotation_error", "task_error"]
@@ -537,7 +539,7 @@ def task_error(X_d, X, rotation: Callable | None = None, rate_matrix: Callable |
     X = np.asarray(X, dtype=float)
     e = X_d - X
     if X.shape == (3,):
-        e[2] = np.angle(np.exp(1j * e[2]))
+        e[2] = _LK.wrap_angle(e[2])
     elif X.shape == (6,) and rotation is not None:
         rv = rotation_error(rotation(X_d[3:]), rotation(X[3:]))
         E = rate_matrix(X[3:]) if rate_matrix is not None else _euler_rate_matrix(rotation, X[3:])
@@ -671,10 +673,76 @@ class TaskComputedTorque(_TaskBase):
         self._int = _Integrator(m, integral_limit)
         super().__init__(model, kp, kd, saturation=saturation, pose0=pose0, rotation=rotation,
                          friction=friction)
+        self._compiled_key = None
+        self._compiled = None
+
+    @property
+    def compiled_args(self):
+        """The constant arguments of the compiled law for the current model, gains and
+        limits (rebuilt when any of them was replaced), or None (Python law)."""
+        key = (self.model, self.kp, self.kd, self.ki, self.saturation, self.friction, self._int.limit)
+        old = self._compiled_key
+        if old is None or any(a is not b for a, b in zip(key, old)):
+            self._compiled = self._compiled_args()
+            self._compiled_key = key
+        return self._compiled
+
+    def _compiled_args(self):
+        """Constant arguments of :func:`controller._law_kernels.rrr_task_computed_torque`, or None.
+
+        The compiled law serves an exact :class:`~dynamics.planar3rrr.Planar3RRR` model with
+        the planar task error; any other model takes the Python path below.
+        """
+        from dynamics.planar3rrr import Planar3RRR
+
+        if type(self.model) is not Planar3RRR or self.rotation is not None:
+            return None
+        m = self.model
+        fric = np.ascontiguousarray(np.stack([np.broadcast_to(np.asarray(m.drive.viscous, float), (3,)),
+                                              np.broadcast_to(np.asarray(m.drive.coulomb, float), (3,))]))
+        lim = self._int.limit
+        return {"P": m._P, "branch": m._branch_k, "kp": np.ascontiguousarray(self.kp),
+                "kd": np.ascontiguousarray(self.kd),
+                "ki": np.ascontiguousarray(self.ki if self.ki is not None else np.zeros((3, 3))),
+                "has_ki": self.ki is not None,
+                "z_limit": np.full(3, np.inf) if lim is None else np.ascontiguousarray(lim, dtype=float),
+                "fric": fric, "fmode": _LK.FRICTION_MEASURED if self.friction == "measured" else _LK.FRICTION_NONE,
+                "has_sat": self.saturation is not None,
+                "sat_lim": (np.full(3, np.inf) if self.saturation is None
+                            else np.ascontiguousarray(self.saturation.limit_nm, dtype=float))}
 
     def reset(self):
         super().reset()
         self._int.reset()
+
+    def _compute_compiled(self, t_s, ref, state):
+        """The compiled law (:func:`~controller._law_kernels.rrr_task_computed_torque`);
+        None when it reports a model status (the checked Python path then raises)."""
+        c = self._compiled
+        q = np.asarray(state.q, dtype=float)
+        qd = np.asarray(state.qd, dtype=float)
+        if q.shape != (3,) or qd.shape != (3,):
+            return None
+        itg = self._int
+        dt = 0.0 if itg.t_last is None else max(t_s - itg.t_last, 0.0)
+        X = np.empty(3)
+        e = np.empty(3)
+        tau = np.empty(3)
+        mask = np.empty(3, dtype=np.bool_)
+        z = np.empty(3)
+        st = _LK.rrr_task_computed_torque(
+            c["P"], c["branch"], q, qd, np.asarray(self.pose, dtype=float),
+            np.asarray(ref.pos, dtype=float), np.asarray(ref.vel, dtype=float), np.asarray(ref.acc, dtype=float),
+            c["kp"], c["kd"], c["ki"], c["has_ki"], itg.z, float(dt), c["z_limit"], c["fric"], c["fmode"],
+            c["has_sat"], c["sat_lim"], X, e, tau, mask, z)
+        if st != 0:
+            return None
+        self.pose = X
+        self.last_error = e
+        self.last_saturated = mask
+        if c["has_ki"]:
+            itg.commit(t_s, z)
+        return tau
 
     def _torque(self, X, Xd, a, qd):
         tau = np.asarray(self.model.task_inverse_dynamics(X, Xd, a), dtype=float)
@@ -683,6 +751,10 @@ class TaskComputedTorque(_TaskBase):
         return tau
 
     def compute(self, t_s, ref, state):
+        if self.compiled_args is not None:
+            tau = self._compute_compiled(t_s, ref, state)
+            if tau is not None:
+                return tau
         X, Jx, Xd = self._measure(state.q, state.qd)
         e = task_error(ref.pos, X, self.rotation, self.rate_matrix)
         ed = np.asarray(ref.vel, dtype=float) - Xd

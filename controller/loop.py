@@ -98,6 +98,15 @@ class _Series:
         self.a[self.n] = x
         self.n += 1
 
+    def extend(self, x) -> None:
+        """Append the values of an array (as many :meth:`append` calls)."""
+        x = np.asarray(x, dtype=float).reshape(-1)
+        need = self.n + x.shape[0]
+        if need > self.a.shape[0]:
+            self.a = np.concatenate([self.a, np.empty(max(need, 2 * self.a.shape[0]) - self.a.shape[0])])
+        self.a[self.n:need] = x
+        self.n = need
+
     def values(self) -> np.ndarray:
         return self.a[: self.n]
 
@@ -210,12 +219,17 @@ class ControlLoop:
         planar, 6 -> spatial).
     handle_signals : bool
         Install SIGINT/SIGTERM handlers during :meth:`run` (main thread only).
+    compiled : bool
+        Run the clean cycles in the compiled offline loop where it applies
+        (:mod:`controller.compiled`: lock-step clock, in-process plant, a law with a
+        compiled form); bit-identical results, only the timing columns differ.
+        ``False`` runs every cycle in Python.
     """
 
     def __init__(self, driver: Driver, controller: Controller, trajectory, safety: SafetySupervisor,
                  clock: Clock, *, period_s: float, telemetry: TelemetryWriter | None = None,
                  velocity_estimator=None, duration_s: float | None = None, miss_fraction: float = 0.5,
-                 task_layout: str | None = None, handle_signals: bool = True):
+                 task_layout: str | None = None, handle_signals: bool = True, compiled: bool = True):
         if not (period_s > 0 and np.isfinite(period_s)):
             raise ConfigError(f"must be finite and > 0, got {period_s!r}", field="period_s")
         n = driver.n_joints
@@ -238,6 +252,7 @@ class ControlLoop:
             task_layout = {3: "planar", 6: "spatial"}.get(controller.dim)
         self.task_layout = task_layout
         self.handle_signals = handle_signals
+        self.compiled = bool(compiled)
         self.n_planned = int(np.floor(self.duration_s / self.period_s + 1e-9)) + 1
 
     # -- signals -------------------------------------------------------------------
@@ -326,7 +341,15 @@ class ControlLoop:
             nan_dim = np.full(dim, np.nan)
             tel = self.telemetry
             miss_s = self.miss_fraction * P
+            fast = None
+            if self.compiled:
+                from .compiled import CompiledCycles
+                fast, _why = CompiledCycles.for_loop(self, traj, est)
+            series = (lat, starts, comp, cyc)
             while k < self.n_planned or self.safety.latched:
+                if fast is not None and k < self.n_planned and fast.ready(k):
+                    k, fb = fast.run(k, self.n_planned, t0, fb, tel, metrics, series)
+                    continue
                 t = k * P
                 late = self.clock.wait_until(t0 + t)
                 if late > miss_s:
@@ -416,6 +439,9 @@ class ControlLoop:
                 k += 1
             elif self.safety.faults and self.safety.faults[0].cause == "signal":
                 status = "stopped"
+            if fast is not None and fast.cycles:
+                messages.append(f"compiled offline loop: {fast.cycles} of {k} cycles "
+                                "(timing columns of those cycles are segment means)")
             return self._finish(status, k, messages, lat, starts, comp, cyc, metrics, wall0)
         except BaseException:
             if enabled:

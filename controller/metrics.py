@@ -89,6 +89,25 @@ class MetricsAccumulator:
         if self._i == self._e.shape[0]:
             self._reduce()
 
+    def add_rows(self, err, tau, qd, sat, lateness_s) -> None:
+        """Add N cycles (leading axis N; ``sat`` and ``lateness_s`` may be scalars) with the
+        same block reductions as N calls of :meth:`add` (identical results)."""
+        N = np.shape(err)[0]
+        B = self._e.shape[0]
+        r = 0
+        while r < N:
+            i = self._i
+            m = min(B - i, N - r)
+            self._e[i:i + m] = err[r:r + m]
+            self._tau[i:i + m] = tau[r:r + m]
+            self._qd[i:i + m] = qd[r:r + m]
+            self._sat[i:i + m] = sat if np.ndim(sat) < 2 else sat[r:r + m]
+            self._late[i:i + m] = lateness_s if np.ndim(lateness_s) == 0 else lateness_s[r:r + m]
+            self._i = i + m
+            r += m
+            if self._i == B:
+                self._reduce()
+
     def add_batch(self, err, tau, qd, sat, lateness_s) -> None:
         """Add N cycles at once (arrays with a leading axis N)."""
         self._reduce()

@@ -351,6 +351,33 @@ class TelemetryWriter:
         if self._i == self._buf.shape[0]:
             self.flush()
 
+    @property
+    def room(self) -> int:
+        """Rows that :meth:`record_rows` can take before the next flush."""
+        return self._buf.shape[0] - self._i
+
+    def record_rows(self, **columns) -> None:
+        """Append ``N`` rows at once, at most :attr:`room` (then the buffer is flushed as
+        ``N`` calls of :meth:`record` would flush it).
+
+        Keyword arguments are the fields of :func:`log_dtype`, each an array with a
+        leading axis ``N`` (``t`` gives ``N``) or a value broadcast to every row.
+        """
+        if self.closed:
+            raise TorqueloopError("telemetry writer is closed")
+        N = np.shape(columns["t"])[0]
+        if N > self.room:
+            raise TorqueloopError(f"record_rows: {N} rows, room for {self.room}")
+        if set(columns) != set(self.dtype.names):
+            raise TorqueloopError(f"record_rows: fields {sorted(set(self.dtype.names) ^ set(columns))} "
+                                  "missing or unknown")
+        i = self._i
+        for name, val in columns.items():
+            self._v[name][i:i + N] = val
+        self._i = i + N
+        if self._i == self._buf.shape[0]:
+            self.flush()
+
     def flush(self) -> None:
         """Write buffered rows, then rewrite the header with the new row count.
 

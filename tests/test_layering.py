@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("dynamics", "trajectories", "drivers", "controller")
 
 #: the control core: laws, gains, safety, loop, clock, telemetry (and what they need)
-CORE = {"controller." + m for m in ("laws", "gains", "estimation", "safety", "_safety_rules", "loop",
+CORE = {"controller." + m for m in ("laws", "_law_kernels", "gains", "estimation", "safety", "_safety_rules", "loop",
+                                    "compiled", "_fast_loop",
                                     "clock", "telemetry", "metrics")}
 #: the application on top of it
 APPLICATION = {"controller." + m for m in ("run", "api", "cli", "commands", "tune", "tune_config",

@@ -375,6 +375,21 @@ class GridCache(Trajectory):
                 return Sample(p[j].copy(), v[j].copy(), a[j].copy(), jk[j].copy())
         return self.base.sample(t)
 
+    def rows(self, k: int, count: int):
+        """Position, velocity and acceleration at the grid times ``k .. k + count - 1``.
+
+        Arrays of shape ``(count, dim)``, each row equal to ``sample(i * period_s)``
+        (the same vectorised evaluation as the cached blocks), or ``None`` when some
+        time of the range fails to evaluate (the scalar calls then raise, or not,
+        exactly as ``base.sample`` does).
+        """
+        ts = np.arange(k, k + count) * self.period_s
+        try:
+            s = self.base.sample(ts)
+        except Exception:  # noqa: BLE001 - not swallowed: the caller samples per time instead
+            return None
+        return s.pos, s.vel, s.acc
+
     def _fill(self, k: int) -> bool:
         ts = np.arange(k, k + self._block) * self.period_s
         try:

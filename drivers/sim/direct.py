@@ -77,6 +77,11 @@ class DirectPlantDriver(Driver):
     def enabled(self) -> bool:
         return self._enabled
 
+    def feedback(self) -> Feedback:
+        """The sensors now, without advancing the plant or changing the command."""
+        self._check_open()
+        return self._feedback()
+
     def _feedback(self) -> Feedback:
         t, q, qd, tau = self._plant.measure()
         return Feedback(t, q, qd, tau, self._faults.copy(), self._fresh.copy(),

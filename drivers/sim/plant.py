@@ -741,6 +741,55 @@ class SimulatedPlant:
             self._tau_applied = out[2 * n:3 * n]
         return done
 
+    def compiled_step_args(self):
+        """The plant as the compiled offline loop steps it, or the reason it cannot.
+
+        Returns
+        -------
+        (dict or None, str)
+            ``state`` (q, qd, X, applied torque, time (1,): copies the caller advances and
+            hands back with :meth:`set_compiled_state`), ``cmd`` (the held command, a copy),
+            the constants of :func:`._plant_kernels.rrr_advance` and the encoder quantum;
+            or None and why (the loop then steps this plant through :meth:`advance_to`).
+            Applies while the compiled 3RRR RK4 step does: exact ``Planar3RRR`` model, no
+            external wrench, no drive PD, no brake engaged or pending, no measurement noise.
+        """
+        from dynamics.planar3rrr import Planar3RRR
+
+        with self._lock:
+            if type(self._model) is not Planar3RRR or self._integrator != "rk4":
+                return None, "the compiled plant step is the 3RRR RK4 step"
+            if self._wrench is not None:
+                return None, "an external wrench is applied"
+            if self._pd:
+                return None, "a drive-side PD command is held"
+            if self._braked.any() or np.isfinite(self._release_at).any():
+                return None, "a brake is engaged or releasing"
+            if self._noisy or self._tau_noisy:
+                return None, "measurement noise is drawn per cycle"
+            flags = ((1 if self._has_viscous else 0) | (2 if self._has_coulomb else 0)
+                     | (8 if self._saturate else 0))
+            quant = self._quantum is not None
+            return {"P": self._model._P, "q": self._q.copy(), "qd": self._qd.copy(), "X": self._X.copy(),
+                    "ta": self._tau_applied.copy(), "t": np.array([self._t]), "cmd": self._cmd.copy(),
+                    "par": self._par.copy(), "lag": self._lag_s, "flags": flags, "h_max": self._h_max,
+                    "has_quant": quant,
+                    "quantum": self._quantum.copy() if quant else np.ones(self._n)}, ""
+
+    def set_compiled_state(self, q, qd, X, tau_applied, t_s: float, tau_held) -> None:
+        """Take back the state the compiled loop advanced (see :meth:`compiled_step_args`):
+        positions, rates, pose, applied torque, plant time [s] and the held torque command."""
+        with self._lock:
+            self._q = np.array(q, dtype=float)
+            self._qd = np.array(qd, dtype=float)
+            self._X = np.array(X, dtype=float)
+            self._tau_applied = np.array(tau_applied, dtype=float)
+            self._t = float(t_s)
+            self._tau_ff[:] = tau_held
+            self._cmd[1:] = 0.0
+            self._pd = False
+            self._h_pd = math.inf
+
     def warm_up(self) -> None:
         """Compile (or load from numba's cache) the integration kernels now.
 

@@ -1,0 +1,212 @@
+"""Compiled pieces of the control laws, on plain arrays.
+
+Each piece of a law is written once here and called from two places: the
+Python controllers of :mod:`controller.laws` (hardware loop, lock-step loop,
+any driver) and the compiled offline loop of :mod:`controller._fast_loop`.
+The two paths therefore compute the same numbers to the last bit.
+
+* :func:`wrap_angle`, :func:`planar_task_error`: the 3-DOF task error
+  ``(x_d - x, y_d - y, wrap(phi_d - phi))``;
+* :func:`matvec`, :func:`pd_acceleration`, :func:`add_matvec`: the commanded
+  acceleration ``a = acc_d + Kd (vel_d - vel) + Kp e`` (+ ``Ki z``) with explicit
+  summation order (numpy's ``@`` may use BLAS kernels with another order);
+* :func:`integrator_candidate`, :func:`saturate`, :func:`add_friction`;
+* :func:`rrr_task_computed_torque`: the whole task-space computed-torque law of
+  :class:`controller.laws.TaskComputedTorque` for an exact
+  :class:`dynamics.planar3rrr.Planar3RRR` controller model (FK warm start, task
+  Jacobian, error, acceleration, inverse dynamics, friction, saturation,
+  conditional integration).  It returns a model status; on any non-zero status
+  the Python law takes its checked path, which raises the model's own error.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from dynamics._planar3rrr_kernels import fk_newton_ws, jx_entry, tid_entry, WS_SIZE
+
+#: friction compensation modes of the compiled laws
+FRICTION_NONE = 0
+FRICTION_MEASURED = 1
+
+
+@njit(cache=True)
+def wrap_angle(x):
+    """Angle wrapped to (-pi, pi] [rad] (NaN stays NaN)."""
+    return math.atan2(math.sin(x), math.cos(x))
+
+
+@njit(cache=True)
+def planar_task_error(X_d, X, e):
+    """Planar pose error into ``e`` (3,): position difference, wrapped angle difference."""
+    e[0] = X_d[0] - X[0]
+    e[1] = X_d[1] - X[1]
+    e[2] = wrap_angle(X_d[2] - X[2])
+
+
+@njit(cache=True)
+def matvec(A, x, out):
+    """``out = A x`` (row by row, left to right)."""
+    for i in range(A.shape[0]):
+        s = 0.0
+        for j in range(A.shape[1]):
+            s += A[i, j] * x[j]
+        out[i] = s
+
+
+@njit(cache=True)
+def pd_acceleration(acc, vel, v_meas, e, kp, kd, a):
+    """``a = acc + Kd (vel - v_meas) + Kp e`` (shapes (m,), gains (m, m))."""
+    m = a.shape[0]
+    for i in range(m):
+        sd = 0.0
+        sp = 0.0
+        for j in range(m):
+            sd += kd[i, j] * (vel[j] - v_meas[j])
+            sp += kp[i, j] * e[j]
+        a[i] = acc[i] + sd + sp
+
+
+@njit(cache=True)
+def add_matvec(a, K, z, out):
+    """``out = a + K z``."""
+    for i in range(a.shape[0]):
+        s = 0.0
+        for j in range(z.shape[0]):
+            s += K[i, j] * z[j]
+        out[i] = a[i] + s
+
+
+@njit(cache=True)
+def integrator_candidate(z, e, dt, limit, out):
+    """``out = clip(z + e dt, -limit, limit)`` (``limit`` inf: no bound; NaN propagates)."""
+    for i in range(z.shape[0]):
+        v = z[i] + e[i] * dt
+        lim = limit[i]
+        if v < -lim:
+            v = -lim
+        if v > lim:
+            v = lim
+        out[i] = v
+
+
+@njit(cache=True)
+def saturate(tau, limit, out, mask):
+    """``out = clip(tau, -limit, limit)``, ``mask = |tau| > limit``; returns whether any is set."""
+    anyset = False
+    for i in range(tau.shape[0]):
+        t = tau[i]
+        lim = limit[i]
+        s = abs(t) > lim
+        mask[i] = s
+        anyset = anyset or s
+        if t < -lim:
+            t = -lim
+        if t > lim:
+            t = lim
+        out[i] = t
+    return anyset
+
+
+@njit(cache=True)
+def _sign(x):
+    if x > 0.0:
+        return 1.0
+    if x < 0.0:
+        return -1.0
+    if x == 0.0:
+        return 0.0
+    return x        # NaN
+
+
+@njit(cache=True)
+def add_friction(tau, viscous, coulomb, v):
+    """``tau += viscous v + coulomb sign(v)`` in place (``Model.friction_torque``)."""
+    for i in range(tau.shape[0]):
+        tau[i] = tau[i] + (viscous[i] * v[i] + coulomb[i] * _sign(v[i]))
+
+
+@njit(cache=True)
+def _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask):
+    """tau = sat(ID(X, Xd, a) + friction); returns (status, any saturated)."""
+    zero3 = np.zeros(3)
+    st = tid_entry(P, X, Xd, a, zero3, branch, tau_raw)
+    if st != 0:
+        return st, False
+    if fmode == FRICTION_MEASURED:
+        add_friction(tau_raw, fric[0], fric[1], qd)
+    if has_sat:
+        return 0, saturate(tau_raw, sat_lim, tau, mask)
+    for i in range(3):
+        tau[i] = tau_raw[i]
+        mask[i] = False
+    return 0, False
+
+
+@njit(cache=True)
+def rrr_task_computed_torque(P, branch, q, qd, pose_prev, ref_pos, ref_vel, ref_acc, kp, kd, ki, has_ki,
+                             z, dt, z_limit, fric, fmode, has_sat, sat_lim,
+                             X, e, tau, mask, z_out):
+    """One step of :class:`controller.laws.TaskComputedTorque` for a 3RRR model.
+
+    Parameters
+    ----------
+    P : (4, NL) packed model parameters (``Planar3RRR._P``); branch : (3,) elbow branches.
+    q, qd : (3,) measured joint angles [rad] and rates [rad/s].
+    pose_prev : (3,) FK warm start (the previous pose).
+    ref_pos, ref_vel, ref_acc : (3,) task reference (x, y [m], phi [rad] and rates).
+    kp, kd, ki : (3, 3) gains; has_ki : integral action on.
+    z : (3,) integrator state; dt : time since its last commit [s] (0 at the first step);
+    z_limit : (3,) bound on the integrator (inf: none).
+    fric : (2, 3) viscous, Coulomb coefficients of the model; fmode : FRICTION_*.
+    has_sat, sat_lim : the controller's own saturation and its limits (3,).
+
+    Outputs (written): X (3,) pose, e (3,) task error, tau (3,) torques [N m],
+    mask (3,) saturated actuators, z_out (3,) integrator state to commit
+    (equal to ``z`` when the integrator is frozen or off).
+
+    Returns
+    -------
+    int
+        0, or the model status of the step that failed (nothing is valid then).
+    """
+    ws = np.empty(WS_SIZE + 27)
+    Jx = ws[WS_SIZE:WS_SIZE + 9]
+    Xd = ws[WS_SIZE + 9:WS_SIZE + 12]
+    a = ws[WS_SIZE + 12:WS_SIZE + 15]
+    a2 = ws[WS_SIZE + 15:WS_SIZE + 18]
+    zc = ws[WS_SIZE + 18:WS_SIZE + 21]
+    tau_raw = ws[WS_SIZE + 21:WS_SIZE + 24]
+    st, it = fk_newton_ws(P, q, pose_prev, 1e-12, 50, X, ws)
+    if st != 0:
+        return st
+    st = jx_entry(P, q, X, Jx)
+    if st != 0:
+        return st
+    for r in range(3):
+        Xd[r] = Jx[3 * r] * qd[0] + Jx[3 * r + 1] * qd[1] + Jx[3 * r + 2] * qd[2]
+    planar_task_error(ref_pos, X, e)
+    pd_acceleration(ref_acc, ref_vel, Xd, e, kp, kd, a)
+    if not has_ki:
+        st, anys = _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask)
+        for i in range(3):
+            z_out[i] = z[i]
+        return st
+    integrator_candidate(z, e, dt, z_limit, zc)
+    add_matvec(a, ki, zc, a2)
+    st, anys = _rrr_torque(P, X, Xd, a2, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask)
+    if st != 0:
+        return st
+    if anys:
+        # conditional integration: the integrator keeps its value while saturated
+        add_matvec(a, ki, z, a2)
+        st, anys = _rrr_torque(P, X, Xd, a2, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask)
+        for i in range(3):
+            z_out[i] = z[i]
+        return st
+    for i in range(3):
+        z_out[i] = zc[i]
+    return 0

@@ -1,0 +1,193 @@
+"""The compiled offline loop as the control loop uses it.
+
+:class:`CompiledCycles` owns nothing: it reads the state of the controller, the
+safety supervisor and the simulated plant, runs the clean cycles in
+:func:`controller._fast_loop.rrr_segment`, and hands the state back, so the
+Python loop (:class:`controller.loop.ControlLoop`) goes on at the first cycle that
+needs it (a fault, a clip, a soft limit, a brake, a stop request) exactly as if
+it had run every cycle itself.  The per-cycle rules are the compiled functions the
+Python objects call (see :mod:`controller._fast_loop`), so the log, the metrics
+and the result are bit-identical; only the timing columns differ (``compute_s``
+of a compiled cycle is the mean wall time of its segment).
+
+It applies where nothing in Python has to run per cycle: the lock-step clock,
+:class:`drivers.sim.direct.DirectPlantDriver` with a plant the compiled step
+covers (:meth:`drivers.sim.plant.SimulatedPlant.compiled_step_args`), a
+:class:`controller.laws.TaskComputedTorque` with a compiled law, the loop's
+velocity from the feedback and a trajectory on the loop's grid.  ``torqueloop
+run`` reports in the result's messages how many cycles ran compiled.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .clock import LockstepClock
+from .laws import TaskComputedTorque
+from . import _fast_loop
+
+__all__ = ["CompiledCycles"]
+
+
+class CompiledCycles:
+    """Run the clean cycles of a :class:`~controller.loop.ControlLoop` compiled.
+
+    Build with :meth:`for_loop`; :meth:`run` is called by the loop.
+    """
+
+    #: cycles per segment at most (the loop checks for signals between segments)
+    max_segment = 1000
+
+    def __init__(self, loop, traj):
+        self.loop = loop
+        self.traj = traj
+        self.next_k = 0          # do not try again before this cycle
+        self._backoff = 1
+        self.cycles = 0          # cycles run compiled
+        self._c = loop.controller.compiled_args
+        s = loop.safety
+        self._sing = bool(s._sing)
+        if self._sing:
+            m = s.model
+            self._Ps, self._tol = m._P, float(m._tol_sing)
+        else:
+            self._Ps, self._tol = self._c["P"], 0.0
+        self._em = np.ascontiguousarray(s.err_max.reshape(-1), dtype=float)
+
+    @classmethod
+    def for_loop(cls, loop, traj, estimator):
+        """``(CompiledCycles, "")`` when the compiled loop applies to ``loop``, else ``(None, why)``."""
+        from dynamics.planar3rrr import Planar3RRR
+        from drivers.sim.direct import DirectPlantDriver
+        from trajectories.base import GridCache
+
+        if type(loop.clock) is not LockstepClock:
+            return None, "the clock is not the lock-step clock"
+        if type(loop.driver) is not DirectPlantDriver:
+            return None, "the driver is not the in-process plant (sim_direct)"
+        c = loop.controller
+        if type(c) is not TaskComputedTorque or c.compiled_args is None:
+            return None, "the control law has no compiled form for this model"
+        if estimator is not None:
+            return None, "velocities are estimated in Python"
+        if not isinstance(traj, GridCache):
+            return None, "the trajectory is not sampled on the loop's grid"
+        s = loop.safety
+        if s._sing and type(s.model) is not Planar3RRR:
+            return None, "the singularity check has no compiled form for this model"
+        if s.err_max.reshape(-1).shape[0] not in (1, 3):
+            return None, "tracking_error_max does not match the task dimension"
+        args, why = loop.driver.plant.compiled_step_args()
+        if args is None:
+            return None, why
+        return cls(loop, traj), ""
+
+    def ready(self, k: int) -> bool:
+        """Whether cycle ``k`` may start a compiled segment (nothing pending in Python)."""
+        s = self.loop.safety
+        return (k >= self.next_k and not s.latched and s.stop_reason is None and not s._pending
+                and not s._stale_any and self.loop.driver.enabled)
+
+    def run(self, k: int, k_end: int, t0: float, fb, tel, metrics, series):
+        """Run cycles ``k .. < k_end`` while they are clean.
+
+        Returns ``(k_next, feedback)``: the first cycle not run and the feedback it reads.
+        Telemetry rows, metrics and timing series are recorded as the Python loop does.
+        """
+        loop = self.loop
+        if loop.controller.compiled_args is not self._c:
+            self._missed(k)        # the law's model or gains were replaced: Python from here
+            return k, fb
+        if tel is not None and not loop._tel_failed:
+            k_end = min(k_end, k + tel.room)
+        k_end = min(k_end, k + self.max_segment)
+        plant = loop.driver.plant
+        pa, why = plant.compiled_step_args()
+        rows = self.traj.rows(k, k_end - k) if k_end > k else None
+        if pa is None or rows is None or k_end <= k:
+            self._missed(k)
+            return k, fb
+        ref_pos, ref_vel, ref_acc = rows
+        c, ctrl, s = self._c, loop.controller, loop.safety
+        itg = ctrl._int
+        z = itg.z.copy()
+        t_last = np.array([np.nan if itg.t_last is None else float(itg.t_last)])
+        pose_c = np.array(ctrl.pose, dtype=float)
+        s_k = np.array([s._k], dtype=np.int64)
+        pose_s = np.array(s.pose if self._sing else np.zeros(3), dtype=float)
+        mp = s._margin_prev
+        margin_prev = np.array([0.0, 0.0, 0.0] if mp is None else [1.0, mp[0], mp[1]])
+        eb = s._ebits if s._ebits.shape[0] == 3 else np.zeros(3, dtype=np.int64)
+        s._ebits = eb
+        fq = np.array(fb.position_rad, dtype=float)
+        fqd = np.array(fb.velocity_rad_s, dtype=float)
+        ftau = np.array(fb.torque_nm, dtype=float)
+        N = k_end - k
+        o_q, o_qd, o_err, o_tau, o_taum = (np.empty((N, 3)) for _ in range(5))
+        mask = np.zeros(3, dtype=np.bool_)
+        cfg = s.config
+        w0 = time.perf_counter()
+        k_new = _fast_loop.rrr_segment(
+            k, k_end, loop.period_s, t0,
+            c["P"], c["branch"], c["kp"], c["kd"], c["ki"], c["has_ki"], z, t_last, c["z_limit"], c["fric"],
+            c["fmode"], c["has_sat"], c["sat_lim"], pose_c,
+            s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb,
+            self._sing, int(cfg.singularity_every), self._Ps, self._tol, pose_s, margin_prev,
+            float(cfg.singularity_margin_min) if self._sing else 0.0, float(cfg.singularity_horizon_s),
+            pa["P"], pa["q"], pa["qd"], pa["X"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"], pa["flags"],
+            pa["h_max"], pa["has_quant"], pa["quantum"],
+            fq, fqd, ftau, ref_pos, ref_vel, ref_acc, o_q, o_qd, o_err, o_tau, o_taum, mask)
+        wall = time.perf_counter() - w0
+        done = k_new - k
+        if done == 0:
+            self._missed(k)
+            return k, fb
+        self._backoff = 1
+        self.next_k = k_new + 1          # the cycle that stopped the segment runs in Python
+        self.cycles += done
+        # hand the state back
+        plant.set_compiled_state(pa["q"], pa["qd"], pa["X"], pa["ta"], float(pa["t"][0]), pa["cmd"][0])
+        ctrl.pose = pose_c
+        ctrl.last_error = o_err[done - 1].copy()
+        ctrl.last_saturated = mask
+        if c["has_ki"]:
+            itg.commit(float(t_last[0]), z)
+        s._k = int(s_k[0])
+        if self._sing and margin_prev[0] != 0.0:
+            s.pose = pose_s
+            s._margin_prev = (float(margin_prev[1]), float(margin_prev[2]))
+            s.last_margin = float(margin_prev[2])
+        P = loop.period_s
+        ks = np.arange(k, k_new)
+        ts = ks * P
+        loop.clock.wait_until(t0 + ts[-1])
+        per = wall / done
+        lat, starts, comp, cyc = series
+        fill = np.full(done, per)
+        lat.extend(np.zeros(done))
+        starts.extend(t0 + ts)
+        comp.extend(fill)
+        cyc.extend(fill)
+        n = 3
+        o_q, o_qd, o_err, o_tau, o_taum = o_q[:done], o_qd[:done], o_err[:done], o_tau[:done], o_taum[:done]
+        no = np.zeros((done, n), dtype=bool)
+        metrics.add_rows(o_err, o_tau, o_qd, no, 0.0)
+        if tel is not None and not loop._tel_failed:
+            try:
+                tel.record_rows(t=ts, q=o_q, qd=o_qd, ref_pos=ref_pos[:done], ref_vel=ref_vel[:done],
+                                ref_acc=ref_acc[:done], err=o_err, tau_ctrl=o_tau, tau_cmd=o_tau, tau_meas=o_taum,
+                                safety=0, sat=False, lateness_s=0.0, compute_s=per, fresh=True, fault=0,
+                                enabled=True)
+            except OSError as exc:
+                s.fault(float(ts[-1]), "telemetry", f"log write failed, rows kept in memory: {type(exc).__name__}: {exc}")
+            except ValueError as exc:
+                loop._tel_failed = True
+                s.fault(float(ts[-1]), "telemetry", f"{type(exc).__name__}: {exc}")
+        return k_new, loop.driver.feedback()
+
+    def _missed(self, k):
+        """Nothing ran: try again later (doubling the wait while it keeps failing)."""
+        self.next_k = k + self._backoff
+        self._backoff = min(2 * self._backoff, 256)

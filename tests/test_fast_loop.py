@@ -1,0 +1,184 @@
+"""The compiled offline loop (controller.compiled / controller._fast_loop) against the Python loop.
+
+The compiled loop runs the clean cycles of a lock-step run with the in-process plant; every
+result must equal the Python loop's to the last bit (log, metrics, faults, status), also when
+a fault, a clip or a stop reaction hands the run back to Python part-way.  The compiled law is
+also checked against the law written with numpy (the Python path other models take).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.telemetry import read_log
+
+ROOT = Path(__file__).resolve().parents[1]
+DIRECT = ROOT / "hil_configs" / "runs" / "3rrr_circle_direct.toml"
+
+
+def _run(tmp_path, compiled, overrides=None, name="run"):
+    from controller.run import build_run, load_run
+
+    spec = load_run(DIRECT, overrides=overrides)
+    out = tmp_path / f"{name}-{compiled}"
+    run = build_run(spec, out_dir=out)
+    run.loop.compiled = compiled
+    res = run.execute()
+    return res, read_log(out)
+
+
+def _assert_same(a, b):
+    (ra, la), (rb, lb) = a, b
+    assert ra.status == rb.status
+    assert ra.n_cycles == rb.n_cycles
+    assert [(f.t_s, f.cause, f.joint, f.message) for f in ra.faults] == \
+        [(f.t_s, f.cause, f.joint, f.message) for f in rb.faults]
+    assert ra.metrics == rb.metrics
+    assert la.dtype == lb.dtype and la.shape == lb.shape
+    for name in la.dtype.names:
+        if name == "compute_s":      # wall time: a compiled cycle logs its segment's mean
+            continue
+        assert np.array_equal(la[name], lb[name], equal_nan=la[name].dtype.kind == "f"), name
+
+
+def _compiled_cycles(res) -> int:
+    for m in res.messages:
+        if m.startswith("compiled offline loop:"):
+            return int(m.split(":")[1].split()[0])
+    return 0
+
+
+def test_shipped_direct_run_is_bit_identical(tmp_path):
+    over = {"loop.duration_s": 2.5}
+    py = _run(tmp_path, False, over)
+    fast = _run(tmp_path, True, over)
+    _assert_same(py, fast)
+    assert py[0].status == "completed"
+    assert _compiled_cycles(py[0]) == 0
+    # everything but the brake-release cycles at the start ran compiled
+    assert _compiled_cycles(fast[0]) > 0.95 * fast[0].n_cycles
+
+
+@pytest.mark.parametrize("overrides, cause", [
+    ({"safety.tracking_error_max": [1.2e-4, 1.2e-4, 0.1]}, "tracking_error"),   # at 78 ms
+    ({"safety.singularity_margin_min": 0.74}, "singularity"),                   # predicted, at 1.93 s
+    ({"safety.velocity_max": 0.3}, "velocity_limit"),                           # at 1.53 s
+])
+def test_fault_hands_back_to_python_identically(tmp_path, overrides, cause):
+    """A fault found part-way through a compiled segment: the Python loop runs that cycle
+    (records the fault, brakes, disables) with exactly the state it would have had."""
+    over = {"loop.duration_s": 3.0, **overrides}
+    py = _run(tmp_path, False, over, cause)
+    fast = _run(tmp_path, True, over, cause)
+    _assert_same(py, fast)
+    assert py[0].status == "fault" and py[0].faults[0].cause == cause
+    assert _compiled_cycles(fast[0]) > 50
+
+
+def test_clipping_and_integrator_cycles_identical(tmp_path):
+    """Controller saturation with conditional integration and safety clipping (a torque limit
+    below the controller's): cycles that clip go through Python, the others compiled."""
+    over = {"loop.duration_s": 2.0, "controller.wn_rad_s": 60.0, "safety.torque_max": [0.15, 0.15, 0.15]}
+    py = _run(tmp_path, False, over, "clip")
+    fast = _run(tmp_path, True, over, "clip")
+    _assert_same(py, fast)
+    assert np.any(py[1]["sat"])
+
+
+def test_integral_action_identical(tmp_path):
+    from controller.clock import LockstepClock
+    from controller.laws import Saturation, TaskComputedTorque
+    from controller.loop import ControlLoop
+    from controller.safety import SafetyConfig, SafetySupervisor
+    from controller.telemetry import TelemetryWriter
+    from drivers.sim.direct import DirectPlantDriver
+    from drivers.sim.plant import SimulatedPlant
+    from dynamics import load_model as load_robot
+    from trajectories.presets import preset
+
+    model = load_robot(ROOT / "hil_configs" / "robots" / "3rrr_horizontal.toml")
+    traj = preset("rrr_circle", model, radius_m=0.04, turns=1.0, duration_s=2.0, phi_amplitude=0.1,
+                  approach_s=0.5).task
+    logs = []
+    for compiled in (False, True):
+        clock = LockstepClock()
+        plant = SimulatedPlant(model.scaled(1.2), q0=model.inverse_kinematics(traj.sample(0.0).pos),
+                               coulomb=0.05, viscous=0.02, current_lag_s=3e-4, encoder_counts_per_rev=8192)
+        drv = DirectPlantDriver(plant, now=clock.now)
+        ctrl = TaskComputedTorque(model, kp=1600.0, kd=80.0, ki=4000.0, integral_limit=[0.01, 0.01, 0.05],
+                                  saturation=Saturation(model.limits.torque_max * 0.6), friction="measured")
+        safety = SafetySupervisor(SafetyConfig(), model.limits, model=model)
+        tel = TelemetryWriter(tmp_path / f"ki-{compiled}", 3, 3)
+        res = ControlLoop(drv, ctrl, traj, safety, clock, period_s=1e-3, telemetry=tel, handle_signals=False,
+                          compiled=compiled).run()
+        logs.append((res, read_log(tmp_path / f"ki-{compiled}")))
+        assert res.status == "completed"
+    _assert_same(*logs)
+    assert _compiled_cycles(logs[1][0]) > 1000
+    assert np.any(np.abs(ctrl.integral) > 0)
+
+
+def test_compiled_law_matches_numpy_law():
+    """The compiled 3RRR law against the same law written with numpy (independent summation
+    and angle wrapping): equal to rounding on random states."""
+    from controller.laws import Ref, Saturation, State, TaskComputedTorque
+    from dynamics import load_model as load_robot
+
+    model = load_robot(ROOT / "hil_configs" / "robots" / "3rrr_horizontal.toml")
+    rng = np.random.default_rng(3)
+    for ki in (None, 300.0):
+        a = TaskComputedTorque(model, kp=900.0, kd=60.0, ki=ki, saturation=Saturation(model.limits.torque_max),
+                               friction="measured")
+        b = TaskComputedTorque(model, kp=900.0, kd=60.0, ki=ki, saturation=Saturation(model.limits.torque_max),
+                               friction="measured")
+        b._compiled_args = lambda: None           # the numpy law
+        assert a.compiled_args is not None and b.compiled_args is None
+        X0 = np.asarray(model.home_pose, float)
+        for i in range(50):
+            X = X0 + rng.normal(0, [0.01, 0.01, 0.05])
+            q = model.inverse_kinematics(X)
+            qd = rng.normal(0, 0.5, 3)
+            ref = Ref(X + rng.normal(0, 0.002, 3), rng.normal(0, 0.1, 3), rng.normal(0, 1.0, 3))
+            ta = a.compute(0.001 * i, ref, State(0.001 * i, q, qd))
+            tb = b.compute(0.001 * i, ref, State(0.001 * i, q, qd))
+            np.testing.assert_allclose(ta, tb, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(a.last_error, b.last_error, rtol=0, atol=1e-15)
+            np.testing.assert_array_equal(a.last_saturated, b.last_saturated)
+            np.testing.assert_allclose(a.integral, b.integral, rtol=1e-12, atol=1e-15)
+
+
+def test_not_used_where_python_must_run(tmp_path):
+    """Measurement noise is drawn per cycle in Python: the run goes through the Python loop."""
+    over = {"loop.duration_s": 0.3, "driver.plant.position_noise_std_rad": 1e-5}
+    res, _ = _run(tmp_path, True, over, "noise")
+    assert res.status == "completed"
+    assert _compiled_cycles(res) == 0
+
+
+def test_stop_request_between_segments(tmp_path):
+    """A stop request (what a signal handler does) is served at the next cycle boundary: the
+    stop reaction runs in Python and the run ends 'stopped' with the log complete."""
+    from controller.run import build_run, load_run
+
+    spec = load_run(DIRECT, overrides={"loop.duration_s": 2.0})
+    run = build_run(spec, out_dir=tmp_path / "stop")
+    plant = run.loop.driver.plant
+    orig = plant.set_compiled_state
+    calls = []
+
+    def hook(*a, **kw):
+        orig(*a, **kw)
+        calls.append(1)
+        if len(calls) == 3:
+            run.loop.safety.request_stop("SIGTERM")
+
+    plant.set_compiled_state = hook
+    res = run.execute()
+    log = read_log(tmp_path / "stop")
+    assert res.status == "stopped"
+    assert res.faults[0].cause == "signal"
+    assert log.shape[0] == res.n_cycles
+    assert not log["enabled"][-1].any() or log["tau_cmd"][-1].tolist() == [0.0, 0.0, 0.0]
