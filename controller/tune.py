@@ -89,13 +89,19 @@ def make_tasks(spec: TuneSpec, data: dict, file: str | None, candidates: list[Ca
     return tasks
 
 
+#: trajectories built by this process's tasks (a sweep's runs share theirs; see
+#: ``controller.run.parse_run``): one worker maps the 3RRR circle once, not once per run
+_TRAJECTORIES: dict = {}
+
+
 def evaluate_task(task: tuple) -> tuple[int, int, dict]:
     """Run one offline simulation; returns (candidate index, draw index, metrics)."""
     from .run import run_offline_metrics
 
     ci, j, data, file, overrides = task
     try:
-        metrics = run_offline_metrics(apply_overrides(data, overrides, file=file), file=file)
+        metrics = run_offline_metrics(apply_overrides(data, overrides, file=file), file=file,
+                                      trajectory_cache=_TRAJECTORIES)
     except TorqueloopError as err:
         metrics = {"status": "error", "error": str(err)}
     return ci, j, metrics

@@ -182,3 +182,27 @@ def test_stop_request_between_segments(tmp_path):
     assert res.faults[0].cause == "signal"
     assert log.shape[0] == res.n_cycles
     assert not log["enabled"][-1].any() or log["tau_cmd"][-1].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_tune_rollouts_share_the_trajectory_and_equal_fresh_runs():
+    """A sweep's runs reuse the trajectory their process built (parse_run's trajectory_cache):
+    the metrics equal those of a run parsed from scratch, for two different candidates."""
+    from controller.run import read_toml, run_offline_metrics
+    from dynamics.config import apply_overrides
+
+    path = ROOT / "hil_configs" / "runs" / "3rrr_circle_tune.toml"
+    data = {k: v for k, v in read_toml(path).items() if k != "tune"}
+    cache = {}
+    for over in ({"controller.wn_rad_s": 30.0, "loop.duration_s": 1.2},
+                 {"controller.wn_rad_s": 55.0, "controller.ki": 800.0, "driver.plant.mass_factor": 1.2,
+                  "loop.duration_s": 1.2}):
+        d = apply_overrides(data, over, file=str(path))
+        cached = run_offline_metrics(d, file=str(path), trajectory_cache=cache)
+        fresh = run_offline_metrics(d, file=str(path))
+        assert cached["status"] == "completed"
+        for m in (cached, fresh):       # wall-clock figures differ from run to run
+            m.pop("timing", None)
+            m.pop("wall_time_s", None)
+            m.pop("real_time_factor", None)
+        assert cached == fresh
+    assert len(cache) == 1
