@@ -34,16 +34,7 @@ from dynamics._planar3rrr_kernels import WS_SIZE, fk_newton_ws, sing_entry
 from drivers.sim._plant_kernels import rrr_advance
 
 from ._law_kernels import rrr_task_computed_torque
-from ._safety_rules import evaluate
-
-
-@njit(cache=True)
-def _finite(x):
-    for i in range(x.shape[0]):
-        v = x[i]
-        if not (v == v) or v > 1.7976931348623157e308 or v < -1.7976931348623157e308:
-            return False
-    return True
+from ._safety_rules import _all_finite, evaluate
 
 
 @njit(cache=True)
@@ -93,7 +84,7 @@ def rrr_segment(k0, k_end, period_s, t0,
         for j in range(n):
             q[j] = fq[j]
             qd[j] = fqd[j]
-        if not (_finite(q) and _finite(qd)):
+        if not (_all_finite(q) and _all_finite(qd)):
             return k
         # --- the law ------------------------------------------------------------------
         tl = t_last[0]
