@@ -37,7 +37,7 @@ from ._law_kernels import rrr_task_computed_torque
 from ._safety_rules import _all_finite, evaluate
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rrr_segment(k0, k_end, period_s, t0,
                 Pc, branch, kp, kd, ki, has_ki, z, t_last, z_limit, fric, fmode, has_sat, sat_lim, pose_c,
                 s_k, q_min, q_max, v_max, soft_lo, soft_hi, tau_max, err_max, jbits, ebits,

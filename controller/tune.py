@@ -12,7 +12,8 @@ plant is perturbed in each Monte-Carlo draw, the metric and the penalties::
     torque_penalty = 0.1         # x (peak |tau| / torque limit), summed over axes, times metric scale
     saturation_penalty = 1.0     # x fraction of cycles with any torque clipped
     duration_s = 4.0             # shorter runs for the search (default: the config's)
-    engine = "local"             # "local" (process pool), "dask" or "ray"
+    engine = "local"             # "local" (process pool), "batch" (rollouts advanced together
+                                 # in this process, compiled, GIL released), "dask" or "ray"
     address = ""                 # dask scheduler / ray cluster address ("" = start a local one)
     seed = 1
     [tune.params]                # dotted config keys -> [low, high] (log-uniform if "log" is added)
@@ -142,6 +143,29 @@ def _run_local(tasks: list[tuple], workers: int | None, address: str, progress: 
     return out
 
 
+def _run_batch(tasks: list[tuple], workers: int | None, address: str, progress: Callable | None) -> list:
+    """Advance ``workers`` rollouts together in this process (threads).
+
+    The clean cycles of a rollout run in the compiled offline loop
+    (:mod:`controller.compiled`), which releases the GIL, so the rollouts of a batch
+    advance in parallel on as many cores, sharing this process's compiled code and
+    trajectories (no worker start-up, nothing pickled).  Every rollout is the same
+    :func:`evaluate_task` as on the other engines: the results are the single runs'
+    (``tests/test_tune_batch.py``).  A run the compiled loop does not cover is
+    correct here too, but its cycles hold the GIL: use ``local`` for those.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = workers or os.cpu_count() or 1
+    out = []
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tune-batch") as ex:
+        for r in ex.map(evaluate_task, tasks):
+            out.append(r)
+            if progress:
+                progress(len(out), len(tasks))
+    return out
+
+
 def _run_dask(tasks: list[tuple], workers: int | None, address: str, progress: Callable | None) -> list:
     try:
         from dask.distributed import Client, LocalCluster
@@ -173,7 +197,7 @@ def _run_ray(tasks: list[tuple], workers: int | None, address: str, progress: Ca
         ray.shutdown()
 
 
-EXECUTORS: dict[str, Callable] = {"local": _run_local, "dask": _run_dask, "ray": _run_ray}
+EXECUTORS: dict[str, Callable] = {"local": _run_local, "batch": _run_batch, "dask": _run_dask, "ray": _run_ray}
 assert set(EXECUTORS) == set(ENGINES)
 
 #: a best value within this fraction of a range's width from a bound is "at the edge"

@@ -17,7 +17,7 @@ from dynamics.config import Section
 __all__ = ["ENGINES", "ParamRange", "TuneSpec"]
 
 #: where the evaluations run (:data:`controller.tune.EXECUTORS` implements each)
-ENGINES = ("local", "dask", "ray")
+ENGINES = ("local", "batch", "dask", "ray")
 
 
 @dataclass(frozen=True)
