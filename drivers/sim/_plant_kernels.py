@@ -1,5 +1,6 @@
 """Compiled fast paths of :class:`drivers.sim.plant.SimulatedPlant` for the planar 3RRR model
-(:func:`rrr_advance`) and for serial chains (:func:`serial_advance`).
+(:func:`rrr_advance`) and for serial chains (:func:`serial_advance`): one plant step,
+:func:`_rk4_advance`, with each robot's dynamics passed in as compiled functions.
 
 One call integrates ``n_steps`` RK4 steps of the plant exactly as the Python
 reference ``SimulatedPlant._step`` does (same operations in the same order:
@@ -29,13 +30,8 @@ F_VISCOUS = 1
 F_COULOMB = 2
 F_PD = 4
 F_SATURATE = 8
-
-
-@njit(cache=True)
-def _qdd(P, q, qd, tau, visc, has_visc, X, W, rhs, out):
-    for i in range(3):
-        rhs[i] = tau[i] - visc[i] * qd[i] if has_visc else tau[i]
-    return fd_entry(P, q, qd, rhs, X, W, out)
+#: status of a step whose state became non-finite (either robot)
+ST_NOT_FINITE = 41
 
 
 @njit(cache=True)
@@ -103,6 +99,129 @@ def _held_torques(cmd, par, cq, cqd, cta, pd, sat, lag, e_mid, e_end, tc, t0, tm
             th_[i] = t
 
 
+@njit(inline="always")
+def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_steps, out, wk, M):
+    """The plant step shared by every robot: ``n_steps`` RK4 steps of length ``h`` [s].
+
+    The same operations in the same order as ``SimulatedPlant._step``: the held
+    command (drive PD, saturation), the current-loop lag inside the stages, viscous
+    friction, forward dynamics, the implicit Coulomb step, the post-step update of the
+    robot's extra state ``x`` (the 3RRR's platform pose), the finiteness check.  What
+    differs between robots is passed in as compiled functions (numba specialises this
+    function for each):
+
+    * ``qdd(P, q, qd, tau, visc, has_visc, x, wk, rhs, out) -> status``: joint
+      accelerations at the stage point (``x``: the extra state at the start of the step);
+    * ``mass(P, q, x, wk, M) -> status``: the mass matrix (n, n) at the step's end;
+    * ``post(P, q, x, wk, xn) -> status``: the extra state after the step into ``xn``.
+
+    ``out`` (3 n + len(x),) holds q, qd, x, ta after the last completed step; ``wk``
+    is the robot's workspace (a tuple), ``M`` (n, n) work.  Returns ``(status, steps)``.
+    """
+    n = q.shape[0]
+    nx = x.shape[0]
+    has_visc = (flags & F_VISCOUS) != 0
+    has_coul = (flags & F_COULOMB) != 0
+    pd = (flags & F_PD) != 0
+    sat = (flags & F_SATURATE) != 0
+    buf = np.zeros(16 * n + nx)
+    tc = buf[0:n]
+    t0 = buf[n:2 * n]
+    tm = buf[2 * n:3 * n]
+    th_ = buf[3 * n:4 * n]
+    k1v = buf[4 * n:5 * n]
+    k2v = buf[5 * n:6 * n]
+    k3v = buf[6 * n:7 * n]
+    k4v = buf[7 * n:8 * n]
+    k2q = buf[8 * n:9 * n]
+    k3q = buf[9 * n:10 * n]
+    k4q = buf[10 * n:11 * n]
+    qs = buf[11 * n:12 * n]
+    rhs = buf[12 * n:13 * n]
+    qn = buf[13 * n:14 * n]
+    qdn = buf[14 * n:15 * n]
+    imp = buf[15 * n:16 * n]
+    xn = buf[16 * n:16 * n + nx]
+    for i in range(n):
+        out[i] = q[i]
+        out[n + i] = qd[i]
+        out[2 * n + nx + i] = ta[i]
+    for i in range(nx):
+        out[2 * n + i] = x[i]
+    cq = out[0:n]
+    cqd = out[n:2 * n]
+    cx = out[2 * n:2 * n + nx]
+    cta = out[2 * n + nx:3 * n + nx]
+    e_mid = math.exp(-(0.5 * h) / lag) if lag > 0.0 else 0.0
+    e_end = math.exp(-h / lag) if lag > 0.0 else 0.0
+    hh = 0.5 * h
+    h6 = h / 6.0
+    visc = par[0]
+    for k in range(n_steps):
+        _held_torques(cmd, par, cq, cqd, cta, pd, sat, lag, e_mid, e_end, tc, t0, tm, th_)
+        st = qdd(P, cq, cqd, t0, visc, has_visc, cx, wk, rhs, k1v)
+        if st != 0:
+            return st, k
+        _rk4_stage(cq, cqd, hh, k1v, cqd, k2q, qs)
+        st = qdd(P, qs, k2q, tm, visc, has_visc, cx, wk, rhs, k2v)
+        if st != 0:
+            return st, k
+        _rk4_stage(cq, cqd, hh, k2v, k2q, k3q, qs)
+        st = qdd(P, qs, k3q, tm, visc, has_visc, cx, wk, rhs, k3v)
+        if st != 0:
+            return st, k
+        _rk4_stage(cq, cqd, h, k3v, k3q, k4q, qs)
+        st = qdd(P, qs, k4q, th_, visc, has_visc, cx, wk, rhs, k4v)
+        if st != 0:
+            return st, k
+        _rk4_combine(cq, cqd, h6, k2q, k3q, k4q, k1v, k2v, k3v, k4v, qn, qdn)
+        if has_coul:
+            st = mass(P, qn, cx, wk, M)
+            if st != 0:
+                return st, k
+            for r in range(n):
+                imp[r] = h * par[1, r]
+            _coulomb_update(M, imp, hh, cq, cqd, qn, qdn)
+        st = post(P, qn, cx, wk, xn)
+        if st != 0:
+            return st, k
+        if not _finite_state(qn, qdn):
+            return ST_NOT_FINITE, k
+        for i in range(n):
+            cq[i] = qn[i]
+            cqd[i] = qdn[i]
+            cta[i] = th_[i] if lag > 0.0 else tc[i]
+        for i in range(nx):
+            cx[i] = xn[i]
+    return 0, n_steps
+
+
+# -- the 3RRR: extra state the platform pose X, found by Newton from the step's start ----------
+@njit(cache=True)
+def _rrr_qdd(P, q, qd, tau, visc, has_visc, X, wk, rhs, out):
+    for i in range(3):
+        rhs[i] = tau[i] - visc[i] * qd[i] if has_visc else tau[i]
+    return fd_entry(P, q, qd, rhs, X, wk[0], out)
+
+
+@njit(cache=True)
+def _rrr_mass(P, q, X, wk, M):
+    red = wk[2]
+    st = reduced_entry(P, q, wk[3], X, red)
+    if st != 0:
+        return st
+    for r in range(3):
+        for c in range(3):
+            M[r, c] = red[3 * r + c]
+    return 0
+
+
+@njit(cache=True)
+def _rrr_pose(P, q, X, wk, Xn):
+    st, it = fk_newton_ws(P, q, X, 1e-12, 50, Xn, wk[1])
+    return st
+
+
 @njit(cache=True)
 def rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
     """Integrate ``n_steps`` plant steps of length ``h`` [s] (3RRR, RK4).
@@ -122,84 +241,9 @@ def rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
     (status, steps) : the model status of the failing step (0 if none) and the
         number of completed steps; ``out`` holds the state after them.
     """
-    has_visc = (flags & F_VISCOUS) != 0
-    has_coul = (flags & F_COULOMB) != 0
-    pd = (flags & F_PD) != 0
-    sat = (flags & F_SATURATE) != 0
-    buf = np.zeros(64)
-    W = buf[0:3]
-    tc = buf[3:6]
-    t0 = buf[6:9]
-    tm = buf[9:12]
-    th_ = buf[12:15]
-    k1v = buf[15:18]
-    k2v = buf[18:21]
-    k3v = buf[21:24]
-    k4v = buf[24:27]
-    k2q = buf[27:30]
-    k3q = buf[30:33]
-    k4q = buf[33:36]
-    qs = buf[36:39]
-    rhs = buf[39:42]
-    qn = buf[42:45]
-    qdn = buf[45:48]
-    imp = buf[48:51]
-    Xn = buf[51:54]
-    ws = np.empty(WS_SIZE)
-    M = np.empty((3, 3))
-    red = np.empty(15)
-    zero3 = np.zeros(3)
-    for i in range(3):
-        out[i] = q[i]
-        out[3 + i] = qd[i]
-        out[6 + i] = X[i]
-        out[9 + i] = ta[i]
-    cq = out[0:3]
-    cqd = out[3:6]
-    cX = out[6:9]
-    cta = out[9:12]
-    e_mid = math.exp(-(0.5 * h) / lag) if lag > 0.0 else 0.0
-    e_end = math.exp(-h / lag) if lag > 0.0 else 0.0
-    hh = 0.5 * h
-    h6 = h / 6.0
-    for k in range(n_steps):
-        _held_torques(cmd, par, cq, cqd, cta, pd, sat, lag, e_mid, e_end, tc, t0, tm, th_)
-        st = _qdd(P, cq, cqd, t0, par[0], has_visc, cX, W, rhs, k1v)
-        if st != 0:
-            return st, k
-        _rk4_stage(cq, cqd, hh, k1v, cqd, k2q, qs)
-        st = _qdd(P, qs, k2q, tm, par[0], has_visc, cX, W, rhs, k2v)
-        if st != 0:
-            return st, k
-        _rk4_stage(cq, cqd, hh, k2v, k2q, k3q, qs)
-        st = _qdd(P, qs, k3q, tm, par[0], has_visc, cX, W, rhs, k3v)
-        if st != 0:
-            return st, k
-        _rk4_stage(cq, cqd, h, k3v, k3q, k4q, qs)
-        st = _qdd(P, qs, k4q, th_, par[0], has_visc, cX, W, rhs, k4v)
-        if st != 0:
-            return st, k
-        _rk4_combine(cq, cqd, h6, k2q, k3q, k4q, k1v, k2v, k3v, k4v, qn, qdn)
-        if has_coul:
-            st = reduced_entry(P, qn, zero3, cX, red)
-            if st != 0:
-                return st, k
-            for r in range(3):
-                for c in range(3):
-                    M[r, c] = red[3 * r + c]
-                imp[r] = h * par[1, r]
-            _coulomb_update(M, imp, hh, cq, cqd, qn, qdn)
-        st, it = fk_newton_ws(P, qn, cX, 1e-12, 50, Xn, ws)
-        if st != 0:
-            return st, k
-        if not _finite_state(qn, qdn):
-            return 41, k
-        for i in range(3):
-            cq[i] = qn[i]
-            cqd[i] = qdn[i]
-            cX[i] = Xn[i]
-            cta[i] = th_[i] if lag > 0.0 else tc[i]
-    return 0, n_steps
+    wk = (np.zeros(3), np.empty(WS_SIZE), np.empty(15), np.zeros(3))
+    return _rk4_advance(_rrr_qdd, _rrr_mass, _rrr_pose, P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps,
+                        out, wk, np.empty((3, 3)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,16 +251,25 @@ def rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
 # ---------------------------------------------------------------------------------------------
 #: status of a serial step whose mass matrix was not positive definite
 ST_SERIAL_NOT_PD = 1
-#: status of a step whose state became non-finite (same code as the 3RRR kernel)
-ST_NOT_FINITE = 41
 
 
 @njit(cache=True)
-def _serial_qdd(P, q, qd, tau, visc, has_visc, rhs, out, M, Rl):
+def _serial_qdd(P, q, qd, tau, visc, has_visc, x, wk, rhs, out):
     n = q.shape[0]
     for i in range(n):
         rhs[i] = tau[i] - visc[i] * qd[i] if has_visc else tau[i]
-    return _fd_core(P, q, qd, rhs, rhs, False, out, M, Rl)
+    return 0 if _fd_core(P, q, qd, rhs, rhs, False, out, wk[0], wk[1]) else ST_SERIAL_NOT_PD
+
+
+@njit(cache=True)
+def _serial_mass(P, q, x, wk, M):
+    _crba_core(P, q, M, wk[1])
+    return 0
+
+
+@njit(cache=True)
+def _no_extra_state(P, q, x, wk, xn):
+    return 0
 
 
 @njit(cache=True)
@@ -243,63 +296,6 @@ def serial_advance(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out):
         failing step, and the number of completed steps.
     """
     n = q.shape[0]
-    has_visc = (flags & F_VISCOUS) != 0
-    has_coul = (flags & F_COULOMB) != 0
-    pd = (flags & F_PD) != 0
-    sat = (flags & F_SATURATE) != 0
-    buf = np.zeros(17 * n)
-    tc = buf[0:n]
-    t0 = buf[n:2 * n]
-    tm = buf[2 * n:3 * n]
-    th_ = buf[3 * n:4 * n]
-    k1v = buf[4 * n:5 * n]
-    k2v = buf[5 * n:6 * n]
-    k3v = buf[6 * n:7 * n]
-    k4v = buf[7 * n:8 * n]
-    k2q = buf[8 * n:9 * n]
-    k3q = buf[9 * n:10 * n]
-    k4q = buf[10 * n:11 * n]
-    qs = buf[11 * n:12 * n]
-    rhs = buf[12 * n:13 * n]
-    qn = buf[13 * n:14 * n]
-    qdn = buf[14 * n:15 * n]
-    imp = buf[15 * n:16 * n]
     M = np.empty((n, n))
-    Rl = np.empty((n, NW))
-    for i in range(n):
-        out[i] = q[i]
-        out[n + i] = qd[i]
-        out[2 * n + i] = ta[i]
-    cq = out[0:n]
-    cqd = out[n:2 * n]
-    cta = out[2 * n:3 * n]
-    e_mid = math.exp(-(0.5 * h) / lag) if lag > 0.0 else 0.0
-    e_end = math.exp(-h / lag) if lag > 0.0 else 0.0
-    hh = 0.5 * h
-    h6 = h / 6.0
-    for k in range(n_steps):
-        _held_torques(cmd, par, cq, cqd, cta, pd, sat, lag, e_mid, e_end, tc, t0, tm, th_)
-        if not _serial_qdd(P, cq, cqd, t0, par[0], has_visc, rhs, k1v, M, Rl):
-            return ST_SERIAL_NOT_PD, k
-        _rk4_stage(cq, cqd, hh, k1v, cqd, k2q, qs)
-        if not _serial_qdd(P, qs, k2q, tm, par[0], has_visc, rhs, k2v, M, Rl):
-            return ST_SERIAL_NOT_PD, k
-        _rk4_stage(cq, cqd, hh, k2v, k2q, k3q, qs)
-        if not _serial_qdd(P, qs, k3q, tm, par[0], has_visc, rhs, k3v, M, Rl):
-            return ST_SERIAL_NOT_PD, k
-        _rk4_stage(cq, cqd, h, k3v, k3q, k4q, qs)
-        if not _serial_qdd(P, qs, k4q, th_, par[0], has_visc, rhs, k4v, M, Rl):
-            return ST_SERIAL_NOT_PD, k
-        _rk4_combine(cq, cqd, h6, k2q, k3q, k4q, k1v, k2v, k3v, k4v, qn, qdn)
-        if has_coul:
-            _crba_core(P, qn, M, Rl)
-            for r in range(n):
-                imp[r] = h * par[1, r]
-            _coulomb_update(M, imp, hh, cq, cqd, qn, qdn)
-        if not _finite_state(qn, qdn):
-            return ST_NOT_FINITE, k
-        for i in range(n):
-            cq[i] = qn[i]
-            cqd[i] = qdn[i]
-            cta[i] = th_[i] if lag > 0.0 else tc[i]
-    return 0, n_steps
+    return _rk4_advance(_serial_qdd, _serial_mass, _no_extra_state, P, q, qd, np.empty(0), ta, cmd, par, lag,
+                        flags, h, n_steps, out, (M, np.empty((n, NW))), M)
