@@ -153,23 +153,25 @@ def _offline_rows(tmp: Path, quick: bool) -> list[dict]:
                              f"{res.wall_time_s:.3f} s wall (first run in this process): "
                              f"real-time factor {rtf:.2f}x"})
     repeat = 3 if quick else 5
-    per = {}
-    for compiled in (False, True):
-        walls = []
-        for r in range(repeat):
-            spec, res = _run_config(RUNS / "3rrr_circle_direct.toml", tmp, duration_s=dur, compiled=compiled,
-                                    tag=f"-c{int(compiled)}-{r}")
-            walls.append(res.wall_time_s / res.n_cycles)
-        per[compiled] = (float(np.median(walls)), res, spec)
-    ref_us = per[False][0] * 1e6
-    for compiled, label in ((False, "Python loop, every cycle"), (True, "compiled offline loop")):
-        w, res, spec = per[compiled]
-        rtf = spec.period_s / w
-        msg = next((m for m in res.messages if m.startswith("compiled offline loop")), "no cycle compiled")
-        rows.append({"case": f"3rrr_circle_direct.toml, {label}", "median_us": w * 1e6,
-                     "ref": "Python loop", "ref_median_us": ref_us, "ratio": w * 1e6 / ref_us, "rtf": rtf,
-                     "note": f"wall time per cycle of the whole run (median of {repeat} runs, warm); "
-                             f"real-time factor {rtf:.1f}x (target >= 100x); {msg}"})
+    # the 3RRR (task-space law) and a serial arm (joint-space law): Python loop vs compiled loop
+    for fname, target in (("3rrr_circle_direct.toml", " (target >= 100x)"), ("seed000_slow.toml", "")):
+        per = {}
+        for compiled in (False, True):
+            walls = []
+            for r in range(repeat):
+                spec, res = _run_config(RUNS / fname, tmp, duration_s=dur, compiled=compiled,
+                                        tag=f"-c{int(compiled)}-{r}")
+                walls.append(res.wall_time_s / res.n_cycles)
+            per[compiled] = (float(np.median(walls)), res, spec)
+        ref_us = per[False][0] * 1e6
+        for compiled, label in ((False, "Python loop, every cycle"), (True, "compiled offline loop")):
+            w, res, spec = per[compiled]
+            rtf = spec.period_s / w
+            msg = next((m for m in res.messages if m.startswith("compiled offline loop")), "no cycle compiled")
+            rows.append({"case": f"{fname}, {label}", "median_us": w * 1e6,
+                         "ref": "Python loop", "ref_median_us": ref_us, "ratio": w * 1e6 / ref_us, "rtf": rtf,
+                         "note": f"wall time per cycle of the whole run (median of {repeat} runs, warm); "
+                                 f"real-time factor {rtf:.1f}x{target}; {msg}"})
     return rows
 
 

@@ -1,7 +1,8 @@
 """The compiled offline loop: whole control cycles in one kernel, no Python per cycle.
 
 :func:`rrr_segment` runs cycles ``k0 .. k_end - 1`` of :class:`controller.loop.ControlLoop`
-for the 3RRR with task-space computed torque against the in-process simulated plant
+for the 3RRR with task-space computed torque, :func:`serial_segment` for a serial chain with
+joint-space computed torque, against the in-process simulated plant
 (:class:`drivers.sim.direct.DirectPlantDriver` on the lock-step clock), calling the same
 compiled functions the Python loop calls:
 
@@ -31,10 +32,54 @@ import numpy as np
 from numba import njit
 
 from dynamics._planar3rrr_kernels import WS_SIZE, fk_newton_ws, sing_entry
-from drivers.sim._plant_kernels import rrr_advance
+from drivers.sim._plant_kernels import rrr_advance, serial_advance
 
-from ._law_kernels import rrr_task_computed_torque
+from ._law_kernels import rrr_task_computed_torque, serial_computed_torque
 from ._safety_rules import _all_finite, evaluate
+
+
+@njit(cache=True)
+def _read_state(fq, fqd, q, qd):
+    """The measured state the law reads (copies of the feedback); whether it is finite."""
+    for j in range(q.shape[0]):
+        q[j] = fq[j]
+        qd[j] = fqd[j]
+    return _all_finite(q) and _all_finite(qd)
+
+
+@njit(cache=True)
+def _since(t, t_last):
+    """Time since the integrator's last commit [s] (0 before the first: ``t_last`` NaN)."""
+    return 0.0 if t_last != t_last else max(t - t_last, 0.0)
+
+
+@njit(cache=True)
+def _steps(span, h_max):
+    """Plant steps of a span [s] as ``SimulatedPlant.advance_to`` splits it: (count, length)."""
+    n_steps = max(1, math.ceil(span / h_max - 1e-9))
+    return n_steps, span / n_steps
+
+
+@njit(cache=True)
+def _commit(i, q, qd, e, tau, mask, pq, pqd, pta, pcmd, has_quant, quantum, fq, fqd, ftau,
+            o_q, o_qd, o_err, o_tau, o_taum, last_mask):
+    """Commit cycle ``i``: its log row, the held command, and the sensors the next cycle reads
+    (encoder quantisation as ``SimulatedPlant.measure``)."""
+    for j in range(q.shape[0]):
+        o_q[i, j] = q[j]
+        o_qd[i, j] = qd[j]
+        o_tau[i, j] = tau[j]
+        o_taum[i, j] = ftau[j]
+        pcmd[0, j] = tau[j]
+        last_mask[j] = mask[j]
+        if has_quant:
+            fq[j] = np.round(pq[j] / quantum[j]) * quantum[j]
+        else:
+            fq[j] = pq[j]
+        fqd[j] = pqd[j]
+        ftau[j] = pta[j]
+    for j in range(e.shape[0]):
+        o_err[i, j] = e[j]
 
 
 @njit(cache=True, nogil=True)
@@ -81,14 +126,10 @@ def rrr_segment(k0, k_end, period_s, t0,
     for k in range(k0, k_end):
         i = k - k0
         t = k * period_s
-        for j in range(n):
-            q[j] = fq[j]
-            qd[j] = fqd[j]
-        if not (_all_finite(q) and _all_finite(qd)):
+        if not _read_state(fq, fqd, q, qd):
             return k
         # --- the law ------------------------------------------------------------------
-        tl = t_last[0]
-        dt = 0.0 if tl != tl else max(t - tl, 0.0)
+        dt = _since(t, t_last[0])
         st = rrr_task_computed_torque(Pc, branch, q, qd, pose_c, ref_pos[i], ref_vel[i], ref_acc[i], kp, kd, ki,
                                       has_ki, z, dt, z_limit, fric, fmode, has_sat, sat_lim, Xc, e, tau, mask, zn)
         if st != 0:
@@ -120,8 +161,7 @@ def rrr_segment(k0, k_end, period_s, t0,
         ts = t0 + t
         span = ts - pt[0]
         if span > 0.0:
-            n_steps = max(1, math.ceil(span / h_max - 1e-9))
-            h = span / n_steps
+            n_steps, h = _steps(span, h_max)
             st, done = rrr_advance(Pp, pq, pqd, pX, pta, pcmd, ppar, lag, flags, h, n_steps, out)
             if st != 0 or done < n_steps:
                 return k
@@ -132,21 +172,10 @@ def rrr_segment(k0, k_end, period_s, t0,
                 pta[j] = out[9 + j]
             pt[0] = ts
         # --- commit ---------------------------------------------------------------------
-        for j in range(n):
-            o_q[i, j] = q[j]
-            o_qd[i, j] = qd[j]
-            o_err[i, j] = e[j]
-            o_tau[i, j] = tau[j]
-            o_taum[i, j] = ftau[j]
-            pcmd[0, j] = tau[j]
+        _commit(i, q, qd, e, tau, mask, pq, pqd, pta, pcmd, has_quant, quantum, fq, fqd, ftau,
+                o_q, o_qd, o_err, o_tau, o_taum, last_mask)
+        for j in range(3):
             pose_c[j] = Xc[j]
-            last_mask[j] = mask[j]
-            if has_quant:
-                fq[j] = np.round(pq[j] / quantum[j]) * quantum[j]
-            else:
-                fq[j] = pq[j]
-            fqd[j] = pqd[j]
-            ftau[j] = pta[j]
         if has_ki:
             for j in range(3):
                 z[j] = zn[j]
@@ -158,4 +187,69 @@ def rrr_segment(k0, k_end, period_s, t0,
             margin_prev[0] = 1.0
             margin_prev[1] = t
             margin_prev[2] = m
+    return k_end
+
+
+@njit(cache=True, nogil=True)
+def serial_segment(k0, k_end, period_s, t0,
+                   Pc, kp, kd, ki, has_ki, z, t_last, z_limit, fric, fmode, has_sat, sat_lim,
+                   s_k, q_min, q_max, v_max, soft_lo, soft_hi, tau_max, err_max, jbits, ebits,
+                   Pp, pq, pqd, pta, pt, pcmd, ppar, lag, flags, h_max, has_quant, quantum,
+                   fq, fqd, ftau,
+                   ref_pos, ref_vel, ref_acc,
+                   o_q, o_qd, o_err, o_tau, o_taum, last_mask):
+    """:func:`rrr_segment` for a serial chain under joint-space computed torque.
+
+    The law is :func:`controller._law_kernels.serial_computed_torque` (what
+    :meth:`controller.laws.ComputedTorque.compute` runs for an exact ``SerialModel``), the
+    safety rules :func:`controller._safety_rules.evaluate` (no singularity check: a serial
+    chain has none), the plant step :func:`drivers.sim._plant_kernels.serial_advance`.
+    Arguments as :func:`rrr_segment` without the pose and singularity ones; all (n,)
+    arrays, gains (n, n), rows (k_end - k0, n).
+    """
+    n = pq.shape[0]
+    fault = np.zeros(n, dtype=np.int64)
+    enabled = np.ones(n, dtype=np.bool_)
+    fresh = np.ones(n, dtype=np.bool_)
+    q = np.empty(n)
+    qd = np.empty(n)
+    e = np.empty(n)
+    tau = np.empty(n)
+    mask = np.empty(n, dtype=np.bool_)
+    zn = np.empty(n)
+    out = np.empty(3 * n)
+    for k in range(k0, k_end):
+        i = k - k0
+        t = k * period_s
+        if not _read_state(fq, fqd, q, qd):
+            return k
+        # --- the law ------------------------------------------------------------------
+        dt = _since(t, t_last[0])
+        if serial_computed_torque(Pc, q, qd, ref_pos[i], ref_vel[i], ref_acc[i], kp, kd, ki, has_ki, z, dt,
+                                  z_limit, fric, fmode, has_sat, sat_lim, e, tau, mask, zn) != 0:
+            return k
+        # --- the safety rules -----------------------------------------------------------
+        if evaluate(q, qd, tau, ref_pos[i], ref_vel[i], ref_acc[i], e, err_max, fault, enabled, fresh,
+                    q_min, q_max, v_max, soft_lo, soft_hi, tau_max, jbits, ebits) != 0:
+            return k
+        # --- the driver cycle: plant to now, sensors, hold the command -------------------
+        ts = t0 + t
+        span = ts - pt[0]
+        if span > 0.0:
+            n_steps, h = _steps(span, h_max)
+            st, done = serial_advance(Pp, pq, pqd, pta, pcmd, ppar, lag, flags, h, n_steps, out)
+            if st != 0 or done < n_steps:
+                return k
+            for j in range(n):
+                pq[j] = out[j]
+                pqd[j] = out[n + j]
+                pta[j] = out[2 * n + j]
+            pt[0] = ts
+        # --- commit ---------------------------------------------------------------------
+        _commit(i, q, qd, e, tau, mask, pq, pqd, pta, pcmd, has_quant, quantum, fq, fqd, ftau,
+                o_q, o_qd, o_err, o_tau, o_taum, last_mask)
+        for j in range(n):
+            z[j] = zn[j]
+        t_last[0] = t
+        s_k[0] = s_k[0] + 1
     return k_end

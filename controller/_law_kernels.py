@@ -11,6 +11,10 @@ The two paths therefore compute the same numbers to the last bit.
   acceleration ``a = acc_d + Kd (vel_d - vel) + Kp e`` (+ ``Ki z``) with explicit
   summation order (numpy's ``@`` may use BLAS kernels with another order);
 * :func:`integrator_candidate`, :func:`saturate`, :func:`add_friction`;
+* :func:`serial_computed_torque`: the joint-space computed-torque law of
+  :class:`controller.laws.ComputedTorque` for an exact :class:`dynamics.serial.SerialModel`
+  (mass matrix and bias by the model's own kernels, friction, saturation, conditional
+  integration);
 * :func:`rrr_task_computed_torque`: the whole task-space computed-torque law of
   :class:`controller.laws.TaskComputedTorque` for an exact
   :class:`dynamics.planar3rrr.Planar3RRR` controller model (FK warm start, task
@@ -27,10 +31,14 @@ import numpy as np
 from numba import njit
 
 from dynamics._planar3rrr_kernels import fk_newton_ws, jx_entry, tid_entry, WS_SIZE
+from dynamics._serial_kernels import NW, _crba_core, _rnea_core
 
 #: friction compensation modes of the compiled laws
 FRICTION_NONE = 0
 FRICTION_MEASURED = 1
+FRICTION_DESIRED = 2
+#: status of the serial law for a non-finite input (the Python path then reports it)
+ST_NONFINITE_INPUT = 1
 
 
 @njit(cache=True)
@@ -208,5 +216,94 @@ def rrr_task_computed_torque(P, branch, q, qd, pose_prev, ref_pos, ref_vel, ref_
             z_out[i] = z[i]
         return st
     for i in range(3):
+        z_out[i] = zc[i]
+    return 0
+
+
+@njit(cache=True)
+def _finite(x):
+    for i in range(x.shape[0]):
+        v = x[i]
+        if not (v == v) or v > 1e308 or v < -1e308:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _serial_torque(M, a, h, has_sat, sat_lim, tau_raw, tau, mask):
+    """tau = sat(M a + h); returns whether any actuator saturated."""
+    n = a.shape[0]
+    for i in range(n):
+        s = 0.0
+        for j in range(n):
+            s += M[i, j] * a[j]
+        tau_raw[i] = s + h[i]
+    if has_sat:
+        return saturate(tau_raw, sat_lim, tau, mask)
+    for i in range(n):
+        tau[i] = tau_raw[i]
+        mask[i] = False
+    return False
+
+
+@njit(cache=True)
+def serial_computed_torque(P, q, qd, ref_pos, ref_vel, ref_acc, kp, kd, ki, has_ki, z, dt, z_limit,
+                           fric, fmode, has_sat, sat_lim, e, tau, mask, z_out):
+    """One step of :class:`controller.laws.ComputedTorque` for a serial chain.
+
+    Parameters
+    ----------
+    P : packed serial parameters (``SerialModel._P``), n joints.
+    q, qd : (n,) measured joint positions [rad | m] and rates.
+    ref_pos, ref_vel, ref_acc : (n,) joint reference.
+    kp, kd, ki : (n, n) gains; has_ki : integral action on.
+    z : (n,) integrator state; dt : time since its last commit [s]; z_limit : (n,) bound (inf: none).
+    fric : (2, n) viscous, Coulomb coefficients of the model; fmode : FRICTION_* (measured:
+        at ``qd``, desired: at ``ref_vel``).
+    has_sat, sat_lim : the controller's own saturation and its limits (n,).
+
+    Outputs (written): e (n,) error, tau (n,) torques [N m | N], mask (n,) saturated
+    actuators, z_out (n,) integrator state to commit.
+
+    Returns
+    -------
+    int
+        0, or :data:`ST_NONFINITE_INPUT` (nothing is valid then; the Python path reports it).
+    """
+    n = q.shape[0]
+    if not (_finite(q) and _finite(qd) and _finite(ref_pos) and _finite(ref_vel) and _finite(ref_acc)):
+        return ST_NONFINITE_INPUT
+    M = np.empty((n, n))
+    Rl = np.empty((n, NW))
+    ws = np.empty(5 * n)
+    h = ws[0:n]
+    a = ws[n:2 * n]
+    a2 = ws[2 * n:3 * n]
+    zc = ws[3 * n:4 * n]
+    tau_raw = ws[4 * n:5 * n]
+    for i in range(n):
+        e[i] = ref_pos[i] - q[i]
+    _crba_core(P, q, M, Rl)
+    _rnea_core(P, q, qd, qd, False, 1.0, qd, False, h, Rl)
+    if fmode == FRICTION_MEASURED:
+        add_friction(h, fric[0], fric[1], qd)
+    elif fmode == FRICTION_DESIRED:
+        add_friction(h, fric[0], fric[1], ref_vel)
+    pd_acceleration(ref_acc, ref_vel, qd, e, kp, kd, a)
+    if not has_ki:
+        _serial_torque(M, a, h, has_sat, sat_lim, tau_raw, tau, mask)
+        for i in range(n):
+            z_out[i] = z[i]
+        return 0
+    integrator_candidate(z, e, dt, z_limit, zc)
+    add_matvec(a, ki, zc, a2)
+    if _serial_torque(M, a2, h, has_sat, sat_lim, tau_raw, tau, mask):
+        # conditional integration: the integrator keeps its value while saturated
+        add_matvec(a, ki, z, a2)
+        _serial_torque(M, a2, h, has_sat, sat_lim, tau_raw, tau, mask)
+        for i in range(n):
+            z_out[i] = z[i]
+        return 0
+    for i in range(n):
         z_out[i] = zc[i]
     return 0

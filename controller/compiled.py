@@ -12,9 +12,12 @@ of a compiled cycle is the mean wall time of its segment).
 
 It applies where nothing in Python has to run per cycle: the lock-step clock,
 :class:`drivers.sim.direct.DirectPlantDriver` with a plant the compiled step
-covers (:meth:`drivers.sim.plant.SimulatedPlant.compiled_step_args`), a
-:class:`controller.laws.TaskComputedTorque` with a compiled law, the loop's
-velocity from the feedback and a trajectory on the loop's grid.  ``torqueloop
+covers (:meth:`drivers.sim.plant.SimulatedPlant.compiled_step_args`), a law with a
+compiled form for the same kind of robot (:class:`controller.laws.TaskComputedTorque`
+for the 3RRR: :func:`controller._fast_loop.rrr_segment`;
+:class:`controller.laws.ComputedTorque` for a serial chain:
+:func:`controller._fast_loop.serial_segment`), the loop's velocity from the feedback
+and a trajectory on the loop's grid.  ``torqueloop
 run`` reports in the result's messages how many cycles ran compiled.
 """
 
@@ -25,7 +28,7 @@ import time
 import numpy as np
 
 from .clock import LockstepClock
-from .laws import TaskComputedTorque
+from .laws import ComputedTorque, TaskComputedTorque
 from . import _fast_loop
 
 __all__ = ["CompiledCycles"]
@@ -47,6 +50,7 @@ class CompiledCycles:
         self._backoff = 1
         self.cycles = 0          # cycles run compiled
         self._c = loop.controller.compiled_args
+        self.kind = self._c["kind"]
         s = loop.safety
         self._sing = bool(s._sing)
         if self._sing:
@@ -68,7 +72,7 @@ class CompiledCycles:
         if type(loop.driver) is not DirectPlantDriver:
             return None, "the driver is not the in-process plant (sim_direct)"
         c = loop.controller
-        if type(c) is not TaskComputedTorque or c.compiled_args is None:
+        if type(c) not in (TaskComputedTorque, ComputedTorque) or c.compiled_args is None:
             return None, "the control law has no compiled form for this model"
         if estimator is not None:
             return None, "velocities are estimated in Python"
@@ -77,11 +81,13 @@ class CompiledCycles:
         s = loop.safety
         if s._sing and type(s.model) is not Planar3RRR:
             return None, "the singularity check has no compiled form for this model"
-        if s.err_max.reshape(-1).shape[0] not in (1, 3):
-            return None, "tracking_error_max does not match the task dimension"
+        if s.err_max.reshape(-1).shape[0] not in (1, c.dim):
+            return None, "tracking_error_max does not match the controller's dimension"
         args, why = loop.driver.plant.compiled_step_args()
         if args is None:
             return None, why
+        if args["kind"] != c.compiled_args["kind"] or args["q"].shape != (c.n,):
+            return None, "the plant and the controller model are different robots"
         return cls(loop, traj), ""
 
     def ready(self, k: int) -> bool:
@@ -111,34 +117,47 @@ class CompiledCycles:
             return k, fb
         ref_pos, ref_vel, ref_acc = rows
         c, ctrl, s = self._c, loop.controller, loop.safety
+        n, dim, rrr = ctrl.n, ctrl.dim, self.kind == "rrr"
         itg = ctrl._int
         z = itg.z.copy()
         t_last = np.array([np.nan if itg.t_last is None else float(itg.t_last)])
-        pose_c = np.array(ctrl.pose, dtype=float)
         s_k = np.array([s._k], dtype=np.int64)
-        pose_s = np.array(s.pose if self._sing else np.zeros(3), dtype=float)
-        mp = s._margin_prev
-        margin_prev = np.array([0.0, 0.0, 0.0] if mp is None else [1.0, mp[0], mp[1]])
-        eb = s._ebits if s._ebits.shape[0] == 3 else np.zeros(3, dtype=np.int64)
+        eb = s._ebits if s._ebits.shape[0] == dim else np.zeros(dim, dtype=np.int64)
         s._ebits = eb
         fq = np.array(fb.position_rad, dtype=float)
         fqd = np.array(fb.velocity_rad_s, dtype=float)
         ftau = np.array(fb.torque_nm, dtype=float)
         N = k_end - k
-        o_q, o_qd, o_err, o_tau, o_taum = (np.empty((N, 3)) for _ in range(5))
-        mask = np.zeros(3, dtype=np.bool_)
+        o_q, o_qd, o_tau, o_taum = (np.empty((N, n)) for _ in range(4))
+        o_err = np.empty((N, dim))
+        mask = np.zeros(n, dtype=np.bool_)
         cfg = s.config
+        if rrr:
+            pose_c = np.array(ctrl.pose, dtype=float)
+            pose_s = np.array(s.pose if self._sing else np.zeros(3), dtype=float)
+            mp = s._margin_prev
+            margin_prev = np.array([0.0, 0.0, 0.0] if mp is None else [1.0, mp[0], mp[1]])
         w0 = time.perf_counter()
-        k_new = _fast_loop.rrr_segment(
-            k, k_end, loop.period_s, t0,
-            c["P"], c["branch"], c["kp"], c["kd"], c["ki"], c["has_ki"], z, t_last, c["z_limit"], c["fric"],
-            c["fmode"], c["has_sat"], c["sat_lim"], pose_c,
-            s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb,
-            self._sing, int(cfg.singularity_every), self._Ps, self._tol, pose_s, margin_prev,
-            float(cfg.singularity_margin_min) if self._sing else 0.0, float(cfg.singularity_horizon_s),
-            pa["P"], pa["q"], pa["qd"], pa["X"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"], pa["flags"],
-            pa["h_max"], pa["has_quant"], pa["quantum"],
-            fq, fqd, ftau, ref_pos, ref_vel, ref_acc, o_q, o_qd, o_err, o_tau, o_taum, mask)
+        if rrr:
+            k_new = _fast_loop.rrr_segment(
+                k, k_end, loop.period_s, t0,
+                c["P"], c["branch"], c["kp"], c["kd"], c["ki"], c["has_ki"], z, t_last, c["z_limit"], c["fric"],
+                c["fmode"], c["has_sat"], c["sat_lim"], pose_c,
+                s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb,
+                self._sing, int(cfg.singularity_every), self._Ps, self._tol, pose_s, margin_prev,
+                float(cfg.singularity_margin_min) if self._sing else 0.0, float(cfg.singularity_horizon_s),
+                pa["P"], pa["q"], pa["qd"], pa["X"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"],
+                pa["flags"], pa["h_max"], pa["has_quant"], pa["quantum"],
+                fq, fqd, ftau, ref_pos, ref_vel, ref_acc, o_q, o_qd, o_err, o_tau, o_taum, mask)
+        else:
+            k_new = _fast_loop.serial_segment(
+                k, k_end, loop.period_s, t0,
+                c["P"], c["kp"], c["kd"], c["ki"], c["has_ki"], z, t_last, c["z_limit"], c["fric"], c["fmode"],
+                c["has_sat"], c["sat_lim"],
+                s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb,
+                pa["P"], pa["q"], pa["qd"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"], pa["flags"],
+                pa["h_max"], pa["has_quant"], pa["quantum"],
+                fq, fqd, ftau, ref_pos, ref_vel, ref_acc, o_q, o_qd, o_err, o_tau, o_taum, mask)
         wall = time.perf_counter() - w0
         done = k_new - k
         if done == 0:
@@ -149,12 +168,15 @@ class CompiledCycles:
         self.cycles += done
         # hand the state back
         plant.set_compiled_state(pa["q"], pa["qd"], pa["X"], pa["ta"], float(pa["t"][0]), pa["cmd"][0])
-        ctrl.pose = pose_c
         ctrl.last_error = o_err[done - 1].copy()
         ctrl.last_saturated = mask
-        if c["has_ki"]:
+        if not rrr:
+            itg.commit(float(t_last[0]), z if c["has_ki"] else None)
+        elif c["has_ki"]:
             itg.commit(float(t_last[0]), z)
         s._k = int(s_k[0])
+        if rrr:
+            ctrl.pose = pose_c
         if self._sing and margin_prev[0] != 0.0:
             s.pose = pose_s
             s._margin_prev = (float(margin_prev[1]), float(margin_prev[2]))
@@ -170,7 +192,6 @@ class CompiledCycles:
         starts.extend(t0 + ts)
         comp.extend(fill)
         cyc.extend(fill)
-        n = 3
         o_q, o_qd, o_err, o_tau, o_taum = o_q[:done], o_qd[:done], o_err[:done], o_tau[:done], o_taum[:done]
         no = np.zeros((done, n), dtype=bool)
         metrics.add_rows(o_err, o_tau, o_qd, no, 0.0)

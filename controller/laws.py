@@ -201,7 +201,47 @@ def _pose_hint(model: ParallelModel, q, guess):
     return np.asarray(model.forward_kinematics_task(q, guess=guess), dtype=float)
 
 
-class ComputedTorque(Controller):
+class _CompiledLaw:
+    """The compiled form of a computed-torque law (see :mod:`controller._law_kernels`):
+    its constant arguments, rebuilt when the model, a gain, the saturation, the friction
+    mode or the integral bound was replaced."""
+
+    _compiled_key = None
+    _compiled = None
+
+    @property
+    def compiled_args(self):
+        """The constant arguments of the compiled law for the current model, gains and
+        limits (rebuilt when any of them was replaced), or None (Python law)."""
+        key = (self.model, self.kp, self.kd, self.ki, self.saturation, self.friction, self._int.limit)
+        old = self._compiled_key
+        if old is None or any(a is not b for a, b in zip(key, old)):
+            self._compiled = self._compiled_args()
+            self._compiled_key = key
+        return self._compiled
+
+    def _compiled_args(self):
+        return None
+
+    def _common_args(self, n: int) -> dict:
+        """Gains, integral, friction and saturation arguments shared by the compiled laws."""
+        m = self.model
+        fric = np.ascontiguousarray(np.stack([np.broadcast_to(np.asarray(m.drive.viscous, float), (n,)),
+                                              np.broadcast_to(np.asarray(m.drive.coulomb, float), (n,))]))
+        lim = self._int.limit
+        fmode = {"measured": _LK.FRICTION_MEASURED, "desired": _LK.FRICTION_DESIRED}.get(self.friction,
+                                                                                        _LK.FRICTION_NONE)
+        return {"kp": np.ascontiguousarray(self.kp, dtype=float), "kd": np.ascontiguousarray(self.kd, dtype=float),
+                "ki": np.ascontiguousarray(self.ki if self.ki is not None else np.zeros((n, n)), dtype=float),
+                "has_ki": self.ki is not None,
+                "z_limit": np.full(n, np.inf) if lim is None else np.ascontiguousarray(lim, dtype=float),
+                "fric": fric, "fmode": fmode,
+                "has_sat": self.saturation is not None,
+                "sat_lim": (np.full(n, np.inf) if self.saturation is None
+                            else np.ascontiguousarray(self.saturation.limit_nm, dtype=float))}
+
+
+class ComputedTorque(_CompiledLaw, Controller):
     """Joint-space computed torque (inverse dynamics) control.
 
     Law::
@@ -270,7 +310,49 @@ class ComputedTorque(Controller):
                     self.model.bias(q, qd, pose=self.pose))
         return self.model.mass_matrix(q), self.model.bias(q, qd)
 
+    def _compiled_args(self):
+        """Constant arguments of :func:`controller._law_kernels.serial_computed_torque`, or None.
+
+        The compiled law serves an exact :class:`~dynamics.serial.SerialModel`; any other
+        model takes the Python path below.
+        """
+        from dynamics.serial import SerialModel
+
+        if type(self.model) is not SerialModel:
+            return None
+        return {"kind": "serial", "P": self.model._P, **self._common_args(self.n)}
+
+    def _compute_compiled(self, t_s, ref, state):
+        """The compiled law; None when it reports a status (the checked Python path then runs)."""
+        c = self._compiled
+        n = self.n
+        q = np.asarray(state.q, dtype=float)
+        qd = np.asarray(state.qd, dtype=float)
+        pos = np.asarray(ref.pos, dtype=float)
+        vel = np.asarray(ref.vel, dtype=float)
+        acc = np.asarray(ref.acc, dtype=float)
+        if q.shape != (n,) or qd.shape != (n,) or pos.shape != (n,) or vel.shape != (n,) or acc.shape != (n,):
+            return None
+        itg = self._int
+        dt = 0.0 if itg.t_last is None else max(t_s - itg.t_last, 0.0)
+        e = np.empty(n)
+        tau = np.empty(n)
+        mask = np.empty(n, dtype=np.bool_)
+        z = np.empty(n)
+        if _LK.serial_computed_torque(c["P"], q, qd, pos, vel, acc, c["kp"], c["kd"], c["ki"], c["has_ki"], itg.z,
+                                      float(dt), c["z_limit"], c["fric"], c["fmode"], c["has_sat"], c["sat_lim"],
+                                      e, tau, mask, z) != 0:
+            return None
+        self.last_error = e
+        self.last_saturated = mask
+        itg.commit(t_s, z if c["has_ki"] else None)
+        return tau
+
     def compute(self, t_s, ref, state):
+        if self.compiled_args is not None:
+            tau = self._compute_compiled(t_s, ref, state)
+            if tau is not None:
+                return tau
         q, qd = state.q, state.qd
         e = np.asarray(ref.pos, dtype=float) - q
         ed = np.asarray(ref.vel, dtype=float) - qd
@@ -624,7 +706,7 @@ class _TaskBase(Controller):
         return task_error(ref.pos, X, self.rotation, self.rate_matrix)
 
 
-class TaskComputedTorque(_TaskBase):
+class TaskComputedTorque(_CompiledLaw, _TaskBase):
     """Task-space computed torque for a parallel robot.
 
     Law::
@@ -673,19 +755,6 @@ class TaskComputedTorque(_TaskBase):
         self._int = _Integrator(m, integral_limit)
         super().__init__(model, kp, kd, saturation=saturation, pose0=pose0, rotation=rotation,
                          friction=friction)
-        self._compiled_key = None
-        self._compiled = None
-
-    @property
-    def compiled_args(self):
-        """The constant arguments of the compiled law for the current model, gains and
-        limits (rebuilt when any of them was replaced), or None (Python law)."""
-        key = (self.model, self.kp, self.kd, self.ki, self.saturation, self.friction, self._int.limit)
-        old = self._compiled_key
-        if old is None or any(a is not b for a, b in zip(key, old)):
-            self._compiled = self._compiled_args()
-            self._compiled_key = key
-        return self._compiled
 
     def _compiled_args(self):
         """Constant arguments of :func:`controller._law_kernels.rrr_task_computed_torque`, or None.
@@ -697,19 +766,7 @@ class TaskComputedTorque(_TaskBase):
 
         if type(self.model) is not Planar3RRR or self.rotation is not None:
             return None
-        m = self.model
-        fric = np.ascontiguousarray(np.stack([np.broadcast_to(np.asarray(m.drive.viscous, float), (3,)),
-                                              np.broadcast_to(np.asarray(m.drive.coulomb, float), (3,))]))
-        lim = self._int.limit
-        return {"P": m._P, "branch": m._branch_k, "kp": np.ascontiguousarray(self.kp),
-                "kd": np.ascontiguousarray(self.kd),
-                "ki": np.ascontiguousarray(self.ki if self.ki is not None else np.zeros((3, 3))),
-                "has_ki": self.ki is not None,
-                "z_limit": np.full(3, np.inf) if lim is None else np.ascontiguousarray(lim, dtype=float),
-                "fric": fric, "fmode": _LK.FRICTION_MEASURED if self.friction == "measured" else _LK.FRICTION_NONE,
-                "has_sat": self.saturation is not None,
-                "sat_lim": (np.full(3, np.inf) if self.saturation is None
-                            else np.ascontiguousarray(self.saturation.limit_nm, dtype=float))}
+        return {"kind": "rrr", "P": self.model._P, "branch": self.model._branch_k, **self._common_args(3)}
 
     def reset(self):
         super().reset()

@@ -303,6 +303,10 @@ def test_third_party_odrive_can_client_enables_and_moves_the_emulated_axis_as_ph
     emu = OdriveEmulator([OdriveAxisConfig(3, 0, JointMapping(torque_constant_nm_per_a=0.1),
                                            heartbeat_period_s=0.05, encoder_period_s=None)])
     ch = "odrive-can-" + uuid.uuid4().hex
+    # the client's bus joins the channel before the emulator sends its first heartbeat (at t = 0;
+    # the next one comes only when the test advances the clock): opened later, the client could
+    # miss it and odrive-can's start() would wait for ever
+    client_bus = can.Bus(interface="virtual", channel=ch)
     host = EmulatorHost(can.Bus(interface="virtual", channel=ch), [emu], plant, now, own_bus=True)
 
     def step(dt):
@@ -311,8 +315,8 @@ def test_third_party_odrive_can_client_enables_and_moves_the_emulated_axis_as_ph
         host.sync()
 
     async def session():
-        client = ODriveCAN(axis_id=3, can_bus=can.Bus(interface="virtual", channel=ch))
-        await client.start()                   # waits for a heartbeat
+        client = ODriveCAN(axis_id=3, can_bus=client_bus)
+        await asyncio.wait_for(client.start(), 30.0)   # waits for a heartbeat (no timeout of its own)
         client.check_errors()
         client.set_controller_mode("TORQUE_CONTROL", "PASSTHROUGH")
         client.set_input_torque(0.0)

@@ -749,16 +749,17 @@ class SimulatedPlant:
         (dict or None, str)
             ``state`` (q, qd, X, applied torque, time (1,): copies the caller advances and
             hands back with :meth:`set_compiled_state`), ``cmd`` (the held command, a copy),
-            the constants of :func:`._plant_kernels.rrr_advance` and the encoder quantum;
-            or None and why (the loop then steps this plant through :meth:`advance_to`).
-            Applies while the compiled 3RRR RK4 step does: exact ``Planar3RRR`` model, no
-            external wrench, no drive PD, no brake engaged or pending, no measurement noise.
+            the constants of :func:`._plant_kernels.rrr_advance` (``kind`` "rrr") or
+            :func:`._plant_kernels.serial_advance` (``kind`` "serial"; ``X`` is then empty)
+            and the encoder quantum; or None and why (the loop then steps this plant through
+            :meth:`advance_to`).  Applies while the compiled RK4 step does: an exact
+            ``Planar3RRR`` or ``SerialModel``, no external wrench, no drive PD, no brake
+            engaged or pending, no measurement noise.
         """
-        from dynamics.planar3rrr import Planar3RRR
-
         with self._lock:
-            if type(self._model) is not Planar3RRR or self._integrator != "rk4":
-                return None, "the compiled plant step is the 3RRR RK4 step"
+            step = self._kernel
+            if step is None:
+                return None, "the compiled plant step is the RK4 step of a 3RRR or a serial chain"
             if self._wrench is not None:
                 return None, "an external wrench is applied"
             if self._pd:
@@ -770,7 +771,9 @@ class SimulatedPlant:
             flags = ((1 if self._has_viscous else 0) | (2 if self._has_coulomb else 0)
                      | (8 if self._saturate else 0))
             quant = self._quantum is not None
-            return {"P": self._model._P, "q": self._q.copy(), "qd": self._qd.copy(), "X": self._X.copy(),
+            rrr = self._X is not None
+            return {"kind": "rrr" if rrr else "serial", "P": self._model._P, "q": self._q.copy(),
+                    "qd": self._qd.copy(), "X": self._X.copy() if rrr else np.zeros(0),
                     "ta": self._tau_applied.copy(), "t": np.array([self._t]), "cmd": self._cmd.copy(),
                     "par": self._par.copy(), "lag": self._lag_s, "flags": flags, "h_max": self._h_max,
                     "has_quant": quant,
@@ -778,11 +781,13 @@ class SimulatedPlant:
 
     def set_compiled_state(self, q, qd, X, tau_applied, t_s: float, tau_held) -> None:
         """Take back the state the compiled loop advanced (see :meth:`compiled_step_args`):
-        positions, rates, pose, applied torque, plant time [s] and the held torque command."""
+        positions, rates, pose (ignored without one), applied torque, plant time [s] and the
+        held torque command."""
         with self._lock:
             self._q = np.array(q, dtype=float)
             self._qd = np.array(qd, dtype=float)
-            self._X = np.array(X, dtype=float)
+            if self._X is not None:
+                self._X = np.array(X, dtype=float)
             self._tau_applied = np.array(tau_applied, dtype=float)
             self._t = float(t_s)
             self._tau_ff[:] = tau_held
