@@ -256,7 +256,7 @@ def tune(args) -> int:
     except ConfigError as err:  # no matplotlib
         png = f"skipped ({err})"
     print(f"torqueloop tune: {len(result.candidates)} candidates x {spec.monte_carlo} plant draws "
-          f"in {time.perf_counter() - t0:.1f} s ({args.engine or spec.engine} engine)")
+          f"in {time.perf_counter() - t0:.1f} s ({result.engine} engine)")
     score_head = f"score [{result.score_unit}]"
     width = max(12, len(score_head))
     print("  rank  " + "  ".join(f"{k:>22}" for k in spec.params) + f"  {score_head:>{width}}")

@@ -170,6 +170,8 @@ class RunResult:
         Real elapsed time of the cycle loop [s].
     log_unwritten : ndarray or None
         Log rows the telemetry could not write (a full disk), kept in memory.
+    compiled_cycles : int
+        Cycles run in the compiled offline loop (:mod:`controller.compiled`).
     """
 
     status: str
@@ -182,6 +184,7 @@ class RunResult:
     wall_time_s: float = 0.0
     #: log rows that could not be written (disk full), else None
     log_unwritten: object = None
+    compiled_cycles: int = 0
 
     def as_dict(self) -> dict:
         return {"status": self.status, "faults": [asdict(f) for f in self.faults], "n_cycles": self.n_cycles,
@@ -442,7 +445,9 @@ class ControlLoop:
             if fast is not None and fast.cycles:
                 messages.append(f"compiled offline loop: {fast.cycles} of {k} cycles "
                                 "(timing columns of those cycles are segment means)")
-            return self._finish(status, k, messages, lat, starts, comp, cyc, metrics, wall0)
+            result = self._finish(status, k, messages, lat, starts, comp, cyc, metrics, wall0)
+            result.compiled_cycles = fast.cycles if fast is not None else 0
+            return result
         except BaseException:
             if enabled:
                 self._disable(k * P)

@@ -701,6 +701,7 @@ def summary_metrics(spec: RunSpec, result: RunResult) -> dict:
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(np.isfinite(tmax) & (tmax > 0), peak / tmax, 0.0)
     out["torque_peak_ratio_sum"] = float(np.sum(ratio))
+    out["compiled_fraction"] = result.compiled_cycles / result.n_cycles if result.n_cycles else 0.0
     out["saturation_fraction_per_joint"] = list(m.get("saturation_fraction", []))
     out["saturation_fraction"] = float(m.get("saturation_fraction_any", 0.0))
     out["rms_error_norm"] = float(np.linalg.norm(m.get("rms_error", [0.0])))

@@ -12,8 +12,10 @@ plant is perturbed in each Monte-Carlo draw, the metric and the penalties::
     torque_penalty = 0.1         # x (peak |tau| / torque limit), summed over axes, times metric scale
     saturation_penalty = 1.0     # x fraction of cycles with any torque clipped
     duration_s = 4.0             # shorter runs for the search (default: the config's)
-    engine = "local"             # "local" (process pool), "batch" (rollouts advanced together
-                                 # in this process, compiled, GIL released), "dask" or "ray"
+    engine = "auto"              # "local" (process pool), "batch" (rollouts advanced together
+                                 # in this process, compiled, GIL released), "dask", "ray", or
+                                 # "auto": batch when the first run went through the compiled
+                                 # offline loop, else local
     address = ""                 # dask scheduler / ray cluster address ("" = start a local one)
     seed = 1
     [tune.params]                # dotted config keys -> [low, high] (log-uniform if "log" is added)
@@ -198,7 +200,27 @@ def _run_ray(tasks: list[tuple], workers: int | None, address: str, progress: Ca
 
 
 EXECUTORS: dict[str, Callable] = {"local": _run_local, "batch": _run_batch, "dask": _run_dask, "ray": _run_ray}
-assert set(EXECUTORS) == set(ENGINES)
+assert set(EXECUTORS) | {"auto"} == set(ENGINES)
+
+#: ``engine = "auto"`` takes the batch engine when at least this fraction of the first run's
+#: cycles went through the compiled offline loop (its rollouts then run in parallel threads)
+AUTO_BATCH_FRACTION = 0.5
+
+
+def _run_auto(tasks: list[tuple], workers: int | None, address: str,
+              progress: Callable | None) -> tuple[list, str]:
+    """Run the first task here, then the rest on ``batch`` if it ran compiled, else ``local``.
+
+    Returns the results and the engine chosen."""
+    first = evaluate_task(tasks[0])
+    if progress:
+        progress(1, len(tasks))
+    engine = "batch" if first[2].get("compiled_fraction", 0.0) >= AUTO_BATCH_FRACTION else "local"
+    rest = tasks[1:]
+    if not rest:
+        return [first], engine
+    step = None if progress is None else (lambda done, total: progress(done + 1, total + 1))
+    return [first] + list(EXECUTORS[engine](rest, workers, address, step)), engine
 
 #: a best value within this fraction of a range's width from a bound is "at the edge"
 EDGE_FRACTION = 0.05
@@ -225,6 +247,8 @@ class TuneResult:
     spec: TuneSpec
     candidates: list[Candidate]
     draws: list[dict[str, float]]
+    #: the engine that ran the rollouts (``auto`` resolved)
+    engine: str = ""
 
     @property
     def ranked(self) -> list[Candidate]:
@@ -298,12 +322,15 @@ def run_tune(spec: TuneSpec, data: dict, file: str | None, *, workers: int | Non
     draws = make_draws(spec, plant_rng)
     tasks = make_tasks(spec, data, file, candidates, draws)
     engine = engine or spec.engine
-    if engine not in EXECUTORS:
-        raise ConfigError(f"unknown engine {engine!r} (choose from {sorted(EXECUTORS)})", file, "tune.engine")
-    results = EXECUTORS[engine](tasks, workers, spec.address, progress)
+    if engine == "auto":
+        results, engine = _run_auto(tasks, workers, spec.address, progress)
+    elif engine in EXECUTORS:
+        results = EXECUTORS[engine](tasks, workers, spec.address, progress)
+    else:
+        raise ConfigError(f"unknown engine {engine!r} (choose from {sorted(ENGINES)})", file, "tune.engine")
     by_index = {c.index: c for c in candidates}
     for ci, j, metrics in sorted(results, key=lambda r: (r[0], r[1])):
         c = by_index[ci]
         c.metrics.append(metrics)
         c.scores.append(score(spec, metrics))
-    return TuneResult(spec, candidates, draws)
+    return TuneResult(spec, candidates, draws, engine)

@@ -17,7 +17,7 @@ from dynamics.config import Section
 __all__ = ["ENGINES", "ParamRange", "TuneSpec"]
 
 #: where the evaluations run (:data:`controller.tune.EXECUTORS` implements each)
-ENGINES = ("local", "batch", "dask", "ray")
+ENGINES = ("auto", "local", "batch", "dask", "ray")
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class TuneSpec:
     torque_penalty: float = 0.0
     saturation_penalty: float = 1.0
     duration_s: float | None = None
-    engine: str = "local"
+    engine: str = "auto"
     address: str = ""
     seed: int = 1
 
@@ -82,7 +82,7 @@ class TuneSpec:
             torque_penalty=sec.float("torque_penalty", 0.0, minimum=0.0),
             saturation_penalty=sec.float("saturation_penalty", 1.0, minimum=0.0),
             duration_s=sec.float("duration_s", None, minimum=0.0, strict_min=True),
-            engine=sec.str("engine", "local", choices=sorted(ENGINES)),
+            engine=sec.str("engine", "auto", choices=sorted(ENGINES)),
             address=sec.str("address", ""),
             seed=sec.int("seed", 1),
         )

@@ -39,3 +39,22 @@ def served(config: Path, *args: str):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def skip_if_overloaded(returncode: int, out: Path, what: str = "wall-clock run", detail: str = "") -> None:
+    """Skip a failed wall-clock test when most of its cycles missed their deadline.
+
+    Plain-Python processes on an overloaded shared machine miss their deadlines: the plant or
+    the server runs ahead (tracking error, stale feedback) or the overrun protection stops the
+    run, as it should; that says nothing about what the test checks.  A run that failed with its
+    timing held is not skipped.
+    """
+    import json
+
+    meta_path = Path(out) / "meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    timing = meta.get("result", {}).get("timing") or {}
+    n = max(1, meta.get("result", {}).get("n_cycles", 1))
+    if returncode != 0 and timing.get("missed_deadlines", 0) > 0.05 * n:
+        pytest.skip(f"machine too loaded for a {what} (os.getloadavg() = {os.getloadavg()}): "
+                    f"{timing.get('missed_deadlines')} of {n} cycles missed {detail}".rstrip())

@@ -99,4 +99,26 @@ def test_batch_engine_ranks_like_the_process_pool():
 def test_batch_is_a_known_engine():
     from controller.tune_config import ENGINES
 
-    assert "batch" in ENGINES and set(EXECUTORS) == set(ENGINES)
+    assert "batch" in ENGINES and set(EXECUTORS) | {"auto"} == set(ENGINES)
+
+
+def test_auto_engine_picks_batch_for_compiled_runs_and_the_pool_otherwise():
+    """``engine = "auto"`` (the default) runs the first rollout here and takes ``batch`` when it
+    went through the compiled offline loop, else the process pool; the scores do not depend on it."""
+    base = _absolutise(read_toml(TUNE), TUNE.parent)
+    spec = TuneSpec(params={"controller.wn_rad_s": ParamRange(15.0, 90.0, log=True)}, uncertainty={},
+                    method="random", candidates=2, monte_carlo=1, metric="rms_position_error_m",
+                    duration_s=0.3, seed=3)
+    assert spec.engine == "auto"
+    seen = []
+    auto = run_tune(spec, base, str(TUNE), workers=2, progress=lambda d, t: seen.append((d, t)))
+    assert auto.engine == "batch"
+    assert seen[-1] == (2, 2) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    one = run_tune(spec, base, str(TUNE), workers=1, engine="local")
+    assert [c.scores for c in auto.candidates] == [c.scores for c in one.candidates]
+    # measurement noise is drawn in Python every cycle: nothing runs compiled, the pool is faster
+    noisy = dict(base, driver={**base["driver"], "plant": {**base["driver"]["plant"],
+                                                            "position_noise_std_rad": 1e-5}})
+    spec1 = TuneSpec(params=spec.params, uncertainty={}, method="random", candidates=1, monte_carlo=1,
+                     metric="rms_position_error_m", duration_s=0.3, seed=3)
+    assert run_tune(spec1, noisy, str(TUNE), workers=1).engine == "local"
