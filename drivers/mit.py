@@ -333,7 +333,7 @@ class MitCanDriver(Driver):
                 if j is None:
                     stats["unexpected"] += 1
                     continue
-                rep = codec.decode_reply(frame.data, self._lim[j], self.reply_centered)
+                rep = codec.decode_reply_values(frame.data, self._lim[j], self.reply_centered)
             except DecodeError:
                 stats["corrupt"] += 1
                 continue
@@ -345,17 +345,19 @@ class MitCanDriver(Driver):
             fresh[j] = True
             pending.discard(j)
 
-    def _store(self, j: int, rep: codec.MitReply, data: bytes) -> None:
-        self._rep[j] = (rep.p_rad, rep.v_rad_s, rep.t_nm, bytes(data[1:6]))
+    def _store(self, j: int, rep: tuple, data: bytes) -> None:
+        """Keep joint ``j``'s reply (:func:`~drivers.codecs.mit.decode_reply_values` of ``data``)."""
+        _, p_m, v_m, t_m, temperature, error = rep
+        self._rep[j] = (p_m, v_m, t_m, bytes(data[1:6]))
         s, g, e = self._sign[j], self._gear[j], self._eff[j]
-        self._q[j] = s * rep.p_rad / g + self._off[j]
-        self._qd[j] = s * rep.v_rad_s / g
-        self._tau[j] = s * rep.t_nm * g * e
-        if rep.error is not None:
-            self._fault[j] = rep.error
-        if rep.temperature_c is not None:
-            self._temp[j] = rep.temperature_c
-            if rep.temperature_c > self.temperature_max_c and not self._detected[j]:
+        self._q[j] = s * p_m / g + self._off[j]
+        self._qd[j] = s * v_m / g
+        self._tau[j] = s * t_m * g * e
+        if error is not None:
+            self._fault[j] = error
+        if temperature is not None:
+            self._temp[j] = temperature
+            if temperature > self.temperature_max_c and not self._detected[j]:
                 self._detected[j] = FAULT_OVER_TEMPERATURE
 
     def _feedback(self, fresh: np.ndarray, stats: dict) -> Feedback:
@@ -446,10 +448,8 @@ class MitCanDriver(Driver):
         mon = self.monitor
         if not mon.config.enabled:
             return
-        cmds = []
-        for j, f in enumerate(frames):
-            c = codec.decode_command(f.data, self._lim[j])
-            cmds.append((c.p_rad, c.v_rad_s, c.kp, c.kd, c.t_nm))
+        lim = self._lim
+        cmds = [codec.decode_command_values(f.data, lim[j]) for j, f in enumerate(frames)]
         codes = mon.update(float(self._now()), fresh.tolist(), self._rep, cmds)
         for j, code in enumerate(codes):
             if code and not self._detected[j]:

@@ -80,8 +80,10 @@ __all__ = [
     "classify_command",
     "encode_command",
     "decode_command",
+    "decode_command_values",
     "encode_reply",
     "decode_reply",
+    "decode_reply_values",
     "reply_length",
 ]
 
@@ -355,22 +357,39 @@ def decode_command(data: bytes, limits: MitLimits) -> MitCommand:
         Wrong length, or the payload is one of the special frames (use
         :func:`classify_command` first).
     """
+    return MitCommand(*decode_command_values(data, limits))
+
+
+def decode_command_values(data: bytes, limits: MitLimits) -> tuple[float, float, float, float, float]:
+    """:func:`decode_command` as a plain tuple ``(p_rad, v_rad_s, kp, kd, t_nm)`` (same values).
+
+    For the per-frame paths (the emulated drive, the driver's follow check): the
+    fields are mapped exactly as :func:`uint_to_float` maps them, without the record.
+
+    Raises
+    ------
+    DecodeError
+        Wrong length, or the payload is one of the special frames.
+    """
     data = bytes(data)
-    kind = classify_command(data)
-    if kind != "command":
-        raise DecodeError(f"payload is the special '{kind}' frame, not a command")
+    if len(data) != 8:
+        raise DecodeError(f"MIT command must be 8 bytes, got {len(data)}")
+    if data[:7] == _SPECIAL_PREFIX:
+        kind = _SPECIAL_KIND.get(data[7])
+        if kind is not None:
+            raise DecodeError(f"payload is the special '{kind}' frame, not a command")
     p = (data[0] << 8) | data[1]
     v = (data[2] << 4) | (data[3] >> 4)
     kp_u = ((data[3] & 0xF) << 8) | data[4]
     kd_u = (data[5] << 4) | (data[6] >> 4)
     t = ((data[6] & 0xF) << 8) | data[7]
-    return MitCommand(
-        p_rad=uint_to_float(p, -limits.p_max_rad, limits.p_max_rad, 16),
-        v_rad_s=uint_to_float(v, -limits.v_max_rad_s, limits.v_max_rad_s, 12),
-        kp=uint_to_float(kp_u, 0.0, limits.kp_max, 12),
-        kd=uint_to_float(kd_u, 0.0, limits.kd_max, 12),
-        t_nm=uint_to_float(t, -limits.t_max_nm, limits.t_max_nm, 12),
-    )
+    # uint_to_float(u, lo, hi, bits) = u * (hi - lo) / (2**bits - 1) + lo, term for term
+    p_lo, v_lo, t_lo = -limits.p_max_rad, -limits.v_max_rad_s, -limits.t_max_nm
+    return (p * (limits.p_max_rad - p_lo) / 0xFFFF + p_lo,
+            v * (limits.v_max_rad_s - v_lo) / 0xFFF + v_lo,
+            kp_u * (limits.kp_max - 0.0) / 0xFFF + 0.0,
+            kd_u * (limits.kd_max - 0.0) / 0xFFF + 0.0,
+            t * (limits.t_max_nm - t_lo) / 0xFFF + t_lo)
 
 
 # ---------------------------------------------------------------------------
@@ -452,6 +471,22 @@ def decode_reply(data: bytes, limits: MitLimits, centered: bool = False) -> MitR
     DecodeError
         If the payload is neither 6 nor 8 bytes long.
     """
+    return MitReply(*decode_reply_values(data, limits, centered))
+
+
+def decode_reply_values(data: bytes, limits: MitLimits, centered: bool = False
+                        ) -> tuple[int, float, float, float, int | None, int | None]:
+    """:func:`decode_reply` as a plain tuple ``(motor_id, p_rad, v_rad_s, t_nm, temperature_c, error)``.
+
+    Same values (each field mapped exactly as :func:`uint_to_float` /
+    :func:`uint_to_float_centered` map it), without the record; for the driver's
+    per-frame path.
+
+    Raises
+    ------
+    DecodeError
+        If the payload is neither 6 nor 8 bytes long.
+    """
     data = bytes(data)
     n = len(data)
     if n != 6 and n != 8:
@@ -459,12 +494,20 @@ def decode_reply(data: bytes, limits: MitLimits, centered: bool = False) -> MitR
     p = (data[1] << 8) | data[2]
     v = (data[3] << 4) | (data[4] >> 4)
     t = ((data[4] & 0xF) << 8) | data[5]
-    f = uint_to_float_centered if centered else uint_to_float
-    return MitReply(
-        motor_id=data[0],
-        p_rad=f(p, -limits.p_max_rad, limits.p_max_rad, 16),
-        v_rad_s=f(v, -limits.v_max_rad_s, limits.v_max_rad_s, 12),
-        t_nm=f(t, -limits.t_max_nm, limits.t_max_nm, 12),
-        temperature_c=data[6] if n == 8 else None,
-        error=data[7] if n == 8 else None,
-    )
+    pm, vm, tm = limits.p_max_rad, limits.v_max_rad_s, limits.t_max_nm
+    p_lo, v_lo, t_lo = -pm, -vm, -tm
+    # uint_to_float(u, lo, hi, bits) = u * (hi - lo) / top + lo, term for term
+    x_p = p * (pm - p_lo) / 0xFFFF + p_lo
+    x_v = v * (vm - v_lo) / 0xFFF + v_lo
+    x_t = t * (tm - t_lo) / 0xFFF + t_lo
+    if centered:
+        # uint_to_float_centered: + half a step, except at the top (the clamped maximum)
+        if p != 0xFFFF:
+            x_p = x_p + 0.5 * (pm - p_lo) / 0xFFFF
+        if v != 0xFFF:
+            x_v = x_v + 0.5 * (vm - v_lo) / 0xFFF
+        if t != 0xFFF:
+            x_t = x_t + 0.5 * (tm - t_lo) / 0xFFF
+    if n == 8:
+        return data[0], x_p, x_v, x_t, data[6], data[7]
+    return data[0], x_p, x_v, x_t, None, None

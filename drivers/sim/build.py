@@ -365,7 +365,7 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
     import can
 
     from ..transport import CanTransport
-    from .emulators import EmulatorHost, InlineServedBus, LocalBus
+    from .emulators import EmulatorHost, InlineBus
     from .faults import FaultInjectingBus
 
     if transports:
@@ -385,9 +385,10 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
     device_ends = {}
     for name in names:
         if serve == "inline":
-            # an in-process point-to-point channel (no emulator thread to reach)
-            bus, device_ends[name] = LocalBus.pair(channels[name])
-            bus = InlineServedBus(bus)
+            # an in-process channel whose devices are served when a frame is sent
+            # (no emulator thread to reach; the driver's end is a python-can bus)
+            bus = InlineBus(channels[name])
+            device_ends[name] = bus.device_end
             inline_buses.append(bus)
         else:
             bus = can.Bus(interface="virtual", channel=channels[name])

@@ -10,7 +10,9 @@ real drivers can be run, unchanged, against a simulated robot:
   :mod:`drivers.sim.odrive_emulator`, re-exported here);
 * :class:`EmulatorHost` -- serves a set of devices on a python-can bus from a
   background thread (an in-process ``virtual`` channel, or ``udp_multicast``
-  from a separate process, see :mod:`drivers.sim.serve`).
+  from a separate process, see :mod:`drivers.sim.serve`), or inline in the
+  driver's thread on a lock-step clock (:class:`InlineBus`, the driver's end of
+  the channel, a :class:`can.BusABC`).
 
 Time and determinism
 --------------------
@@ -48,7 +50,7 @@ from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DriverE
                              TorqueloopError)
 from .plant import SimulatedPlant
 
-__all__ = ["EmulatedDevice", "EmulatorHost", "InlineServedBus", "LocalBus"]
+__all__ = ["EmulatedDevice", "EmulatorHost", "InlineBus", "InlineServedBus", "LocalBus"]
 
 _TWO_PI = 2.0 * math.pi
 #: timed events due up to this much after ``now()`` are processed (absorbs clock rounding
@@ -581,3 +583,117 @@ class LocalBus:
         with self._cond:
             self._open = False
             self._cond.notify_all()
+
+
+class _InlineEnd:
+    """The devices' end of an :class:`InlineBus` (what the inline host polls and answers on)."""
+
+    __slots__ = ("_peer", "_open", "channel_info")
+
+    def __init__(self, peer: "InlineBus"):
+        self._peer = peer
+        self._open = True
+        self.channel_info = f"inline {peer.channel_name} (devices)"
+
+    def recv(self, timeout: float | None = None) -> can.Message | None:
+        """Next frame the driver sent and the host has not served yet (never waits)."""
+        if not self._open:
+            raise can.CanOperationError("Cannot operate on a closed bus")
+        tx = self._peer._tx
+        return tx.popleft() if tx else None
+
+    def send(self, msg: can.Message, timeout: float | None = None) -> None:
+        """Deliver a device's frame to the driver's receive queue, stamped as a ``virtual`` bus does."""
+        if not self._open:
+            raise can.CanOperationError("Cannot operate on a closed bus")
+        peer = self._peer
+        if peer._is_shutdown:
+            return  # nobody listening (a virtual bus drops it too)
+        msg.timestamp = time.time()
+        msg.channel = peer.channel_name
+        msg.is_rx = True
+        peer._rx.append(msg)
+
+    def shutdown(self) -> None:
+        self._open = False
+
+
+class InlineBus(can.BusABC):
+    """The driver's end of an in-process channel served inline by an :class:`EmulatorHost`.
+
+    A python-can bus (:class:`can.BusABC`): the real driver and its
+    :class:`~drivers.transport.CanTransport` use it as any other interface.
+    :attr:`device_end` is the devices' end, given to the host (``serve="inline"``)
+    as its bus.  :meth:`send` puts the frame on the channel and lets the host serve
+    it at once, so the devices' replies are in this bus's receive queue when ``send``
+    returns; :meth:`recv` returns the next queued frame and, when there is none, lets
+    the host run an idle poll (its timed events due at ``now()``) first.  This is
+    what :class:`InlineServedBus` over a :class:`LocalBus` pair does, without the
+    copy of every frame, its locks and the wrapper: the frames a device sends are
+    handed over as they are, stamped with the fields a ``virtual`` bus sets
+    (``timestamp = time.time()``, ``channel``, ``is_rx``).
+
+    Only for an inline host (lock-step clock): nothing else puts frames on the
+    channel, so a receive that finds the queue empty after the idle poll waits its
+    ``timeout`` out (as a bus nobody answers on) and returns ``None``.  Not
+    thread-safe (one driver thread).
+    """
+
+    def __init__(self, channel: str, host: EmulatorHost | None = None, can_filters=None, **kwargs):
+        self.channel_name = str(channel)
+        self.channel_info = f"inline {channel}"
+        self._rx: collections.deque = collections.deque()    # frames for the driver
+        self._tx: collections.deque = collections.deque()    # frames not served yet
+        self._can_protocol = can.CanProtocol.CAN_20
+        #: the serving host (``None``: not attached yet; frames wait in the channel)
+        self.host = host
+        self.device_end = _InlineEnd(self)
+        super().__init__(channel=channel, can_filters=can_filters, **kwargs)
+
+    def _check_open(self) -> None:
+        if self._is_shutdown:
+            raise can.CanOperationError("Cannot operate on a closed bus")
+
+    def send(self, msg: can.Message, timeout: float | None = None) -> None:
+        if self._is_shutdown:
+            raise can.CanOperationError("Cannot operate on a closed bus")
+        if not self.device_end._open:
+            return  # nobody listening (a virtual bus drops it too)
+        self._tx.append(msg)
+        host = self.host
+        if host is not None:
+            host.pump(idle=False)
+
+    def recv(self, timeout: float | None = None) -> can.Message | None:
+        # BusABC.recv without filters is "the next frame": take it without the detour
+        rx = self._rx
+        if rx and self._filters is None and not self._is_shutdown:
+            return rx.popleft()
+        return super().recv(timeout)
+
+    def _recv_internal(self, timeout: float | None):
+        self._check_open()
+        rx = self._rx
+        if not rx:
+            host = self.host
+            if host is not None:
+                host.pump()
+            if not rx:
+                # nothing else can put a frame on the channel: wait the time out, as on a
+                # bus where nobody answers (BusABC.recv calls again while time is left)
+                if timeout is None or timeout > 0:
+                    time.sleep(0.005 if timeout is None else timeout)
+                return None, False
+        return rx.popleft(), False
+
+    def _apply_filters(self, filters) -> None:
+        return None     # BusABC.recv filters in software
+
+    def flush_tx_buffer(self) -> None:
+        return None
+
+    def fileno(self) -> int:
+        return -1
+
+    def shutdown(self) -> None:
+        super().shutdown()

@@ -168,6 +168,7 @@ class MitEmulator(EmulatedDevice):
             except (DriverError, KeyError) as err:
                 raise ConfigError(str(err), field=f"motors[{i}].variant") from err
             self._by_id[m.can_id] = _MitState(m, lim)
+        self._states = tuple(self._by_id.values())
         self._reply_id = int(reply_id)
         if watchdog_timeout_s is not None:
             w = float(watchdog_timeout_s)
@@ -279,9 +280,15 @@ class MitEmulator(EmulatedDevice):
     def next_timer_s(self) -> float:
         if self._wd is None:
             return math.inf
+        wd = self._wd
+        t = math.inf
         with self._lock:
-            return min((st.last_cmd_t + self._wd for st in self._by_id.values() if st.armed),
-                       default=math.inf)
+            for st in self._states:
+                if st.armed:
+                    due = st.last_cmd_t + wd
+                    if due < t:
+                        t = due
+        return t
 
     def on_timer(self, t_s: float) -> list[can.Message]:
         with self._lock:
@@ -305,7 +312,7 @@ class MitEmulator(EmulatedDevice):
                 st.scheduled = None
                 self._start_device_fault(st, kind)
             frozen = st.device_fault == "frozen"
-            kind = mitc.classify_command(data)
+            kind = mitc.classify_command(data) if data[0] == 0xFF else "command"
             cfg = st.cfg
             if frozen:
                 # the control loop is stopped: nothing is applied, the interrupt repeats its reply
@@ -331,12 +338,12 @@ class MitEmulator(EmulatedDevice):
                 if st.device_fault == "limp":
                     self._zero_output(st)
                 else:
-                    cmd = mitc.decode_command(data, st.limits)
+                    p_m, v_m, kp_m, kd_m, t_m = mitc.decode_command_values(data, st.limits)
                     s, g, off, eff = st.map
                     g2e = g * g * eff
-                    self.plant.set_joint_command(cfg.joint, s * cmd.t_nm * g * eff, cmd.kp * g2e,
-                                                 cmd.kd * g2e, s * (cmd.p_rad + st.zero_m) / g + off,
-                                                 s * cmd.v_rad_s / g)
+                    self.plant.set_joint_command(cfg.joint, s * t_m * g * eff, kp_m * g2e,
+                                                 kd_m * g2e, s * (p_m + st.zero_m) / g + off,
+                                                 s * v_m / g)
                     st.last_cmd_t = t_s
                     st.armed = True
                     st.commands += 1
@@ -347,12 +354,11 @@ class MitEmulator(EmulatedDevice):
             return [_msg(self._reply_id, reply)]
 
     def _reply(self, st: _MitState) -> bytes:
-        _, q, qd, tau = self.plant.measure()
         cfg = st.cfg
-        j = cfg.joint
+        q, qd, tau = self.plant.measure_joint(cfg.joint)
         s, g, off, eff = st.map
-        p = s * (float(q[j]) - off) * g - st.zero_m
-        v = s * float(qd[j]) * g
-        t = s * float(tau[j]) / (g * eff)
+        p = s * (q - off) * g - st.zero_m
+        v = s * qd * g
+        t = s * tau / (g * eff)
         return mitc.encode_reply(cfg.can_id, p, v, t, st.limits, variant=cfg.variant,
                                  temperature_c=st.temperature_c, error=st.fault)

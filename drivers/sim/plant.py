@@ -841,6 +841,27 @@ class SimulatedPlant:
                 tau += self._tau_std * self._rng.standard_normal(self._n)
             return self._t, q, qd, tau
 
+    def measure_joint(self, j: int) -> tuple[float, float, float]:
+        """One joint's sensor readings ``(q_meas, qd_meas, tau_applied)`` at the current plant time.
+
+        The values :meth:`measure` returns for joint ``j`` (as floats), without the
+        arrays of the other joints: a drive reads only its own joint.  A noisy plant
+        draws its noise for every joint, as :meth:`measure` does (same random stream).
+        """
+        if self._noisy or self._tau_noisy:
+            _, q, qd, tau = self.measure()
+            return float(q[j]), float(qd[j]), float(tau[j])
+        with self._lock:
+            q = float(self._q[j])
+            quantum = self._quantum
+            if quantum is not None:
+                step = float(quantum[j])
+                x = q / step
+                # np.round: half to even, as round(); the sign of a zero result kept;
+                # round() refuses NaN / inf
+                q = (math.copysign(float(round(x)), x) if math.isfinite(x) else float(np.round(x))) * step
+            return q, float(self._qd[j]), float(self._tau_applied[j])
+
     def energy(self) -> float:
         """Total mechanical energy (kinetic + potential) of the true state [J]."""
         with self._lock:
