@@ -49,11 +49,9 @@ DIRECT_RUN = RUNS / "3rrr_circle_direct.toml"
 
 
 def _run_api():
-    """The run path's builders (``controller.run``, moving to ``controller.app``)."""
-    try:
-        from controller.app import run as api  # type: ignore[attr-defined]
-    except ImportError:
-        from controller import run as api
+    """The run path's builders (:mod:`controller.app.run`)."""
+    from controller.app import run as api
+
     return api
 
 

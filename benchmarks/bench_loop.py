@@ -14,7 +14,7 @@
   ``controller/_safety_rules.py``, the periodic singularity check included), beside
   ``controller.compute`` of the same cycle as the reference;
 * the offline closed-loop real-time factor of the shipped run configs, built exactly as
-  ``torqueloop run`` builds them (``controller.run.load_run`` / ``build_run``, telemetry
+  ``torqueloop run`` builds them (``controller.app.run.load_run`` / ``build_run``, telemetry
   on): ``hil_configs/runs/3rrr_circle_direct.toml`` (plant in process) and
   ``hil_configs/runs/3rrr_circle.toml`` (the real MIT CAN driver, emulated actuators
   served inline on a lock-step run: ``drivers.sim.emulators.InlineBus``), each first run
@@ -109,7 +109,7 @@ def _telemetry_rows(repeat):
 
 
 RUNS = ROOT / "hil_configs" / "runs"
-#: the wall-clock run's real-time settings (as documented in controller/run.py)
+#: the wall-clock run's real-time settings (as documented in controller/app/run.py)
 REALTIME = {"loop.realtime.sched_fifo_priority": 80, "loop.realtime.cpu": 1,
             "loop.realtime.freeze_gc": True}
 
@@ -123,7 +123,7 @@ def _run_config(path: Path, tmp: Path, *, duration_s: float, overrides: dict | N
     import warnings
 
     from controller.clock import RealtimeWarning
-    from controller.run import build_run, load_run
+    from controller.app.run import build_run, load_run
 
     spec = load_run(path, overrides=overrides, duration_s=duration_s)
     run = build_run(spec, out_dir=tmp / f"{spec.name}-{spec.clock}{tag}")
@@ -233,7 +233,7 @@ def _safety_rows(repeat):
     from types import SimpleNamespace as NS
 
     from benchmarks._timing import time_calls
-    from controller.run import build_run, load_run
+    from controller.app.run import build_run, load_run
 
     spec = load_run(ROOT / "hil_configs" / "runs" / "3rrr_circle_direct.toml")
     run = build_run(spec)

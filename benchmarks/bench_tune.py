@@ -3,7 +3,7 @@
 ``run(quick)`` returns rows of the ``benchmarks/run.py`` protocol.  The sweep is the
 shipped ``hil_configs/runs/3rrr_circle_tune.toml`` (task computed torque on the
 in-process plant with friction, current-loop lag and encoder quantisation; every
-candidate on the same Monte-Carlo plant draws) through :func:`controller.tune.run_tune`,
+candidate on the same Monte-Carlo plant draws) through :func:`controller.app.tune.run_tune`,
 as ``torqueloop tune`` runs it, on three engines in the same process:
 
 * ``serial``: one rollout after the other in this process (the reference row);
@@ -33,7 +33,7 @@ CONFIG = ROOT / "hil_configs" / "runs" / "3rrr_circle_tune.toml"
 
 
 def _sweep(spec, base, engine: str, workers: int) -> float:
-    from controller.tune import run_tune
+    from controller.app.tune import run_tune
 
     t0 = time.perf_counter()
     res = run_tune(spec, base, str(CONFIG), workers=workers, engine=engine)
@@ -45,8 +45,8 @@ def _sweep(spec, base, engine: str, workers: int) -> float:
 
 
 def run(quick: bool = False) -> list[dict]:
-    from controller.commands import _absolutise
-    from controller.tune import TuneSpec
+    from controller.app.commands import _absolutise
+    from controller.app.tune import TuneSpec
     from dynamics.config import Section, read_toml
 
     data = read_toml(CONFIG)

@@ -60,7 +60,7 @@ where 0 means "never"), is refused with a :class:`ConfigError` naming the
 field.  Protections that are off by default in simulation (no tracking-error
 limit, no velocity limit, no singularity guard on a parallel robot) must be
 on for a hardware run unless listed in ``disabled_protections`` (checked by
-:func:`controller.run.validate_run`).
+:func:`controller.app.run.validate_run`).
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def mutate(config: Path, tmp: Path, leaf_index: int, value_index: int, *, robot:
 
 def classify(path: Path) -> tuple[str, str]:
     """Run ``torqueloop check``'s validation on ``path``; return (outcome, detail)."""
-    from controller.commands import check
+    from controller.app.commands import check
     from dynamics.errors import ConfigError
 
     try:

@@ -35,8 +35,8 @@ from typing import Callable
 
 import numpy as np
 
-from controller.commands import exit_code
-from controller.run import build_run, load_run
+from controller.app.commands import exit_code
+from controller.app.run import build_run, load_run
 from controller.safety import DISABLED, FAULT
 from controller.telemetry import read_log, read_meta
 from dynamics.errors import CommsError

@@ -1,4 +1,4 @@
-"""The Python API (controller.api.simulate) and trajectories read from files (trajectories.files)."""
+"""The Python API (controller.app.api.simulate) and trajectories read from files (trajectories.files)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.api import simulate
+from controller.app.api import simulate
 from controller.laws import ComputedTorque, Saturation
-from controller.run import build_run, load_run
+from controller.app.run import build_run, load_run
 from controller.telemetry import read_log
 from dynamics import load_model
 from dynamics.config import Section
@@ -203,7 +203,7 @@ wn_rad_s = 20.0
 type = "sim_direct"
 ''')
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-m", "controller.cli", "run", str(tmp_path / "run.toml"), "-o",
+    r = subprocess.run([sys.executable, "-m", "controller.app.cli", "run", str(tmp_path / "run.toml"), "-o",
                         str(tmp_path / "out"), "--no-plots"], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, (r.stdout, r.stderr)

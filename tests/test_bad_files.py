@@ -22,7 +22,7 @@ ROBOTS = ROOT / "hil_configs" / "robots"
 
 def _tl(*args):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "controller.cli", *map(str, args)], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "controller.app.cli", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -106,7 +106,7 @@ def test_run_budget_uses_the_drivers_feedback_setting():
     (torque + RTR + answer) at 1 kHz + heartbeats; the budget used to count broadcasts only."""
     from pathlib import Path
 
-    from controller.run import bus_budget, load_run
+    from controller.app.run import bus_budget, load_run
 
     runs = Path(__file__).resolve().parents[1] / "hil_configs" / "runs"
     rep = bus_budget(load_run(runs / "stewart_motion.toml"))

@@ -16,7 +16,7 @@ from scipy.integrate import solve_ivp
 import canopen
 from canopen.profiles.p402 import BaseNode402, State402
 
-from controller.run import build_run, load_run
+from controller.app.run import build_run, load_run
 from drivers.base import Command
 from drivers.busload import BusSpec, cia402_budget, cia402_flows
 from drivers.cia402 import FAULT_HEARTBEAT_LOST, eds_path
@@ -376,7 +376,7 @@ def test_run_config_runs_and_the_budget_is_listed(tmp_path):
     finally:
         run.close()
     assert res.status == "completed"
-    from controller.run import bus_budget_text
+    from controller.app.run import bus_budget_text
     text = bus_budget_text(spec)
     assert "bus-load budget at 500 Hz: OK" in text
 

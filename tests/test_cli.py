@@ -25,9 +25,9 @@ ROBOTS = ROOT / "hil_configs" / "robots"
 
 
 def tl(*args, timeout=300, **kw):
-    """Run ``python -m controller.cli ARGS`` from the repo root."""
+    """Run ``python -m controller.app.cli ARGS`` from the repo root."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "controller.cli", *map(str, args)], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "controller.app.cli", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout, **kw)
 
 
@@ -122,7 +122,7 @@ def test_hardware_config_needs_confirmation(tmp_path):
 def test_sigint_stops_safely_with_complete_log(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "controller.cli", "run", str(RUNS / "seed003_2r.toml"), "-o", str(out),
+    cmd = [sys.executable, "-m", "controller.app.cli", "run", str(RUNS / "seed003_2r.toml"), "-o", str(out),
            "--no-plots", "--set", 'loop.clock="wall"', "--duration", "60",
            # about SIGINT: a loaded test machine must not end the run by overruns first
            "--set", "safety.overrun_fraction_max=0.9", "--set", "safety.lateness_max_s=10.0"]
@@ -220,7 +220,7 @@ def test_a_reader_that_goes_away_does_not_break_the_command(tmp_path, command):
     """``torqueloop run ... | head -1``: the pipe closes before the summary is printed. The run
     still writes summary.json and returns its real code; no BrokenPipeError on stderr."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    args = [sys.executable, "-m", "controller.cli", command, str(RUNS / "seed003_2r.toml")]
+    args = [sys.executable, "-m", "controller.app.cli", command, str(RUNS / "seed003_2r.toml")]
     if command == "run":
         args += ["--duration", "0.3", "--no-plots", "--out", str(tmp_path / "out")]
     read_end, write_end = os.pipe()

@@ -29,7 +29,7 @@ def test_mutated_config_is_refused_by_name_or_safe(tmp_path_factory, cfg, leaf, 
     outcome, detail = classify(path)
     assert outcome in ("clean", "accepted"), detail
     if outcome == "accepted":
-        from controller.run import load_run, make_safety
+        from controller.app.run import load_run, make_safety
         from controller.safety import SAFETY_RANGES
         spec = load_run(path)
         s = make_safety(spec)
@@ -45,7 +45,7 @@ def test_mutated_config_is_refused_by_name_or_safe(tmp_path_factory, cfg, leaf, 
     ("driver.type", ""), ("safety.tracking_error_max", [0.01, 0.01]), ("safety.startup_tolerance", [0.1, 0.1]),
 ])
 def test_values_that_switch_protection_off_are_refused(field, value):
-    from controller.run import load_run, validate_run
+    from controller.app.run import load_run, validate_run
     from dynamics.errors import ConfigError
 
     cfg = Path(__file__).resolve().parents[1] / "hil_configs" / "runs" / "3rrr_circle.toml"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import controller.telemetry as telemetry
-from controller.cli import main
+from controller.app.cli import main
 from controller.telemetry import read_log
 
 RUNS = Path(__file__).resolve().parents[1] / "hil_configs" / "runs"
@@ -95,7 +95,7 @@ def test_disk_full_mid_run_cli(tmp_path, monkeypatch, capsys, free_after_start):
 
 def test_writer_keeps_unwritten_rows_and_the_loop_stops(tmp_path, monkeypatch):
     """In process: the rows of the fault and of the stop are in RunResult.log_unwritten."""
-    from controller.run import build_run, load_run
+    from controller.app.run import build_run, load_run
 
     disk = _Disk(10**9)
     monkeypatch.setattr(telemetry, "_open", disk.open)

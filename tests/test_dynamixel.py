@@ -313,7 +313,7 @@ def test_driver_port_disappears(bus):
 
 # --- runs: tracking, and every protocol fault ends in the safe stop -------------------------------
 def _run(fault=None, at_cycle=100):
-    from controller.run import build_run, load_run
+    from controller.app.run import build_run, load_run
 
     spec = load_run(RUN)
     run = build_run(spec)

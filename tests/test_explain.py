@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.explain import _examples, driver_keys, explain, safety_keys
+from controller.app.explain import _examples, driver_keys, explain, safety_keys
 from controller.safety import SafetyConfig
 from drivers.registry import DRIVER_TYPES, build_driver
 from dynamics.toy_models import Pendulum
@@ -87,7 +87,7 @@ def test_recording_section_marks_optional_alternatives():
 def test_cli_explain():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     def tl(*a):
-        return subprocess.run([sys.executable, "-m", "controller.cli", *a], cwd=ROOT, env=env,
+        return subprocess.run([sys.executable, "-m", "controller.app.cli", *a], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=120)
     r = tl("check", "--explain", "driver.joints")
     assert r.returncode == 0, r.stderr

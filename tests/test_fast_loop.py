@@ -20,7 +20,7 @@ DIRECT = ROOT / "hil_configs" / "runs" / "3rrr_circle_direct.toml"
 
 
 def _run(tmp_path, compiled, overrides=None, name="run"):
-    from controller.run import build_run, load_run
+    from controller.app.run import build_run, load_run
 
     spec = load_run(DIRECT, overrides=overrides)
     out = tmp_path / f"{name}-{compiled}"
@@ -161,7 +161,7 @@ def test_not_used_where_python_must_run(tmp_path):
 def test_stop_request_between_segments(tmp_path):
     """A stop request (what a signal handler does) is served at the next cycle boundary: the
     stop reaction runs in Python and the run ends 'stopped' with the log complete."""
-    from controller.run import build_run, load_run
+    from controller.app.run import build_run, load_run
 
     spec = load_run(DIRECT, overrides={"loop.duration_s": 2.0})
     run = build_run(spec, out_dir=tmp_path / "stop")
@@ -187,7 +187,7 @@ def test_stop_request_between_segments(tmp_path):
 def test_tune_rollouts_share_the_trajectory_and_equal_fresh_runs():
     """A sweep's runs reuse the trajectory their process built (parse_run's trajectory_cache):
     the metrics equal those of a run parsed from scratch, for two different candidates."""
-    from controller.run import read_toml, run_offline_metrics
+    from controller.app.run import read_toml, run_offline_metrics
     from dynamics.config import apply_overrides
 
     path = ROOT / "hil_configs" / "runs" / "3rrr_circle_tune.toml"

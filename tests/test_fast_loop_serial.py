@@ -19,7 +19,7 @@ RUNS = ROOT / "hil_configs" / "runs"
 
 
 def _run(tmp_path, config, compiled, overrides=None, name="run"):
-    from controller.run import build_run, load_run
+    from controller.app.run import build_run, load_run
 
     spec = load_run(RUNS / config, overrides=overrides)
     out = tmp_path / f"{name}-{compiled}"

@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 from controller.clock import WallClock
-from controller.run import load_run
+from controller.app.run import load_run
 from drivers.base import Command
 from dynamics.config import Section
 

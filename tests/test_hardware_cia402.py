@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from controller.clock import WallClock
-from controller.run import load_run
+from controller.app.run import load_run
 from drivers.base import Command
 from drivers.codecs.cia402 import State
 from dynamics.config import Section

@@ -368,9 +368,9 @@ def _quick_seed000(tmp_path: Path, **changes) -> Path:
 
 
 def test_identify_cli_end_to_end_seed000(tmp_path, capsys):
-    from controller.cli import main
-    from controller.identify import load_identify, plant_truth
-    from controller.run import load_run
+    from controller.app.cli import main
+    from controller.app.identify import load_identify, plant_truth
+    from controller.app.run import load_run
 
     cfg = _quick_seed000(tmp_path)
     out = tmp_path / "out"
@@ -407,7 +407,7 @@ def test_identify_cli_end_to_end_seed000(tmp_path, capsys):
 
 
 def test_identify_config_errors_name_file_and_field(tmp_path, capsys):
-    from controller.cli import main
+    from controller.app.cli import main
 
     cfg = _quick_seed000(tmp_path)
     data = read_toml(cfg)
@@ -424,7 +424,7 @@ def test_identify_config_errors_name_file_and_field(tmp_path, capsys):
 
 
 def test_identify_on_hardware_asks_for_confirmation_before_anything_moves(tmp_path, capsys, monkeypatch):
-    from controller.cli import main
+    from controller.app.cli import main
 
     cfg = _quick_seed000(tmp_path, **{"driver.type": "mit_can"})
     data = read_toml(cfg)
@@ -455,7 +455,7 @@ def test_plant_torque_noise_is_on_the_measurement_only():
 # acceptance on the simulated plant (slow: the shipped configs as they are)
 # ---------------------------------------------------------------------------
 def _identify(cfg: Path, out: Path, overrides=None):
-    from controller.identify import load_identify, run_identification
+    from controller.app.identify import load_identify, run_identification
     return run_identification(load_identify(cfg, overrides=overrides), out)
 
 
@@ -514,9 +514,9 @@ def test_acceptance_seed000_without_noise(tmp_path):
 def test_every_shipped_identify_config_loads_and_its_run_tables_validate(path):
     """Each shipped identify config parses, and its [driver]/[loop]/[safety] tables are the ones
     ``run`` accepts (the full identification of arm6 is too long for the suite)."""
-    from controller.identify import load_identify
+    from controller.app.identify import load_identify
 
-    from controller.run import parse_run, validate_run
+    from controller.app.run import parse_run, validate_run
 
     spec = load_identify(path)
     assert spec.name and spec.excitation["amplitude"].size > 0

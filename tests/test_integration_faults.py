@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.run import build_run, load_run
+from controller.app.run import build_run, load_run
 from controller.safety import BRAKING, DISABLED, FAULT
 from controller.telemetry import read_log, read_meta
 from drivers.base import Driver

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.run import build_run, load_run
+from controller.app.run import build_run, load_run
 from controller.safety import DISABLED, FAULT
 from controller.telemetry import read_log
 from dynamics.config import Section
@@ -223,7 +223,7 @@ def test_unconfirmed_exit_motor_mode_is_reported_not_silent(tmp_path):
     assert res.status == "fault" and res.faults[0].cause == "stale_feedback"
     warn = [m for m in res.messages if "never confirmed the exit from motor mode" in m]
     assert len(warn) == 1 and "[1]" in warn[0]
-    from controller.commands import format_summary        # what the CLI prints
+    from controller.app.commands import format_summary        # what the CLI prints
     assert warn[0] in format_summary(spec, res, res.metrics or {})
 
 

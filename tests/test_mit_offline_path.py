@@ -43,7 +43,7 @@ CASES = {
 }
 
 def _digest(tmp_path, case, serve):
-    from controller.run import build_run, load_run
+    from controller.app.run import build_run, load_run
 
     overrides, duration = CASES[case]
     spec = load_run(RUN, overrides={**overrides, "driver.emulator.serve": serve}, duration_s=duration)

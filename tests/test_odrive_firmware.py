@@ -280,7 +280,7 @@ def test_heartbeats_of_new_firmware_states_are_not_corrupt():
 # issue 13 item 1: the default feedback on the lock-step clock
 # ---------------------------------------------------------------------------
 def test_stewart_odrive_run_starts_with_the_default_feedback_on_the_lock_step_clock(tmp_path):
-    from controller.run import build_run, load_run
+    from controller.app.run import build_run, load_run
     text = (ROOT / "hil_configs/runs/stewart_motion.toml").read_text()
     text = re.sub(r'(?m)^feedback = .*$', "", text)              # default feedback ("broadcast")
     text = text.replace('file = "../robots/stewart.toml"', f'file = "{ROOT / "hil_configs/robots/stewart.toml"}"')

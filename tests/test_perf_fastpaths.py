@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.run import build_run, load_run
+from controller.app.run import build_run, load_run
 from controller.safety import SafetySupervisor
 from dynamics import load_model
 from dynamics.errors import TorqueloopError, TrajectoryError

@@ -15,12 +15,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from PIL import Image  # noqa: E402  (Pillow comes with matplotlib)
 
-from controller.animate import animate_run, robot_polylines  # noqa: E402
-from controller.commands import format_summary  # noqa: E402
+from controller.app.animate import animate_run, robot_polylines  # noqa: E402
+from controller.app.commands import format_summary  # noqa: E402
 from controller.loop import TimingStats  # noqa: E402
-from controller.plots import run_figures  # noqa: E402
-from controller.report import timing_health  # noqa: E402
-from controller.run import build_run, load_run, summary_metrics  # noqa: E402
+from controller.app.plots import run_figures  # noqa: E402
+from controller.app.report import timing_health  # noqa: E402
+from controller.app.run import build_run, load_run, summary_metrics  # noqa: E402
 from controller.telemetry import read_log  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -303,7 +303,7 @@ def test_cli_animate_and_plot_animate(runs, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
 
     def tl(*args):
-        return subprocess.run([sys.executable, "-m", "controller.cli", *map(str, args)], cwd=ROOT, env=env,
+        return subprocess.run([sys.executable, "-m", "controller.app.cli", *map(str, args)], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=300)
 
     out = runs["arm2"][3]

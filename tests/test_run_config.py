@@ -1,4 +1,4 @@
-"""Run-config parsing and building (controller/run.py): validation, gain design, overrides."""
+"""Run-config parsing and building (controller/app/run.py): validation, gain design, overrides."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.run import build_run, design_gains, gain_report, load_run
+from controller.app.run import build_run, design_gains, gain_report, load_run
 from dynamics.errors import ConfigError
 
 RUNS = Path(__file__).resolve().parents[1] / "hil_configs" / "runs"
@@ -29,7 +29,7 @@ def test_every_shipped_run_config_passes_the_start_up_validation(path):
     """What `check` and `run` refuse before enabling (feasibility, torque limits, bus budget,
     protections) must not refuse a shipped config: the ODrive ASCII template's move needed
     119 N m against its 60 N m limit, so it could never start."""
-    from controller.run import validate_run
+    from controller.app.run import validate_run
 
     validate_run(load_run(path))
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.cli import main
-from controller.run import check_output_dir, load_run, validate_run
+from controller.app.cli import main
+from controller.app.run import check_output_dir, load_run, validate_run
 from dynamics import load_model
 from dynamics.errors import ConfigError
 
@@ -84,7 +84,7 @@ def test_hardware_run_refuses_protection_off_unless_listed(tmp_path):
     import tomllib
     data = tomllib.loads(hw.read_text())
     del data["safety"]["tracking_error_max"]
-    from controller.run import parse_run
+    from controller.app.run import parse_run
     spec = parse_run(data, file=str(hw), base_dir=hw.parent)
     with pytest.raises(ConfigError, match="tracking_error_max") as ei:
         validate_run(spec)

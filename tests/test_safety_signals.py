@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
 def _start(out: Path, *sets: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "controller.cli", "run", str(RUNS / "seed003_2r.toml"), "-o", str(out),
+    cmd = [sys.executable, "-m", "controller.app.cli", "run", str(RUNS / "seed003_2r.toml"), "-o", str(out),
            "--no-plots", "--no-progress", "--set", 'loop.clock="wall"', "--duration", "60",
            # these tests are about signals: a loaded test machine must not end the run by overruns first
            "--set", "safety.overrun_fraction_max=0.9", "--set", "safety.lateness_max_s=10.0"]

@@ -161,7 +161,7 @@ def test_drives_release_on_enable_and_apply_on_disable(arm, kind):
 
 def _tl(*args, timeout=240):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "controller.cli", *map(str, args)], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "controller.app.cli", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.run import build_run, load_run
+from controller.app.run import build_run, load_run
 from dynamics.errors import SafetyError
 
 RUNS = Path(__file__).resolve().parents[1] / "hil_configs" / "runs"

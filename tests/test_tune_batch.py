@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.commands import _absolutise
-from controller.tune import EXECUTORS, ParamRange, TuneSpec, evaluate_task, make_tasks, random_streams, run_tune
-from controller.tune import make_candidates, make_draws
+from controller.app.commands import _absolutise
+from controller.app.tune import EXECUTORS, ParamRange, TuneSpec, evaluate_task, make_tasks, random_streams, run_tune
+from controller.app.tune import make_candidates, make_draws
 from dynamics.config import read_toml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def test_batch_engine_ranks_like_the_process_pool():
 
 
 def test_batch_is_a_known_engine():
-    from controller.tune_config import ENGINES
+    from controller.app.tune_config import ENGINES
 
     assert "batch" in ENGINES and set(EXECUTORS) | {"auto"} == set(ENGINES)
 

@@ -12,9 +12,9 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from controller.commands import _absolutise  # noqa: E402
-from controller.plots import tune_figure  # noqa: E402
-from controller.tune import (Candidate, ParamRange, TuneResult, TuneSpec, metric_unit,  # noqa: E402
+from controller.app.commands import _absolutise  # noqa: E402
+from controller.app.plots import tune_figure  # noqa: E402
+from controller.app.tune import (Candidate, ParamRange, TuneResult, TuneSpec, metric_unit,  # noqa: E402
                              random_streams, run_tune)
 from dynamics.config import read_toml  # noqa: E402
 

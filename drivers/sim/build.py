@@ -51,7 +51,7 @@ Keys
     poll_s = 0.001                   # emulator thread poll period
     serve = "thread"                 # or "inline": served in the driver's thread on send/recv, no
                                      # emulator thread (lock-step clock and reply_latency_s = 0 only;
-                                     # the default of lock-step runs built by controller.run)
+                                     # the default of lock-step runs built by controller.app.run)
     variant = "classic6"             # MIT reply layout ("classic6" or "cubemars8"; default: the
                                      #   driver's reply_variant when it names one, else classic6)
     reply_id = 0                     # MIT reply arbitration id

@@ -8,7 +8,7 @@ and safety tables as dicts, runs the loop and returns the result and the log as 
     from dynamics import load_model
     from trajectories import point_to_point
     from controller.laws import ComputedTorque
-    from controller.api import simulate
+    from controller.app.api import simulate
 
     arm = load_model("hil_configs/robots/seed003_2r.toml")
     ref = point_to_point([0.0, 0.0], [0.8, -0.5], "quintic", duration_s=2.0)
@@ -16,7 +16,7 @@ and safety tables as dicts, runs the loop and returns the result and the log as 
                    plant={"mass_factor": 1.1})
     out.status, out.log["t"], out.log["q"], out.metrics["rms_error"]
 
-The pieces are built exactly as :func:`controller.run.build_run` builds them for a
+The pieces are built exactly as :func:`controller.app.run.build_run` builds them for a
 config (same driver registry, same plant defaults, same safety supervisor, same loop),
 so a TOML run and the equivalent :func:`simulate` call give the same log.
 """
@@ -34,11 +34,11 @@ from dynamics.base import Model, ParallelModel
 from dynamics.config import Section
 from dynamics.errors import ConfigError
 
-from .clock import LockstepClock, WallClock
-from .laws import Controller, State
-from .loop import ControlLoop, RunResult
-from .safety import SafetyConfig, SafetySupervisor
-from .telemetry import TelemetryWriter, read_log
+from ..clock import LockstepClock, WallClock
+from ..laws import Controller, State
+from ..loop import ControlLoop, RunResult
+from ..safety import SafetyConfig, SafetySupervisor
+from ..telemetry import TelemetryWriter, read_log
 
 __all__ = ["simulate", "SimulationOutput"]
 

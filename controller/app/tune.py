@@ -93,7 +93,7 @@ def make_tasks(spec: TuneSpec, data: dict, file: str | None, candidates: list[Ca
 
 
 #: trajectories built by this process's tasks (a sweep's runs share theirs; see
-#: ``controller.run.parse_run``): one worker maps the 3RRR circle once, not once per run
+#: ``controller.app.run.parse_run``): one worker maps the 3RRR circle once, not once per run
 _TRAJECTORIES: dict = {}
 
 

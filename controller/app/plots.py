@@ -4,7 +4,7 @@
 
 * ``tracking.png`` -- reference and measured position per controller axis [m | rad];
 * ``error.png``    -- tracking error per axis in mm / mrad, its RMS marked (the same
-  units as the console summary, :mod:`controller.report`);
+  units as the console summary, :mod:`controller.app.report`);
 * ``torque.png``   -- per actuator: commanded and measured torque [N m] or force [N]
   (prismatic joints, from the model's joint types) against the limit the safety
   layer clips to (``[safety] torque_max`` or the robot file's), and beside it the
@@ -35,7 +35,7 @@ import numpy as np
 from dynamics.errors import ConfigError, TorqueloopError
 
 from .report import effort_word, joint_quantities, task_quantities
-from .telemetry import read_log, read_meta
+from ..telemetry import read_log, read_meta
 
 __all__ = ["RunData", "load_run_data", "run_figures", "plot_run", "tune_figure", "plot_tune", "end_effector_path"]
 
@@ -361,7 +361,7 @@ def tune_figure(result):
 
     Parameters
     ----------
-    result : controller.tune.TuneResult
+    result : controller.app.tune.TuneResult
     """
     from .tune import metric_unit
 

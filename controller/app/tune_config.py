@@ -1,7 +1,7 @@
-"""The ``[tune]`` table of a run config (what :mod:`controller.tune` searches).
+"""The ``[tune]`` table of a run config (what :mod:`controller.app.tune` searches).
 
 Kept apart from the search itself so that the run-config builder
-(:mod:`controller.run`) can validate a ``[tune]`` table without importing the
+(:mod:`controller.app.run`) can validate a ``[tune]`` table without importing the
 tuner, which imports the builder (one-way dependency: tune -> run -> tune_config).
 """
 
@@ -16,7 +16,8 @@ from dynamics.config import Section
 
 __all__ = ["ENGINES", "ParamRange", "TuneSpec"]
 
-#: where the evaluations run (:data:`controller.tune.EXECUTORS` implements each)
+#: where the evaluations run (:data:`controller.app.tune.EXECUTORS` implements each; "auto"
+#: picks "batch" or "local", see :func:`controller.app.tune.run_tune`)
 ENGINES = ("auto", "local", "batch", "dask", "ray")
 
 

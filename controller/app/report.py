@@ -206,10 +206,10 @@ def format_summary(spec, result, metrics: dict) -> str:
 
     Parameters
     ----------
-    spec : controller.run.RunSpec
+    spec : controller.app.run.RunSpec
     result : controller.loop.RunResult
     metrics : dict
-        :func:`controller.run.summary_metrics` of the run.
+        :func:`controller.app.run.summary_metrics` of the run.
     """
     tm = metrics.get("timing") or (result.timing.as_dict() if result.timing is not None else {})
     health = metrics.get("timing_health") or timing_health(tm, spec.clock)

@@ -258,7 +258,7 @@ def log_samples(log_dir: Path, est_opts: dict, model: Model | None = None, base:
     ``est_opts["torque_delay_s"] == "auto"`` estimates the delay from this log
     (:func:`estimate_delay`, needs ``model`` and ``base``).
     """
-    from .telemetry import read_log
+    from ..telemetry import read_log
 
     log = read_log(log_dir)
     opts = dict(est_opts)

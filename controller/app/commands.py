@@ -1,6 +1,6 @@
 """Implementations of the CLI sub-commands.
 
-Only :mod:`controller.cli` and this module write to the terminal; the library
+Only :mod:`controller.app.cli` and this module write to the terminal; the library
 code returns values and raises errors from the one error tree.
 """
 
@@ -107,7 +107,7 @@ def _fmt(v, unit="", scale=1.0, digits=4) -> str:
 
 
 def format_summary(spec, result, metrics: dict) -> str:
-    """The end-of-run summary table (units, timing health: :func:`controller.report.format_summary`)."""
+    """The end-of-run summary table (units, timing health: :func:`controller.app.report.format_summary`)."""
     from .report import format_summary as _format
 
     return _format(spec, result, metrics)
@@ -131,7 +131,7 @@ def _confirm_hardware(spec, args) -> None:
 def run(args) -> int:
     """``torqueloop run``: build, run, write log, summary and plots. Exit 0 only if completed."""
     from .run import build_run, load_run, summary_metrics, validate_run
-    from .telemetry import write_json
+    from ..telemetry import write_json
 
     overrides = parse_sets(args.set)
     spec = load_run(args.config, overrides=overrides, duration_s=args.duration)

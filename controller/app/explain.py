@@ -93,7 +93,7 @@ def _doc_attributes(cls) -> dict[str, str]:
 
 def safety_keys() -> dict[str, dict]:
     """The ``[safety]`` keys: ``{key: {"default": ..., "doc": ...}}`` from SafetyConfig."""
-    from .safety import REACTIONS, SafetyConfig
+    from ..safety import REACTIONS, SafetyConfig
 
     docs = {k: v.replace(":data:`REACTIONS`", ", ".join(repr(r) for r in REACTIONS))
             for k, v in _doc_attributes(SafetyConfig).items()}

@@ -61,13 +61,13 @@ from dynamics.base import Model, ParallelModel
 from dynamics.config import Section, read_toml
 from dynamics.errors import ConfigError, SafetyError, TorqueloopError
 
-from .clock import LockstepClock, WallClock
-from .laws import (PID, ComputedTorque, Controller, PDGravity, Saturation, TaskComputedTorque,
+from ..clock import LockstepClock, WallClock
+from ..laws import (PID, ComputedTorque, Controller, PDGravity, Saturation, TaskComputedTorque,
                    TaskPDGravity, gravity_feedforward)
-from .loop import ControlLoop, RunResult
+from ..loop import ControlLoop, RunResult
 from .report import controller_quantities, effective_torque_limit, timing_health
-from .safety import SafetyConfig, SafetySupervisor
-from .telemetry import TelemetryWriter, usable_labels
+from ..safety import SafetyConfig, SafetySupervisor
+from ..telemetry import TelemetryWriter, usable_labels
 
 __all__ = ["RunSpec", "parse_run", "load_run", "Run", "build_run", "run_offline_metrics",
            "check_run_config", "validate_run", "Validation", "make_safety", "check_output_dir", "bus_budget",
@@ -300,7 +300,7 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     buffer_rows = tel.int("buffer_rows", 200, minimum=1)
     tel.finish()
 
-    # A [tune] table (gain search, see controller.tune) is validated here so that `check` and
+    # A [tune] table (gain search, see controller.app.tune) is validated here so that `check` and
     # `run` report its errors too; `run` itself does not use it.
     if "tune" in data:
         from .tune_config import TuneSpec
@@ -429,7 +429,7 @@ def design_gains(spec: RunSpec):
     d = _design_pd(spec)
     if c.ki is None:
         return d
-    from .gains import with_integral
+    from ..gains import with_integral
 
     ki = np.diag(np.atleast_2d(c.ki)) if np.ndim(c.ki) == 2 else c.ki
     return with_integral(d, ki)
@@ -437,7 +437,7 @@ def design_gains(spec: RunSpec):
 
 def _design_pd(spec: RunSpec):
     """Proportional and derivative part of :func:`design_gains`."""
-    from .gains import ct_gains, ct_gains_lqr, ct_gains_place
+    from ..gains import ct_gains, ct_gains_lqr, ct_gains_place
 
     c = spec.controller
     dim = spec.model.task_dof if spec.space == "task" else spec.model.dof
@@ -449,14 +449,14 @@ def _design_pd(spec: RunSpec):
         return ct_gains(c.wn_rad_s, c.zeta, dim)
     kp = np.diag(np.atleast_2d(c.kp)) if np.ndim(c.kp) == 2 else c.kp * np.ones(dim)
     kd = np.diag(np.atleast_2d(c.kd)) if np.ndim(c.kd) == 2 else c.kd * np.ones(dim)
-    from .gains import GainDesign, _ct_axis
+    from ..gains import GainDesign, _ct_axis
     return GainDesign(np.asarray(kp, float), np.asarray(kd, float), None,
                       [_ct_axis(float(a), float(b)) for a, b in zip(kp, kd)])
 
 
 def gain_report(spec: RunSpec) -> str:
     """Closed-loop poles, margins and nominal step response of the configured gains."""
-    from .gains import pd_analysis, pd_analysis_model
+    from ..gains import pd_analysis, pd_analysis_model
 
     c = spec.controller
     d = design_gains(spec)
@@ -598,7 +598,7 @@ def _warm_up(spec: RunSpec, controller: Controller, plant) -> None:
     here keeps the compile time out of the first control cycles, where it would
     look like a stalled loop (stale feedback, missed deadlines).
     """
-    from .laws import State
+    from ..laws import State
 
     q0, X0 = _joint_start(spec)
     z = np.zeros_like(q0)
@@ -630,7 +630,7 @@ def _sim_section(spec: RunSpec) -> Section:
 def sim_driver_section(driver: Mapping[str, Any], *, q0, clock: str, period_s: float,
                        file: str | None = None, path: str = "driver") -> Section:
     """A simulated ``[driver]`` table completed with the run's defaults (used by run configs
-    and by :func:`controller.api.simulate`).
+    and by :func:`controller.app.api.simulate`).
 
     ``plant.q0`` defaults to ``q0`` (plus ``plant.initial_offset``), ``plant.dt_max_s`` to
     the control period; on the lock-step clock the emulated CAN drivers get a long
@@ -832,7 +832,7 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
 
 def log_bytes_estimate(spec: RunSpec) -> int:
     """Upper estimate of a run's log size [bytes] (rows x row size, plus stop-reaction rows)."""
-    from .telemetry import log_dtype
+    from ..telemetry import log_dtype
 
     n = spec.model.dof
     dim = spec.model.task_dof if spec.space == "task" else n
