@@ -41,8 +41,10 @@ def served(config: Path, *args: str):
             proc.wait()
 
 
-def skip_if_overloaded(returncode: int, out: Path, what: str = "wall-clock run", detail: str = "") -> None:
-    """Skip a failed wall-clock test when most of its cycles missed their deadline.
+def skip_if_overloaded(returncode: int, out: Path, what: str = "wall-clock run", detail: str = "",
+                       late: bool = False) -> None:
+    """Skip a failed wall-clock test when most of its cycles missed their deadline (or ``late``:
+    the caller saw another sign of lateness, such as feedback that never came fresh).
 
     Plain-Python processes on an overloaded shared machine miss their deadlines: the plant or
     the server runs ahead (tracking error, stale feedback) or the overrun protection stops the
@@ -57,6 +59,6 @@ def skip_if_overloaded(returncode: int, out: Path, what: str = "wall-clock run",
     timing = meta.get("result", {}).get("timing") or {}
     n = max(1, meta.get("result", {}).get("n_cycles", 1))
     loaded = os.getloadavg()[0] >= (os.cpu_count() or 1)
-    if returncode != 0 and loaded and timing.get("missed_deadlines", 0) > 0.05 * n:
+    if returncode != 0 and loaded and (late or timing.get("missed_deadlines", 0) > 0.05 * n):
         pytest.skip(f"machine too loaded for a {what} (os.getloadavg() = {os.getloadavg()}): "
                     f"{timing.get('missed_deadlines')} of {n} cycles missed {detail}".rstrip())

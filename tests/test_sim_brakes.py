@@ -196,20 +196,12 @@ def _rehearse(tmp_path, stem, robot, port, duration_s, *extra):
     # What this test is about: the gravity-loaded robot is still at its start pose when the run
     # enables it (the start-up check compares the measured pose with the trajectory start).
     assert "differs from the trajectory start" not in r.stderr, r.stderr
-    meta = json.loads((out / "meta.json").read_text()) if (out / "meta.json").exists() else None
-    timing = (meta or {}).get("result", {}).get("timing") or {}
-    n = max(1, (meta or {}).get("result", {}).get("n_cycles", 1))
-    loaded = os.getloadavg()[0] >= (os.cpu_count() or 1)
-    if r.returncode != 0 and loaded and ("no fresh feedback" in r.stderr
-                                         or timing.get("missed_deadlines", 0) > 0.05 * n):
-        # two plain-Python processes on a shared 2-core machine: when the machine is overloaded
-        # the emulator answers late and the loop misses its deadlines; that says nothing about
-        # the brakes (on an idle machine the rehearsal must hold its timing: no skip)
-        pytest.skip(f"machine too loaded for a wall-clock rehearsal (os.getloadavg() = "
-                    f"{os.getloadavg()}): {r.stderr.strip() or timing}")
+    # two plain-Python processes on a shared 2-core machine: when the machine is overloaded the
+    # emulator answers late and the loop misses its deadlines; that says nothing about the brakes
+    skip_if_overloaded(r.returncode, out, "wall-clock rehearsal", r.stderr.strip(), late="no fresh feedback" in r.stderr)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "COMPLETED" in r.stdout and "(hardware)" in r.stdout
-    return np.load(out / "log.npy"), meta
+    return np.load(out / "log.npy"), json.loads((out / "meta.json").read_text())
 
 
 @pytest.mark.xfail(reason="known, not fixed: on an idle 2-core machine the Stewart server process (six ODrive "

@@ -22,6 +22,8 @@ from importlib import metadata
 
 from dynamics.errors import TorqueloopError
 
+from .tune_config import ENGINES
+
 __all__ = ["main", "version"]
 
 
@@ -117,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("config", help="run config (.toml) with a [tune] table")
     t.add_argument("-o", "--out", default=None, help="output folder")
     t.add_argument("--workers", type=int, default=None, help="worker processes (default: cores)")
-    t.add_argument("--engine", default=None, choices=["auto", "local", "batch", "dask", "ray"],
+    t.add_argument("--engine", default=None, choices=list(ENGINES),
                    help="executor engine (overrides [tune].engine)")
     t.add_argument("--samples", type=int, default=None, help="override the number of candidates")
     t.set_defaults(func=_cmd_tune)
