@@ -97,7 +97,11 @@ class CompiledCycles:
                 and not s._stale_any and self.loop.driver.enabled)
 
     def run(self, k: int, k_end: int, t0: float, fb, tel, metrics, series):
-        """Run cycles ``k .. < k_end`` while they are clean.
+        """Run cycles ``k .. < k_end`` while they are clean (at most :attr:`max_segment`).
+
+        The kernel runs in chunks that end where the telemetry buffer is full, so each
+        flush happens after the same cycle as in the Python loop (a failed write is a
+        fault of that cycle, and nothing after it runs compiled).
 
         Returns ``(k_next, feedback)``: the first cycle not run and the feedback it reads.
         Telemetry rows, metrics and timing series are recorded as the Python loop does.
@@ -106,8 +110,6 @@ class CompiledCycles:
         if loop.controller.compiled_args is not self._c:
             self._missed(k)        # the law's model or gains were replaced: Python from here
             return k, fb
-        if tel is not None and not loop._tel_failed:
-            k_end = min(k_end, k + tel.room)
         k_end = min(k_end, k + self.max_segment)
         plant = loop.driver.plant
         pa, why = plant.compiled_step_args()
@@ -130,6 +132,7 @@ class CompiledCycles:
         N = k_end - k
         o_q, o_qd, o_tau, o_taum = (np.empty((N, n)) for _ in range(4))
         o_err = np.empty((N, dim))
+        per = np.empty(N)
         mask = np.zeros(n, dtype=np.bool_)
         cfg = s.config
         if rrr:
@@ -137,34 +140,61 @@ class CompiledCycles:
             pose_s = np.array(s.pose if self._sing else np.zeros(3), dtype=float)
             mp = s._margin_prev
             margin_prev = np.array([0.0, 0.0, 0.0] if mp is None else [1.0, mp[0], mp[1]])
-        w0 = time.perf_counter()
-        if rrr:
-            k_new = _fast_loop.rrr_segment(
-                k, k_end, loop.period_s, t0,
-                c["P"], c["branch"], c["kp"], c["kd"], c["ki"], c["has_ki"], z, t_last, c["z_limit"], c["fric"],
-                c["fmode"], c["has_sat"], c["sat_lim"], pose_c,
-                s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb,
-                self._sing, int(cfg.singularity_every), self._Ps, self._tol, pose_s, margin_prev,
-                float(cfg.singularity_margin_min) if self._sing else 0.0, float(cfg.singularity_horizon_s),
-                pa["P"], pa["q"], pa["qd"], pa["X"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"],
-                pa["flags"], pa["h_max"], pa["has_quant"], pa["quantum"],
-                fq, fqd, ftau, ref_pos, ref_vel, ref_acc, o_q, o_qd, o_err, o_tau, o_taum, mask)
+            args = (c["P"], c["branch"], c["kp"], c["kd"], c["ki"], c["has_ki"], z, t_last, c["z_limit"], c["fric"],
+                    c["fmode"], c["has_sat"], c["sat_lim"], pose_c,
+                    s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb,
+                    self._sing, int(cfg.singularity_every), self._Ps, self._tol, pose_s, margin_prev,
+                    float(cfg.singularity_margin_min) if self._sing else 0.0, float(cfg.singularity_horizon_s),
+                    pa["P"], pa["q"], pa["qd"], pa["X"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"],
+                    pa["flags"], pa["h_max"], pa["has_quant"], pa["quantum"], fq, fqd, ftau)
+            segment = _fast_loop.rrr_segment
         else:
-            k_new = _fast_loop.serial_segment(
-                k, k_end, loop.period_s, t0,
-                c["P"], c["kp"], c["kd"], c["ki"], c["has_ki"], z, t_last, c["z_limit"], c["fric"], c["fmode"],
-                c["has_sat"], c["sat_lim"],
-                s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb,
-                pa["P"], pa["q"], pa["qd"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"], pa["flags"],
-                pa["h_max"], pa["has_quant"], pa["quantum"],
-                fq, fqd, ftau, ref_pos, ref_vel, ref_acc, o_q, o_qd, o_err, o_tau, o_taum, mask)
-        wall = time.perf_counter() - w0
+            args = (c["P"], c["kp"], c["kd"], c["ki"], c["has_ki"], z, t_last, c["z_limit"], c["fric"], c["fmode"],
+                    c["has_sat"], c["sat_lim"],
+                    s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb,
+                    pa["P"], pa["q"], pa["qd"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"], pa["flags"],
+                    pa["h_max"], pa["has_quant"], pa["quantum"], fq, fqd, ftau)
+            segment = _fast_loop.serial_segment
+        P = loop.period_s
+        ts = np.arange(k, k_end) * P
+        k_new = k
+        while k_new < k_end:
+            # a chunk: up to the next telemetry flush
+            k_chunk = k_end if tel is None or loop._tel_failed else min(k_end, k_new + tel.room)
+            a, b = k_new - k, k_chunk - k
+            w0 = time.perf_counter()
+            k_stop = segment(k_new, k_chunk, P, t0, *args, ref_pos[a:b], ref_vel[a:b], ref_acc[a:b],
+                             o_q[a:b], o_qd[a:b], o_err[a:b], o_tau[a:b], o_taum[a:b], mask)
+            wall = time.perf_counter() - w0
+            if k_stop == k_new:
+                break
+            b = k_stop - k
+            per[a:b] = wall / (k_stop - k_new)
+            k_new = k_stop
+            if tel is not None and not loop._tel_failed:
+                try:
+                    tel.record_rows(t=ts[a:b], q=o_q[a:b], qd=o_qd[a:b], ref_pos=ref_pos[a:b],
+                                    ref_vel=ref_vel[a:b], ref_acc=ref_acc[a:b], err=o_err[a:b], tau_ctrl=o_tau[a:b],
+                                    tau_cmd=o_tau[a:b], tau_meas=o_taum[a:b], safety=0, sat=False, lateness_s=0.0,
+                                    compute_s=per[a:b], fresh=True, fault=0, enabled=True)
+                except OSError as exc:
+                    s.fault(float(ts[b - 1]),
+                            "telemetry", f"log write failed, rows kept in memory: {type(exc).__name__}: {exc}")
+                    break
+                except ValueError as exc:
+                    loop._tel_failed = True
+                    s.fault(float(ts[b - 1]), "telemetry", f"{type(exc).__name__}: {exc}")
+                    break
+            if k_stop < k_chunk:
+                break
         done = k_new - k
         if done == 0:
             self._missed(k)
             return k, fb
         self._backoff = 1
-        self.next_k = k_new + 1          # the cycle that stopped the segment runs in Python
+        # the cycle that stopped the kernel runs in Python; after a segment that ran to its
+        # end the next one may start at once
+        self.next_k = k_new + 1 if k_new < k_end else k_new
         self.cycles += done
         # hand the state back
         plant.set_compiled_state(pa["q"], pa["qd"], pa["X"], pa["ta"], float(pa["t"][0]), pa["cmd"][0])
@@ -181,31 +211,14 @@ class CompiledCycles:
             s.pose = pose_s
             s._margin_prev = (float(margin_prev[1]), float(margin_prev[2]))
             s.last_margin = float(margin_prev[2])
-        P = loop.period_s
-        ks = np.arange(k, k_new)
-        ts = ks * P
+        ts = ts[:done]
         loop.clock.wait_until(t0 + ts[-1])
-        per = wall / done
         lat, starts, comp, cyc = series
-        fill = np.full(done, per)
         lat.extend(np.zeros(done))
         starts.extend(t0 + ts)
-        comp.extend(fill)
-        cyc.extend(fill)
-        o_q, o_qd, o_err, o_tau, o_taum = o_q[:done], o_qd[:done], o_err[:done], o_tau[:done], o_taum[:done]
-        no = np.zeros((done, n), dtype=bool)
-        metrics.add_rows(o_err, o_tau, o_qd, no, 0.0)
-        if tel is not None and not loop._tel_failed:
-            try:
-                tel.record_rows(t=ts, q=o_q, qd=o_qd, ref_pos=ref_pos[:done], ref_vel=ref_vel[:done],
-                                ref_acc=ref_acc[:done], err=o_err, tau_ctrl=o_tau, tau_cmd=o_tau, tau_meas=o_taum,
-                                safety=0, sat=False, lateness_s=0.0, compute_s=per, fresh=True, fault=0,
-                                enabled=True)
-            except OSError as exc:
-                s.fault(float(ts[-1]), "telemetry", f"log write failed, rows kept in memory: {type(exc).__name__}: {exc}")
-            except ValueError as exc:
-                loop._tel_failed = True
-                s.fault(float(ts[-1]), "telemetry", f"{type(exc).__name__}: {exc}")
+        comp.extend(per[:done])
+        cyc.extend(per[:done])
+        metrics.add_rows(o_err[:done], o_tau[:done], o_qd[:done], np.zeros((done, n), dtype=bool), 0.0)
         return k_new, loop.driver.feedback()
 
     def _missed(self, k):
