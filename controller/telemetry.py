@@ -32,6 +32,7 @@ Use :func:`read_log` (or ``np.load``) to read, :func:`to_csv` to export.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import platform
@@ -156,9 +157,16 @@ def group_fields(arr: np.ndarray) -> np.ndarray:
         raise TorqueloopError(f"not a torqueloop telemetry log (columns {names[:6]}...): {err}") from err
 
 
+@functools.lru_cache(maxsize=16)
+def _descr_text(dtype: np.dtype) -> str:
+    """``repr`` of the ``.npy`` descr of ``dtype`` (numpy's own, built once per dtype: each
+    flush rewrites the header)."""
+    return repr(np.lib.format.dtype_to_descr(dtype))
+
+
 def _header_bytes(dtype: np.dtype, rows: int, total_len: int | None = None) -> bytes:
-    d = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (int(rows),)}
-    text = repr(d)
+    # the text of repr({"descr": ..., "fortran_order": False, "shape": (rows,)})
+    text = "{'descr': " + _descr_text(dtype) + ", 'fortran_order': False, 'shape': (" + str(int(rows)) + ",)}"
     if total_len is None:
         # room for a 20-digit row count, padded to a multiple of 64 bytes
         base = len(_MAGIC) + 2 + len(text) + 20 + 1
