@@ -705,6 +705,62 @@ class Planar3RRR(ParallelModel):
         g = self._gamma(q, u, rho, d, qd, Xd)
         return -(B @ Xdd + g) / Ad
 
+    def joint_rates_batch(self, q, X, Xd, Xdd):
+        """:meth:`joint_velocity` and :meth:`joint_acceleration` of N states at once.
+
+        The same operations as the single-state methods, on stacked arrays (per state the
+        same numbers: ``tests/test_3rrr_kinematics.py``), so a trajectory of N samples is
+        mapped without N Python calls.  Any state the single-state methods would reject
+        (not finite, at or near a singularity) makes the whole batch fall back to them,
+        so the error raised is theirs.
+
+        Parameters
+        ----------
+        q, X, Xd, Xdd : array_like, shape (N, 3)
+            Joint angles [rad] and the consistent platform pose (x, y [m], phi [rad]) with
+            its rate and acceleration.
+
+        Returns
+        -------
+        qd, qdd : ndarray, shape (N, 3)
+            Joint rates [rad/s] and accelerations [rad/s^2].
+        """
+        q, X, Xd, Xdd = (np.ascontiguousarray(a, dtype=float).reshape(-1, 3) for a in (q, X, Xd, Xdd))
+        N = q.shape[0]
+        ok = all(np.isfinite(a).all() for a in (q, X, Xd, Xdd))
+        if ok:
+            u = np.stack([np.cos(q), np.sin(q)], axis=2)                      # (N, 3, 2)
+            n = np.stack([-u[:, :, 1], u[:, :, 0]], axis=2)
+            c = np.fromiter(map(math.cos, X[:, 2]), float, N)             # as math.cos per state
+            s = np.fromiter(map(math.sin, X[:, 2]), float, N)
+            R = np.stack([np.stack([c, s], axis=1), np.stack([-s, c], axis=1)], axis=1)   # (N, 2, 2)
+            rho = self._c @ R
+            d = X[:, None, :2] + rho - self._A - self._prox.length[:, None] * u
+            a = self._prox.length
+            Ad = -2.0 * a * np.sum(d * n, axis=2)                                # (N, 3)
+            B = 2.0 * np.stack([d[:, :, 0], d[:, :, 1], -d[:, :, 0] * rho[:, :, 1] + d[:, :, 1] * rho[:, :, 0]],
+                               axis=2)                                           # (N, 3, 3)
+            Bf = B.reshape(N, 9)
+            for i in range(N):
+                if K.check_singular(self._L, self._G, Ad[i], Bf[i], self._tol_sing):
+                    ok = False
+                    break
+        if not ok:
+            return (np.stack([self.joint_velocity(q[i], X[i], Xd[i]) for i in range(N)]),
+                    np.stack([self.joint_acceleration(q[i], X[i], Xd[i], Xdd[i]) for i in range(N)]))
+        qd = ((-B / Ad[:, :, None]) @ Xd[:, :, None])[:, :, 0]
+        # joint_acceleration: its own qd, then gamma (_gamma) and qdd
+        qd_a = -(B @ Xd[:, :, None])[:, :, 0] / Ad
+        vB = (a * qd_a)[:, :, None] * np.stack([-u[:, :, 1], u[:, :, 0]], axis=2)
+        vC = Xd[:, None, :2] + Xd[:, None, 2:3] * np.stack([-rho[:, :, 1], rho[:, :, 0]], axis=2)
+        w = vC - vB
+        # the single-state method squares the scalar phi rate with pow() (libm), not x * x
+        phid2 = np.fromiter((v ** 2 for v in Xd[:, 2].tolist()), float, N)
+        acc = -phid2[:, None, None] * rho + (a * qd_a ** 2)[:, :, None] * u
+        g = 2.0 * np.sum(w * w, axis=2) + 2.0 * np.sum(d * acc, axis=2)
+        qdd = -((B @ Xdd[:, :, None])[:, :, 0] + g) / Ad
+        return qd, qdd
+
     def singularity(self, q, X) -> SingularityReport:
         """Singularity measures at (q, X).
 

@@ -87,7 +87,8 @@ def _rows(fn, *arrays):
 def _parallel_velocity_acceleration(model: ParallelModel, q, X, Xd, Xdd):
     """qd and qdd for batches (N, n) / (N, m).
 
-    Uses the model's analytic maps when it has them: ``joint_velocity(q, X, Xd)``
+    Uses the model's analytic maps when it has them: ``joint_rates_batch(q, X, Xd, Xdd)``
+    (both maps on all rows at once), or ``joint_velocity(q, X, Xd)``
     and ``joint_acceleration(q, X, Xd, Xdd)`` (e.g. the 3RRR: ``qdd = -A^-1 (B Xdd + gamma)``
     with the constraint Hessian terms ``gamma``), or ``leg_kinematics(X, Xd, Xdd)``
     (the Stewart platform: leg rates and accelerations from the platform
@@ -96,6 +97,10 @@ def _parallel_velocity_acceleration(model: ParallelModel, q, X, Xd, Xdd):
     derivative of ``model.task_jacobian`` along the motion (central difference
     of the Jacobian, step 1e-6 / max|qd|).
     """
+    jb = getattr(model, "joint_rates_batch", None)
+    if callable(jb):    # the two maps below on all rows at once (the same numbers)
+        qd, qdd = jb(q, X, Xd, Xdd)
+        return np.asarray(qd, dtype=float), np.asarray(qdd, dtype=float)
     jv = getattr(model, "joint_velocity", None)
     ja = getattr(model, "joint_acceleration", None)
     if callable(jv) and callable(ja):
