@@ -165,6 +165,46 @@ def test_grid_cache_equals_scalar_sampling():
         assert np.all(g.sample(3 * P).pos < 1e9)
 
 
+def test_grid_rows_table_is_shared_and_exact():
+    """GridCache.rows serves the whole grid from one evaluation per trajectory and period,
+    shared by every GridCache of that trajectory (a sweep's runs), with the numbers of a
+    per-range evaluation; callers get copies; a range past the grid is evaluated as before."""
+    traj = load_run(RUNS / "3rrr_circle_direct.toml").trajectory
+    P = 1e-3
+    calls = []
+    orig = type(traj).sample
+
+    def counting(self, t):
+        calls.append(np.size(t))
+        return orig(self, t)
+
+    type(traj).sample = counting
+    try:
+        rows = GridCache(traj, P).rows(10, 500)
+        assert len(calls) == 1 and calls[0] == int(traj.duration_s / P) + 1
+        again = GridCache(traj, P).rows(3000, 1000)           # another run: no new evaluation
+        assert len(calls) == 1
+        rows[0][:] = 1e9                                       # a copy: the table is intact
+        for r, ref in zip(GridCache(traj, P).rows(10, 500), _per_range(orig, traj, 10, 500, P)):
+            np.testing.assert_array_equal(r, ref)
+        for r, ref in zip(again, _per_range(orig, traj, 3000, 1000, P)):
+            np.testing.assert_array_equal(r, ref)
+        n = len(calls)
+        tail = GridCache(traj, P).rows(7990, 100)               # past the end of the grid
+        assert len(calls) == n + 1
+        for r, ref in zip(tail, _per_range(orig, traj, 7990, 100, P)):
+            np.testing.assert_array_equal(r, ref)
+    finally:
+        type(traj).sample = orig
+    assert GridCache(_FailsAfter(0.5), P).rows(0, 100) is not None   # only the range is needed
+    assert GridCache(_FailsAfter(0.5), P).rows(450, 100) is None
+
+
+def _per_range(sample, traj, k, count, P):
+    s = sample(traj, np.arange(k, k + count) * P)
+    return s.pos, s.vel, s.acc
+
+
 class _FailsAfter(Trajectory):
     """A trajectory whose evaluation raises beyond ``t_fail``."""
 

@@ -17,6 +17,7 @@ array of shape ``(N,)`` (returns arrays of shape ``(N, dim)``).
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Sequence as _Seq
@@ -383,12 +384,42 @@ class GridCache(Trajectory):
         time of the range fails to evaluate (the scalar calls then raise, or not,
         exactly as ``base.sample`` does).
         """
+        tab = self._table()
+        if tab is not None and k + count <= tab[0].shape[0]:
+            return tuple(x[k:k + count].copy() for x in tab)
         ts = np.arange(k, k + count) * self.period_s
         try:
             s = self.base.sample(ts)
         except Exception:  # noqa: BLE001 - not swallowed: the caller samples per time instead
             return None
         return s.pos, s.vel, s.acc
+
+    #: longest trajectory grid (rows) that :meth:`rows` tabulates whole
+    table_rows_max = 500_000
+
+    def _table(self):
+        """Position, velocity and acceleration at every grid time of the trajectory
+        (``k * period_s <= duration_s``), or None (too long, or some time fails to evaluate).
+
+        Evaluated once per trajectory object and period (the same vectorised evaluation as
+        the blocks) and kept with the trajectory, so the runs of a sweep that share their
+        trajectory (``controller.app.run.parse_run``'s ``trajectory_cache``) evaluate it once.
+        """
+        store = getattr(self.base, "__dict__", None)
+        if store is None:           # a trajectory class with __slots__: nothing to keep it in
+            return None
+        memo = store.setdefault("_grid_tables", {})
+        if self.period_s not in memo:
+            n = int(math.floor(self.base.duration_s / self.period_s)) + 1
+            tab = None
+            if n <= self.table_rows_max:
+                try:
+                    s = self.base.sample(np.arange(n) * self.period_s)
+                    tab = (s.pos, s.vel, s.acc)
+                except Exception:  # noqa: BLE001 - not swallowed: rows() then evaluates per range
+                    tab = None
+            memo[self.period_s] = tab
+        return memo[self.period_s]
 
     def _fill(self, k: int) -> bool:
         ts = np.arange(k, k + self._block) * self.period_s
