@@ -10,7 +10,8 @@ The two paths therefore compute the same numbers to the last bit.
 * :func:`matvec`, :func:`pd_acceleration`, :func:`add_matvec`: the commanded
   acceleration ``a = acc_d + Kd (vel_d - vel) + Kp e`` (+ ``Ki z``) with explicit
   summation order (numpy's ``@`` may use BLAS kernels with another order);
-* :func:`integrator_candidate`, :func:`saturate`, :func:`add_friction`;
+* :func:`clip`, :func:`integrator_candidate`, :func:`saturate`, :func:`limit_torque`,
+  :func:`add_friction`, :func:`compensate_friction`, :func:`serial_gravity`;
 * :func:`serial_computed_torque`: the joint-space computed-torque law of
   :class:`controller.laws.ComputedTorque` for an exact :class:`dynamics.serial.SerialModel`
   (mass matrix and bias by the model's own kernels, friction, saturation, conditional
@@ -19,8 +20,17 @@ The two paths therefore compute the same numbers to the last bit.
   :class:`controller.laws.TaskComputedTorque` for an exact
   :class:`dynamics.planar3rrr.Planar3RRR` controller model (FK warm start, task
   Jacobian, error, acceleration, inverse dynamics, friction, saturation,
-  conditional integration).  It returns a model status; on any non-zero status
-  the Python law takes its checked path, which raises the model's own error.
+  conditional integration);
+* :func:`serial_pd_gravity`, :func:`rrr_pd_gravity`: :class:`controller.laws.PDGravity`
+  for a serial chain (gravity by the model's kernels) and for the 3RRR (bias at zero
+  joint rate with the FK pose hint);
+* :func:`rrr_task_pd_gravity`: :class:`controller.laws.TaskPDGravity` for the 3RRR;
+* :func:`pid`: :class:`controller.laws.PID` without a feed-forward or with the gravity
+  of a serial chain.
+
+The laws return a status; on any non-zero status the Python law takes its checked
+path, which raises the model's own error (or returns what it returns for a
+non-finite input).
 """
 
 from __future__ import annotations
@@ -30,14 +40,14 @@ import math
 import numpy as np
 from numba import njit
 
-from dynamics._planar3rrr_kernels import fk_newton_ws, jx_entry, tid_entry, WS_SIZE
+from dynamics._planar3rrr_kernels import fk_newton_ws, jx_entry, reduced_entry, tid_entry, WS_SIZE
 from dynamics._serial_kernels import NW, _crba_core, _rnea_core
 
 #: friction compensation modes of the compiled laws
 FRICTION_NONE = 0
 FRICTION_MEASURED = 1
 FRICTION_DESIRED = 2
-#: status of the serial law for a non-finite input (the Python path then reports it)
+#: status of a law for a non-finite input (the Python path then reports it)
 ST_NONFINITE_INPUT = 1
 
 
@@ -89,16 +99,20 @@ def add_matvec(a, K, z, out):
 
 
 @njit(cache=True)
+def clip(v, lim):
+    """``v`` clipped to ``[-lim, lim]`` (``np.clip``; ``lim`` inf: no bound; NaN propagates)."""
+    if v < -lim:
+        v = -lim
+    if v > lim:
+        v = lim
+    return v
+
+
+@njit(cache=True)
 def integrator_candidate(z, e, dt, limit, out):
     """``out = clip(z + e dt, -limit, limit)`` (``limit`` inf: no bound; NaN propagates)."""
     for i in range(z.shape[0]):
-        v = z[i] + e[i] * dt
-        lim = limit[i]
-        if v < -lim:
-            v = -lim
-        if v > lim:
-            v = lim
-        out[i] = v
+        out[i] = clip(z[i] + e[i] * dt, limit[i])
 
 
 @njit(cache=True)
@@ -111,12 +125,33 @@ def saturate(tau, limit, out, mask):
         s = abs(t) > lim
         mask[i] = s
         anyset = anyset or s
-        if t < -lim:
-            t = -lim
-        if t > lim:
-            t = lim
-        out[i] = t
+        out[i] = clip(t, lim)
     return anyset
+
+
+@njit(cache=True)
+def limit_torque(tau_raw, has_sat, sat_lim, tau, mask):
+    """The controller's own saturation, when it has one (``has_sat``), of ``tau_raw`` into ``tau``.
+
+    Without one ``tau = tau_raw`` and ``mask`` is all False.  Returns whether any actuator
+    saturated.
+    """
+    if has_sat:
+        return saturate(tau_raw, sat_lim, tau, mask)
+    for i in range(tau.shape[0]):
+        tau[i] = tau_raw[i]
+        mask[i] = False
+    return False
+
+
+@njit(cache=True)
+def _finite(x):
+    """Whether every entry of ``x`` is finite."""
+    for i in range(x.shape[0]):
+        v = x[i]
+        if not (v == v) or v > 1e308 or v < -1e308:
+            return False
+    return True
 
 
 @njit(cache=True)
@@ -138,20 +173,41 @@ def add_friction(tau, viscous, coulomb, v):
 
 
 @njit(cache=True)
+def compensate_friction(tau, fric, fmode, v_meas, v_des):
+    """``tau +=`` the model's friction (``fric`` (2, n): viscous, Coulomb) at the measured
+    velocity ``v_meas`` (``fmode`` FRICTION_MEASURED) or the desired one ``v_des``
+    (FRICTION_DESIRED); nothing for FRICTION_NONE."""
+    if fmode == FRICTION_MEASURED:
+        add_friction(tau, fric[0], fric[1], v_meas)
+    elif fmode == FRICTION_DESIRED:
+        add_friction(tau, fric[0], fric[1], v_des)
+
+
+@njit(cache=True)
 def _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask):
     """tau = sat(ID(X, Xd, a) + friction); returns (status, any saturated)."""
     zero3 = np.zeros(3)
     st = tid_entry(P, X, Xd, a, zero3, branch, tau_raw)
     if st != 0:
         return st, False
-    if fmode == FRICTION_MEASURED:
-        add_friction(tau_raw, fric[0], fric[1], qd)
-    if has_sat:
-        return 0, saturate(tau_raw, sat_lim, tau, mask)
-    for i in range(3):
-        tau[i] = tau_raw[i]
-        mask[i] = False
-    return 0, False
+    compensate_friction(tau_raw, fric, fmode, qd, qd)
+    return 0, limit_torque(tau_raw, has_sat, sat_lim, tau, mask)
+
+
+@njit(cache=True)
+def _rrr_measure(P, q, qd, pose_prev, X, Jx, Xd, ws):
+    """Measured pose ``X`` (3,) by FK warm-started at ``pose_prev``, task Jacobian ``Jx`` (9,)
+    row-major and pose rate ``Xd = J_x qd`` (3,); ``ws`` (>= WS_SIZE,) workspace.
+    Returns the model status."""
+    st, it = fk_newton_ws(P, q, pose_prev, 1e-12, 50, X, ws)
+    if st != 0:
+        return st
+    st = jx_entry(P, q, X, Jx)
+    if st != 0:
+        return st
+    for r in range(3):
+        Xd[r] = Jx[3 * r] * qd[0] + Jx[3 * r + 1] * qd[1] + Jx[3 * r + 2] * qd[2]
+    return 0
 
 
 @njit(cache=True)
@@ -188,14 +244,9 @@ def rrr_task_computed_torque(P, branch, q, qd, pose_prev, ref_pos, ref_vel, ref_
     a2 = ws[WS_SIZE + 15:WS_SIZE + 18]
     zc = ws[WS_SIZE + 18:WS_SIZE + 21]
     tau_raw = ws[WS_SIZE + 21:WS_SIZE + 24]
-    st, it = fk_newton_ws(P, q, pose_prev, 1e-12, 50, X, ws)
+    st = _rrr_measure(P, q, qd, pose_prev, X, Jx, Xd, ws)
     if st != 0:
         return st
-    st = jx_entry(P, q, X, Jx)
-    if st != 0:
-        return st
-    for r in range(3):
-        Xd[r] = Jx[3 * r] * qd[0] + Jx[3 * r + 1] * qd[1] + Jx[3 * r + 2] * qd[2]
     planar_task_error(ref_pos, X, e)
     pd_acceleration(ref_acc, ref_vel, Xd, e, kp, kd, a)
     if not has_ki:
@@ -221,15 +272,6 @@ def rrr_task_computed_torque(P, branch, q, qd, pose_prev, ref_pos, ref_vel, ref_
 
 
 @njit(cache=True)
-def _finite(x):
-    for i in range(x.shape[0]):
-        v = x[i]
-        if not (v == v) or v > 1e308 or v < -1e308:
-            return False
-    return True
-
-
-@njit(cache=True)
 def _serial_torque(M, a, h, has_sat, sat_lim, tau_raw, tau, mask):
     """tau = sat(M a + h); returns whether any actuator saturated."""
     n = a.shape[0]
@@ -238,12 +280,7 @@ def _serial_torque(M, a, h, has_sat, sat_lim, tau_raw, tau, mask):
         for j in range(n):
             s += M[i, j] * a[j]
         tau_raw[i] = s + h[i]
-    if has_sat:
-        return saturate(tau_raw, sat_lim, tau, mask)
-    for i in range(n):
-        tau[i] = tau_raw[i]
-        mask[i] = False
-    return False
+    return limit_torque(tau_raw, has_sat, sat_lim, tau, mask)
 
 
 @njit(cache=True)
@@ -285,10 +322,7 @@ def serial_computed_torque(P, q, qd, ref_pos, ref_vel, ref_acc, kp, kd, ki, has_
         e[i] = ref_pos[i] - q[i]
     _crba_core(P, q, M, Rl)
     _rnea_core(P, q, qd, qd, False, 1.0, qd, False, h, Rl)
-    if fmode == FRICTION_MEASURED:
-        add_friction(h, fric[0], fric[1], qd)
-    elif fmode == FRICTION_DESIRED:
-        add_friction(h, fric[0], fric[1], ref_vel)
+    compensate_friction(h, fric, fmode, qd, ref_vel)
     pd_acceleration(ref_acc, ref_vel, qd, e, kp, kd, a)
     if not has_ki:
         _serial_torque(M, a, h, has_sat, sat_lim, tau_raw, tau, mask)
@@ -306,4 +340,213 @@ def serial_computed_torque(P, q, qd, ref_pos, ref_vel, ref_acc, kp, kd, ki, has_
         return 0
     for i in range(n):
         z_out[i] = zc[i]
+    return 0
+
+
+@njit(cache=True)
+def serial_gravity(P, q, g):
+    """``g`` (n,) = g(q) of a serial chain, what ``SerialModel.gravity`` computes
+    (:func:`dynamics._serial_kernels.gravity`)."""
+    n = q.shape[0]
+    zero = np.zeros(n)
+    _rnea_core(P, q, zero, zero, False, 1.0, zero, False, g, np.empty((n, NW)))
+
+
+@njit(cache=True)
+def _finite_inputs(q, qd, ref_pos, ref_vel):
+    """Whether the measured state and the position and velocity reference are finite."""
+    return _finite(q) and _finite(qd) and _finite(ref_pos) and _finite(ref_vel)
+
+
+@njit(cache=True)
+def _pd_gravity(g, q, qd, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_lim, e, tau_raw, tau, mask):
+    """Joint-space PD + gravity: ``e = ref_pos - q``, ``tau = sat(g + friction + Kd (ref_vel - qd)
+    + Kp e)``; the friction is added to ``g`` in place."""
+    for i in range(q.shape[0]):
+        e[i] = ref_pos[i] - q[i]
+    compensate_friction(g, fric, fmode, qd, ref_vel)
+    pd_acceleration(g, ref_vel, qd, e, kp, kd, tau_raw)
+    limit_torque(tau_raw, has_sat, sat_lim, tau, mask)
+
+
+@njit(cache=True)
+def serial_pd_gravity(P, q, qd, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_lim, e, tau, mask):
+    """One step of :class:`controller.laws.PDGravity` for a serial chain.
+
+    Parameters
+    ----------
+    P : packed serial parameters (``SerialModel._P``), n joints.
+    q, qd : (n,) measured joint positions [rad | m] and rates.
+    ref_pos, ref_vel : (n,) joint reference.
+    kp, kd : (n, n) gains [N m/rad], [N m s/rad].
+    fric : (2, n) viscous, Coulomb coefficients of the model; fmode : FRICTION_* (measured:
+        at ``qd``, desired: at ``ref_vel``).
+    has_sat, sat_lim : the controller's own saturation and its limits (n,).
+
+    Outputs (written): e (n,) error, tau (n,) torques [N m | N], mask (n,) saturated actuators.
+
+    Returns
+    -------
+    int
+        0, or :data:`ST_NONFINITE_INPUT` (nothing is valid then; the Python path reports it).
+    """
+    n = q.shape[0]
+    if not _finite_inputs(q, qd, ref_pos, ref_vel):
+        return ST_NONFINITE_INPUT
+    ws = np.empty(2 * n)
+    g = ws[0:n]
+    tau_raw = ws[n:2 * n]
+    serial_gravity(P, q, g)
+    _pd_gravity(g, q, qd, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_lim, e, tau_raw, tau, mask)
+    return 0
+
+
+@njit(cache=True)
+def _rrr_gravity(P, q, X, g):
+    """``g`` (3,) = the bias at zero joint rate with the pose hint ``X`` (what
+    ``Planar3RRR.bias(q, 0, pose=X)`` computes); returns the model status."""
+    out = np.zeros(18)
+    st = reduced_entry(P, q, out[15:18], X, out[0:15])
+    if st != 0:
+        return st
+    for i in range(3):
+        g[i] = out[9 + i]
+    return 0
+
+
+@njit(cache=True)
+def rrr_pd_gravity(P, q, qd, pose_prev, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_lim, X, e, tau, mask):
+    """One step of :class:`controller.laws.PDGravity` (joint space) for a 3RRR model.
+
+    Parameters
+    ----------
+    P : (4, NL) packed model parameters (``Planar3RRR._P``).
+    q, qd : (3,) measured joint angles [rad] and rates [rad/s].
+    pose_prev : (3,) FK warm start (the previous pose hint).
+    ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_lim : as :func:`serial_pd_gravity`.
+
+    Outputs (written): X (3,) pose hint (FK of ``q``), e, tau, mask as :func:`serial_pd_gravity`.
+
+    Returns
+    -------
+    int
+        0, :data:`ST_NONFINITE_INPUT`, or the model status of the step that failed (nothing
+        is valid then).
+    """
+    if not _finite_inputs(q, qd, ref_pos, ref_vel):
+        return ST_NONFINITE_INPUT
+    ws = np.empty(WS_SIZE + 6)
+    g = ws[WS_SIZE:WS_SIZE + 3]
+    tau_raw = ws[WS_SIZE + 3:WS_SIZE + 6]
+    st, it = fk_newton_ws(P, q, pose_prev, 1e-12, 50, X, ws)
+    if st != 0:
+        return st
+    st = _rrr_gravity(P, q, X, g)
+    if st != 0:
+        return st
+    _pd_gravity(g, q, qd, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_lim, e, tau_raw, tau, mask)
+    return 0
+
+
+@njit(cache=True)
+def rrr_task_pd_gravity(P, q, qd, pose_prev, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_lim,
+                        X, e, tau, mask):
+    """One step of :class:`controller.laws.TaskPDGravity` for a 3RRR model.
+
+    ``X = FK(q)`` warm-started at ``pose_prev``, ``Xd = J_x qd``, ``e = X_d (-) X`` (planar
+    wrap), ``tau = sat(J_x^T (Kp e + Kd (Xd_d - Xd)) + g + friction(qd))`` with ``g`` the bias
+    at zero joint rate at the pose ``X``.
+
+    Parameters
+    ----------
+    P : (4, NL) packed model parameters (``Planar3RRR._P``).
+    q, qd : (3,) measured joint angles [rad] and rates [rad/s].
+    pose_prev : (3,) FK warm start (the previous pose).
+    ref_pos, ref_vel : (3,) task reference (x, y [m], phi [rad] and rates).
+    kp, kd : (3, 3) task gains [N/m], [N s/m] (phi row: [N m/rad], [N m s/rad]).
+    fric : (2, 3) viscous, Coulomb coefficients of the model; fmode : FRICTION_NONE or
+        FRICTION_MEASURED.
+    has_sat, sat_lim : the controller's own saturation and its limits (3,).
+
+    Outputs (written): X (3,) pose, e (3,) task error, tau (3,) torques [N m], mask (3,)
+    saturated actuators.
+
+    Returns
+    -------
+    int
+        0, :data:`ST_NONFINITE_INPUT`, or the model status of the step that failed (nothing
+        is valid then).
+    """
+    if not _finite_inputs(q, qd, ref_pos, ref_vel):
+        return ST_NONFINITE_INPUT
+    ws = np.zeros(WS_SIZE + 24)
+    Jx = ws[WS_SIZE:WS_SIZE + 9]
+    Xd = ws[WS_SIZE + 9:WS_SIZE + 12]
+    F = ws[WS_SIZE + 12:WS_SIZE + 15]
+    g = ws[WS_SIZE + 15:WS_SIZE + 18]
+    tau_raw = ws[WS_SIZE + 18:WS_SIZE + 21]
+    zero = ws[WS_SIZE + 21:WS_SIZE + 24]
+    st = _rrr_measure(P, q, qd, pose_prev, X, Jx, Xd, ws)
+    if st != 0:
+        return st
+    st = _rrr_gravity(P, q, X, g)
+    if st != 0:
+        return st
+    planar_task_error(ref_pos, X, e)
+    pd_acceleration(zero, ref_vel, Xd, e, kp, kd, F)          # the task wrench Kp e + Kd (Xd_d - Xd)
+    add_matvec(g, Jx.reshape((3, 3)).T, F, tau_raw)           # J_x^T F + g
+    compensate_friction(tau_raw, fric, fmode, qd, qd)
+    limit_torque(tau_raw, has_sat, sat_lim, tau, mask)
+    return 0
+
+
+@njit(cache=True)
+def pid(P, has_grav, q, qd, ref_pos, ref_vel, dt, kp, ki, kd, back_calc, tt, i_limit, has_sat, sat_lim,
+        integral, aw, e, tau, mask, integral_out, aw_out):
+    """One step of :class:`controller.laws.PID` (per-joint gains), without a feed-forward or
+    with the gravity of a serial chain (:func:`controller.laws.gravity_feedforward`).
+
+    Parameters
+    ----------
+    P : packed serial parameters (``SerialModel._P``) when ``has_grav``, else unused.
+    q, qd : (n,) measured joint positions [rad | m] and rates.
+    ref_pos, ref_vel : (n,) joint reference.
+    dt : time since the previous step [s] (0 at the first).
+    kp, ki, kd : (n,) gains [N m/rad], [N m/(rad s)], [N m s/rad].
+    back_calc : back-calculation anti-windup with tracking times ``tt`` (n,) [s]; else clamping.
+    i_limit : (n,) bound on the integral [N m] (inf: none).
+    has_sat, sat_lim : the controller's own saturation and its limits (n,).
+    integral, aw : (n,) the integral [N m] and the back-calculation term of the previous step.
+
+    Outputs (written): e (n,) error, tau (n,) torques, mask (n,) saturated actuators,
+    integral_out, aw_out (n,) the new integral and back-calculation term.
+
+    Returns
+    -------
+    int
+        0, or :data:`ST_NONFINITE_INPUT` (nothing is valid then; the Python path reports it).
+    """
+    n = q.shape[0]
+    if not _finite_inputs(q, qd, ref_pos, ref_vel):
+        return ST_NONFINITE_INPUT
+    ws = np.zeros(2 * n)
+    base = ws[0:n]
+    tau_raw = ws[n:2 * n]
+    if has_grav:
+        serial_gravity(P, q, base)
+    for i in range(n):
+        e[i] = ref_pos[i] - q[i]
+        base[i] = base[i] + kp[i] * e[i] + kd[i] * (ref_vel[i] - qd[i])
+        if back_calc:
+            v = clip(integral[i] + dt * (ki[i] * e[i] + aw[i]), i_limit[i])
+        else:
+            v = clip(integral[i] + dt * ki[i] * e[i], i_limit[i])
+            u = base[i] + v
+            if has_sat and abs(u) > sat_lim[i] and _sign(e[i]) == _sign(u):
+                v = integral[i]        # clamping: no integration into the saturation
+        integral_out[i] = v
+        tau_raw[i] = base[i] + v
+    limit_torque(tau_raw, has_sat, sat_lim, tau, mask)
+    for i in range(n):
+        aw_out[i] = (tau[i] - tau_raw[i]) / tt[i] if back_calc else aw[i]
     return 0

@@ -202,9 +202,9 @@ def _pose_hint(model: ParallelModel, q, guess):
 
 
 class _CompiledLaw:
-    """The compiled form of a computed-torque law (see :mod:`controller._law_kernels`):
-    its constant arguments, rebuilt when the model, a gain, the saturation, the friction
-    mode or the integral bound was replaced."""
+    """The compiled form of a law (see :mod:`controller._law_kernels`): its constant
+    arguments, rebuilt when an object they are built from (:meth:`_compiled_inputs`:
+    the model, a gain, the saturation, the friction mode...) was replaced."""
 
     _compiled_key = None
     _compiled = None
@@ -213,35 +213,74 @@ class _CompiledLaw:
     def compiled_args(self):
         """The constant arguments of the compiled law for the current model, gains and
         limits (rebuilt when any of them was replaced), or None (Python law)."""
-        key = (self.model, self.kp, self.kd, self.ki, self.saturation, self.friction, self._int.limit)
+        key = self._compiled_inputs()
         old = self._compiled_key
         if old is None or any(a is not b for a, b in zip(key, old)):
             self._compiled = self._compiled_args()
             self._compiled_key = key
         return self._compiled
 
+    def _compiled_inputs(self) -> tuple:
+        """The objects the compiled arguments are built from (compared by identity)."""
+        return self.model, self.kp, self.kd, self.saturation, self.friction
+
     def _compiled_args(self):
         return None
 
-    def _common_args(self, n: int) -> dict:
-        """Gains, integral, friction and saturation arguments shared by the compiled laws."""
+    def _try_compiled(self, t_s, ref, state):
+        """Torques by the compiled law (``_compute_compiled``), or None: no compiled form for
+        this model, inputs of other shapes, or a step the kernel declines (the numpy path then
+        runs and reports it).  Sets ``last_error`` and ``last_saturated`` when it ran."""
+        c = self.compiled_args
+        if c is None:
+            return None
+        q = np.asarray(state.q, dtype=float)
+        qd = np.asarray(state.qd, dtype=float)
+        pos = np.asarray(ref.pos, dtype=float)
+        vel = np.asarray(ref.vel, dtype=float)
+        acc = np.asarray(ref.acc, dtype=float)
+        n, m = (self.n,), (self.dim,)
+        if q.shape != n or qd.shape != n or pos.shape != m or vel.shape != m or acc.shape != m:
+            return None
+        e = np.empty(self.dim)
+        tau = np.empty(self.n)
+        mask = np.empty(self.n, dtype=np.bool_)
+        if not self._compute_compiled(t_s, c, q, qd, pos, vel, acc, e, tau, mask):
+            return None
+        self.last_error = e
+        self.last_saturated = mask
+        return tau
+
+    def _law_args(self, n: int) -> dict:
+        """Gains, friction and saturation arguments shared by the compiled laws."""
         m = self.model
         fric = np.ascontiguousarray(np.stack([np.broadcast_to(np.asarray(m.drive.viscous, float), (n,)),
                                               np.broadcast_to(np.asarray(m.drive.coulomb, float), (n,))]))
-        lim = self._int.limit
         fmode = {"measured": _LK.FRICTION_MEASURED, "desired": _LK.FRICTION_DESIRED}.get(self.friction,
                                                                                         _LK.FRICTION_NONE)
         return {"kp": np.ascontiguousarray(self.kp, dtype=float), "kd": np.ascontiguousarray(self.kd, dtype=float),
-                "ki": np.ascontiguousarray(self.ki if self.ki is not None else np.zeros((n, n)), dtype=float),
-                "has_ki": self.ki is not None,
-                "z_limit": np.full(n, np.inf) if lim is None else np.ascontiguousarray(lim, dtype=float),
                 "fric": fric, "fmode": fmode,
                 "has_sat": self.saturation is not None,
                 "sat_lim": (np.full(n, np.inf) if self.saturation is None
                             else np.ascontiguousarray(self.saturation.limit_nm, dtype=float))}
 
 
-class ComputedTorque(_CompiledLaw, Controller):
+class _CompiledIntegralLaw(_CompiledLaw):
+    """:class:`_CompiledLaw` of a law with an optional integrator ``_int`` and gain ``ki``."""
+
+    def _compiled_inputs(self) -> tuple:
+        return super()._compiled_inputs() + (self.ki, self._int.limit)
+
+    def _common_args(self, n: int) -> dict:
+        """Gains, integral, friction and saturation arguments of the compiled computed-torque laws."""
+        lim = self._int.limit
+        return {**self._law_args(n),
+                "ki": np.ascontiguousarray(self.ki if self.ki is not None else np.zeros((n, n)), dtype=float),
+                "has_ki": self.ki is not None,
+                "z_limit": np.full(n, np.inf) if lim is None else np.ascontiguousarray(lim, dtype=float)}
+
+
+class ComputedTorque(_CompiledIntegralLaw, Controller):
     """Joint-space computed torque (inverse dynamics) control.
 
     Law::
@@ -322,37 +361,23 @@ class ComputedTorque(_CompiledLaw, Controller):
             return None
         return {"kind": "serial", "P": self.model._P, **self._common_args(self.n)}
 
-    def _compute_compiled(self, t_s, ref, state):
-        """The compiled law; None when it reports a status (the checked Python path then runs)."""
-        c = self._compiled
-        n = self.n
-        q = np.asarray(state.q, dtype=float)
-        qd = np.asarray(state.qd, dtype=float)
-        pos = np.asarray(ref.pos, dtype=float)
-        vel = np.asarray(ref.vel, dtype=float)
-        acc = np.asarray(ref.acc, dtype=float)
-        if q.shape != (n,) or qd.shape != (n,) or pos.shape != (n,) or vel.shape != (n,) or acc.shape != (n,):
-            return None
+    def _compute_compiled(self, t_s, c, q, qd, pos, vel, acc, e, tau, mask) -> bool:
+        """Run :func:`~controller._law_kernels.serial_computed_torque` into ``e``, ``tau``,
+        ``mask`` (all (n,)) and commit the integrator; False when it reports a status."""
         itg = self._int
         dt = 0.0 if itg.t_last is None else max(t_s - itg.t_last, 0.0)
-        e = np.empty(n)
-        tau = np.empty(n)
-        mask = np.empty(n, dtype=np.bool_)
-        z = np.empty(n)
+        z = np.empty(self.n)
         if _LK.serial_computed_torque(c["P"], q, qd, pos, vel, acc, c["kp"], c["kd"], c["ki"], c["has_ki"], itg.z,
                                       float(dt), c["z_limit"], c["fric"], c["fmode"], c["has_sat"], c["sat_lim"],
                                       e, tau, mask, z) != 0:
-            return None
-        self.last_error = e
-        self.last_saturated = mask
+            return False
         itg.commit(t_s, z if c["has_ki"] else None)
-        return tau
+        return True
 
     def compute(self, t_s, ref, state):
-        if self.compiled_args is not None:
-            tau = self._compute_compiled(t_s, ref, state)
-            if tau is not None:
-                return tau
+        tau = self._try_compiled(t_s, ref, state)
+        if tau is not None:
+            return tau
         q, qd = state.q, state.qd
         e = np.asarray(ref.pos, dtype=float) - q
         ed = np.asarray(ref.vel, dtype=float) - qd
@@ -380,7 +405,7 @@ class ComputedTorque(_CompiledLaw, Controller):
         return self._int.z.copy()
 
 
-class PDGravity(Controller):
+class PDGravity(_CompiledLaw, Controller):
     """PD control with gravity compensation: ``tau = Kp e + Kd e_d + g^(q)``.
 
     ``e = q_d - q``, ``e_d = qd_d - qd`` (for a set-point ``e_d = -qd``).  With
@@ -388,6 +413,12 @@ class PDGravity(Controller):
     asymptotically stable (Takegaki-Arimoto).  For a parallel model the
     gravity term is evaluated with a pose hint tracked as in
     :class:`ComputedTorque`.  ``friction`` as in :class:`ComputedTorque`.
+
+    For an exact :class:`~dynamics.serial.SerialModel` or
+    :class:`~dynamics.planar3rrr.Planar3RRR` the law runs compiled
+    (:func:`controller._law_kernels.serial_pd_gravity`,
+    :func:`~controller._law_kernels.rrr_pd_gravity`); other models, and any input the
+    compiled law declines, take the numpy path.
     """
 
     def __init__(self, model: Model, kp, kd, saturation: Saturation | None = None, pose0=None,
@@ -408,7 +439,35 @@ class PDGravity(Controller):
         if self._parallel:
             self.pose = self._pose0 if self._pose0 is not None else np.asarray(self.model.home_pose, float)
 
+    def _compiled_args(self):
+        """Constant arguments of :func:`controller._law_kernels.serial_pd_gravity` (kind
+        "serial", an exact ``SerialModel``) or :func:`~controller._law_kernels.rrr_pd_gravity`
+        (kind "rrr", an exact ``Planar3RRR``), or None (the numpy path)."""
+        from dynamics.planar3rrr import Planar3RRR
+        from dynamics.serial import SerialModel
+
+        kind = {SerialModel: "serial", Planar3RRR: "rrr"}.get(type(self.model))
+        if kind is None:
+            return None
+        return {"kind": kind, "P": self.model._P, **self._law_args(self.n)}
+
+    def _compute_compiled(self, t_s, c, q, qd, pos, vel, acc, e, tau, mask) -> bool:
+        """Run the kernel of the model's kind into ``e``, ``tau``, ``mask`` (all (n,)) and
+        commit the pose hint; False when it reports a status."""
+        args = (c["kp"], c["kd"], c["fric"], c["fmode"], c["has_sat"], c["sat_lim"])
+        if c["kind"] == "serial":
+            return _LK.serial_pd_gravity(c["P"], q, qd, pos, vel, *args, e, tau, mask) == 0
+        X = np.empty(3)
+        if _LK.rrr_pd_gravity(c["P"], q, qd, np.asarray(self.pose, dtype=float), pos, vel, *args,
+                              X, e, tau, mask) != 0:
+            return False
+        self.pose = X
+        return True
+
     def compute(self, t_s, ref, state):
+        tau = self._try_compiled(t_s, ref, state)
+        if tau is not None:
+            return tau
         q, qd = state.q, state.qd
         e = np.asarray(ref.pos, dtype=float) - q
         ed = np.asarray(ref.vel, dtype=float) - qd
@@ -423,16 +482,22 @@ class PDGravity(Controller):
         return self._saturate(self.kp @ e + self.kd @ ed + g)
 
 
+class _GravityFeedforward:
+    """``f(ref, state) -> model.gravity(state.q)``, shape (n,) [N m | N]."""
+
+    def __init__(self, model: Model):
+        self.model = model
+
+    def __call__(self, ref, state):
+        return self.model.gravity(state.q)
+
+
 def gravity_feedforward(model: Model) -> Callable:
     """A PID feed-forward ``f(ref, state) -> g^(q)`` (gravity at the measured q)."""
-
-    def ff(ref, state):
-        return model.gravity(state.q)
-
-    return ff
+    return _GravityFeedforward(model)
 
 
-class PID(Controller):
+class PID(_CompiledLaw, Controller):
     """Independent-joint PID with feed-forward and anti-windup.
 
     Law (per joint, diagonal gains)::
@@ -458,6 +523,13 @@ class PID(Controller):
         ``Ti`` when ``kd = 0``).
     integral_limit_nm : float or (n,), optional
         Bound on |I| [N m].
+
+    Notes
+    -----
+    Without a feed-forward, or with :func:`gravity_feedforward` of an exact
+    :class:`~dynamics.serial.SerialModel`, the law runs compiled
+    (:func:`controller._law_kernels.pid`); any other feed-forward is Python code and takes
+    the numpy path.
     """
 
     def __init__(self, kp, ki, kd, n: int | None = None, feedforward: Callable | None = None,
@@ -496,7 +568,48 @@ class PID(Controller):
         self._t_last = None
         self._aw = np.zeros(self.n)
 
+    def _compiled_inputs(self) -> tuple:
+        return (self.feedforward, getattr(self.feedforward, "model", None), self.kp, self.ki, self.kd,
+                self.saturation, self.anti_windup, self.tracking_time_s, self.integral_limit_nm)
+
+    def _compiled_args(self):
+        """Constant arguments of :func:`controller._law_kernels.pid`, or None (the numpy path)."""
+        from dynamics.serial import SerialModel
+
+        ff = self.feedforward
+        has_grav = ff is not None
+        if has_grav and not (type(ff) is _GravityFeedforward and type(ff.model) is SerialModel):
+            return None
+        n = self.n
+        lim = self.integral_limit_nm
+        vec = np.ascontiguousarray
+        return {"kind": "serial", "P": ff.model._P if has_grav else np.zeros(1), "has_grav": has_grav,
+                "kp": vec(self.kp), "ki": vec(self.ki), "kd": vec(self.kd),
+                "back_calc": self.anti_windup == "back_calculation", "tt": vec(self.tracking_time_s),
+                "i_limit": np.full(n, np.inf) if lim is None else vec(lim),
+                "has_sat": self.saturation is not None,
+                "sat_lim": np.full(n, np.inf) if self.saturation is None else vec(self.saturation.limit_nm)}
+
+    def _compute_compiled(self, t_s, c, q, qd, pos, vel, acc, e, tau, mask) -> bool:
+        """Run :func:`~controller._law_kernels.pid` into ``e``, ``tau``, ``mask`` (all (n,))
+        and commit the integral; False when it declines the step."""
+        n = self.n
+        dt = 0.0 if self._t_last is None else max(t_s - self._t_last, 0.0)
+        integral = np.empty(n)
+        aw = np.empty(n)
+        if _LK.pid(c["P"], c["has_grav"], q, qd, pos, vel, float(dt), c["kp"], c["ki"], c["kd"], c["back_calc"],
+                   c["tt"], c["i_limit"], c["has_sat"], c["sat_lim"], self.integral_nm, self._aw,
+                   e, tau, mask, integral, aw) != 0:
+            return False
+        self.integral_nm = integral
+        self._aw = aw
+        self._t_last = t_s
+        return True
+
     def compute(self, t_s, ref, state):
+        tau = self._try_compiled(t_s, ref, state)
+        if tau is not None:
+            return tau
         q, qd = state.q, state.qd
         e = np.asarray(ref.pos, dtype=float) - q
         ed = np.asarray(ref.vel, dtype=float) - qd
@@ -705,8 +818,14 @@ class _TaskBase(Controller):
         X = _pose_hint(self.model, state.q, self.pose)
         return task_error(ref.pos, X, self.rotation, self.rate_matrix)
 
+    def _planar3rrr(self) -> bool:
+        """Whether the compiled 3RRR forms apply: an exact ``Planar3RRR`` with the planar task error."""
+        from dynamics.planar3rrr import Planar3RRR
 
-class TaskComputedTorque(_CompiledLaw, _TaskBase):
+        return type(self.model) is Planar3RRR and self.rotation is None
+
+
+class TaskComputedTorque(_CompiledIntegralLaw, _TaskBase):
     """Task-space computed torque for a parallel robot.
 
     Law::
@@ -762,9 +881,7 @@ class TaskComputedTorque(_CompiledLaw, _TaskBase):
         The compiled law serves an exact :class:`~dynamics.planar3rrr.Planar3RRR` model with
         the planar task error; any other model takes the Python path below.
         """
-        from dynamics.planar3rrr import Planar3RRR
-
-        if type(self.model) is not Planar3RRR or self.rotation is not None:
+        if not self._planar3rrr():
             return None
         return {"kind": "rrr", "P": self.model._P, "branch": self.model._branch_k, **self._common_args(3)}
 
@@ -772,34 +889,24 @@ class TaskComputedTorque(_CompiledLaw, _TaskBase):
         super().reset()
         self._int.reset()
 
-    def _compute_compiled(self, t_s, ref, state):
-        """The compiled law (:func:`~controller._law_kernels.rrr_task_computed_torque`);
-        None when it reports a model status (the checked Python path then raises)."""
-        c = self._compiled
-        q = np.asarray(state.q, dtype=float)
-        qd = np.asarray(state.qd, dtype=float)
-        if q.shape != (3,) or qd.shape != (3,):
-            return None
+    def _compute_compiled(self, t_s, c, q, qd, pos, vel, acc, e, tau, mask) -> bool:
+        """Run :func:`~controller._law_kernels.rrr_task_computed_torque` into ``e``, ``tau``,
+        ``mask`` (all (3,)) and commit the pose and the integrator; False when it reports a
+        model status (the checked Python path then raises)."""
         itg = self._int
         dt = 0.0 if itg.t_last is None else max(t_s - itg.t_last, 0.0)
         X = np.empty(3)
-        e = np.empty(3)
-        tau = np.empty(3)
-        mask = np.empty(3, dtype=np.bool_)
         z = np.empty(3)
         st = _LK.rrr_task_computed_torque(
-            c["P"], c["branch"], q, qd, np.asarray(self.pose, dtype=float),
-            np.asarray(ref.pos, dtype=float), np.asarray(ref.vel, dtype=float), np.asarray(ref.acc, dtype=float),
-            c["kp"], c["kd"], c["ki"], c["has_ki"], itg.z, float(dt), c["z_limit"], c["fric"], c["fmode"],
-            c["has_sat"], c["sat_lim"], X, e, tau, mask, z)
+            c["P"], c["branch"], q, qd, np.asarray(self.pose, dtype=float), pos, vel, acc, c["kp"], c["kd"],
+            c["ki"], c["has_ki"], itg.z, float(dt), c["z_limit"], c["fric"], c["fmode"], c["has_sat"], c["sat_lim"],
+            X, e, tau, mask, z)
         if st != 0:
-            return None
+            return False
         self.pose = X
-        self.last_error = e
-        self.last_saturated = mask
         if c["has_ki"]:
             itg.commit(t_s, z)
-        return tau
+        return True
 
     def _torque(self, X, Xd, a, qd):
         tau = np.asarray(self.model.task_inverse_dynamics(X, Xd, a), dtype=float)
@@ -808,10 +915,9 @@ class TaskComputedTorque(_CompiledLaw, _TaskBase):
         return tau
 
     def compute(self, t_s, ref, state):
-        if self.compiled_args is not None:
-            tau = self._compute_compiled(t_s, ref, state)
-            if tau is not None:
-                return tau
+        tau = self._try_compiled(t_s, ref, state)
+        if tau is not None:
+            return tau
         X, Jx, Xd = self._measure(state.q, state.qd)
         e = task_error(ref.pos, X, self.rotation, self.rate_matrix)
         ed = np.asarray(ref.vel, dtype=float) - Xd
@@ -833,16 +939,40 @@ class TaskComputedTorque(_CompiledLaw, _TaskBase):
         return self._int.z.copy()
 
 
-class TaskPDGravity(_TaskBase):
+class TaskPDGravity(_CompiledLaw, _TaskBase):
     """Task-space PD with gravity compensation for a parallel robot.
 
     Law: ``tau = J_x^T (Kp e + Kd (Xd_d - Xd)) + g^(q)`` with ``X``, ``Xd``, ``e``
     as in :class:`TaskComputedTorque`; ``J_x^T`` maps a task wrench to actuator
     torques (power: ``F . Xd = (J_x^T F) . qd``) and ``g^`` is the model's gravity
     at the measured configuration (pose hint ``X``).
+
+    For an exact :class:`~dynamics.planar3rrr.Planar3RRR` with the planar task error the
+    law runs compiled (:func:`controller._law_kernels.rrr_task_pd_gravity`); other models,
+    and any step the compiled law declines, take the numpy path.
     """
 
+    def _compiled_args(self):
+        """Constant arguments of :func:`controller._law_kernels.rrr_task_pd_gravity`, or None."""
+        if not self._planar3rrr():
+            return None
+        return {"kind": "rrr", "P": self.model._P, **self._law_args(3)}
+
+    def _compute_compiled(self, t_s, c, q, qd, pos, vel, acc, e, tau, mask) -> bool:
+        """Run :func:`~controller._law_kernels.rrr_task_pd_gravity` into ``e``, ``tau``, ``mask``
+        (all (3,)) and commit the pose; False when it reports a status (the checked numpy path
+        then raises)."""
+        X = np.empty(3)
+        if _LK.rrr_task_pd_gravity(c["P"], q, qd, np.asarray(self.pose, dtype=float), pos, vel, c["kp"], c["kd"],
+                                   c["fric"], c["fmode"], c["has_sat"], c["sat_lim"], X, e, tau, mask) != 0:
+            return False
+        self.pose = X
+        return True
+
     def compute(self, t_s, ref, state):
+        tau = self._try_compiled(t_s, ref, state)
+        if tau is not None:
+            return tau
         X, Jx, Xd = self._measure(state.q, state.qd)
         e = task_error(ref.pos, X, self.rotation, self.rate_matrix)
         ed = np.asarray(ref.vel, dtype=float) - Xd
