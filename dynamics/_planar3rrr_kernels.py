@@ -76,8 +76,14 @@ WS_SIZE = 192
 @njit(cache=True)
 def geometry(L, th, X, g):
     """Fill g (24,): per leg u, n, rho, d (see module docstring)."""
-    c = math.cos(X[2])
-    s = math.sin(X[2])
+    joint_geometry(th, g)
+    pose_geometry(L, X, g)
+
+
+@njit(cache=True)
+def joint_geometry(th, g):
+    """The part of :func:`geometry` that depends on the joint angles th (3,) [rad] only:
+    u = (cos th, sin th) and n = (-sin th, cos th) of every leg into g (24,)."""
     for i in range(3):
         ct = math.cos(th[i])
         st = math.sin(th[i])
@@ -86,6 +92,18 @@ def geometry(L, th, X, g):
         g[k + 1] = st
         g[k + 2] = -st
         g[k + 3] = ct
+
+
+@njit(cache=True)
+def pose_geometry(L, X, g):
+    """The rest of :func:`geometry`: rho and d of every leg at the pose X (3,) = (x [m], y [m],
+    phi [rad]) into g (24,), which already holds u and n (:func:`joint_geometry`)."""
+    c = math.cos(X[2])
+    s = math.sin(X[2])
+    for i in range(3):
+        k = 8 * i
+        ct = g[k]
+        st = g[k + 1]
         rx = c * L[i, 2] - s * L[i, 3]
         ry = s * L[i, 2] + c * L[i, 3]
         g[k + 4] = rx
@@ -272,8 +290,9 @@ def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
     xs0 = 0.0
     xs1 = 0.0
     xs2 = 0.0
+    joint_geometry(th, ws)       # th is fixed: u, n once, rho and d at every iterate
     for it in range(max_iter + 1):
-        geometry(L, th, X, ws)
+        pose_geometry(L, X, ws)
         err = 0.0
         finite = True
         for i in range(3):
@@ -293,7 +312,7 @@ def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
                 X[0] = xs0
                 X[1] = xs1
                 X[2] = xs2
-                geometry(L, th, X, ws)   # on return the geometry always matches X
+                pose_geometry(L, X, ws)   # on return the geometry always matches X
             return OK, it
         if not finite:
             return ST_NONFINITE, it
