@@ -33,8 +33,9 @@ rho = R(phi) c, rho_p = (-rho_y, rho_x), C = P + rho, d = C - B.
 Constraint h_i = |d_i|^2 - b_i^2.  A = dh/dtheta = diag(-2 a d.n);
 B row i = 2 [d_x, d_y, d.rho_p].
 
-Implementation: flat float64 workspaces (one allocation per call, 1-D views),
-3x3 and 6x6 matrices stored row-major; no LAPACK.  Workspace layout
+Implementation: flat float64 workspaces (one allocation per call, 1-D views; the
+``*_hint_ws`` kernels take the caller's workspace instead), 3x3 and 6x6 matrices
+stored row-major; no LAPACK.  Workspace layout
 (``WS_SIZE``)::
 
     g   0:24   per leg i at 8 i: ux, uy, nx, ny, rhox, rhoy, dx, dy
@@ -874,11 +875,12 @@ def fd_entry(P, th, thd, tau, Xh, W, thdd):
 
 @njit(cache=True)
 def fd_hint_ws(P, th, thd, tau, Xh, W, thdd, ws):
-    """:func:`fd_entry` in the caller's workspace ws (WS_SIZE + 6,).
+    """:func:`fd_entry` in the caller's workspace ws (WS_SIZE + 6,), no allocation.
 
-    Validates the inputs (th, thd, tau, Xh, W: (3,) each), solves the pose X by
-    Newton from the hint Xh (:func:`_hinted_pose`) and writes the joint accelerations
-    thdd (3,) [rad/s^2].  Returns a status code.
+    Validates the inputs (th [rad], thd [rad/s], tau [N m], the pose hint Xh, the
+    platform wrench W: (3,) each), solves the pose X by Newton from Xh
+    (:func:`_hinted_pose`) and writes the joint accelerations thdd (3,) [rad/s^2].
+    Returns a status code.
     """
     G = P[3]
     st = _hinted_pose(P, th, Xh, _combine(valid3(th), valid3(thd), valid3(tau), valid3(Xh), valid3(W)), ws)
@@ -947,11 +949,13 @@ def reduced_entry(P, th, thd, Xh, out):
 
 @njit(cache=True)
 def reduced_hint_ws(P, th, thd, Xh, full, out, ws):
-    """:func:`reduced_entry` in the caller's workspace ws (WS_SIZE + 3,).
+    """:func:`reduced_entry` in the caller's workspace ws (WS_SIZE + 3,), no allocation.
 
-    With ``full`` False only the reduced inertia M [kg m^2] (row-major into out[0:9]):
-    the same validation, pose (:func:`_hinted_pose`), operations and status, without
-    the velocity and gravity terms.  Returns a status code.
+    th (3,) [rad], thd (3,) [rad/s], the pose hint Xh (3,).  With ``full`` True, out (15,)
+    as :func:`reduced_entry`; with ``full`` False only the reduced inertia M [kg m^2]
+    (row-major into out[0:9]): the same validation (thd included), pose
+    (:func:`_hinted_pose`), operations on M and status, without the velocity and gravity
+    terms.  Returns a status code.
     """
     G = P[3]
     st = _hinted_pose(P, th, Xh, _combine(valid3(th), valid3(thd), valid3(Xh), OK, OK), ws)
