@@ -33,8 +33,9 @@ rho = R(phi) c, rho_p = (-rho_y, rho_x), C = P + rho, d = C - B.
 Constraint h_i = |d_i|^2 - b_i^2.  A = dh/dtheta = diag(-2 a d.n);
 B row i = 2 [d_x, d_y, d.rho_p].
 
-Implementation: flat float64 workspaces (one allocation per call, 1-D views),
-3x3 and 6x6 matrices stored row-major; no LAPACK.  Workspace layout
+Implementation: flat float64 workspaces (one allocation per call, 1-D views; the
+``*_hint_ws`` kernels take the caller's workspace instead), 3x3 and 6x6 matrices
+stored row-major; no LAPACK.  Workspace layout
 (``WS_SIZE``)::
 
     g   0:24   per leg i at 8 i: ux, uy, nx, ny, rhox, rhoy, dx, dy
@@ -76,8 +77,14 @@ WS_SIZE = 192
 @njit(cache=True)
 def geometry(L, th, X, g):
     """Fill g (24,): per leg u, n, rho, d (see module docstring)."""
-    c = math.cos(X[2])
-    s = math.sin(X[2])
+    joint_geometry(th, g)
+    pose_geometry(L, X, g)
+
+
+@njit(cache=True)
+def joint_geometry(th, g):
+    """The part of :func:`geometry` that depends on the joint angles th (3,) [rad] only:
+    u = (cos th, sin th) and n = (-sin th, cos th) of every leg into g (24,)."""
     for i in range(3):
         ct = math.cos(th[i])
         st = math.sin(th[i])
@@ -86,6 +93,18 @@ def geometry(L, th, X, g):
         g[k + 1] = st
         g[k + 2] = -st
         g[k + 3] = ct
+
+
+@njit(cache=True)
+def pose_geometry(L, X, g):
+    """The rest of :func:`geometry`: rho and d of every leg at the pose X (3,) = (x [m], y [m],
+    phi [rad]) into g (24,), which already holds u and n (:func:`joint_geometry`)."""
+    c = math.cos(X[2])
+    s = math.sin(X[2])
+    for i in range(3):
+        k = 8 * i
+        ct = g[k]
+        st = g[k + 1]
         rx = c * L[i, 2] - s * L[i, 3]
         ry = s * L[i, 2] + c * L[i, 3]
         g[k + 4] = rx
@@ -272,8 +291,9 @@ def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
     xs0 = 0.0
     xs1 = 0.0
     xs2 = 0.0
+    joint_geometry(th, ws)       # th is fixed: u, n once, rho and d at every iterate
     for it in range(max_iter + 1):
-        geometry(L, th, X, ws)
+        pose_geometry(L, X, ws)
         err = 0.0
         finite = True
         for i in range(3):
@@ -293,7 +313,7 @@ def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
                 X[0] = xs0
                 X[1] = xs1
                 X[2] = xs2
-                geometry(L, th, X, ws)   # on return the geometry always matches X
+                pose_geometry(L, X, ws)   # on return the geometry always matches X
             return OK, it
         if not finite:
             return ST_NONFINITE, it
@@ -448,14 +468,9 @@ def gamma(L, ws, thd, Xd):
 
 
 @njit(cache=True)
-def prepare(L, G, th, X, thd, Xd, mode, tol, ws, have_geo=False):
-    """Everything the dynamics needs at a consistent (th, X), into the workspace.
-
-    mode 0: thd given, Xd = -B^{-1} A thd is computed (into the array Xd);
-    mode 1: Xd given, thd = -A^{-1} B Xd is computed (into thd).  ``have_geo``:
-    ws[0:24] already holds the geometry at (th, X) (e.g. right after
-    fk_newton_ws).  Returns a status code.
-    """
+def _inverse_jacobians(L, G, th, X, tol, ws, have_geo):
+    """The geometry at (th, X) (unless ``have_geo``), A and B, the singularity test with ``tol``
+    and B^{-1} (ws[36:45]) into the workspace.  Returns a status code."""
     if not have_geo:
         geometry(L, th, X, ws)
     jacobians(L, ws)
@@ -465,6 +480,21 @@ def prepare(L, G, th, X, thd, Xd, mode, tol, ws, have_geo=False):
     det = inv3_ws(ws, 27, 36)
     if det == 0.0:
         return ST_TYPE2
+    return OK
+
+
+@njit(cache=True)
+def prepare(L, G, th, X, thd, Xd, mode, tol, ws, have_geo=False):
+    """Everything the dynamics needs at a consistent (th, X), into the workspace.
+
+    mode 0: thd given, Xd = -B^{-1} A thd is computed (into the array Xd);
+    mode 1: Xd given, thd = -A^{-1} B Xd is computed (into thd).  ``have_geo``:
+    ws[0:24] already holds the geometry at (th, X) (e.g. right after
+    fk_newton_ws).  Returns a status code.
+    """
+    st = _inverse_jacobians(L, G, th, X, tol, ws, have_geo)
+    if st != OK:
+        return st
     if mode == 0:
         for r in range(3):
             Xd[r] = -(ws[36 + 3 * r] * ws[24] * thd[0] + ws[37 + 3 * r] * ws[25] * thd[1]
@@ -543,9 +573,7 @@ def _reduced_ws(L, G, th, X, thd, tol, ws, have_geo=False):
     st = prepare(L, G, th, X, thd, Xd, 0, tol, ws, have_geo)
     if st != OK:
         return st
-    for r in range(3):
-        for c in range(3):
-            ws[175 + 3 * r + c] = -ws[36 + 3 * r + c] * ws[24 + c]
+    _task_jacobian(ws)
     for r in range(3):
         ws[136 + r] = -(ws[36 + 3 * r] * ws[45] + ws[37 + 3 * r] * ws[46] + ws[38 + 3 * r] * ws[47])
     # Fv = Mf [0; xb] + Cf qd + gf  -> ws[130:136]
@@ -555,7 +583,28 @@ def _reduced_ws(L, G, th, X, thd, tol, ws, have_geo=False):
             acc += (ws[48 + 6 * r + 3 + c] * ws[136 + c] + ws[84 + 6 * r + c] * thd[c]
                     + ws[84 + 6 * r + 3 + c] * Xd[c])
         ws[130 + r] = acc
-    # MG = Mf G (6x3) -> ws[142:160]
+    _reduced_inertia(ws)
+    for r in range(3):
+        j0 = ws[175 + r]
+        j1 = ws[178 + r]
+        j2 = ws[181 + r]
+        ws[169 + r] = ws[130 + r] + j0 * ws[133] + j1 * ws[134] + j2 * ws[135]
+        ws[172 + r] = ws[120 + r] + j0 * ws[123] + j1 * ws[124] + j2 * ws[125]
+    return OK
+
+
+@njit(cache=True)
+def _task_jacobian(ws):
+    """J_x = -B^{-1} A (row-major) into ws[175:184], from B^{-1} and A in the workspace."""
+    for r in range(3):
+        for c in range(3):
+            ws[175 + 3 * r + c] = -ws[36 + 3 * r + c] * ws[24 + c]
+
+
+@njit(cache=True)
+def _reduced_inertia(ws):
+    """M = G^T Mf G (row-major) into ws[160:169] via MG = Mf G (ws[142:160]), G = [I; J_x],
+    from Mf (ws[48:84]) and J_x (ws[175:184])."""
     for r in range(6):
         m = 48 + 6 * r
         for c in range(3):
@@ -568,8 +617,17 @@ def _reduced_ws(L, G, th, X, thd, tol, ws, have_geo=False):
         for c in range(3):
             ws[160 + 3 * r + c] = (ws[142 + 3 * r + c] + j0 * ws[151 + c] + j1 * ws[154 + c]
                                    + j2 * ws[157 + c])
-        ws[169 + r] = ws[130 + r] + j0 * ws[133] + j1 * ws[134] + j2 * ws[135]
-        ws[172 + r] = ws[120 + r] + j0 * ws[123] + j1 * ws[124] + j2 * ws[125]
+
+
+@njit(cache=True)
+def _reduced_mass_ws(L, G, th, X, tol, ws, have_geo=False):
+    """The M of :func:`_reduced_ws` alone (the same operations and status), into ws[160:169]."""
+    st = _inverse_jacobians(L, G, th, X, tol, ws, have_geo)
+    if st != OK:
+        return st
+    _full_mass(L, G, ws)
+    _task_jacobian(ws)
+    _reduced_inertia(ws)
     return OK
 
 
@@ -812,16 +870,35 @@ def id_entry(P, th, thd, thdd, Xh, W, tau):
 @njit(cache=True)
 def fd_entry(P, th, thd, tau, Xh, W, thdd):
     """Forward dynamics with a pose hint, joint accelerations only."""
+    return fd_hint_ws(P, th, thd, tau, Xh, W, thdd, np.empty(WS_SIZE + 6))
+
+
+@njit(cache=True)
+def fd_hint_ws(P, th, thd, tau, Xh, W, thdd, ws):
+    """:func:`fd_entry` in the caller's workspace ws (WS_SIZE + 6,), no allocation.
+
+    Validates the inputs (th [rad], thd [rad/s], tau [N m], the pose hint Xh, the
+    platform wrench W: (3,) each), solves the pose X by Newton from Xh
+    (:func:`_hinted_pose`) and writes the joint accelerations thdd (3,) [rad/s^2].
+    Returns a status code.
+    """
     G = P[3]
-    st = _combine(valid3(th), valid3(thd), valid3(tau), valid3(Xh), valid3(W))
+    st = _hinted_pose(P, th, Xh, _combine(valid3(th), valid3(thd), valid3(tau), valid3(Xh), valid3(W)), ws)
     if st != OK:
         return st
-    ws = np.empty(WS_SIZE + 6)
-    X = ws[WS_SIZE:WS_SIZE + 3]
-    st, it = fk_newton_ws(P, th, Xh, 1e-12, 50, X, ws)
+    return _fd_ws(P, G, th, ws[WS_SIZE:WS_SIZE + 3], thd, tau, W, G[5], thdd, ws[WS_SIZE + 3:WS_SIZE + 6],
+                  ws, True)
+
+
+@njit(cache=True)
+def _hinted_pose(P, th, Xh, st, ws):
+    """The pose X (3,) of the joint angles th (3,) by Newton from the hint Xh (tolerance
+    1e-12 m, 50 iterations) into ws[WS_SIZE:WS_SIZE + 3], its geometry in ws[0:24]; nothing
+    when the inputs' status ``st`` (:func:`_combine`) is not OK.  Returns a status code."""
     if st != OK:
         return st
-    return _fd_ws(P, G, th, X, thd, tau, W, G[5], thdd, ws[WS_SIZE + 3:WS_SIZE + 6], ws, True)
+    st, it = fk_newton_ws(P, th, Xh, 1e-12, 50, ws[WS_SIZE:WS_SIZE + 3], ws)
+    return st
 
 
 @njit(cache=True)
@@ -867,19 +944,31 @@ def tid_entry(P, X, Xd, Xdd, W, branch, tau):
 @njit(cache=True)
 def reduced_entry(P, th, thd, Xh, out):
     """M (row-major, out[0:9]), h (out[9:12]) and g (out[12:15]) with a pose hint."""
+    return reduced_hint_ws(P, th, thd, Xh, True, out, np.empty(WS_SIZE + 3))
+
+
+@njit(cache=True)
+def reduced_hint_ws(P, th, thd, Xh, full, out, ws):
+    """:func:`reduced_entry` in the caller's workspace ws (WS_SIZE + 3,), no allocation.
+
+    th (3,) [rad], thd (3,) [rad/s], the pose hint Xh (3,).  With ``full`` True, out (15,)
+    as :func:`reduced_entry`; with ``full`` False only the reduced inertia M [kg m^2]
+    (row-major into out[0:9]): the same validation (thd included), pose
+    (:func:`_hinted_pose`), operations on M and status, without the velocity and gravity
+    terms.  Returns a status code.
+    """
     G = P[3]
-    st = _combine(valid3(th), valid3(thd), valid3(Xh), OK, OK)
+    st = _hinted_pose(P, th, Xh, _combine(valid3(th), valid3(thd), valid3(Xh), OK, OK), ws)
     if st != OK:
         return st
-    ws = np.empty(WS_SIZE + 3)
     X = ws[WS_SIZE:WS_SIZE + 3]
-    st, it = fk_newton_ws(P, th, Xh, 1e-12, 50, X, ws)
+    if full:
+        st = _reduced_ws(P, G, th, X, thd, G[5], ws, True)
+    else:
+        st = _reduced_mass_ws(P, G, th, X, G[5], ws, True)
     if st != OK:
         return st
-    st = _reduced_ws(P, G, th, X, thd, G[5], ws, True)
-    if st != OK:
-        return st
-    for j in range(15):
+    for j in range(15 if full else 9):
         out[j] = ws[160 + j]
     return OK
 

@@ -21,7 +21,7 @@ import math
 import numpy as np
 from numba import njit
 
-from dynamics._planar3rrr_kernels import fd_entry, fk_newton_ws, reduced_entry, WS_SIZE
+from dynamics._planar3rrr_kernels import fd_hint_ws, fk_newton_ws, reduced_hint_ws, WS_SIZE
 from dynamics._serial_kernels import NW, _crba_core, _fd_core
 
 from ._friction_kernel import coulomb_pgs
@@ -100,7 +100,7 @@ def _held_torques(cmd, par, cq, cqd, cta, pd, sat, lag, e_mid, e_end, tc, t0, tm
 
 
 @njit(inline="always")
-def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_steps, out, wk, M):
+def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_steps, out, wk, M, buf):
     """The plant step shared by every robot: ``n_steps`` RK4 steps of length ``h`` [s].
 
     The same operations in the same order as ``SimulatedPlant._step``: the held
@@ -116,7 +116,8 @@ def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_st
     * ``post(P, q, x, wk, xn) -> status``: the extra state after the step into ``xn``.
 
     ``out`` (3 n + len(x),) holds q, qd, x, ta after the last completed step; ``wk``
-    is the robot's workspace (a tuple), ``M`` (n, n) work.  Returns ``(status, steps)``.
+    is the robot's workspace (a tuple), ``M`` (n, n) and ``buf`` (16 n + len(x),) work.
+    Returns ``(status, steps)``.
     """
     n = q.shape[0]
     nx = x.shape[0]
@@ -124,7 +125,6 @@ def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_st
     has_coul = (flags & F_COULOMB) != 0
     pd = (flags & F_PD) != 0
     sat = (flags & F_SATURATE) != 0
-    buf = np.zeros(16 * n + nx)
     tc = buf[0:n]
     t0 = buf[n:2 * n]
     tm = buf[2 * n:3 * n]
@@ -197,23 +197,25 @@ def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_st
 
 
 # -- the 3RRR: extra state the platform pose X, found by Newton from the step's start ----------
+# One work array per call: the zero wrench W (3,) (also the zero rates of the mass matrix),
+# the model's workspace ws (WS_SIZE + 6,) shared by every solve of a step, M (3, 3), and
+# the _rk4_advance buffer (16 n + 3,): offsets of the last three.
+_RRR_WS = 3
+_RRR_M = _RRR_WS + WS_SIZE + 6
+_RRR_BUF = _RRR_M + 9
+_RRR_WORK = _RRR_BUF + 16 * 3 + 3
+
+
 @njit(cache=True)
 def _rrr_qdd(P, q, qd, tau, visc, has_visc, X, wk, rhs, out):
     for i in range(3):
         rhs[i] = tau[i] - visc[i] * qd[i] if has_visc else tau[i]
-    return fd_entry(P, q, qd, rhs, X, wk[0], out)
+    return fd_hint_ws(P, q, qd, rhs, X, wk[0], out, wk[1])
 
 
 @njit(cache=True)
 def _rrr_mass(P, q, X, wk, M):
-    red = wk[2]
-    st = reduced_entry(P, q, wk[3], X, red)
-    if st != 0:
-        return st
-    for r in range(3):
-        for c in range(3):
-            M[r, c] = red[3 * r + c]
-    return 0
+    return reduced_hint_ws(P, q, wk[0], X, False, M.reshape(9), wk[1])
 
 
 @njit(cache=True)
@@ -241,9 +243,12 @@ def rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
     (status, steps) : the model status of the failing step (0 if none) and the
         number of completed steps; ``out`` holds the state after them.
     """
-    wk = (np.zeros(3), np.empty(WS_SIZE), np.empty(15), np.zeros(3))
+    work = np.empty(_RRR_WORK)
+    W = work[0:_RRR_WS]
+    W[:] = 0.0
+    M = work[_RRR_M:_RRR_BUF].reshape((3, 3))
     return _rk4_advance(_rrr_qdd, _rrr_mass, _rrr_pose, P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps,
-                        out, wk, np.empty((3, 3)))
+                        out, (W, work[_RRR_WS:_RRR_M]), M, work[_RRR_BUF:_RRR_WORK])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,4 +303,4 @@ def serial_advance(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out):
     n = q.shape[0]
     M = np.empty((n, n))
     return _rk4_advance(_serial_qdd, _serial_mass, _no_extra_state, P, q, qd, np.empty(0), ta, cmd, par, lag,
-                        flags, h, n_steps, out, (M, np.empty((n, NW))), M)
+                        flags, h, n_steps, out, (M, np.empty((n, NW))), M, np.empty(16 * n))
