@@ -1007,6 +1007,47 @@ def jx_entry(P, th, X, Jx):
 
 
 @njit(cache=True)
+def sv_extremes3(A):
+    """Largest and smallest singular value of a 3x3 matrix, by one-sided Jacobi (Hestenes).
+
+    ``A`` (9,) row-major is overwritten (its columns are rotated until mutually orthogonal;
+    the singular values are then their norms).  Jacobi rotations give every singular value
+    to high relative accuracy (as good as LAPACK's for the smallest), without allocation.
+    Returns ``(s_max, s_min)``.
+    """
+    for sweep in range(30):
+        rotated = False
+        for p in range(2):
+            for q in range(p + 1, 3):
+                al = A[p] * A[p] + A[3 + p] * A[3 + p] + A[6 + p] * A[6 + p]
+                be = A[q] * A[q] + A[3 + q] * A[3 + q] + A[6 + q] * A[6 + q]
+                ga = A[p] * A[q] + A[3 + p] * A[3 + q] + A[6 + p] * A[6 + q]
+                if abs(ga) <= 1e-16 * math.sqrt(al * be) or ga == 0.0:
+                    continue
+                rotated = True
+                ze = (be - al) / (2.0 * ga)
+                t = (1.0 if ze >= 0.0 else -1.0) / (abs(ze) + math.sqrt(1.0 + ze * ze))
+                c = 1.0 / math.sqrt(1.0 + t * t)
+                sn = c * t
+                for r in range(3):
+                    x = A[3 * r + p]
+                    y = A[3 * r + q]
+                    A[3 * r + p] = c * x - sn * y
+                    A[3 * r + q] = sn * x + c * y
+        if not rotated:
+            break
+    smax = 0.0
+    smin = 1e308
+    for k in range(3):
+        v = math.sqrt(A[k] * A[k] + A[3 + k] * A[3 + k] + A[6 + k] * A[6 + k])
+        if v > smax:
+            smax = v
+        if v < smin:
+            smin = v
+    return smax, smin
+
+
+@njit(cache=True)
 def sing_entry(P, th, X, out):
     """Singularity measures at (th, X) into out (8,).
 
@@ -1033,29 +1074,28 @@ def sing_entry(P, th, X, out):
             worst = i
         if v > amax:
             amax = v
-    Bn = np.empty((3, 3))
+    M = ws[160:169]                      # the reduced-dynamics block, unused here
     for i in range(3):
         s2 = 2.0 * P[i, 5]
-        Bn[i, 0] = ws[27 + 3 * i] / s2
-        Bn[i, 1] = ws[28 + 3 * i] / s2
-        Bn[i, 2] = ws[29 + 3 * i] / s2 / lc
-    sv = np.linalg.svd(Bn)[1]
+        M[3 * i] = ws[27 + 3 * i] / s2
+        M[3 * i + 1] = ws[28 + 3 * i] / s2
+        M[3 * i + 2] = ws[29 + 3 * i] / s2 / lc
+    smax, smin = sv_extremes3(M)
     out[0] = m1
     out[1] = db
     out[2] = amax / amin if amin > 0 else np.inf
-    out[3] = sv[0] / sv[2] if sv[2] > 0 else np.inf
+    out[3] = smax / smin if smin > 0 else np.inf
     out[4] = -1.0
     if not (m1 < tol) and not (abs(db) < tol):
         det = inv3_ws(ws, 27, 36)
         if det != 0.0:
-            Jx = np.empty((3, 3))
             for r in range(3):
                 for c in range(3):
-                    Jx[r, c] = -(ws[36 + 3 * r + c] * ws[24 + c])
+                    M[3 * r + c] = -(ws[36 + 3 * r + c] * ws[24 + c])
             for c in range(3):
-                Jx[2, c] *= lc
-            sj = np.linalg.svd(Jx)[1]
-            out[4] = sj[2] / sj[0] if sj[0] > 0 else 0.0
+                M[6 + c] *= lc
+            smax, smin = sv_extremes3(M)
+            out[4] = smin / smax if smax > 0 else 0.0
     out[5] = ws[24] * ws[25] * ws[26]
     out[6] = det3(ws[27:36])
     out[7] = worst
