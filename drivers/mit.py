@@ -381,7 +381,7 @@ class MitCanDriver(Driver):
         return Feedback(t_s=float(self._now()), position_rad=np.array(self._q, dtype=float),
                         velocity_rad_s=np.array(self._qd, dtype=float), torque_nm=np.array(self._tau, dtype=float),
                         fault=fault, fresh=np.array(fresh, dtype=bool),
-                        enabled=(np.ones if self._enabled else np.zeros)(n, dtype=bool), info=info)
+                        enabled=np.array([self._enabled] * n, dtype=bool), info=info)
 
     @staticmethod
     def _new_stats() -> dict:
