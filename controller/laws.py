@@ -29,6 +29,7 @@ optional ``integral_limit`` additionally bounds the integral state.
 
 from __future__ import annotations
 
+import operator
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -215,7 +216,7 @@ class _CompiledLaw:
         limits (rebuilt when any of them was replaced), or None (Python law)."""
         key = self._compiled_inputs()
         old = self._compiled_key
-        if old is None or any(a is not b for a, b in zip(key, old)):
+        if old is None or not all(map(operator.is_, key, old)):
             self._compiled = self._compiled_args()
             self._compiled_key = key
         return self._compiled

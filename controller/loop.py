@@ -38,6 +38,7 @@ disabled.
 
 from __future__ import annotations
 
+import array
 import signal
 import threading
 import time
@@ -86,29 +87,23 @@ def terminating_signals() -> list[signal.Signals]:
 
 
 class _Series:
-    """A growable float array (amortised O(1) append, constant memory per sample)."""
+    """A growable series of floats (C doubles: amortised O(1) append, 8 bytes per sample).
 
-    def __init__(self, capacity: int = 1024):
-        self.a = np.empty(max(capacity, 16))
-        self.n = 0
+    :meth:`append` is the bound ``append`` of an :class:`array.array` (no Python frame
+    per sample).
+    """
 
-    def append(self, x: float) -> None:
-        if self.n == self.a.shape[0]:
-            self.a = np.concatenate([self.a, np.empty(self.a.shape[0])])
-        self.a[self.n] = x
-        self.n += 1
+    def __init__(self):
+        self.a = array.array("d")
+        self.append = self.a.append
 
     def extend(self, x) -> None:
         """Append the values of an array (as many :meth:`append` calls)."""
-        x = np.asarray(x, dtype=float).reshape(-1)
-        need = self.n + x.shape[0]
-        if need > self.a.shape[0]:
-            self.a = np.concatenate([self.a, np.empty(max(need, 2 * self.a.shape[0]) - self.a.shape[0])])
-        self.a[self.n:need] = x
-        self.n = need
+        self.a.frombytes(np.ascontiguousarray(x, dtype=float).reshape(-1).tobytes())
 
     def values(self) -> np.ndarray:
-        return self.a[: self.n]
+        """The samples so far, shape (n,) (a copy)."""
+        return np.array(self.a, dtype=float)
 
 
 def _pct(x: np.ndarray) -> dict:
@@ -298,7 +293,7 @@ class ControlLoop:
         """
         n, dim, P = self.driver.n_joints, self.controller.dim, self.period_s
         messages: list[str] = []
-        lat, starts, comp, cyc = (_Series(self.n_planned + 8) for _ in range(4))
+        lat, starts, comp, cyc = (_Series() for _ in range(4))
         metrics = MetricsAccumulator(n, dim, P, task_layout=self.task_layout, miss_fraction=self.miss_fraction)
         status = "fault"
         k = 0

@@ -306,6 +306,15 @@ class SafetyState:
     new_faults: tuple = ()
 
 
+def _set_in(bits: np.ndarray, bits_or: int, bit: int):
+    """Indices of the elements of ``bits`` that have ``bit`` set.
+
+    ``bits_or`` is the OR of every element (from the rule summary): when it lacks
+    ``bit`` there are none, found without a numpy call.
+    """
+    return np.flatnonzero(bits & bit) if bits_or & bit else ()
+
+
 class SafetySupervisor:
     """Per-cycle safety checks and stop reactions (see module docstring).
 
@@ -535,6 +544,9 @@ class SafetySupervisor:
             done = self._check_clean(summary, tau)
             if done is not None:
                 return done
+        # the OR of every joint's / axis' bits: a rule no joint broke needs no numpy call below
+        jor = summary >> _rules.JOINT_SHIFT
+        eor = summary >> _rules.E_SHIFT
         new: list[Fault] = []
         if self.stop_reason is not None:
             new.append(Fault(t_s, "signal", None, {}, f"stop requested: {self.stop_reason}"))
@@ -544,8 +556,8 @@ class SafetySupervisor:
         finite_ok = True
         for name, arr, bit in (("q", q, _rules.J_Q_NONFINITE), ("qd", qd, _rules.J_QD_NONFINITE),
                                ("tau", tau, _rules.J_TAU_NONFINITE)):
-            bad = np.flatnonzero(jb & bit)
-            if bad.size:
+            bad = _set_in(jb, jor, bit)
+            if len(bad):
                 new.append(Fault(t_s, "nonfinite", int(bad[0]), {name: arr.tolist()}, f"non-finite {name}"))
                 finite_ok = False
         for name, arr, bit in (("pos", pos, _rules.G_REF_POS), ("vel", vel, _rules.G_REF_VEL),
@@ -554,17 +566,17 @@ class SafetySupervisor:
                 new.append(Fault(t_s, "nonfinite", None, {f"ref.{name}": arr.tolist()}, f"non-finite reference {name}"))
                 finite_ok = False
         if feedback is not None:
-            for j in np.flatnonzero(jb & _rules.J_DEVICE_FAULT):
+            for j in _set_in(jb, jor, _rules.J_DEVICE_FAULT):
                 new.append(Fault(t_s, "device_fault", int(j), {"code": int(fault[j])},
                                  f"device reports fault code {int(fault[j])}"))
-            for j in np.flatnonzero(jb & _rules.J_DISABLED):
+            for j in _set_in(jb, jor, _rules.J_DISABLED):
                 new.append(Fault(t_s, "drive_disabled", int(j), {}, "drive not enabled"))
-            stale = (jb & _rules.J_NOT_FRESH) != 0
-            if not stale.any():
+            if not jor & _rules.J_NOT_FRESH:
                 if self._stale_any:
                     self._stale[:] = 0
                     self._stale_any = False
             else:
+                stale = (jb & _rules.J_NOT_FRESH) != 0
                 self._stale = np.where(stale, self._stale + 1, 0)
                 self._stale_any = True
                 for j in np.flatnonzero(self._stale >= self.config.stale_cycles):
@@ -572,18 +584,18 @@ class SafetySupervisor:
                                      f"no fresh feedback for {int(self._stale[j])} cycles"))
                 new.extend(self._stale_window(t_s))
         if finite_ok:
-            for j in np.flatnonzero(jb & _rules.J_POSITION):
+            for j in _set_in(jb, jor, _rules.J_POSITION):
                 new.append(Fault(t_s, "position_limit", int(j),
                                  {"q": float(q[j]), "min": float(self.q_min[j]), "max": float(self.q_max[j])},
                                  "position outside hard limits"))
-            for j in np.flatnonzero(jb & _rules.J_VELOCITY):
+            for j in _set_in(jb, jor, _rules.J_VELOCITY):
                 new.append(Fault(t_s, "velocity_limit", int(j), {"qd": float(qd[j]), "max": float(self.v_max[j])},
                                  "velocity limit exceeded"))
             if error is not None:
-                if np.any(eb & _rules.E_NONFINITE):
+                if eor & _rules.E_NONFINITE:
                     new.append(Fault(t_s, "nonfinite", None, {"error": e.tolist()}, "non-finite tracking error"))
                 else:
-                    for j in np.flatnonzero(eb & _rules.E_BEYOND):
+                    for j in _set_in(eb, eor, _rules.E_BEYOND):
                         new.append(Fault(t_s, "tracking_error", int(j),
                                          {"error": float(e[j]), "max": float(em[0 if em.shape[0] == 1 else j])},
                                          "tracking error limit exceeded"))
@@ -621,16 +633,20 @@ class SafetySupervisor:
 
         code = OK
         cmd = tau
-        lo = (jb & _rules.J_SOFT_LO) != 0
-        hi = (jb & _rules.J_SOFT_HI) != 0
-        soft = lo | hi
-        if soft.any():
+        if jor & (_rules.J_SOFT_LO | _rules.J_SOFT_HI):
+            lo = (jb & _rules.J_SOFT_LO) != 0
+            hi = (jb & _rules.J_SOFT_HI) != 0
+            soft = lo | hi
             code |= SOFT_LIMIT
             cmd = np.where(lo, np.maximum(cmd, 0.0), cmd)
             cmd = np.where(hi, np.minimum(cmd, 0.0), cmd)
             cmd = np.where(soft, cmd - self.soft_kd * qd, cmd)
-        sat = np.abs(cmd) > self.tau_max
-        if sat.any():
+            sat = np.abs(cmd) > self.tau_max        # the damped command against the limits
+            clip = sat.any()
+        else:
+            sat = (jb & _rules.J_CLIP) != 0         # |tau| > tau_max: the rule's own bits
+            clip = jor & _rules.J_CLIP
+        if clip:
             code |= CLIPPED
             cmd = np.clip(cmd, -self.tau_max, self.tau_max)
         return cmd.copy() if cmd is tau else cmd, SafetyState(code, "run", sat)

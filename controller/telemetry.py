@@ -333,28 +333,17 @@ class TelemetryWriter:
 
     def record(self, t, q, qd, ref_pos, ref_vel, ref_acc, err, tau_ctrl, tau_cmd, tau_meas, safety, sat,
                lateness_s, compute_s, fresh, fault, enabled) -> None:
-        """Append one row (arrays of shape (n,) or (dim,) as in :func:`log_dtype`)."""
+        """Append one row (arrays of shape (n,) or (dim,) as in :func:`log_dtype`).
+
+        The arguments are the fields of :func:`log_dtype` in its order; the row is
+        written in one assignment (each value converted to its field as a field-wise
+        assignment would convert it).
+        """
         if self.closed:
             raise TorqueloopError("telemetry writer is closed")
         i = self._i
-        v = self._v
-        v["t"][i] = t
-        v["q"][i] = q
-        v["qd"][i] = qd
-        v["ref_pos"][i] = ref_pos
-        v["ref_vel"][i] = ref_vel
-        v["ref_acc"][i] = ref_acc
-        v["err"][i] = err
-        v["tau_ctrl"][i] = tau_ctrl
-        v["tau_cmd"][i] = tau_cmd
-        v["tau_meas"][i] = tau_meas
-        v["safety"][i] = safety
-        v["sat"][i] = sat
-        v["lateness_s"][i] = lateness_s
-        v["compute_s"][i] = compute_s
-        v["fresh"][i] = fresh
-        v["fault"][i] = fault
-        v["enabled"][i] = enabled
+        self._buf[i] = (t, q, qd, ref_pos, ref_vel, ref_acc, err, tau_ctrl, tau_cmd, tau_meas, safety, sat,
+                        lateness_s, compute_s, fresh, fault, enabled)
         self._i = i + 1
         if self._i == self._buf.shape[0]:
             self.flush()

@@ -193,24 +193,30 @@ class MitCanDriver(Driver):
             self._by_id[b][jt.can_id] = j
             self._bus_of.append(b)
         n = len(joints)
-        # per-joint scalars for the hot path
+        # per-joint scalars and state for the hot path: plain Python lists (per-element
+        # access to a small numpy array costs more than the arithmetic); the arrays of a
+        # Feedback are built from them once per cycle
         m = [jt.mapping for jt in joints]
         self._sign = [float(x.sign) for x in m]
         self._gear = [float(x.gear_ratio) for x in m]
         self._off = [float(x.offset_rad) for x in m]
         self._eff = [float(x.efficiency) for x in m]
+        self._ge = [g * e for g, e in zip(self._gear, self._eff)]
         self._lim = [jt.limits for jt in joints]
-        self._q = np.full(n, np.nan)
-        self._qd = np.full(n, np.nan)
-        self._tau = np.full(n, np.nan)
-        self._temp = np.full(n, np.nan)
-        self._fault = np.zeros(n, dtype=int)
-        self._detected = np.zeros(n, dtype=int)     # latched faults the driver found itself
+        #: per joint, what make_commands needs: (limits, sign, gear, offset, g*g*e, g*e, can id)
+        self._cmd_consts = [(jt.limits, s, g, off, g * g * e, ge, jt.can_id) for jt, s, g, off, e, ge
+                            in zip(joints, self._sign, self._gear, self._off, self._eff, self._ge)]
+        self._q = [math.nan] * n
+        self._qd = [math.nan] * n
+        self._tau = [math.nan] * n
+        self._temp = [math.nan] * n
+        self._fault = [0] * n
+        self._detected = [0] * n                    # latched faults the driver found itself
         self._rep = [None] * n                      # this cycle's reply, motor side, for the monitor
         self.monitor = FollowMonitor([L.t_max_nm for L in self._lim], follow if follow is not None
                                      else FollowConfig())
-        self._torque_residual = np.zeros(n)
-        self._enabled = np.zeros(n, dtype=bool)
+        self._torque_residual = [0.0] * n
+        self._enabled = False                       # every drive in motor mode (enable() .. disable())
         self._closed = False
         #: number of values clamped to the protocol ranges by the last make_commands()
         self.last_saturated = 0
@@ -263,7 +269,7 @@ class MitCanDriver(Driver):
             set-point outside the drive's position range while kp > 0 (it
             would be clamped to a different target).
         """
-        n = self.n_joints
+        n = len(self._joints)
         tau = self._vec(command.torque_nm, "torque_nm", n, None)
         if tau is None:
             raise DriverError("command.torque_nm is required")
@@ -275,26 +281,27 @@ class MitCanDriver(Driver):
             raise DriverError("command.position_rad is required when kp_nm_per_rad is non-zero")
         frames = []
         saturated = 0
-        for j in range(n):
-            L = self._lim[j]
-            s, g, e = self._sign[j], self._gear[j], self._eff[j]
-            if kp[j] < 0 or kd[j] < 0:
-                raise DriverError(f"joint {j}: gains must be >= 0, got kp={kp[j]}, kd={kd[j]}")
-            kp_m = kp[j] / (g * g * e)
-            kd_m = kd[j] / (g * g * e)
-            p_m = s * (pos[j] - self._off[j]) * g if pos is not None else 0.0
+        nearest = self._nearest
+        encode = codec.encode_command
+        for j, (L, s, g, off, gge, ge, can_id) in enumerate(self._cmd_consts):
+            kp_j, kd_j = kp[j], kd[j]
+            if kp_j < 0 or kd_j < 0:
+                raise DriverError(f"joint {j}: gains must be >= 0, got kp={kp_j}, kd={kd_j}")
+            kp_m = kp_j / gge
+            kd_m = kd_j / gge
+            p_m = s * (pos[j] - off) * g if pos is not None else 0.0
             if kp_m > 0 and abs(p_m) > L.p_max_rad:
                 raise DriverError(
                     f"joint {j}: position set-point {pos[j]:.4g} rad is motor position {p_m:.4g} rad, outside "
                     f"the drive's range +-{L.p_max_rad} rad")
             v_m = s * vel[j] * g
-            t_m = s * tau[j] / (g * e)
+            t_m = s * tau[j] / ge
             saturated += (abs(t_m) > L.t_max_nm) + (abs(v_m) > L.v_max_rad_s) + (kp_m > L.kp_max) + (kd_m > L.kd_max)
-            data = codec.encode_command(p_m, v_m, kp_m, kd_m, t_m, L, self._nearest)
+            data = encode(p_m, v_m, kp_m, kd_m, t_m, L, nearest)
             if data[7] >= 0xFC and data[:7] == _ALL_ONES_7:
                 # every field at its maximum collides with ENTER/EXIT/ZERO: lower the torque by 3 LSB
                 data = data[:7] + bytes((data[7] - 3,))
-            frames.append(Frame(self._joints[j].can_id, data))
+            frames.append(Frame(can_id, data))
         self.last_saturated = saturated
         return frames
 
@@ -306,10 +313,12 @@ class MitCanDriver(Driver):
                 if self._bus_of[j] == b:
                     t.send_frame(f)
 
-    def _collect(self, pending: set[int], timeout_s: float, stats: dict, fresh: np.ndarray) -> None:
-        """Receive replies until every joint in ``pending`` answered or the time is up."""
+    def _collect(self, pending: set[int], timeout_s: float, stats: dict, fresh: list[bool]) -> None:
+        """Receive replies until every joint in ``pending`` answered or the time is up
+        (``fresh[j]`` set for each joint that did)."""
         deadline = time.monotonic() + timeout_s
         buses = self._buses
+        lengths = self._reply_lengths
         while pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -324,24 +333,25 @@ class MitCanDriver(Driver):
             if frame.is_remote:
                 stats["unexpected"] += 1
                 continue
+            data = frame.data
             try:
                 # the motor id is in byte 0; limits depend on the joint
-                if len(frame.data) not in self._reply_lengths:
-                    raise DecodeError(f"MIT reply must be {' or '.join(map(str, self._reply_lengths))} "
-                                      f"bytes, got {len(frame.data)}")
-                j = self._by_id[b].get(frame.data[0])
+                if len(data) not in lengths:
+                    raise DecodeError(f"MIT reply must be {' or '.join(map(str, lengths))} "
+                                      f"bytes, got {len(data)}")
+                j = self._by_id[b].get(data[0])
                 if j is None:
                     stats["unexpected"] += 1
                     continue
-                rep = codec.decode_reply_values(frame.data, self._lim[j], self.reply_centered)
+                rep = codec.decode_reply_values(data, self._lim[j], self.reply_centered)
             except DecodeError:
                 stats["corrupt"] += 1
                 continue
             if fresh[j]:
                 stats["duplicate"] += 1
                 continue
-            self._store(j, rep, frame.data)
-            self._reply_len = len(frame.data)
+            self._store(j, rep, data)
+            self._reply_len = len(data)
             fresh[j] = True
             pending.discard(j)
 
@@ -360,15 +370,18 @@ class MitCanDriver(Driver):
             if temperature > self.temperature_max_c and not self._detected[j]:
                 self._detected[j] = FAULT_OVER_TEMPERATURE
 
-    def _feedback(self, fresh: np.ndarray, stats: dict) -> Feedback:
+    def _feedback(self, fresh: list[bool], stats: dict) -> Feedback:
+        n = len(fresh)
         info = dict(stats)
-        info["missing"] = int(self.n_joints - fresh.sum())
-        info["temperature_c"] = self._temp.copy()
-        info["torque_residual_nm"] = self._torque_residual.copy()
-        fault = np.where(self._fault != 0, self._fault, self._detected)
-        return Feedback(t_s=float(self._now()), position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
-                        torque_nm=self._tau.copy(), fault=fault, fresh=fresh,
-                        enabled=self._enabled.copy(), info=info)
+        info["missing"] = n - fresh.count(True)
+        info["temperature_c"] = np.array(self._temp, dtype=float)
+        info["torque_residual_nm"] = np.array(self._torque_residual, dtype=float)
+        # the drive's own error byte where it reports one, else the driver's detected fault
+        fault = np.array([f if f != 0 else d for f, d in zip(self._fault, self._detected)], dtype=int)
+        return Feedback(t_s=float(self._now()), position_rad=np.array(self._q, dtype=float),
+                        velocity_rad_s=np.array(self._qd, dtype=float), torque_nm=np.array(self._tau, dtype=float),
+                        fault=fault, fresh=np.array(fresh, dtype=bool),
+                        enabled=np.array([self._enabled] * n, dtype=bool), info=info)
 
     @staticmethod
     def _new_stats() -> dict:
@@ -378,10 +391,11 @@ class MitCanDriver(Driver):
         return sum(t.drain() for t in self._buses)
 
     def _exchange(self, frames: Sequence[Frame], joints: Sequence[int], timeout_s: float,
-                  stats: dict) -> np.ndarray:
+                  stats: dict) -> list[bool]:
+        """Send ``frames`` and collect the replies of ``joints``; per joint whether it answered."""
         stats["late"] += self._drain()
         self._send_per_bus(frames)
-        fresh = np.zeros(self.n_joints, dtype=bool)
+        fresh = [False] * len(self._joints)
         self._collect(set(joints), timeout_s, stats, fresh)
         return fresh
 
@@ -396,7 +410,7 @@ class MitCanDriver(Driver):
         """
         self._check_open()
         stats = self._new_stats()
-        answered = np.zeros(self.n_joints, dtype=bool)
+        answered = [False] * self.n_joints
         for _ in range(max(1, self.enable_tries)):
             todo = [j for j in range(self.n_joints) if not answered[j]]
             if not todo:
@@ -405,17 +419,17 @@ class MitCanDriver(Driver):
             stats["late"] += self._drain()
             for j in todo:
                 self._buses[self._bus_of[j]].send_frame(frames[j])
-            fresh = np.zeros(self.n_joints, dtype=bool)
+            fresh = [False] * self.n_joints
             self._collect(set(todo), self.enable_timeout_s, stats, fresh)
-            answered |= fresh
-        if not answered.all():
+            answered = [a or f for a, f in zip(answered, fresh)]
+        if not all(answered):
             missing = [self._joints[j].name or f"joint {j} (id {self._joints[j].can_id})"
                        for j in range(self.n_joints) if not answered[j]]
             for j in np.flatnonzero(answered):
                 self._buses[self._bus_of[j]].send(self._joints[j].can_id, codec.EXIT_MOTOR_MODE)
             raise CommsTimeoutError(f"no answer to ENTER_MOTOR_MODE from {', '.join(missing)}")
-        self._enabled[:] = True
-        self._detected[:] = 0
+        self._enabled = True
+        self._detected = [0] * self.n_joints
         self.monitor.reset([r[2] if r is not None else 0.0 for r in self._rep])
         for j in range(self.n_joints):    # a temperature already too high at enable is a fault too
             if self._temp[j] > self.temperature_max_c:
@@ -433,7 +447,7 @@ class MitCanDriver(Driver):
             A bus failed.
         """
         self._check_open()
-        if not self._enabled.all():
+        if not self._enabled:
             raise DriverError("cycle() before enable()")
         frames = self.make_commands(command)
         stats = self._new_stats()
@@ -443,20 +457,19 @@ class MitCanDriver(Driver):
         self._follow_check(frames, fresh)
         return self._feedback(fresh, stats)
 
-    def _follow_check(self, frames: Sequence[Frame], fresh: np.ndarray) -> None:
+    def _follow_check(self, frames: Sequence[Frame], fresh: list[bool]) -> None:
         """Run the :class:`~drivers.mit_health.FollowMonitor` on this cycle's commands and replies."""
         mon = self.monitor
         if not mon.config.enabled:
             return
         lim = self._lim
         cmds = [codec.decode_command_values(f.data, lim[j]) for j, f in enumerate(frames)]
-        codes = mon.update(float(self._now()), fresh.tolist(), self._rep, cmds)
+        codes = mon.update(float(self._now()), fresh, self._rep, cmds)
+        detected = self._detected
         for j, code in enumerate(codes):
-            if code and not self._detected[j]:
-                self._detected[j] = code
-        s = self._sign
-        ge = [g * e for g, e in zip(self._gear, self._eff)]
-        self._torque_residual[:] = [s[j] * mon.residual_nm[j] * ge[j] for j in range(self.n_joints)]
+            if code and not detected[j]:
+                detected[j] = code
+        self._torque_residual = [s * r * ge for s, r, ge in zip(self._sign, mon.residual_nm, self._ge)]
 
     def set_zero(self) -> Feedback:
         """Make every motor's current position its zero (SET_ZERO frame); motors must be disabled.
@@ -464,7 +477,7 @@ class MitCanDriver(Driver):
         The joint offsets of the mappings still apply afterwards.
         """
         self._check_open()
-        if self._enabled.any():
+        if self._enabled:
             raise DriverError("set_zero() needs the motors disabled")
         frames = [Frame(jt.can_id, codec.SET_ZERO) for jt in self._joints]
         stats = self._new_stats()
@@ -491,7 +504,7 @@ class MitCanDriver(Driver):
         for attempt in range(2):
             self._exchange([zero[j] for j in todo], todo, self.reply_timeout_s, stats)
             if attempt == 0:
-                self._enabled[:] = False
+                self._enabled = False
             fresh = self._exchange([exits[j] for j in todo], todo, self.reply_timeout_s, stats)
             todo = [j for j in todo if not fresh[j]]
             if not todo:

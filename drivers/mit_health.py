@@ -158,10 +158,11 @@ class FollowMonitor:
         dt = 0.0 if self._t is None else max(0.0, t_s - self._t)
         self._t = t_s
         a = 1.0 if cfg.lag_s == 0.0 else 1.0 - math.exp(-dt / cfg.lag_s) if dt > 0 else 0.0
-        for j in range(self.n):
+        xs, us, codes = self._x, self._u, self.codes
+        for j, tm in enumerate(self._tmax):
             # the reply to this cycle's command shows the current driven by the previous one
-            x = self._x[j] + a * (self._u[j] - self._x[j])
-            self._x[j] = x
+            x = xs[j] + a * (us[j] - xs[j])
+            xs[j] = x
             rep = replies[j] if fresh[j] else None
             p_des, v_des, kp, kd, t_ff = commands[j]
             if rep is None:
@@ -170,11 +171,10 @@ class FollowMonitor:
             else:
                 p, v, t_meas, raw = rep
                 u = t_ff + kp * (p_des - p) + kd * (v_des - v)
-                if self.codes[j] == 0:
+                if codes[j] == 0:
                     self._check(j, x, t_meas, raw)
-            tm = self._tmax[j]
-            self._u[j] = tm if u > tm else -tm if u < -tm else u
-        return self.codes
+            us[j] = tm if u > tm else -tm if u < -tm else u
+        return codes
 
     def _check(self, j: int, x: float, t_meas: float, raw) -> None:
         cfg = self.config

@@ -244,15 +244,10 @@ class CanTransport:
         self.frames_received += 1
         if msg.is_error_frame:
             self.error_frames += 1
-        return Frame(
-            arbitration_id=msg.arbitration_id,
-            data=bytes(msg.data) if msg.data is not None else b"",
-            timestamp=float(msg.timestamp or 0.0),
-            is_error_frame=bool(msg.is_error_frame),
-            is_remote=bool(msg.is_remote_frame),
-            is_extended_id=bool(msg.is_extended_id),
-            dlc=msg.dlc if msg.is_remote_frame else None,
-        )
+        # positional, in the field order of Frame (keywords cost more per frame)
+        return Frame(msg.arbitration_id, bytes(msg.data) if msg.data is not None else b"",
+                     float(msg.timestamp or 0.0), bool(msg.is_error_frame), bool(msg.is_remote_frame),
+                     bool(msg.is_extended_id), msg.dlc if msg.is_remote_frame else None)
 
     def drain(self, max_frames: int = 100_000) -> int:
         """Discard every frame already queued; return how many were dropped."""

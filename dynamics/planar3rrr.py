@@ -394,7 +394,7 @@ class Planar3RRR(ParallelModel):
     # ------------------------------------------------------------------ helpers
     def _v3(self, x, what: str) -> np.ndarray:
         if type(x) is np.ndarray and x.dtype == _F64 and x.shape == (3,) and x.flags.c_contiguous:
-            if not np.isfinite(x).all():
+            if not all(map(math.isfinite, x.tolist())):     # (a numpy reduction costs more on 3 values)
                 raise ModelError(f"{self.name}: {what} must be finite, got {x}")
             return x
         a = np.ascontiguousarray(x, dtype=float)

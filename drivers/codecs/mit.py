@@ -241,12 +241,10 @@ def float_to_uint(x: float, x_min: float, x_max: float, bits: int, nearest: bool
         If ``x`` is not finite (nothing non-finite is ever encoded).
     """
     x = float(x)
-    if not math.isfinite(x):
-        raise DriverError(f"refusing to encode non-finite value {x!r}")
-    if x < x_min:
-        x = x_min
-    elif x > x_max:
-        x = x_max
+    if not x_min <= x <= x_max:         # outside the range, or NaN
+        if not math.isfinite(x):
+            raise DriverError(f"refusing to encode non-finite value {x!r}")
+        x = x_min if x < x_min else x_max
     top = (1 << bits) - 1
     u = int((x - x_min) * top / (x_max - x_min) + (0.5 if nearest else 0.0))
     return top if u > top else u
