@@ -40,7 +40,7 @@ import math
 import numpy as np
 from numba import njit
 
-from dynamics._planar3rrr_kernels import fk_newton_ws, jx_entry, reduced_entry, tid_entry, WS_SIZE
+from dynamics._planar3rrr_kernels import fk_newton_ws, jx_geo_ws, reduced_entry, tid_ws, WS_SIZE
 from dynamics._serial_kernels import NW, _crba_core, _rnea_core
 
 #: friction compensation modes of the compiled laws
@@ -184,10 +184,13 @@ def compensate_friction(tau, fric, fmode, v_meas, v_des):
 
 
 @njit(cache=True)
-def _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask):
-    """tau = sat(ID(X, Xd, a) + friction); returns (status, any saturated)."""
-    zero3 = np.zeros(3)
-    st = tid_entry(P, X, Xd, a, zero3, branch, tau_raw)
+def _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask, ws):
+    """tau = sat(ID(X, Xd, a) + friction); returns (status, any saturated).  ``ws``
+    (>= WS_SIZE + 12,) work: the inverse dynamics' workspace and a zero wrench."""
+    zero3 = ws[WS_SIZE + 9:WS_SIZE + 12]
+    for i in range(3):
+        zero3[i] = 0.0
+    st = tid_ws(P, X, Xd, a, zero3, branch, tau_raw, ws)
     if st != 0:
         return st, False
     compensate_friction(tau_raw, fric, fmode, qd, qd)
@@ -202,7 +205,7 @@ def _rrr_measure(P, q, qd, pose_prev, X, Jx, Xd, ws):
     st, it = fk_newton_ws(P, q, pose_prev, 1e-12, 50, X, ws)
     if st != 0:
         return st
-    st = jx_entry(P, q, X, Jx)
+    st = jx_geo_ws(P, ws, Jx)             # the geometry at X is in ws after the solve
     if st != 0:
         return st
     for r in range(3):
@@ -237,32 +240,32 @@ def rrr_task_computed_torque(P, branch, q, qd, pose_prev, ref_pos, ref_vel, ref_
     int
         0, or the model status of the step that failed (nothing is valid then).
     """
-    ws = np.empty(WS_SIZE + 27)
-    Jx = ws[WS_SIZE:WS_SIZE + 9]
-    Xd = ws[WS_SIZE + 9:WS_SIZE + 12]
-    a = ws[WS_SIZE + 12:WS_SIZE + 15]
-    a2 = ws[WS_SIZE + 15:WS_SIZE + 18]
-    zc = ws[WS_SIZE + 18:WS_SIZE + 21]
-    tau_raw = ws[WS_SIZE + 21:WS_SIZE + 24]
+    ws = np.empty(WS_SIZE + 36)           # [0:WS_SIZE + 12]: the model's work (_rrr_torque)
+    Jx = ws[WS_SIZE + 12:WS_SIZE + 21]
+    Xd = ws[WS_SIZE + 21:WS_SIZE + 24]
+    a = ws[WS_SIZE + 24:WS_SIZE + 27]
+    a2 = ws[WS_SIZE + 27:WS_SIZE + 30]
+    zc = ws[WS_SIZE + 30:WS_SIZE + 33]
+    tau_raw = ws[WS_SIZE + 33:WS_SIZE + 36]
     st = _rrr_measure(P, q, qd, pose_prev, X, Jx, Xd, ws)
     if st != 0:
         return st
     planar_task_error(ref_pos, X, e)
     pd_acceleration(ref_acc, ref_vel, Xd, e, kp, kd, a)
     if not has_ki:
-        st, anys = _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask)
+        st, anys = _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask, ws)
         for i in range(3):
             z_out[i] = z[i]
         return st
     integrator_candidate(z, e, dt, z_limit, zc)
     add_matvec(a, ki, zc, a2)
-    st, anys = _rrr_torque(P, X, Xd, a2, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask)
+    st, anys = _rrr_torque(P, X, Xd, a2, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask, ws)
     if st != 0:
         return st
     if anys:
         # conditional integration: the integrator keeps its value while saturated
         add_matvec(a, ki, z, a2)
-        st, anys = _rrr_torque(P, X, Xd, a2, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask)
+        st, anys = _rrr_torque(P, X, Xd, a2, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask, ws)
         for i in range(3):
             z_out[i] = z[i]
         return st

@@ -919,11 +919,20 @@ def fd_task_entry(P, th, thd, tau, Xh, W, out):
 @njit(cache=True)
 def tid_entry(P, X, Xd, Xdd, W, branch, tau):
     """Task-space inverse dynamics, torques only."""
+    return tid_ws(P, X, Xd, Xdd, W, branch, tau, np.empty(WS_SIZE + 9))
+
+
+@njit(cache=True)
+def tid_ws(P, X, Xd, Xdd, W, branch, tau, ws):
+    """:func:`tid_entry` in the caller's workspace ``ws`` (>= WS_SIZE + 9,): no allocation.
+
+    X, Xd, Xdd (3,) platform pose, rate, acceleration; W (3,) wrench on the platform;
+    branch (3,) elbow branches; tau (3,) actuator torques [N m] out.  Returns a status.
+    """
     G = P[3]
     st = _combine(valid3(X), valid3(Xd), valid3(Xdd), valid3(W), OK)
     if st != OK:
         return st
-    ws = np.empty(WS_SIZE + 9)
     th = ws[WS_SIZE:WS_SIZE + 3]
     thd = ws[WS_SIZE + 3:WS_SIZE + 6]
     thdd = ws[WS_SIZE + 6:WS_SIZE + 9]
@@ -990,11 +999,26 @@ def jx_entry(P, th, X, Jx):
 
     Same singularity test as ``check_singular`` (status ST_TYPE1 + i / ST_TYPE2).
     """
-    G = P[3]
     ws = np.empty(WS_SIZE)
     st = _geometry_checked(P, th, X, ws)
     if st != OK:
         return st
+    return _jx_from_jacobians(P, ws, Jx)
+
+
+@njit(cache=True)
+def jx_geo_ws(P, ws, Jx):
+    """:func:`jx_entry` from the geometry already in ``ws[0:24]`` (e.g. right after a
+    successful :func:`fk_newton_ws`, which leaves the geometry of its pose there): the
+    constraint Jacobians, the singularity test, J_x (9,) row-major.  Returns a status."""
+    jacobians(P, ws)
+    return _jx_from_jacobians(P, ws, Jx)
+
+
+@njit(cache=True)
+def _jx_from_jacobians(P, ws, Jx):
+    """The singularity test and J_x = -B^{-1} A (9,) from A, B in ``ws[24:36]``."""
+    G = P[3]
     st = check_singular(P, G, ws[24:27], ws[27:36], G[5])
     if st != OK:
         return st
