@@ -193,6 +193,7 @@ class SimulatedPlant:
                               field="brake_release_s")
         self._brake_release_s = rel
         self._release_at = np.full(n, math.inf)     # pending releases (plant time)
+        self._next_release_s = math.inf              # min(_release_at), kept with it
         self._par = np.stack([self._viscous, self._coulomb, np.zeros(n)])
         self._viscous = self._par[0]
         self._has_viscous = bool(np.any(self._viscous > 0))
@@ -548,6 +549,7 @@ class SimulatedPlant:
                 sel[idx] = True
                 pend = sel & self._braked & np.isinf(self._release_at)
                 self._release_at[pend] = self._t + self._brake_release_s
+            self._next_release_s = float(self._release_at.min())
 
     def _update_friction(self) -> None:
         # an engaged brake is Coulomb friction with the brake's holding torque
@@ -664,13 +666,12 @@ class SimulatedPlant:
         with self._lock:
             if t_s <= self._t:
                 return self._t
-            while True:                      # pending brake releases inside the interval
-                t_rel = float(self._release_at.min())
-                if t_rel >= t_s:
-                    break
+            while self._next_release_s < t_s:        # pending brake releases inside the interval
+                t_rel = self._next_release_s
                 self._advance(t_rel)
                 due = self._release_at <= t_rel
                 self._release_at[due] = math.inf
+                self._next_release_s = float(self._release_at.min())
                 self._braked[due] = False
                 self._update_friction()
             return self._advance(t_s)
