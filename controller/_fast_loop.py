@@ -99,7 +99,7 @@ def _commit(i, q, qd, e, tau, mask, pq, pqd, pta, pcmd, has_quant, quantum, fq, 
 
 # --- the plant steps: ``step(plant, h, n_steps, out) -> failed`` ------------------------------
 
-@njit(cache=True)
+@njit(inline="always")
 def _rrr_step(plant, h, n_steps, out):
     """``n_steps`` RK4 steps of length ``h`` [s] of the 3RRR plant (:func:`rrr_advance`) into
     ``out`` (12,) = q, qd, X, applied torque; True when a step failed."""
@@ -108,13 +108,43 @@ def _rrr_step(plant, h, n_steps, out):
     return st != 0 or done < n_steps
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _serial_step(plant, h, n_steps, out):
     """:func:`_rrr_step` for a serial chain (:func:`serial_advance`; ``out`` (3 n,) = q, qd,
     applied torque)."""
     P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum = plant
     st, done = serial_advance(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out)
     return st != 0 or done < n_steps
+
+
+# --- the singularity checks: ``check(sing, q, t, Xs) -> (clean, margin)`` ----------------------
+
+@njit(inline="always")
+def _rrr_singularity(sing, q, t, Xs):
+    """The 3RRR's singularity check of the cycle at time ``t`` [s] (``SafetySupervisor.check``):
+    the pose ``Xs`` (3,) by FK warm-started at the last checked one, the margin and its
+    prediction over the horizon against the minimum.  Returns (clean, margin)."""
+    sing_on, sing_every, P, tol_sing, pose_s, margin_prev, m_min, horizon_s = sing
+    ws = np.empty(WS_SIZE)
+    sout = np.empty(8)
+    st, it = fk_newton_ws(P, q, pose_s, 1e-12, 50, Xs, ws)
+    if st != 0 or sing_entry(P, q, Xs, sout) != 0 or not (sout[4] >= 0.0):
+        return False, 0.0
+    if sout[0] < tol_sing or abs(sout[1]) < tol_sing:
+        return False, 0.0
+    m = sout[4]
+    predicted = m
+    if margin_prev[0] != 0.0 and horizon_s > 0:
+        dtm = t - margin_prev[1]
+        if dtm > 0:
+            predicted = m + min(0.0, (m - margin_prev[2]) / dtm) * horizon_s
+    return m >= m_min and predicted >= m_min, m
+
+
+@njit(inline="always")
+def _no_singularity(sing, q, t, Xs):
+    """A serial chain has no singularity check (``sing[0]`` is False: never called)."""
+    return True, 0.0
 
 
 # --- the laws: ``law(consts, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask) -> status`` --------
@@ -125,7 +155,7 @@ def _serial_step(plant, h, n_steps, out):
 # the law's ``compiled_state``), s_new (ns,) written: the state after this cycle; e (dim,),
 # tau (n,), mask (n,) written: error, torques, saturated actuators.  Status 0: clean.
 
-@njit(cache=True)
+@njit(inline="always")
 def _rrr_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
     """:func:`rrr_task_computed_torque`; state (7,): FK pose (3,), integrator z (3,), t_last
     [s] (NaN before the first commit; it advances only with integral action)."""
@@ -136,19 +166,19 @@ def _rrr_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau
     return st
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _rrr_task_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
     """:func:`rrr_task_pd_gravity`; state (3,): the FK pose."""
     return rrr_task_pd_gravity(c[0], q, qd, s, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], s_new, e, tau, mask)
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _rrr_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
     """:func:`rrr_pd_gravity`; state (3,): the FK pose hint."""
     return rrr_pd_gravity(c[0], q, qd, s, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], s_new, e, tau, mask)
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _serial_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
     """:func:`serial_computed_torque`; state (n + 1,): integrator z (n,), t_last [s] (NaN
     before the first commit)."""
@@ -159,13 +189,13 @@ def _serial_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, 
     return st
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _serial_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
     """:func:`serial_pd_gravity`; no state (0,)."""
     return serial_pd_gravity(c[0], q, qd, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], e, tau, mask)
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _pid_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
     """:func:`pid`; state (2 n + 1,): integral (n,) [N m], back-calculation term (n,), time of
     the last step [s] (NaN before the first)."""
@@ -177,13 +207,14 @@ def _pid_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
 
 
 @njit(inline="always")
-def _cycles(law, step, k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """Run the clean cycles ``k0 <= k < k_end`` under ``law`` with the plant ``step``; return
     the first cycle not run.
 
     Parameters (all arrays are updated in place for every committed cycle)
     ----------
-    law, step : the law's cycle function and the robot's plant step (see above).
+    law, step, check : the law's cycle function, the robot's plant step and singularity check
+        (see above).
     k0, k_end : cycle indices; period_s [s]; t0 : the clock time of cycle 0 [s].
     consts : the law's constant arguments; state : (ns,) the law's state.
     safety : (s_k, q_min, q_max, v_max, soft_lo, soft_hi, tau_max, err_max, jbits, ebits): the
@@ -191,7 +222,7 @@ def _cycles(law, step, k0, k_end, period_s, t0, consts, state, safety, sing, pla
         rule bits (n,), (dim,).
     sing : (on, every, P, tol, pose (3,), margin_prev (3,) = [have, t, margin], margin_min,
         horizon [s]): the 3RRR singularity check (``on`` False: none; the other entries are
-        then placeholders of the same types).
+        then placeholders).
     plant : (P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum): the plant
         (:func:`rrr_advance` / :func:`serial_advance` arguments; pose X (3,) or (0,)), its time
         ``t`` (1,) [s], step limit ``h_max`` [s] and encoder quantum (n,).
@@ -202,8 +233,9 @@ def _cycles(law, step, k0, k_end, period_s, t0, consts, state, safety, sing, pla
         and the measured torque; (n,) the law's saturation mask of the last cycle.
     """
     s_k, q_min, q_max, v_max, soft_lo, soft_hi, tau_max, err_max, jbits, ebits = safety
-    sing_on, sing_every, Ps, tol_sing, pose_s, margin_prev, m_min, horizon_s = sing
-    Pp, pq, pqd, pX, pta, pt, pcmd, ppar, lag, flags, h_max, has_quant, quantum = plant
+    sing_on, sing_every, pose_s, margin_prev = sing[0], sing[1], sing[4], sing[5]
+    pq, pqd, pX, pta, pt, pcmd = plant[1], plant[2], plant[3], plant[4], plant[5], plant[6]
+    h_max, has_quant, quantum = plant[10], plant[11], plant[12]
     fq, fqd, ftau = fb
     ref_pos, ref_vel, ref_acc = refs
     o_q, o_qd, o_err, o_tau, o_taum, last_mask = logs
@@ -212,7 +244,6 @@ def _cycles(law, step, k0, k_end, period_s, t0, consts, state, safety, sing, pla
     fault = np.zeros(n, dtype=np.int64)
     enabled = np.ones(n, dtype=np.bool_)
     fresh = np.ones(n, dtype=np.bool_)
-    ws = np.empty(WS_SIZE)
     q = np.empty(n)
     qd = np.empty(n)
     e = np.empty(o_err.shape[1])
@@ -220,7 +251,6 @@ def _cycles(law, step, k0, k_end, period_s, t0, consts, state, safety, sing, pla
     mask = np.empty(n, dtype=np.bool_)
     state_new = np.empty(state.shape[0])
     Xs = np.empty(3)
-    sout = np.empty(8)
     out = np.empty(3 * n + nx)
     for k in range(k0, k_end):
         i = k - k0
@@ -238,20 +268,8 @@ def _cycles(law, step, k0, k_end, period_s, t0, consts, state, safety, sing, pla
         sing_now = sing_on and (sk - 1) % sing_every == 0
         m = 0.0
         if sing_now:
-            st, it = fk_newton_ws(Ps, q, pose_s, 1e-12, 50, Xs, ws)
-            if st != 0:
-                return k
-            if sing_entry(Ps, q, Xs, sout) != 0 or not (sout[4] >= 0.0):
-                return k
-            if sout[0] < tol_sing or abs(sout[1]) < tol_sing:
-                return k
-            m = sout[4]
-            predicted = m
-            if margin_prev[0] != 0.0 and horizon_s > 0:
-                dtm = t - margin_prev[1]
-                if dtm > 0:
-                    predicted = m + min(0.0, (m - margin_prev[2]) / dtm) * horizon_s
-            if not (m >= m_min) or not (predicted >= m_min):
+            clean, m = check(sing, q, t, Xs)
+            if not clean:
                 return k
         # --- the driver cycle: plant to now, sensors, hold the command -------------------
         ts = t0 + t
@@ -288,43 +306,43 @@ def _cycles(law, step, k0, k_end, period_s, t0, consts, state, safety, sing, pla
 @njit(cache=True, nogil=True)
 def rrr_task_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a 3RRR under :class:`controller.laws.TaskComputedTorque`."""
-    return _cycles(_rrr_task_computed_torque_cycle, _rrr_step, k0, k_end, period_s, t0, consts, state, safety,
-                   sing, plant, fb, refs, logs)
+    return _cycles(_rrr_task_computed_torque_cycle, _rrr_step, _rrr_singularity,
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
 
 
 @njit(cache=True, nogil=True)
 def rrr_task_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a 3RRR under :class:`controller.laws.TaskPDGravity`."""
-    return _cycles(_rrr_task_pd_gravity_cycle, _rrr_step, k0, k_end, period_s, t0, consts, state, safety,
-                   sing, plant, fb, refs, logs)
+    return _cycles(_rrr_task_pd_gravity_cycle, _rrr_step, _rrr_singularity,
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
 
 
 @njit(cache=True, nogil=True)
 def rrr_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a 3RRR under :class:`controller.laws.PDGravity`."""
-    return _cycles(_rrr_pd_gravity_cycle, _rrr_step, k0, k_end, period_s, t0, consts, state, safety,
-                   sing, plant, fb, refs, logs)
+    return _cycles(_rrr_pd_gravity_cycle, _rrr_step, _rrr_singularity,
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
 
 
 @njit(cache=True, nogil=True)
 def serial_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a serial chain under :class:`controller.laws.ComputedTorque`."""
-    return _cycles(_serial_computed_torque_cycle, _serial_step, k0, k_end, period_s, t0, consts, state,
-                   safety, sing, plant, fb, refs, logs)
+    return _cycles(_serial_computed_torque_cycle, _serial_step, _no_singularity,
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
 
 
 @njit(cache=True, nogil=True)
 def serial_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a serial chain under :class:`controller.laws.PDGravity`."""
-    return _cycles(_serial_pd_gravity_cycle, _serial_step, k0, k_end, period_s, t0, consts, state,
-                   safety, sing, plant, fb, refs, logs)
+    return _cycles(_serial_pd_gravity_cycle, _serial_step, _no_singularity,
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
 
 
 @njit(cache=True, nogil=True)
 def pid_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a serial chain under :class:`controller.laws.PID`."""
-    return _cycles(_pid_cycle, _serial_step, k0, k_end, period_s, t0, consts, state, safety, sing, plant,
-                   fb, refs, logs)
+    return _cycles(_pid_cycle, _serial_step, _no_singularity,
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
 
 
 _PD = ("P", "kp", "kd", "fric", "fmode", "has_sat", "sat_lim")
