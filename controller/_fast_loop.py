@@ -1,19 +1,32 @@
 """The compiled offline loop: whole control cycles in one kernel, no Python per cycle.
 
-:func:`rrr_segment` runs cycles ``k0 .. k_end - 1`` of :class:`controller.loop.ControlLoop`
-for the 3RRR with task-space computed torque, :func:`serial_segment` for a serial chain with
-joint-space computed torque, against the in-process simulated plant
+Each ``*_seg`` entry runs cycles ``k0 .. k_end - 1`` of :class:`controller.loop.ControlLoop`
+under one control law against the in-process simulated plant
 (:class:`drivers.sim.direct.DirectPlantDriver` on the lock-step clock), calling the same
 compiled functions the Python loop calls:
 
-* the law: :func:`controller._law_kernels.rrr_task_computed_torque` (what
-  :meth:`controller.laws.TaskComputedTorque.compute` runs for this model);
-* the safety rules: :func:`controller._safety_rules.evaluate` and the periodic
-  singularity check with the model's own kernels (what ``SafetySupervisor.check``
+* the law: the kernel of :mod:`controller._law_kernels` that the law's Python class runs
+  for its model (the entries below), through a short per-cycle function that reads and writes
+  the law's state vector;
+* the safety rules: :func:`controller._safety_rules.evaluate` and, for the 3RRR, the
+  periodic singularity check with the model's own kernels (what ``SafetySupervisor.check``
   runs on a clean cycle);
-* the plant step: :func:`drivers.sim._plant_kernels.rrr_advance` (what
-  ``SimulatedPlant.advance_to`` runs) and the encoder quantisation of
-  ``SimulatedPlant.measure``.
+* the plant step: :func:`drivers.sim._plant_kernels.rrr_advance` or
+  :func:`~drivers.sim._plant_kernels.serial_advance` (what ``SimulatedPlant.advance_to``
+  runs) and the encoder quantisation of ``SimulatedPlant.measure``.
+
+The entries, one per law kernel of :mod:`controller._law_kernels` (and the Python class that
+runs it): :func:`rrr_task_computed_torque_seg` (``TaskComputedTorque``),
+:func:`rrr_task_pd_gravity_seg` (``TaskPDGravity``), :func:`rrr_pd_gravity_seg` (``PDGravity``)
+for the 3RRR with ``rrr_advance``; :func:`serial_computed_torque_seg` (``ComputedTorque``),
+:func:`serial_pd_gravity_seg` (``PDGravity``), :func:`pid_seg` (``PID``) for a serial chain
+with ``serial_advance``.
+
+The cycle is written once, in :func:`_cycles`, which numba inlines into every entry
+(``inline="always"``) with the entry's law and plant step: each entry is its own small
+cached function, so numba's disk cache serves it in every later process (a law passed in
+from Python as a function argument would make it miss).  :data:`SEGMENTS` names each entry
+and the constant arguments of its law.
 
 A cycle is committed only when it is *clean*: the law and the plant report no
 model status, every safety rule passes and the singularity margin (when checked)
@@ -21,7 +34,8 @@ is regular and above its minimum.  At the first cycle that is not, the kernel
 stops without changing any state and returns its index: the Python loop runs that
 cycle (which records the fault, clips, brakes...), so every rule and reaction
 exists once, in Python, and the compiled loop only accelerates the clean cycles.
-The results are bit-identical to the Python loop (``tests/test_fast_loop.py``).
+The results are bit-identical to the Python loop (``tests/test_fast_loop.py``,
+``tests/test_fast_loop_serial.py``, ``tests/test_fast_loop_laws.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +48,8 @@ from numba import njit
 from dynamics._planar3rrr_kernels import WS_SIZE, fk_newton_ws, sing_entry
 from drivers.sim._plant_kernels import rrr_advance, serial_advance
 
-from ._law_kernels import rrr_task_computed_torque, serial_computed_torque
+from ._law_kernels import (pid, rrr_pd_gravity, rrr_task_computed_torque, rrr_task_pd_gravity,
+                           serial_computed_torque, serial_pd_gravity)
 from ._safety_rules import _all_finite, evaluate
 
 
@@ -82,57 +97,168 @@ def _commit(i, q, qd, e, tau, mask, pq, pqd, pta, pcmd, has_quant, quantum, fq, 
         o_err[i, j] = e[j]
 
 
-@njit(cache=True, nogil=True)
-def rrr_segment(k0, k_end, period_s, t0,
-                Pc, branch, kp, kd, ki, has_ki, z, t_last, z_limit, fric, fmode, has_sat, sat_lim, pose_c,
-                s_k, q_min, q_max, v_max, soft_lo, soft_hi, tau_max, err_max, jbits, ebits,
-                sing_on, sing_every, Ps, tol_sing, pose_s, margin_prev, m_min, horizon_s,
-                Pp, pq, pqd, pX, pta, pt, pcmd, ppar, lag, flags, h_max, has_quant, quantum,
-                fq, fqd, ftau,
-                ref_pos, ref_vel, ref_acc,
-                o_q, o_qd, o_err, o_tau, o_taum, last_mask):
-    """Run the clean cycles ``k0 <= k < k_end``; return the first cycle not run.
+# --- the plant steps: ``step(plant, h, n_steps, out) -> failed`` ------------------------------
+
+@njit(inline="always")
+def _rrr_step(plant, h, n_steps, out):
+    """``n_steps`` RK4 steps of length ``h`` [s] of the 3RRR plant (:func:`rrr_advance`) into
+    ``out`` (12,) = q, qd, X, applied torque; True when a step failed."""
+    P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum = plant
+    st, done = rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out)
+    return st != 0 or done < n_steps
+
+
+@njit(inline="always")
+def _serial_step(plant, h, n_steps, out):
+    """:func:`_rrr_step` for a serial chain (:func:`serial_advance`; ``out`` (3 n,) = q, qd,
+    applied torque)."""
+    P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum = plant
+    st, done = serial_advance(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out)
+    return st != 0 or done < n_steps
+
+
+# --- the singularity checks: ``check(sing, q, t, Xs) -> (clean, margin)`` ----------------------
+
+@njit(inline="always")
+def _rrr_singularity(sing, q, t, Xs):
+    """The 3RRR's singularity check of the cycle at time ``t`` [s] (``SafetySupervisor.check``):
+    the pose ``Xs`` (3,) by FK warm-started at the last checked one, the margin and its
+    prediction over the horizon against the minimum.  Returns (clean, margin)."""
+    sing_on, sing_every, P, tol_sing, pose_s, margin_prev, m_min, horizon_s = sing
+    ws = np.empty(WS_SIZE)
+    sout = np.empty(8)
+    st, it = fk_newton_ws(P, q, pose_s, 1e-12, 50, Xs, ws)
+    if st != 0 or sing_entry(P, q, Xs, sout) != 0 or not (sout[4] >= 0.0):
+        return False, 0.0
+    if sout[0] < tol_sing or abs(sout[1]) < tol_sing:
+        return False, 0.0
+    m = sout[4]
+    predicted = m
+    if margin_prev[0] != 0.0 and horizon_s > 0:
+        dtm = t - margin_prev[1]
+        if dtm > 0:
+            predicted = m + min(0.0, (m - margin_prev[2]) / dtm) * horizon_s
+    return m >= m_min and predicted >= m_min, m
+
+
+@njit(inline="always")
+def _no_singularity(sing, q, t, Xs):
+    """A serial chain has no singularity check (``sing[0]`` is False: never called)."""
+    return True, 0.0
+
+
+# --- the laws: ``law(consts, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask) -> status`` --------
+#
+# consts: the law's constant arguments (the ``SEGMENTS`` keys of its ``compiled_args``, in
+# order); q, qd (n,) the measured state; pos, vel, acc (dim,) the reference of the cycle;
+# t [s] the cycle's time; s (ns,) the law's state after the last committed cycle (the layout of
+# the law's ``compiled_state``), s_new (ns,) written: the state after this cycle; e (dim,),
+# tau (n,), mask (n,) written: error, torques, saturated actuators.  Status 0: clean.
+
+@njit(inline="always")
+def _rrr_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+    """:func:`rrr_task_computed_torque`; state (7,): FK pose (3,), integrator z (3,), t_last
+    [s] (NaN before the first commit; it advances only with integral action)."""
+    st = rrr_task_computed_torque(c[0], c[1], q, qd, s[0:3], pos, vel, acc, c[2], c[3], c[4], c[5],
+                                  s[3:6], _since(t, s[6]), c[6], c[7], c[8], c[9], c[10],
+                                  s_new[0:3], e, tau, mask, s_new[3:6])
+    s_new[6] = t if c[5] else s[6]
+    return st
+
+
+@njit(inline="always")
+def _rrr_task_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+    """:func:`rrr_task_pd_gravity`; state (3,): the FK pose."""
+    return rrr_task_pd_gravity(c[0], q, qd, s, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], s_new, e, tau, mask)
+
+
+@njit(inline="always")
+def _rrr_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+    """:func:`rrr_pd_gravity`; state (3,): the FK pose hint."""
+    return rrr_pd_gravity(c[0], q, qd, s, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], s_new, e, tau, mask)
+
+
+@njit(inline="always")
+def _serial_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+    """:func:`serial_computed_torque`; state (n + 1,): integrator z (n,), t_last [s] (NaN
+    before the first commit)."""
+    n = q.shape[0]
+    st = serial_computed_torque(c[0], q, qd, pos, vel, acc, c[1], c[2], c[3], c[4], s[0:n], _since(t, s[n]),
+                                c[5], c[6], c[7], c[8], c[9], e, tau, mask, s_new[0:n])
+    s_new[n] = t
+    return st
+
+
+@njit(inline="always")
+def _serial_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+    """:func:`serial_pd_gravity`; no state (0,)."""
+    return serial_pd_gravity(c[0], q, qd, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], e, tau, mask)
+
+
+@njit(inline="always")
+def _pid_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+    """:func:`pid`; state (2 n + 1,): integral (n,) [N m], back-calculation term (n,), time of
+    the last step [s] (NaN before the first)."""
+    n = q.shape[0]
+    st = pid(c[0], c[1], q, qd, pos, vel, _since(t, s[2 * n]), c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9],
+             s[0:n], s[n:2 * n], e, tau, mask, s_new[0:n], s_new[n:2 * n])
+    s_new[2 * n] = t
+    return st
+
+
+@njit(inline="always")
+def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+    """Run the clean cycles ``k0 <= k < k_end`` under ``law`` with the plant ``step``; return
+    the first cycle not run.
 
     Parameters (all arrays are updated in place for every committed cycle)
     ----------
+    law, step, check : the law's cycle function, the robot's plant step and singularity check
+        (see above).
     k0, k_end : cycle indices; period_s [s]; t0 : the clock time of cycle 0 [s].
-    Pc ... pose_c : the controller (:meth:`TaskComputedTorque._compiled_args`), its
-        integrator ``z`` (3,), ``t_last`` (1,) (NaN: never committed) and FK warm start.
-    s_k ... horizon_s : the safety supervisor: cycle counter (1,), limits, rule bits,
-        singularity check (on, every, model, tolerance, pose (3,),
-        ``margin_prev`` (3,) = [have, t, margin], min margin, horizon [s]).
-    Pp ... quantum : the plant (:func:`rrr_advance` arguments), its time ``pt`` (1,),
-        step limit ``h_max`` and encoder quantum (3,).
-    fq, fqd, ftau : (3,) the feedback read by the previous cycle (in/out).
-    ref_pos, ref_vel, ref_acc : (k_end - k0, 3) reference rows of the cycles.
-    o_q ... o_taum : (k_end - k0, 3) log rows (measured q, qd; task error; torque
-        command; measured torque); last_mask : (3,) the law's saturation mask.
+    consts : the law's constant arguments; state : (ns,) the law's state.
+    safety : (s_k, q_min, q_max, v_max, soft_lo, soft_hi, tau_max, err_max, jbits, ebits): the
+        supervisor's cycle counter (1,), limits (n,), tracking-error limits (1,) or (dim,),
+        rule bits (n,), (dim,).
+    sing : (on, every, P, tol, pose (3,), margin_prev (3,) = [have, t, margin], margin_min,
+        horizon [s]): the 3RRR singularity check (``on`` False: none; the other entries are
+        then placeholders).
+    plant : (P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum): the plant
+        (:func:`rrr_advance` / :func:`serial_advance` arguments; pose X (3,) or (0,)), its time
+        ``t`` (1,) [s], step limit ``h_max`` [s] and encoder quantum (n,).
+    fb : (fq, fqd, ftau) (n,) the feedback read by the previous cycle (in/out).
+    refs : (ref_pos, ref_vel, ref_acc) (k_end - k0, dim) reference rows of the cycles.
+    logs : (o_q, o_qd, o_err, o_tau, o_taum, last_mask): log rows (k_end - k0, n) of the
+        measured q, qd, (k_end - k0, dim) of the error, (k_end - k0, n) of the torque command
+        and the measured torque; (n,) the law's saturation mask of the last cycle.
     """
-    n = 3
+    s_k, q_min, q_max, v_max, soft_lo, soft_hi, tau_max, err_max, jbits, ebits = safety
+    sing_on, sing_every, pose_s, margin_prev = sing[0], sing[1], sing[4], sing[5]
+    pq, pqd, pX, pta, pt, pcmd = plant[1], plant[2], plant[3], plant[4], plant[5], plant[6]
+    h_max, has_quant, quantum = plant[10], plant[11], plant[12]
+    fq, fqd, ftau = fb
+    ref_pos, ref_vel, ref_acc = refs
+    o_q, o_qd, o_err, o_tau, o_taum, last_mask = logs
+    n = pq.shape[0]
+    nx = pX.shape[0]
     fault = np.zeros(n, dtype=np.int64)
     enabled = np.ones(n, dtype=np.bool_)
     fresh = np.ones(n, dtype=np.bool_)
-    ws = np.empty(WS_SIZE)
     q = np.empty(n)
     qd = np.empty(n)
-    Xc = np.empty(3)
-    e = np.empty(3)
+    e = np.empty(o_err.shape[1])
     tau = np.empty(n)
     mask = np.empty(n, dtype=np.bool_)
-    zn = np.empty(3)
+    state_new = np.empty(state.shape[0])
     Xs = np.empty(3)
-    sout = np.empty(8)
-    out = np.empty(12)
+    out = np.empty(3 * n + nx)
     for k in range(k0, k_end):
         i = k - k0
         t = k * period_s
         if not _read_state(fq, fqd, q, qd):
             return k
         # --- the law ------------------------------------------------------------------
-        dt = _since(t, t_last[0])
-        st = rrr_task_computed_torque(Pc, branch, q, qd, pose_c, ref_pos[i], ref_vel[i], ref_acc[i], kp, kd, ki,
-                                      has_ki, z, dt, z_limit, fric, fmode, has_sat, sat_lim, Xc, e, tau, mask, zn)
-        if st != 0:
+        if law(consts, q, qd, ref_pos[i], ref_vel[i], ref_acc[i], t, state, state_new, e, tau, mask) != 0:
             return k
         # --- the safety rules -----------------------------------------------------------
         if evaluate(q, qd, tau, ref_pos[i], ref_vel[i], ref_acc[i], e, err_max, fault, enabled, fresh,
@@ -142,44 +268,28 @@ def rrr_segment(k0, k_end, period_s, t0,
         sing_now = sing_on and (sk - 1) % sing_every == 0
         m = 0.0
         if sing_now:
-            st, it = fk_newton_ws(Ps, q, pose_s, 1e-12, 50, Xs, ws)
-            if st != 0:
-                return k
-            if sing_entry(Ps, q, Xs, sout) != 0 or not (sout[4] >= 0.0):
-                return k
-            if sout[0] < tol_sing or abs(sout[1]) < tol_sing:
-                return k
-            m = sout[4]
-            predicted = m
-            if margin_prev[0] != 0.0 and horizon_s > 0:
-                dtm = t - margin_prev[1]
-                if dtm > 0:
-                    predicted = m + min(0.0, (m - margin_prev[2]) / dtm) * horizon_s
-            if not (m >= m_min) or not (predicted >= m_min):
+            clean, m = check(sing, q, t, Xs)
+            if not clean:
                 return k
         # --- the driver cycle: plant to now, sensors, hold the command -------------------
         ts = t0 + t
         span = ts - pt[0]
         if span > 0.0:
             n_steps, h = _steps(span, h_max)
-            st, done = rrr_advance(Pp, pq, pqd, pX, pta, pcmd, ppar, lag, flags, h, n_steps, out)
-            if st != 0 or done < n_steps:
+            if step(plant, h, n_steps, out):
                 return k
             for j in range(n):
                 pq[j] = out[j]
-                pqd[j] = out[3 + j]
-                pX[j] = out[6 + j]
-                pta[j] = out[9 + j]
+                pqd[j] = out[n + j]
+                pta[j] = out[2 * n + nx + j]
+            for j in range(nx):
+                pX[j] = out[2 * n + j]
             pt[0] = ts
         # --- commit ---------------------------------------------------------------------
         _commit(i, q, qd, e, tau, mask, pq, pqd, pta, pcmd, has_quant, quantum, fq, fqd, ftau,
                 o_q, o_qd, o_err, o_tau, o_taum, last_mask)
-        for j in range(3):
-            pose_c[j] = Xc[j]
-        if has_ki:
-            for j in range(3):
-                z[j] = zn[j]
-            t_last[0] = t
+        for j in range(state.shape[0]):
+            state[j] = state_new[j]
         s_k[0] = sk
         if sing_now:
             for j in range(3):
@@ -190,66 +300,61 @@ def rrr_segment(k0, k_end, period_s, t0,
     return k_end
 
 
-@njit(cache=True, nogil=True)
-def serial_segment(k0, k_end, period_s, t0,
-                   Pc, kp, kd, ki, has_ki, z, t_last, z_limit, fric, fmode, has_sat, sat_lim,
-                   s_k, q_min, q_max, v_max, soft_lo, soft_hi, tau_max, err_max, jbits, ebits,
-                   Pp, pq, pqd, pta, pt, pcmd, ppar, lag, flags, h_max, has_quant, quantum,
-                   fq, fqd, ftau,
-                   ref_pos, ref_vel, ref_acc,
-                   o_q, o_qd, o_err, o_tau, o_taum, last_mask):
-    """:func:`rrr_segment` for a serial chain under joint-space computed torque.
+# --- the entries: ``segment(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs,
+# logs) -> first cycle not run`` (arguments as :func:`_cycles`) ------------------------------------
 
-    The law is :func:`controller._law_kernels.serial_computed_torque` (what
-    :meth:`controller.laws.ComputedTorque.compute` runs for an exact ``SerialModel``), the
-    safety rules :func:`controller._safety_rules.evaluate` (no singularity check: a serial
-    chain has none), the plant step :func:`drivers.sim._plant_kernels.serial_advance`.
-    Arguments as :func:`rrr_segment` without the pose and singularity ones; all (n,)
-    arrays, gains (n, n), rows (k_end - k0, n).
-    """
-    n = pq.shape[0]
-    fault = np.zeros(n, dtype=np.int64)
-    enabled = np.ones(n, dtype=np.bool_)
-    fresh = np.ones(n, dtype=np.bool_)
-    q = np.empty(n)
-    qd = np.empty(n)
-    e = np.empty(n)
-    tau = np.empty(n)
-    mask = np.empty(n, dtype=np.bool_)
-    zn = np.empty(n)
-    out = np.empty(3 * n)
-    for k in range(k0, k_end):
-        i = k - k0
-        t = k * period_s
-        if not _read_state(fq, fqd, q, qd):
-            return k
-        # --- the law ------------------------------------------------------------------
-        dt = _since(t, t_last[0])
-        if serial_computed_torque(Pc, q, qd, ref_pos[i], ref_vel[i], ref_acc[i], kp, kd, ki, has_ki, z, dt,
-                                  z_limit, fric, fmode, has_sat, sat_lim, e, tau, mask, zn) != 0:
-            return k
-        # --- the safety rules -----------------------------------------------------------
-        if evaluate(q, qd, tau, ref_pos[i], ref_vel[i], ref_acc[i], e, err_max, fault, enabled, fresh,
-                    q_min, q_max, v_max, soft_lo, soft_hi, tau_max, jbits, ebits) != 0:
-            return k
-        # --- the driver cycle: plant to now, sensors, hold the command -------------------
-        ts = t0 + t
-        span = ts - pt[0]
-        if span > 0.0:
-            n_steps, h = _steps(span, h_max)
-            st, done = serial_advance(Pp, pq, pqd, pta, pcmd, ppar, lag, flags, h, n_steps, out)
-            if st != 0 or done < n_steps:
-                return k
-            for j in range(n):
-                pq[j] = out[j]
-                pqd[j] = out[n + j]
-                pta[j] = out[2 * n + j]
-            pt[0] = ts
-        # --- commit ---------------------------------------------------------------------
-        _commit(i, q, qd, e, tau, mask, pq, pqd, pta, pcmd, has_quant, quantum, fq, fqd, ftau,
-                o_q, o_qd, o_err, o_tau, o_taum, last_mask)
-        for j in range(n):
-            z[j] = zn[j]
-        t_last[0] = t
-        s_k[0] = s_k[0] + 1
-    return k_end
+@njit(cache=True, nogil=True)
+def rrr_task_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+    """:func:`_cycles` of a 3RRR under :class:`controller.laws.TaskComputedTorque`."""
+    return _cycles(_rrr_task_computed_torque_cycle, _rrr_step, _rrr_singularity,
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+
+
+@njit(cache=True, nogil=True)
+def rrr_task_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+    """:func:`_cycles` of a 3RRR under :class:`controller.laws.TaskPDGravity`."""
+    return _cycles(_rrr_task_pd_gravity_cycle, _rrr_step, _rrr_singularity,
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+
+
+@njit(cache=True, nogil=True)
+def rrr_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+    """:func:`_cycles` of a 3RRR under :class:`controller.laws.PDGravity`."""
+    return _cycles(_rrr_pd_gravity_cycle, _rrr_step, _rrr_singularity,
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+
+
+@njit(cache=True, nogil=True)
+def serial_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+    """:func:`_cycles` of a serial chain under :class:`controller.laws.ComputedTorque`."""
+    return _cycles(_serial_computed_torque_cycle, _serial_step, _no_singularity,
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+
+
+@njit(cache=True, nogil=True)
+def serial_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+    """:func:`_cycles` of a serial chain under :class:`controller.laws.PDGravity`."""
+    return _cycles(_serial_pd_gravity_cycle, _serial_step, _no_singularity,
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+
+
+@njit(cache=True, nogil=True)
+def pid_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+    """:func:`_cycles` of a serial chain under :class:`controller.laws.PID`."""
+    return _cycles(_pid_cycle, _serial_step, _no_singularity,
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+
+
+_PD = ("P", "kp", "kd", "fric", "fmode", "has_sat", "sat_lim")
+_CT = ("kp", "kd", "ki", "has_ki", "z_limit", "fric", "fmode", "has_sat", "sat_lim")
+
+#: the segment of each law kernel of :mod:`controller._law_kernels` (by name): the entry and
+#: the keys of the law's ``compiled_args`` that make ``consts``, in the order its cycle reads them
+SEGMENTS = {
+    "rrr_task_computed_torque": (rrr_task_computed_torque_seg, ("P", "branch") + _CT),
+    "rrr_task_pd_gravity": (rrr_task_pd_gravity_seg, _PD),
+    "rrr_pd_gravity": (rrr_pd_gravity_seg, _PD),
+    "serial_computed_torque": (serial_computed_torque_seg, ("P",) + _CT),
+    "serial_pd_gravity": (serial_pd_gravity_seg, _PD),
+    "pid": (pid_seg, ("P", "has_grav", "kp", "ki", "kd", "back_calc", "tt", "i_limit", "has_sat", "sat_lim")),
+}

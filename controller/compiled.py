@@ -1,8 +1,8 @@
 """The compiled offline loop as the control loop uses it.
 
 :class:`CompiledCycles` owns nothing: it reads the state of the controller, the
-safety supervisor and the simulated plant, runs the clean cycles in
-:func:`controller._fast_loop.rrr_segment`, and hands the state back, so the
+safety supervisor and the simulated plant, runs the clean cycles in the law's segment of
+:mod:`controller._fast_loop`, and hands the state back, so the
 Python loop (:class:`controller.loop.ControlLoop`) goes on at the first cycle that
 needs it (a fault, a clip, a soft limit, a brake, a stop request) exactly as if
 it had run every cycle itself.  The per-cycle rules are the compiled functions the
@@ -13,12 +13,13 @@ of a compiled cycle is the mean wall time of its segment).
 It applies where nothing in Python has to run per cycle: the lock-step clock,
 :class:`drivers.sim.direct.DirectPlantDriver` with a plant the compiled step
 covers (:meth:`drivers.sim.plant.SimulatedPlant.compiled_step_args`), a law with a
-compiled form for the same kind of robot (:class:`controller.laws.TaskComputedTorque`
-for the 3RRR: :func:`controller._fast_loop.rrr_segment`;
-:class:`controller.laws.ComputedTorque` for a serial chain:
-:func:`controller._fast_loop.serial_segment`), the loop's velocity from the feedback
-and a trajectory on the loop's grid.  ``torqueloop
-run`` reports in the result's messages how many cycles ran compiled.
+compiled form (``compiled_args``) for the same kind of robot (:data:`LAW_KERNELS`: for
+the 3RRR :class:`~controller.laws.TaskComputedTorque`, :class:`~controller.laws.TaskPDGravity`
+and :class:`~controller.laws.PDGravity`; for a serial chain
+:class:`~controller.laws.ComputedTorque`, :class:`~controller.laws.PDGravity` and
+:class:`~controller.laws.PID`), the loop's velocity from the feedback and a trajectory on
+the loop's grid.  ``torqueloop run`` reports in the result's messages how many cycles ran
+compiled.
 """
 
 from __future__ import annotations
@@ -28,10 +29,21 @@ import time
 import numpy as np
 
 from .clock import LockstepClock
-from .laws import ComputedTorque, TaskComputedTorque
+from .laws import PID, ComputedTorque, PDGravity, TaskComputedTorque, TaskPDGravity
 from . import _fast_loop
 
-__all__ = ["CompiledCycles"]
+__all__ = ["CompiledCycles", "LAW_KERNELS"]
+
+#: the law kernel (a key of :data:`controller._fast_loop.SEGMENTS`) of each law class with a
+#: compiled form, by (class, robot kind of its ``compiled_args``)
+LAW_KERNELS = {
+    (TaskComputedTorque, "rrr"): "rrr_task_computed_torque",
+    (TaskPDGravity, "rrr"): "rrr_task_pd_gravity",
+    (PDGravity, "rrr"): "rrr_pd_gravity",
+    (ComputedTorque, "serial"): "serial_computed_torque",
+    (PDGravity, "serial"): "serial_pd_gravity",
+    (PID, "serial"): "pid",
+}
 
 
 class CompiledCycles:
@@ -49,15 +61,17 @@ class CompiledCycles:
         self.next_k = 0          # do not try again before this cycle
         self._backoff = 1
         self.cycles = 0          # cycles run compiled
-        self._c = loop.controller.compiled_args
-        self.kind = self._c["kind"]
+        c = self._c = loop.controller.compiled_args
+        self.kind = c["kind"]      # the robot: "rrr" or "serial"
+        self._segment, keys = _fast_loop.SEGMENTS[LAW_KERNELS[type(loop.controller), c["kind"]]]
+        self._consts = tuple(c[key] for key in keys)
         s = loop.safety
         self._sing = bool(s._sing)
         if self._sing:
             m = s.model
             self._Ps, self._tol = m._P, float(m._tol_sing)
         else:
-            self._Ps, self._tol = self._c["P"], 0.0
+            self._Ps, self._tol = np.zeros((0, 0)), 0.0       # placeholders: no check
         self._em = np.ascontiguousarray(s.err_max.reshape(-1), dtype=float)
 
     @classmethod
@@ -72,7 +86,8 @@ class CompiledCycles:
         if type(loop.driver) is not DirectPlantDriver:
             return None, "the driver is not the in-process plant (sim_direct)"
         c = loop.controller
-        if type(c) not in (TaskComputedTorque, ComputedTorque) or c.compiled_args is None:
+        ca = getattr(c, "compiled_args", None)
+        if ca is None or (type(c), ca["kind"]) not in LAW_KERNELS:
             return None, "the control law has no compiled form for this model"
         if estimator is not None:
             return None, "velocities are estimated in Python"
@@ -118,43 +133,28 @@ class CompiledCycles:
             self._missed(k)
             return k, fb
         ref_pos, ref_vel, ref_acc = rows
-        c, ctrl, s = self._c, loop.controller, loop.safety
-        n, dim, rrr = ctrl.n, ctrl.dim, self.kind == "rrr"
-        itg = ctrl._int
-        z = itg.z.copy()
-        t_last = np.array([np.nan if itg.t_last is None else float(itg.t_last)])
+        ctrl, s = loop.controller, loop.safety
+        n, dim = ctrl.n, ctrl.dim
+        state = ctrl.compiled_state()
         s_k = np.array([s._k], dtype=np.int64)
         eb = s._ebits if s._ebits.shape[0] == dim else np.zeros(dim, dtype=np.int64)
         s._ebits = eb
-        fq = np.array(fb.position_rad, dtype=float)
-        fqd = np.array(fb.velocity_rad_s, dtype=float)
-        ftau = np.array(fb.torque_nm, dtype=float)
+        safety = (s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb)
+        cfg = s.config
+        pose_s = np.array(s.pose if self._sing else np.zeros(3), dtype=float)
+        mp = s._margin_prev
+        margin_prev = np.array([0.0, 0.0, 0.0] if mp is None else [1.0, mp[0], mp[1]])
+        sing = (self._sing, int(cfg.singularity_every), self._Ps, self._tol, pose_s, margin_prev,
+                float(cfg.singularity_margin_min) if self._sing else 0.0, float(cfg.singularity_horizon_s))
+        plant_args = (pa["P"], pa["q"], pa["qd"], pa["X"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"],
+                      pa["flags"], pa["h_max"], pa["has_quant"], pa["quantum"])
+        feedback = (np.array(fb.position_rad, dtype=float), np.array(fb.velocity_rad_s, dtype=float),
+                    np.array(fb.torque_nm, dtype=float))
         N = k_end - k
         o_q, o_qd, o_tau, o_taum = (np.empty((N, n)) for _ in range(4))
         o_err = np.empty((N, dim))
         per = np.empty(N)
         mask = np.zeros(n, dtype=np.bool_)
-        cfg = s.config
-        if rrr:
-            pose_c = np.array(ctrl.pose, dtype=float)
-            pose_s = np.array(s.pose if self._sing else np.zeros(3), dtype=float)
-            mp = s._margin_prev
-            margin_prev = np.array([0.0, 0.0, 0.0] if mp is None else [1.0, mp[0], mp[1]])
-            args = (c["P"], c["branch"], c["kp"], c["kd"], c["ki"], c["has_ki"], z, t_last, c["z_limit"], c["fric"],
-                    c["fmode"], c["has_sat"], c["sat_lim"], pose_c,
-                    s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb,
-                    self._sing, int(cfg.singularity_every), self._Ps, self._tol, pose_s, margin_prev,
-                    float(cfg.singularity_margin_min) if self._sing else 0.0, float(cfg.singularity_horizon_s),
-                    pa["P"], pa["q"], pa["qd"], pa["X"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"],
-                    pa["flags"], pa["h_max"], pa["has_quant"], pa["quantum"], fq, fqd, ftau)
-            segment = _fast_loop.rrr_segment
-        else:
-            args = (c["P"], c["kp"], c["kd"], c["ki"], c["has_ki"], z, t_last, c["z_limit"], c["fric"], c["fmode"],
-                    c["has_sat"], c["sat_lim"],
-                    s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb,
-                    pa["P"], pa["q"], pa["qd"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"], pa["flags"],
-                    pa["h_max"], pa["has_quant"], pa["quantum"], fq, fqd, ftau)
-            segment = _fast_loop.serial_segment
         P = loop.period_s
         ts = np.arange(k, k_end) * P
         k_new = k
@@ -163,8 +163,9 @@ class CompiledCycles:
             k_chunk = k_end if tel is None or loop._tel_failed else min(k_end, k_new + tel.room)
             a, b = k_new - k, k_chunk - k
             w0 = time.perf_counter()
-            k_stop = segment(k_new, k_chunk, P, t0, *args, ref_pos[a:b], ref_vel[a:b], ref_acc[a:b],
-                             o_q[a:b], o_qd[a:b], o_err[a:b], o_tau[a:b], o_taum[a:b], mask)
+            k_stop = self._segment(k_new, k_chunk, P, t0, self._consts, state, safety, sing, plant_args, feedback,
+                                   (ref_pos[a:b], ref_vel[a:b], ref_acc[a:b]),
+                                   (o_q[a:b], o_qd[a:b], o_err[a:b], o_tau[a:b], o_taum[a:b], mask))
             wall = time.perf_counter() - w0
             if k_stop == k_new:
                 break
@@ -200,13 +201,8 @@ class CompiledCycles:
         plant.set_compiled_state(pa["q"], pa["qd"], pa["X"], pa["ta"], float(pa["t"][0]), pa["cmd"][0])
         ctrl.last_error = o_err[done - 1].copy()
         ctrl.last_saturated = mask
-        if not rrr:
-            itg.commit(float(t_last[0]), z if c["has_ki"] else None)
-        elif c["has_ki"]:
-            itg.commit(float(t_last[0]), z)
+        ctrl.set_compiled_state(state)
         s._k = int(s_k[0])
-        if rrr:
-            ctrl.pose = pose_c
         if self._sing and margin_prev[0] != 0.0:
             s.pose = pose_s
             s._margin_prev = (float(margin_prev[1]), float(margin_prev[2]))

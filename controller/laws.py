@@ -187,6 +187,25 @@ class _Integrator:
             self.z = z
         self.t_last = t_s
 
+    def state(self) -> np.ndarray:
+        """``[z, t_last]``, shape (dim + 1,) (``t_last`` [s] NaN before the first commit)."""
+        return np.append(self.z, _time_or_nan(self.t_last))
+
+    def set_state(self, s: np.ndarray) -> None:
+        """Take back a :meth:`state` vector."""
+        self.z = np.array(s[:-1])
+        self.t_last = _nan_or_time(s[-1])
+
+
+def _time_or_nan(t_s: float | None) -> float:
+    """A time of last step [s] as the compiled laws carry it: NaN for none."""
+    return np.nan if t_s is None else t_s
+
+
+def _nan_or_time(t_s: float) -> float | None:
+    """Back from :func:`_time_or_nan`."""
+    return None if np.isnan(t_s) else float(t_s)
+
 
 _FRICTION = ("none", "measured", "desired")
 
@@ -227,6 +246,15 @@ class _CompiledLaw:
 
     def _compiled_args(self):
         return None
+
+    def compiled_state(self) -> np.ndarray:
+        """The state the law carries from step to step as the compiled offline loop carries
+        it (its layout: the law's cycle function in :mod:`controller._fast_loop`), a new
+        float array (s,); empty for a law without state."""
+        return np.zeros(0)
+
+    def set_compiled_state(self, s: np.ndarray) -> None:
+        """Take back the state of :meth:`compiled_state`, advanced by the compiled loop."""
 
     def _try_compiled(self, t_s, ref, state):
         """Torques by the compiled law (``_compute_compiled``), or None: no compiled form for
@@ -375,6 +403,13 @@ class ComputedTorque(_CompiledIntegralLaw, Controller):
         itg.commit(t_s, z if c["has_ki"] else None)
         return True
 
+    def compiled_state(self) -> np.ndarray:
+        """``[z (n,), t_last]`` (see :meth:`_Integrator.state`)."""
+        return self._int.state()
+
+    def set_compiled_state(self, s: np.ndarray) -> None:
+        self._int.set_state(s)
+
     def compute(self, t_s, ref, state):
         tau = self._try_compiled(t_s, ref, state)
         if tau is not None:
@@ -464,6 +499,14 @@ class PDGravity(_CompiledLaw, Controller):
             return False
         self.pose = X
         return True
+
+    def compiled_state(self) -> np.ndarray:
+        """The pose hint (3,) for a parallel model, else nothing (0,)."""
+        return np.array(self.pose, dtype=float) if self._parallel else np.zeros(0)
+
+    def set_compiled_state(self, s: np.ndarray) -> None:
+        if self._parallel:
+            self.pose = np.array(s)
 
     def compute(self, t_s, ref, state):
         tau = self._try_compiled(t_s, ref, state)
@@ -606,6 +649,17 @@ class PID(_CompiledLaw, Controller):
         self._aw = aw
         self._t_last = t_s
         return True
+
+    def compiled_state(self) -> np.ndarray:
+        """``[integral (n,) [N m], back-calculation term (n,), time of the last step [s] (NaN:
+        none)]``."""
+        return np.concatenate([self.integral_nm, self._aw, [_time_or_nan(self._t_last)]])
+
+    def set_compiled_state(self, s: np.ndarray) -> None:
+        n = self.n
+        self.integral_nm = np.array(s[:n])
+        self._aw = np.array(s[n:2 * n])
+        self._t_last = _nan_or_time(s[2 * n])
 
     def compute(self, t_s, ref, state):
         tau = self._try_compiled(t_s, ref, state)
@@ -909,6 +963,14 @@ class TaskComputedTorque(_CompiledIntegralLaw, _TaskBase):
             itg.commit(t_s, z)
         return True
 
+    def compiled_state(self) -> np.ndarray:
+        """``[pose (3,), z (3,), t_last]`` (see :meth:`_Integrator.state`)."""
+        return np.concatenate([np.asarray(self.pose, dtype=float), self._int.state()])
+
+    def set_compiled_state(self, s: np.ndarray) -> None:
+        self.pose = np.array(s[:3])
+        self._int.set_state(s[3:])
+
     def _torque(self, X, Xd, a, qd):
         tau = np.asarray(self.model.task_inverse_dynamics(X, Xd, a), dtype=float)
         if self.friction == "measured":
@@ -969,6 +1031,13 @@ class TaskPDGravity(_CompiledLaw, _TaskBase):
             return False
         self.pose = X
         return True
+
+    def compiled_state(self) -> np.ndarray:
+        """The pose (3,)."""
+        return np.array(self.pose, dtype=float)
+
+    def set_compiled_state(self, s: np.ndarray) -> None:
+        self.pose = np.array(s)
 
     def compute(self, t_s, ref, state):
         tau = self._try_compiled(t_s, ref, state)

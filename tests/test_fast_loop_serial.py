@@ -1,7 +1,7 @@
-"""The compiled offline loop for serial arms (joint-space computed torque, controller._fast_loop
-.serial_segment) against the Python loop: bit-identical logs, metrics and faults, also when a
-fault, a clip or the integrator hands the run back to Python part-way; and the compiled law
-against the law written with numpy.
+"""The compiled offline loop for serial arms (joint-space computed torque,
+controller._fast_loop.serial_computed_torque_seg) against the Python loop: bit-identical logs,
+metrics and faults, also when a fault, a clip or the integrator hands the run back to Python
+part-way; and the compiled law against the law written with numpy.
 """
 
 from __future__ import annotations
