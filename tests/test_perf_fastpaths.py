@@ -44,6 +44,16 @@ def _plant(model, **kw):
     return SimulatedPlant(model.scaled(1.1), q0=q0, **kw)
 
 
+def _compiled_and_python(model, commands, **kw):
+    """The same commands through a plant with its compiled step and one with the Python step:
+    (trajectory compiled, trajectory Python, the compiled plant)."""
+    fast = _plant(model, **kw)
+    slow = _plant(model, **kw)
+    assert fast._kernel is not None
+    slow._kernel = None
+    return _drive(fast, commands), _drive(slow, commands), fast
+
+
 def _drive(plant, commands, dt=1e-3):
     """Hold each command for one period; return the trajectory of (q, qd, X, tau_applied)."""
     out = []
@@ -72,14 +82,35 @@ def test_compiled_plant_step_equals_python_step(rrr, kw):
             cmds.append((tau, np.full(3, 2.0), np.full(3, 0.05), np.full(3, 0.1), np.zeros(3)))
         else:
             cmds.append((tau,))
-    fast = _plant(rrr, **kw)
-    slow = _plant(rrr, **kw)
-    assert fast._kernel is not None
-    slow._kernel = None
-    a = _drive(fast, cmds)
-    b = _drive(slow, cmds)
+    a, b, _ = _compiled_and_python(rrr, cmds, **kw)
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
     assert np.ptp(a[:, :3], axis=0).max() > 1e-3          # it did move
+
+
+@pytest.mark.parametrize("kw", [
+    dict(current_lag_s=4e-4, viscous=30.0, coulomb=20.0),
+    dict(),
+    dict(coulomb=50.0, torque_limit_nm=2000.0, current_lag_s=1e-3),   # sticking + saturation
+])
+def test_compiled_stewart_plant_step_equals_python_step(kw):
+    """The Stewart platform's compiled plant step (drivers/sim/_stewart_plant_kernel.py) against
+    the Python step, with drive-side PD for a while: the same numbers to the last bit (both
+    call the model's one-state kernels), and the pose after each step too."""
+    m = load_model(ROBOT.parent / "stewart.toml")
+    q0 = np.asarray(m.inverse_kinematics(m.home_pose), dtype=float)
+    g = np.asarray(m.gravity(q0, pose=m.home_pose), dtype=float)
+    rng = np.random.default_rng(3)
+    cmds = []
+    for k in range(150):
+        tau = g + 20.0 * np.sin(0.05 * k + np.arange(6)) + rng.normal(size=6)
+        if 60 <= k < 90:
+            cmds.append((tau, np.full(6, 2000.0), np.full(6, 50.0), q0 + 0.001, np.zeros(6)))
+        else:
+            cmds.append((tau,))
+    a, b, fast = _compiled_and_python(m, cmds, **kw)
+    np.testing.assert_array_equal(a, b)
+    assert np.ptp(a[:, :6], axis=0).max() > 1e-8           # it did move
+    assert fast.compiled_step_args()[0] is None              # no compiled loop for its laws
 
 
 def test_compiled_plant_step_not_used_with_a_wrench_or_euler(rrr):

@@ -1,6 +1,7 @@
 """Compiled fast paths of :class:`drivers.sim.plant.SimulatedPlant` for the planar 3RRR model
 (:func:`rrr_advance`) and for serial chains (:func:`serial_advance`): one plant step,
-:func:`_rk4_advance`, with each robot's dynamics passed in as compiled functions.
+:func:`_rk4_advance`, with each robot's dynamics passed in as compiled functions (the
+Gough-Stewart platform's, ``stewart_advance``, is in :mod:`._stewart_plant_kernel`).
 
 One call integrates ``n_steps`` RK4 steps of the plant exactly as the Python
 reference ``SimulatedPlant._step`` does (same operations in the same order:

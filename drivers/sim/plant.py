@@ -253,28 +253,38 @@ class SimulatedPlant:
             except NotImplementedError:
                 guess = None
             self._X = self._fk(self._q, guess)
-        self._kernel = self._fast_kernel()
+        self._kernel, self._kind = self._fast_kernel()
         self._check_state()
 
     def _fast_kernel(self):
-        """The compiled step of :mod:`._plant_kernels` when it applies to this plant, else None.
+        """The compiled step of :mod:`._plant_kernels` when it applies to this plant and the
+        robot's kind ("rrr", "serial", "stewart"), else ``(None, None)``.
 
-        It applies to the RK4 integration of an exact :class:`dynamics.planar3rrr.Planar3RRR`
-        or :class:`dynamics.serial.SerialModel` (not a subclass, whose methods may differ);
-        the external wrench is checked per call.
+        It applies to the RK4 integration of an exact :class:`dynamics.planar3rrr.Planar3RRR`,
+        :class:`dynamics.serial.SerialModel` or :class:`dynamics.stewart.StewartPlatform`
+        (not a subclass, whose methods may differ); the external wrench is checked per call.
         """
         from dynamics.planar3rrr import Planar3RRR
         from dynamics.serial import SerialModel
+        from dynamics.stewart import StewartPlatform
 
         if self._integrator != "rk4":
-            return None
+            return None, None
         if type(self._model) is Planar3RRR:
             from ._plant_kernels import rrr_advance
-            return rrr_advance
+            return rrr_advance, "rrr"
         if type(self._model) is SerialModel:
             from ._plant_kernels import serial_advance
-            return serial_advance
-        return None
+            return serial_advance, "serial"
+        if type(self._model) is StewartPlatform:
+            from ._stewart_plant_kernel import stewart_advance
+            return stewart_advance, "stewart"
+        return None, None
+
+    def _kernel_params(self):
+        """The packed model parameters the compiled step takes."""
+        m = self._model
+        return m._params if self._kind == "stewart" else m._P
 
     # -- construction helpers -------------------------------------------------
     def _vec(self, name, value, *, broadcast=False, minimum=None, allow_inf=False) -> np.ndarray:
@@ -724,14 +734,15 @@ class SimulatedPlant:
                  | (4 if self._pd else 0) | (8 if self._saturate else 0))
         n = self._n
         if self._parallel:
-            out = np.empty(12)      # a new buffer per call: the state arrays below are views of it
-            st, done = self._kernel(self._model._P, self._q, self._qd, self._X, self._tau_applied,
+            nx = self._X.shape[0]
+            out = np.empty(3 * n + nx)      # a new buffer per call: the state arrays below are views of it
+            st, done = self._kernel(self._kernel_params(), self._q, self._qd, self._X, self._tau_applied,
                                     self._cmd, self._par, self._lag_s, flags, h, n_steps, out)
             if done:
-                self._q = out[0:3]
-                self._qd = out[3:6]
-                self._X = out[6:9]
-                self._tau_applied = out[9:12]
+                self._q = out[0:n]
+                self._qd = out[n:2 * n]
+                self._X = out[2 * n:2 * n + nx]
+                self._tau_applied = out[2 * n + nx:3 * n + nx]
             return done
         out = np.empty(3 * n)
         st, done = self._kernel(self._model._P, self._q, self._qd, self._tau_applied,
@@ -760,7 +771,9 @@ class SimulatedPlant:
         with self._lock:
             step = self._kernel
             if step is None:
-                return None, "the compiled plant step is the RK4 step of a 3RRR or a serial chain"
+                return None, "the compiled plant step is the RK4 step of a 3RRR, a serial chain or a Stewart platform"
+            if self._kind == "stewart":
+                return None, "the compiled offline loop has no Stewart-platform law (its plant step is compiled)"
             if self._wrench is not None:
                 return None, "an external wrench is applied"
             if self._pd:
@@ -773,7 +786,7 @@ class SimulatedPlant:
                      | (8 if self._saturate else 0))
             quant = self._quantum is not None
             rrr = self._X is not None
-            return {"kind": "rrr" if rrr else "serial", "P": self._model._P, "q": self._q.copy(),
+            return {"kind": self._kind, "P": self._kernel_params(), "q": self._q.copy(),
                     "qd": self._qd.copy(), "X": self._X.copy() if rrr else np.zeros(0),
                     "ta": self._tau_applied.copy(), "t": np.array([self._t]), "cmd": self._cmd.copy(),
                     "par": self._par.copy(), "lag": self._lag_s, "flags": flags, "h_max": self._h_max,
