@@ -1039,14 +1039,14 @@ def sv_extremes3(A):
     to high relative accuracy (as good as LAPACK's for the smallest), without allocation.
     Returns ``(s_max, s_min)``.
     """
-    for sweep in range(30):
+    for _ in range(30):
         rotated = False
         for p in range(2):
             for q in range(p + 1, 3):
                 al = A[p] * A[p] + A[3 + p] * A[3 + p] + A[6 + p] * A[6 + p]
                 be = A[q] * A[q] + A[3 + q] * A[3 + q] + A[6 + q] * A[6 + q]
                 ga = A[p] * A[q] + A[3 + p] * A[3 + q] + A[6 + p] * A[6 + q]
-                if abs(ga) <= 1e-16 * math.sqrt(al * be) or ga == 0.0:
+                if abs(ga) <= 1e-16 * math.sqrt(al * be):        # already orthogonal
                     continue
                 rotated = True
                 ze = (be - al) / (2.0 * ga)
