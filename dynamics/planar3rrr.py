@@ -705,6 +705,44 @@ class Planar3RRR(ParallelModel):
         g = self._gamma(q, u, rho, d, qd, Xd)
         return -(B @ Xdd + g) / Ad
 
+    def _geom_batch(self, q, X):
+        """:meth:`_geom` and :meth:`_jac` of N states (N, 3) at once, as the single-state methods
+        compute them; None when a state is not finite or the singularity check of :meth:`_AB`
+        rejects it (the caller then lets the single-state methods raise their own error)."""
+        N = q.shape[0]
+        if not (np.isfinite(q).all() and np.isfinite(X).all()):
+            return None
+        u = np.stack([np.cos(q), np.sin(q)], axis=2)                      # (N, 3, 2)
+        n = np.stack([-u[:, :, 1], u[:, :, 0]], axis=2)
+        c = np.fromiter(map(math.cos, X[:, 2]), float, N)             # as math.cos per state
+        s = np.fromiter(map(math.sin, X[:, 2]), float, N)
+        R = np.stack([np.stack([c, s], axis=1), np.stack([-s, c], axis=1)], axis=1)   # (N, 2, 2)
+        rho = self._c @ R
+        d = X[:, None, :2] + rho - self._A - self._prox.length[:, None] * u
+        Ad = -2.0 * self._prox.length * np.sum(d * n, axis=2)                # (N, 3)
+        B = 2.0 * np.stack([d[:, :, 0], d[:, :, 1], -d[:, :, 0] * rho[:, :, 1] + d[:, :, 1] * rho[:, :, 0]],
+                           axis=2)                                           # (N, 3, 3)
+        Bf = B.reshape(N, 9)
+        for i in range(N):
+            if K.check_singular(self._L, self._G, Ad[i], Bf[i], self._tol_sing):
+                return None
+        return u, rho, d, Ad, B
+
+    def _gamma_batch(self, u, rho, d, qd, Xd):
+        """:meth:`_gamma` of N states: u, rho, d (N, 3, 2), qd, Xd (N, 3)."""
+        a = self._prox.length
+        vB = (a * qd)[:, :, None] * np.stack([-u[:, :, 1], u[:, :, 0]], axis=2)
+        vC = Xd[:, None, :2] + Xd[:, None, 2:3] * np.stack([-rho[:, :, 1], rho[:, :, 0]], axis=2)
+        w = vC - vB
+        # the single-state method squares the scalar phi rate with pow() (libm), not x * x
+        phid2 = np.fromiter((v ** 2 for v in Xd[:, 2].tolist()), float, qd.shape[0])
+        acc = -phid2[:, None, None] * rho + (a * qd ** 2)[:, :, None] * u
+        return 2.0 * np.sum(w * w, axis=2) + 2.0 * np.sum(d * acc, axis=2)
+
+    @staticmethod
+    def _rows(*arrays):
+        return tuple(np.ascontiguousarray(a, dtype=float).reshape(-1, 3) for a in arrays)
+
     def joint_rates_batch(self, q, X, Xd, Xdd):
         """:meth:`joint_velocity` and :meth:`joint_acceleration` of N states at once.
 
@@ -725,41 +763,46 @@ class Planar3RRR(ParallelModel):
         qd, qdd : ndarray, shape (N, 3)
             Joint rates [rad/s] and accelerations [rad/s^2].
         """
-        q, X, Xd, Xdd = (np.ascontiguousarray(a, dtype=float).reshape(-1, 3) for a in (q, X, Xd, Xdd))
+        q, X, Xd, Xdd = self._rows(q, X, Xd, Xdd)
         N = q.shape[0]
-        ok = all(np.isfinite(a).all() for a in (q, X, Xd, Xdd))
-        if ok:
-            u = np.stack([np.cos(q), np.sin(q)], axis=2)                      # (N, 3, 2)
-            n = np.stack([-u[:, :, 1], u[:, :, 0]], axis=2)
-            c = np.fromiter(map(math.cos, X[:, 2]), float, N)             # as math.cos per state
-            s = np.fromiter(map(math.sin, X[:, 2]), float, N)
-            R = np.stack([np.stack([c, s], axis=1), np.stack([-s, c], axis=1)], axis=1)   # (N, 2, 2)
-            rho = self._c @ R
-            d = X[:, None, :2] + rho - self._A - self._prox.length[:, None] * u
-            a = self._prox.length
-            Ad = -2.0 * a * np.sum(d * n, axis=2)                                # (N, 3)
-            B = 2.0 * np.stack([d[:, :, 0], d[:, :, 1], -d[:, :, 0] * rho[:, :, 1] + d[:, :, 1] * rho[:, :, 0]],
-                               axis=2)                                           # (N, 3, 3)
-            Bf = B.reshape(N, 9)
-            for i in range(N):
-                if K.check_singular(self._L, self._G, Ad[i], Bf[i], self._tol_sing):
-                    ok = False
-                    break
-        if not ok:
+        geom = self._geom_batch(q, X) if (np.isfinite(Xd).all() and np.isfinite(Xdd).all()) else None
+        if geom is None:
             return (np.stack([self.joint_velocity(q[i], X[i], Xd[i]) for i in range(N)]),
                     np.stack([self.joint_acceleration(q[i], X[i], Xd[i], Xdd[i]) for i in range(N)]))
+        u, rho, d, Ad, B = geom
         qd = ((-B / Ad[:, :, None]) @ Xd[:, :, None])[:, :, 0]
         # joint_acceleration: its own qd, then gamma (_gamma) and qdd
         qd_a = -(B @ Xd[:, :, None])[:, :, 0] / Ad
-        vB = (a * qd_a)[:, :, None] * np.stack([-u[:, :, 1], u[:, :, 0]], axis=2)
-        vC = Xd[:, None, :2] + Xd[:, None, 2:3] * np.stack([-rho[:, :, 1], rho[:, :, 0]], axis=2)
-        w = vC - vB
-        # the single-state method squares the scalar phi rate with pow() (libm), not x * x
-        phid2 = np.fromiter((v ** 2 for v in Xd[:, 2].tolist()), float, N)
-        acc = -phid2[:, None, None] * rho + (a * qd_a ** 2)[:, :, None] * u
-        g = 2.0 * np.sum(w * w, axis=2) + 2.0 * np.sum(d * acc, axis=2)
+        g = self._gamma_batch(u, rho, d, qd_a, Xd)
         qdd = -((B @ Xdd[:, :, None])[:, :, 0] + g) / Ad
         return qd, qdd
+
+    def task_acceleration_batch(self, q, X, qd, qdd) -> np.ndarray:
+        """:meth:`task_acceleration` of N states at once (per state the same numbers).
+
+        As :meth:`joint_rates_batch`: a state the single-state method would reject makes
+        the batch fall back to it, so the error raised is its own.
+
+        Parameters
+        ----------
+        q, X, qd, qdd : array_like, shape (N, 3)
+            Joint angles [rad], the consistent platform pose (x, y [m], phi [rad]), joint
+            rates [rad/s] and accelerations [rad/s^2].
+
+        Returns
+        -------
+        Xdd : ndarray, shape (N, 3)
+            Platform acceleration (m/s^2, m/s^2, rad/s^2).
+        """
+        q, X, qd, qdd = self._rows(q, X, qd, qdd)
+        N = q.shape[0]
+        geom = self._geom_batch(q, X) if (np.isfinite(qd).all() and np.isfinite(qdd).all()) else None
+        if geom is None:
+            return np.stack([self.task_acceleration(q[i], X[i], qd[i], qdd[i]) for i in range(N)]).reshape(N, 3)
+        u, rho, d, Ad, B = geom
+        Xd = -np.linalg.solve(B, (Ad * qd)[:, :, None])[:, :, 0]
+        g = self._gamma_batch(u, rho, d, qd, Xd)
+        return -np.linalg.solve(B, (Ad * qdd + g)[:, :, None])[:, :, 0]
 
     def singularity(self, q, X) -> SingularityReport:
         """Singularity measures at (q, X).

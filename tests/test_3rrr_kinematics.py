@@ -228,6 +228,33 @@ def test_batch_rate_maps_equal_the_single_state_maps(model):
         model.joint_rates_batch(q[:3], X[:3], bad, Xdd[:3])
 
 
+def test_batch_task_acceleration_equals_the_single_state_map(model):
+    """task_acceleration_batch (what the identification regressor uses) gives, row for row, the
+    numbers of task_acceleration to the last bit, and the same errors."""
+    rng = np.random.default_rng(11)
+    states = random_states(model, rng, 3000)
+    q = np.array([s[0] for s in states])
+    X = np.array([s[1] for s in states])
+    qd = rng.normal(scale=3.0, size=q.shape)
+    qdd = rng.normal(scale=30.0, size=q.shape)
+    Xdd = model.task_acceleration_batch(q, X, qd, qdd)
+    assert Xdd.shape == (3000, 3)
+    # the phi rate inside is squared with pow(): rows where that is not x * x are covered
+    jac = [model.constraint_jacobians(q[i], X[i]) for i in range(3000)]
+    phid = np.array([-np.linalg.solve(B, np.diag(A) * qd[i])[2] for i, (A, B) in enumerate(jac)])
+    assert sum(v ** 2 != v * v for v in phid.tolist()) >= 1
+    for i in range(3000):
+        assert np.array_equal(Xdd[i], model.task_acceleration(q[i], X[i], qd[i], qdd[i])), i
+    Xs = _stretched_pose(model, 0)
+    q2, X2 = np.vstack([q[:3], model.inverse_kinematics(Xs)]), np.vstack([X[:3], Xs])
+    with pytest.raises(SingularityError, match="task_acceleration: type-1"):
+        model.task_acceleration_batch(q2, X2, qd[:4], qdd[:4])
+    bad = qd[:3].copy()
+    bad[2, 0] = np.inf
+    with pytest.raises(ModelError, match="qd must be finite"):
+        model.task_acceleration_batch(q[:3], X[:3], bad, qdd[:3])
+
+
 def test_type1_singularity(model):
     X = _stretched_pose(model, 0)
     q = model.inverse_kinematics(X)

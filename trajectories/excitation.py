@@ -152,7 +152,7 @@ class _Problem:
         if not self.task:
             return s.pos, s.vel, s.acc, None, 0.0
         m = self.model
-        q = np.empty_like(s.pos); qd = np.empty_like(s.pos); qdd = np.empty_like(s.pos)
+        q = np.empty_like(s.pos)
         worst = np.inf
         for k in range(len(t)):
             th = m.inverse_kinematics(s.pos[k])
@@ -161,8 +161,14 @@ class _Problem:
             if rep.kind != "regular":
                 raise ModelError("singular")
             q[k] = th
-            qd[k] = m.joint_velocity(th, s.pos[k], s.vel[k])
-            qdd[k] = m.joint_acceleration(th, s.pos[k], s.vel[k], s.acc[k])
+        batch = getattr(m, "joint_rates_batch", None)
+        if callable(batch):     # the rate maps below on all rows at once (the same numbers)
+            qd, qdd = batch(q, s.pos, s.vel, s.acc)
+            return q, qd, qdd, s.pos, worst
+        qd = np.empty_like(s.pos); qdd = np.empty_like(s.pos)
+        for k in range(len(t)):
+            qd[k] = m.joint_velocity(q[k], s.pos[k], s.vel[k])
+            qdd[k] = m.joint_acceleration(q[k], s.pos[k], s.vel[k], s.acc[k])
         return q, qd, qdd, s.pos, worst
 
     def violation(self, traj, t):

@@ -332,13 +332,17 @@ def rrr_task_states(model, q, qd, qdd, poses=None):
     N = q.shape[0]
     X = np.empty((N, 3)); Xd = np.empty((N, 3)); Xdd = np.empty((N, 3)); Jx = np.empty((N, 3, 3))
     guess = model.home_pose
+    batch = getattr(model, "task_acceleration_batch", None)
     for k in range(N):
         g = guess if poses is None else np.asarray(poses[k], dtype=float)
         X[k] = model.forward_kinematics_task(q[k], guess=g)
         Jx[k] = model.task_jacobian(q[k], X[k])
         Xd[k] = Jx[k] @ qd[k]
-        Xdd[k] = model.task_acceleration(q[k], X[k], qd[k], qdd[k])
+        if batch is None:
+            Xdd[k] = model.task_acceleration(q[k], X[k], qd[k], qdd[k])
         guess = X[k]
+    if batch is not None and N:     # all rows at once (the same numbers as task_acceleration)
+        Xdd[:] = batch(q, X, qd, qdd)
     return X, Xd, Xdd, Jx
 
 
