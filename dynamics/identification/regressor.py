@@ -254,6 +254,21 @@ def _skew(v: np.ndarray) -> np.ndarray:
     return S
 
 
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(N, 3) x (N, 3) -> (N, 3): ``np.cross``'s products and differences, element for element
+    (the same numbers), without its axis handling (most of its cost on short arrays)."""
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape))
+    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    np.multiply(a1, b2, out=out[..., 0])
+    out[..., 0] -= a2 * b1
+    np.multiply(a2, b0, out=out[..., 1])
+    out[..., 1] -= a0 * b2
+    np.multiply(a0, b1, out=out[..., 2])
+    out[..., 2] -= a1 * b0
+    return out
+
+
 def _lmat(w: np.ndarray) -> np.ndarray:
     """(N, 3) -> (N, 3, 6) with I w = L(w) [Ixx, Ixy, Iyy, Ixz, Iyz, Izz]."""
     L = np.zeros(w.shape[:-1] + (3, 6))
@@ -285,16 +300,16 @@ def _serial_inertial(model, q, qd, qdd, Y) -> None:
             p = p0 + q[:, i:i + 1] * R0[:, 2]
         Rt = np.swapaxes(R, 1, 2)
         # parent quantities at the new origin, expressed in the child frame
-        a_o = a + np.cross(wd, p) + np.cross(w, np.cross(w, p))
+        a_o = a + _cross(wd, p) + _cross(w, _cross(w, p))
         w_p = np.einsum("nij,nj->ni", Rt, w)
         wd_p = np.einsum("nij,nj->ni", Rt, wd)
         a = np.einsum("nij,nj->ni", Rt, a_o)
         if revolute[i]:
             w = w_p + qd[:, i:i + 1] * z
-            wd = wd_p + qdd[:, i:i + 1] * z + np.cross(w_p, qd[:, i:i + 1] * z)
+            wd = wd_p + qdd[:, i:i + 1] * z + _cross(w_p, qd[:, i:i + 1] * z)
         else:
             w, wd = w_p, wd_p
-            a = a + qdd[:, i:i + 1] * z + 2.0 * np.cross(w, qd[:, i:i + 1] * z)
+            a = a + qdd[:, i:i + 1] * z + 2.0 * _cross(w, qd[:, i:i + 1] * z)
         # body wrench about the origin = A pi_i, A (N, 6, 10): rows force, moment
         A = np.zeros((N, 6, 10))
         A[:, 0:3, 0] = a
