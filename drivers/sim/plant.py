@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 import threading
 from typing import Sequence
 
@@ -263,10 +264,11 @@ class SimulatedPlant:
         It applies to the RK4 integration of an exact :class:`dynamics.planar3rrr.Planar3RRR`,
         :class:`dynamics.serial.SerialModel` or :class:`dynamics.stewart.StewartPlatform`
         (not a subclass, whose methods may differ); the external wrench is checked per call.
+        The Stewart class is looked up among the loaded modules: a Stewart model has loaded
+        it, and importing it for another robot would load the Stewart kernels (~0.3 s).
         """
         from dynamics.planar3rrr import Planar3RRR
         from dynamics.serial import SerialModel
-        from dynamics.stewart import StewartPlatform
 
         if self._integrator != "rk4":
             return None, None
@@ -276,7 +278,8 @@ class SimulatedPlant:
         if type(self._model) is SerialModel:
             from ._plant_kernels import serial_advance
             return serial_advance, "serial"
-        if type(self._model) is StewartPlatform:
+        stewart = sys.modules.get("dynamics.stewart")
+        if stewart is not None and type(self._model) is stewart.StewartPlatform:
             from ._stewart_plant_kernel import stewart_advance
             return stewart_advance, "stewart"
         return None, None
