@@ -764,19 +764,18 @@ class SimulatedPlant:
         (dict or None, str)
             ``state`` (q, qd, X, applied torque, time (1,): copies the caller advances and
             hands back with :meth:`set_compiled_state`), ``cmd`` (the held command, a copy),
-            the constants of :func:`._plant_kernels.rrr_advance` (``kind`` "rrr") or
-            :func:`._plant_kernels.serial_advance` (``kind`` "serial"; ``X`` is then empty)
+            the constants of :func:`._plant_kernels.rrr_advance` (``kind`` "rrr"),
+            :func:`._plant_kernels.serial_advance` (``kind`` "serial"; ``X`` is then empty) or
+            :func:`._stewart_plant_kernel.stewart_advance` (``kind`` "stewart", ``X`` (6,))
             and the encoder quantum; or None and why (the loop then steps this plant through
             :meth:`advance_to`).  Applies while the compiled RK4 step does: an exact
-            ``Planar3RRR`` or ``SerialModel``, no external wrench, no drive PD, no brake
-            engaged or pending, no measurement noise.
+            ``Planar3RRR``, ``SerialModel`` or ``StewartPlatform``, no external wrench, no
+            drive PD, no brake engaged or pending, no measurement noise.
         """
         with self._lock:
             step = self._kernel
             if step is None:
                 return None, "the compiled plant step is the RK4 step of a 3RRR, a serial chain or a Stewart platform"
-            if self._kind == "stewart":
-                return None, "the compiled offline loop has no Stewart-platform law (its plant step is compiled)"
             if self._wrench is not None:
                 return None, "an external wrench is applied"
             if self._pd:
@@ -788,9 +787,9 @@ class SimulatedPlant:
             flags = ((1 if self._has_viscous else 0) | (2 if self._has_coulomb else 0)
                      | (8 if self._saturate else 0))
             quant = self._quantum is not None
-            rrr = self._X is not None
+            has_pose = self._X is not None
             return {"kind": self._kind, "P": self._kernel_params(), "q": self._q.copy(),
-                    "qd": self._qd.copy(), "X": self._X.copy() if rrr else np.zeros(0),
+                    "qd": self._qd.copy(), "X": self._X.copy() if has_pose else np.zeros(0),
                     "ta": self._tau_applied.copy(), "t": np.array([self._t]), "cmd": self._cmd.copy(),
                     "par": self._par.copy(), "lag": self._lag_s, "flags": flags, "h_max": self._h_max,
                     "has_quant": quant,
