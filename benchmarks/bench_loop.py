@@ -19,6 +19,9 @@
   ``hil_configs/runs/3rrr_circle.toml`` (the real MIT CAN driver, emulated actuators
   served inline on a lock-step run: ``drivers.sim.emulators.InlineBus``), each first run
   in the process, then warm (median of runs; the MIT row beside the direct Python loop);
+  the Python loop against the compiled offline loop for ``3rrr_circle_direct.toml``,
+  ``seed000_slow.toml`` and ``stewart_motion_direct.toml`` (the Stewart platform, 6-DOF
+  task-space computed torque);
 * a wall-clock run: ``3rrr_circle_direct.toml`` with ``loop.clock = "wall"`` at 1 kHz for
   60 s (10 s with ``quick``) with ``[loop.realtime]`` ``sched_fifo_priority = 80``,
   ``cpu = 1``, ``freeze_gc = true`` applied where permitted (what was not applied is in the
@@ -155,8 +158,10 @@ def _offline_rows(tmp: Path, quick: bool) -> list[dict]:
                              f"{res.wall_time_s:.3f} s wall (first run in this process): "
                              f"real-time factor {rtf:.2f}x"})
     repeat = 3 if quick else 5
-    # the 3RRR (task-space law) and a serial arm (joint-space law): Python loop vs compiled loop
-    for fname, target in (("3rrr_circle_direct.toml", " (target >= 100x)"), ("seed000_slow.toml", "")):
+    # the 3RRR (task-space law), a serial arm (joint-space law) and the Stewart platform (6-DOF
+    # task-space law): Python loop vs compiled loop
+    for fname, target in (("3rrr_circle_direct.toml", " (target >= 100x)"), ("seed000_slow.toml", ""),
+                          ("stewart_motion_direct.toml", "")):
         per = {}
         for compiled in (False, True):
             walls = []

@@ -15,6 +15,10 @@ compiled functions the Python loop calls:
   :func:`~drivers.sim._plant_kernels.serial_advance` (what ``SimulatedPlant.advance_to``
   runs) and the encoder quantisation of ``SimulatedPlant.measure``.
 
+The Gough-Stewart platform's entries are in :mod:`controller._fast_loop_stewart` (the same
+:func:`_cycles` with its laws, plant step and singularity check), apart so that no other
+robot's run loads the Stewart kernels.
+
 The entries, one per law kernel of :mod:`controller._law_kernels` (and the Python class that
 runs it): :func:`rrr_task_computed_torque_seg` (``TaskComputedTorque``),
 :func:`rrr_task_pd_gravity_seg` (``TaskPDGravity``), :func:`rrr_pd_gravity_seg` (``PDGravity``)
@@ -35,7 +39,8 @@ stops without changing any state and returns its index: the Python loop runs tha
 cycle (which records the fault, clips, brakes...), so every rule and reaction
 exists once, in Python, and the compiled loop only accelerates the clean cycles.
 The results are bit-identical to the Python loop (``tests/test_fast_loop.py``,
-``tests/test_fast_loop_serial.py``, ``tests/test_fast_loop_laws.py``).
+``tests/test_fast_loop_serial.py``, ``tests/test_fast_loop_laws.py``,
+``tests/test_fast_loop_stewart.py``).
 """
 
 from __future__ import annotations
@@ -132,7 +137,14 @@ def _rrr_singularity(sing, q, t, Xs):
         return False, 0.0
     if sout[0] < tol_sing or abs(sout[1]) < tol_sing:
         return False, 0.0
-    m = sout[4]
+    return _margin_clean(sout[4], t, margin_prev, m_min, horizon_s)
+
+
+@njit(inline="always")
+def _margin_clean(m, t, margin_prev, m_min, horizon_s):
+    """Whether the singularity margin ``m`` of the check at time ``t`` [s] and its prediction
+    over the horizon ``horizon_s`` [s] (from the last checked margin ``margin_prev`` = [have, t,
+    margin]) are at least ``m_min``, as ``SafetySupervisor.check`` decides.  Returns (clean, m)."""
     predicted = m
     if margin_prev[0] != 0.0 and horizon_s > 0:
         dtm = t - margin_prev[1]
@@ -220,11 +232,12 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
     safety : (s_k, q_min, q_max, v_max, soft_lo, soft_hi, tau_max, err_max, jbits, ebits): the
         supervisor's cycle counter (1,), limits (n,), tracking-error limits (1,) or (dim,),
         rule bits (n,), (dim,).
-    sing : (on, every, P, tol, pose (3,), margin_prev (3,) = [have, t, margin], margin_min,
-        horizon [s]): the 3RRR singularity check (``on`` False: none; the other entries are
-        then placeholders).
+    sing : (on, every, P, tol, pose (3,) | (6,), margin_prev (3,) = [have, t, margin],
+        margin_min, horizon [s]): the singularity check of a parallel robot (``on`` False:
+        none; the other entries are then placeholders).
     plant : (P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum): the plant
-        (:func:`rrr_advance` / :func:`serial_advance` arguments; pose X (3,) or (0,)), its time
+        (:func:`rrr_advance` / :func:`serial_advance` / ``stewart_advance`` arguments; pose X
+        (3,), (6,) or (0,)), its time
         ``t`` (1,) [s], step limit ``h_max`` [s] and encoder quantum (n,).
     fb : (fq, fqd, ftau) (n,) the feedback read by the previous cycle (in/out).
     refs : (ref_pos, ref_vel, ref_acc) (k_end - k0, dim) reference rows of the cycles.
@@ -250,7 +263,7 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
     tau = np.empty(n)
     mask = np.empty(n, dtype=np.bool_)
     state_new = np.empty(state.shape[0])
-    Xs = np.empty(3)
+    Xs = np.empty(pose_s.shape[0])
     out = np.empty(3 * n + nx)
     for k in range(k0, k_end):
         i = k - k0
@@ -292,7 +305,7 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
             state[j] = state_new[j]
         s_k[0] = sk
         if sing_now:
-            for j in range(3):
+            for j in range(Xs.shape[0]):
                 pose_s[j] = Xs[j]
             margin_prev[0] = 1.0
             margin_prev[1] = t

@@ -7,6 +7,11 @@ The two paths therefore compute the same numbers to the last bit.
 
 * :func:`wrap_angle`, :func:`planar_task_error`: the 3-DOF task error
   ``(x_d - x, y_d - y, wrap(phi_d - phi))``;
+* :func:`rotation_vector`, :func:`solve3`, :func:`orientation_error`: the orientation part of
+  the 6-DOF task error (rotation vector of ``R_d R^T`` mapped to angle rates by ``E^-1``),
+  what :func:`controller.laws.rotation_error` and :func:`controller.laws.task_error` compute
+  for every convention and the Stewart-platform laws of
+  :mod:`controller._stewart_law_kernels` compute for theirs;
 * :func:`matvec`, :func:`pd_acceleration`, :func:`add_matvec`: the commanded
   acceleration ``a = acc_d + Kd (vel_d - vel) + Kp e`` (+ ``Ki z``) with explicit
   summation order (numpy's ``@`` may use BLAS kernels with another order);
@@ -26,7 +31,11 @@ The two paths therefore compute the same numbers to the last bit.
   joint rate with the FK pose hint);
 * :func:`rrr_task_pd_gravity`: :class:`controller.laws.TaskPDGravity` for the 3RRR;
 * :func:`pid`: :class:`controller.laws.PID` without a feed-forward or with the gravity
-  of a serial chain.
+  of a serial chain;
+* :func:`task_torque_with_integrator`: the conditional integration of the task-space
+  computed-torque laws (3RRR here, Gough-Stewart platform in
+  :mod:`controller._stewart_law_kernels`, which imports the Stewart kernels and is loaded
+  only for a Stewart model).
 
 The laws return a status; on any non-zero status the Python law takes its checked
 path, which raises the model's own error (or returns what it returns for a
@@ -49,6 +58,8 @@ FRICTION_MEASURED = 1
 FRICTION_DESIRED = 2
 #: status of a law for a non-finite input (the Python path then reports it)
 ST_NONFINITE_INPUT = 1
+#: status of :func:`solve3` / :func:`orientation_error` for an exactly singular matrix
+ST_SINGULAR = 1
 
 
 @njit(cache=True)
@@ -63,6 +74,86 @@ def planar_task_error(X_d, X, e):
     e[0] = X_d[0] - X[0]
     e[1] = X_d[1] - X[1]
     e[2] = wrap_angle(X_d[2] - X[2])
+
+
+@njit(cache=True)
+def rotation_vector(R_d, R, w):
+    """Rotation vector ``theta * axis`` (base frame) of ``R_d R^T`` into ``w`` (3,) [rad].
+
+    ``R_d``, ``R`` (3, 3) rotation matrices.  Exact for any error up to pi (the geodesic on
+    SO(3)): ``w = theta / (2 sin theta) * vee(Re - Re^T)``; below 1e-6 rad ``vee(Re - Re^T) / 2``;
+    within 1e-6 rad of pi the axis from the symmetric part ``(Re + I) / 2 ~ a a^T``.
+    """
+    Re = np.empty((3, 3))
+    for i in range(3):
+        for j in range(3):
+            s = 0.0
+            for k in range(3):
+                s += R_d[i, k] * R[j, k]
+            Re[i, j] = s
+    c = clip(((Re[0, 0] + Re[1, 1] + Re[2, 2]) - 1.0) / 2.0, 1.0)
+    theta = math.acos(c)
+    w0 = Re[2, 1] - Re[1, 2]
+    w1 = Re[0, 2] - Re[2, 0]
+    w2 = Re[1, 0] - Re[0, 1]
+    if theta < 1e-6:
+        w[0], w[1], w[2] = 0.5 * w0, 0.5 * w1, 0.5 * w2
+    elif math.pi - theta < 1e-6:
+        i = 0                          # the largest diagonal entry of (Re + I) / 2 (first of ties)
+        for k in range(1, 3):
+            if (Re[k, k] + 1.0) / 2.0 > (Re[i, i] + 1.0) / 2.0:
+                i = k
+        d = math.sqrt(max((Re[i, i] + 1.0) / 2.0, 1e-300))
+        for k in range(3):
+            w[k] = theta * (((Re[k, i] + (1.0 if k == i else 0.0)) / 2.0) / d)
+    else:
+        f = theta / (2.0 * math.sin(theta))
+        w[0], w[1], w[2] = f * w0, f * w1, f * w2
+
+
+@njit(cache=True)
+def solve3(A, b, x):
+    """``x = A^-1 b`` (3, 3) by Gaussian elimination with partial pivoting; ``A``, ``b`` are
+    not changed.  Returns :data:`ST_SINGULAR` when a pivot is exactly zero (as LAPACK's
+    ``gesv``), else 0."""
+    M = np.empty((3, 4))
+    for i in range(3):
+        for j in range(3):
+            M[i, j] = A[i, j]
+        M[i, 3] = b[i]
+    for c in range(3):
+        p = c
+        for r in range(c + 1, 3):
+            if abs(M[r, c]) > abs(M[p, c]):
+                p = r
+        if M[p, c] == 0.0:
+            return ST_SINGULAR
+        if p != c:
+            for j in range(c, 4):
+                t = M[c, j]
+                M[c, j] = M[p, j]
+                M[p, j] = t
+        for r in range(c + 1, 3):
+            f = M[r, c] / M[c, c]
+            for j in range(c, 4):
+                M[r, j] -= f * M[c, j]
+    for i in range(2, -1, -1):
+        s = M[i, 3]
+        for j in range(i + 1, 3):
+            s -= M[i, j] * x[j]
+        x[i] = s / M[i, i]
+    return 0
+
+
+@njit(cache=True)
+def orientation_error(R_d, R, E, out):
+    """Orientation part of the 6-DOF task error into ``out`` (3,) [rad]: the rotation vector
+    of ``R_d R^T`` (:func:`rotation_vector`) mapped to angle coordinates, ``out = E^-1 w``
+    with ``E`` (3, 3) the Euler-rate matrix at the measured angles (``omega = E angles_dot``).
+    Returns :data:`ST_SINGULAR` when ``E`` is singular, else 0."""
+    w = np.empty(3)
+    rotation_vector(R_d, R, w)
+    return solve3(E, w, out)
 
 
 @njit(cache=True)
@@ -198,6 +289,59 @@ def _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw,
 
 
 @njit(cache=True)
+def _rrr_torque_of(args, a, tau, mask):
+    """:func:`_rrr_torque` for the commanded task acceleration ``a`` (the torque function of
+    :func:`task_torque_with_integrator`; ``args`` its other arguments)."""
+    P, X, Xd, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, ws = args
+    return _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask, ws)
+
+
+@njit(inline="always")
+def task_torque_with_integrator(torque, args, a, e, ki, has_ki, z, dt, z_limit, tau, mask, z_out, a2, zc):
+    """The torques of a task-space computed-torque law with optional integral action and
+    conditional integration (:class:`controller.laws.TaskComputedTorque`).
+
+    ``torque(args, a, tau, mask) -> (status, any saturated)`` gives the saturated torques for
+    a commanded task acceleration.  Without integral action ``tau = torque(a)``; with it the
+    candidate ``zc = clip(z + e dt, z_limit)`` gives ``tau = torque(a + Ki zc)``, unless an
+    actuator saturates: then ``tau = torque(a + Ki z)`` and the integrator keeps ``z``.
+
+    Parameters
+    ----------
+    a, e : (m,) commanded task acceleration and task error; ki : (m, m); has_ki : integral on.
+    z : (m,) integrator state [m s | rad s]; dt [s] since its last commit; z_limit : (m,).
+    tau, mask : (n,) written: torques and saturated actuators; z_out : (m,) written: the state
+        to commit; a2, zc : (m,) work.
+
+    Returns
+    -------
+    int
+        0, or the status of ``torque`` (nothing is valid then).
+    """
+    m = z.shape[0]
+    if not has_ki:
+        st, anys = torque(args, a, tau, mask)
+        for i in range(m):
+            z_out[i] = z[i]
+        return st
+    integrator_candidate(z, e, dt, z_limit, zc)
+    add_matvec(a, ki, zc, a2)
+    st, anys = torque(args, a2, tau, mask)
+    if st != 0:
+        return st
+    if anys:
+        # conditional integration: the integrator keeps its value while saturated
+        add_matvec(a, ki, z, a2)
+        st, anys = torque(args, a2, tau, mask)
+        for i in range(m):
+            z_out[i] = z[i]
+        return st
+    for i in range(m):
+        z_out[i] = zc[i]
+    return 0
+
+
+@njit(cache=True)
 def _rrr_measure(P, q, qd, pose_prev, X, Jx, Xd, ws):
     """Measured pose ``X`` (3,) by FK warm-started at ``pose_prev``, task Jacobian ``Jx`` (9,)
     row-major and pose rate ``Xd = J_x qd`` (3,); ``ws`` (>= WS_SIZE,) workspace.
@@ -252,26 +396,9 @@ def rrr_task_computed_torque(P, branch, q, qd, pose_prev, ref_pos, ref_vel, ref_
         return st
     planar_task_error(ref_pos, X, e)
     pd_acceleration(ref_acc, ref_vel, Xd, e, kp, kd, a)
-    if not has_ki:
-        st, anys = _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask, ws)
-        for i in range(3):
-            z_out[i] = z[i]
-        return st
-    integrator_candidate(z, e, dt, z_limit, zc)
-    add_matvec(a, ki, zc, a2)
-    st, anys = _rrr_torque(P, X, Xd, a2, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask, ws)
-    if st != 0:
-        return st
-    if anys:
-        # conditional integration: the integrator keeps its value while saturated
-        add_matvec(a, ki, z, a2)
-        st, anys = _rrr_torque(P, X, Xd, a2, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask, ws)
-        for i in range(3):
-            z_out[i] = z[i]
-        return st
-    for i in range(3):
-        z_out[i] = zc[i]
-    return 0
+    return task_torque_with_integrator(_rrr_torque_of, (P, X, Xd, branch, fric, fmode, qd, has_sat, sat_lim,
+                                                        tau_raw, ws),
+                                       a, e, ki, has_ki, z, dt, z_limit, tau, mask, z_out, a2, zc)
 
 
 @njit(cache=True)

@@ -17,13 +17,19 @@ compiled form (``compiled_args``) for the same kind of robot (:data:`LAW_KERNELS
 the 3RRR :class:`~controller.laws.TaskComputedTorque`, :class:`~controller.laws.TaskPDGravity`
 and :class:`~controller.laws.PDGravity`; for a serial chain
 :class:`~controller.laws.ComputedTorque`, :class:`~controller.laws.PDGravity` and
-:class:`~controller.laws.PID`), the loop's velocity from the feedback and a trajectory on
-the loop's grid.  ``torqueloop run`` reports in the result's messages how many cycles ran
-compiled.
+:class:`~controller.laws.PID`; for the Gough-Stewart platform
+:class:`~controller.laws.TaskComputedTorque` and :class:`~controller.laws.TaskPDGravity`),
+the loop's velocity from the feedback and a trajectory on the loop's grid.  ``torqueloop run``
+reports in the result's messages how many cycles ran compiled.
+
+The Stewart platform's segments are in :mod:`controller._fast_loop_stewart`, imported only
+for a Stewart run (its kernels take ~0.3 s to load).
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 import time
 
 import numpy as np
@@ -43,7 +49,29 @@ LAW_KERNELS = {
     (ComputedTorque, "serial"): "serial_computed_torque",
     (PDGravity, "serial"): "serial_pd_gravity",
     (PID, "serial"): "pid",
+    (TaskComputedTorque, "stewart"): "stewart_task_computed_torque",
+    (TaskPDGravity, "stewart"): "stewart_task_pd_gravity",
 }
+
+#: the module holding the segments of a robot kind, when not :mod:`controller._fast_loop`
+_SEGMENT_MODULES = {"stewart": "controller._fast_loop_stewart"}
+
+#: the model class (module, name) of the singularity check of a robot kind's segments
+_SINGULARITY_MODELS = {"rrr": ("dynamics.planar3rrr", "Planar3RRR"), "stewart": ("dynamics.stewart", "StewartPlatform")}
+
+
+def _segments(kind: str) -> dict:
+    """The ``SEGMENTS`` table holding the segments of robot ``kind`` (importing its module)."""
+    name = _SEGMENT_MODULES.get(kind)
+    return _fast_loop.SEGMENTS if name is None else importlib.import_module(name).SEGMENTS
+
+
+def _checks_singularity_of(kind: str, model) -> bool:
+    """Whether the segments of robot ``kind`` check the singularity of ``model`` (its exact
+    class; looked up in the loaded modules, so that a check does not import a model's kernels)."""
+    where = _SINGULARITY_MODELS.get(kind)
+    mod = None if where is None else sys.modules.get(where[0])
+    return mod is not None and type(model) is getattr(mod, where[1])
 
 
 class CompiledCycles:
@@ -62,12 +90,14 @@ class CompiledCycles:
         self._backoff = 1
         self.cycles = 0          # cycles run compiled
         c = self._c = loop.controller.compiled_args
-        self.kind = c["kind"]      # the robot: "rrr" or "serial"
-        self._segment, keys = _fast_loop.SEGMENTS[LAW_KERNELS[type(loop.controller), c["kind"]]]
+        self.kind = c["kind"]      # the robot: "rrr", "serial" or "stewart"
+        self._segment, keys = _segments(c["kind"])[LAW_KERNELS[type(loop.controller), c["kind"]]]
         self._consts = tuple(c[key] for key in keys)
         s = loop.safety
         self._sing = bool(s._sing)
-        if self._sing:
+        if self._sing and self.kind == "stewart":
+            self._Ps, self._tol = s.model._params, 0.0       # the margin is the model's 1 / cond
+        elif self._sing:
             m = s.model
             self._Ps, self._tol = m._P, float(m._tol_sing)
         else:
@@ -77,7 +107,6 @@ class CompiledCycles:
     @classmethod
     def for_loop(cls, loop, traj, estimator):
         """``(CompiledCycles, "")`` when the compiled loop applies to ``loop``, else ``(None, why)``."""
-        from dynamics.planar3rrr import Planar3RRR
         from drivers.sim.direct import DirectPlantDriver
         from trajectories.base import GridCache
 
@@ -94,7 +123,7 @@ class CompiledCycles:
         if not isinstance(traj, GridCache):
             return None, "the trajectory is not sampled on the loop's grid"
         s = loop.safety
-        if s._sing and type(s.model) is not Planar3RRR:
+        if s._sing and not _checks_singularity_of(ca["kind"], s.model):
             return None, "the singularity check has no compiled form for this model"
         if s.err_max.reshape(-1).shape[0] not in (1, c.dim):
             return None, "tracking_error_max does not match the controller's dimension"
@@ -141,7 +170,7 @@ class CompiledCycles:
         s._ebits = eb
         safety = (s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb)
         cfg = s.config
-        pose_s = np.array(s.pose if self._sing else np.zeros(3), dtype=float)
+        pose_s = np.array(s.pose if self._sing else np.zeros(3), dtype=float)    # (3,) | (6,)
         mp = s._margin_prev
         margin_prev = np.array([0.0, 0.0, 0.0] if mp is None else [1.0, mp[0], mp[1]])
         sing = (self._sing, int(cfg.singularity_every), self._Ps, self._tol, pose_s, margin_prev,

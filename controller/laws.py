@@ -263,11 +263,12 @@ class _CompiledLaw:
         c = self.compiled_args
         if c is None:
             return None
-        q = np.asarray(state.q, dtype=float)
-        qd = np.asarray(state.qd, dtype=float)
-        pos = np.asarray(ref.pos, dtype=float)
-        vel = np.asarray(ref.vel, dtype=float)
-        acc = np.asarray(ref.acc, dtype=float)
+        # contiguous: the Stewart kernels call the model's kernels of explicit signatures
+        q = np.ascontiguousarray(state.q, dtype=float)
+        qd = np.ascontiguousarray(state.qd, dtype=float)
+        pos = np.ascontiguousarray(ref.pos, dtype=float)
+        vel = np.ascontiguousarray(ref.vel, dtype=float)
+        acc = np.ascontiguousarray(ref.acc, dtype=float)
         n, m = (self.n,), (self.dim,)
         if q.shape != n or qd.shape != n or pos.shape != m or vel.shape != m or acc.shape != m:
             return None
@@ -741,21 +742,19 @@ def rotation_error(R_d: np.ndarray, R: np.ndarray) -> np.ndarray:
     """Rotation vector ``theta * axis`` (base frame) of ``R_d R^T``, shape (3,) [rad].
 
     Exact for any error up to pi (the geodesic on SO(3)), unlike the difference
-    of Euler angles.
+    of Euler angles; computed by :func:`controller._law_kernels.rotation_vector`.
     """
-    Re = R_d @ R.T
-    c = np.clip((np.trace(Re) - 1.0) / 2.0, -1.0, 1.0)
-    theta = np.arccos(c)
-    w = np.array([Re[2, 1] - Re[1, 2], Re[0, 2] - Re[2, 0], Re[1, 0] - Re[0, 1]])
-    if theta < 1e-6:
-        return 0.5 * w
-    if np.pi - theta < 1e-6:
-        # axis from the symmetric part: Re ~ 2 a a^T - I
-        B = (Re + np.eye(3)) / 2.0
-        i = int(np.argmax(np.diag(B)))
-        a = B[:, i] / np.sqrt(max(B[i, i], 1e-300))
-        return theta * a
-    return theta / (2.0 * np.sin(theta)) * w
+    w = np.empty(3)
+    _LK.rotation_vector(_mat3(R_d), _mat3(R), w)
+    return w
+
+
+def _mat3(A) -> np.ndarray:
+    """A (3, 3) float matrix as the compiled kernels take it (C-contiguous float64)."""
+    A = np.ascontiguousarray(A, dtype=float)
+    if A.shape != (3, 3):
+        raise ModelError(f"expected a (3, 3) matrix, got shape {A.shape}")
+    return A
 
 
 def _euler_rate_matrix(rot, angles, eps=1e-7):
@@ -791,12 +790,12 @@ def task_error(X_d, X, rotation: Callable | None = None, rate_matrix: Callable |
     if X.shape == (3,):
         e[2] = _LK.wrap_angle(e[2])
     elif X.shape == (6,) and rotation is not None:
-        rv = rotation_error(rotation(X_d[3:]), rotation(X[3:]))
+        # the compiled orientation error (the Stewart laws' kernels compute the same)
         E = rate_matrix(X[3:]) if rate_matrix is not None else _euler_rate_matrix(rotation, X[3:])
-        try:
-            e[3:] = np.linalg.solve(E, rv)
-        except np.linalg.LinAlgError as err:
-            raise SingularityError("orientation error: Euler-angle rate map is singular") from err
+        eo = np.empty(3)
+        if _LK.orientation_error(_mat3(rotation(X_d[3:])), _mat3(rotation(X[3:])), _mat3(E), eo) != 0:
+            raise SingularityError("orientation error: Euler-angle rate map is singular")
+        e[3:] = eo
     return e
 
 
@@ -879,6 +878,26 @@ class _TaskBase(Controller):
 
         return type(self.model) is Planar3RRR and self.rotation is None
 
+    def _stewart_kernels(self):
+        """The module of the compiled Gough-Stewart laws (:mod:`controller._stewart_law_kernels`)
+        when they apply: an exact ``StewartPlatform`` with its own angle convention and closed-form
+        Euler-rate matrix (``dynamics.stewart.rotation_matrix`` / ``euler_rate_matrix``); else None.
+
+        Imported here, not at the top: the Stewart kernels take ~0.3 s to load and no other
+        robot's run needs them (a Stewart model has loaded ``dynamics.stewart`` already)."""
+        st = sys.modules.get("dynamics.stewart")
+        if (st is None or type(self.model) is not st.StewartPlatform or self.rotation is not st.rotation_matrix
+                or self.rate_matrix is not st.euler_rate_matrix):
+            return None
+        from . import _stewart_law_kernels
+
+        return _stewart_law_kernels
+
+    def _task_inputs(self) -> tuple:
+        """The objects besides the model, gains and limits that decide the compiled form
+        (compared by identity, see :attr:`_CompiledLaw.compiled_args`)."""
+        return self.rotation, self.rate_matrix
+
 
 class TaskComputedTorque(_CompiledIntegralLaw, _TaskBase):
     """Task-space computed torque for a parallel robot.
@@ -918,6 +937,11 @@ class TaskComputedTorque(_CompiledIntegralLaw, _TaskBase):
     -----
     Anti-windup is conditional integration, as in :class:`ComputedTorque`: on a
     cycle where any actuator saturates the integrator keeps its previous value.
+
+    The law runs compiled for an exact :class:`~dynamics.planar3rrr.Planar3RRR` with the
+    planar task error and for an exact :class:`~dynamics.stewart.StewartPlatform` with its
+    own angle convention (see :meth:`_compiled_args`); other models, and any step the
+    compiled law declines, take the numpy path.
     """
 
     def __init__(self, model: ParallelModel, kp, kd, ki=None, integral_limit=None, saturation=None,
@@ -930,32 +954,47 @@ class TaskComputedTorque(_CompiledIntegralLaw, _TaskBase):
         super().__init__(model, kp, kd, saturation=saturation, pose0=pose0, rotation=rotation,
                          friction=friction)
 
-    def _compiled_args(self):
-        """Constant arguments of :func:`controller._law_kernels.rrr_task_computed_torque`, or None.
+    def _compiled_inputs(self) -> tuple:
+        return super()._compiled_inputs() + self._task_inputs()
 
-        The compiled law serves an exact :class:`~dynamics.planar3rrr.Planar3RRR` model with
-        the planar task error; any other model takes the Python path below.
+    def _compiled_args(self):
+        """Constant arguments of the compiled law, or None.
+
+        :func:`controller._law_kernels.rrr_task_computed_torque` (``kind`` "rrr") serves an
+        exact :class:`~dynamics.planar3rrr.Planar3RRR` model with the planar task error,
+        :func:`controller._stewart_law_kernels.stewart_task_computed_torque` (``kind``
+        "stewart") an exact :class:`~dynamics.stewart.StewartPlatform` with its own angle
+        convention; any other model takes the Python path below.
         """
-        if not self._planar3rrr():
+        if self._planar3rrr():
+            return {"kind": "rrr", "P": self.model._P, "branch": self.model._branch_k, **self._common_args(3)}
+        sk = self._stewart_kernels()
+        if sk is None:
             return None
-        return {"kind": "rrr", "P": self.model._P, "branch": self.model._branch_k, **self._common_args(3)}
+        return {"kind": "stewart", "P": self.model._params, "law": sk.stewart_task_computed_torque,
+                **self._common_args(6)}
 
     def reset(self):
         super().reset()
         self._int.reset()
 
     def _compute_compiled(self, t_s, c, q, qd, pos, vel, acc, e, tau, mask) -> bool:
-        """Run :func:`~controller._law_kernels.rrr_task_computed_torque` into ``e``, ``tau``,
-        ``mask`` (all (3,)) and commit the pose and the integrator; False when it reports a
-        model status (the checked Python path then raises)."""
+        """Run the compiled law (:meth:`_compiled_args`) into ``e``, ``tau``, ``mask`` (all (dim,))
+        and commit the pose and the integrator; False when it reports a model status (the
+        checked Python path then raises)."""
         itg = self._int
         dt = 0.0 if itg.t_last is None else max(t_s - itg.t_last, 0.0)
-        X = np.empty(3)
-        z = np.empty(3)
-        st = _LK.rrr_task_computed_torque(
-            c["P"], c["branch"], q, qd, np.asarray(self.pose, dtype=float), pos, vel, acc, c["kp"], c["kd"],
-            c["ki"], c["has_ki"], itg.z, float(dt), c["z_limit"], c["fric"], c["fmode"], c["has_sat"], c["sat_lim"],
-            X, e, tau, mask, z)
+        X = np.empty(self.dim)
+        z = np.empty(self.dim)
+        pose = np.asarray(self.pose, dtype=float)
+        if c["kind"] == "rrr":
+            st = _LK.rrr_task_computed_torque(
+                c["P"], c["branch"], q, qd, pose, pos, vel, acc, c["kp"], c["kd"], c["ki"], c["has_ki"], itg.z,
+                float(dt), c["z_limit"], c["fric"], c["fmode"], c["has_sat"], c["sat_lim"], X, e, tau, mask, z)
+        else:
+            st = c["law"](c["P"], q, qd, pose, pos, vel, acc, c["kp"], c["kd"], c["ki"], c["has_ki"], itg.z,
+                          float(dt), c["z_limit"], c["fric"], c["fmode"], c["has_sat"], c["sat_lim"], X, e, tau,
+                          mask, z)
         if st != 0:
             return False
         self.pose = X
@@ -964,12 +1003,12 @@ class TaskComputedTorque(_CompiledIntegralLaw, _TaskBase):
         return True
 
     def compiled_state(self) -> np.ndarray:
-        """``[pose (3,), z (3,), t_last]`` (see :meth:`_Integrator.state`)."""
+        """``[pose (dim,), z (dim,), t_last]`` (see :meth:`_Integrator.state`)."""
         return np.concatenate([np.asarray(self.pose, dtype=float), self._int.state()])
 
     def set_compiled_state(self, s: np.ndarray) -> None:
-        self.pose = np.array(s[:3])
-        self._int.set_state(s[3:])
+        self.pose = np.array(s[:self.dim])
+        self._int.set_state(s[self.dim:])
 
     def _torque(self, X, Xd, a, qd):
         tau = np.asarray(self.model.task_inverse_dynamics(X, Xd, a), dtype=float)
@@ -1011,29 +1050,39 @@ class TaskPDGravity(_CompiledLaw, _TaskBase):
     at the measured configuration (pose hint ``X``).
 
     For an exact :class:`~dynamics.planar3rrr.Planar3RRR` with the planar task error the
-    law runs compiled (:func:`controller._law_kernels.rrr_task_pd_gravity`); other models,
-    and any step the compiled law declines, take the numpy path.
+    law runs compiled (:func:`controller._law_kernels.rrr_task_pd_gravity`), for an exact
+    :class:`~dynamics.stewart.StewartPlatform` with its own angle convention too
+    (:func:`controller._stewart_law_kernels.stewart_task_pd_gravity`); other models, and
+    any step the compiled law declines, take the numpy path.
     """
 
+    def _compiled_inputs(self) -> tuple:
+        return super()._compiled_inputs() + self._task_inputs()
+
     def _compiled_args(self):
-        """Constant arguments of :func:`controller._law_kernels.rrr_task_pd_gravity`, or None."""
-        if not self._planar3rrr():
+        """Constant arguments of :func:`controller._law_kernels.rrr_task_pd_gravity` (``kind``
+        "rrr") or :func:`controller._stewart_law_kernels.stewart_task_pd_gravity` (``kind``
+        "stewart"), or None."""
+        if self._planar3rrr():
+            return {"kind": "rrr", "P": self.model._P, "law": _LK.rrr_task_pd_gravity, **self._law_args(3)}
+        sk = self._stewart_kernels()
+        if sk is None:
             return None
-        return {"kind": "rrr", "P": self.model._P, **self._law_args(3)}
+        return {"kind": "stewart", "P": self.model._params, "law": sk.stewart_task_pd_gravity, **self._law_args(6)}
 
     def _compute_compiled(self, t_s, c, q, qd, pos, vel, acc, e, tau, mask) -> bool:
-        """Run :func:`~controller._law_kernels.rrr_task_pd_gravity` into ``e``, ``tau``, ``mask``
-        (all (3,)) and commit the pose; False when it reports a status (the checked numpy path
+        """Run the compiled law (:meth:`_compiled_args`) into ``e``, ``tau``, ``mask`` (all
+        (dim,)) and commit the pose; False when it reports a status (the checked numpy path
         then raises)."""
-        X = np.empty(3)
-        if _LK.rrr_task_pd_gravity(c["P"], q, qd, np.asarray(self.pose, dtype=float), pos, vel, c["kp"], c["kd"],
-                                   c["fric"], c["fmode"], c["has_sat"], c["sat_lim"], X, e, tau, mask) != 0:
+        X = np.empty(self.dim)
+        if c["law"](c["P"], q, qd, np.asarray(self.pose, dtype=float), pos, vel, c["kp"], c["kd"], c["fric"],
+                    c["fmode"], c["has_sat"], c["sat_lim"], X, e, tau, mask) != 0:
             return False
         self.pose = X
         return True
 
     def compiled_state(self) -> np.ndarray:
-        """The pose (3,)."""
+        """The pose (dim,)."""
         return np.array(self.pose, dtype=float)
 
     def set_compiled_state(self, s: np.ndarray) -> None:

@@ -28,8 +28,8 @@ PACKAGES = ("dynamics", "trajectories", "drivers", "controller")
 
 #: the control core, directly in ``controller/``: laws, gains, safety, loop, clock, telemetry
 #: (and what they need)
-CORE = {"controller." + m for m in ("laws", "_law_kernels", "gains", "estimation", "safety", "_safety_rules", "loop",
-                                    "compiled", "_fast_loop",
+CORE = {"controller." + m for m in ("laws", "_law_kernels", "_stewart_law_kernels", "gains", "estimation", "safety",
+                                    "_safety_rules", "loop", "compiled", "_fast_loop", "_fast_loop_stewart",
                                     "clock", "telemetry", "metrics")}
 #: the application on top of it, in ``controller/app/``
 APP = "controller.app"

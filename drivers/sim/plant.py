@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 import threading
 from typing import Sequence
 
@@ -263,10 +264,11 @@ class SimulatedPlant:
         It applies to the RK4 integration of an exact :class:`dynamics.planar3rrr.Planar3RRR`,
         :class:`dynamics.serial.SerialModel` or :class:`dynamics.stewart.StewartPlatform`
         (not a subclass, whose methods may differ); the external wrench is checked per call.
+        The Stewart class is looked up among the loaded modules: a Stewart model has loaded
+        it, and importing it for another robot would load the Stewart kernels (~0.3 s).
         """
         from dynamics.planar3rrr import Planar3RRR
         from dynamics.serial import SerialModel
-        from dynamics.stewart import StewartPlatform
 
         if self._integrator != "rk4":
             return None, None
@@ -276,7 +278,8 @@ class SimulatedPlant:
         if type(self._model) is SerialModel:
             from ._plant_kernels import serial_advance
             return serial_advance, "serial"
-        if type(self._model) is StewartPlatform:
+        stewart = sys.modules.get("dynamics.stewart")
+        if stewart is not None and type(self._model) is stewart.StewartPlatform:
             from ._stewart_plant_kernel import stewart_advance
             return stewart_advance, "stewart"
         return None, None
@@ -761,19 +764,18 @@ class SimulatedPlant:
         (dict or None, str)
             ``state`` (q, qd, X, applied torque, time (1,): copies the caller advances and
             hands back with :meth:`set_compiled_state`), ``cmd`` (the held command, a copy),
-            the constants of :func:`._plant_kernels.rrr_advance` (``kind`` "rrr") or
-            :func:`._plant_kernels.serial_advance` (``kind`` "serial"; ``X`` is then empty)
+            the constants of :func:`._plant_kernels.rrr_advance` (``kind`` "rrr"),
+            :func:`._plant_kernels.serial_advance` (``kind`` "serial"; ``X`` is then empty) or
+            :func:`._stewart_plant_kernel.stewart_advance` (``kind`` "stewart", ``X`` (6,))
             and the encoder quantum; or None and why (the loop then steps this plant through
             :meth:`advance_to`).  Applies while the compiled RK4 step does: an exact
-            ``Planar3RRR`` or ``SerialModel``, no external wrench, no drive PD, no brake
-            engaged or pending, no measurement noise.
+            ``Planar3RRR``, ``SerialModel`` or ``StewartPlatform``, no external wrench, no
+            drive PD, no brake engaged or pending, no measurement noise.
         """
         with self._lock:
             step = self._kernel
             if step is None:
                 return None, "the compiled plant step is the RK4 step of a 3RRR, a serial chain or a Stewart platform"
-            if self._kind == "stewart":
-                return None, "the compiled offline loop has no Stewart-platform law (its plant step is compiled)"
             if self._wrench is not None:
                 return None, "an external wrench is applied"
             if self._pd:
@@ -785,9 +787,9 @@ class SimulatedPlant:
             flags = ((1 if self._has_viscous else 0) | (2 if self._has_coulomb else 0)
                      | (8 if self._saturate else 0))
             quant = self._quantum is not None
-            rrr = self._X is not None
+            has_pose = self._X is not None
             return {"kind": self._kind, "P": self._kernel_params(), "q": self._q.copy(),
-                    "qd": self._qd.copy(), "X": self._X.copy() if rrr else np.zeros(0),
+                    "qd": self._qd.copy(), "X": self._X.copy() if has_pose else np.zeros(0),
                     "ta": self._tau_applied.copy(), "t": np.array([self._t]), "cmd": self._cmd.copy(),
                     "par": self._par.copy(), "lag": self._lag_s, "flags": flags, "h_max": self._h_max,
                     "has_quant": quant,
