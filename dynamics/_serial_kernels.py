@@ -285,6 +285,19 @@ def rnea(P, q, qd, qdd):
     return out
 
 
+@njit([(_V, _V, _V, _V, _V)], cache=True)
+def rnea_into(P, q, qd, qdd, out):
+    """:func:`rnea` into ``out`` (n,): from Python, a caller-made array costs less than the
+    array a kernel returns (numba's boxing of a new array)."""
+    n = int(P[0])
+    if q.shape[0] != n or qd.shape[0] != n or qdd.shape[0] != n or out.shape[0] != n:
+        raise ValueError("wrong input length")
+    if not (_finite1(q) and _finite1(qd) and _finite1(qdd)):
+        raise ValueError("non-finite input")
+    Rl = np.empty((n, NW))
+    _rnea_core(P, q, qd, qdd, True, 1.0, qdd, False, out, Rl)
+
+
 @njit([(_V, _V, _V, _V, _V, _B, _F)], cache=True)
 def rnea_w(P, q, qd, qdd, wrench, use_qdd, grav):
     """Inverse dynamics with an external tool wrench (6,), one state."""

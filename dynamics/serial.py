@@ -64,6 +64,8 @@ from .base import DriveParams, JointLimits, Model
 from .config import Section
 from .errors import ConfigError, ModelError
 
+_empty = np.empty
+
 __all__ = ["SerialModel", "load_serial", "dh_transform", "rpy_matrix", "check_inertia"]
 
 _NO_W = np.zeros((1, 6))
@@ -391,8 +393,10 @@ class SerialModel(Model):
         ndarray, shape like q.  Armature is included; friction is not.
         """
         if wrench is None:
+            out = _empty(self._n)
             try:
-                return _k.rnea(self._P, q, qd, qdd)
+                _k.rnea_into(self._P, q, qd, qdd, out)
+                return out
             except (TypeError, ValueError):
                 pass  # not a plain float64 (n,) input: validated and dispatched below
         (q, qd, qdd), batch = self._states(("q", "qd", "qdd"), q, qd, qdd)
