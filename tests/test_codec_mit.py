@@ -7,7 +7,9 @@ which the CubeMars AK manual (MIT mode) repeats.
 """
 
 import math
+import struct
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -133,6 +135,67 @@ def test_command_round_trip_within_one_lsb(name, a, b, c, d, e):
     again = mit.encode_command(cmd.p_rad + 1e-9, cmd.v_rad_s + 1e-9, cmd.kp + 1e-9, cmd.kd + 1e-9,
                                cmd.t_nm + 1e-9, L)
     assert again == data
+
+
+def _float_bits(values):
+    return [struct.pack("<d", v) for v in values]
+
+
+def _check_fields(vals, L, nearest):
+    """encode_command_fields / pack_command / command_values against the reference functions."""
+    f = mit.encode_command_fields(*vals, L, nearest)
+    ranges = ((-L.p_max_rad, L.p_max_rad, 16), (-L.v_max_rad_s, L.v_max_rad_s, 12), (0.0, L.kp_max, 12),
+              (0.0, L.kd_max, 12), (-L.t_max_nm, L.t_max_nm, 12))
+    assert f == tuple(mit.float_to_uint(x, lo, hi, bits, nearest) for x, (lo, hi, bits) in zip(vals, ranges))
+    assert all(type(u) is int for u in f)
+    data = mit.pack_command(*f)
+    assert data == mit.encode_command(*vals, L, nearest)
+    if mit.classify_command(data) == "command":
+        # exactly decode(encode(x)), bit for bit
+        assert _float_bits(mit.command_values(*f, L)) == _float_bits(mit.decode_command_values(data, L))
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(lim_st, st.lists(st.floats(-1e3, 1e3) | st.sampled_from([0.0, -0.0, 12.5, -12.5, 50.0, 500.0, 5.0, 18.0]),
+                        min_size=5, max_size=5), st.booleans())
+def test_command_fields_agree_with_encode_and_decode(name, vals, nearest):
+    _check_fields(vals, mit.MIT_MODELS[name], nearest)
+
+
+def test_command_fields_at_the_range_edges_and_steps():
+    odd = mit.MitLimits(3.3, 7.1, 123.4, 2.2, 0.77)
+    for L in list(mit.MIT_MODELS.values()) + [odd]:
+        edges = [(lo, hi) for lo, hi in ((-L.p_max_rad, L.p_max_rad), (-L.v_max_rad_s, L.v_max_rad_s),
+                                        (0.0, L.kp_max), (0.0, L.kd_max), (-L.t_max_nm, L.t_max_nm))]
+        for nearest in (False, True):
+            for k in range(0, 4097, 7):
+                # every 7th step boundary and the half steps of every field, both sides of the range
+                vals = [lo + (hi - lo) * k / 4095 for lo, hi in edges]
+                _check_fields(vals, L, nearest)
+                _check_fields([v + (hi - lo) * 0.5 / 4095 for v, (lo, hi) in zip(vals, edges)], L, nearest)
+                _check_fields([np.float64(v) for v in vals], L, nearest)      # numpy scalars as floats
+            _check_fields([1e300, 1e300, 1e300, 1e300, 1e300], L, nearest)     # all at the maximum (0xFF x 8)
+            _check_fields([-1e300, -1e300, -1.0, -1.0, -1e300], L, nearest)
+    # every integer field maps as decode_command_values maps it
+    rng = np.random.default_rng(3)
+    for t in range(4096):
+        f = (int(rng.integers(0, 65536)), int(rng.integers(0, 4096)), int(rng.integers(0, 4096)),
+             int(rng.integers(0, 4096)), t)
+        data = mit.pack_command(*f)
+        if mit.classify_command(data) == "command":
+            assert _float_bits(mit.command_values(*f, odd)) == _float_bits(mit.decode_command_values(data, odd))
+
+
+def test_command_fields_refuse_nonfinite_values_as_encode_does():
+    for bad in (math.nan, math.inf, -math.inf):
+        for i in range(5):
+            vals = [0.0] * 5
+            vals[i] = bad
+            with pytest.raises(DriverError, match="non-finite") as e1:
+                mit.encode_command_fields(*vals, AK80_9)
+            with pytest.raises(DriverError) as e2:
+                mit.encode_command(*vals, AK80_9, True)
+            assert str(e1.value) == str(e2.value)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
