@@ -204,6 +204,8 @@ class MitCanDriver(Driver):
         self._eff = [float(x.efficiency) for x in m]
         self._ge = [g * e for g, e in zip(self._gear, self._eff)]
         self._lim = [jt.limits for jt in joints]
+        #: per joint, what storing a reply needs: (sign, gear, efficiency, offset)
+        self._store_consts = [(s, g, e, off) for s, g, e, off in zip(self._sign, self._gear, self._eff, self._off)]
         #: per joint, what make_commands needs: (limits, sign, gear, offset, g*g*e, g*e, can id)
         self._cmd_consts = [(jt.limits, s, g, off, g * g * e, ge, jt.can_id) for jt, s, g, off, e, ge
                             in zip(joints, self._sign, self._gear, self._off, self._eff, self._ge)]
@@ -340,7 +342,8 @@ class MitCanDriver(Driver):
 
     def _collect(self, pending: set[int], timeout_s: float, stats: dict, fresh: list[bool]) -> None:
         """Receive replies until every joint in ``pending`` answered or the time is up
-        (``fresh[j]`` set for each joint that did) and keep them (:meth:`_store`)."""
+        (``fresh[j]`` set for each joint that did) and keep them: joint side values, the reply
+        fields for the follow check, the error byte and the temperature."""
         monotonic = time.monotonic
         deadline = monotonic() + timeout_s
         buses = self._buses
@@ -348,6 +351,8 @@ class MitCanDriver(Driver):
         lengths = self._reply_lengths
         by_id, lim, centered = self._by_id, self._lim, self.reply_centered
         decode = codec.decode_reply_values
+        store_consts = self._store_consts
+        q, qd, tau, reps = self._q, self._qd, self._tau, self._rep
         while pending:
             remaining = deadline - monotonic()
             if remaining <= 0:
@@ -386,25 +391,26 @@ class MitCanDriver(Driver):
             if fresh[j]:
                 stats["duplicate"] += 1
                 continue
-            self._store(j, rep, data)
+            # keep the reply (motor side -> joint side)
+            _, p_m, v_m, t_m, temperature, error = rep
+            reps[j] = (p_m, v_m, t_m, data[1:6])
+            s, g, e, off = store_consts[j]
+            q[j] = s * p_m / g + off
+            qd[j] = s * v_m / g
+            tau[j] = s * t_m * g * e
+            if error is not None:
+                self._fault[j] = error
+            if temperature is not None:
+                self._store_temperature(j, temperature)
             self._reply_len = len(data)
             fresh[j] = True
             pending.discard(j)
 
-    def _store(self, j: int, rep: tuple, data: bytes) -> None:
-        """Keep joint ``j``'s reply (:func:`~drivers.codecs.mit.decode_reply_values` of ``data``)."""
-        _, p_m, v_m, t_m, temperature, error = rep
-        self._rep[j] = (p_m, v_m, t_m, data[1:6])
-        s, g, e = self._sign[j], self._gear[j], self._eff[j]
-        self._q[j] = s * p_m / g + self._off[j]
-        self._qd[j] = s * v_m / g
-        self._tau[j] = s * t_m * g * e
-        if error is not None:
-            self._fault[j] = error
-        if temperature is not None:
-            self._temp[j] = temperature
-            if temperature > self.temperature_max_c and not self._detected[j]:
-                self._detected[j] = FAULT_OVER_TEMPERATURE
+    def _store_temperature(self, j: int, temperature: int) -> None:
+        """Keep joint ``j``'s reported temperature; above ``temperature_max_c`` it is a fault."""
+        self._temp[j] = temperature
+        if temperature > self.temperature_max_c and not self._detected[j]:
+            self._detected[j] = FAULT_OVER_TEMPERATURE
 
     def _feedback(self, fresh: list[bool], stats: dict) -> Feedback:
         n = len(fresh)

@@ -215,6 +215,27 @@ def test_reply_round_trip(name, mid, p, v, t, variant, temp, err):
         assert (r.temperature_c, r.error) == (temp, err)
 
 
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(lim_st, st.lists(st.floats(-1e3, 1e3) | st.sampled_from([0.0, -0.0, 12.5, -12.5, 50.0, -45.0, 18.0, 65.0]),
+                        min_size=3, max_size=3))
+def test_encode_reply_fields_are_float_to_uint(name, vals):
+    L = mit.MIT_MODELS[name]
+    data = mit.encode_reply(7, *vals, L)
+    ranges = ((L.p_max_rad, 16), (L.v_max_rad_s, 12), (L.t_max_nm, 12))
+    p, v, t = (mit.float_to_uint(x, -m, m, bits) for x, (m, bits) in zip(vals, ranges))
+    assert data == bytes((7, p >> 8, p & 0xFF, v >> 4, ((v & 0xF) << 4) | (t >> 8), t & 0xFF))
+    for k in range(0, 4096, 5):       # step boundaries
+        vals = [-m + 2 * m * k / 4095 for m, _ in ranges]
+        p, v, t = (mit.float_to_uint(x, -m, m, bits) for x, (m, bits) in zip(vals, ranges))
+        assert mit.encode_reply(7, *vals, L)[1:] == bytes((p >> 8, p & 0xFF, v >> 4, ((v & 0xF) << 4) | (t >> 8),
+                                                           t & 0xFF))
+    for i in range(3):
+        bad = [0.0] * 3
+        bad[i] = math.nan
+        with pytest.raises(DriverError, match="non-finite"):
+            mit.encode_reply(7, *bad, L)
+
+
 @settings(max_examples=400, deadline=None, derandomize=True)
 @given(st.binary(min_size=0, max_size=12), lim_st)
 def test_decoders_fuzz_only_value_or_decode_error(data, name):
