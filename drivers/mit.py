@@ -288,7 +288,7 @@ class MitCanDriver(Driver):
         kd = self._vec(command.kd_nm_s_per_rad, "kd_nm_s_per_rad", n, 0.0)
         pos = self._vec(command.position_rad, "position_rad", n, None)
         vel = self._vec(command.velocity_rad_s, "velocity_rad_s", n, 0.0)
-        if pos is None and any(k != 0.0 for k in kp):
+        if pos is None and any(kp):         # a non-zero kp (the values are finite)
             raise DriverError("command.position_rad is required when kp_nm_per_rad is non-zero")
         out = []
         saturated = 0
@@ -413,17 +413,20 @@ class MitCanDriver(Driver):
             self._detected[j] = FAULT_OVER_TEMPERATURE
 
     def _feedback(self, fresh: list[bool], stats: dict) -> Feedback:
+        """This cycle's :class:`Feedback`; ``stats`` (a fresh dict per cycle) becomes its ``info``."""
         n = len(fresh)
-        info = dict(stats)
-        info["missing"] = n - fresh.count(True)
-        info["temperature_c"] = np.array(self._temp, dtype=float)
-        info["torque_residual_nm"] = np.array(self._torque_residual, dtype=float)
+        # the five float vectors in one conversion; the Feedback gets its rows
+        q, qd, tau, temp, residual = np.array(self._q + self._qd + self._tau + self._temp + self._torque_residual,
+                                              dtype=float).reshape(5, n)
+        stats["missing"] = n - fresh.count(True)
+        stats["temperature_c"] = temp
+        stats["torque_residual_nm"] = residual
         # the drive's own error byte where it reports one, else the driver's detected fault
-        fault = np.array([f if f != 0 else d for f, d in zip(self._fault, self._detected)], dtype=int)
-        return Feedback(t_s=float(self._now()), position_rad=np.array(self._q, dtype=float),
-                        velocity_rad_s=np.array(self._qd, dtype=float), torque_nm=np.array(self._tau, dtype=float),
-                        fault=fault, fresh=np.array(fresh, dtype=bool),
-                        enabled=np.array([self._enabled] * n, dtype=bool), info=info)
+        detected = self._detected
+        fault = np.array([f if f != 0 else d for f, d in zip(self._fault, detected)] if any(detected)
+                         else self._fault, dtype=int)
+        return Feedback(float(self._now()), q, qd, tau, fault, np.array(fresh, dtype=bool),
+                        np.array([self._enabled] * n, dtype=bool), stats)
 
     @staticmethod
     def _new_stats() -> dict:
