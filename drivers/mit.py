@@ -58,7 +58,7 @@ from .transport import CanTransport, Frame, recv_any_fields
 
 __all__ = ["MitJoint", "MitCanDriver", "build", "check_mapping"]
 
-#: p, v, kp, kd fields all at their maximum (with t >= 0xFFC the frame is ENTER/EXIT/ZERO)
+#: p, v, kp, kd fields all at their maximum (with t = 0xFFC..0xFFE the frame is ENTER/EXIT/ZERO)
 _ALL_ONES_4 = (0xFFFF, 0xFFF, 0xFFF, 0xFFF)
 
 
@@ -310,9 +310,9 @@ class MitCanDriver(Driver):
             t_m = s * tau[j] / ge
             saturated += (abs(t_m) > L.t_max_nm) + (abs(v_m) > L.v_max_rad_s) + (kp_m > L.kp_max) + (kd_m > L.kd_max)
             f = fields(p_m, v_m, kp_m, kd_m, t_m, L, nearest)
-            if f[4] >= 0xFFC and f[:4] == _ALL_ONES_4:
-                # every field at its maximum collides with ENTER/EXIT/ZERO (payload 0xFF x 7, then
-                # 0xFC..0xFF): lower the torque by 3 LSB (the last byte by 3)
+            if 0xFFC <= f[4] <= 0xFFE and f[:4] == _ALL_ONES_4:
+                # the payload would be ENTER/EXIT/ZERO (0xFF x 7, then 0xFC / 0xFD / 0xFE): lower the
+                # torque by 3 LSB (the last byte to 0xF9..0xFB); 0xFF x 8 is an ordinary command
                 f = f[:4] + (f[4] - 3,)
             out.append((can_id, pack(*f), f))
         self.last_saturated = saturated
