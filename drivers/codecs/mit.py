@@ -507,31 +507,9 @@ def encode_reply(motor_id: int, p_rad: float, v_rad_s: float, t_nm: float, limit
     """
     var = _variant(variant)
     mid = _byte("motor_id", motor_id)
-    # float_to_uint(x, -x_max, x_max, bits) inline, field by field (truncating)
-    hi = limits.p_max_rad
-    lo = -hi
-    x = float(p_rad)
-    if not lo <= x <= hi:
-        x = _clamped(x, lo, hi)
-    p = int((x - lo) * 0xFFFF / (hi - lo))
-    if p > 0xFFFF:
-        p = 0xFFFF
-    hi = limits.v_max_rad_s
-    lo = -hi
-    x = float(v_rad_s)
-    if not lo <= x <= hi:
-        x = _clamped(x, lo, hi)
-    v = int((x - lo) * 0xFFF / (hi - lo))
-    if v > 0xFFF:
-        v = 0xFFF
-    hi = limits.t_max_nm
-    lo = -hi
-    x = float(t_nm)
-    if not lo <= x <= hi:
-        x = _clamped(x, lo, hi)
-    t = int((x - lo) * 0xFFF / (hi - lo))
-    if t > 0xFFF:
-        t = 0xFFF
+    p = float_to_uint(p_rad, -limits.p_max_rad, limits.p_max_rad, 16)
+    v = float_to_uint(v_rad_s, -limits.v_max_rad_s, limits.v_max_rad_s, 12)
+    t = float_to_uint(t_nm, -limits.t_max_nm, limits.t_max_nm, 12)
     out = bytes((mid, p >> 8, p & 0xFF, v >> 4, ((v & 0xF) << 4) | (t >> 8), t & 0xFF))
     if var == "classic6":
         return out
