@@ -54,11 +54,12 @@ from dynamics.errors import CommsError, CommsTimeoutError, DecodeError, DriverEr
 from .base import Command, Driver, Feedback, JointMapping
 from .codecs import mit as codec
 from .mit_health import FAULT_OVER_TEMPERATURE, FollowConfig, FollowMonitor
-from .transport import CanTransport, Frame, recv_any
+from .transport import CanTransport, Frame, recv_any_fields
 
 __all__ = ["MitJoint", "MitCanDriver", "build", "check_mapping"]
 
-_ALL_ONES_7 = bytes([0xFF] * 7)
+#: p, v, kp, kd fields all at their maximum (with t = 0xFFC..0xFFE the frame is ENTER/EXIT/ZERO)
+_ALL_ONES_4 = (0xFFFF, 0xFFF, 0xFFF, 0xFFF)
 
 
 def check_mapping(mapping: JointMapping, what: str) -> None:
@@ -203,6 +204,8 @@ class MitCanDriver(Driver):
         self._eff = [float(x.efficiency) for x in m]
         self._ge = [g * e for g, e in zip(self._gear, self._eff)]
         self._lim = [jt.limits for jt in joints]
+        #: per joint, what storing a reply needs: (sign, gear, efficiency, offset)
+        self._store_consts = [(s, g, e, off) for s, g, e, off in zip(self._sign, self._gear, self._eff, self._off)]
         #: per joint, what make_commands needs: (limits, sign, gear, offset, g*g*e, g*e, can id)
         self._cmd_consts = [(jt.limits, s, g, off, g * g * e, ge, jt.can_id) for jt, s, g, off, e, ge
                             in zip(joints, self._sign, self._gear, self._off, self._eff, self._ge)]
@@ -269,6 +272,14 @@ class MitCanDriver(Driver):
             set-point outside the drive's position range while kp > 0 (it
             would be clamped to a different target).
         """
+        return [Frame(can_id, data) for can_id, data, _ in self._encode(command)]
+
+    def _encode(self, command: Command) -> list[tuple[int, bytes, tuple]]:
+        """:meth:`make_commands` as ``(can_id, payload, integer fields)`` per joint (no records).
+
+        The fields are :func:`~drivers.codecs.mit.encode_command_fields` of the frame, so the
+        follow check gets the sent command's values without decoding the payload.
+        """
         n = len(self._joints)
         tau = self._vec(command.torque_nm, "torque_nm", n, None)
         if tau is None:
@@ -277,12 +288,13 @@ class MitCanDriver(Driver):
         kd = self._vec(command.kd_nm_s_per_rad, "kd_nm_s_per_rad", n, 0.0)
         pos = self._vec(command.position_rad, "position_rad", n, None)
         vel = self._vec(command.velocity_rad_s, "velocity_rad_s", n, 0.0)
-        if pos is None and any(k != 0.0 for k in kp):
+        if pos is None and any(kp):         # a non-zero kp (the values are finite)
             raise DriverError("command.position_rad is required when kp_nm_per_rad is non-zero")
-        frames = []
+        out = []
         saturated = 0
         nearest = self._nearest
-        encode = codec.encode_command
+        fields = codec.encode_command_fields
+        pack = codec.pack_command
         for j, (L, s, g, off, gge, ge, can_id) in enumerate(self._cmd_consts):
             kp_j, kd_j = kp[j], kd[j]
             if kp_j < 0 or kd_j < 0:
@@ -297,13 +309,14 @@ class MitCanDriver(Driver):
             v_m = s * vel[j] * g
             t_m = s * tau[j] / ge
             saturated += (abs(t_m) > L.t_max_nm) + (abs(v_m) > L.v_max_rad_s) + (kp_m > L.kp_max) + (kd_m > L.kd_max)
-            data = encode(p_m, v_m, kp_m, kd_m, t_m, L, nearest)
-            if data[7] >= 0xFC and data[:7] == _ALL_ONES_7:
-                # every field at its maximum collides with ENTER/EXIT/ZERO: lower the torque by 3 LSB
-                data = data[:7] + bytes((data[7] - 3,))
-            frames.append(Frame(can_id, data))
+            f = fields(p_m, v_m, kp_m, kd_m, t_m, L, nearest)
+            if 0xFFC <= f[4] <= 0xFFE and f[:4] == _ALL_ONES_4:
+                # the payload would be ENTER/EXIT/ZERO (0xFF x 7, then 0xFC / 0xFD / 0xFE): lower the
+                # torque by 3 LSB (the last byte to 0xF9..0xFB); 0xFF x 8 is an ordinary command
+                f = f[:4] + (f[4] - 3,)
+            out.append((can_id, pack(*f), f))
         self.last_saturated = saturated
-        return frames
+        return out
 
     # ------------------------------------------------------------------
     def _send_per_bus(self, frames: Sequence[Frame]) -> None:
@@ -313,75 +326,107 @@ class MitCanDriver(Driver):
                 if self._bus_of[j] == b:
                     t.send_frame(f)
 
+    def _send_encoded(self, encoded: Sequence[tuple]) -> None:
+        """:meth:`_send_per_bus` for :meth:`_encode`'s output (the same frames, without records)."""
+        buses = self._buses
+        if len(buses) == 1:
+            send = buses[0].send
+            for can_id, data, _ in encoded:
+                send(can_id, data)
+            return
+        bus_of = self._bus_of
+        for b, t in enumerate(buses):
+            for j, e in enumerate(encoded):
+                if bus_of[j] == b:
+                    t.send(e[0], e[1])
+
     def _collect(self, pending: set[int], timeout_s: float, stats: dict, fresh: list[bool]) -> None:
         """Receive replies until every joint in ``pending`` answered or the time is up
-        (``fresh[j]`` set for each joint that did)."""
-        deadline = time.monotonic() + timeout_s
+        (``fresh[j]`` set for each joint that did) and keep them: joint side values, the reply
+        fields for the follow check, the error byte and the temperature."""
+        monotonic = time.monotonic
+        deadline = monotonic() + timeout_s
         buses = self._buses
+        one = buses[0].recv_fields if len(buses) == 1 else None
         lengths = self._reply_lengths
+        by_id, lim, centered = self._by_id, self._lim, self.reply_centered
+        decode = codec.decode_reply_values
+        store_consts = self._store_consts
+        q, qd, tau, reps = self._q, self._qd, self._tau, self._rep
         while pending:
-            remaining = deadline - time.monotonic()
+            remaining = deadline - monotonic()
             if remaining <= 0:
                 break
-            got = recv_any(buses, remaining)
-            if got is None:
-                break
-            b, frame = got
-            if frame.is_error_frame:
+            if one is not None:
+                # recv_any_fields with one transport
+                b, frame = 0, one(remaining)
+                if frame is None:
+                    break
+            else:
+                got = recv_any_fields(buses, remaining)
+                if got is None:
+                    break
+                b, frame = got
+            # frame: (arbitration_id, data, timestamp, is_error_frame, is_remote, ...)
+            if frame[3]:
                 stats["error_frames"] += 1
                 continue
-            if frame.is_remote:
+            if frame[4]:
                 stats["unexpected"] += 1
                 continue
-            data = frame.data
+            data = frame[1]
             try:
                 # the motor id is in byte 0; limits depend on the joint
                 if len(data) not in lengths:
                     raise DecodeError(f"MIT reply must be {' or '.join(map(str, lengths))} "
                                       f"bytes, got {len(data)}")
-                j = self._by_id[b].get(data[0])
+                j = by_id[b].get(data[0])
                 if j is None:
                     stats["unexpected"] += 1
                     continue
-                rep = codec.decode_reply_values(data, self._lim[j], self.reply_centered)
+                rep = decode(data, lim[j], centered)
             except DecodeError:
                 stats["corrupt"] += 1
                 continue
             if fresh[j]:
                 stats["duplicate"] += 1
                 continue
-            self._store(j, rep, data)
+            # keep the reply (motor side -> joint side)
+            _, p_m, v_m, t_m, temperature, error = rep
+            reps[j] = (p_m, v_m, t_m, data[1:6])
+            s, g, e, off = store_consts[j]
+            q[j] = s * p_m / g + off
+            qd[j] = s * v_m / g
+            tau[j] = s * t_m * g * e
+            if error is not None:
+                self._fault[j] = error
+            if temperature is not None:
+                self._store_temperature(j, temperature)
             self._reply_len = len(data)
             fresh[j] = True
             pending.discard(j)
 
-    def _store(self, j: int, rep: tuple, data: bytes) -> None:
-        """Keep joint ``j``'s reply (:func:`~drivers.codecs.mit.decode_reply_values` of ``data``)."""
-        _, p_m, v_m, t_m, temperature, error = rep
-        self._rep[j] = (p_m, v_m, t_m, bytes(data[1:6]))
-        s, g, e = self._sign[j], self._gear[j], self._eff[j]
-        self._q[j] = s * p_m / g + self._off[j]
-        self._qd[j] = s * v_m / g
-        self._tau[j] = s * t_m * g * e
-        if error is not None:
-            self._fault[j] = error
-        if temperature is not None:
-            self._temp[j] = temperature
-            if temperature > self.temperature_max_c and not self._detected[j]:
-                self._detected[j] = FAULT_OVER_TEMPERATURE
+    def _store_temperature(self, j: int, temperature: int) -> None:
+        """Keep joint ``j``'s reported temperature; above ``temperature_max_c`` it is a fault."""
+        self._temp[j] = temperature
+        if temperature > self.temperature_max_c and not self._detected[j]:
+            self._detected[j] = FAULT_OVER_TEMPERATURE
 
     def _feedback(self, fresh: list[bool], stats: dict) -> Feedback:
+        """This cycle's :class:`Feedback`; ``stats`` (a fresh dict per cycle) becomes its ``info``."""
         n = len(fresh)
-        info = dict(stats)
-        info["missing"] = n - fresh.count(True)
-        info["temperature_c"] = np.array(self._temp, dtype=float)
-        info["torque_residual_nm"] = np.array(self._torque_residual, dtype=float)
+        # the five float vectors in one conversion; the Feedback gets its rows
+        q, qd, tau, temp, residual = np.array(self._q + self._qd + self._tau + self._temp + self._torque_residual,
+                                              dtype=float).reshape(5, n)
+        stats["missing"] = n - fresh.count(True)
+        stats["temperature_c"] = temp
+        stats["torque_residual_nm"] = residual
         # the drive's own error byte where it reports one, else the driver's detected fault
-        fault = np.array([f if f != 0 else d for f, d in zip(self._fault, self._detected)], dtype=int)
-        return Feedback(t_s=float(self._now()), position_rad=np.array(self._q, dtype=float),
-                        velocity_rad_s=np.array(self._qd, dtype=float), torque_nm=np.array(self._tau, dtype=float),
-                        fault=fault, fresh=np.array(fresh, dtype=bool),
-                        enabled=np.array([self._enabled] * n, dtype=bool), info=info)
+        detected = self._detected
+        fault = np.array([f if f != 0 else d for f, d in zip(self._fault, detected)] if any(detected)
+                         else self._fault, dtype=int)
+        return Feedback(float(self._now()), q, qd, tau, fault, np.array(fresh, dtype=bool),
+                        np.array([self._enabled] * n, dtype=bool), stats)
 
     @staticmethod
     def _new_stats() -> dict:
@@ -449,21 +494,32 @@ class MitCanDriver(Driver):
         self._check_open()
         if not self._enabled:
             raise DriverError("cycle() before enable()")
-        frames = self.make_commands(command)
+        encoded = self._encode(command)
         stats = self._new_stats()
         stats["saturated"] = self.last_saturated
-        fresh = self._exchange(frames, range(self.n_joints), self.reply_timeout_s, stats)
+        # _exchange, with the encoded frames
+        stats["late"] += self._drain()
+        self._send_encoded(encoded)
+        n = len(self._joints)
+        fresh = [False] * n
+        self._collect(set(range(n)), self.reply_timeout_s, stats, fresh)
         self.cycles += 1
-        self._follow_check(frames, fresh)
+        self._follow_check(encoded, fresh)
         return self._feedback(fresh, stats)
 
-    def _follow_check(self, frames: Sequence[Frame], fresh: list[bool]) -> None:
-        """Run the :class:`~drivers.mit_health.FollowMonitor` on this cycle's commands and replies."""
+    def _follow_check(self, encoded: Sequence[tuple], fresh: list[bool]) -> None:
+        """Run the :class:`~drivers.mit_health.FollowMonitor` on this cycle's commands and replies.
+
+        ``encoded``: :meth:`_encode`'s output; the commands' values are those of the
+        frames' integer fields (:func:`~drivers.codecs.mit.command_values`, what
+        decoding the frames gives).
+        """
         mon = self.monitor
         if not mon.config.enabled:
             return
         lim = self._lim
-        cmds = [codec.decode_command_values(f.data, lim[j]) for j, f in enumerate(frames)]
+        values = codec.command_values
+        cmds = [values(*e[2], lim[j]) for j, e in enumerate(encoded)]
         codes = mon.update(float(self._now()), fresh, self._rep, cmds)
         detected = self._detected
         for j, code in enumerate(codes):

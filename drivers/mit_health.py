@@ -159,6 +159,9 @@ class FollowMonitor:
         self._t = t_s
         a = 1.0 if cfg.lag_s == 0.0 else 1.0 - math.exp(-dt / cfg.lag_s) if dt > 0 else 0.0
         xs, us, codes = self._x, self._u, self.codes
+        tols, resid, bad, same, last, xlo, xhi = (self._tol, self.residual_nm, self._bad, self._same, self._last,
+                                                  self._xlo, self._xhi)
+        rel_tol, window, frozen = cfg.rel_tol, cfg.window_cycles, cfg.frozen_cycles
         for j, tm in enumerate(self._tmax):
             # the reply to this cycle's command shows the current driven by the previous one
             x = xs[j] + a * (us[j] - xs[j])
@@ -172,31 +175,28 @@ class FollowMonitor:
                 p, v, t_meas, raw = rep
                 u = t_ff + kp * (p_des - p) + kd * (v_des - v)
                 if codes[j] == 0:
-                    self._check(j, x, t_meas, raw)
+                    # the checks of this reply (not following, frozen)
+                    tol = tols[j]
+                    r = t_meas - x
+                    resid[j] = r
+                    if abs(r) > tol + rel_tol * abs(x):
+                        bad[j] += 1
+                        if bad[j] >= window:
+                            codes[j] = FAULT_NOT_FOLLOWING
+                    else:
+                        bad[j] = 0
+                    if codes[j] == 0:
+                        if raw == last[j]:
+                            same[j] += 1
+                            if x < xlo[j]:
+                                xlo[j] = x
+                            elif x > xhi[j]:
+                                xhi[j] = x
+                            if same[j] >= frozen and xhi[j] - xlo[j] > tol:
+                                codes[j] = FAULT_FROZEN
+                        else:
+                            last[j] = raw
+                            same[j] = 1
+                            xlo[j] = xhi[j] = x
             us[j] = tm if u > tm else -tm if u < -tm else u
         return codes
-
-    def _check(self, j: int, x: float, t_meas: float, raw) -> None:
-        cfg = self.config
-        tol = self._tol[j]
-        r = t_meas - x
-        self.residual_nm[j] = r
-        if abs(r) > tol + cfg.rel_tol * abs(x):
-            self._bad[j] += 1
-            if self._bad[j] >= cfg.window_cycles:
-                self.codes[j] = FAULT_NOT_FOLLOWING
-                return
-        else:
-            self._bad[j] = 0
-        if raw == self._last[j]:
-            self._same[j] += 1
-            if x < self._xlo[j]:
-                self._xlo[j] = x
-            elif x > self._xhi[j]:
-                self._xhi[j] = x
-            if self._same[j] >= cfg.frozen_cycles and self._xhi[j] - self._xlo[j] > tol:
-                self.codes[j] = FAULT_FROZEN
-        else:
-            self._last[j] = raw
-            self._same[j] = 1
-            self._xlo[j] = self._xhi[j] = x

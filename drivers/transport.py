@@ -24,7 +24,7 @@ from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from dynamics.errors import CommsError, CommsTimeoutError
 
-__all__ = ["Frame", "BusLike", "CanTransport", "recv_any"]
+__all__ = ["Frame", "BusLike", "CanTransport", "recv_any", "recv_any_fields"]
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,8 @@ class CanTransport:
         CommsTimeoutError
             The frame could not be queued within ``send_timeout_s``.
         """
-        self._check_open()
+        if self._closed:
+            raise CommsError(f"{self.name}: transport is closed")
         can = self._can
         try:
             if is_remote:
@@ -233,26 +234,43 @@ class CanTransport:
         CommsError
             The bus failed.
         """
-        self._check_open()
-        can = self._can
+        f = self.recv_fields(timeout_s)
+        return None if f is None else Frame(*f)
+
+    def recv_fields(self, timeout_s: float | None = 0.0) -> tuple | None:
+        """:meth:`recv` without the record: the :class:`Frame`'s fields as a tuple, in its order.
+
+        ``(arbitration_id, data, timestamp, is_error_frame, is_remote, is_extended_id, dlc)``,
+        the same values (``Frame(*fields)`` is what :meth:`recv` returns), or ``None``;
+        for the drivers' per-frame paths.
+
+        Raises
+        ------
+        CommsError
+            The bus failed.
+        """
+        if self._closed:
+            raise CommsError(f"{self.name}: transport is closed")
         try:
             msg = self._bus.recv(timeout=timeout_s)
-        except (can.CanError, OSError, ValueError) as err:
+        except (self._can.CanError, OSError, ValueError) as err:
             raise CommsError(f"{self.name}: receive failed: {err}") from err
         if msg is None:
             return None
         self.frames_received += 1
-        if msg.is_error_frame:
+        error = bool(msg.is_error_frame)
+        if error:
             self.error_frames += 1
-        # positional, in the field order of Frame (keywords cost more per frame)
-        return Frame(msg.arbitration_id, bytes(msg.data) if msg.data is not None else b"",
-                     float(msg.timestamp or 0.0), bool(msg.is_error_frame), bool(msg.is_remote_frame),
-                     bool(msg.is_extended_id), msg.dlc if msg.is_remote_frame else None)
+        remote = bool(msg.is_remote_frame)
+        data = msg.data
+        return (msg.arbitration_id, bytes(data) if data is not None else b"", float(msg.timestamp or 0.0),
+                error, remote, bool(msg.is_extended_id), msg.dlc if remote else None)
 
     def drain(self, max_frames: int = 100_000) -> int:
         """Discard every frame already queued; return how many were dropped."""
         n = 0
-        while n < max_frames and self.recv(0.0) is not None:
+        recv = self.recv_fields
+        while n < max_frames and recv(0.0) is not None:
             n += 1
         return n
 
@@ -290,18 +308,25 @@ def recv_any(transports: Sequence[CanTransport], timeout_s: float,
     (index, Frame) or None
         Index into ``transports`` and the frame, or ``None`` on timeout.
     """
+    got = recv_any_fields(transports, timeout_s, slice_s)
+    return None if got is None else (got[0], Frame(*got[1]))
+
+
+def recv_any_fields(transports: Sequence[CanTransport], timeout_s: float,
+                    slice_s: float = 0.0002) -> tuple[int, tuple] | None:
+    """:func:`recv_any` with the frame as :meth:`CanTransport.recv_fields` gives it (no record)."""
     if len(transports) == 1:
-        f = transports[0].recv(max(0.0, timeout_s))
+        f = transports[0].recv_fields(max(0.0, timeout_s))
         return None if f is None else (0, f)
     deadline = time.monotonic() + max(0.0, timeout_s)
     while True:
         for i, t in enumerate(transports):
-            f = t.recv(0.0)
+            f = t.recv_fields(0.0)
             if f is not None:
                 return i, f
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None
-        f = transports[0].recv(min(remaining, slice_s))
+        f = transports[0].recv_fields(min(remaining, slice_s))
         if f is not None:
             return 0, f

@@ -101,6 +101,27 @@ def mit_driver(motors, n=3, mapping=None, two_buses=False, **kw):
     return drv, buses, clock
 
 
+def test_mit_make_commands_never_sends_a_special_frame():
+    """Every field at its maximum: a torque that would make the payload ENTER / EXIT / ZERO
+    (0xFF x 7, then 0xFC..0xFE) is lowered by 3 LSB; 0xFF x 8 is an ordinary command (the
+    firmware compares the last byte with the three special values only) and is sent as it is."""
+    drv, buses, _ = mit_driver(MitMotors([1]), n=1)
+    step = 2 * LIM.t_max_nm / 4095
+    seen = set()
+    for k in range(0, 9):
+        t_field = 0xFFF - k
+        tau = -LIM.t_max_nm + (t_field + 0.25) * step if k else 1e3      # truncation-safe inside the step
+        cmd = Command(np.array([tau]), position_rad=np.array([LIM.p_max_rad]), velocity_rad_s=np.array([1e3]),
+                      kp_nm_per_rad=np.array([1e4]), kd_nm_s_per_rad=np.array([1e4]))
+        data = drv.make_commands(cmd)[0].data
+        assert mc.classify_command(data) == "command"
+        assert data[:7] == b"\xff" * 7
+        want = t_field - 3 if 0xFFC <= t_field <= 0xFFE else t_field
+        assert data[7] == want & 0xFF, (hex(t_field), data.hex())
+        seen.add(data[7])
+    assert {0xFF, 0xFB, 0xFA, 0xF9} <= seen and not seen & {0xFC, 0xFD, 0xFE}
+
+
 def test_mit_make_commands_mapping_and_refusals():
     m = JointMapping(gear_ratio=2.0, sign=-1, offset_rad=0.5, efficiency=0.8)
     drv, buses, _ = mit_driver(MitMotors([1, 2]), n=2, mapping=m)

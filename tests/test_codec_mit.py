@@ -7,7 +7,9 @@ which the CubeMars AK manual (MIT mode) repeats.
 """
 
 import math
+import struct
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -135,6 +137,67 @@ def test_command_round_trip_within_one_lsb(name, a, b, c, d, e):
     assert again == data
 
 
+def _float_bits(values):
+    return [struct.pack("<d", v) for v in values]
+
+
+def _check_fields(vals, L, nearest):
+    """encode_command_fields / pack_command / command_values against the reference functions."""
+    f = mit.encode_command_fields(*vals, L, nearest)
+    ranges = ((-L.p_max_rad, L.p_max_rad, 16), (-L.v_max_rad_s, L.v_max_rad_s, 12), (0.0, L.kp_max, 12),
+              (0.0, L.kd_max, 12), (-L.t_max_nm, L.t_max_nm, 12))
+    assert f == tuple(mit.float_to_uint(x, lo, hi, bits, nearest) for x, (lo, hi, bits) in zip(vals, ranges))
+    assert all(type(u) is int for u in f)
+    data = mit.pack_command(*f)
+    assert data == mit.encode_command(*vals, L, nearest)
+    if mit.classify_command(data) == "command":
+        # exactly decode(encode(x)), bit for bit
+        assert _float_bits(mit.command_values(*f, L)) == _float_bits(mit.decode_command_values(data, L))
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(lim_st, st.lists(st.floats(-1e3, 1e3) | st.sampled_from([0.0, -0.0, 12.5, -12.5, 50.0, 500.0, 5.0, 18.0]),
+                        min_size=5, max_size=5), st.booleans())
+def test_command_fields_agree_with_encode_and_decode(name, vals, nearest):
+    _check_fields(vals, mit.MIT_MODELS[name], nearest)
+
+
+def test_command_fields_at_the_range_edges_and_steps():
+    odd = mit.MitLimits(3.3, 7.1, 123.4, 2.2, 0.77)
+    for L in list(mit.MIT_MODELS.values()) + [odd]:
+        edges = [(lo, hi) for lo, hi in ((-L.p_max_rad, L.p_max_rad), (-L.v_max_rad_s, L.v_max_rad_s),
+                                        (0.0, L.kp_max), (0.0, L.kd_max), (-L.t_max_nm, L.t_max_nm))]
+        for nearest in (False, True):
+            for k in range(0, 4097, 7):
+                # every 7th step boundary and the half steps of every field, both sides of the range
+                vals = [lo + (hi - lo) * k / 4095 for lo, hi in edges]
+                _check_fields(vals, L, nearest)
+                _check_fields([v + (hi - lo) * 0.5 / 4095 for v, (lo, hi) in zip(vals, edges)], L, nearest)
+                _check_fields([np.float64(v) for v in vals], L, nearest)      # numpy scalars as floats
+            _check_fields([1e300, 1e300, 1e300, 1e300, 1e300], L, nearest)     # all at the maximum (0xFF x 8)
+            _check_fields([-1e300, -1e300, -1.0, -1.0, -1e300], L, nearest)
+    # every integer field maps as decode_command_values maps it
+    rng = np.random.default_rng(3)
+    for t in range(4096):
+        f = (int(rng.integers(0, 65536)), int(rng.integers(0, 4096)), int(rng.integers(0, 4096)),
+             int(rng.integers(0, 4096)), t)
+        data = mit.pack_command(*f)
+        if mit.classify_command(data) == "command":
+            assert _float_bits(mit.command_values(*f, odd)) == _float_bits(mit.decode_command_values(data, odd))
+
+
+def test_command_fields_refuse_nonfinite_values_as_encode_does():
+    for bad in (math.nan, math.inf, -math.inf):
+        for i in range(5):
+            vals = [0.0] * 5
+            vals[i] = bad
+            with pytest.raises(DriverError, match="non-finite") as e1:
+                mit.encode_command_fields(*vals, AK80_9)
+            with pytest.raises(DriverError) as e2:
+                mit.encode_command(*vals, AK80_9, True)
+            assert str(e1.value) == str(e2.value)
+
+
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(lim_st, st.integers(0, 255), st.floats(-100, 100), st.floats(-100, 100), st.floats(-100, 100),
        st.sampled_from(["classic6", "cubemars8"]), st.integers(0, 255), st.integers(0, 255))
@@ -150,6 +213,27 @@ def test_reply_round_trip(name, mid, p, v, t, variant, temp, err):
         assert abs(got - clamped) <= _lsb(-m, m, bits) * (1 + 1e-9)
     if variant == "cubemars8":
         assert (r.temperature_c, r.error) == (temp, err)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(lim_st, st.lists(st.floats(-1e3, 1e3) | st.sampled_from([0.0, -0.0, 12.5, -12.5, 50.0, -45.0, 18.0, 65.0]),
+                        min_size=3, max_size=3))
+def test_encode_reply_fields_are_float_to_uint(name, vals):
+    L = mit.MIT_MODELS[name]
+    data = mit.encode_reply(7, *vals, L)
+    ranges = ((L.p_max_rad, 16), (L.v_max_rad_s, 12), (L.t_max_nm, 12))
+    p, v, t = (mit.float_to_uint(x, -m, m, bits) for x, (m, bits) in zip(vals, ranges))
+    assert data == bytes((7, p >> 8, p & 0xFF, v >> 4, ((v & 0xF) << 4) | (t >> 8), t & 0xFF))
+    for k in range(0, 4096, 5):       # step boundaries
+        vals = [-m + 2 * m * k / 4095 for m, _ in ranges]
+        p, v, t = (mit.float_to_uint(x, -m, m, bits) for x, (m, bits) in zip(vals, ranges))
+        assert mit.encode_reply(7, *vals, L)[1:] == bytes((p >> 8, p & 0xFF, v >> 4, ((v & 0xF) << 4) | (t >> 8),
+                                                           t & 0xFF))
+    for i in range(3):
+        bad = [0.0] * 3
+        bad[i] = math.nan
+        with pytest.raises(DriverError, match="non-finite"):
+            mit.encode_reply(7, *bad, L)
 
 
 @settings(max_examples=400, deadline=None, derandomize=True)

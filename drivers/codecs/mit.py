@@ -79,6 +79,9 @@ __all__ = [
     "uint_to_float",
     "classify_command",
     "encode_command",
+    "encode_command_fields",
+    "pack_command",
+    "command_values",
     "decode_command",
     "decode_command_values",
     "encode_reply",
@@ -332,11 +335,66 @@ def encode_command(p_rad: float, v_rad_s: float, kp: float, kd: float, t_nm: flo
     DriverError
         If any value is not finite.
     """
-    p = float_to_uint(p_rad, -limits.p_max_rad, limits.p_max_rad, 16, nearest)
-    v = float_to_uint(v_rad_s, -limits.v_max_rad_s, limits.v_max_rad_s, 12, nearest)
-    kp_u = float_to_uint(kp, 0.0, limits.kp_max, 12, nearest)
-    kd_u = float_to_uint(kd, 0.0, limits.kd_max, 12, nearest)
-    t = float_to_uint(t_nm, -limits.t_max_nm, limits.t_max_nm, 12, nearest)
+    return pack_command(*encode_command_fields(p_rad, v_rad_s, kp, kd, t_nm, limits, nearest))
+
+
+def _clamped(x: float, x_min: float, x_max: float) -> float:
+    """``x`` clamped to ``[x_min, x_max]`` (``x`` outside it or NaN; refuses non-finite values)."""
+    if not math.isfinite(x):
+        raise DriverError(f"refusing to encode non-finite value {x!r}")
+    return x_min if x < x_min else x_max
+
+
+def encode_command_fields(p_rad: float, v_rad_s: float, kp: float, kd: float, t_nm: float,
+                          limits: MitLimits, nearest: bool = False) -> tuple[int, int, int, int, int]:
+    """The quantised integer fields ``(p, v, kp, kd, t)`` of :func:`encode_command`.
+
+    Each is :func:`float_to_uint` of its value over its range (16 bits for ``p``,
+    12 for the others), computed the same way; :func:`pack_command` packs them into
+    the 8-byte payload and :func:`command_values` gives what
+    :func:`decode_command_values` decodes from it, without unpacking the bytes.
+
+    Raises
+    ------
+    DriverError
+        If any value is not finite.
+    """
+    half = 0.5 if nearest else 0.0
+    # float_to_uint(x, lo, hi, bits, nearest) inline, field by field
+    hi = limits.p_max_rad
+    lo = -hi
+    x = float(p_rad)
+    if not lo <= x <= hi:
+        x = _clamped(x, lo, hi)
+    p = int((x - lo) * 0xFFFF / (hi - lo) + half)
+    hi = limits.v_max_rad_s
+    lo = -hi
+    x = float(v_rad_s)
+    if not lo <= x <= hi:
+        x = _clamped(x, lo, hi)
+    v = int((x - lo) * 0xFFF / (hi - lo) + half)
+    hi = limits.kp_max
+    x = float(kp)
+    if not 0.0 <= x <= hi:
+        x = _clamped(x, 0.0, hi)
+    kp_u = int((x - 0.0) * 0xFFF / (hi - 0.0) + half)
+    hi = limits.kd_max
+    x = float(kd)
+    if not 0.0 <= x <= hi:
+        x = _clamped(x, 0.0, hi)
+    kd_u = int((x - 0.0) * 0xFFF / (hi - 0.0) + half)
+    hi = limits.t_max_nm
+    lo = -hi
+    x = float(t_nm)
+    if not lo <= x <= hi:
+        x = _clamped(x, lo, hi)
+    t = int((x - lo) * 0xFFF / (hi - lo) + half)
+    return (0xFFFF if p > 0xFFFF else p, 0xFFF if v > 0xFFF else v, 0xFFF if kp_u > 0xFFF else kp_u,
+            0xFFF if kd_u > 0xFFF else kd_u, 0xFFF if t > 0xFFF else t)
+
+
+def pack_command(p: int, v: int, kp_u: int, kd_u: int, t: int) -> bytes:
+    """The 8-byte command payload of the integer fields (16-bit ``p``, 12-bit others; see the module notes)."""
     return bytes((
         p >> 8, p & 0xFF,
         v >> 4, ((v & 0xF) << 4) | (kp_u >> 8),
@@ -344,6 +402,22 @@ def encode_command(p_rad: float, v_rad_s: float, kp: float, kd: float, t_nm: flo
         kd_u >> 4, ((kd_u & 0xF) << 4) | (t >> 8),
         t & 0xFF,
     ))
+
+
+def command_values(p: int, v: int, kp_u: int, kd_u: int, t: int,
+                   limits: MitLimits) -> tuple[float, float, float, float, float]:
+    """The values ``(p_rad, v_rad_s, kp, kd, t_nm)`` of a command's integer fields.
+
+    Exactly what :func:`decode_command_values` returns for :func:`pack_command` of the
+    same fields (it calls this), each field mapped as :func:`uint_to_float` maps it.
+    """
+    # uint_to_float(u, lo, hi, bits) = u * (hi - lo) / (2**bits - 1) + lo, term for term
+    p_lo, v_lo, t_lo = -limits.p_max_rad, -limits.v_max_rad_s, -limits.t_max_nm
+    return (p * (limits.p_max_rad - p_lo) / 0xFFFF + p_lo,
+            v * (limits.v_max_rad_s - v_lo) / 0xFFF + v_lo,
+            kp_u * (limits.kp_max - 0.0) / 0xFFF + 0.0,
+            kd_u * (limits.kd_max - 0.0) / 0xFFF + 0.0,
+            t * (limits.t_max_nm - t_lo) / 0xFFF + t_lo)
 
 
 def decode_command(data: bytes, limits: MitLimits) -> MitCommand:
@@ -361,8 +435,8 @@ def decode_command(data: bytes, limits: MitLimits) -> MitCommand:
 def decode_command_values(data: bytes, limits: MitLimits) -> tuple[float, float, float, float, float]:
     """:func:`decode_command` as a plain tuple ``(p_rad, v_rad_s, kp, kd, t_nm)`` (same values).
 
-    For the per-frame paths (the emulated drive, the driver's follow check): the
-    fields are mapped exactly as :func:`uint_to_float` maps them, without the record.
+    For the emulated drive's per-frame path: the fields are mapped exactly as
+    :func:`uint_to_float` maps them (:func:`command_values`), without the record.
 
     Raises
     ------
@@ -376,18 +450,9 @@ def decode_command_values(data: bytes, limits: MitLimits) -> tuple[float, float,
         kind = _SPECIAL_KIND.get(data[7])
         if kind is not None:
             raise DecodeError(f"payload is the special '{kind}' frame, not a command")
-    p = (data[0] << 8) | data[1]
-    v = (data[2] << 4) | (data[3] >> 4)
-    kp_u = ((data[3] & 0xF) << 8) | data[4]
-    kd_u = (data[5] << 4) | (data[6] >> 4)
-    t = ((data[6] & 0xF) << 8) | data[7]
-    # uint_to_float(u, lo, hi, bits) = u * (hi - lo) / (2**bits - 1) + lo, term for term
-    p_lo, v_lo, t_lo = -limits.p_max_rad, -limits.v_max_rad_s, -limits.t_max_nm
-    return (p * (limits.p_max_rad - p_lo) / 0xFFFF + p_lo,
-            v * (limits.v_max_rad_s - v_lo) / 0xFFF + v_lo,
-            kp_u * (limits.kp_max - 0.0) / 0xFFF + 0.0,
-            kd_u * (limits.kd_max - 0.0) / 0xFFF + 0.0,
-            t * (limits.t_max_nm - t_lo) / 0xFFF + t_lo)
+    return command_values((data[0] << 8) | data[1], (data[2] << 4) | (data[3] >> 4),
+                          ((data[3] & 0xF) << 8) | data[4], (data[5] << 4) | (data[6] >> 4),
+                          ((data[6] & 0xF) << 8) | data[7], limits)
 
 
 # ---------------------------------------------------------------------------
