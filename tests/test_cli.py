@@ -197,13 +197,13 @@ def test_hardware_rehearsal_against_emulated_robot_in_another_process(tmp_path):
     run.write_text((reh / "3rrr_mit_udp_run.toml").read_text()
                    .replace("port = 43113", f"port = {port}")
                    .replace('file = "../robots/3rrr_horizontal.toml"', f'file = "{robot}"'))
-    with served(srv, "--duration-s", "120"):
+    with served(srv, "--duration-s", "120") as server:
         out = tmp_path / "out"
         # the overrun limits are tested on their own (test_ctrl_safety); a shared test machine must
         # not end this protocol rehearsal by its own lateness
         r = tl("run", run, "--yes-hardware", "--duration", "1.5", "-o", out, "--no-plots", "--no-progress",
                "--set", "safety.overrun_fraction_max=0.9", "--set", "safety.lateness_max_s=10.0")
-    skip_if_overloaded(r.returncode, out, "wall-clock rehearsal")
+    skip_if_overloaded(r.returncode, out, "wall-clock rehearsal", watch=server.watch)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "COMPLETED" in r.stdout and "driver mit_can (hardware)" in r.stdout
     log = np.load(out / "log.npy")
@@ -211,6 +211,9 @@ def test_hardware_rehearsal_against_emulated_robot_in_another_process(tmp_path):
     assert len(log) == 1502 == meta["result"]["n_cycles"] and meta["hardware"] is True
     # the real driver talked to the devices: fresh feedback nearly every cycle, tracking held
     fresh = np.all([log[f"fresh[{j}]"] for j in ("theta1", "theta2", "theta3")], axis=0)
+    if fresh.mean() <= 0.9:     # the server answered late: a sign of lateness when the machine is loaded
+        skip_if_overloaded(1, out, "wall-clock rehearsal", f"(fresh feedback in {fresh.mean():.0%} of the cycles)",
+                           late=True, watch=server.watch)
     assert fresh.mean() > 0.9
     assert max(abs(log[f"err[{i}]"]).max() for i in ("x", "y")) < 0.01
 

@@ -25,7 +25,7 @@ from dynamics import load_model
 from dynamics.config import Section
 from dynamics.errors import ConfigError
 
-from serve_process import served, skip_if_overloaded
+from serve_process import CpuWatch, served, skip_if_overloaded
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ROOT / "hil_configs" / "robots"
@@ -172,11 +172,12 @@ def test_stewart_starts_and_runs_on_the_wall_clock_in_process(tmp_path):
     emulator threads with the Stewart plant in Python cost 3-5 ms a cycle on the wall clock
     here, more than a 250 Hz period (measured 2026-11-25 on an idle 2-core machine)."""
     out = tmp_path / "out"
+    watch = CpuWatch()
     r = _tl("run", ROOT / "hil_configs" / "runs" / "stewart_motion.toml", "--set", 'loop.clock="wall"',
             "--set", "loop.rate_hz=100.0", "--duration", "1.0", "-o", out, "--no-plots", "--no-progress")
     # what this test is about: the platform is still at its start pose when the run enables it
     assert "differs from the trajectory start" not in r.stderr + r.stdout, r.stderr
-    skip_if_overloaded(r.returncode, out)
+    skip_if_overloaded(r.returncode, out, watch=watch)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "COMPLETED" in r.stdout
 
@@ -190,7 +191,7 @@ def _rehearse(tmp_path, stem, robot, port, duration_s, *extra):
     run.write_text(re.sub(r"port = \d+", f"port = {port}", (REHEARSAL / f"{stem}_run.toml").read_text()
                           .replace(f'file = "../robots/{robot}"', f'file = "{rob}"')))
     out = tmp_path / "out"
-    with served(srv, "--duration-s", "120"):
+    with served(srv, "--duration-s", "120") as server:
         r = _tl("run", run, "--yes-hardware", "--duration", duration_s, "-o", out, "--no-plots",
                 "--no-progress", *extra)
     # What this test is about: the gravity-loaded robot is still at its start pose when the run
@@ -198,7 +199,8 @@ def _rehearse(tmp_path, stem, robot, port, duration_s, *extra):
     assert "differs from the trajectory start" not in r.stderr, r.stderr
     # two plain-Python processes on a shared 2-core machine: when the machine is overloaded the
     # emulator answers late and the loop misses its deadlines; that says nothing about the brakes
-    skip_if_overloaded(r.returncode, out, "wall-clock rehearsal", r.stderr.strip(), late="no fresh feedback" in r.stderr)
+    skip_if_overloaded(r.returncode, out, "wall-clock rehearsal", r.stderr.strip(), late="no fresh feedback" in r.stderr,
+                       watch=server.watch)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "COMPLETED" in r.stdout and "(hardware)" in r.stdout
     return np.load(out / "log.npy"), json.loads((out / "meta.json").read_text())
