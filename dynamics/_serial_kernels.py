@@ -271,20 +271,6 @@ def _rnea_core(P, q, qd, qdd, use_qdd, grav, wrench, use_wrench, out, Rl):
             Rl[i - 1, 14] += nz + px * fy - py * fx
 
 
-@njit([(_V, _V, _V, _V)], cache=True)
-def rnea(P, q, qd, qdd):
-    """Inverse dynamics, one state: tau (n,)."""
-    n = int(P[0])
-    if q.shape[0] != n or qd.shape[0] != n or qdd.shape[0] != n:
-        raise ValueError("wrong input length")
-    if not (_finite1(q) and _finite1(qd) and _finite1(qdd)):
-        raise ValueError("non-finite input")
-    out = np.empty(n)
-    Rl = np.empty((n, NW))
-    _rnea_core(P, q, qd, qdd, True, 1.0, qdd, False, out, Rl)
-    return out
-
-
 @njit([(_V, _V, _V, _V, _V)], cache=True)
 def rnea_into(P, q, qd, qdd, out):
     """:func:`rnea` into ``out`` (n,): from Python, a caller-made array costs less than the
@@ -296,6 +282,14 @@ def rnea_into(P, q, qd, qdd, out):
         raise ValueError("non-finite input")
     Rl = np.empty((n, NW))
     _rnea_core(P, q, qd, qdd, True, 1.0, qdd, False, out, Rl)
+
+
+@njit([(_V, _V, _V, _V)], cache=True)
+def rnea(P, q, qd, qdd):
+    """Inverse dynamics, one state: tau (n,)."""
+    out = np.empty(q.shape[0])
+    rnea_into(P, q, qd, qdd, out)
+    return out
 
 
 @njit([(_V, _V, _V, _V, _V, _B, _F)], cache=True)
@@ -449,17 +443,23 @@ def _crba_core(P, q, M, Rl):
             Rl[k, 29] += e12
 
 
-@njit([(_V, _V)], cache=True)
-def crba(P, q):
-    """Mass matrix (n, n), one state."""
+@njit([(_V, _V, _M2)], cache=True)
+def crba_into(P, q, M):
+    """Mass matrix into ``M`` (n, n), one state (see :func:`rnea_into`)."""
     n = int(P[0])
-    if q.shape[0] != n:
+    if q.shape[0] != n or M.shape[0] != n or M.shape[1] != n:
         raise ValueError("wrong input length")
     if not _finite1(q):
         raise ValueError("non-finite input")
-    M = np.empty((n, n))
     Rl = np.empty((n, NW))
     _crba_core(P, q, M, Rl)
+
+
+@njit([(_V, _V)], cache=True)
+def crba(P, q):
+    """Mass matrix (n, n), one state."""
+    M = np.empty((q.shape[0], q.shape[0]))
+    crba_into(P, q, M)
     return M
 
 
@@ -518,19 +518,25 @@ def _fd_core(P, q, qd, tau, wrench, use_wrench, out, M, Rl):
     return True
 
 
-@njit([(_V, _V, _V, _V)], cache=True)
-def aba(P, q, qd, tau):
-    """Forward dynamics qdd (n,), one state, no wrench."""
+@njit([(_V, _V, _V, _V, _V)], cache=True)
+def aba_into(P, q, qd, tau, out):
+    """Forward dynamics qdd into ``out`` (n,), one state, no wrench (see :func:`rnea_into`)."""
     n = int(P[0])
-    if q.shape[0] != n or qd.shape[0] != n or tau.shape[0] != n:
+    if q.shape[0] != n or qd.shape[0] != n or tau.shape[0] != n or out.shape[0] != n:
         raise ValueError("wrong input length")
     if not (_finite1(q) and _finite1(qd) and _finite1(tau)):
         raise ValueError("non-finite input")
-    out = np.empty(n)
     M = np.empty((n, n))
     Rl = np.empty((n, NW))
     if not _fd_core(P, q, qd, tau, tau, False, out, M, Rl):
         raise ZeroDivisionError("mass matrix is not positive definite")
+
+
+@njit([(_V, _V, _V, _V)], cache=True)
+def aba(P, q, qd, tau):
+    """Forward dynamics qdd (n,), one state, no wrench."""
+    out = np.empty(q.shape[0])
+    aba_into(P, q, qd, tau, out)
     return out
 
 

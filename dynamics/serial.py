@@ -439,8 +439,10 @@ class SerialModel(Model):
 
     def mass_matrix(self, q) -> np.ndarray:
         """Joint-space inertia M(q) incl. armature, (n, n) or (N, n, n)."""
+        M = _empty((self._n, self._n))
         try:
-            return _k.crba(self._P, q)
+            _k.crba_into(self._P, q, M)
+            return M
         except (TypeError, ValueError):
             pass  # validated and dispatched below
         (q,), batch = self._states(("q",), q)
@@ -470,8 +472,10 @@ class SerialModel(Model):
             If the mass matrix is not positive definite at q.
         """
         if wrench is None:
+            out = _empty(self._n)
             try:
-                return _k.aba(self._P, q, qd, tau)
+                _k.aba_into(self._P, q, qd, tau, out)
+                return out
             except (TypeError, ValueError):
                 pass  # validated and dispatched below
             except ZeroDivisionError as err:
