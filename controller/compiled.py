@@ -100,8 +100,8 @@ class CompiledCycles:
         elif self._sing:
             m = s.model
             self._Ps, self._tol = m._P, float(m._tol_sing)
-        else:
-            self._Ps, self._tol = np.zeros((0, 0)), 0.0       # placeholders: no check
+        else:   # placeholders of the types the robot's check takes (numba types the unused branch)
+            self._Ps, self._tol = (np.zeros(0) if self.kind == "stewart" else np.zeros((0, 0))), 0.0
         self._em = np.ascontiguousarray(s.err_max.reshape(-1), dtype=float)
 
     @classmethod

@@ -190,3 +190,25 @@ def test_other_robots_do_not_load_the_stewart_kernels():
         out = subprocess.run([sys.executable, "-c", code, str(ROOT / "hil_configs" / "runs" / "3rrr_circle_direct.toml"),
                               str(Path(d) / "o")], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize("robot_run", [RUN, "3rrr_circle_direct.toml"])
+def test_runs_without_a_singularity_check_are_compiled(tmp_path, robot_run):
+    """Safety without ``singularity_margin_min`` (the default: no singularity check) on a
+    parallel robot: the segment is still typed with the check's argument placeholders of that
+    robot (a user's Stewart run with default safety failed to compile), and equals the Python loop."""
+    import tomli_w
+
+    from dynamics.config import read_toml
+
+    runs = ROOT / "hil_configs" / "runs"
+    data = read_toml(runs / robot_run)
+    data["robot"]["file"] = str((runs / data["robot"]["file"]).resolve())
+    for key in ("singularity_margin_min", "singularity_every", "singularity_horizon_s"):
+        data["safety"].pop(key, None)
+    data["loop"]["duration_s"] = 1.5
+    cfg = tmp_path / f"nosing-{robot_run}"
+    cfg.write_bytes(tomli_w.dumps(data).encode())
+    py, fast = _both(tmp_path, None, "nosing", config=cfg)
+    assert py[0].status == "completed"
+    assert _compiled_cycles(fast[0]) > 0.95 * fast[0].n_cycles
