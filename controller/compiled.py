@@ -33,6 +33,7 @@ import sys
 import time
 
 import numpy as np
+from numba.core.errors import NumbaError
 
 from .clock import LockstepClock
 from .laws import PID, ComputedTorque, PDGravity, TaskComputedTorque, TaskPDGravity
@@ -89,6 +90,8 @@ class CompiledCycles:
         self.next_k = 0          # do not try again before this cycle
         self._backoff = 1
         self.cycles = 0          # cycles run compiled
+        #: why the segment kernel could not be compiled (every cycle then runs in Python), or None
+        self.unavailable: str | None = None
         c = self._c = loop.controller.compiled_args
         self.kind = c["kind"]      # the robot: "rrr", "serial" or "stewart"
         self._segment, keys = _segments(c["kind"])[LAW_KERNELS[type(loop.controller), c["kind"]]]
@@ -137,7 +140,7 @@ class CompiledCycles:
     def ready(self, k: int) -> bool:
         """Whether cycle ``k`` may start a compiled segment (nothing pending in Python)."""
         s = self.loop.safety
-        return (k >= self.next_k and not s.latched and s.stop_reason is None and not s._pending
+        return (self.unavailable is None and k >= self.next_k and not s.latched and s.stop_reason is None and not s._pending
                 and not s._stale_any and self.loop.driver.enabled)
 
     def run(self, k: int, k_end: int, t0: float, fb, tel, metrics, series):
@@ -192,9 +195,16 @@ class CompiledCycles:
             k_chunk = k_end if tel is None or loop._tel_failed else min(k_end, k_new + tel.room)
             a, b = k_new - k, k_chunk - k
             w0 = time.perf_counter()
-            k_stop = self._segment(k_new, k_chunk, P, t0, self._consts, state, safety, sing, plant_args, feedback,
-                                   (ref_pos[a:b], ref_vel[a:b], ref_acc[a:b]),
-                                   (o_q[a:b], o_qd[a:b], o_err[a:b], o_tau[a:b], o_taum[a:b], mask))
+            try:
+                k_stop = self._segment(k_new, k_chunk, P, t0, self._consts, state, safety, sing, plant_args,
+                                       feedback, (ref_pos[a:b], ref_vel[a:b], ref_acc[a:b]),
+                                       (o_q[a:b], o_qd[a:b], o_err[a:b], o_tau[a:b], o_taum[a:b], mask))
+            except NumbaError as err:
+                # numba could not compile the segment for these arguments (a bug of ours): nothing
+                # of the chunk ran (typing comes first), so the Python loop goes on from here with
+                # the same state and the same results; the run's messages say why
+                self.unavailable = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                break
             wall = time.perf_counter() - w0
             if k_stop == k_new:
                 break

@@ -440,6 +440,9 @@ class ControlLoop:
             if fast is not None and fast.cycles:
                 messages.append(f"compiled offline loop: {fast.cycles} of {k} cycles "
                                 "(timing columns of those cycles are segment means)")
+            if fast is not None and fast.unavailable:
+                messages.append(f"compiled offline loop unavailable, the cycles from there on ran in Python "
+                                f"(same results): {fast.unavailable}")
             result = self._finish(status, k, messages, lat, starts, comp, cyc, metrics, wall0)
             result.compiled_cycles = fast.cycles if fast is not None else 0
             return result

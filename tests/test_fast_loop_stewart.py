@@ -212,3 +212,24 @@ def test_runs_without_a_singularity_check_are_compiled(tmp_path, robot_run):
     py, fast = _both(tmp_path, None, "nosing", config=cfg)
     assert py[0].status == "completed"
     assert _compiled_cycles(fast[0]) > 0.95 * fast[0].n_cycles
+
+
+def test_a_segment_numba_cannot_compile_leaves_the_run_to_python(tmp_path, monkeypatch):
+    """A segment numba cannot type (as the Stewart run without a singularity check could not):
+    the run goes on in the Python loop with the same results, and its messages say why."""
+    from controller import compiled
+
+    orig = compiled.CompiledCycles.for_loop.__func__
+
+    def broken(cls, loop, traj, estimator):
+        fast, why = orig(cls, loop, traj, estimator)
+        fast._Ps = np.zeros((0, 0, 0))          # no segment takes a 3-D parameter array
+        return fast, why
+
+    overrides = {"loop.duration_s": 1.0}
+    py = _run(tmp_path, RUN, False, overrides, "py")
+    monkeypatch.setattr(compiled.CompiledCycles, "for_loop", classmethod(broken))
+    fast = _run(tmp_path, RUN, True, overrides, "broken")
+    _assert_same(py, fast)
+    assert fast[0].status == "completed" and _compiled_cycles(fast[0]) == 0
+    assert any("compiled offline loop unavailable" in m and "TypingError" in m for m in fast[0].messages)
