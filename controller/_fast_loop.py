@@ -124,6 +124,11 @@ def _serial_step(plant, h, n_steps, out):
 
 # --- the singularity checks: ``check(sing, q, t, Xs) -> (clean, margin)`` ----------------------
 
+#: the check's parameters (``sing[2]``) when the run has no singularity check: numba types the
+#: check even when ``sing[0]`` is False, so they have the type the module's checks take (the
+#: 3RRR's packed parameters (4, 13); a serial chain's check reads nothing)
+NO_CHECK_PARAMS = np.zeros((0, 0))
+
 @njit(inline="always")
 def _rrr_singularity(sing, q, t, Xs):
     """The 3RRR's singularity check of the cycle at time ``t`` [s] (``SafetySupervisor.check``):

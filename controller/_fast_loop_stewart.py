@@ -43,6 +43,11 @@ def _stewart_step(plant, h, n_steps, out):
     return st != 0 or done < n_steps
 
 
+#: the check's parameters without a singularity check (as :data:`controller._fast_loop.NO_CHECK_PARAMS`):
+#: the type of ``StewartPlatform._params``
+NO_CHECK_PARAMS = np.zeros(0)
+
+
 @njit(inline="always")
 def _stewart_singularity(sing, q, t, Xs):
     """The Stewart platform's singularity check of the cycle at time ``t`` [s]

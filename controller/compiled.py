@@ -61,10 +61,11 @@ _SEGMENT_MODULES = {"stewart": "controller._fast_loop_stewart"}
 _SINGULARITY_MODELS = {"rrr": ("dynamics.planar3rrr", "Planar3RRR"), "stewart": ("dynamics.stewart", "StewartPlatform")}
 
 
-def _segments(kind: str) -> dict:
-    """The ``SEGMENTS`` table holding the segments of robot ``kind`` (importing its module)."""
+def _segment_module(kind: str):
+    """The module holding the segments of robot ``kind`` (imported on first use): its
+    ``SEGMENTS`` table and ``NO_CHECK_PARAMS``."""
     name = _SEGMENT_MODULES.get(kind)
-    return _fast_loop.SEGMENTS if name is None else importlib.import_module(name).SEGMENTS
+    return _fast_loop if name is None else importlib.import_module(name)
 
 
 def _checks_singularity_of(kind: str, model) -> bool:
@@ -94,7 +95,8 @@ class CompiledCycles:
         self.unavailable: str | None = None
         c = self._c = loop.controller.compiled_args
         self.kind = c["kind"]      # the robot: "rrr", "serial" or "stewart"
-        self._segment, keys = _segments(c["kind"])[LAW_KERNELS[type(loop.controller), c["kind"]]]
+        module = _segment_module(c["kind"])
+        self._segment, keys = module.SEGMENTS[LAW_KERNELS[type(loop.controller), c["kind"]]]
         self._consts = tuple(c[key] for key in keys)
         s = loop.safety
         self._sing = bool(s._sing)
@@ -103,8 +105,8 @@ class CompiledCycles:
         elif self._sing:
             m = s.model
             self._Ps, self._tol = m._P, float(m._tol_sing)
-        else:   # placeholders of the types the robot's check takes (numba types the unused branch)
-            self._Ps, self._tol = (np.zeros(0) if self.kind == "stewart" else np.zeros((0, 0))), 0.0
+        else:
+            self._Ps, self._tol = module.NO_CHECK_PARAMS, 0.0      # no check (never read)
         self._em = np.ascontiguousarray(s.err_max.reshape(-1), dtype=float)
 
     @classmethod
