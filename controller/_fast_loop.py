@@ -234,9 +234,9 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
         (see above).
     k0, k_end : cycle indices; period_s [s]; t0 : the clock time of cycle 0 [s].
     consts : the law's constant arguments; state : (ns,) the law's state.
-    safety : (s_k, q_min, q_max, v_max, soft_lo, soft_hi, tau_max, err_max, jbits, ebits): the
-        supervisor's cycle counter (1,), limits (n,), tracking-error limits (1,) or (dim,),
-        rule bits (n,), (dim,).
+    safety : (s_k, limits, err_max, jbits, ebits): the supervisor's cycle counter (1,), limits
+        (6, n) (rows q_min, q_max, v_max, soft_lo, soft_hi, tau_max, see :func:`evaluate`),
+        tracking-error limits (1,) or (dim,), rule bits (n,), (dim,).
     sing : (on, every, P, tol, pose (3,) | (6,), margin_prev (3,) = [have, t, margin],
         margin_min, horizon [s]): the singularity check of a parallel robot (``on`` False:
         none; the other entries are then placeholders).
@@ -250,7 +250,7 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
         measured q, qd, (k_end - k0, dim) of the error, (k_end - k0, n) of the torque command
         and the measured torque; (n,) the law's saturation mask of the last cycle.
     """
-    s_k, q_min, q_max, v_max, soft_lo, soft_hi, tau_max, err_max, jbits, ebits = safety
+    s_k, limits, err_max, jbits, ebits = safety
     sing_on, sing_every, pose_s, margin_prev = sing[0], sing[1], sing[4], sing[5]
     pq, pqd, pX, pta, pt, pcmd = plant[1], plant[2], plant[3], plant[4], plant[5], plant[6]
     h_max, has_quant, quantum = plant[10], plant[11], plant[12]
@@ -280,7 +280,7 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
             return k
         # --- the safety rules -----------------------------------------------------------
         if evaluate(q, qd, tau, ref_pos[i], ref_vel[i], ref_acc[i], e, err_max, fault, enabled, fresh,
-                    q_min, q_max, v_max, soft_lo, soft_hi, tau_max, jbits, ebits) != 0:
+                    limits, jbits, ebits) != 0:
             return k
         sk = s_k[0] + 1
         sing_now = sing_on and (sk - 1) % sing_every == 0

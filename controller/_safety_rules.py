@@ -54,8 +54,7 @@ def _all_finite(a) -> bool:
 
 
 @njit(cache=True)
-def evaluate(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh,
-             q_min, q_max, v_max, soft_lo, soft_hi, tau_max, jbits, ebits):
+def evaluate(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh, limits, jbits, ebits):
     """Evaluate the rules of one cycle.
 
     Parameters
@@ -65,7 +64,8 @@ def evaluate(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh,
     err : (m,) tracking error in controller space (m = 0: none).
     err_max : (1,) or (m,) its limits.
     fault, enabled, fresh : (n,) int64 / bool / bool from the driver's feedback, or (0,) without one.
-    q_min, q_max, v_max, soft_lo, soft_hi, tau_max : (n,) limits.
+    limits : (6, n) the per-joint limits, rows q_min, q_max, v_max, soft_lo, soft_hi, tau_max
+        (one array: from Python, five arguments fewer to dispatch than six vectors).
     jbits : (n,) int64 out, ``J_*`` per joint.  ebits : (m,) int64 out, ``E_*`` per axis.
 
     Returns
@@ -101,15 +101,15 @@ def evaluate(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh,
                 b |= J_DISABLED
             if not fresh[j]:
                 b |= J_NOT_FRESH
-        if qj < q_min[j] or qj > q_max[j]:
+        if qj < limits[0, j] or qj > limits[1, j]:
             b |= J_POSITION
-        if abs(qdj) > v_max[j]:
+        if abs(qdj) > limits[2, j]:
             b |= J_VELOCITY
-        if qj < soft_lo[j] and qdj < 0.0:
+        if qj < limits[3, j] and qdj < 0.0:
             b |= J_SOFT_LO
-        if qj > soft_hi[j] and qdj > 0.0:
+        if qj > limits[4, j] and qdj > 0.0:
             b |= J_SOFT_HI
-        if abs(tj) > tau_max[j]:
+        if abs(tj) > limits[5, j]:
             b |= J_CLIP
         jbits[j] = b
         jor |= b
@@ -126,3 +126,4 @@ def evaluate(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh,
         ebits[i] = b
         eor |= b
     return g | (eor << E_SHIFT) | (jor << JOINT_SHIFT)
+

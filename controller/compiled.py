@@ -173,7 +173,7 @@ class CompiledCycles:
         s_k = np.array([s._k], dtype=np.int64)
         eb = s._ebits if s._ebits.shape[0] == dim else np.zeros(dim, dtype=np.int64)
         s._ebits = eb
-        safety = (s_k, s.q_min, s.q_max, s.v_max, s._soft_lo, s._soft_hi, s.tau_max, self._em, s._jbits, eb)
+        safety = (s_k, s._limits, self._em, s._jbits, eb)
         cfg = s.config
         pose_s = np.array(s.pose if self._sing else np.zeros(3), dtype=float)    # (3,) | (6,)
         mp = s._margin_prev

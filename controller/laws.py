@@ -47,13 +47,21 @@ __all__ = ["State", "Ref", "Saturation", "Controller", "ComputedTorque", "PDGrav
            "rotation_error", "task_error"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class State:
     """Measured joint state at time ``t_s`` [s]: ``q`` [rad|m] and ``qd``, shape (n,)."""
 
     t_s: float
     q: np.ndarray
     qd: np.ndarray
+
+    def __init__(self, t_s: float, q: np.ndarray, qd: np.ndarray):
+        # the fields set in the instance dict: the generated __init__ of a frozen dataclass
+        # (object.__setattr__ per field) cost 0.2 us more, once per control cycle
+        d = self.__dict__
+        d["t_s"] = t_s
+        d["q"] = q
+        d["qd"] = qd
 
 
 @dataclass(frozen=True)
@@ -228,6 +236,13 @@ class _CompiledLaw:
 
     _compiled_key = None
     _compiled = None
+    #: the attributes the compiled arguments are built from (compared by identity; a dotted
+    #: name reaches into an attribute), read by :meth:`_compiled_inputs` in one call
+    _COMPILED_INPUTS: tuple[str, ...] = ("model", "kp", "kd", "saturation", "friction")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._inputs_of = operator.attrgetter(*cls._COMPILED_INPUTS)
 
     @property
     def compiled_args(self):
@@ -241,8 +256,9 @@ class _CompiledLaw:
         return self._compiled
 
     def _compiled_inputs(self) -> tuple:
-        """The objects the compiled arguments are built from (compared by identity)."""
-        return self.model, self.kp, self.kd, self.saturation, self.friction
+        """The objects the compiled arguments are built from (compared by identity):
+        the attributes named in ``_COMPILED_INPUTS``."""
+        return self._inputs_of(self)
 
     def _compiled_args(self):
         return None
@@ -298,8 +314,7 @@ class _CompiledLaw:
 class _CompiledIntegralLaw(_CompiledLaw):
     """:class:`_CompiledLaw` of a law with an optional integrator ``_int`` and gain ``ki``."""
 
-    def _compiled_inputs(self) -> tuple:
-        return super()._compiled_inputs() + (self.ki, self._int.limit)
+    _COMPILED_INPUTS = _CompiledLaw._COMPILED_INPUTS + ("ki", "_int.limit")
 
     def _common_args(self, n: int) -> dict:
         """Gains, integral, friction and saturation arguments of the compiled computed-torque laws."""
@@ -893,10 +908,9 @@ class _TaskBase(Controller):
 
         return _stewart_law_kernels
 
-    def _task_inputs(self) -> tuple:
-        """The objects besides the model, gains and limits that decide the compiled form
-        (compared by identity, see :attr:`_CompiledLaw.compiled_args`)."""
-        return self.rotation, self.rate_matrix
+    #: the attributes besides the model, gains and limits that decide the compiled form
+    #: (compared by identity, see :attr:`_CompiledLaw.compiled_args`)
+    _TASK_INPUTS = ("rotation", "rate_matrix")
 
 
 class TaskComputedTorque(_CompiledIntegralLaw, _TaskBase):
@@ -954,8 +968,7 @@ class TaskComputedTorque(_CompiledIntegralLaw, _TaskBase):
         super().__init__(model, kp, kd, saturation=saturation, pose0=pose0, rotation=rotation,
                          friction=friction)
 
-    def _compiled_inputs(self) -> tuple:
-        return super()._compiled_inputs() + self._task_inputs()
+    _COMPILED_INPUTS = _CompiledIntegralLaw._COMPILED_INPUTS + _TaskBase._TASK_INPUTS
 
     def _compiled_args(self):
         """Constant arguments of the compiled law, or None.
@@ -1056,8 +1069,7 @@ class TaskPDGravity(_CompiledLaw, _TaskBase):
     any step the compiled law declines, take the numpy path.
     """
 
-    def _compiled_inputs(self) -> tuple:
-        return super()._compiled_inputs() + self._task_inputs()
+    _COMPILED_INPUTS = _CompiledLaw._COMPILED_INPUTS + _TaskBase._TASK_INPUTS
 
     def _compiled_args(self):
         """Constant arguments of :func:`controller._law_kernels.rrr_task_pd_gravity` (``kind``

@@ -330,6 +330,10 @@ class SafetySupervisor:
         First FK guess for the singularity check (default: home pose).
     """
 
+    #: take the clean cycle's shortcut in :meth:`check` (tests turn it off to compare it with the
+    #: full path, which gives the same command and state)
+    _clean_path = True
+
     def __init__(self, config: SafetyConfig, model_limits: JointLimits, *, model: Model | None = None,
                  pose0=None):
         self.config = config
@@ -347,31 +351,34 @@ class SafetySupervisor:
             return a
 
         c = config
-        self.q_min = vec("position_min", model_limits.position_min if c.position_min is None else c.position_min)
-        self.q_max = vec("position_max", model_limits.position_max if c.position_max is None else c.position_max)
-        if np.any(self.q_min >= self.q_max):
+        q_min = vec("position_min", model_limits.position_min if c.position_min is None else c.position_min)
+        q_max = vec("position_max", model_limits.position_max if c.position_max is None else c.position_max)
+        if np.any(q_min >= q_max):
             raise ConfigError("position_min must be below position_max", field="position_min")
-        self.v_max = vec("velocity_max", model_limits.velocity_max if c.velocity_max is None else c.velocity_max)
-        self.tau_max = vec("torque_max", model_limits.torque_max if c.torque_max is None else c.torque_max)
-        if np.any(self.tau_max <= 0):
+        v_max = vec("velocity_max", model_limits.velocity_max if c.velocity_max is None else c.velocity_max)
+        tau_max = vec("torque_max", model_limits.torque_max if c.torque_max is None else c.torque_max)
+        if np.any(tau_max <= 0):
             raise ConfigError("torque limits must be > 0", field="torque_max")
-        if not np.all(np.isfinite(self.tau_max)):
+        if not np.all(np.isfinite(tau_max)):
             raise ConfigError(
-                f"no finite torque limit for actuator(s) {np.flatnonzero(~np.isfinite(self.tau_max)).tolist()}: "
+                f"no finite torque limit for actuator(s) {np.flatnonzero(~np.isfinite(tau_max)).tolist()}: "
                 "a run needs one on every actuator (torque_max in the robot file's joints, or "
                 "[safety] torque_max)", field="torque_max")
         lo, hi = SAFETY_RANGES["torque_max"][:2]
-        if np.any(self.tau_max > hi):
-            raise ConfigError(f"torque limits must be <= {hi:g} [N m|N], got {self.tau_max.tolist()}",
+        if np.any(tau_max > hi):
+            raise ConfigError(f"torque limits must be <= {hi:g} [N m|N], got {tau_max.tolist()}",
                               field="torque_max")
         self.margin = vec("position_margin_rad", c.position_margin_rad)
-        self._soft_lo = self.q_min + self.margin
-        self._soft_hi = self.q_max - self.margin
+        # the six per-joint limits of the rules as the rows of one array (one argument of
+        # _rules.evaluate); the attributes are views of its rows (edits in place reach the rules)
+        self._limits = np.stack([q_min, q_max, v_max, q_min + self.margin, q_max - self.margin, tau_max])
+        self._limit_rows = tuple(self._limits)
         self.soft_kd = vec("soft_kd_nm_s_per_rad", c.soft_kd_nm_s_per_rad)
         self.brake_kd = vec("brake_kd_nm_s_per_rad", c.brake_kd_nm_s_per_rad)
         self.hold_kp = vec("hold_kp_nm_per_rad", c.hold_kp_nm_per_rad)
         self.hold_kd = vec("hold_kd_nm_s_per_rad", c.hold_kd_nm_s_per_rad)
         self.err_max = np.asarray(np.inf if c.tracking_error_max is None else c.tracking_error_max, dtype=float)
+        self._em = self.err_max.reshape(-1)     # its 1-D form for the rules (a view: base is err_max)
         #: plausible |velocity| for a brake: beyond twice the limit a reading is not trusted
         self.v_plausible = 2.0 * self.v_max
         self.start_tol = np.asarray(c.startup_tolerance, dtype=float)
@@ -379,6 +386,14 @@ class SafetySupervisor:
         self._sing = (c.singularity_margin_min is not None and isinstance(model, ParallelModel))
         self._pose0 = None if pose0 is None else np.asarray(pose0, dtype=float)
         self.reset()
+
+    # the limits, rows of ``_limits`` (read-only attributes: edit them in place)
+    q_min = property(lambda self: self._limit_rows[0], doc="Lower position limits (n,) [rad|m].")
+    q_max = property(lambda self: self._limit_rows[1], doc="Upper position limits (n,) [rad|m].")
+    v_max = property(lambda self: self._limit_rows[2], doc="Velocity limits (n,) [rad/s|m/s].")
+    _soft_lo = property(lambda self: self._limit_rows[3], doc="q_min + position margin (n,).")
+    _soft_hi = property(lambda self: self._limit_rows[4], doc="q_max - position margin (n,).")
+    tau_max = property(lambda self: self._limit_rows[5], doc="Torque limits (n,) [N m|N].")
 
     # -- state -----------------------------------------------------------------
     def reset(self) -> None:
@@ -516,7 +531,8 @@ class SafetySupervisor:
         q = np.asarray(state.q, dtype=float)
         qd = np.asarray(state.qd, dtype=float)
         tau = np.asarray(tau, dtype=float)
-        if q.shape != (n,) or qd.shape != (n,) or tau.shape != (n,):
+        shape = self._limits.shape[1:]          # (n,)
+        if q.shape != shape or qd.shape != shape or tau.shape != shape:
             raise SafetyError(f"safety check: q, qd and tau must have shape ({n},), got {q.shape}, "
                               f"{qd.shape}, {tau.shape}")
         pos = np.asarray(ref.pos, dtype=float)
@@ -525,7 +541,9 @@ class SafetySupervisor:
         if error is None and pos.shape == q.shape:
             error = pos - q
         e = _NO_ERROR if error is None else np.asarray(error, dtype=float)
-        em = self.err_max.reshape(-1)
+        em = self._em
+        if em.base is not self.err_max:         # err_max was replaced: its 1-D view anew
+            em = self._em = self.err_max.reshape(-1)
         if e.ndim != 1 or em.shape[0] not in (1, e.shape[0]):
             raise SafetyError(f"safety check: tracking error of shape {e.shape} against "
                               f"tracking_error_max of shape {self.err_max.shape}")
@@ -536,14 +554,16 @@ class SafetySupervisor:
             enabled = np.asarray(feedback.enabled, dtype=np.bool_)
             fresh = np.asarray(feedback.fresh, dtype=np.bool_)
         jb = self._jbits
-        eb = self._ebits if self._ebits.shape[0] == e.shape[0] else np.zeros(e.shape[0], dtype=np.int64)
-        self._ebits = eb
-        summary = _rules.evaluate(q, qd, tau, pos, vel, acc, e, em, fault, enabled, fresh, self.q_min,
-                                  self.q_max, self.v_max, self._soft_lo, self._soft_hi, self.tau_max, jb, eb)
-        if self.stop_reason is None and not self._pending:
-            done = self._check_clean(summary, tau)
-            if done is not None:
-                return done
+        eb = self._ebits
+        if eb.shape != e.shape:
+            eb = self._ebits = np.zeros(e.shape[0], dtype=np.int64)
+        summary = _rules.evaluate(q, qd, tau, pos, vel, acc, e, em, fault, enabled, fresh, self._limits, jb, eb)
+        if (not summary and self._clean_path and self.stop_reason is None and not self._pending and not self._stale_any
+                and not (self._sing and (self._k - 1) % self.config.singularity_every == 0)):
+            # the clean cycle: no rule bit set, no stop request or pending fault, no stale
+            # counter to reset and no singularity check due (else the full path below finds
+            # what is set, or handles the limits)
+            return tau.copy(), SafetyState(OK, "run", np.zeros(n, dtype=bool))
         # the OR of every joint's / axis' bits: a rule no joint broke needs no numpy call below
         jor = summary >> _rules.JOINT_SHIFT
         eor = summary >> _rules.E_SHIFT
@@ -650,14 +670,6 @@ class SafetySupervisor:
             code |= CLIPPED
             cmd = np.clip(cmd, -self.tau_max, self.tau_max)
         return cmd.copy() if cmd is tau else cmd, SafetyState(code, "run", sat)
-
-    def _check_clean(self, summary: int, tau: np.ndarray):
-        """The clean cycle: no rule bit set (``summary`` of :func:`_rules.evaluate`), no stale
-        counter to reset and no singularity check due.  Returns ``(tau copy, SafetyState OK)``,
-        or ``None`` for the full path (which finds what is set, or handles the limits)."""
-        if summary or self._stale_any or (self._sing and (self._k - 1) % self.config.singularity_every == 0):
-            return None
-        return tau.copy(), SafetyState(OK, "run", np.zeros(self.n, dtype=bool))
 
     def _stale_window(self, t_s) -> list[Fault]:
         """Record a cycle with some feedback not fresh; a fault when the window's share is too high."""

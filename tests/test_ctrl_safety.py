@@ -492,7 +492,7 @@ def test_rule_kernel_bits_match_the_rules_stated_plainly():
         fresh = rng.random(n) > 0.05 if fb else np.zeros(0, dtype=bool)
         jb, eb = np.zeros(n, dtype=np.int64), np.zeros(m, dtype=np.int64)
         g = R.evaluate(q, qd, tau, pos, vel, acc, err, em, fault.astype(np.int64), enabled, fresh,
-                       q_min, q_max, v_max, soft_lo, soft_hi, tau_max, jb, eb)
+                       np.stack([q_min, q_max, v_max, soft_lo, soft_hi, tau_max]), jb, eb)
         want = (~np.isfinite(q)) * R.J_Q_NONFINITE | (~np.isfinite(qd)) * R.J_QD_NONFINITE \
             | (~np.isfinite(tau)) * R.J_TAU_NONFINITE \
             | ((q < q_min) | (q > q_max)) * R.J_POSITION | (np.abs(qd) > v_max) * R.J_VELOCITY \

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from controller.app.run import build_run, load_run
-from controller.safety import SafetySupervisor
+from controller import _safety_rules as _rules
+from controller.safety import OK, SafetySupervisor
 from dynamics import load_model
 from dynamics.errors import TorqueloopError, TrajectoryError
 from drivers.sim.plant import SimulatedPlant
@@ -323,25 +324,32 @@ def _safety_cases(sup, rng, n_cases):
 
 
 def _run_safety(sup, cases, *, fast):
-    used = [0]
-    if not fast:
-        sup._check_clean = lambda *a: None
-    else:
-        clean = sup._check_clean
+    import controller.safety as safety_mod
 
-        def counted(*a):
-            r = clean(*a)
-            used[0] += r is not None
-            return r
-        sup._check_clean = counted
+    sup._clean_path = fast
+    full = [0]                          # cycles that went through the full path
+    set_in = safety_mod._set_in
+
+    def counted(bits, any_bits, bit):
+        full[0] += bit == _rules.J_Q_NONFINITE        # its first call of a cycle
+        return set_in(bits, any_bits, bit)
+    safety_mod._set_in = counted
     out = []
-    for t, state, fb, ref, tau, err in cases:
-        sup.reset()
-        sup._k = 1                      # not a singularity-check cycle
-        cmd, ss = sup.check(t, state, fb, ref, tau, error=err)
-        out.append((cmd.copy(), ss.code, ss.action, ss.saturated.copy(),
-                    [(f.cause, f.joint) for f in ss.new_faults], sup._stale.copy(), sup.latched))
-    assert not fast or used[0] > len(cases) // 10      # the clean path was taken
+    try:
+        for t, state, fb, ref, tau, err in cases:
+            sup.reset()
+            sup._k = 1                      # not a singularity-check cycle
+            cmd, ss = sup.check(t, state, fb, ref, tau, error=err)
+            out.append((cmd.copy(), ss.code, ss.action, ss.saturated.copy(),
+                        [(f.cause, f.joint) for f in ss.new_faults], sup._stale.copy(), sup.latched))
+    finally:
+        safety_mod._set_in = set_in
+    clean = sum(o[1] == OK and not o[6] for o in out)   # OK and not latched (some by the full path)
+    shortcut = len(cases) - full[0]
+    if fast:
+        assert len(cases) // 10 < shortcut <= clean       # the shortcut took a good share of them
+    else:
+        assert shortcut == 0
     return out
 
 
@@ -376,8 +384,7 @@ def test_safety_clean_path_keeps_stale_counters_and_singularity_cadence():
     res = []
     for fast in (True, False):
         sup = SafetySupervisor(spec.safety, spec.model.limits, model=spec.model, pose0=X0)
-        if not fast:
-            sup._check_clean = lambda *a: None
+        sup._clean_path = fast
         log = []
         for k in range(40):
             fresh = np.ones(3, dtype=bool)
