@@ -206,9 +206,27 @@ class MitCanDriver(Driver):
         self._lim = [jt.limits for jt in joints]
         #: per joint, what storing a reply needs: (sign, gear, efficiency, offset)
         self._store_consts = [(s, g, e, off) for s, g, e, off in zip(self._sign, self._gear, self._eff, self._off)]
-        #: per joint, what make_commands needs: (limits, sign, gear, offset, g*g*e, g*e, can id)
-        self._cmd_consts = [(jt.limits, s, g, off, g * g * e, ge, jt.can_id) for jt, s, g, off, e, ge
-                            in zip(joints, self._sign, self._gear, self._off, self._eff, self._ge)]
+        # the codec's functions for each drive's limits (constants computed once, same values)
+        nearest = self._nearest
+        #: per joint, what make_commands needs: (limits, sign, gear, offset, g*g*e, g*e, can id, fields encoder)
+        self._cmd_consts = [(jt.limits, s, g, off, g * g * e, ge, jt.can_id,
+                             codec.command_fields_encoder(jt.limits, nearest))
+                            for jt, s, g, off, e, ge in zip(joints, self._sign, self._gear, self._off, self._eff,
+                                                            self._ge)]
+        #: per joint, a torque-only command (no position, velocity or gains: every field but the
+        #: torque's is what _encode computes for zeros): (torque field encoder, sign, g*e, t_max,
+        #: the four other fields, payload packer, can id)
+        self._torque_consts = []
+        for L, s, g, off, gge, ge, can_id, fields in self._cmd_consts:
+            fixed = fields(0.0, s * 0.0 * g, 0.0 / gge, 0.0 / gge, 0.0)[:4]
+            self._torque_consts.append((codec.field_encoder(-L.t_max_nm, L.t_max_nm, 12, nearest), s, ge,
+                                        L.t_max_nm, fixed, codec.command_payload_packer(*fixed), can_id))
+        # (a zero position is mid-range, so these fields are never all ones; if they were, the
+        # special-frame check of _encode would apply and the torque-only path would not)
+        self._torque_path = all(c[4] != _ALL_ONES_4 for c in self._torque_consts)
+        self._cmd_values = [codec.command_values_decoder(L) for L in self._lim]
+        self._reply_decoders = {centered: [codec.reply_values_decoder(L, centered) for L in self._lim]
+                                for centered in (False, True)}
         self._q = [math.nan] * n
         self._qd = [math.nan] * n
         self._tau = [math.nan] * n
@@ -284,6 +302,9 @@ class MitCanDriver(Driver):
         tau = self._vec(command.torque_nm, "torque_nm", n, None)
         if tau is None:
             raise DriverError("command.torque_nm is required")
+        if (command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None and command.position_rad is None
+                and command.velocity_rad_s is None and self._torque_path):
+            return self._encode_torque(tau)
         kp = self._vec(command.kp_nm_per_rad, "kp_nm_per_rad", n, 0.0)
         kd = self._vec(command.kd_nm_s_per_rad, "kd_nm_s_per_rad", n, 0.0)
         pos = self._vec(command.position_rad, "position_rad", n, None)
@@ -292,10 +313,8 @@ class MitCanDriver(Driver):
             raise DriverError("command.position_rad is required when kp_nm_per_rad is non-zero")
         out = []
         saturated = 0
-        nearest = self._nearest
-        fields = codec.encode_command_fields
         pack = codec.pack_command
-        for j, (L, s, g, off, gge, ge, can_id) in enumerate(self._cmd_consts):
+        for j, (L, s, g, off, gge, ge, can_id, fields) in enumerate(self._cmd_consts):
             kp_j, kd_j = kp[j], kd[j]
             if kp_j < 0 or kd_j < 0:
                 raise DriverError(f"joint {j}: gains must be >= 0, got kp={kp_j}, kd={kd_j}")
@@ -309,12 +328,28 @@ class MitCanDriver(Driver):
             v_m = s * vel[j] * g
             t_m = s * tau[j] / ge
             saturated += (abs(t_m) > L.t_max_nm) + (abs(v_m) > L.v_max_rad_s) + (kp_m > L.kp_max) + (kd_m > L.kd_max)
-            f = fields(p_m, v_m, kp_m, kd_m, t_m, L, nearest)
+            f = fields(p_m, v_m, kp_m, kd_m, t_m)
             if 0xFFC <= f[4] <= 0xFFE and f[:4] == _ALL_ONES_4:
                 # the payload would be ENTER/EXIT/ZERO (0xFF x 7, then 0xFC / 0xFD / 0xFE): lower the
                 # torque by 3 LSB (the last byte to 0xF9..0xFB); 0xFF x 8 is an ordinary command
                 f = f[:4] + (f[4] - 3,)
             out.append((can_id, pack(*f), f))
+        self.last_saturated = saturated
+        return out
+
+    def _encode_torque(self, tau: list[float]) -> list[tuple[int, bytes, tuple]]:
+        """:meth:`_encode` of a command with only torques (``tau``, validated): the same output.
+
+        With no position, velocity or gains every field but the torque's is the one of
+        zeros (``_torque_consts``), so only the torque is mapped, counted and quantised.
+        """
+        out = []
+        saturated = 0
+        for j, (quantise, s, ge, t_max, fixed, pack, can_id) in enumerate(self._torque_consts):
+            t_m = s * tau[j] / ge
+            saturated += abs(t_m) > t_max
+            t = quantise(t_m)
+            out.append((can_id, pack(t), fixed + (t,)))
         self.last_saturated = saturated
         return out
 
@@ -349,8 +384,8 @@ class MitCanDriver(Driver):
         buses = self._buses
         one = buses[0].recv_fields if len(buses) == 1 else None
         lengths = self._reply_lengths
-        by_id, lim, centered = self._by_id, self._lim, self.reply_centered
-        decode = codec.decode_reply_values
+        by_id = self._by_id
+        decoders = self._reply_decoders[bool(self.reply_centered)]
         store_consts = self._store_consts
         q, qd, tau, reps = self._q, self._qd, self._tau, self._rep
         while pending:
@@ -384,7 +419,7 @@ class MitCanDriver(Driver):
                 if j is None:
                     stats["unexpected"] += 1
                     continue
-                rep = decode(data, lim[j], centered)
+                rep = decoders[j](data)
             except DecodeError:
                 stats["corrupt"] += 1
                 continue
@@ -517,9 +552,7 @@ class MitCanDriver(Driver):
         mon = self.monitor
         if not mon.config.enabled:
             return
-        lim = self._lim
-        values = codec.command_values
-        cmds = [values(*e[2], lim[j]) for j, e in enumerate(encoded)]
+        cmds = [values(*e[2]) for values, e in zip(self._cmd_values, encoded)]
         codes = mon.update(float(self._now()), fresh, self._rep, cmds)
         detected = self._detected
         for j, code in enumerate(codes):
