@@ -224,7 +224,13 @@ class MitCanDriver(Driver):
         # (a zero position is mid-range, so these fields are never all ones; if they were, the
         # special-frame check of _encode would apply and the torque-only path would not)
         self._torque_path = all(c[4] != _ALL_ONES_4 for c in self._torque_consts)
-        self._cmd_values = [codec.command_values_decoder(L) for L in self._lim]
+        #: per joint, what the follow check needs to know a command's values: (values decoder,
+        #: the torque-only command's four fixed fields, their values, the torque field's decoder)
+        self._follow_consts = []
+        for L, c in zip(self._lim, self._torque_consts):
+            values = codec.command_values_decoder(L)
+            self._follow_consts.append((values, c[4], values(*c[4], 0)[:4],
+                                        codec.field_decoder(-L.t_max_nm, L.t_max_nm, 12)))
         self._reply_decoders = {centered: [codec.reply_values_decoder(L, centered) for L in self._lim]
                                 for centered in (False, True)}
         self._q = [math.nan] * n
@@ -237,6 +243,10 @@ class MitCanDriver(Driver):
         self.monitor = FollowMonitor([L.t_max_nm for L in self._lim], follow if follow is not None
                                      else FollowConfig())
         self._torque_residual = [0.0] * n
+        # what _feedback copies for the common values of its int and bool vectors
+        self._no_faults = np.zeros(n, dtype=int)
+        self._all_true = np.ones(n, dtype=bool)
+        self._all_false = np.zeros(n, dtype=bool)
         self._enabled = False                       # every drive in motor mode (enable() .. disable())
         self._closed = False
         #: number of values clamped to the protocol ranges by the last make_commands()
@@ -450,25 +460,38 @@ class MitCanDriver(Driver):
     def _feedback(self, fresh: list[bool], stats: dict) -> Feedback:
         """This cycle's :class:`Feedback`; ``stats`` (a fresh dict per cycle) becomes its ``info``."""
         n = len(fresh)
-        # the five float vectors in one conversion; the Feedback gets its rows
-        q, qd, tau, temp, residual = np.array(self._q + self._qd + self._tau + self._temp + self._torque_residual,
-                                              dtype=float).reshape(5, n)
-        stats["missing"] = n - fresh.count(True)
+        # the five float vectors in one conversion; the Feedback gets its slices (views of that
+        # array, as the rows of it reshaped to (5, n) are, which cost more to make)
+        a = np.array(self._q + self._qd + self._tau + self._temp + self._torque_residual, dtype=float)
+        q, qd, tau, temp, residual = a[:n], a[n:2 * n], a[2 * n:3 * n], a[3 * n:4 * n], a[4 * n:]
+        missing = n - fresh.count(True)
+        stats["missing"] = missing
         stats["temperature_c"] = temp
         stats["torque_residual_nm"] = residual
-        # the drive's own error byte where it reports one, else the driver's detected fault
+        # the drive's own error byte where it reports one, else the driver's detected fault; the
+        # int and bool vectors are copies of the prepared ones where every element is the same
+        # (what np.array gives from the lists, without converting them)
         detected = self._detected
-        fault = np.array([f if f != 0 else d for f, d in zip(self._fault, detected)] if any(detected)
-                         else self._fault, dtype=int)
-        return Feedback(float(self._now()), q, qd, tau, fault, np.array(fresh, dtype=bool),
-                        np.array([self._enabled] * n, dtype=bool), stats)
+        if any(detected):
+            fault = np.array([f if f != 0 else d for f, d in zip(self._fault, detected)], dtype=int)
+        elif any(self._fault):
+            fault = np.array(self._fault, dtype=int)
+        else:
+            fault = self._no_faults.copy()
+        return Feedback(float(self._now()), q, qd, tau, fault,
+                        self._all_true.copy() if missing == 0 else np.array(fresh, dtype=bool),
+                        (self._all_true if self._enabled else self._all_false).copy(), stats)
 
     @staticmethod
-    def _new_stats() -> dict:
-        return {"corrupt": 0, "late": 0, "unexpected": 0, "duplicate": 0, "error_frames": 0, "saturated": 0}
+    def _new_stats(late: int = 0, saturated: int = 0) -> dict:
+        return {"corrupt": 0, "late": late, "unexpected": 0, "duplicate": 0, "error_frames": 0,
+                "saturated": saturated}
 
     def _drain(self) -> int:
-        return sum(t.drain() for t in self._buses)
+        buses = self._buses
+        if len(buses) == 1:
+            return buses[0].drain()
+        return sum(t.drain() for t in buses)
 
     def _exchange(self, frames: Sequence[Frame], joints: Sequence[int], timeout_s: float,
                   stats: dict) -> list[bool]:
@@ -530,10 +553,8 @@ class MitCanDriver(Driver):
         if not self._enabled:
             raise DriverError("cycle() before enable()")
         encoded = self._encode(command)
-        stats = self._new_stats()
-        stats["saturated"] = self.last_saturated
         # _exchange, with the encoded frames
-        stats["late"] += self._drain()
+        stats = self._new_stats(self._drain(), self.last_saturated)
         self._send_encoded(encoded)
         n = len(self._joints)
         fresh = [False] * n
@@ -552,7 +573,11 @@ class MitCanDriver(Driver):
         mon = self.monitor
         if not mon.config.enabled:
             return
-        cmds = [values(*e[2]) for values, e in zip(self._cmd_values, encoded)]
+        # each value depends on its field alone: where the four first fields are the torque-only
+        # command's, their values are known and only the torque is decoded
+        cmds = []
+        for (values, fixed, fixed_values, t_value), (_, _, f) in zip(self._follow_consts, encoded):
+            cmds.append(fixed_values + (t_value(f[4]),) if f[:4] == fixed else values(*f))
         codes = mon.update(float(self._now()), fresh, self._rep, cmds)
         detected = self._detected
         for j, code in enumerate(codes):

@@ -409,3 +409,11 @@ def test_per_drive_reply_decoder_equals_decode_reply_values():
                 with pytest.raises(DecodeError) as e2:
                     mit.decode_reply_values(bad, L, centered)
                 assert str(e1.value) == str(e2.value)
+
+
+def test_field_decoder_equals_uint_to_float():
+    for L in list(mit.MIT_MODELS.values()) + [_ODD]:
+        for lo, hi, bits in _ranges(L):
+            decode = mit.field_decoder(lo, hi, bits)
+            us = range((1 << bits)) if bits == 12 or L in (AK80_9, _ODD) else range(0, 1 << bits, 7)
+            assert _float_bits([decode(u) for u in us]) == _float_bits([mit.uint_to_float(u, lo, hi, bits) for u in us])

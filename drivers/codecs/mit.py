@@ -92,6 +92,7 @@ __all__ = [
     "command_fields_encoder",
     "command_payload_packer",
     "field_encoder",
+    "field_decoder",
     "command_values_decoder",
     "reply_values_decoder",
 ]
@@ -611,6 +612,24 @@ def field_encoder(x_min: float, x_max: float, bits: int, nearest: bool = False) 
         return top if u > top else u
 
     return encode
+
+
+def field_decoder(x_min: float, x_max: float, bits: int) -> Callable[[int], float]:
+    """:func:`uint_to_float` over one range, as a function of ``u`` alone.
+
+    Returns
+    -------
+    callable
+        ``f(u) -> float``: ``uint_to_float(u, x_min, x_max, bits)`` for ``0 <= u < 2**bits``
+        (the field of a payload; the range is not checked again).
+    """
+    top = (1 << bits) - 1
+    span = x_max - x_min
+
+    def decode(u: int) -> float:
+        return u * span / top + x_min
+
+    return decode
 
 
 def command_fields_encoder(limits: MitLimits, nearest: bool = False
