@@ -579,10 +579,11 @@ class MitCanDriver(Driver):
         for (values, fixed, fixed_values, t_value), (_, _, f) in zip(self._follow_consts, encoded):
             cmds.append(fixed_values + (t_value(f[4]),) if f[:4] == fixed else values(*f))
         codes = mon.update(float(self._now()), fresh, self._rep, cmds)
-        detected = self._detected
-        for j, code in enumerate(codes):
-            if code and not detected[j]:
-                detected[j] = code
+        if any(codes):
+            detected = self._detected
+            for j, code in enumerate(codes):
+                if code and not detected[j]:
+                    detected[j] = code
         self._torque_residual = [s * r * ge for s, r, ge in zip(self._sign, mon.residual_nm, self._ge)]
 
     def set_zero(self) -> Feedback:
