@@ -695,6 +695,11 @@ def command_payload_packer(p: int, v: int, kp_u: int, kd_u: int) -> Callable[[in
     callable
         ``f(t) -> bytes``: ``pack_command(p, v, kp_u, kd_u, t)`` for a 12-bit ``t``
         (``0 <= t <= 0xFFF``, as :func:`field_encoder` gives it).
+
+    Raises
+    ------
+    DriverError
+        If a field is outside its range (16 bits for ``p``, 12 for the others).
     """
     # the payload is the five fields' bits back to back, big-endian: p[63..48] v[47..36]
     # kp[35..24] kd[23..12] t[11..0]
