@@ -206,9 +206,33 @@ class MitCanDriver(Driver):
         self._lim = [jt.limits for jt in joints]
         #: per joint, what storing a reply needs: (sign, gear, efficiency, offset)
         self._store_consts = [(s, g, e, off) for s, g, e, off in zip(self._sign, self._gear, self._eff, self._off)]
-        #: per joint, what make_commands needs: (limits, sign, gear, offset, g*g*e, g*e, can id)
-        self._cmd_consts = [(jt.limits, s, g, off, g * g * e, ge, jt.can_id) for jt, s, g, off, e, ge
-                            in zip(joints, self._sign, self._gear, self._off, self._eff, self._ge)]
+        # the codec's functions for each drive's limits (constants computed once, same values)
+        nearest = self._nearest
+        #: per joint, what make_commands needs: (limits, sign, gear, offset, g*g*e, g*e, can id, fields encoder)
+        self._cmd_consts = [(jt.limits, s, g, off, g * g * e, ge, jt.can_id,
+                             codec.command_fields_encoder(jt.limits, nearest))
+                            for jt, s, g, off, e, ge in zip(joints, self._sign, self._gear, self._off, self._eff,
+                                                            self._ge)]
+        #: per joint, a torque-only command (no position, velocity or gains: every field but the
+        #: torque's is what _encode computes for zeros): (torque field encoder, sign, g*e, t_max,
+        #: the four other fields, payload packer, can id)
+        self._torque_consts = []
+        for L, s, g, off, gge, ge, can_id, fields in self._cmd_consts:
+            fixed = fields(0.0, s * 0.0 * g, 0.0 / gge, 0.0 / gge, 0.0)[:4]
+            self._torque_consts.append((codec.field_encoder(-L.t_max_nm, L.t_max_nm, 12, nearest), s, ge,
+                                        L.t_max_nm, fixed, codec.command_payload_packer(*fixed), can_id))
+        # (a zero position is mid-range, so these fields are never all ones; if they were, the
+        # special-frame check of _encode would apply and the torque-only path would not)
+        self._torque_path = all(c[4] != _ALL_ONES_4 for c in self._torque_consts)
+        #: per joint, what the follow check needs to know a command's values: (values decoder,
+        #: the torque-only command's four fixed fields, their values, the torque field's decoder)
+        self._follow_consts = []
+        for L, c in zip(self._lim, self._torque_consts):
+            values = codec.command_values_decoder(L)
+            self._follow_consts.append((values, c[4], values(*c[4], 0)[:4],
+                                        codec.field_decoder(-L.t_max_nm, L.t_max_nm, 12)))
+        self._reply_decoders = {centered: [codec.reply_values_decoder(L, centered) for L in self._lim]
+                                for centered in (False, True)}
         self._q = [math.nan] * n
         self._qd = [math.nan] * n
         self._tau = [math.nan] * n
@@ -219,6 +243,10 @@ class MitCanDriver(Driver):
         self.monitor = FollowMonitor([L.t_max_nm for L in self._lim], follow if follow is not None
                                      else FollowConfig())
         self._torque_residual = [0.0] * n
+        # what _feedback copies for the common values of its int and bool vectors
+        self._no_faults = np.zeros(n, dtype=int)
+        self._all_true = np.ones(n, dtype=bool)
+        self._all_false = np.zeros(n, dtype=bool)
         self._enabled = False                       # every drive in motor mode (enable() .. disable())
         self._closed = False
         #: number of values clamped to the protocol ranges by the last make_commands()
@@ -284,6 +312,9 @@ class MitCanDriver(Driver):
         tau = self._vec(command.torque_nm, "torque_nm", n, None)
         if tau is None:
             raise DriverError("command.torque_nm is required")
+        if (command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None and command.position_rad is None
+                and command.velocity_rad_s is None and self._torque_path):
+            return self._encode_torque(tau)
         kp = self._vec(command.kp_nm_per_rad, "kp_nm_per_rad", n, 0.0)
         kd = self._vec(command.kd_nm_s_per_rad, "kd_nm_s_per_rad", n, 0.0)
         pos = self._vec(command.position_rad, "position_rad", n, None)
@@ -292,10 +323,8 @@ class MitCanDriver(Driver):
             raise DriverError("command.position_rad is required when kp_nm_per_rad is non-zero")
         out = []
         saturated = 0
-        nearest = self._nearest
-        fields = codec.encode_command_fields
         pack = codec.pack_command
-        for j, (L, s, g, off, gge, ge, can_id) in enumerate(self._cmd_consts):
+        for j, (L, s, g, off, gge, ge, can_id, fields) in enumerate(self._cmd_consts):
             kp_j, kd_j = kp[j], kd[j]
             if kp_j < 0 or kd_j < 0:
                 raise DriverError(f"joint {j}: gains must be >= 0, got kp={kp_j}, kd={kd_j}")
@@ -309,12 +338,28 @@ class MitCanDriver(Driver):
             v_m = s * vel[j] * g
             t_m = s * tau[j] / ge
             saturated += (abs(t_m) > L.t_max_nm) + (abs(v_m) > L.v_max_rad_s) + (kp_m > L.kp_max) + (kd_m > L.kd_max)
-            f = fields(p_m, v_m, kp_m, kd_m, t_m, L, nearest)
+            f = fields(p_m, v_m, kp_m, kd_m, t_m)
             if 0xFFC <= f[4] <= 0xFFE and f[:4] == _ALL_ONES_4:
                 # the payload would be ENTER/EXIT/ZERO (0xFF x 7, then 0xFC / 0xFD / 0xFE): lower the
                 # torque by 3 LSB (the last byte to 0xF9..0xFB); 0xFF x 8 is an ordinary command
                 f = f[:4] + (f[4] - 3,)
             out.append((can_id, pack(*f), f))
+        self.last_saturated = saturated
+        return out
+
+    def _encode_torque(self, tau: list[float]) -> list[tuple[int, bytes, tuple]]:
+        """:meth:`_encode` of a command with only torques (``tau``, validated): the same output.
+
+        With no position, velocity or gains every field but the torque's is the one of
+        zeros (``_torque_consts``), so only the torque is mapped, counted and quantised.
+        """
+        out = []
+        saturated = 0
+        for j, (quantise, s, ge, t_max, fixed, pack, can_id) in enumerate(self._torque_consts):
+            t_m = s * tau[j] / ge
+            saturated += abs(t_m) > t_max
+            t = quantise(t_m)
+            out.append((can_id, pack(t), fixed + (t,)))
         self.last_saturated = saturated
         return out
 
@@ -349,8 +394,8 @@ class MitCanDriver(Driver):
         buses = self._buses
         one = buses[0].recv_fields if len(buses) == 1 else None
         lengths = self._reply_lengths
-        by_id, lim, centered = self._by_id, self._lim, self.reply_centered
-        decode = codec.decode_reply_values
+        by_id = self._by_id
+        decoders = self._reply_decoders[bool(self.reply_centered)]
         store_consts = self._store_consts
         q, qd, tau, reps = self._q, self._qd, self._tau, self._rep
         while pending:
@@ -384,7 +429,7 @@ class MitCanDriver(Driver):
                 if j is None:
                     stats["unexpected"] += 1
                     continue
-                rep = decode(data, lim[j], centered)
+                rep = decoders[j](data)
             except DecodeError:
                 stats["corrupt"] += 1
                 continue
@@ -415,25 +460,38 @@ class MitCanDriver(Driver):
     def _feedback(self, fresh: list[bool], stats: dict) -> Feedback:
         """This cycle's :class:`Feedback`; ``stats`` (a fresh dict per cycle) becomes its ``info``."""
         n = len(fresh)
-        # the five float vectors in one conversion; the Feedback gets its rows
-        q, qd, tau, temp, residual = np.array(self._q + self._qd + self._tau + self._temp + self._torque_residual,
-                                              dtype=float).reshape(5, n)
-        stats["missing"] = n - fresh.count(True)
+        # the five float vectors in one conversion; the Feedback gets its slices (views of that
+        # array, as the rows of it reshaped to (5, n) are, which cost more to make)
+        a = np.array(self._q + self._qd + self._tau + self._temp + self._torque_residual, dtype=float)
+        q, qd, tau, temp, residual = a[:n], a[n:2 * n], a[2 * n:3 * n], a[3 * n:4 * n], a[4 * n:]
+        missing = n - fresh.count(True)
+        stats["missing"] = missing
         stats["temperature_c"] = temp
         stats["torque_residual_nm"] = residual
-        # the drive's own error byte where it reports one, else the driver's detected fault
+        # the drive's own error byte where it reports one, else the driver's detected fault; the
+        # int and bool vectors are copies of the prepared ones where every element is the same
+        # (what np.array gives from the lists, without converting them)
         detected = self._detected
-        fault = np.array([f if f != 0 else d for f, d in zip(self._fault, detected)] if any(detected)
-                         else self._fault, dtype=int)
-        return Feedback(float(self._now()), q, qd, tau, fault, np.array(fresh, dtype=bool),
-                        np.array([self._enabled] * n, dtype=bool), stats)
+        if any(detected):
+            fault = np.array([f if f != 0 else d for f, d in zip(self._fault, detected)], dtype=int)
+        elif any(self._fault):
+            fault = np.array(self._fault, dtype=int)
+        else:
+            fault = self._no_faults.copy()
+        return Feedback(float(self._now()), q, qd, tau, fault,
+                        self._all_true.copy() if missing == 0 else np.array(fresh, dtype=bool),
+                        (self._all_true if self._enabled else self._all_false).copy(), stats)
 
     @staticmethod
-    def _new_stats() -> dict:
-        return {"corrupt": 0, "late": 0, "unexpected": 0, "duplicate": 0, "error_frames": 0, "saturated": 0}
+    def _new_stats(late: int = 0, saturated: int = 0) -> dict:
+        return {"corrupt": 0, "late": late, "unexpected": 0, "duplicate": 0, "error_frames": 0,
+                "saturated": saturated}
 
     def _drain(self) -> int:
-        return sum(t.drain() for t in self._buses)
+        buses = self._buses
+        if len(buses) == 1:
+            return buses[0].drain()
+        return sum(t.drain() for t in buses)
 
     def _exchange(self, frames: Sequence[Frame], joints: Sequence[int], timeout_s: float,
                   stats: dict) -> list[bool]:
@@ -495,10 +553,8 @@ class MitCanDriver(Driver):
         if not self._enabled:
             raise DriverError("cycle() before enable()")
         encoded = self._encode(command)
-        stats = self._new_stats()
-        stats["saturated"] = self.last_saturated
         # _exchange, with the encoded frames
-        stats["late"] += self._drain()
+        stats = self._new_stats(self._drain(), self.last_saturated)
         self._send_encoded(encoded)
         n = len(self._joints)
         fresh = [False] * n
@@ -517,14 +573,17 @@ class MitCanDriver(Driver):
         mon = self.monitor
         if not mon.config.enabled:
             return
-        lim = self._lim
-        values = codec.command_values
-        cmds = [values(*e[2], lim[j]) for j, e in enumerate(encoded)]
+        # each value depends on its field alone: where the four first fields are the torque-only
+        # command's, their values are known and only the torque is decoded
+        cmds = []
+        for (values, fixed, fixed_values, t_value), (_, _, f) in zip(self._follow_consts, encoded):
+            cmds.append(fixed_values + (t_value(f[4]),) if f[:4] == fixed else values(*f))
         codes = mon.update(float(self._now()), fresh, self._rep, cmds)
-        detected = self._detected
-        for j, code in enumerate(codes):
-            if code and not detected[j]:
-                detected[j] = code
+        if any(codes):
+            detected = self._detected
+            for j, code in enumerate(codes):
+                if code and not detected[j]:
+                    detected[j] = code
         self._torque_residual = [s * r * ge for s, r, ge in zip(self._sign, mon.residual_nm, self._ge)]
 
     def set_zero(self) -> Feedback:

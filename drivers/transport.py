@@ -198,8 +198,12 @@ class CanTransport:
                                   is_remote_frame=True, dlc=0 if dlc is None else dlc)
             else:
                 fd = self._fd or len(data) > 8
-                msg = can.Message(arbitration_id=arbitration_id, data=data, is_extended_id=is_extended_id,
-                                  is_fd=fd, bitrate_switch=fd and self.data_bitrate is not None)
+                # can.Message(arbitration_id=..., data=..., is_extended_id=..., is_fd=fd, bitrate_switch=...)
+                # with every argument given by position (timestamp, arbitration_id, is_extended_id,
+                # is_remote_frame, is_error_frame, channel, dlc, data, is_fd, is_rx, bitrate_switch; the
+                # others at their defaults): the same message, made faster
+                msg = can.Message(0.0, arbitration_id, is_extended_id, False, False, None, None, data, fd, True,
+                                  fd and self.data_bitrate is not None)
             self._bus.send(msg, timeout=self.send_timeout_s)
         except can.CanTimeoutError as err:
             raise CommsTimeoutError(f"{self.name}: send of id 0x{arbitration_id:X} timed out") from err

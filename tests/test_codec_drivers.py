@@ -7,6 +7,7 @@ responders are scripted in the test so that every reply is known exactly.
 import math
 import os
 import select
+import struct
 import threading
 import time
 import uuid
@@ -24,6 +25,7 @@ from drivers.base import Command, JointMapping
 from drivers.codecs import mit as mc
 from drivers.codecs import odrive as oc
 from drivers.mit import MitCanDriver, MitJoint
+from drivers.mit_health import FollowConfig
 from drivers.odrive import OdriveAxis, OdriveCanDriver
 from drivers.registry import DRIVER_TYPES, build_driver
 from drivers.transport import CanTransport
@@ -147,6 +149,136 @@ def test_mit_make_commands_mapping_and_refusals():
     # saturation is clamping, counted
     drv.make_commands(Command(np.array([1e3, -1e3])))
     assert drv.last_saturated == 2
+
+
+@pytest.mark.parametrize("quantization", ["nearest", "truncate"])
+@pytest.mark.parametrize("mapping", [JointMapping(), JointMapping(gear_ratio=9.0, sign=-1, offset_rad=0.3, efficiency=0.9),
+                                     JointMapping(gear_ratio=1.0, sign=-1, efficiency=0.5)])
+def test_mit_torque_only_commands_equal_the_general_path(monkeypatch, quantization, mapping):
+    """A command with only torques is encoded by ``_encode_torque`` (every other field fixed);
+    the same command with zero gains and velocities takes the general path: same frames, integer
+    fields, saturation count and errors."""
+    drv, buses, _ = mit_driver(MitMotors([1, 2, 3]), n=3, mapping=mapping, quantization=quantization)
+    assert drv._torque_path
+    used = []
+    fast = drv._encode_torque
+    monkeypatch.setattr(drv, "_encode_torque", lambda tau: used.append(1) or fast(tau))
+    rng = np.random.default_rng(21)
+    tmax = LIM.t_max_nm * mapping.gear_ratio * mapping.efficiency
+    step = 2 * tmax / 4095
+    taus = [rng.uniform(-1.3, 1.3, 3) * tmax for _ in range(300)]
+    taus += [(-tmax + step * rng.integers(0, 4096, 3) + d).astype(float) for d in (0.0, step / 2) for _ in range(200)]
+    taus += [np.array([0.0, -0.0, tmax]), np.array([-tmax, 1e300, -1e300]), np.array([5e-324, -5e-324, 0.0])]
+    zeros = np.zeros(3)
+    for tau in taus:
+        a = drv._encode(Command(tau))
+        sat_a = drv.last_saturated
+        b = drv._encode(Command(tau, velocity_rad_s=zeros, kp_nm_per_rad=zeros, kd_nm_s_per_rad=zeros))
+        assert a == b and sat_a == drv.last_saturated and type(sat_a) is type(drv.last_saturated) is int
+        assert [(f.arbitration_id, f.data) for f in drv.make_commands(Command(tau))] == [x[:2] for x in b]
+        assert all(type(u) is int for x in a for u in x[2])
+    assert len(used) == 2 * len(taus)
+    for bad in (np.array([1e308, 0.0, 0.0]), np.array([0.0, math.nan, 0.0]), np.zeros(2)):
+        errors = []
+        for cmd in (Command(bad), Command(bad, velocity_rad_s=zeros, kp_nm_per_rad=zeros, kd_nm_s_per_rad=zeros)):
+            try:
+                drv._encode(cmd)
+            except DriverError as err:
+                errors.append(str(err))
+        assert len(errors) in (0, 2) and len(set(errors)) <= 1, errors
+    assert buses[0].sent == []
+
+
+def _plain_feedback(drv, fresh, stats):
+    """MitCanDriver._feedback as it was written before the prepared vectors (np.array of every list)."""
+    n = len(fresh)
+    q, qd, tau, temp, residual = np.array(drv._q + drv._qd + drv._tau + drv._temp + drv._torque_residual,
+                                          dtype=float).reshape(5, n)
+    stats["missing"] = n - fresh.count(True)
+    stats["temperature_c"] = temp
+    stats["torque_residual_nm"] = residual
+    detected = drv._detected
+    fault = np.array([f if f != 0 else d for f, d in zip(drv._fault, detected)] if any(detected)
+                     else drv._fault, dtype=int)
+    return (q, qd, tau, fault, np.array(fresh, dtype=bool), np.array([drv._enabled] * n, dtype=bool), stats)
+
+
+def _same_array(a, b):
+    assert type(a) is type(b) is np.ndarray and a.dtype == b.dtype and a.shape == b.shape
+    assert a.tobytes() == b.tobytes() and a.flags == b.flags and a.strides == b.strides
+    assert (a.base is None) == (b.base is None) and (a.base is None or a.base.shape == b.base.shape)
+
+
+@pytest.mark.parametrize("variant, kw, codes", [
+    ("cubemars8", {"temperature_max_c": 34.0}, {3, 0x102}),          # the drive's error byte wins
+    ("classic6", {"follow": FollowConfig(window_cycles=2, lag_s=0.0)}, {0, 0x100})])
+def test_mit_feedback_and_follow_values_equal_the_plain_construction(monkeypatch, variant, kw, codes):
+    """``_feedback`` copies prepared int / bool vectors where every element is the same, and
+    ``_follow_check`` knows the values of the torque-only command's fixed fields: the Feedback
+    equals the plain construction (``np.array`` of each list) in every cycle (missing replies,
+    error bytes, detected faults, disabled), each Feedback has arrays of its own, and the monitor
+    gets what decoding the sent frames gives, bit for bit."""
+    motors = MitMotors([1, 2, 3], variant=variant)
+    drv, buses, clock = mit_driver(motors, mapping=JointMapping(gear_ratio=6.0, sign=-1, efficiency=0.9), **kw)
+    feedback = drv._feedback
+    checked = []
+
+    def compare(fresh, stats):
+        want = _plain_feedback(drv, list(fresh), dict(stats))
+        fb = feedback(fresh, stats)
+        for a, b in zip((fb.position_rad, fb.velocity_rad_s, fb.torque_nm, fb.fault, fb.fresh, fb.enabled), want):
+            _same_array(a, b)
+        assert list(fb.info) == list(want[6])
+        for k, v in want[6].items():
+            if isinstance(v, np.ndarray):
+                _same_array(fb.info[k], v)
+            else:
+                assert type(fb.info[k]) is type(v) and fb.info[k] == v
+        checked.append((tuple(fb.fault.tolist()), bool(fb.fresh.all()), bool(fb.enabled.all())))
+        return fb
+
+    monkeypatch.setattr(drv, "_feedback", compare)
+    sent_values = []
+    update = drv.monitor.update
+
+    def spy(t_s, fresh, replies, commands):
+        frames = buses[0].sent[-3:]
+        want = [mc.decode_command_values(bytes(m.data), LIM) for m in frames]
+        sent_values.append([struct.pack("<5d", *c) for c in commands] == [struct.pack("<5d", *c) for c in want])
+        return update(t_s, fresh, replies, commands)
+
+    monkeypatch.setattr(drv.monitor, "update", spy)
+    drv.enable()
+    rng = np.random.default_rng(4)
+    for k in range(80):
+        clock[0] += 1e-3
+        motors.silent = {2} if k % 7 == 3 else {1, 2, 3} if k == 40 else set()
+        motors.error = 3 if 20 <= k < 24 else 0
+        tau = rng.uniform(-20, 20, 3)
+        if k % 3:
+            cmd = Command(tau)
+        else:
+            cmd = Command(tau, position_rad=rng.uniform(-1, 1, 3), velocity_rad_s=rng.uniform(-1, 1, 3),
+                          kp_nm_per_rad=rng.uniform(0, 50, 3), kd_nm_s_per_rad=rng.uniform(0, 2, 3))
+        fb = drv.cycle(cmd)
+        fb.fresh[:] = False                     # a caller writing into its Feedback changes no other one
+        fb.fault[:] = 7
+        fb.enabled[:] = False
+    assert len(checked) == 81 and len(sent_values) == 80 and all(sent_values)
+    assert codes <= {f for fault, _, _ in checked for f in fault}
+    assert {fresh for _, fresh, _ in checked} == {True, False}
+    drv.disable()
+    compare([True] * 3, drv._new_stats())                        # disabled
+    assert checked[-1][2] is False
+    # every Feedback has arrays of its own (the prepared vectors are copied)
+    drv, _, _ = mit_driver(MitMotors([1, 2, 3]), follow=FollowConfig(enabled=False))
+    fbs = [drv.enable()] + [drv.cycle(Command(np.zeros(3))) for _ in range(3)]
+    drv.disable()
+    fbs.append(drv._feedback([True] * 3, drv._new_stats()))
+    arrays = [a for fb in fbs for a in (fb.position_rad, fb.velocity_rad_s, fb.torque_nm, fb.fault, fb.fresh,
+                                        fb.enabled, fb.info["temperature_c"], fb.info["torque_residual_nm"])]
+    arrays += [drv._no_faults, drv._all_true, drv._all_false]
+    assert not any(np.shares_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1:])
 
 
 def test_mit_session_enable_cycle_disable_close():

@@ -296,3 +296,124 @@ def test_centered_reply_decoding_removes_the_firmware_truncation_bias():
     assert mit.uint_to_float_centered(4095, -18.0, 18.0, 12) == pytest.approx(18.0)
     with pytest.raises(DecodeError):
         mit.uint_to_float_centered(4096, 0.0, 5.0, 12)
+
+
+# ---------------------------------------------------------------------------
+# the per-drive functions (constants computed once) equal the plain ones, bit for bit
+# ---------------------------------------------------------------------------
+_ODD = mit.MitLimits(3.3, 7.1, 123.4, 2.2, 0.77)
+
+
+def _ranges(L):
+    return ((-L.p_max_rad, L.p_max_rad, 16), (-L.v_max_rad_s, L.v_max_rad_s, 12), (0.0, L.kp_max, 12),
+            (0.0, L.kd_max, 12), (-L.t_max_nm, L.t_max_nm, 12))
+
+
+def _field_values(L, rng):
+    """Per field: every step boundary and half step, both sides of the range ends, random and odd values."""
+    out = []
+    for lo, hi, bits in _ranges(L):
+        top = (1 << bits) - 1
+        k = np.arange(top + 1)
+        steps = lo + (hi - lo) * k / top
+        vals = np.concatenate([steps, steps + (hi - lo) * 0.5 / top, np.nextafter(steps, -np.inf),
+                               np.nextafter(steps, np.inf), rng.uniform(2 * lo - 1, 2 * hi + 1, 2000)])
+        if bits == 16:
+            vals = vals[::7]
+        out.append([float(v) for v in vals] + [0.0, -0.0, lo, hi, -hi, 2 * hi, -2 * hi, 1e300, -1e300, 5e-324])
+    return out
+
+
+def test_per_drive_command_encoders_equal_the_plain_functions():
+    rng = np.random.default_rng(11)
+    for L in list(mit.MIT_MODELS.values()) + [_ODD]:
+        per_field = _field_values(L, rng)
+        for nearest in (False, True):
+            enc = mit.command_fields_encoder(L, nearest)
+            for (lo, hi, bits), vals in zip(_ranges(L), per_field):
+                f = mit.field_encoder(lo, hi, bits, nearest)
+                got = [f(x) for x in vals]
+                assert got == [mit.float_to_uint(x, lo, hi, bits, nearest) for x in vals]
+                assert all(type(u) is int for u in got)
+            m = max(map(len, per_field))
+            cols = [[vals[(i * (3 + j)) % len(vals)] for i in range(m)] for j, vals in enumerate(per_field)]
+            for row in zip(*cols):
+                f = enc(*row)
+                assert f == mit.encode_command_fields(*row, L, nearest)
+                assert all(type(u) is int for u in f)
+
+
+def test_per_drive_command_encoders_refuse_nonfinite_values_as_the_plain_one_does():
+    for nearest in (False, True):
+        enc = mit.command_fields_encoder(AK80_9, nearest)
+        for bad in (math.nan, math.inf, -math.inf):
+            for i in range(5):
+                vals = [0.0] * 5
+                vals[i] = bad
+                with pytest.raises(DriverError, match="non-finite") as e1:
+                    enc(*vals)
+                with pytest.raises(DriverError) as e2:
+                    mit.encode_command_fields(*vals, AK80_9, nearest)
+                assert str(e1.value) == str(e2.value)
+            with pytest.raises(DriverError) as e1:
+                mit.field_encoder(-18.0, 18.0, 12, nearest)(bad)
+            with pytest.raises(DriverError) as e2:
+                mit.float_to_uint(bad, -18.0, 18.0, 12, nearest)
+            assert str(e1.value) == str(e2.value)
+
+
+def test_command_payload_packer_equals_pack_command():
+    rng = np.random.default_rng(12)
+    fixed = [(0, 0, 0, 0), (0xFFFF, 0xFFF, 0xFFF, 0xFFF), (32767, 2047, 0, 0), (0x8000, 0x800, 0x001, 0xFFE)]
+    fixed += [(int(rng.integers(0, 65536)), int(rng.integers(0, 4096)), int(rng.integers(0, 4096)),
+               int(rng.integers(0, 4096))) for _ in range(20)]
+    for f in fixed:
+        pack = mit.command_payload_packer(*f)
+        for t in range(4096):
+            assert pack(t) == mit.pack_command(*f, t)
+    for bad in ((0x10000, 0, 0, 0), (0, 0x1000, 0, 0), (0, 0, -1, 0), (0, 0, 0, 0x1000)):
+        with pytest.raises(DriverError):
+            mit.command_payload_packer(*bad)
+
+
+def test_per_drive_command_values_decoder_equals_command_values():
+    rng = np.random.default_rng(13)
+    for L in list(mit.MIT_MODELS.values()) + [_ODD]:
+        values = mit.command_values_decoder(L)
+        for k in range(0, 65536, 1 if L in (AK80_9, _ODD) else 7):
+            f = (k, k & 0xFFF, (k * 7) & 0xFFF, (k * 13) & 0xFFF, int(rng.integers(0, 4096)))
+            assert _float_bits(values(*f)) == _float_bits(mit.command_values(*f, L))
+
+
+def test_per_drive_reply_decoder_equals_decode_reply_values():
+    rng = np.random.default_rng(14)
+    payloads = [bytes(8), bytes([0xFF] * 8), bytes([1, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 7, 9])]
+    for k in range(65536):             # every position field; velocity and torque fields around it
+        payloads.append(bytes([k & 0xFF, k >> 8, k & 0xFF, (k * 7) & 0xFF, int(rng.integers(0, 256)),
+                               (k * 13) & 0xFF, int(rng.integers(0, 256)), int(rng.integers(0, 256))]))
+    for k in range(4096):              # every velocity and every torque field
+        payloads.append(bytes([3, 0x12, 0x34, k >> 4, ((k & 0xF) << 4) | (k >> 8), k & 0xFF, 40, 0]))
+    for L in list(mit.MIT_MODELS.values()) + [_ODD]:
+        for centered in (False, True):
+            decode = mit.reply_values_decoder(L, centered)
+            # every field value for two limits, every 7th payload for the other models
+            for data in payloads if L in (AK80_9, _ODD) else payloads[::7]:
+                for d in (data, data[:6]):
+                    got = decode(d)
+                    want = mit.decode_reply_values(d, L, centered)
+                    assert _float_bits(got[1:4]) == _float_bits(want[1:4])
+                    assert [(type(x), x) for x in got[::4] + got[5:]] == [(type(x), x) for x in want[::4] + want[5:]]
+            for bad in (b"", bytes(5), bytes(7), bytes(9)):
+                with pytest.raises(DecodeError) as e1:
+                    decode(bad)
+                with pytest.raises(DecodeError) as e2:
+                    mit.decode_reply_values(bad, L, centered)
+                assert str(e1.value) == str(e2.value)
+
+
+def test_field_decoder_equals_uint_to_float():
+    for L in list(mit.MIT_MODELS.values()) + [_ODD]:
+        for lo, hi, bits in _ranges(L):
+            decode = mit.field_decoder(lo, hi, bits)
+            us = range((1 << bits)) if bits == 12 or L in (AK80_9, _ODD) else range(0, 1 << bits, 7)
+            assert _float_bits([decode(u) for u in us]) == _float_bits([mit.uint_to_float(u, lo, hi, bits) for u in us])

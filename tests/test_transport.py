@@ -46,6 +46,47 @@ def test_virtual_round_trip_and_close_idempotent():
         a.recv(0)
 
 
+class _Keep:
+    """A BusLike keeping what it is sent."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, msg, timeout=None):
+        self.sent.append((msg, timeout))
+
+    def recv(self, timeout=None):
+        return None
+
+    def shutdown(self):
+        pass
+
+
+def _slots(msg):
+    names = [n for c in type(msg).__mro__ for n in getattr(c, "__slots__", ()) if n != "__weakref__"]
+    return {n: (type(getattr(msg, n)), getattr(msg, n)) for n in names}
+
+
+@pytest.mark.parametrize("fd, data_bitrate", [(False, None), (True, None), (True, 5_000_000)])
+def test_send_makes_the_message_the_keyword_construction_makes(fd, data_bitrate):
+    """CanTransport.send builds its can.Message with positional arguments: every attribute is the
+    one of the keyword construction it replaces (a python-can whose signature changed fails here)."""
+    bus = _Keep()
+    t = CanTransport(bus=bus, name="keep", fd=fd, data_bitrate=data_bitrate, send_timeout_s=0.003)
+    cases = [(0x7FF, b"", False), (1, b"\x01\x02\x03", False), (0x1ABCDE, bytes(range(8)), True),
+             (5, bytearray(b"\xff" * 8), False), (9, [1, 2, 3], False), (3, bytes(12), False),
+             (0x123, bytes(64), True)]
+    for arb, data, ext in cases:
+        t.send(arb, data, ext)
+        use_fd = fd or len(data) > 8
+        want = can.Message(arbitration_id=arb, data=data, is_extended_id=ext, is_fd=use_fd,
+                           bitrate_switch=use_fd and t.data_bitrate is not None)
+        got, timeout = bus.sent[-1]
+        assert type(got) is can.Message and _slots(got) == _slots(want) and timeout == 0.003
+        assert (got.data is data) == (want.data is data)
+    assert t.frames_sent == len(cases)
+
+
 def test_context_manager_and_wrapping_existing_bus():
     ch = _channel()
     raw = can.Bus(interface="virtual", channel=ch)

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from dynamics.errors import ConfigError, DecodeError, DriverError
 
@@ -88,6 +89,12 @@ __all__ = [
     "decode_reply",
     "decode_reply_values",
     "reply_length",
+    "command_fields_encoder",
+    "command_payload_packer",
+    "field_encoder",
+    "field_decoder",
+    "command_values_decoder",
+    "reply_values_decoder",
 ]
 
 
@@ -574,3 +581,203 @@ def decode_reply_values(data: bytes, limits: MitLimits, centered: bool = False
     if n == 8:
         return data[0], x_p, x_v, x_t, data[6], data[7]
     return data[0], x_p, x_v, x_t, None, None
+
+
+# ---------------------------------------------------------------------------
+# one drive's codec with its constants computed once (the driver's per-cycle path)
+# ---------------------------------------------------------------------------
+# Each factory returns a function equal to the plain function above for one ``MitLimits``
+# (and rounding / centring): the range ends, spans and half steps are computed once, with
+# the same operations on the same operands, so every value is bit-identical (the arithmetic
+# of each field is the plain function's expression, term for term).  ``math.trunc`` is
+# ``int`` for a float (both are ``float.__trunc__``).
+def field_encoder(x_min: float, x_max: float, bits: int, nearest: bool = False) -> Callable[[float], int]:
+    """:func:`float_to_uint` over one range, as a function of a Python float ``x`` alone.
+
+    Returns
+    -------
+    callable
+        ``f(x) -> int``, ``float_to_uint(x, x_min, x_max, bits, nearest)``; it raises
+        :class:`~dynamics.errors.DriverError` if ``x`` is not finite.
+    """
+    half = 0.5 if nearest else 0.0
+    top = (1 << bits) - 1
+    span = x_max - x_min
+    trunc = math.trunc
+
+    def encode(x: float) -> int:
+        if not x_min <= x <= x_max:
+            x = _clamped(x, x_min, x_max)
+        u = trunc((x - x_min) * top / span + half)
+        return top if u > top else u
+
+    return encode
+
+
+def field_decoder(x_min: float, x_max: float, bits: int) -> Callable[[int], float]:
+    """:func:`uint_to_float` over one range, as a function of ``u`` alone.
+
+    Returns
+    -------
+    callable
+        ``f(u) -> float``: ``uint_to_float(u, x_min, x_max, bits)`` for ``0 <= u < 2**bits``
+        (the field of a payload; the range is not checked again).
+    """
+    top = (1 << bits) - 1
+    span = x_max - x_min
+
+    def decode(u: int) -> float:
+        return u * span / top + x_min
+
+    return decode
+
+
+def command_fields_encoder(limits: MitLimits, nearest: bool = False
+                           ) -> Callable[[float, float, float, float, float], tuple[int, int, int, int, int]]:
+    """:func:`encode_command_fields` for one drive: ``f(p_rad, v_rad_s, kp, kd, t_nm)``.
+
+    Returns
+    -------
+    callable
+        ``f(p_rad, v_rad_s, kp, kd, t_nm) -> (p, v, kp_u, kd_u, t)`` for Python floats (the
+        driver's values; the plain function converts its arguments with ``float`` first):
+        what ``encode_command_fields(p_rad, v_rad_s, kp, kd, t_nm, limits, nearest)``
+        returns; it raises :class:`~dynamics.errors.DriverError` if any value is not finite.
+    """
+    half = 0.5 if nearest else 0.0
+    p_hi = limits.p_max_rad
+    p_lo = -p_hi
+    p_span = p_hi - p_lo
+    v_hi = limits.v_max_rad_s
+    v_lo = -v_hi
+    v_span = v_hi - v_lo
+    kp_hi = limits.kp_max
+    kp_span = kp_hi - 0.0
+    kd_hi = limits.kd_max
+    kd_span = kd_hi - 0.0
+    t_hi = limits.t_max_nm
+    t_lo = -t_hi
+    t_span = t_hi - t_lo
+    trunc = math.trunc
+
+    def fields(p_rad: float, v_rad_s: float, kp: float, kd: float, t_nm: float) -> tuple[int, int, int, int, int]:
+        x = p_rad
+        if not p_lo <= x <= p_hi:
+            x = _clamped(x, p_lo, p_hi)
+        p = trunc((x - p_lo) * 0xFFFF / p_span + half)
+        x = v_rad_s
+        if not v_lo <= x <= v_hi:
+            x = _clamped(x, v_lo, v_hi)
+        v = trunc((x - v_lo) * 0xFFF / v_span + half)
+        x = kp
+        if not 0.0 <= x <= kp_hi:
+            x = _clamped(x, 0.0, kp_hi)
+        kp_u = trunc((x - 0.0) * 0xFFF / kp_span + half)
+        x = kd
+        if not 0.0 <= x <= kd_hi:
+            x = _clamped(x, 0.0, kd_hi)
+        kd_u = trunc((x - 0.0) * 0xFFF / kd_span + half)
+        x = t_nm
+        if not t_lo <= x <= t_hi:
+            x = _clamped(x, t_lo, t_hi)
+        t = trunc((x - t_lo) * 0xFFF / t_span + half)
+        return (0xFFFF if p > 0xFFFF else p, 0xFFF if v > 0xFFF else v, 0xFFF if kp_u > 0xFFF else kp_u,
+                0xFFF if kd_u > 0xFFF else kd_u, 0xFFF if t > 0xFFF else t)
+
+    return fields
+
+
+def command_payload_packer(p: int, v: int, kp_u: int, kd_u: int) -> Callable[[int], bytes]:
+    """:func:`pack_command` with every field but the torque's fixed.
+
+    Returns
+    -------
+    callable
+        ``f(t) -> bytes``: ``pack_command(p, v, kp_u, kd_u, t)`` for a 12-bit ``t``
+        (``0 <= t <= 0xFFF``, as :func:`field_encoder` gives it).
+
+    Raises
+    ------
+    DriverError
+        If a field is outside its range (16 bits for ``p``, 12 for the others).
+    """
+    # the payload is the five fields' bits back to back, big-endian: p[63..48] v[47..36]
+    # kp[35..24] kd[23..12] t[11..0]
+    base = (p << 48) | (v << 36) | (kp_u << 24) | (kd_u << 12)
+    if base.bit_length() > 64 or not (0 <= p <= 0xFFFF and 0 <= v <= 0xFFF and 0 <= kp_u <= 0xFFF
+                                      and 0 <= kd_u <= 0xFFF):
+        raise DriverError(f"command fields out of range: p={p}, v={v}, kp={kp_u}, kd={kd_u}")
+
+    def pack(t: int) -> bytes:
+        return (base | t).to_bytes(8, "big")
+
+    return pack
+
+
+def command_values_decoder(limits: MitLimits) -> Callable[[int, int, int, int, int],
+                                                          tuple[float, float, float, float, float]]:
+    """:func:`command_values` for one drive.
+
+    Returns
+    -------
+    callable
+        ``f(p, v, kp_u, kd_u, t) -> (p_rad, v_rad_s, kp, kd, t_nm)``: what
+        ``command_values(p, v, kp_u, kd_u, t, limits)`` returns.
+    """
+    p_lo, v_lo, t_lo = -limits.p_max_rad, -limits.v_max_rad_s, -limits.t_max_nm
+    p_span = limits.p_max_rad - p_lo
+    v_span = limits.v_max_rad_s - v_lo
+    kp_span = limits.kp_max - 0.0
+    kd_span = limits.kd_max - 0.0
+    t_span = limits.t_max_nm - t_lo
+
+    def values(p: int, v: int, kp_u: int, kd_u: int, t: int) -> tuple[float, float, float, float, float]:
+        return (p * p_span / 0xFFFF + p_lo,
+                v * v_span / 0xFFF + v_lo,
+                kp_u * kp_span / 0xFFF + 0.0,
+                kd_u * kd_span / 0xFFF + 0.0,
+                t * t_span / 0xFFF + t_lo)
+
+    return values
+
+
+def reply_values_decoder(limits: MitLimits, centered: bool = False
+                         ) -> Callable[[bytes], tuple[int, float, float, float, int | None, int | None]]:
+    """:func:`decode_reply_values` for one drive: ``f(data)``, the same values.
+
+    Returns
+    -------
+    callable
+        ``f(data) -> (motor_id, p_rad, v_rad_s, t_nm, temperature_c, error)`` for a ``bytes``
+        payload (the plain function converts its argument with ``bytes`` first): what
+        ``decode_reply_values(data, limits, centered)`` returns; it raises
+        :class:`~dynamics.errors.DecodeError` if the payload is neither 6 nor 8 bytes long.
+    """
+    pm, vm, tm = limits.p_max_rad, limits.v_max_rad_s, limits.t_max_nm
+    p_lo, v_lo, t_lo = -pm, -vm, -tm
+    p_span, v_span, t_span = pm - p_lo, vm - v_lo, tm - t_lo
+    # uint_to_float_centered's half steps
+    p_half, v_half, t_half = 0.5 * p_span / 0xFFFF, 0.5 * v_span / 0xFFF, 0.5 * t_span / 0xFFF
+
+    def decode(data: bytes) -> tuple[int, float, float, float, int | None, int | None]:
+        n = len(data)
+        if n != 6 and n != 8:
+            raise DecodeError(f"MIT reply must be 6 or 8 bytes, got {n}")
+        p = (data[1] << 8) | data[2]
+        v = (data[3] << 4) | (data[4] >> 4)
+        t = ((data[4] & 0xF) << 8) | data[5]
+        x_p = p * p_span / 0xFFFF + p_lo
+        x_v = v * v_span / 0xFFF + v_lo
+        x_t = t * t_span / 0xFFF + t_lo
+        if centered:
+            if p != 0xFFFF:
+                x_p = x_p + p_half
+            if v != 0xFFF:
+                x_v = x_v + v_half
+            if t != 0xFFF:
+                x_t = x_t + t_half
+        if n == 8:
+            return data[0], x_p, x_v, x_t, data[6], data[7]
+        return data[0], x_p, x_v, x_t, None, None
+
+    return decode
