@@ -304,6 +304,14 @@ class ControlLoop:
         self._tel_failed = False
         saved = self._install_signals()
         try:
+            # what costs time once (the reference's grid table, loading compiled code) comes
+            # before the drives are enabled: nothing holds the robot between enable and the
+            # first cycle, and on the wall clock the first cycles would start late
+            traj = _grid_sampler(self.trajectory, P)
+            ref0 = traj.sample(0.0)
+            CompiledCycles = None
+            if self.compiled:
+                from .compiled import CompiledCycles
             messages.extend(self.clock.start())
             try:
                 fb = self.driver.enable()
@@ -321,8 +329,6 @@ class ControlLoop:
             if est is not None:
                 est.reset()
             # start-up check
-            traj = _grid_sampler(self.trajectory, P)
-            ref0 = traj.sample(0.0)
             state0 = State(0.0, np.asarray(fb.position_rad, float), np.where(np.isnan(qd0), 0.0, qd0))
             if np.all(np.isfinite(state0.q)):
                 try:
@@ -333,17 +339,16 @@ class ControlLoop:
                 err0 = np.full(self.controller.dim, np.nan)
             self.safety.startup_check(fb, err0)
             self.controller.reset()
-            t0 = self.clock.now()
 
             zero = np.zeros(n)
             nan_dim = np.full(dim, np.nan)
             tel = self.telemetry
             miss_s = self.miss_fraction * P
             fast = None
-            if self.compiled:
-                from .compiled import CompiledCycles
+            if CompiledCycles is not None:
                 fast, _why = CompiledCycles.for_loop(self, traj, est)
             series = (lat, starts, comp, cyc)
+            t0 = self.clock.now()
             while k < self.n_planned or self.safety.latched:
                 if fast is not None and k < self.n_planned and fast.ready(k):
                     k, fb = fast.run(k, self.n_planned, t0, fb, tel, metrics, series)

@@ -386,6 +386,12 @@ class SafetySupervisor:
         self._sing = (c.singularity_margin_min is not None and isinstance(model, ParallelModel))
         self._pose0 = None if pose0 is None else np.asarray(pose0, dtype=float)
         self.reset()
+        # the compiled rules once with a cycle's argument types (float64, int64 and bool
+        # vectors): numba loads that specialisation from its cache now (about 9 ms the first
+        # time in a process), not in the first control cycle, which would start late
+        v = np.zeros(n)
+        _rules.evaluate(v, v, v, v, v, v, v, self._em, _NO_CODES, _NO_FLAGS, _NO_FLAGS, self._limits,
+                        np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
 
     # the limits, rows of ``_limits`` (read-only attributes: edit them in place)
     q_min = property(lambda self: self._limit_rows[0], doc="Lower position limits (n,) [rad|m].")

@@ -144,3 +144,58 @@ def test_task_space_ct_on_real_3rrr(tmp_path):
     assert res.metrics["max_position_error_m"] < 3 * vmax * 1e-3
     assert res.metrics["max_orientation_error_rad"] < 3 * 0.05 * 6.0 * 1e-3
     assert 0.05 < safety.last_margin <= 1.0
+
+
+def test_reference_is_tabulated_before_the_drives_are_enabled():
+    """What costs time once happens before ``driver.enable()``: the reference's whole-grid
+    table is evaluated before it, and from enable on the trajectory is never evaluated
+    over a range (no control cycle waits for a block of the reference)."""
+    loop, drv = make(T=1.0)
+    traj = loop.trajectory
+    events = []
+    sample, enable = traj.sample, drv.enable
+
+    def counting(t):
+        events.append(("sample", np.size(t)))
+        return sample(t)
+
+    def enabling():
+        events.append(("enable", 0))
+        return enable()
+
+    traj.sample = counting
+    drv.enable = enabling
+    res = loop.run()
+    assert res.status == "completed"
+    i = events.index(("enable", 0))
+    ranges_before = [n for e, n in events[:i] if e == "sample" and n > 1]
+    ranges_after = [n for e, n in events[i:] if e == "sample" and n > 1]
+    assert ranges_before == [1001] and ranges_after == []      # the whole grid, once, before
+
+
+def test_supervisor_loads_its_compiled_rules_when_made():
+    """A new process: the rules' compiled code for a cycle's argument types is loaded when
+    the supervisor is made, not by its first check (which would make the first cycle of a
+    wall-clock run late by the loading time)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from types import SimpleNamespace as NS\n"
+        "from controller import _safety_rules as R\n"
+        "from controller.safety import SafetyConfig, SafetySupervisor\n"
+        "from tests.test_ctrl_models import Arm2\n"
+        "assert R.evaluate.signatures == []\n"
+        "m = Arm2()\n"
+        "sup = SafetySupervisor(SafetyConfig(tracking_error_max=0.05), m.limits)\n"
+        "made = list(R.evaluate.signatures)\n"
+        "assert len(made) == 1, made\n"
+        "fb = NS(fault=np.zeros(2, dtype=int), enabled=np.ones(2, dtype=bool), fresh=np.ones(2, dtype=bool))\n"
+        "ref = NS(pos=np.zeros(2), vel=np.zeros(2), acc=np.zeros(2))\n"
+        "cmd, ss = sup.check(0.0, NS(q=np.zeros(2), qd=np.zeros(2)), fb, ref, np.array([0.1, 0.2]),\n"
+        "                    error=np.zeros(2))\n"
+        "assert ss.code == 0 and list(R.evaluate.signatures) == made, R.evaluate.signatures\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -255,6 +255,32 @@ def test_grid_rows_table_is_shared_and_exact():
     assert GridCache(_FailsAfter(0.5), P).rows(450, 100) is None
 
 
+def test_grid_samples_from_the_table_equal_the_blocks():
+    """GridCache.sample serves the whole run from the one table evaluation, with the numbers
+    of the block evaluation (the path of a trajectory longer than the table), bit for bit;
+    grid times past the end come from blocks as before."""
+    for name in ("3rrr_circle_direct.toml", "seed003_2r.toml", "stewart_motion_direct.toml"):
+        traj = load_run(RUNS / name).trajectory
+        P = 1e-3
+        n = int(traj.duration_s / P) + 1
+        calls = []
+        orig = type(traj).sample
+        type(traj).sample = lambda self, t: (calls.append(np.size(t)), orig(self, t))[1]
+        try:
+            table = GridCache(traj, P)
+            blocks = GridCache(traj, P, block=97)
+            blocks._table = lambda: None             # as a trajectory too long for the table
+            for k in range(n + 30):
+                a, b = table.sample(k * P), blocks.sample(k * P)
+                for x, y in zip(a, b):
+                    np.testing.assert_array_equal(x, y)
+        finally:
+            type(traj).sample = orig
+        assert calls.count(n) == 1                   # the table, once
+        assert all(c in (n, 97, 256) for c in calls), set(calls)   # else blocks (97: the block
+        assert calls.count(256) == 1                 # GridCache; 256: past the end of the table)
+
+
 def _per_range(sample, traj, k, count, P):
     s = sample(traj, np.arange(k, k + count) * P)
     return s.pos, s.vel, s.acc

@@ -323,19 +323,22 @@ class TimeScaled(Trajectory):
 
 
 class GridCache(Trajectory):
-    """A trajectory sampled on the time grid ``k * period_s``, evaluated in blocks and cached.
+    """A trajectory sampled on the time grid ``k * period_s``, evaluated ahead and cached.
 
     A control loop samples its reference at exactly ``t = k * period_s``
     (``k`` an integer); evaluating those times one by one costs the full
     Python overhead of the trajectory tree per cycle.  This wrapper evaluates
-    ``block`` consecutive grid times at once with the wrapped trajectory's own
-    vectorised :meth:`Trajectory.sample` (per time the same computation as a
-    scalar call; the package's trajectories give bit-identical results, see
-    ``tests/test_perf_fastpaths.py``) and serves scalar grid times from that
-    block.  Any other time
-    (off the grid, arrays, a block that fails to evaluate) is passed to the
-    wrapped trajectory unchanged, so results and errors are exactly those of
-    ``base.sample``.
+    the whole grid of the trajectory at once (up to :attr:`table_rows_max` grid
+    times; kept with the trajectory, see :meth:`rows`) with the wrapped
+    trajectory's own vectorised :meth:`Trajectory.sample` (per time the same
+    computation as a scalar call; the package's trajectories give bit-identical
+    results, see ``tests/test_perf_fastpaths.py``) and serves scalar grid times
+    from it: the first sample pays for the whole run (a loop takes it before the
+    drives are enabled), so no control cycle stalls on an evaluation.  A longer
+    trajectory, or grid times past its end, are evaluated ``block`` grid times
+    at a time.  Any other time (off the grid, arrays, a range that fails to
+    evaluate) is passed to the wrapped trajectory unchanged, so results and
+    errors are exactly those of ``base.sample``.
 
     Parameters
     ----------
@@ -344,7 +347,8 @@ class GridCache(Trajectory):
     period_s : float
         Grid step [s] (the loop period).
     block : int
-        Grid times evaluated per block (memory ``4 * block * dim`` floats).
+        Grid times evaluated per block past the whole-grid table (memory ``4 * block * dim``
+        floats).
     """
 
     def __init__(self, base: Trajectory, period_s: float, block: int = 256):
@@ -355,8 +359,8 @@ class GridCache(Trajectory):
         if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
             raise TrajectoryError(f"block must be an integer >= 1, got {block!r}")
         self._block = int(block)
-        self._k0 = -1           # first grid index of the cached block (-1: none)
-        self._rows = np.empty((0, 4, base.dim))   # the block: pos, vel, acc, jerk per grid time
+        self._k0 = -1           # first grid index of the cached rows (-1: none)
+        self._rows = np.empty((0, 4, base.dim))   # the table or a block: pos, vel, acc, jerk per grid time
         self.names = base.names
 
     @property
@@ -377,10 +381,10 @@ class GridCache(Trajectory):
             k = round(t / P)
             if k >= 0 and k * P == t:
                 j = k - self._k0
-                if self._k0 < 0 or not 0 <= j < self._block:
+                if self._k0 < 0 or not 0 <= j < self._rows.shape[0]:
                     if not self._fill(k):
                         return self.base.sample(t)
-                    j = 0
+                    j = k - self._k0
                 r = self._rows[j].copy()       # (4, dim): one copy, the four rows views of it
                 return Sample(r[0], r[1], r[2], r[3])
         return self.base.sample(t)
@@ -394,8 +398,8 @@ class GridCache(Trajectory):
         exactly as ``base.sample`` does).
         """
         tab = self._table()
-        if tab is not None and k + count <= tab[0].shape[0]:
-            return tuple(x[k:k + count].copy() for x in tab)
+        if tab is not None and k + count <= tab.shape[0]:
+            return tuple(tab[k:k + count, i].copy() for i in range(3))
         ts = np.arange(k, k + count) * self.period_s
         try:
             s = self.base.sample(ts)
@@ -403,12 +407,14 @@ class GridCache(Trajectory):
             return None
         return s.pos, s.vel, s.acc
 
-    #: longest trajectory grid (rows) that :meth:`rows` tabulates whole
+    #: longest trajectory grid (rows) that :meth:`rows` and :meth:`sample` tabulate whole
+    #: (memory ``4 * rows * dim`` floats: 500 s at 1 kHz of a 6-DOF task is 96 MB)
     table_rows_max = 500_000
 
     def _table(self):
-        """Position, velocity and acceleration at every grid time of the trajectory
-        (``k * period_s <= duration_s``), or None (too long, or some time fails to evaluate).
+        """Position, velocity, acceleration and jerk at every grid time of the trajectory
+        (``k * period_s <= duration_s``), shape (rows, 4, dim), or None (too long, or some
+        time fails to evaluate).
 
         Evaluated once per trajectory object and period (the same vectorised evaluation as
         the blocks) and kept with the trajectory, so the runs of a sweep that share their
@@ -424,13 +430,20 @@ class GridCache(Trajectory):
             if n <= self.table_rows_max:
                 try:
                     s = self.base.sample(np.arange(n) * self.period_s)
-                    tab = (s.pos, s.vel, s.acc)
-                except Exception:  # noqa: BLE001 - not swallowed: rows() then evaluates per range
+                    tab = np.stack((s.pos, s.vel, s.acc, s.jerk), axis=1)
+                except Exception:  # noqa: BLE001 - not swallowed: rows() and sample() then evaluate per range
                     tab = None
             memo[self.period_s] = tab
         return memo[self.period_s]
 
     def _fill(self, k: int) -> bool:
+        """Cache the rows that hold grid index ``k``: the whole-grid table when it does,
+        else ``block`` rows from ``k``.  False when that block fails to evaluate."""
+        tab = self._table()
+        if tab is not None and k < tab.shape[0]:
+            self._rows = tab
+            self._k0 = 0
+            return True
         ts = np.arange(k, k + self._block) * self.period_s
         try:
             s = self.base.sample(ts)

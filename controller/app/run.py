@@ -602,7 +602,9 @@ def _warm_up(spec: RunSpec, controller: Controller, plant) -> None:
 
     q0, X0 = _joint_start(spec)
     z = np.zeros_like(q0)
-    controller.compute(0.0, spec.trajectory.sample(0.0), State(0.0, q0, z))
+    ref0 = spec.trajectory.sample(0.0)
+    controller.compute(0.0, ref0, State(0.0, q0, z))
+    controller.tracking_error(ref0, State(0.0, q0, z))     # the loop's start-up check (after enable)
     controller.reset()
     if plant is None:
         return
