@@ -381,3 +381,15 @@ def test_host_thread_error_is_reraised():
         time.sleep(0.001)
     with pytest.raises(CommsError, match="unplugged"):
         host.close()
+
+
+def test_reply_message_is_the_keyword_construction():
+    """emulators._msg builds its can.Message by position: every slot is the keyword
+    construction's (a python-can whose signature changed fails here)."""
+    from drivers.sim.emulators import _msg
+
+    for arb, data in ((0, b"\x01\x02\x03\x04\x05\x06"), (0x7FF, bytes(8)), (5, b""), (0x123, bytearray(b"\xff" * 8))):
+        got = _msg(arb, data)
+        want = can.Message(arbitration_id=arb, data=data, is_extended_id=False)
+        assert type(got) is can.Message
+        assert {s: getattr(got, s) for s in can.Message.__slots__} == {s: getattr(want, s) for s in can.Message.__slots__}
