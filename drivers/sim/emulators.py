@@ -274,7 +274,8 @@ class EmulatorHost:
             frames = devices[k].on_timer(te)
             if frames:
                 emit(frames, self._dev_bus[k])
-        plant.advance_to(t)
+        if not t <= plant.t_s:       # else advance_to does nothing (NaN and inf go on: it refuses them)
+            plant.advance_to(t)
 
     def _process(self, msg: can.Message | None, bus, emit) -> None:
         t = self._now()
@@ -369,15 +370,25 @@ class EmulatorHost:
             return
         try:
             buses = self._buses
-            while True:
-                for b in buses:
-                    msg = b.recv(0.0)
-                    if msg is not None:
-                        self.frames_in += 1
-                        self._process(msg, b, self._queue)
+            if len(buses) == 1:
+                # one bus: the loop below, without its scan
+                b = buses[0]
+                recv = b.recv
+                msg = recv(0.0)
+                while msg is not None:
+                    self.frames_in += 1
+                    self._process(msg, b, self._queue)
+                    msg = recv(0.0)
+            else:
+                while True:
+                    for b in buses:
+                        msg = b.recv(0.0)
+                        if msg is not None:
+                            self.frames_in += 1
+                            self._process(msg, b, self._queue)
+                            break
+                    else:
                         break
-                else:
-                    break
             if idle:
                 self._process(None, None, self._queue)
         except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like the thread's

@@ -326,7 +326,16 @@ class MitEmulator(EmulatedDevice):
                 kind = st.scheduled[1]
                 st.scheduled = None
                 self._start_device_fault(st, kind)
-            frozen = st.device_fault == "frozen"
+            device_fault = st.device_fault
+            if device_fault is None and data[0] != 0xFF and st.motor_mode:
+                # the usual frame, a command to a healthy drive in motor mode: what the branches
+                # below do for it (kind "command", neither frozen nor limp), without the tests
+                st.received += 1
+                self._apply(st, data, t_s)
+                reply = self._reply(st)
+                st.last_reply = reply
+                return [_msg(self._reply_id, reply)]
+            frozen = device_fault == "frozen"
             kind = mitc.classify_command(data) if data[0] == 0xFF else "command"
             cfg = st.cfg
             if frozen:
@@ -353,25 +362,28 @@ class MitEmulator(EmulatedDevice):
                 if st.device_fault == "limp":
                     self._zero_output(st)
                 else:
-                    # decode_command_values (a plain command: kind is "command"), then the
-                    # joint side of the motor-side values
-                    x = int.from_bytes(data, "big")
-                    p_m, v_m, kp_m, kd_m, t_m = st.values(x >> 48, (x >> 36) & 0xFFF, (x >> 24) & 0xFFF,
-                                                          (x >> 12) & 0xFFF, x & 0xFFF)
-                    s, g, off, eff = st.map
-                    g2e = st.g2e
-                    self.plant.set_joint_command(st.joint, s * t_m * g * eff, kp_m * g2e,
-                                                 kd_m * g2e, s * (p_m + st.zero_m) / g + off,
-                                                 s * v_m / g)
-                    st.last_cmd_t = t_s
-                    st.armed = True
-                    st.commands += 1
+                    self._apply(st, data, t_s)
             if frozen and st.last_reply is not None:
                 reply = st.last_reply
             else:
                 reply = self._reply(st)
                 st.last_reply = reply
             return [_msg(self._reply_id, reply)]
+
+    def _apply(self, st: _MitState, data: bytes, t_s: float) -> None:
+        """Apply a command payload (kind ``"command"``) received at ``t_s`` to the motor's joint:
+        ``mitc.decode_command_values`` through the motor's per-drive decoder, mapped to the
+        joint side, held by the plant; the watchdog is armed."""
+        x = int.from_bytes(data, "big")
+        p_m, v_m, kp_m, kd_m, t_m = st.values(x >> 48, (x >> 36) & 0xFFF, (x >> 24) & 0xFFF,
+                                              (x >> 12) & 0xFFF, x & 0xFFF)
+        s, g, off, eff = st.map
+        g2e = st.g2e
+        self.plant.set_joint_command(st.joint, s * t_m * g * eff, kp_m * g2e, kd_m * g2e,
+                                     s * (p_m + st.zero_m) / g + off, s * v_m / g)
+        st.last_cmd_t = t_s
+        st.armed = True
+        st.commands += 1
 
     def _reply(self, st: _MitState) -> bytes:
         """The reply payload of a motor's state now: ``mitc.encode_reply`` of its measured
