@@ -261,12 +261,18 @@ class EmulatorHost:
         """Process every timed device event due up to ``t``, then advance the plant to ``t``."""
         plant = self._plant
         devices = self._devices
+        one = devices[0] if len(devices) == 1 else None
         while True:
-            te, k = math.inf, -1
-            for i, d in enumerate(devices):
-                tn = d.next_timer_s()
-                if tn < te:
-                    te, k = tn, i
+            if one is not None:
+                # the loop below for one device
+                te = one.next_timer_s()
+                k = 0 if te < math.inf else -1
+            else:
+                te, k = math.inf, -1
+                for i, d in enumerate(devices):
+                    tn = d.next_timer_s()
+                    if tn < te:
+                        te, k = tn, i
             if k < 0 or te > t + _TIME_EPS_S:
                 break
             # an event due within _TIME_EPS_S after t is handled at t (before any frame at t)
