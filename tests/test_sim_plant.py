@@ -451,13 +451,14 @@ def test_joint_accessors_are_the_array_ones():
             vals[1:3] = [0.0, 0.0]
         a.set_joint_command(j, *vals)
         b.set_command([vals[0]], [vals[1]], [vals[2]], [vals[3]], [vals[4]], joints=[j])
-        assert a._cmd.tolist() == b._cmd.tolist()
+        assert a._cmd.tolist() == b._cmd.tolist() and a._pd == b._pd and a._h_pd == b._h_pd
         if k == 50:
             a.set_joint_command(j, 0.0)
             b.set_command([0.0], joints=[j])
             continue
+        dt = float(rng.uniform(0.0, 0.002))
         for plant in (a, b):
-            plant.advance_to(plant.t_s + float(rng.uniform(0.0, 0.002)))
+            plant.advance_to(plant.t_s + dt)
         _, q, qd, tau = a.measure()
         for i in range(2):
             assert a.measure_joint(i) == (float(q[i]), float(qd[i]), float(tau[i]))
