@@ -104,3 +104,90 @@ def test_limp_and_frozen_device_faults():
     assert bytes(a[0].data) == bytes(b[0].data)
     with pytest.raises(Exception):
         emu.set_device_fault(1, "melted")
+
+
+def test_per_drive_codec_path_gives_the_plain_codecs_frames_and_commands():
+    """The emulator's per-frame path (per-drive field encoders, the command decoded from one
+    integer, the reply packed as one) against the plain codec: every reply byte for byte
+    (``encode_reply`` of the measured joint) and every command held by the plant bit for bit
+    (``decode_command_values`` mapped to the joint side), for both reply variants, a gear,
+    sign, offset and efficiency, clamped fields, a moved zero, latched faults and device faults
+    (the usual frame, a command to a healthy drive in motor mode, takes a shorter path than
+    the others: the counters and the held command are checked on both)."""
+    from dynamics.errors import DriverError
+    from dynamics.toy_models import PlanarTwoLink
+
+    plant = SimulatedPlant(PlanarTwoLink(), q0=[0.3, -0.5], current_lag_s=0.0004,
+                           encoder_counts_per_rev=16384)
+    maps = {1: JointMapping(sign=-1, gear_ratio=9.0, offset_rad=0.25, efficiency=0.9),
+            7: JointMapping(gear_ratio=6.0)}
+    motors = [MitMotorConfig(1, 0, "AK80-9", maps[1], "cubemars8", 41.6),
+              MitMotorConfig(7, 1, "AK60-6", maps[7], "classic6")]
+    emu = MitEmulator(motors, reply_id=0)
+    emu.bind(plant)
+    rng = np.random.default_rng(5)
+    t = 0.0
+    n_cmd = 0
+    for k in range(3000):
+        cfg = motors[int(rng.integers(2))]
+        lim = mitc.MIT_MODELS[cfg.limits]
+        u = rng.random()
+        if u < 0.03:
+            data = mitc.ENTER_MOTOR_MODE
+        elif u < 0.04:
+            data = mitc.EXIT_MOTOR_MODE
+        elif u < 0.05:
+            data = mitc.SET_ZERO
+        elif u < 0.06:
+            emu.inject_fault(cfg.can_id, int(rng.integers(1, 256)), temperature_c=float(rng.uniform(-20, 300)))
+            data = mitc.EXIT_MOTOR_MODE if rng.random() < 0.5 else mitc.ENTER_MOTOR_MODE
+        elif u < 0.07:
+            emu.set_device_fault(cfg.can_id, [None, None, "limp", "frozen"][int(rng.integers(4))])
+            data = bytes(rng.integers(0, 256, 8).tolist())
+        elif u < 0.3:
+            data = bytes(rng.integers(0, 256, 8).tolist())           # anything, extremes included
+        else:
+            data = mitc.encode_command(rng.normal(0, 3), rng.normal(0, 10), rng.uniform(0, 20), rng.uniform(0, 2),
+                                       rng.normal(0, 8), lim)
+        t += float(rng.uniform(0.0, 0.003))
+        plant.advance_to(t)
+        j = cfg.joint
+        before = plant._cmd[:, j].copy()
+        st = emu._state(cfg.can_id)
+        applied = emu.commands_applied(cfg.can_id)
+        received = emu.commands_received(cfg.can_id)
+        is_cmd = mitc.classify_command(data) == "command"
+        mode = emu.motor_mode(cfg.can_id)
+        dev = emu.device_fault(cfg.can_id)
+        last = st.last_reply
+        out = emu.on_frame(_f(data, arb=cfg.can_id), t)
+        assert emu.commands_received(cfg.can_id) == received + (is_cmd and mode)
+        assert emu.commands_applied(cfg.can_id) == applied + (is_cmd and mode and dev is None)
+        assert len(out) == 1 and out[0].arbitration_id == 0 and not out[0].is_extended_id
+        if emu.commands_applied(cfg.can_id) > applied:
+            n_cmd += 1
+            s, g, off, eff = (float(cfg.mapping.sign), cfg.mapping.gear_ratio, cfg.mapping.offset_rad,
+                              cfg.mapping.efficiency)
+            p_m, v_m, kp_m, kd_m, t_m = mitc.decode_command_values(data, lim)
+            want = [s * t_m * g * eff, kp_m * (g * g * eff), kd_m * (g * g * eff),
+                    s * (p_m + st.zero_m) / g + off, s * v_m / g]
+            assert plant._cmd[:, j].tolist() == want
+        elif is_cmd and mode and dev == "limp":
+            assert plant._cmd[:, j].tolist() == [0.0] * 5
+        elif is_cmd:
+            assert plant._cmd[:, j].tolist() == before.tolist()
+        if dev == "frozen" and last is not None:
+            assert bytes(out[0].data) == last
+            continue
+        q, qd, tau = plant.measure_joint(j)
+        m = cfg.mapping
+        p = float(m.sign) * (q - m.offset_rad) * m.gear_ratio - st.zero_m
+        v = float(m.sign) * qd * m.gear_ratio
+        tq = float(m.sign) * tau / (m.gear_ratio * m.efficiency)
+        assert bytes(out[0].data) == mitc.encode_reply(cfg.can_id, p, v, tq, lim, variant=cfg.variant,
+                                                       temperature_c=st.temperature_c, error=st.fault)
+    assert n_cmd > 300
+    # a temperature the plain encoder refuses is refused with the same error
+    emu.inject_fault(1, 3, temperature_c=float("nan"))
+    with pytest.raises(DriverError, match="refusing to encode non-finite temperature nan"):
+        emu.on_frame(_f(mitc.SET_ZERO, arb=1), t)

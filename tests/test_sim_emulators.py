@@ -381,3 +381,39 @@ def test_host_thread_error_is_reraised():
         time.sleep(0.001)
     with pytest.raises(CommsError, match="unplugged"):
         host.close()
+
+
+def test_reply_message_is_the_keyword_construction():
+    """emulators._msg builds its can.Message by position: every slot is the keyword
+    construction's (a python-can whose signature changed fails here)."""
+    from drivers.sim.emulators import _msg
+
+    for arb, data in ((0, b"\x01\x02\x03\x04\x05\x06"), (0x7FF, bytes(8)), (5, b""), (0x123, bytearray(b"\xff" * 8))):
+        got = _msg(arb, data)
+        want = can.Message(arbitration_id=arb, data=data, is_extended_id=False)
+        assert type(got) is can.Message
+        assert {s: getattr(got, s) for s in can.Message.__slots__} == {s: getattr(want, s) for s in can.Message.__slots__}
+
+
+def test_one_device_timers_as_with_the_scan_over_devices():
+    """A host serving one device finds its timers without the scan over devices: the same
+    frames, watchdog expiries and plant as a host that also serves a timer-less device."""
+    from drivers.sim.emulators import EmulatedDevice
+
+    runs = []
+    for extra in ([], [EmulatedDevice()]):
+        clock, plant, emu, _ = _mit_setup(watchdog_timeout_s=0.004)
+        host = EmulatorHost(NullBus(), [emu] + extra, plant, clock, start=False)
+        rng = np.random.default_rng(2)
+        out = []
+        for k in range(400):
+            clock.t += float(rng.choice([0.0005, 0.001, 0.0045, 0.01]))
+            arb = int(rng.integers(1, 3))
+            u = rng.random()
+            data = (mitc.ENTER_MOTOR_MODE if u < 0.05 else
+                    mitc.encode_command(0.1, 0.0, 5.0 * rng.random(), 0.1, rng.normal(0, 2), LIM))
+            msg = None if u > 0.9 else _frame(arb, data)
+            out += [(m.arbitration_id, bytes(m.data)) for m in host.handle(msg)]
+            out.append((plant.t_s, plant.state.q.tolist(), plant.applied_torque_nm.tolist(), emu.commands_applied(1)))
+        runs.append(out)
+    assert runs[0] == runs[1]

@@ -434,3 +434,37 @@ def test_compiled_coulomb_step_equals_python_reference():
             impulse = np.abs(rng.normal(size=n)) * rng.choice([1e-4, 1e-2, 1.0])
             np.testing.assert_allclose(_coulomb_implicit(M, v_star, impulse),
                                        _coulomb_implicit_py(M, v_star, impulse), rtol=0, atol=1e-12)
+
+
+def test_joint_accessors_are_the_array_ones():
+    """set_joint_command holds what set_command holds for the joint and refuses what it refuses
+    (finite values whose sum overflows are accepted); measure_joint reads what measure reads."""
+    kw = dict(q0=[0.3, -0.5], current_lag_s=0.0004, encoder_counts_per_rev=4096)
+    a, b = SimulatedPlant(PlanarTwoLink(), **kw), SimulatedPlant(PlanarTwoLink(), **kw)
+    rng = np.random.default_rng(3)
+    big = [1e308, 1.7e308, -1.7e308, 1e308, 1e308]
+    for k in range(200):
+        j = int(rng.integers(2))
+        vals = big if k == 50 else rng.normal(0.0, 2.0, 5).tolist()
+        vals[1:3] = [abs(vals[1]), abs(vals[2])] if k % 3 else [0.0, 0.0]
+        if k == 50:
+            vals[1:3] = [0.0, 0.0]
+        a.set_joint_command(j, *vals)
+        b.set_command([vals[0]], [vals[1]], [vals[2]], [vals[3]], [vals[4]], joints=[j])
+        assert a._cmd.tolist() == b._cmd.tolist() and a._pd == b._pd and a._h_pd == b._h_pd
+        if k == 50:
+            a.set_joint_command(j, 0.0)
+            b.set_command([0.0], joints=[j])
+            continue
+        dt = float(rng.uniform(0.0, 0.002))
+        for plant in (a, b):
+            plant.advance_to(plant.t_s + dt)
+        _, q, qd, tau = a.measure()
+        for i in range(2):
+            assert a.measure_joint(i) == (float(q[i]), float(qd[i]), float(tau[i]))
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        for pos in range(5):
+            vals = [0.5] * 5
+            vals[pos] = bad
+            with pytest.raises(DriverError, match="non-finite command"):
+                a.set_joint_command(0, *vals)

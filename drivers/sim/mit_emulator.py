@@ -102,7 +102,8 @@ class MitMotorConfig:
 class _MitState:
     __slots__ = ("cfg", "limits", "motor_mode", "zero_m", "last_cmd_t", "fault", "silent",
                  "temperature_c", "commands", "armed", "map", "device_fault", "scheduled",
-                 "last_reply", "received")
+                 "last_reply", "received", "joint", "g2e", "ge", "values", "enc_p", "enc_v", "enc_t",
+                 "reply_head", "reply8")
 
     def __init__(self, cfg: MitMotorConfig, limits: mitc.MitLimits):
         self.cfg = cfg
@@ -122,6 +123,20 @@ class _MitState:
         self.device_fault: str | None = None       # "limp" / "frozen" (not reported)
         self.scheduled: tuple[float, str] | None = None
         self.last_reply: bytes | None = None
+        # the per-frame path's constants and this drive's codec (drivers.codecs.mit's
+        # per-drive functions: the values of decode_command_values / encode_reply, bit for bit)
+        self.joint = cfg.joint
+        _, g, _, eff = self.map
+        self.g2e = g * g * eff     # joint-side PD gain of a motor-side gain
+        self.ge = g * eff          # joint torque of a motor torque
+        self.values = mitc.command_values_decoder(limits)
+        self.enc_p = mitc.field_encoder(-limits.p_max_rad, limits.p_max_rad, 16)
+        self.enc_v = mitc.field_encoder(-limits.v_max_rad_s, limits.v_max_rad_s, 12)
+        self.enc_t = mitc.field_encoder(-limits.t_max_nm, limits.t_max_nm, 12)
+        # the reply's bytes as one big-endian integer: id (8 bits), p (16), v, t (12 each)
+        # [, temperature, error (8 each)]
+        self.reply_head = cfg.can_id << 40
+        self.reply8 = mitc.reply_length(cfg.variant) == 8
 
 
 class MitEmulator(EmulatedDevice):
@@ -311,7 +326,16 @@ class MitEmulator(EmulatedDevice):
                 kind = st.scheduled[1]
                 st.scheduled = None
                 self._start_device_fault(st, kind)
-            frozen = st.device_fault == "frozen"
+            device_fault = st.device_fault
+            if device_fault is None and data[0] != 0xFF and st.motor_mode:
+                # the usual frame, a command to a healthy drive in motor mode: what the branches
+                # below do for it (kind "command", neither frozen nor limp), without the tests
+                st.received += 1
+                self._apply(st, data, t_s)
+                reply = self._reply(st)
+                st.last_reply = reply
+                return [_msg(self._reply_id, reply)]
+            frozen = device_fault == "frozen"
             kind = mitc.classify_command(data) if data[0] == 0xFF else "command"
             cfg = st.cfg
             if frozen:
@@ -338,27 +362,41 @@ class MitEmulator(EmulatedDevice):
                 if st.device_fault == "limp":
                     self._zero_output(st)
                 else:
-                    p_m, v_m, kp_m, kd_m, t_m = mitc.decode_command_values(data, st.limits)
-                    s, g, off, eff = st.map
-                    g2e = g * g * eff
-                    self.plant.set_joint_command(cfg.joint, s * t_m * g * eff, kp_m * g2e,
-                                                 kd_m * g2e, s * (p_m + st.zero_m) / g + off,
-                                                 s * v_m / g)
-                    st.last_cmd_t = t_s
-                    st.armed = True
-                    st.commands += 1
+                    self._apply(st, data, t_s)
             if frozen and st.last_reply is not None:
-                return [_msg(self._reply_id, st.last_reply)]
-            reply = self._reply(st)
-            st.last_reply = reply
+                reply = st.last_reply
+            else:
+                reply = self._reply(st)
+                st.last_reply = reply
             return [_msg(self._reply_id, reply)]
 
+    def _apply(self, st: _MitState, data: bytes, t_s: float) -> None:
+        """Apply a command payload (kind ``"command"``) received at ``t_s`` to the motor's joint:
+        ``mitc.decode_command_values`` through the motor's per-drive decoder, mapped to the
+        joint side, held by the plant; the watchdog is armed."""
+        x = int.from_bytes(data, "big")
+        p_m, v_m, kp_m, kd_m, t_m = st.values(x >> 48, (x >> 36) & 0xFFF, (x >> 24) & 0xFFF,
+                                              (x >> 12) & 0xFFF, x & 0xFFF)
+        s, g, off, eff = st.map
+        g2e = st.g2e
+        self.plant.set_joint_command(st.joint, s * t_m * g * eff, kp_m * g2e, kd_m * g2e,
+                                     s * (p_m + st.zero_m) / g + off, s * v_m / g)
+        st.last_cmd_t = t_s
+        st.armed = True
+        st.commands += 1
+
     def _reply(self, st: _MitState) -> bytes:
-        cfg = st.cfg
-        q, qd, tau = self.plant.measure_joint(cfg.joint)
+        """The reply payload of a motor's state now: ``mitc.encode_reply`` of its measured
+        joint, through the motor's per-drive field encoders (the same bytes)."""
+        q, qd, tau = self.plant.measure_joint(st.joint)
         s, g, off, eff = st.map
         p = s * (q - off) * g - st.zero_m
         v = s * qd * g
-        t = s * tau / (g * eff)
-        return mitc.encode_reply(cfg.can_id, p, v, t, st.limits, variant=cfg.variant,
-                                 temperature_c=st.temperature_c, error=st.fault)
+        t = s * tau / st.ge
+        word = st.reply_head | (st.enc_p(p) << 24) | (st.enc_v(v) << 12) | st.enc_t(t)
+        if not st.reply8:
+            return word.to_bytes(6, "big")
+        temp = st.temperature_c
+        if not math.isfinite(temp):
+            raise DriverError(f"refusing to encode non-finite temperature {temp!r}")
+        return ((word << 16) | (min(255, max(0, int(round(temp)))) << 8) | st.fault).to_bytes(8, "big")

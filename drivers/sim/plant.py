@@ -216,6 +216,8 @@ class SimulatedPlant:
                 raise ConfigError(f"must be positive integers, got {encoder_counts_per_rev!r}",
                                   field="encoder_counts_per_rev")
             self._quantum = 2.0 * np.pi / counts
+        # the quanta as floats, for measure_joint
+        self._quantum_f = None if self._quantum is None else tuple(self._quantum.tolist())
         self._pos_std = self._vec("position_noise_std_rad", position_noise_std_rad,
                                   broadcast=True, minimum=0.0)
         self._vel_std = self._vec("velocity_noise_std_rad_s", velocity_noise_std_rad_s,
@@ -455,7 +457,9 @@ class SimulatedPlant:
         if not 0 <= joint < self._n:
             raise DriverError(f"joint index {joint} out of range 0..{self._n - 1}")
         vals = (float(tau_nm), float(kp), float(kd), float(q_ref), float(qd_ref))
-        if not all(map(math.isfinite, vals)):
+        # a finite sum has finite terms; a sum that is not (a NaN, an inf, or an overflow) is looked into
+        if (not math.isfinite(vals[0] + vals[1] + vals[2] + vals[3] + vals[4])
+                and not all(map(math.isfinite, vals))):
             raise DriverError(f"non-finite command for joint {joint}: {vals!r}")
         with self._lock:
             (self._tau_ff[joint], self._kp[joint], self._kd[joint], self._q_ref[joint],
@@ -869,9 +873,9 @@ class SimulatedPlant:
             return float(q[j]), float(qd[j]), float(tau[j])
         with self._lock:
             q = float(self._q[j])
-            quantum = self._quantum
+            quantum = self._quantum_f
             if quantum is not None:
-                step = float(quantum[j])
+                step = quantum[j]
                 x = q / step
                 # np.round: half to even, as round(); the sign of a zero result kept;
                 # round() refuses NaN / inf
