@@ -372,7 +372,6 @@ class SafetySupervisor:
         # the six per-joint limits of the rules as the rows of one array (one argument of
         # _rules.evaluate); the attributes are views of its rows (edits in place reach the rules)
         self._limits = np.stack([q_min, q_max, v_max, q_min + self.margin, q_max - self.margin, tau_max])
-        self._limit_rows = tuple(self._limits)
         self.soft_kd = vec("soft_kd_nm_s_per_rad", c.soft_kd_nm_s_per_rad)
         self.brake_kd = vec("brake_kd_nm_s_per_rad", c.brake_kd_nm_s_per_rad)
         self.hold_kp = vec("hold_kp_nm_per_rad", c.hold_kp_nm_per_rad)
@@ -393,13 +392,14 @@ class SafetySupervisor:
         _rules.evaluate(v, v, v, v, v, v, v, self._em, _NO_CODES, _NO_FLAGS, _NO_FLAGS, self._limits,
                         np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
 
-    # the limits, rows of ``_limits`` (read-only attributes: edit them in place)
-    q_min = property(lambda self: self._limit_rows[0], doc="Lower position limits (n,) [rad|m].")
-    q_max = property(lambda self: self._limit_rows[1], doc="Upper position limits (n,) [rad|m].")
-    v_max = property(lambda self: self._limit_rows[2], doc="Velocity limits (n,) [rad/s|m/s].")
-    _soft_lo = property(lambda self: self._limit_rows[3], doc="q_min + position margin (n,).")
-    _soft_hi = property(lambda self: self._limit_rows[4], doc="q_max - position margin (n,).")
-    tau_max = property(lambda self: self._limit_rows[5], doc="Torque limits (n,) [N m|N].")
+    # the limits, views of the rows of ``_limits`` (read-only attributes: edit them in place; a
+    # view made at each access, so a copied or unpickled supervisor's are its own array's)
+    q_min = property(lambda self: self._limits[0], doc="Lower position limits (n,) [rad|m].")
+    q_max = property(lambda self: self._limits[1], doc="Upper position limits (n,) [rad|m].")
+    v_max = property(lambda self: self._limits[2], doc="Velocity limits (n,) [rad/s|m/s].")
+    _soft_lo = property(lambda self: self._limits[3], doc="q_min + position margin (n,).")
+    _soft_hi = property(lambda self: self._limits[4], doc="q_max - position margin (n,).")
+    tau_max = property(lambda self: self._limits[5], doc="Torque limits (n,) [N m|N].")
 
     # -- state -----------------------------------------------------------------
     def reset(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import types
 
 import numpy as np
 import pytest
@@ -510,3 +511,28 @@ def test_rule_kernel_bits_match_the_rules_stated_plainly():
             | (int(np.bitwise_or.reduce(want)) << R.JOINT_SHIFT)
         seen += g == 0
     assert 50 < seen < 2900        # clean and flagged cycles both occurred
+
+
+def test_limit_attributes_are_the_rules_limits():
+    """q_min .. tau_max are views of the one limits array the rules read: an edit in place
+    reaches the rules (also in a copied supervisor, which has its own array); replacing
+    one is refused rather than silently not seen by the rules."""
+    import copy
+
+    from tests.test_ctrl_models import Arm2
+
+    m = Arm2()
+    sup = SafetySupervisor(SafetyConfig(tracking_error_max=0.05), m.limits)
+    for name in ("q_min", "q_max", "v_max", "tau_max"):
+        with pytest.raises(AttributeError):
+            setattr(sup, name, np.zeros(2))
+    dup = copy.deepcopy(sup)
+    dup.v_max[1] = 1e-3                      # tight velocity limit on joint 1, in place
+    fb = types.SimpleNamespace(fault=np.zeros(2, dtype=int), enabled=np.ones(2, dtype=bool),
+                               fresh=np.ones(2, dtype=bool))
+    ref = types.SimpleNamespace(pos=np.zeros(2), vel=np.zeros(2), acc=np.zeros(2))
+    state = types.SimpleNamespace(q=np.zeros(2), qd=np.array([0.0, 0.01]))
+    _, ss = dup.check(0.0, state, fb, ref, np.zeros(2), error=np.zeros(2))
+    assert [f.cause for f in ss.new_faults] == ["velocity_limit"] and ss.new_faults[0].joint == 1
+    _, ss = sup.check(0.0, state, fb, ref, np.zeros(2), error=np.zeros(2))
+    assert ss.new_faults == () and sup.v_max[1] > 1e-3       # the original is untouched
