@@ -377,7 +377,8 @@ class SafetySupervisor:
         self.hold_kp = vec("hold_kp_nm_per_rad", c.hold_kp_nm_per_rad)
         self.hold_kd = vec("hold_kd_nm_s_per_rad", c.hold_kd_nm_s_per_rad)
         self.err_max = np.asarray(np.inf if c.tracking_error_max is None else c.tracking_error_max, dtype=float)
-        self._em = self.err_max.reshape(-1)     # its 1-D form for the rules (a view: base is err_max)
+        # its 1-D form for the rules, and the array it was made from (err_max may be replaced)
+        self._em_of, self._em = self.err_max, self.err_max.reshape(-1)
         #: plausible |velocity| for a brake: beyond twice the limit a reading is not trusted
         self.v_plausible = 2.0 * self.v_max
         self.start_tol = np.asarray(c.startup_tolerance, dtype=float)
@@ -548,8 +549,9 @@ class SafetySupervisor:
             error = pos - q
         e = _NO_ERROR if error is None else np.asarray(error, dtype=float)
         em = self._em
-        if em.base is not self.err_max:         # err_max was replaced: its 1-D view anew
-            em = self._em = self.err_max.reshape(-1)
+        if self._em_of is not self.err_max:     # err_max was replaced: its 1-D form anew
+            self._em_of, em = self.err_max, self.err_max.reshape(-1)
+            self._em = em
         if e.ndim != 1 or em.shape[0] not in (1, e.shape[0]):
             raise SafetyError(f"safety check: tracking error of shape {e.shape} against "
                               f"tracking_error_max of shape {self.err_max.shape}")
