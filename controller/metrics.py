@@ -56,9 +56,14 @@ class MetricsAccumulator:
         self.n, self.dim, self.period_s = n, dim, float(period_s)
         self.task_layout = task_layout
         self.miss_fraction = float(miss_fraction)
-        self._e = np.zeros((block, dim))
-        self._tau = np.zeros((block, n))
-        self._qd = np.zeros((block, n))
+        # the rows are stored by quantity, one contiguous row of ``block`` cycles per axis of
+        # [e | tau | qd] (shape (dim + 2 n, block)), so that the block reductions run along
+        # contiguous memory; _e, _tau and _qd are (block, .) views of it
+        self._q_rows = np.zeros((dim + 2 * n, block))
+        self._e = self._q_rows[:dim].T
+        self._tau = self._q_rows[dim:dim + n].T
+        self._qd = self._q_rows[dim + n:].T
+        self._pos_ix, self._ori_ix = (list(ix) for ix in TASK_LAYOUTS[task_layout]) if task_layout else ([], [])
         self._sat = np.zeros((block, n), dtype=bool)
         self._late = np.zeros(block)
         self._i = 0
@@ -111,42 +116,64 @@ class MetricsAccumulator:
     def add_batch(self, err, tau, qd, sat, lateness_s) -> None:
         """Add N cycles at once (arrays with a leading axis N)."""
         self._reduce()
-        self._reduce_arrays(np.asarray(err, float).reshape(-1, self.dim), np.asarray(tau, float).reshape(-1, self.n),
-                            np.asarray(qd, float).reshape(-1, self.n), np.asarray(sat, bool).reshape(-1, self.n),
-                            np.asarray(lateness_s, float).reshape(-1))
+        rows = np.concatenate([np.asarray(err, float).reshape(-1, self.dim).T,
+                               np.asarray(tau, float).reshape(-1, self.n).T,
+                               np.asarray(qd, float).reshape(-1, self.n).T])
+        self._reduce_arrays(rows, np.asarray(sat, bool).reshape(-1, self.n), np.asarray(lateness_s, float).reshape(-1))
 
     def _reduce(self):
         k = self._i
         if k:
-            self._reduce_arrays(self._e[:k], self._tau[:k], self._qd[:k], self._sat[:k], self._late[:k])
+            self._reduce_arrays(self._q_rows[:, :k], self._sat[:k], self._late[:k])
             self._i = 0
 
-    def _reduce_arrays(self, e, tau, qd, sat, late):
-        if e.shape[0] == 0:
+    def _reduce_arrays(self, rows, sat, late):
+        """Fold k cycles into the sums and maxima.
+
+        Parameters
+        ----------
+        rows : ndarray, shape (dim + 2 n, k)
+            By quantity: the error (controller space) [rad | m], the commanded torque
+            [N m | N] and the velocity [rad/s | m/s], one row per axis.
+        sat : ndarray of bool, shape (k, n)
+            Joints clipped.
+        late : ndarray, shape (k,)
+            Lateness [s].
+
+        Each sum adds the same values in the same order as ``np.sum`` of the cycles-by-axes
+        array (k, .) over its axis 0 (:func:`_axis_sums`), or is that very call on the same
+        array; maxima and counts are exact in any order.  So the metrics are those of the
+        row-major reductions (``tests/test_metrics_reduce.py``).
+        """
+        k = rows.shape[1]
+        if k == 0:
             return
-        fin = np.isfinite(e)
-        e0 = np.where(fin, e, 0.0)
-        self._se2 += np.sum(e0 ** 2, axis=0)
-        self._emax = np.maximum(self._emax, np.max(np.abs(e0), axis=0))
+        dim, n = self.dim, self.n
+        top = np.maximum.reduce
+        w = np.where(np.isfinite(rows), rows, 0.0)
+        e0, t0 = w[:dim], w[dim:dim + n]
+        e2 = e0 ** 2
+        self._se2 += _axis_sums(e2)
+        self._emax = np.maximum(self._emax, top(np.abs(e0), axis=1))
         if self.task_layout is not None:
-            pi, oi = TASK_LAYOUTS[self.task_layout]
-            p2 = np.sum(e0[:, list(pi)] ** 2, axis=1)
-            o2 = np.sum(e0[:, list(oi)] ** 2, axis=1)
-            self._pe2 += float(np.sum(p2))
-            self._oe2 += float(np.sum(o2))
-            self._pmax = max(self._pmax, float(np.sqrt(np.max(p2))))
-            self._omax = max(self._omax, float(np.sqrt(np.max(o2))))
-        t0 = np.where(np.isfinite(tau), tau, 0.0)
-        v0 = np.where(np.isfinite(qd), qd, 0.0)
-        self._tmax = np.maximum(self._tmax, np.max(np.abs(t0), axis=0))
-        self._t2 += np.sum(t0 ** 2, axis=0)
-        p = t0 * v0 * self.period_s
-        self._energy += np.sum(p, axis=0)
-        self._posw += float(np.sum(np.maximum(p, 0.0)))
-        self._misses += int(np.sum(late > self.miss_fraction * self.period_s))
-        self._satc += np.sum(sat, axis=0)
-        self._satany += int(np.sum(np.any(sat, axis=1)))
-        self.count += e.shape[0]
+            # per cycle: the very reduction of a (k, axes) array
+            p2 = np.add.reduce(np.ascontiguousarray(e2[self._pos_ix].T), axis=1)
+            o2 = np.add.reduce(np.ascontiguousarray(e2[self._ori_ix].T), axis=1)
+            self._pe2 += float(np.add.reduce(p2))
+            self._oe2 += float(np.add.reduce(o2))
+            self._pmax = max(self._pmax, float(np.sqrt(top(p2))))
+            self._omax = max(self._omax, float(np.sqrt(top(o2))))
+        self._tmax = np.maximum(self._tmax, top(np.abs(t0), axis=1))
+        self._t2 += _axis_sums(t0 ** 2)
+        p = t0 * w[dim + n:] * self.period_s
+        self._energy += _axis_sums(p)
+        # all of p, cycle after cycle: the order of the (k, n) array
+        self._posw += float(np.add.reduce(np.maximum(np.ascontiguousarray(p.T), 0.0), axis=None))
+        self._misses += int(np.count_nonzero(late > self.miss_fraction * self.period_s))
+        if sat.any():                   # (adding zero counts changes nothing)
+            self._satc += np.count_nonzero(sat, axis=0)
+            self._satany += int(np.count_nonzero(sat.any(axis=1)))
+        self.count += k
 
     def result(self) -> dict:
         """The metrics as a dict of floats / lists (JSON-ready)."""
@@ -170,6 +197,19 @@ class MetricsAccumulator:
             out["rms_orientation_error_rad"] = float(np.sqrt(self._oe2 / N))
             out["max_orientation_error_rad"] = self._omax
         return out
+
+
+def _axis_sums(x: np.ndarray) -> np.ndarray:
+    """Per-axis sums over the cycles of ``x`` (axes, k), C-contiguous, shape (axes,).
+
+    Each is the sum ``np.sum(x.T, axis=0)`` gives for the (k, axes) array in C order: with
+    two or more axes numpy adds the cycles one after the other (the running sum's last
+    value, ``np.add.accumulate``), with one axis pairwise over the contiguous values (the
+    same reduction of the contiguous row).
+    """
+    if x.shape[0] == 1:
+        return np.add.reduce(x, axis=1)
+    return np.add.accumulate(x, axis=1)[:, -1]
 
 
 def metrics_from_log(log: np.ndarray, period_s: float, *, task_layout: str | None = None,
