@@ -125,6 +125,9 @@ class RunSpec:
     safety: SafetyConfig
     telemetry_buffer_rows: int
     description: str = ""
+    #: ``(trajectory, model, space, q0, X0)`` of the last :func:`_joint_start` (reused while
+    #: the trajectory, the model and the space are the ones it was computed for)
+    _start: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def period_s(self) -> float:
@@ -151,22 +154,52 @@ def _per_joint(sec: Section, key: str, n: int, default) -> np.ndarray:
     return np.full(n, sec.float(key, minimum=0.0))
 
 
-def _model_file(sec: Section, key: str, base_dir: Path | None) -> Model:
+def _model_file(sec: Section, key: str, base_dir: Path | None, cache: dict | None = None) -> Model:
+    """The model of the robot file named by ``sec[key]`` (relative to ``base_dir``).
+
+    With ``cache`` (a dict the caller owns), a file already loaded with the same path and the
+    same bytes gives the model loaded then: models are constant parameters (nothing in a
+    run changes them), so the runs of a sweep can share one (see :func:`parse_run`).
+    """
     rel = sec.str(key)
     path = _resolve(base_dir, rel)
     if not path.exists():
         raise sec.error(key, f"robot file not found: {path}")
-    return load_model(path)
+    if cache is None:
+        return load_model(path)
+    try:
+        key_ = (str(path), path.read_bytes())
+    except OSError:
+        return load_model(path)         # unreadable: load_model names the file and the error
+    model = cache.get(key_)
+    if model is None:
+        model = load_model(path)
+        _cache_put(cache, key_, model)
+    return model
+
+
+#: entries a parse cache (:func:`parse_run`'s ``trajectory_cache`` and ``model_cache``) keeps
+_CACHE_ENTRIES = 8
+
+
+def _cache_put(cache: dict, key, value) -> None:
+    """Store ``value`` under ``key``, dropping the oldest entry when the cache is full."""
+    if len(cache) >= _CACHE_ENTRIES:
+        cache.pop(next(iter(cache), None), None)
+    cache[key] = value
 
 
 def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Path | None = None,
-              duration_s: float | None = None, trajectory_cache: dict | None = None) -> RunSpec:
+              duration_s: float | None = None, trajectory_cache: dict | None = None,
+              model_cache: dict | None = None) -> RunSpec:
     """Validate a run-config dict and load its models and trajectory.
 
     ``trajectory_cache`` (a dict the caller owns) keeps the trajectories built so far, keyed
     by the ``[trajectory]`` and ``[robot]`` tables and the folder: runs that differ only in
     other tables (a tuning sweep's gains and plant draws) build theirs once (mapping a task
-    path to joint space costs about half a second for the 3RRR circle).
+    path to joint space costs about half a second for the 3RRR circle).  ``model_cache``
+    likewise keeps the robot models loaded so far, keyed by the robot file's path and
+    bytes (an edited file is loaded again): the runs of a sweep share one model.
 
     Raises
     ------
@@ -179,7 +212,7 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     name = root.str("name")
     description = root.str("description", "")
     rob = root.section("robot")
-    model = _model_file(rob, "file", base_dir)
+    model = _model_file(rob, "file", base_dir, model_cache)
     rob.finish()
 
     from drivers.registry import DRIVER_TYPES
@@ -260,9 +293,7 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
         if traj is None:
             traj = load_trajectory(tsec, model)
             if key is not None:
-                if len(trajectory_cache) >= 8:
-                    trajectory_cache.pop(next(iter(trajectory_cache)))
-                trajectory_cache[key] = traj
+                _cache_put(trajectory_cache, key, traj)
     except ConfigError:
         raise
     except (TorqueloopError, ValueError, TypeError, ArithmeticError) as err:
@@ -478,12 +509,29 @@ def gain_report(spec: RunSpec) -> str:
 
 
 def _joint_start(spec: RunSpec) -> tuple[np.ndarray, np.ndarray | None]:
-    """Joint-space start of the trajectory (and the task pose for parallel task trajectories)."""
-    ref0 = spec.trajectory.sample(0.0)
-    if spec.space == "task":
-        X0 = np.asarray(ref0.pos, dtype=float)
-        return np.asarray(spec.model.inverse_kinematics(X0), dtype=float), X0
-    return np.asarray(ref0.pos, dtype=float), None
+    """Joint-space start of the trajectory (and the task pose for parallel task trajectories).
+
+    Returns
+    -------
+    q0 : ndarray, shape (n,)
+        Joint-space start [rad | m].
+    X0 : ndarray, shape (task_dof,) or None
+        Task pose at the start (task-space controllers), else None.
+
+    Computed once per spec (the build of a run asks three times); every call returns
+    new arrays, so a caller may keep or modify them.
+    """
+    memo = spec._start
+    space = spec.space
+    if memo is None or memo[0] is not spec.trajectory or memo[1] is not spec.model or memo[2] != space:
+        ref0 = spec.trajectory.sample(0.0)
+        if space == "task":
+            X0 = np.asarray(ref0.pos, dtype=float)
+            q0 = np.asarray(spec.model.inverse_kinematics(X0), dtype=float)
+        else:
+            q0, X0 = np.asarray(ref0.pos, dtype=float), None
+        memo = spec._start = (spec.trajectory, spec.model, space, q0.copy(), None if X0 is None else X0.copy())
+    return memo[3].copy(), None if memo[4] is None else memo[4].copy()
 
 
 @dataclass
@@ -718,12 +766,13 @@ def summary_metrics(spec: RunSpec, result: RunResult) -> dict:
 
 
 def run_offline_metrics(data: Mapping[str, Any], *, file: str | None = None,
-                        trajectory_cache: dict | None = None) -> dict:
+                        trajectory_cache: dict | None = None, model_cache: dict | None = None) -> dict:
     """Run a (simulated) config without telemetry and return :func:`summary_metrics` (for tuning).
 
-    ``trajectory_cache``: see :func:`parse_run`."""
+    ``trajectory_cache``, ``model_cache``: see :func:`parse_run`."""
     base_dir = Path(file).parent if file else None
-    spec = parse_run(data, file=file, base_dir=base_dir, trajectory_cache=trajectory_cache)
+    spec = parse_run(data, file=file, base_dir=base_dir, trajectory_cache=trajectory_cache,
+                     model_cache=model_cache)
     if spec.hardware:
         raise ConfigError("tuning runs only on the simulated plant (driver type sim_*)", file, "driver.type")
     run = build_run(spec, out_dir=None)

@@ -95,6 +95,8 @@ def make_tasks(spec: TuneSpec, data: dict, file: str | None, candidates: list[Ca
 #: trajectories built by this process's tasks (a sweep's runs share theirs; see
 #: ``controller.app.run.parse_run``): one worker maps the 3RRR circle once, not once per run
 _TRAJECTORIES: dict = {}
+#: robot models loaded by this process's tasks, by file path and bytes (likewise shared)
+_MODELS: dict = {}
 
 
 def evaluate_task(task: tuple) -> tuple[int, int, dict]:
@@ -104,7 +106,7 @@ def evaluate_task(task: tuple) -> tuple[int, int, dict]:
     ci, j, data, file, overrides = task
     try:
         metrics = run_offline_metrics(apply_overrides(data, overrides, file=file), file=file,
-                                      trajectory_cache=_TRAJECTORIES)
+                                      trajectory_cache=_TRAJECTORIES, model_cache=_MODELS)
     except TorqueloopError as err:
         metrics = {"status": "error", "error": str(err)}
     return ci, j, metrics
