@@ -125,8 +125,8 @@ class RunSpec:
     safety: SafetyConfig
     telemetry_buffer_rows: int
     description: str = ""
-    #: ``(trajectory, model, space, q0, X0)`` of the last :func:`_joint_start` (reused while
-    #: the trajectory, the model and the space are the ones it was computed for)
+    #: ``(trajectory, model, space, reference at t = 0, q0, X0)`` of the last :func:`_joint_start`
+    #: (reused while the trajectory, the model and the space are the ones it was computed for)
     _start: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -386,11 +386,9 @@ def _task_inertia(model: ParallelModel, X: np.ndarray) -> np.ndarray:
 
 
 def _accepts_pose(fn) -> bool:
-    import inspect
-    try:
-        return "pose" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
+    from drivers.sim.plant import accepts_keyword
+
+    return accepts_keyword(fn, "pose", var_keyword=False)
 
 
 def make_controller(spec: RunSpec, *, pose0=None) -> Controller:
@@ -414,7 +412,7 @@ def _make_law(spec: RunSpec, *, pose0=None) -> Controller:
         if c.kind in ("pd_gravity", "pid", "task_pd_gravity"):
             # PD gains in torque units: scale the unit-inertia design by the model's
             # inertia at the start so that wn/zeta mean the same as for computed torque.
-            start = np.asarray(spec.trajectory.sample(0.0).pos, dtype=float)
+            start = np.asarray(_start_reference(spec).pos, dtype=float)
             if c.kind == "task_pd_gravity":
                 Lam = _task_inertia(model, start)
             else:
@@ -518,9 +516,23 @@ def _joint_start(spec: RunSpec) -> tuple[np.ndarray, np.ndarray | None]:
     X0 : ndarray, shape (task_dof,) or None
         Task pose at the start (task-space controllers), else None.
 
-    Computed once per spec (the build of a run asks three times); every call returns
-    new arrays, so a caller may keep or modify them.
+    Computed once per spec (the build of a run asks three times, see :func:`_start`);
+    every call returns new arrays, so a caller may keep or modify them.
     """
+    _, q0, X0 = _start(spec)
+    return q0.copy(), None if X0 is None else X0.copy()
+
+
+def _start_reference(spec: RunSpec):
+    """The reference at t = 0, ``spec.trajectory.sample(0.0)``, as a new
+    :class:`~trajectories.base.Sample` (arrays of shape (dim,))."""
+    ref0 = _start(spec)[0]
+    return type(ref0)(*(np.array(a) for a in ref0))
+
+
+def _start(spec: RunSpec) -> tuple:
+    """``(reference at t = 0, q0, X0)`` of :func:`_joint_start`, kept in the spec while its
+    trajectory, model and space are those it was computed for (not to be modified)."""
     memo = spec._start
     space = spec.space
     if memo is None or memo[0] is not spec.trajectory or memo[1] is not spec.model or memo[2] != space:
@@ -530,8 +542,10 @@ def _joint_start(spec: RunSpec) -> tuple[np.ndarray, np.ndarray | None]:
             q0 = np.asarray(spec.model.inverse_kinematics(X0), dtype=float)
         else:
             q0, X0 = np.asarray(ref0.pos, dtype=float), None
-        memo = spec._start = (spec.trajectory, spec.model, space, q0.copy(), None if X0 is None else X0.copy())
-    return memo[3].copy(), None if memo[4] is None else memo[4].copy()
+        kept = type(ref0)(*(np.array(a) for a in ref0))
+        memo = spec._start = (spec.trajectory, spec.model, space, kept, q0.copy(),
+                              None if X0 is None else X0.copy())
+    return memo[3:]
 
 
 @dataclass
@@ -650,7 +664,7 @@ def _warm_up(spec: RunSpec, controller: Controller, plant) -> None:
 
     q0, X0 = _joint_start(spec)
     z = np.zeros_like(q0)
-    ref0 = spec.trajectory.sample(0.0)
+    ref0 = _start_reference(spec)
     controller.compute(0.0, ref0, State(0.0, q0, z))
     controller.tracking_error(ref0, State(0.0, q0, z))     # the loop's start-up check (after enable)
     controller.reset()
