@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from controller.app.run import _joint_start, build_run, parse_run, run_offline_metrics
+from controller.app.run import _joint_start, _start_reference, build_run, parse_run, run_offline_metrics
 from dynamics.config import apply_overrides, read_toml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +45,12 @@ def test_a_cached_model_is_reused_and_a_rollout_leaves_it_unchanged():
     # the same figures as runs that load their own model
     fresh = run_offline_metrics(_data(**{"driver.plant.mass_factor": 1.2}), file=str(TUNE))
     assert _results(m2) == _results(fresh)
+    # the scaled plant model the draw shares is left unchanged by a rollout too
+    from drivers.sim.build import _scaled
+    plant_model = _scaled(a.model, 1.2, None)
+    before = pickle.dumps(plant_model.__dict__)
+    again = run_offline_metrics(_data(**{"driver.plant.mass_factor": 1.2}), file=str(TUNE), model_cache=cache)
+    assert pickle.dumps(plant_model.__dict__) == before and _results(again) == _results(m2)
 
 
 def test_a_different_or_edited_robot_file_is_loaded_again(tmp_path):
@@ -66,9 +72,11 @@ def test_a_different_or_edited_robot_file_is_loaded_again(tmp_path):
 
 
 def test_each_monte_carlo_draw_simulates_its_own_plant_with_a_shared_model():
+    """The controller's model is the cached one; each plant-mass draw scales its own plant
+    model (built once per model and factors, see ``drivers.sim.build._scaled``)."""
     cache = {}
     plants = []
-    for mf in (0.9, 1.25):
+    for mf in (0.9, 1.25, 0.9):
         spec = parse_run(_data(**{"driver.plant.mass_factor": mf}), file=str(TUNE), base_dir=TUNE.parent,
                          model_cache=cache)
         run = build_run(spec)
@@ -76,10 +84,12 @@ def test_each_monte_carlo_draw_simulates_its_own_plant_with_a_shared_model():
             plants.append((spec.model, run.plant.model))
         finally:
             run.close()
-    (m1, p1), (m2, p2) = plants
-    assert m1 is m2                              # the controller's model is shared
+    (m1, p1), (m2, p2), (m3, p3) = plants
+    assert m1 is m2 is m3                        # the controller's model is shared
     assert p1 is not m1 and p2 is not m1 and p1 is not p2
+    assert p3 is p1                              # the same draw: the same (constant) plant model
     assert np.allclose(p1._prox.mass, 0.9 * m1._prox.mass) and np.allclose(p2._prox.mass, 1.25 * m1._prox.mass)
+    assert p1._mp == 0.9 * m1._mp and p2._mp == 1.25 * m1._mp
 
 
 def test_joint_start_is_computed_once_per_spec_and_handed_out_as_new_arrays():
@@ -97,3 +107,16 @@ def test_joint_start_is_computed_once_per_spec_and_handed_out_as_new_arrays():
     q2, X2 = _joint_start(spec)
     ref = other.trajectory.sample(0.0)
     assert np.array_equal(X2, np.asarray(ref.pos, dtype=float))
+
+
+def test_start_reference_is_the_trajectory_sample_at_zero_as_new_arrays():
+    spec = parse_run(_data(), file=str(TUNE), base_dir=TUNE.parent)
+    ref = spec.trajectory.sample(0.0)
+    a, b = _start_reference(spec), _start_reference(spec)
+    for x, y, z in zip(a, b, ref):
+        assert np.array_equal(x, z) and np.array_equal(y, z) and x is not y
+    a.pos[:] = 9.0                               # a caller's edit does not reach the next one
+    assert np.array_equal(_start_reference(spec).pos, ref.pos)
+    build_run(spec).close()                      # the build's warm-up leaves the start as it was
+    assert np.array_equal(_start_reference(spec).pos, ref.pos)
+    assert np.array_equal(_joint_start(spec)[1], np.asarray(ref.pos, dtype=float))

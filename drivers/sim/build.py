@@ -111,6 +111,30 @@ def _per_joint(sec: Section, key: str, n: int, default=None, *, minimum=None):
     return sec.float(key, minimum=minimum)
 
 
+#: plant models scaled so far, {(id(model), mass factor, inertia factor): (model, scaled)}: the
+#: runs of a sweep with the same plant draw simulate one model (the entry keeps ``model`` alive,
+#: so its id names no other model while it is here)
+_SCALED: dict = {}
+#: entries :data:`_SCALED` keeps (the oldest goes first)
+_SCALED_ENTRIES = 8
+
+
+def _scaled(model: Model, mass_factor: float, inertia_factor: float | None) -> Model:
+    """``model.scaled(mass_factor, inertia_factor)``, the same object for the same model and factors.
+
+    Models are constant parameters (a plant keeps its state itself), so plants may share one.
+    """
+    key = (id(model), mass_factor, inertia_factor)
+    hit = _SCALED.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    out = model.scaled(mass_factor, inertia_factor)
+    if len(_SCALED) >= _SCALED_ENTRIES:
+        _SCALED.pop(next(iter(_SCALED), None), None)
+    _SCALED[key] = (model, out)
+    return out
+
+
 def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], float],
                        rng: np.random.Generator | None = None,
                        base_dir: str | Path | None = None) -> SimulatedPlant:
@@ -149,7 +173,7 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
         base = model
     mf = sec.float("mass_factor", 1.0, minimum=0.0, strict_min=True)
     inf = sec.float("inertia_factor", None, minimum=0.0, strict_min=True)
-    plant_model = base if (mf == 1.0 and inf in (None, 1.0)) else base.scaled(mf, inf)
+    plant_model = base if (mf == 1.0 and inf in (None, 1.0)) else _scaled(base, mf, inf)
     n = plant_model.dof
     if sec.has("q0"):
         q0 = sec.vector("q0", n)
