@@ -436,6 +436,29 @@ def test_compiled_coulomb_step_equals_python_reference():
                                        _coulomb_implicit_py(M, v_star, impulse), rtol=0, atol=1e-12)
 
 
+def test_coulomb_step_into_a_buffer_equals_the_allocating_one():
+    """coulomb_pgs_into (the compiled plant step's, into a reused buffer) gives coulomb_pgs's
+    velocities to the bit, sticking and sliding, whatever the buffer held before."""
+    from drivers.sim._friction_kernel import coulomb_pgs, coulomb_pgs_into
+
+    rng = np.random.default_rng(11)
+    stuck = slid = 0
+    for n in (1, 3, 6):
+        buf = np.empty(n)
+        for _ in range(60):
+            A = rng.normal(size=(n, n))
+            M = A @ A.T + n * np.eye(n)
+            v_star = rng.normal(size=n) * rng.choice([1e-3, 1.0])
+            impulse = np.abs(rng.normal(size=n)) * rng.choice([1e-2, 1.0, 10.0])
+            buf[:] = rng.normal(size=n)          # stale values from an earlier step
+            coulomb_pgs_into(M, v_star, impulse, 1e-10, 100, buf)
+            v = coulomb_pgs(M, v_star, impulse, 1e-10, 100)
+            assert buf.tobytes() == v.tobytes()
+            stuck += int(not v.any())
+            slid += int(v.any())
+    assert stuck > 10 and slid > 10
+
+
 def test_joint_accessors_are_the_array_ones():
     """set_joint_command holds what set_command holds for the joint and refuses what it refuses
     (finite values whose sum overflows are accepted); measure_joint reads what measure reads."""

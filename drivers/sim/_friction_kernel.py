@@ -8,24 +8,21 @@ import numba
 import numpy as np
 
 
-@numba.njit("float64[:](float64[:, :], float64[:], float64[:], float64, int64)", cache=True)
-def coulomb_pgs(M, v_star, impulse, rtol, max_iter):  # pragma: no cover - compiled
-    """Projected Gauss-Seidel for argmin 1/2 (v-v*)^T M (v-v*) + sum impulse_i |v_i|.
-
-    Same algorithm, order of updates and stopping rule as the Python reference
-    ``plant._coulomb_implicit_py``.
-    """
+@numba.njit(cache=True)
+def coulomb_pgs_into(M, v_star, impulse, rtol, max_iter, v):  # pragma: no cover - compiled
+    """:func:`coulomb_pgs` into the caller's v (n,): M (n, n) mass matrix, v_star (n,) the
+    velocity without friction, impulse (n,) the friction impulses [N m s] (h * coulomb)."""
     n = v_star.shape[0]
-    v = np.zeros(n)
     stick = True
     for i in range(n):
+        v[i] = 0.0
         p = 0.0
         for j in range(n):
             p += M[i, j] * v_star[j]
         if abs(p) > impulse[i]:
             stick = False
     if stick:
-        return v
+        return
     for i in range(n):
         v[i] = v_star[i]
     vmax = 0.0
@@ -51,4 +48,15 @@ def coulomb_pgs(M, v_star, impulse, rtol, max_iter):  # pragma: no cover - compi
             v[i] = vi
         if delta <= tol:
             break
+
+
+@numba.njit("float64[:](float64[:, :], float64[:], float64[:], float64, int64)", cache=True)
+def coulomb_pgs(M, v_star, impulse, rtol, max_iter):  # pragma: no cover - compiled
+    """Projected Gauss-Seidel for argmin 1/2 (v-v*)^T M (v-v*) + sum impulse_i |v_i|.
+
+    Same algorithm, order of updates and stopping rule as the Python reference
+    ``plant._coulomb_implicit_py``.  Returns v (n,), a new array (:func:`coulomb_pgs_into`).
+    """
+    v = np.empty(v_star.shape[0])
+    coulomb_pgs_into(M, v_star, impulse, rtol, max_iter, v)
     return v

@@ -25,7 +25,7 @@ from numba import njit
 from dynamics._planar3rrr_kernels import fd_hint_ws, fk_newton_ws, reduced_hint_ws, WS_SIZE
 from dynamics._serial_kernels import NW, _crba_core, _fd_core
 
-from ._friction_kernel import coulomb_pgs
+from ._friction_kernel import coulomb_pgs_into
 
 F_VISCOUS = 1
 F_COULOMB = 2
@@ -52,11 +52,12 @@ def _rk4_combine(cq, cqd, h6, k2q, k3q, k4q, k1v, k2v, k3v, k4v, qn, qdn):
 
 
 @njit(cache=True)
-def _coulomb_update(M, imp, hh, cq, cqd, qn, qdn):
+def _coulomb_update(M, imp, hh, cq, cqd, qn, qdn, v):
     """Implicit Coulomb step on the RK4 result (qn, qdn), as ``SimulatedPlant._step``: the
-    velocity is projected (exact friction impulse), the position corrected by hh (v - v*),
-    and a joint at rest before and after the step keeps its position."""
-    v = coulomb_pgs(M, qdn, imp, 1e-10, 100)
+    velocity is projected (exact friction impulse) into v (n,) (work, no allocation), the
+    position corrected by hh (v - v*), and a joint at rest before and after the step keeps
+    its position."""
+    coulomb_pgs_into(M, qdn, imp, 1e-10, 100, v)
     for i in range(qn.shape[0]):
         qn[i] = qn[i] + hh * (v[i] - qdn[i])
         if v[i] == 0.0 and cqd[i] == 0.0:
@@ -117,7 +118,7 @@ def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_st
     * ``post(P, q, x, wk, xn) -> status``: the extra state after the step into ``xn``.
 
     ``out`` (3 n + len(x),) holds q, qd, x, ta after the last completed step; ``wk``
-    is the robot's workspace (a tuple), ``M`` (n, n) and ``buf`` (16 n + len(x),) work.
+    is the robot's workspace (a tuple), ``M`` (n, n) and ``buf`` (17 n + len(x),) work.
     Returns ``(status, steps)``.
     """
     n = q.shape[0]
@@ -142,7 +143,8 @@ def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_st
     qn = buf[13 * n:14 * n]
     qdn = buf[14 * n:15 * n]
     imp = buf[15 * n:16 * n]
-    xn = buf[16 * n:16 * n + nx]
+    vc = buf[16 * n:17 * n]
+    xn = buf[17 * n:17 * n + nx]
     for i in range(n):
         out[i] = q[i]
         out[n + i] = qd[i]
@@ -182,7 +184,7 @@ def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_st
                 return st, k
             for r in range(n):
                 imp[r] = h * par[1, r]
-            _coulomb_update(M, imp, hh, cq, cqd, qn, qdn)
+            _coulomb_update(M, imp, hh, cq, cqd, qn, qdn, vc)
         st = post(P, qn, cx, wk, xn)
         if st != 0:
             return st, k
@@ -200,11 +202,11 @@ def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_st
 # -- the 3RRR: extra state the platform pose X, found by Newton from the step's start ----------
 # One work array per call: the zero wrench W (3,) (also the zero rates of the mass matrix),
 # the model's workspace ws (WS_SIZE + 6,) shared by every solve of a step, M (3, 3), and
-# the _rk4_advance buffer (16 n + 3,): offsets of the last three.
+# the _rk4_advance buffer (17 n + 3,): offsets of the last three.
 _RRR_WS = 3
 _RRR_M = _RRR_WS + WS_SIZE + 6
 _RRR_BUF = _RRR_M + 9
-_RRR_WORK = _RRR_BUF + 16 * 3 + 3
+_RRR_WORK = _RRR_BUF + 17 * 3 + 3
 
 
 @njit(cache=True)
@@ -304,4 +306,4 @@ def serial_advance(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out):
     n = q.shape[0]
     M = np.empty((n, n))
     return _rk4_advance(_serial_qdd, _serial_mass, _no_extra_state, P, q, qd, np.empty(0), ta, cmd, par, lag,
-                        flags, h, n_steps, out, (M, np.empty((n, NW))), M, np.empty(16 * n))
+                        flags, h, n_steps, out, (M, np.empty((n, NW))), M, np.empty(17 * n))

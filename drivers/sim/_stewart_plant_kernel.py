@@ -56,4 +56,4 @@ def stewart_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
     """
     M = np.empty((6, 6))
     return _rk4_advance(_stewart_qdd, _stewart_mass, _stewart_pose, P, q, qd, X, ta, cmd, par, lag, flags, h,
-                        n_steps, out, (M,), M, np.empty(16 * 6 + 6))
+                        n_steps, out, (M,), M, np.empty(17 * 6 + 6))
