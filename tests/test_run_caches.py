@@ -120,3 +120,21 @@ def test_start_reference_is_the_trajectory_sample_at_zero_as_new_arrays():
     build_run(spec).close()                      # the build's warm-up leaves the start as it was
     assert np.array_equal(_start_reference(spec).pos, ref.pos)
     assert np.array_equal(_joint_start(spec)[1], np.asarray(ref.pos, dtype=float))
+
+
+def test_a_trajectory_mapped_through_an_edited_robot_file_is_built_again(tmp_path):
+    """parse_run's trajectory cache is keyed by the robot file's bytes too: the 3RRR circle is
+    mapped to joint space through the model, so an edit of the robot gives another trajectory."""
+    robot = read_toml(TUNE)["robot"]["file"]
+    copy = tmp_path / "robot.toml"
+    shutil.copy((TUNE.parent / robot).resolve(), copy)
+    trajectories = {}
+    over = {"robot.file": str(copy)}
+    a = parse_run(_data(**over), file=str(TUNE), base_dir=TUNE.parent, trajectory_cache=trajectories)
+    b = parse_run(_data(**over), file=str(TUNE), base_dir=TUNE.parent, trajectory_cache=trajectories)
+    assert b.trajectory is a.trajectory and len(trajectories) == 1
+    text = copy.read_text()
+    assert "[platform]\nmass = 0.5\n" in text
+    copy.write_text(text.replace("[platform]\nmass = 0.5\n", "[platform]\nmass = 0.75\n"))
+    c = parse_run(_data(**over), file=str(TUNE), base_dir=TUNE.parent, trajectory_cache=trajectories)
+    assert c.trajectory is not a.trajectory and len(trajectories) == 2

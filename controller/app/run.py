@@ -45,6 +45,7 @@ Everything is validated before anything moves: errors name the file and the fiel
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import math
@@ -178,6 +179,14 @@ def _model_file(sec: Section, key: str, base_dir: Path | None, cache: dict | Non
     return model
 
 
+def _file_digest(path) -> str | None:
+    """SHA-256 of the file's bytes (None when it cannot be read, or for a model without a file)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except (OSError, TypeError):
+        return None
+
+
 #: entries a parse cache (:func:`parse_run`'s ``trajectory_cache`` and ``model_cache``) keeps
 _CACHE_ENTRIES = 8
 
@@ -286,8 +295,9 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     tsec = root.section("trajectory")
     key = None
     if trajectory_cache is not None:
-        key = json.dumps([data.get("trajectory"), data.get("robot"), str(base_dir)], sort_keys=True,
-                         default=repr)
+        # the robot file's bytes too: a trajectory mapped through an edited robot is built again
+        key = json.dumps([data.get("trajectory"), data.get("robot"), str(base_dir), _file_digest(model.source)],
+                         sort_keys=True, default=repr)
     try:
         traj = trajectory_cache.get(key) if key is not None else None
         if traj is None:
