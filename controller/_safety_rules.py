@@ -47,7 +47,9 @@ JOINT_SHIFT = 5
 
 @njit(cache=True)
 def _all_finite(a) -> bool:
-    for v in a.ravel():
+    """Whether every entry of ``a`` (any shape) is finite.  Iterates ``a.flat``: ``a.ravel()``
+    makes a view (or a copy) per call, ~20 ns of a 3-vector's test."""
+    for v in a.flat:
         if not math.isfinite(v):
             return False
     return True
