@@ -8,9 +8,10 @@ compiled functions the Python loop calls:
 * the law: the kernel of :mod:`controller._law_kernels` that the law's Python class runs
   for its model (the entries below), through a short per-cycle function that reads and writes
   the law's state vector;
-* the safety rules: :func:`controller._safety_rules.evaluate` and, for the 3RRR, the
-  periodic singularity check with the model's own kernels (what ``SafetySupervisor.check``
-  runs on a clean cycle);
+* the safety rules: :func:`controller._safety_rules.evaluate` (its inlined body,
+  :func:`~controller._safety_rules.evaluate_inline`) and, for the 3RRR, the periodic
+  singularity check with the model's own kernels (what ``SafetySupervisor.check`` runs on a
+  clean cycle);
 * the plant step: :func:`drivers.sim._plant_kernels.rrr_advance` or
   :func:`~drivers.sim._plant_kernels.serial_advance` (what ``SimulatedPlant.advance_to``
   runs) and the encoder quantisation of ``SimulatedPlant.measure``.
@@ -55,7 +56,7 @@ from drivers.sim._plant_kernels import rrr_advance, serial_advance
 
 from ._law_kernels import (pid, rrr_pd_gravity, rrr_task_computed_torque, rrr_task_pd_gravity,
                            serial_computed_torque, serial_pd_gravity)
-from ._safety_rules import _all_finite, evaluate
+from ._safety_rules import _all_finite, evaluate_inline
 
 
 @njit(cache=True)
@@ -235,7 +236,7 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
     k0, k_end : cycle indices; period_s [s]; t0 : the clock time of cycle 0 [s].
     consts : the law's constant arguments; state : (ns,) the law's state.
     safety : (s_k, limits, err_max, jbits, ebits): the supervisor's cycle counter (1,), limits
-        (6, n) (rows q_min, q_max, v_max, soft_lo, soft_hi, tau_max, see :func:`evaluate`),
+        (6, n) (rows q_min, q_max, v_max, soft_lo, soft_hi, tau_max, see :func:`evaluate_inline`),
         tracking-error limits (1,) or (dim,), rule bits (n,), (dim,).
     sing : (on, every, P, tol, pose (3,) | (6,), margin_prev (3,) = [have, t, margin],
         margin_min, horizon [s]): the singularity check of a parallel robot (``on`` False:
@@ -279,8 +280,8 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
         if law(consts, q, qd, ref_pos[i], ref_vel[i], ref_acc[i], t, state, state_new, e, tau, mask) != 0:
             return k
         # --- the safety rules -----------------------------------------------------------
-        if evaluate(q, qd, tau, ref_pos[i], ref_vel[i], ref_acc[i], e, err_max, fault, enabled, fresh,
-                    limits, jbits, ebits) != 0:
+        if evaluate_inline(q, qd, tau, ref_pos[i], ref_vel[i], ref_acc[i], e, err_max, fault, enabled, fresh,
+                           limits, jbits, ebits) != 0:
             return k
         sk = s_k[0] + 1
         sing_now = sing_on and (sk - 1) % sing_every == 0
