@@ -54,9 +54,13 @@ from numba import njit
 from dynamics._planar3rrr_kernels import WS_SIZE, fk_newton_ws, sing_entry
 from drivers.sim._plant_kernels import rrr_advance, serial_advance
 
-from ._law_kernels import (pid, rrr_pd_gravity, rrr_task_computed_torque, rrr_task_pd_gravity,
+from ._law_kernels import (RRR_TCT_WS, pid, rrr_pd_gravity, rrr_task_computed_torque_ws, rrr_task_pd_gravity,
                            serial_computed_torque, serial_pd_gravity)
 from ._safety_rules import _all_finite, evaluate_inline
+
+#: the law's workspace that :func:`_cycles` allocates once per segment [floats] (the largest a
+#: law cycle takes: :func:`_rrr_task_computed_torque_cycle`'s)
+LAW_WS = RRR_TCT_WS
 
 
 @njit(cache=True)
@@ -165,39 +169,42 @@ def _no_singularity(sing, q, t, Xs):
     return True, 0.0
 
 
-# --- the laws: ``law(consts, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask) -> status`` --------
+# --- the laws: ``law(consts, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws) -> status`` ----
 #
 # consts: the law's constant arguments (the ``SEGMENTS`` keys of its ``compiled_args``, in
 # order); q, qd (n,) the measured state; pos, vel, acc (dim,) the reference of the cycle;
 # t [s] the cycle's time; s (ns,) the law's state after the last committed cycle (the layout of
 # the law's ``compiled_state``), s_new (ns,) written: the state after this cycle; e (dim,),
-# tau (n,), mask (n,) written: error, torques, saturated actuators.  Status 0: clean.
+# tau (n,), mask (n,) written: error, torques, saturated actuators; ws (LAW_WS,): work the law
+# may overwrite (kept by :func:`_cycles` for the segment).  Status 0: clean.
 
 @njit(inline="always")
-def _rrr_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
-    """:func:`rrr_task_computed_torque`; state (7,): FK pose (3,), integrator z (3,), t_last
-    [s] (NaN before the first commit; it advances only with integral action)."""
-    st = rrr_task_computed_torque(c[0], c[1], q, qd, s[0:3], pos, vel, acc, c[2], c[3], c[4], c[5],
-                                  s[3:6], _since(t, s[6]), c[6], c[7], c[8], c[9], c[10],
-                                  s_new[0:3], e, tau, mask, s_new[3:6])
+def _rrr_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
+    """:func:`~controller._law_kernels.rrr_task_computed_torque` (in ``ws``:
+    :func:`~controller._law_kernels.rrr_task_computed_torque_ws`); state (7,): FK pose (3,),
+    integrator z (3,), t_last [s] (NaN before the first commit; it advances only with integral
+    action)."""
+    st = rrr_task_computed_torque_ws(c[0], c[1], q, qd, s[0:3], pos, vel, acc, c[2], c[3], c[4], c[5],
+                                     s[3:6], _since(t, s[6]), c[6], c[7], c[8], c[9], c[10],
+                                     s_new[0:3], e, tau, mask, s_new[3:6], ws)
     s_new[6] = t if c[5] else s[6]
     return st
 
 
 @njit(inline="always")
-def _rrr_task_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+def _rrr_task_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`rrr_task_pd_gravity`; state (3,): the FK pose."""
     return rrr_task_pd_gravity(c[0], q, qd, s, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], s_new, e, tau, mask)
 
 
 @njit(inline="always")
-def _rrr_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+def _rrr_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`rrr_pd_gravity`; state (3,): the FK pose hint."""
     return rrr_pd_gravity(c[0], q, qd, s, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], s_new, e, tau, mask)
 
 
 @njit(inline="always")
-def _serial_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+def _serial_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`serial_computed_torque`; state (n + 1,): integrator z (n,), t_last [s] (NaN
     before the first commit)."""
     n = q.shape[0]
@@ -208,13 +215,13 @@ def _serial_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, 
 
 
 @njit(inline="always")
-def _serial_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+def _serial_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`serial_pd_gravity`; no state (0,)."""
     return serial_pd_gravity(c[0], q, qd, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], e, tau, mask)
 
 
 @njit(inline="always")
-def _pid_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+def _pid_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`pid`; state (2 n + 1,): integral (n,) [N m], back-calculation term (n,), time of
     the last step [s] (NaN before the first)."""
     n = q.shape[0]
@@ -270,6 +277,7 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
     mask = np.empty(n, dtype=np.bool_)
     state_new = np.empty(state.shape[0])
     Xs = np.empty(pose_s.shape[0])
+    law_ws = np.empty(LAW_WS)
     out = np.empty(3 * n + nx)
     for k in range(k0, k_end):
         i = k - k0
@@ -277,7 +285,7 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
         if not _read_state(fq, fqd, q, qd):
             return k
         # --- the law ------------------------------------------------------------------
-        if law(consts, q, qd, ref_pos[i], ref_vel[i], ref_acc[i], t, state, state_new, e, tau, mask) != 0:
+        if law(consts, q, qd, ref_pos[i], ref_vel[i], ref_acc[i], t, state, state_new, e, tau, mask, law_ws) != 0:
             return k
         # --- the safety rules -----------------------------------------------------------
         if evaluate_inline(q, qd, tau, ref_pos[i], ref_vel[i], ref_acc[i], e, err_max, fault, enabled, fresh,
