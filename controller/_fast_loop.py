@@ -51,7 +51,7 @@ import math
 import numpy as np
 from numba import njit
 
-from dynamics._planar3rrr_kernels import WS_SIZE, fk_newton_ws, sing_entry
+from dynamics._planar3rrr_kernels import WS_SIZE, fk_newton_ws, sing_margin_ws
 from drivers.sim._plant_kernels import rrr_advance, serial_advance
 
 from ._law_kernels import (RRR_TCT_WS, pid, rrr_pd_gravity, rrr_task_computed_torque_ws, rrr_task_pd_gravity,
@@ -61,6 +61,9 @@ from ._safety_rules import _all_finite, evaluate_inline
 #: the law's workspace that :func:`_cycles` allocates once per segment [floats] (the largest a
 #: law cycle takes: :func:`_rrr_task_computed_torque_cycle`'s)
 LAW_WS = RRR_TCT_WS
+#: the singularity check's workspace (once per segment) [floats]: the model's (WS_SIZE,) and
+#: the measures (8,)
+CHECK_WS = WS_SIZE + 8
 
 
 @njit(cache=True)
@@ -127,7 +130,9 @@ def _serial_step(plant, h, n_steps, out):
     return st != 0 or done < n_steps
 
 
-# --- the singularity checks: ``check(sing, q, t, Xs) -> (clean, margin)`` ----------------------
+# --- the singularity checks: ``check(sing, q, t, Xs, ws) -> (clean, margin)`` ------------------
+#
+# ws (CHECK_WS,): work the check may overwrite (kept by :func:`_cycles` for the segment).
 
 #: the check's parameters (``sing[2]``) when the run has no singularity check: numba types the
 #: check even when ``sing[0]`` is False, so they have the type the module's checks take (the
@@ -135,15 +140,17 @@ def _serial_step(plant, h, n_steps, out):
 NO_CHECK_PARAMS = np.zeros((0, 0))
 
 @njit(inline="always")
-def _rrr_singularity(sing, q, t, Xs):
+def _rrr_singularity(sing, q, t, Xs, ws):
     """The 3RRR's singularity check of the cycle at time ``t`` [s] (``SafetySupervisor.check``):
     the pose ``Xs`` (3,) by FK warm-started at the last checked one, the margin and its
-    prediction over the horizon against the minimum.  Returns (clean, margin)."""
+    prediction over the horizon against the minimum.  Returns (clean, margin).
+
+    The measures are ``sing_entry``'s (what ``Planar3RRR.singularity`` reports) that the
+    decision reads, by :func:`sing_margin_ws` from the geometry the FK leaves in ``ws``."""
     sing_on, sing_every, P, tol_sing, pose_s, margin_prev, m_min, horizon_s = sing
-    ws = np.empty(WS_SIZE)
-    sout = np.empty(8)
+    sout = ws[WS_SIZE:WS_SIZE + 8]
     st, it = fk_newton_ws(P, q, pose_s, 1e-12, 50, Xs, ws)
-    if st != 0 or sing_entry(P, q, Xs, sout) != 0 or not (sout[4] >= 0.0):
+    if st != 0 or sing_margin_ws(P, q, Xs, ws, sout) != 0 or not (sout[4] >= 0.0):
         return False, 0.0
     if sout[0] < tol_sing or abs(sout[1]) < tol_sing:
         return False, 0.0
@@ -164,7 +171,7 @@ def _margin_clean(m, t, margin_prev, m_min, horizon_s):
 
 
 @njit(inline="always")
-def _no_singularity(sing, q, t, Xs):
+def _no_singularity(sing, q, t, Xs, ws):
     """A serial chain has no singularity check (``sing[0]`` is False: never called)."""
     return True, 0.0
 
@@ -278,6 +285,7 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
     state_new = np.empty(state.shape[0])
     Xs = np.empty(pose_s.shape[0])
     law_ws = np.empty(LAW_WS)
+    check_ws = np.empty(CHECK_WS)
     out = np.empty(3 * n + nx)
     for k in range(k0, k_end):
         i = k - k0
@@ -295,7 +303,7 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
         sing_now = sing_on and (sk - 1) % sing_every == 0
         m = 0.0
         if sing_now:
-            clean, m = check(sing, q, t, Xs)
+            clean, m = check(sing, q, t, Xs, check_ws)
             if not clean:
                 return k
         # --- the driver cycle: plant to now, sensors, hold the command -------------------

@@ -49,7 +49,7 @@ NO_CHECK_PARAMS = np.zeros(0)
 
 
 @njit(inline="always")
-def _stewart_singularity(sing, q, t, Xs):
+def _stewart_singularity(sing, q, t, Xs, ws):
     """The Stewart platform's singularity check of the cycle at time ``t`` [s]
     (``SafetySupervisor.check``): the pose ``Xs`` (6,) by FK warm-started at the last checked
     one, the margin ``1 / cond_b`` and its prediction against the minimum.  Returns

@@ -190,6 +190,39 @@ def _reachable(rrr, rng, n, scale):
         yield X, q
 
 
+def test_singularity_check_measures_equal_sing_entry(rrr):
+    """``sing_margin_ws`` (the compiled loop's singularity check, from the geometry the FK
+    leaves in its workspace) gives ``sing_entry``'s type-1 and type-2 measures and margin to
+    the bit: on regular poses, on poses below the tolerance (margin -1; a large tolerance makes
+    many) and, for a non-finite input, the same status."""
+    from dynamics import _planar3rrr_kernels as K
+
+    rng = np.random.default_rng(11)
+    X0 = np.asarray(rrr.home_pose, dtype=float)
+    margins = []
+    for tol in (float(rrr._P[3, 5]), 0.3):
+        P = rrr._P.copy()
+        P[3, 5] = tol
+        n = 0
+        for X, q in _reachable(rrr, rng, 300, [0.05, 0.05, 0.5]):
+            ws = np.full(K.WS_SIZE, np.nan)           # nothing but the FK's geometry is read
+            Xf = np.empty(3)
+            st, _ = K.fk_newton_ws(P, q, X + rng.normal(size=3) * 1e-4, 1e-12, 50, Xf, ws)
+            if st != 0:
+                continue
+            ref = np.full(8, 7.0)
+            out = np.full(8, 7.0)
+            assert K.sing_entry(P, q, Xf, ref) == K.sing_margin_ws(P, q, Xf, ws, out) == 0
+            assert out[[0, 1, 4]].tobytes() == ref[[0, 1, 4]].tobytes()
+            margins.append(out[4])
+            n += 1
+        assert n > 50
+    assert min(margins) == -1.0 and max(margins) > 0.0
+    bad = np.array([np.nan, 0.0, 0.0])
+    assert K.sing_margin_ws(rrr._P, bad, X0, np.empty(K.WS_SIZE), np.empty(8)) == \
+        K.sing_entry(rrr._P, bad, X0, np.empty(8)) != 0
+
+
 @pytest.mark.parametrize("has_ki", [False, True])
 def test_task_computed_torque_in_a_dirty_workspace(rrr, has_ki):
     """``rrr_task_computed_torque_ws`` (the compiled loop's law, in a workspace kept for the
