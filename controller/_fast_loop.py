@@ -8,9 +8,10 @@ compiled functions the Python loop calls:
 * the law: the kernel of :mod:`controller._law_kernels` that the law's Python class runs
   for its model (the entries below), through a short per-cycle function that reads and writes
   the law's state vector;
-* the safety rules: :func:`controller._safety_rules.evaluate` and, for the 3RRR, the
-  periodic singularity check with the model's own kernels (what ``SafetySupervisor.check``
-  runs on a clean cycle);
+* the safety rules: :func:`controller._safety_rules.evaluate` (its inlined body,
+  :func:`~controller._safety_rules.evaluate_inline`) and, for the 3RRR, the periodic
+  singularity check with the model's own kernels (what ``SafetySupervisor.check`` runs on a
+  clean cycle);
 * the plant step: :func:`drivers.sim._plant_kernels.rrr_advance` or
   :func:`~drivers.sim._plant_kernels.serial_advance` (what ``SimulatedPlant.advance_to``
   runs) and the encoder quantisation of ``SimulatedPlant.measure``.
@@ -50,12 +51,19 @@ import math
 import numpy as np
 from numba import njit
 
-from dynamics._planar3rrr_kernels import WS_SIZE, fk_newton_ws, sing_entry
+from dynamics._planar3rrr_kernels import WS_SIZE, fk_newton_ws, sing_margin_ws
 from drivers.sim._plant_kernels import rrr_advance, serial_advance
 
-from ._law_kernels import (pid, rrr_pd_gravity, rrr_task_computed_torque, rrr_task_pd_gravity,
+from ._law_kernels import (RRR_TCT_WS, pid, rrr_pd_gravity, rrr_task_computed_torque_ws, rrr_task_pd_gravity,
                            serial_computed_torque, serial_pd_gravity)
-from ._safety_rules import _all_finite, evaluate
+from ._safety_rules import _all_finite, evaluate_inline
+
+#: the law's workspace that :func:`_cycles` allocates once per segment [floats] (the largest a
+#: law cycle takes: :func:`_rrr_task_computed_torque_cycle`'s)
+LAW_WS = RRR_TCT_WS
+#: the singularity check's workspace (once per segment) [floats]: the model's (WS_SIZE,) and
+#: the measures (8,)
+CHECK_WS = WS_SIZE + 8
 
 
 @njit(cache=True)
@@ -122,7 +130,9 @@ def _serial_step(plant, h, n_steps, out):
     return st != 0 or done < n_steps
 
 
-# --- the singularity checks: ``check(sing, q, t, Xs) -> (clean, margin)`` ----------------------
+# --- the singularity checks: ``check(sing, q, t, Xs, ws) -> (clean, margin)`` ------------------
+#
+# ws (CHECK_WS,): work the check may overwrite (kept by :func:`_cycles` for the segment).
 
 #: the check's parameters (``sing[2]``) when the run has no singularity check: numba types the
 #: check even when ``sing[0]`` is False, so they have the type the module's checks take (the
@@ -130,15 +140,17 @@ def _serial_step(plant, h, n_steps, out):
 NO_CHECK_PARAMS = np.zeros((0, 0))
 
 @njit(inline="always")
-def _rrr_singularity(sing, q, t, Xs):
+def _rrr_singularity(sing, q, t, Xs, ws):
     """The 3RRR's singularity check of the cycle at time ``t`` [s] (``SafetySupervisor.check``):
     the pose ``Xs`` (3,) by FK warm-started at the last checked one, the margin and its
-    prediction over the horizon against the minimum.  Returns (clean, margin)."""
+    prediction over the horizon against the minimum.  Returns (clean, margin).
+
+    The measures are ``sing_entry``'s (what ``Planar3RRR.singularity`` reports) that the
+    decision reads, by :func:`sing_margin_ws` from the geometry the FK leaves in ``ws``."""
     sing_on, sing_every, P, tol_sing, pose_s, margin_prev, m_min, horizon_s = sing
-    ws = np.empty(WS_SIZE)
-    sout = np.empty(8)
+    sout = ws[WS_SIZE:WS_SIZE + 8]
     st, it = fk_newton_ws(P, q, pose_s, 1e-12, 50, Xs, ws)
-    if st != 0 or sing_entry(P, q, Xs, sout) != 0 or not (sout[4] >= 0.0):
+    if st != 0 or sing_margin_ws(P, q, Xs, ws, sout) != 0 or not (sout[4] >= 0.0):
         return False, 0.0
     if sout[0] < tol_sing or abs(sout[1]) < tol_sing:
         return False, 0.0
@@ -159,44 +171,47 @@ def _margin_clean(m, t, margin_prev, m_min, horizon_s):
 
 
 @njit(inline="always")
-def _no_singularity(sing, q, t, Xs):
+def _no_singularity(sing, q, t, Xs, ws):
     """A serial chain has no singularity check (``sing[0]`` is False: never called)."""
     return True, 0.0
 
 
-# --- the laws: ``law(consts, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask) -> status`` --------
+# --- the laws: ``law(consts, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws) -> status`` ----
 #
 # consts: the law's constant arguments (the ``SEGMENTS`` keys of its ``compiled_args``, in
 # order); q, qd (n,) the measured state; pos, vel, acc (dim,) the reference of the cycle;
 # t [s] the cycle's time; s (ns,) the law's state after the last committed cycle (the layout of
 # the law's ``compiled_state``), s_new (ns,) written: the state after this cycle; e (dim,),
-# tau (n,), mask (n,) written: error, torques, saturated actuators.  Status 0: clean.
+# tau (n,), mask (n,) written: error, torques, saturated actuators; ws (LAW_WS,): work the law
+# may overwrite (kept by :func:`_cycles` for the segment).  Status 0: clean.
 
 @njit(inline="always")
-def _rrr_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
-    """:func:`rrr_task_computed_torque`; state (7,): FK pose (3,), integrator z (3,), t_last
-    [s] (NaN before the first commit; it advances only with integral action)."""
-    st = rrr_task_computed_torque(c[0], c[1], q, qd, s[0:3], pos, vel, acc, c[2], c[3], c[4], c[5],
-                                  s[3:6], _since(t, s[6]), c[6], c[7], c[8], c[9], c[10],
-                                  s_new[0:3], e, tau, mask, s_new[3:6])
+def _rrr_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
+    """:func:`~controller._law_kernels.rrr_task_computed_torque` (in ``ws``:
+    :func:`~controller._law_kernels.rrr_task_computed_torque_ws`); state (7,): FK pose (3,),
+    integrator z (3,), t_last [s] (NaN before the first commit; it advances only with integral
+    action)."""
+    st = rrr_task_computed_torque_ws(c[0], c[1], q, qd, s[0:3], pos, vel, acc, c[2], c[3], c[4], c[5],
+                                     s[3:6], _since(t, s[6]), c[6], c[7], c[8], c[9], c[10],
+                                     s_new[0:3], e, tau, mask, s_new[3:6], ws)
     s_new[6] = t if c[5] else s[6]
     return st
 
 
 @njit(inline="always")
-def _rrr_task_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+def _rrr_task_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`rrr_task_pd_gravity`; state (3,): the FK pose."""
     return rrr_task_pd_gravity(c[0], q, qd, s, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], s_new, e, tau, mask)
 
 
 @njit(inline="always")
-def _rrr_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+def _rrr_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`rrr_pd_gravity`; state (3,): the FK pose hint."""
     return rrr_pd_gravity(c[0], q, qd, s, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], s_new, e, tau, mask)
 
 
 @njit(inline="always")
-def _serial_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+def _serial_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`serial_computed_torque`; state (n + 1,): integrator z (n,), t_last [s] (NaN
     before the first commit)."""
     n = q.shape[0]
@@ -207,13 +222,13 @@ def _serial_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, 
 
 
 @njit(inline="always")
-def _serial_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+def _serial_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`serial_pd_gravity`; no state (0,)."""
     return serial_pd_gravity(c[0], q, qd, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], e, tau, mask)
 
 
 @njit(inline="always")
-def _pid_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+def _pid_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`pid`; state (2 n + 1,): integral (n,) [N m], back-calculation term (n,), time of
     the last step [s] (NaN before the first)."""
     n = q.shape[0]
@@ -235,7 +250,7 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
     k0, k_end : cycle indices; period_s [s]; t0 : the clock time of cycle 0 [s].
     consts : the law's constant arguments; state : (ns,) the law's state.
     safety : (s_k, limits, err_max, jbits, ebits): the supervisor's cycle counter (1,), limits
-        (6, n) (rows q_min, q_max, v_max, soft_lo, soft_hi, tau_max, see :func:`evaluate`),
+        (6, n) (rows q_min, q_max, v_max, soft_lo, soft_hi, tau_max, see :func:`evaluate_inline`),
         tracking-error limits (1,) or (dim,), rule bits (n,), (dim,).
     sing : (on, every, P, tol, pose (3,) | (6,), margin_prev (3,) = [have, t, margin],
         margin_min, horizon [s]): the singularity check of a parallel robot (``on`` False:
@@ -269,6 +284,8 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
     mask = np.empty(n, dtype=np.bool_)
     state_new = np.empty(state.shape[0])
     Xs = np.empty(pose_s.shape[0])
+    law_ws = np.empty(LAW_WS)
+    check_ws = np.empty(CHECK_WS)
     out = np.empty(3 * n + nx)
     for k in range(k0, k_end):
         i = k - k0
@@ -276,17 +293,17 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
         if not _read_state(fq, fqd, q, qd):
             return k
         # --- the law ------------------------------------------------------------------
-        if law(consts, q, qd, ref_pos[i], ref_vel[i], ref_acc[i], t, state, state_new, e, tau, mask) != 0:
+        if law(consts, q, qd, ref_pos[i], ref_vel[i], ref_acc[i], t, state, state_new, e, tau, mask, law_ws) != 0:
             return k
         # --- the safety rules -----------------------------------------------------------
-        if evaluate(q, qd, tau, ref_pos[i], ref_vel[i], ref_acc[i], e, err_max, fault, enabled, fresh,
-                    limits, jbits, ebits) != 0:
+        if evaluate_inline(q, qd, tau, ref_pos[i], ref_vel[i], ref_acc[i], e, err_max, fault, enabled, fresh,
+                           limits, jbits, ebits) != 0:
             return k
         sk = s_k[0] + 1
         sing_now = sing_on and (sk - 1) % sing_every == 0
         m = 0.0
         if sing_now:
-            clean, m = check(sing, q, t, Xs)
+            clean, m = check(sing, q, t, Xs, check_ws)
             if not clean:
                 return k
         # --- the driver cycle: plant to now, sensors, hold the command -------------------

@@ -49,7 +49,7 @@ NO_CHECK_PARAMS = np.zeros(0)
 
 
 @njit(inline="always")
-def _stewart_singularity(sing, q, t, Xs):
+def _stewart_singularity(sing, q, t, Xs, ws):
     """The Stewart platform's singularity check of the cycle at time ``t`` [s]
     (``SafetySupervisor.check``): the pose ``Xs`` (6,) by FK warm-started at the last checked
     one, the margin ``1 / cond_b`` and its prediction against the minimum.  Returns
@@ -64,11 +64,11 @@ def _stewart_singularity(sing, q, t, Xs):
     return _margin_clean(0.0 if not math.isfinite(cond) else 1.0 / cond, t, margin_prev, m_min, horizon_s)
 
 
-# --- the laws (``law(consts, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask) -> status``, see
+# --- the laws (``law(consts, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws) -> status``, see
 # controller._fast_loop) -----------------------------------------------------------------------
 
 @njit(inline="always")
-def _stewart_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+def _stewart_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`stewart_task_computed_torque`; state (13,): FK pose (6,), integrator z (6,),
     t_last [s] (NaN before the first commit; it advances only with integral action)."""
     st = stewart_task_computed_torque(c[0], q, qd, s[0:6], pos, vel, acc, c[1], c[2], c[3], c[4], s[6:12],
@@ -79,7 +79,7 @@ def _stewart_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e,
 
 
 @njit(inline="always")
-def _stewart_task_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask):
+def _stewart_task_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`stewart_task_pd_gravity`; state (6,): the FK pose."""
     return stewart_task_pd_gravity(c[0], q, qd, s, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6],
                                    s_new, e, tau, mask)

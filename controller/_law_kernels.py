@@ -60,6 +60,9 @@ FRICTION_DESIRED = 2
 ST_NONFINITE_INPUT = 1
 #: status of :func:`solve3` / :func:`orientation_error` for an exactly singular matrix
 ST_SINGULAR = 1
+#: the workspace of :func:`rrr_task_computed_torque_ws` [floats]: the model's (WS_SIZE + 12,),
+#: then J_x (9,), Xd, a, a2, zc, tau_raw (3,) each
+RRR_TCT_WS = WS_SIZE + 36
 
 
 @njit(cache=True)
@@ -274,7 +277,7 @@ def compensate_friction(tau, fric, fmode, v_meas, v_des):
         add_friction(tau, fric[0], fric[1], v_des)
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask, ws):
     """tau = sat(ID(X, Xd, a) + friction); returns (status, any saturated).  ``ws``
     (>= WS_SIZE + 12,) work: the inverse dynamics' workspace and a zero wrench."""
@@ -288,7 +291,7 @@ def _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw,
     return 0, limit_torque(tau_raw, has_sat, sat_lim, tau, mask)
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _rrr_torque_of(args, a, tau, mask):
     """:func:`_rrr_torque` for the commanded task acceleration ``a`` (the torque function of
     :func:`task_torque_with_integrator`; ``args`` its other arguments)."""
@@ -341,7 +344,7 @@ def task_torque_with_integrator(torque, args, a, e, ki, has_ki, z, dt, z_limit, 
     return 0
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _rrr_measure(P, q, qd, pose_prev, X, Jx, Xd, ws):
     """Measured pose ``X`` (3,) by FK warm-started at ``pose_prev``, task Jacobian ``Jx`` (9,)
     row-major and pose rate ``Xd = J_x qd`` (3,); ``ws`` (>= WS_SIZE,) workspace.
@@ -384,7 +387,19 @@ def rrr_task_computed_torque(P, branch, q, qd, pose_prev, ref_pos, ref_vel, ref_
     int
         0, or the model status of the step that failed (nothing is valid then).
     """
-    ws = np.empty(WS_SIZE + 36)           # [0:WS_SIZE + 12]: the model's work (_rrr_torque)
+    return rrr_task_computed_torque_ws(P, branch, q, qd, pose_prev, ref_pos, ref_vel, ref_acc, kp, kd, ki, has_ki,
+                                       z, dt, z_limit, fric, fmode, has_sat, sat_lim, X, e, tau, mask, z_out,
+                                       np.empty(RRR_TCT_WS))
+
+
+@njit(inline="always")
+def rrr_task_computed_torque_ws(P, branch, q, qd, pose_prev, ref_pos, ref_vel, ref_acc, kp, kd, ki, has_ki,
+                                z, dt, z_limit, fric, fmode, has_sat, sat_lim, X, e, tau, mask, z_out, ws):
+    """:func:`rrr_task_computed_torque` (same arguments, outputs and status) in the caller's
+    workspace ``ws`` (>= :data:`RRR_TCT_WS`,), which it overwrites: no allocation.  Inlined
+    into its callers (the compiled loop keeps one workspace per segment), so that its many
+    array arguments are not passed through a call every cycle."""
+    # ws[0:WS_SIZE + 12]: the model's work (_rrr_torque)
     Jx = ws[WS_SIZE + 12:WS_SIZE + 21]
     Xd = ws[WS_SIZE + 21:WS_SIZE + 24]
     a = ws[WS_SIZE + 24:WS_SIZE + 27]

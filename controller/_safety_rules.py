@@ -47,7 +47,9 @@ JOINT_SHIFT = 5
 
 @njit(cache=True)
 def _all_finite(a) -> bool:
-    for v in a.ravel():
+    """Whether every entry of ``a`` (any shape) is finite.  Iterates ``a.flat``: ``a.ravel()``
+    makes a view (or a copy) per call, ~20 ns of a 3-vector's test."""
+    for v in a.flat:
         if not math.isfinite(v):
             return False
     return True
@@ -55,7 +57,15 @@ def _all_finite(a) -> bool:
 
 @njit(cache=True)
 def evaluate(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh, limits, jbits, ebits):
-    """Evaluate the rules of one cycle.
+    """Evaluate the rules of one cycle (:func:`evaluate_inline`, arguments and result)."""
+    return evaluate_inline(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh, limits, jbits, ebits)
+
+
+@njit(inline="always")
+def evaluate_inline(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh, limits, jbits, ebits):
+    """Evaluate the rules of one cycle.  Inlined into its callers: :func:`evaluate` (what
+    Python calls) and the compiled loop's cycle, which saves passing its 13 arrays through a
+    call every cycle.
 
     Parameters
     ----------

@@ -1087,7 +1087,6 @@ def sing_entry(P, th, X, out):
         return st
     m1, db = normalised_measures(P, G, ws[24:27], ws[27:36])
     lc = G[4]
-    tol = G[5]
     amin = 1e300
     amax = 0.0
     worst = 0
@@ -1109,18 +1108,51 @@ def sing_entry(P, th, X, out):
     out[1] = db
     out[2] = amax / amin if amin > 0 else np.inf
     out[3] = smax / smin if smin > 0 else np.inf
-    out[4] = -1.0
+    out[4] = _regular_margin(P, ws, m1, db)
+    out[5] = ws[24] * ws[25] * ws[26]
+    out[6] = det3(ws[27:36])
+    out[7] = worst
+    return OK
+
+
+@njit(cache=True)
+def _regular_margin(P, ws, m1, db):
+    """The ``margin`` of :func:`sing_entry` from A, B in ``ws[24:36]`` and their normalised
+    measures ``m1``, ``db`` (:func:`normalised_measures`): 1/cond of J_x with its phi row scaled
+    by lc when both measures are >= tol and B is invertible, else -1.  Overwrites ws[36:45]
+    (B^{-1}) and ws[160:169]."""
+    G = P[3]
+    lc = G[4]
+    tol = G[5]
     if not (m1 < tol) and not (abs(db) < tol):
         det = inv3_ws(ws, 27, 36)
         if det != 0.0:
+            M = ws[160:169]
             for r in range(3):
                 for c in range(3):
                     M[3 * r + c] = -(ws[36 + 3 * r + c] * ws[24 + c])
             for c in range(3):
                 M[6 + c] *= lc
             smax, smin = sv_extremes3(M)
-            out[4] = smin / smax if smax > 0 else 0.0
-    out[5] = ws[24] * ws[25] * ws[26]
-    out[6] = det3(ws[27:36])
-    out[7] = worst
+            return smin / smax if smax > 0 else 0.0
+    return -1.0
+
+
+@njit(cache=True)
+def sing_margin_ws(P, th, X, ws, out):
+    """The measures of :func:`sing_entry` that decide a singularity check, from the geometry of
+    (th, X) already in ``ws[0:24]`` (e.g. right after a successful :func:`fk_newton_ws` to X,
+    which leaves it there): out[0] m1, out[1] the type-2 measure, out[4] the margin (-1: not
+    computed), bit-identical to :func:`sing_entry`'s; the other entries of out (8,) are not
+    written (the condition numbers cost a second singular-value decomposition).  ``ws``
+    (WS_SIZE,) is overwritten beyond the geometry; no allocation.  Returns a status code (the
+    input check of :func:`sing_entry`)."""
+    st = _combine(valid3(th), valid3(X), OK, OK, OK)
+    if st != OK:
+        return st
+    jacobians(P, ws)
+    m1, db = normalised_measures(P, P[3], ws[24:27], ws[27:36])
+    out[0] = m1
+    out[1] = db
+    out[4] = _regular_margin(P, ws, m1, db)
     return OK

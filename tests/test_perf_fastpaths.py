@@ -177,6 +177,87 @@ def test_task_jacobian_and_singularity_kernels_match_numpy(rrr, monkeypatch):
     assert "regular" in kinds
 
 
+def _reachable(rrr, rng, n, scale):
+    """``(X, q)`` of the poses among ``n`` random ones about the home pose (standard deviations
+    ``scale`` (3,)) that the inverse kinematics reaches."""
+    X0 = np.asarray(rrr.home_pose, dtype=float)
+    for _ in range(n):
+        X = X0 + rng.normal(size=3) * scale
+        try:
+            q = np.asarray(rrr.inverse_kinematics(X), dtype=float)
+        except TorqueloopError:
+            continue
+        yield X, q
+
+
+def test_singularity_check_measures_equal_sing_entry(rrr):
+    """``sing_margin_ws`` (the compiled loop's singularity check, from the geometry the FK
+    leaves in its workspace) gives ``sing_entry``'s type-1 and type-2 measures and margin to
+    the bit: on regular poses, on poses below the tolerance (margin -1; a large tolerance makes
+    many) and, for a non-finite input, the same status."""
+    from dynamics import _planar3rrr_kernels as K
+
+    rng = np.random.default_rng(11)
+    X0 = np.asarray(rrr.home_pose, dtype=float)
+    margins = []
+    for tol in (float(rrr._P[3, 5]), 0.3):
+        P = rrr._P.copy()
+        P[3, 5] = tol
+        n = 0
+        for X, q in _reachable(rrr, rng, 300, [0.05, 0.05, 0.5]):
+            ws = np.full(K.WS_SIZE, np.nan)           # nothing but the FK's geometry is read
+            Xf = np.empty(3)
+            st, _ = K.fk_newton_ws(P, q, X + rng.normal(size=3) * 1e-4, 1e-12, 50, Xf, ws)
+            if st != 0:
+                continue
+            ref = np.full(8, 7.0)
+            out = np.full(8, 7.0)
+            assert K.sing_entry(P, q, Xf, ref) == K.sing_margin_ws(P, q, Xf, ws, out) == 0
+            assert out[[0, 1, 4]].tobytes() == ref[[0, 1, 4]].tobytes()
+            margins.append(out[4])
+            n += 1
+        assert n > 50
+    assert min(margins) == -1.0 and max(margins) > 0.0
+    bad = np.array([np.nan, 0.0, 0.0])
+    assert K.sing_margin_ws(rrr._P, bad, X0, np.empty(K.WS_SIZE), np.empty(8)) == \
+        K.sing_entry(rrr._P, bad, X0, np.empty(8)) != 0
+
+
+@pytest.mark.parametrize("has_ki", [False, True])
+def test_task_computed_torque_in_a_dirty_workspace(rrr, has_ki):
+    """``rrr_task_computed_torque_ws`` (the compiled loop's law, in a workspace kept for the
+    segment) gives ``rrr_task_computed_torque``'s outputs and status to the bit whatever the
+    workspace holds (NaN, or the previous cycle's values), with and without the integrator
+    and with saturated actuators."""
+    from controller import _law_kernels as LK
+
+    rng = np.random.default_rng(5)
+    kp, kd = np.diag([1600.0, 1600.0, 1600.0]), np.diag([80.0, 80.0, 80.0])
+    ki = np.diag([2e4, 2e4, 2e4])
+    z_limit = np.full(3, np.inf)
+    fric = np.array([[0.03, 0.03, 0.03], [0.08, 0.08, 0.08]])
+    sat_lim = np.full(3, 2.0)
+    ws = np.full(LK.RRR_TCT_WS, np.nan)
+    n_sat = 0
+    for i, (X, q) in enumerate(_reachable(rrr, rng, 200, [0.03, 0.03, 0.3])):
+        qd = rng.normal(size=3)
+        hint = X + rng.normal(size=3) * 1e-3
+        ref = [X + rng.normal(size=3) * 1e-2, rng.normal(size=3) * 0.1, rng.normal(size=3) * 5.0]
+        z = rng.normal(size=3) * 1e-4
+        args = (rrr._P, rrr._branch_k, q, qd, hint, *ref, kp, kd, ki, has_ki, z, 1e-3, z_limit, fric,
+                LK.FRICTION_MEASURED, True, sat_lim)
+        outs = [(np.empty(3), np.empty(3), np.empty(3), np.empty(3, dtype=np.bool_), np.empty(3)) for _ in range(2)]
+        st_ref = LK.rrr_task_computed_torque(*args, *outs[0])
+        if i % 2:
+            ws[:] = np.nan
+        st = LK.rrr_task_computed_torque_ws(*args, *outs[1], ws)
+        assert st == st_ref == 0
+        for a, b in zip(*outs):
+            assert a.tobytes() == b.tobytes()
+        n_sat += bool(outs[0][3].any())
+    assert n_sat > 5
+
+
 def test_closed_form_singular_values_match_lapack():
     """sv_extremes3 (the singularity check's condition numbers and margin, one-sided Jacobi)
     against LAPACK's SVD: the largest to ~eps, the smallest to ~eps * cond (LAPACK's own
