@@ -876,7 +876,7 @@ def fd_entry(P, th, thd, tau, Xh, W, thdd):
 # fd_hint_ws, _hinted_pose and reduced_hint_ws are inlined into their callers (numba IR), the
 # same operations in the same order (the runs are bit-identical): rrr_advance of two plant
 # steps called from Python 5.8 -> 4.0 us; inside the compiled loop's segment, where the
-# calls cost less, 7.78 -> 7.60 us a cycle; a cold first run compiles no longer
+# calls cost less, 7.78 -> 7.60 us a cycle; a cold first run takes no longer to compile
 @njit(cache=True, inline="always")
 def fd_hint_ws(P, th, thd, tau, Xh, W, thdd, ws):
     """:func:`fd_entry` in the caller's workspace ws (WS_SIZE + 6,), no allocation.
