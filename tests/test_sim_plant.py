@@ -491,3 +491,33 @@ def test_joint_accessors_are_the_array_ones():
             vals[pos] = bad
             with pytest.raises(DriverError, match="non-finite command"):
                 a.set_joint_command(0, *vals)
+
+
+def test_plant_loads_its_compiled_step_when_made():
+    """A new process: the compiled plant step's code (3RRR and serial) is loaded when the plant
+    is made, not by its first ``advance_to`` (on the wall clock that is inside the first
+    control cycle, which was 10-15 ms late), and loading it changes nothing of the state."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    code = (
+        "import numpy as np\n"
+        "from dynamics import load_model\n"
+        "from drivers.sim import _plant_kernels as K\n"
+        "from drivers.sim.plant import SimulatedPlant\n"
+        "for f, step in (('3rrr_horizontal', K.rrr_advance), ('seed000_arm', K.serial_advance)):\n"
+        "    m = load_model(f'hil_configs/robots/{f}.toml')\n"
+        "    q0 = m.inverse_kinematics(m.home_pose) if hasattr(m, 'home_pose') else np.full(m.dof, 0.2)\n"
+        "    assert step.signatures == [], f\n"
+        "    p = SimulatedPlant(m, q0=q0, coulomb=0.05, viscous=0.02, current_lag_s=4e-4)\n"
+        "    made = list(step.signatures)\n"
+        "    assert len(made) == 1, (f, made)\n"
+        "    s = p.state\n"
+        "    assert s.t_s == 0.0 and np.array_equal(s.q, q0) and not s.qd.any(), f\n"
+        "    p.set_command(np.full(m.dof, 0.01))\n"
+        "    p.advance_to(0.003)\n"
+        "    assert list(step.signatures) == made, (f, step.signatures)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
