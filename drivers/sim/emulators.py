@@ -100,6 +100,10 @@ class EmulatedDevice:
         """Whether ``msg`` is addressed to this device (cheap pre-check)."""
         return False
 
+    #: True when :meth:`on_frame` itself returns ``None``, changing nothing, for every frame
+    #: :meth:`accepts` refuses: the host then calls :meth:`on_frame` without the pre-check
+    on_frame_filters: bool = False
+
 
 # ---------------------------------------------------------------------------
 # The device emulators live in their own modules and import this one (never the
@@ -288,7 +292,7 @@ class EmulatorHost:
         self._advance(t, emit)
         if msg is not None:
             for d in self._bus_devices[id(bus)]:
-                if d.accepts(msg):
+                if d.on_frame_filters or d.accepts(msg):
                     r = d.on_frame(msg, t)
                     if r:
                         emit(r, bus)
@@ -400,6 +404,22 @@ class EmulatorHost:
         except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like the thread's
             self._error = err
             self._failed = True
+
+    def serve_sent(self, msg: can.Message, bus) -> bool:
+        """Inline serving of one frame just sent on ``bus``, the host's only bus, with no
+        other frame pending: what :meth:`pump` (``idle=False``) does for it, without the
+        round trip through the channel.  Returns False, doing nothing, when the host is not
+        serving inline on that one bus now (the caller queues the frame and pumps)."""
+        if (not self._inline or not self._started or self._closed or self._failed
+                or len(self._buses) != 1 or bus is not self._bus):
+            return False
+        try:
+            self.frames_in += 1
+            self._process(msg, bus, self._queue)
+        except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like pump's
+            self._error = err
+            self._failed = True
+        return True
 
     def sync(self, timeout_s: float = 5.0) -> None:
         """Block until every frame sent to the devices before this call was processed.
@@ -678,11 +698,15 @@ class InlineBus(can.BusABC):
     def send(self, msg: can.Message, timeout: float | None = None) -> None:
         if self._is_shutdown:
             raise can.CanOperationError("Cannot operate on a closed bus")
-        if not self.device_end._open:
+        end = self.device_end
+        if not end._open:
             return  # nobody listening (a virtual bus drops it too)
-        self._tx.append(msg)
         host = self.host
-        if host is not None:
+        if host is None:
+            self._tx.append(msg)
+        elif self._tx or not host.serve_sent(msg, end):
+            # frames already waiting (a host not serving yet), or a host of several buses
+            self._tx.append(msg)
             host.pump(idle=False)
 
     def recv(self, timeout: float | None = None) -> can.Message | None:

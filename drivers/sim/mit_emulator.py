@@ -58,10 +58,12 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import can
+import numpy as np
 
 from dynamics.errors import ConfigError, DriverError
 from ..base import JointMapping
 from ..codecs import mit as mitc
+from . import _mit_kernel as _mk
 from .emulators import EmulatedDevice, _msg
 from .plant import SimulatedPlant
 
@@ -103,7 +105,7 @@ class _MitState:
     __slots__ = ("cfg", "limits", "motor_mode", "zero_m", "last_cmd_t", "fault", "silent",
                  "temperature_c", "commands", "armed", "map", "device_fault", "scheduled",
                  "last_reply", "received", "joint", "g2e", "ge", "values", "enc_p", "enc_v", "enc_t",
-                 "reply_head", "reply8")
+                 "reply_head", "reply8", "K", "quantum")
 
     def __init__(self, cfg: MitMotorConfig, limits: mitc.MitLimits):
         self.cfg = cfg
@@ -137,6 +139,16 @@ class _MitState:
         # [, temperature, error (8 each)]
         self.reply_head = cfg.can_id << 40
         self.reply8 = mitc.reply_length(cfg.variant) == 8
+        # the compiled per-frame path's constants (drivers.sim._mit_kernel, layout K_*)
+        K = np.empty(_mk.K_SIZE)
+        K[_mk.K_P_MAX], K[_mk.K_V_MAX], K[_mk.K_KP_MAX] = limits.p_max_rad, limits.v_max_rad_s, limits.kp_max
+        K[_mk.K_KD_MAX], K[_mk.K_T_MAX] = limits.kd_max, limits.t_max_nm
+        K[_mk.K_SIGN], K[_mk.K_GEAR], K[_mk.K_OFFSET], K[_mk.K_EFF] = self.map
+        K[_mk.K_G2E], K[_mk.K_GE] = self.g2e, self.ge
+        self.K = K
+        #: the joint encoder's step for the compiled path [rad] (0: none); None: the plant
+        #: draws sensor noise, so the Python path measures (set by MitEmulator.bind)
+        self.quantum: float | None = None
 
 
 class MitEmulator(EmulatedDevice):
@@ -206,6 +218,7 @@ class MitEmulator(EmulatedDevice):
             lim = abs(st.limits.t_max_nm * mp.gear_ratio * mp.efficiency)
             cur = plant.torque_limit_nm[j]
             plant.set_torque_limit([min(cur, lim)], joints=[j])
+            st.quantum = plant._joint_quantum(j)
 
     @property
     def can_ids(self) -> tuple[int, ...]:
@@ -288,6 +301,9 @@ class MitEmulator(EmulatedDevice):
         self.plant.set_joint_command(st.cfg.joint, 0.0)
         st.armed = False
 
+    #: on_frame returns None for every frame accepts refuses (its first checks)
+    on_frame_filters = True
+
     def accepts(self, msg: can.Message) -> bool:
         return (not msg.is_extended_id and not msg.is_remote_frame and not msg.is_error_frame
                 and msg.arbitration_id in self._by_id)
@@ -331,8 +347,7 @@ class MitEmulator(EmulatedDevice):
                 # the usual frame, a command to a healthy drive in motor mode: what the branches
                 # below do for it (kind "command", neither frozen nor limp), without the tests
                 st.received += 1
-                self._apply(st, data, t_s)
-                reply = self._reply(st)
+                reply = self._command(st, data, t_s)
                 st.last_reply = reply
                 return [_msg(self._reply_id, reply)]
             frozen = device_fault == "frozen"
@@ -385,6 +400,36 @@ class MitEmulator(EmulatedDevice):
         st.armed = True
         st.commands += 1
 
+    def _command(self, st: _MitState, data: bytes, t_s: float) -> bytes:
+        """:meth:`_apply` then :meth:`_reply` (the same command held, the same reply bytes), in
+        one call of the compiled :func:`~drivers.sim._mit_kernel.mit_command_frame` when the
+        plant draws no sensor noise; the Python path otherwise, and for a value the kernel
+        declines (it raises the proper error)."""
+        quantum = st.quantum
+        if quantum is None:
+            self._apply(st, data, t_s)
+            return self._reply(st)
+        plant = self.plant
+        x = int.from_bytes(data, "big")
+        with plant._lock:
+            try:
+                status, fields = _mk.mit_command_frame(st.K, plant._cmd, plant._q, plant._qd, plant._tau_applied,
+                                                       st.joint, x >> 32, x & 0xFFFFFFFF, st.zero_m, quantum)
+            except TypeError:           # the plant's state in arrays of another layout: the Python path
+                status = _mk.ST_BAD_COMMAND
+            if status & _mk.ST_BAD_COMMAND:
+                # nothing was written: the Python path (it raises for a non-finite command)
+                self._apply(st, data, t_s)
+                return self._reply(st)
+            if status & _mk.ST_GAINS or plant._pd:
+                plant._gains_updated()
+        st.last_cmd_t = t_s
+        st.armed = True
+        st.commands += 1
+        if status & _mk.ST_BAD_MEASUREMENT:
+            return self._reply(st)                  # raises
+        return self._pack(st, st.reply_head | fields)
+
     def _reply(self, st: _MitState) -> bytes:
         """The reply payload of a motor's state now: ``mitc.encode_reply`` of its measured
         joint, through the motor's per-drive field encoders (the same bytes)."""
@@ -393,7 +438,12 @@ class MitEmulator(EmulatedDevice):
         p = s * (q - off) * g - st.zero_m
         v = s * qd * g
         t = s * tau / st.ge
-        word = st.reply_head | (st.enc_p(p) << 24) | (st.enc_v(v) << 12) | st.enc_t(t)
+        return self._pack(st, st.reply_head | (st.enc_p(p) << 24) | (st.enc_v(v) << 12) | st.enc_t(t))
+
+    @staticmethod
+    def _pack(st: _MitState, word: int) -> bytes:
+        """The reply payload of ``word`` (id, p, v, t; 48 bits) and, in the 8-byte variant,
+        the temperature and the error byte."""
         if not st.reply8:
             return word.to_bytes(6, "big")
         temp = st.temperature_c

@@ -887,6 +887,16 @@ class SimulatedPlant:
                 tau += self._tau_std * self._rng.standard_normal(self._n)
             return self._t, q, qd, tau
 
+    def _joint_quantum(self, j: int) -> float | None:
+        """For the emulators' compiled per-frame paths (:mod:`drivers.sim._mit_kernel`): joint
+        ``j``'s encoder step [rad] (0.0: none), or None when the plant draws sensor noise (its
+        measurement needs this plant's random stream: the Python path measures).  Such a path
+        reads ``_q``, ``_qd``, ``_tau_applied`` and writes column ``j`` of ``_cmd`` holding
+        ``_lock``, then calls ``_gains_updated`` as :meth:`set_joint_command` does."""
+        if self._noisy or self._tau_noisy:
+            return None
+        return 0.0 if self._quantum_f is None else self._quantum_f[j]
+
     def measure_joint(self, j: int) -> tuple[float, float, float]:
         """One joint's sensor readings ``(q_meas, qd_meas, tau_applied)`` at the current plant time.
 
