@@ -227,3 +227,26 @@ def test_inline_bus_serves_a_sent_frame_at_once_or_queues_it():
                          is_extended_id=True))          # not for the drive: no reply, nothing applied
     assert host.frames_in == 3 and not bus._rx and emu.commands_applied(1) == 1
     host.close()
+
+
+def test_next_timer_is_the_earliest_armed_watchdog():
+    """next_timer_s (the minimum of the kept due times) against the motors' own state, over
+    random commands, special frames, timers and faults."""
+    rng = np.random.default_rng(8)
+    plant = SimulatedPlant(PlanarTwoLink(g=0.0), q0=[0.1, -0.2])
+    emu = MitEmulator([MitMotorConfig(1, 0, "AK80-9"), MitMotorConfig(2, 1, "AK60-6")], watchdog_timeout_s=0.02)
+    emu.bind(plant)
+    frames = [mitc.ENTER_MOTOR_MODE, mitc.EXIT_MOTOR_MODE, mitc.pack_command(0x8000, 0x800, 0, 0, 0x900)]
+    t = 0.0
+    for _ in range(3000):
+        t += float(rng.choice([0.0, 0.001, 0.015]))
+        r = rng.random()
+        if r < 0.05:
+            emu.inject_fault(int(rng.integers(1, 3)), 2)
+        elif r < 0.25:
+            emu.on_timer(t)
+        else:
+            data = frames[2] if rng.random() < 0.8 else frames[int(rng.integers(0, 2))]
+            emu.on_frame(can.Message(arbitration_id=int(rng.integers(1, 3)), data=data, is_extended_id=False), t)
+        expect = min((st.last_cmd_t + 0.02 for st in emu._states if st.armed), default=math.inf)
+        assert emu.next_timer_s() == expect

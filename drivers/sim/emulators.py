@@ -710,10 +710,18 @@ class InlineBus(can.BusABC):
             host.pump(idle=False)
 
     def recv(self, timeout: float | None = None) -> can.Message | None:
-        # BusABC.recv without filters is "the next frame": take it without the detour
+        # BusABC.recv without filters is "the next frame": take it without the detour; with
+        # none queued and no time to wait (a drain), its one _recv_internal call: the host's
+        # idle poll, then the frame it queued or None
         rx = self._rx
-        if rx and self._filters is None and not self._is_shutdown:
-            return rx.popleft()
+        if self._filters is None and not self._is_shutdown:
+            if rx:
+                return rx.popleft()
+            if timeout == 0.0:
+                host = self.host
+                if host is not None:
+                    host.pump()
+                return rx.popleft() if rx else None
         return super().recv(timeout)
 
     def _recv_internal(self, timeout: float | None):

@@ -105,7 +105,7 @@ class _MitState:
     __slots__ = ("cfg", "limits", "motor_mode", "zero_m", "last_cmd_t", "fault", "silent",
                  "temperature_c", "commands", "armed", "map", "device_fault", "scheduled",
                  "last_reply", "received", "joint", "g2e", "ge", "values", "enc_p", "enc_v", "enc_t",
-                 "reply_head", "reply8", "K", "quantum")
+                 "reply_head", "reply8", "K", "quantum", "index")
 
     def __init__(self, cfg: MitMotorConfig, limits: mitc.MitLimits):
         self.cfg = cfg
@@ -149,6 +149,8 @@ class _MitState:
         #: the joint encoder's step for the compiled path [rad] (0: none); None: the plant
         #: draws sensor noise, so the Python path measures (set by MitEmulator.bind)
         self.quantum: float | None = None
+        #: the motor's place in MitEmulator._states (and _dues)
+        self.index = 0
 
 
 class MitEmulator(EmulatedDevice):
@@ -196,6 +198,11 @@ class MitEmulator(EmulatedDevice):
                 raise ConfigError(str(err), field=f"motors[{i}].variant") from err
             self._by_id[m.can_id] = _MitState(m, lim)
         self._states = tuple(self._by_id.values())
+        for i, st in enumerate(self._states):
+            st.index = i
+        #: each motor's watchdog due time on the loop clock [s] (``last_cmd_t + watchdog``
+        #: while armed, else inf), kept by _arm and _zero_output: next_timer_s is their minimum
+        self._dues = [math.inf] * len(self._states)
         self._reply_id = int(reply_id)
         if watchdog_timeout_s is not None:
             w = float(watchdog_timeout_s)
@@ -300,6 +307,14 @@ class MitEmulator(EmulatedDevice):
     def _zero_output(self, st: _MitState) -> None:
         self.plant.set_joint_command(st.cfg.joint, 0.0)
         st.armed = False
+        self._dues[st.index] = math.inf
+
+    def _arm(self, st: _MitState, t_s: float) -> None:
+        """A command applied at ``t_s``: the watchdog restarts from it."""
+        st.last_cmd_t = t_s
+        st.armed = True
+        if self._wd is not None:
+            self._dues[st.index] = t_s + self._wd
 
     #: on_frame returns None for every frame accepts refuses (its first checks)
     on_frame_filters = True
@@ -309,17 +324,9 @@ class MitEmulator(EmulatedDevice):
                 and msg.arbitration_id in self._by_id)
 
     def next_timer_s(self) -> float:
-        if self._wd is None:
-            return math.inf
-        wd = self._wd
-        t = math.inf
-        with self._lock:
-            for st in self._states:
-                if st.armed:
-                    due = st.last_cmd_t + wd
-                    if due < t:
-                        t = due
-        return t
+        # the earliest st.last_cmd_t + watchdog of the armed motors (one C call on the list;
+        # an element is replaced whole, so no lock is needed to read them)
+        return math.inf if self._wd is None else min(self._dues)
 
     def on_timer(self, t_s: float) -> list[can.Message]:
         with self._lock:
@@ -396,8 +403,7 @@ class MitEmulator(EmulatedDevice):
         g2e = st.g2e
         self.plant.set_joint_command(st.joint, s * t_m * g * eff, kp_m * g2e, kd_m * g2e,
                                      s * (p_m + st.zero_m) / g + off, s * v_m / g)
-        st.last_cmd_t = t_s
-        st.armed = True
+        self._arm(st, t_s)
         st.commands += 1
 
     def _command(self, st: _MitState, data: bytes, t_s: float) -> bytes:
@@ -423,8 +429,7 @@ class MitEmulator(EmulatedDevice):
                 return self._reply(st)
             if status & _mk.ST_GAINS or plant._pd:
                 plant._gains_updated()
-        st.last_cmd_t = t_s
-        st.armed = True
+        self._arm(st, t_s)
         st.commands += 1
         if status & _mk.ST_BAD_MEASUREMENT:
             return self._reply(st)                  # raises
