@@ -279,6 +279,15 @@ class SimulatedPlant:
             self._X = self._fk(self._q, guess)
         self._kernel, self._kind = self._fast_kernel()
         self._check_state()
+        # the compiled step's two output buffers, each with its views (q, qd, X, applied torque):
+        # a step writes the buffer the state does not view, then the state takes its views
+        nx = 0 if self._X is None else self._X.shape[0]
+        self._bufs = []
+        for _ in range(2):
+            b = np.zeros(3 * n + nx)
+            self._bufs.append((b, (b[0:n], b[n:2 * n], b[2 * n:2 * n + nx] if nx else None,
+                                   b[2 * n + nx:3 * n + nx])))
+        self._buf_next = 0
         if self._kernel is not None:
             # load the compiled step's machine code now (from numba's cache: 10-15 ms for the
             # 3RRR), not in the first advance_to, which on the wall clock is inside the first
@@ -765,25 +774,23 @@ class SimulatedPlant:
         """
         flags = ((1 if self._has_viscous else 0) | (2 if self._has_coulomb else 0)
                  | (4 if self._pd else 0) | (8 if self._saturate else 0))
-        n = self._n
+        # the buffer the state does not view (the state is the other one's views, or arrays
+        # of their own after another path set it): nothing outside this plant holds either,
+        # every accessor copies
+        k = self._buf_next
+        out, views = self._bufs[k]
         if self._parallel:
-            nx = self._X.shape[0]
-            out = np.empty(3 * n + nx)      # a new buffer per call: the state arrays below are views of it
             st, done = self._kernel(self._kernel_params(), self._q, self._qd, self._X, self._tau_applied,
                                     self._cmd, self._par, self._lag_s, flags, h, n_steps, out)
             if done:
-                self._q = out[0:n]
-                self._qd = out[n:2 * n]
-                self._X = out[2 * n:2 * n + nx]
-                self._tau_applied = out[2 * n + nx:3 * n + nx]
+                self._q, self._qd, self._X, self._tau_applied = views
+                self._buf_next = 1 - k
             return done
-        out = np.empty(3 * n)
         st, done = self._kernel(self._model._P, self._q, self._qd, self._tau_applied,
                                 self._cmd, self._par, self._lag_s, flags, h, n_steps, out)
         if done:
-            self._q = out[0:n]
-            self._qd = out[n:2 * n]
-            self._tau_applied = out[2 * n:3 * n]
+            self._q, self._qd, _, self._tau_applied = views
+            self._buf_next = 1 - k
         return done
 
     def compiled_step_args(self):
