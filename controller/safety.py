@@ -89,6 +89,13 @@ _NO_CODES = np.zeros(0, dtype=np.int64)
 _NO_FLAGS = np.zeros(0, dtype=np.bool_)
 
 
+def _exact_planar3rrr(model) -> bool:
+    """Whether ``model`` is exactly a :class:`~dynamics.planar3rrr.Planar3RRR` (looked up in the
+    loaded modules: a supervisor of another robot does not import it)."""
+    rrr = sys.modules.get("dynamics.planar3rrr")
+    return rrr is not None and type(model) is rrr.Planar3RRR
+
+
 @njit(cache=True)
 def _rrr_regular_margin(P, tol_sing, q, guess, X, out):
     """The pose and singularity margin of a 3RRR (``Planar3RRR``) when the pose is regular.
@@ -426,6 +433,10 @@ class SafetySupervisor:
         v = np.zeros(n)
         _rules.evaluate(v, v, v, v, v, v, v, self._em, _NO_CODES, _NO_FLAGS, _NO_FLAGS, self._limits,
                         np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+        # the same for the compiled singularity check (its first one is in the first cycle);
+        # the result is not used
+        if self._sing and _exact_planar3rrr(model):
+            _rrr_regular_margin(model._P, float(model._tol_sing), v, np.zeros(n), np.empty(n), np.empty(1))
 
     # the limits, views of the rows of ``_limits`` (read-only attributes: edit them in place; a
     # view made at each access, so a copied or unpickled supervisor's are its own array's)
@@ -506,8 +517,7 @@ class SafetySupervisor:
         from the same start.
         """
         model = self.model
-        rrr = sys.modules.get("dynamics.planar3rrr")
-        if rrr is not None and type(model) is rrr.Planar3RRR:
+        if _exact_planar3rrr(model):
             X = np.empty(3)
             out = np.empty(1)
             if _rrr_regular_margin(model._P, float(model._tol_sing), q, self.pose, X, out) == 0:

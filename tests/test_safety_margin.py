@@ -92,3 +92,21 @@ def test_supervisor_same_as_with_the_models_methods(monkeypatch):
         assert calls
     assert fast == slow
     assert any("singularity check failed" in f[4] for f in fast[1])
+
+
+def test_supervisor_loads_the_compiled_check_when_made():
+    """A 3RRR supervisor loads the compiled singularity check when made (a new process: no
+    earlier call), so its first call, in the first control cycle, finds it ready."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np\n"
+            "import controller.safety as S\n"
+            "from controller.app import run as api\n"
+            f"spec = api.load_run({str(ROOT / 'hil_configs' / 'runs' / '3rrr_circle.toml')!r}, duration_s=0.1)\n"
+            "assert not S._rrr_regular_margin.signatures\n"
+            "saf = api.make_safety(spec, pose0=np.asarray(spec.trajectory.sample(0.0).pos, float))\n"
+            "print(len(S._rrr_regular_margin.signatures), saf.last_margin, saf._margin_prev)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "nan", "None"]        # loaded; the supervisor's state untouched
