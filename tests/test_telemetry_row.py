@@ -70,10 +70,11 @@ def test_record_writes_the_same_log(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("change", ["int32 fault", "list q", "scalar fresh", "broadcast err", "strided qd",
                                     "int t", "code beyond int32", "fault beyond int32", "short tau",
-                                    "readonly q", "float32 q"])
+                                    "readonly q", "float32 q", "masked q", "subclass tau"])
 def test_other_values_take_the_assignment(tmp_path, change):
     """Values not of a cycle's kinds: the compiled writer declines (or is not typed for them) and
-    the tuple assignment writes the row or raises, as it did alone."""
+    the tuple assignment writes the row or raises, as it did alone; ndarray subclasses (a masked
+    array: its data) are written as the assignment writes them."""
     rng = np.random.default_rng(2)
     v = list(_cycle_values(rng, 3, 3))
     if change == "int32 fault":
@@ -99,6 +100,10 @@ def test_other_values_take_the_assignment(tmp_path, change):
         v[1].flags.writeable = False
     elif change == "float32 q":
         v[1] = v[1].astype(np.float32)
+    elif change == "masked q":
+        v[1] = np.ma.array(v[1], mask=[True, False, False])
+    elif change == "subclass tau":
+        v[7] = v[7].view(type("Sub", (np.ndarray,), {}))
     outcome = []
     for name in ("compiled", "assigned"):
         w = TelemetryWriter(tmp_path / name, 3, 3, buffer_rows=5)
