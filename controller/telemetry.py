@@ -112,9 +112,12 @@ def _write_row(raw, i, n, dim, t, q, qd, ref_pos, ref_vel, ref_acc, err, tau_ctr
     assignment of the tuple of values (little-endian machine: the fields are stored as they are
     in memory; each a plain copy, the int64 codes narrowed to int32 as numpy casts them).
 
-    Returns False, writing nothing, when an array has another length than its field or a code
-    is out of the int32 range (the tuple assignment then does what it does).
+    Returns False, writing nothing, when ``i`` is not a row of ``raw``, an array has another
+    length than its field or a code is out of the int32 range (the tuple assignment then does
+    what it does).
     """
+    if not 0 <= i < raw.shape[0]:
+        return False
     for v in (q, qd, tau_ctrl, tau_cmd, tau_meas):
         if v.shape[0] != n:
             return False

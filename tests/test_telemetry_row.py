@@ -46,6 +46,10 @@ def test_compiled_row_is_the_assignments_bytes(n, dim):
         buf[:] = np.frombuffer(rng.bytes(buf.nbytes), dtype=buf.dtype)     # any previous content
         assert T._row_writer()(raw, 2, n, dim, *values)
         assert buf[2:3].tobytes() == _by_assignment(n, dim, values)
+    before = buf.tobytes()
+    for i in (-1, 4, 100):                                  # not a row: nothing written
+        assert not T._row_writer()(raw, i, n, dim, *values)
+    assert buf.tobytes() == before
 
 
 def test_record_writes_the_same_log(tmp_path, monkeypatch):
