@@ -65,6 +65,7 @@ on for a hardware run unless listed in ``disabled_protections`` (checked by
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections import deque
@@ -87,6 +88,41 @@ from . import _safety_rules as _rules
 _NO_ERROR = np.zeros(0)
 _NO_CODES = np.zeros(0, dtype=np.int64)
 _NO_FLAGS = np.zeros(0, dtype=np.bool_)
+
+
+#: the argument types of :func:`_evaluate_checked` for which it is compiled: a cycle's float64,
+#: int64 and bool vectors (contiguous), the (6, n) limits and the int64 rule bits
+_RULES_SIGNATURE = ("int64(" + "float64[::1], " * 8
+                    + "int64[::1], boolean[::1], boolean[::1], float64[:, ::1], int64[::1], int64[::1])")
+
+
+@njit(cache=True)
+def _evaluate_checked(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh, limits, jbits, ebits):
+    """:func:`controller._safety_rules.evaluate` (the same rules, arguments and result) of a
+    cycle whose inputs have the lengths :meth:`SafetySupervisor.check` accepts: ``q``, ``qd``,
+    ``tau`` and the feedback's ``fault``, ``enabled``, ``fresh`` one entry per joint (``n``:
+    the columns of ``limits``, the length of ``jbits``), ``ebits`` one per axis of ``err``,
+    ``err_max`` one or one per axis.  Otherwise -1, and nothing is written (the check then
+    validates, raises or evaluates as it does).
+    """
+    n = limits.shape[1]
+    m = err.shape[0]
+    if (q.shape[0] != n or qd.shape[0] != n or tau.shape[0] != n or fault.shape[0] != n or enabled.shape[0] != n
+            or fresh.shape[0] != n or jbits.shape[0] != n or ebits.shape[0] != m
+            or not (err_max.shape[0] == 1 or err_max.shape[0] == m)):
+        return -1
+    return _rules.evaluate_inline(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh, limits, jbits,
+                                  ebits)
+
+
+@functools.cache
+def _rules_checker():
+    """:func:`_evaluate_checked`, compiled for :data:`_RULES_SIGNATURE` alone (loaded from numba's
+    cache at the first call in a process): arguments of other types raise TypeError (no
+    specialisation is compiled for them)."""
+    _evaluate_checked.compile(_RULES_SIGNATURE)
+    _evaluate_checked.disable_compile()
+    return _evaluate_checked
 
 
 def _exact_planar3rrr(model) -> bool:
@@ -433,6 +469,7 @@ class SafetySupervisor:
         v = np.zeros(n)
         _rules.evaluate(v, v, v, v, v, v, v, self._em, _NO_CODES, _NO_FLAGS, _NO_FLAGS, self._limits,
                         np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+        _rules_checker()
         # the same for the compiled singularity check (its first one is in the first cycle);
         # the result is not used
         if self._sing and _exact_planar3rrr(model):
@@ -470,6 +507,11 @@ class SafetySupervisor:
         self.pose = None
         if self._sing:
             self.pose = self._pose0 if self._pose0 is not None else np.asarray(self.model.home_pose, float)
+
+    def _quiet(self) -> bool:
+        """Whether a cycle without a rule bit or singularity fault is clean: the clean path on, no
+        stop request or pending fault, no stale counter to reset."""
+        return self._clean_path and self.stop_reason is None and not self._pending and not self._stale_any
 
     def _singularity_check(self, t_s: float, q: np.ndarray) -> list[Fault]:
         """The singularity check of a cycle at time ``t_s`` [s] and joint angles ``q`` (n,): the
@@ -636,6 +678,25 @@ class SafetySupervisor:
         if self.latched:
             return self._react(t_s, state, (), feedback)
         n = self.n
+        em = self._em
+        if self._em_of is not self.err_max:     # err_max was replaced: its 1-D form anew
+            self._em_of, em = self.err_max, self.err_max.reshape(-1)
+            self._em = em
+        due = self._sing and (self._k - 1) % self.config.singularity_every == 0
+        summary = None
+        if feedback is not None and error is not None:
+            # a cycle's values as they are (no conversion, lengths checked in the compiled call);
+            # any other kind of value (-1, TypeError...): converted and validated below
+            try:
+                summary = _rules_checker()(state.q, state.qd, tau, ref.pos, ref.vel, ref.acc, error, em,
+                                           feedback.fault, feedback.enabled, feedback.fresh, self._limits,
+                                           self._jbits, self._ebits)
+            except Exception:  # noqa: BLE001 - the path below raises what it raises
+                summary = None
+            if summary == -1:
+                summary = None
+            elif summary == 0 and not due and type(tau) is np.ndarray and self._quiet():
+                return tau.copy(), SafetyState(OK, "run", np.zeros(n, dtype=bool))
         q = np.asarray(state.q, dtype=float)
         qd = np.asarray(state.qd, dtype=float)
         tau = np.asarray(tau, dtype=float)
@@ -649,10 +710,6 @@ class SafetySupervisor:
         if error is None and pos.shape == q.shape:
             error = pos - q
         e = _NO_ERROR if error is None else np.asarray(error, dtype=float)
-        em = self._em
-        if self._em_of is not self.err_max:     # err_max was replaced: its 1-D form anew
-            self._em_of, em = self.err_max, self.err_max.reshape(-1)
-            self._em = em
         if e.ndim != 1 or em.shape[0] not in (1, e.shape[0]):
             raise SafetyError(f"safety check: tracking error of shape {e.shape} against "
                               f"tracking_error_max of shape {self.err_max.shape}")
@@ -666,15 +723,13 @@ class SafetySupervisor:
         eb = self._ebits
         if eb.shape != e.shape:
             eb = self._ebits = np.zeros(e.shape[0], dtype=np.int64)
-        summary = _rules.evaluate(q, qd, tau, pos, vel, acc, e, em, fault, enabled, fresh, self._limits, jb, eb)
+        if summary is None:
+            summary = _rules.evaluate(q, qd, tau, pos, vel, acc, e, em, fault, enabled, fresh, self._limits, jb, eb)
         # the singularity check when it is due (its faults join the others' below, last)
-        sing = self._singularity_check(t_s, q) if self._sing and (self._k - 1) % self.config.singularity_every == 0 \
-            else ()
-        if (not summary and self._clean_path and self.stop_reason is None and not self._pending and not self._stale_any
-                and not sing):
-            # the clean cycle: no rule bit set, no stop request or pending fault, no stale
-            # counter to reset and no singularity fault (else the full path below finds
-            # what is set, or handles the limits)
+        sing = self._singularity_check(t_s, q) if due else ()
+        if not summary and not sing and self._quiet():
+            # the clean cycle: no rule bit set and no singularity fault (else the full path
+            # below finds what is set, or handles the limits)
             return tau.copy(), SafetyState(OK, "run", np.zeros(n, dtype=bool))
         # the OR of every joint's / axis' bits: a rule no joint broke needs no numpy call below
         jor = summary >> _rules.JOINT_SHIFT
