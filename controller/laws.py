@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from numba import njit
 
 from dynamics.base import Model, ParallelModel
 from dynamics.errors import ModelError, SingularityError
@@ -229,6 +230,46 @@ def _pose_hint(model: ParallelModel, q, guess):
     return np.asarray(model.forward_kinematics_task(q, guess=guess), dtype=float)
 
 
+#: status of a compiled call whose inputs do not have the law's shapes (no kernel ran; the
+#: numpy path then runs, as for a status of the kernel)
+_ST_SHAPE = -1
+
+#: the keys of ``TaskComputedTorque.compiled_args`` (3RRR) in ``consts``, in the order of
+#: :func:`_rrr_task_computed_torque_call`
+_RRR_TCT_CONSTS = ("P", "branch", "kp", "kd", "ki", "has_ki", "z_limit", "fric", "fmode", "has_sat", "sat_lim")
+
+
+@njit(cache=True)
+def _rrr_task_computed_torque_call(c, q, qd, pose, pos, vel, acc, z, dt, X, e, tau, mask, z_out):
+    """:func:`controller._law_kernels.rrr_task_computed_torque` with its constant arguments in
+    one tuple ``c`` (the values of :data:`_RRR_TCT_CONSTS`, built once per ``compiled_args``),
+    so that one argument instead of eleven passes the dispatcher each cycle.
+
+    The inputs ``q``, ``qd`` (n,) and ``pos``, ``vel``, ``acc`` (dim,) are first checked
+    against the shapes of the outputs ``tau`` (n,) and ``e`` (dim,); on a mismatch nothing is
+    written and the status is :data:`_ST_SHAPE`, else the kernel's status (0: clean).  The
+    other arguments and the outputs are the kernel's.
+    """
+    # ``x.ndim`` is a constant of the compiled form: for an input of more dimensions these
+    # branches are all that is compiled (no kernel could take it)
+    if q.ndim != 1:
+        return _ST_SHAPE
+    if qd.ndim != 1:
+        return _ST_SHAPE
+    if pos.ndim != 1:
+        return _ST_SHAPE
+    if vel.ndim != 1:
+        return _ST_SHAPE
+    if acc.ndim != 1:
+        return _ST_SHAPE
+    n = tau.shape[0]
+    m = e.shape[0]
+    if q.shape[0] != n or qd.shape[0] != n or pos.shape[0] != m or vel.shape[0] != m or acc.shape[0] != m:
+        return _ST_SHAPE
+    return _LK.rrr_task_computed_torque(c[0], c[1], q, qd, pose, pos, vel, acc, c[2], c[3], c[4], c[5], z, dt,
+                                        c[6], c[7], c[8], c[9], c[10], X, e, tau, mask, z_out)
+
+
 class _CompiledLaw:
     """The compiled form of a law (see :mod:`controller._law_kernels`): its constant
     arguments, rebuilt when an object they are built from (:meth:`_compiled_inputs`:
@@ -275,7 +316,10 @@ class _CompiledLaw:
     def _try_compiled(self, t_s, ref, state):
         """Torques by the compiled law (``_compute_compiled``), or None: no compiled form for
         this model, inputs of other shapes, or a step the kernel declines (the numpy path then
-        runs and reports it).  Sets ``last_error`` and ``last_saturated`` when it ran."""
+        runs and reports it).  Sets ``last_error`` and ``last_saturated`` when it ran.
+
+        The shapes are checked here, or (``compiled_args["checks_shapes"]``) by the compiled
+        call itself (:func:`_rrr_task_computed_torque_call`: status :data:`_ST_SHAPE`)."""
         c = self.compiled_args
         if c is None:
             return None
@@ -285,9 +329,10 @@ class _CompiledLaw:
         pos = np.ascontiguousarray(ref.pos, dtype=float)
         vel = np.ascontiguousarray(ref.vel, dtype=float)
         acc = np.ascontiguousarray(ref.acc, dtype=float)
-        n, m = (self.n,), (self.dim,)
-        if q.shape != n or qd.shape != n or pos.shape != m or vel.shape != m or acc.shape != m:
-            return None
+        if not c["checks_shapes"]:
+            n, m = (self.n,), (self.dim,)
+            if q.shape != n or qd.shape != n or pos.shape != m or vel.shape != m or acc.shape != m:
+                return None
         e = np.empty(self.dim)
         tau = np.empty(self.n)
         mask = np.empty(self.n, dtype=np.bool_)
@@ -304,7 +349,8 @@ class _CompiledLaw:
                                               np.broadcast_to(np.asarray(m.drive.coulomb, float), (n,))]))
         fmode = {"measured": _LK.FRICTION_MEASURED, "desired": _LK.FRICTION_DESIRED}.get(self.friction,
                                                                                         _LK.FRICTION_NONE)
-        return {"kp": np.ascontiguousarray(self.kp, dtype=float), "kd": np.ascontiguousarray(self.kd, dtype=float),
+        return {"checks_shapes": False,
+                "kp": np.ascontiguousarray(self.kp, dtype=float), "kd": np.ascontiguousarray(self.kd, dtype=float),
                 "fric": fric, "fmode": fmode,
                 "has_sat": self.saturation is not None,
                 "sat_lim": (np.full(n, np.inf) if self.saturation is None
@@ -643,7 +689,8 @@ class PID(_CompiledLaw, Controller):
         n = self.n
         lim = self.integral_limit_nm
         vec = np.ascontiguousarray
-        return {"kind": "serial", "P": ff.model._P if has_grav else np.zeros(1), "has_grav": has_grav,
+        return {"kind": "serial", "checks_shapes": False, "P": ff.model._P if has_grav else np.zeros(1),
+                "has_grav": has_grav,
                 "kp": vec(self.kp), "ki": vec(self.ki), "kd": vec(self.kd),
                 "back_calc": self.anti_windup == "back_calculation", "tt": vec(self.tracking_time_s),
                 "i_limit": np.full(n, np.inf) if lim is None else vec(lim),
@@ -980,7 +1027,11 @@ class TaskComputedTorque(_CompiledIntegralLaw, _TaskBase):
         convention; any other model takes the Python path below.
         """
         if self._planar3rrr():
-            return {"kind": "rrr", "P": self.model._P, "branch": self.model._branch_k, **self._common_args(3)}
+            c = {"kind": "rrr", "P": self.model._P, "branch": self.model._branch_k, **self._common_args(3)}
+            # the constant arguments of the compiled call in one tuple (the same objects)
+            c["consts"] = tuple(c[key] for key in _RRR_TCT_CONSTS)
+            c["checks_shapes"] = True
+            return c
         sk = self._stewart_kernels()
         if sk is None:
             return None
@@ -1001,9 +1052,8 @@ class TaskComputedTorque(_CompiledIntegralLaw, _TaskBase):
         z = np.empty(self.dim)
         pose = np.asarray(self.pose, dtype=float)
         if c["kind"] == "rrr":
-            st = _LK.rrr_task_computed_torque(
-                c["P"], c["branch"], q, qd, pose, pos, vel, acc, c["kp"], c["kd"], c["ki"], c["has_ki"], itg.z,
-                float(dt), c["z_limit"], c["fric"], c["fmode"], c["has_sat"], c["sat_lim"], X, e, tau, mask, z)
+            st = _rrr_task_computed_torque_call(c["consts"], q, qd, pose, pos, vel, acc, itg.z, float(dt),
+                                                X, e, tau, mask, z)
         else:
             st = c["law"](c["P"], q, qd, pose, pos, vel, acc, c["kp"], c["kd"], c["ki"], c["has_ki"], itg.z,
                           float(dt), c["z_limit"], c["fric"], c["fmode"], c["has_sat"], c["sat_lim"], X, e, tau,

@@ -65,13 +65,19 @@ on for a hardware run unless listed in ``disabled_protections`` (checked by
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
+from numba import njit
 
+from dynamics._planar3rrr_kernels import WS_SIZE as _RRR_WS_SIZE
+from dynamics._planar3rrr_kernels import fk_newton_ws as _rrr_fk_newton_ws
+from dynamics._planar3rrr_kernels import sing_margin_ws as _rrr_sing_margin_ws
 from dynamics.base import JointLimits, Model, ParallelModel
 from dynamics.config import Section
 from dynamics.errors import ConfigError, SafetyError
@@ -82,6 +88,77 @@ from . import _safety_rules as _rules
 _NO_ERROR = np.zeros(0)
 _NO_CODES = np.zeros(0, dtype=np.int64)
 _NO_FLAGS = np.zeros(0, dtype=np.bool_)
+
+
+#: the argument types of :func:`_evaluate_checked` for which it is compiled: a cycle's float64,
+#: int64 and bool vectors (contiguous), the (6, n) limits and the int64 rule bits
+_RULES_SIGNATURE = ("int64(" + "float64[::1], " * 8
+                    + "int64[::1], boolean[::1], boolean[::1], float64[:, ::1], int64[::1], int64[::1])")
+
+
+@njit(cache=True)
+def _evaluate_checked(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh, limits, jbits, ebits):
+    """:func:`controller._safety_rules.evaluate` (the same rules, arguments and result) of a
+    cycle whose inputs have the lengths :meth:`SafetySupervisor.check` accepts: ``q``, ``qd``,
+    ``tau`` and the feedback's ``fault``, ``enabled``, ``fresh`` one entry per joint (``n``:
+    the columns of ``limits``, the length of ``jbits``), ``ebits`` one per axis of ``err``,
+    ``err_max`` one or one per axis.  Otherwise -1, and nothing is written (the check then
+    validates, raises or evaluates as it does).
+    """
+    n = limits.shape[1]
+    m = err.shape[0]
+    if (q.shape[0] != n or qd.shape[0] != n or tau.shape[0] != n or fault.shape[0] != n or enabled.shape[0] != n
+            or fresh.shape[0] != n or jbits.shape[0] != n or ebits.shape[0] != m
+            or not (err_max.shape[0] == 1 or err_max.shape[0] == m)):
+        return -1
+    return _rules.evaluate_inline(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh, limits, jbits,
+                                  ebits)
+
+
+@functools.cache
+def _rules_checker():
+    """:func:`_evaluate_checked`, compiled for :data:`_RULES_SIGNATURE` alone (loaded from numba's
+    cache at the first call in a process): arguments of other types raise TypeError (no
+    specialisation is compiled for them)."""
+    _evaluate_checked.compile(_RULES_SIGNATURE)
+    _evaluate_checked.disable_compile()
+    return _evaluate_checked
+
+
+def _exact_planar3rrr(model) -> bool:
+    """Whether ``model`` is exactly a :class:`~dynamics.planar3rrr.Planar3RRR` (looked up in the
+    loaded modules: a supervisor of another robot does not import it)."""
+    rrr = sys.modules.get("dynamics.planar3rrr")
+    return rrr is not None and type(model) is rrr.Planar3RRR
+
+
+@njit(cache=True)
+def _rrr_regular_margin(P, tol_sing, q, guess, X, out):
+    """The pose and singularity margin of a 3RRR (``Planar3RRR``) when the pose is regular.
+
+    ``X`` (3,) written: the pose by Newton from ``guess`` (3,) at the angles ``q`` (3,), as
+    ``Planar3RRR.forward_kinematics_task(q, guess)`` finds it (tolerance 1e-12 m, 50
+    iterations; ``P`` the model's packed parameters ``_P``); ``out[0]`` written: the margin
+    of ``Planar3RRR.singularity(q, X)`` (the same kernel values, :func:`sing_margin_ws` is
+    bit-identical to the model's ``sing_entry``).  Returns 0 when both are valid and the pose
+    is regular (both normalised measures >= ``tol_sing``, a margin >= 0); otherwise non-zero,
+    and the caller asks the model (non-finite inputs, a failed solve, a singular pose).
+    """
+    for i in range(3):
+        if not (math.isfinite(q[i]) and math.isfinite(guess[i])):
+            return 1
+    ws = np.empty(_RRR_WS_SIZE)
+    st, _ = _rrr_fk_newton_ws(P, q, guess, 1e-12, 50, X, ws)
+    if st != 0:
+        return st
+    so = np.empty(8)
+    st = _rrr_sing_margin_ws(P, q, X, ws, so)
+    if st != 0:
+        return st
+    if not (so[4] >= 0.0) or so[0] < tol_sing or abs(so[1]) < tol_sing:
+        return 1
+    out[0] = so[4]
+    return 0
 
 __all__ = ["SafetyConfig", "SafetySupervisor", "SafetyState", "Fault", "REACTIONS", "SAFETY_RANGES",
            "PROTECTIONS", "OK", "CLIPPED", "SOFT_LIMIT", "BRAKING", "HOLDING", "FAULT", "DISABLED"]
@@ -392,6 +469,11 @@ class SafetySupervisor:
         v = np.zeros(n)
         _rules.evaluate(v, v, v, v, v, v, v, self._em, _NO_CODES, _NO_FLAGS, _NO_FLAGS, self._limits,
                         np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+        _rules_checker()
+        # the same for the compiled singularity check (its first one is in the first cycle);
+        # the result is not used
+        if self._sing and _exact_planar3rrr(model):
+            _rrr_regular_margin(model._P, float(model._tol_sing), v, np.zeros(n), np.empty(n), np.empty(1))
 
     # the limits, views of the rows of ``_limits`` (read-only attributes: edit them in place; a
     # view made at each access, so a copied or unpickled supervisor's are its own array's)
@@ -425,6 +507,67 @@ class SafetySupervisor:
         self.pose = None
         if self._sing:
             self.pose = self._pose0 if self._pose0 is not None else np.asarray(self.model.home_pose, float)
+
+    def _quiet(self) -> bool:
+        """Whether a cycle without a rule bit or singularity fault is clean: the clean path on, no
+        stop request or pending fault, no stale counter to reset."""
+        return self._clean_path and self.stop_reason is None and not self._pending and not self._stale_any
+
+    def _singularity_check(self, t_s: float, q: np.ndarray) -> list[Fault]:
+        """The singularity check of a cycle at time ``t_s`` [s] and joint angles ``q`` (n,): the
+        margin (:meth:`_singularity_margin`) and its prediction over ``singularity_horizon_s``
+        against ``singularity_margin_min``; updates :attr:`pose`, :attr:`last_margin` and the
+        last checked margin.  Returns the faults (none: an empty list).
+        """
+        new: list[Fault] = []
+        try:
+            m, kind = self._singularity_margin(q)
+            self.last_margin = m
+            m_min = self.config.singularity_margin_min
+            predicted = m
+            if self._margin_prev is not None and self.config.singularity_horizon_s > 0:
+                t0, m0 = self._margin_prev
+                dt = float(t_s) - t0
+                if dt > 0:
+                    predicted = m + min(0.0, (m - m0) / dt) * self.config.singularity_horizon_s
+            self._margin_prev = (float(t_s), m)
+            if not (m >= m_min):
+                new.append(Fault(t_s, "singularity", None,
+                                 {"margin": m, "kind": kind, "min": m_min},
+                                 f"too close to a {kind} singularity"))
+            elif not (predicted >= m_min):
+                new.append(Fault(t_s, "singularity", None,
+                                 {"margin": m, "predicted": predicted, "kind": kind, "min": m_min,
+                                  "horizon_s": self.config.singularity_horizon_s},
+                                 f"approaching a {kind} singularity: margin {m:.3g} predicted "
+                                 f"{predicted:.3g} within {self.config.singularity_horizon_s:g} s "
+                                 f"(min {m_min:g})"))
+        except Exception as err:  # noqa: BLE001 - any model failure is a fault, recorded
+            new.append(Fault(t_s, "singularity", None, {"error": repr(err)},
+                             f"singularity check failed: {err}"))
+        return new
+
+    def _singularity_margin(self, q) -> tuple[float, str]:
+        """The singularity check's measures at the joint angles ``q`` (n,): ``(margin, kind)`` as
+        the model's :meth:`~dynamics.base.ParallelModel.singularity` reports them at the pose
+        found by its forward kinematics warm-started at :attr:`pose` (which becomes the new
+        :attr:`pose`).  Raises what those raise.
+
+        For an exact :class:`~dynamics.planar3rrr.Planar3RRR` a regular pose with a margin is
+        found by one compiled call (:func:`_rrr_regular_margin`: the same kernels, the same
+        values); anything else (a failure, a singular pose) is left to the model's methods,
+        from the same start.
+        """
+        model = self.model
+        if _exact_planar3rrr(model):
+            X = np.empty(3)
+            out = np.empty(1)
+            if _rrr_regular_margin(model._P, float(model._tol_sing), q, self.pose, X, out) == 0:
+                self.pose = X
+                return float(out[0]), "regular"
+        self.pose = np.asarray(model.forward_kinematics_task(q, guess=self.pose), dtype=float)
+        rep = model.singularity(q, self.pose)
+        return float(rep.margin), rep.kind
 
     def request_stop(self, reason: str = "signal") -> None:
         """Ask for a stop at the next :meth:`check` (safe to call from a signal handler).
@@ -535,6 +678,25 @@ class SafetySupervisor:
         if self.latched:
             return self._react(t_s, state, (), feedback)
         n = self.n
+        em = self._em
+        if self._em_of is not self.err_max:     # err_max was replaced: its 1-D form anew
+            self._em_of, em = self.err_max, self.err_max.reshape(-1)
+            self._em = em
+        due = self._sing and (self._k - 1) % self.config.singularity_every == 0
+        summary = None
+        if feedback is not None and error is not None:
+            # a cycle's values as they are (no conversion, lengths checked in the compiled call);
+            # any other kind of value (-1, TypeError...): converted and validated below
+            try:
+                summary = _rules_checker()(state.q, state.qd, tau, ref.pos, ref.vel, ref.acc, error, em,
+                                           feedback.fault, feedback.enabled, feedback.fresh, self._limits,
+                                           self._jbits, self._ebits)
+            except Exception:  # noqa: BLE001 - the path below raises what it raises
+                summary = None
+            if summary == -1:
+                summary = None
+            elif summary == 0 and not due and type(tau) is np.ndarray and self._quiet():
+                return tau.copy(), SafetyState(OK, "run", np.zeros(n, dtype=bool))
         q = np.asarray(state.q, dtype=float)
         qd = np.asarray(state.qd, dtype=float)
         tau = np.asarray(tau, dtype=float)
@@ -548,10 +710,6 @@ class SafetySupervisor:
         if error is None and pos.shape == q.shape:
             error = pos - q
         e = _NO_ERROR if error is None else np.asarray(error, dtype=float)
-        em = self._em
-        if self._em_of is not self.err_max:     # err_max was replaced: its 1-D form anew
-            self._em_of, em = self.err_max, self.err_max.reshape(-1)
-            self._em = em
         if e.ndim != 1 or em.shape[0] not in (1, e.shape[0]):
             raise SafetyError(f"safety check: tracking error of shape {e.shape} against "
                               f"tracking_error_max of shape {self.err_max.shape}")
@@ -565,12 +723,13 @@ class SafetySupervisor:
         eb = self._ebits
         if eb.shape != e.shape:
             eb = self._ebits = np.zeros(e.shape[0], dtype=np.int64)
-        summary = _rules.evaluate(q, qd, tau, pos, vel, acc, e, em, fault, enabled, fresh, self._limits, jb, eb)
-        if (not summary and self._clean_path and self.stop_reason is None and not self._pending and not self._stale_any
-                and not (self._sing and (self._k - 1) % self.config.singularity_every == 0)):
-            # the clean cycle: no rule bit set, no stop request or pending fault, no stale
-            # counter to reset and no singularity check due (else the full path below finds
-            # what is set, or handles the limits)
+        if summary is None:
+            summary = _rules.evaluate(q, qd, tau, pos, vel, acc, e, em, fault, enabled, fresh, self._limits, jb, eb)
+        # the singularity check when it is due (its faults join the others' below, last)
+        sing = self._singularity_check(t_s, q) if due else ()
+        if not summary and not sing and self._quiet():
+            # the clean cycle: no rule bit set and no singularity fault (else the full path
+            # below finds what is set, or handles the limits)
             return tau.copy(), SafetyState(OK, "run", np.zeros(n, dtype=bool))
         # the OR of every joint's / axis' bits: a rule no joint broke needs no numpy call below
         jor = summary >> _rules.JOINT_SHIFT
@@ -627,34 +786,7 @@ class SafetySupervisor:
                         new.append(Fault(t_s, "tracking_error", int(j),
                                          {"error": float(e[j]), "max": float(em[0 if em.shape[0] == 1 else j])},
                                          "tracking error limit exceeded"))
-        if self._sing and (self._k - 1) % self.config.singularity_every == 0:
-                try:
-                    self.pose = np.asarray(self.model.forward_kinematics_task(q, guess=self.pose), dtype=float)
-                    rep = self.model.singularity(q, self.pose)
-                    m = float(rep.margin)
-                    self.last_margin = m
-                    m_min = self.config.singularity_margin_min
-                    predicted = m
-                    if self._margin_prev is not None and self.config.singularity_horizon_s > 0:
-                        t0, m0 = self._margin_prev
-                        dt = float(t_s) - t0
-                        if dt > 0:
-                            predicted = m + min(0.0, (m - m0) / dt) * self.config.singularity_horizon_s
-                    self._margin_prev = (float(t_s), m)
-                    if not (m >= m_min):
-                        new.append(Fault(t_s, "singularity", None,
-                                         {"margin": m, "kind": rep.kind, "min": m_min},
-                                         f"too close to a {rep.kind} singularity"))
-                    elif not (predicted >= m_min):
-                        new.append(Fault(t_s, "singularity", None,
-                                         {"margin": m, "predicted": predicted, "kind": rep.kind, "min": m_min,
-                                          "horizon_s": self.config.singularity_horizon_s},
-                                         f"approaching a {rep.kind} singularity: margin {m:.3g} predicted "
-                                         f"{predicted:.3g} within {self.config.singularity_horizon_s:g} s "
-                                         f"(min {m_min:g})"))
-                except Exception as err:  # noqa: BLE001 - any model failure is a fault, recorded
-                    new.append(Fault(t_s, "singularity", None, {"error": repr(err)},
-                                     f"singularity check failed: {err}"))
+        new.extend(sing)
         if new:
             self._latch(t_s, q, new)
             return self._react(t_s, state, tuple(new))

@@ -40,6 +40,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 from dynamics.errors import TorqueloopError
 
@@ -85,6 +86,94 @@ def log_dtype(n: int, dim: int) -> np.dtype:
 
 #: fields of the controller's dimension (the others have one entry per actuator)
 _DIM_FIELDS = ("ref_pos", "ref_vel", "ref_acc", "err")
+
+
+#: the argument types of :func:`_write_row` for which it is compiled: the buffer's bytes, the
+#: row, n, dim, then the fields as :meth:`TelemetryWriter.record` gets them from the loop
+_ROW_SIGNATURE = ("boolean(uint8[:, ::1], int64, int64, int64, float64, " + "float64[::1], " * 9
+                  + "int64, boolean[::1], float64, float64, boolean[::1], int64[::1], boolean[::1])")
+
+
+@functools.cache
+def _row_writer():
+    """:func:`_write_row`, compiled for :data:`_ROW_SIGNATURE` alone (loaded from numba's cache
+    at the first call in a process, not at import): arguments of other types raise TypeError
+    (no specialisation is compiled for them)."""
+    _write_row.compile(_ROW_SIGNATURE)
+    _write_row.disable_compile()
+    return _write_row
+
+
+@njit(cache=True)
+def _write_row(raw, i, n, dim, t, q, qd, ref_pos, ref_vel, ref_acc, err, tau_ctrl, tau_cmd, tau_meas, safety, sat,
+               lateness_s, compute_s, fresh, fault, enabled):
+    """Write row ``i`` of a :func:`log_dtype` ``(n, dim)`` buffer (``raw``: its bytes, one row
+    of ``itemsize`` bytes per log row) from the values of one cycle, the same bytes as the
+    assignment of the tuple of values (little-endian machine: the fields are stored as they are
+    in memory; each a plain copy, the int64 codes narrowed to int32 as numpy casts them).
+
+    Returns False, writing nothing, when ``i`` is not a row of ``raw``, an array has another
+    length than its field or a code is out of the int32 range (the tuple assignment then does
+    what it does).
+    """
+    if not 0 <= i < raw.shape[0]:
+        return False
+    for v in (q, qd, tau_ctrl, tau_cmd, tau_meas):
+        if v.shape[0] != n:
+            return False
+    for v in (ref_pos, ref_vel, ref_acc, err):
+        if v.shape[0] != dim:
+            return False
+    if sat.shape[0] != n or fresh.shape[0] != n or fault.shape[0] != n or enabled.shape[0] != n:
+        return False
+    lo, hi = -2147483648, 2147483647
+    if not lo <= safety <= hi:
+        return False
+    for j in range(n):
+        if not lo <= fault[j] <= hi:
+            return False
+    nf = 1 + 5 * n + 4 * dim                 # the doubles t .. tau_meas, in the field order
+    f = np.empty(nf + 2)                     # then lateness_s, compute_s
+    f[0] = t
+    k = 1
+    for v in (q, qd):
+        for j in range(n):
+            f[k] = v[j]
+            k += 1
+    for v in (ref_pos, ref_vel, ref_acc, err):
+        for j in range(dim):
+            f[k] = v[j]
+            k += 1
+    for v in (tau_ctrl, tau_cmd, tau_meas):
+        for j in range(n):
+            f[k] = v[j]
+            k += 1
+    f[nf] = lateness_s
+    f[nf + 1] = compute_s
+    codes = np.empty(1 + n, dtype=np.int32)  # safety, fault
+    codes[0] = safety
+    for j in range(n):
+        codes[1 + j] = fault[j]
+    fb = f.view(np.uint8)
+    cb = codes.view(np.uint8)
+    row = raw[i]
+    p = 8 * nf
+    row[0:p] = fb[0:p]                       # t, q, qd, ref_pos, ref_vel, ref_acc, err, tau_*
+    row[p:p + 4] = cb[0:4]                   # safety
+    p += 4
+    for j in range(n):                       # sat
+        row[p + j] = sat[j]
+    p += n
+    row[p:p + 16] = fb[8 * nf:8 * nf + 16]   # lateness_s, compute_s
+    p += 16
+    for j in range(n):                       # fresh
+        row[p + j] = fresh[j]
+    p += n
+    row[p:p + 4 * n] = cb[4:4 + 4 * n]       # fault
+    p += 4 * n
+    for j in range(n):                       # enabled
+        row[p + j] = enabled[j]
+    return True
 
 
 def usable_labels(names, count: int) -> list[str] | None:
@@ -312,6 +401,11 @@ class TelemetryWriter:
         self.fsync = fsync
         self._buf = np.zeros(buffer_rows, dtype=self.dtype)
         self._v = {name: self._buf[name] for name in self.dtype.names}
+        # the buffer's bytes for the compiled row writer (its layout is log_dtype's as stored on
+        # a little-endian machine; elsewhere every row is assigned as a tuple)
+        little = sys.byteorder == "little"
+        self._raw = self._buf.view(np.uint8).reshape(buffer_rows, self.dtype.itemsize) if little else None
+        self._write_row = _row_writer() if little else None
         self._i = 0
         self.rows_written = 0
         self._hlen = len(_header_bytes(self.file_dtype, 0))
@@ -337,13 +431,22 @@ class TelemetryWriter:
 
         The arguments are the fields of :func:`log_dtype` in its order; the row is
         written in one assignment (each value converted to its field as a field-wise
-        assignment would convert it).
+        assignment would convert it), or, for the values of a control cycle (float64,
+        bool and int64 vectors of the fields' lengths, contiguous), by one compiled call
+        (:func:`_write_row`: the same bytes).
         """
         if self.closed:
             raise TorqueloopError("telemetry writer is closed")
         i = self._i
-        self._buf[i] = (t, q, qd, ref_pos, ref_vel, ref_acc, err, tau_ctrl, tau_cmd, tau_meas, safety, sat,
-                        lateness_s, compute_s, fresh, fault, enabled)
+        try:
+            done = self._raw is not None and self._write_row(
+                self._raw, i, self.n, self.dim, t, q, qd, ref_pos, ref_vel, ref_acc, err, tau_ctrl, tau_cmd,
+                tau_meas, safety, sat, lateness_s, compute_s, fresh, fault, enabled)
+        except TypeError:       # values of other types than _ROW_SIGNATURE's: the assignment converts them
+            done = False
+        if not done:
+            self._buf[i] = (t, q, qd, ref_pos, ref_vel, ref_acc, err, tau_ctrl, tau_cmd, tau_meas, safety, sat,
+                            lateness_s, compute_s, fresh, fault, enabled)
         self._i = i + 1
         if self._i == self._buf.shape[0]:
             self.flush()

@@ -1,0 +1,112 @@
+"""The safety supervisor's singularity check on a 3RRR by one compiled call
+(``controller.safety._rrr_regular_margin``): the same pose and margin as the model's forward
+kinematics and ``singularity`` to the bit, and the same supervisor results (margins, poses,
+faults and their messages) as with the model's methods alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import controller.safety as S
+from controller.app import run as api
+from controller.laws import State
+from drivers.base import Feedback
+from dynamics import load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def rrr():
+    return load_model(ROOT / "hil_configs" / "robots" / "3rrr_horizontal.toml")
+
+
+def test_regular_margin_equals_the_models_to_the_bit(rrr):
+    rng = np.random.default_rng(3)
+    home = np.asarray(rrr.home_pose, float)
+    used = 0
+    for _ in range(300):
+        X = home + rng.normal(0, [0.03, 0.03, 0.3])
+        try:
+            q = np.asarray(rrr.inverse_kinematics(X), float)
+        except Exception:  # noqa: BLE001 - outside the workspace
+            continue
+        guess = X + rng.normal(0, 1e-3, 3)
+        Xc, out = np.full(3, np.nan), np.full(1, np.nan)
+        st = S._rrr_regular_margin(rrr._P, float(rrr._tol_sing), q, guess, Xc, out)
+        Xm = np.asarray(rrr.forward_kinematics_task(q, guess=guess), float)
+        rep = rrr.singularity(q, Xm)
+        if rep.kind == "regular":
+            assert st == 0
+            used += 1
+            assert Xc.tobytes() == Xm.tobytes()
+            assert out[0] == rep.margin and np.float64(rep.margin).tobytes() == out[0].tobytes()
+        else:
+            assert st != 0
+    assert used > 100
+    # non-finite inputs are left to the model (which raises)
+    for q, g in ((np.array([np.nan, 0.0, 0.0]), home), (np.zeros(3), np.array([0.0, np.inf, 0.0]))):
+        assert S._rrr_regular_margin(rrr._P, float(rrr._tol_sing), q, g, np.empty(3), np.empty(1)) != 0
+
+
+def _supervisor_run(spec, cycles):
+    """Checks of a sequence of cycles (every one a singularity check); what they leave."""
+    X0 = np.asarray(spec.trajectory.sample(0.0).pos, dtype=float)
+    saf = api.make_safety(spec, pose0=X0)
+    saf.config.singularity_every = 1
+    saf.reset()
+    n = 3
+    out = []
+    for t, q in cycles:
+        fb = Feedback(t, q, np.zeros(n), np.zeros(n), np.zeros(n, int), np.ones(n, bool), np.ones(n, bool), {})
+        ref = spec.trajectory.sample(t)
+        try:
+            cmd, ss = saf.check(t, State(t, q, np.zeros(n)), fb, ref, np.zeros(n), error=np.zeros(3))
+            out.append((cmd.tobytes(), ss.code, ss.action))
+        except Exception as exc:  # noqa: BLE001 - compared
+            out.append(repr(exc))
+        out.append((np.float64(saf.last_margin).tobytes(), None if saf.pose is None else saf.pose.tobytes()))
+    return out, [(f.t_s, f.cause, f.joint, repr(f.values), f.message) for f in saf.faults]
+
+
+def test_supervisor_same_as_with_the_models_methods(monkeypatch):
+    spec = api.load_run(ROOT / "hil_configs" / "runs" / "3rrr_circle.toml", duration_s=1.0)
+    model = spec.model
+    cycles = []
+    for k in range(60):
+        t = 0.001 * k
+        X = np.asarray(spec.trajectory.sample(t).pos, float)
+        cycles.append((t, np.asarray(model.inverse_kinematics(X), float)))
+    # a cycle with a non-finite angle (the model raises: "singularity check failed") and a
+    # pose of the circle again after it
+    cycles.insert(30, (0.03, np.array([np.nan, 0.0, 0.0])))
+    fast = _supervisor_run(spec, cycles)
+    with monkeypatch.context() as m:
+        calls = []
+        m.setattr(S, "_rrr_regular_margin", lambda *a: calls.append(1) or 1)    # the model's methods only
+        slow = _supervisor_run(spec, cycles)
+        assert calls
+    assert fast == slow
+    assert any("singularity check failed" in f[4] for f in fast[1])
+
+
+def test_supervisor_loads_the_compiled_check_when_made():
+    """A 3RRR supervisor loads the compiled singularity check when made (a new process: no
+    earlier call), so its first call, in the first control cycle, finds it ready."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np\n"
+            "import controller.safety as S\n"
+            "from controller.app import run as api\n"
+            f"spec = api.load_run({str(ROOT / 'hil_configs' / 'runs' / '3rrr_circle.toml')!r}, duration_s=0.1)\n"
+            "assert not S._rrr_regular_margin.signatures\n"
+            "saf = api.make_safety(spec, pose0=np.asarray(spec.trajectory.sample(0.0).pos, float))\n"
+            "print(len(S._rrr_regular_margin.signatures), saf.last_margin, saf._margin_prev)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "nan", "None"]        # loaded; the supervisor's state untouched
