@@ -719,6 +719,10 @@ class SafetySupervisor:
             fault = np.asarray(feedback.fault, dtype=np.int64)
             enabled = np.asarray(feedback.enabled, dtype=np.bool_)
             fresh = np.asarray(feedback.fresh, dtype=np.bool_)
+            # the compiled rules read element j of each for every joint (no bounds check there)
+            if fault.shape != shape or enabled.shape != shape or fresh.shape != shape:
+                raise SafetyError(f"safety check: the feedback's fault, enabled and fresh must have shape "
+                                  f"({n},), got {fault.shape}, {enabled.shape}, {fresh.shape}")
         jb = self._jbits
         eb = self._ebits
         if eb.shape != e.shape:

@@ -51,6 +51,10 @@ def _cycles(spec, kind, rng):
             tau = np.zeros(4)
         elif kind == "err shape" and k == 9:
             err = np.zeros(2)
+        elif kind == "feedback shape" and k == 9:
+            fault = np.zeros(2, int)            # the rules would read past its end
+        elif kind == "feedback shape" and k == 11:
+            fresh = np.ones(5, bool)
         elif kind == "types" and k % 5 == 0:
             q, qd = q.tolist(), qd.astype(np.float32)
             fault = fault.astype(np.int32)
@@ -89,7 +93,7 @@ def _run(spec, cycles):
 
 
 @pytest.mark.parametrize("kind", ["clean", "clip", "soft", "nan", "stale", "device", "error", "shapes", "err shape",
-                                  "types", "subclass", "no error", "no feedback", "stop"])
+                                  "feedback shape", "types", "subclass", "no error", "no feedback", "stop"])
 def test_compiled_rules_call_changes_nothing(kind, monkeypatch):
     spec = api.load_run(ROOT / "hil_configs" / "runs" / "3rrr_circle.toml", duration_s=1.0)
     cycles = _cycles(spec, kind, np.random.default_rng(len(kind)))
@@ -130,3 +134,18 @@ def test_clean_cycles_return_at_once(monkeypatch):
         cmd, ss = saf.check(t, state, fb, ref, tau, error=err)
         assert ss.action == "run" and cmd is not tau
     assert not converted
+
+
+def test_feedback_vectors_of_another_length_are_refused():
+    """A feedback whose fault, enabled or fresh vector is not (n,) is a SafetyError naming the
+    shapes (the compiled rules would read past a short vector's end), on both paths."""
+    spec = api.load_run(ROOT / "hil_configs" / "runs" / "3rrr_circle.toml", duration_s=1.0)
+    t, state, fb, ref, tau, err = _cycles(spec, "clean", np.random.default_rng(1))[3]
+    saf = api.make_safety(spec, pose0=np.asarray(spec.trajectory.sample(0.0).pos, float))
+    saf.reset()
+    for bad in ({"fault": np.zeros(2, int)}, {"enabled": np.ones(1, bool)}, {"fresh": np.ones(4, bool)}):
+        short = Feedback(fb.t_s, fb.position_rad, fb.velocity_rad_s, fb.torque_nm,
+                         bad.get("fault", fb.fault), bad.get("fresh", fb.fresh), bad.get("enabled", fb.enabled), {})
+        with pytest.raises(S.SafetyError, match=r"fault, enabled and fresh must have shape \(3,\)"):
+            saf.check(t, state, short, ref, tau, error=err)
+
