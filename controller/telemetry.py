@@ -488,7 +488,9 @@ class TelemetryWriter:
         """
         if self.closed or self._i == 0:
             return
-        rows = self._buf[: self._i].copy()
+        # the buffer's rows as they are (a view, written from its memory): nothing records into
+        # the buffer before this returns, and rows kept after an error are copied
+        rows = self._buf[: self._i]
         self._i = 0
         if self._held:
             rows = np.concatenate(self._held + [rows])
@@ -497,7 +499,7 @@ class TelemetryWriter:
         try:
             start = self._hlen + self.rows_written * self.dtype.itemsize
             fh.seek(start)
-            fh.write(rows.tobytes())
+            fh.write(memoryview(rows).cast("B"))
             fh.flush()
             fh.seek(0)
             fh.write(_header_bytes(self.file_dtype, self.rows_written + rows.shape[0], self._hlen))
@@ -506,7 +508,7 @@ class TelemetryWriter:
             if self.fsync:
                 os.fsync(fh.fileno())
         except OSError as err:
-            self._held = [rows[-self.held_rows_max:]]
+            self._held = [rows[-self.held_rows_max:].copy()]
             try:  # drop a partial tail so the file stays a valid log of rows_written rows
                 fh.truncate(self._hlen + self.rows_written * self.dtype.itemsize)
             except (OSError, ValueError):
