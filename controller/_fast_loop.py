@@ -56,7 +56,7 @@ from drivers.sim._plant_kernels import rrr_advance, serial_advance
 
 from ._law_kernels import (RRR_TCT_WS, pid, rrr_pd_gravity, rrr_task_computed_torque_ws, rrr_task_pd_gravity,
                            serial_computed_torque, serial_pd_gravity)
-from ._safety_rules import _all_finite, evaluate_inline
+from ._safety_rules import _all_finite, evaluate_inline, predicted_margin
 
 #: the law's workspace that :func:`_cycles` allocates once per segment [floats] (the largest a
 #: law cycle takes: :func:`_rrr_task_computed_torque_cycle`'s)
@@ -162,11 +162,7 @@ def _margin_clean(m, t, margin_prev, m_min, horizon_s):
     """Whether the singularity margin ``m`` of the check at time ``t`` [s] and its prediction
     over the horizon ``horizon_s`` [s] (from the last checked margin ``margin_prev`` = [have, t,
     margin]) are at least ``m_min``, as ``SafetySupervisor.check`` decides.  Returns (clean, m)."""
-    predicted = m
-    if margin_prev[0] != 0.0 and horizon_s > 0:
-        dtm = t - margin_prev[1]
-        if dtm > 0:
-            predicted = m + min(0.0, (m - margin_prev[2]) / dtm) * horizon_s
+    predicted = predicted_margin(m, t, margin_prev[0] != 0.0, margin_prev[1], margin_prev[2], horizon_s)
     return m >= m_min and predicted >= m_min, m
 
 

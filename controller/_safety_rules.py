@@ -18,7 +18,7 @@ import math
 
 from numba import njit
 
-__all__ = ["evaluate", "J_Q_NONFINITE", "J_QD_NONFINITE", "J_TAU_NONFINITE", "J_DEVICE_FAULT",
+__all__ = ["evaluate", "predicted_margin", "J_Q_NONFINITE", "J_QD_NONFINITE", "J_TAU_NONFINITE", "J_DEVICE_FAULT",
            "J_DISABLED", "J_NOT_FRESH", "J_POSITION", "J_VELOCITY", "J_SOFT_LO", "J_SOFT_HI", "J_CLIP",
            "E_NONFINITE", "E_BEYOND", "G_REF_POS", "G_REF_VEL", "G_REF_ACC", "JOINT_SHIFT"]
 
@@ -43,6 +43,23 @@ G_REF_VEL = 2
 G_REF_ACC = 4
 E_SHIFT = 3
 JOINT_SHIFT = 5
+
+
+@njit(cache=True, inline="always")
+def predicted_margin(m, t_s, have_prev, t_prev, m_prev, horizon_s):
+    """The singularity margin ``m`` of the check at time ``t_s`` [s], predicted over
+    ``horizon_s`` [s] from the last checked margin ``m_prev`` at ``t_prev`` [s] (``have_prev``:
+    there is one): ``m + min(0, (m - m_prev) / dt) * horizon_s`` where the margin falls, else
+    ``m``.  The one form of the rule: ``SafetySupervisor`` calls it from Python, the compiled
+    loop's checks inline it; both test the margin and this prediction against the minimum."""
+    predicted = m
+    if have_prev and horizon_s > 0:
+        dt = t_s - t_prev
+        if dt > 0:
+            rate = (m - m_prev) / dt
+            # min(0.0, rate), a NaN rate included (0.0)
+            predicted = m + (rate if rate < 0.0 else 0.0) * horizon_s
+    return predicted
 
 
 @njit(cache=True)

@@ -524,12 +524,9 @@ class SafetySupervisor:
             m, kind = self._singularity_margin(q)
             self.last_margin = m
             m_min = self.config.singularity_margin_min
-            predicted = m
-            if self._margin_prev is not None and self.config.singularity_horizon_s > 0:
-                t0, m0 = self._margin_prev
-                dt = float(t_s) - t0
-                if dt > 0:
-                    predicted = m + min(0.0, (m - m0) / dt) * self.config.singularity_horizon_s
+            t0, m0 = (0.0, 0.0) if self._margin_prev is None else self._margin_prev
+            predicted = float(_rules.predicted_margin(m, float(t_s), self._margin_prev is not None, t0, m0,
+                                                      float(self.config.singularity_horizon_s)))
             self._margin_prev = (float(t_s), m)
             if not (m >= m_min):
                 new.append(Fault(t_s, "singularity", None,

@@ -110,3 +110,33 @@ def test_supervisor_loads_the_compiled_check_when_made():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "nan", "None"]        # loaded; the supervisor's state untouched
+
+
+def test_predicted_margin_is_the_rule_as_written_in_python():
+    """``_safety_rules.predicted_margin`` (the one form the supervisor and the compiled loop
+    use) against the rule written out in Python: the same bits over random values, signed
+    zeros, NaN and infinities, with and without a last margin and a horizon."""
+    import math
+    import struct
+
+    from controller._safety_rules import predicted_margin
+
+    def ref(m, t, have, t0, m0, h):
+        predicted = m
+        if have and h > 0:
+            dt = t - t0
+            if dt > 0:
+                predicted = m + min(0.0, (m - m0) / dt) * h
+        return predicted
+
+    rng = np.random.default_rng(4)
+    special = [0.0, -0.0, 1e-300, -1e-300, 0.5, 2.0, math.inf, -math.inf, math.nan]
+    bits = lambda x: struct.pack("<d", x)
+    for _ in range(3000):
+        m, m0 = (float(rng.choice(special)) if rng.random() < 0.3 else float(rng.normal(0.05, 0.05))
+                 for _ in range(2))
+        t0 = float(rng.uniform(0, 5))
+        t = t0 + float(rng.choice([0.0, -0.01, 0.01, float(rng.uniform(0, 1))]))
+        h = float(rng.choice([0.0, 0.05, 0.2, -1.0]))
+        have = bool(rng.random() < 0.8)
+        assert bits(predicted_margin(m, t, have, t0, m0, h)) == bits(ref(m, t, have, t0, m0, h))
