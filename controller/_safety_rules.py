@@ -45,13 +45,15 @@ E_SHIFT = 3
 JOINT_SHIFT = 5
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def predicted_margin(m, t_s, have_prev, t_prev, m_prev, horizon_s):
     """The singularity margin ``m`` of the check at time ``t_s`` [s], predicted over
     ``horizon_s`` [s] from the last checked margin ``m_prev`` at ``t_prev`` [s] (``have_prev``:
     there is one): ``m + min(0, (m - m_prev) / dt) * horizon_s`` where the margin falls, else
     ``m``.  The one form of the rule: ``SafetySupervisor`` calls it from Python, the compiled
-    loop's checks inline it; both test the margin and this prediction against the minimum."""
+    loop's checks call it; both test the margin and this prediction against the minimum.  Not
+    inlined: inlined into the compiled loop's segment it made every cycle slower (3RRR segment
+    6.87 -> 7.57 us a cycle, /tmp/lawwork/segt.py), though it runs only on a check's cycles."""
     predicted = m
     if have_prev and horizon_s > 0:
         dt = t_s - t_prev
