@@ -51,7 +51,7 @@ import math
 import numpy as np
 from numba import njit
 
-from dynamics._planar3rrr_kernels import WS_SIZE, fk_newton_ws, sing_margin_ws
+from dynamics._planar3rrr_kernels import WS_SIZE, regular_margin_ws
 from drivers.sim._plant_kernels import rrr_advance, serial_advance
 
 from ._law_kernels import (RRR_TCT_WS, pid, rrr_pd_gravity, rrr_task_computed_torque_ws, rrr_task_pd_gravity,
@@ -145,14 +145,12 @@ def _rrr_singularity(sing, q, t, Xs, ws):
     the pose ``Xs`` (3,) by FK warm-started at the last checked one, the margin and its
     prediction over the horizon against the minimum.  Returns (clean, margin).
 
-    The measures are ``sing_entry``'s (what ``Planar3RRR.singularity`` reports) that the
-    decision reads, by :func:`sing_margin_ws` from the geometry the FK leaves in ``ws``."""
+    The pose and margin are :func:`~dynamics._planar3rrr_kernels.regular_margin_ws`'s, the
+    body the supervisor's compiled check shares (``sing_entry``'s measures, what
+    ``Planar3RRR.singularity`` reports)."""
     sing_on, sing_every, P, tol_sing, pose_s, margin_prev, m_min, horizon_s = sing
     sout = ws[WS_SIZE:WS_SIZE + 8]
-    st, it = fk_newton_ws(P, q, pose_s, 1e-12, 50, Xs, ws)
-    if st != 0 or sing_margin_ws(P, q, Xs, ws, sout) != 0 or not (sout[4] >= 0.0):
-        return False, 0.0
-    if sout[0] < tol_sing or abs(sout[1]) < tol_sing:
+    if regular_margin_ws(P, q, pose_s, tol_sing, Xs, ws, sout) != 0:
         return False, 0.0
     return _margin_clean(sout[4], t, margin_prev, m_min, horizon_s)
 

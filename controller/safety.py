@@ -76,8 +76,7 @@ import numpy as np
 from numba import njit
 
 from dynamics._planar3rrr_kernels import WS_SIZE as _RRR_WS_SIZE
-from dynamics._planar3rrr_kernels import fk_newton_ws as _rrr_fk_newton_ws
-from dynamics._planar3rrr_kernels import sing_margin_ws as _rrr_sing_margin_ws
+from dynamics._planar3rrr_kernels import regular_margin_ws as _rrr_regular_margin_ws
 from dynamics.base import JointLimits, Model, ParallelModel
 from dynamics.config import Section
 from dynamics.errors import ConfigError, SafetyError
@@ -147,16 +146,10 @@ def _rrr_regular_margin(P, tol_sing, q, guess, X, out):
     for i in range(3):
         if not (math.isfinite(q[i]) and math.isfinite(guess[i])):
             return 1
-    ws = np.empty(_RRR_WS_SIZE)
-    st, _ = _rrr_fk_newton_ws(P, q, guess, 1e-12, 50, X, ws)
-    if st != 0:
-        return st
     so = np.empty(8)
-    st = _rrr_sing_margin_ws(P, q, X, ws, so)
+    st = _rrr_regular_margin_ws(P, q, guess, tol_sing, X, np.empty(_RRR_WS_SIZE), so)
     if st != 0:
         return st
-    if not (so[4] >= 0.0) or so[0] < tol_sing or abs(so[1]) < tol_sing:
-        return 1
     out[0] = so[4]
     return 0
 

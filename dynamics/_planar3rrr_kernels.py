@@ -1160,3 +1160,28 @@ def sing_margin_ws(P, th, X, ws, out):
     out[1] = db
     out[4] = _regular_margin(P, ws, m1, db)
     return OK
+
+
+@njit(cache=True)
+def regular_margin_ws(P, th, guess, tol_sing, X, ws, out):
+    """The pose and singularity margin of a singularity check at a regular pose, the body the
+    safety supervisor and the compiled loop share: the pose ``X`` (3,) by Newton from ``guess``
+    at the joint angles ``th`` (tolerance 1e-12 m, 50 iterations; what
+    ``Planar3RRR.forward_kinematics_task(th, guess)`` finds), then :func:`sing_margin_ws` into
+    ``out`` (8,) (margin ``out[4]``).  Returns OK when both succeed and the pose is regular
+    (``out[0]`` and ``|out[1]|`` at least ``tol_sing``, a margin >= 0); otherwise the failing
+    status, ST_TYPE1 / ST_TYPE2 below the tolerance, ST_BADINPUT for no margin (the caller
+    then asks the model, or stops: it decides nothing here)."""
+    st, it = fk_newton_ws(P, th, guess, 1e-12, 50, X, ws)
+    if st != OK:
+        return st
+    st = sing_margin_ws(P, th, X, ws, out)
+    if st != OK:
+        return st
+    if not (out[4] >= 0.0):
+        return ST_BADINPUT
+    if out[0] < tol_sing:
+        return ST_TYPE1
+    if abs(out[1]) < tol_sing:
+        return ST_TYPE2
+    return OK
