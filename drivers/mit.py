@@ -17,6 +17,15 @@ One control cycle (:meth:`MitCanDriver.cycle`):
    treated as missing.  Only a failing bus raises
    (:class:`~dynamics.errors.CommsError`).
 
+The values of a cycle are handled by compiled functions on the driver's arrays
+(:mod:`drivers._mit_kernels`): a command of torques only is encoded by one call (any
+other command by the codec's functions in Python), and the collected replies are
+decoded, mapped to the joint side, checked by the follow rule and turned into the
+Feedback's vectors by one call.  Python does the frames' I/O (python-can needs a
+``Message`` per frame) and sorts the received frames (error, remote, corrupt,
+unexpected, duplicate).  The results equal the codec's plain functions to the bit
+(``tests/test_mit_kernels.py``).
+
 Gains: the drive's PD acts on motor-side quantities, so joint gains are
 mapped as ``kp_motor = kp_joint / (gear_ratio**2 * efficiency)`` (same for
 kd), which makes the joint-side torque ``kp_joint * (q_des - q)``.
@@ -49,9 +58,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dynamics.errors import CommsError, CommsTimeoutError, DecodeError, DriverError, TorqueloopError
+from dynamics.errors import CommsError, CommsTimeoutError, DriverError, TorqueloopError
 
 from .base import Command, Driver, Feedback, JointMapping
+from . import _mit_kernels as _k
 from .codecs import mit as codec
 from .mit_health import FAULT_OVER_TEMPERATURE, FollowConfig, FollowMonitor
 from .transport import CanTransport, Frame, recv_any_fields
@@ -194,9 +204,8 @@ class MitCanDriver(Driver):
             self._by_id[b][jt.can_id] = j
             self._bus_of.append(b)
         n = len(joints)
-        # per-joint scalars and state for the hot path: plain Python lists (per-element
-        # access to a small numpy array costs more than the arithmetic); the arrays of a
-        # Feedback are built from them once per cycle
+        # per-joint scalars of the Python path (make_commands): plain Python lists (per-element
+        # access to a small numpy array costs more than the arithmetic)
         m = [jt.mapping for jt in joints]
         self._sign = [float(x.sign) for x in m]
         self._gear = [float(x.gear_ratio) for x in m]
@@ -204,8 +213,6 @@ class MitCanDriver(Driver):
         self._eff = [float(x.efficiency) for x in m]
         self._ge = [g * e for g, e in zip(self._gear, self._eff)]
         self._lim = [jt.limits for jt in joints]
-        #: per joint, what storing a reply needs: (sign, gear, efficiency, offset)
-        self._store_consts = [(s, g, e, off) for s, g, e, off in zip(self._sign, self._gear, self._eff, self._off)]
         # the codec's functions for each drive's limits (constants computed once, same values)
         nearest = self._nearest
         #: per joint, what make_commands needs: (limits, sign, gear, offset, g*g*e, g*e, can id, fields encoder)
@@ -224,27 +231,43 @@ class MitCanDriver(Driver):
         # (a zero position is mid-range, so these fields are never all ones; if they were, the
         # special-frame check of _encode would apply and the torque-only path would not)
         self._torque_path = all(c[4] != _ALL_ONES_4 for c in self._torque_consts)
-        #: per joint, what the follow check needs to know a command's values: (values decoder,
-        #: the torque-only command's four fixed fields, their values, the torque field's decoder)
-        self._follow_consts = []
-        for L, c in zip(self._lim, self._torque_consts):
-            values = codec.command_values_decoder(L)
-            self._follow_consts.append((values, c[4], values(*c[4], 0)[:4],
-                                        codec.field_decoder(-L.t_max_nm, L.t_max_nm, 12)))
-        self._reply_decoders = {centered: [codec.reply_values_decoder(L, centered) for L in self._lim]
-                                for centered in (False, True)}
-        self._q = [math.nan] * n
-        self._qd = [math.nan] * n
-        self._tau = [math.nan] * n
-        self._temp = [math.nan] * n
-        self._fault = [0] * n
-        self._detected = [0] * n                    # latched faults the driver found itself
-        self._rep = [None] * n                      # this cycle's reply, motor side, for the monitor
+        #: per joint, the command values decoder (what decoding a sent frame gives; the follow
+        #: check's input for a command the compiled encoder did not make)
+        self._cmd_values = [codec.command_values_decoder(L) for L in self._lim]
+        # the compiled cycle's constants and state (drivers._mit_kernels: the layouts)
+        C = np.zeros((_k.C_ROWS, n))
+        fixed = np.zeros((n, 8), dtype=np.uint8)
+        for j, (L, (_, s, ge, t_max, fixed4, pack, _)) in enumerate(zip(self._lim, self._torque_consts)):
+            pm, vm = L.p_max_rad, L.v_max_rad_s
+            C[_k.C_SIGN, j], C[_k.C_GEAR, j], C[_k.C_OFF, j] = s, self._gear[j], self._off[j]
+            C[_k.C_EFF, j], C[_k.C_GE, j], C[_k.C_TMAX, j] = self._eff[j], ge, t_max
+            # the spans and half steps as the codec computes them (field_encoder, command_values_decoder,
+            # decode_reply_values): the same operands
+            C[_k.C_T_LO, j], C[_k.C_T_SPAN, j] = -t_max, t_max - -t_max
+            C[_k.C_P_LO, j], C[_k.C_P_SPAN, j] = -pm, pm - -pm
+            C[_k.C_V_LO, j], C[_k.C_V_SPAN, j] = -vm, vm - -vm
+            C[_k.C_P_HALF, j] = 0.5 * (pm - -pm) / 0xFFFF
+            C[_k.C_V_HALF, j] = 0.5 * (vm - -vm) / 0xFFF
+            C[_k.C_T_HALF, j] = 0.5 * (t_max - -t_max) / 0xFFF
+            C[_k.C_FIX_P:_k.C_FIX_KD + 1, j] = self._cmd_values[j](*fixed4, 0)[:4]
+            fixed[j] = np.frombuffer(pack(0), dtype=np.uint8)
+        self._C = C
+        self._fixed = fixed
+        self._half = 0.5 if nearest else 0.0
+        S = np.zeros((_k.S_ROWS, n))
+        S[[_k.S_Q, _k.S_QD, _k.S_TAU, _k.S_TEMP]] = math.nan
+        self._S = S
+        self._I = np.zeros((_k.I_ROWS, n), dtype=np.int64)
+        # the frames: the payloads the compiled encoder writes, the replies _collect keeps
+        # (numpy views of bytearrays: Python slices them, the kernels read and write them)
+        self._tx_buf = bytearray(8 * n)
+        self._tx = np.frombuffer(self._tx_buf, dtype=np.uint8).reshape(n, 8)
+        self._rx_buf = bytearray(_k.RX_STRIDE * n)
+        self._rx = np.frombuffer(self._rx_buf, dtype=np.uint8)
+        self._no_lengths = bytes(n)
         self.monitor = FollowMonitor([L.t_max_nm for L in self._lim], follow if follow is not None
                                      else FollowConfig())
-        self._torque_residual = [0.0] * n
-        # what _feedback copies for the common values of its int and bool vectors
-        self._no_faults = np.zeros(n, dtype=int)
+        # what _feedback copies for the enabled vector
         self._all_true = np.ones(n, dtype=bool)
         self._all_false = np.zeros(n, dtype=bool)
         self._enabled = False                       # every drive in motor mode (enable() .. disable())
@@ -385,19 +408,18 @@ class MitCanDriver(Driver):
                 if bus_of[j] == b:
                     t.send(e[0], e[1])
 
-    def _collect(self, pending: set[int], timeout_s: float, stats: dict, fresh: list[bool]) -> None:
-        """Receive replies until every joint in ``pending`` answered or the time is up
-        (``fresh[j]`` set for each joint that did) and keep them: joint side values, the reply
-        fields for the follow check, the error byte and the temperature."""
+    def _collect(self, pending: set[int], timeout_s: float, stats: dict) -> None:
+        """Receive replies until every joint in ``pending`` answered or the time is up, and put
+        each joint's reply (its length, then its payload) in the receive buffer, where the
+        compiled step (:meth:`_after_collect`) decodes and keeps it; a length of 0: no reply."""
+        rx = self._rx_buf
+        rx[::_k.RX_STRIDE] = self._no_lengths
         monotonic = time.monotonic
         deadline = monotonic() + timeout_s
         buses = self._buses
         one = buses[0].recv_fields if len(buses) == 1 else None
         lengths = self._reply_lengths
         by_id = self._by_id
-        decoders = self._reply_decoders[bool(self.reply_centered)]
-        store_consts = self._store_consts
-        q, qd, tau, reps = self._q, self._qd, self._tau, self._rep
         while pending:
             remaining = deadline - monotonic()
             if remaining <= 0:
@@ -420,66 +442,58 @@ class MitCanDriver(Driver):
                 stats["unexpected"] += 1
                 continue
             data = frame[1]
-            try:
-                # the motor id is in byte 0; limits depend on the joint
-                if len(data) not in lengths:
-                    raise DecodeError(f"MIT reply must be {' or '.join(map(str, lengths))} "
-                                      f"bytes, got {len(data)}")
-                j = by_id[b].get(data[0])
-                if j is None:
-                    stats["unexpected"] += 1
-                    continue
-                rep = decoders[j](data)
-            except DecodeError:
+            length = len(data)
+            if length not in lengths:           # not an MIT reply of the accepted variants
                 stats["corrupt"] += 1
                 continue
-            if fresh[j]:
+            # the motor id is in byte 0
+            j = by_id[b].get(data[0])
+            if j is None:
+                stats["unexpected"] += 1
+                continue
+            k = _k.RX_STRIDE * j
+            if rx[k]:
                 stats["duplicate"] += 1
                 continue
-            # keep the reply (motor side -> joint side)
-            _, p_m, v_m, t_m, temperature, error = rep
-            reps[j] = (p_m, v_m, t_m, data[1:6])
-            s, g, e, off = store_consts[j]
-            q[j] = s * p_m / g + off
-            qd[j] = s * v_m / g
-            tau[j] = s * t_m * g * e
-            if error is not None:
-                self._fault[j] = error
-            if temperature is not None:
-                self._store_temperature(j, temperature)
-            self._reply_len = len(data)
-            fresh[j] = True
+            rx[k] = length
+            rx[k + 1:k + 1 + length] = data
+            self._reply_len = length
             pending.discard(j)
 
-    def _store_temperature(self, j: int, temperature: int) -> None:
-        """Keep joint ``j``'s reported temperature; above ``temperature_max_c`` it is a fault."""
-        self._temp[j] = temperature
-        if temperature > self.temperature_max_c and not self._detected[j]:
-            self._detected[j] = FAULT_OVER_TEMPERATURE
+    def _fresh(self) -> list[bool]:
+        """Per joint, whether the last :meth:`_collect` got its reply."""
+        return [x != 0 for x in self._rx_buf[::_k.RX_STRIDE]]
 
-    def _feedback(self, fresh: list[bool], stats: dict) -> Feedback:
-        """This cycle's :class:`Feedback`; ``stats`` (a fresh dict per cycle) becomes its ``info``."""
-        n = len(fresh)
-        # the five float vectors in one conversion; the Feedback gets its slices (views of that
-        # array, as the rows of it reshaped to (5, n) are, which cost more to make)
-        a = np.array(self._q + self._qd + self._tau + self._temp + self._torque_residual, dtype=float)
-        q, qd, tau, temp, residual = a[:n], a[n:2 * n], a[2 * n:3 * n], a[3 * n:4 * n], a[4 * n:]
-        missing = n - fresh.count(True)
+    def _after_collect(self, mode: int, a: float = 0.0):
+        """The compiled step after :meth:`_collect` (:func:`drivers._mit_kernels.after_collect`):
+        the replies kept (``MODE_STORE``), the follow checks (``MODE_FOLLOW``, gain ``a``),
+        the Feedback's vectors (``MODE_FEEDBACK``).  Returns (missing, floats, fault, fresh)."""
+        n = len(self._joints)
+        cfg = self.monitor.config
+        out_f = np.empty(5 * n)
+        fault = np.empty(n, dtype=np.int64)
+        fresh = np.empty(n, dtype=np.bool_)
+        missing = _k.after_collect(self._rx, self._C, self._S, self._I, self.monitor._f, self.monitor._i, mode,
+                                   self.reply_centered, self.temperature_max_c, a, cfg.rel_tol, cfg.window_cycles,
+                                   cfg.frozen_cycles, out_f, fault, fresh)
+        return missing, out_f, fault, fresh
+
+    def _feedback(self, stats: dict, fresh: list[bool] | None = None, step=None) -> Feedback:
+        """This cycle's :class:`Feedback`; ``stats`` (a fresh dict per cycle) becomes its ``info``.
+
+        ``step``: :meth:`_after_collect`'s output with ``MODE_FEEDBACK``, else it is run here;
+        ``fresh``: per joint, whether it answered (default: the last :meth:`_collect`'s)."""
+        missing, a, fault, fr = self._after_collect(_k.MODE_FEEDBACK) if step is None else step
+        if fresh is not None:
+            fr = np.array(fresh, dtype=bool)
+            missing = len(fresh) - fresh.count(True)
+        n = len(fault)
+        # the five float vectors are slices of one array (views, as the rows of it reshaped to
+        # (5, n) are, which cost more to make)
         stats["missing"] = missing
-        stats["temperature_c"] = temp
-        stats["torque_residual_nm"] = residual
-        # the drive's own error byte where it reports one, else the driver's detected fault; the
-        # int and bool vectors are copies of the prepared ones where every element is the same
-        # (what np.array gives from the lists, without converting them)
-        detected = self._detected
-        if any(detected):
-            fault = np.array([f if f != 0 else d for f, d in zip(self._fault, detected)], dtype=int)
-        elif any(self._fault):
-            fault = np.array(self._fault, dtype=int)
-        else:
-            fault = self._no_faults.copy()
-        return Feedback(float(self._now()), q, qd, tau, fault,
-                        self._all_true.copy() if missing == 0 else np.array(fresh, dtype=bool),
+        stats["temperature_c"] = a[3 * n:4 * n]
+        stats["torque_residual_nm"] = a[4 * n:]
+        return Feedback(float(self._now()), a[:n], a[n:2 * n], a[2 * n:3 * n], fault, fr,
                         (self._all_true if self._enabled else self._all_false).copy(), stats)
 
     @staticmethod
@@ -495,12 +509,12 @@ class MitCanDriver(Driver):
 
     def _exchange(self, frames: Sequence[Frame], joints: Sequence[int], timeout_s: float,
                   stats: dict) -> list[bool]:
-        """Send ``frames`` and collect the replies of ``joints``; per joint whether it answered."""
+        """Send ``frames`` and collect (and keep) the replies of ``joints``; per joint whether it answered."""
         stats["late"] += self._drain()
         self._send_per_bus(frames)
-        fresh = [False] * len(self._joints)
-        self._collect(set(joints), timeout_s, stats, fresh)
-        return fresh
+        self._collect(set(joints), timeout_s, stats)
+        self._after_collect(_k.MODE_STORE)
+        return self._fresh()
 
     # ------------------------------------------------------------------
     def enable(self) -> Feedback:
@@ -522,9 +536,9 @@ class MitCanDriver(Driver):
             stats["late"] += self._drain()
             for j in todo:
                 self._buses[self._bus_of[j]].send_frame(frames[j])
-            fresh = [False] * self.n_joints
-            self._collect(set(todo), self.enable_timeout_s, stats, fresh)
-            answered = [a or f for a, f in zip(answered, fresh)]
+            self._collect(set(todo), self.enable_timeout_s, stats)
+            self._after_collect(_k.MODE_STORE)
+            answered = [a or f for a, f in zip(answered, self._fresh())]
         if not all(answered):
             missing = [self._joints[j].name or f"joint {j} (id {self._joints[j].can_id})"
                        for j in range(self.n_joints) if not answered[j]]
@@ -532,12 +546,13 @@ class MitCanDriver(Driver):
                 self._buses[self._bus_of[j]].send(self._joints[j].can_id, codec.EXIT_MOTOR_MODE)
             raise CommsTimeoutError(f"no answer to ENTER_MOTOR_MODE from {', '.join(missing)}")
         self._enabled = True
-        self._detected = [0] * self.n_joints
-        self.monitor.reset([r[2] if r is not None else 0.0 for r in self._rep])
-        for j in range(self.n_joints):    # a temperature already too high at enable is a fault too
-            if self._temp[j] > self.temperature_max_c:
-                self._detected[j] = FAULT_OVER_TEMPERATURE
-        return self._feedback(answered, stats)
+        S, I = self._S, self._I
+        I[_k.I_DETECTED] = 0
+        # the monitor's filter starts at each motor's last reported torque
+        self.monitor.reset([t if has else 0.0 for t, has in zip(S[_k.S_TM].tolist(), I[_k.I_HAS_REP].tolist())])
+        # a temperature already too high at enable is a fault too
+        I[_k.I_DETECTED, S[_k.S_TEMP] > self.temperature_max_c] = FAULT_OVER_TEMPERATURE
+        return self._feedback(stats, answered)
 
     def cycle(self, command: Command) -> Feedback:
         """Send every joint's command and collect the replies (see the module docstring).
@@ -552,39 +567,34 @@ class MitCanDriver(Driver):
         self._check_open()
         if not self._enabled:
             raise DriverError("cycle() before enable()")
-        encoded = self._encode(command)
-        # _exchange, with the encoded frames
+        n = len(self._joints)
+        tau = command.torque_nm
+        saturated = -1
+        if (self._torque_path and type(tau) is np.ndarray and tau.dtype == np.float64 and tau.shape == (n,)
+                and command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None
+                and command.position_rad is None and command.velocity_rad_s is None):
+            # torques only: the compiled encoder (-1: a value it refuses; the Python path raises)
+            saturated = _k.encode_torque(tau, self._C, self._fixed, self._tx, self._S, self._half)
+        if saturated >= 0:
+            self.last_saturated = saturated
+            tx = self._tx_buf
+            encoded = [(jt.can_id, tx[8 * j:8 * j + 8], None) for j, jt in enumerate(self._joints)]
+        else:
+            encoded = self._encode(command)
+            # the commands' values, as decoding the frames gives them, for the follow check
+            self._S[_k.S_CP:_k.S_CT + 1] = np.array([values(*f) for values, (_, _, f)
+                                                      in zip(self._cmd_values, encoded)]).T
         stats = self._new_stats(self._drain(), self.last_saturated)
         self._send_encoded(encoded)
-        n = len(self._joints)
-        fresh = [False] * n
-        self._collect(set(range(n)), self.reply_timeout_s, stats, fresh)
+        self._collect(set(range(n)), self.reply_timeout_s, stats)
         self.cycles += 1
-        self._follow_check(encoded, fresh)
-        return self._feedback(fresh, stats)
-
-    def _follow_check(self, encoded: Sequence[tuple], fresh: list[bool]) -> None:
-        """Run the :class:`~drivers.mit_health.FollowMonitor` on this cycle's commands and replies.
-
-        ``encoded``: :meth:`_encode`'s output; the commands' values are those of the
-        frames' integer fields (:func:`~drivers.codecs.mit.command_values`, what
-        decoding the frames gives).
-        """
         mon = self.monitor
-        if not mon.config.enabled:
-            return
-        # each value depends on its field alone: where the four first fields are the torque-only
-        # command's, their values are known and only the torque is decoded
-        cmds = []
-        for (values, fixed, fixed_values, t_value), (_, _, f) in zip(self._follow_consts, encoded):
-            cmds.append(fixed_values + (t_value(f[4]),) if f[:4] == fixed else values(*f))
-        codes = mon.update(float(self._now()), fresh, self._rep, cmds)
-        if any(codes):
-            detected = self._detected
-            for j, code in enumerate(codes):
-                if code and not detected[j]:
-                    detected[j] = code
-        self._torque_residual = [s * r * ge for s, r, ge in zip(self._sign, mon.residual_nm, self._ge)]
+        if mon.config.enabled:
+            step = self._after_collect(_k.MODE_STORE | _k.MODE_FOLLOW | _k.MODE_FEEDBACK,
+                                       mon.gain(float(self._now())))
+        else:
+            step = self._after_collect(_k.MODE_STORE | _k.MODE_FEEDBACK)
+        return self._feedback(stats, step=step)
 
     def set_zero(self) -> Feedback:
         """Make every motor's current position its zero (SET_ZERO frame); motors must be disabled.
@@ -596,8 +606,8 @@ class MitCanDriver(Driver):
             raise DriverError("set_zero() needs the motors disabled")
         frames = [Frame(jt.can_id, codec.SET_ZERO) for jt in self._joints]
         stats = self._new_stats()
-        fresh = self._exchange(frames, range(self.n_joints), self.enable_timeout_s, stats)
-        return self._feedback(fresh, stats)
+        self._exchange(frames, range(self.n_joints), self.enable_timeout_s, stats)
+        return self._feedback(stats)
 
     def disable(self) -> None:
         """Command zero torque (and zero gains), then EXIT_MOTOR_MODE to every motor.

@@ -32,7 +32,11 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from dynamics.errors import ConfigError
+
+from . import _mit_kernels as _k
 
 __all__ = ["FollowConfig", "FollowMonitor", "FAULT_NOT_FOLLOWING", "FAULT_FROZEN",
            "FAULT_OVER_TEMPERATURE", "DETECTED_FAULTS"]
@@ -97,6 +101,10 @@ class FollowConfig:
 class FollowMonitor:
     """Per-motor "does the drive follow its commands" checks (see the module docstring).
 
+    The rule is :func:`drivers._mit_kernels.follow_step` (compiled, on this object's arrays);
+    :class:`~drivers.mit.MitCanDriver` calls it from its compiled cycle step, :meth:`update`
+    from Python.
+
     Parameters
     ----------
     t_max_nm : sequence of float
@@ -106,36 +114,53 @@ class FollowMonitor:
 
     def __init__(self, t_max_nm: Sequence[float], config: FollowConfig = FollowConfig()):
         self.config = config
-        self._tmax = [float(t) for t in t_max_nm]
-        n = len(self._tmax)
-        self._tol = [config.tol_nm if config.tol_nm is not None else 0.01 * t for t in self._tmax]
-        self._x = [0.0] * n            # expected measured torque for the next reply
-        self._u = [0.0] * n            # torque the last command asks for
-        self._bad = [0] * n            # consecutive out-of-tolerance replies
-        self._same = [0] * n           # consecutive identical replies
-        self._last = [None] * n        # last reply fields (raw)
-        self._xlo = [0.0] * n          # range of x over the identical replies
-        self._xhi = [0.0] * n
+        tmax = [float(t) for t in t_max_nm]
+        n = len(tmax)
+        #: float state and constants (rows: drivers._mit_kernels.M_*), motor side [N m]
+        self._f = np.zeros((_k.M_ROWS, n))
+        self._f[_k.M_TMAX] = tmax
+        self._f[_k.M_TOL] = [config.tol_nm if config.tol_nm is not None else 0.01 * t for t in tmax]
+        #: counters, last raw reply, latched codes (rows: drivers._mit_kernels.MI_*)
+        self._i = np.zeros((_k.MI_ROWS, n), dtype=np.int64)
         self._t = None
-        self.codes = [0] * n           # latched fault code per motor (0: none)
-        self.residual_nm = [0.0] * n   # last measured - expected [N m]
 
     @property
     def n(self) -> int:
-        return len(self._tmax)
+        return self._f.shape[1]
+
+    @property
+    def codes(self) -> list[int]:
+        """Latched fault code per motor (0: none)."""
+        return self._i[_k.MI_CODE].tolist()
+
+    @property
+    def tol_nm(self) -> list[float]:
+        """Absolute tolerance per motor [N m] (``config.tol_nm`` or 1 % of the torque range)."""
+        return self._f[_k.M_TOL].tolist()
+
+    @property
+    def residual_nm(self) -> list[float]:
+        """Last measured minus expected torque per motor [N m] (motor side)."""
+        return self._f[_k.M_RESID].tolist()
 
     def reset(self, measured_nm: Sequence[float] | None = None) -> None:
         """Clear the latches and the history (at enable); the filter starts at ``measured_nm``."""
         n = self.n
         m = [0.0] * n if measured_nm is None else [float(v) if math.isfinite(v) else 0.0 for v in measured_nm]
-        self._x = list(m)
-        self._u = list(m)
-        self._bad = [0] * n
-        self._same = [0] * n
-        self._last = [None] * n
+        f, i = self._f, self._i
+        f[_k.M_X] = m
+        f[_k.M_U] = m
+        f[_k.M_RESID] = 0.0
+        i[[_k.MI_BAD, _k.MI_SAME, _k.MI_HAS_LAST, _k.MI_CODE]] = 0
         self._t = None
-        self.codes = [0] * n
-        self.residual_nm = [0.0] * n
+
+    def gain(self, t_s: float) -> float:
+        """The current-loop filter's gain ``a`` for the step from the last call's time to ``t_s``
+        (0 at the first call; 1 with ``lag_s = 0``); keeps ``t_s``."""
+        dt = 0.0 if self._t is None else max(0.0, t_s - self._t)
+        self._t = t_s
+        lag = self.config.lag_s
+        return 1.0 if lag == 0.0 else 1.0 - math.exp(-dt / lag) if dt > 0 else 0.0
 
     def update(self, t_s: float, fresh: Sequence[bool], replies: Sequence, commands: Sequence) -> list[int]:
         """Check one cycle; return the latched codes (one per motor).
@@ -147,56 +172,24 @@ class FollowMonitor:
         fresh : sequence of bool
             Whether motor j answered this cycle.
         replies : sequence of (p_rad, v_rad_s, t_nm, raw) or None
-            Motor-side values of this cycle's reply and its raw fields (any hashable,
-            compared for equality); ``None`` where there is none.
+            Motor-side values of this cycle's reply and its raw fields (an int, or bytes read
+            as a big-endian integer; compared for equality); ``None`` where there is none.
         commands : sequence of (p_des, v_des, kp, kd, t_ff)
             The command sent this cycle (decoded from its frame), motor side.
         """
-        cfg = self.config
-        if not cfg.enabled:
+        if not self.config.enabled:
             return self.codes
-        dt = 0.0 if self._t is None else max(0.0, t_s - self._t)
-        self._t = t_s
-        a = 1.0 if cfg.lag_s == 0.0 else 1.0 - math.exp(-dt / cfg.lag_s) if dt > 0 else 0.0
-        xs, us, codes = self._x, self._u, self.codes
-        tols, resid, bad, same, last, xlo, xhi = (self._tol, self.residual_nm, self._bad, self._same, self._last,
-                                                  self._xlo, self._xhi)
-        rel_tol, window, frozen = cfg.rel_tol, cfg.window_cycles, cfg.frozen_cycles
-        for j, tm in enumerate(self._tmax):
-            # the reply to this cycle's command shows the current driven by the previous one
-            x = xs[j] + a * (us[j] - xs[j])
-            xs[j] = x
-            rep = replies[j] if fresh[j] else None
-            p_des, v_des, kp, kd, t_ff = commands[j]
-            if rep is None:
-                # no state to evaluate the drive's PD with: assume it sees the target
-                u = t_ff
-            else:
-                p, v, t_meas, raw = rep
-                u = t_ff + kp * (p_des - p) + kd * (v_des - v)
-                if codes[j] == 0:
-                    # the checks of this reply (not following, frozen)
-                    tol = tols[j]
-                    r = t_meas - x
-                    resid[j] = r
-                    if abs(r) > tol + rel_tol * abs(x):
-                        bad[j] += 1
-                        if bad[j] >= window:
-                            codes[j] = FAULT_NOT_FOLLOWING
-                    else:
-                        bad[j] = 0
-                    if codes[j] == 0:
-                        if raw == last[j]:
-                            same[j] += 1
-                            if x < xlo[j]:
-                                xlo[j] = x
-                            elif x > xhi[j]:
-                                xhi[j] = x
-                            if same[j] >= frozen and xhi[j] - xlo[j] > tol:
-                                codes[j] = FAULT_FROZEN
-                        else:
-                            last[j] = raw
-                            same[j] = 1
-                            xlo[j] = xhi[j] = x
-            us[j] = tm if u > tm else -tm if u < -tm else u
-        return codes
+        n = self.n
+        a = self.gain(t_s)
+        ok = np.array([bool(fresh[j]) and replies[j] is not None for j in range(n)], dtype=bool)
+        rep = np.zeros((3, n))
+        raw = np.zeros(n, dtype=np.int64)
+        for j in np.flatnonzero(ok):
+            p, v, t, r = replies[j]
+            rep[:, j] = p, v, t
+            raw[j] = int.from_bytes(r, "big") if isinstance(r, (bytes, bytearray)) else int(r)
+        cmd = np.ascontiguousarray(np.array(commands, dtype=float).reshape(n, 5).T)
+        cfg = self.config
+        _k.follow_step(self._f, self._i, a, ok, rep[0], rep[1], rep[2], raw, cmd, cfg.rel_tol, cfg.window_cycles,
+                       cfg.frozen_cycles)
+        return self.codes

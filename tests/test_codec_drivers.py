@@ -189,66 +189,49 @@ def test_mit_torque_only_commands_equal_the_general_path(monkeypatch, quantizati
     assert buses[0].sent == []
 
 
-def _plain_feedback(drv, fresh, stats):
-    """MitCanDriver._feedback as it was written before the prepared vectors (np.array of every list)."""
-    n = len(fresh)
-    q, qd, tau, temp, residual = np.array(drv._q + drv._qd + drv._tau + drv._temp + drv._torque_residual,
-                                          dtype=float).reshape(5, n)
-    stats["missing"] = n - fresh.count(True)
-    stats["temperature_c"] = temp
-    stats["torque_residual_nm"] = residual
-    detected = drv._detected
-    fault = np.array([f if f != 0 else d for f, d in zip(drv._fault, detected)] if any(detected)
-                     else drv._fault, dtype=int)
-    return (q, qd, tau, fault, np.array(fresh, dtype=bool), np.array([drv._enabled] * n, dtype=bool), stats)
-
-
-def _same_array(a, b):
-    assert type(a) is type(b) is np.ndarray and a.dtype == b.dtype and a.shape == b.shape
-    assert a.tobytes() == b.tobytes() and a.flags == b.flags and a.strides == b.strides
-    assert (a.base is None) == (b.base is None) and (a.base is None or a.base.shape == b.base.shape)
+def _plain_feedback(drv, fresh):
+    """The Feedback's vectors from the driver's state (drivers._mit_kernels' layouts), by numpy."""
+    from drivers import _mit_kernels as mk
+    S, I = drv._S, drv._I
+    fault = np.where(I[mk.I_FAULT] != 0, I[mk.I_FAULT], I[mk.I_DETECTED])
+    return (S[mk.S_Q].copy(), S[mk.S_QD].copy(), S[mk.S_TAU].copy(), fault, np.array(fresh, dtype=bool),
+            np.array([drv._enabled] * len(fresh), dtype=bool), S[mk.S_TEMP].copy(), S[mk.S_RESID].copy())
 
 
 @pytest.mark.parametrize("variant, kw, codes", [
     ("cubemars8", {"temperature_max_c": 34.0}, {3, 0x102}),          # the drive's error byte wins
     ("classic6", {"follow": FollowConfig(window_cycles=2, lag_s=0.0)}, {0, 0x100})])
 def test_mit_feedback_and_follow_values_equal_the_plain_construction(monkeypatch, variant, kw, codes):
-    """``_feedback`` copies prepared int / bool vectors where every element is the same, and
-    ``_follow_check`` knows the values of the torque-only command's fixed fields: the Feedback
-    equals the plain construction (``np.array`` of each list) in every cycle (missing replies,
-    error bytes, detected faults, disabled), each Feedback has arrays of its own, and the monitor
-    gets what decoding the sent frames gives, bit for bit."""
+    """The Feedback of every cycle (missing replies, error bytes, detected faults, disabled) is
+    the driver's kept state, each Feedback has arrays of its own, and the follow check gets
+    what decoding the sent frames gives, bit for bit (compiled encoder and Python path)."""
+    from drivers import _mit_kernels as mk
     motors = MitMotors([1, 2, 3], variant=variant)
     drv, buses, clock = mit_driver(motors, mapping=JointMapping(gear_ratio=6.0, sign=-1, efficiency=0.9), **kw)
-    feedback = drv._feedback
     checked = []
-
-    def compare(fresh, stats):
-        want = _plain_feedback(drv, list(fresh), dict(stats))
-        fb = feedback(fresh, stats)
-        for a, b in zip((fb.position_rad, fb.velocity_rad_s, fb.torque_nm, fb.fault, fb.fresh, fb.enabled), want):
-            _same_array(a, b)
-        assert list(fb.info) == list(want[6])
-        for k, v in want[6].items():
-            if isinstance(v, np.ndarray):
-                _same_array(fb.info[k], v)
-            else:
-                assert type(fb.info[k]) is type(v) and fb.info[k] == v
-        checked.append((tuple(fb.fault.tolist()), bool(fb.fresh.all()), bool(fb.enabled.all())))
-        return fb
-
-    monkeypatch.setattr(drv, "_feedback", compare)
     sent_values = []
-    update = drv.monitor.update
+    step = drv._after_collect
 
-    def spy(t_s, fresh, replies, commands):
-        frames = buses[0].sent[-3:]
-        want = [mc.decode_command_values(bytes(m.data), LIM) for m in frames]
-        sent_values.append([struct.pack("<5d", *c) for c in commands] == [struct.pack("<5d", *c) for c in want])
-        return update(t_s, fresh, replies, commands)
+    def spy(mode, a=0.0):
+        if mode & mk.MODE_FOLLOW:
+            frames = buses[0].sent[-3:]
+            want = [mc.decode_command_values(bytes(m.data), LIM) for m in frames]
+            got = drv._S[mk.S_CP:mk.S_CT + 1].T.tolist()
+            sent_values.append([struct.pack("<5d", *c) for c in got] == [struct.pack("<5d", *c) for c in want])
+        return step(mode, a)
 
-    monkeypatch.setattr(drv.monitor, "update", spy)
-    drv.enable()
+    monkeypatch.setattr(drv, "_after_collect", spy)
+
+    def check(fb):
+        want = _plain_feedback(drv, fb.fresh.tolist())
+        got = (fb.position_rad, fb.velocity_rad_s, fb.torque_nm, fb.fault, fb.fresh, fb.enabled,
+               fb.info["temperature_c"], fb.info["torque_residual_nm"])
+        for x, y in zip(got, want):
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+        assert fb.info["missing"] == int((~fb.fresh).sum())
+        checked.append((tuple(fb.fault.tolist()), bool(fb.fresh.all()), bool(fb.enabled.all())))
+
+    check(drv.enable())
     rng = np.random.default_rng(4)
     for k in range(80):
         clock[0] += 1e-3
@@ -261,6 +244,8 @@ def test_mit_feedback_and_follow_values_equal_the_plain_construction(monkeypatch
             cmd = Command(tau, position_rad=rng.uniform(-1, 1, 3), velocity_rad_s=rng.uniform(-1, 1, 3),
                           kp_nm_per_rad=rng.uniform(0, 50, 3), kd_nm_s_per_rad=rng.uniform(0, 2, 3))
         fb = drv.cycle(cmd)
+        check(fb)
+        assert fb.fresh.tolist() == [j + 1 not in motors.silent for j in range(3)]
         fb.fresh[:] = False                     # a caller writing into its Feedback changes no other one
         fb.fault[:] = 7
         fb.enabled[:] = False
@@ -268,17 +253,18 @@ def test_mit_feedback_and_follow_values_equal_the_plain_construction(monkeypatch
     assert codes <= {f for fault, _, _ in checked for f in fault}
     assert {fresh for _, fresh, _ in checked} == {True, False}
     drv.disable()
-    compare([True] * 3, drv._new_stats())                        # disabled
+    check(drv._feedback(drv._new_stats()))                        # disabled
     assert checked[-1][2] is False
-    # every Feedback has arrays of its own (the prepared vectors are copied)
+    # every Feedback has arrays of its own
     drv, _, _ = mit_driver(MitMotors([1, 2, 3]), follow=FollowConfig(enabled=False))
     fbs = [drv.enable()] + [drv.cycle(Command(np.zeros(3))) for _ in range(3)]
     drv.disable()
-    fbs.append(drv._feedback([True] * 3, drv._new_stats()))
+    fbs.append(drv._feedback(drv._new_stats()))
     arrays = [a for fb in fbs for a in (fb.position_rad, fb.velocity_rad_s, fb.torque_nm, fb.fault, fb.fresh,
                                         fb.enabled, fb.info["temperature_c"], fb.info["torque_residual_nm"])]
-    arrays += [drv._no_faults, drv._all_true, drv._all_false]
-    assert not any(np.shares_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1:])
+    arrays += [drv._all_true, drv._all_false, drv._S, drv._I, drv._rx]
+    assert not any(np.shares_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1:]
+                   if a.base is None or b.base is None or a.base is not b.base)
 
 
 def test_mit_session_enable_cycle_disable_close():

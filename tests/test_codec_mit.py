@@ -383,37 +383,3 @@ def test_per_drive_command_values_decoder_equals_command_values():
         for k in range(0, 65536, 1 if L in (AK80_9, _ODD) else 7):
             f = (k, k & 0xFFF, (k * 7) & 0xFFF, (k * 13) & 0xFFF, int(rng.integers(0, 4096)))
             assert _float_bits(values(*f)) == _float_bits(mit.command_values(*f, L))
-
-
-def test_per_drive_reply_decoder_equals_decode_reply_values():
-    rng = np.random.default_rng(14)
-    payloads = [bytes(8), bytes([0xFF] * 8), bytes([1, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 7, 9])]
-    for k in range(65536):             # every position field; velocity and torque fields around it
-        payloads.append(bytes([k & 0xFF, k >> 8, k & 0xFF, (k * 7) & 0xFF, int(rng.integers(0, 256)),
-                               (k * 13) & 0xFF, int(rng.integers(0, 256)), int(rng.integers(0, 256))]))
-    for k in range(4096):              # every velocity and every torque field
-        payloads.append(bytes([3, 0x12, 0x34, k >> 4, ((k & 0xF) << 4) | (k >> 8), k & 0xFF, 40, 0]))
-    for L in list(mit.MIT_MODELS.values()) + [_ODD]:
-        for centered in (False, True):
-            decode = mit.reply_values_decoder(L, centered)
-            # every field value for two limits, every 7th payload for the other models
-            for data in payloads if L in (AK80_9, _ODD) else payloads[::7]:
-                for d in (data, data[:6]):
-                    got = decode(d)
-                    want = mit.decode_reply_values(d, L, centered)
-                    assert _float_bits(got[1:4]) == _float_bits(want[1:4])
-                    assert [(type(x), x) for x in got[::4] + got[5:]] == [(type(x), x) for x in want[::4] + want[5:]]
-            for bad in (b"", bytes(5), bytes(7), bytes(9)):
-                with pytest.raises(DecodeError) as e1:
-                    decode(bad)
-                with pytest.raises(DecodeError) as e2:
-                    mit.decode_reply_values(bad, L, centered)
-                assert str(e1.value) == str(e2.value)
-
-
-def test_field_decoder_equals_uint_to_float():
-    for L in list(mit.MIT_MODELS.values()) + [_ODD]:
-        for lo, hi, bits in _ranges(L):
-            decode = mit.field_decoder(lo, hi, bits)
-            us = range((1 << bits)) if bits == 12 or L in (AK80_9, _ODD) else range(0, 1 << bits, 7)
-            assert _float_bits([decode(u) for u in us]) == _float_bits([mit.uint_to_float(u, lo, hi, bits) for u in us])

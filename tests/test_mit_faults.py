@@ -71,7 +71,7 @@ def test_healthy_motor_random_torque_steps_never_fault():
         taus = np.concatenate([taus, -taus])   # come back (the pendulum moves freely)
         codes = _cycles(drv, clock, taus)
         assert not any(codes)
-        assert max(abs(r) for r in drv.monitor.residual_nm) < drv.monitor._tol[0]
+        assert max(abs(r) for r in drv.monitor.residual_nm) < drv.monitor.tol_nm[0]
 
 
 @pytest.mark.parametrize("tau", [0.5, 3.0, -10.0])

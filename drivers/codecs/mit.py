@@ -92,9 +92,7 @@ __all__ = [
     "command_fields_encoder",
     "command_payload_packer",
     "field_encoder",
-    "field_decoder",
     "command_values_decoder",
-    "reply_values_decoder",
 ]
 
 
@@ -614,24 +612,6 @@ def field_encoder(x_min: float, x_max: float, bits: int, nearest: bool = False) 
     return encode
 
 
-def field_decoder(x_min: float, x_max: float, bits: int) -> Callable[[int], float]:
-    """:func:`uint_to_float` over one range, as a function of ``u`` alone.
-
-    Returns
-    -------
-    callable
-        ``f(u) -> float``: ``uint_to_float(u, x_min, x_max, bits)`` for ``0 <= u < 2**bits``
-        (the field of a payload; the range is not checked again).
-    """
-    top = (1 << bits) - 1
-    span = x_max - x_min
-
-    def decode(u: int) -> float:
-        return u * span / top + x_min
-
-    return decode
-
-
 def command_fields_encoder(limits: MitLimits, nearest: bool = False
                            ) -> Callable[[float, float, float, float, float], tuple[int, int, int, int, int]]:
     """:func:`encode_command_fields` for one drive: ``f(p_rad, v_rad_s, kp, kd, t_nm)``.
@@ -739,45 +719,3 @@ def command_values_decoder(limits: MitLimits) -> Callable[[int, int, int, int, i
                 t * t_span / 0xFFF + t_lo)
 
     return values
-
-
-def reply_values_decoder(limits: MitLimits, centered: bool = False
-                         ) -> Callable[[bytes], tuple[int, float, float, float, int | None, int | None]]:
-    """:func:`decode_reply_values` for one drive: ``f(data)``, the same values.
-
-    Returns
-    -------
-    callable
-        ``f(data) -> (motor_id, p_rad, v_rad_s, t_nm, temperature_c, error)`` for a ``bytes``
-        payload (the plain function converts its argument with ``bytes`` first): what
-        ``decode_reply_values(data, limits, centered)`` returns; it raises
-        :class:`~dynamics.errors.DecodeError` if the payload is neither 6 nor 8 bytes long.
-    """
-    pm, vm, tm = limits.p_max_rad, limits.v_max_rad_s, limits.t_max_nm
-    p_lo, v_lo, t_lo = -pm, -vm, -tm
-    p_span, v_span, t_span = pm - p_lo, vm - v_lo, tm - t_lo
-    # uint_to_float_centered's half steps
-    p_half, v_half, t_half = 0.5 * p_span / 0xFFFF, 0.5 * v_span / 0xFFF, 0.5 * t_span / 0xFFF
-
-    def decode(data: bytes) -> tuple[int, float, float, float, int | None, int | None]:
-        n = len(data)
-        if n != 6 and n != 8:
-            raise DecodeError(f"MIT reply must be 6 or 8 bytes, got {n}")
-        p = (data[1] << 8) | data[2]
-        v = (data[3] << 4) | (data[4] >> 4)
-        t = ((data[4] & 0xF) << 8) | data[5]
-        x_p = p * p_span / 0xFFFF + p_lo
-        x_v = v * v_span / 0xFFF + v_lo
-        x_t = t * t_span / 0xFFF + t_lo
-        if centered:
-            if p != 0xFFFF:
-                x_p = x_p + p_half
-            if v != 0xFFF:
-                x_v = x_v + v_half
-            if t != 0xFFF:
-                x_t = x_t + t_half
-        if n == 8:
-            return data[0], x_p, x_v, x_t, data[6], data[7]
-        return data[0], x_p, x_v, x_t, None, None
-
-    return decode
