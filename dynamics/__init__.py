@@ -12,10 +12,16 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any, Mapping
 
+from ._kernel_cache import guard as _guard_kernel_caches
 from .base import DriveParams, JointLimits, Model, ParallelModel, SingularityReport
 from .config import Section, read_toml
 from .errors import *  # noqa: F401,F403  (the error tree is part of the public API)
 from .errors import ConfigError
+
+# Before any compiled kernel can load (none of the imports above loads one; checked by
+# tests/test_kernel_cache.py): numba checks each cached kernel against its own file only, so
+# drop the kernels' caches when any kernel file changed (see dynamics/_kernel_cache.py).
+_guard_kernel_caches()
 
 __all__ = ["load_model", "Model", "ParallelModel", "JointLimits", "DriveParams",
            "SingularityReport", "MODEL_TYPES"]

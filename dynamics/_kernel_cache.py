@@ -1,0 +1,244 @@
+"""Drop numba's cached machine code of the package's kernels when any kernel file changed.
+
+numba's on-disk cache (``@njit(cache=True)``) checks a cached function only against ITS OWN
+source file.  A function that calls a compiled function of another file keeps that callee's
+machine code in its own cache entry, so when only the callee's file changes (a ``git pull`` on
+the editable install), the caller's cache still loads and runs the callee's OLD code.
+
+:func:`guard` closes that hole for the files of :data:`KERNEL_FILES` (every module of the
+package with ``cache=True``; ``tests/test_kernel_cache.py`` fails when one is missing): it
+hashes their bytes together (about 0.3 ms) and compares the result with a stamp file kept in
+every folder where numba may keep the caches of those modules.  Where the stamp differs or is
+missing, the ``*.nbi``/``*.nbc`` files of those modules (only those: never another file, never
+another module's or package's cache) are removed and the new stamp written.  Each kernel
+folder's caches are checked on their own, in every place numba looks for them, in numba's
+order (``numba.core.caching``):
+
+1. ``$NUMBA_CACHE_DIR/<folder name>_<sha1 of the folder's absolute path>``, when numba's
+   ``CACHE_DIR`` is set (``UserProvidedCacheLocator``);
+2. ``<folder>/__pycache__`` (``InTreeCacheLocator``);
+3. ``<user cache dir>/numba/<folder name>_<sha1 ...>`` (``UserWideCacheLocator``, which numba
+   takes when the two above are not writable: a read-only install).
+
+numba uses the first of them it can write; the others may hold caches of earlier runs (with a
+``NUMBA_CACHE_DIR`` unset since, from a time the folder was writable), so every one that exists
+is checked.  Each folder has its own stamp: a ``NUMBA_CACHE_DIR`` that other runs use is brought
+up to date by the first of them that imports the package.  A folder that cannot be written is
+left alone: numba does not use it either.  A missing folder is created (with its stamp) only
+where numba would put the caches, so that its first caches are not taken for stale ones by the
+next process.
+
+numba's own version is not in the stamp: numba already ignores an index written by another
+version.  The guard runs once per process, when :mod:`dynamics` is imported (``controller``
+and ``drivers`` call it first thing too, which imports :mod:`dynamics`), before any kernel
+module is.  It never makes an import fail: see :func:`refresh_kernel_caches`.  It imports only
+the standard library (not numba: importing ``dynamics`` does not import numba).
+
+What it cannot see: a process that imported the package BEFORE a kernel file changed and that
+compiles a new specialisation afterwards saves it with the old code while the stamp already
+says "current" (numba stamps the entry with the caller's own file, unchanged); restart such
+processes (a notebook, a long tuning run) after a pull.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Iterable
+
+#: every module of the package with ``@njit(cache=True)``, relative to the folder that holds
+#: the packages, '/'-separated (``tests/test_kernel_cache.py`` checks the list is complete)
+KERNEL_FILES: tuple[str, ...] = (
+    "dynamics/_stewart_kernels.py",
+    "dynamics/_planar3rrr_kernels.py",
+    "dynamics/_serial_kernels.py",
+    "drivers/sim/_mit_kernel.py",
+    "drivers/sim/_plant_kernels.py",
+    "drivers/sim/_stewart_plant_kernel.py",
+    "drivers/sim/_friction_kernel.py",
+    "controller/telemetry.py",
+    "controller/_fast_loop_stewart.py",
+    "controller/_fast_loop.py",
+    "controller/laws.py",
+    "controller/_safety_rules.py",
+    "controller/safety.py",
+    "controller/_law_kernels.py",
+    "controller/_stewart_law_kernels.py",
+)
+
+#: name of the stamp file written next to the caches
+STAMP_NAME = "torqueloop-kernels.stamp"
+
+#: changes the fingerprint when the way it is computed changes
+_FORMAT = b"torqueloop numba kernel caches 1\n"
+
+_guarded = False
+
+
+def guard() -> None:
+    """:func:`refresh_kernel_caches` for the package's own kernels, once per process."""
+    global _guarded
+    if _guarded:
+        return
+    _guarded = True
+    # the packages are side by side (one install, or one checkout on sys.path)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    refresh_kernel_caches(root, KERNEL_FILES)
+
+
+def refresh_kernel_caches(root: str, files: Iterable[str]) -> list[str]:
+    """Remove numba's caches of ``files`` wherever their stamp does not match their sources.
+
+    ``root`` is the folder that ``files`` (paths relative to it) are in.  Returns the paths of
+    the removed cache files.  Never raises OSError: an unreadable source, an unwritable or
+    vanished folder, a file another process removed first all end the work on that file or
+    folder silently, since a cleanup that could not run costs at most what numba does without
+    this guard.  Where a stale cache file could not be removed, no stamp is written, so that the
+    next import tries again.  Two processes doing this at once cost at most a recompile: numba
+    treats a missing index as empty and a data file missing after its index was read as a
+    cache miss (``IndexDataCacheFile.load``).
+    """
+    files = list(files)
+    try:
+        stamp = fingerprint(root, files).encode("ascii")
+    except OSError:  # an unreadable kernel file: numba cannot use it either
+        return []
+    modules: dict[str, list[str]] = {}
+    for rel in files:
+        folder, name = os.path.split(os.path.abspath(os.path.join(root, rel)))
+        modules.setdefault(folder, []).append(os.path.splitext(name)[0])
+    removed: list[str] = []
+    for folder, names in modules.items():
+        if not os.path.isdir(folder):  # no module there to cache
+            continue
+        numba_would_use_one = False
+        for cache_dir in cache_dirs(folder):
+            try:
+                usable = _refresh_dir(cache_dir, names, stamp, not numba_would_use_one, removed)
+            except OSError:
+                # swallowed on purpose (a failed cleanup costs at most what numba does without
+                # the guard); OSError only: anything else would be a bug of ours, to be seen
+                usable = False
+            numba_would_use_one = numba_would_use_one or usable
+    return removed
+
+
+def fingerprint(root: str, files: Iterable[str]) -> str:
+    """sha256 (hex) over the names and bytes of ``files`` (relative to ``root``).
+
+    A missing file counts as such (it changes the fingerprint); any other OSError is raised.
+    """
+    h = hashlib.sha256(_FORMAT)
+    for rel in sorted(files):
+        h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        try:
+            with open(os.path.join(root, rel), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            h.update(b"missing\0")
+            continue
+        h.update(b"%d\0" % len(data))
+        h.update(data)
+    return h.hexdigest()
+
+
+def cache_dirs(folder: str) -> list[str]:
+    """Every folder where numba may keep the caches of the modules in ``folder``, in numba's
+    order of preference (see the module docstring)."""
+    folder = os.path.abspath(folder)
+    out = [os.path.join(folder, "__pycache__")]
+    try:
+        # numba.core.caching._CacheLocator.get_suitable_cache_subpath
+        sub = os.path.basename(folder) + "_" + hashlib.sha1(folder.encode()).hexdigest()
+    except UnicodeEncodeError:  # numba cannot cache there either (it encodes the same way)
+        return out
+    user_dir = _numba_cache_dir_setting()
+    if user_dir:
+        out.insert(0, os.path.join(user_dir, sub))
+    out.append(os.path.join(_user_wide_cache_root(), sub))
+    return out
+
+
+def _refresh_dir(cache_dir: str, modules: list[str], stamp: bytes, may_create: bool,
+                 removed: list[str]) -> bool:
+    """Bring one cache folder up to ``stamp``; True when numba could use it (it is writable and
+    its stamp is current).  OSError propagates."""
+    try:
+        with open(os.path.join(cache_dir, STAMP_NAME), "rb") as f:
+            current = f.read(len(stamp) + 1) == stamp
+    except OSError:  # missing (a folder numba does not use, or not yet), unreadable
+        current = False
+    if current:
+        return os.access(cache_dir, os.W_OK)
+    if not os.path.isdir(cache_dir):
+        if not may_create:
+            return False
+        os.makedirs(cache_dir, exist_ok=True)
+    elif not os.access(cache_dir, os.W_OK):
+        return False
+    elif not _remove_caches(cache_dir, modules, removed):
+        return False
+    _write_stamp(cache_dir, stamp)
+    return True
+
+
+def _remove_caches(cache_dir: str, modules: list[str], removed: list[str]) -> bool:
+    """Remove numba's index and data files of ``modules`` from ``cache_dir``: the names numba
+    gives them are ``<module>.<qualname>-<line>.py<version>.nbi`` and ``...<n>.nbc``.  Its
+    files being written (``*.nbi.tmp.<id>``) are left alone.  False when one could not be
+    removed."""
+    prefixes = tuple(m + "." for m in modules)
+    ok = True
+    for name in os.listdir(cache_dir):
+        if name.endswith((".nbi", ".nbc")) and name.startswith(prefixes):
+            path = os.path.join(cache_dir, name)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:  # another process removed it first
+                continue
+            except OSError:
+                ok = False
+                continue
+            removed.append(path)
+    return ok
+
+
+def _write_stamp(cache_dir: str, stamp: bytes) -> None:
+    """Write the stamp whole or not at all (another process may read it meanwhile)."""
+    path = os.path.join(cache_dir, STAMP_NAME)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(stamp)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _numba_cache_dir_setting() -> str:
+    """numba's ``config.CACHE_DIR`` without importing numba when it is not imported yet: the
+    environment variable, unless a ``.numba_config.yaml`` in the working folder may set it."""
+    config = getattr(sys.modules.get("numba"), "config", None)
+    if config is None and os.path.isfile(".numba_config.yaml"):
+        try:
+            from numba.core import config
+        except ImportError:
+            config = None
+    if config is not None:
+        return getattr(config, "CACHE_DIR", "") or ""
+    return os.environ.get("NUMBA_CACHE_DIR", "")
+
+
+def _user_wide_cache_root() -> str:
+    """``numba.misc.appdirs.AppDirs("numba", appauthor=False).user_cache_dir``, without numba."""
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser(r"~\AppData\Local")
+        return os.path.join(os.path.normpath(base), "numba", "Cache")
+    if sys.platform == "darwin":
+        return os.path.join(os.path.expanduser("~/Library/Caches"), "numba")
+    return os.path.join(os.getenv("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "numba")
