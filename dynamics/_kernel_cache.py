@@ -53,6 +53,7 @@ KERNEL_FILES: tuple[str, ...] = (
     "dynamics/_stewart_kernels.py",
     "dynamics/_planar3rrr_kernels.py",
     "dynamics/_serial_kernels.py",
+    "drivers/_mit_kernels.py",
     "drivers/sim/_mit_kernel.py",
     "drivers/sim/_plant_kernels.py",
     "drivers/sim/_stewart_plant_kernel.py",
