@@ -467,6 +467,8 @@ class SafetySupervisor:
         # the result is not used
         if self._sing and _exact_planar3rrr(model):
             _rrr_regular_margin(model._P, float(model._tol_sing), v, np.zeros(n), np.empty(n), np.empty(1))
+        if self._sing:      # and its prediction (argument types as in _singularity_check)
+            _rules.predicted_margin(0.0, 0.0, False, 0.0, 0.0, 0.0)
 
     # the limits, views of the rows of ``_limits`` (read-only attributes: edit them in place; a
     # view made at each access, so a copied or unpickled supervisor's are its own array's)

@@ -199,3 +199,51 @@ def test_supervisor_loads_its_compiled_rules_when_made():
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+_LOADS_AFTER_START = r'''
+import sys, tempfile
+from pathlib import Path
+from numba.core.dispatcher import Dispatcher
+from controller.app.run import build_run, load_run
+
+def overloads():
+    out = {}
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not name.split(".")[0] in ("controller", "drivers", "dynamics", "trajectories"):
+            continue
+        for attr, obj in list(vars(mod).items()):
+            if type(obj).__mro__.__contains__(Dispatcher):
+                out[f"{name}.{attr}"] = len(obj.overloads)
+    return out
+
+with tempfile.TemporaryDirectory() as d:
+    run = build_run(load_run(sys.argv[1], overrides={"loop.clock": "wall", "loop.duration_s": 0.02}),
+                    out_dir=Path(d) / "r")
+    start = run.loop.clock.start
+    seen = {}
+    def started():
+        seen.update(overloads())
+        return start()
+    run.loop.clock.start = started
+    res = run.execute()
+    assert res.status == "completed", (res.status, res.faults)
+    after = overloads()
+    new = {k: (seen.get(k, 0), n) for k, n in after.items() if n != seen.get(k, 0)}
+    assert seen and not new, new
+'''
+
+
+@pytest.mark.parametrize("config", ["3rrr_circle", "seed000_fast", "stewart_motion_direct"])
+def test_nothing_is_compiled_or_loaded_after_the_clock_starts(config):
+    """A new process, a shipped run on the wall clock: every compiled kernel a cycle calls is
+    loaded (or compiled) before the clock starts (real-time priority, then the drives are
+    enabled), none in the first cycles, which would start late by the loading time (2-3 ms
+    a kernel from the cache; longer with real-time throttling or a compile)."""
+    import subprocess
+    import sys
+
+    path = str(ROOT / "hil_configs" / "runs" / f"{config}.toml")
+    r = subprocess.run([sys.executable, "-c", _LOADS_AFTER_START, path], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
