@@ -413,3 +413,52 @@ def test_tmotor_can_mit_mode_client_enables_and_moves_the_emulated_motor(tmotor)
     finally:
         host.close()
         tmotor.motors_dict.pop(1, None)
+
+
+@pytest.mark.parametrize("model", AK_MODELS)
+def test_driver_cycle_frames_and_feedback_vs_tmotor_can_mit_mode(tmotor, model):
+    """The MIT driver's own cycle (its compiled encoder and reply step, drivers/_mit_kernels.py)
+    against tmotor-can-mit-mode: every torque frame it sends is ``pack_cmd(0, 0, t, 0, 0)`` byte
+    for byte (truncating quantisation, the library's), and the joint values it reports are the
+    library's ``unpack_reply`` of the replies (identity mapping, plain decoding)."""
+    from drivers.base import Command
+    from drivers.mit import MitCanDriver, MitJoint
+    from drivers.transport import CanTransport
+
+    L = mitc.MIT_MODELS[model]
+    m = tmotor.__new__(tmotor)
+    tmotor.__init__(m, 97, model)
+    tmotor.motors_dict.update({5: model, 6: model})
+    rng = np.random.default_rng(3)
+    replies = {}
+
+    class Bus:
+        def __init__(self):
+            self.sent, self.inbox = [], []
+
+        def send(self, msg, timeout=None):
+            self.sent.append(bytes(msg.data))
+            data = bytes([msg.arbitration_id]) + bytes(rng.integers(0, 256, 7, dtype=np.uint8).tolist())
+            replies[msg.arbitration_id] = data
+            self.inbox.append(can.Message(arbitration_id=0, data=data, is_extended_id=False))
+
+        def recv(self, timeout=None):
+            return self.inbox.pop(0) if self.inbox else None
+
+        def shutdown(self):
+            pass
+
+    bus = Bus()
+    t = CanTransport.from_bus(bus, name="tp")
+    drv = MitCanDriver([MitJoint(t, 5, L), MitJoint(t, 6, L)], now=lambda: 0.0, quantization="truncate",
+                       reply_centered=False, reply_timeout_s=0.01)
+    drv.enable()
+    for _ in range(200):
+        tau = rng.uniform(-1.2, 1.2, 2) * L.t_max_nm
+        fb = drv.cycle(Command(tau))
+        assert bus.sent[-2:] == [bytes(m.pack_cmd(0.0, 0.0, float(x), 0.0, 0.0)) for x in tau]
+        for j, cid in enumerate((5, 6)):
+            _, p, v, tq = tmotor.unpack_reply(list(replies[cid][:6]))
+            assert (fb.position_rad[j], fb.velocity_rad_s[j], fb.torque_nm[j]) == (p, v, tq)
+    for cid in (5, 6, 97):
+        tmotor.motors_dict.pop(cid, None)
