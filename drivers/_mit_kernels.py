@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 
 # ---------------------------------------------------------------------------
 # layouts
@@ -68,7 +68,12 @@ _NOT_FOLLOWING, _FROZEN, _OVER_TEMPERATURE = 0x100, 0x101, 0x102
 # ---------------------------------------------------------------------------
 # commands
 # ---------------------------------------------------------------------------
-@njit("i8(f8[:], f8[:, ::1], u1[:, ::1], u1[:, ::1], f8[:, ::1], f8)", cache=True, error_model="numpy")
+#: the torques as the caller gives them: any layout, read-only or not (a mutable array matches)
+_TAU = types.Array(types.float64, 1, "A", readonly=True)
+
+
+@njit(types.int64(_TAU, types.float64[:, ::1], types.uint8[:, ::1], types.uint8[:, ::1], types.float64[:, ::1],
+                  types.float64), cache=True, error_model="numpy")
 def encode_torque(tau, C, fixed, tx, S, half):
     """Encode a command of torques only; write the frames and the values they carry.
 

@@ -65,9 +65,10 @@ def test_encode_torque_equals_the_general_path(quantization, mapping):
     assert len(buses[0].sent) == n_sent
 
 
-def test_cycle_takes_the_compiled_encoder_for_torques_only_and_sends_the_same_frames():
-    """The same torques as a float64 array (compiled encoder) and as a list (the Python path):
-    the same frames on the bus, the same Feedback."""
+@pytest.mark.parametrize("form", ["read-only", "strided"])
+def test_cycle_takes_the_compiled_encoder_for_torques_only_and_sends_the_same_frames(form):
+    """The same torques as a float64 array (compiled encoder; also read-only or strided) and as
+    a list (the Python path): the same frames on the bus, the same Feedback."""
     out = []
     for as_list in (False, True):
         drv, buses, clock = mit_driver(MitMotors([1, 2, 3]), mapping=MAPPINGS[1])
@@ -77,7 +78,14 @@ def test_cycle_takes_the_compiled_encoder_for_torques_only_and_sends_the_same_fr
         for c in range(60):
             clock[0] += 1e-3
             tau = rng.uniform(-60, 60, 3)
-            fb = drv.cycle(Command(tau.tolist() if as_list else tau))
+            arr = tau.copy()
+            if form == "read-only":
+                arr.setflags(write=False)
+            else:
+                arr = np.repeat(tau, 2)[::2]
+            fb = drv.cycle(Command(tau.tolist() if as_list else arr))
+            if not as_list:     # the compiled encoder wrote the frames sent
+                assert [bytes(r) for r in drv._tx] == [bytes(m.data) for m in buses[0].sent[-3:]]
             fbs.append(_bits(np.concatenate([fb.position_rad, fb.velocity_rad_s, fb.torque_nm,
                                              fb.info["torque_residual_nm"]])) + fb.fault.tobytes())
         out.append(([bytes(m.data) for m in buses[0].sent], fbs, drv.last_saturated))
