@@ -483,30 +483,46 @@ def _inverse_jacobians(L, G, th, X, tol, ws, have_geo):
     return OK
 
 
+# The two forms of the preparation each write only the rate they compute (a kernel that
+# writes an argument in any branch cannot take a read-only array there: numba types every
+# branch), so a caller's read-only array is accepted where it is an input.
 @njit(cache=True)
-def prepare(L, G, th, X, thd, Xd, mode, tol, ws, have_geo=False):
-    """Everything the dynamics needs at a consistent (th, X), into the workspace.
-
-    mode 0: thd given, Xd = -B^{-1} A thd is computed (into the array Xd);
-    mode 1: Xd given, thd = -A^{-1} B Xd is computed (into thd).  ``have_geo``:
-    ws[0:24] already holds the geometry at (th, X) (e.g. right after
+def prepare_thd(L, G, th, X, thd, Xd, tol, ws, have_geo=False):
+    """Everything the dynamics needs at a consistent (th, X), into the workspace, from the
+    joint rates: thd (3,) given (read), Xd = -B^{-1} A thd computed into the array Xd (3,).
+    ``have_geo``: ws[0:24] already holds the geometry at (th, X) (e.g. right after
     fk_newton_ws).  Returns a status code.
     """
     st = _inverse_jacobians(L, G, th, X, tol, ws, have_geo)
     if st != OK:
         return st
-    if mode == 0:
-        for r in range(3):
-            Xd[r] = -(ws[36 + 3 * r] * ws[24] * thd[0] + ws[37 + 3 * r] * ws[25] * thd[1]
-                      + ws[38 + 3 * r] * ws[26] * thd[2])
-    else:
-        for i in range(3):
-            thd[i] = -(ws[27 + 3 * i] * Xd[0] + ws[28 + 3 * i] * Xd[1] + ws[29 + 3 * i] * Xd[2]) / ws[24 + i]
+    for r in range(3):
+        Xd[r] = -(ws[36 + 3 * r] * ws[24] * thd[0] + ws[37 + 3 * r] * ws[25] * thd[1]
+                  + ws[38 + 3 * r] * ws[26] * thd[2])
+    _prepared_terms(L, G, ws, thd, Xd)
+    return OK
+
+
+@njit(cache=True)
+def prepare_xd(L, G, th, X, thd, Xd, tol, ws, have_geo=False):
+    """:func:`prepare_thd` from the platform rates: Xd (3,) given (read), thd = -A^{-1} B Xd
+    computed into the array thd (3,).  Returns a status code."""
+    st = _inverse_jacobians(L, G, th, X, tol, ws, have_geo)
+    if st != OK:
+        return st
+    for i in range(3):
+        thd[i] = -(ws[27 + 3 * i] * Xd[0] + ws[28 + 3 * i] * Xd[1] + ws[29 + 3 * i] * Xd[2]) / ws[24 + i]
+    _prepared_terms(L, G, ws, thd, Xd)
+    return OK
+
+
+@njit(cache=True, inline="always")
+def _prepared_terms(L, G, ws, thd, Xd):
+    """The preparation's velocity, mass, Coriolis and gravity terms (both forms)."""
     gamma(L, ws, thd, Xd)
     _full_mass(L, G, ws)
     _full_coriolis(L, ws, thd, Xd[2])
     _full_gravity(L, G, ws)
-    return OK
 
 
 @njit(cache=True)
@@ -548,7 +564,7 @@ def task_inverse_dynamics(L, G, X, Xd, Xdd, W, branch, tol, tau, lam, th, thd, t
     if st != OK:
         return st
     ws = np.empty(WS_SIZE)
-    st = prepare(L, G, th, X, thd, Xd, 1, tol, ws)
+    st = prepare_xd(L, G, th, X, thd, Xd, tol, ws)
     if st != OK:
         return st
     for i in range(3):
@@ -570,7 +586,7 @@ def _reduced_ws(L, G, th, X, thd, tol, ws, have_geo=False):
     part of Gdot thd) in ws[136:139].
     """
     Xd = ws[126:129]
-    st = prepare(L, G, th, X, thd, Xd, 0, tol, ws, have_geo)
+    st = prepare_thd(L, G, th, X, thd, Xd, tol, ws, have_geo)
     if st != OK:
         return st
     _task_jacobian(ws)
@@ -854,7 +870,7 @@ def id_entry(P, th, thd, thdd, Xh, W, tau):
     st, it = fk_newton_ws(P, th, Xh, 1e-12, 50, X, ws)
     if st != OK:
         return st
-    st = prepare(P, G, th, X, thd, Xd, 0, G[5], ws, True)
+    st = prepare_thd(P, G, th, X, thd, Xd, G[5], ws, True)
     if st != OK:
         return st
     for r in range(3):
@@ -943,7 +959,7 @@ def tid_ws(P, X, Xd, Xdd, W, branch, tau, ws):
     st = ik(P, X, branch, th)
     if st != OK:
         return st
-    st = prepare(P, G, th, X, thd, Xd, 1, G[5], ws)
+    st = prepare_xd(P, G, th, X, thd, Xd, G[5], ws)
     if st != OK:
         return st
     for i in range(3):

@@ -645,7 +645,14 @@ class StewartPlatform(ParallelModel):
         try:
             st = kernel(*args, self._params, out)
         except TypeError:
-            return None
+            # the kernels take writable C-contiguous float arrays: a read-only, strided or
+            # integer array is copied to one (the same values, so the same result as the
+            # caller's array as a float copy); a batch or a bad shape is still declined
+            try:
+                st = kernel(*(np.array(a, dtype=float) if isinstance(a, np.ndarray) else a for a in args),
+                            self._params, out)
+            except (TypeError, ValueError):
+                return None
         return out if st == K.OK else None
 
     def _pose(self, q, pose):
