@@ -61,8 +61,12 @@ RX_STRIDE = 9
 #: :func:`after_collect` modes
 MODE_STORE, MODE_FOLLOW, MODE_FEEDBACK = 1, 2, 4
 
-#: fault codes (:mod:`drivers.mit_health` defines and documents them)
-_NOT_FOLLOWING, _FROZEN, _OVER_TEMPERATURE = 0x100, 0x101, 0x102
+#: measured torque (current) does not follow the commanded torque
+FAULT_NOT_FOLLOWING = 0x100
+#: replies repeat byte for byte while the command changes
+FAULT_FROZEN = 0x101
+#: reported driver temperature above ``temperature_max_c`` (8-byte replies)
+FAULT_OVER_TEMPERATURE = 0x102
 
 
 # ---------------------------------------------------------------------------
@@ -175,7 +179,7 @@ def follow_step(M, MI, a, fresh, p, v, t_meas, raw, cmd, rel_tol, window, frozen
                 if abs(r) > tol + rel_tol * abs(x):
                     MI[MI_BAD, j] += 1
                     if MI[MI_BAD, j] >= window:
-                        MI[MI_CODE, j] = _NOT_FOLLOWING
+                        MI[MI_CODE, j] = FAULT_NOT_FOLLOWING
                 else:
                     MI[MI_BAD, j] = 0
                 if MI[MI_CODE, j] == 0:
@@ -186,7 +190,7 @@ def follow_step(M, MI, a, fresh, p, v, t_meas, raw, cmd, rel_tol, window, frozen
                         elif x > M[M_XHI, j]:
                             M[M_XHI, j] = x
                         if MI[MI_SAME, j] >= frozen and M[M_XHI, j] - M[M_XLO, j] > tol:
-                            MI[MI_CODE, j] = _FROZEN
+                            MI[MI_CODE, j] = FAULT_FROZEN
                     else:
                         MI[MI_LAST, j] = raw[j]
                         MI[MI_HAS_LAST, j] = 1
@@ -275,7 +279,7 @@ def after_collect(rx, C, S, I, M, MI, mode, centered, temperature_max_c, a, rel_
                 temperature = rx[k + 7]
                 S[S_TEMP, j] = temperature
                 if temperature > temperature_max_c and I[I_DETECTED, j] == 0:
-                    I[I_DETECTED, j] = _OVER_TEMPERATURE
+                    I[I_DETECTED, j] = FAULT_OVER_TEMPERATURE
     if mode & MODE_FOLLOW:
         follow_step(M, MI, a, out_fresh, S[S_PM], S[S_VM], S[S_TM], I[I_RAW], S[S_CP:S_CT + 1], rel_tol,
                     window, frozen)

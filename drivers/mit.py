@@ -220,27 +220,23 @@ class MitCanDriver(Driver):
                              codec.command_fields_encoder(jt.limits, nearest))
                             for jt, s, g, off, e, ge in zip(joints, self._sign, self._gear, self._off, self._eff,
                                                             self._ge)]
-        #: per joint, a torque-only command (no position, velocity or gains: every field but the
-        #: torque's is what _encode computes for zeros): (torque field encoder, sign, g*e, t_max,
-        #: the four other fields, payload packer, can id)
-        self._torque_consts = []
-        for L, s, g, off, gge, ge, can_id, fields in self._cmd_consts:
-            fixed = fields(0.0, s * 0.0 * g, 0.0 / gge, 0.0 / gge, 0.0)[:4]
-            self._torque_consts.append((codec.field_encoder(-L.t_max_nm, L.t_max_nm, 12, nearest), s, ge,
-                                        L.t_max_nm, fixed, codec.command_payload_packer(*fixed), can_id))
-        # (a zero position is mid-range, so these fields are never all ones; if they were, the
-        # special-frame check of _encode would apply and the torque-only path would not)
-        self._torque_path = all(c[4] != _ALL_ONES_4 for c in self._torque_consts)
         #: per joint, the command values decoder (what decoding a sent frame gives; the follow
         #: check's input for a command the compiled encoder did not make)
         self._cmd_values = [codec.command_values_decoder(L) for L in self._lim]
+        # a torque-only command (no position, velocity or gains): every field but the torque's is
+        # what _encode computes for zeros, per joint
+        fixed4 = [fields(0.0, s * 0.0 * g, 0.0 / gge, 0.0 / gge, 0.0)[:4]
+                  for L, s, g, off, gge, ge, can_id, fields in self._cmd_consts]
+        # (a zero position is mid-range, so these fields are never all ones; if they were, the
+        # special-frame check of _encode would apply and the compiled torque encoder would not)
+        self._torque_path = all(f != _ALL_ONES_4 for f in fixed4)
         # the compiled cycle's constants and state (drivers._mit_kernels: the layouts)
         C = np.zeros((_k.C_ROWS, n))
         fixed = np.zeros((n, 8), dtype=np.uint8)
-        for j, (L, (_, s, ge, t_max, fixed4, pack, _)) in enumerate(zip(self._lim, self._torque_consts)):
-            pm, vm = L.p_max_rad, L.v_max_rad_s
-            C[_k.C_SIGN, j], C[_k.C_GEAR, j], C[_k.C_OFF, j] = s, self._gear[j], self._off[j]
-            C[_k.C_EFF, j], C[_k.C_GE, j], C[_k.C_TMAX, j] = self._eff[j], ge, t_max
+        for j, L in enumerate(self._lim):
+            pm, vm, t_max = L.p_max_rad, L.v_max_rad_s, L.t_max_nm
+            C[_k.C_SIGN, j], C[_k.C_GEAR, j], C[_k.C_OFF, j] = self._sign[j], self._gear[j], self._off[j]
+            C[_k.C_EFF, j], C[_k.C_GE, j], C[_k.C_TMAX, j] = self._eff[j], self._ge[j], t_max
             # the spans and half steps as the codec computes them (field_encoder, command_values_decoder,
             # decode_reply_values): the same operands
             C[_k.C_T_LO, j], C[_k.C_T_SPAN, j] = -t_max, t_max - -t_max
@@ -249,8 +245,8 @@ class MitCanDriver(Driver):
             C[_k.C_P_HALF, j] = 0.5 * (pm - -pm) / 0xFFFF
             C[_k.C_V_HALF, j] = 0.5 * (vm - -vm) / 0xFFF
             C[_k.C_T_HALF, j] = 0.5 * (t_max - -t_max) / 0xFFF
-            C[_k.C_FIX_P:_k.C_FIX_KD + 1, j] = self._cmd_values[j](*fixed4, 0)[:4]
-            fixed[j] = np.frombuffer(pack(0), dtype=np.uint8)
+            C[_k.C_FIX_P:_k.C_FIX_KD + 1, j] = self._cmd_values[j](*fixed4[j], 0)[:4]
+            fixed[j] = np.frombuffer(codec.pack_command(*fixed4[j], 0), dtype=np.uint8)
         self._C = C
         self._fixed = fixed
         self._half = 0.5 if nearest else 0.0
@@ -301,7 +297,10 @@ class MitCanDriver(Driver):
     def _vec(self, x, name: str, n: int, default: float | None):
         if x is None:
             return None if default is None else [default] * n
-        a = np.asarray(x, dtype=float)
+        try:
+            a = np.asarray(x, dtype=float)
+        except (TypeError, ValueError) as err:
+            raise DriverError(f"command.{name} must be {n} numbers: {err}") from err
         if a.shape != (n,):
             raise DriverError(f"command.{name} must have shape ({n},), got {a.shape}")
         lst = a.tolist()
@@ -335,9 +334,6 @@ class MitCanDriver(Driver):
         tau = self._vec(command.torque_nm, "torque_nm", n, None)
         if tau is None:
             raise DriverError("command.torque_nm is required")
-        if (command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None and command.position_rad is None
-                and command.velocity_rad_s is None and self._torque_path):
-            return self._encode_torque(tau)
         kp = self._vec(command.kp_nm_per_rad, "kp_nm_per_rad", n, 0.0)
         kd = self._vec(command.kd_nm_s_per_rad, "kd_nm_s_per_rad", n, 0.0)
         pos = self._vec(command.position_rad, "position_rad", n, None)
@@ -367,22 +363,6 @@ class MitCanDriver(Driver):
                 # torque by 3 LSB (the last byte to 0xF9..0xFB); 0xFF x 8 is an ordinary command
                 f = f[:4] + (f[4] - 3,)
             out.append((can_id, pack(*f), f))
-        self.last_saturated = saturated
-        return out
-
-    def _encode_torque(self, tau: list[float]) -> list[tuple[int, bytes, tuple]]:
-        """:meth:`_encode` of a command with only torques (``tau``, validated): the same output.
-
-        With no position, velocity or gains every field but the torque's is the one of
-        zeros (``_torque_consts``), so only the torque is mapped, counted and quantised.
-        """
-        out = []
-        saturated = 0
-        for j, (quantise, s, ge, t_max, fixed, pack, can_id) in enumerate(self._torque_consts):
-            t_m = s * tau[j] / ge
-            saturated += abs(t_m) > t_max
-            t = quantise(t_m)
-            out.append((can_id, pack(t), fixed + (t,)))
         self.last_saturated = saturated
         return out
 
@@ -568,13 +548,19 @@ class MitCanDriver(Driver):
         if not self._enabled:
             raise DriverError("cycle() before enable()")
         n = len(self._joints)
-        tau = command.torque_nm
         saturated = -1
-        if (self._torque_path and type(tau) is np.ndarray and tau.dtype == np.float64 and tau.shape == (n,)
-                and command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None
+        if (self._torque_path and command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None
                 and command.position_rad is None and command.velocity_rad_s is None):
-            # torques only: the compiled encoder (-1: a value it refuses; the Python path raises)
-            saturated = _k.encode_torque(tau, self._C, self._fixed, self._tx, self._S, self._half)
+            # torques only: the compiled encoder (-1, or torques that are not n numbers: the
+            # Python path raises its error)
+            tau = command.torque_nm
+            if type(tau) is not np.ndarray or tau.dtype != np.float64:
+                try:
+                    tau = np.asarray(tau, dtype=float)
+                except (TypeError, ValueError):
+                    tau = None
+            if tau is not None and tau.shape == (n,):
+                saturated = _k.encode_torque(tau, self._C, self._fixed, self._tx, self._S, self._half)
         if saturated >= 0:
             self.last_saturated = saturated
             tx = self._tx_buf

@@ -37,16 +37,12 @@ import numpy as np
 from dynamics.errors import ConfigError
 
 from . import _mit_kernels as _k
+# the codes, defined where the compiled rule sets them (documented there)
+from ._mit_kernels import FAULT_FROZEN, FAULT_NOT_FOLLOWING, FAULT_OVER_TEMPERATURE
 
 __all__ = ["FollowConfig", "FollowMonitor", "FAULT_NOT_FOLLOWING", "FAULT_FROZEN",
            "FAULT_OVER_TEMPERATURE", "DETECTED_FAULTS"]
 
-#: measured torque (current) does not follow the commanded torque
-FAULT_NOT_FOLLOWING = 0x100
-#: replies repeat byte for byte while the command changes
-FAULT_FROZEN = 0x101
-#: reported driver temperature above ``temperature_max_c`` (8-byte replies)
-FAULT_OVER_TEMPERATURE = 0x102
 
 #: Fault codes the MIT driver detects itself -> description.
 DETECTED_FAULTS: dict[int, str] = {

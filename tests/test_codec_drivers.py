@@ -155,38 +155,45 @@ def test_mit_make_commands_mapping_and_refusals():
 @pytest.mark.parametrize("mapping", [JointMapping(), JointMapping(gear_ratio=9.0, sign=-1, offset_rad=0.3, efficiency=0.9),
                                      JointMapping(gear_ratio=1.0, sign=-1, efficiency=0.5)])
 def test_mit_torque_only_commands_equal_the_general_path(monkeypatch, quantization, mapping):
-    """A command with only torques is encoded by ``_encode_torque`` (every other field fixed);
-    the same command with zero gains and velocities takes the general path: same frames, integer
-    fields, saturation count and errors."""
+    """A command with only torques is encoded by the compiled encoder in ``cycle`` (every other
+    field fixed); the same command with zero gains and velocities takes the general path
+    (``make_commands``): same frames, saturation count and errors."""
+    import drivers.mit as mit_module
+
     drv, buses, _ = mit_driver(MitMotors([1, 2, 3]), n=3, mapping=mapping, quantization=quantization)
     assert drv._torque_path
     used = []
-    fast = drv._encode_torque
-    monkeypatch.setattr(drv, "_encode_torque", lambda tau: used.append(1) or fast(tau))
+    fast = mit_module._k.encode_torque
+    monkeypatch.setattr(mit_module._k, "encode_torque", lambda *a: used.append(1) or fast(*a))
+    drv.enable()
     rng = np.random.default_rng(21)
     tmax = LIM.t_max_nm * mapping.gear_ratio * mapping.efficiency
     step = 2 * tmax / 4095
     taus = [rng.uniform(-1.3, 1.3, 3) * tmax for _ in range(300)]
     taus += [(-tmax + step * rng.integers(0, 4096, 3) + d).astype(float) for d in (0.0, step / 2) for _ in range(200)]
     taus += [np.array([0.0, -0.0, tmax]), np.array([-tmax, 1e300, -1e300]), np.array([5e-324, -5e-324, 0.0])]
+    taus += [[0.5, -0.25, 1], np.array([1, -2, 0])]            # a list, integers: converted, same frames
     zeros = np.zeros(3)
     for tau in taus:
-        a = drv._encode(Command(tau))
+        drv.cycle(Command(tau))
         sat_a = drv.last_saturated
-        b = drv._encode(Command(tau, velocity_rad_s=zeros, kp_nm_per_rad=zeros, kd_nm_s_per_rad=zeros))
-        assert a == b and sat_a == drv.last_saturated and type(sat_a) is type(drv.last_saturated) is int
-        assert [(f.arbitration_id, f.data) for f in drv.make_commands(Command(tau))] == [x[:2] for x in b]
-        assert all(type(u) is int for x in a for u in x[2])
-    assert len(used) == 2 * len(taus)
-    for bad in (np.array([1e308, 0.0, 0.0]), np.array([0.0, math.nan, 0.0]), np.zeros(2)):
+        want = drv.make_commands(Command(tau, velocity_rad_s=zeros, kp_nm_per_rad=zeros, kd_nm_s_per_rad=zeros))
+        assert [bytes(m.data) for m in buses[0].sent[-3:]] == [f.data for f in want]
+        assert sat_a == drv.last_saturated and type(sat_a) is type(drv.last_saturated) is int
+        assert [f.data for f in drv.make_commands(Command(tau))] == [f.data for f in want]
+    assert len(used) == len(taus)
+    n_sent = len(buses[0].sent)
+    for bad in (np.array([1e308, 0.0, 0.0]), np.array([0.0, math.nan, 0.0]), np.zeros(2), ["a", 0.0, 0.0]):
         errors = []
         for cmd in (Command(bad), Command(bad, velocity_rad_s=zeros, kp_nm_per_rad=zeros, kd_nm_s_per_rad=zeros)):
             try:
-                drv._encode(cmd)
+                drv.cycle(cmd)
             except DriverError as err:
                 errors.append(str(err))
         assert len(errors) in (0, 2) and len(set(errors)) <= 1, errors
-    assert buses[0].sent == []
+        if errors:
+            assert len(buses[0].sent) == n_sent        # nothing sent
+        n_sent = len(buses[0].sent)
 
 
 def _plain_feedback(drv, fresh):

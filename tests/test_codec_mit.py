@@ -362,20 +362,6 @@ def test_per_drive_command_encoders_refuse_nonfinite_values_as_the_plain_one_doe
             assert str(e1.value) == str(e2.value)
 
 
-def test_command_payload_packer_equals_pack_command():
-    rng = np.random.default_rng(12)
-    fixed = [(0, 0, 0, 0), (0xFFFF, 0xFFF, 0xFFF, 0xFFF), (32767, 2047, 0, 0), (0x8000, 0x800, 0x001, 0xFFE)]
-    fixed += [(int(rng.integers(0, 65536)), int(rng.integers(0, 4096)), int(rng.integers(0, 4096)),
-               int(rng.integers(0, 4096))) for _ in range(20)]
-    for f in fixed:
-        pack = mit.command_payload_packer(*f)
-        for t in range(4096):
-            assert pack(t) == mit.pack_command(*f, t)
-    for bad in ((0x10000, 0, 0, 0), (0, 0x1000, 0, 0), (0, 0, -1, 0), (0, 0, 0, 0x1000)):
-        with pytest.raises(DriverError):
-            mit.command_payload_packer(*bad)
-
-
 def test_per_drive_command_values_decoder_equals_command_values():
     rng = np.random.default_rng(13)
     for L in list(mit.MIT_MODELS.values()) + [_ODD]:

@@ -90,7 +90,6 @@ __all__ = [
     "decode_reply_values",
     "reply_length",
     "command_fields_encoder",
-    "command_payload_packer",
     "field_encoder",
     "command_values_decoder",
 ]
@@ -665,33 +664,6 @@ def command_fields_encoder(limits: MitLimits, nearest: bool = False
                 0xFFF if kd_u > 0xFFF else kd_u, 0xFFF if t > 0xFFF else t)
 
     return fields
-
-
-def command_payload_packer(p: int, v: int, kp_u: int, kd_u: int) -> Callable[[int], bytes]:
-    """:func:`pack_command` with every field but the torque's fixed.
-
-    Returns
-    -------
-    callable
-        ``f(t) -> bytes``: ``pack_command(p, v, kp_u, kd_u, t)`` for a 12-bit ``t``
-        (``0 <= t <= 0xFFF``, as :func:`field_encoder` gives it).
-
-    Raises
-    ------
-    DriverError
-        If a field is outside its range (16 bits for ``p``, 12 for the others).
-    """
-    # the payload is the five fields' bits back to back, big-endian: p[63..48] v[47..36]
-    # kp[35..24] kd[23..12] t[11..0]
-    base = (p << 48) | (v << 36) | (kp_u << 24) | (kd_u << 12)
-    if base.bit_length() > 64 or not (0 <= p <= 0xFFFF and 0 <= v <= 0xFFF and 0 <= kp_u <= 0xFFF
-                                      and 0 <= kd_u <= 0xFFF):
-        raise DriverError(f"command fields out of range: p={p}, v={v}, kp={kp_u}, kd={kd_u}")
-
-    def pack(t: int) -> bytes:
-        return (base | t).to_bytes(8, "big")
-
-    return pack
 
 
 def command_values_decoder(limits: MitLimits) -> Callable[[int, int, int, int, int],
