@@ -458,11 +458,13 @@ class MitCanDriver(Driver):
                                    cfg.frozen_cycles, out_f, fault, fresh)
         return missing, out_f, fault, fresh
 
-    def _feedback(self, stats: dict, fresh: list[bool] | None = None, step=None) -> Feedback:
+    def _feedback(self, stats: dict, fresh: list[bool] | None = None, step=None, t_s: float | None = None
+                  ) -> Feedback:
         """This cycle's :class:`Feedback`; ``stats`` (a fresh dict per cycle) becomes its ``info``.
 
         ``step``: :meth:`_after_collect`'s output with ``MODE_FEEDBACK``, else it is run here;
-        ``fresh``: per joint, whether it answered (default: the last :meth:`_collect`'s)."""
+        ``fresh``: per joint, whether it answered (default: the last :meth:`_collect`'s);
+        ``t_s``: its time stamp (default: the clock now)."""
         missing, a, fault, fr = self._after_collect(_k.MODE_FEEDBACK) if step is None else step
         if fresh is not None:
             fr = np.array(fresh, dtype=bool)
@@ -473,7 +475,7 @@ class MitCanDriver(Driver):
         stats["missing"] = missing
         stats["temperature_c"] = a[3 * n:4 * n]
         stats["torque_residual_nm"] = a[4 * n:]
-        return Feedback(float(self._now()), a[:n], a[n:2 * n], a[2 * n:3 * n], fault, fr,
+        return Feedback(float(self._now()) if t_s is None else t_s, a[:n], a[n:2 * n], a[2 * n:3 * n], fault, fr,
                         (self._all_true if self._enabled else self._all_false).copy(), stats)
 
     @staticmethod
@@ -575,12 +577,12 @@ class MitCanDriver(Driver):
         self._collect(set(range(n)), self.reply_timeout_s, stats)
         self.cycles += 1
         mon = self.monitor
+        t_s = float(self._now())        # the replies' time: the follow check's and the Feedback's
         if mon.config.enabled:
-            step = self._after_collect(_k.MODE_STORE | _k.MODE_FOLLOW | _k.MODE_FEEDBACK,
-                                       mon.gain(float(self._now())))
+            step = self._after_collect(_k.MODE_STORE | _k.MODE_FOLLOW | _k.MODE_FEEDBACK, mon.gain(t_s))
         else:
             step = self._after_collect(_k.MODE_STORE | _k.MODE_FEEDBACK)
-        return self._feedback(stats, step=step)
+        return self._feedback(stats, step=step, t_s=t_s)
 
     def set_zero(self) -> Feedback:
         """Make every motor's current position its zero (SET_ZERO frame); motors must be disabled.
