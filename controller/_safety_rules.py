@@ -53,7 +53,8 @@ def predicted_margin(m, t_s, have_prev, t_prev, m_prev, horizon_s):
     ``m``.  The one form of the rule: ``SafetySupervisor`` calls it from Python, the compiled
     loop's checks call it; both test the margin and this prediction against the minimum.  Not
     inlined: inlined into the compiled loop's segment it made every cycle slower (3RRR segment
-    6.87 -> 7.57 us a cycle, /tmp/lawwork/segt.py), though it runs only on a check's cycles."""
+    6.87 -> 7.57 us a cycle, timed on captured segment arguments), though it runs only on a
+    check's cycles."""
     predicted = m
     if have_prev and horizon_s > 0:
         dt = t_s - t_prev
