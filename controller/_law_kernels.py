@@ -50,7 +50,7 @@ import numpy as np
 from numba import njit
 
 from dynamics._planar3rrr_kernels import fk_newton_ws, jx_geo_ws, reduced_entry, tid_ws, WS_SIZE
-from dynamics._serial_kernels import NW, _crba_core, _rnea_core
+from dynamics._serial_core import NW, _crba_core, _rnea_core
 
 #: friction compensation modes of the compiled laws
 FRICTION_NONE = 0

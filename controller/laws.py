@@ -446,9 +446,7 @@ class ComputedTorque(_CompiledIntegralLaw, Controller):
         The compiled law serves an exact :class:`~dynamics.serial.SerialModel`; any other
         model takes the Python path below.
         """
-        from dynamics.serial import SerialModel
-
-        if type(self.model) is not SerialModel:
+        if type(self.model) is not _loaded_serial_model():
             return None
         return {"kind": "serial", "P": self.model._P, **self._common_args(self.n)}
 
@@ -542,9 +540,8 @@ class PDGravity(_CompiledLaw, Controller):
         "serial", an exact ``SerialModel``) or :func:`~controller._law_kernels.rrr_pd_gravity`
         (kind "rrr", an exact ``Planar3RRR``), or None (the numpy path)."""
         from dynamics.planar3rrr import Planar3RRR
-        from dynamics.serial import SerialModel
 
-        kind = {SerialModel: "serial", Planar3RRR: "rrr"}.get(type(self.model))
+        kind = {_loaded_serial_model(): "serial", Planar3RRR: "rrr"}.get(type(self.model))
         if kind is None:
             return None
         return {"kind": kind, "P": self.model._P, **self._law_args(self.n)}
@@ -680,11 +677,9 @@ class PID(_CompiledLaw, Controller):
 
     def _compiled_args(self):
         """Constant arguments of :func:`controller._law_kernels.pid`, or None (the numpy path)."""
-        from dynamics.serial import SerialModel
-
         ff = self.feedforward
         has_grav = ff is not None
-        if has_grav and not (type(ff) is _GravityFeedforward and type(ff.model) is SerialModel):
+        if has_grav and not (type(ff) is _GravityFeedforward and type(ff.model) is _loaded_serial_model()):
             return None
         n = self.n
         lim = self.integral_limit_nm
@@ -893,6 +888,16 @@ def _matching_rate_matrix(model, rotation) -> Callable | None:
         f = getattr(mod, "euler_rate_matrix", None)
         return f if callable(f) else None
     return None
+
+
+def _loaded_serial_model():
+    """``dynamics.serial.SerialModel`` if that module is loaded, else None.
+
+    A serial model has loaded it; importing it for another robot would compile the serial
+    entry kernels (``dynamics._serial_kernels``, about 15 s on a cold cache), which that
+    robot's run never calls."""
+    mod = sys.modules.get("dynamics.serial")
+    return None if mod is None else mod.SerialModel
 
 
 class _TaskBase(Controller):

@@ -52,6 +52,7 @@ from collections.abc import Iterable
 KERNEL_FILES: tuple[str, ...] = (
     "dynamics/_stewart_kernels.py",
     "dynamics/_planar3rrr_kernels.py",
+    "dynamics/_serial_core.py",
     "dynamics/_serial_kernels.py",
     "drivers/_mit_kernels.py",
     "drivers/sim/_mit_kernel.py",

@@ -1,7 +1,7 @@
 """Serial-chain robot arms: Denavit-Hartenberg robot files and fast rigid-body dynamics.
 
 A :class:`SerialModel` is a chain of revolute/prismatic joints described by
-fixed *joint placements* (see :mod:`dynamics._serial_kernels` for the frame
+fixed *joint placements* (see :mod:`dynamics._serial_core` for the frame
 conventions).  Denavit-Hartenberg rows (robot files, :func:`load_serial`) and
 URDF files (:func:`dynamics.urdf.load_urdf`) both compile to that form.
 

@@ -17,6 +17,7 @@ matplotlib) or, for a ``.html`` file name, a self-contained page with a player
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -55,11 +56,12 @@ def robot_polylines(model, q, pose=None) -> tuple[list[np.ndarray], np.ndarray, 
         Parallel robots: the pose found (to warm-start the next frame).
     """
     from dynamics.planar3rrr import Planar3RRR
-    from dynamics.serial import SerialModel
-    from dynamics.stewart import StewartPlatform
 
+    # the serial and Stewart classes from the loaded modules (such a model has loaded its own):
+    # importing them for another robot would load or compile kernels it never calls
+    serial, stewart = sys.modules.get("dynamics.serial"), sys.modules.get("dynamics.stewart")
     q = np.asarray(q, dtype=float)
-    if isinstance(model, SerialModel):
+    if serial is not None and isinstance(model, serial.SerialModel):
         pts = model.link_poses(q)[:, :3, 3]
         tool = model.forward_kinematics(q)[:3, 3]
         return [np.vstack([pts, tool])], tool, None
@@ -68,7 +70,7 @@ def robot_polylines(model, q, pose=None) -> tuple[list[np.ndarray], np.ndarray, 
         A, B, C = model.base_joints, model.elbow_positions(q), model.platform_joint_positions(X)
         legs = [_xyz(np.vstack([A[i], B[i], C[i]])) for i in range(3)]
         return legs + [_xyz(np.vstack([C, C[:1]]))], _xyz(X[:2]), X
-    if isinstance(model, StewartPlatform):
+    if stewart is not None and isinstance(model, stewart.StewartPlatform):
         X = model.forward_kinematics_task(q, guess=pose)
         T = model.forward_kinematics(q, pose=X)
         P = model.platform_joints @ T[:3, :3].T + T[:3, 3]

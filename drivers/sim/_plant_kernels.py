@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit
 
 from dynamics._planar3rrr_kernels import fd_hint_ws, fk_newton_ws, reduced_hint_ws, WS_SIZE
-from dynamics._serial_kernels import NW, _crba_core, _fd_core
+from dynamics._serial_core import NW, _crba_core, _fd_core
 
 from ._friction_kernel import coulomb_pgs_into
 

@@ -301,18 +301,19 @@ class SimulatedPlant:
         It applies to the RK4 integration of an exact :class:`dynamics.planar3rrr.Planar3RRR`,
         :class:`dynamics.serial.SerialModel` or :class:`dynamics.stewart.StewartPlatform`
         (not a subclass, whose methods may differ); the external wrench is checked per call.
-        The Stewart class is looked up among the loaded modules: a Stewart model has loaded
-        it, and importing it for another robot would load the Stewart kernels (~0.3 s).
+        The serial and Stewart classes are looked up among the loaded modules: such a model
+        has loaded its module, and importing it for another robot would load (or, on a cold
+        cache, compile) kernels that robot never calls.
         """
         from dynamics.planar3rrr import Planar3RRR
-        from dynamics.serial import SerialModel
 
         if self._integrator != "rk4":
             return None, None
         if type(self._model) is Planar3RRR:
             from ._plant_kernels import rrr_advance
             return rrr_advance, "rrr"
-        if type(self._model) is SerialModel:
+        serial = sys.modules.get("dynamics.serial")
+        if serial is not None and type(self._model) is serial.SerialModel:
             from ._plant_kernels import serial_advance
             return serial_advance, "serial"
         stewart = sys.modules.get("dynamics.stewart")
