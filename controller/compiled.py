@@ -168,27 +168,13 @@ class CompiledCycles:
             return k, fb
         ref_pos, ref_vel, ref_acc = rows
         ctrl, s = loop.controller, loop.safety
-        n, dim = ctrl.n, ctrl.dim
-        state = ctrl.compiled_state()
-        s_k = np.array([s._k], dtype=np.int64)
-        eb = s._ebits if s._ebits.shape[0] == dim else np.zeros(dim, dtype=np.int64)
-        s._ebits = eb
-        safety = (s_k, s._limits, self._em, s._jbits, eb)
-        cfg = s.config
-        pose_s = np.array(s.pose if self._sing else np.zeros(3), dtype=float)    # (3,) | (6,)
-        mp = s._margin_prev
-        margin_prev = np.array([0.0, 0.0, 0.0] if mp is None else [1.0, mp[0], mp[1]])
-        sing = (self._sing, int(cfg.singularity_every), self._Ps, self._tol, pose_s, margin_prev,
-                float(cfg.singularity_margin_min) if self._sing else 0.0, float(cfg.singularity_horizon_s))
-        plant_args = (pa["P"], pa["q"], pa["qd"], pa["X"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"],
-                      pa["flags"], pa["h_max"], pa["has_quant"], pa["quantum"])
+        n = ctrl.n
+        N = k_end - k
         feedback = (np.array(fb.position_rad, dtype=float), np.array(fb.velocity_rad_s, dtype=float),
                     np.array(fb.torque_nm, dtype=float))
-        N = k_end - k
-        o_q, o_qd, o_tau, o_taum = (np.empty((N, n)) for _ in range(4))
-        o_err = np.empty((N, dim))
+        state, s_k, safety, pose_s, margin_prev, sing, plant_args, logs = self._arguments(pa, N)
+        o_q, o_qd, o_err, o_tau, o_taum, mask = logs
         per = np.empty(N)
-        mask = np.zeros(n, dtype=np.bool_)
         P = loop.period_s
         ts = np.arange(k, k_end) * P
         k_new = k
@@ -205,7 +191,7 @@ class CompiledCycles:
                 # numba could not compile the segment for these arguments (a bug of ours): nothing
                 # of the chunk ran (typing comes first), so the Python loop goes on from here with
                 # the same state and the same results; the run's messages say why
-                self.unavailable = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                self._unavailable(err)
                 break
             wall = time.perf_counter() - w0
             if k_stop == k_new:
@@ -257,6 +243,51 @@ class CompiledCycles:
         cyc.extend(per[:done])
         metrics.add_rows(o_err[:done], o_tau[:done], o_qd[:done], np.zeros((done, n), dtype=bool), 0.0)
         return k_new, loop.driver.feedback()
+
+    def _arguments(self, pa, N: int):
+        """The segment's arguments from the law, the supervisor and the plant (``pa``, its
+        :meth:`~drivers.sim.plant.SimulatedPlant.compiled_step_args`) for ``N`` cycles:
+        ``(state, s_k, safety, pose_s, margin_prev, sing, plant_args, logs)``, the arrays
+        :meth:`run` reads back after the call."""
+        ctrl, s = self.loop.controller, self.loop.safety
+        n, dim = ctrl.n, ctrl.dim
+        state = ctrl.compiled_state()
+        s_k = np.array([s._k], dtype=np.int64)
+        eb = s._ebits if s._ebits.shape[0] == dim else np.zeros(dim, dtype=np.int64)
+        s._ebits = eb
+        safety = (s_k, s._limits, self._em, s._jbits, eb)
+        cfg = s.config
+        pose_s = np.array(s.pose if self._sing else np.zeros(3), dtype=float)    # (3,) | (6,)
+        mp = s._margin_prev
+        margin_prev = np.array([0.0, 0.0, 0.0] if mp is None else [1.0, mp[0], mp[1]])
+        sing = (self._sing, int(cfg.singularity_every), self._Ps, self._tol, pose_s, margin_prev,
+                float(cfg.singularity_margin_min) if self._sing else 0.0, float(cfg.singularity_horizon_s))
+        plant_args = (pa["P"], pa["q"], pa["qd"], pa["X"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"],
+                      pa["flags"], pa["h_max"], pa["has_quant"], pa["quantum"])
+        o_q, o_qd, o_tau, o_taum = (np.empty((N, n)) for _ in range(4))
+        logs = (o_q, o_qd, np.empty((N, dim)), o_tau, o_taum, np.zeros(n, dtype=np.bool_))
+        return state, s_k, safety, pose_s, margin_prev, sing, plant_args, logs
+
+    def load(self) -> None:
+        """Load the segment's machine code now (numba's cache, or a compile on a cold cache) by
+        a call of zero cycles, which changes nothing: the loop calls it before its first cycle,
+        so that the first segment's timing columns (``compute_s``, ``cycle``) hold its cycles
+        only, not the loading (about 30 ms from the cache, seconds for a compile)."""
+        pa, _ = self.loop.driver.plant.compiled_step_args()
+        rows = self.traj.rows(0, 1)
+        if pa is None or rows is None or self.unavailable is not None:
+            return      # run() finds the same and runs the cycles in Python
+        state, s_k, safety, pose_s, margin_prev, sing, plant_args, logs = self._arguments(pa, 0)
+        n = self.loop.controller.n
+        try:
+            self._segment(0, 0, self.loop.period_s, 0.0, self._consts, state, safety, sing, plant_args,
+                          (np.zeros(n), np.zeros(n), np.zeros(n)), tuple(r[0:0] for r in rows), logs)
+        except NumbaError as err:
+            self._unavailable(err)
+
+    def _unavailable(self, err) -> None:
+        """numba could not compile the segment: every cycle runs in Python (the run's messages say why)."""
+        self.unavailable = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
 
     def _missed(self, k):
         """Nothing ran: try again later (doubling the wait while it keeps failing)."""

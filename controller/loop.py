@@ -347,6 +347,8 @@ class ControlLoop:
             fast = None
             if CompiledCycles is not None:
                 fast, _why = CompiledCycles.for_loop(self, traj, est)
+                if fast is not None:
+                    fast.load()     # its machine code, before the first cycle's timing
             series = (lat, starts, comp, cyc)
             t0 = self.clock.now()
             while k < self.n_planned or self.safety.latched:

@@ -206,3 +206,74 @@ def test_tune_rollouts_share_the_trajectory_and_equal_fresh_runs():
             m.pop("real_time_factor", None)
         assert cached == fresh
     assert len(cache) == 1
+
+
+_LOADED_BEFORE_FIRST_SEGMENT = r'''
+import sys, tempfile
+from pathlib import Path
+from controller.app.run import build_run, load_run
+from controller import compiled
+
+seen = []
+run_segment = compiled.CompiledCycles.run
+
+def first_run(self, *args, **kw):
+    if not seen:
+        seen.append(len(self._segment.overloads))
+    return run_segment(self, *args, **kw)
+
+compiled.CompiledCycles.run = first_run
+with tempfile.TemporaryDirectory() as d:
+    run = build_run(load_run(sys.argv[1], overrides={"loop.duration_s": 0.3}), out_dir=Path(d) / "r")
+    res = run.execute()
+    assert res.status == "completed", (res.status, res.faults)
+print(seen[0])
+'''
+
+
+@pytest.mark.parametrize("config", ["3rrr_circle_direct", "seed000_fast", "stewart_motion_direct"])
+def test_segment_is_loaded_before_the_first_segment(config):
+    """A new process: the loop loads the segment's machine code (numba's cache, or a compile)
+    before the first cycle, so the first segment's timing columns hold its cycles only, not the
+    loading (about 30 ms from the cache: the first 200 cycles' ``compute_s`` showed 140 us, a
+    compile seconds)."""
+    import subprocess
+    import sys
+
+    path = str(ROOT / "hil_configs" / "runs" / f"{config}.toml")
+    r = subprocess.run([sys.executable, "-c", _LOADED_BEFORE_FIRST_SEGMENT, path], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout.strip().splitlines()[-1]) >= 1
+
+
+def test_loading_the_segment_changes_nothing(tmp_path):
+    """``CompiledCycles.load`` (a call of zero cycles) leaves the plant, the law and the
+    supervisor as they were, and the run after it equals the Python loop's."""
+    from controller.app.run import build_run, load_run
+    from controller.compiled import CompiledCycles
+    from trajectories.base import GridCache
+
+    spec = load_run(DIRECT, overrides={"loop.duration_s": 0.5})
+    run = build_run(spec, out_dir=tmp_path / "load")
+    loop = run.loop
+    loop.driver.enable()        # as the loop does before it (the plant's brakes released)
+    fast, why = CompiledCycles.for_loop(loop, GridCache(loop.trajectory, loop.period_s), None)
+    assert fast is not None, why
+
+    def snapshot():
+        pa, _ = loop.driver.plant.compiled_step_args()
+        s = loop.safety
+        return ([np.array(v, copy=True) for v in pa.values() if isinstance(v, np.ndarray)]
+                + [loop.controller.compiled_state(), np.array([s._k]), np.array(s.pose),
+                   np.array([np.count_nonzero(s._ebits)])])     # (sized on first use, as run() does)
+
+    before = snapshot()
+    fast.load()
+    assert fast.unavailable is None and fast.cycles == 0 and fast.next_k == 0
+    for a, b in zip(before, snapshot()):
+        assert np.array_equal(a, b, equal_nan=True)
+    run.close()
+    py = _run(tmp_path, False, {"loop.duration_s": 0.5}, "py")
+    fast_run = _run(tmp_path, True, {"loop.duration_s": 0.5}, "fast")
+    _assert_same(py, fast_run)
