@@ -541,7 +541,8 @@ class PDGravity(_CompiledLaw, Controller):
         (kind "rrr", an exact ``Planar3RRR``), or None (the numpy path)."""
         from dynamics.planar3rrr import Planar3RRR
 
-        kind = {_loaded_serial_model(): "serial", Planar3RRR: "rrr"}.get(type(self.model))
+        t = type(self.model)
+        kind = "rrr" if t is Planar3RRR else "serial" if t is _loaded_serial_model() else None
         if kind is None:
             return None
         return {"kind": kind, "P": self.model._P, **self._law_args(self.n)}
