@@ -29,11 +29,12 @@ for a Stewart run (its kernels take ~0.3 s to load).
 from __future__ import annotations
 
 import importlib
-import sys
 import time
 
 import numpy as np
 from numba.core.errors import NumbaError
+
+from dynamics import loaded_model_class
 
 from .clock import LockstepClock
 from .laws import PID, ComputedTorque, PDGravity, TaskComputedTorque, TaskPDGravity
@@ -57,8 +58,8 @@ LAW_KERNELS = {
 #: the module holding the segments of a robot kind, when not :mod:`controller._fast_loop`
 _SEGMENT_MODULES = {"stewart": "controller._fast_loop_stewart"}
 
-#: the model class (module, name) of the singularity check of a robot kind's segments
-_SINGULARITY_MODELS = {"rrr": ("dynamics.planar3rrr", "Planar3RRR"), "stewart": ("dynamics.stewart", "StewartPlatform")}
+#: the robot kinds whose segments check the singularity of their model (exactly its class)
+_SINGULARITY_KINDS = ("rrr", "stewart")
 
 
 def _segment_module(kind: str):
@@ -71,9 +72,7 @@ def _segment_module(kind: str):
 def _checks_singularity_of(kind: str, model) -> bool:
     """Whether the segments of robot ``kind`` check the singularity of ``model`` (its exact
     class; looked up in the loaded modules, so that a check does not import a model's kernels)."""
-    where = _SINGULARITY_MODELS.get(kind)
-    mod = None if where is None else sys.modules.get(where[0])
-    return mod is not None and type(model) is getattr(mod, where[1])
+    return kind in _SINGULARITY_KINDS and type(model) is loaded_model_class(kind)
 
 
 class CompiledCycles:

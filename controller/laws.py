@@ -38,6 +38,7 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
+from dynamics import exact_model_kind
 from dynamics.base import Model, ParallelModel
 from dynamics.errors import ModelError, SingularityError
 
@@ -446,7 +447,7 @@ class ComputedTorque(_CompiledIntegralLaw, Controller):
         The compiled law serves an exact :class:`~dynamics.serial.SerialModel`; any other
         model takes the Python path below.
         """
-        if type(self.model) is not _loaded_serial_model():
+        if exact_model_kind(self.model) != "serial":
             return None
         return {"kind": "serial", "P": self.model._P, **self._common_args(self.n)}
 
@@ -539,11 +540,8 @@ class PDGravity(_CompiledLaw, Controller):
         """Constant arguments of :func:`controller._law_kernels.serial_pd_gravity` (kind
         "serial", an exact ``SerialModel``) or :func:`~controller._law_kernels.rrr_pd_gravity`
         (kind "rrr", an exact ``Planar3RRR``), or None (the numpy path)."""
-        from dynamics.planar3rrr import Planar3RRR
-
-        t = type(self.model)
-        kind = "rrr" if t is Planar3RRR else "serial" if t is _loaded_serial_model() else None
-        if kind is None:
+        kind = exact_model_kind(self.model)
+        if kind not in ("serial", "rrr"):
             return None
         return {"kind": kind, "P": self.model._P, **self._law_args(self.n)}
 
@@ -680,7 +678,7 @@ class PID(_CompiledLaw, Controller):
         """Constant arguments of :func:`controller._law_kernels.pid`, or None (the numpy path)."""
         ff = self.feedforward
         has_grav = ff is not None
-        if has_grav and not (type(ff) is _GravityFeedforward and type(ff.model) is _loaded_serial_model()):
+        if has_grav and not (type(ff) is _GravityFeedforward and exact_model_kind(ff.model) == "serial"):
             return None
         n = self.n
         lim = self.integral_limit_nm
@@ -889,16 +887,6 @@ def _matching_rate_matrix(model, rotation) -> Callable | None:
         f = getattr(mod, "euler_rate_matrix", None)
         return f if callable(f) else None
     return None
-
-
-def _loaded_serial_model():
-    """``dynamics.serial.SerialModel`` if that module is loaded, else None.
-
-    A serial model has loaded it; importing it for another robot would compile the serial
-    entry kernels (``dynamics._serial_kernels``, about 15 s on a cold cache), which that
-    robot's run never calls."""
-    mod = sys.modules.get("dynamics.serial")
-    return None if mod is None else mod.SerialModel
 
 
 class _TaskBase(Controller):

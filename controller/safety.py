@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -77,6 +76,7 @@ from numba import njit
 
 from dynamics._planar3rrr_kernels import WS_SIZE as _RRR_WS_SIZE
 from dynamics._planar3rrr_kernels import regular_margin_ws as _rrr_regular_margin_ws
+from dynamics import loaded_model_class
 from dynamics.base import JointLimits, Model, ParallelModel
 from dynamics.config import Section
 from dynamics.errors import ConfigError, SafetyError
@@ -127,8 +127,7 @@ def _rules_checker():
 def _exact_planar3rrr(model) -> bool:
     """Whether ``model`` is exactly a :class:`~dynamics.planar3rrr.Planar3RRR` (looked up in the
     loaded modules: a supervisor of another robot does not import it)."""
-    rrr = sys.modules.get("dynamics.planar3rrr")
-    return rrr is not None and type(model) is rrr.Planar3RRR
+    return type(model) is loaded_model_class("rrr")
 
 
 @njit(cache=True)

@@ -59,3 +59,20 @@ def test_a_run_imports_only_its_robots_kernels(config, serial, stewart):
     assert "dynamics._serial_core" in loaded        # every robot's plant and laws use the cores
     assert (SERIAL_ENTRIES in loaded) is serial, sorted(loaded)
     assert (STEWART in loaded) is stewart, sorted(loaded)
+
+
+def test_exact_model_kind_names_each_family_and_no_subclass():
+    """The one lookup the plant, the laws, the supervisor and the compiled loop use to choose a
+    family's compiled form: the exact class of each shipped family, nothing for a subclass."""
+    from dynamics import exact_model_kind, load_model
+    from dynamics.toy_models import PlanarTwoLink
+
+    robots = ROOT / "hil_configs" / "robots"
+    for fname, kind in (("seed000_arm.toml", "serial"), ("3rrr_horizontal.toml", "rrr"),
+                        ("stewart.toml", "stewart")):
+        model = load_model(robots / fname)
+        assert exact_model_kind(model) == kind, fname
+        sub = type("Sub", (type(model),), {})
+        model.__class__ = sub
+        assert exact_model_kind(model) is None, fname
+    assert exact_model_kind(PlanarTwoLink()) is None

@@ -53,12 +53,12 @@ from __future__ import annotations
 
 import inspect
 import math
-import sys
 import threading
 from typing import Sequence
 
 import numpy as np
 
+from dynamics import exact_model_kind
 from dynamics.base import Model, ParallelModel
 from dynamics.errors import ConfigError, DriverError, ModelError
 
@@ -301,23 +301,19 @@ class SimulatedPlant:
         It applies to the RK4 integration of an exact :class:`dynamics.planar3rrr.Planar3RRR`,
         :class:`dynamics.serial.SerialModel` or :class:`dynamics.stewart.StewartPlatform`
         (not a subclass, whose methods may differ); the external wrench is checked per call.
-        The serial and Stewart classes are looked up among the loaded modules: such a model
-        has loaded its module, and importing it for another robot would load (or, on a cold
-        cache, compile) kernels that robot never calls.
+        The classes are looked up among the loaded modules (:func:`dynamics.exact_model_kind`),
+        so that another robot's plant does not load that family's kernels.
         """
-        from dynamics.planar3rrr import Planar3RRR
-
         if self._integrator != "rk4":
             return None, None
-        if type(self._model) is Planar3RRR:
+        kind = exact_model_kind(self._model)
+        if kind == "rrr":
             from ._plant_kernels import rrr_advance
             return rrr_advance, "rrr"
-        serial = sys.modules.get("dynamics.serial")
-        if serial is not None and type(self._model) is serial.SerialModel:
+        if kind == "serial":
             from ._plant_kernels import serial_advance
             return serial_advance, "serial"
-        stewart = sys.modules.get("dynamics.stewart")
-        if stewart is not None and type(self._model) is stewart.StewartPlatform:
+        if kind == "stewart":
             from ._stewart_plant_kernel import stewart_advance
             return stewart_advance, "stewart"
         return None, None
