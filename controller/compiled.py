@@ -81,8 +81,14 @@ class CompiledCycles:
     Build with :meth:`for_loop`; :meth:`run` is called by the loop.
     """
 
-    #: cycles per segment at most (the loop checks for signals between segments)
-    max_segment = 1000
+    #: cycles of the first segment (the loop checks for signals between segments)
+    first_segment = 1000
+    #: wall time a later segment is sized to take [s], from the mean cycle of the segments
+    #: run so far (each segment call costs a fixed ~0.1-0.4 ms of Python: hand-over, metrics,
+    #: feedback), within [min_segment, max_segment] cycles
+    segment_s = 0.05
+    min_segment = 100
+    max_segment = 20000
 
     def __init__(self, loop, traj):
         self.loop = loop
@@ -90,6 +96,8 @@ class CompiledCycles:
         self.next_k = 0          # do not try again before this cycle
         self._backoff = 1
         self.cycles = 0          # cycles run compiled
+        self.wall_s = 0.0        # their wall time in the segment kernel [s]
+        self.limit = self.first_segment      # cycles of the next segment at most
         #: why the segment kernel could not be compiled (every cycle then runs in Python), or None
         self.unavailable: str | None = None
         c = self._c = loop.controller.compiled_args
@@ -145,7 +153,9 @@ class CompiledCycles:
                 and not s._stale_any and self.loop.driver.enabled)
 
     def run(self, k: int, k_end: int, t0: float, fb, tel, metrics, series):
-        """Run cycles ``k .. < k_end`` while they are clean (at most :attr:`max_segment`).
+        """Run cycles ``k .. < k_end`` while they are clean (at most :attr:`limit`: the first
+        segment :attr:`first_segment` cycles, the later ones :attr:`segment_s` of wall time at
+        the mean cycle so far).
 
         The kernel runs in chunks that end where the telemetry buffer is full, so each
         flush happens after the same cycle as in the Python loop (a failed write is a
@@ -158,7 +168,7 @@ class CompiledCycles:
         if loop.controller.compiled_args is not self._c:
             self._missed(k)        # the law's model or gains were replaced: Python from here
             return k, fb
-        k_end = min(k_end, k + self.max_segment)
+        k_end = min(k_end, k + self.limit)
         plant = loop.driver.plant
         pa, why = plant.compiled_step_args()
         rows = self.traj.rows(k, k_end - k) if k_end > k else None
@@ -195,6 +205,7 @@ class CompiledCycles:
             wall = time.perf_counter() - w0
             if k_stop == k_new:
                 break
+            self.wall_s += wall
             b = k_stop - k
             per[a:b] = wall / (k_stop - k_new)
             k_new = k_stop
@@ -223,6 +234,9 @@ class CompiledCycles:
         # end the next one may start at once
         self.next_k = k_new + 1 if k_new < k_end else k_new
         self.cycles += done
+        if self.wall_s > 0.0:
+            per_cycle = self.wall_s / self.cycles
+            self.limit = int(min(max(self.segment_s / per_cycle, self.min_segment), self.max_segment))
         # hand the state back
         plant.set_compiled_state(pa["q"], pa["qd"], pa["X"], pa["ta"], float(pa["t"][0]), pa["cmd"][0])
         ctrl.last_error = o_err[done - 1].copy()

@@ -184,6 +184,49 @@ def test_stop_request_between_segments(tmp_path):
     assert not log["enabled"][-1].any() or log["tau_cmd"][-1].tolist() == [0.0, 0.0, 0.0]
 
 
+def test_segment_sizes_change_nothing_but_the_calls(tmp_path, monkeypatch):
+    """The first segment has ``first_segment`` cycles, each later one what ``segment_s`` of
+    wall time holds at the mean cycle so far (within [min_segment, max_segment]); however the
+    run is cut into segments, its results are the same to the last bit."""
+    from controller import compiled
+
+    calls = []
+    orig = compiled.CompiledCycles.run
+
+    def counted(self, k, k_end, *a, **kw):
+        limit = self.limit
+        out = orig(self, k, k_end, *a, **kw)
+        calls.append((k, out[0], limit))
+        return out
+
+    monkeypatch.setattr(compiled.CompiledCycles, "run", counted)
+    over = {"loop.duration_s": 1.5}
+    # the defaults: 1000 cycles, then the rest (the 3RRR's cycle is well under 50 ms / 500)
+    default = _run(tmp_path, True, over, "default")
+    spans = [(b - a, lim) for a, b, lim in calls if b > a]
+    assert spans[0] == (1000, 1000)
+    assert len(spans) == 2 and spans[1][1] > 500
+    # tiny segments: many calls, each within the bounds
+    calls.clear()
+    monkeypatch.setattr(compiled.CompiledCycles, "first_segment", 37)
+    monkeypatch.setattr(compiled.CompiledCycles, "min_segment", 11)
+    monkeypatch.setattr(compiled.CompiledCycles, "segment_s", 1e-9)
+    small = _run(tmp_path, True, over, "small")
+    spans = [(b - a, lim) for a, b, lim in calls if b > a]
+    assert spans[0] == (37, 37)
+    assert len(spans) > 100 and all(lim == 11 and n <= 11 for n, lim in spans[1:])
+    _assert_same(default, small)
+    assert _compiled_cycles(default[0]) == _compiled_cycles(small[0]) > 0.95 * default[0].n_cycles
+    # and the upper bound
+    calls.clear()
+    monkeypatch.setattr(compiled.CompiledCycles, "segment_s", 1e9)
+    monkeypatch.setattr(compiled.CompiledCycles, "max_segment", 200)
+    large = _run(tmp_path, True, over, "large")
+    limits = [lim for a, b, lim in calls if b > a]
+    assert len(limits) > 5 and limits[1:] == [200] * (len(limits) - 1)
+    _assert_same(default, large)
+
+
 def test_tune_rollouts_share_the_trajectory_and_equal_fresh_runs():
     """A sweep's runs reuse the trajectory their process built (parse_run's trajectory_cache):
     the metrics equal those of a run parsed from scratch, for two different candidates."""
