@@ -51,6 +51,7 @@ import math
 import numpy as np
 from numba import njit
 
+from dynamics._kernel_cache import stamp_package_caches
 from dynamics._planar3rrr_kernels import WS_SIZE, regular_margin_ws
 from drivers.sim._plant_kernels import rrr_advance, serial_advance
 
@@ -64,6 +65,10 @@ LAW_WS = RRR_TCT_WS
 #: the singularity check's workspace (once per segment) [floats]: the model's (WS_SIZE,) and
 #: the measures (8,)
 CHECK_WS = WS_SIZE + 8
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(cache=True)

@@ -27,11 +27,16 @@ import math
 import numpy as np
 from numba import njit
 
+from dynamics._kernel_cache import stamp_package_caches
 from dynamics._stewart_kernels import OK, fk_one, singularity_one
 from drivers.sim._stewart_plant_kernel import stewart_advance
 
 from ._fast_loop import _CT, _PD, _cycles, _margin_clean, _since
 from ._stewart_law_kernels import stewart_task_computed_torque, stewart_task_pd_gravity
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(inline="always")

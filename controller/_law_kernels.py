@@ -49,6 +49,7 @@ import math
 import numpy as np
 from numba import njit
 
+from dynamics._kernel_cache import stamp_package_caches
 from dynamics._planar3rrr_kernels import fk_newton_ws, jx_geo_ws, reduced_entry, tid_ws, WS_SIZE
 from dynamics._serial_core import NW, _crba_core, _rnea_core
 
@@ -63,6 +64,10 @@ ST_SINGULAR = 1
 #: the workspace of :func:`rrr_task_computed_torque_ws` [floats]: the model's (WS_SIZE + 12,),
 #: then J_x (9,), Xd, a, a2, zc, tau_raw (3,) each
 RRR_TCT_WS = WS_SIZE + 36
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(cache=True)

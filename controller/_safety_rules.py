@@ -18,6 +18,8 @@ import math
 
 from numba import njit
 
+from dynamics._kernel_cache import stamp_package_caches
+
 __all__ = ["evaluate", "predicted_margin", "J_Q_NONFINITE", "J_QD_NONFINITE", "J_TAU_NONFINITE", "J_DEVICE_FAULT",
            "J_DISABLED", "J_NOT_FRESH", "J_POSITION", "J_VELOCITY", "J_SOFT_LO", "J_SOFT_HI", "J_CLIP",
            "E_NONFINITE", "E_BEYOND", "G_REF_POS", "G_REF_VEL", "G_REF_ACC", "JOINT_SHIFT"]
@@ -43,6 +45,10 @@ G_REF_VEL = 2
 G_REF_ACC = 4
 E_SHIFT = 3
 JOINT_SHIFT = 5
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(cache=True)

@@ -24,10 +24,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dynamics._kernel_cache import stamp_package_caches
 from dynamics._stewart_kernels import bias_one, euler_rate_one, fk_one, rotation, task_id_one, task_jacobian_one
 
 from ._law_kernels import (ST_NONFINITE_INPUT, _finite, _finite_inputs, add_matvec, compensate_friction,
                            limit_torque, matvec, orientation_error, pd_acceleration, task_torque_with_integrator)
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(cache=True)

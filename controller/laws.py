@@ -38,6 +38,7 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
+from dynamics._kernel_cache import stamp_package_caches
 from dynamics import exact_model_kind
 from dynamics.base import Model, ParallelModel
 from dynamics.errors import ModelError, SingularityError
@@ -238,6 +239,10 @@ _ST_SHAPE = -1
 #: the keys of ``TaskComputedTorque.compiled_args`` (3RRR) in ``consts``, in the order of
 #: :func:`_rrr_task_computed_torque_call`
 _RRR_TCT_CONSTS = ("P", "branch", "kp", "kd", "ki", "has_ki", "z_limit", "fric", "fmode", "has_sat", "sat_lim")
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(cache=True)

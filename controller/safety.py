@@ -74,6 +74,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from dynamics._kernel_cache import stamp_package_caches
 from dynamics._planar3rrr_kernels import WS_SIZE as _RRR_WS_SIZE
 from dynamics._planar3rrr_kernels import regular_margin_ws as _rrr_regular_margin_ws
 from dynamics import loaded_model_class
@@ -93,6 +94,10 @@ _NO_FLAGS = np.zeros(0, dtype=np.bool_)
 #: int64 and bool vectors (contiguous), the (6, n) limits and the int64 rule bits
 _RULES_SIGNATURE = ("int64(" + "float64[::1], " * 8
                     + "int64[::1], boolean[::1], boolean[::1], float64[:, ::1], int64[::1], int64[::1])")
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(cache=True)

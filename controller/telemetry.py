@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from dynamics._kernel_cache import stamp_package_caches
 from dynamics.errors import TorqueloopError
 
 __all__ = ["TelemetryWriter", "log_dtype", "file_dtype", "column_labels", "usable_labels", "group_fields", "read_log", "read_meta",
@@ -102,6 +103,10 @@ def _row_writer():
     _write_row.compile(_ROW_SIGNATURE)
     _write_row.disable_compile()
     return _write_row
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(cache=True)

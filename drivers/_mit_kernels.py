@@ -27,6 +27,8 @@ import math
 import numpy as np
 from numba import njit, types
 
+from dynamics._kernel_cache import stamp_package_caches
+
 # ---------------------------------------------------------------------------
 # layouts
 # ---------------------------------------------------------------------------
@@ -74,6 +76,10 @@ FAULT_OVER_TEMPERATURE = 0x102
 # ---------------------------------------------------------------------------
 #: the torques as the caller gives them: any layout, read-only or not (a mutable array matches)
 _TAU = types.Array(types.float64, 1, "A", readonly=True)
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(types.int64(_TAU, types.float64[:, ::1], types.uint8[:, ::1], types.uint8[:, ::1], types.float64[:, ::1],

@@ -1,4 +1,4 @@
-"""Drop numba's cached machine code of the package's kernels when any kernel file changed.
+"""Keep numba's cached machine code of the kernels from outliving a change of any kernel file.
 
 numba's on-disk cache (``@njit(cache=True)``) checks a cached function only against ITS OWN
 source file.  A function that calls a compiled function of another file keeps that callee's
@@ -32,12 +32,20 @@ numba's own version is not in the stamp: numba already ignores an index written 
 version.  The guard runs once per process, when :mod:`dynamics` is imported (``controller``
 and ``drivers`` call it first thing too, which imports :mod:`dynamics`), before any kernel
 module is.  It never makes an import fail: see :func:`refresh_kernel_caches`.  It imports only
-the standard library (not numba: importing ``dynamics`` does not import numba).
+the standard library (not numba: importing ``dynamics`` does not import numba; only
+:func:`stamp_caches`, which the kernel modules call, does).
 
-What it cannot see: a process that imported the package BEFORE a kernel file changed and that
-compiles a new specialisation afterwards saves it with the old code while the stamp already
-says "current" (numba stamps the entry with the caller's own file, unchanged); restart such
-processes (a notebook, a long tuning run) after a pull.
+What the stamp file alone cannot see: a process that imported the package BEFORE a kernel file
+changed and compiles a new specialisation afterwards (a notebook, a long tuning run) saves the
+old code, and numba stamps that entry with the function's own file, unchanged, while the
+folder's stamp already says "current".  So numba's entries themselves carry the fingerprint:
+each kernel module calls :func:`stamp_package_caches` before its first ``@njit(cache=True)``,
+which puts a locator in front of numba's own (:func:`stamp_caches`; the same folders and file
+names) whose source stamp is the fingerprint of ALL the kernel files as this process read them
+when its guard ran.  numba loads an entry only when its stamp equals the loading process's
+(``IndexDataCacheFile``), so such a process's entries are ignored (and overwritten) by every
+process that imported the new files.  (``NUMBA_CACHE_LOCATOR_CLASSES``, when set, replaces
+numba's list of locators and with it this one: the stamp files still apply.)
 """
 
 from __future__ import annotations
@@ -75,25 +83,103 @@ STAMP_NAME = "torqueloop-kernels.stamp"
 #: changes the fingerprint when the way it is computed changes
 _FORMAT = b"torqueloop numba kernel caches 1\n"
 
+#: the prefix of the source stamp of the kernels' cache entries (:func:`stamp_caches`)
+STAMP_PREFIX = "torqueloop kernel files"
+
 _guarded = False
+_stamped = False
+#: the fingerprint of the kernel files when this process's guard ran, i.e. of the sources its
+#: kernels are compiled from (None before, or when a kernel file could not be read)
+_fingerprint: str | None = None
+#: the folder holding the packages (side by side: one install, or one checkout on sys.path)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def guard() -> None:
     """:func:`refresh_kernel_caches` for the package's own kernels, once per process."""
-    global _guarded
+    global _guarded, _fingerprint
     if _guarded:
         return
     _guarded = True
-    # the packages are side by side (one install, or one checkout on sys.path)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    refresh_kernel_caches(root, KERNEL_FILES)
+    try:
+        _fingerprint = fingerprint(_ROOT, KERNEL_FILES)
+    except OSError:  # an unreadable kernel file: numba cannot use it either
+        return
+    refresh_kernel_caches(_ROOT, KERNEL_FILES, stamp=_fingerprint)
 
 
-def refresh_kernel_caches(root: str, files: Iterable[str]) -> list[str]:
+def stamp_package_caches() -> None:
+    """:func:`stamp_caches` for the package's kernel files with this process's fingerprint, once
+    per process (after :func:`guard`).  Every module of :data:`KERNEL_FILES` calls it before
+    its first ``@njit(cache=True)`` (``tests/test_kernel_cache.py`` checks), since numba picks a
+    function's locator when it is decorated.  Imports numba."""
+    global _stamped
+    if _stamped:
+        return
+    guard()
+    _stamped = True
+    if _fingerprint is not None:
+        stamp_caches(_ROOT, KERNEL_FILES, _fingerprint)
+
+
+def stamp_caches(root: str, files: Iterable[str], stamp: str) -> None:
+    """Have numba stamp the cache entries of the functions defined in ``files`` (relative to
+    ``root``) with ``(STAMP_PREFIX, stamp)`` instead of the hash of their own file.
+
+    A locator class is put first in numba's list (``numba.core.caching.CacheImpl``, named
+    ``_CacheImpl`` in older releases): for a
+    function of one of ``files`` it takes the locator numba would take (the same folder, the
+    same file names) and replaces its source stamp; any other function it leaves to numba.
+    Applies to the functions decorated from then on.
+    """
+    from numba.core import caching
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
+    paths = frozenset(os.path.normcase(os.path.abspath(os.path.join(root, rel))) for rel in files)
+    source_stamp = (STAMP_PREFIX, stamp)
+
+    class KernelFilesLocator(caching._CacheLocator):
+        """numba's locator for a kernel file's function, with the fingerprint of all the
+        kernel files as its source stamp."""
+
+        stamps_kernel_files = True
+
+        def __init__(self, inner):
+            self._inner = inner
+
+        def ensure_cache_path(self):
+            self._inner.ensure_cache_path()
+
+        def get_cache_path(self):
+            return self._inner.get_cache_path()
+
+        def get_source_stamp(self):
+            return source_stamp
+
+        def get_disambiguator(self):
+            return self._inner.get_disambiguator()
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if os.path.normcase(os.path.abspath(py_file)) not in paths:
+                return None
+            for other in impl._locator_classes:
+                if getattr(other, "stamps_kernel_files", False):
+                    continue
+                inner = other.from_function(py_func, py_file)
+                if inner is not None:
+                    return cls(inner)
+            return None
+
+    impl._locator_classes.insert(0, KernelFilesLocator)
+
+
+def refresh_kernel_caches(root: str, files: Iterable[str], *, stamp: str | None = None) -> list[str]:
     """Remove numba's caches of ``files`` wherever their stamp does not match their sources.
 
-    ``root`` is the folder that ``files`` (paths relative to it) are in.  Returns the paths of
-    the removed cache files.  Never raises OSError: an unreadable source, an unwritable or
+    ``root`` is the folder that ``files`` (paths relative to it) are in; ``stamp`` their
+    :func:`fingerprint` when the caller has it.  Returns the paths of the removed cache files.
+    Never raises OSError: an unreadable source, an unwritable or
     vanished folder, a file another process removed first all end the work on that file or
     folder silently, since a cleanup that could not run costs at most what numba does without
     this guard.  Where a stale cache file could not be removed, no stamp is written, so that the
@@ -103,7 +189,7 @@ def refresh_kernel_caches(root: str, files: Iterable[str]) -> list[str]:
     """
     files = list(files)
     try:
-        stamp = fingerprint(root, files).encode("ascii")
+        stamp_bytes = (fingerprint(root, files) if stamp is None else stamp).encode("ascii")
     except OSError:  # an unreadable kernel file: numba cannot use it either
         return []
     modules: dict[str, list[str]] = {}
@@ -117,7 +203,7 @@ def refresh_kernel_caches(root: str, files: Iterable[str]) -> list[str]:
         numba_would_use_one = False
         for cache_dir in cache_dirs(folder):
             try:
-                usable = _refresh_dir(cache_dir, names, stamp, not numba_would_use_one, removed)
+                usable = _refresh_dir(cache_dir, names, stamp_bytes, not numba_would_use_one, removed)
             except OSError:
                 # swallowed on purpose (a failed cleanup costs at most what numba does without
                 # the guard); OSError only: anything else would be a bug of ours, to be seen

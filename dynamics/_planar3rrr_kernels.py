@@ -59,6 +59,8 @@ import math
 import numpy as np
 from numba import njit
 
+from ._kernel_cache import stamp_package_caches
+
 NL = 13
 NG = 5
 
@@ -72,6 +74,10 @@ ST_BADSHAPE = 40
 ST_BADINPUT = 41
 
 WS_SIZE = 192
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(cache=True)

@@ -55,6 +55,8 @@ import math
 import numpy as np
 from numba import njit
 
+from ._kernel_cache import stamp_package_caches
+
 HDR = 16
 JB = 27
 #: columns of the per-link work array: 0-8 rotation, 9-11 translation of J_i in
@@ -95,6 +97,10 @@ def pack(gravity, tool_R, tool_p, R, p, jtype, mass, h, Io, armature) -> np.ndar
 # ---------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(cache=True)

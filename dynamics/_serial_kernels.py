@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
+from ._kernel_cache import stamp_package_caches
 from ._serial_core import (HDR, JB, NW, _coriolis_core, _crba_core, _energy_core, _fd_core, _finite1, _finite2,
                            _jac_core, _poses_core, _rnea_core, pack)
 
@@ -32,6 +33,10 @@ __all__ = ["HDR", "JB", "pack"]
 # ---------------------------------------------------------------------------
 # recursive Newton-Euler
 # ---------------------------------------------------------------------------
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit([(_V, _V, _V, _V, _V)], cache=True)

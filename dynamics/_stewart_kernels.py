@@ -44,6 +44,8 @@ import math
 import numpy as np
 from numba import njit
 
+from ._kernel_cache import stamp_package_caches
+
 LEG_B = slice(0, 3)
 LEG_P = slice(3, 6)
 LEG_A = slice(6, 9)
@@ -76,6 +78,10 @@ N_PARAMS = P_COND + 1
 PIVOT_TOL = 1e-13
 #: |u x a| below which a universal joint is treated as singular
 UJOINT_TOL = 1e-9
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 # -- 3-vector helpers on tuples -----------------------------------------------

@@ -124,6 +124,103 @@ def test_processes_importing_at_once_after_a_change(tmp_path):
     assert _run(root, env, use_guard=True) == (2, 0)
 
 
+TINY_C = ("from numba import njit\n\nfrom .b import value\n\n\n"
+          "@njit(cache=True)\ndef outer2(x):\n    return value() + x\n")
+LIVE_FILES = TINY_FILES + ("tinypkg/c.py",)
+
+#: a process that stays: ``ROOT GUARD_FILE stamp``; guard (and with ``stamp`` "1" the kernel
+#: files' stamp on numba's entries), then for each line of stdin prints outer2(the number)
+LIVE_RUNNER = """
+import importlib.util, sys
+root, guard_file, stamp = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+spec = importlib.util.spec_from_file_location("kernel_cache_under_test", guard_file)
+kc = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kc)
+fp = kc.fingerprint(root, %r)
+kc.refresh_kernel_caches(root, %r, stamp=fp)
+if stamp:
+    kc.stamp_caches(root, %r, fp)
+sys.path.insert(0, root)
+from tinypkg.c import outer2
+for line in sys.stdin:
+    print(outer2(int(line) if line.strip().isdigit() else float(line)), flush=True)
+""" % (LIVE_FILES, LIVE_FILES, LIVE_FILES)
+
+
+@pytest.mark.parametrize("stamp", [True, False])
+def test_a_process_older_than_a_change_saves_nothing_newer_ones_load(tmp_path, stamp):
+    """A process that imported the kernels before a change (a notebook) and compiles a new
+    specialisation afterwards saves the OLD code.  With numba's own stamp (the function's own
+    file, unchanged) a process started later loads it; with the kernel files' fingerprint as the
+    stamp it is ignored."""
+    root = _tiny_package(tmp_path)
+    (root / "tinypkg" / "c.py").write_text(TINY_C)
+    env = _env(NUMBA_CACHE_DIR=str(tmp_path / "numba_cache"), XDG_CACHE_HOME=str(tmp_path / "user_cache"))
+    args = [sys.executable, "-c", LIVE_RUNNER, str(root), str(GUARD_FILE), "1" if stamp else "0"]
+
+    def once(line: str) -> str:
+        out = subprocess.run(args, cwd=root, env=env, input=line + "\n", capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    old = subprocess.Popen(args, cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        old.stdin.write("0\n")
+        old.stdin.flush()
+        assert old.stdout.readline().strip() == "1"
+        _write_b(root, 2)
+        assert once("0") == "2"                  # a new process: the guard removed the old entries
+        old.stdin.write("0.5\n")                # the old process compiles outer2(float) and saves it
+        old.stdin.flush()
+        assert old.stdout.readline().strip() == "1.5"
+    finally:
+        _, err = old.communicate(timeout=120)
+    assert old.returncode == 0, err
+    assert once("0.5") == ("2.5" if stamp else "1.5")
+
+
+def test_every_kernel_module_stamps_before_its_first_cached_kernel():
+    """numba picks a function's locator when it is decorated: each kernel module calls
+    stamp_package_caches() at module level before its first ``cache=True``."""
+    for rel in kc.KERNEL_FILES:
+        tree = ast.parse((ROOT / rel).read_text(encoding="utf-8"))
+        stamp_line = next((node.lineno for node in tree.body if isinstance(node, ast.Expr)
+                           and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "")
+                           == "stamp_package_caches"), None)
+        first_cached = min(node.lineno for node in ast.walk(tree) if isinstance(node, ast.keyword)
+                           and node.arg == "cache" and getattr(node.value, "value", None) is True)
+        assert stamp_line is not None and stamp_line < first_cached, rel
+
+
+def test_kernel_cache_entries_carry_the_fingerprint_in_numbas_own_places():
+    from numba.core import caching
+
+    from controller import _fast_loop
+    from drivers.sim import _friction_kernel
+    from dynamics import _planar3rrr_kernels
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
+    assert kc._fingerprint == kc.fingerprint(kc._ROOT, kc.KERNEL_FILES)
+    for disp in (_planar3rrr_kernels.fk_newton_ws, _friction_kernel.coulomb_pgs_into,
+                 _fast_loop.rrr_task_computed_torque_seg):
+        locator = disp._cache._impl.locator
+        assert locator.get_source_stamp() == (kc.STAMP_PREFIX, kc._fingerprint)
+        own = next(loc for cls in impl._locator_classes if not getattr(cls, "stamps_kernel_files", False)
+                   for loc in [cls.from_function(disp.py_func, disp.py_func.__code__.co_filename)]
+                   if loc is not None)
+        assert locator.get_cache_path() == own.get_cache_path()
+        assert locator.get_disambiguator() == own.get_disambiguator()
+    # a function of another file is numba's alone
+    from numba import njit
+
+    def f(x):
+        return x
+
+    assert not getattr(type(njit(cache=True)(f)._cache._impl.locator), "stamps_kernel_files", False)
+
+
 def _copy_kernels(dest: Path) -> None:
     for rel in kc.KERNEL_FILES:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)

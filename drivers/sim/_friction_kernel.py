@@ -7,6 +7,12 @@ import math
 import numba
 import numpy as np
 
+from dynamics._kernel_cache import stamp_package_caches
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
+
 
 @numba.njit(cache=True)
 def coulomb_pgs_into(M, v_star, impulse, rtol, max_iter, v):  # pragma: no cover - compiled

@@ -29,6 +29,8 @@ import math
 import numpy as np
 from numba import njit
 
+from dynamics._kernel_cache import stamp_package_caches
+
 #: status bits of :func:`mit_command_frame`
 ST_OK = 0
 ST_BAD_MEASUREMENT = 1      # the command was written; the reply could not be encoded
@@ -38,6 +40,10 @@ ST_GAINS = 4                # the command has a non-zero kp or kd (the plant mus
 #: layout of the per-motor constants K (float64): the drive's field ranges, then its mapping
 K_P_MAX, K_V_MAX, K_KP_MAX, K_KD_MAX, K_T_MAX, K_SIGN, K_GEAR, K_OFFSET, K_EFF, K_G2E, K_GE = range(11)
 K_SIZE = 11
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(cache=True, inline="always", error_model="numpy")

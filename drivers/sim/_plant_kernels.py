@@ -22,6 +22,7 @@ import math
 import numpy as np
 from numba import njit
 
+from dynamics._kernel_cache import stamp_package_caches
 from dynamics._planar3rrr_kernels import fd_hint_ws, fk_newton_ws, reduced_hint_ws, WS_SIZE
 from dynamics._serial_core import NW, _crba_core, _fd_core
 
@@ -33,6 +34,10 @@ F_PD = 4
 F_SATURATE = 8
 #: status of a step whose state became non-finite (either robot)
 ST_NOT_FINITE = 41
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(cache=True)

@@ -10,9 +10,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dynamics._kernel_cache import stamp_package_caches
 from dynamics._stewart_kernels import fk_one, joint_fd_one, mass_one
 
 from ._plant_kernels import _rk4_advance
+
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
 
 
 @njit(cache=True)
