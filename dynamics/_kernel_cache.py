@@ -126,15 +126,14 @@ def stamp_caches(root: str, files: Iterable[str], stamp: str) -> None:
     """Have numba stamp the cache entries of the functions defined in ``files`` (relative to
     ``root``) with ``(STAMP_PREFIX, stamp)`` instead of the hash of their own file.
 
-    A locator class is put first in numba's list (``numba.core.caching.CacheImpl``, named
-    ``_CacheImpl`` in older releases): for a
-    function of one of ``files`` it takes the locator numba would take (the same folder, the
-    same file names) and replaces its source stamp; any other function it leaves to numba.
-    Applies to the functions decorated from then on.
+    A locator class is put first in numba's list of locators (``numba.core.caching.CacheImpl``,
+    ``_CacheImpl`` in older releases): for a function of one of ``files`` it takes the locator
+    numba would take (the same folder, the same file names) and replaces its source stamp; any
+    other function it leaves to numba.  Applies to the functions decorated from then on.
     """
     from numba.core import caching
 
-    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
     paths = frozenset(os.path.normcase(os.path.abspath(os.path.join(root, rel))) for rel in files)
     source_stamp = (STAMP_PREFIX, stamp)
 
@@ -179,11 +178,11 @@ def refresh_kernel_caches(root: str, files: Iterable[str], *, stamp: str | None 
 
     ``root`` is the folder that ``files`` (paths relative to it) are in; ``stamp`` their
     :func:`fingerprint` when the caller has it.  Returns the paths of the removed cache files.
-    Never raises OSError: an unreadable source, an unwritable or
-    vanished folder, a file another process removed first all end the work on that file or
-    folder silently, since a cleanup that could not run costs at most what numba does without
-    this guard.  Where a stale cache file could not be removed, no stamp is written, so that the
-    next import tries again.  Two processes doing this at once cost at most a recompile: numba
+    Never raises OSError: an unreadable source, an unwritable or vanished folder, a file
+    another process removed first all end the work on that file or folder silently, since a
+    cleanup that could not run costs at most what numba does without this guard.  Where a
+    stale cache file could not be removed, no stamp is written, so that the next import tries
+    again.  Two processes doing this at once cost at most a recompile: numba
     treats a missing index as empty and a data file missing after its index was read as a
     cache miss (``IndexDataCacheFile.load``).
     """

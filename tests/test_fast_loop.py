@@ -191,21 +191,26 @@ def test_segment_sizes_change_nothing_but_the_calls(tmp_path, monkeypatch):
     from controller import compiled
 
     calls = []
+    after = []
     orig = compiled.CompiledCycles.run
 
     def counted(self, k, k_end, *a, **kw):
         limit = self.limit
         out = orig(self, k, k_end, *a, **kw)
         calls.append((k, out[0], limit))
+        after.append((self.limit, self.wall_s, self.cycles))
         return out
 
     monkeypatch.setattr(compiled.CompiledCycles, "run", counted)
     over = {"loop.duration_s": 1.5}
-    # the defaults: 1000 cycles, then the rest (the 3RRR's cycle is well under 50 ms / 500)
+    # the defaults: 1000 cycles, then what 50 ms hold at the mean cycle so far
     default = _run(tmp_path, True, over, "default")
     spans = [(b - a, lim) for a, b, lim in calls if b > a]
     assert spans[0] == (1000, 1000)
-    assert len(spans) == 2 and spans[1][1] > 500
+    C = compiled.CompiledCycles
+    for limit, wall_s, cycles in after:
+        assert wall_s > 0.0 and limit == int(min(max(C.segment_s * cycles / wall_s, C.min_segment), C.max_segment))
+    assert [lim for _, _, lim in calls[1:]] == [lim for lim, _, _ in after[:-1]]
     # tiny segments: many calls, each within the bounds
     calls.clear()
     monkeypatch.setattr(compiled.CompiledCycles, "first_segment", 37)

@@ -201,7 +201,7 @@ def test_kernel_cache_entries_carry_the_fingerprint_in_numbas_own_places():
     from drivers.sim import _friction_kernel
     from dynamics import _planar3rrr_kernels
 
-    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
     assert kc._fingerprint == kc.fingerprint(kc._ROOT, kc.KERNEL_FILES)
     for disp in (_planar3rrr_kernels.fk_newton_ws, _friction_kernel.coulomb_pgs_into,
                  _fast_loop.rrr_task_computed_torque_seg):
