@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Command", "Feedback", "Driver", "JointMapping", "FAULT_NONE"]
+from dynamics.errors import CommsError, DriverError, TorqueloopError
+
+__all__ = ["Command", "Feedback", "Driver", "TransportDriver", "JointMapping", "FAULT_NONE"]
 
 #: fault code meaning "no fault"; other codes are driver specific (documented per driver)
 FAULT_NONE = 0
@@ -163,3 +165,55 @@ class Driver(ABC):
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+class TransportDriver(Driver):
+    """A :class:`Driver` talking to its devices through transports (CAN buses, a serial port)
+    that it may own: the closed state and the one close sequence of every such driver.
+
+    A subclass sets ``self._closed = False`` and ``self._owns`` (whether it opened its
+    transports, so closes them) in its constructor and lists its transports in
+    :meth:`_transports`.
+    """
+
+    #: what :meth:`disable` may raise while :meth:`close` still closes the transports (a driver
+    #: whose device library raises its own errors while disabling widens it)
+    _disable_errors: tuple[type[BaseException], ...] = (TorqueloopError,)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DriverError("driver is closed")
+
+    def _transports(self) -> list:
+        """The transports (objects with ``close()``) this driver uses."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Disable (best effort), then close the transports if owned.  Safe to call twice.
+
+        The transports are closed whatever disabling raised; an error :attr:`_disable_errors`
+        does not name (a bug) is raised after that.
+
+        Raises
+        ------
+        CommsError
+            Disabling or closing failed; raised after every transport was closed.
+        """
+        if self._closed:
+            return
+        errors: list[BaseException] = []
+        try:
+            try:
+                self.disable()
+            except self._disable_errors as err:
+                errors.append(err)
+        finally:
+            self._closed = True
+            if self._owns:
+                for t in self._transports():
+                    try:
+                        t.close()
+                    except CommsError as err:
+                        errors.append(err)
+        if errors:
+            raise CommsError(f"{type(self).__name__}.close: {len(errors)} error(s), first: {errors[0]}") from errors[0]

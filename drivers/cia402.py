@@ -72,7 +72,7 @@ import numpy as np
 from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeError, DeviceFaultError,
                              DriverError, TorqueloopError)
 
-from .base import Command, Driver, Feedback, JointMapping
+from .base import Command, Feedback, JointMapping, TransportDriver
 from .codecs import cia402 as codec
 from .codecs.cia402 import Cia402Units, NmtState, State
 from .mit import check_mapping
@@ -177,7 +177,7 @@ class _SdoPumpBus:
         return None
 
 
-class Cia402Driver(Driver):
+class Cia402Driver(TransportDriver):
     """n CiA 402 drives in cyclic synchronous torque mode on one or more CAN buses.
 
     Parameters
@@ -212,6 +212,10 @@ class Cia402Driver(Driver):
     owns_transports : bool
         Close the transports in :meth:`close`.
     """
+
+    #: close() goes on to close the buses whatever disabling raised: canopen raises its own
+    #: errors while sending NMT
+    _disable_errors = (Exception,)
 
     def __init__(self, axes: Sequence[Cia402Axis], *, now: Callable[[], float], reply_timeout_s: float = 0.002,
                  enable_timeout_s: float = 1.0, sdo_timeout_s: float = 0.1, heartbeat_period_s: float = 0.05,
@@ -346,10 +350,6 @@ class Cia402Driver(Driver):
     def states(self) -> list[State]:
         """Last power state reported by each drive."""
         return [State(int(s)) for s in self._state]
-
-    def _check_open(self):
-        if self._closed:
-            raise DriverError("driver is closed")
 
     @staticmethod
     def _new_stats() -> dict:
@@ -734,33 +734,6 @@ class Cia402Driver(Driver):
         for node in self.nodes:
             node.nmt.state = "PRE-OPERATIONAL"
 
-    def close(self) -> None:
-        """Disable (best effort), then close owned transports.  Safe to call twice.
-
-        Raises
-        ------
-        CommsError
-            Disabling or closing failed; raised after every transport was closed.
-        """
-        if self._closed:
-            return
-        errors: list[BaseException] = []
-        try:
-            self.disable()
-        except TorqueloopError as err:
-            errors.append(err)
-        except Exception as err:  # noqa: BLE001 - canopen errors while sending NMT
-            errors.append(err)
-        self._closed = True
-        if self._owns:
-            for t in self._buses:
-                try:
-                    t.close()
-                except CommsError as err:
-                    errors.append(err)
-        if errors:
-            raise CommsError(f"Cia402Driver.close: {len(errors)} error(s), first: {errors[0]}") from errors[0]
-
     # ------------------------------------------------------------------
     def bus_flows(self, loop_hz: float):
         """Bus-load description for :func:`drivers.busload.budget`: one (BusSpec, flows) per bus."""
@@ -773,6 +746,9 @@ class Cia402Driver(Driver):
                                               master_heartbeat_rate_hz=0.0 if self.master_node_id is None
                                               else 1.0 / self.master_heartbeat_period_s))
         return out
+
+    def _transports(self) -> list:
+        return list(self._buses)
 
 
 def build(section, *, now: Callable[[], float], transports=None) -> Cia402Driver:

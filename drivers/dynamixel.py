@@ -47,10 +47,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dynamics.errors import CommsError, CommsTimeoutError, DecodeError, DeviceFaultError, DriverError, \
-    TorqueloopError
+from dynamics.errors import CommsError, CommsTimeoutError, DecodeError, DeviceFaultError, DriverError
 
-from .base import Command, Driver, Feedback, JointMapping
+from .base import Command, Feedback, JointMapping, TransportDriver
 from .codecs import dynamixel as dx
 from .codecs.dynamixel import Addr
 from .mit import check_mapping
@@ -96,7 +95,7 @@ class DynamixelServo:
             raise DriverError(f"current_limit_a must be finite and > 0, got {c!r}")
 
 
-class DynamixelDriver(Driver):
+class DynamixelDriver(TransportDriver):
     """n Dynamixel servos on one half-duplex bus, current control.
 
     Parameters
@@ -194,10 +193,6 @@ class DynamixelDriver(Driver):
         if s.current_limit_a is not None:
             lim = min(lim, int(math.floor(s.current_limit_a / s.model.current_a_per_lsb)))
         return lim
-
-    def _check_open(self):
-        if self._closed:
-            raise DriverError("driver is closed")
 
     # ------------------------------------------------------------------
     def make_command(self, command: Command) -> bytes:
@@ -441,29 +436,14 @@ class DynamixelDriver(Driver):
         self._enabled_cmd = False
         self._enabled[:] = False
 
-    def close(self) -> None:
-        """Disable (best effort), then close the port if owned.  Safe to call twice."""
-        if self._closed:
-            return
-        errors: list[TorqueloopError] = []
-        try:
-            self.disable()
-        except TorqueloopError as err:
-            errors.append(err)
-        self._closed = True
-        if self._owns:
-            try:
-                self._port.close()
-            except CommsError as err:
-                errors.append(err)
-        if errors:
-            raise CommsError(f"DynamixelDriver.close: {len(errors)} error(s), first: {errors[0]}") from errors[0]
-
     def bus_budget(self, loop_hz: float):
         """Serial bus budget of this configuration (:func:`drivers.busload.dynamixel_budget`)."""
         from .busload import dynamixel_budget
         return dynamixel_budget(self.n_joints, loop_hz, baudrate=self.baudrate,
                                 return_delay_s=self.return_delay_us * 1e-6, read_mode=self.read_mode)
+
+    def _transports(self) -> list:
+        return [self._port]
 
 
 def build(section, *, now: Callable[[], float], transports=None) -> DynamixelDriver:

@@ -58,9 +58,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dynamics.errors import CommsError, CommsTimeoutError, DriverError, TorqueloopError
+from dynamics.errors import CommsTimeoutError, DriverError
 
-from .base import Command, Driver, Feedback, JointMapping
+from .base import Command, Feedback, JointMapping, TransportDriver
 from . import _mit_kernels as _k
 from .codecs import mit as codec
 from .mit_health import FAULT_OVER_TEMPERATURE, FollowConfig, FollowMonitor
@@ -120,7 +120,7 @@ class MitJoint:
         check_mapping(self.mapping, self.name or f"can_id {self.can_id}")
 
 
-class MitCanDriver(Driver):
+class MitCanDriver(TransportDriver):
     """n MIT actuators on one or more CAN buses.
 
     Parameters
@@ -288,10 +288,6 @@ class MitCanDriver(Driver):
     def transports(self) -> tuple[CanTransport, ...]:
         """The distinct buses, in order of first use."""
         return tuple(self._buses)
-
-    def _check_open(self):
-        if self._closed:
-            raise DriverError("driver is closed")
 
     # ------------------------------------------------------------------
     def _vec(self, x, name: str, n: int, default: float | None):
@@ -624,31 +620,6 @@ class MitCanDriver(Driver):
                 break
         self.exit_unconfirmed = todo
 
-    def close(self) -> None:
-        """Disable (best effort), then close the transports if owned.  Safe to call twice.
-
-        Raises
-        ------
-        CommsError
-            Disabling or closing failed; raised after every transport was closed.
-        """
-        if self._closed:
-            return
-        errors: list[TorqueloopError] = []
-        try:
-            self.disable()
-        except TorqueloopError as err:
-            errors.append(err)
-        self._closed = True
-        if self._owns:
-            for t in self._buses:
-                try:
-                    t.close()
-                except CommsError as err:
-                    errors.append(err)
-        if errors:
-            raise CommsError(f"MitCanDriver.close: {len(errors)} error(s), first: {errors[0]}") from errors[0]
-
     # ------------------------------------------------------------------
     def bus_flows(self, loop_hz: float, *, reply_bytes: int | None = None):
         """Bus-load description for :func:`drivers.busload.budget`: one (BusSpec, flows) per bus.
@@ -665,6 +636,9 @@ class MitCanDriver(Driver):
                            data_bitrate_bit_s=t.data_bitrate, name=t.name)
             out[t.name] = (spec, mit_flows(n, loop_hz, reply_bytes=reply_bytes))
         return out
+
+    def _transports(self) -> list:
+        return list(self._buses)
 
 
 def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver:

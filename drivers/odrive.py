@@ -54,9 +54,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeError, DeviceFaultError,
-                             DriverError, TorqueloopError)
+                             DriverError)
 
-from .base import Command, Driver, Feedback, JointMapping
+from .base import Command, Feedback, JointMapping, TransportDriver
 from .codecs import odrive as codec
 from .codecs.odrive import AxisState, Cmd
 from .mit import check_mapping
@@ -104,7 +104,7 @@ class OdriveAxis:
             raise DriverError(f"torque_limit_nm must be finite and > 0, got {self.torque_limit_nm!r}")
 
 
-class OdriveCanDriver(Driver):
+class OdriveCanDriver(TransportDriver):
     """n ODrive axes (one joint each) on one or more CAN buses.
 
     Parameters
@@ -212,10 +212,6 @@ class OdriveCanDriver(Driver):
     @property
     def transports(self) -> tuple[CanTransport, ...]:
         return tuple(self._buses)
-
-    def _check_open(self):
-        if self._closed:
-            raise DriverError("driver is closed")
 
     @staticmethod
     def _new_stats() -> dict:
@@ -564,31 +560,6 @@ class OdriveCanDriver(Driver):
         for j in range(self.n_joints):
             self._send(j, Cmd.CLEAR_ERRORS, codec.encode_clear_errors(False, self.firmware))
 
-    def close(self) -> None:
-        """Disable (best effort), then close owned transports.  Safe to call twice.
-
-        Raises
-        ------
-        CommsError
-            Disabling or closing failed; raised after every transport was closed.
-        """
-        if self._closed:
-            return
-        errors: list[TorqueloopError] = []
-        try:
-            self.disable()
-        except TorqueloopError as err:
-            errors.append(err)
-        self._closed = True
-        if self._owns:
-            for t in self._buses:
-                try:
-                    t.close()
-                except CommsError as err:
-                    errors.append(err)
-        if errors:
-            raise CommsError(f"OdriveCanDriver.close: {len(errors)} error(s), first: {errors[0]}") from errors[0]
-
     # ------------------------------------------------------------------
     def bus_flows(self, loop_hz: float):
         """Bus-load description for :func:`drivers.busload.budget`: one (BusSpec, flows) per bus."""
@@ -605,6 +576,9 @@ class OdriveCanDriver(Driver):
                                  torques_rate_hz=tq_rate if self.torque_feedback == "torques" else 0.0)
             out[t.name] = (spec, flows)
         return out
+
+    def _transports(self) -> list:
+        return list(self._buses)
 
 
 def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDriver:
@@ -663,7 +637,7 @@ def _fmt(x: float) -> str:
     return format(float(x), ".7g")
 
 
-class OdriveAsciiDriver(Driver):
+class OdriveAsciiDriver(TransportDriver):
     """ODrive axes over the ODrive ASCII protocol (USB CDC or UART), torque control.
 
     Per cycle and axis: ``c <axis> <torque_nm>`` (torque set-point; also feeds
@@ -740,10 +714,6 @@ class OdriveAsciiDriver(Driver):
     @property
     def n_joints(self) -> int:
         return len(self._axes)
-
-    def _check_open(self):
-        if self._closed:
-            raise DriverError("driver is closed")
 
     def make_commands(self, command: Command) -> list[str]:
         """The ``c <axis> <torque>`` lines of one cycle, in joint order (pure).
@@ -889,23 +859,8 @@ class OdriveAsciiDriver(Driver):
             self._port.write_line(f"w axis{a}.requested_state {int(AxisState.IDLE)}")
         self._enabled_cmd = False
 
-    def close(self) -> None:
-        """Disable (best effort), then close the port if owned.  Safe to call twice."""
-        if self._closed:
-            return
-        errors: list[TorqueloopError] = []
-        try:
-            self.disable()
-        except TorqueloopError as err:
-            errors.append(err)
-        self._closed = True
-        if self._owns:
-            try:
-                self._port.close()
-            except CommsError as err:
-                errors.append(err)
-        if errors:
-            raise CommsError(f"OdriveAsciiDriver.close: {len(errors)} error(s), first: {errors[0]}") from errors[0]
+    def _transports(self) -> list:
+        return [self._port]
 
 
 def build_ascii(section, *, now: Callable[[], float], transports=None) -> OdriveAsciiDriver:
