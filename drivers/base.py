@@ -173,7 +173,7 @@ class TransportDriver(Driver):
 
     A subclass sets ``self._closed = False`` and ``self._owns`` (whether it opened its
     transports, so closes them) in its constructor and lists its transports in
-    :meth:`_transports`.
+    :attr:`transports`.
     """
 
     #: what :meth:`disable` may raise while :meth:`close` still closes the transports (a driver
@@ -184,9 +184,11 @@ class TransportDriver(Driver):
         if self._closed:
             raise DriverError("driver is closed")
 
-    def _transports(self) -> list:
-        """The transports (objects with ``close()``) this driver uses."""
-        raise NotImplementedError
+    @property
+    @abstractmethod
+    def transports(self) -> tuple:
+        """The buses or ports this driver talks through (objects with ``close()``), in order of
+        first use."""
 
     def close(self) -> None:
         """Disable (best effort), then close the transports if owned.  Safe to call twice.
@@ -210,7 +212,7 @@ class TransportDriver(Driver):
         finally:
             self._closed = True
             if self._owns:
-                for t in self._transports():
+                for t in self.transports:
                     try:
                         t.close()
                     except CommsError as err:

@@ -747,9 +747,6 @@ class Cia402Driver(TransportDriver):
                                               else 1.0 / self.master_heartbeat_period_s))
         return out
 
-    def _transports(self) -> list:
-        return list(self._buses)
-
 
 def build(section, *, now: Callable[[], float], transports=None) -> Cia402Driver:
     """Build a :class:`Cia402Driver` from a ``[driver]`` table (type ``cia402_can``).

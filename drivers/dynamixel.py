@@ -442,8 +442,10 @@ class DynamixelDriver(TransportDriver):
         return dynamixel_budget(self.n_joints, loop_hz, baudrate=self.baudrate,
                                 return_delay_s=self.return_delay_us * 1e-6, read_mode=self.read_mode)
 
-    def _transports(self) -> list:
-        return [self._port]
+    @property
+    def transports(self) -> tuple:
+        """The serial port (one)."""
+        return (self._port,)
 
 
 def build(section, *, now: Callable[[], float], transports=None) -> DynamixelDriver:

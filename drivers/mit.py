@@ -637,9 +637,6 @@ class MitCanDriver(TransportDriver):
             out[t.name] = (spec, mit_flows(n, loop_hz, reply_bytes=reply_bytes))
         return out
 
-    def _transports(self) -> list:
-        return list(self._buses)
-
 
 def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver:
     """Build a :class:`MitCanDriver` from a ``[driver]`` config table (see :mod:`drivers.registry`)."""

@@ -577,9 +577,6 @@ class OdriveCanDriver(TransportDriver):
             out[t.name] = (spec, flows)
         return out
 
-    def _transports(self) -> list:
-        return list(self._buses)
-
 
 def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDriver:
     """Build an :class:`OdriveCanDriver` from a ``[driver]`` table.
@@ -859,8 +856,10 @@ class OdriveAsciiDriver(TransportDriver):
             self._port.write_line(f"w axis{a}.requested_state {int(AxisState.IDLE)}")
         self._enabled_cmd = False
 
-    def _transports(self) -> list:
-        return [self._port]
+    @property
+    def transports(self) -> tuple:
+        """The serial port (one)."""
+        return (self._port,)
 
 
 def build_ascii(section, *, now: Callable[[], float], transports=None) -> OdriveAsciiDriver:

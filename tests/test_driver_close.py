@@ -52,7 +52,7 @@ def test_close_disables_then_closes_every_transport(protocol, fault, monkeypatch
             disable()
 
         monkeypatch.setattr(drv, "disable", failing_disable)
-        transports = drv._transports()
+        transports = drv.transports
         for i, t in enumerate(transports):
             def failing_close(_i=i, _close=t.close):
                 calls.append(f"close {_i}")
