@@ -80,7 +80,7 @@ def run(quick: bool = False) -> list[dict]:
 
 
 def _dynamixel_rows(repeat: int, number: int) -> list[dict]:
-    """Dynamixel: make_command (Sync Write) and a full cycle against emulated servos on a pty."""
+    """Dynamixel: make_commands (Sync Write) and a full cycle against emulated servos on a pty."""
     from drivers.base import Command, JointMapping
     from drivers.codecs import dynamixel as dx
     from drivers.dynamixel import DynamixelDriver, DynamixelServo
@@ -99,8 +99,8 @@ def _dynamixel_rows(repeat: int, number: int) -> list[dict]:
         servos = [DynamixelServo(i + 1, xm, mapping) for i in range(n)]
         drv = DynamixelDriver(None, servos, now=time.monotonic, owns_port=False)
         cmd = Command(torque_nm=np.linspace(-1.0, 1.0, n))
-        med, p99 = _time_call(drv.make_command, cmd, repeat=repeat, number=number)
-        rows.append({"case": f"dynamixel make_command (Sync Write), {n} servos", "median_us": med, "p99_us": p99})
+        med, p99 = _time_call(drv.make_commands, cmd, repeat=repeat, number=number)
+        rows.append({"case": f"dynamixel make_commands (Sync Write), {n} servos", "median_us": med, "p99_us": p99})
         t = [0.0]
         plant = SimulatedPlant(model, q0=np.zeros(n))
         with DynamixelBusEmulator([ServoConfig(i + 1, i, xm, mapping) for i in range(n)], plant,

@@ -13,6 +13,7 @@ prismatic joints).  Motor-side units and gear ratios are handled by
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
@@ -20,7 +21,8 @@ import numpy as np
 
 from dynamics.errors import CommsError, DriverError, TorqueloopError
 
-__all__ = ["Command", "Feedback", "Driver", "TransportDriver", "JointMapping", "FAULT_NONE"]
+__all__ = ["Command", "Feedback", "Driver", "TransportDriver", "JointMapping", "FAULT_NONE", "check_mapping",
+           "command_vector", "torque_only"]
 
 #: fault code meaning "no fault"; other codes are driver specific (documented per driver)
 FAULT_NONE = 0
@@ -128,6 +130,85 @@ class JointMapping:
         return self.sign * np.asarray(t) * self.gear_ratio * self.efficiency
 
 
+def check_mapping(mapping: JointMapping, what: str) -> None:
+    """Raise :class:`DriverError` unless ``mapping`` is usable (finite, gear > 0, sign +-1, 0 < eff <= 1).
+
+    ``what`` names the joint in the message (``"axis 1"``, ``"ID 3"``...)."""
+    if not isinstance(mapping, JointMapping):
+        raise DriverError(f"{what}: mapping must be a JointMapping, got {type(mapping).__name__}")
+    vals = (mapping.gear_ratio, mapping.offset_rad, mapping.torque_constant_nm_per_a, mapping.efficiency)
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals):
+        raise DriverError(f"{what}: mapping values must be finite, got {mapping}")
+    if mapping.gear_ratio <= 0 or mapping.torque_constant_nm_per_a <= 0:
+        raise DriverError(f"{what}: gear_ratio and torque_constant_nm_per_a must be > 0, got {mapping}")
+    if mapping.sign not in (1, -1):
+        raise DriverError(f"{what}: sign must be +1 or -1, got {mapping.sign!r}")
+    if not 0 < mapping.efficiency <= 1:
+        raise DriverError(f"{what}: efficiency must be in (0, 1], got {mapping.efficiency!r}")
+
+
+def command_vector(x, name: str, n: int) -> list[float]:
+    """One field of a :class:`Command` as n finite floats (the check every driver makes of every
+    value it encodes).
+
+    Parameters
+    ----------
+    x : array_like, shape (n,)
+    name : the field's name in the message (``"torque_nm"``).
+    n : joints of the driver.
+
+    Raises
+    ------
+    DriverError
+        Not numbers, a shape other than (n,), or a non-finite value.
+    """
+    try:
+        a = np.asarray(x, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise DriverError(f"command.{name} must be {n} numbers: {err}") from err
+    if a.shape != (n,):
+        raise DriverError(f"command.{name} must have shape ({n},), got {a.shape}")
+    lst = a.tolist()
+    if not all(map(math.isfinite, lst)):
+        raise DriverError(f"command.{name} holds non-finite values: {lst}")
+    return lst
+
+
+def torque_only(command: Command, n: int, who: str) -> list[float]:
+    """The joint torques of a command for a driver that does torque control only [N m | N].
+
+    The one check of every torque-only driver (ODrive CAN and ASCII, CiA 402 CST, Dynamixel)
+    before it encodes anything: a command it refuses never reaches a motor.
+
+    Parameters
+    ----------
+    command : Command
+        ``torque_nm`` (n,) finite; ``kp_nm_per_rad`` / ``kd_nm_s_per_rad`` None, or (n,) finite
+        and all zero (the drive has no PD of its own); set-points are ignored.
+    n : int
+        Joints of the driver.
+    who : str
+        The drive's name in the message (``"ODrive driver"``, ``"CiA 402 CST"``...).
+
+    Returns
+    -------
+    list of float, length n
+
+    Raises
+    ------
+    DriverError
+        No torque, a wrong shape, a non-finite value, or a non-zero drive-side gain.
+    """
+    if command.torque_nm is None:
+        raise DriverError("command.torque_nm is required")
+    tau = command_vector(command.torque_nm, "torque_nm", n)
+    for name in ("kp_nm_per_rad", "kd_nm_s_per_rad"):
+        g = getattr(command, name)
+        if g is not None and any(command_vector(g, name, n)):
+            raise DriverError(f"{who} does torque control only; command.{name} must be 0 or None")
+    return tau
+
+
 class Driver(ABC):
     """All actuators of one robot, cycled together.
 
@@ -174,6 +255,13 @@ class TransportDriver(Driver):
     A subclass sets ``self._closed = False`` and ``self._owns`` (whether it opened its
     transports, so closes them) in its constructor and lists its transports in
     :attr:`transports`.
+
+    Its :meth:`cycle` is the moteus shape: the pure ``make_commands(command)`` (everything the
+    cycle sends, encoded; it raises on a bad command, so nothing is sent then), then one
+    ``_exchange(request)`` that does the I/O for every joint and returns the
+    :class:`Feedback`; ``self._enabled_cmd`` (set by ``enable()``, cleared by ``disable()``)
+    gates it and ``self.cycles`` counts it.  A driver whose cycle is more than that (the MIT
+    driver's compiled encoder and follow check) overrides :meth:`cycle`.
     """
 
     #: what :meth:`disable` may raise while :meth:`close` still closes the transports (a driver
@@ -183,6 +271,24 @@ class TransportDriver(Driver):
     def _check_open(self) -> None:
         if self._closed:
             raise DriverError("driver is closed")
+
+    def cycle(self, command: Command) -> Feedback:
+        """Send every joint's command in one bus cycle and collect the feedback (see the
+        driver's module docstring for what goes on the wire).
+
+        Raises
+        ------
+        DriverError
+            Closed, not enabled, or a bad command (nothing is sent then).
+        CommsError
+            A bus or port failed.
+        """
+        self._check_open()
+        if not self._enabled_cmd:
+            raise DriverError("cycle() before enable()")
+        fb = self._exchange(self.make_commands(command))
+        self.cycles += 1
+        return fb
 
     @property
     @abstractmethod

@@ -72,11 +72,10 @@ import numpy as np
 from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeError, DeviceFaultError,
                              DriverError, TorqueloopError)
 
-from .base import Command, Feedback, JointMapping, TransportDriver
+from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import cia402 as codec
 from .codecs.cia402 import Cia402Units, NmtState, State
-from .mit import check_mapping
-from .transport import CanTransport, Frame, recv_any
+from .transport import CanTransport, Frame, group_by_bus, recv_any
 
 __all__ = ["Cia402Axis", "Cia402Driver", "build", "GENERIC_EDS", "FAULT_HEARTBEAT_LOST"]
 
@@ -259,24 +258,11 @@ class Cia402Driver(TransportDriver):
         self.quick_stop_option = int(quick_stop_option)
         self.fault_reaction_option = int(fault_reaction_option)
         self._owns = owns_transports
-        self._buses: list[CanTransport] = []
-        self._bus_of: list[int] = []
-        self._by_node: list[dict[int, int]] = []
+        self._buses, self._bus_of, self._by_node = group_by_bus([(ax.transport, ax.node_id) for ax in axes],
+                                                                "axes", "node id")
         for j, ax in enumerate(axes):
-            for b, t in enumerate(self._buses):
-                if t is ax.transport:
-                    break
-            else:
-                self._buses.append(ax.transport)
-                self._by_node.append({})
-                b = len(self._buses) - 1
-            if ax.node_id in self._by_node[b]:
-                raise DriverError(f"axes {self._by_node[b][ax.node_id]} and {j} share node id {ax.node_id} "
-                                  f"on bus {ax.transport.name}")
             if master_node_id is not None and ax.node_id == master_node_id:
                 raise DriverError(f"axis {j}: node id {ax.node_id} is the master heartbeat's node id")
-            self._by_node[b][ax.node_id] = j
-            self._bus_of.append(b)
         n = len(axes)
         # canopen: one network per bus, one RemoteNode per drive (object dictionary from its EDS)
         canopen = self._canopen
@@ -373,22 +359,7 @@ class Cia402Driver(TransportDriver):
             Wrong shape, non-finite torque, or non-zero drive-side gains (CST has none).
         """
         n = self.n_joints
-        if command.torque_nm is None:
-            raise DriverError("command.torque_nm is required")
-        tau = np.asarray(command.torque_nm, dtype=float)
-        if tau.shape != (n,):
-            raise DriverError(f"command.torque_nm must have shape ({n},), got {tau.shape}")
-        lst = tau.tolist()
-        if not all(map(math.isfinite, lst)):
-            raise DriverError(f"command.torque_nm holds non-finite values: {lst}")
-        for name in ("kp_nm_per_rad", "kd_nm_s_per_rad"):
-            g = getattr(command, name)
-            if g is not None:
-                g = np.asarray(g, dtype=float)
-                if g.shape != (n,) or not np.all(np.isfinite(g)):
-                    raise DriverError(f"command.{name} must be finite with shape ({n},)")
-                if np.any(g != 0):
-                    raise DriverError(f"CiA 402 CST is torque control only; command.{name} must be 0 or None")
+        lst = torque_only(command, n, "CiA 402 CST")
         frames = []
         sat = 0
         for j in range(n):
@@ -659,24 +630,6 @@ class Cia402Driver(TransportDriver):
                 elif s == State.QUICK_STOP_ACTIVE:
                     cw[j] = codec.CW_DISABLE_VOLTAGE
         return self._exchange(self.make_commands(Command(zero)))
-
-    def cycle(self, command: Command) -> Feedback:
-        """Send every drive's RPDO1 and a SYNC, collect the TPDOs (see the module docstring).
-
-        Raises
-        ------
-        DriverError
-            Not enabled / closed, or a bad command (nothing is sent then).
-        CommsError
-            A bus failed.
-        """
-        self._check_open()
-        if not self._enabled_cmd:
-            raise DriverError("cycle() before enable()")
-        frames = self.make_commands(command)
-        fb = self._exchange(frames)
-        self.cycles += 1
-        return fb
 
     def _controlword_cycle(self, controlword: int) -> Feedback:
         return self._exchange(self.make_commands(Command(np.zeros(self.n_joints)), controlword))

@@ -14,7 +14,7 @@ Goal Current 0 and Torque Enable 1 and reads it back.
 
 One cycle (:meth:`DynamixelDriver.cycle`), one write and one read on the port:
 
-1. :meth:`~DynamixelDriver.make_command` (pure) turns the torques into one
+1. :meth:`~DynamixelDriver.make_commands` (pure) turns the torques into one
    Sync Write of Goal Current (102) for every servo (clamped to each Current
    Limit, counted as ``saturated``; a value beyond it would be refused by the
    firmware and the old goal kept);
@@ -49,10 +49,9 @@ import numpy as np
 
 from dynamics.errors import CommsError, CommsTimeoutError, DecodeError, DeviceFaultError, DriverError
 
-from .base import Command, Feedback, JointMapping, TransportDriver
+from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import dynamixel as dx
 from .codecs.dynamixel import Addr
-from .mit import check_mapping
 
 __all__ = ["DynamixelServo", "DynamixelDriver", "build", "FAULT_WATCHDOG", "FAULT_TORQUE_OFF", "READ_MODES"]
 
@@ -195,7 +194,7 @@ class DynamixelDriver(TransportDriver):
         return lim
 
     # ------------------------------------------------------------------
-    def make_command(self, command: Command) -> bytes:
+    def make_commands(self, command: Command) -> bytes:
         """The Sync Write of Goal Current for one cycle's torques (pure).
 
         Raises
@@ -203,16 +202,7 @@ class DynamixelDriver(TransportDriver):
         DriverError
             Wrong shape, non-finite torque, or non-zero drive-side gains.
         """
-        n = self.n_joints
-        if command.torque_nm is None:
-            raise DriverError("command.torque_nm is required")
-        tau = np.asarray(command.torque_nm, dtype=float)
-        if tau.shape != (n,) or not np.all(np.isfinite(tau)):
-            raise DriverError(f"command.torque_nm must be finite with shape ({n},), got {tau!r}")
-        for name in ("kp_nm_per_rad", "kd_nm_s_per_rad"):
-            g = getattr(command, name)
-            if g is not None and np.any(np.asarray(g, dtype=float) != 0):
-                raise DriverError(f"Dynamixel driver does current (torque) control only; command.{name} must be 0")
+        tau = torque_only(command, self.n_joints, "Dynamixel driver (current control)")
         items = []
         sat = 0
         for j, s in enumerate(self._servos):
@@ -417,16 +407,7 @@ class DynamixelDriver(TransportDriver):
             raise DeviceFaultError(f"Dynamixel IDs {bad} did not enable torque")
         self._flags[:] = 0
         self._enabled_cmd = True
-        return self._exchange(self.make_command(Command(np.zeros(self.n_joints))))
-
-    def cycle(self, command: Command) -> Feedback:
-        """Send every servo's Goal Current and read its present state (see the module docstring)."""
-        self._check_open()
-        if not self._enabled_cmd:
-            raise DriverError("cycle() before enable()")
-        fb = self._exchange(self.make_command(command))
-        self.cycles += 1
-        return fb
+        return self._exchange(self.make_commands(Command(np.zeros(self.n_joints))))
 
     def disable(self) -> None:
         """Goal Current 0, then Torque Enable 0 for every servo (Sync Writes, no answers awaited)."""

@@ -60,31 +60,16 @@ import numpy as np
 
 from dynamics.errors import CommsTimeoutError, DriverError
 
-from .base import Command, Feedback, JointMapping, TransportDriver
+from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, command_vector
 from . import _mit_kernels as _k
 from .codecs import mit as codec
 from .mit_health import FAULT_OVER_TEMPERATURE, FollowConfig, FollowMonitor
-from .transport import CanTransport, Frame, recv_any_fields
+from .transport import CanTransport, Frame, group_by_bus, recv_any_fields
 
 __all__ = ["MitJoint", "MitCanDriver", "build", "check_mapping"]
 
 #: p, v, kp, kd fields all at their maximum (with t = 0xFFC..0xFFE the frame is ENTER/EXIT/ZERO)
 _ALL_ONES_4 = (0xFFFF, 0xFFF, 0xFFF, 0xFFF)
-
-
-def check_mapping(mapping: JointMapping, what: str) -> None:
-    """Raise :class:`DriverError` unless ``mapping`` is usable (finite, gear > 0, sign +-1, 0 < eff <= 1)."""
-    if not isinstance(mapping, JointMapping):
-        raise DriverError(f"{what}: mapping must be a JointMapping, got {type(mapping).__name__}")
-    vals = (mapping.gear_ratio, mapping.offset_rad, mapping.torque_constant_nm_per_a, mapping.efficiency)
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals):
-        raise DriverError(f"{what}: mapping values must be finite, got {mapping}")
-    if mapping.gear_ratio <= 0 or mapping.torque_constant_nm_per_a <= 0:
-        raise DriverError(f"{what}: gear_ratio and torque_constant_nm_per_a must be > 0, got {mapping}")
-    if mapping.sign not in (1, -1):
-        raise DriverError(f"{what}: sign must be +1 or -1, got {mapping.sign!r}")
-    if not 0 < mapping.efficiency <= 1:
-        raise DriverError(f"{what}: efficiency must be in (0, 1], got {mapping.efficiency!r}")
 
 
 @dataclass(frozen=True)
@@ -187,22 +172,8 @@ class MitCanDriver(TransportDriver):
         self.temperature_max_c = float(temperature_max_c)
         self._owns = owns_transports
         # buses in order of first appearance; per bus the joint index of each motor id
-        self._buses: list[CanTransport] = []
-        self._bus_of: list[int] = []
-        self._by_id: list[dict[int, int]] = []
-        for j, jt in enumerate(joints):
-            for b, t in enumerate(self._buses):
-                if t is jt.transport:
-                    break
-            else:
-                self._buses.append(jt.transport)
-                self._by_id.append({})
-                b = len(self._buses) - 1
-            if jt.can_id in self._by_id[b]:
-                other = self._by_id[b][jt.can_id]
-                raise DriverError(f"joints {other} and {j} share CAN id {jt.can_id} on bus {jt.transport.name}")
-            self._by_id[b][jt.can_id] = j
-            self._bus_of.append(b)
+        self._buses, self._bus_of, self._by_id = group_by_bus([(jt.transport, jt.can_id) for jt in joints],
+                                                              "joints", "CAN id")
         n = len(joints)
         # per-joint scalars of the Python path (make_commands): plain Python lists (per-element
         # access to a small numpy array costs more than the arithmetic)
@@ -293,16 +264,7 @@ class MitCanDriver(TransportDriver):
     def _vec(self, x, name: str, n: int, default: float | None):
         if x is None:
             return None if default is None else [default] * n
-        try:
-            a = np.asarray(x, dtype=float)
-        except (TypeError, ValueError) as err:
-            raise DriverError(f"command.{name} must be {n} numbers: {err}") from err
-        if a.shape != (n,):
-            raise DriverError(f"command.{name} must have shape ({n},), got {a.shape}")
-        lst = a.tolist()
-        if not all(map(math.isfinite, lst)):
-            raise DriverError(f"command.{name} holds non-finite values: {lst}")
-        return lst
+        return command_vector(x, name, n)
 
     def make_commands(self, command: Command) -> list[Frame]:
         """Encode one cycle's command: one MIT command frame per joint, in joint order.

@@ -56,11 +56,10 @@ import numpy as np
 from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeError, DeviceFaultError,
                              DriverError)
 
-from .base import Command, Feedback, JointMapping, TransportDriver
+from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import odrive as codec
 from .codecs.odrive import AxisState, Cmd
-from .mit import check_mapping
-from .transport import CanTransport, Frame, recv_any
+from .transport import CanTransport, Frame, group_by_bus, recv_any
 
 __all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build_ascii"]
 
@@ -165,22 +164,8 @@ class OdriveCanDriver(TransportDriver):
         self.encoder_rate_hz = encoder_rate_hz
         self.heartbeat_rate_hz = float(heartbeat_rate_hz)
         self._owns = owns_transports
-        self._buses: list[CanTransport] = []
-        self._bus_of: list[int] = []
-        self._by_node: list[dict[int, int]] = []
-        for j, ax in enumerate(axes):
-            for b, t in enumerate(self._buses):
-                if t is ax.transport:
-                    break
-            else:
-                self._buses.append(ax.transport)
-                self._by_node.append({})
-                b = len(self._buses) - 1
-            if ax.node_id in self._by_node[b]:
-                raise DriverError(f"axes {self._by_node[b][ax.node_id]} and {j} share node id {ax.node_id} "
-                                  f"on bus {ax.transport.name}")
-            self._by_node[b][ax.node_id] = j
-            self._bus_of.append(b)
+        self._buses, self._bus_of, self._by_node = group_by_bus([(ax.transport, ax.node_id) for ax in axes],
+                                                                "axes", "node id")
         n = len(axes)
         self._torque_ids = [codec.arbitration_id(ax.node_id, int(Cmd.SET_INPUT_TORQUE)) for ax in axes]
         self._q = np.full(n, np.nan)
@@ -226,22 +211,7 @@ class OdriveCanDriver(TransportDriver):
         DriverError
             Wrong shape, non-finite torque, or non-zero drive-side gains.
         """
-        n = self.n_joints
-        if command.torque_nm is None:
-            raise DriverError("command.torque_nm is required")
-        tau = np.asarray(command.torque_nm, dtype=float)
-        if tau.shape != (n,):
-            raise DriverError(f"command.torque_nm must have shape ({n},), got {tau.shape}")
-        if not np.all(np.isfinite(tau)):
-            raise DriverError(f"command.torque_nm holds non-finite values: {tau.tolist()}")
-        for name in ("kp_nm_per_rad", "kd_nm_s_per_rad"):
-            g = getattr(command, name)
-            if g is not None:
-                g = np.asarray(g, dtype=float)
-                if g.shape != (n,) or not np.all(np.isfinite(g)):
-                    raise DriverError(f"command.{name} must be finite with shape ({n},)")
-                if np.any(g != 0):
-                    raise DriverError(f"ODrive driver does torque control only; command.{name} must be 0 or None")
+        tau = torque_only(command, self.n_joints, "ODrive driver")
         frames = []
         sat = 0
         for j, ax in enumerate(self._axes):
@@ -531,24 +501,6 @@ class OdriveCanDriver(TransportDriver):
             self._send(j, Cmd.SET_AXIS_STATE, codec.encode_set_axis_state(AxisState.IDLE))
         self._enabled_cmd = False
 
-    def cycle(self, command: Command) -> Feedback:
-        """Send every axis' torque and collect feedback (see the module docstring).
-
-        Raises
-        ------
-        DriverError
-            Not enabled / closed, or a bad command (nothing is sent then).
-        CommsError
-            A bus failed.
-        """
-        self._check_open()
-        if not self._enabled_cmd:
-            raise DriverError("cycle() before enable()")
-        frames = self.make_commands(command)
-        fb = self._exchange(frames)
-        self.cycles += 1
-        return fb
-
     def disable(self) -> None:
         """Zero torque, then IDLE for every axis (no waiting for confirmation)."""
         self._check_open()
@@ -720,17 +672,8 @@ class OdriveAsciiDriver(TransportDriver):
         DriverError
             Wrong shape, non-finite torque, or non-zero drive-side gains.
         """
-        n = self.n_joints
-        if command.torque_nm is None:
-            raise DriverError("command.torque_nm is required")
-        tau = np.asarray(command.torque_nm, dtype=float)
-        if tau.shape != (n,) or not np.all(np.isfinite(tau)):
-            raise DriverError(f"command.torque_nm must be finite with shape ({n},), got {tau!r}")
-        for name in ("kp_nm_per_rad", "kd_nm_s_per_rad"):
-            g = getattr(command, name)
-            if g is not None and np.any(np.asarray(g, dtype=float) != 0):
-                raise DriverError(f"ODrive driver does torque control only; command.{name} must be 0 or None")
-        return [f"c {a} {_fmt(m.joint_to_motor_torque(t))}" for a, m, t in zip(self._axes, self._maps, tau.tolist())]
+        tau = torque_only(command, self.n_joints, "ODrive driver")
+        return [f"c {a} {_fmt(m.joint_to_motor_torque(t))}" for a, m, t in zip(self._axes, self._maps, tau)]
 
     def _query(self, line: str, stats: dict | None = None) -> str | None:
         """Write ``line`` and return the answer, or None (and flush input) on timeout / bad bytes."""
@@ -837,16 +780,6 @@ class OdriveAsciiDriver(TransportDriver):
                                         f"(states {self._state.tolist()})")
             time.sleep(0.005)
         return self._exchange(self.make_commands(Command(np.zeros(self.n_joints))))
-
-    def cycle(self, command: Command) -> Feedback:
-        """Send every axis' torque and read its position/velocity (see the class docstring)."""
-        self._check_open()
-        if not self._enabled_cmd:
-            raise DriverError("cycle() before enable()")
-        lines = self.make_commands(command)
-        fb = self._exchange(lines)
-        self.cycles += 1
-        return fb
 
     def disable(self) -> None:
         """Zero torque, then IDLE for every axis."""

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
-from dynamics.errors import CommsError, CommsTimeoutError
+from dynamics.errors import CommsError, CommsTimeoutError, DriverError
 
-__all__ = ["Frame", "BusLike", "CanTransport", "recv_any", "recv_any_fields"]
+__all__ = ["Frame", "BusLike", "CanTransport", "group_by_bus", "recv_any", "recv_any_fields"]
 
 
 @dataclass(frozen=True)
@@ -334,3 +334,41 @@ def recv_any_fields(transports: Sequence[CanTransport], timeout_s: float,
         f = transports[0].recv_fields(min(remaining, slice_s))
         if f is not None:
             return 0, f
+
+
+def group_by_bus(devices: Sequence[tuple[Any, int]], what: str,
+                 id_name: str) -> tuple[list[CanTransport], list[int], list[dict[int, int]]]:
+    """The buses of a driver's devices, and the rule that one id names one device per bus.
+
+    Parameters
+    ----------
+    devices : sequence of (transport, device id), in joint order.
+    what, id_name : the devices' and the id's names in the message (``"axes"``, ``"node id"``).
+
+    Returns
+    -------
+    buses : the transports in order of first appearance;
+    bus_of : per device, the index of its bus in ``buses``;
+    by_id : per bus, each device id's joint index.
+
+    Raises
+    ------
+    DriverError
+        Two devices with one id on one bus.
+    """
+    buses: list[CanTransport] = []
+    bus_of: list[int] = []
+    by_id: list[dict[int, int]] = []
+    for j, (transport, dev_id) in enumerate(devices):
+        for b, t in enumerate(buses):
+            if t is transport:
+                break
+        else:
+            buses.append(transport)
+            by_id.append({})
+            b = len(buses) - 1
+        if dev_id in by_id[b]:
+            raise DriverError(f"{what} {by_id[b][dev_id]} and {j} share {id_name} {dev_id} on bus {transport.name}")
+        by_id[b][dev_id] = j
+        bus_of.append(b)
+    return buses, bus_of, by_id

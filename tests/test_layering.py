@@ -10,7 +10,9 @@ none.  Rules:
 * the floors: ``dynamics`` imports none of the other three; ``trajectories`` may use
   ``dynamics`` only; ``drivers`` may use ``dynamics`` only; ``controller`` may use all;
 * codecs import no transport (pure bytes <-> values), real drivers never import the
-  simulated side (``drivers.sim``);
+  simulated side (``drivers.sim``), and no protocol's driver imports another's (what they
+  share is in ``drivers.base`` and ``drivers.transport``: a Dynamixel run does not load the MIT
+  driver's compiled kernels, checked in a fresh process);
 * the control core (the modules directly in ``controller/``) never imports the application
   (``controller.app`` and its modules), at any level: not at module level, not inside a function,
   not by ``importlib.import_module``/``__import__`` of a literal name.
@@ -145,6 +147,30 @@ def test_codecs_are_pure_and_real_drivers_do_not_import_the_simulation():
         elif m.startswith("drivers.") and not m.startswith("drivers.sim"):
             bad += [(m, d) for d in deps if d.startswith("drivers.sim")]
     assert not bad, bad
+
+
+#: the drivers of the protocols (device layer): none imports another
+PROTOCOL_DRIVERS = {"drivers.mit", "drivers.mit_health", "drivers.odrive", "drivers.cia402", "drivers.dynamixel"}
+#: what each may share (the MIT driver and its health monitor are one protocol)
+SAME_PROTOCOL = {("drivers.mit", "drivers.mit_health")}
+
+
+def test_no_protocol_driver_imports_another():
+    bad = sorted((m, d) for m in PROTOCOL_DRIVERS for d in GRAPH[m]
+                 if d in PROTOCOL_DRIVERS and d != m and (m, d) not in SAME_PROTOCOL)
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("module", ["drivers.odrive", "drivers.cia402", "drivers.dynamixel"])
+def test_a_torque_only_driver_loads_no_compiled_kernels(module):
+    import subprocess
+    import sys
+
+    code = (f"import sys; import {module}; "
+            "print(sorted(m for m in sys.modules if m == 'numba' or m in ('drivers.mit', 'drivers._mit_kernels')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def _is_app(name: str) -> bool:
