@@ -76,3 +76,56 @@ def test_realtime_settings_applied_or_reported_then_restored():
         assert os.sched_getscheduler(0) == before_sched
     if before_aff:
         assert os.sched_getaffinity(0) == before_aff
+
+
+class _FakeTime:
+    """perf_counter_ns and sleep of a machine whose sleeps overshoot by ``overshoot_ns``; the
+    time spent busy-waiting is counted per wait."""
+
+    def __init__(self, overshoot_ns: int):
+        self.t = 10_000_000
+        self.overshoot_ns = overshoot_ns
+        self.sleeps = 0
+        self.polls = 0
+
+    def perf_counter_ns(self):
+        self.polls += 1
+        self.t += 1_000                 # each poll of the busy-wait costs 1 us
+        return self.t
+
+    def sleep(self, s):
+        self.sleeps += 1
+        self.t += int(s * 1e9) + self.overshoot_ns
+        self.woke = self.t
+
+
+@pytest.mark.parametrize("rate_hz, spin_s, expect_spin_us", [
+    (1000.0, 2e-4, 200.0),      # the default at 1 kHz: spin_s as given
+    (4000.0, 2e-4, 62.5),       # at 4 kHz a quarter of the 250-us period
+    (20000.0, 2e-4, 12.5),
+    (4000.0, 0.0, 0.0),         # 0: sleeps only
+])
+def test_wallclock_sleeps_every_cycle_and_spins_at_most_a_quarter_period(rate_hz, spin_s, expect_spin_us,
+                                                                         monkeypatch):
+    """A loop with time to spare sleeps in every cycle whatever ``spin_s`` says, so that under
+    SCHED_FIFO the kernel's real-time throttling never stops it (a loop that never sleeps is
+    stopped for 50 ms a second)."""
+    import controller.clock as clock_mod
+
+    fake = _FakeTime(overshoot_ns=20_000)
+    monkeypatch.setattr(clock_mod.time, "perf_counter_ns", fake.perf_counter_ns)
+    monkeypatch.setattr(clock_mod.time, "sleep", fake.sleep)
+    c = WallClock(spin_s=spin_s)
+    period = 1.0 / rate_hz
+    assert c.spin_ns(None) == int(spin_s * 1e9)
+    assert c.spin_ns(int(period * 1e9)) == pytest.approx(expect_spin_us * 1e3, abs=1)
+    compute_ns = int(0.3 * period * 1e9)     # the cycle's work: 30 % of the period
+    c.wait_until(0.0)                        # the first deadline: no period known yet
+    for k in range(1, 200):
+        fake.t += compute_ns
+        s0 = fake.sleeps
+        late = c.wait_until(k * period)
+        assert late >= 0.0
+        assert fake.sleeps == s0 + 1, f"cycle {k} did not sleep"
+        # busy-waiting after the sleep: at most the window, and a poll
+        assert fake.t - fake.woke <= expect_spin_us * 1e3 + 1_000

@@ -115,3 +115,20 @@ def test_a_tune_table_is_validated_by_run_and_check():
     with pytest.raises(ConfigError) as ei:
         load_run(RUNS / "3rrr_circle_tune.toml", overrides={"tune.candidates": -3})
     assert "tune.candidates" in str(ei.value) and "3rrr_circle_tune.toml" in str(ei.value)
+
+
+def test_loop_spin_s_reaches_the_wall_clock_and_bad_values_name_the_field():
+    from controller.clock import WallClock
+
+    path = RUNS / "3rrr_circle_direct.toml"
+    spec = load_run(path, overrides={"loop.clock": "wall", "loop.spin_s": 5e-5})
+    run = build_run(spec)
+    try:
+        assert isinstance(run.loop.clock, WallClock) and run.loop.clock.spin_s == 5e-5
+    finally:
+        run.close()
+    assert load_run(path).spin_s == 2e-4                       # the default
+    for bad in (-1e-6, float("nan"), "x", 2.0):
+        with pytest.raises(ConfigError) as ei:
+            load_run(path, overrides={"loop.spin_s": bad})
+        assert ei.value.file == str(path) and ei.value.field == "loop.spin_s", bad

@@ -31,6 +31,8 @@ trajectory, a controller, the loop and the safety settings::
     rate_hz = 1000.0
     clock = "lockstep"                         # or "wall" (real time; hardware runs use wall)
     duration_s = 10.0                          # default: the trajectory's
+    spin_s = 0.0002                            # wall clock: busy-wait before each deadline [s]
+    #                                          # (at most a quarter of the period)
     [loop.realtime]                            # wall clock only; applied where permitted
     sched_fifo_priority = 80
     cpu = 1
@@ -126,6 +128,8 @@ class RunSpec:
     safety: SafetyConfig
     telemetry_buffer_rows: int
     description: str = ""
+    #: the wall clock's busy-wait window before each deadline [s] (``loop.spin_s``)
+    spin_s: float = 2e-4
     #: ``(trajectory, model, space, reference at t = 0, q0, X0)`` of the last :func:`_joint_start`
     #: (reused while the trajectory, the model and the space are the ones it was computed for)
     _start: tuple | None = field(default=None, repr=False, compare=False)
@@ -324,6 +328,7 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
             raise ConfigError(f"must be >= 0 and <= {DURATION_MAX_S:g} s, got {duration_s!r}", file, "--duration")
     if dur is None:
         dur = float(traj.duration_s)
+    spin_s = lsec.float("spin_s", 2e-4, minimum=0.0, maximum=1.0)
     rt = None
     if lsec.has("realtime"):
         rsec = lsec.section("realtime")
@@ -352,7 +357,7 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     root.finish()
     return RunSpec(name=name, file=file, data=dict(data), model=model, plant=plant_data, driver_section=drv,
                    driver_type=driver_type, hardware=hardware, trajectory=traj, controller=ctrl,
-                   rate_hz=rate, clock=clock, duration_s=dur, realtime=rt, safety=safety,
+                   rate_hz=rate, clock=clock, duration_s=dur, realtime=rt, spin_s=spin_s, safety=safety,
                    telemetry_buffer_rows=buffer_rows, description=description)
 
 
@@ -625,7 +630,7 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
     stack = ExitStack()
     try:
         if clock is None:
-            clock = LockstepClock() if spec.clock == "lockstep" else WallClock(realtime=spec.realtime)
+            clock = LockstepClock() if spec.clock == "lockstep" else WallClock(spin_s=spec.spin_s, realtime=spec.realtime)
         plant = None
         if spec.hardware:
             driver = build_driver(spec.driver_section, now=clock.now)
