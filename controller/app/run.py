@@ -630,7 +630,8 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
     stack = ExitStack()
     try:
         if clock is None:
-            clock = LockstepClock() if spec.clock == "lockstep" else WallClock(spin_s=spec.spin_s, realtime=spec.realtime)
+            clock = (LockstepClock() if spec.clock == "lockstep"
+                     else WallClock(spin_s=spec.spin_s, realtime=spec.realtime))
         plant = None
         if spec.hardware:
             driver = build_driver(spec.driver_section, now=clock.now)
