@@ -227,5 +227,7 @@ def run(quick: bool = False) -> list[dict]:
 if __name__ == "__main__":  # pragma: no cover - manual use
     import sys
 
-    for r in run(quick="--quick" in sys.argv[1:]):
-        print(f"{r['case']:<50} {r['median_us']:9.1f} {r['p99_us']:9.1f}  {r.get('note', '')}")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.run import format_table
+
+    print(format_table(run(quick="--quick" in sys.argv[1:])))
