@@ -240,15 +240,15 @@ def _wall_4k_row(tmp: Path, quick: bool) -> dict:
     """The same run at 4 kHz under SCHED_FIFO: the clock must sleep in every cycle (it busy-waits
     at most a quarter period), else the kernel's real-time throttling stops the loop for 50 ms a
     second and the overrun rule ends the run (what a 200-us busy-wait at 4 kHz did)."""
+    import warnings
+
     from controller.app.run import build_run, load_run
+    from controller.clock import RealtimeWarning
 
     duration = 5.0 if quick else 10.0
     spec = load_run(RUNS / "3rrr_circle_direct.toml", duration_s=duration,
                     overrides={"loop.clock": "wall", "loop.rate_hz": 4000.0, **REALTIME})
     run = build_run(spec, out_dir=tmp / "3rrr-wall-4k")
-    import warnings
-
-    from controller.clock import RealtimeWarning
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RealtimeWarning)
         res = run.execute()

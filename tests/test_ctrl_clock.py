@@ -79,17 +79,16 @@ def test_realtime_settings_applied_or_reported_then_restored():
 
 
 class _FakeTime:
-    """perf_counter_ns and sleep of a machine whose sleeps overshoot by ``overshoot_ns``; the
-    time spent busy-waiting is counted per wait."""
+    """perf_counter_ns and sleep of a machine whose sleeps overshoot by ``overshoot_ns``; ``woke``
+    is when the last sleep ended, ``sleeps`` how many there were."""
 
     def __init__(self, overshoot_ns: int):
         self.t = 10_000_000
         self.overshoot_ns = overshoot_ns
         self.sleeps = 0
-        self.polls = 0
+        self.woke = None
 
     def perf_counter_ns(self):
-        self.polls += 1
         self.t += 1_000                 # each poll of the busy-wait costs 1 us
         return self.t
 
