@@ -71,7 +71,7 @@ CHECK_WS = WS_SIZE + 8
 stamp_package_caches()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _read_state(fq, fqd, q, qd):
     """The measured state the law reads (copies of the feedback); whether it is finite."""
     for j in range(q.shape[0]):
@@ -80,20 +80,20 @@ def _read_state(fq, fqd, q, qd):
     return _all_finite(q) and _all_finite(qd)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _since(t, t_last):
     """Time since the integrator's last commit [s] (0 before the first: ``t_last`` NaN)."""
     return 0.0 if t_last != t_last else max(t - t_last, 0.0)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _steps(span, h_max):
     """Plant steps of a span [s] as ``SimulatedPlant.advance_to`` splits it: (count, length)."""
     n_steps = max(1, math.ceil(span / h_max - 1e-9))
     return n_steps, span / n_steps
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _commit(i, q, qd, e, tau, mask, pq, pqd, pta, pcmd, has_quant, quantum, fq, fqd, ftau,
             o_q, o_qd, o_err, o_tau, o_taum, last_mask):
     """Commit cycle ``i``: its log row, the held command, and the sensors the next cycle reads
@@ -117,7 +117,7 @@ def _commit(i, q, qd, e, tau, mask, pq, pqd, pta, pcmd, has_quant, quantum, fq, 
 
 # --- the plant steps: ``step(plant, h, n_steps, out) -> failed`` ------------------------------
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _rrr_step(plant, h, n_steps, out):
     """``n_steps`` RK4 steps of length ``h`` [s] of the 3RRR plant (:func:`rrr_advance`) into
     ``out`` (12,) = q, qd, X, applied torque; True when a step failed."""
@@ -126,7 +126,7 @@ def _rrr_step(plant, h, n_steps, out):
     return st != 0 or done < n_steps
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _serial_step(plant, h, n_steps, out):
     """:func:`_rrr_step` for a serial chain (:func:`serial_advance`; ``out`` (3 n,) = q, qd,
     applied torque)."""
@@ -144,7 +144,7 @@ def _serial_step(plant, h, n_steps, out):
 #: 3RRR's packed parameters (4, 13); a serial chain's check reads nothing)
 NO_CHECK_PARAMS = np.zeros((0, 0))
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _rrr_singularity(sing, q, t, Xs, ws):
     """The 3RRR's singularity check of the cycle at time ``t`` [s] (``SafetySupervisor.check``):
     the pose ``Xs`` (3,) by FK warm-started at the last checked one, the margin and its
@@ -160,7 +160,7 @@ def _rrr_singularity(sing, q, t, Xs, ws):
     return _margin_clean(sout[4], t, margin_prev, m_min, horizon_s)
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _margin_clean(m, t, margin_prev, m_min, horizon_s):
     """Whether the singularity margin ``m`` of the check at time ``t`` [s] and its prediction
     over the horizon ``horizon_s`` [s] (from the last checked margin ``margin_prev`` = [have, t,
@@ -169,7 +169,7 @@ def _margin_clean(m, t, margin_prev, m_min, horizon_s):
     return m >= m_min and predicted >= m_min, m
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _no_singularity(sing, q, t, Xs, ws):
     """A serial chain has no singularity check (``sing[0]`` is False: never called)."""
     return True, 0.0
@@ -184,7 +184,7 @@ def _no_singularity(sing, q, t, Xs, ws):
 # tau (n,), mask (n,) written: error, torques, saturated actuators; ws (LAW_WS,): work the law
 # may overwrite (kept by :func:`_cycles` for the segment).  Status 0: clean.
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _rrr_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`~controller._law_kernels.rrr_task_computed_torque` (in ``ws``:
     :func:`~controller._law_kernels.rrr_task_computed_torque_ws`); state (7,): FK pose (3,),
@@ -197,19 +197,19 @@ def _rrr_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau
     return st
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _rrr_task_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`rrr_task_pd_gravity`; state (3,): the FK pose."""
     return rrr_task_pd_gravity(c[0], q, qd, s, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], s_new, e, tau, mask)
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _rrr_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`rrr_pd_gravity`; state (3,): the FK pose hint."""
     return rrr_pd_gravity(c[0], q, qd, s, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], s_new, e, tau, mask)
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _serial_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`serial_computed_torque`; state (n + 1,): integrator z (n,), t_last [s] (NaN
     before the first commit)."""
@@ -220,13 +220,13 @@ def _serial_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, 
     return st
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _serial_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`serial_pd_gravity`; no state (0,)."""
     return serial_pd_gravity(c[0], q, qd, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6], e, tau, mask)
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _pid_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`pid`; state (2 n + 1,): integral (n,) [N m], back-calculation term (n,), time of
     the last step [s] (NaN before the first)."""
@@ -237,7 +237,7 @@ def _pid_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     return st
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """Run the clean cycles ``k0 <= k < k_end`` under ``law`` with the plant ``step``; return
     the first cycle not run.
@@ -337,42 +337,42 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
 # --- the entries: ``segment(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs,
 # logs) -> first cycle not run`` (arguments as :func:`_cycles`) ------------------------------------
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def rrr_task_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a 3RRR under :class:`controller.laws.TaskComputedTorque`."""
     return _cycles(_rrr_task_computed_torque_cycle, _rrr_step, _rrr_singularity,
                    k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def rrr_task_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a 3RRR under :class:`controller.laws.TaskPDGravity`."""
     return _cycles(_rrr_task_pd_gravity_cycle, _rrr_step, _rrr_singularity,
                    k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def rrr_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a 3RRR under :class:`controller.laws.PDGravity`."""
     return _cycles(_rrr_pd_gravity_cycle, _rrr_step, _rrr_singularity,
                    k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def serial_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a serial chain under :class:`controller.laws.ComputedTorque`."""
     return _cycles(_serial_computed_torque_cycle, _serial_step, _no_singularity,
                    k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def serial_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a serial chain under :class:`controller.laws.PDGravity`."""
     return _cycles(_serial_pd_gravity_cycle, _serial_step, _no_singularity,
                    k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def pid_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a serial chain under :class:`controller.laws.PID`."""
     return _cycles(_pid_cycle, _serial_step, _no_singularity,

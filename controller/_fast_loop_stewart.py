@@ -39,7 +39,7 @@ from ._stewart_law_kernels import stewart_task_computed_torque, stewart_task_pd_
 stamp_package_caches()
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _stewart_step(plant, h, n_steps, out):
     """``n_steps`` RK4 steps of length ``h`` [s] of the Stewart plant (:func:`stewart_advance`)
     into ``out`` (24,) = q, qd, X, applied force; True when a step failed."""
@@ -53,7 +53,7 @@ def _stewart_step(plant, h, n_steps, out):
 NO_CHECK_PARAMS = np.zeros(0)
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _stewart_singularity(sing, q, t, Xs, ws):
     """The Stewart platform's singularity check of the cycle at time ``t`` [s]
     (``SafetySupervisor.check``): the pose ``Xs`` (6,) by FK warm-started at the last checked
@@ -72,7 +72,7 @@ def _stewart_singularity(sing, q, t, Xs, ws):
 # --- the laws (``law(consts, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws) -> status``, see
 # controller._fast_loop) -----------------------------------------------------------------------
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _stewart_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`stewart_task_computed_torque`; state (13,): FK pose (6,), integrator z (6,),
     t_last [s] (NaN before the first commit; it advances only with integral action)."""
@@ -83,7 +83,7 @@ def _stewart_task_computed_torque_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e,
     return st
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _stewart_task_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
     """:func:`stewart_task_pd_gravity`; state (6,): the FK pose."""
     return stewart_task_pd_gravity(c[0], q, qd, s, pos, vel, c[1], c[2], c[3], c[4], c[5], c[6],
@@ -92,14 +92,14 @@ def _stewart_task_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau,
 
 # --- the entries (arguments as controller._fast_loop._cycles) ----------------------------------
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def stewart_task_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a Stewart platform under :class:`controller.laws.TaskComputedTorque`."""
     return _cycles(_stewart_task_computed_torque_cycle, _stewart_step, _stewart_singularity,
                    k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def stewart_task_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
     """:func:`_cycles` of a Stewart platform under :class:`controller.laws.TaskPDGravity`."""
     return _cycles(_stewart_task_pd_gravity_cycle, _stewart_step, _stewart_singularity,

@@ -70,13 +70,13 @@ RRR_TCT_WS = WS_SIZE + 36
 stamp_package_caches()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def wrap_angle(x):
     """Angle wrapped to (-pi, pi] [rad] (NaN stays NaN)."""
     return math.atan2(math.sin(x), math.cos(x))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def planar_task_error(X_d, X, e):
     """Planar pose error into ``e`` (3,): position difference, wrapped angle difference."""
     e[0] = X_d[0] - X[0]
@@ -84,7 +84,7 @@ def planar_task_error(X_d, X, e):
     e[2] = wrap_angle(X_d[2] - X[2])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def rotation_vector(R_d, R, w):
     """Rotation vector ``theta * axis`` (base frame) of ``R_d R^T`` into ``w`` (3,) [rad].
 
@@ -119,7 +119,7 @@ def rotation_vector(R_d, R, w):
         w[0], w[1], w[2] = f * w0, f * w1, f * w2
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def solve3(A, b, x):
     """``x = A^-1 b`` (3, 3) by Gaussian elimination with partial pivoting; ``A``, ``b`` are
     not changed.  Returns :data:`ST_SINGULAR` when a pivot is exactly zero (as LAPACK's
@@ -153,7 +153,7 @@ def solve3(A, b, x):
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def orientation_error(R_d, R, E, out):
     """Orientation part of the 6-DOF task error into ``out`` (3,) [rad]: the rotation vector
     of ``R_d R^T`` (:func:`rotation_vector`) mapped to angle coordinates, ``out = E^-1 w``
@@ -164,7 +164,7 @@ def orientation_error(R_d, R, E, out):
     return solve3(E, w, out)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def matvec(A, x, out):
     """``out = A x`` (row by row, left to right)."""
     for i in range(A.shape[0]):
@@ -174,7 +174,7 @@ def matvec(A, x, out):
         out[i] = s
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def pd_acceleration(acc, vel, v_meas, e, kp, kd, a):
     """``a = acc + Kd (vel - v_meas) + Kp e`` (shapes (m,), gains (m, m))."""
     m = a.shape[0]
@@ -187,7 +187,7 @@ def pd_acceleration(acc, vel, v_meas, e, kp, kd, a):
         a[i] = acc[i] + sd + sp
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def add_matvec(a, K, z, out):
     """``out = a + K z``."""
     for i in range(a.shape[0]):
@@ -197,7 +197,7 @@ def add_matvec(a, K, z, out):
         out[i] = a[i] + s
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def clip(v, lim):
     """``v`` clipped to ``[-lim, lim]`` (``np.clip``; ``lim`` inf: no bound; NaN propagates)."""
     if v < -lim:
@@ -207,14 +207,14 @@ def clip(v, lim):
     return v
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def integrator_candidate(z, e, dt, limit, out):
     """``out = clip(z + e dt, -limit, limit)`` (``limit`` inf: no bound; NaN propagates)."""
     for i in range(z.shape[0]):
         out[i] = clip(z[i] + e[i] * dt, limit[i])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def saturate(tau, limit, out, mask):
     """``out = clip(tau, -limit, limit)``, ``mask = |tau| > limit``; returns whether any is set."""
     anyset = False
@@ -228,7 +228,7 @@ def saturate(tau, limit, out, mask):
     return anyset
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def limit_torque(tau_raw, has_sat, sat_lim, tau, mask):
     """The controller's own saturation, when it has one (``has_sat``), of ``tau_raw`` into ``tau``.
 
@@ -243,7 +243,7 @@ def limit_torque(tau_raw, has_sat, sat_lim, tau, mask):
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _finite(x):
     """Whether every entry of ``x`` is finite."""
     for i in range(x.shape[0]):
@@ -253,7 +253,7 @@ def _finite(x):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _sign(x):
     if x > 0.0:
         return 1.0
@@ -264,14 +264,14 @@ def _sign(x):
     return x        # NaN
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def add_friction(tau, viscous, coulomb, v):
     """``tau += viscous v + coulomb sign(v)`` in place (``Model.friction_torque``)."""
     for i in range(tau.shape[0]):
         tau[i] = tau[i] + (viscous[i] * v[i] + coulomb[i] * _sign(v[i]))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def compensate_friction(tau, fric, fmode, v_meas, v_des):
     """``tau +=`` the model's friction (``fric`` (2, n): viscous, Coulomb) at the measured
     velocity ``v_meas`` (``fmode`` FRICTION_MEASURED) or the desired one ``v_des``
@@ -282,7 +282,7 @@ def compensate_friction(tau, fric, fmode, v_meas, v_des):
         add_friction(tau, fric[0], fric[1], v_des)
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask, ws):
     """tau = sat(ID(X, Xd, a) + friction); returns (status, any saturated).  ``ws``
     (>= WS_SIZE + 12,) work: the inverse dynamics' workspace and a zero wrench."""
@@ -296,7 +296,7 @@ def _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw,
     return 0, limit_torque(tau_raw, has_sat, sat_lim, tau, mask)
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _rrr_torque_of(args, a, tau, mask):
     """:func:`_rrr_torque` for the commanded task acceleration ``a`` (the torque function of
     :func:`task_torque_with_integrator`; ``args`` its other arguments)."""
@@ -304,7 +304,7 @@ def _rrr_torque_of(args, a, tau, mask):
     return _rrr_torque(P, X, Xd, a, branch, fric, fmode, qd, has_sat, sat_lim, tau_raw, tau, mask, ws)
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def task_torque_with_integrator(torque, args, a, e, ki, has_ki, z, dt, z_limit, tau, mask, z_out, a2, zc):
     """The torques of a task-space computed-torque law with optional integral action and
     conditional integration (:class:`controller.laws.TaskComputedTorque`).
@@ -349,7 +349,7 @@ def task_torque_with_integrator(torque, args, a, e, ki, has_ki, z, dt, z_limit, 
     return 0
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _rrr_measure(P, q, qd, pose_prev, X, Jx, Xd, ws):
     """Measured pose ``X`` (3,) by FK warm-started at ``pose_prev``, task Jacobian ``Jx`` (9,)
     row-major and pose rate ``Xd = J_x qd`` (3,); ``ws`` (>= WS_SIZE,) workspace.
@@ -365,7 +365,7 @@ def _rrr_measure(P, q, qd, pose_prev, X, Jx, Xd, ws):
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def rrr_task_computed_torque(P, branch, q, qd, pose_prev, ref_pos, ref_vel, ref_acc, kp, kd, ki, has_ki,
                              z, dt, z_limit, fric, fmode, has_sat, sat_lim,
                              X, e, tau, mask, z_out):
@@ -397,7 +397,7 @@ def rrr_task_computed_torque(P, branch, q, qd, pose_prev, ref_pos, ref_vel, ref_
                                        np.empty(RRR_TCT_WS))
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def rrr_task_computed_torque_ws(P, branch, q, qd, pose_prev, ref_pos, ref_vel, ref_acc, kp, kd, ki, has_ki,
                                 z, dt, z_limit, fric, fmode, has_sat, sat_lim, X, e, tau, mask, z_out, ws):
     """:func:`rrr_task_computed_torque` (same arguments, outputs and status) in the caller's
@@ -421,7 +421,7 @@ def rrr_task_computed_torque_ws(P, branch, q, qd, pose_prev, ref_pos, ref_vel, r
                                        a, e, ki, has_ki, z, dt, z_limit, tau, mask, z_out, a2, zc)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _serial_torque(M, a, h, has_sat, sat_lim, tau_raw, tau, mask):
     """tau = sat(M a + h); returns whether any actuator saturated."""
     n = a.shape[0]
@@ -433,7 +433,7 @@ def _serial_torque(M, a, h, has_sat, sat_lim, tau_raw, tau, mask):
     return limit_torque(tau_raw, has_sat, sat_lim, tau, mask)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def serial_computed_torque(P, q, qd, ref_pos, ref_vel, ref_acc, kp, kd, ki, has_ki, z, dt, z_limit,
                            fric, fmode, has_sat, sat_lim, e, tau, mask, z_out):
     """One step of :class:`controller.laws.ComputedTorque` for a serial chain.
@@ -493,7 +493,7 @@ def serial_computed_torque(P, q, qd, ref_pos, ref_vel, ref_acc, kp, kd, ki, has_
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def serial_gravity(P, q, g):
     """``g`` (n,) = g(q) of a serial chain, what ``SerialModel.gravity`` computes
     (:func:`dynamics._serial_kernels.gravity`)."""
@@ -502,13 +502,13 @@ def serial_gravity(P, q, g):
     _rnea_core(P, q, zero, zero, False, 1.0, zero, False, g, np.empty((n, NW)))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _finite_inputs(q, qd, ref_pos, ref_vel):
     """Whether the measured state and the position and velocity reference are finite."""
     return _finite(q) and _finite(qd) and _finite(ref_pos) and _finite(ref_vel)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _pd_gravity(g, q, qd, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_lim, e, tau_raw, tau, mask):
     """Joint-space PD + gravity: ``e = ref_pos - q``, ``tau = sat(g + friction + Kd (ref_vel - qd)
     + Kp e)``; the friction is added to ``g`` in place."""
@@ -519,7 +519,7 @@ def _pd_gravity(g, q, qd, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_li
     limit_torque(tau_raw, has_sat, sat_lim, tau, mask)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def serial_pd_gravity(P, q, qd, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_lim, e, tau, mask):
     """One step of :class:`controller.laws.PDGravity` for a serial chain.
 
@@ -551,7 +551,7 @@ def serial_pd_gravity(P, q, qd, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, 
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rrr_gravity(P, q, X, g):
     """``g`` (3,) = the bias at zero joint rate with the pose hint ``X`` (what
     ``Planar3RRR.bias(q, 0, pose=X)`` computes); returns the model status."""
@@ -564,7 +564,7 @@ def _rrr_gravity(P, q, X, g):
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def rrr_pd_gravity(P, q, qd, pose_prev, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_lim, X, e, tau, mask):
     """One step of :class:`controller.laws.PDGravity` (joint space) for a 3RRR model.
 
@@ -598,7 +598,7 @@ def rrr_pd_gravity(P, q, qd, pose_prev, ref_pos, ref_vel, kp, kd, fric, fmode, h
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def rrr_task_pd_gravity(P, q, qd, pose_prev, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_lim,
                         X, e, tau, mask):
     """One step of :class:`controller.laws.TaskPDGravity` for a 3RRR model.
@@ -650,7 +650,7 @@ def rrr_task_pd_gravity(P, q, qd, pose_prev, ref_pos, ref_vel, kp, kd, fric, fmo
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def pid(P, has_grav, q, qd, ref_pos, ref_vel, dt, kp, ki, kd, back_calc, tt, i_limit, has_sat, sat_lim,
         integral, aw, e, tau, mask, integral_out, aw_out):
     """One step of :class:`controller.laws.PID` (per-joint gains), without a feed-forward or

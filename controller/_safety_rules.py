@@ -51,7 +51,7 @@ JOINT_SHIFT = 5
 stamp_package_caches()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def predicted_margin(m, t_s, have_prev, t_prev, m_prev, horizon_s):
     """The singularity margin ``m`` of the check at time ``t_s`` [s], predicted over
     ``horizon_s`` [s] from the last checked margin ``m_prev`` at ``t_prev`` [s] (``have_prev``:
@@ -71,7 +71,7 @@ def predicted_margin(m, t_s, have_prev, t_prev, m_prev, horizon_s):
     return predicted
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _all_finite(a) -> bool:
     """Whether every entry of ``a`` (any shape) is finite.  Iterates ``a.flat``: ``a.ravel()``
     makes a view (or a copy) per call, ~20 ns of a 3-vector's test."""
@@ -81,13 +81,13 @@ def _all_finite(a) -> bool:
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def evaluate(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh, limits, jbits, ebits):
     """Evaluate the rules of one cycle (:func:`evaluate_inline`, arguments and result)."""
     return evaluate_inline(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh, limits, jbits, ebits)
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def evaluate_inline(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh, limits, jbits, ebits):
     """Evaluate the rules of one cycle.  Inlined into its callers: :func:`evaluate` (what
     Python calls) and the compiled loop's cycle, which saves passing its 13 arrays through a

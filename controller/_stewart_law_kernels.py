@@ -35,7 +35,7 @@ from ._law_kernels import (ST_NONFINITE_INPUT, _finite, _finite_inputs, add_matv
 stamp_package_caches()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def stewart_task_error(X_d, X, e, ws):
     """The 6-DOF task error ``X_d (-) X`` into ``e`` (6,) (:func:`controller.laws.task_error` with
     ``dynamics.stewart.rotation_matrix`` and its closed-form ``euler_rate_matrix``): position
@@ -52,7 +52,7 @@ def stewart_task_error(X_d, X, e, ws):
     return orientation_error(Rd, R, E, e[3:6])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _stewart_measure(P, q, qd, pose_prev, X, Jx, Xd):
     """Measured pose ``X`` (6,) by FK warm-started at ``pose_prev`` (``fk_one``: 1e-12 m, 50
     iterations, as ``forward_kinematics_task``), task Jacobian ``Jx`` (6, 6) (``task_jacobian_one``)
@@ -67,7 +67,7 @@ def _stewart_measure(P, q, qd, pose_prev, X, Jx, Xd):
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _stewart_torque_of(args, a, tau, mask):
     """Saturated leg forces for the commanded task acceleration ``a`` (6,): the model's task
     inverse dynamics at the measured pose and rate (``task_id_one``) plus friction at the
@@ -80,7 +80,7 @@ def _stewart_torque_of(args, a, tau, mask):
     return 0, limit_torque(tau_raw, has_sat, sat_lim, tau, mask)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def stewart_task_computed_torque(P, q, qd, pose_prev, ref_pos, ref_vel, ref_acc, kp, kd, ki, has_ki,
                                  z, dt, z_limit, fric, fmode, has_sat, sat_lim, X, e, tau, mask, z_out):
     """One step of :class:`controller.laws.TaskComputedTorque` for a Stewart platform model.
@@ -127,7 +127,7 @@ def stewart_task_computed_torque(P, q, qd, pose_prev, ref_pos, ref_vel, ref_acc,
                                        a, e, ki, has_ki, z, dt, z_limit, tau, mask, z_out, a2, zc)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def stewart_task_pd_gravity(P, q, qd, pose_prev, ref_pos, ref_vel, kp, kd, fric, fmode, has_sat, sat_lim,
                             X, e, tau, mask):
     """One step of :class:`controller.laws.TaskPDGravity` for a Stewart platform model.

@@ -245,7 +245,7 @@ _RRR_TCT_CONSTS = ("P", "branch", "kp", "kd", "ki", "has_ki", "z_limit", "fric",
 stamp_package_caches()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rrr_task_computed_torque_call(c, q, qd, pose, pos, vel, acc, z, dt, X, e, tau, mask, z_out):
     """:func:`controller._law_kernels.rrr_task_computed_torque` with its constant arguments in
     one tuple ``c`` (the values of :data:`_RRR_TCT_CONSTS`, built once per ``compiled_args``),

@@ -100,7 +100,7 @@ _RULES_SIGNATURE = ("int64(" + "float64[::1], " * 8
 stamp_package_caches()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _evaluate_checked(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fresh, limits, jbits, ebits):
     """:func:`controller._safety_rules.evaluate` (the same rules, arguments and result) of a
     cycle whose inputs have the lengths :meth:`SafetySupervisor.check` accepts: ``q``, ``qd``,
@@ -135,7 +135,7 @@ def _exact_planar3rrr(model) -> bool:
     return type(model) is loaded_model_class("rrr")
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rrr_regular_margin(P, tol_sing, q, guess, X, out):
     """The pose and singularity margin of a 3RRR (``Planar3RRR``) when the pose is regular.
 

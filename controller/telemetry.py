@@ -109,7 +109,7 @@ def _row_writer():
 stamp_package_caches()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _write_row(raw, i, n, dim, t, q, qd, ref_pos, ref_vel, ref_acc, err, tau_ctrl, tau_cmd, tau_meas, safety, sat,
                lateness_s, compute_s, fresh, fault, enabled):
     """Write row ``i`` of a :func:`log_dtype` ``(n, dim)`` buffer (``raw``: its bytes, one row

@@ -80,14 +80,14 @@ WS_SIZE = 192
 stamp_package_caches()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def geometry(L, th, X, g):
     """Fill g (24,): per leg u, n, rho, d (see module docstring)."""
     joint_geometry(th, g)
     pose_geometry(L, X, g)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def joint_geometry(th, g):
     """The part of :func:`geometry` that depends on the joint angles th (3,) [rad] only:
     u = (cos th, sin th) and n = (-sin th, cos th) of every leg into g (24,)."""
@@ -101,7 +101,7 @@ def joint_geometry(th, g):
         g[k + 3] = ct
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def pose_geometry(L, X, g):
     """The rest of :func:`geometry`: rho and d of every leg at the pose X (3,) = (x [m], y [m],
     phi [rad]) into g (24,), which already holds u and n (:func:`joint_geometry`)."""
@@ -119,7 +119,7 @@ def pose_geometry(L, X, g):
         g[k + 7] = X[1] + ry - L[i, 1] - L[i, 4] * st
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def jacobians(L, ws):
     """A (diagonal) into ws[24:27] and B (row-major) into ws[27:36] from the geometry in ws[0:24]."""
     for i in range(3):
@@ -132,14 +132,14 @@ def jacobians(L, ws):
         ws[29 + 3 * i] = 2.0 * (-dx * ws[k + 5] + dy * ws[k + 4])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def det3(M):
     return (M[0] * (M[4] * M[8] - M[5] * M[7])
             - M[1] * (M[3] * M[8] - M[5] * M[6])
             + M[2] * (M[3] * M[7] - M[4] * M[6]))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def inv3_ws(ws, src, dst):
     """ws[dst:dst+9] = inverse of the row-major 3x3 ws[src:src+9]; returns the determinant (0: not done)."""
     a, b, c = ws[src], ws[src + 1], ws[src + 2]
@@ -164,7 +164,7 @@ def inv3_ws(ws, src, dst):
     return det
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def normalised_measures(L, G, Ad, B):
     """(min_i |A_ii|/(2 a_i b_i), det of B with rows / (2 b_i) and phi column / lc).
 
@@ -181,7 +181,7 @@ def normalised_measures(L, G, Ad, B):
     return m1, det3(B) / scale
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def check_singular(L, G, Ad, B, tol):
     m1, db = normalised_measures(L, G, Ad, B)
     if m1 < tol:
@@ -198,7 +198,7 @@ def check_singular(L, G, Ad, B, tol):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def check_singular_ws(L, G, ws, tol):
     """check_singular on A = ws[24:27], B = ws[27:36]."""
     m1 = 1e300
@@ -218,7 +218,7 @@ def check_singular_ws(L, G, ws, tol):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def valid3(a):
     """0 if a has 3 finite entries, else a status code."""
     if a.shape[0] != 3:
@@ -230,7 +230,7 @@ def valid3(a):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _combine(s1, s2, s3, s4, s5):
     if s1 == ST_BADSHAPE or s2 == ST_BADSHAPE or s3 == ST_BADSHAPE or s4 == ST_BADSHAPE \
             or s5 == ST_BADSHAPE:
@@ -240,7 +240,7 @@ def _combine(s1, s2, s3, s4, s5):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ik(L, X, branch, th):
     """Inverse kinematics; returns a status (1 + leg index if unreachable)."""
     c = math.cos(X[2])
@@ -271,7 +271,7 @@ def ik(L, X, branch, th):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def constraint_values(L, th, X, h):
     g = np.empty(24)
     geometry(L, th, X, g)
@@ -281,7 +281,7 @@ def constraint_values(L, th, X, h):
         h[i] = dx * dx + dy * dy - L[i, 5] * L[i, 5]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
     """Newton on h(th, X) = 0 for X from X0.  Returns (status, iterations).
 
@@ -346,13 +346,13 @@ def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
     return ST_NOCONV, max_iter
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def fk_newton(L, th, X0, tol, max_iter, X):
     ws = np.empty(WS_SIZE)
     return fk_newton_ws(L, th, X0, tol, max_iter, X, ws)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _full_mass(L, G, ws):
     """KE Hessian d^2T/dqd^2 in q = (th1, th2, th3, x, y, phi), row-major into ws[48:84]."""
     for r in range(48, 84):
@@ -395,7 +395,7 @@ def _full_mass(L, G, ws):
     ws[48 + 35] = m55
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _full_coriolis(L, ws, thd, phid):
     """C_full(q, qd) = sum m_jk J_j^T dJ_k/dt (C_full qd = Mdot qd - dT/dq), row-major into ws[84:120]."""
     for r in range(84, 120):
@@ -435,7 +435,7 @@ def _full_coriolis(L, ws, thd, phid):
     ws[84 + 35] = c55
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _full_gravity(L, G, ws):
     """dV/dq in redundant coordinates, V = -sum m g.p, into ws[120:126]."""
     gx = G[2]
@@ -456,7 +456,7 @@ def _full_gravity(L, G, ws):
     ws[125] = gf5
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def gamma(L, ws, thd, Xd):
     """gamma_i = zd^T H_i zd (velocity-product part of d^2 h_i / dt^2) into ws[45:48]."""
     for i in range(3):
@@ -473,7 +473,7 @@ def gamma(L, ws, thd, Xd):
         ws[45 + i] = 2.0 * (wx * wx + wy * wy) + 2.0 * (ws[k + 6] * qx + ws[k + 7] * qy)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _inverse_jacobians(L, G, th, X, tol, ws, have_geo):
     """The geometry at (th, X) (unless ``have_geo``), A and B, the singularity test with ``tol``
     and B^{-1} (ws[36:45]) into the workspace.  Returns a status code."""
@@ -492,7 +492,7 @@ def _inverse_jacobians(L, G, th, X, tol, ws, have_geo):
 # The two forms of the preparation each write only the rate they compute (a kernel that
 # writes an argument in any branch cannot take a read-only array there: numba types every
 # branch), so a caller's read-only array is accepted where it is an input.
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def prepare_thd(L, G, th, X, thd, Xd, tol, ws, have_geo=False):
     """Everything the dynamics needs at a consistent (th, X), into the workspace, from the
     joint rates: thd (3,) given (read), Xd = -B^{-1} A thd computed into the array Xd (3,).
@@ -509,7 +509,7 @@ def prepare_thd(L, G, th, X, thd, Xd, tol, ws, have_geo=False):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def prepare_xd(L, G, th, X, thd, Xd, tol, ws, have_geo=False):
     """:func:`prepare_thd` from the platform rates: Xd (3,) given (read), thd = -A^{-1} B Xd
     computed into the array thd (3,).  Returns a status code."""
@@ -522,7 +522,7 @@ def prepare_xd(L, G, th, X, thd, Xd, tol, ws, have_geo=False):
     return OK
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _prepared_terms(L, G, ws, thd, Xd):
     """The preparation's velocity, mass, Coriolis and gravity terms (both forms)."""
     gamma(L, ws, thd, Xd)
@@ -531,7 +531,7 @@ def _prepared_terms(L, G, ws, thd, Xd):
     _full_gravity(L, G, ws)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _forces(ws, thd, Xd, thdd, Xdd, W):
     """F = Mf qdd + Cf qd + gf - [0; W] into ws[130:136], from a prepared workspace."""
     for r in range(6):
@@ -547,7 +547,7 @@ def _forces(ws, thd, Xd, thdd, Xdd, W):
     ws[135] -= W[2]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _torques(ws, tau):
     """lam = B^{-T} F_X (ws[139:142]), tau = F_th - A lam (virtual work over admissible displacements)."""
     for i in range(3):
@@ -556,7 +556,7 @@ def _torques(ws, tau):
         tau[i] = ws[130 + i] - ws[24 + i] * lam
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def task_inverse_dynamics(L, G, X, Xd, Xdd, W, branch, tol, tau, lam, th, thd, thdd):
     """Lagrange-D'Alembert inverse dynamics for a platform motion.
 
@@ -583,7 +583,7 @@ def task_inverse_dynamics(L, G, X, Xd, Xdd, W, branch, tol, tau, lam, th, thd, t
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _reduced_ws(L, G, th, X, thd, tol, ws, have_geo=False):
     """Reduced dynamics into ws[160:184]: M (row-major), h, g, J_x (row-major).
 
@@ -615,7 +615,7 @@ def _reduced_ws(L, G, th, X, thd, tol, ws, have_geo=False):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _task_jacobian(ws):
     """J_x = -B^{-1} A (row-major) into ws[175:184], from B^{-1} and A in the workspace."""
     for r in range(3):
@@ -623,7 +623,7 @@ def _task_jacobian(ws):
             ws[175 + 3 * r + c] = -ws[36 + 3 * r + c] * ws[24 + c]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _reduced_inertia(ws):
     """M = G^T Mf G (row-major) into ws[160:169] via MG = Mf G (ws[142:160]), G = [I; J_x],
     from Mf (ws[48:84]) and J_x (ws[175:184])."""
@@ -641,7 +641,7 @@ def _reduced_inertia(ws):
                                    + j2 * ws[157 + c])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _reduced_mass_ws(L, G, th, X, tol, ws, have_geo=False):
     """The M of :func:`_reduced_ws` alone (the same operations and status), into ws[160:169]."""
     st = _inverse_jacobians(L, G, th, X, tol, ws, have_geo)
@@ -653,7 +653,7 @@ def _reduced_mass_ws(L, G, th, X, tol, ws, have_geo=False):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def reduced(L, G, th, X, thd, tol, Mr, hr, Cr, gr, Jx, want_c):
     """Reduced dynamics in the actuated coordinates at a consistent (th, X).
 
@@ -726,7 +726,7 @@ def reduced(L, G, th, X, thd, tol, Mr, hr, Cr, gr, Jx, want_c):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _fd_ws(L, G, th, X, thd, tau, W, tol, thdd, Xdd, ws, have_geo=False):
     """Forward dynamics at a consistent (th, X): M thdd = tau - h + J_x^T W (Cramer), Xdd."""
     st = _reduced_ws(L, G, th, X, thd, tol, ws, have_geo)
@@ -752,7 +752,7 @@ def _fd_ws(L, G, th, X, thd, tau, W, tol, thdd, Xdd, ws, have_geo=False):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def forward_dynamics(L, G, th, X, thd, tau, W, tol, thdd, Xdd):
     """thdd from M thdd = tau - h + Jx^T W; Xdd = Jx thdd - B^{-1} gamma, at a consistent (th, X)."""
     st = _combine(valid3(th), valid3(X), valid3(thd), valid3(tau), valid3(W))
@@ -762,7 +762,7 @@ def forward_dynamics(L, G, th, X, thd, tau, W, tol, thdd, Xdd):
     return _fd_ws(L, G, th, X, thd, tau, W, tol, thdd, Xdd, ws)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def rk4_step(L, G, th, thd, X, tau, W, dt, tol, fk_tol, max_iter, out):
     """One RK4 step of (th, thd) with X recovered from the constraints at every stage.
 
@@ -806,7 +806,7 @@ def rk4_step(L, G, th, thd, X, tau, W, dt, tol, fk_tol, max_iter, out):
     return st
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def fk_continuation(L, th_home, X_home, th, tol, max_iter, step_rad, X):
     """FK by continuation from the home configuration along the straight joint path.
 
@@ -858,7 +858,7 @@ def fk_continuation(L, th_home, X_home, th, tol, max_iter, step_rad, X):
 # and one allocation.  P = packed parameters, shape (4, NL): rows 0-2 = L,
 # row 3 = [G..., tol].
 # ---------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def id_entry(P, th, thd, thdd, Xh, W, tau):
     """Reduced inverse dynamics with a pose hint, fused: FK refine + D'Alembert torques.
 
@@ -889,7 +889,7 @@ def id_entry(P, th, thd, thdd, Xh, W, tau):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def fd_entry(P, th, thd, tau, Xh, W, thdd):
     """Forward dynamics with a pose hint, joint accelerations only."""
     return fd_hint_ws(P, th, thd, tau, Xh, W, thdd, np.empty(WS_SIZE + 6))
@@ -899,7 +899,7 @@ def fd_entry(P, th, thd, tau, Xh, W, thdd):
 # same operations in the same order (the runs are bit-identical): rrr_advance of two plant
 # steps called from Python 5.8 -> 4.0 us; inside the compiled loop's segment, where the
 # calls cost less, 7.78 -> 7.60 us a cycle; a cold first run takes no longer to compile
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def fd_hint_ws(P, th, thd, tau, Xh, W, thdd, ws):
     """:func:`fd_entry` in the caller's workspace ws (WS_SIZE + 6,), no allocation.
 
@@ -916,7 +916,7 @@ def fd_hint_ws(P, th, thd, tau, Xh, W, thdd, ws):
                   ws, True)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _hinted_pose(P, th, Xh, st, ws):
     """The pose X (3,) of the joint angles th (3,) by Newton from the hint Xh (tolerance
     1e-12 m, 50 iterations) into ws[WS_SIZE:WS_SIZE + 3], its geometry in ws[0:24]; nothing
@@ -927,7 +927,7 @@ def _hinted_pose(P, th, Xh, st, ws):
     return st
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def fd_task_entry(P, th, thd, tau, Xh, W, out):
     """Forward dynamics with a pose hint; out (9,) = thdd, Xdd, refined X."""
     G = P[3]
@@ -942,13 +942,13 @@ def fd_task_entry(P, th, thd, tau, Xh, W, out):
     return _fd_ws(P, G, th, X, thd, tau, W, G[5], out[0:3], out[3:6], ws, True)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def tid_entry(P, X, Xd, Xdd, W, branch, tau):
     """Task-space inverse dynamics, torques only."""
     return tid_ws(P, X, Xd, Xdd, W, branch, tau, np.empty(WS_SIZE + 9))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def tid_ws(P, X, Xd, Xdd, W, branch, tau, ws):
     """:func:`tid_entry` in the caller's workspace ``ws`` (>= WS_SIZE + 9,): no allocation.
 
@@ -976,13 +976,13 @@ def tid_ws(P, X, Xd, Xdd, W, branch, tau, ws):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def reduced_entry(P, th, thd, Xh, out):
     """M (row-major, out[0:9]), h (out[9:12]) and g (out[12:15]) with a pose hint."""
     return reduced_hint_ws(P, th, thd, Xh, True, out, np.empty(WS_SIZE + 3))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def reduced_hint_ws(P, th, thd, Xh, full, out, ws):
     """:func:`reduced_entry` in the caller's workspace ws (WS_SIZE + 3,), no allocation.
 
@@ -1008,7 +1008,7 @@ def reduced_hint_ws(P, th, thd, Xh, full, out, ws):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _geometry_checked(P, th, X, ws):
     """Finite-input check, then geometry and the constraint Jacobians of (th, X) into ws."""
     st = _combine(valid3(th), valid3(X), OK, OK, OK)
@@ -1019,7 +1019,7 @@ def _geometry_checked(P, th, X, ws):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def jx_entry(P, th, X, Jx):
     """Task Jacobian J_x = -B^{-1} A (row-major into Jx (9,)) at a consistent (th, X).
 
@@ -1032,7 +1032,7 @@ def jx_entry(P, th, X, Jx):
     return _jx_from_jacobians(P, ws, Jx)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def jx_geo_ws(P, ws, Jx):
     """:func:`jx_entry` from the geometry already in ``ws[0:24]`` (e.g. right after a
     successful :func:`fk_newton_ws`, which leaves the geometry of its pose there): the
@@ -1041,7 +1041,7 @@ def jx_geo_ws(P, ws, Jx):
     return _jx_from_jacobians(P, ws, Jx)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _jx_from_jacobians(P, ws, Jx):
     """The singularity test and J_x = -B^{-1} A (9,) from A, B in ``ws[24:36]``."""
     G = P[3]
@@ -1056,7 +1056,7 @@ def _jx_from_jacobians(P, ws, Jx):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def sv_extremes3(A):
     """Largest and smallest singular value of a 3x3 matrix, by one-sided Jacobi (Hestenes).
 
@@ -1097,7 +1097,7 @@ def sv_extremes3(A):
     return smax, smin
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def sing_entry(P, th, X, out):
     """Singularity measures at (th, X) into out (8,).
 
@@ -1141,7 +1141,7 @@ def sing_entry(P, th, X, out):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _regular_margin(P, ws, m1, db):
     """The ``margin`` of :func:`sing_entry` from A, B in ``ws[24:36]`` and their normalised
     measures ``m1``, ``db`` (:func:`normalised_measures`): 1/cond of J_x with its phi row scaled
@@ -1164,7 +1164,7 @@ def _regular_margin(P, ws, m1, db):
     return -1.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def sing_margin_ws(P, th, X, ws, out):
     """The measures of :func:`sing_entry` that decide a singularity check, from the geometry of
     (th, X) already in ``ws[0:24]`` (e.g. right after a successful :func:`fk_newton_ws` to X,
@@ -1184,7 +1184,7 @@ def sing_margin_ws(P, th, X, ws, out):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def regular_margin_ws(P, th, guess, tol_sing, X, ws, out):
     """The pose and singularity margin of a singularity check at a regular pose, the body the
     safety supervisor and the compiled loop share: the pose ``X`` (3,) by Newton from ``guess``

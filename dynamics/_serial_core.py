@@ -103,7 +103,7 @@ def pack(gravity, tool_R, tool_p, R, p, jtype, mass, h, Io, armature) -> np.ndar
 stamp_package_caches()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _finite1(x):
     s = 0.0
     for i in range(x.shape[0]):
@@ -111,7 +111,7 @@ def _finite1(x):
     return s == 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _finite2(X):
     s = 0.0
     for i in range(X.shape[0]):
@@ -120,7 +120,7 @@ def _finite2(X):
     return s == 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _links(P, q, Rl):
     """Fill Rl[:, 0:12] (rotation row-major, translation): pose of J_i in J_{i-1} at q."""
     n = int(P[0])
@@ -150,7 +150,7 @@ def _links(P, q, Rl):
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rnea_core(P, q, qd, qdd, use_qdd, grav, wrench, use_wrench, out, Rl):
     """tau = M qdd + C qd + g - J^T wrench into ``out`` (armature included).
 
@@ -287,7 +287,7 @@ def _rnea_core(P, q, qd, qdd, use_qdd, grav, wrench, use_wrench, out, Rl):
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _crba_core(P, q, M, Rl):
     """Mass matrix into M (n, n), armature on the diagonal.  Rl (n, NW) work."""
     n = int(P[0])
@@ -388,7 +388,7 @@ def _crba_core(P, q, M, Rl):
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _fd_core(P, q, qd, tau, wrench, use_wrench, out, M, Rl):
     """qdd = M^-1 (tau - h + J^T w) into out; returns False if M is not PD."""
     n = int(P[0])
@@ -428,7 +428,7 @@ def _fd_core(P, q, qd, tau, wrench, use_wrench, out, M, Rl):
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _poses_core(P, q, T, Rl):
     """World poses of the joint frames J_0..J_{n-1} and the tool: T (n+1, 4, 4)."""
     n = int(P[0])
@@ -468,7 +468,7 @@ def _poses_core(P, q, T, Rl):
         T[i, 3, 0] = 0.0; T[i, 3, 1] = 0.0; T[i, 3, 2] = 0.0; T[i, 3, 3] = 1.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _jac_core(P, T, J):
     """Geometric Jacobian of the tool frame (6, n) from the poses T (n+1, 4, 4)."""
     n = int(P[0])
@@ -503,7 +503,7 @@ def _jac_core(P, T, J):
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _energy_core(P, q, qd, T, Rl):
     """(kinetic, potential) at one state; T is (n+1, 4, 4) work."""
     n = int(P[0])
@@ -556,7 +556,7 @@ def _energy_core(P, q, qd, T, Rl):
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _crm(v, m, out):
     """out = v x m (spatial motion cross product), Plücker (ang; lin)."""
     out[0] = v[1] * m[2] - v[2] * m[1]
@@ -567,7 +567,7 @@ def _crm(v, m, out):
     out[5] = v[0] * m[4] - v[1] * m[3] + v[3] * m[1] - v[4] * m[0]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _crf(v, f, out):
     """out = v x* f (spatial force cross product)."""
     out[0] = v[1] * f[2] - v[2] * f[1] + v[4] * f[5] - v[5] * f[4]
@@ -578,7 +578,7 @@ def _crf(v, f, out):
     out[5] = v[0] * f[4] - v[1] * f[3]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _coriolis_core(P, q, qd, Cm, T, Rl, S, Sd, V, Isp, IS, t6, u6, w6, Iv):
     """C(q, qd) into Cm (n, n): C = sum_i J_i^T (I_i dJ_i + B(I_i, v_i) J_i).
 

@@ -39,7 +39,7 @@ __all__ = ["HDR", "JB", "pack"]
 stamp_package_caches()
 
 
-@njit([(_V, _V, _V, _V, _V)], cache=True)
+@njit([(_V, _V, _V, _V, _V)], cache=True, error_model="numpy")
 def rnea_into(P, q, qd, qdd, out):
     """:func:`rnea` into ``out`` (n,): from Python, a caller-made array costs less than the
     array a kernel returns (numba's boxing of a new array)."""
@@ -52,7 +52,7 @@ def rnea_into(P, q, qd, qdd, out):
     _rnea_core(P, q, qd, qdd, True, 1.0, qdd, False, out, Rl)
 
 
-@njit([(_V, _V, _V, _V)], cache=True)
+@njit([(_V, _V, _V, _V)], cache=True, error_model="numpy")
 def rnea(P, q, qd, qdd):
     """Inverse dynamics, one state: tau (n,)."""
     out = np.empty(q.shape[0])
@@ -60,7 +60,7 @@ def rnea(P, q, qd, qdd):
     return out
 
 
-@njit([(_V, _V, _V, _V, _V, _B, _F)], cache=True)
+@njit([(_V, _V, _V, _V, _V, _B, _F)], cache=True, error_model="numpy")
 def rnea_w(P, q, qd, qdd, wrench, use_qdd, grav):
     """Inverse dynamics with an external tool wrench (6,), one state."""
     n = int(P[0])
@@ -74,7 +74,7 @@ def rnea_w(P, q, qd, qdd, wrench, use_qdd, grav):
     return out
 
 
-@njit([(_V, _V, _V, _F)], cache=True)
+@njit([(_V, _V, _V, _F)], cache=True, error_model="numpy")
 def bias(P, q, qd, grav):
     """h(q, qd) = C qd + grav * g(q), one state."""
     n = int(P[0])
@@ -88,7 +88,7 @@ def bias(P, q, qd, grav):
     return out
 
 
-@njit([(_V, _M2, _M2, _M2, _M2, _B, _F, _B)], cache=True)
+@njit([(_V, _M2, _M2, _M2, _M2, _B, _F, _B)], cache=True, error_model="numpy")
 def rnea_batch(P, Q, QD, QDD, Wr, use_qdd, grav, use_wrench):
     """Batch of :func:`rnea` over rows; Wr is (N, 6) (ignored unless use_wrench)."""
     n = int(P[0])
@@ -116,7 +116,7 @@ def rnea_batch(P, Q, QD, QDD, Wr, use_qdd, grav, use_wrench):
 # ---------------------------------------------------------------------------
 
 
-@njit([(_V, _V, _M2)], cache=True)
+@njit([(_V, _V, _M2)], cache=True, error_model="numpy")
 def crba_into(P, q, M):
     """Mass matrix into ``M`` (n, n), one state (see :func:`rnea_into`)."""
     n = int(P[0])
@@ -128,7 +128,7 @@ def crba_into(P, q, M):
     _crba_core(P, q, M, Rl)
 
 
-@njit([(_V, _V)], cache=True)
+@njit([(_V, _V)], cache=True, error_model="numpy")
 def crba(P, q):
     """Mass matrix (n, n), one state."""
     M = np.empty((q.shape[0], q.shape[0]))
@@ -136,7 +136,7 @@ def crba(P, q):
     return M
 
 
-@njit([(_V, _M2)], cache=True)
+@njit([(_V, _M2)], cache=True, error_model="numpy")
 def crba_batch(P, Q):
     """Mass matrices (N, n, n)."""
     n = int(P[0])
@@ -157,7 +157,7 @@ def crba_batch(P, Q):
 # ---------------------------------------------------------------------------
 
 
-@njit([(_V, _V, _V, _V, _V)], cache=True)
+@njit([(_V, _V, _V, _V, _V)], cache=True, error_model="numpy")
 def aba_into(P, q, qd, tau, out):
     """Forward dynamics qdd into ``out`` (n,), one state, no wrench (see :func:`rnea_into`)."""
     n = int(P[0])
@@ -171,7 +171,7 @@ def aba_into(P, q, qd, tau, out):
         raise ZeroDivisionError("mass matrix is not positive definite")
 
 
-@njit([(_V, _V, _V, _V)], cache=True)
+@njit([(_V, _V, _V, _V)], cache=True, error_model="numpy")
 def aba(P, q, qd, tau):
     """Forward dynamics qdd (n,), one state, no wrench."""
     out = np.empty(q.shape[0])
@@ -179,7 +179,7 @@ def aba(P, q, qd, tau):
     return out
 
 
-@njit([(_V, _M2, _M2, _M2, _M2, _B)], cache=True)
+@njit([(_V, _M2, _M2, _M2, _M2, _B)], cache=True, error_model="numpy")
 def aba_batch(P, Q, QD, TAU, Wr, use_wrench):
     """Forward dynamics over rows; Wr (N, 6) used if use_wrench."""
     n = int(P[0])
@@ -209,7 +209,7 @@ def aba_batch(P, Q, QD, TAU, Wr, use_wrench):
 # ---------------------------------------------------------------------------
 
 
-@njit([(_V, _V)], cache=True)
+@njit([(_V, _V)], cache=True, error_model="numpy")
 def poses(P, q):
     """(n+1, 4, 4): world poses of J_0..J_{n-1} and of the tool frame."""
     n = int(P[0])
@@ -223,7 +223,7 @@ def poses(P, q):
     return T
 
 
-@njit([(_V, _V)], cache=True)
+@njit([(_V, _V)], cache=True, error_model="numpy")
 def fk(P, q):
     """(4, 4): world pose of the tool frame."""
     n = int(P[0])
@@ -237,7 +237,7 @@ def fk(P, q):
     return T[n].copy()
 
 
-@njit([(_V, _V)], cache=True)
+@njit([(_V, _V)], cache=True, error_model="numpy")
 def gravity(P, q):
     """g(q) (n,), one state."""
     n = int(P[0])
@@ -252,7 +252,7 @@ def gravity(P, q):
     return out
 
 
-@njit([(_V, _M2)], cache=True)
+@njit([(_V, _M2)], cache=True, error_model="numpy")
 def poses_batch(P, Q):
     n = int(P[0])
     N = Q.shape[0]
@@ -267,7 +267,7 @@ def poses_batch(P, Q):
     return T
 
 
-@njit([(_V, _V)], cache=True)
+@njit([(_V, _V)], cache=True, error_model="numpy")
 def jacobian(P, q):
     n = int(P[0])
     T = poses(P, q)
@@ -276,7 +276,7 @@ def jacobian(P, q):
     return J
 
 
-@njit([(_V, _M2)], cache=True)
+@njit([(_V, _M2)], cache=True, error_model="numpy")
 def jacobian_batch(P, Q):
     n = int(P[0])
     N = Q.shape[0]
@@ -292,7 +292,7 @@ def jacobian_batch(P, Q):
 # ---------------------------------------------------------------------------
 
 
-@njit([(_V, _M2, _M2)], cache=True)
+@njit([(_V, _M2, _M2)], cache=True, error_model="numpy")
 def energies(P, Q, QD):
     """Kinetic and potential energy over rows: two (N,) arrays."""
     n = int(P[0])
@@ -317,7 +317,7 @@ def energies(P, Q, QD):
 # ---------------------------------------------------------------------------
 
 
-@njit([(_V, _M2, _M2)], cache=True)
+@njit([(_V, _M2, _M2)], cache=True, error_model="numpy")
 def coriolis(P, Q, QD):
     """Coriolis matrices over rows: (N, n, n)."""
     n = int(P[0])

@@ -85,37 +85,37 @@ stamp_package_caches()
 
 
 # -- 3-vector helpers on tuples -----------------------------------------------
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _add(a, b):
     return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _sub(a, b):
     return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _mul(s, a):
     return (s * a[0], s * a[1], s * a[2])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _dot(a, b):
     return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _cross(a, b):
     return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _vec(arr, k):
     return (arr[k], arr[k + 1], arr[k + 2])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _matvec(M, k, v):
     """(M v) with M stored row-major as 9 entries of array M starting at k."""
     return (M[k] * v[0] + M[k + 1] * v[1] + M[k + 2] * v[2],
@@ -123,7 +123,7 @@ def _matvec(M, k, v):
             M[k + 6] * v[0] + M[k + 7] * v[1] + M[k + 8] * v[2])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def rotation(e, R):
     """Fill R (3x3) = Rz(gamma) Ry(beta) Rx(alpha) for e = (alpha, beta, gamma)."""
     ca, sa = math.cos(e[0]), math.sin(e[0])
@@ -140,7 +140,7 @@ def rotation(e, R):
     R[2, 2] = cb * ca
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rot9g(e0, e1, e2):
     """Row-major 9-tuple of R = Rz(e2) Ry(e1) Rx(e0), for float or complex angles (complex step)."""
     ca, sa = np.cos(e0), np.sin(e0)
@@ -151,20 +151,20 @@ def _rot9g(e0, e1, e2):
             -sb, cb * sa, cb * ca)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rot9(e0, e1, e2):
     """Row-major 9-tuple of R = Rz(e2) Ry(e1) Rx(e0) (float angles)."""
     return _rot9g(e0, e1, e2)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rv(R, v):
     return (R[0, 0] * v[0] + R[0, 1] * v[1] + R[0, 2] * v[2],
             R[1, 0] * v[0] + R[1, 1] * v[1] + R[1, 2] * v[2],
             R[2, 0] * v[0] + R[2, 1] * v[1] + R[2, 2] * v[2])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def euler_to_twist(X, Xd, Xdd, nu, nud):
     """nu = [v; omega], nud = [a; omega_dot] from Euler coordinates (omega = E e', omega_dot = E e'' + E' e')."""
     cb, sb = math.cos(X[4]), math.sin(X[4])
@@ -187,7 +187,7 @@ def euler_to_twist(X, Xd, Xdd, nu, nud):
     nud[5] += -cb * bd * ad
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def twist_to_euler_acc(X, Xd, nud, Xdd):
     """Xdd from the twist acceleration: e'' = E^{-1}(omega_dot - E' e'). Returns status."""
     cb, sb = math.cos(X[4]), math.sin(X[4])
@@ -208,7 +208,7 @@ def twist_to_euler_acc(X, Xd, nud, Xdd):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _pivot_row(M, c):
     """Row r >= c of the largest |M[r, c]| and that magnitude (partial pivoting)."""
     piv = c
@@ -220,7 +220,7 @@ def _pivot_row(M, c):
     return piv, best
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _swap_rows(M, a, b, j0):
     """Swap rows a and b of M from column j0 on."""
     for j in range(j0, M.shape[1]):
@@ -229,7 +229,7 @@ def _swap_rows(M, a, b, j0):
         M[b, j] = t
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def solve6(A, b, x):
     """Solve A x = b (6x6) by Gaussian elimination with partial pivoting; A, b are not modified.
 
@@ -244,7 +244,7 @@ def solve6(A, b, x):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def lu6(A, LU, perm):
     """LU factorisation with partial pivoting ``P A = L U`` (6x6) into LU (unit L below the diagonal).
 
@@ -279,7 +279,7 @@ def lu6(A, LU, perm):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def lu_solve6(LU, perm, b, x):
     """x = A^{-1} b from :func:`lu6` (x may not alias b)."""
     for i in range(6):
@@ -294,7 +294,7 @@ def lu_solve6(LU, perm, b, x):
         x[i] = s / LU[i, i]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def lu_solve6_t(LU, perm, b, x, w):
     """x = A^{-T} b from :func:`lu6` (``A^T = U^T L^T P``); w is a 6-vector workspace."""
     for i in range(6):
@@ -311,7 +311,7 @@ def lu_solve6_t(LU, perm, b, x, w):
         x[perm[i]] = w[i]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def leg_geometry(X, legs, R, J, L, U):
     """Fill R, the twist Jacobian J (rows [u_i, R p_i x u_i]), lengths L and unit vectors U (6x3)."""
     rotation(X[3:6], R)
@@ -330,7 +330,7 @@ def leg_geometry(X, legs, R, J, L, U):
             J[i, 3 + k] = m[k]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd):
     """Generalized inertia + gravity forces of platform and legs in twist coordinates.
 
@@ -431,7 +431,7 @@ def twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def id_twist(X, nu, nud, W, has_w, legs, plat, F):
     """Leg forces F (6,) for a twist-coordinate motion (nu, nud) and external wrench W. Returns a status."""
     wk = np.empty(48)
@@ -452,7 +452,7 @@ def id_twist(X, nu, nud, W, has_w, legs, plat, F):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def task_id_kernel(X, Xd, Xdd, W, has_w, legs, plat, F):
     """Leg forces F (6,) for an Euler-coordinate motion and external wrench W. Returns a status."""
     wk = np.empty(12)
@@ -462,7 +462,7 @@ def task_id_kernel(X, Xd, Xdd, W, has_w, legs, plat, F):
     return id_twist(X, nu, nud, W, has_w, legs, plat, F)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _finite6(F):
     for i in range(6):
         if not math.isfinite(F[i]):
@@ -470,7 +470,7 @@ def _finite6(F):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _split(params):
     """(legs (6, 32), plat (16,)) views of the flat parameter vector."""
     return params[:6 * LEG_COLS].reshape((6, LEG_COLS)), params[6 * LEG_COLS:6 * LEG_COLS + PL_COLS]
@@ -480,7 +480,7 @@ _SIG5 = "int64(float64[::1], float64[::1], float64[::1], float64[::1], float64[:
 _SIG6 = "int64(float64[::1], float64[::1], float64[::1], float64[::1], float64[::1], float64[::1])"
 
 
-@njit(_SIG5, cache=True)
+@njit(_SIG5, cache=True, error_model="numpy")
 def task_id_one(X, Xd, Xdd, params, F):
     """One-state task inverse dynamics without wrench (few-argument entry point). Returns a status."""
     if X.shape[0] != 6 or Xd.shape[0] != 6 or Xdd.shape[0] != 6 or F.shape[0] != 6 or params.shape[0] != N_PARAMS:
@@ -492,7 +492,7 @@ def task_id_one(X, Xd, Xdd, params, F):
     return st
 
 
-@njit(_SIG6, cache=True)
+@njit(_SIG6, cache=True, error_model="numpy")
 def task_id_one_w(X, Xd, Xdd, W, params, F):
     """One-state task inverse dynamics with an external wrench W. Returns a status."""
     if (X.shape[0] != 6 or Xd.shape[0] != 6 or Xdd.shape[0] != 6 or W.shape[0] != 6 or F.shape[0] != 6
@@ -505,7 +505,7 @@ def task_id_one_w(X, Xd, Xdd, W, params, F):
     return st
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def task_id_batch(X, Xd, Xdd, W, has_w, legs, plat, F):
     """Batch of :func:`task_id_kernel` over the first axis; returns (status, index)."""
     for n in range(X.shape[0]):
@@ -515,7 +515,7 @@ def task_id_batch(X, Xd, Xdd, W, has_w, legs, plat, F):
     return OK, -1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def twist_from_joint_geom(R, J, L, U, qd, qdd, legs, nu, nud):
     """nu = J^{-1} qd and nud = J^{-1} (qdd - J' nu) from the geometry (R, J, L, U) of the pose.
 
@@ -536,7 +536,7 @@ def twist_from_joint_geom(R, J, L, U, qd, qdd, legs, nu, nud):
     return solve6(J, b, nud)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def joint_to_twist(X, qd, qdd, legs, plat, nu, nud):
     """nu = J^{-1} qd and nud = J^{-1} (qdd - J' nu) at pose X (:func:`twist_from_joint_geom`)."""
     wk = np.empty(9 + 36 + 6 + 18)
@@ -548,7 +548,7 @@ def joint_to_twist(X, qd, qdd, legs, plat, nu, nud):
     return twist_from_joint_geom(R, J, L, U, qd, qdd, legs, nu, nud)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def joint_id_batch(X, qd, qdd, W, has_w, legs, plat, F):
     """Leg forces for joint-space motion (q implied by the consistent poses X); returns (status, index)."""
     nu = np.empty(6)
@@ -562,7 +562,7 @@ def joint_id_batch(X, qd, qdd, W, has_w, legs, plat, F):
     return OK, -1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def mass_twist(X, legs, plat, M, J):
     """Fill M (6x6) = M_pl + sum J_i^T M_Li J_i (no armature) and J (6x6). Returns a status.
 
@@ -657,7 +657,7 @@ def mass_twist(X, legs, plat, M, J):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def fd_twist(X, nu, F, W, has_w, legs, plat, nud, Ldd):
     """Twist acceleration nud and leg accelerations Ldd for leg forces F and external wrench W.
 
@@ -699,7 +699,7 @@ def fd_twist(X, nu, F, W, has_w, legs, plat, nud, Ldd):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def task_fd_kernel(X, Xd, F, W, has_w, legs, plat, Xdd):
     """Platform accelerations Xdd (Euler coordinates): e'' = E^{-1}(omega' - E' e'). Returns a status."""
     wk = np.empty(24)
@@ -715,7 +715,7 @@ def task_fd_kernel(X, Xd, F, W, has_w, legs, plat, Xdd):
     return twist_to_euler_acc(X, Xd, nud, Xdd)
 
 
-@njit(_SIG5, cache=True)
+@njit(_SIG5, cache=True, error_model="numpy")
 def task_fd_one(X, Xd, F, params, Xdd):
     """One-state task forward dynamics without wrench (few-argument entry point). Returns a status."""
     if X.shape[0] != 6 or Xd.shape[0] != 6 or F.shape[0] != 6 or Xdd.shape[0] != 6 or params.shape[0] != N_PARAMS:
@@ -727,7 +727,7 @@ def task_fd_one(X, Xd, F, params, Xdd):
     return st
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def task_fd_batch(X, Xd, F, W, has_w, legs, plat, Xdd):
     for n in range(X.shape[0]):
         st = task_fd_kernel(X[n], Xd[n], F[n], W[n], has_w, legs, plat, Xdd[n])
@@ -736,7 +736,7 @@ def task_fd_batch(X, Xd, F, W, has_w, legs, plat, Xdd):
     return OK, -1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def joint_fd_batch(X, qd, F, W, has_w, legs, plat, qdd):
     """Leg accelerations qdd for leg forces F at the consistent poses X; returns (status, index)."""
     J = np.empty((6, 6))
@@ -755,7 +755,7 @@ def joint_fd_batch(X, qd, F, W, has_w, legs, plat, qdd):
     return OK, -1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def fk_geom(q, X0, legs, tol, maxit, X, R, J, L, U):
     """Forward kinematics by Newton: X with L(X) = q from the guess X0. Returns (status, iterations).
 
@@ -803,7 +803,7 @@ def fk_geom(q, X0, legs, tol, maxit, X, R, J, L, U):
     return NO_CONVERGENCE, maxit
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def fk_kernel(q, X0, legs, tol, maxit, X):
     """Forward kinematics by Newton from the guess X0 (:func:`fk_geom`). Returns (status, iterations)."""
     wk = np.empty(9 + 36 + 6 + 18)
@@ -814,7 +814,7 @@ def fk_kernel(q, X0, legs, tol, maxit, X):
     return fk_geom(q, X0, legs, tol, maxit, X, R, J, L, U)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ik_batch(X, legs, L):
     """Leg lengths L (N, 6) for poses X (N, 6)."""
     R = np.empty((3, 3))
@@ -824,7 +824,7 @@ def ik_batch(X, legs, L):
         leg_geometry(X[n], legs, R, J, L[n], U)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _joint_args_ok(q, a, b, pose, params, out):
     """Sizes (6-vectors, N_PARAMS parameters) and finite inputs of a one-state joint-space kernel."""
     if (q.shape[0] != 6 or a.shape[0] != 6 or b.shape[0] != 6 or pose.shape[0] != 6 or out.shape[0] != 6
@@ -833,7 +833,7 @@ def _joint_args_ok(q, a, b, pose, params, out):
     return _finite6(q) and _finite6(a) and _finite6(b) and _finite6(pose)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _joint_geometry(q, pose, legs, extra):
     """Workspace of a one-state joint-space kernel and the platform geometry at leg lengths q.
 
@@ -853,7 +853,7 @@ def _joint_geometry(q, pose, legs, extra):
     return st, X, nu, nud, R, J, L, U, wk[87:]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _joint_id(q, qd, qdd, pose, params, F):
     """Body of :func:`joint_id_one` (shared with :func:`bias_one` and :func:`gravity_one`)."""
     if not _joint_args_ok(q, qd, qdd, pose, params, F):
@@ -894,14 +894,14 @@ def _joint_id(q, qd, qdd, pose, params, F):
     return OK
 
 
-@njit(_SIG6, cache=True)
+@njit(_SIG6, cache=True, error_model="numpy")
 def joint_id_one(q, qd, qdd, pose, params, F):
     """One-state inverse dynamics in leg coordinates: FK by Newton from ``pose`` (1e-12 m), then
     :func:`joint_to_twist` and :func:`id_twist` (no wrench). Returns a status."""
     return _joint_id(q, qd, qdd, pose, params, F)
 
 
-@njit(_SIG6, cache=True)
+@njit(_SIG6, cache=True, error_model="numpy")
 def joint_fd_one(q, qd, tau, pose, params, qdd):
     """One-state forward dynamics in leg coordinates (FK from ``pose``, no wrench). Returns a status."""
     if not _joint_args_ok(q, qd, tau, pose, params, qdd):
@@ -931,7 +931,7 @@ _SIG4M = "int64(float64[::1], float64[::1], float64[::1], float64[:, ::1])"
 _SIG5M = "int64(float64[::1], float64[::1], float64[::1], float64[::1], float64[:, ::1])"
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def inv6(A, Ai):
     """Ai = A^{-1} (6x6) by Gauss-Jordan elimination with partial pivoting; A is not modified.
 
@@ -969,7 +969,7 @@ def inv6(A, Ai):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def cond_bound_ok(J, Ji, char_len, limit):
     """True when ``|Jh|_F |Jh^{-1}|_F <= limit`` for ``Jh = J diag(1, 1, 1, 1/c, 1/c, 1/c)``.
 
@@ -986,7 +986,7 @@ def cond_bound_ok(J, Ji, char_len, limit):
     return bound <= limit
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _finite_mat(M):
     for i in range(M.shape[0]):
         for j in range(M.shape[1]):
@@ -995,14 +995,14 @@ def _finite_mat(M):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _pose_of(q, pose, legs, X):
     """Forward kinematics with the defaults of ``forward_kinematics_task`` (tol 1e-12 m, 50 iterations)."""
     st, _ = fk_kernel(q, pose, legs, 1e-12, 50, X)
     return st
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def mass_actuated(X, params, M):
     """M (6x6) = J^{-T} M_twist J^{-1} + diag(armature), symmetrised, at the pose X. Returns a status."""
     legs, plat = _split(params)
@@ -1042,7 +1042,7 @@ def mass_actuated(X, params, M):
     return OK
 
 
-@njit(_SIG4M, cache=True)
+@njit(_SIG4M, cache=True, error_model="numpy")
 def mass_one(q, pose, params, M):
     """Joint-space mass matrix M (6x6) [kg] at leg lengths q, FK from the hint ``pose``. Returns a status."""
     if (q.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS or M.shape[0] != 6
@@ -1058,7 +1058,7 @@ def mass_one(q, pose, params, M):
     return mass_actuated(X, params, M)
 
 
-@njit(_SIG5, cache=True)
+@njit(_SIG5, cache=True, error_model="numpy")
 def kinetic_one(q, qd, pose, params, out):
     """out[0] = 1/2 qd^T M(q) qd [J] (FK from ``pose``; same conditioning checks as :func:`mass_one`)."""
     if (q.shape[0] != 6 or qd.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS
@@ -1085,7 +1085,7 @@ def kinetic_one(q, qd, pose, params, out):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def potential(X, legs, plat):
     """Gravitational potential energy [J] of platform and legs at pose X (as the Lagrange reference)."""
     R9 = _rot9(X[3], X[4], X[5])
@@ -1103,7 +1103,7 @@ def potential(X, legs, plat):
     return V
 
 
-@njit(_SIG4, cache=True)
+@njit(_SIG4, cache=True, error_model="numpy")
 def potential_one(q, pose, params, out):
     """out[0] = gravitational potential energy [J] at leg lengths q (FK from ``pose``). Returns a status."""
     if q.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS or out.shape[0] < 1:
@@ -1121,21 +1121,22 @@ def potential_one(q, pose, params, out):
     return OK
 
 
-@njit(_SIG5, cache=True)
+@njit(_SIG5, cache=True, error_model="numpy")
 def bias_one(q, qd, pose, params, F):
     """h(q, qd) = C qd + g [N] (inverse dynamics at zero leg acceleration, FK from ``pose``)."""
     zero = np.zeros(6)
     return _joint_id(q, qd, zero, pose, params, F)
 
 
-@njit(_SIG4, cache=True)
+@njit(_SIG4, cache=True, error_model="numpy")
 def gravity_one(q, pose, params, F):
     """g(q) [N] (inverse dynamics at rest, FK from ``pose``). Returns a status."""
     zero = np.zeros(6)
     return _joint_id(q, zero, zero, pose, params, F)
 
 
-@njit("int64(float64[::1], float64[::1], float64[::1], float64, int64, float64[::1])", cache=True)
+@njit("int64(float64[::1], float64[::1], float64[::1], float64, int64, float64[::1])",
+      cache=True, error_model="numpy")
 def fk_one(q, guess, params, tol, maxit, X):
     """Forward kinematics of one state (:func:`fk_kernel`) from the guess. Returns a status."""
     if q.shape[0] != 6 or guess.shape[0] != 6 or params.shape[0] != N_PARAMS or X.shape[0] != 6:
@@ -1147,7 +1148,7 @@ def fk_one(q, guess, params, tol, maxit, X):
     return st
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _jacobian_inverse(X, params, Ji):
     """Ji = J^{-1} (twist leg Jacobian) at pose X with the conditioning checks. Returns a status."""
     legs, _ = _split(params)
@@ -1166,7 +1167,7 @@ def _jacobian_inverse(X, params, Ji):
     return OK
 
 
-@njit(_SIG4M, cache=True)
+@njit(_SIG4M, cache=True, error_model="numpy")
 def task_jacobian_one(q, X, params, Jx):
     """J_x = J_e^{-1} = diag(I, E^{-1}) J^{-1} (6x6) at the consistent pair (q, X). Returns a status."""
     if (q.shape[0] != 6 or X.shape[0] != 6 or params.shape[0] != N_PARAMS or Jx.shape[0] != 6
@@ -1191,7 +1192,7 @@ def task_jacobian_one(q, X, params, Jx):
     return OK
 
 
-@njit(_SIG4M, cache=True)
+@njit(_SIG4M, cache=True, error_model="numpy")
 def jacobian_one(q, pose, params, Jg):
     """Geometric Jacobian J^{-1} (6x6) at leg lengths q (FK from ``pose``). Returns a status."""
     if (q.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS or Jg.shape[0] != 6
@@ -1207,7 +1208,7 @@ def jacobian_one(q, pose, params, Jg):
     return _jacobian_inverse(X, params, Jg)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def det6(A):
     """det A (6x6) by Gaussian elimination with partial pivoting (0.0 at an exactly zero pivot)."""
     M = np.empty((6, 6))
@@ -1241,7 +1242,7 @@ def _cond2(A):
     return c
 
 
-@njit(_SIG4, cache=True)
+@njit(_SIG4, cache=True, error_model="numpy")
 def singularity_one(q, X, params, out):
     """Singularity measures at the consistent pair (q, X): ``out[:3] = (cond_b, det_b, ujoint_min_sin)``.
 
@@ -1283,7 +1284,7 @@ def singularity_one(q, X, params, out):
 CSTEP = 1e-30
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def mass_derivative(X, Xdot, params, Md):
     """dM/dt (6x6) of the joint-space mass matrix along the Euler-rate motion Xdot at X.
 
@@ -1323,7 +1324,7 @@ def mass_derivative(X, Xdot, params, Md):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _motion_of(q, qd, pose, params, X, Xdot):
     """FK from ``pose`` into X, then the Euler rates Xdot = J_e^{-1} qd. Returns a status."""
     legs, _ = _split(params)
@@ -1352,7 +1353,7 @@ def _motion_of(q, qd, pose, params, X, Xdot):
     return OK
 
 
-@njit(_SIG5M, cache=True)
+@njit(_SIG5M, cache=True, error_model="numpy")
 def mass_derivative_one(q, qd, pose, params, Md):
     """dM/dt (6x6) along the motion (q, qd), FK from ``pose``. Returns a status."""
     if (q.shape[0] != 6 or qd.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS
@@ -1371,7 +1372,7 @@ def mass_derivative_one(q, qd, pose, params, Md):
     return st
 
 
-@njit(_SIG5M, cache=True)
+@njit(_SIG5M, cache=True, error_model="numpy")
 def coriolis_one(q, qd, pose, params, C):
     """Coriolis matrix C (6x6) with ``C qd = h - g`` and ``dM/dt - 2C`` skew, FK from ``pose``.
 
@@ -1420,7 +1421,8 @@ def coriolis_one(q, qd, pose, params, C):
 
 
 # -- small one-state helpers (public functions and leg kinematics of dynamics.stewart) --------------
-@njit("int64(float64[::1], float64[:, ::1])", cache=True)
+@njit("int64(float64[::1], float64[:, ::1])",
+      cache=True, error_model="numpy")
 def rotation_one(e, R):
     """R (3x3) = Rz(e2) Ry(e1) Rx(e0) (:func:`rotation`). Returns a status."""
     if e.shape[0] != 3 or R.shape[0] != 3 or R.shape[1] != 3:
@@ -1429,7 +1431,8 @@ def rotation_one(e, R):
     return OK
 
 
-@njit("int64(float64[::1], float64[:, ::1])", cache=True)
+@njit("int64(float64[::1], float64[:, ::1])",
+      cache=True, error_model="numpy")
 def euler_rate_one(e, E):
     """E (3x3) with omega = E e' for e = (alpha, beta, gamma). Returns a status."""
     if e.shape[0] != 3 or E.shape[0] != 3 or E.shape[1] != 3:
@@ -1448,7 +1451,8 @@ def euler_rate_one(e, E):
     return OK
 
 
-@njit("int64(float64[::1], float64[::1], float64[::1], int64, float64[::1], float64[::1])", cache=True)
+@njit("int64(float64[::1], float64[::1], float64[::1], int64, float64[::1], float64[::1])",
+      cache=True, error_model="numpy")
 def leg_kinematics_one(X, Xd, Xdd, order, params, out):
     """Leg vectors, lengths, unit vectors, platform joints and (order >= 1) rates, (order 2) accelerations.
 
@@ -1496,7 +1500,8 @@ def leg_kinematics_one(X, Xd, Xdd, order, params, out):
     return OK
 
 
-@njit("int64(float64[::1], float64[::1], float64[::1])", cache=True)
+@njit("int64(float64[::1], float64[::1], float64[::1])",
+      cache=True, error_model="numpy")
 def leg_lengths_one(X, params, L):
     """Leg lengths L (6,) [m] at pose X. Returns a status (BAD_INPUT for wrong sizes or non-finite X)."""
     if X.shape[0] != 6 or params.shape[0] != N_PARAMS or L.shape[0] != 6 or not _finite6(X):

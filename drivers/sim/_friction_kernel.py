@@ -14,7 +14,7 @@ from dynamics._kernel_cache import stamp_package_caches
 stamp_package_caches()
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def coulomb_pgs_into(M, v_star, impulse, rtol, max_iter, v):  # pragma: no cover - compiled
     """:func:`coulomb_pgs` into the caller's v (n,): M (n, n) mass matrix, v_star (n,) the
     velocity without friction, impulse (n,) the friction impulses [N m s] (h * coulomb)."""
@@ -56,7 +56,8 @@ def coulomb_pgs_into(M, v_star, impulse, rtol, max_iter, v):  # pragma: no cover
             break
 
 
-@numba.njit("float64[:](float64[:, :], float64[:], float64[:], float64, int64)", cache=True)
+@numba.njit("float64[:](float64[:, :], float64[:], float64[:], float64, int64)", cache=True,
+            error_model="numpy")
 def coulomb_pgs(M, v_star, impulse, rtol, max_iter):  # pragma: no cover - compiled
     """Projected Gauss-Seidel for argmin 1/2 (v-v*)^T M (v-v*) + sum impulse_i |v_i|.
 

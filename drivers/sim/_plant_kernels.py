@@ -40,7 +40,7 @@ ST_NOT_FINITE = 41
 stamp_package_caches()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rk4_stage(cq, cqd, c, kv, kq_prev, kq, qs):
     """Next RK4 stage point: ``kq = qd + c kv`` (stage velocity), ``qs = q + c kq_prev``."""
     for i in range(cq.shape[0]):
@@ -48,7 +48,7 @@ def _rk4_stage(cq, cqd, c, kv, kq_prev, kq, qs):
         qs[i] = cq[i] + c * kq_prev[i]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rk4_combine(cq, cqd, h6, k2q, k3q, k4q, k1v, k2v, k3v, k4v, qn, qdn):
     """RK4 step result (qn, qdn) from the four stages (``k1q = qd``), ``h6 = h / 6``."""
     for i in range(cq.shape[0]):
@@ -56,7 +56,7 @@ def _rk4_combine(cq, cqd, h6, k2q, k3q, k4q, k1v, k2v, k3v, k4v, qn, qdn):
         qdn[i] = cqd[i] + h6 * (k1v[i] + 2.0 * k2v[i] + 2.0 * k3v[i] + k4v[i])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _coulomb_update(M, imp, hh, cq, cqd, qn, qdn, v):
     """Implicit Coulomb step on the RK4 result (qn, qdn), as ``SimulatedPlant._step``: the
     velocity is projected (exact friction impulse) into v (n,) (work, no allocation), the
@@ -70,7 +70,7 @@ def _coulomb_update(M, imp, hh, cq, cqd, qn, qdn, v):
         qdn[i] = v[i]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _finite_state(qn, qdn):
     for i in range(qn.shape[0]):
         v0 = qn[i]
@@ -80,7 +80,7 @@ def _finite_state(qn, qdn):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _held_torques(cmd, par, cq, cqd, cta, pd, sat, lag, e_mid, e_end, tc, t0, tm, th_):
     """The held command at the start of a step (drive PD, saturation) into tc, and the applied
     torque through the current-loop lag at the step's start, middle and end into t0, tm, th_."""
@@ -106,7 +106,7 @@ def _held_torques(cmd, par, cq, cqd, cta, pd, sat, lag, e_mid, e_end, tc, t0, tm
             th_[i] = t
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_steps, out, wk, M, buf):
     """The plant step shared by every robot: ``n_steps`` RK4 steps of length ``h`` [s].
 
@@ -214,25 +214,25 @@ _RRR_BUF = _RRR_M + 9
 _RRR_WORK = _RRR_BUF + 17 * 3 + 3
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rrr_qdd(P, q, qd, tau, visc, has_visc, X, wk, rhs, out):
     for i in range(3):
         rhs[i] = tau[i] - visc[i] * qd[i] if has_visc else tau[i]
     return fd_hint_ws(P, q, qd, rhs, X, wk[0], out, wk[1])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rrr_mass(P, q, X, wk, M):
     return reduced_hint_ws(P, q, wk[0], X, False, M.reshape(9), wk[1])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rrr_pose(P, q, X, wk, Xn):
     st, it = fk_newton_ws(P, q, X, 1e-12, 50, Xn, wk[1])
     return st
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
     """Integrate ``n_steps`` plant steps of length ``h`` [s] (3RRR, RK4).
 
@@ -266,7 +266,7 @@ def rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
 ST_SERIAL_NOT_PD = 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _serial_qdd(P, q, qd, tau, visc, has_visc, x, wk, rhs, out):
     n = q.shape[0]
     for i in range(n):
@@ -274,18 +274,18 @@ def _serial_qdd(P, q, qd, tau, visc, has_visc, x, wk, rhs, out):
     return 0 if _fd_core(P, q, qd, rhs, rhs, False, out, wk[0], wk[1]) else ST_SERIAL_NOT_PD
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _serial_mass(P, q, x, wk, M):
     _crba_core(P, q, M, wk[1])
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _no_extra_state(P, q, x, wk, xn):
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def serial_advance(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out):
     """Integrate ``n_steps`` plant steps of length ``h`` [s] of a serial chain (RK4).
 

@@ -20,24 +20,24 @@ from ._plant_kernels import _rk4_advance
 stamp_package_caches()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _stewart_qdd(P, q, qd, tau, visc, has_visc, X, wk, rhs, out):
     for i in range(6):
         rhs[i] = tau[i] - visc[i] * qd[i] if has_visc else tau[i]
     return joint_fd_one(q, qd, rhs, X, P, out)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _stewart_mass(P, q, X, wk, M):
     return mass_one(q, X, P, M)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _stewart_pose(P, q, X, wk, Xn):
     return fk_one(q, X, P, 1e-12, 50, Xn)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def stewart_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
     """:func:`rrr_advance` for the Gough-Stewart platform, with the model's own one-state
     kernels: ``joint_fd_one`` (forward dynamics, pose hint: the start-of-step pose),
