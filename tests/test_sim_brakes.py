@@ -201,9 +201,23 @@ def _rehearse(tmp_path, stem, robot, port, duration_s, *extra):
     # emulator answers late and the loop misses its deadlines; that says nothing about the brakes
     skip_if_overloaded(r.returncode, out, "wall-clock rehearsal", r.stderr.strip(), late="no fresh feedback" in r.stderr,
                        watch=server.watch)
-    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert r.returncode == 0, _outcome(r, out)
     assert "COMPLETED" in r.stdout and "(hardware)" in r.stdout
     return np.load(out / "log.npy"), json.loads((out / "meta.json").read_text())
+
+
+def _outcome(r, out) -> str:
+    """Why a run failed, in the few lines pytest shows of an assertion message: the status line,
+    the faults and the timing of its result (meta.json), the machine's load and stderr."""
+    meta_path = out / "meta.json"
+    res = json.loads(meta_path.read_text()).get("result", {}) if meta_path.exists() else {}
+    status = next((ln for ln in r.stdout.splitlines() if ln.startswith("run '")), "no status line")
+    faults = [(f.get("t_s"), f.get("cause"), f.get("message")) for f in res.get("faults", [])][:3]
+    t = res.get("timing") or {}
+    timing = {"missed": t.get("missed_deadlines"), "late_max_s": (t.get("lateness") or {}).get("max"),
+              "compute_max_s": (t.get("compute") or {}).get("max")}
+    return (f"rc {r.returncode}: {status}; faults {faults}; timing {timing}; "
+            f"load {os.getloadavg()}; stderr {r.stderr.strip()[-300:]!r}")
 
 
 def test_stewart_rehearsal_on_the_wall_clock_starts_and_runs(tmp_path):
