@@ -224,10 +224,10 @@ def run(quick: bool = False) -> list[dict]:
     ]
 
 
-if __name__ == "__main__":  # pragma: no cover - manual use
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m benchmarks.bench_cycle [--quick] [--json FILE]
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks.run import format_table
+    from benchmarks.run import main
 
-    print(format_table(run(quick="--quick" in sys.argv[1:])))
+    sys.exit(main(["--only", "bench_cycle", *sys.argv[1:]]))

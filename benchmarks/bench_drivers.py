@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -142,6 +143,10 @@ def _cia402_rows(rng, repeat: int, number: int) -> list[dict]:
     return rows
 
 
-if __name__ == "__main__":  # pragma: no cover
-    for r in run(quick=True):
-        print(f"{r['case']:<45} {r['median_us']:8.2f} us  p99 {r['p99_us']:8.2f} us")
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m benchmarks.bench_drivers [--quick] [--json FILE]
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.run import main
+
+    sys.exit(main(["--only", "bench_drivers", *sys.argv[1:]]))

@@ -111,8 +111,8 @@ def run(quick: bool = False) -> list[dict]:
     return rows
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.run import format_table
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m benchmarks.bench_parallel [--quick] [--json FILE]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.run import main
 
-    print(format_table(run(quick="--quick" in sys.argv)))
+    sys.exit(main(["--only", "bench_parallel", *sys.argv[1:]]))

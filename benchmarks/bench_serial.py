@@ -110,3 +110,12 @@ def run(quick: bool = False) -> list[dict]:
     rows[-1].update({"ref": f"python loop of pinocchio.rnea ({Nref} states)",
                      "ref_median_us": rmed * N / Nref, "ratio": med / (rmed * N / Nref)})
     return rows
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m benchmarks.bench_serial [--quick] [--json FILE]
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.run import main
+
+    sys.exit(main(["--only", "bench_serial", *sys.argv[1:]]))

@@ -155,6 +155,10 @@ def _emulated_row(kind: str, serve: str, dof: int, model, n: int, plant_median_u
                     f"the plant row; stale replies {missing[0]} / {n * dof}"}
 
 
-if __name__ == "__main__":  # pragma: no cover
-    for r in run(quick=True):
-        print(r)
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m benchmarks.bench_sim [--quick] [--json FILE]
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.run import main
+
+    sys.exit(main(["--only", "bench_sim", *sys.argv[1:]]))

@@ -149,8 +149,8 @@ def _time_slow(fn) -> tuple[float, float]:
     return float(np.median(ts)), float(np.percentile(ts, 99))
 
 
-if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    for r in run(quick="--quick" in sys.argv):
-        print(f"{r['case']:52s} median {r['median_us']:9.2f} us  p99 {r['p99_us']:9.2f} us  "
-              f"ratio {r.get('ratio', 1.0):7.2f}  {r['note']}")
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m benchmarks.bench_stewart [--quick] [--json FILE]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.run import main
+
+    sys.exit(main(["--only", "bench_stewart", *sys.argv[1:]]))

@@ -74,3 +74,18 @@ def test_every_benchmark_module_runs(tmp_path):
     text = json.dumps(data)
     for module in ("bench_serial", "bench_loop", "bench_sim", "bench_drivers", "bench_stewart"):
         assert module in text, module
+
+
+#: benchmark modules whose ``python -m`` is a tool of its own, not run.py's table
+OWN_COMMAND = {"bench_mit_emulator_fuzz": "[n] [seed]: one long fuzz run (1,000,000 frames by default)"}
+
+
+@pytest.mark.parametrize("name", [n for n in bench_run.discover() if n not in OWN_COMMAND])
+def test_every_benchmark_module_runs_alone_through_run_py(name):
+    """``python -m benchmarks.bench_X [--quick] [--json FILE]`` is ``benchmarks/run.py --only
+    bench_X``: the same table, options and exit status (bench_serial alone printed nothing)."""
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--help"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "--only" in r.stdout and "--json" in r.stdout, (r.stdout, r.stderr)
