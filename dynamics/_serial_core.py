@@ -120,6 +120,15 @@ def _finite2(X):
     return s == 0.0
 
 
+@njit(inline="always", error_model="numpy")
+def _rot_compose(W0, W1, W2, W3, W4, W5, W6, W7, W8, R0, R1, R2, R3, R4, R5, R6, R7, R8):
+    """The row-major 3x3 product ``W R``: a child frame's world rotation from its parent's ``W``
+    and the link's rotation ``R`` (9 floats each, returned as a 9-tuple)."""
+    return (W0 * R0 + W1 * R3 + W2 * R6, W0 * R1 + W1 * R4 + W2 * R7, W0 * R2 + W1 * R5 + W2 * R8,
+            W3 * R0 + W4 * R3 + W5 * R6, W3 * R1 + W4 * R4 + W5 * R7, W3 * R2 + W4 * R5 + W5 * R8,
+            W6 * R0 + W7 * R3 + W8 * R6, W6 * R1 + W7 * R4 + W8 * R7, W6 * R2 + W7 * R5 + W8 * R8)
+
+
 @njit(cache=True, error_model="numpy")
 def _links(P, q, Rl):
     """Fill Rl[:, 0:12] (rotation row-major, translation): pose of J_i in J_{i-1} at q."""
@@ -211,16 +220,8 @@ def _rnea_core(P, q, qd, qdd, use_qdd, grav, wrench, use_wrench, out, Rl):
         wx = nwx; wy = nwy; wz = nwz
         dx = ndx; dy = ndy; dz = ndz
         if use_wrench:
-            T0 = W0 * R0 + W1 * R3 + W2 * R6
-            T1 = W0 * R1 + W1 * R4 + W2 * R7
-            T2 = W0 * R2 + W1 * R5 + W2 * R8
-            T3 = W3 * R0 + W4 * R3 + W5 * R6
-            T4 = W3 * R1 + W4 * R4 + W5 * R7
-            T5 = W3 * R2 + W4 * R5 + W5 * R8
-            T6 = W6 * R0 + W7 * R3 + W8 * R6
-            T7 = W6 * R1 + W7 * R4 + W8 * R7
-            T8 = W6 * R2 + W7 * R5 + W8 * R8
-            W0 = T0; W1 = T1; W2 = T2; W3 = T3; W4 = T4; W5 = T5; W6 = T6; W7 = T7; W8 = T8
+            W0, W1, W2, W3, W4, W5, W6, W7, W8 = _rot_compose(W0, W1, W2, W3, W4, W5, W6, W7, W8,
+                                                              R0, R1, R2, R3, R4, R5, R6, R7, R8)
         m = P[o + 13]
         hx = P[o + 14]; hy = P[o + 15]; hz = P[o + 16]
         I0 = P[o + 17]; I1 = P[o + 18]; I2 = P[o + 19]
@@ -452,16 +453,8 @@ def _poses_core(P, q, T, Rl):
         ny = wy + W3 * px + W4 * py + W5 * pz
         nz = wz + W6 * px + W7 * py + W8 * pz
         wx = nx; wy = ny; wz = nz
-        T0 = W0 * R0 + W1 * R3 + W2 * R6
-        T1 = W0 * R1 + W1 * R4 + W2 * R7
-        T2 = W0 * R2 + W1 * R5 + W2 * R8
-        T3 = W3 * R0 + W4 * R3 + W5 * R6
-        T4 = W3 * R1 + W4 * R4 + W5 * R7
-        T5 = W3 * R2 + W4 * R5 + W5 * R8
-        T6 = W6 * R0 + W7 * R3 + W8 * R6
-        T7 = W6 * R1 + W7 * R4 + W8 * R7
-        T8 = W6 * R2 + W7 * R5 + W8 * R8
-        W0 = T0; W1 = T1; W2 = T2; W3 = T3; W4 = T4; W5 = T5; W6 = T6; W7 = T7; W8 = T8
+        W0, W1, W2, W3, W4, W5, W6, W7, W8 = _rot_compose(W0, W1, W2, W3, W4, W5, W6, W7, W8,
+                                                          R0, R1, R2, R3, R4, R5, R6, R7, R8)
         T[i, 0, 0] = W0; T[i, 0, 1] = W1; T[i, 0, 2] = W2; T[i, 0, 3] = wx
         T[i, 1, 0] = W3; T[i, 1, 1] = W4; T[i, 1, 2] = W5; T[i, 1, 3] = wy
         T[i, 2, 0] = W6; T[i, 2, 1] = W7; T[i, 2, 2] = W8; T[i, 2, 3] = wz
