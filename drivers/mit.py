@@ -66,7 +66,7 @@ from .codecs import mit as codec
 from .mit_health import FAULT_OVER_TEMPERATURE, FollowConfig, FollowMonitor
 from .transport import CanTransport, Frame, group_by_bus, recv_any_fields
 
-__all__ = ["MitJoint", "MitCanDriver", "build", "check_mapping"]
+__all__ = ["MitJoint", "MitCanDriver", "build"]
 
 #: p, v, kp, kd fields all at their maximum (with t = 0xFFC..0xFFE the frame is ENTER/EXIT/ZERO)
 _ALL_ONES_4 = (0xFFFF, 0xFFF, 0xFFF, 0xFFF)
