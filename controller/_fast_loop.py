@@ -53,25 +53,48 @@ from numba import njit
 
 from dynamics._kernel_cache import stamp_package_caches
 from dynamics._planar3rrr_kernels import WS_SIZE, regular_margin_ws
-from drivers.sim._plant_kernels import rrr_advance, serial_advance
+from drivers.sim._plant_kernels import rrr_advance_ws, serial_advance_ws
 
 from ._law_kernels import (RRR_TCT_WS, pid, rrr_pd_gravity, rrr_task_computed_torque_ws, rrr_task_pd_gravity,
                            serial_computed_torque, serial_pd_gravity)
 from ._safety_rules import _all_finite, evaluate_inline, predicted_margin
 
-#: the law's workspace that :func:`_cycles` allocates once per segment [floats] (the largest a
-#: law cycle takes: :func:`_rrr_task_computed_torque_cycle`'s)
+#: the law's workspace in :func:`_cycles`'s work [floats] (the largest a law cycle takes:
+#: :func:`_rrr_task_computed_torque_cycle`'s)
 LAW_WS = RRR_TCT_WS
-#: the singularity check's workspace (once per segment) [floats]: the model's (WS_SIZE,) and
-#: the measures (8,)
+#: the singularity check's workspace in :func:`_cycles`'s work [floats]: the model's
+#: (WS_SIZE,) and the measures (8,)
 CHECK_WS = WS_SIZE + 8
+
+
+def segment_work(n: int, dim: int, n_state: int, n_pose: int, nx: int):
+    """The work arrays of a segment (``work`` of :func:`_cycles`), made once by the caller.
+
+    The segments allocate nothing and run without numba's reference counting (``_nrt=False``:
+    no atomic increment and decrement of an array's count wherever a kernel passes, slices or
+    unpacks an array, which took about a fifth of the compiled 3RRR cycle), so their work
+    comes from here.
+
+    Parameters
+    ----------
+    n, dim : actuators and the reference's dimension; n_state : the law's state length;
+    n_pose : the singularity check's pose length (3, 6, or that of its placeholder);
+    nx : the plant's extra state (the pose X: 3, 6 or 0).
+
+    Returns
+    -------
+    (fault (n,) int64, flags (3 n,) bool, floats (1-D)) : ``_cycles`` sets the first two
+        at its start and overwrites the rest; their contents carry nothing between calls.
+    """
+    floats = 3 * n + dim + n_state + n_pose + (3 * n + nx) + LAW_WS + CHECK_WS
+    return np.zeros(n, dtype=np.int64), np.ones(3 * n, dtype=np.bool_), np.empty(floats)
 
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _read_state(fq, fqd, q, qd):
     """The measured state the law reads (copies of the feedback); whether it is finite."""
     for j in range(q.shape[0]):
@@ -119,19 +142,19 @@ def _commit(i, q, qd, e, tau, mask, pq, pqd, pta, pcmd, has_quant, quantum, fq, 
 
 @njit(inline="always", error_model="numpy")
 def _rrr_step(plant, h, n_steps, out):
-    """``n_steps`` RK4 steps of length ``h`` [s] of the 3RRR plant (:func:`rrr_advance`) into
+    """``n_steps`` RK4 steps of length ``h`` [s] of the 3RRR plant (:func:`rrr_advance_ws`) into
     ``out`` (12,) = q, qd, X, applied torque; True when a step failed."""
-    P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum = plant
-    st, done = rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out)
+    P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum, work = plant
+    st, done = rrr_advance_ws(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out, work)
     return st != 0 or done < n_steps
 
 
 @njit(inline="always", error_model="numpy")
 def _serial_step(plant, h, n_steps, out):
-    """:func:`_rrr_step` for a serial chain (:func:`serial_advance`; ``out`` (3 n,) = q, qd,
+    """:func:`_rrr_step` for a serial chain (:func:`serial_advance_ws`; ``out`` (3 n,) = q, qd,
     applied torque)."""
-    P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum = plant
-    st, done = serial_advance(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out)
+    P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum, work = plant
+    st, done = serial_advance_ws(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out, work)
     return st != 0 or done < n_steps
 
 
@@ -238,7 +261,8 @@ def _pid_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws):
 
 
 @njit(inline="always", error_model="numpy")
-def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs,
+            work):
     """Run the clean cycles ``k0 <= k < k_end`` under ``law`` with the plant ``step``; return
     the first cycle not run.
 
@@ -254,15 +278,16 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
     sing : (on, every, P, tol, pose (3,) | (6,), margin_prev (3,) = [have, t, margin],
         margin_min, horizon [s]): the singularity check of a parallel robot (``on`` False:
         none; the other entries are then placeholders).
-    plant : (P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum): the plant
-        (:func:`rrr_advance` / :func:`serial_advance` / ``stewart_advance`` arguments; pose X
-        (3,), (6,) or (0,)), its time
-        ``t`` (1,) [s], step limit ``h_max`` [s] and encoder quantum (n,).
+    plant : (P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum, work): the
+        plant (:func:`rrr_advance_ws` / :func:`serial_advance_ws` / ``stewart_advance_ws``
+        arguments; pose X (3,), (6,) or (0,)), its time ``t`` (1,) [s], step limit ``h_max``
+        [s], encoder quantum (n,) and the step's work array.
     fb : (fq, fqd, ftau) (n,) the feedback read by the previous cycle (in/out).
     refs : (ref_pos, ref_vel, ref_acc) (k_end - k0, dim) reference rows of the cycles.
     logs : (o_q, o_qd, o_err, o_tau, o_taum, last_mask): log rows (k_end - k0, n) of the
         measured q, qd, (k_end - k0, dim) of the error, (k_end - k0, n) of the torque command
         and the measured torque; (n,) the law's saturation mask of the last cycle.
+    work : (fault, flags, floats): the cycle's work arrays (:func:`segment_work`), overwritten.
     """
     s_k, limits, err_max, jbits, ebits = safety
     sing_on, sing_every, pose_s, margin_prev = sing[0], sing[1], sing[4], sing[5]
@@ -273,19 +298,31 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
     o_q, o_qd, o_err, o_tau, o_taum, last_mask = logs
     n = pq.shape[0]
     nx = pX.shape[0]
-    fault = np.zeros(n, dtype=np.int64)
-    enabled = np.ones(n, dtype=np.bool_)
-    fresh = np.ones(n, dtype=np.bool_)
-    q = np.empty(n)
-    qd = np.empty(n)
-    e = np.empty(o_err.shape[1])
-    tau = np.empty(n)
-    mask = np.empty(n, dtype=np.bool_)
-    state_new = np.empty(state.shape[0])
-    Xs = np.empty(pose_s.shape[0])
-    law_ws = np.empty(LAW_WS)
-    check_ws = np.empty(CHECK_WS)
-    out = np.empty(3 * n + nx)
+    fault, flags, fw = work
+    enabled = flags[0:n]
+    fresh = flags[n:2 * n]
+    mask = flags[2 * n:3 * n]
+    for j in range(n):
+        fault[j] = 0
+        enabled[j] = True
+        fresh[j] = True
+    dim = o_err.shape[1]
+    ns = state.shape[0]
+    npose = pose_s.shape[0]
+    q = fw[0:n]
+    qd = fw[n:2 * n]
+    tau = fw[2 * n:3 * n]
+    e = fw[3 * n:3 * n + dim]
+    o = 3 * n + dim
+    state_new = fw[o:o + ns]
+    o += ns
+    Xs = fw[o:o + npose]
+    o += npose
+    out = fw[o:o + 3 * n + nx]
+    o += 3 * n + nx
+    law_ws = fw[o:o + LAW_WS]
+    o += LAW_WS
+    check_ws = fw[o:o + CHECK_WS]
     for k in range(k0, k_end):
         i = k - k0
         t = k * period_s
@@ -335,48 +372,48 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
 
 
 # --- the entries: ``segment(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs,
-# logs) -> first cycle not run`` (arguments as :func:`_cycles`) ------------------------------------
+# logs, work) -> first cycle not run`` (arguments as :func:`_cycles`) ------------------------------
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def rrr_task_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+@njit(cache=True, nogil=True, error_model="numpy", _nrt=False)
+def rrr_task_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work):
     """:func:`_cycles` of a 3RRR under :class:`controller.laws.TaskComputedTorque`."""
     return _cycles(_rrr_task_computed_torque_cycle, _rrr_step, _rrr_singularity,
-                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def rrr_task_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+def rrr_task_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work):
     """:func:`_cycles` of a 3RRR under :class:`controller.laws.TaskPDGravity`."""
     return _cycles(_rrr_task_pd_gravity_cycle, _rrr_step, _rrr_singularity,
-                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def rrr_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+def rrr_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work):
     """:func:`_cycles` of a 3RRR under :class:`controller.laws.PDGravity`."""
     return _cycles(_rrr_pd_gravity_cycle, _rrr_step, _rrr_singularity,
-                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def serial_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+def serial_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work):
     """:func:`_cycles` of a serial chain under :class:`controller.laws.ComputedTorque`."""
     return _cycles(_serial_computed_torque_cycle, _serial_step, _no_singularity,
-                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def serial_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+def serial_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work):
     """:func:`_cycles` of a serial chain under :class:`controller.laws.PDGravity`."""
     return _cycles(_serial_pd_gravity_cycle, _serial_step, _no_singularity,
-                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def pid_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+def pid_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work):
     """:func:`_cycles` of a serial chain under :class:`controller.laws.PID`."""
     return _cycles(_pid_cycle, _serial_step, _no_singularity,
-                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work)
 
 
 _PD = ("P", "kp", "kd", "fric", "fmode", "has_sat", "sat_lim")

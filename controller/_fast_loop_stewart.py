@@ -6,7 +6,7 @@ compiled functions the Python loop calls:
 * the law: :func:`controller._stewart_law_kernels.stewart_task_computed_torque`
   (``TaskComputedTorque``) or :func:`~controller._stewart_law_kernels.stewart_task_pd_gravity`
   (``TaskPDGravity``);
-* the plant step: :func:`drivers.sim._stewart_plant_kernel.stewart_advance` (what
+* the plant step: :func:`drivers.sim._stewart_plant_kernel.stewart_advance_ws` (what
   ``SimulatedPlant.advance_to`` runs for a Stewart plant);
 * the periodic singularity check of ``SafetySupervisor.check``: the pose by
   ``forward_kinematics_task`` warm-started at the last checked pose (``fk_one``, 1e-12 m, 50
@@ -29,7 +29,7 @@ from numba import njit
 
 from dynamics._kernel_cache import stamp_package_caches
 from dynamics._stewart_kernels import OK, fk_one, singularity_one
-from drivers.sim._stewart_plant_kernel import stewart_advance
+from drivers.sim._stewart_plant_kernel import stewart_advance_ws
 
 from ._fast_loop import _CT, _PD, _cycles, _margin_clean, _since
 from ._stewart_law_kernels import stewart_task_computed_torque, stewart_task_pd_gravity
@@ -41,10 +41,10 @@ stamp_package_caches()
 
 @njit(inline="always", error_model="numpy")
 def _stewart_step(plant, h, n_steps, out):
-    """``n_steps`` RK4 steps of length ``h`` [s] of the Stewart plant (:func:`stewart_advance`)
+    """``n_steps`` RK4 steps of length ``h`` [s] of the Stewart plant (:func:`stewart_advance_ws`)
     into ``out`` (24,) = q, qd, X, applied force; True when a step failed."""
-    P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum = plant
-    st, done = stewart_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out)
+    P, q, qd, X, ta, t, cmd, par, lag, flags, h_max, has_quant, quantum, work = plant
+    st, done = stewart_advance_ws(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out, work)
     return st != 0 or done < n_steps
 
 
@@ -93,17 +93,17 @@ def _stewart_task_pd_gravity_cycle(c, q, qd, pos, vel, acc, t, s, s_new, e, tau,
 # --- the entries (arguments as controller._fast_loop._cycles) ----------------------------------
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def stewart_task_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+def stewart_task_computed_torque_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work):
     """:func:`_cycles` of a Stewart platform under :class:`controller.laws.TaskComputedTorque`."""
     return _cycles(_stewart_task_computed_torque_cycle, _stewart_step, _stewart_singularity,
-                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def stewart_task_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs):
+def stewart_task_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work):
     """:func:`_cycles` of a Stewart platform under :class:`controller.laws.TaskPDGravity`."""
     return _cycles(_stewart_task_pd_gravity_cycle, _stewart_step, _stewart_singularity,
-                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs)
+                   k0, k_end, period_s, t0, consts, state, safety, sing, plant, fb, refs, logs, work)
 
 
 #: the segment of each Stewart law kernel (as :data:`controller._fast_loop.SEGMENTS`)

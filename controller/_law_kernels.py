@@ -228,7 +228,7 @@ def saturate(tau, limit, out, mask):
     return anyset
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def limit_torque(tau_raw, has_sat, sat_lim, tau, mask):
     """The controller's own saturation, when it has one (``has_sat``), of ``tau_raw`` into ``tau``.
 
@@ -271,7 +271,7 @@ def add_friction(tau, viscous, coulomb, v):
         tau[i] = tau[i] + (viscous[i] * v[i] + coulomb[i] * _sign(v[i]))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def compensate_friction(tau, fric, fmode, v_meas, v_des):
     """``tau +=`` the model's friction (``fric`` (2, n): viscous, Coulomb) at the measured
     velocity ``v_meas`` (``fmode`` FRICTION_MEASURED) or the desired one ``v_des``

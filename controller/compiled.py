@@ -181,7 +181,7 @@ class CompiledCycles:
         N = k_end - k
         feedback = (np.array(fb.position_rad, dtype=float), np.array(fb.velocity_rad_s, dtype=float),
                     np.array(fb.torque_nm, dtype=float))
-        state, s_k, safety, pose_s, margin_prev, sing, plant_args, logs = self._arguments(pa, N)
+        state, s_k, safety, pose_s, margin_prev, sing, plant_args, logs, work = self._arguments(pa, N)
         o_q, o_qd, o_err, o_tau, o_taum, mask = logs
         per = np.empty(N)
         P = loop.period_s
@@ -195,7 +195,7 @@ class CompiledCycles:
             try:
                 k_stop = self._segment(k_new, k_chunk, P, t0, self._consts, state, safety, sing, plant_args,
                                        feedback, (ref_pos[a:b], ref_vel[a:b], ref_acc[a:b]),
-                                       (o_q[a:b], o_qd[a:b], o_err[a:b], o_tau[a:b], o_taum[a:b], mask))
+                                       (o_q[a:b], o_qd[a:b], o_err[a:b], o_tau[a:b], o_taum[a:b], mask), work)
             except NumbaError as err:
                 # numba could not compile the segment for these arguments (a bug of ours): nothing
                 # of the chunk ran (typing comes first), so the Python loop goes on from here with
@@ -260,8 +260,8 @@ class CompiledCycles:
     def _arguments(self, pa, N: int):
         """The segment's arguments from the law, the supervisor and the plant (``pa``, its
         :meth:`~drivers.sim.plant.SimulatedPlant.compiled_step_args`) for ``N`` cycles:
-        ``(state, s_k, safety, pose_s, margin_prev, sing, plant_args, logs)``, the arrays
-        :meth:`run` reads back after the call."""
+        ``(state, s_k, safety, pose_s, margin_prev, sing, plant_args, logs, work)``, the arrays
+        :meth:`run` reads back after the call and the segment's work."""
         ctrl, s = self.loop.controller, self.loop.safety
         n, dim = ctrl.n, ctrl.dim
         state = ctrl.compiled_state()
@@ -276,10 +276,11 @@ class CompiledCycles:
         sing = (self._sing, int(cfg.singularity_every), self._Ps, self._tol, pose_s, margin_prev,
                 float(cfg.singularity_margin_min) if self._sing else 0.0, float(cfg.singularity_horizon_s))
         plant_args = (pa["P"], pa["q"], pa["qd"], pa["X"], pa["ta"], pa["t"], pa["cmd"], pa["par"], pa["lag"],
-                      pa["flags"], pa["h_max"], pa["has_quant"], pa["quantum"])
+                      pa["flags"], pa["h_max"], pa["has_quant"], pa["quantum"], pa["work"])
         o_q, o_qd, o_tau, o_taum = (np.empty((N, n)) for _ in range(4))
         logs = (o_q, o_qd, np.empty((N, dim)), o_tau, o_taum, np.zeros(n, dtype=np.bool_))
-        return state, s_k, safety, pose_s, margin_prev, sing, plant_args, logs
+        work = _fast_loop.segment_work(n, dim, state.shape[0], pose_s.shape[0], pa["X"].shape[0])
+        return state, s_k, safety, pose_s, margin_prev, sing, plant_args, logs, work
 
     def load(self) -> None:
         """Load the segment's machine code now (numba's cache, or a compile on a cold cache) by
@@ -290,11 +291,11 @@ class CompiledCycles:
         rows = self.traj.rows(0, 1)
         if pa is None or rows is None or self.unavailable is not None:
             return      # run() finds the same and runs the cycles in Python
-        state, s_k, safety, pose_s, margin_prev, sing, plant_args, logs = self._arguments(pa, 0)
+        state, s_k, safety, pose_s, margin_prev, sing, plant_args, logs, work = self._arguments(pa, 0)
         n = self.loop.controller.n
         try:
             self._segment(0, 0, self.loop.period_s, 0.0, self._consts, state, safety, sing, plant_args,
-                          (np.zeros(n), np.zeros(n), np.zeros(n)), tuple(r[0:0] for r in rows), logs)
+                          (np.zeros(n), np.zeros(n), np.zeros(n)), tuple(r[0:0] for r in rows), logs, work)
         except NumbaError as err:
             self._unavailable(err)
 

@@ -281,7 +281,7 @@ def constraint_values(L, th, X, h):
         h[i] = dx * dx + dy * dy - L[i, 5] * L[i, 5]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
     """Newton on h(th, X) = 0 for X from X0.  Returns (status, iterations).
 
@@ -492,7 +492,7 @@ def _inverse_jacobians(L, G, th, X, tol, ws, have_geo):
 # The two forms of the preparation each write only the rate they compute (a kernel that
 # writes an argument in any branch cannot take a read-only array there: numba types every
 # branch), so a caller's read-only array is accepted where it is an input.
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def prepare_thd(L, G, th, X, thd, Xd, tol, ws, have_geo=False):
     """Everything the dynamics needs at a consistent (th, X), into the workspace, from the
     joint rates: thd (3,) given (read), Xd = -B^{-1} A thd computed into the array Xd (3,).
@@ -509,7 +509,7 @@ def prepare_thd(L, G, th, X, thd, Xd, tol, ws, have_geo=False):
     return OK
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def prepare_xd(L, G, th, X, thd, Xd, tol, ws, have_geo=False):
     """:func:`prepare_thd` from the platform rates: Xd (3,) given (read), thd = -A^{-1} B Xd
     computed into the array thd (3,).  Returns a status code."""
@@ -583,7 +583,7 @@ def task_inverse_dynamics(L, G, X, Xd, Xdd, W, branch, tol, tau, lam, th, thd, t
     return OK
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _reduced_ws(L, G, th, X, thd, tol, ws, have_geo=False):
     """Reduced dynamics into ws[160:184]: M (row-major), h, g, J_x (row-major).
 
@@ -641,7 +641,7 @@ def _reduced_inertia(ws):
                                    + j2 * ws[157 + c])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _reduced_mass_ws(L, G, th, X, tol, ws, have_geo=False):
     """The M of :func:`_reduced_ws` alone (the same operations and status), into ws[160:169]."""
     st = _inverse_jacobians(L, G, th, X, tol, ws, have_geo)
@@ -726,7 +726,7 @@ def reduced(L, G, th, X, thd, tol, Mr, hr, Cr, gr, Jx, want_c):
     return OK
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _fd_ws(L, G, th, X, thd, tau, W, tol, thdd, Xdd, ws, have_geo=False):
     """Forward dynamics at a consistent (th, X): M thdd = tau - h + J_x^T W (Cramer), Xdd."""
     st = _reduced_ws(L, G, th, X, thd, tol, ws, have_geo)
@@ -948,7 +948,7 @@ def tid_entry(P, X, Xd, Xdd, W, branch, tau):
     return tid_ws(P, X, Xd, Xdd, W, branch, tau, np.empty(WS_SIZE + 9))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def tid_ws(P, X, Xd, Xdd, W, branch, tau, ws):
     """:func:`tid_entry` in the caller's workspace ``ws`` (>= WS_SIZE + 9,): no allocation.
 
@@ -1032,7 +1032,7 @@ def jx_entry(P, th, X, Jx):
     return _jx_from_jacobians(P, ws, Jx)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def jx_geo_ws(P, ws, Jx):
     """:func:`jx_entry` from the geometry already in ``ws[0:24]`` (e.g. right after a
     successful :func:`fk_newton_ws`, which leaves the geometry of its pose there): the
@@ -1141,7 +1141,7 @@ def sing_entry(P, th, X, out):
     return OK
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _regular_margin(P, ws, m1, db):
     """The ``margin`` of :func:`sing_entry` from A, B in ``ws[24:36]`` and their normalised
     measures ``m1``, ``db`` (:func:`normalised_measures`): 1/cond of J_x with its phi row scaled
@@ -1164,7 +1164,7 @@ def _regular_margin(P, ws, m1, db):
     return -1.0
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def sing_margin_ws(P, th, X, ws, out):
     """The measures of :func:`sing_entry` that decide a singularity check, from the geometry of
     (th, X) already in ``ws[0:24]`` (e.g. right after a successful :func:`fk_newton_ws` to X,
@@ -1184,7 +1184,7 @@ def sing_margin_ws(P, th, X, ws, out):
     return OK
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def regular_margin_ws(P, th, guess, tol_sing, X, ws, out):
     """The pose and singularity margin of a singularity check at a regular pose, the body the
     safety supervisor and the compiled loop share: the pose ``X`` (3,) by Newton from ``guess``

@@ -297,7 +297,8 @@ def test_segment_is_loaded_before_the_first_segment(config):
 
 def test_loading_the_segment_changes_nothing(tmp_path):
     """``CompiledCycles.load`` (a call of zero cycles) leaves the plant, the law and the
-    supervisor as they were, and the run after it equals the Python loop's."""
+    supervisor as they were (the plant step's ``work`` is scratch, uninitialised), and the run
+    after it equals the Python loop's."""
     from controller.app.run import build_run, load_run
     from controller.compiled import CompiledCycles
     from trajectories.base import GridCache
@@ -312,7 +313,7 @@ def test_loading_the_segment_changes_nothing(tmp_path):
     def snapshot():
         pa, _ = loop.driver.plant.compiled_step_args()
         s = loop.safety
-        return ([np.array(v, copy=True) for v in pa.values() if isinstance(v, np.ndarray)]
+        return ([np.array(v, copy=True) for k, v in pa.items() if isinstance(v, np.ndarray) and k != "work"]
                 + [loop.controller.compiled_state(), np.array([s._k]), np.array(s.pose),
                    np.array([np.count_nonzero(s._ebits)])])     # (sized on first use, as run() does)
 
@@ -325,3 +326,78 @@ def test_loading_the_segment_changes_nothing(tmp_path):
     py = _run(tmp_path, False, {"loop.duration_s": 0.5}, "py")
     fast_run = _run(tmp_path, True, {"loop.duration_s": 0.5}, "fast")
     _assert_same(py, fast_run)
+
+
+_COLD_SEGMENT = r"""
+import pickle, re, sys
+import numpy as np
+from controller import _fast_loop
+args, after, k_ref = pickle.load(open(sys.argv[1], "rb"))
+seg = _fast_loop.rrr_task_computed_torque_seg
+k = seg(*args)                   # the first kernel this process compiles: nothing compiled before it
+assert k == k_ref, (k, k_ref)
+def flat(x):
+    return [a for v in x for a in flat(v)] if isinstance(x, tuple) else [x]
+def state(a):                         # all but the scratch: the segment's work, the plant step's
+    return flat(a[:8]) + flat(a[8][:-1]) + flat(a[9:-1])
+n = 0
+for a, b in zip(state(args), state(after)):
+    if isinstance(a, np.ndarray):
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+        n += 1
+assert n > 20, n
+(cres,) = seg.overloads.values()
+ir = cres.library.get_llvm_str()
+body = re.search(r'define [^\n]*@"?' + re.escape(cres.fndesc.llvm_func_name) + r'"?\(.*?\n}\n', ir, re.S).group(0)
+print(body.count("@NRT_incref"), body.count("@NRT_decref"), body.count("@NRT_MemInfo_alloc"))
+"""
+
+
+def test_3rrr_segment_compiles_first_in_a_cold_cache_without_reference_counting(tmp_path):
+    """The 3RRR computed-torque segment runs without numba's reference counting (``_nrt=False``:
+    about a fifth of its cycle was atomic increments and decrements of array counts), so nothing
+    it reaches may allocate.  A callee that does would still work when some earlier call had
+    compiled it with reference counting (the Python loop's law, the plant's warm-up), and fail to
+    compile when the segment comes first: a new process with an empty numba cache calls the
+    segment before anything else, with the arguments of a real run's first segment, and gets the
+    same cycles and results; its machine code has no reference-counting call and no allocation."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    from controller.app.run import build_run, load_run
+    import controller.compiled as cc
+
+    seen = {}
+    spec = load_run(DIRECT, overrides={"loop.duration_s": 0.3})
+    run = build_run(spec)
+    fast_run = cc.CompiledCycles.run
+
+    def capture(self, *a, **kw):
+        seg = self._segment
+
+        def wrapped(*args):
+            before = pickle.dumps(args)
+            k = seg(*args)
+            seen.setdefault("case", (pickle.loads(before), args, k))
+            return k
+        self._segment = wrapped
+        try:
+            return fast_run(self, *a, **kw)
+        finally:
+            self._segment = seg
+
+    cc.CompiledCycles.run = capture
+    try:
+        res = run.execute()
+    finally:
+        cc.CompiledCycles.run = fast_run
+    assert res.status == "completed" and seen, res.messages
+    case = tmp_path / "case.pkl"
+    case.write_bytes(pickle.dumps(seen["case"]))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-c", _COLD_SEGMENT, str(case)], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["0", "0", "0"], r.stdout

@@ -506,7 +506,7 @@ def test_plant_loads_its_compiled_step_when_made():
         "from dynamics import load_model\n"
         "from drivers.sim import _plant_kernels as K\n"
         "from drivers.sim.plant import SimulatedPlant\n"
-        "for f, step in (('3rrr_horizontal', K.rrr_advance), ('seed000_arm', K.serial_advance)):\n"
+        "for f, step in (('3rrr_horizontal', K.rrr_advance_ws), ('seed000_arm', K.serial_advance_ws)):\n"
         "    m = load_model(f'hil_configs/robots/{f}.toml')\n"
         "    q0 = m.inverse_kinematics(m.home_pose) if hasattr(m, 'home_pose') else np.full(m.dof, 0.2)\n"
         "    assert step.signatures == [], f\n"

@@ -56,7 +56,7 @@ def _rk4_combine(cq, cqd, h6, k2q, k3q, k4q, k1v, k2v, k3v, k4v, qn, qdn):
         qdn[i] = cqd[i] + h6 * (k1v[i] + 2.0 * k2v[i] + 2.0 * k3v[i] + k4v[i])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _coulomb_update(M, imp, hh, cq, cqd, qn, qdn, v):
     """Implicit Coulomb step on the RK4 result (qn, qdn), as ``SimulatedPlant._step``: the
     velocity is projected (exact friction impulse) into v (n,) (work, no allocation), the
@@ -211,22 +211,23 @@ def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_st
 _RRR_WS = 3
 _RRR_M = _RRR_WS + WS_SIZE + 6
 _RRR_BUF = _RRR_M + 9
-_RRR_WORK = _RRR_BUF + 17 * 3 + 3
+#: size of :func:`rrr_advance_ws`'s work array [floats]
+RRR_WORK = _RRR_BUF + 17 * 3 + 3
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _rrr_qdd(P, q, qd, tau, visc, has_visc, X, wk, rhs, out):
     for i in range(3):
         rhs[i] = tau[i] - visc[i] * qd[i] if has_visc else tau[i]
     return fd_hint_ws(P, q, qd, rhs, X, wk[0], out, wk[1])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _rrr_mass(P, q, X, wk, M):
     return reduced_hint_ws(P, q, wk[0], X, False, M.reshape(9), wk[1])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _rrr_pose(P, q, X, wk, Xn):
     st, it = fk_newton_ws(P, q, X, 1e-12, 50, Xn, wk[1])
     return st
@@ -251,12 +252,19 @@ def rrr_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
     (status, steps) : the model status of the failing step (0 if none) and the
         number of completed steps; ``out`` holds the state after them.
     """
-    work = np.empty(_RRR_WORK)
+    return rrr_advance_ws(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out, np.empty(RRR_WORK))
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def rrr_advance_ws(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out, work):
+    """:func:`rrr_advance` in the caller's work array ``work`` (:data:`RRR_WORK`,), which it
+    overwrites: no allocation and no reference counting (what the simulated plant and the
+    compiled loop call every cycle)."""
     W = work[0:_RRR_WS]
     W[:] = 0.0
     M = work[_RRR_M:_RRR_BUF].reshape((3, 3))
     return _rk4_advance(_rrr_qdd, _rrr_mass, _rrr_pose, P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps,
-                        out, (W, work[_RRR_WS:_RRR_M]), M, work[_RRR_BUF:_RRR_WORK])
+                        out, (W, work[_RRR_WS:_RRR_M]), M, work[_RRR_BUF:RRR_WORK])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,7 +316,24 @@ def serial_advance(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out):
     (status, steps) : 0 or :data:`ST_SERIAL_NOT_PD` / :data:`ST_NOT_FINITE` for the
         failing step, and the number of completed steps.
     """
+    return serial_advance_ws(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out,
+                             np.empty(serial_work_size(q.shape[0])))
+
+
+@njit(cache=True, error_model="numpy")
+def serial_work_size(n):
+    """Size of :func:`serial_advance_ws`'s work array for ``n`` joints [floats]: M (n, n), the
+    link work (n, NW), the step's buffer (17 n,) and the empty extra state."""
+    return n * n + n * NW + 17 * n
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def serial_advance_ws(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out, work):
+    """:func:`serial_advance` in the caller's work array ``work`` (:func:`serial_work_size`,),
+    which it overwrites: no allocation and no reference counting."""
     n = q.shape[0]
-    M = np.empty((n, n))
-    return _rk4_advance(_serial_qdd, _serial_mass, _no_extra_state, P, q, qd, np.empty(0), ta, cmd, par, lag,
-                        flags, h, n_steps, out, (M, np.empty((n, NW))), M, np.empty(17 * n))
+    M = work[0:n * n].reshape((n, n))
+    Rl = work[n * n:n * n + n * NW].reshape((n, NW))
+    buf = work[n * n + n * NW:n * n + n * NW + 17 * n]
+    return _rk4_advance(_serial_qdd, _serial_mass, _no_extra_state, P, q, qd, buf[0:0], ta, cmd, par, lag,
+                        flags, h, n_steps, out, (M, Rl), M, buf)

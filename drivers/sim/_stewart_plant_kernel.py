@@ -59,6 +59,18 @@ def stewart_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
         runs it and raises or, where the kernel's conditioning bound is only conservative,
         completes it) and the number of completed steps.
     """
-    M = np.empty((6, 6))
+    return stewart_advance_ws(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out, np.empty(STEWART_WORK))
+
+
+#: size of :func:`stewart_advance_ws`'s work array [floats]: M (6, 6) and the step's buffer
+STEWART_WORK = 36 + 17 * 6 + 6
+
+
+@njit(cache=True, error_model="numpy")
+def stewart_advance_ws(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out, work):
+    """:func:`stewart_advance` in the caller's work array ``work`` (:data:`STEWART_WORK`,),
+    which it overwrites (the model's one-state kernels allocate their own small arrays, so this
+    step keeps numba's reference counting, unlike the 3RRR's and a serial chain's)."""
+    M = work[0:36].reshape((6, 6))
     return _rk4_advance(_stewart_qdd, _stewart_mass, _stewart_pose, P, q, qd, X, ta, cmd, par, lag, flags, h,
-                        n_steps, out, (M,), M, np.empty(17 * 6 + 6))
+                        n_steps, out, (M,), M, work[36:STEWART_WORK])

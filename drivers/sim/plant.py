@@ -277,7 +277,9 @@ class SimulatedPlant:
             except NotImplementedError:
                 guess = None
             self._X = self._fk(self._q, guess)
-        self._kernel, self._kind = self._fast_kernel()
+        self._kernel, self._kind, work_size = self._fast_kernel()
+        #: the compiled step's work array (it allocates nothing per call)
+        self._work = np.empty(work_size)
         self._check_state()
         # the compiled step's two output buffers, each with its views (q, qd, X, applied torque):
         # a step writes the buffer the state does not view, then the state takes its views
@@ -295,8 +297,9 @@ class SimulatedPlant:
             self._advance_compiled(self._h_max, 0)
 
     def _fast_kernel(self):
-        """The compiled step of :mod:`._plant_kernels` when it applies to this plant and the
-        robot's kind ("rrr", "serial", "stewart"), else ``(None, None)``.
+        """The compiled step of :mod:`._plant_kernels` when it applies to this plant, the
+        robot's kind ("rrr", "serial", "stewart") and the size of the step's work array, else
+        ``(None, None, 0)``.
 
         It applies to the RK4 integration of an exact :class:`dynamics.planar3rrr.Planar3RRR`,
         :class:`dynamics.serial.SerialModel` or :class:`dynamics.stewart.StewartPlatform`
@@ -305,18 +308,18 @@ class SimulatedPlant:
         so that another robot's plant does not load that family's kernels.
         """
         if self._integrator != "rk4":
-            return None, None
+            return None, None, 0
         kind = exact_model_kind(self._model)
         if kind == "rrr":
-            from ._plant_kernels import rrr_advance
-            return rrr_advance, "rrr"
+            from ._plant_kernels import RRR_WORK, rrr_advance_ws
+            return rrr_advance_ws, "rrr", RRR_WORK
         if kind == "serial":
-            from ._plant_kernels import serial_advance
-            return serial_advance, "serial"
+            from ._plant_kernels import serial_advance_ws, serial_work_size
+            return serial_advance_ws, "serial", serial_work_size(self._n)
         if kind == "stewart":
-            from ._stewart_plant_kernel import stewart_advance
-            return stewart_advance, "stewart"
-        return None, None
+            from ._stewart_plant_kernel import STEWART_WORK, stewart_advance_ws
+            return stewart_advance_ws, "stewart", STEWART_WORK
+        return None, None, 0
 
     def _kernel_params(self):
         """The packed model parameters the compiled step takes."""
@@ -778,13 +781,13 @@ class SimulatedPlant:
         out, views = self._bufs[k]
         if self._parallel:
             st, done = self._kernel(self._kernel_params(), self._q, self._qd, self._X, self._tau_applied,
-                                    self._cmd, self._par, self._lag_s, flags, h, n_steps, out)
+                                    self._cmd, self._par, self._lag_s, flags, h, n_steps, out, self._work)
             if done:
                 self._q, self._qd, self._X, self._tau_applied = views
                 self._buf_next = 1 - k
             return done
         st, done = self._kernel(self._model._P, self._q, self._qd, self._tau_applied,
-                                self._cmd, self._par, self._lag_s, flags, h, n_steps, out)
+                                self._cmd, self._par, self._lag_s, flags, h, n_steps, out, self._work)
         if done:
             self._q, self._qd, _, self._tau_applied = views
             self._buf_next = 1 - k
@@ -801,7 +804,8 @@ class SimulatedPlant:
             the constants of :func:`._plant_kernels.rrr_advance` (``kind`` "rrr"),
             :func:`._plant_kernels.serial_advance` (``kind`` "serial"; ``X`` is then empty) or
             :func:`._stewart_plant_kernel.stewart_advance` (``kind`` "stewart", ``X`` (6,))
-            and the encoder quantum; or None and why (the loop then steps this plant through
+            the encoder quantum and ``work``, a work array of the step's size (the ``*_ws``
+            form of the step takes it); or None and why (the loop then steps this plant through
             :meth:`advance_to`).  Applies while the compiled RK4 step does: an exact
             ``Planar3RRR``, ``SerialModel`` or ``StewartPlatform``, no external wrench, no
             drive PD, no brake engaged or pending, no measurement noise.
@@ -827,7 +831,8 @@ class SimulatedPlant:
                     "ta": self._tau_applied.copy(), "t": np.array([self._t]), "cmd": self._cmd.copy(),
                     "par": self._par.copy(), "lag": self._lag_s, "flags": flags, "h_max": self._h_max,
                     "has_quant": quant,
-                    "quantum": self._quantum.copy() if quant else np.ones(self._n)}, ""
+                    "quantum": self._quantum.copy() if quant else np.ones(self._n),
+                    "work": np.empty_like(self._work)}, ""
 
     def set_compiled_state(self, q, qd, X, tau_applied, t_s: float, tau_held) -> None:
         """Take back the state the compiled loop advanced (see :meth:`compiled_step_args`):
