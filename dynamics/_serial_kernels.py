@@ -19,15 +19,15 @@ import numpy as np
 from numba import njit, types
 
 from ._kernel_cache import stamp_package_caches
-from ._serial_core import (HDR, JB, NW, _coriolis_core, _crba_core, _energy_core, _fd_core, _finite1, _finite2,
-                           _jac_core, _poses_core, _rnea_core, pack)
+from ._serial_core import (HDR, JB, NW, STACK_JOINTS, _coriolis_core, _crba_core, _energy_core, _fd_core, _finite1,
+                           _finite2, _jac_core, _poses_core, _rnea_core, pack, stack_rows)
 
 _V = types.float64[::1]
 _M2 = types.float64[:, ::1]
 _B = types.boolean
 _F = types.float64
 
-__all__ = ["HDR", "JB", "pack"]
+__all__ = ["HDR", "JB", "STACK_JOINTS", "pack"]
 
 
 # ---------------------------------------------------------------------------
@@ -39,24 +39,38 @@ __all__ = ["HDR", "JB", "pack"]
 stamp_package_caches()
 
 
-@njit([(_V, _V, _V, _V, _V)], cache=True, error_model="numpy")
-def rnea_into(P, q, qd, qdd, out):
-    """:func:`rnea` into ``out`` (n,): from Python, a caller-made array costs less than the
-    array a kernel returns (numba's boxing of a new array)."""
+@njit(inline="always", error_model="numpy")
+def _rnea_checked(P, q, qd, qdd, out, Rl):
+    """:func:`rnea` into ``out`` (n,) with the link work ``Rl`` (n, NW), after the checks."""
     n = int(P[0])
     if q.shape[0] != n or qd.shape[0] != n or qdd.shape[0] != n or out.shape[0] != n:
         raise ValueError("wrong input length")
     if not (_finite1(q) and _finite1(qd) and _finite1(qdd)):
         raise ValueError("non-finite input")
-    Rl = np.empty((n, NW))
     _rnea_core(P, q, qd, qdd, True, 1.0, qdd, False, out, Rl)
+
+
+# The ``*_into`` entry points are what ``SerialModel`` calls from Python for one state of a chain
+# of at most STACK_JOINTS joints: into the caller's array (a caller-made array costs less than
+# the array a kernel returns: numba's boxing of a new array), scratch on the stack, and without
+# numba's reference counting (_nrt=False), which would otherwise wrap each array argument in a
+# newly allocated record for the call.  A longer chain raises ValueError here (``SerialModel``
+# does not call them for one).
+@njit([(_V, _V, _V, _V, _V)], cache=True, error_model="numpy", _nrt=False)
+def rnea_into(P, q, qd, qdd, out):
+    """:func:`rnea` into ``out`` (n,), n <= STACK_JOINTS."""
+    n = int(P[0])
+    if n > STACK_JOINTS:
+        raise ValueError("more joints than the stack path takes")
+    _rnea_checked(P, q, qd, qdd, out, stack_rows(n, NW))
 
 
 @njit([(_V, _V, _V, _V)], cache=True, error_model="numpy")
 def rnea(P, q, qd, qdd):
     """Inverse dynamics, one state: tau (n,)."""
+    n = int(P[0])
     out = np.empty(q.shape[0])
-    rnea_into(P, q, qd, qdd, out)
+    _rnea_checked(P, q, qd, qdd, out, np.empty((n, NW)))
     return out
 
 
@@ -116,23 +130,32 @@ def rnea_batch(P, Q, QD, QDD, Wr, use_qdd, grav, use_wrench):
 # ---------------------------------------------------------------------------
 
 
-@njit([(_V, _V, _M2)], cache=True, error_model="numpy")
-def crba_into(P, q, M):
-    """Mass matrix into ``M`` (n, n), one state (see :func:`rnea_into`)."""
+@njit(inline="always", error_model="numpy")
+def _crba_checked(P, q, M, Rl):
+    """Mass matrix into ``M`` (n, n) with the link work ``Rl`` (n, NW), after the checks."""
     n = int(P[0])
     if q.shape[0] != n or M.shape[0] != n or M.shape[1] != n:
         raise ValueError("wrong input length")
     if not _finite1(q):
         raise ValueError("non-finite input")
-    Rl = np.empty((n, NW))
     _crba_core(P, q, M, Rl)
+
+
+@njit([(_V, _V, _M2)], cache=True, error_model="numpy", _nrt=False)
+def crba_into(P, q, M):
+    """Mass matrix into ``M`` (n, n), one state, n <= STACK_JOINTS (see :func:`rnea_into`)."""
+    n = int(P[0])
+    if n > STACK_JOINTS:
+        raise ValueError("more joints than the stack path takes")
+    _crba_checked(P, q, M, stack_rows(n, NW))
 
 
 @njit([(_V, _V)], cache=True, error_model="numpy")
 def crba(P, q):
     """Mass matrix (n, n), one state."""
+    n = int(P[0])
     M = np.empty((q.shape[0], q.shape[0]))
-    crba_into(P, q, M)
+    _crba_checked(P, q, M, np.empty((n, NW)))
     return M
 
 
@@ -157,25 +180,35 @@ def crba_batch(P, Q):
 # ---------------------------------------------------------------------------
 
 
-@njit([(_V, _V, _V, _V, _V)], cache=True, error_model="numpy")
-def aba_into(P, q, qd, tau, out):
-    """Forward dynamics qdd into ``out`` (n,), one state, no wrench (see :func:`rnea_into`)."""
+@njit(inline="always", error_model="numpy")
+def _aba_checked(P, q, qd, tau, out, M, Rl):
+    """Forward dynamics qdd into ``out`` (n,) with the work ``M`` (n, n), ``Rl`` (n, NW), after
+    the checks."""
     n = int(P[0])
     if q.shape[0] != n or qd.shape[0] != n or tau.shape[0] != n or out.shape[0] != n:
         raise ValueError("wrong input length")
     if not (_finite1(q) and _finite1(qd) and _finite1(tau)):
         raise ValueError("non-finite input")
-    M = np.empty((n, n))
-    Rl = np.empty((n, NW))
     if not _fd_core(P, q, qd, tau, tau, False, out, M, Rl):
         raise ZeroDivisionError("mass matrix is not positive definite")
+
+
+@njit([(_V, _V, _V, _V, _V)], cache=True, error_model="numpy", _nrt=False)
+def aba_into(P, q, qd, tau, out):
+    """Forward dynamics qdd into ``out`` (n,), one state, no wrench, n <= STACK_JOINTS (see
+    :func:`rnea_into`)."""
+    n = int(P[0])
+    if n > STACK_JOINTS:
+        raise ValueError("more joints than the stack path takes")
+    _aba_checked(P, q, qd, tau, out, stack_rows(n, n), stack_rows(n, NW))
 
 
 @njit([(_V, _V, _V, _V)], cache=True, error_model="numpy")
 def aba(P, q, qd, tau):
     """Forward dynamics qdd (n,), one state, no wrench."""
+    n = int(P[0])
     out = np.empty(q.shape[0])
-    aba_into(P, q, qd, tau, out)
+    _aba_checked(P, q, qd, tau, out, np.empty((n, n)), np.empty((n, NW)))
     return out
 
 

@@ -426,3 +426,36 @@ def test_singular_mass_matrix_is_a_model_error():
         model.forward_dynamics(np.zeros(1), np.zeros(1), np.ones(1))
     with pytest.raises(ModelError, match="not positive definite"):
         model.forward_dynamics(np.zeros((3, 1)), np.zeros((3, 1)), np.ones((3, 1)))
+
+
+@pytest.mark.parametrize("n", [1, 7, 32, 33, 40])
+def test_one_state_calls_on_either_side_of_the_stack_bound(n):
+    """The one-state entry points keep their scratch on the stack up to ``STACK_JOINTS`` joints
+    and decline a longer chain, which the model then computes on the allocating path: the same
+    values either way (against the batch kernels, which allocate), for a random n-joint chain."""
+    from dynamics import _serial_kernels as K
+
+    rng = np.random.default_rng(n)
+    X = np.tile(np.eye(4), (n, 1, 1))
+    for i in range(n):
+        X[i, :3, 3] = rng.uniform(-0.2, 0.2, 3)
+        a, b = rng.uniform(-np.pi, np.pi, 2)
+        X[i, :3, :3] = (np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
+                        @ np.array([[np.cos(b), 0, np.sin(b)], [0, 1, 0], [-np.sin(b), 0, np.cos(b)]]))
+    model = SerialModel(joint_types=["revolute", "prismatic"] * (n // 2) + ["revolute"] * (n % 2), placements=X,
+                        mass=rng.uniform(0.5, 2.0, n), com=rng.uniform(-0.05, 0.05, (n, 3)),
+                        inertia=[np.eye(3) * 0.01] * n, name=f"chain{n}")
+    q, qd, qdd = rng.uniform(-1, 1, (3, n))
+    tau = model.inverse_dynamics(q, qd, qdd)
+    M = model.mass_matrix(q)
+    acc = model.forward_dynamics(q, qd, tau)
+    assert np.array_equal(tau, model.inverse_dynamics(q[None], qd[None], qdd[None])[0])
+    assert np.array_equal(M, model.mass_matrix(q[None])[0])
+    assert np.allclose(acc, qdd, rtol=1e-8, atol=1e-8)
+    out = np.empty(n)
+    if n <= K.STACK_JOINTS:
+        K.rnea_into(model._P, q, qd, qdd, out)
+        assert np.array_equal(out, tau)
+    else:
+        with pytest.raises(ValueError, match="more joints"):
+            K.rnea_into(model._P, q, qd, qdd, out)
