@@ -13,6 +13,11 @@ and reports how many steps were completed, and the caller re-runs the failing
 step on the Python path (which raises the proper error).
 
 Flags (bit mask): 1 viscous, 2 Coulomb, 4 drive PD, 8 saturation.
+
+What runs every control cycle (the plant's ``advance_to``, the compiled offline loop) is the
+``*_ws`` form, :func:`rrr_advance_ws` or :func:`serial_advance_ws`: the caller's work array and
+no reference counting (``_nrt=False``, as the model helpers it calls), so nothing it reaches
+may allocate; :func:`rrr_advance` and :func:`serial_advance` allocate the work themselves.
 """
 
 from __future__ import annotations
