@@ -12,9 +12,13 @@ compiled functions the Python loop calls:
   :func:`~controller._safety_rules.evaluate_inline`) and, for the 3RRR, the periodic
   singularity check with the model's own kernels (what ``SafetySupervisor.check`` runs on a
   clean cycle);
-* the plant step: :func:`drivers.sim._plant_kernels.rrr_advance` or
-  :func:`~drivers.sim._plant_kernels.serial_advance` (what ``SimulatedPlant.advance_to``
+* the plant step: :func:`drivers.sim._plant_kernels.rrr_advance_ws` or
+  :func:`~drivers.sim._plant_kernels.serial_advance_ws` (what ``SimulatedPlant.advance_to``
   runs) and the encoder quantisation of ``SimulatedPlant.measure``.
+
+The segments allocate nothing: their work arrays come from the caller (:func:`segment_work`,
+the plant's work in its arguments), and :func:`rrr_task_computed_torque_seg` runs without
+numba's reference counting (``_nrt=False``; the other entries' law kernels allocate).
 
 The Gough-Stewart platform's entries are in :mod:`controller._fast_loop_stewart` (the same
 :func:`_cycles` with its laws, plant step and singularity check), apart so that no other
