@@ -12,6 +12,7 @@ import tomli_w
 from dynamics import load_model
 from dynamics.config import read_toml
 from dynamics.errors import ConfigError, ModelError, TorqueloopError
+from dynamics._serial_core import STACK_JOINTS
 from dynamics.serial import SerialModel, dh_transform
 
 ROBOTS = Path(__file__).resolve().parents[1] / "hil_configs" / "robots"
@@ -428,7 +429,7 @@ def test_singular_mass_matrix_is_a_model_error():
         model.forward_dynamics(np.zeros((3, 1)), np.zeros((3, 1)), np.ones((3, 1)))
 
 
-@pytest.mark.parametrize("n", [1, 7, 32, 33, 40])
+@pytest.mark.parametrize("n", [1, 7, STACK_JOINTS, STACK_JOINTS + 1, STACK_JOINTS + 6])
 def test_one_state_calls_on_either_side_of_the_stack_bound(n):
     """The one-state entry points keep their scratch on the stack up to ``STACK_JOINTS`` joints
     and decline a longer chain, which the model then computes on the allocating path: the same
