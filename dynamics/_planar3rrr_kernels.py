@@ -352,108 +352,148 @@ def fk_newton(L, th, X0, tol, max_iter, X):
     return fk_newton_ws(L, th, X0, tol, max_iter, X, ws)
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _leg_terms(L, ws, i, thdi, phid, gx, gy):
+    """Leg i's entries of the redundant-coordinate dynamics, from the geometry in ws[0:24].
+
+    The only place these entries are written: the full 6x6 matrices
+    (:func:`_full_mass`, :func:`_full_coriolis`, :func:`_full_gravity`) and the reduced
+    dynamics (:func:`_reduced_ws`, which skips their structural zeros) are built from it.
+    ``thdi`` [rad/s] the leg's joint rate, ``phid`` [rad/s] the platform's angular rate,
+    ``gx, gy`` [m/s^2] gravity.  Returns (Mf[i, i], Mf[i, 3], Mf[i, 4], Mf[i, 5] (= the
+    column entries Mf[3:6, i]), Cf[i, 5], Cf[3, i], Cf[4, i], Cf[5, i], gf[i], mCC,
+    rho_p = (rpx, rpy), dJ_C/dt of the phi column (jcdx, jcdy)); the other entries of
+    row and column i are zero (q = (th1, th2, th3, x, y, phi)).
+    """
+    k = 8 * i
+    a = L[i, 4]
+    mBB = L[i, 8]
+    mBC = L[i, 9]
+    ux = ws[k]
+    uy = ws[k + 1]
+    nx = ws[k + 2]
+    ny = ws[k + 3]
+    rx = ws[k + 4]
+    ry = ws[k + 5]
+    mii = L[i, 6] + mBB * a * a
+    # J_B (th_i column) = a n ; J_C = [[1, 0, -rho_y], [0, 1, rho_x]]
+    jbx = a * nx
+    jby = a * ny
+    rpx = -ry
+    rpy = rx
+    v3 = mBC * jbx
+    v4 = mBC * jby
+    v5 = mBC * (jbx * rpx + jby * rpy)
+    # dJ_B/dt (th_i column) = -a thd u ; dJ_C/dt (phi column) = -phid rho
+    jbdx = -a * thdi * ux
+    jbdy = -a * thdi * uy
+    jcdx = -phid * rx
+    jcdy = -phid * ry
+    # row th_i: a n . (mBB dJ_B + mBC dJ_C); the mBB part is a n . u = 0
+    ci5 = a * mBC * (nx * jcdx + ny * jcdy)
+    # rows x, y, phi: J_C^T (mBC dJ_B + mCC dJ_C) (the mCC part: _platform_terms)
+    c3i = mBC * jbdx
+    c4i = mBC * jbdy
+    c5i = mBC * (rpx * jbdx + rpy * jbdy)
+    gfi = -(L[i, 7] + L[i, 11] * a) * (gx * nx + gy * ny)
+    return mii, v3, v4, v5, ci5, c3i, c4i, c5i, gfi, L[i, 10], rpx, rpy, jcdx, jcdy
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _platform_terms(L, G, l0, l1, l2):
+    """The platform block of the redundant-coordinate dynamics from the three legs' terms
+    (:func:`_leg_terms`): (Mf[3, 3] = Mf[4, 4], Mf[3, 5], Mf[4, 5], Mf[5, 5], Cf[3, 5],
+    Cf[4, 5], Cf[5, 5], gf[3], gf[4], gf[5]); Mf[3, 4] and Cf[3:5, 3:5] are zero."""
+    gx = G[2]
+    gy = G[3]
+    m33 = G[0]
+    m35 = 0.0
+    m45 = 0.0
+    m55 = G[1]
+    c35 = 0.0
+    c45 = 0.0
+    c55 = 0.0
+    gf3 = -G[0] * gx
+    gf4 = -G[0] * gy
+    gf5 = 0.0
+    for i in range(3):
+        t = l0 if i == 0 else (l1 if i == 1 else l2)
+        mCC = t[9]
+        rpx = t[10]
+        rpy = t[11]
+        jcdx = t[12]
+        jcdy = t[13]
+        m33 += mCC
+        m35 += mCC * rpx
+        m45 += mCC * rpy
+        m55 += mCC * (rpx * rpx + rpy * rpy)
+        c35 += mCC * jcdx
+        c45 += mCC * jcdy
+        c55 += mCC * (rpx * jcdx + rpy * jcdy)
+        mC = L[i, 12]
+        gf3 -= mC * gx
+        gf4 -= mC * gy
+        gf5 -= mC * (gx * rpx + gy * rpy)
+    return m33, m35, m45, m55, c35, c45, c55, gf3, gf4, gf5
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _all_terms(L, G, ws, thd0, thd1, thd2, phid):
+    """:func:`_leg_terms` of the three legs (joint rates thd0..2, platform rate phid [rad/s])
+    and :func:`_platform_terms`."""
+    l0 = _leg_terms(L, ws, 0, thd0, phid, G[2], G[3])
+    l1 = _leg_terms(L, ws, 1, thd1, phid, G[2], G[3])
+    l2 = _leg_terms(L, ws, 2, thd2, phid, G[2], G[3])
+    return l0, l1, l2, _platform_terms(L, G, l0, l1, l2)
+
+
 @njit(cache=True, error_model="numpy")
 def _full_mass(L, G, ws):
     """KE Hessian d^2T/dqd^2 in q = (th1, th2, th3, x, y, phi), row-major into ws[48:84]."""
     for r in range(48, 84):
         ws[r] = 0.0
-    m33 = G[0]
-    m35 = 0.0
-    m45 = 0.0
-    m55 = G[1]
+    l0, l1, l2, pf = _all_terms(L, G, ws, 0.0, 0.0, 0.0, 0.0)
     for i in range(3):
-        k = 8 * i
-        a = L[i, 4]
-        mBB = L[i, 8]
-        mBC = L[i, 9]
-        mCC = L[i, 10]
-        ws[48 + 7 * i] = L[i, 6] + mBB * a * a
-        # J_B (th_i column) = a n ; J_C = [[1, 0, -rho_y], [0, 1, rho_x]]
-        jbx = a * ws[k + 2]
-        jby = a * ws[k + 3]
-        rpx = -ws[k + 5]
-        rpy = ws[k + 4]
-        v3 = mBC * jbx
-        v4 = mBC * jby
-        v5 = mBC * (jbx * rpx + jby * rpy)
-        ws[48 + 6 * i + 3] = v3
-        ws[48 + 6 * i + 4] = v4
-        ws[48 + 6 * i + 5] = v5
-        ws[48 + 18 + i] = v3
-        ws[48 + 24 + i] = v4
-        ws[48 + 30 + i] = v5
-        m33 += mCC
-        m35 += mCC * rpx
-        m45 += mCC * rpy
-        m55 += mCC * (rpx * rpx + rpy * rpy)
-    ws[48 + 21] = m33
-    ws[48 + 28] = m33
-    ws[48 + 23] = m35
-    ws[48 + 33] = m35
-    ws[48 + 29] = m45
-    ws[48 + 34] = m45
-    ws[48 + 35] = m55
+        t = l0 if i == 0 else (l1 if i == 1 else l2)
+        ws[48 + 7 * i] = t[0]
+        for j in range(3):
+            ws[48 + 6 * i + 3 + j] = t[1 + j]
+            ws[48 + 6 * (3 + j) + i] = t[1 + j]
+    ws[48 + 21] = pf[0]
+    ws[48 + 28] = pf[0]
+    ws[48 + 23] = pf[1]
+    ws[48 + 33] = pf[1]
+    ws[48 + 29] = pf[2]
+    ws[48 + 34] = pf[2]
+    ws[48 + 35] = pf[3]
 
 
 @njit(cache=True, error_model="numpy")
-def _full_coriolis(L, ws, thd, phid):
+def _full_coriolis(L, G, ws, thd, phid):
     """C_full(q, qd) = sum m_jk J_j^T dJ_k/dt (C_full qd = Mdot qd - dT/dq), row-major into ws[84:120]."""
     for r in range(84, 120):
         ws[r] = 0.0
-    c35 = 0.0
-    c45 = 0.0
-    c55 = 0.0
+    l0, l1, l2, pf = _all_terms(L, G, ws, thd[0], thd[1], thd[2], phid)
     for i in range(3):
-        k = 8 * i
-        a = L[i, 4]
-        mBC = L[i, 9]
-        mCC = L[i, 10]
-        ux = ws[k]
-        uy = ws[k + 1]
-        nx = ws[k + 2]
-        ny = ws[k + 3]
-        rx = ws[k + 4]
-        ry = ws[k + 5]
-        # dJ_B/dt (th_i column) = -a thd u ; dJ_C/dt (phi column) = -phid rho
-        jbdx = -a * thd[i] * ux
-        jbdy = -a * thd[i] * uy
-        jcdx = -phid * rx
-        jcdy = -phid * ry
-        rpx = -ry
-        rpy = rx
-        # row th_i: a n . (mBB dJ_B + mBC dJ_C); the mBB part is a n . u = 0
-        ws[84 + 6 * i + 5] = a * mBC * (nx * jcdx + ny * jcdy)
-        # rows x, y, phi: J_C^T (mBC dJ_B + mCC dJ_C)
-        ws[84 + 18 + i] = mBC * jbdx
-        ws[84 + 24 + i] = mBC * jbdy
-        ws[84 + 30 + i] = mBC * (rpx * jbdx + rpy * jbdy)
-        c35 += mCC * jcdx
-        c45 += mCC * jcdy
-        c55 += mCC * (rpx * jcdx + rpy * jcdy)
-    ws[84 + 23] = c35
-    ws[84 + 29] = c45
-    ws[84 + 35] = c55
+        t = l0 if i == 0 else (l1 if i == 1 else l2)
+        ws[84 + 6 * i + 5] = t[4]
+        for j in range(3):
+            ws[84 + 6 * (3 + j) + i] = t[5 + j]
+    ws[84 + 23] = pf[4]
+    ws[84 + 29] = pf[5]
+    ws[84 + 35] = pf[6]
 
 
 @njit(cache=True, error_model="numpy")
 def _full_gravity(L, G, ws):
     """dV/dq in redundant coordinates, V = -sum m g.p, into ws[120:126]."""
-    gx = G[2]
-    gy = G[3]
-    gf3 = -G[0] * gx
-    gf4 = -G[0] * gy
-    gf5 = 0.0
-    for i in range(3):
-        k = 8 * i
-        a = L[i, 4]
-        ws[120 + i] = -(L[i, 7] + L[i, 11] * a) * (gx * ws[k + 2] + gy * ws[k + 3])
-        mC = L[i, 12]
-        gf3 -= mC * gx
-        gf4 -= mC * gy
-        gf5 -= mC * (gx * (-ws[k + 5]) + gy * ws[k + 4])
-    ws[123] = gf3
-    ws[124] = gf4
-    ws[125] = gf5
+    l0, l1, l2, pf = _all_terms(L, G, ws, 0.0, 0.0, 0.0, 0.0)
+    ws[120] = l0[8]
+    ws[121] = l1[8]
+    ws[122] = l2[8]
+    ws[123] = pf[7]
+    ws[124] = pf[8]
+    ws[125] = pf[9]
 
 
 @njit(cache=True, error_model="numpy")
@@ -494,8 +534,10 @@ def _inverse_jacobians(L, G, th, X, tol, ws, have_geo):
 # branch), so a caller's read-only array is accepted where it is an input.
 @njit(cache=True, error_model="numpy", _nrt=False)
 def prepare_thd(L, G, th, X, thd, Xd, tol, ws, have_geo=False):
-    """Everything the dynamics needs at a consistent (th, X), into the workspace, from the
-    joint rates: thd (3,) given (read), Xd = -B^{-1} A thd computed into the array Xd (3,).
+    """What the dynamics needs at a consistent (th, X) besides the legs' terms
+    (:func:`_all_terms`, formed where they are used), into the workspace: A, B, B^{-1}
+    (:func:`_inverse_jacobians`, with the singularity test) and gamma, from the joint
+    rates: thd (3,) given (read), Xd = -B^{-1} A thd computed into the array Xd (3,).
     ``have_geo``: ws[0:24] already holds the geometry at (th, X) (e.g. right after
     fk_newton_ws).  Returns a status code.
     """
@@ -505,7 +547,7 @@ def prepare_thd(L, G, th, X, thd, Xd, tol, ws, have_geo=False):
     for r in range(3):
         Xd[r] = -(ws[36 + 3 * r] * ws[24] * thd[0] + ws[37 + 3 * r] * ws[25] * thd[1]
                   + ws[38 + 3 * r] * ws[26] * thd[2])
-    _prepared_terms(L, G, ws, thd, Xd)
+    gamma(L, ws, thd, Xd)
     return OK
 
 
@@ -518,33 +560,53 @@ def prepare_xd(L, G, th, X, thd, Xd, tol, ws, have_geo=False):
         return st
     for i in range(3):
         thd[i] = -(ws[27 + 3 * i] * Xd[0] + ws[28 + 3 * i] * Xd[1] + ws[29 + 3 * i] * Xd[2]) / ws[24 + i]
-    _prepared_terms(L, G, ws, thd, Xd)
+    gamma(L, ws, thd, Xd)
     return OK
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _prepared_terms(L, G, ws, thd, Xd):
-    """The preparation's velocity, mass, Coriolis and gravity terms (both forms)."""
-    gamma(L, ws, thd, Xd)
-    _full_mass(L, G, ws)
-    _full_coriolis(L, ws, thd, Xd[2])
-    _full_gravity(L, G, ws)
-
-
 @njit(cache=True, error_model="numpy")
-def _forces(ws, thd, Xd, thdd, Xdd, W):
-    """F = Mf qdd + Cf qd + gf - [0; W] into ws[130:136], from a prepared workspace."""
-    for r in range(6):
-        acc = ws[120 + r]
-        m0 = 48 + 6 * r
-        c0 = 84 + 6 * r
+def _forces(L, G, ws, thd, Xd, thdd, Xdd, W):
+    """F = Mf qdd + Cf qd + gf - [0; W] into ws[130:136], from a prepared workspace
+    (the geometry, and the rates thd, Xd (3,) [rad/s, m/s, rad/s]) and the accelerations
+    thdd, Xdd (3,); W (3,) the wrench on the platform [N, N, N m].
+
+    Row r is summed over c = 0, 1, 2 as ``(Mf[r, c] thdd_c + Cf[r, c] thd_c) +
+    (Mf[r, 3 + c] Xdd_c + Cf[r, 3 + c] Xd_c)`` with the entries of :func:`_all_terms`
+    and their structural zeros left out: the dense product's result to the bit.
+    """
+    phid = Xd[2]
+    l0, l1, l2, pf = _all_terms(L, G, ws, thd[0], thd[1], thd[2], phid)
+    m33, m35, m45, m55, c35, c45, c55, gf3, gf4, gf5 = pf
+    for r in range(3):
+        t = l0 if r == 0 else (l1 if r == 1 else l2)
+        acc = t[8]
         for c in range(3):
-            acc += ws[m0 + c] * thdd[c] + ws[c0 + c] * thd[c]
-            acc += ws[m0 + 3 + c] * Xdd[c] + ws[c0 + 3 + c] * Xd[c]
+            if r == c:
+                acc += t[0] * thdd[c]
+            if c == 2:
+                acc += t[3] * Xdd[2] + t[4] * phid
+            else:
+                acc += t[1 + c] * Xdd[c]
         ws[130 + r] = acc
-    ws[133] -= W[0]
-    ws[134] -= W[1]
-    ws[135] -= W[2]
+    F3 = gf3 + (l0[1] * thdd[0] + l0[5] * thd[0])
+    F3 += m33 * Xdd[0]
+    F3 += l1[1] * thdd[1] + l1[5] * thd[1]
+    F3 += l2[1] * thdd[2] + l2[5] * thd[2]
+    F3 += m35 * Xdd[2] + c35 * phid
+    F4 = gf4 + (l0[2] * thdd[0] + l0[6] * thd[0])
+    F4 += l1[2] * thdd[1] + l1[6] * thd[1]
+    F4 += m33 * Xdd[1]
+    F4 += l2[2] * thdd[2] + l2[6] * thd[2]
+    F4 += m45 * Xdd[2] + c45 * phid
+    F5 = gf5 + (l0[3] * thdd[0] + l0[7] * thd[0])
+    F5 += m35 * Xdd[0]
+    F5 += l1[3] * thdd[1] + l1[7] * thd[1]
+    F5 += m45 * Xdd[1]
+    F5 += l2[3] * thdd[2] + l2[7] * thd[2]
+    F5 += m55 * Xdd[2] + c55 * phid
+    ws[133] = F3 - W[0]
+    ws[134] = F4 - W[1]
+    ws[135] = F5 - W[2]
 
 
 @njit(cache=True, error_model="numpy")
@@ -576,11 +638,64 @@ def task_inverse_dynamics(L, G, X, Xd, Xdd, W, branch, tol, tau, lam, th, thd, t
     for i in range(3):
         thdd[i] = -(ws[27 + 3 * i] * Xdd[0] + ws[28 + 3 * i] * Xdd[1] + ws[29 + 3 * i] * Xdd[2]
                     + ws[45 + i]) / ws[24 + i]
-    _forces(ws, thd, Xd, thdd, Xdd, W)
+    _forces(L, G, ws, thd, Xd, thdd, Xdd, W)
     _torques(ws, tau)
     for i in range(3):
         lam[i] = ws[139 + i]
     return OK
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _task_jacobian(ws):
+    """J_x = -B^{-1} A (3x3, row-major as a 9-tuple) from B^{-1} (ws[36:45]) and A (ws[24:27])."""
+    A0 = ws[24]
+    A1 = ws[25]
+    A2 = ws[26]
+    return (-ws[36] * A0, -ws[37] * A1, -ws[38] * A2,
+            -ws[39] * A0, -ws[40] * A1, -ws[41] * A2,
+            -ws[42] * A0, -ws[43] * A1, -ws[44] * A2)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _reduced_inertia(l0, l1, l2, pf, J, ws):
+    """M = G^T Mf G, G = [I; J_x], into ws[160:169] (row-major) and J_x into ws[175:184],
+    from the legs' and the platform's terms (:func:`_all_terms`) and J (:func:`_task_jacobian`).
+
+    Mf G is formed row by row as ``Mf[r, c] + Mf[r, 3] J[0, c] + Mf[r, 4] J[1, c] +
+    Mf[r, 5] J[2, c]`` with the structurally zero products left out (adding an exact
+    zero does not change a sum), then M[r, c] = (Mf G)[r, c] + sum_k J[k, r] (Mf G)[3 + k, c].
+    """
+    J00, J01, J02, J10, J11, J12, J20, J21, J22 = J
+    m33 = pf[0]
+    m35 = pf[1]
+    m45 = pf[2]
+    m55 = pf[3]
+    for c in range(3):
+        t = l0 if c == 0 else (l1 if c == 1 else l2)
+        j0 = J[c]
+        j1 = J[3 + c]
+        j2 = J[6 + c]
+        # rows x, y, phi of Mf G (Mf[3, 4] = 0)
+        p3 = (t[1] + m33 * j0) + m35 * j2
+        p4 = (t[2] + m33 * j1) + m45 * j2
+        p5 = t[3] + m35 * j0 + m45 * j1 + m55 * j2
+        # rows th_r of Mf G (Mf[r, c] = 0 for r != c)
+        for r in range(3):
+            u = l0 if r == 0 else (l1 if r == 1 else l2)
+            q = u[1] * j0
+            if r == c:
+                q = u[0] + q
+            q = q + u[2] * j1 + u[3] * j2
+            ws[160 + 3 * r + c] = q + J[r] * p3 + J[3 + r] * p4 + J[6 + r] * p5
+    ws[175] = J00
+    ws[176] = J01
+    ws[177] = J02
+    ws[178] = J10
+    ws[179] = J11
+    ws[180] = J12
+    ws[181] = J20
+    ws[182] = J21
+    ws[183] = J22
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
@@ -588,57 +703,59 @@ def _reduced_ws(L, G, th, X, thd, tol, ws, have_geo=False):
     """Reduced dynamics into ws[160:184]: M (row-major), h, g, J_x (row-major).
 
     M = G^T Mf G, h = G^T (Mf Gdot thd + Cf qd + gf), g = G^T gf, J_x = -B^{-1} A,
-    G = [I; J_x].  Also leaves Xd in ws[126:129] and xb = -B^{-1} gamma (the X
-    part of Gdot thd) in ws[136:139].
+    G = [I; J_x].  Also leaves Xd in ws[126:129], gamma in ws[45:48] and xb = -B^{-1} gamma
+    (the X part of Gdot thd) in ws[136:139].  Mf, Cf and gf are not formed as matrices
+    (ws[48:126] is not written: :func:`_full_mass` and :func:`_full_coriolis` do that):
+    the products take the nonzero entries from :func:`_all_terms`, in the order of the
+    dense products, so the result is the dense form's to the bit.
     """
-    Xd = ws[126:129]
-    st = prepare_thd(L, G, th, X, thd, Xd, tol, ws, have_geo)
+    st = _inverse_jacobians(L, G, th, X, tol, ws, have_geo)
     if st != OK:
         return st
-    _task_jacobian(ws)
+    Xd = ws[126:129]
     for r in range(3):
-        ws[136 + r] = -(ws[36 + 3 * r] * ws[45] + ws[37 + 3 * r] * ws[46] + ws[38 + 3 * r] * ws[47])
-    # Fv = Mf [0; xb] + Cf qd + gf  -> ws[130:136]
-    for r in range(6):
-        acc = ws[120 + r]
-        for c in range(3):
-            acc += (ws[48 + 6 * r + 3 + c] * ws[136 + c] + ws[84 + 6 * r + c] * thd[c]
-                    + ws[84 + 6 * r + 3 + c] * Xd[c])
-        ws[130 + r] = acc
-    _reduced_inertia(ws)
+        Xd[r] = -(ws[36 + 3 * r] * ws[24] * thd[0] + ws[37 + 3 * r] * ws[25] * thd[1]
+                  + ws[38 + 3 * r] * ws[26] * thd[2])
+    gamma(L, ws, thd, Xd)
+    th0 = thd[0]
+    th1 = thd[1]
+    th2 = thd[2]
+    phid = Xd[2]
+    l0, l1, l2, pf = _all_terms(L, G, ws, th0, th1, th2, phid)
+    m33, m35, m45, m55, c35, c45, c55, gf3, gf4, gf5 = pf
+    g0 = ws[45]
+    g1 = ws[46]
+    g2 = ws[47]
+    xb0 = -(ws[36] * g0 + ws[37] * g1 + ws[38] * g2)
+    xb1 = -(ws[39] * g0 + ws[40] * g1 + ws[41] * g2)
+    xb2 = -(ws[42] * g0 + ws[43] * g1 + ws[44] * g2)
+    ws[136] = xb0
+    ws[137] = xb1
+    ws[138] = xb2
+    J = _task_jacobian(ws)
+    # Fv = Mf [0; xb] + Cf qd + gf, row r summed over c as (Mf[r, 3 + c] xb_c + Cf[r, c] thd_c)
+    # + Cf[r, 3 + c] Xd_c, structural zeros left out
+    F3 = gf3 + (m33 * xb0 + l0[5] * th0)
+    F3 = F3 + l1[5] * th1
+    F3 = F3 + (m35 * xb2 + l2[5] * th2 + c35 * phid)
+    F4 = gf4 + l0[6] * th0
+    F4 = F4 + (m33 * xb1 + l1[6] * th1)
+    F4 = F4 + (m45 * xb2 + l2[6] * th2 + c45 * phid)
+    F5 = gf5 + (m35 * xb0 + l0[7] * th0)
+    F5 = F5 + (m45 * xb1 + l1[7] * th1)
+    F5 = F5 + (m55 * xb2 + l2[7] * th2 + c55 * phid)
     for r in range(3):
-        j0 = ws[175 + r]
-        j1 = ws[178 + r]
-        j2 = ws[181 + r]
-        ws[169 + r] = ws[130 + r] + j0 * ws[133] + j1 * ws[134] + j2 * ws[135]
-        ws[172 + r] = ws[120 + r] + j0 * ws[123] + j1 * ws[124] + j2 * ws[125]
+        t = l0 if r == 0 else (l1 if r == 1 else l2)
+        Fr = t[8] + t[1] * xb0
+        Fr = Fr + t[2] * xb1
+        Fr = Fr + (t[3] * xb2 + t[4] * phid)
+        j0 = J[r]
+        j1 = J[3 + r]
+        j2 = J[6 + r]
+        ws[169 + r] = Fr + j0 * F3 + j1 * F4 + j2 * F5
+        ws[172 + r] = t[8] + j0 * gf3 + j1 * gf4 + j2 * gf5
+    _reduced_inertia(l0, l1, l2, pf, J, ws)
     return OK
-
-
-@njit(cache=True, error_model="numpy")
-def _task_jacobian(ws):
-    """J_x = -B^{-1} A (row-major) into ws[175:184], from B^{-1} and A in the workspace."""
-    for r in range(3):
-        for c in range(3):
-            ws[175 + 3 * r + c] = -ws[36 + 3 * r + c] * ws[24 + c]
-
-
-@njit(cache=True, error_model="numpy")
-def _reduced_inertia(ws):
-    """M = G^T Mf G (row-major) into ws[160:169] via MG = Mf G (ws[142:160]), G = [I; J_x],
-    from Mf (ws[48:84]) and J_x (ws[175:184])."""
-    for r in range(6):
-        m = 48 + 6 * r
-        for c in range(3):
-            ws[142 + 3 * r + c] = (ws[m + c] + ws[m + 3] * ws[175 + c] + ws[m + 4] * ws[178 + c]
-                                   + ws[m + 5] * ws[181 + c])
-    for r in range(3):
-        j0 = ws[175 + r]
-        j1 = ws[178 + r]
-        j2 = ws[181 + r]
-        for c in range(3):
-            ws[160 + 3 * r + c] = (ws[142 + 3 * r + c] + j0 * ws[151 + c] + j1 * ws[154 + c]
-                                   + j2 * ws[157 + c])
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
@@ -647,9 +764,8 @@ def _reduced_mass_ws(L, G, th, X, tol, ws, have_geo=False):
     st = _inverse_jacobians(L, G, th, X, tol, ws, have_geo)
     if st != OK:
         return st
-    _full_mass(L, G, ws)
-    _task_jacobian(ws)
-    _reduced_inertia(ws)
+    l0, l1, l2, pf = _all_terms(L, G, ws, 0.0, 0.0, 0.0, 0.0)
+    _reduced_inertia(l0, l1, l2, pf, _task_jacobian(ws), ws)
     return OK
 
 
@@ -677,6 +793,8 @@ def reduced(L, G, th, X, thd, tol, Mr, hr, Cr, gr, Jx, want_c):
     if not want_c:
         return OK
     Xd = ws[126:129]
+    _full_mass(L, G, ws)
+    _full_coriolis(L, G, ws, thd, Xd[2])
     # Jxdot = -B^{-1} (Adot + Bdot Jx)
     Adot = np.empty(3)
     Bdot = np.empty((3, 3))
@@ -884,7 +1002,7 @@ def id_entry(P, th, thd, thdd, Xh, W, tau):
         for c in range(3):
             acc -= ws[36 + 3 * r + c] * (ws[24 + c] * thdd[c] + ws[45 + c])
         Xdd[r] = acc
-    _forces(ws, thd, Xd, thdd, Xdd, W)
+    _forces(P, G, ws, thd, Xd, thdd, Xdd, W)
     _torques(ws, tau)
     return OK
 
@@ -971,7 +1089,7 @@ def tid_ws(P, X, Xd, Xdd, W, branch, tau, ws):
     for i in range(3):
         thdd[i] = -(ws[27 + 3 * i] * Xdd[0] + ws[28 + 3 * i] * Xdd[1] + ws[29 + 3 * i] * Xdd[2]
                     + ws[45 + i]) / ws[24 + i]
-    _forces(ws, thd, Xd, thdd, Xdd, W)
+    _forces(P, G, ws, thd, Xd, thdd, Xdd, W)
     _torques(ws, tau)
     return OK
 
