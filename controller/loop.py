@@ -106,11 +106,35 @@ class _Series:
         return np.array(self.a, dtype=float)
 
 
+#: the percentiles of :class:`TimingStats` (the keys of :func:`_pct` but ``max``) as fractions,
+#: formed as ``numpy.percentile`` forms them (99.9 / 100 is not the literal 0.999)
+_PCT_KEYS = (("p50", 50 / 100), ("p99", 99 / 100), ("p99_9", 99.9 / 100))
+
+
 def _pct(x: np.ndarray) -> dict:
-    if x.size == 0:
+    """p50, p99, p99.9 (``numpy.percentile``'s default linear interpolation: its index
+    ``(n - 1) q`` and its two-sided lerp) and the maximum of x (n,) [s].
+
+    One ``np.partition`` for every order statistic the four need: a run of 4000 cycles
+    has four such series, and ``np.percentile`` plus ``np.max`` took about 0.1 ms each
+    (half a percent of a tuning rollout).  A NaN sample makes every entry NaN, as there."""
+    n = x.size
+    if n == 0:
         return {"p50": float("nan"), "p99": float("nan"), "p99_9": float("nan"), "max": float("nan")}
-    p = np.percentile(x, [50, 99, 99.9])
-    return {"p50": float(p[0]), "p99": float(p[1]), "p99_9": float(p[2]), "max": float(np.max(x))}
+    pos = [q * (n - 1) for _, q in _PCT_KEYS]
+    kth = sorted({min(int(p) + d, n - 1) for p in pos for d in (0, 1)} | {n - 1})
+    s = np.partition(x, kth)
+    if s[n - 1] != s[n - 1]:        # NaN sorts last
+        return {"p50": float("nan"), "p99": float("nan"), "p99_9": float("nan"), "max": float("nan")}
+    out = {}
+    for (key, _), p in zip(_PCT_KEYS, pos):
+        lo = int(p)
+        a = float(s[lo])
+        b = float(s[min(lo + 1, n - 1)])
+        t = p - lo
+        out[key] = b - (b - a) * (1.0 - t) if t >= 0.5 else a + (b - a) * t
+    out["max"] = float(s[n - 1])
+    return out
 
 
 @dataclass

@@ -247,3 +247,23 @@ def test_nothing_is_compiled_or_loaded_after_the_clock_starts(config):
     r = subprocess.run([sys.executable, "-c", _LOADS_AFTER_START, path], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis.extra.numpy import arrays  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrays(np.float64, st.integers(1, 5000), elements=st.floats(0.0, 1e-2, allow_nan=False)))
+def test_timing_percentiles_are_numpys(x):
+    """TimingStats' percentiles (one partition) are numpy.percentile's linear ones and the max."""
+    from controller.loop import _pct
+
+    got = _pct(x)
+    ref = np.percentile(x, [50, 99, 99.9])
+    assert [got["p50"], got["p99"], got["p99_9"]] == ref.tolist()
+    assert got["max"] == np.max(x)
+    y = x.copy()
+    y[len(y) // 2] = np.nan
+    assert all(np.isnan(v) for v in _pct(y).values())
+    assert all(np.isnan(v) for v in _pct(np.zeros(0)).values())
