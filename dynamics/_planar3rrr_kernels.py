@@ -105,8 +105,12 @@ def joint_geometry(th, g):
 def pose_geometry(L, X, g):
     """The rest of :func:`geometry`: rho and d of every leg at the pose X (3,) = (x [m], y [m],
     phi [rad]) into g (24,), which already holds u and n (:func:`joint_geometry`)."""
-    c = math.cos(X[2])
-    s = math.sin(X[2])
+    pose_geometry_cs(L, X, math.cos(X[2]), math.sin(X[2]), g)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def pose_geometry_cs(L, X, c, s, g):
+    """:func:`pose_geometry` with c = cos X[2], s = sin X[2] given."""
     for i in range(3):
         k = 8 * i
         ct = g[k]
@@ -290,6 +294,36 @@ def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
     below 1e-15 m, and kept only if it reduced the residual.  On success
     ws[0:24] holds the geometry at the returned X.
     """
+    return _fk_newton(L, th, X0, math.cos(X0[2]), math.sin(X0[2]), tol, max_iter, X, ws)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def cos_sin_memo(x, memo):
+    """(cos x, sin x) through the caller's memo (3,) = [x', cos x', sin x']: the stored pair
+    when x is x' (the same bits: equal, and the same sign if zero), else computed and stored.
+    A NaN x' (how a memo starts) never matches."""
+    m = memo[0]
+    if m == x and (x != 0.0 or math.copysign(1.0, x) == math.copysign(1.0, m)):
+        return memo[1], memo[2]
+    c = math.cos(x)
+    s = math.sin(x)
+    memo[0] = x
+    memo[1] = c
+    memo[2] = s
+    return c, s
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def fk_newton_memo_ws(L, th, X0, memo, tol, max_iter, X, ws):
+    """:func:`fk_newton_ws` with cos X0[2], sin X0[2] through ``memo`` (:func:`cos_sin_memo`):
+    the plant's solves of one step all start from the step's pose."""
+    c0, s0 = cos_sin_memo(X0[2], memo)
+    return _fk_newton(L, th, X0, c0, s0, tol, max_iter, X, ws)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _fk_newton(L, th, X0, c0, s0, tol, max_iter, X, ws):
+    """:func:`fk_newton_ws` with c0 = cos X0[2], s0 = sin X0[2] given (its first iterate's)."""
     for j in range(3):
         X[j] = X0[j]
     polished = False
@@ -299,7 +333,10 @@ def fk_newton_ws(L, th, X0, tol, max_iter, X, ws):
     xs2 = 0.0
     joint_geometry(th, ws)       # th is fixed: u, n once, rho and d at every iterate
     for it in range(max_iter + 1):
-        pose_geometry(L, X, ws)
+        if it == 0:
+            pose_geometry_cs(L, X, c0, s0, ws)
+        else:
+            pose_geometry(L, X, ws)
         err = 0.0
         finite = True
         for i in range(3):
@@ -1010,7 +1047,10 @@ def id_entry(P, th, thd, thdd, Xh, W, tau):
 @njit(cache=True, error_model="numpy")
 def fd_entry(P, th, thd, tau, Xh, W, thdd):
     """Forward dynamics with a pose hint, joint accelerations only."""
-    return fd_hint_ws(P, th, thd, tau, Xh, W, thdd, np.empty(WS_SIZE + 6))
+    ws = np.empty(WS_SIZE + 9)
+    memo = ws[WS_SIZE + 6:WS_SIZE + 9]
+    memo[0] = np.nan
+    return fd_hint_ws(P, th, thd, tau, Xh, W, thdd, ws, memo)
 
 
 # fd_hint_ws, _hinted_pose and reduced_hint_ws are inlined into their callers (numba IR), the
@@ -1018,16 +1058,17 @@ def fd_entry(P, th, thd, tau, Xh, W, thdd):
 # steps called from Python 5.8 -> 4.0 us; inside the compiled loop's segment, where the
 # calls cost less, 7.78 -> 7.60 us a cycle; a cold first run takes no longer to compile
 @njit(cache=True, inline="always", error_model="numpy")
-def fd_hint_ws(P, th, thd, tau, Xh, W, thdd, ws):
+def fd_hint_ws(P, th, thd, tau, Xh, W, thdd, ws, memo):
     """:func:`fd_entry` in the caller's workspace ws (WS_SIZE + 6,), no allocation.
 
     Validates the inputs (th [rad], thd [rad/s], tau [N m], the pose hint Xh, the
     platform wrench W: (3,) each), solves the pose X by Newton from Xh
-    (:func:`_hinted_pose`) and writes the joint accelerations thdd (3,) [rad/s^2].
-    Returns a status code.
+    (:func:`_hinted_pose`; ``memo`` (3,) the caller's :func:`cos_sin_memo`, NaN-started)
+    and writes the joint accelerations thdd (3,) [rad/s^2].  Returns a status code.
     """
     G = P[3]
-    st = _hinted_pose(P, th, Xh, _combine(valid3(th), valid3(thd), valid3(tau), valid3(Xh), valid3(W)), ws)
+    st = _hinted_pose(P, th, Xh, _combine(valid3(th), valid3(thd), valid3(tau), valid3(Xh), valid3(W)), ws,
+                      memo)
     if st != OK:
         return st
     return _fd_ws(P, G, th, ws[WS_SIZE:WS_SIZE + 3], thd, tau, W, G[5], thdd, ws[WS_SIZE + 3:WS_SIZE + 6],
@@ -1035,13 +1076,14 @@ def fd_hint_ws(P, th, thd, tau, Xh, W, thdd, ws):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _hinted_pose(P, th, Xh, st, ws):
+def _hinted_pose(P, th, Xh, st, ws, memo):
     """The pose X (3,) of the joint angles th (3,) by Newton from the hint Xh (tolerance
-    1e-12 m, 50 iterations) into ws[WS_SIZE:WS_SIZE + 3], its geometry in ws[0:24]; nothing
-    when the inputs' status ``st`` (:func:`_combine`) is not OK.  Returns a status code."""
+    1e-12 m, 50 iterations; cos and sin of Xh[2] through ``memo``, :func:`fk_newton_memo_ws`)
+    into ws[WS_SIZE:WS_SIZE + 3], its geometry in ws[0:24]; nothing when the inputs' status
+    ``st`` (:func:`_combine`) is not OK.  Returns a status code."""
     if st != OK:
         return st
-    st, it = fk_newton_ws(P, th, Xh, 1e-12, 50, ws[WS_SIZE:WS_SIZE + 3], ws)
+    st, it = fk_newton_memo_ws(P, th, Xh, memo, 1e-12, 50, ws[WS_SIZE:WS_SIZE + 3], ws)
     return st
 
 
@@ -1097,21 +1139,24 @@ def tid_ws(P, X, Xd, Xdd, W, branch, tau, ws):
 @njit(cache=True, error_model="numpy")
 def reduced_entry(P, th, thd, Xh, out):
     """M (row-major, out[0:9]), h (out[9:12]) and g (out[12:15]) with a pose hint."""
-    return reduced_hint_ws(P, th, thd, Xh, True, out, np.empty(WS_SIZE + 3))
+    ws = np.empty(WS_SIZE + 6)
+    memo = ws[WS_SIZE + 3:WS_SIZE + 6]
+    memo[0] = np.nan
+    return reduced_hint_ws(P, th, thd, Xh, True, out, ws, memo)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def reduced_hint_ws(P, th, thd, Xh, full, out, ws):
+def reduced_hint_ws(P, th, thd, Xh, full, out, ws, memo):
     """:func:`reduced_entry` in the caller's workspace ws (WS_SIZE + 3,), no allocation.
 
     th (3,) [rad], thd (3,) [rad/s], the pose hint Xh (3,).  With ``full`` True, out (15,)
     as :func:`reduced_entry`; with ``full`` False only the reduced inertia M [kg m^2]
     (row-major into out[0:9]): the same validation (thd included), pose
     (:func:`_hinted_pose`), operations on M and status, without the velocity and gravity
-    terms.  Returns a status code.
+    terms; ``memo`` (3,) as :func:`fd_hint_ws`'s.  Returns a status code.
     """
     G = P[3]
-    st = _hinted_pose(P, th, Xh, _combine(valid3(th), valid3(thd), valid3(Xh), OK, OK), ws)
+    st = _hinted_pose(P, th, Xh, _combine(valid3(th), valid3(thd), valid3(Xh), OK, OK), ws, memo)
     if st != OK:
         return st
     X = ws[WS_SIZE:WS_SIZE + 3]

@@ -277,3 +277,22 @@ def test_gravity_holds_static_platform(model):
     W = np.array([3.0, -1.0, 0.2])
     tauW = model.task_inverse_dynamics(X, np.zeros(3), np.zeros(3), W)
     np.testing.assert_allclose(tauW - tau, -model.task_jacobian(q, X).T @ W, rtol=1e-10, atol=1e-12)
+
+
+def test_cos_sin_memo_recomputes_unless_the_bits_match():
+    """The plant's memo of cos/sin of the step's platform angle: a NaN-started memo computes,
+    the same angle is served from it, +0.0 and -0.0 (equal but not the same bits) are not."""
+    import math
+
+    from dynamics._planar3rrr_kernels import cos_sin_memo
+
+    memo = np.full(3, np.nan)
+    assert cos_sin_memo(0.3, memo) == (math.cos(0.3), math.sin(0.3))
+    memo[1:] = (7.0, 8.0)                   # a hit is served from the memo, not recomputed
+    assert cos_sin_memo(0.3, memo) == (7.0, 8.0)
+    assert cos_sin_memo(0.3000000000000001, memo) == (math.cos(0.3000000000000001), math.sin(0.3000000000000001))
+    cos_sin_memo(0.0, memo)
+    c, s = cos_sin_memo(-0.0, memo)
+    assert math.copysign(1.0, s) == -1.0 and memo[0] == 0.0 and math.copysign(1.0, memo[0]) == -1.0
+    memo[0] = np.nan
+    assert cos_sin_memo(np.nan, memo)[0] != cos_sin_memo(np.nan, memo)[0]     # NaN never matches

@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit
 
 from dynamics._kernel_cache import stamp_package_caches
-from dynamics._planar3rrr_kernels import fd_hint_ws, fk_newton_ws, reduced_hint_ws, WS_SIZE
+from dynamics._planar3rrr_kernels import fd_hint_ws, fk_newton_memo_ws, reduced_hint_ws, WS_SIZE
 from dynamics._serial_core import NW, _crba_core, _fd_core
 
 from ._friction_kernel import coulomb_pgs_into
@@ -211,30 +211,33 @@ def _rk4_advance(qdd, mass, post, P, q, qd, x, ta, cmd, par, lag, flags, h, n_st
 
 # -- the 3RRR: extra state the platform pose X, found by Newton from the step's start ----------
 # One work array per call: the zero wrench W (3,) (also the zero rates of the mass matrix),
-# the model's workspace ws (WS_SIZE + 6,) shared by every solve of a step, M (3, 3), and
-# the _rk4_advance buffer (17 n + 3,): offsets of the last three.
+# the model's workspace ws (WS_SIZE + 6,) shared by every solve of a step, M (3, 3), the
+# _rk4_advance buffer (17 n + 3,) and the memo of cos, sin of the step's platform angle (3,)
+# (every solve of a step starts from the step's pose: one cos and sin a step, not six):
+# offsets of the last four.
 _RRR_WS = 3
 _RRR_M = _RRR_WS + WS_SIZE + 6
 _RRR_BUF = _RRR_M + 9
+_RRR_MEMO = _RRR_BUF + 17 * 3 + 3
 #: size of :func:`rrr_advance_ws`'s work array [floats]
-RRR_WORK = _RRR_BUF + 17 * 3 + 3
+RRR_WORK = _RRR_MEMO + 3
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
 def _rrr_qdd(P, q, qd, tau, visc, has_visc, X, wk, rhs, out):
     for i in range(3):
         rhs[i] = tau[i] - visc[i] * qd[i] if has_visc else tau[i]
-    return fd_hint_ws(P, q, qd, rhs, X, wk[0], out, wk[1])
+    return fd_hint_ws(P, q, qd, rhs, X, wk[0], out, wk[1], wk[2])
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
 def _rrr_mass(P, q, X, wk, M):
-    return reduced_hint_ws(P, q, wk[0], X, False, M.reshape(9), wk[1])
+    return reduced_hint_ws(P, q, wk[0], X, False, M.reshape(9), wk[1], wk[2])
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
 def _rrr_pose(P, q, X, wk, Xn):
-    st, it = fk_newton_ws(P, q, X, 1e-12, 50, Xn, wk[1])
+    st, it = fk_newton_memo_ws(P, q, X, wk[2], 1e-12, 50, Xn, wk[1])
     return st
 
 
@@ -268,8 +271,10 @@ def rrr_advance_ws(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out, work)
     W = work[0:_RRR_WS]
     W[:] = 0.0
     M = work[_RRR_M:_RRR_BUF].reshape((3, 3))
+    memo = work[_RRR_MEMO:RRR_WORK]
+    memo[0] = np.nan
     return _rk4_advance(_rrr_qdd, _rrr_mass, _rrr_pose, P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps,
-                        out, (W, work[_RRR_WS:_RRR_M]), M, work[_RRR_BUF:RRR_WORK])
+                        out, (W, work[_RRR_WS:_RRR_M], memo), M, work[_RRR_BUF:_RRR_MEMO])
 
 
 # ---------------------------------------------------------------------------------------------
