@@ -296,3 +296,49 @@ def test_cos_sin_memo_recomputes_unless_the_bits_match():
     assert math.copysign(1.0, s) == -1.0 and memo[0] == 0.0 and math.copysign(1.0, memo[0]) == -1.0
     memo[0] = np.nan
     assert cos_sin_memo(np.nan, memo)[0] != cos_sin_memo(np.nan, memo)[0]     # NaN never matches
+
+
+def test_reduced_dynamics_skip_only_structural_zeros(model, asym_model):
+    """The reduced dynamics and the inverse dynamics' forces multiply only the nonzero entries
+    of the redundant-coordinate matrices (dynamics._planar3rrr_kernels._leg_terms); they equal
+    the dense products G^T Mf G, G^T (Mf Gdot thd + Cf qd + gf), Mf qdd + Cf qd + gf formed here
+    with numpy from the full 6x6 matrices (the entries written out, _full_mass/_coriolis/_gravity)."""
+    from dynamics import _planar3rrr_kernels as K
+
+    rng = np.random.default_rng(7)
+    for m in (model, asym_model):
+        P = m._P
+        G = P[3]
+        for X, Xd, Xdd, W in random_task_states(m, rng, 12):
+            th = m.inverse_kinematics(X)
+            thd = rng.normal(size=3) * 2.0
+            ws = np.zeros(K.WS_SIZE + 8)
+            assert K._reduced_ws(P, G, th, X, thd, G[5], ws) == 0
+            Mr, hr, gr, Jx = ws[160:169].reshape(3, 3).copy(), ws[169:172].copy(), ws[172:175].copy(), \
+                ws[175:184].reshape(3, 3).copy()
+            Xd_ = ws[126:129].copy()
+            xb = ws[136:139].copy()
+            K._full_mass(P, G, ws)
+            K._full_coriolis(P, G, ws, thd, Xd_[2])
+            K._full_gravity(P, G, ws)
+            Mf, Cf, gf = ws[48:84].reshape(6, 6), ws[84:120].reshape(6, 6), ws[120:126]
+            Gm = np.vstack([np.eye(3), Jx])
+            qd = np.concatenate([thd, Xd_])
+            np.testing.assert_allclose(Jx @ thd, Xd_, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(Mr, Gm.T @ Mf @ Gm, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(gr, Gm.T @ gf, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(hr, Gm.T @ (Mf @ np.concatenate([np.zeros(3), xb]) + Cf @ qd + gf),
+                                       rtol=1e-12, atol=1e-12)
+            # the inverse dynamics' forces at the same state (prepared from the platform rates)
+            thd2 = np.empty(3)
+            assert K.prepare_xd(P, G, th, X, thd2, Xd, G[5], ws) == 0
+            thdd = rng.normal(size=3)
+            K._forces(P, G, ws, thd2, Xd, thdd, Xdd, W)
+            F = ws[130:136].copy()
+            K._full_mass(P, G, ws)
+            K._full_coriolis(P, G, ws, thd2, Xd[2])
+            K._full_gravity(P, G, ws)
+            Mf, Cf, gf = ws[48:84].reshape(6, 6), ws[84:120].reshape(6, 6), ws[120:126]
+            ref = Mf @ np.concatenate([thdd, Xdd]) + Cf @ np.concatenate([thd2, Xd]) + gf
+            ref[3:] -= W
+            np.testing.assert_allclose(F, ref, rtol=1e-12, atol=1e-12)
