@@ -45,11 +45,16 @@ stored row-major; no LAPACK.  Workspace layout
     Mf  48:84  6x6 KE Hessian        Cf 84:120  6x6 Coriolis matrix
     gf  120:126 dV/dq                Xd 126:129
     F   130:136 generalised forces   Xdd 136:139  lam 139:142
-    MG  142:160 Mf G (6x3)
+    (142:160 unused)
     red 160:184 reduced dynamics: M 160:169, h 169:172, g 172:175, J_x 175:184
     h   184:187 constraint values (Newton)
 Hot kernels index the workspace with these fixed offsets rather than slicing
-it (each numba array view costs reference-count traffic).
+it (each numba array view costs reference-count traffic).  Mf, Cf and gf are
+formed as matrices only where a caller needs them (:func:`reduced` with the
+Coriolis matrix): the reduced dynamics and the inverse dynamics' forces take
+their nonzero entries from :func:`_leg_terms` / :func:`_platform_terms` and
+leave the structural zeros out of their sums (in the dense products' order,
+so the results are the dense form's to the bit).
 """
 
 from __future__ import annotations
