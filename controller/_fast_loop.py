@@ -74,10 +74,12 @@ CHECK_WS = WS_SIZE + 8
 def segment_work(n: int, dim: int, n_state: int, n_pose: int, nx: int):
     """The work arrays of a segment (``work`` of :func:`_cycles`), made once by the caller.
 
-    The segments allocate nothing and run without numba's reference counting (``_nrt=False``:
-    no atomic increment and decrement of an array's count wherever a kernel passes, slices or
-    unpacks an array, which took about a fifth of the compiled 3RRR cycle), so their work
-    comes from here.
+    The segments' own work comes from here, so :func:`_cycles` allocates nothing.  The 3RRR
+    computed-torque segment runs without numba's reference counting (``_nrt=False``: no
+    atomic increment and decrement of an array's count wherever a kernel passes, slices or
+    unpacks an array, which took about a fifth of its cycle), so nothing it reaches may
+    allocate; the other segments' law kernels still allocate their own small arrays and
+    keep the reference counting.
 
     Parameters
     ----------

@@ -803,7 +803,7 @@ class SimulatedPlant:
             hands back with :meth:`set_compiled_state`), ``cmd`` (the held command, a copy),
             the constants of :func:`._plant_kernels.rrr_advance_ws` (``kind`` "rrr"),
             :func:`._plant_kernels.serial_advance_ws` (``kind`` "serial"; ``X`` is then empty) or
-            :func:`._stewart_plant_kernel.stewart_advance_ws` (``kind`` "stewart", ``X`` (6,))
+            :func:`._stewart_plant_kernel.stewart_advance_ws` (``kind`` "stewart", ``X`` (6,)),
             the encoder quantum and ``work``, a work array of the step's size (the ``*_ws``
             form of the step takes it); or None and why (the loop then steps this plant through
             :meth:`advance_to`).  Applies while the compiled RK4 step does: an exact
