@@ -208,10 +208,13 @@ def _plain_feedback(drv, fresh):
 @pytest.mark.parametrize("variant, kw, codes", [
     ("cubemars8", {"temperature_max_c": 34.0}, {3, 0x102}),          # the drive's error byte wins
     ("classic6", {"follow": FollowConfig(window_cycles=2, lag_s=0.0)}, {0, 0x100})])
-def test_mit_feedback_and_follow_values_equal_the_plain_construction(monkeypatch, variant, kw, codes):
-    """The Feedback of every cycle (missing replies, error bytes, detected faults, disabled) is
-    the driver's kept state, each Feedback has arrays of its own, and the follow check gets
-    what decoding the sent frames gives, bit for bit (compiled encoder and Python path)."""
+def test_parity_mit_feedback_and_follow_values_equal_the_plain_construction(monkeypatch, variant, kw, codes):
+    """Parity test (the compiled cycle against a numpy construction from the same kept state,
+    not against an independent expectation: the values themselves are checked against the
+    codec and the emulated motors in the MIT driver and session tests): the Feedback of every
+    cycle (missing replies, error bytes, detected faults, disabled) is the driver's kept state,
+    each Feedback has arrays of its own, and the follow check gets what decoding the sent
+    frames gives, bit for bit (compiled encoder and Python path)."""
     from drivers import _mit_kernels as mk
     motors = MitMotors([1, 2, 3], variant=variant)
     drv, buses, clock = mit_driver(motors, mapping=JointMapping(gear_ratio=6.0, sign=-1, efficiency=0.9), **kw)

@@ -30,6 +30,7 @@ def test_lockstep_jumps_and_never_goes_back():
     assert c.start() == [] and c.stop() is None
 
 
+@pytest.mark.exclusive
 def test_wallclock_waits_until_deadline():
     c = WallClock(spin_s=1e-4)
     assert isinstance(c, Clock)

@@ -108,6 +108,7 @@ def test_filtered_difference():
         FilteredDifference(1, 0.0)
 
 
+@pytest.mark.exclusive
 def test_wallclock_loop_accounting():
     """Paced run: ordering and accounting only, no timing thresholds."""
     clock = WallClock(spin_s=2e-4)

@@ -25,6 +25,11 @@ from drivers.sim.plant import SimulatedPlant
 from dynamics import load_model
 from dynamics.errors import CommsError, DeviceFaultError
 
+try:
+    from tests.serve_process import CpuWatch, interfered
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from serve_process import CpuWatch, interfered
+
 ROOT = Path(__file__).resolve().parents[1]
 ROBOT = ROOT / "hil_configs" / "robots" / "dxl_3dof_arm.toml"
 RUN = ROOT / "hil_configs" / "runs" / "dxl_3dof_arm.toml"
@@ -38,6 +43,10 @@ class Clock:
     def __call__(self):
         return self.t
 
+
+#: servos behind a pseudo-terminal, answered by a thread against wall-clock timeouts (the SDK's
+#: and the driver's): no other test of the suite at once (tests/conftest.py)
+pytestmark = pytest.mark.exclusive
 
 @pytest.fixture(scope="module")
 def model():
@@ -55,8 +64,17 @@ def bus(model):
     emu.close()
 
 
+#: the SDK's USB latency timer [ms] in these tests.  Its packet timeout is twice that plus the
+#: wire time (34 ms for a status packet at the SDK's default 16 ms), the time the emulator's
+#: thread has to answer through the pseudo-terminal; a loaded machine can hold a thread off for
+#: longer (the suite saw COMM_RX_TIMEOUT on an answered packet).  The setting a user raises for
+#: a slow adapter; an unanswered packet costs twice this.
+SDK_LATENCY_TIMER_MS = 100
+
+
 @pytest.fixture
-def sdk_port(bus):
+def sdk_port(bus, monkeypatch):
+    monkeypatch.setattr(sdk.port_handler, "LATENCY_TIMER", SDK_LATENCY_TIMER_MS)
     emu = bus[0]
     port = sdk.PortHandler(emu.port_path)
     assert port.openPort() and port.setBaudRate(1_000_000)
@@ -211,6 +229,7 @@ def test_hardware_errors_alert_shutdown_and_reboot(bus, sdk_port):
 def test_wire_time_and_return_delay_are_modelled(model):
     plant = SimulatedPlant(model, q0=np.zeros(3))
     baud = 57600
+    watch = CpuWatch()
     with DynamixelBusEmulator([ServoConfig(1, 0)], plant, lambda: 0.0, baudrate=baud) as emu:
         port = SerialTransport(emu.port_path, baudrate=baud, timeout_s=1.0)
         try:
@@ -225,7 +244,10 @@ def test_wire_time_and_return_delay_are_modelled(model):
                     best = min(best, time.perf_counter() - t0)
                 assert dx.decode_packet(ans).id == 1
                 expect = (len(req) + 21) * 10 / baud + rd_lsb * 2e-6
-                assert expect <= best < expect + 0.01
+                assert expect <= best
+                if best >= expect + 0.01:
+                    interfered(watch, f"best of 5 answers {best * 1e3:.1f} ms, expected {expect * 1e3:.1f} ms")
+                    assert best < expect + 0.01
         finally:
             port.close()
 

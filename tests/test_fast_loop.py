@@ -209,7 +209,16 @@ def test_segment_sizes_change_nothing_but_the_calls(tmp_path, monkeypatch):
     assert spans[0] == (1000, 1000)
     C = compiled.CompiledCycles
     for limit, wall_s, cycles in after:
-        assert wall_s > 0.0 and limit == int(min(max(C.segment_s * cycles / wall_s, C.min_segment), C.max_segment))
+        # the next segment holds segment_s of wall time at the mean cycle so far: the most whole
+        # cycles that fit, unless that is outside [min_segment, max_segment]
+        mean_cycle_s = wall_s / cycles
+        assert wall_s > 0.0 and C.min_segment <= limit <= C.max_segment
+        if C.min_segment < limit < C.max_segment:
+            assert limit * mean_cycle_s <= C.segment_s * (1 + 1e-12) < (limit + 1) * mean_cycle_s
+        elif limit == C.min_segment:
+            assert C.segment_s < (limit + 1) * mean_cycle_s
+        else:
+            assert limit * mean_cycle_s <= C.segment_s * (1 + 1e-12)
     assert [lim for _, _, lim in calls[1:]] == [lim for lim, _, _ in after[:-1]]
     # tiny segments: many calls, each within the bounds
     calls.clear()

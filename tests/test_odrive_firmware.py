@@ -236,6 +236,7 @@ def test_firmware_06_driver_against_a_05_device_names_the_setting():
         drv.close()
 
 
+@pytest.mark.exclusive
 def test_firmware_05_session_on_a_wall_clock():
     t0 = time.monotonic()
     clock = lambda: time.monotonic() - t0   # noqa: E731 - a wall clock

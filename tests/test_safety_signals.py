@@ -25,7 +25,8 @@ from controller.telemetry import read_log
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "hil_configs" / "runs"
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+# wall-clock CLI runs signalled at a point in time: with no other test at once (tests/conftest.py)
+pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"), pytest.mark.exclusive]
 
 
 def _start(out: Path, *sets: str) -> subprocess.Popen:

@@ -25,7 +25,7 @@ from dynamics import load_model
 from dynamics.config import Section
 from dynamics.errors import ConfigError
 
-from serve_process import CpuWatch, served, skip_if_overloaded
+from serve_process import CpuWatch, served, wall_clock_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ROOT / "hil_configs" / "robots"
@@ -165,6 +165,7 @@ def _tl(*args, timeout=240):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.exclusive
 def test_stewart_starts_and_runs_on_the_wall_clock_in_process(tmp_path):
     """The issue's case: the emulated Stewart on the wall clock (it used to sink 7-8 cm first).
 
@@ -177,8 +178,7 @@ def test_stewart_starts_and_runs_on_the_wall_clock_in_process(tmp_path):
             "--set", "loop.rate_hz=100.0", "--duration", "1.0", "-o", out, "--no-plots", "--no-progress")
     # what this test is about: the platform is still at its start pose when the run enables it
     assert "differs from the trajectory start" not in r.stderr + r.stdout, r.stderr
-    skip_if_overloaded(r.returncode, out, watch=watch)
-    assert r.returncode == 0, (r.stdout, r.stderr)
+    wall_clock_verdict(r.returncode, out, watch, "wall-clock run", r.stderr.strip()[-300:])
     assert "COMPLETED" in r.stdout
 
 
@@ -197,11 +197,9 @@ def _rehearse(tmp_path, stem, robot, port, duration_s, *extra):
     # What this test is about: the gravity-loaded robot is still at its start pose when the run
     # enables it (the start-up check compares the measured pose with the trajectory start).
     assert "differs from the trajectory start" not in r.stderr, r.stderr
-    # two plain-Python processes on a shared 2-core machine: when the machine is overloaded the
-    # emulator answers late and the loop misses its deadlines; that says nothing about the brakes
-    skip_if_overloaded(r.returncode, out, "wall-clock rehearsal", r.stderr.strip(), late="no fresh feedback" in r.stderr,
-                       watch=server.watch)
-    assert r.returncode == 0, _outcome(r, out)
+    # the run completed and held its deadlines, unless other processes measurably interfered
+    wall_clock_verdict(r.returncode, out, server.watch, "wall-clock rehearsal", _outcome(r, out),
+                       late="no fresh feedback" in r.stderr)
     assert "COMPLETED" in r.stdout and "(hardware)" in r.stdout
     return np.load(out / "log.npy"), json.loads((out / "meta.json").read_text())
 
@@ -220,6 +218,7 @@ def _outcome(r, out) -> str:
             f"load {os.getloadavg()}; stderr {r.stderr.strip()[-300:]!r}")
 
 
+@pytest.mark.exclusive
 def test_stewart_rehearsal_on_the_wall_clock_starts_and_runs(tmp_path):
     """The Stewart platform rehearsed through six ODrive axes served by another process.
 
@@ -233,6 +232,7 @@ def test_stewart_rehearsal_on_the_wall_clock_starts_and_runs(tmp_path):
     assert max(abs(log[k]).max() for k in log.dtype.names if k.startswith("err[") and k[4:-1] in ("x", "y", "z")) < 0.005
 
 
+@pytest.mark.exclusive
 def test_arm6_rehearsal_on_the_wall_clock_starts_and_runs(tmp_path):
     log, meta = _rehearse(tmp_path, "arm6_mit_udp", "arm6_demo.toml", 46000 + os.getpid() % 1000, "2.0")
     assert meta["result"]["n_cycles"] == len(log) == 802

@@ -27,12 +27,17 @@ class Clock:
         return self.t
 
 
+#: the emulators are served inline (in the driver's thread, as lock-step runs are by default):
+#: a serving thread processes a frame at the clock's time when it gets to it, so on a loaded
+#: machine it could apply a command after the test moved the clock on (the broadcast ODrive
+#: driver waits for no reply), and the runs below compare physics to the bit
+SERVE = "inline"
+
+
 def _mit_cfg(**extra):
-    # generous timeouts: replies normally arrive in well under 1 ms, but a loaded
-    # CI machine may starve the emulator thread for a while
     cfg = {"type": "sim_mit_can", "reply_timeout_s": 0.25,
            "plant": {"mass_factor": 1.1, "q0": [0.1, 0.2]},
-           "emulator": {"variant": "cubemars8"},
+           "emulator": {"variant": "cubemars8", "serve": SERVE},
            "joints": [{"can_id": 1, "model": "AK80-9", "gear_ratio": 6.0, "sign": -1,
                        "offset_rad": 0.05, "efficiency": 0.9},
                       {"can_id": 2, "model": "AK80-9"}]}
@@ -47,7 +52,7 @@ def _mit_cfg(**extra):
 def _odrive_cfg(**extra):
     cfg = {"type": "sim_odrive_can", "reply_timeout_s": 0.25, "feedback": "broadcast",
            "plant": {"mass_factor": 1.1, "q0": [0.1, 0.2]},
-           "emulator": {"heartbeat_period_s": 0.01, "encoder_period_s": 0.001},
+           "emulator": {"heartbeat_period_s": 0.01, "encoder_period_s": 0.001, "serve": SERVE},
            "joints": [{"node_id": 1, "gear_ratio": 6.0, "sign": -1, "torque_constant_nm_per_a": 0.08},
                       {"node_id": 2}]}
     for k, v in extra.items():

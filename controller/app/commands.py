@@ -128,6 +128,24 @@ def _confirm_hardware(spec, args) -> None:
         raise SafetyError("hardware run not confirmed")
 
 
+def new_out_dir(stem: str, parent: Path = Path("runs")) -> Path:
+    """A new folder ``parent/<stem>-<YYYYmmdd-HHMMSS>`` for a command's output, claimed by
+    creating it: two commands started in the same second (a script, parallel tests) get
+    ``...-2``, ``...-3`` instead of writing into one folder.  Where the folder cannot be made
+    for another reason, its path is returned as it is, for the output checks to report."""
+    base = parent / f"{stem}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    for i in range(1, 10_000):
+        path = base if i == 1 else base.with_name(f"{base.name}-{i}")
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        except OSError:
+            return path
+        return path
+    return path
+
+
 def run(args) -> int:
     """``torqueloop run``: build, run, write log, summary and plots. Exit 0 only if completed."""
     from .run import build_run, load_run, summary_metrics, validate_run
@@ -135,15 +153,22 @@ def run(args) -> int:
 
     overrides = parse_sets(args.set)
     spec = load_run(args.config, overrides=overrides, duration_s=args.duration)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out) if args.out else Path("runs") / f"{spec.name}-{stamp}"
+    out = Path(args.out) if args.out else new_out_dir(spec.name)
     # the same validation as `check` (feasibility, singularity, bus budget, protections), and
     # a writable output folder with room for the log, before anything is enabled
-    validation = validate_run(spec, out_dir=out)
-    for w in validation.warnings:
-        print(f"torqueloop: WARNING: {w}", file=sys.stderr)
-    _confirm_hardware(spec, args)
-    run_obj = build_run(spec, out_dir=out, meta={"cli_overrides": overrides})
+    try:
+        validation = validate_run(spec, out_dir=out)
+        for w in validation.warnings:
+            print(f"torqueloop: WARNING: {w}", file=sys.stderr)
+        _confirm_hardware(spec, args)
+        run_obj = build_run(spec, out_dir=out, meta={"cli_overrides": overrides})
+    except BaseException:
+        if not args.out:        # refused before it ran: no empty folder of ours left behind
+            try:
+                out.rmdir()
+            except OSError:
+                pass
+        raise
     progress = None
     if not args.no_progress and not spec.hardware and sys.stderr.isatty():
         progress = _Progress(run_obj.loop.clock, spec.duration_s)
@@ -233,8 +258,7 @@ def tune(args) -> int:
     base = {k: v for k, v in data.items() if k != "tune"}
     # relative paths in the config refer to its folder: make them absolute for workers
     base = _absolutise(base, path.parent)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out) if args.out else Path("runs") / f"tune-{data.get('name', path.stem)}-{stamp}"
+    out = Path(args.out) if args.out else new_out_dir(f"tune-{data.get('name', path.stem)}")
     out.mkdir(parents=True, exist_ok=True)
 
     def progress(done, total):
@@ -288,8 +312,7 @@ def identify(args) -> int:
     from .identify import load_identify, run_identification
 
     spec = load_identify(args.config, overrides=parse_sets(args.set) if args.set else None)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out) if args.out else Path("runs") / f"identify-{spec.name}-{stamp}"
+    out = Path(args.out) if args.out else new_out_dir(f"identify-{spec.name}")
     print(f"torqueloop identify: '{spec.name}' -> {out}")
     confirmed = []
 

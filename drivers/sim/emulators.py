@@ -124,8 +124,7 @@ class EmulatorHost:
         The devices' side of the bus (e.g. ``can.Bus(interface="virtual",
         channel=name)``, another instance on the same channel as the driver).
         Several buses: one thread serves them all, so the timed events of
-        every device are processed in one global time order (deterministic
-        with a lock-step clock).
+        every device are processed in one global time order.
     devices : sequence of EmulatedDevice, or sequence of such sequences
         Devices sharing ``plant``; with several buses, one sequence per bus.
     plant : SimulatedPlant
@@ -141,7 +140,12 @@ class EmulatorHost:
     start : bool
         Start the thread immediately (else call :meth:`start`).
     serve : {"thread", "inline"}
-        ``"thread"``: a background thread serves the devices (any clock).
+        ``"thread"``: a background thread serves the devices (any clock).  It
+        processes a frame at ``now()`` when it gets to it: with a lock-step
+        clock the result is deterministic only while the driver waits for each
+        cycle's replies before the clock moves on (a driver reading broadcasts
+        does not, and a starved thread can miss a reply timeout): serve inline
+        for reproducible lock-step runs.
         ``"inline"``: no thread; the devices are served in the caller's thread
         by :meth:`pump`, which :class:`InlineServedBus` (the driver's side of
         the bus) calls on every send and receive.  Only for a lock-step clock

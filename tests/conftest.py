@@ -1,0 +1,130 @@
+"""Suite-wide rules: timing-sensitive tests run alone, and every interference skip is counted.
+
+**Exclusive tests.**  A test marked ``exclusive`` measures wall-clock behaviour (deadlines, a
+drive's or an SDK's reply timeout, a rehearsal across processes).  Under ``pytest-xdist`` the
+other workers of the same run would load the machine while it runs, which is the suite's own
+load, not the product's fault nor a real machine's.  So an exclusive test waits until no other
+test of this run is running and holds the others off until it ends: a reader-writer lock on
+two files shared by the run's workers (``fcntl.flock``): every test takes the *gate*, then
+the *room* shared (ordinary tests) or exclusive (exclusive tests), and an ordinary test lets the
+gate go at once while an exclusive one keeps it, so that the tests queued behind it wait
+instead of starving it.  Without xdist the lock is uncontended.
+
+**Interference.**  With the suite itself quiet, what an exclusive test still shares the
+machine with is measured, not guessed: :class:`tests.serve_process.CpuWatch` counts the CPU
+time other processes took during the test.  Only a measured interference may turn a failure
+into a skip (``tests.serve_process.skip_if_interfered``); the skips are counted and printed
+at the end of the run ("interference skips: N of M exclusive tests"), so a run that skipped
+often says so.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no lock, tests run as scheduled
+    fcntl = None
+
+#: reason prefix of a skip for measured interference (tests.serve_process)
+INTERFERENCE = "interference:"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "exclusive: timing-sensitive (wall clock, reply timeouts, another process); "
+        "runs with no other test of the run at the same time (tests/conftest.py)")
+    config._tl_skips = {"interference": [], "exclusive": 0}
+
+
+def _lock_dir() -> Path | None:
+    """The run's lock folder: one per xdist run (its testrun uid), None without xdist."""
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not uid or fcntl is None:
+        return None
+    d = Path(tempfile.gettempdir()) / f"torqueloop-tests-{uid}"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+class _RunLock:
+    """The gate/room reader-writer lock of the module docstring."""
+
+    def __init__(self, folder: Path):
+        self._gate = os.open(folder / "gate", os.O_RDWR | os.O_CREAT, 0o600)
+        self._room = os.open(folder / "room", os.O_RDWR | os.O_CREAT, 0o600)
+
+    def acquire(self, exclusive: bool) -> None:
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._room, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            if not exclusive:
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
+
+    def release(self, exclusive: bool) -> None:
+        fcntl.flock(self._room, fcntl.LOCK_UN)
+        if exclusive:
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+
+
+_lock: _RunLock | None = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _lock
+    folder = _lock_dir()
+    if folder is None:
+        yield
+        return
+    if _lock is None:
+        _lock = _RunLock(folder)
+    exclusive = item.get_closest_marker("exclusive") is not None
+    _lock.acquire(exclusive)
+    try:
+        yield
+    finally:
+        _lock.release(exclusive)
+
+
+def pytest_runtest_logreport(report):
+    # runs in the controller too (xdist sends the workers' reports there): count once, there
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    cfg = _config
+    if cfg is None:
+        return
+    if "exclusive" not in report.keywords:
+        return
+    if report.when == "setup":
+        cfg._tl_skips["exclusive"] += 1
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if INTERFERENCE in reason:
+            cfg._tl_skips["interference"].append((report.nodeid, reason))
+
+_config = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    global _config
+    _config = session.config
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    s = getattr(config, "_tl_skips", None)
+    if not s or not s["exclusive"]:
+        return
+    n = len(s["interference"])
+    terminalreporter.write_line(f"interference skips: {n} of {s['exclusive']} exclusive tests")
+    for nodeid, reason in s["interference"]:
+        terminalreporter.write_line(f"  {nodeid}: {reason}")
