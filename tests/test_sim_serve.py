@@ -107,6 +107,7 @@ def test_cli_config_error_exit_code(tmp_path):
     assert "server.bogus" in r.stderr and str(cfg) in r.stderr
 
 
+@pytest.mark.exclusive     # a wall-clock session against another process (tests/conftest.py)
 @pytest.mark.parametrize("kind", ["mit_can", "odrive_can"])
 def test_cross_process_udp_multicast_session(tmp_path, kind):
     port = 43000 + (os.getpid() % 1000) + (kind == "odrive_can")
