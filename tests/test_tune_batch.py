@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from controller.app.commands import _absolutise
-from controller.app.tune import EXECUTORS, ParamRange, TuneSpec, evaluate_task, make_tasks, random_streams, run_tune
+from controller.app.engines import EXECUTORS, EngineReport
+from controller.app.tune import ParamRange, TuneSpec, evaluate_task, make_tasks, random_streams, run_tune
 from controller.app.tune import make_candidates, make_draws
 from dynamics.config import read_toml
 
@@ -70,7 +71,10 @@ def _tasks(duration_s: float = 0.8) -> list[tuple]:
 def test_batched_rollouts_equal_the_single_runs():
     tasks = _tasks()
     single = [evaluate_task(t) for t in tasks]
-    batched = EXECUTORS["batch"](tasks, len(tasks), "", None)
+    ci0, j0, data, file, _ = tasks[0]
+    rows = EXECUTORS["batch"](evaluate_task, data, file, [(ci, j, ov) for ci, j, _, _, ov in tasks], len(tasks),
+                              "", None, None, 0.1, EngineReport("batch"))
+    batched = [(ci, j, m) for ci, j, m, _ in rows]
     assert [(ci, j) for ci, j, _ in batched] == [(ci, j) for ci, j, _ in single]
     statuses = [m["status"] for _, _, m in single]
     assert statuses.count("completed") >= len(tasks) - 1, statuses

@@ -281,6 +281,10 @@ def tune(args) -> int:
         png = f"skipped ({err})"
     print(f"torqueloop tune: {len(result.candidates)} candidates x {spec.monte_carlo} plant draws "
           f"in {time.perf_counter() - t0:.1f} s ({result.engine} engine)")
+    print("  " + engine_line(result.report))
+    if result.lost:
+        print(f"  WARNING: {result.lost} runs were lost with their worker and not retried to completion: "
+              "their candidates score inf (see failed_runs and first_failure in ranking.csv)")
     score_head = f"score [{result.score_unit}]"
     width = max(12, len(score_head))
     print("  rank  " + "  ".join(f"{k:>22}" for k in spec.params) + f"  {score_head:>{width}}")
@@ -291,6 +295,18 @@ def tune(args) -> int:
         print(f"  WARNING: {w}")
     print(f"  table: {out / 'ranking.csv'}\n  best config: {out / 'best.toml'}\n  plot: {png}")
     return 0
+
+
+def engine_line(report) -> str:
+    """One line on how a sweep ran (:class:`controller.app.engines.EngineReport`)."""
+    if report is None:
+        return ""
+    warm = [s.seconds for s in report.stats if not s.cold]
+    cold = [s.seconds for s in report.stats if s.cold]
+    return (f"{report.workers} worker process(es), {report.tasks} tasks of {report.rollouts_per_task} run(s) "
+            f"({report.task_bytes / 1024:.1f} kB a task, config {report.shared_bytes / 1024:.1f} kB once); "
+            f"a run {1e3 * float(np.median(warm)) if warm else math.nan:.0f} ms "
+            f"(first in a process {1e3 * float(np.median(cold)) if cold else math.nan:.0f} ms)")
 
 
 def _absolutise(data: dict, base_dir: Path) -> dict:

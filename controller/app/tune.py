@@ -15,8 +15,9 @@ plant is perturbed in each Monte-Carlo draw, the metric and the penalties::
     engine = "auto"              # "local" (process pool), "batch" (rollouts advanced together
                                  # in this process, compiled, GIL released), "dask", "ray", or
                                  # "auto": batch when the first run went through the compiled
-                                 # offline loop, else local
+                                 # offline loop, else local (controller.app.engines)
     address = ""                 # dask scheduler / ray cluster address ("" = start a local one)
+    task_min_s = 0.1             # work per task of the local, dask and ray engines [s]
     seed = 1
     [tune.params]                # dotted config keys -> [low, high] (log-uniform if "log" is added)
     "controller.wn_rad_s" = [10.0, 80.0, "log"]
@@ -27,7 +28,8 @@ plant is perturbed in each Monte-Carlo draw, the metric and the penalties::
 
 Each evaluation is a pure function of (config dict, overrides, seed), so the
 same task list runs unchanged on a process pool, a Dask cluster or Ray: only
-the ``engine`` option changes.
+the ``engine`` option changes (:mod:`controller.app.engines`; the rankings and
+scores are the same on every engine, ``tests/test_tune_engines.py``).
 """
 
 from __future__ import annotations
@@ -35,8 +37,6 @@ from __future__ import annotations
 import csv
 import itertools
 import math
-import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -46,10 +46,11 @@ import numpy as np
 from dynamics.config import apply_overrides
 from dynamics.errors import ConfigError, TorqueloopError
 
-from .tune_config import ENGINES, ParamRange, TuneSpec
+from .engines import EngineReport, run_rollouts
+from .tune_config import ParamRange, TuneSpec
 
 __all__ = ["TuneSpec", "ParamRange", "Candidate", "TuneResult", "apply_overrides", "make_tasks", "run_tune", "random_streams",
-           "metric_unit", "EXECUTORS", "EDGE_FRACTION"]
+           "metric_unit", "EDGE_FRACTION", "evaluate_task"]
 
 
 @dataclass
@@ -126,104 +127,6 @@ def score(spec: TuneSpec, metrics: dict) -> float:
     return m * (1.0 + pen)
 
 
-# -- executors -------------------------------------------------------------------
-def _run_local(tasks: list[tuple], workers: int | None, address: str, progress: Callable | None) -> list:
-    import multiprocessing as mp
-
-    workers = workers or os.cpu_count() or 1
-    if workers == 1:
-        out = []
-        for t in tasks:
-            out.append(evaluate_task(t))
-            if progress:
-                progress(len(out), len(tasks))
-        return out
-    out = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
-        for r in ex.map(evaluate_task, tasks, chunksize=1):
-            out.append(r)
-            if progress:
-                progress(len(out), len(tasks))
-    return out
-
-
-def _run_batch(tasks: list[tuple], workers: int | None, address: str, progress: Callable | None) -> list:
-    """Advance ``workers`` rollouts together in this process (threads).
-
-    The clean cycles of a rollout run in the compiled offline loop
-    (:mod:`controller.compiled`), which releases the GIL, so the rollouts of a batch
-    advance in parallel on as many cores, sharing this process's compiled code and
-    trajectories (no worker start-up, nothing pickled).  Every rollout is the same
-    :func:`evaluate_task` as on the other engines: the results are the single runs'
-    (``tests/test_tune_batch.py``).  A run the compiled loop does not cover is
-    correct here too, but its cycles hold the GIL: use ``local`` for those.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    workers = workers or os.cpu_count() or 1
-    out = []
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tune-batch") as ex:
-        for r in ex.map(evaluate_task, tasks):
-            out.append(r)
-            if progress:
-                progress(len(out), len(tasks))
-    return out
-
-
-def _run_dask(tasks: list[tuple], workers: int | None, address: str, progress: Callable | None) -> list:
-    try:
-        from dask.distributed import Client, LocalCluster
-    except ImportError as err:
-        raise ConfigError("engine 'dask' needs dask[distributed] installed "
-                          "(pip install 'dask[distributed]')", None, "tune.engine") from err
-    if address:
-        client = Client(address)
-    else:
-        client = Client(LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1))
-    try:
-        futures = client.map(evaluate_task, tasks, pure=False)
-        return client.gather(futures)
-    finally:
-        client.close()
-
-
-def _run_ray(tasks: list[tuple], workers: int | None, address: str, progress: Callable | None) -> list:
-    try:
-        import ray
-    except ImportError as err:
-        raise ConfigError("engine 'ray' needs ray installed (pip install ray)", None, "tune.engine") from err
-    ray.init(address=address or None, num_cpus=None if address else (workers or os.cpu_count()),
-             ignore_reinit_error=True)
-    try:
-        remote = ray.remote(evaluate_task)
-        return ray.get([remote.remote(t) for t in tasks])
-    finally:
-        ray.shutdown()
-
-
-EXECUTORS: dict[str, Callable] = {"local": _run_local, "batch": _run_batch, "dask": _run_dask, "ray": _run_ray}
-assert set(EXECUTORS) | {"auto"} == set(ENGINES)
-
-#: ``engine = "auto"`` takes the batch engine when at least this fraction of the first run's
-#: cycles went through the compiled offline loop (its rollouts then run in parallel threads)
-AUTO_BATCH_FRACTION = 0.5
-
-
-def _run_auto(tasks: list[tuple], workers: int | None, address: str,
-              progress: Callable | None) -> tuple[list, str]:
-    """Run the first task here, then the rest on ``batch`` if it ran compiled, else ``local``.
-
-    Returns the results and the engine chosen."""
-    first = evaluate_task(tasks[0])
-    if progress:
-        progress(1, len(tasks))
-    engine = "batch" if first[2].get("compiled_fraction", 0.0) >= AUTO_BATCH_FRACTION else "local"
-    rest = tasks[1:]
-    if not rest:
-        return [first], engine
-    step = None if progress is None else (lambda done, total: progress(done + 1, total + 1))
-    return [first] + list(EXECUTORS[engine](rest, workers, address, step)), engine
-
 #: a best value within this fraction of a range's width from a bound is "at the edge"
 EDGE_FRACTION = 0.05
 
@@ -251,6 +154,13 @@ class TuneResult:
     draws: list[dict[str, float]]
     #: the engine that ran the rollouts (``auto`` resolved)
     engine: str = ""
+    #: how the rollouts ran (tasks, bytes, per-rollout worker and time)
+    report: EngineReport | None = None
+
+    @property
+    def lost(self) -> int:
+        """Rollouts whose worker was lost (reported in the table, scored inf)."""
+        return sum(1 for c in self.candidates for m in c.metrics if m.get("status") == "lost")
 
     @property
     def ranked(self) -> list[Candidate]:
@@ -323,16 +233,13 @@ def run_tune(spec: TuneSpec, data: dict, file: str | None, *, workers: int | Non
     candidates = make_candidates(spec, cand_rng)
     draws = make_draws(spec, plant_rng)
     tasks = make_tasks(spec, data, file, candidates, draws)
-    engine = engine or spec.engine
-    if engine == "auto":
-        results, engine = _run_auto(tasks, workers, spec.address, progress)
-    elif engine in EXECUTORS:
-        results = EXECUTORS[engine](tasks, workers, spec.address, progress)
-    else:
-        raise ConfigError(f"unknown engine {engine!r} (choose from {sorted(ENGINES)})", file, "tune.engine")
+    items = [(ci, j, ov) for ci, j, _, _, ov in tasks]
+    rows, report = run_rollouts(evaluate_task, data, file, items, engine=engine or spec.engine,
+                                workers=workers, address=spec.address, progress=progress,
+                                task_min_s=spec.task_min_s)
     by_index = {c.index: c for c in candidates}
-    for ci, j, metrics in sorted(results, key=lambda r: (r[0], r[1])):
+    for ci, j, metrics in rows:
         c = by_index[ci]
         c.metrics.append(metrics)
         c.scores.append(score(spec, metrics))
-    return TuneResult(spec, candidates, draws, engine)
+    return TuneResult(spec, candidates, draws, report.engine, report)

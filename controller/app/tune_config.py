@@ -14,7 +14,7 @@ import numpy as np
 
 from dynamics.config import Section
 
-__all__ = ["ENGINES", "ParamRange", "TuneSpec"]
+__all__ = ["ENGINES", "ParamRange", "NormalSpread", "TuneSpec", "parse_ranges"]
 
 #: where the evaluations run (:data:`controller.app.tune.EXECUTORS` implements each; "auto"
 #: picks "batch" or "local", see :func:`controller.app.tune.run_tune`)
@@ -40,6 +40,51 @@ class ParamRange:
         return np.linspace(self.low, self.high, n)
 
 
+@dataclass(frozen=True)
+class NormalSpread:
+    """A normal distribution ``N(mean, std**2)`` of a config value, cut at ``low`` (e.g. 0 for a
+    friction coefficient); ``mean`` and ``std`` may be per-joint tuples (a list is drawn)."""
+
+    mean: float | tuple
+    std: float | tuple
+    low: float = -math.inf
+
+    def draw(self, rng: np.random.Generator) -> float | list:
+        x = np.maximum(rng.normal(np.asarray(self.mean, float), np.asarray(self.std, float)), self.low)
+        return x.tolist() if np.ndim(x) else float(x)
+
+
+def parse_ranges(sub: Section | None, *, normal: bool = False) -> dict:
+    """A table of dotted config keys -> ``[low, high]`` (uniform), ``[low, high, "log"]``
+    (log-uniform) or, with ``normal``, ``[mean, std, "normal"]``; errors name the key.
+
+    Returns
+    -------
+    dict of str -> ParamRange or NormalSpread
+    """
+    out: dict = {}
+    if sub is None:
+        return out
+    for key in list(sub.data):
+        v = sub.raw(key)
+        tag = v[2] if isinstance(v, list) and len(v) == 3 else None
+        if tag not in (None, "log") and not (normal and tag == "normal"):
+            allowed = "'log' or 'normal'" if normal else "'log'"
+            raise sub.error(key, f"the third entry may be {allowed}, got {tag!r}")
+        arr = sub.as_array(key, v[:2] if tag else v, (2,))
+        if tag == "normal":
+            if not arr[1] >= 0:
+                raise sub.error(key, f"needs [mean, std, \"normal\"] with std >= 0, got {v!r}")
+            out[key] = NormalSpread(float(arr[0]), float(arr[1]))
+            continue
+        if not arr[0] < arr[1]:
+            raise sub.error(key, f"needs [low, high] with low < high, got {v!r}")
+        if tag == "log" and arr[0] <= 0:
+            raise sub.error(key, "a log range needs low > 0")
+        out[key] = ParamRange(float(arr[0]), float(arr[1]), tag == "log")
+    return out
+
+
 @dataclass
 class TuneSpec:
     params: dict[str, ParamRange]
@@ -53,29 +98,14 @@ class TuneSpec:
     duration_s: float | None = None
     engine: str = "auto"
     address: str = ""
+    task_min_s: float = 0.1
     seed: int = 1
 
     @staticmethod
     def from_section(sec: Section) -> "TuneSpec":
-        def ranges(sub: Section | None) -> dict[str, ParamRange]:
-            out = {}
-            if sub is None:
-                return out
-            for key in list(sub.data):
-                v = sub.raw(key)
-                log = isinstance(v, list) and len(v) == 3 and v[2] == "log"
-                nums = v[:2] if log else v
-                arr = sub.as_array(key, nums, (2,))
-                if not arr[0] < arr[1]:
-                    raise sub.error(key, f"needs [low, high] with low < high, got {v!r}")
-                if log and arr[0] <= 0:
-                    raise sub.error(key, "a log range needs low > 0")
-                out[key] = ParamRange(float(arr[0]), float(arr[1]), log)
-            return out
-
         spec = TuneSpec(
-            params=ranges(sec.section("params")),
-            uncertainty=ranges(sec.section("uncertainty", {})),
+            params=parse_ranges(sec.section("params")),
+            uncertainty=parse_ranges(sec.section("uncertainty", {})),
             method=sec.str("method", "random", choices=["random", "grid"]),
             candidates=sec.int("candidates", 16, minimum=1),
             monte_carlo=sec.int("monte_carlo", 3, minimum=1),
@@ -85,6 +115,7 @@ class TuneSpec:
             duration_s=sec.float("duration_s", None, minimum=0.0, strict_min=True),
             engine=sec.str("engine", "auto", choices=sorted(ENGINES)),
             address=sec.str("address", ""),
+            task_min_s=sec.float("task_min_s", 0.1, minimum=0.0),
             seed=sec.int("seed", 1),
         )
         if not spec.params:
