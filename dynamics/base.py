@@ -224,6 +224,18 @@ class Model(ABC):
         times ``inertia_factor`` (default: same as mass), e.g. a plant with +10 %
         mass and inertia error is ``model.scaled(1.1)``."""
 
+    def with_payload(self, mass_kg: float) -> "Model":
+        """A copy carrying a point mass of ``mass_kg`` [kg] where the model's payload sits
+        (the 3RRR: the platform's centre).  Models without a payload point raise.
+
+        Raises
+        ------
+        ModelError
+            This model family has no payload point, or ``mass_kg`` is negative or not finite.
+        """
+        raise ModelError(f"{type(self).__name__} has no payload point (a payload is supported on "
+                         "the 3RRR platform)")
+
     def summary(self) -> str:
         """Multi-line human-readable description (used by ``torqueloop check``)."""
         lim = self.limits

@@ -1273,6 +1273,16 @@ class Planar3RRR(ParallelModel):
                           self._tol_sing)
 
 
+    def with_payload(self, mass_kg: float) -> "Planar3RRR":
+        """Copy with a point mass of ``mass_kg`` [kg] at the platform's centre (the platform's
+        mass grows by it; its inertia about the centre does not change)."""
+        if not (math.isfinite(mass_kg) and mass_kg >= 0):
+            raise ModelError(f"payload mass must be finite and >= 0, got {mass_kg!r}")
+        return Planar3RRR(self._A, self._c, self._prox, self._dist, self._mp + mass_kg, self._Ip, self._g,
+                          self._branch, self._home, self._limits, self._drive, self.name, self.source,
+                          self._names, self._tol_sing)
+
+
 # ---------------------------------------------------------------------- loader
 def _per_leg(sec: Section, key: str, default=None, *, minimum=None, strict=False) -> np.ndarray:
     """A number (shared by the legs) or a list of 3 numbers -> array (3,)."""

@@ -35,7 +35,8 @@ CORE = {"controller." + m for m in ("laws", "_law_kernels", "_stewart_law_kernel
                                     "clock", "telemetry", "metrics")}
 #: the application on top of it, in ``controller/app/``
 APP = "controller.app"
-APPLICATION = {APP} | {f"{APP}.{m}" for m in ("run", "api", "cli", "commands", "tune", "tune_config",
+APPLICATION = {APP} | {f"{APP}.{m}" for m in ("run", "api", "cli", "commands", "tune", "tune_config", "engines",
+                                              "robustness",
                                               "identify", "explain", "report", "plots", "animate")}
 #: what each package may import from the others
 ALLOWED = {"dynamics": set(), "trajectories": {"dynamics"}, "drivers": {"dynamics"},

@@ -8,6 +8,8 @@ Sub-commands
 ``torqueloop plot LOG``     plot a run log to PNG files.
 ``torqueloop animate LOG``  stick-figure animation of the robot from a run log.
 ``torqueloop tune CONFIG``  search controller gains over Monte-Carlo offline runs.
+``torqueloop robustness CONFIG``  Monte-Carlo runs over the plant's uncertainty: share within
+                            tolerance, distributions, worst runs as replayable configs.
 ``torqueloop identify CONFIG``  excite, estimate and validate dynamic parameters; write a robot file.
 
 All errors of the package (:class:`dynamics.errors.TorqueloopError`) are printed
@@ -68,6 +70,11 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return commands.tune(args)
 
 
+def _cmd_robustness(args: argparse.Namespace) -> int:
+    from . import commands
+    return commands.robustness(args)
+
+
 def _cmd_identify(args: argparse.Namespace) -> int:
     from . import commands
     return commands.identify(args)
@@ -123,6 +130,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="executor engine (overrides [tune].engine)")
     t.add_argument("--samples", type=int, default=None, help="override the number of candidates")
     t.set_defaults(func=_cmd_tune)
+
+    rb = sub.add_parser("robustness", help="Monte-Carlo runs over the plant's uncertainty: share within "
+                                           "tolerance, distributions, worst runs as run configs")
+    rb.add_argument("config", help="run config (.toml) with a [robustness] table")
+    rb.add_argument("-o", "--out", default=None, help="output folder (default: runs/robustness-<name>-<time>)")
+    rb.add_argument("--samples", type=int, default=None, help="number of runs (overrides [robustness].samples)")
+    rb.add_argument("--engine", default=None, choices=list(ENGINES),
+                    help="executor engine (overrides [robustness].engine)")
+    rb.add_argument("--workers", type=int, default=None, help="workers (default: cores)")
+    rb.add_argument("--duration", type=float, default=None, help="run duration [s] (overrides "
+                    "[robustness].duration_s)")
+    rb.add_argument("--seed", type=int, default=None, help="seed of the draws (overrides [robustness].seed)")
+    rb.add_argument("--tolerance", action="append", default=[], metavar="METRIC=VALUE",
+                    help="a bound (upper; lower for singularity_margin_min), e.g. max_position_error_m=0.001")
+    rb.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    rb.set_defaults(func=_cmd_robustness)
 
     i = sub.add_parser("identify", help="identify dynamic parameters: excitation run, estimation, "
                                         "validation, identified robot file")

@@ -20,7 +20,7 @@ from dynamics import load_model
 from dynamics.config import read_toml, write_toml
 from dynamics.errors import ConfigError, SafetyError
 
-__all__ = ["check", "run", "plot", "animate", "tune", "identify", "parse_sets", "format_summary"]
+__all__ = ["check", "run", "plot", "animate", "tune", "robustness", "identify", "parse_sets", "format_summary"]
 
 
 def check(path: str, overrides: dict | None = None) -> str:
@@ -297,6 +297,56 @@ def tune(args) -> int:
     return 0
 
 
+def robustness(args) -> int:
+    """``torqueloop robustness``: Monte-Carlo runs over the plant's uncertainty; writes the report,
+    the samples, plots and the worst runs as run configs.  Exit 0 (the report is the result)."""
+    from dynamics.config import Section
+
+    from .robustness import format_report, run_robustness, write_report
+    from .tune_config import RobustnessSpec
+
+    path = Path(args.config)
+    data = read_toml(path)
+    if "robustness" not in data:
+        raise ConfigError("no [robustness] table in the config", str(path), "robustness")
+    spec = RobustnessSpec.from_section(Section(data["robustness"], str(path), "robustness"))
+    if args.samples is not None:
+        if args.samples < 1:
+            raise ConfigError("--samples needs at least 1", str(path), "robustness.samples")
+        spec.samples = args.samples
+    if args.duration is not None:
+        if not args.duration > 0:
+            raise ConfigError("--duration needs a value > 0", str(path), "robustness.duration_s")
+        spec.duration_s = args.duration
+    if args.seed is not None:
+        if args.seed < 0:
+            raise ConfigError("--seed needs a value >= 0", str(path), "robustness.seed")
+        spec.seed = args.seed
+    for key, value in parse_sets(args.tolerance).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"--tolerance {key} needs a number, got {value!r}", str(path),
+                              f"robustness.tolerance.{key}")
+        spec.tolerance[key] = float(value)
+    base = _absolutise({k: v for k, v in data.items() if k not in ("robustness", "tune")}, path.parent)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else Path("runs") / f"robustness-{data.get('name', path.stem)}-{stamp}"
+
+    def progress(done, total):
+        sys.stderr.write(f"\r  ran {done}/{total} samples")
+        sys.stderr.flush()
+
+    t0 = time.perf_counter()
+    result = run_robustness(spec, base, str(path), workers=args.workers, engine=args.engine, progress=progress)
+    sys.stderr.write("\n")
+    written = write_report(result, out, plots=not args.no_plots)
+    print(f"torqueloop robustness: {spec.samples} runs in {time.perf_counter() - t0:.1f} s "
+          f"({result.report.engine} engine)")
+    print("  " + engine_line(result.report))
+    print(format_report(result))
+    print("  written: " + ", ".join(str(p) for p in written))
+    return 0
+
+
 def engine_line(report) -> str:
     """One line on how a sweep ran (:class:`controller.app.engines.EngineReport`)."""
     if report is None:
@@ -313,11 +363,15 @@ def _absolutise(data: dict, base_dir: Path) -> dict:
     import copy
 
     d = copy.deepcopy(data)
-    for sec, key in (("robot", "file"), ("plant", "robot")):
-        if isinstance(d.get(sec), dict) and isinstance(d[sec].get(key), str):
-            p = Path(d[sec][key])
+    for *secs, key in (("robot", "file"), ("plant", "robot"), ("driver", "plant", "robot"),
+                       ("trajectory", "path")):
+        node = d
+        for sec in secs:
+            node = node.get(sec) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(key), str):
+            p = Path(node[key])
             if not p.is_absolute():
-                d[sec][key] = str((base_dir / p).resolve())
+                node[key] = str((base_dir / p).resolve())
     return d
 
 

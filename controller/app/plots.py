@@ -37,7 +37,8 @@ from dynamics.errors import ConfigError, TorqueloopError
 from .report import effort_word, joint_quantities, task_quantities
 from ..telemetry import read_log, read_meta
 
-__all__ = ["RunData", "load_run_data", "run_figures", "plot_run", "tune_figure", "plot_tune", "end_effector_path"]
+__all__ = ["RunData", "load_run_data", "run_figures", "plot_run", "tune_figure", "plot_tune", "end_effector_path",
+           "robustness_figures", "plot_robustness"]
 
 _DPI = 110
 
@@ -407,3 +408,75 @@ def plot_tune(result, out_dir) -> Path:
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)
     return path
+
+
+# -- robustness ------------------------------------------------------------------
+def robustness_figures(result) -> dict:
+    """The figures of a robustness report: ``{"robustness_hist": fig, "robustness_envelope": fig}``.
+
+    ``robustness_hist``: a histogram per toleranced (or reported) metric over the completed
+    runs, the bound drawn; ``robustness_envelope``: each run's largest tracking error per time
+    bin (m or rad), its median, 5-95 % band and maximum over the runs, the worst runs drawn.
+
+    Parameters
+    ----------
+    result : controller.app.robustness.RobustnessResult
+    """
+    from .tune_config import AT_LEAST, REPORTED
+    from .tune import metric_unit
+
+    plt = _pyplot()
+    keys = [k for k in dict.fromkeys((*result.spec.tolerance, *REPORTED)) if np.isfinite(result.values(k)).any()]
+    cols = min(3, max(len(keys), 1))
+    rows = max(1, -(-len(keys) // cols))
+    hist, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, k in zip(axes.flat, keys):
+        v = result.values(k)
+        ax.hist(v[np.isfinite(v)], bins=min(30, max(5, len(v) // 4)), color="tab:blue", alpha=0.8)
+        if k in result.spec.tolerance:
+            b = result.spec.tolerance[k]
+            ax.axvline(b, color="r", ls="--", label=f"{'min' if k in AT_LEAST else 'max'} {b:.4g}")
+            ax.legend(fontsize=7)
+        ax.set_xlabel(f"{k} [{metric_unit(k)}]")
+        ax.set_ylabel("runs")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.set_visible(False)
+    hist.suptitle(f"robustness: {len(result.metrics)} runs, {100 * float(np.mean(result.within)):.1f} % within "
+                  "tolerance", fontsize=10)
+    hist.tight_layout()
+    env, ax = plt.subplots(figsize=(8, 4))
+    curves = [(np.asarray(m["_envelope_t"]), np.asarray(m["_envelope"])) for m in result.metrics
+              if m.get("_envelope")]
+    if curves:
+        n = min(len(c[1]) for c in curves)
+        t = curves[0][0][:n]
+        E = np.array([c[1][:n] for c in curves])
+        ax.fill_between(t, np.percentile(E, 5, axis=0), np.percentile(E, 95, axis=0), alpha=0.3,
+                        label="5-95 % of runs")
+        ax.plot(t, np.median(E, axis=0), lw=1.5, label="median")
+        ax.plot(t, E.max(axis=0), "k:", lw=1, label="maximum")
+        for r, i in enumerate(result.worst(), 1):
+            m = result.metrics[i]
+            if m.get("_envelope"):
+                ax.plot(m["_envelope_t"], m["_envelope"], lw=0.8, label=f"worst {r} (run {i})")
+    task = any(k.endswith("_m") for k in result.metrics[0]) if result.metrics else False
+    ax.set_xlabel("t [s]")
+    ax.set_ylabel("tracking error " + ("(position) [m]" if task else "norm [rad]"))
+    ax.set_title("tracking error envelope over the runs (largest per time bin)", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    env.tight_layout()
+    return {"robustness_hist": hist, "robustness_envelope": env}
+
+
+def plot_robustness(result, out_dir) -> list[Path]:
+    """Write ``robustness_hist.png`` and ``robustness_envelope.png`` (:func:`robustness_figures`)."""
+    plt = _pyplot()
+    out = []
+    for name, fig in robustness_figures(result).items():
+        path = Path(out_dir) / f"{name}.png"
+        fig.savefig(path, dpi=_DPI)
+        plt.close(fig)
+        out.append(path)
+    return out

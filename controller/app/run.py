@@ -54,7 +54,7 @@ import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -351,6 +351,9 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     if "tune" in data:
         from .tune_config import TuneSpec
         TuneSpec.from_section(root.section("tune"))
+    if "robustness" in data:        # likewise the Monte-Carlo report's (controller.app.robustness)
+        from .tune_config import RobustnessSpec
+        RobustnessSpec.from_section(root.section("robustness"))
 
     # The driver table is validated when the driver is built (it may open buses);
     # mark it read here.
@@ -796,23 +799,31 @@ def summary_metrics(spec: RunSpec, result: RunResult) -> dict:
 
 
 def run_offline_metrics(data: Mapping[str, Any], *, file: str | None = None,
-                        trajectory_cache: dict | None = None, model_cache: dict | None = None) -> dict:
-    """Run a (simulated) config without telemetry and return :func:`summary_metrics` (for tuning).
+                        trajectory_cache: dict | None = None, model_cache: dict | None = None,
+                        out_dir: str | Path | None = None,
+                        analyse: Callable[[RunSpec, RunResult, Path | None], dict] | None = None) -> dict:
+    """Run a (simulated) config and return :func:`summary_metrics` (for tuning, robustness).
 
-    ``trajectory_cache``, ``model_cache``: see :func:`parse_run`."""
+    ``trajectory_cache``, ``model_cache``: see :func:`parse_run`.  ``out_dir``: write the log
+    there (default: no telemetry).  ``analyse(spec, result, out_dir)``: more metrics of the
+    finished run (its log read from ``out_dir``), added to the summary's."""
     base_dir = Path(file).parent if file else None
     spec = parse_run(data, file=file, base_dir=base_dir, trajectory_cache=trajectory_cache,
                      model_cache=model_cache)
     if spec.hardware:
-        raise ConfigError("tuning runs only on the simulated plant (driver type sim_*)", file, "driver.type")
-    run = build_run(spec, out_dir=None)
+        raise ConfigError("offline sweeps run only on the simulated plant (driver type sim_*)", file,
+                          "driver.type")
+    run = build_run(spec, out_dir=out_dir)
     try:
         result = run.loop.run()
     except SafetyError as err:
         return {"status": "refused", "error": str(err)}
     finally:
         run.close()
-    return summary_metrics(spec, result)
+    out = summary_metrics(spec, result)
+    if analyse is not None:
+        out.update(analyse(spec, result, None if out_dir is None else Path(out_dir)))
+    return out
 
 
 @dataclass

@@ -1,8 +1,9 @@
-"""The ``[tune]`` table of a run config (what :mod:`controller.app.tune` searches).
+"""The ``[tune]`` and ``[robustness]`` tables of a run config (what :mod:`controller.app.tune`
+searches, what :mod:`controller.app.robustness` draws; each documented in its module).
 
-Kept apart from the search itself so that the run-config builder
-(:mod:`controller.app.run`) can validate a ``[tune]`` table without importing the
-tuner, which imports the builder (one-way dependency: tune -> run -> tune_config).
+Kept apart from the sweeps themselves so that the run-config builder
+(:mod:`controller.app.run`) can validate both tables without importing the
+sweeps, which import the builder (one-way dependency: tune -> run -> tune_config).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 from dynamics.config import Section
 
-__all__ = ["ENGINES", "ParamRange", "NormalSpread", "TuneSpec", "parse_ranges"]
+__all__ = ["ENGINES", "ParamRange", "NormalSpread", "TuneSpec", "RobustnessSpec", "parse_ranges", "AT_LEAST", "REPORTED"]
 
 #: where the evaluations run (:data:`controller.app.tune.EXECUTORS` implements each; "auto"
 #: picks "batch" or "local", see :func:`controller.app.tune.run_tune`)
@@ -120,5 +121,71 @@ class TuneSpec:
         )
         if not spec.params:
             raise sec.error("params", "at least one parameter to search is needed")
+        sec.finish()
+        return spec
+
+
+#: robustness tolerances that are lower bounds (the others are upper bounds)
+AT_LEAST = frozenset({"singularity_margin_min"})
+#: metrics the robustness report always gives the distribution of
+REPORTED = ("rms_position_error_m", "max_position_error_m", "rms_error_norm", "max_error_norm",
+            "torque_peak_ratio_max", "saturation_fraction", "singularity_margin_min")
+
+
+@dataclass
+class RobustnessSpec:
+    """The ``[robustness]`` table (module docstring).
+
+    Attributes
+    ----------
+    uncertainty : dict of str -> ParamRange or NormalSpread
+        Dotted config key -> its distribution.
+    tolerance : dict of str -> float
+        Metric -> bound (upper; lower for :data:`AT_LEAST`).
+    samples, seed, worst_cases : int
+        Runs, seed, worst runs written as configs.
+    duration_s : float or None
+        Run duration [s] (None: the config's).
+    engine, address : str
+        Where the runs go (:mod:`controller.app.engines`).
+    task_min_s : float
+        Work per task of the local, dask and ray engines [s].
+    worst_by : str
+        The metric that orders the worst runs (larger is worse).
+    identification : str
+        Path of an ``identification.json`` ("" none).
+    """
+
+    uncertainty: dict
+    tolerance: dict
+    samples: int = 100
+    seed: int = 1
+    duration_s: float | None = None
+    engine: str = "auto"
+    address: str = ""
+    task_min_s: float = 0.1
+    worst_cases: int = 3
+    worst_by: str = "max_position_error_m"
+    identification: str = ""
+
+    @staticmethod
+    def from_section(sec: Section) -> "RobustnessSpec":
+        """Read and validate a ``[robustness]`` table; errors name the file and the field."""
+        tol_sec = sec.section("tolerance", {})
+        tolerance = {k: tol_sec.float(k) for k in list(tol_sec.data)}
+        tol_sec.finish()
+        spec = RobustnessSpec(
+            uncertainty=parse_ranges(sec.section("uncertainty", {}), normal=True),
+            tolerance=tolerance,
+            samples=sec.int("samples", 100, minimum=1),
+            seed=sec.int("seed", 1, minimum=0),
+            duration_s=sec.float("duration_s", None, minimum=0.0, strict_min=True),
+            engine=sec.str("engine", "auto", choices=sorted(ENGINES)),
+            address=sec.str("address", ""),
+            task_min_s=sec.float("task_min_s", 0.1, minimum=0.0),
+            worst_cases=sec.int("worst_cases", 3, minimum=0),
+            worst_by=sec.str("worst_by", "max_position_error_m"),
+            identification=sec.str("identification", ""),
+        )
         sec.finish()
         return spec

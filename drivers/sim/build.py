@@ -25,6 +25,8 @@ Keys
     robot = "other_robot.toml"       # plant model file (default: the controller's model)
     mass_factor = 1.1                # plant = model.scaled(mass_factor, inertia_factor)
     inertia_factor = 1.1             # default: mass_factor
+    payload_kg = 0.2                 # a point mass the plant carries (model.with_payload: the
+                                     #   3RRR platform's centre), not in the controller's model
     q0 = [0.0, 0.5, -0.3]            # initial position (default: zeros, or the
     qd0 = [0.0, 0.0, 0.0]            #   home pose's joints for a parallel model)
     viscous = 0.01                   # N m s/rad, scalar or per joint (default: model.drive)
@@ -91,7 +93,7 @@ import numpy as np
 
 from dynamics.base import Model, ParallelModel
 from dynamics.config import Section
-from dynamics.errors import ConfigError, TorqueloopError
+from dynamics.errors import ConfigError, ModelError, TorqueloopError
 from ..base import Command, Driver, Feedback
 from .direct import DirectPlantDriver
 from .plant import SimulatedPlant
@@ -174,6 +176,12 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
     mf = sec.float("mass_factor", 1.0, minimum=0.0, strict_min=True)
     inf = sec.float("inertia_factor", None, minimum=0.0, strict_min=True)
     plant_model = base if (mf == 1.0 and inf in (None, 1.0)) else _scaled(base, mf, inf)
+    payload = sec.float("payload_kg", 0.0, minimum=0.0)
+    if payload > 0.0:
+        try:
+            plant_model = plant_model.with_payload(payload)
+        except ModelError as err:
+            raise sec.error("payload_kg", str(err)) from err
     n = plant_model.dof
     if sec.has("q0"):
         q0 = sec.vector("q0", n)
