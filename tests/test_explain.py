@@ -97,3 +97,18 @@ def test_cli_explain():
     r = tl("check", "--explain", "bogus")
     assert r.returncode == 2 and "unknown --explain topic" in r.stderr
     assert set(DRIVER_TYPES) >= set(_examples())
+
+
+def test_the_sweep_tables_are_explained_from_their_parsers():
+    """``--explain tune`` / ``robustness`` list every field of the specs their tables fill."""
+    import dataclasses
+
+    from controller.app.explain import explain, sweep_keys
+    from controller.app.tune_config import RobustnessSpec, TuneSpec
+
+    for topic, cls in (("tune", TuneSpec), ("robustness", RobustnessSpec)):
+        keys = sweep_keys(topic)
+        assert set(keys) == {f.name for f in dataclasses.fields(cls)}, topic
+        text = explain(topic)
+        assert f"[{topic}]" in text and "samples" in explain("robustness")
+    assert "one of 'auto', 'batch', 'dask', 'local', 'ray'" in explain("robustness")

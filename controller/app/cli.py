@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--explain", metavar="TOPIC", default=None,
                    help="print the keys of a config table with types, defaults and bounds, read from "
                         "the parser itself: safety, driver, driver.joints, driver.plant, "
-                        "driver.emulator, driver.faults, driver.bus or driver.<type>")
+                        "driver.emulator, driver.faults, driver.bus, driver.<type>, tune or robustness")
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="run configs: check with a value overridden, as `run --set` does")
     c.set_defaults(func=_cmd_check)

@@ -10,7 +10,11 @@
   :class:`dynamics.config.RecordingSection` (in-process ``virtual`` CAN buses, a
   ``loop://`` serial port, a one-joint pendulum for the simulated plant), which records
   each key the builder reads with the type, default, bounds and choices of the very call
-  that validates it.
+  that validates it;
+* ``tune`` and ``robustness``: the sweeps' tables, read the same way by
+  :meth:`~controller.app.tune_config.TuneSpec.from_section` and
+  :meth:`~controller.app.tune_config.RobustnessSpec.from_section` from an example table; their
+  sub-tables of dotted config keys are described after the keys.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 from dynamics.config import KeyLog, RecordingSection
 from dynamics.errors import ConfigError, TorqueloopError
 
-__all__ = ["explain", "TOPICS", "driver_keys", "safety_keys"]
+__all__ = ["explain", "TOPICS", "driver_keys", "safety_keys", "sweep_keys"]
 
 
 def _examples() -> dict[str, dict]:
@@ -65,6 +69,31 @@ def driver_keys(kind: str) -> dict[str, dict[str, dict]]:
     drv = build_driver(sec, now=lambda: 0.0, **kw)
     drv.close()
     return log.tables
+
+
+#: the sweeps' sub-tables of dotted config keys (not fixed keys: described, not listed)
+_SWEEP_SUBTABLES = {
+    "tune": ["[tune.params]        dotted config key -> [low, high] or [low, high, \"log\"] (searched)",
+             "[tune.uncertainty]   dotted config key -> [low, high] or [low, high, \"log\"] (plant draws)",
+             "(controller.app.tune; the engines: controller.app.engines)"],
+    "robustness": ["[robustness.uncertainty]  dotted config key -> [low, high], [low, high, \"log\"] or "
+                   "[mean, std, \"normal\"]",
+                   "[robustness.tolerance]    metric -> bound (upper; lower for singularity_margin_min);"
+                   " --tolerance METRIC=VALUE",
+                   "(controller.app.robustness; the engines: controller.app.engines)"],
+}
+
+
+def sweep_keys(topic: str) -> dict[str, dict]:
+    """The keys of the ``[tune]`` or ``[robustness]`` table: ``{key: info}`` as their parser reads them."""
+    from .tune_config import RobustnessSpec, TuneSpec
+
+    log = KeyLog()
+    if topic == "tune":
+        TuneSpec.from_section(RecordingSection({"params": {"controller.wn_rad_s": [10.0, 80.0]}}, None, "tune", log))
+    else:
+        RobustnessSpec.from_section(RecordingSection({}, None, "robustness", log))
+    return log.tables.get(topic, {})
 
 
 def _doc_attributes(cls) -> dict[str, str]:
@@ -149,7 +178,7 @@ def _table_text(title: str, keys: dict[str, dict]) -> list[str]:
 
 #: topics of ``--explain`` (besides ``driver.<type>``)
 TOPICS = ("safety", "driver", "driver.joints", "driver.plant", "driver.emulator", "driver.faults",
-          "driver.bus")
+          "driver.bus", "tune", "robustness")
 
 
 def explain(topic: str) -> str:
@@ -175,6 +204,8 @@ def explain(topic: str) -> str:
             if v["doc"]:
                 lines.append(f"  {'':<{width}}    {v['doc']}")
         return "\n".join(lines)
+    if topic in _SWEEP_SUBTABLES:
+        return "\n".join(_table_text(f"[{topic}]", sweep_keys(topic)) + [""] + _SWEEP_SUBTABLES[topic])
     if topic == "driver" or topic in DRIVER_TYPES or topic.removeprefix("driver.") in DRIVER_TYPES:
         kinds = [topic.removeprefix("driver.")] if topic != "driver" else list(DRIVER_TYPES)
         sub = None
