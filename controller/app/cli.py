@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--engine", default=None, choices=list(ENGINES),
                    help="executor engine (overrides [tune].engine)")
     t.add_argument("--samples", type=int, default=None, help="override the number of candidates")
+    t.add_argument("--address", default=None, help="Dask scheduler / Ray cluster address (overrides "
+                                                   "[tune].address), e.g. tcp://head:8786")
     t.set_defaults(func=_cmd_tune)
 
     rb = sub.add_parser("robustness", help="Monte-Carlo runs over the plant's uncertainty: share within "
@@ -139,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--engine", default=None, choices=list(ENGINES),
                     help="executor engine (overrides [robustness].engine)")
     rb.add_argument("--workers", type=int, default=None, help="workers (default: cores)")
+    rb.add_argument("--address", default=None, help="Dask scheduler / Ray cluster address (overrides "
+                                                    "[robustness].address)")
     rb.add_argument("--duration", type=float, default=None, help="run duration [s] (overrides "
                     "[robustness].duration_s)")
     rb.add_argument("--seed", type=int, default=None, help="seed of the draws (overrides [robustness].seed)")

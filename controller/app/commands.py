@@ -255,6 +255,8 @@ def tune(args) -> int:
     spec = TuneSpec.from_section(Section(data["tune"], str(path), "tune"))
     if args.samples is not None:
         spec.candidates = args.samples
+    if getattr(args, "address", None) is not None:
+        spec.address = args.address
     base = {k: v for k, v in data.items() if k != "tune"}
     # relative paths in the config refer to its folder: make them absolute for workers
     base = _absolutise(base, path.parent)
@@ -314,6 +316,8 @@ def robustness(args) -> int:
         if args.samples < 1:
             raise ConfigError("--samples needs at least 1", str(path), "robustness.samples")
         spec.samples = args.samples
+    if args.address is not None:
+        spec.address = args.address
     if args.duration is not None:
         if not args.duration > 0:
             raise ConfigError("--duration needs a value > 0", str(path), "robustness.duration_s")
