@@ -260,15 +260,11 @@ def tune(args) -> int:
     base = {k: v for k, v in data.items() if k != "tune"}
     # relative paths in the config refer to its folder: make them absolute for workers
     base = _absolutise(base, path.parent)
-    out = Path(args.out) if args.out else new_out_dir(f"tune-{data.get('name', path.stem)}")
+    out = _sweep_out(args, data, path, "tune")
     out.mkdir(parents=True, exist_ok=True)
-
-    def progress(done, total):
-        sys.stderr.write(f"\r  evaluated {done}/{total} runs")
-        sys.stderr.flush()
-
     t0 = time.perf_counter()
-    result = run_tune(spec, base, str(path), workers=args.workers, engine=args.engine, progress=progress)
+    result = run_tune(spec, base, str(path), workers=args.workers, engine=args.engine,
+                      progress=_sweep_progress("evaluated {} / {} runs"))
     sys.stderr.write("\n")
     result.write_table(out / "ranking.csv")
     best = result.best
@@ -332,15 +328,10 @@ def robustness(args) -> int:
                               f"robustness.tolerance.{key}")
         spec.tolerance[key] = float(value)
     base = _absolutise({k: v for k, v in data.items() if k not in ("robustness", "tune")}, path.parent)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out) if args.out else Path("runs") / f"robustness-{data.get('name', path.stem)}-{stamp}"
-
-    def progress(done, total):
-        sys.stderr.write(f"\r  ran {done}/{total} samples")
-        sys.stderr.flush()
-
+    out = _sweep_out(args, data, path, "robustness")
     t0 = time.perf_counter()
-    result = run_robustness(spec, base, str(path), workers=args.workers, engine=args.engine, progress=progress)
+    result = run_robustness(spec, base, str(path), workers=args.workers, engine=args.engine,
+                            progress=_sweep_progress("ran {} / {} samples"))
     sys.stderr.write("\n")
     written = write_report(result, out, plots=not args.no_plots)
     print(f"torqueloop robustness: {spec.samples} runs in {time.perf_counter() - t0:.1f} s "
@@ -349,6 +340,19 @@ def robustness(args) -> int:
     print(format_report(result))
     print("  written: " + ", ".join(str(p) for p in written))
     return 0
+
+
+def _sweep_out(args, data: dict, path: Path, command: str) -> Path:
+    """A sweep's output folder: ``-o``, or a new ``runs/<command>-<name>-<time>`` (:func:`new_out_dir`)."""
+    return Path(args.out) if args.out else new_out_dir(f"{command}-{data.get('name', path.stem)}")
+
+
+def _sweep_progress(text: str):
+    """A ``progress(done, total)`` that rewrites one stderr line (``text`` with two ``{}``)."""
+    def progress(done, total):
+        sys.stderr.write("\r  " + text.format(done, total))
+        sys.stderr.flush()
+    return progress
 
 
 def engine_line(report) -> str:
