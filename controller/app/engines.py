@@ -111,6 +111,8 @@ class EngineReport:
         One per rollout that came back (in completion order).
     lost : int
         Rollouts reported ``"lost"`` (their worker died and no retry completed them).
+    probe_s : float or None
+        The probe rollout's loop time here [s], from which the tasks were sized.
     """
 
     engine: str
@@ -121,6 +123,7 @@ class EngineReport:
     wall_s: float = 0.0
     stats: list = field(default_factory=list)
     lost: int = 0
+    probe_s: float | None = None
 
     @property
     def workers(self) -> int:
@@ -362,7 +365,7 @@ def run_rollouts(fn: Callable, data: dict, file: str | None, items: list, *, eng
         _tick(progress, 1, len(items))
     elif engine == "auto":
         engine = "batch"
-    report = EngineReport(engine)
+    report = EngineReport(engine, probe_s=probe_s)
     if rest:
         done0 = len(rows)
         step = None if progress is None else (lambda d, t: progress(d + done0, t + done0))
