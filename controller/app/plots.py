@@ -432,11 +432,18 @@ def robustness_figures(result) -> dict:
     hist, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
     for ax, k in zip(axes.flat, keys):
         v = result.values(k)
-        ax.hist(v[np.isfinite(v)], bins=min(30, max(5, len(v) // 4)), color="tab:blue", alpha=0.8)
+        v = v[np.isfinite(v)]
+        ax.hist(v, bins=min(30, max(5, len(v) // 4)), color="tab:blue", alpha=0.8)
         if k in result.spec.tolerance:
             b = result.spec.tolerance[k]
-            ax.axvline(b, color="r", ls="--", label=f"{'min' if k in AT_LEAST else 'max'} {b:.4g}")
-            ax.legend(fontsize=7)
+            label = f"{'min' if k in AT_LEAST else 'max'} {b:.4g}"
+            lo, hi = float(v.min()), float(v.max())
+            span = max(hi - lo, 1e-12 * max(abs(hi), 1.0))
+            if lo - 0.5 * span <= b <= hi + 0.5 * span:        # near the runs: draw the bound
+                ax.axvline(b, color="r", ls="--", label=label)
+                ax.legend(fontsize=7)
+            else:                                             # far: say where it is, keep the runs readable
+                ax.set_title(f"{label} (off the axis)", fontsize=8, color="r")
         ax.set_xlabel(f"{k} [{metric_unit(k)}]")
         ax.set_ylabel("runs")
         ax.grid(alpha=0.3)

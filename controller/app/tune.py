@@ -131,7 +131,8 @@ def score(spec: TuneSpec, metrics: dict) -> float:
 EDGE_FRACTION = 0.05
 
 #: units of the summary metrics a search can rank by (the score has the metric's unit)
-_METRIC_UNITS = {"rms_error_norm": "rad|m",
+_METRIC_UNITS = {"rms_error_norm": "rad|m", "max_error_norm": "rad|m", "torque_peak_ratio_max": "1",
+                 "singularity_margin_min": "1",
                  "saturation_fraction": "1", "torque_peak_ratio_sum": "1", "real_time_factor": "1",
                  "positive_work_j": "J", "wall_time_s": "s"}
 _SUFFIX_UNITS = (("_m", "m"), ("_rad", "rad"), ("_s", "s"), ("_j", "J"), ("_nm", "N m"), ("_n", "N"))

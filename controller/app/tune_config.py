@@ -128,7 +128,7 @@ class TuneSpec:
 #: robustness tolerances that are lower bounds (the others are upper bounds)
 AT_LEAST = frozenset({"singularity_margin_min"})
 #: metrics the robustness report always gives the distribution of
-REPORTED = ("rms_position_error_m", "max_position_error_m", "rms_error_norm", "max_error_norm",
+REPORTED = ("rms_position_error_m", "max_position_error_m", "rms_error_norm",
             "torque_peak_ratio_max", "saturation_fraction", "singularity_margin_min")
 
 
