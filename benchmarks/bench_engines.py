@@ -13,7 +13,8 @@
   (thread pool, process pool, Dask client, Ray), median over ``n`` tasks sent one after the
   other, in microseconds: what each task costs on top of its work.
 
-Run alone: ``.venv/bin/python -m benchmarks.bench_engines [--quick]``.
+Run alone: ``.venv/bin/python -m benchmarks.bench_engines [--quick]`` (or ``benchmarks/run.py
+--only engines``); ``--quick``: 6 x 2 runs, 2 workers, no Ray.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _noop(x):
     return x
 
 
-def _overheads(n: int) -> list[dict]:
+def _overheads(n: int, ray_too: bool = True) -> list[dict]:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
@@ -56,6 +57,8 @@ def _overheads(n: int) -> list[dict]:
     except ImportError:
         pass
     try:
+        if not ray_too:
+            raise ImportError
         import ray
         ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
         try:
@@ -82,14 +85,15 @@ def run(quick: bool = False) -> list[dict]:
     engines = ["batch", "local", "dask"]
     try:
         import ray  # noqa: F401
-        engines.append("ray")
+        if not quick:                   # its start-up alone is most of a quick run
+            engines.append("ray")
     except ImportError:
         pass
     run_tune(TuneSpec(params=spec.params, uncertainty={}, candidates=1, monte_carlo=1, duration_s=0.2),
              base, str(CONFIG), workers=1, engine="local")                   # warm this process
     rows = []
     for engine in engines:
-        for w in (1, 2):
+        for w in ((2,) if quick else (1, 2)):
             t0 = time.perf_counter()
             res = run_tune(spec, base, str(CONFIG), workers=w, engine=engine)
             wall = time.perf_counter() - t0
@@ -104,10 +108,12 @@ def run(quick: bool = False) -> list[dict]:
                          "task_kb": rep.task_bytes / 1024, "config_kb": rep.shared_bytes / 1024,
                          "note": f"{spec.candidates} x {spec.monte_carlo} runs of {spec.duration_s:g} s, "
                                  f"{w} worker(s), start-up included"})
-    rows += _overheads(50 if quick else 200)
+    rows += _overheads(20 if quick else 200, ray_too="ray" in engines)
     return rows
 
 
-if __name__ == "__main__":
-    for row in run(quick="--quick" in sys.argv):
-        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()})
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m benchmarks.bench_engines [--quick] [--json FILE]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.run import main
+
+    sys.exit(main(["--only", "bench_engines", *sys.argv[1:]]))
