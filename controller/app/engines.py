@@ -284,7 +284,8 @@ def _run_ray(fn, data, file, items, workers, address, progress, probe_s, task_mi
         import ray
     except ImportError as err:
         raise ConfigError("engine 'ray' needs ray installed (pip install ray)", None, "engine") from err
-    ray.init(address=address or None, num_cpus=None if address else (workers or os.cpu_count()),
+    # "local": a new instance of our own, never one another process started on this machine
+    ray.init(address=address or "local", num_cpus=None if address else (workers or os.cpu_count()),
              ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     try:
         n_workers = max(int(ray.cluster_resources().get("CPU", 1)), 1)
