@@ -21,7 +21,6 @@ often says so.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -42,14 +41,12 @@ def pytest_configure(config):
     config._tl_skips = {"interference": [], "exclusive": 0}
 
 
-def _lock_dir() -> Path | None:
-    """The run's lock folder: one per xdist run (its testrun uid), None without xdist."""
-    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if not uid or fcntl is None:
+def _lock_dir(config) -> Path | None:
+    """The run's lock folder, None without xdist: the parent of the workers' temporary folders
+    (``.../pytest-N/popen-gwK``), which is the run's own and goes with pytest's old runs."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or fcntl is None:
         return None
-    d = Path(tempfile.gettempdir()) / f"torqueloop-tests-{uid}"
-    d.mkdir(exist_ok=True)
-    return d
+    return config._tmp_path_factory.getbasetemp().parent
 
 
 class _RunLock:
@@ -79,7 +76,7 @@ _lock: _RunLock | None = None
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     global _lock
-    folder = _lock_dir()
+    folder = _lock_dir(item.config)
     if folder is None:
         yield
         return
