@@ -236,6 +236,17 @@ class Model(ABC):
         raise ModelError(f"{type(self).__name__} has no payload point (a payload is supported on "
                          "the 3RRR platform)")
 
+    def to_mjcf(self, q0=None):
+        """This robot as MJCF for an independent plant (:mod:`dynamics.mjcf`), assembled at the
+        actuated positions ``q0`` (n,) [rad | m]; returns a :class:`dynamics.mjcf.MjcfRobot`.
+
+        Raises
+        ------
+        ModelError
+            The model family has no MJCF writer (the default).
+        """
+        raise ModelError(f"{type(self).__name__} has no MJCF writer: give the plant an mjcf file")
+
     def summary(self) -> str:
         """Multi-line human-readable description (used by ``torqueloop check``)."""
         lim = self.limits

@@ -1255,6 +1255,12 @@ class Planar3RRR(ParallelModel):
         return J
 
     # ------------------------------------------------------------- variants
+    def to_mjcf(self, q0=None):
+        """This robot as MJCF (:func:`dynamics.mjcf.rrr_mjcf`), assembled at ``q0``; returns a
+        :class:`dynamics.mjcf.MjcfRobot`."""
+        from .mjcf import rrr_mjcf
+        return rrr_mjcf(self, q0)
+
     def scaled(self, mass_factor: float = 1.0, inertia_factor: float | None = None) -> "Planar3RRR":
         """Copy with all link/platform masses times ``mass_factor`` and all Izz times
         ``inertia_factor`` (default ``mass_factor``).  The drive armature (a motor

@@ -549,6 +549,12 @@ class SerialModel(Model):
         return self._call(_k.jacobian_batch, q) if batch else self._call(_k.jacobian, q)
 
     # -- variants ------------------------------------------------------------
+    def to_mjcf(self, q0=None):
+        """This robot as MJCF (:func:`dynamics.mjcf.serial_mjcf`), assembled at ``q0``; returns a
+        :class:`dynamics.mjcf.MjcfRobot`."""
+        from .mjcf import serial_mjcf
+        return serial_mjcf(self, q0)
+
     def scaled(self, mass_factor: float = 1.0, inertia_factor: float | None = None) -> "SerialModel":
         """Copy with every link mass times ``mass_factor`` and every inertia tensor
         (about the COM) times ``inertia_factor`` (default ``mass_factor``).

@@ -852,6 +852,12 @@ class StewartPlatform(ParallelModel):
                                         "ujoint_min_sin": float(us.min())})
 
     # -- variants --------------------------------------------------------------------------------
+    def to_mjcf(self, q0=None):
+        """This robot as MJCF (:func:`dynamics.mjcf.stewart_mjcf`), assembled at ``q0``; returns a
+        :class:`dynamics.mjcf.MjcfRobot`."""
+        from .mjcf import stewart_mjcf
+        return stewart_mjcf(self, q0)
+
     def scaled(self, mass_factor: float = 1.0, inertia_factor: float | None = None) -> "StewartPlatform":
         """Copy with every mass times ``mass_factor`` and every inertia tensor times ``inertia_factor``
         (default: ``mass_factor``).  Drive armature is unchanged."""

@@ -761,10 +761,11 @@ def sim_driver_section(driver: Mapping[str, Any], *, q0, clock: str, period_s: f
             data["emulator"] = emu
     if "dt_max_s" not in plant:
         plant["dt_max_s"] = period_s
-    if "robot" in plant and file:
-        p = Path(plant["robot"])
-        if not p.is_absolute():
-            plant["robot"] = str(Path(file).parent / p)
+    for key in ("robot", "mjcf"):                  # files named relative to the config
+        if isinstance(plant.get(key), str) and file:
+            p = Path(plant[key])
+            if not p.is_absolute():
+                plant[key] = str(Path(file).parent / p)
     data["plant"] = plant
     return Section(data, file, path)
 

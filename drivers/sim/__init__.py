@@ -32,9 +32,9 @@ from dynamics.errors import ConfigError
 
 from ..registry import DRIVER_TYPES
 from .direct import DirectPlantDriver
-from .plant import PlantState, SimulatedPlant
+from .plant import Plant, PlantState, SimulatedPlant
 
-__all__ = ["SimulatedPlant", "PlantState", "DirectPlantDriver", "build_simulated", "SIM_TYPES"]
+__all__ = ["Plant", "SimulatedPlant", "PlantState", "DirectPlantDriver", "build_simulated", "SIM_TYPES"]
 
 #: simulated driver type -> "module:builder" (the ``sim_*`` entries of the one registry,
 #: :data:`drivers.registry.DRIVER_TYPES`; imported when chosen)

@@ -40,7 +40,20 @@ Keys
     seed = 1                         # noise seed (default: the rng passed to the builder)
     substeps = 2                     # integration steps per dt_max_s
     dt_max_s = 0.001
-    integrator = "rk4"               # or "semi_implicit_euler"
+    integrator = "rk4"               # numba: or "semi_implicit_euler"; mujoco: or "implicitfast",
+                                     #   "implicit", "euler"
+    engine = "numba"                 # or "mujoco": MuJoCo integrates the rigid-body dynamics
+                                     #   (drivers/sim/mujoco_plant.py; pip install 'torqueloop[mujoco]')
+    mjcf = "arm.xml"                 # mujoco: the user's own MJCF (joints matched by name to the
+                                     #   controller's; each driven by an actuator); default: written
+                                     #   from the robot file (dynamics/mjcf.py)
+    solref = [0.001, 1.0]            # mujoco: softness of the MJCF's equality constraints (loop
+    solimp = [0.99, 0.9999, 0.001, 0.5, 2.0]   # closures); default: the file's
+    payload_body = "link6"           # mujoco: the body a payload is fixed to (default: the tool's)
+    [driver.plant.payload]           # mujoco: a body the controller does not model
+    mass_kg = 1.0
+    com_m = [0.0, 0.0, 0.05]         # in the tool frame
+    inertia_kg_m2 = [1e-3, 1e-3, 1e-3]   # principal, about its centre of mass
     brakes = true                    # holding brakes, engaged until the drive enables the
                                      # joint and again when it disables or faults (default true:
                                      # a gravity-loaded robot does not fall before the run starts)
@@ -139,7 +152,7 @@ def _scaled(model: Model, mass_factor: float, inertia_factor: float | None) -> M
 
 def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], float],
                        rng: np.random.Generator | None = None,
-                       base_dir: str | Path | None = None) -> SimulatedPlant:
+                       base_dir: str | Path | None = None) -> Plant:
     """Build a :class:`SimulatedPlant` from a ``[plant]`` table (see module docstring).
 
     Parameters
@@ -160,12 +173,12 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
         raise ConfigError(f"a dynamics.Model is required to simulate, got {type(model).__name__}",
                           sec.file if sec else None, sec.path if sec else None)
     sec = sec if sec is not None else Section({}, None, "plant")
+    root = Path(base_dir) if base_dir is not None else (Path(sec.file).parent if sec.file else Path.cwd())
+    engine = sec.str("engine", "numba", choices=["numba", "mujoco"])
     if sec.has("robot"):
         from dynamics import load_model
         path = Path(sec.str("robot"))
         if not path.is_absolute():
-            root = Path(base_dir) if base_dir is not None else (
-                Path(sec.file).parent if sec.file else Path.cwd())
             path = root / path
         base = load_model(path)
         if base.dof != model.dof:
@@ -201,8 +214,10 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
         torque_noise_std_nm=_per_joint(sec, "torque_noise_std_nm", n, 0.0, minimum=0.0),
         substeps=sec.int("substeps", 2, minimum=1),
         dt_max_s=sec.float("dt_max_s", 1e-3, minimum=0.0, strict_min=True),
-        integrator=sec.str("integrator", "rk4", choices=["rk4", "semi_implicit_euler"]),
+        integrator=sec.str("integrator", "rk4", choices=["rk4", "semi_implicit_euler"] if engine == "numba"
+                           else ["rk4", "implicitfast", "implicit", "euler"]),
     )
+    engine_kw = _mujoco_keys(sec, engine, root, mf, inf)
     brakes = sec.bool("brakes", True)
     if sec.has("brake_torque_nm") and not brakes:
         raise sec.error("brake_torque_nm", "given with brakes = false")
@@ -214,15 +229,67 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
     sec.finish()
     if seed is not None:
         rng = np.random.default_rng(seed)
+    if engine == "mujoco":
+        from .mujoco_plant import MujocoPlant as engine_class
+        if engine_kw.get("mjcf_path") is not None:
+            plant_model = base                # the user's MJCF is scaled itself
+    else:
+        engine_class = SimulatedPlant
     try:
-        return SimulatedPlant(plant_model, q0=q0, qd0=qd0, rng=rng, t0_s=float(now()),
-                              brake_torque_nm=brake_nm if brakes else 0.0, brakes_engaged=brakes,
-                              brake_release_s=brake_release_s, **kw)
+        return engine_class(plant_model, q0=q0, qd0=qd0, rng=rng, t0_s=float(now()),
+                            brake_torque_nm=brake_nm if brakes else 0.0, brakes_engaged=brakes,
+                            brake_release_s=brake_release_s, **kw, **engine_kw)
     except ConfigError as err:
         if err.field == "rng":
             raise sec.error("seed", "measurement noise needs a seed (no rng was given)") from err
         raise ConfigError(err.message, sec.file,
                           sec.field(err.field) if err.field else (sec.path or None)) from err
+
+
+def _mujoco_keys(sec: Section, engine: str, root: Path, mass_factor: float,
+                 inertia_factor: float | None) -> dict:
+    """The keys only the MuJoCo engine takes (``mjcf``, ``solref``, ``solimp``, ``payload``,
+    ``payload_body``) as its keyword arguments; refused with ``engine = "numba"``."""
+    keys = ("mjcf", "solref", "solimp", "payload", "payload_body")
+    if engine != "mujoco":
+        for key in keys:
+            if sec.has(key):
+                raise sec.error(key, 'needs engine = "mujoco"')
+            sec.raw(key, None)
+        return {}
+    out: dict = {}
+    if sec.has("mjcf"):
+        path = Path(sec.str("mjcf"))
+        out["mjcf_path"] = path if path.is_absolute() else root / path
+        if not out["mjcf_path"].is_file():
+            raise sec.error("mjcf", f"no such file: {out['mjcf_path']}")
+        if mass_factor != 1.0 or inertia_factor not in (None, 1.0):
+            out["mass_factor"] = mass_factor
+            out["inertia_factor"] = inertia_factor
+    else:
+        sec.raw("mjcf", None)
+    if sec.has("solref"):
+        out["solref"] = [float(v) for v in sec.vector("solref", 2)]
+    else:
+        sec.raw("solref", None)
+    if sec.has("solimp"):
+        out["solimp"] = [float(v) for v in sec.vector("solimp", 5)]
+    else:
+        sec.raw("solimp", None)
+    out["payload_body"] = sec.str("payload_body", None)
+    pay = sec.section("payload", None)
+    if pay is not None:
+        from .mujoco_plant import Payload
+        try:
+            out["payload"] = Payload(pay.float("mass_kg", minimum=0.0, strict_min=True),
+                                     pay.vector("com_m", 3, (0.0, 0.0, 0.0)),
+                                     pay.vector("inertia_kg_m2", 3, (0.0, 0.0, 0.0), minimum=0.0))
+        except ConfigError as err:
+            if err.file is not None:
+                raise
+            raise ConfigError(err.message, sec.file, sec.field(err.field)) from err
+        pay.finish()
+    return out
 
 
 def build_sim_direct(section: Section, *, now: Callable[[], float], transports=None,
@@ -254,7 +321,7 @@ class EmulatedDriver(Driver):
     ----------
     inner : Driver
         The real driver (``MitCanDriver`` / ODrive driver).
-    plant : SimulatedPlant
+    plant : Plant
     emulators : list of EmulatedDevice
         One per bus (in the order of the bus names).
     hosts : list of EmulatorHost
@@ -263,7 +330,7 @@ class EmulatedDriver(Driver):
         The fault injectors on the driver's side (empty without ``[faults]``).
     """
 
-    def __init__(self, inner: Driver, plant: SimulatedPlant, hosts: list, emulators: list,
+    def __init__(self, inner: Driver, plant: Plant, hosts: list, emulators: list,
                  fault_buses: list, *, faults_during_enable: bool = True):
         self.inner = inner
         self.plant = plant

@@ -59,7 +59,7 @@ from ..cia402 import GENERIC_EDS, eds_path
 from ..codecs import cia402 as codec
 from ..codecs.cia402 import Cia402Units, State
 from .emulators import EmulatedDevice
-from .plant import SimulatedPlant
+from .plant import Plant
 
 __all__ = ["Cia402DriveConfig", "Cia402Emulator"]
 
@@ -206,7 +206,7 @@ class Cia402Emulator(EmulatedDevice):
         self._limit0: dict[int, float] = {}
 
     # -- setup ---------------------------------------------------------------------------------
-    def bind(self, plant: SimulatedPlant) -> None:
+    def bind(self, plant: Plant) -> None:
         super().bind(plant)
         for d in self._drives.values():
             j = d.cfg.joint

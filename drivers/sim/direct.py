@@ -14,17 +14,17 @@ import numpy as np
 
 from dynamics.errors import DriverError
 from ..base import Command, Driver, Feedback
-from .plant import SimulatedPlant
+from .plant import Plant
 
 __all__ = ["DirectPlantDriver"]
 
 
 class DirectPlantDriver(Driver):
-    """A :class:`Driver` that applies commands straight to a :class:`SimulatedPlant`.
+    """A :class:`Driver` that applies commands straight to a :class:`Plant`.
 
     Parameters
     ----------
-    plant : SimulatedPlant
+    plant : Plant
         The simulated robot (joint side, SI).
     now : callable () -> float
         The control loop's clock [s]; the plant is advanced to ``now()`` at
@@ -45,10 +45,10 @@ class DirectPlantDriver(Driver):
     any, see :class:`SimulatedPlant`) and :meth:`disable` engages them.  Fault codes are always ``FAULT_NONE``.
     """
 
-    def __init__(self, plant: SimulatedPlant, *, now: Callable[[], float],
+    def __init__(self, plant: Plant, *, now: Callable[[], float],
                  joint_names: Sequence[str] | None = None):
-        if not isinstance(plant, SimulatedPlant):
-            raise DriverError(f"plant must be a SimulatedPlant, got {type(plant).__name__}")
+        if not isinstance(plant, Plant):
+            raise DriverError(f"plant must be a Plant, got {type(plant).__name__}")
         if not callable(now):
             raise DriverError("now must be a callable returning the loop time [s]")
         self._plant = plant
@@ -70,7 +70,7 @@ class DirectPlantDriver(Driver):
         return self._n
 
     @property
-    def plant(self) -> SimulatedPlant:
+    def plant(self) -> Plant:
         return self._plant
 
     @property

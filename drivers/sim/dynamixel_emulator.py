@@ -1,4 +1,4 @@
-"""Emulated Dynamixel X-series servos on a pseudo-terminal, driving a :class:`SimulatedPlant`.
+"""Emulated Dynamixel X-series servos on a pseudo-terminal, driving a :class:`~drivers.sim.plant.Plant`.
 
 :class:`DynamixelBusEmulator` opens a pseudo-terminal pair (``os.openpty``)
 and answers on the master side; a driver (ours, or ``dynamixel_sdk``) opens
@@ -54,7 +54,7 @@ from dynamics.errors import CommsError, CommsTimeoutError, ConfigError, DecodeEr
 from ..base import JointMapping
 from ..codecs import dynamixel as dx
 from ..codecs.dynamixel import Addr, Inst, StatusError
-from .plant import SimulatedPlant
+from .plant import Plant
 
 __all__ = ["ServoConfig", "EmulatedServo", "DynamixelBusEmulator"]
 
@@ -158,7 +158,7 @@ class ServoConfig:
 class EmulatedServo:
     """One X-series servo: control table, instruction processing, watchdog, hardware errors."""
 
-    def __init__(self, cfg: ServoConfig, plant: SimulatedPlant):
+    def __init__(self, cfg: ServoConfig, plant: Plant):
         model = cfg.model
         if isinstance(model, str):
             if model not in dx.DXL_MODELS:
@@ -380,12 +380,11 @@ class EmulatedServo:
         return self._status(StatusError.CRC) if self._answers(Inst.WRITE) else None
 
 
-def _warm_plant(plant: SimulatedPlant) -> None:
+def _warm_plant(plant: Plant) -> None:
     """Step a throw-away copy of the plant once, so that the just-in-time compilation of its
     kernel happens here and not in the serving thread during the first exchanges (where it
     would look like servos that do not answer)."""
-    scratch = SimulatedPlant(plant.model, q0=plant.state.q, dt_max_s=plant.step_s * 2, substeps=2, t0_s=0.0)
-    scratch.advance_to(plant.step_s * 4)
+    plant.warm_up()
 
 
 class DynamixelBusEmulator:
@@ -395,7 +394,7 @@ class DynamixelBusEmulator:
     ----------
     servos : sequence of ServoConfig
         Distinct IDs, distinct joints (more with :meth:`add_servos`).
-    plant : SimulatedPlant
+    plant : Plant
     now : callable
         The loop clock [s].
     baudrate : int
@@ -409,7 +408,7 @@ class DynamixelBusEmulator:
     the controller side), :meth:`disconnect` (the port disappears).
     """
 
-    def __init__(self, servos: Sequence[ServoConfig], plant: SimulatedPlant, now: Callable[[], float], *,
+    def __init__(self, servos: Sequence[ServoConfig], plant: Plant, now: Callable[[], float], *,
                  baudrate: int = 4_000_000, poll_s: float = 0.005):
         if not (isinstance(baudrate, int) and baudrate > 0):
             raise ConfigError(f"must be a positive integer, got {baudrate!r}", field="baudrate")

@@ -1,4 +1,4 @@
-"""Emulated CAN actuators on top of a :class:`~drivers.sim.plant.SimulatedPlant`.
+"""Emulated CAN actuators on top of a :class:`~drivers.sim.plant.Plant`.
 
 The emulators speak the real protocols (through :mod:`drivers.codecs`), so the
 real drivers can be run, unchanged, against a simulated robot:
@@ -48,7 +48,7 @@ import can
 
 from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DriverError,
                              TorqueloopError)
-from .plant import SimulatedPlant
+from .plant import Plant
 
 __all__ = ["EmulatedDevice", "EmulatorHost", "InlineBus", "InlineServedBus", "LocalBus"]
 
@@ -79,9 +79,9 @@ class EmulatedDevice:
       frame is not for this device).
     """
 
-    plant: SimulatedPlant | None = None
+    plant: Plant | None = None
 
-    def bind(self, plant: SimulatedPlant) -> None:
+    def bind(self, plant: Plant) -> None:
         self.plant = plant
 
     def next_timer_s(self) -> float:
@@ -127,7 +127,7 @@ class EmulatorHost:
         every device are processed in one global time order.
     devices : sequence of EmulatedDevice, or sequence of such sequences
         Devices sharing ``plant``; with several buses, one sequence per bus.
-    plant : SimulatedPlant
+    plant : Plant
     now : callable () -> float
         The control loop's clock [s].
     reply_latency_s : float
@@ -160,7 +160,7 @@ class EmulatorHost:
     :class:`~dynamics.errors.CommsError`).
     """
 
-    def __init__(self, bus, devices, plant: SimulatedPlant,
+    def __init__(self, bus, devices, plant: Plant,
                  now: Callable[[], float], *, reply_latency_s: float = 0.0, poll_s: float = 0.001,
                  own_bus: bool = False, start: bool = True, serve: str = "thread"):
         if serve not in ("thread", "inline"):
@@ -192,8 +192,8 @@ class EmulatorHost:
                                       field="devices")
                 self._devices.append(d)
                 self._dev_bus.append(b)
-        if not isinstance(plant, SimulatedPlant):
-            raise ConfigError(f"plant must be a SimulatedPlant, got {type(plant).__name__}",
+        if not isinstance(plant, Plant):
+            raise ConfigError(f"plant must be a Plant, got {type(plant).__name__}",
                               field="plant")
         if not callable(now):
             raise ConfigError("now must be callable", field="now")
@@ -227,7 +227,7 @@ class EmulatorHost:
             self.start()
 
     @property
-    def plant(self) -> SimulatedPlant:
+    def plant(self) -> Plant:
         return self._plant
 
     @property

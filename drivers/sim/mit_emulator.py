@@ -65,7 +65,7 @@ from ..base import JointMapping
 from ..codecs import mit as mitc
 from . import _mit_kernel as _mk
 from .emulators import EmulatedDevice, _msg
-from .plant import SimulatedPlant
+from .plant import Plant
 
 __all__ = ["MitMotorConfig", "MitEmulator", "MIT_DEVICE_FAULTS"]
 
@@ -214,7 +214,7 @@ class MitEmulator(EmulatedDevice):
         self._lock = threading.RLock()
 
     # -- setup -----------------------------------------------------------------
-    def bind(self, plant: SimulatedPlant) -> None:
+    def bind(self, plant: Plant) -> None:
         super().bind(plant)
         for st in self._by_id.values():
             j = st.cfg.joint

@@ -70,7 +70,7 @@ from dynamics.errors import ConfigError, DecodeError, DriverError
 from ..base import JointMapping
 from ..codecs import odrive as odc
 from .emulators import EmulatedDevice, _msg
-from .plant import SimulatedPlant
+from .plant import Plant
 
 __all__ = ["OdriveAxisConfig", "OdriveEmulator"]
 
@@ -270,7 +270,7 @@ class OdriveEmulator(EmulatedDevice):
                               field=f"{where}.mapping.torque_constant_nm_per_a")
 
     # -- setup and inspection ---------------------------------------------------------
-    def bind(self, plant: SimulatedPlant) -> None:
+    def bind(self, plant: Plant) -> None:
         super().bind(plant)
         for ax in self._axes.values():
             j = ax.cfg.joint

@@ -62,7 +62,7 @@ from dynamics import exact_model_kind
 from dynamics.base import Model, ParallelModel
 from dynamics.errors import ConfigError, DriverError, ModelError
 
-__all__ = ["SimulatedPlant", "PlantState"]
+__all__ = ["Plant", "SimulatedPlant", "PlantState"]
 
 _INTEGRATORS = ("rk4", "semi_implicit_euler")
 
@@ -118,8 +118,16 @@ def accepts_keyword(fn, name: str, *, var_keyword: bool = True) -> bool:
     return ok
 
 
-class SimulatedPlant:
-    """Fixed-step simulation of a robot model with drive effects.
+class Plant:
+    """A simulated robot: the drive train and sensors around a rigid-body engine.
+
+    The engine-neutral part of every plant (command holding, saturation, drive PD, lag
+    parameters, holding brakes, encoder quantisation and noise, the clock and the lock);
+    an engine subclass integrates the rigid-body dynamics: :class:`SimulatedPlant` (the
+    numba models of :mod:`dynamics`) or :class:`drivers.sim.mujoco_plant.MujocoPlant`.
+    The subclass keeps ``_q``, ``_qd`` (the actuated joints' true state) and
+    ``_tau_applied`` current after every :meth:`_advance`, and implements ``_advance``,
+    ``_mass_diagonal``, ``pose``, ``energy`` and ``set_external_wrench``.
 
     Parameters
     ----------
@@ -197,8 +205,8 @@ class SimulatedPlant:
         self._substeps = int(substeps)
         self._dt_max_s = self._positive("dt_max_s", dt_max_s)
         self._h_max = self._dt_max_s / self._substeps
-        if integrator not in _INTEGRATORS:
-            raise ConfigError(f"must be one of {list(_INTEGRATORS)}, got {integrator!r}",
+        if integrator not in self.INTEGRATORS:
+            raise ConfigError(f"must be one of {list(self.INTEGRATORS)}, got {integrator!r}",
                               field="integrator")
         self._integrator = integrator
         drive = model.drive
@@ -219,7 +227,7 @@ class SimulatedPlant:
         self._par = np.stack([self._viscous, self._coulomb, np.zeros(n)])
         self._viscous = self._par[0]
         self._has_viscous = bool(np.any(self._viscous > 0))
-        self._update_friction()
+        self._friction_values()
         lim = model.limits.torque_max if torque_limit_nm is None else torque_limit_nm
         self._par[2] = self._vec("torque_limit_nm", lim, broadcast=True, minimum=0.0, allow_inf=True)
         self._tau_max = self._par[2]
@@ -262,71 +270,8 @@ class SimulatedPlant:
         self._h_pd = math.inf          # step limit imposed by the drive PD gains
         self._gains_at_h = (None, None)
         self._tau_applied = np.zeros(n)
-        self._wrench = None
         self._lock = threading.RLock()
-        # parallel robots: track the platform pose, pass it as a hint
-        self._parallel = isinstance(model, ParallelModel)
-        self._X = None
-        self._fd_kw = accepts_keyword(model.forward_dynamics, "pose") and self._parallel
-        self._mm_kw = accepts_keyword(model.mass_matrix, "pose") and self._parallel
-        self._ke_kw = accepts_keyword(model.kinetic_energy, "pose") and self._parallel
-        self._pe_kw = accepts_keyword(model.potential_energy, "pose") and self._parallel
-        if self._parallel:
-            try:
-                guess = model.home_pose
-            except NotImplementedError:
-                guess = None
-            self._X = self._fk(self._q, guess)
-        self._kernel, self._kind, work_size = self._fast_kernel()
-        #: the compiled step's work array (it allocates nothing per call)
-        self._work = np.empty(work_size)
-        self._check_state()
-        # the compiled step's two output buffers, each with its views (q, qd, X, applied torque):
-        # a step writes the buffer the state does not view, then the state takes its views
-        nx = 0 if self._X is None else self._X.shape[0]
-        self._bufs = []
-        for _ in range(2):
-            b = np.zeros(3 * n + nx)
-            self._bufs.append((b, (b[0:n], b[n:2 * n], b[2 * n:2 * n + nx] if nx else None,
-                                   b[2 * n + nx:3 * n + nx])))
-        self._buf_next = 0
-        if self._kernel is not None:
-            # load the compiled step's machine code now (from numba's cache: 10-15 ms for the
-            # 3RRR), not in the first advance_to, which on the wall clock is inside the first
-            # control cycle: a call of zero steps loads it and changes nothing
-            self._advance_compiled(self._h_max, 0)
 
-    def _fast_kernel(self):
-        """The compiled step of :mod:`._plant_kernels` when it applies to this plant, the
-        robot's kind ("rrr", "serial", "stewart") and the size of the step's work array, else
-        ``(None, None, 0)``.
-
-        It applies to the RK4 integration of an exact :class:`dynamics.planar3rrr.Planar3RRR`,
-        :class:`dynamics.serial.SerialModel` or :class:`dynamics.stewart.StewartPlatform`
-        (not a subclass, whose methods may differ); the external wrench is checked per call.
-        The classes are looked up among the loaded modules (:func:`dynamics.exact_model_kind`),
-        so that another robot's plant does not load that family's kernels.
-        """
-        if self._integrator != "rk4":
-            return None, None, 0
-        kind = exact_model_kind(self._model)
-        if kind == "rrr":
-            from ._plant_kernels import RRR_WORK, rrr_advance_ws
-            return rrr_advance_ws, "rrr", RRR_WORK
-        if kind == "serial":
-            from ._plant_kernels import serial_advance_ws, serial_work_size
-            return serial_advance_ws, "serial", serial_work_size(self._n)
-        if kind == "stewart":
-            from ._stewart_plant_kernel import STEWART_WORK, stewart_advance_ws
-            return stewart_advance_ws, "stewart", STEWART_WORK
-        return None, None, 0
-
-    def _kernel_params(self):
-        """The packed model parameters the compiled step takes."""
-        m = self._model
-        return m._params if self._kind == "stewart" else m._P
-
-    # -- construction helpers -------------------------------------------------
     def _vec(self, name, value, *, broadcast=False, minimum=None, allow_inf=False) -> np.ndarray:
         try:
             arr = np.asarray(value, dtype=float)
@@ -350,7 +295,6 @@ class SimulatedPlant:
             raise ConfigError(f"must be finite and > 0, got {value!r}", field=name)
         return v
 
-    # -- properties ------------------------------------------------------------
     @property
     def model(self) -> Model:
         """The plant's own model."""
@@ -376,12 +320,6 @@ class SimulatedPlant:
         return self._tau_max.copy()
 
     @property
-    def pose(self) -> np.ndarray | None:
-        """Tracked platform pose X of a parallel model (``None`` for serial models)."""
-        with self._lock:
-            return None if self._X is None else self._X.copy()
-
-    @property
     def state(self) -> PlantState:
         """True state ``(t_s, q, qd)`` (copies, no noise or quantisation)."""
         with self._lock:
@@ -393,7 +331,6 @@ class SimulatedPlant:
         with self._lock:
             return self._tau_applied.copy()
 
-    # -- commands --------------------------------------------------------------
     def _joint_array(self, name, value, idx, *, default=None):
         m = self._n if idx is None else len(idx)
         if value is None:
@@ -517,8 +454,7 @@ class SimulatedPlant:
         # loop); keep h * kd/m <= 0.25 and h * sqrt(kp/m) <= 0.1, with m the
         # diagonal of M at the current position, so the sampled loop is
         # stable and accurate for any gains.
-        kw = {"pose": self._X} if self._mm_kw else {}
-        md = np.diagonal(np.asarray(self._model.mass_matrix(self._q, **kw), dtype=float))
+        md = self._mass_diagonal()
         kp = np.abs(self._kp)
         kd = np.abs(self._kd)
         with np.errstate(divide="ignore"):
@@ -547,21 +483,6 @@ class SimulatedPlant:
             self._tau_max[slice(None) if idx is None else idx] = arr
             self._saturate = bool(np.any(np.isfinite(self._tau_max)))
 
-    def set_external_wrench(self, wrench) -> None:
-        """Hold an external wrench on the tool/platform (``None`` removes it).
-
-        Same convention as :meth:`dynamics.Model.forward_dynamics`.
-        """
-        with self._lock:
-            if wrench is None:
-                self._wrench = None
-                return
-            w = np.asarray(wrench, dtype=float)
-            if not np.all(np.isfinite(w)):
-                raise DriverError(f"non-finite wrench {w!r}")
-            self._wrench = w.copy()
-
-    # -- holding brakes ---------------------------------------------------------
     @property
     def brake_torque_nm(self) -> np.ndarray:
         """Holding torque of each joint's brake, shape (n,) (``inf`` = never slips, 0 = none)."""
@@ -603,13 +524,266 @@ class SimulatedPlant:
                 self._release_at[pend] = self._t + self._brake_release_s
             self._next_release_s = float(self._release_at.min())
 
-    def _update_friction(self) -> None:
+    def _friction_values(self) -> None:
         # an engaged brake is Coulomb friction with the brake's holding torque
         self._par[1] = self._coulomb + np.where(self._braked, self._brake_nm, 0.0)
         self._has_coulomb = bool(np.any(self._par[1] > 0))
         self._locked = bool(self._braked.all() and np.all(np.isinf(self._brake_nm)))
 
-    # -- dynamics ----------------------------------------------------------------
+    def _update_friction(self) -> None:
+        self._friction_values()
+        self._brakes_changed()
+
+    # -- what an engine provides -----------------------------------------------------
+    #: the integrators the engine offers (the first is the default)
+    INTEGRATORS: tuple = ()
+
+    def _brakes_changed(self) -> None:
+        """The engaged brakes (``_braked``, ``_par[1]``) changed; lock held.  Default: nothing
+        (an engine that reads ``_par`` at every step)."""
+
+    def _advance(self, t_s: float) -> float:
+        """Integrate from ``_t`` to ``t_s`` under the held command, no brake event inside
+        (lock held); update ``_q``, ``_qd``, ``_tau_applied`` and ``_t``; return ``_t``."""
+        raise NotImplementedError
+
+    def _mass_diagonal(self) -> np.ndarray:
+        """Diagonal of the joint-space mass matrix at the current state, shape (n,) [kg m^2 | kg]."""
+        raise NotImplementedError
+
+    @property
+    def pose(self) -> np.ndarray | None:
+        """Platform pose X of a parallel robot (``None`` for a serial one)."""
+        return None
+
+    def energy(self) -> float:
+        """Total mechanical energy (kinetic + potential) of the true state [J]."""
+        raise NotImplementedError
+
+    def set_external_wrench(self, wrench) -> None:
+        """Hold an external wrench on the tool/platform (``None`` removes it); same convention
+        as :meth:`dynamics.Model.forward_dynamics`."""
+        raise NotImplementedError
+
+    def compiled_step_args(self):
+        """The plant as the compiled offline loop steps it, or why it cannot: ``(None, reason)``
+        unless the engine has a compiled step (:meth:`SimulatedPlant.compiled_step_args`)."""
+        return None, f"the {type(self).__name__} engine has no compiled step for the offline loop"
+
+    def warm_up(self) -> None:
+        """Load or compile what the first step needs, without changing the plant (default: nothing)."""
+
+    def _command_torque(self, q, qd):
+        tau = self._tau_ff.copy()  # a new array: it may become the applied torque
+        if self._pd:
+            tau = tau + self._kp * (self._q_ref - q) + self._kd * (self._qd_ref - qd)
+        if self._saturate:
+            tau = np.clip(tau, -self._tau_max, self._tau_max)
+        return tau
+
+    def _check_state(self) -> None:
+        if not (np.all(np.isfinite(self._q)) and np.all(np.isfinite(self._qd))):
+            raise ModelError(f"plant state became non-finite at t={self._t:.6f} s "
+                             f"(q={self._q!r}, qd={self._qd!r})")
+
+    def advance_to(self, t_s: float) -> float:
+        """Integrate from the current time to ``t_s`` under the held command.
+
+        The interval is split into ``ceil((t_s - t)/h_max)`` equal steps
+        (``h_max`` reduced further while stiff drive PD gains are held, see
+        :meth:`set_command`).  A
+        target in the past (or equal to the current time) does nothing: the
+        plant never goes back in time.
+
+        Returns
+        -------
+        float
+            The plant time after the call.
+
+        Raises
+        ------
+        DriverError
+            ``t_s`` is not finite.
+        ModelError
+            The state became non-finite, or the model failed.
+        """
+        t_s = float(t_s)
+        if not math.isfinite(t_s):
+            raise DriverError(f"advance_to: non-finite time {t_s!r}")
+        with self._lock:
+            if t_s <= self._t:
+                return self._t
+            while self._next_release_s < t_s:        # pending brake releases inside the interval
+                t_rel = self._next_release_s
+                self._advance(t_rel)
+                due = self._release_at <= t_rel
+                self._release_at[due] = math.inf
+                self._next_release_s = float(self._release_at.min())
+                self._braked[due] = False
+                self._update_friction()
+            return self._advance(t_s)
+
+    def measure(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """Sensor readings at the current plant time.
+
+        Returns
+        -------
+        t_s : float
+            Plant time [s].
+        q_meas : ndarray, shape (n,)
+            Position + noise, then rounded to the encoder resolution.
+        qd_meas : ndarray, shape (n,)
+            Velocity + noise.
+        tau_applied : ndarray, shape (n,)
+            Torque applied to the joints (after saturation and lag) [N m],
+            plus the current-sensor noise ``torque_noise_std_nm``.
+        """
+        with self._lock:
+            q = self._q.copy()
+            qd = self._qd.copy()
+            if self._noisy:
+                q += self._pos_std * self._rng.standard_normal(self._n)
+                qd += self._vel_std * self._rng.standard_normal(self._n)
+            if self._quantum is not None:
+                q = np.round(q / self._quantum) * self._quantum
+            tau = self._tau_applied.copy()
+            if self._tau_noisy:
+                tau += self._tau_std * self._rng.standard_normal(self._n)
+            return self._t, q, qd, tau
+
+    def _joint_quantum(self, j: int) -> float | None:
+        """For the emulators' compiled per-frame paths (:mod:`drivers.sim._mit_kernel`): joint
+        ``j``'s encoder step [rad] (0.0: none), or None when the plant draws sensor noise (its
+        measurement needs this plant's random stream: the Python path measures).  Such a path
+        reads ``_q``, ``_qd``, ``_tau_applied`` and writes column ``j`` of ``_cmd`` holding
+        ``_lock``, then calls ``_gains_updated`` as :meth:`set_joint_command` does."""
+        if self._noisy or self._tau_noisy:
+            return None
+        return 0.0 if self._quantum_f is None else self._quantum_f[j]
+
+    def measure_joint(self, j: int) -> tuple[float, float, float]:
+        """One joint's sensor readings ``(q_meas, qd_meas, tau_applied)`` at the current plant time.
+
+        The values :meth:`measure` returns for joint ``j`` (as floats), without the
+        arrays of the other joints: a drive reads only its own joint.  A noisy plant
+        draws its noise for every joint, as :meth:`measure` does (same random stream).
+        """
+        if self._noisy or self._tau_noisy:
+            _, q, qd, tau = self.measure()
+            return float(q[j]), float(qd[j]), float(tau[j])
+        with self._lock:
+            q = float(self._q[j])
+            quantum = self._quantum_f
+            if quantum is not None:
+                step = quantum[j]
+                x = q / step
+                # np.round: half to even, as round(); the sign of a zero result kept;
+                # round() refuses NaN / inf
+                q = (math.copysign(float(round(x)), x) if math.isfinite(x) else float(np.round(x))) * step
+            return q, float(self._qd[j]), float(self._tau_applied[j])
+
+
+class SimulatedPlant(Plant):
+    """Fixed-step simulation of a :mod:`dynamics` model (the numba engine); the parameters
+    are :class:`Plant`'s.
+
+    RK4 or semi-implicit Euler on the model's forward dynamics, with Coulomb friction
+    as an implicit step (module docstring); the compiled kernels of
+    :mod:`._plant_kernels` step an exact 3RRR, serial chain or Stewart platform.
+    """
+
+    INTEGRATORS = _INTEGRATORS
+
+    def __init__(self, model: Model, **kw):
+        super().__init__(model, **kw)
+        self._wrench = None
+        n = self._n
+        # parallel robots: track the platform pose, pass it as a hint
+        self._parallel = isinstance(model, ParallelModel)
+        self._X = None
+        self._fd_kw = accepts_keyword(model.forward_dynamics, "pose") and self._parallel
+        self._mm_kw = accepts_keyword(model.mass_matrix, "pose") and self._parallel
+        self._ke_kw = accepts_keyword(model.kinetic_energy, "pose") and self._parallel
+        self._pe_kw = accepts_keyword(model.potential_energy, "pose") and self._parallel
+        if self._parallel:
+            try:
+                guess = model.home_pose
+            except NotImplementedError:
+                guess = None
+            self._X = self._fk(self._q, guess)
+        self._kernel, self._kind, work_size = self._fast_kernel()
+        #: the compiled step's work array (it allocates nothing per call)
+        self._work = np.empty(work_size)
+        self._check_state()
+        # the compiled step's two output buffers, each with its views (q, qd, X, applied torque):
+        # a step writes the buffer the state does not view, then the state takes its views
+        nx = 0 if self._X is None else self._X.shape[0]
+        self._bufs = []
+        for _ in range(2):
+            b = np.zeros(3 * n + nx)
+            self._bufs.append((b, (b[0:n], b[n:2 * n], b[2 * n:2 * n + nx] if nx else None,
+                                   b[2 * n + nx:3 * n + nx])))
+        self._buf_next = 0
+        if self._kernel is not None:
+            # load the compiled step's machine code now (from numba's cache: 10-15 ms for the
+            # 3RRR), not in the first advance_to, which on the wall clock is inside the first
+            # control cycle: a call of zero steps loads it and changes nothing
+            self._advance_compiled(self._h_max, 0)
+
+    def _fast_kernel(self):
+        """The compiled step of :mod:`._plant_kernels` when it applies to this plant, the
+        robot's kind ("rrr", "serial", "stewart") and the size of the step's work array, else
+        ``(None, None, 0)``.
+
+        It applies to the RK4 integration of an exact :class:`dynamics.planar3rrr.Planar3RRR`,
+        :class:`dynamics.serial.SerialModel` or :class:`dynamics.stewart.StewartPlatform`
+        (not a subclass, whose methods may differ); the external wrench is checked per call.
+        The classes are looked up among the loaded modules (:func:`dynamics.exact_model_kind`),
+        so that another robot's plant does not load that family's kernels.
+        """
+        if self._integrator != "rk4":
+            return None, None, 0
+        kind = exact_model_kind(self._model)
+        if kind == "rrr":
+            from ._plant_kernels import RRR_WORK, rrr_advance_ws
+            return rrr_advance_ws, "rrr", RRR_WORK
+        if kind == "serial":
+            from ._plant_kernels import serial_advance_ws, serial_work_size
+            return serial_advance_ws, "serial", serial_work_size(self._n)
+        if kind == "stewart":
+            from ._stewart_plant_kernel import STEWART_WORK, stewart_advance_ws
+            return stewart_advance_ws, "stewart", STEWART_WORK
+        return None, None, 0
+
+    def _kernel_params(self):
+        """The packed model parameters the compiled step takes."""
+        m = self._model
+        return m._params if self._kind == "stewart" else m._P
+
+    @property
+    def pose(self) -> np.ndarray | None:
+        """Tracked platform pose X of a parallel model (``None`` for serial models)."""
+        with self._lock:
+            return None if self._X is None else self._X.copy()
+
+    def set_external_wrench(self, wrench) -> None:
+        """Hold an external wrench on the tool/platform (``None`` removes it).
+
+        Same convention as :meth:`dynamics.Model.forward_dynamics`.
+        """
+        with self._lock:
+            if wrench is None:
+                self._wrench = None
+                return
+            w = np.asarray(wrench, dtype=float)
+            if not np.all(np.isfinite(w)):
+                raise DriverError(f"non-finite wrench {w!r}")
+            self._wrench = w.copy()
+
+    def _mass_diagonal(self) -> np.ndarray:
+        kw = {"pose": self._X} if self._mm_kw else {}
+        return np.diagonal(np.asarray(self._model.mass_matrix(self._q, **kw), dtype=float))
+
     def _fk(self, q, guess):
         try:
             return np.asarray(self._model.forward_kinematics_task(q, guess=guess), dtype=float)
@@ -626,14 +800,6 @@ class SimulatedPlant:
         if self._fd_kw:
             kw["pose"] = self._X
         return self._model.forward_dynamics(q, qd, rhs_tau, **kw)
-
-    def _command_torque(self, q, qd):
-        tau = self._tau_ff.copy()  # a new array: it may become the applied torque
-        if self._pd:
-            tau = tau + self._kp * (self._q_ref - q) + self._kd * (self._qd_ref - qd)
-        if self._saturate:
-            tau = np.clip(tau, -self._tau_max, self._tau_max)
-        return tau
 
     def _step(self, h: float) -> None:
         q, qd = self._q, self._qd
@@ -685,48 +851,6 @@ class SimulatedPlant:
         self._qd = qd_new
         if self._parallel:
             self._X = self._fk(q_new, self._X)
-
-    def _check_state(self) -> None:
-        if not (np.all(np.isfinite(self._q)) and np.all(np.isfinite(self._qd))):
-            raise ModelError(f"plant state became non-finite at t={self._t:.6f} s "
-                             f"(q={self._q!r}, qd={self._qd!r})")
-
-    def advance_to(self, t_s: float) -> float:
-        """Integrate from the current time to ``t_s`` under the held command.
-
-        The interval is split into ``ceil((t_s - t)/h_max)`` equal steps
-        (``h_max`` reduced further while stiff drive PD gains are held, see
-        :meth:`set_command`).  A
-        target in the past (or equal to the current time) does nothing: the
-        plant never goes back in time.
-
-        Returns
-        -------
-        float
-            The plant time after the call.
-
-        Raises
-        ------
-        DriverError
-            ``t_s`` is not finite.
-        ModelError
-            The state became non-finite, or the model failed.
-        """
-        t_s = float(t_s)
-        if not math.isfinite(t_s):
-            raise DriverError(f"advance_to: non-finite time {t_s!r}")
-        with self._lock:
-            if t_s <= self._t:
-                return self._t
-            while self._next_release_s < t_s:        # pending brake releases inside the interval
-                t_rel = self._next_release_s
-                self._advance(t_rel)
-                due = self._release_at <= t_rel
-                self._release_at[due] = math.inf
-                self._next_release_s = float(self._release_at.min())
-                self._braked[due] = False
-                self._update_friction()
-            return self._advance(t_s)
 
     def _advance(self, t_s: float) -> float:
         """:meth:`advance_to` without brake events (lock held)."""
@@ -867,66 +991,6 @@ class SimulatedPlant:
         twin.advance_to(self._t + self._h_max)
         twin._step(self._h_max)
 
-    # -- measurements --------------------------------------------------------------
-    def measure(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        """Sensor readings at the current plant time.
-
-        Returns
-        -------
-        t_s : float
-            Plant time [s].
-        q_meas : ndarray, shape (n,)
-            Position + noise, then rounded to the encoder resolution.
-        qd_meas : ndarray, shape (n,)
-            Velocity + noise.
-        tau_applied : ndarray, shape (n,)
-            Torque applied to the joints (after saturation and lag) [N m],
-            plus the current-sensor noise ``torque_noise_std_nm``.
-        """
-        with self._lock:
-            q = self._q.copy()
-            qd = self._qd.copy()
-            if self._noisy:
-                q += self._pos_std * self._rng.standard_normal(self._n)
-                qd += self._vel_std * self._rng.standard_normal(self._n)
-            if self._quantum is not None:
-                q = np.round(q / self._quantum) * self._quantum
-            tau = self._tau_applied.copy()
-            if self._tau_noisy:
-                tau += self._tau_std * self._rng.standard_normal(self._n)
-            return self._t, q, qd, tau
-
-    def _joint_quantum(self, j: int) -> float | None:
-        """For the emulators' compiled per-frame paths (:mod:`drivers.sim._mit_kernel`): joint
-        ``j``'s encoder step [rad] (0.0: none), or None when the plant draws sensor noise (its
-        measurement needs this plant's random stream: the Python path measures).  Such a path
-        reads ``_q``, ``_qd``, ``_tau_applied`` and writes column ``j`` of ``_cmd`` holding
-        ``_lock``, then calls ``_gains_updated`` as :meth:`set_joint_command` does."""
-        if self._noisy or self._tau_noisy:
-            return None
-        return 0.0 if self._quantum_f is None else self._quantum_f[j]
-
-    def measure_joint(self, j: int) -> tuple[float, float, float]:
-        """One joint's sensor readings ``(q_meas, qd_meas, tau_applied)`` at the current plant time.
-
-        The values :meth:`measure` returns for joint ``j`` (as floats), without the
-        arrays of the other joints: a drive reads only its own joint.  A noisy plant
-        draws its noise for every joint, as :meth:`measure` does (same random stream).
-        """
-        if self._noisy or self._tau_noisy:
-            _, q, qd, tau = self.measure()
-            return float(q[j]), float(qd[j]), float(tau[j])
-        with self._lock:
-            q = float(self._q[j])
-            quantum = self._quantum_f
-            if quantum is not None:
-                step = quantum[j]
-                x = q / step
-                # np.round: half to even, as round(); the sign of a zero result kept;
-                # round() refuses NaN / inf
-                q = (math.copysign(float(round(x)), x) if math.isfinite(x) else float(np.round(x))) * step
-            return q, float(self._qd[j]), float(self._tau_applied[j])
-
     def energy(self) -> float:
         """Total mechanical energy (kinetic + potential) of the true state [J]."""
         with self._lock:
@@ -935,6 +999,7 @@ class SimulatedPlant:
             kw = {"pose": self._X} if self._pe_kw else {}
             pe = float(self._model.potential_energy(self._q, **kw))
             return ke + pe
+
 
 
 def _coulomb_implicit(M: np.ndarray, v_star: np.ndarray, impulse: np.ndarray,
