@@ -51,6 +51,7 @@ import hashlib
 import json
 
 import math
+import os
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -595,6 +596,8 @@ class Run:
                 run_err.add_note(f"closing the driver afterwards also failed: {type(err).__name__}: {err}")
             raise
         at_stop = list(getattr(self.driver, "exit_unconfirmed", None) or [])
+        if self.plant is not None:
+            _closure_report(self.plant, result)
         try:
             self.close()
         except TorqueloopError as err:
@@ -604,6 +607,38 @@ class Run:
 
     def close(self) -> None:
         self._stack.close()
+
+
+def _closure_report(plant, result: RunResult) -> None:
+    """A closed chain simulated with soft loop closures (MuJoCo): the closure error [m] as the
+    log column ``closure_m`` (interpolated at each row's time), the metrics
+    ``closure_error_rms_m``/``closure_error_max_m`` and a summary line."""
+    t, err = plant.closure_log()
+    if not t.size:
+        return
+    rms, mx = float(np.sqrt(np.mean(err ** 2))), float(np.max(err))
+    result.metrics["closure_error_rms_m"] = rms
+    result.metrics["closure_error_max_m"] = mx
+    result.messages.append(f"loop closure error (the plant's soft equality constraints): RMS {rms * 1e6:.3g} um, "
+                           f"max {mx * 1e6:.3g} um (log column closure_m)")
+    if result.log_dir is None:
+        return
+    from numpy.lib import recfunctions
+
+    from ..telemetry import read_meta, write_json
+    path = Path(result.log_dir) / "log.npy"
+    try:
+        log = np.load(path)
+        column = np.interp(log["t"], t, err) if log.size else np.zeros(0)
+        out = recfunctions.append_fields(log, "closure_m", column, usemask=False)
+        tmp = path.with_suffix(".tmp.npy")
+        np.save(tmp, out)
+        os.replace(tmp, path)
+        meta = read_meta(result.log_dir)
+        meta.setdefault("fields", {})["closure_m"] = "loop-closure error of the plant's closed chain [m]"
+        write_json(Path(result.log_dir) / "meta.json", meta)
+    except (OSError, ValueError, TorqueloopError) as err:
+        result.messages.append(f"the closure_m column was not written: {type(err).__name__}: {err}")
 
 
 def _report_exit_unconfirmed(driver, at_stop: list, result: RunResult) -> None:

@@ -573,6 +573,13 @@ class Plant:
     def warm_up(self) -> None:
         """Load or compile what the first step needs, without changing the plant (default: nothing)."""
 
+    def closure_log(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(t_s, error_m)``, shape (k,) each: the loop-closure error of a closed chain whose
+        closures the engine keeps softly, after every ``advance_to``; empty (the default) when
+        the engine keeps them exactly (the numba engine integrates the actuated coordinates
+        and solves the closure at every stage) or the robot is serial."""
+        return np.zeros(0), np.zeros(0)
+
     def _command_torque(self, q, qd):
         tau = self._tau_ff.copy()  # a new array: it may become the applied torque
         if self._pd:
