@@ -222,8 +222,11 @@ def test_every_driver_path_runs_on_mujoco(config):
 
 
 def test_wall_clock_run_on_mujoco():
-    run, res = _run(RUNS / "3rrr_circle_direct.toml", {"driver.plant.engine": "mujoco", "loop.clock": "wall"},
-                    duration=0.3)
+    """The wall clock (200 Hz: the MuJoCo plant's step is about 60 us a cycle on an idle machine)."""
+    run, res = _run(RUNS / "3rrr_circle_direct.toml", {"driver.plant.engine": "mujoco", "loop.clock": "wall",
+                                                       "loop.rate_hz": 200.0}, duration=0.5)
+    if any(f.cause == "overrun" for f in res.faults):
+        pytest.skip(f"the machine could not hold 200 Hz: {res.faults}")
     assert res.status == "completed", res.faults
     assert res.metrics["closure_error_max_m"] < 1e-6
 
@@ -237,8 +240,27 @@ def test_closure_error_is_a_log_column_and_a_summary_line(tmp_path):
     assert any("loop closure error" in m for m in res.messages)
 
 
+def test_shipped_mujoco_runs():
+    """The arm that exists only as MJCF completes; commanded past the MJCF's elbow stop (which the
+    controller's model does not have) it is stopped by the supervisor on the elbow's tracking
+    error; the payload the controller does not model shows in the wrist's error."""
+    _, res = _run(RUNS / "mjcf_arm3.toml")
+    assert res.status == "completed", res.faults
+    _, res = _run(RUNS / "mjcf_arm3_stop.toml")
+    assert res.status == "fault" and [(f.cause, f.joint) for f in res.faults] == [("tracking_error", 2)], res.faults
+    _, res = _run(RUNS / "seed000_payload.toml", duration=2.0)
+    _, ref = _run(RUNS / "seed000_payload.toml", {"driver.plant.payload.mass_kg": 1e-6}, duration=2.0)
+    assert res.status == ref.status == "completed"
+    assert res.metrics["rms_error"][2] > 2 * ref.metrics["rms_error"][2], (res.metrics["rms_error"], ref.metrics["rms_error"])
+
+
+def _numba_runs():
+    return sorted(p.name for p in RUNS.glob("*.toml")
+                  if "tune" not in p.name and 'engine = "mujoco"' not in p.read_text())
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("config", sorted(p.name for p in RUNS.glob("*.toml") if "tune" not in p.name))
+@pytest.mark.parametrize("config", _numba_runs())
 def test_shipped_runs_on_mujoco_track_within_twice_the_numba_plant(config):
     """The issue's acceptance: every shipped simulated run completes on MuJoCo with its tracking
     error within twice the numba plant's."""

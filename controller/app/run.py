@@ -800,7 +800,7 @@ def sim_driver_section(driver: Mapping[str, Any], *, q0, clock: str, period_s: f
         if isinstance(plant.get(key), str) and file:
             p = Path(plant[key])
             if not p.is_absolute():
-                plant[key] = str(Path(file).parent / p)
+                plant[key] = str((Path(file).parent / p).absolute())
     data["plant"] = plant
     return Section(data, file, path)
 
