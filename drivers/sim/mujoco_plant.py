@@ -49,6 +49,13 @@ except ImportError as _err:          # pragma: no cover - the optional extra is 
 
 __all__ = ["MujocoPlant", "Payload"]
 
+
+def _as_slice(idx: np.ndarray):
+    """``idx`` as a slice when it is a run of consecutive indices, else itself."""
+    if len(idx) and np.array_equal(idx, np.arange(idx[0], idx[0] + len(idx))):
+        return slice(int(idx[0]), int(idx[0]) + len(idx))
+    return idx
+
 _INTEGRATOR = {"rk4": mujoco.mjtIntegrator.mjINT_RK4, "implicitfast": mujoco.mjtIntegrator.mjINT_IMPLICITFAST,
                "implicit": mujoco.mjtIntegrator.mjINT_IMPLICIT, "euler": mujoco.mjtIntegrator.mjINT_EULER}
 
@@ -195,6 +202,12 @@ class MujocoPlant(Plant):
         self._act = np.array([m.actuator(self._drives[j].name).id for j in names])
         self._brake_eq = np.array([m.equality(f"brake_{j}").id for j in names])
         self._closure_eq = np.array([m.equality(c).id for c in closures], dtype=int)
+        # the closures' constraint rows when they are the MJCF's first equalities, all connects
+        connect = mujoco.mjtEq.mjEQ_CONNECT
+        self._closure_connect = bool(len(self._closure_eq)) and all(
+            m.eq_type[e] == connect for e in self._closure_eq)
+        first = np.array_equal(self._closure_eq, np.arange(len(self._closure_eq)))
+        self._closure_rows = 3 * len(self._closure_eq) if (self._closure_connect and first) else 0
         # friction defaults: the MJCF's own for the user's file, else the robot file's (written in it)
         if self._mjcf_path is not None:
             if kw.get("viscous") is None:
@@ -221,9 +234,9 @@ class MujocoPlant(Plant):
             if len(self._closure_eq):
                 raise ConfigError("a closed chain starts at rest on the MuJoCo engine (qd0 = 0)", field="qd0")
             d.qvel[self._vadr] = self._qd
-        self._closure_t: list = []
-        self._closure_v: list = []
-        self._warn0 = int(d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number)
+        #: rows (time, the closures' constraint residuals) after each advance, and how many
+        self._closure_buf = np.empty((1024, 1 + max(1, self._closure_rows)))
+        self._closure_n = 0
         self._brakes_changed()
         mujoco.mj_forward(m, d)
         err = self._closure_now()
@@ -231,6 +244,15 @@ class MujocoPlant(Plant):
             raise ConfigError(f"the closed chain of {self._where(model)} is not assembled at q0: its loop closures "
                               f"are {err:.3g} m apart (write the MJCF in the pose the run starts in)",
                               field="q0")
+        # the hot path's views: slices where the indices are contiguous, else index arrays
+        self._qsel = _as_slice(self._qadr)
+        self._vsel = _as_slice(self._vadr)
+        self._asel = _as_slice(self._act)
+        self._ctrl = d.ctrl[self._asel] if isinstance(self._asel, slice) else None
+        self._warnings = [d.warning[int(w)] for w in (mujoco.mjtWarning.mjWARN_BADQACC,
+                                                      mujoco.mjtWarning.mjWARN_BADQPOS,
+                                                      mujoco.mjtWarning.mjWARN_BADQVEL)]
+        self._warned = sum(w.number for w in self._warnings)
         self._sync()
 
     # -- construction -----------------------------------------------------------------------------
@@ -309,14 +331,21 @@ class MujocoPlant(Plant):
         return self._d
 
     def _sync(self) -> None:
-        """Take the actuated joints' state and applied torque from MuJoCo's data."""
+        """Point ``_q``, ``_qd``, ``_tau_applied`` at the actuated joints' state and applied torque
+        in MuJoCo's data: views that follow every step where the indices are contiguous (set once),
+        arrays refilled after each advance where they are not."""
         d = self._d
-        self._q = d.qpos[self._qadr]
-        self._qd = d.qvel[self._vadr]
-        if self._lag_s > 0.0:
-            self._tau_applied = d.act[self._act]
-        else:
-            self._tau_applied = d.ctrl[self._act]
+        tau = d.act if self._lag_s > 0.0 else d.ctrl
+        if getattr(self, "_views", None) is not None:
+            for src, sel, dst in ((d.qpos, self._qsel, self._q), (d.qvel, self._vsel, self._qd),
+                                  (tau, self._asel, self._tau_applied)):
+                if not isinstance(sel, slice):
+                    np.take(src, sel, out=dst)
+            return
+        self._q = d.qpos[self._qsel]
+        self._qd = d.qvel[self._vsel]
+        self._tau_applied = tau[self._asel]
+        self._views = all(isinstance(x, slice) for x in (self._qsel, self._vsel, self._asel))
 
     def _brakes_changed(self) -> None:
         m, d = self._m, self._d
@@ -352,41 +381,83 @@ class MujocoPlant(Plant):
         if self._wrench is not None:
             self._apply_wrench()
         if not self._pd:
-            d.ctrl[self._act] = self._command_torque(self._q, self._qd)
+            # the held command, saturated, for MuJoCo's own loop (the lag is the actuator's filter)
+            if self._ctrl is not None and self._saturate:
+                np.clip(self._tau_ff, -self._tau_max, self._tau_max, out=self._ctrl)
+            elif self._ctrl is not None:
+                self._ctrl[:] = self._tau_ff
+            else:
+                d.ctrl[self._act] = self._command_torque(self._q, self._qd)
             mujoco.mj_step(m, d, n_steps)
         else:
             for _ in range(n_steps):
                 d.ctrl[self._act] = self._command_torque(d.qpos[self._qadr], d.qvel[self._vadr])
                 mujoco.mj_step(m, d)
         self._t = t_s
-        if d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number != self._warn0:
-            raise ModelError(f"MuJoCo's state became unstable at t={self._t:.6f} s (bad acceleration; "
-                             f"MuJoCo reset it): the plant cannot continue")
-        self._sync()
-        self._check_state()
+        if sum(w.number for w in self._warnings) != self._warned:
+            # MuJoCo found a non-finite or huge position, velocity or acceleration and reset its state
+            raise ModelError(f"MuJoCo's state became unstable at t={self._t:.6f} s (MuJoCo reset it): "
+                             f"the plant cannot continue")
+        if not self._views:
+            self._sync()
         if len(self._closure_eq):
-            self._closure_t.append(self._t)
-            self._closure_v.append(self._closure_now())
+            self._record_closure()
         return self._t
 
     def _closure_now(self) -> float:
-        """The largest loop-closure error [m] in MuJoCo's last constraint evaluation (0 without one)."""
+        """The largest loop-closure error [m] in MuJoCo's last constraint evaluation (0 without one):
+        the largest distance of a ``connect`` constraint's two points, else the largest residual."""
         if not len(self._closure_eq):
             return 0.0
         d = self._d
-        rows = (d.efc_type == mujoco.mjtConstraint.mjCNSTR_EQUALITY) & np.isin(d.efc_id, self._closure_eq)
-        if not rows.any():
-            return 0.0
-        pos = d.efc_pos[rows]
-        return float(np.max(np.linalg.norm(pos.reshape(-1, 3), axis=1))) if pos.size % 3 == 0 \
-            else float(np.max(np.abs(pos)))
+        k = self._closure_rows
+        if k and d.nefc >= k:
+            # MuJoCo puts the equality rows first, in the order of the equalities: the closures
+            # (written before the brakes' joint equalities)
+            pos = d.efc_pos[:k]
+        else:
+            rows = (d.efc_type == mujoco.mjtConstraint.mjCNSTR_EQUALITY) & np.isin(d.efc_id, self._closure_eq)
+            pos = d.efc_pos[rows]
+            if not pos.size:
+                return 0.0
+        if self._closure_connect:
+            p = pos.reshape(-1, 3)
+            return math.sqrt(float(np.max(np.einsum("ij,ij->i", p, p))))
+        return float(np.max(np.abs(pos)))
+
+    def _record_closure(self) -> None:
+        """Keep the time and the closures' constraint residuals (the norms are taken when read)."""
+        i = self._closure_n
+        if i == len(self._closure_buf):
+            grow = np.empty((max(1024, 2 * i), self._closure_buf.shape[1]))
+            grow[:i] = self._closure_buf
+            self._closure_buf = grow
+        k = self._closure_rows
+        if k and self._d.nefc >= k:
+            row = self._closure_buf[i]
+            row[0] = self._t
+            row[1:] = self._d.efc_pos[:k]
+        else:
+            self._closure_buf[i, 0] = self._t
+            self._closure_buf[i, 1:] = math.nan
+            self._closure_buf[i, 1] = self._closure_now()
+        self._closure_n = i + 1
 
     def closure_log(self) -> tuple[np.ndarray, np.ndarray]:
         """``(t_s, error_m)``, shape (k,) each: the loop-closure error after every ``advance_to``
-        (MuJoCo's constraint residual at the start of the interval's last step; empty for an
-        open chain)."""
+        (MuJoCo's constraint residual at the start of the interval's last step: the largest
+        distance of a ``connect`` constraint's points; empty for an open chain)."""
         with self._lock:
-            return np.array(self._closure_t), np.array(self._closure_v)
+            buf = self._closure_buf[:self._closure_n]
+            t, res = buf[:, 0].copy(), buf[:, 1:]
+            direct = np.isnan(res[:, 1:]).all(axis=1) if res.shape[1] > 1 else np.ones(len(res), bool)
+            err = np.empty(len(res))
+            err[direct] = res[direct, 0]
+            if (~direct).any():
+                r = res[~direct]
+                err[~direct] = (np.sqrt(np.max(np.sum(r.reshape(len(r), -1, 3) ** 2, axis=2), axis=1))
+                                if self._closure_connect else np.max(np.abs(r), axis=1))
+            return t, err
 
     @property
     def pose(self) -> np.ndarray | None:
