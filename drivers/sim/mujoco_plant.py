@@ -249,6 +249,7 @@ class MujocoPlant(Plant):
         self._vsel = _as_slice(self._vadr)
         self._asel = _as_slice(self._act)
         self._ctrl = d.ctrl[self._asel] if isinstance(self._asel, slice) else None
+        self._neg = np.empty(self._n)
         self._warnings = [d.warning[int(w)] for w in (mujoco.mjtWarning.mjWARN_BADQACC,
                                                       mujoco.mjtWarning.mjWARN_BADQPOS,
                                                       mujoco.mjtWarning.mjWARN_BADQVEL)]
@@ -334,18 +335,21 @@ class MujocoPlant(Plant):
         """Point ``_q``, ``_qd``, ``_tau_applied`` at the actuated joints' state and applied torque
         in MuJoCo's data: views that follow every step where the indices are contiguous (set once),
         arrays refilled after each advance where they are not."""
+        if getattr(self, "_views", None) is not None:
+            for src, sel, dst in self._gather:
+                np.take(src, sel, out=dst)
+            return
         d = self._d
         tau = d.act if self._lag_s > 0.0 else d.ctrl
-        if getattr(self, "_views", None) is not None:
-            for src, sel, dst in ((d.qpos, self._qsel, self._q), (d.qvel, self._vsel, self._qd),
-                                  (tau, self._asel, self._tau_applied)):
-                if not isinstance(sel, slice):
-                    np.take(src, sel, out=dst)
-            return
         self._q = d.qpos[self._qsel]
         self._qd = d.qvel[self._vsel]
         self._tau_applied = tau[self._asel]
         self._views = all(isinstance(x, slice) for x in (self._qsel, self._vsel, self._asel))
+        # MjData's arrays are fixed buffers: the gathers of the fields that are not views
+        self._gather = [(src, sel, dst) for src, sel, dst in ((d.qpos, self._qsel, self._q),
+                                                              (d.qvel, self._vsel, self._qd),
+                                                              (tau, self._asel, self._tau_applied))
+                        if not isinstance(sel, slice)]
 
     def _brakes_changed(self) -> None:
         m, d = self._m, self._d
@@ -383,7 +387,8 @@ class MujocoPlant(Plant):
         if not self._pd:
             # the held command, saturated, for MuJoCo's own loop (the lag is the actuator's filter)
             if self._ctrl is not None and self._saturate:
-                np.clip(self._tau_ff, -self._tau_max, self._tau_max, out=self._ctrl)
+                np.minimum(self._tau_ff, self._tau_max, out=self._ctrl)
+                np.maximum(self._ctrl, np.negative(self._tau_max, out=self._neg), out=self._ctrl)
             elif self._ctrl is not None:
                 self._ctrl[:] = self._tau_ff
             else:
