@@ -378,8 +378,7 @@ class MujocoPlant(Plant):
         span = t_s - self._t
         if span <= 0.0:
             return self._t
-        h_max = self._h_max if self._h_pd >= self._h_max else self._h_pd
-        n_steps = max(1, math.ceil(span / h_max - 1e-9))
+        n_steps = self._steps(span)
         m, d = self._m, self._d
         m.opt.timestep = span / n_steps
         if self._wrench is not None:

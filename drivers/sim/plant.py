@@ -547,6 +547,12 @@ class Plant:
         (lock held); update ``_q``, ``_qd``, ``_tau_applied`` and ``_t``; return ``_t``."""
         raise NotImplementedError
 
+    def _steps(self, span: float) -> int:
+        """How many equal steps integrate ``span`` [s] (> 0): ``ceil(span / h_max)``, ``h_max``
+        the largest step, shortened while stiff drive PD gains are held (:meth:`set_command`)."""
+        h_max = self._h_max if self._h_pd >= self._h_max else self._h_pd
+        return max(1, math.ceil(span / h_max - 1e-9))
+
     def _mass_diagonal(self) -> np.ndarray:
         """Diagonal of the joint-space mass matrix at the current state, shape (n,) [kg m^2 | kg]."""
         raise NotImplementedError
@@ -864,8 +870,7 @@ class SimulatedPlant(Plant):
         span = t_s - self._t
         if span <= 0.0:
             return self._t
-        h_max = self._h_max if self._h_pd >= self._h_max else self._h_pd
-        n_steps = max(1, math.ceil(span / h_max - 1e-9))
+        n_steps = self._steps(span)
         h = span / n_steps
         t0 = self._t
         done = 0
