@@ -262,15 +262,14 @@ def rrr_mjcf(model, q0=None) -> MjcfRobot:
 
 
 # -- Gough-Stewart platform ------------------------------------------------------------------------
-def stewart_mjcf(model, q0=None) -> MjcfRobot:
+def stewart_mjcf(model, q0=None, *, rotation_matrix) -> MjcfRobot:
     """MJCF of a :class:`~dynamics.stewart.StewartPlatform`, assembled at the leg lengths ``q0``
-    (default: the home pose's).
+    (default: the home pose's); ``rotation_matrix`` is the model's Euler-angle map
+    (:func:`dynamics.stewart.rotation_matrix`, passed in: this module imports no model family).
 
     The upper leg's slide joint has ``ref`` = its length in the written pose, so MuJoCo's joint
     position is the leg length ``L_i`` (base joint centre to platform joint centre).
     """
-    from .stewart import rotation_matrix
-
     X0 = np.asarray(model.home_pose, dtype=float)
     if q0 is not None:
         X0 = np.asarray(model.forward_kinematics_task(np.asarray(q0, dtype=float), guess=X0), dtype=float)

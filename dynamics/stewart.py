@@ -856,7 +856,7 @@ class StewartPlatform(ParallelModel):
         """This robot as MJCF (:func:`dynamics.mjcf.stewart_mjcf`), assembled at ``q0``; returns a
         :class:`dynamics.mjcf.MjcfRobot`."""
         from .mjcf import stewart_mjcf
-        return stewart_mjcf(self, q0)
+        return stewart_mjcf(self, q0, rotation_matrix=rotation_matrix)
 
     def scaled(self, mass_factor: float = 1.0, inertia_factor: float | None = None) -> "StewartPlatform":
         """Copy with every mass times ``mass_factor`` and every inertia tensor times ``inertia_factor``

@@ -324,6 +324,14 @@ def test_bad_mjcf_exits_2_from_the_command_line(tmp_path):
     assert "driver.plant.mjcf" in r.stderr + r.stdout and "Traceback" not in r.stderr
 
 
+def test_the_default_engine_does_not_import_mujoco():
+    code = ("import sys; from controller.app.run import build_run, load_run; "
+            "build_run(load_run('hil_configs/runs/3rrr_circle.toml', duration_s=0.01)).close(); "
+            "print('mujoco' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.stdout.strip() == "False", (r.stdout, r.stderr)
+
+
 def test_mujoco_keys_need_the_mujoco_engine():
     with pytest.raises(ConfigError) as info:
         _run(RUNS / "seed000_fast.toml", {"driver.plant.solref": [0.001, 1.0]}, duration=0.1)
