@@ -221,12 +221,16 @@ def test_every_driver_path_runs_on_mujoco(config):
     assert np.all(rms["mujoco"] <= 2 * rms["numba"] + 1e-6), rms
 
 
+@pytest.mark.exclusive
 def test_wall_clock_run_on_mujoco():
-    """The wall clock (200 Hz: the MuJoCo plant's step is about 60 us a cycle on an idle machine)."""
+    """The wall clock (200 Hz: the MuJoCo plant's step is 20-80 us a cycle here)."""
+    from tests.serve_process import CpuWatch, interfered
+
+    watch = CpuWatch()
     run, res = _run(RUNS / "3rrr_circle_direct.toml", {"driver.plant.engine": "mujoco", "loop.clock": "wall",
                                                        "loop.rate_hz": 200.0}, duration=0.5)
-    if any(f.cause == "overrun" for f in res.faults):
-        pytest.skip(f"the machine could not hold 200 Hz: {res.faults}")
+    if res.status != "completed":
+        interfered(watch, f"wall-clock run on MuJoCo: {res.status} {res.faults}")
     assert res.status == "completed", res.faults
     assert res.metrics["closure_error_max_m"] < 1e-6
 

@@ -50,7 +50,9 @@ Keys
     solref = [0.001, 1.0]            # mujoco: softness of the MJCF's equality constraints (loop
     solimp = [0.99, 0.9999, 0.001, 0.5, 2.0]   # closures); default: the file's
     payload_body = "link6"           # mujoco: the body a payload is fixed to (default: the tool's)
-    [driver.plant.payload]           # mujoco: a body the controller does not model
+    [driver.plant.payload]           # mujoco: a rigid body the controller does not model (any
+                                     #   robot, offset and inertia; payload_kg above: a point mass
+                                     #   in the robot file's model, both engines)
     mass_kg = 1.0
     com_m = [0.0, 0.0, 0.05]         # in the tool frame
     inertia_kg_m2 = [1e-3, 1e-3, 1e-3]   # principal, about its centre of mass
@@ -232,6 +234,9 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
     if engine == "mujoco":
         from .mujoco_plant import MujocoPlant as engine_class
         if engine_kw.get("mjcf_path") is not None:
+            if payload > 0.0:
+                raise sec.error("payload_kg", "changes the robot file's model, not the MJCF: with "
+                                              "mjcf, fix a body with [driver.plant.payload]")
             plant_model = base                # the user's MJCF is scaled itself
     else:
         engine_class = SimulatedPlant
