@@ -232,7 +232,10 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
     if seed is not None:
         rng = np.random.default_rng(seed)
     if engine == "mujoco":
-        from .mujoco_plant import MujocoPlant as engine_class
+        try:
+            from .mujoco_plant import MujocoPlant as engine_class
+        except ConfigError as err:                  # the mujoco package is not installed
+            raise sec.error("engine", err.message) from err
         if engine_kw.get("mjcf_path") is not None:
             if payload > 0.0:
                 raise sec.error("payload_kg", "changes the robot file's model, not the MJCF: with "

@@ -1,5 +1,10 @@
 """A simulated robot: integrates a dynamics model under a held torque command.
 
+:class:`Plant` is the plant's one interface (drive train, brakes, sensors, clock, lock); an
+engine subclass integrates the rigid-body dynamics: :class:`SimulatedPlant` below (the numba
+engine, described here) or :class:`drivers.sim.mujoco_plant.MujocoPlant` (MuJoCo, chosen with
+``[driver.plant] engine = "mujoco"``).
+
 :class:`SimulatedPlant` is the "hardware" of every offline run.  It wraps any
 :class:`dynamics.Model` (usually a perturbed copy of the controller's model,
 e.g. ``controller_model.scaled(1.1)``, so that model mismatch is normal) and
