@@ -355,6 +355,9 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
         from .tune_config import RobustnessSpec
         RobustnessSpec.from_section(root.section("robustness"))
 
+    # The [bringup] table (controller.app.bringup) is read against the parsed spec by
+    # validate_run and by the bring-up itself; mark it read here.
+    root.section("bringup", {})
     # The driver table is validated when the driver is built (it may open buses);
     # mark it read here.
     root.finish()
@@ -636,6 +639,8 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
             clock = (LockstepClock() if spec.clock == "lockstep"
                      else WallClock(spin_s=spec.spin_s, realtime=spec.realtime))
         plant = None
+        from .bringup import CalibratedDriver, check_calibration
+        calibration = check_calibration(spec)      # hardware: refused when missing or stale
         if spec.hardware:
             driver = build_driver(spec.driver_section, now=clock.now)
         else:
@@ -643,6 +648,10 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
                                   rng=np.random.default_rng(0))
             plant = getattr(driver, "plant", None)
         stack.callback(driver.close)
+        if calibration is not None:
+            lim = spec.model.limits
+            driver = CalibratedDriver(driver, calibration.offset_correction_rad, lim.position_min,
+                                      lim.position_max, str(calibration.path))
         _, X0 = _joint_start(spec)
         controller = make_controller(spec, pose0=X0)
         safety = make_safety(spec, pose0=X0)
@@ -655,6 +664,9 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
             if isinstance(spec.model, ParallelModel) and spec.space == "task":
                 m["task_dof"] = spec.model.task_dof
             axes = controller_quantities(spec.model, spec.space)
+            if calibration is not None:
+                m["calibration"] = {"file": str(calibration.path), "created_utc": calibration.created_utc,
+                                    "offset_correction_rad": calibration.offset_correction_rad.tolist()}
             m.update({"joint_types": list(spec.model.joint_types), "axis_names": [a.name for a in axes],
                       "torque_limit": effective_torque_limit(spec).tolist(), "clock": spec.clock,
                       "robot_file": spec.model.source})
@@ -880,6 +892,13 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
         if val is not None and np.ndim(val) == 1 and np.size(val) != n_ctrl:
             raise ConfigError(f"expected a scalar or {n_ctrl} values (one per {spec.space}-space axis of "
                               f"{spec.controller.kind}), got {np.size(val)}", spec.file, f"safety.{key}")
+    from .bringup import BringupSpec, check_calibration
+    if "bringup" in spec.data:
+        BringupSpec.from_spec(spec)         # the [bringup] table (its cap against the limits)
+    cal = check_calibration(spec)           # hardware: refused when missing, stale or with findings
+    if cal is not None:
+        v.lines.append(f"calibration: {cal.path} (written {cal.created_utc}), offset corrections "
+                       f"{[round(float(c), 6) for c in cal.offset_correction_rad]}")
     if build_sim and not spec.hardware:
         # build (and close) the simulated stack: validates the driver, plant and emulator tables
         build_run(spec).close()

@@ -1,0 +1,848 @@
+"""Bring-up: walk a real (or emulated) robot joint by joint under a hard low torque cap, and the
+calibration file that ``run`` applies.
+
+``torqueloop bringup CONFIG`` (or :func:`bringup`) takes an ordinary run config (its robot,
+driver and ``[bringup]`` table; the trajectory only gives the default reference pose) and,
+with every torque clipped to ``torque_cap_nm``:
+
+1. **ids answer**: the driver's ``enable()`` (each driver checks its devices: MIT motor mode
+   replies, ODrive ``Get_Version`` and heartbeats, CiA 402 SDO/NMT, Dynamixel ping), then
+   fresh, fault-free feedback from every joint.
+2. **zero** (encoder offset): the robot stands at its reference pose ``home_rad`` (a hard stop,
+   marks or a jig; default: the trajectory's start); the measured position there gives the
+   offset correction.  With ``set_zero`` (MIT drives only, and only after the operator's
+   confirmation) the drive's own zero is set there instead.
+3. **direction and torque constant**: a torque doublet on one joint (``+u`` for ``T``, then
+   ``-u`` for ``T``; the others at zero torque), and the reverse doublet back.  The measured
+   displacement of the joint is compared with the model's prediction of the same commands
+   from the same start (the robot file's inertia, gravity and friction, integrated by
+   :class:`drivers.sim.plant.SimulatedPlant`): the least-squares ratio ``k`` of measured to
+   predicted motion is +1 for a healthy joint, negative for a reversed sign, and ``|k|`` is
+   the torque delivered per torque commanded (a wrong torque constant).  This is the
+   holding-against-gravity test for a gravity-loaded joint (gravity is in the prediction) and
+   the acceleration-against-inertia test for one without.
+4. **friction breakaway**: the torque is ramped up (both directions) until the joint moves;
+   the torque at the onset of motion minus the model's gravity torque is compared with the
+   robot file's Coulomb friction.
+
+A bring-up stops at once (zero torque, drives disabled) when a joint moves faster than
+``velocity_max_rad_s``, travels farther than ``travel_max_rad`` from the reference pose,
+reports a fault, or its feedback goes stale; the finding names the joint.
+
+It writes the calibration file (TOML): a SHA-256 digest of the hardware-relevant config (the
+``[driver]`` table without the simulation's ``plant``/``emulator``/``faults`` tables, and the
+robot file's bytes) with the tables it was taken from, a UTC timestamp, each joint's offset
+correction, measured torque factor and breakaway torque, and the findings with the fix to
+apply (the config key and its value).  ``run`` applies the offset corrections
+(:class:`CalibratedDriver`); a hardware run refuses a missing calibration, a stale one (the
+hardware config changed since: the message names the keys) and one with open findings
+(exit 2, naming the file).  Simulated runs need none; a fresh one is applied when present.
+
+The run config's table (every key optional)::
+
+    [bringup]
+    torque_cap_nm = 2.0              # scalar or per joint [N m | N]; default 5 % of the limit
+                                     #   (safety.torque_max, else the robot file's); refused
+                                     #   above 20 % of it
+    home_rad = [0.0, 0.0]            # the reference pose (default: the trajectory's start)
+    pulse_rad = 0.05                 # displacement of the doublet [rad | m]
+    pulse_max_s = 1.0                # longest half-doublet [s]
+    velocity_max_rad_s = 2.0         # stop above [rad/s | m/s]
+    travel_max_rad = 0.5             # stop farther than this from home_rad [rad | m]
+    zero_tolerance_rad = 0.01        # offset larger than this: a finding
+    torque_factor_tolerance = 0.3    # |k| outside 1 +- this: a finding
+    motion_rad = 0.002               # breakaway: motion onset [rad | m]
+    ramp_s = 2.0                     # breakaway: time to ramp 0 -> torque_cap_nm [s]
+    calibration_file = "arm.calibration.toml"   # default: <config stem>.calibration.toml
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from drivers.base import Command, Driver, Feedback
+from dynamics.config import Section, read_toml, write_toml
+from dynamics.errors import ConfigError, SafetyError, TorqueloopError
+
+__all__ = ["BringupSpec", "BringupResult", "Finding", "bringup", "calibration_path", "hardware_tables",
+           "hardware_digest", "check_calibration", "CalibratedDriver", "CAP_FRACTION_DEFAULT",
+           "CAP_FRACTION_MAX"]
+
+#: default torque cap as a fraction of the effective torque limit
+CAP_FRACTION_DEFAULT = 0.05
+#: the largest torque cap accepted, as a fraction of the effective torque limit
+CAP_FRACTION_MAX = 0.2
+#: feedback missing this many cycles in a row stops a bring-up
+STALE_CYCLES = 3
+#: sub-tables of ``[driver]`` that only the simulation reads (not part of the hardware digest)
+SIM_ONLY_TABLES = ("plant", "emulator", "faults")
+#: calibration file format
+CALIBRATION_VERSION = 1
+
+
+@dataclass
+class BringupSpec:
+    """The ``[bringup]`` table of a run config (see the module docstring); arrays shape (n,)."""
+
+    torque_cap_nm: np.ndarray
+    home_rad: np.ndarray
+    pulse_rad: float = 0.05
+    pulse_max_s: float = 1.0
+    velocity_max_rad_s: float = 2.0
+    travel_max_rad: float = 0.5
+    zero_tolerance_rad: float = 0.01
+    torque_factor_tolerance: float = 0.3
+    motion_rad: float = 0.002
+    ramp_s: float = 2.0
+    calibration_file: Path | None = None
+
+    @staticmethod
+    def from_spec(spec) -> "BringupSpec":
+        """Read ``spec.data["bringup"]`` (absent: every default) for a parsed run spec.
+
+        Raises
+        ------
+        ConfigError
+            A bad value, naming the file and ``bringup.<key>``; a torque cap above
+            :data:`CAP_FRACTION_MAX` of the effective limit, or a limit that is not finite.
+        """
+        from .report import effective_torque_limit
+        from .run import _joint_start
+
+        n = spec.model.dof
+        sec = Section(spec.data.get("bringup", {}), spec.file, "bringup")
+        limit = effective_torque_limit(spec)
+        if not np.all(np.isfinite(limit)) or np.any(limit <= 0):
+            raise sec.error("torque_cap_nm", f"the bring-up cap is a fraction of the torque limit, and the "
+                                             f"limit is not finite and positive on every joint: {limit.tolist()} "
+                                             f"(set safety.torque_max)")
+        if sec.has("torque_cap_nm"):
+            raw = sec.raw("torque_cap_nm")
+            cap = (sec.vector("torque_cap_nm", n, minimum=0.0) if isinstance(raw, list)
+                   else np.full(n, sec.float("torque_cap_nm", minimum=0.0, strict_min=True)))
+            if np.any(cap <= 0):
+                raise sec.error("torque_cap_nm", f"must be > 0 on every joint, got {cap.tolist()}")
+            over = np.flatnonzero(cap > CAP_FRACTION_MAX * limit)
+            if over.size:
+                j = int(over[0])
+                raise sec.error("torque_cap_nm", f"{cap[j]:g} on joint {j} is over {CAP_FRACTION_MAX:.0%} of its "
+                                                 f"torque limit {limit[j]:g}: a bring-up runs under a low cap "
+                                                 f"(at most {CAP_FRACTION_MAX * limit[j]:g})")
+        else:
+            cap = CAP_FRACTION_DEFAULT * limit
+        q0, _ = _joint_start(spec)
+        home = sec.vector("home_rad", n) if sec.has("home_rad") else q0
+        out = BringupSpec(
+            torque_cap_nm=np.asarray(cap, dtype=float), home_rad=np.asarray(home, dtype=float),
+            pulse_rad=sec.float("pulse_rad", 0.05, minimum=1e-4, maximum=1.0),
+            pulse_max_s=sec.float("pulse_max_s", 1.0, minimum=0.005, maximum=10.0),
+            velocity_max_rad_s=sec.float("velocity_max_rad_s", 2.0, minimum=0.0, strict_min=True, maximum=50.0),
+            travel_max_rad=sec.float("travel_max_rad", 0.5, minimum=0.0, strict_min=True, maximum=10.0),
+            zero_tolerance_rad=sec.float("zero_tolerance_rad", 0.01, minimum=0.0, strict_min=True, maximum=1.0),
+            torque_factor_tolerance=sec.float("torque_factor_tolerance", 0.3, minimum=0.01, maximum=0.9),
+            motion_rad=sec.float("motion_rad", 0.002, minimum=1e-6, maximum=0.5),
+            ramp_s=sec.float("ramp_s", 2.0, minimum=0.01, maximum=60.0),
+        )
+        if out.pulse_rad * 4 > out.travel_max_rad:
+            raise sec.error("pulse_rad", f"a doublet of {out.pulse_rad:g} needs travel_max_rad >= "
+                                         f"{4 * out.pulse_rad:g} (it is {out.travel_max_rad:g})")
+        out.calibration_file = calibration_path(spec, sec)
+        sec.finish()
+        return out
+
+
+def calibration_path(spec, sec: Section | None = None) -> Path:
+    """The calibration file of a run spec: ``bringup.calibration_file`` (relative to the config's
+    folder), else ``<config stem>.calibration.toml`` beside the config."""
+    if sec is None:
+        sec = Section(spec.data.get("bringup", {}), spec.file, "bringup")
+    base = Path(spec.file).parent if spec.file else Path.cwd()
+    if sec.has("calibration_file"):
+        p = Path(sec.str("calibration_file"))
+        return p if p.is_absolute() else base / p
+    stem = Path(spec.file).stem if spec.file else spec.name
+    return base / f"{stem}.calibration.toml"
+
+
+# ---------------------------------------------------------------------------
+# the hardware digest and the calibration file
+# ---------------------------------------------------------------------------
+def hardware_tables(spec) -> dict:
+    """What the calibration depends on: ``{"driver": the [driver] table without the simulation's
+    tables, "robot_file_sha256": the robot file's digest}`` (plain JSON values)."""
+    drv = {k: v for k, v in dict(spec.driver_section.data).items() if k not in SIM_ONLY_TABLES}
+    src = getattr(spec.model, "source", None)
+    try:
+        robot = hashlib.sha256(Path(src).read_bytes()).hexdigest() if src else None
+    except OSError:
+        robot = None
+    return json.loads(json.dumps({"driver": drv, "robot_file_sha256": robot}, sort_keys=True, default=str))
+
+
+def hardware_digest(tables: Mapping[str, Any]) -> str:
+    """SHA-256 of :func:`hardware_tables` (canonical JSON)."""
+    return hashlib.sha256(json.dumps(tables, sort_keys=True).encode()).hexdigest()
+
+
+def _diff(old, new, path="") -> list[str]:
+    """The dotted keys whose values differ between two JSON trees."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new)):
+            p = f"{path}.{k}" if path else str(k)
+            if k not in old:
+                out.append(f"{p} added")
+            elif k not in new:
+                out.append(f"{p} removed")
+            else:
+                out += _diff(old[k], new[k], p)
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        out = []
+        for i, (a, b) in enumerate(zip(old, new)):
+            out += _diff(a, b, f"{path}[{i}]")
+        return out
+    return [] if old == new else [f"{path}: {old!r} -> {new!r}"]
+
+
+@dataclass
+class Calibration:
+    """A calibration file read back (see :func:`check_calibration`)."""
+
+    path: Path
+    created_utc: str
+    offset_correction_rad: np.ndarray
+    data: dict
+
+
+def check_calibration(spec, *, required: bool | None = None) -> Calibration | None:
+    """The run's calibration when it is present, fresh and without open findings.
+
+    Parameters
+    ----------
+    spec : RunSpec
+    required : bool, optional
+        Refuse a missing one (default: for hardware runs).  A stale one, or one with open
+        findings, is refused whenever ``required``; otherwise it is ignored (``None``).
+
+    Raises
+    ------
+    ConfigError
+        Naming the calibration file: missing (run ``torqueloop bringup``), stale (the keys
+        that changed since), unreadable, for another robot size, or with open findings.
+    """
+    required = spec.hardware if required is None else required
+    path = calibration_path(spec)
+    what = f"calibration {path}"
+    if not path.exists():
+        if required:
+            raise ConfigError(f"no calibration for this hardware run: run `torqueloop bringup {spec.file}` "
+                              f"first (it writes {path})", str(path), "calibration")
+        return None
+    try:
+        data = read_toml(path)
+        cal = data["calibration"]
+        digest, created = str(cal["hardware_digest"]), str(cal["created_utc"])
+        old = json.loads(cal["hardware_json"])
+        corr = np.asarray([float(j["offset_correction_rad"]) for j in data["joints"]], dtype=float)
+    except (KeyError, TypeError, ValueError, TorqueloopError) as err:
+        raise ConfigError(f"{what} is not a calibration file of this version ({type(err).__name__}: {err}); "
+                          f"run `torqueloop bringup` again", str(path), "calibration") from err
+    now = hardware_tables(spec)
+    if digest != hardware_digest(now) or corr.shape != (spec.model.dof,):
+        if not required:
+            return None
+        changed = _diff(old, now) or ["(digest differs)"]
+        raise ConfigError(f"{what} (written {created}) is stale: the hardware config changed since: "
+                          f"{'; '.join(changed[:6])}{' ...' if len(changed) > 6 else ''}; run `torqueloop "
+                          f"bringup` again", str(path), "calibration")
+    open_ = [f for f in data.get("findings", []) if f.get("blocking", True)]
+    if open_:
+        if not required:
+            return None
+        raise ConfigError(f"{what} (written {created}) has open findings: " + "; ".join(
+            f"{f.get('joint_name', f.get('joint'))}: {f.get('check')}: fix {f.get('fix')}" for f in open_)
+            + "; fix them and run `torqueloop bringup` again", str(path), "calibration")
+    return Calibration(path, created, corr, data)
+
+
+class CalibratedDriver(Driver):
+    """A driver whose joint positions carry the calibration's offset corrections.
+
+    ``position = inner position + offset_correction_rad`` in the feedback, and
+    ``position set-point - offset_correction_rad`` in the commands (drive-side PD); torques
+    and velocities pass unchanged.  At :meth:`enable` a position outside the robot's limits
+    (``q_min``/``q_max``, after the correction) is refused as a lost zero (a power cycle that
+    reset a drive's zero), naming the calibration file.
+
+    Parameters
+    ----------
+    inner : Driver
+    offset_correction_rad : array_like, shape (n,)
+    q_min, q_max : array_like, shape (n,)
+        The robot's position limits [rad | m] (``-inf``/``inf`` where there are none).
+    source : str
+        The calibration file (named in errors).
+    """
+
+    def __init__(self, inner: Driver, offset_correction_rad, q_min, q_max, source: str):
+        self.inner = inner
+        n = inner.n_joints
+        self.offset_correction_rad = np.broadcast_to(np.asarray(offset_correction_rad, dtype=float), (n,)).copy()
+        self.q_min = np.broadcast_to(np.asarray(q_min, dtype=float), (n,))
+        self.q_max = np.broadcast_to(np.asarray(q_max, dtype=float), (n,))
+        self.source = source
+
+    @property
+    def n_joints(self) -> int:
+        return self.inner.n_joints
+
+    def _fb(self, fb: Feedback) -> Feedback:
+        fb.position_rad = np.asarray(fb.position_rad, dtype=float) + self.offset_correction_rad
+        return fb
+
+    def enable(self) -> Feedback:
+        fb = self._fb(self.inner.enable())
+        q = fb.position_rad
+        out = np.flatnonzero(np.isfinite(q) & ((q < self.q_min) | (q > self.q_max)))
+        if out.size:
+            self.inner.disable()
+            raise SafetyError(f"zero lost? joint(s) {out.tolist()} read {q[out].tolist()} at enable, outside the "
+                              f"robot's limits with the calibration {self.source}: a drive lost its zero (a "
+                              f"power cycle) or the robot was moved; run `torqueloop bringup` again")
+        return fb
+
+    def disable(self) -> None:
+        self.inner.disable()
+
+    def cycle(self, command: Command) -> Feedback:
+        if command.position_rad is not None:
+            command = Command(command.torque_nm, np.asarray(command.position_rad, dtype=float)
+                              - self.offset_correction_rad, command.velocity_rad_s,
+                              command.kp_nm_per_rad, command.kd_nm_s_per_rad)
+        return self._fb(self.inner.cycle(command))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __getattr__(self, name):
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+# ---------------------------------------------------------------------------
+# the bring-up itself
+# ---------------------------------------------------------------------------
+@dataclass
+class Finding:
+    """One thing a bring-up found wrong.
+
+    ``fix`` is the config key and the value to set (or what to do); ``blocking`` findings make
+    the calibration refused by a hardware run until fixed and brought up again."""
+
+    joint: int
+    joint_name: str
+    check: str
+    message: str
+    fix: str
+    blocking: bool = True
+
+
+@dataclass
+class BringupResult:
+    """What :func:`bringup` measured: per joint arrays (n,) and the findings."""
+
+    joint_names: list
+    home_rad: np.ndarray
+    measured_home_rad: np.ndarray
+    offset_correction_rad: np.ndarray
+    torque_factor: np.ndarray
+    breakaway_nm: np.ndarray
+    model_coulomb_nm: np.ndarray
+    torque_cap_nm: np.ndarray
+    findings: list = field(default_factory=list)
+    lines: list = field(default_factory=list)
+    calibration_file: Path | None = None
+    set_zero_joints: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No blocking finding."""
+        return not any(f.blocking for f in self.findings)
+
+    def report(self) -> str:
+        """The printed report: per-check lines, then every finding with its fix."""
+        out = list(self.lines)
+        if self.findings:
+            out.append("findings:")
+            for f in self.findings:
+                out.append(f"  {f.joint_name}: {f.check}: {f.message}")
+                out.append(f"    fix: {f.fix}")
+        else:
+            out.append("findings: none")
+        return "\n".join(out)
+
+
+class _Abort(Exception):
+    """A bring-up guard tripped (the message names the joint)."""
+
+
+class _Session:
+    """The bring-up's cycle: one command per period on the run's clock, every torque clipped to
+    the cap, every feedback checked (faults, staleness, speed, travel)."""
+
+    def __init__(self, driver: Driver, clock, period_s: float, bs: BringupSpec, names: list):
+        self.driver, self.clock, self.P, self.bs, self.names = driver, clock, period_s, bs, names
+        self.n = driver.n_joints
+        self.k = 0
+        self.t0 = None
+        self.stale = np.zeros(self.n, dtype=int)
+        self.fb: Feedback | None = None
+        self.q_last = None
+
+    def start(self, fb: Feedback) -> None:
+        self.t0 = self.clock.now()
+        self.fb = fb
+        self.q_last = np.asarray(fb.position_rad, dtype=float).copy()
+        self.home_measured = self.q_last.copy()
+
+    def step(self, tau: np.ndarray) -> Feedback:
+        """Send ``tau`` (clipped to the cap) in the next cycle and return its feedback."""
+        tau = np.clip(np.nan_to_num(np.asarray(tau, dtype=float), nan=0.0), -self.bs.torque_cap_nm,
+                      self.bs.torque_cap_nm)
+        self.k += 1
+        self.clock.wait_until(self.t0 + self.k * self.P)
+        fb = self.driver.cycle(Command(tau))
+        self._guard(fb)
+        self.fb = fb
+        return fb
+
+    def _guard(self, fb: Feedback) -> None:
+        fresh = np.asarray(fb.fresh, dtype=bool)
+        self.stale = np.where(fresh, 0, self.stale + 1)
+        bad = np.flatnonzero(self.stale >= STALE_CYCLES)
+        if bad.size:
+            raise _Abort(f"{self.names[bad[0]]}: no feedback for {STALE_CYCLES} cycles")
+        fault = np.flatnonzero(np.asarray(fb.fault) != 0)
+        if fault.size:
+            raise _Abort(f"{self.names[fault[0]]}: device fault code {int(fb.fault[fault[0]])}")
+        q = np.asarray(fb.position_rad, dtype=float)
+        if not np.all(np.isfinite(q)):
+            raise _Abort(f"{self.names[int(np.flatnonzero(~np.isfinite(q))[0])]}: non-finite position")
+        v = np.abs(q - self.q_last) / self.P
+        self.q_last = q.copy()
+        fast = np.flatnonzero(v > self.bs.velocity_max_rad_s)
+        if fast.size:
+            raise _Abort(f"{self.names[fast[0]]}: moved at {v[fast[0]]:.3g} rad/s, over velocity_max_rad_s = "
+                         f"{self.bs.velocity_max_rad_s:g}")
+        far = np.flatnonzero(np.abs(q - self.home_measured) > self.bs.travel_max_rad)
+        if far.size:
+            raise _Abort(f"{self.names[far[0]]}: travelled {q[far[0]] - self.home_measured[far[0]]:+.3g} from the "
+                         f"reference pose, over travel_max_rad = {self.bs.travel_max_rad:g}")
+
+    home_measured: np.ndarray = None
+
+
+def _predictor(model, q0: np.ndarray, qd0: np.ndarray | None = None):
+    """The model's own plant at ``q0``, ``qd0`` (default rest; its friction, no brakes, no noise)."""
+    from drivers.sim.plant import SimulatedPlant
+
+    qd = None if qd0 is None else np.nan_to_num(np.asarray(qd0, dtype=float))
+    return SimulatedPlant(model, q0=np.asarray(q0, dtype=float), qd0=qd, substeps=2)
+
+
+@dataclass
+class _Experiment:
+    """One doublet as run: the start (q, qd) (n,), the commands (cycles, n) and the readings (cycles, n)."""
+
+    j: int
+    q0: np.ndarray
+    qd0: np.ndarray
+    tau: np.ndarray
+    q: np.ndarray
+
+
+def _doublet(sess: _Session, j: int, u: float, T_s: float, settle_s: float) -> _Experiment:
+    """A doublet ``+u`` for ``T_s`` then ``-u`` on joint j (others at zero torque), then zero torque
+    for ``settle_s``."""
+    q_start = np.asarray(sess.fb.position_rad, dtype=float).copy()
+    qd_start = np.nan_to_num(np.asarray(sess.fb.velocity_rad_s, dtype=float))   # NaN: at rest
+    n_half = max(1, int(round(T_s / sess.P)))
+    n_settle = int(round(settle_s / sess.P))
+    taus, qs = [], []
+    for c in range(2 * n_half + n_settle):
+        tau = np.zeros(sess.n)
+        tau[j] = u if c < n_half else (-u if c < 2 * n_half else 0.0)
+        tau = np.clip(tau, -sess.bs.torque_cap_nm, sess.bs.torque_cap_nm)
+        fb = sess.step(tau)
+        taus.append(tau)
+        qs.append(np.asarray(fb.position_rad, dtype=float).copy())
+    return _Experiment(j, q_start, qd_start, np.array(taus), np.array(qs))
+
+
+def _replay(model, ex: _Experiment, P: float, s: np.ndarray, off: np.ndarray, gain=1.0) -> np.ndarray:
+    """The readings the model predicts for experiment ``ex`` if the joints' true directions are
+    ``s`` (n,) times the configured ones (a reversed joint reads ``2 off - q`` and turns the
+    other way) and each delivers ``gain`` (scalar or (n,)) times the torque commanded.
+    Returns (cycles, n)."""
+    pl = _predictor(model, s * (ex.q0 - off) + off, s * ex.qd0)
+    out = np.empty_like(ex.q)
+    for c in range(ex.tau.shape[0]):
+        pl.set_torque(s * gain * ex.tau[c])
+        pl.advance_to(pl.t_s + P)
+        out[c] = s * (np.asarray(pl.state.q, dtype=float) - off) + off
+    return out
+
+
+def _torque_factor(model, exps: list, P: float, s: np.ndarray, off: np.ndarray, j: int) -> float:
+    """The factor ``k`` on joint j's commanded torque whose model replay fits joint j's readings
+    best (a log-spaced scan over [0.02, 5], refined by a parabola through the best three)."""
+    def resid(k):
+        g = np.ones(len(off))
+        g[j] = k
+        return sum(float(np.sum((_replay(model, ex, P, s, off, g)[:, j] - ex.q[:, j]) ** 2)) for ex in exps)
+
+    ks = np.geomspace(0.02, 5.0, 25)
+    r = np.array([resid(k) for k in ks])
+    i = int(np.argmin(r))
+    if i in (0, len(ks) - 1):
+        return float(ks[i]) if i else 0.0
+    x = np.log(ks[i - 1:i + 2])
+    a, b, _ = np.polyfit(x, r[i - 1:i + 2], 2)
+    return float(np.exp(-b / (2 * a))) if a > 0 else float(ks[i])
+
+
+def _directions(model, exps: list, P: float, off: np.ndarray) -> tuple[np.ndarray, list]:
+    """The joints' directions that explain the doublets best: for every sign pattern (the first
+    joint's fixed when the model is symmetric under reversing every joint), the model's replay
+    of every experiment against every joint's reading; returns (best s (n,), [(residual, s)...]
+    sorted)."""
+    import itertools
+
+    n = len(off)
+    scores = []
+    for pattern in itertools.product((1.0, -1.0), repeat=n):
+        s = np.array(pattern)
+        r = sum(float(np.sum((_replay(model, ex, P, s, off) - ex.q) ** 2)) for ex in exps)
+        scores.append((r, s))
+    scores.sort(key=lambda x: x[0])
+    best_r, best = scores[0]
+    # reversing every joint mirrors a robot without gravity torque on its joints: the same
+    # motion, so the data cannot tell the two apart; take the one with fewer reversed joints
+    mirror_r = next(r for r, sv in scores if np.all(sv == -best))
+    if np.sum(-best < 0) < np.sum(best < 0) and mirror_r <= 1.02 * best_r:
+        best = -best
+    return best, scores
+
+
+def _predicted_doublet(model, q0: np.ndarray, j: int, u: float, n: int, P: float) -> tuple[float, float]:
+    """(displacement of joint j, peak speed of any joint) the model predicts for a doublet of ``n``
+    cycles a half on joint j, net of the motion without it."""
+    pl, fr = _predictor(model, q0), _predictor(model, q0)
+    tau = np.zeros(len(q0))
+    v_peak = 0.0
+    for c in range(2 * n):
+        tau[j] = u if c < n else -u
+        pl.set_torque(tau)
+        pl.advance_to(pl.t_s + P)
+        fr.advance_to(fr.t_s + P)
+        v_peak = max(v_peak, float(np.max(np.abs(np.asarray(pl.state.qd) - np.asarray(fr.state.qd)))))
+    return abs(float(pl.state.q[j]) - float(fr.state.q[j])), v_peak
+
+
+def _plan_doublet(model, q0: np.ndarray, j: int, cap: float, bs: BringupSpec, P: float) -> tuple[float, float]:
+    """Torque [N m | N] and half time [s] of joint j's doublet: the model's prediction moves it
+    ``pulse_rad`` (within ``pulse_max_s``) no faster than a quarter of ``velocity_max_rad_s``
+    (a lower torque where the cap would be faster).  Displacement grows as u T**2 and the peak
+    speed as u T for a free joint, so a few predictions settle both."""
+    u, T = cap, max(0.02, 2 * P)
+    v_lim = 0.5 * bs.velocity_max_rad_s
+    # well clear of the model's Coulomb friction (and a drive's torque resolution), within the cap
+    coulomb = float(np.broadcast_to(np.asarray(model.drive.coulomb, dtype=float), q0.shape)[j])
+    u_min = min(cap, max(5.0 * coulomb, 0.2 * cap))
+    for _ in range(12):
+        n = max(1, int(round(T / P)))
+        d, v = _predicted_doublet(model, q0, j, u, n, P)
+        if d <= 0:
+            return u, bs.pulse_max_s
+        if v > v_lim * 1.05 and u > u_min:
+            # at the target displacement the peak speed goes as sqrt(u)
+            u = max(u_min, u * (v_lim / v) ** 2)
+            continue
+        if abs(d - bs.pulse_rad) < 0.1 * bs.pulse_rad or (d < bs.pulse_rad and T >= bs.pulse_max_s):
+            return u, n * P
+        T = min(T * math.sqrt(bs.pulse_rad / d), bs.pulse_max_s)
+    return u, max(1, int(round(T / P))) * P
+
+
+def _ramp(sess: _Session, model, j: int, direction: float) -> float:
+    """Ramp joint j's torque from 0 toward ``direction * cap`` over ``ramp_s`` until it moves
+    ``motion_rad``; return the torque beyond the model's gravity at the onset [N m | N] (``inf``:
+    it did not move), then zero torque while it settles."""
+    bs = sess.bs
+    cap = float(bs.torque_cap_nm[j])
+    q0 = np.asarray(sess.fb.position_rad, dtype=float).copy()
+    n_ramp = max(1, int(round(bs.ramp_s / sess.P)))
+    onset = math.inf
+    still = (0.0, q0)          # the last torque under which the joint had not yet moved, and where
+    for c in range(1, n_ramp + 1):
+        tau = np.zeros(sess.n)
+        tau[j] = direction * cap * c / n_ramp
+        fb = sess.step(tau)
+        q = np.asarray(fb.position_rad, dtype=float)
+        moved = abs(float(q[j]) - q0[j])
+        if moved <= 0.1 * bs.motion_rad:
+            still = (tau[j], q.copy())
+        elif moved > bs.motion_rad:
+            # the onset is the last torque that left the joint (within a tenth of motion_rad) still
+            g = float(np.asarray(model.gravity(still[1]))[j])
+            onset = abs(still[0] - g)
+            break
+    for _ in range(int(round(0.2 / sess.P))):
+        sess.step(np.zeros(sess.n))
+    return onset
+
+
+def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None = None, set_zero: bool = False,
+            write: bool = True, driver: Driver | None = None) -> BringupResult:
+    """Walk the robot of run spec ``spec`` joint by joint (module docstring) and write its calibration.
+
+    Parameters
+    ----------
+    spec : RunSpec
+        A parsed run config (:func:`controller.app.run.load_run`); its ``[bringup]`` table.
+        A simulated driver (``sim_*``) runs against the emulated devices with the plant
+        starting at ``home_rad``.
+    clock : optional
+        The loop clock (default: lock-step for simulated runs, the wall clock for hardware).
+    set_zero : bool
+        MIT drives only: set each drive's zero at the reference pose (the drive's
+        SET_ZERO command) instead of correcting the offset in the calibration; asks
+        ``confirm_set_zero`` first and refuses without a yes.
+    confirm_set_zero : callable (str) -> bool, optional
+        Asked once, with what will be done, before the zero is set.
+    write : bool
+        Write the calibration file (``bringup.calibration_file``).
+    driver : Driver, optional
+        An already built driver to use (not closed here); default: built from the spec.
+
+    Returns
+    -------
+    BringupResult
+
+    Raises
+    ------
+    ConfigError
+        A bad ``[bringup]`` table (naming the field).
+    SafetyError
+        Set-zero not confirmed, or not possible with this driver.
+    """
+    from drivers.registry import build_driver
+
+    from ..clock import LockstepClock, WallClock
+    from .run import sim_driver_section
+
+    bs = BringupSpec.from_spec(spec)
+    model = spec.model
+    n = model.dof
+    names = [str(x) for x in model.joint_names]
+    P = spec.period_s
+    if clock is None:
+        clock = LockstepClock() if spec.clock == "lockstep" else WallClock(spin_s=spec.spin_s, realtime=spec.realtime)
+    own = driver is None
+    if own:
+        if spec.hardware:
+            driver = build_driver(spec.driver_section, now=clock.now)
+        else:
+            sec = sim_driver_section(spec.driver_section.data, q0=bs.home_rad, clock=spec.clock, period_s=P,
+                                     file=spec.file, path=spec.driver_section.path)
+            driver = build_driver(sec, now=clock.now, model=model, rng=np.random.default_rng(0))
+    drive_coulomb = np.broadcast_to(np.asarray(model.drive.coulomb, dtype=float), (n,)).copy()
+    res = BringupResult(names, bs.home_rad.copy(), np.full(n, np.nan), np.zeros(n), np.full(n, np.nan),
+                        np.full(n, np.nan), drive_coulomb, bs.torque_cap_nm.copy(),
+                        calibration_file=bs.calibration_file)
+    res.lines.append(f"bring-up of '{spec.name}' ({spec.driver_type}, {'HARDWARE' if spec.hardware else 'emulated'}), "
+                     f"torque cap " + ", ".join(f"{nm} {c:.3g}" for nm, c in zip(names, bs.torque_cap_nm)))
+    sess = _Session(driver, clock, P, bs, names)
+    joints_cfg = spec.driver_section.data.get("joints", [])
+    enabled = False
+    try:
+        clock.start()
+        # (1) ids answer
+        try:
+            fb = driver.enable()
+            enabled = True
+        except TorqueloopError as err:
+            res.findings.append(Finding(-1, "drives", "ids answer", f"enable failed: {type(err).__name__}: {err}",
+                                        "check the ids, wiring, bus and power named above, then run bringup again"))
+            return _finish(res, spec, write)
+        sess.start(fb)
+        for _ in range(5):
+            fb = sess.step(np.zeros(n))
+        res.lines.append(f"ids answer: {n} joint(s) enabled, fresh feedback, no device fault")
+        # (2) zero at the reference pose, before anything moves
+        q_home = np.asarray(fb.position_rad, dtype=float).copy()
+        res.measured_home_rad = q_home.copy()
+        sess.home_measured = q_home
+        if set_zero:
+            _set_zero(driver, spec, bs, confirm_set_zero, res)
+            fb = sess.step(np.zeros(n))
+            q_home = np.asarray(fb.position_rad, dtype=float).copy()
+            sess.home_measured = q_home
+            sess.q_last = q_home.copy()
+        # (3) direction and torque constant: a doublet out and one back, per joint
+        exps = []
+        for j in range(n):
+            q_now = np.asarray(sess.fb.position_rad, dtype=float)
+            u, T = _plan_doublet(model, q_now, j, float(bs.torque_cap_nm[j]), bs, P)
+            for sgn in (1.0, -1.0):
+                exps.append(_doublet(sess, j, sgn * u, T, settle_s=T))
+            res.lines.append(f"direction/torque: {names[j]}: doublets +-{u:.3g} x {T * 1e3:.0f} ms")
+        off = np.array([float(_joint_key(joints_cfg, j, "offset_rad", 0.0)) for j in range(n)])
+        s_best, scores = _directions(model, exps, P, off)
+        res.lines.append("direction: " + ", ".join(f"{names[j]} {'as configured' if s_best[j] > 0 else 'REVERSED'}"
+                                                   for j in range(n))
+                         + f" (model replay residual {scores[0][0]:.3g} rad^2; as configured "
+                           f"{next(r for r, sv in scores if np.all(sv > 0)):.3g})")
+        # the torque each joint gives: the factor on its commands that makes the model's replay
+        # of its doublets (friction included) match its readings best
+        k = np.array([_torque_factor(model, [e for e in exps if e.j == j], P, s_best, off, j) for j in range(n)])
+        res.lines.append("torque delivered / commanded (model replay fit): "
+                         + ", ".join(f"{nm} {x:.3f}" for nm, x in zip(names, k)))
+        res.torque_factor = k.copy()
+        as_cfg = next(r for r, sv in scores if np.all(sv > 0))
+        reversed_ = np.flatnonzero(s_best < 0)
+        for j in reversed_:
+            sign = int(_joint_key(joints_cfg, j, "sign", 1))
+            res.findings.append(Finding(int(j), names[j], "direction", f"the joint turns against the robot model's "
+                                        f"positive direction: the doublets' motion of every joint, replayed through "
+                                        f"the model, fits with it reversed (residual {scores[0][0]:.3g} rad^2 "
+                                        f"against {as_cfg:.3g} as configured): the sign is reversed",
+                                        f"driver.joints[{j}].sign = {-sign}"))
+        for j in range(n):
+            if not np.isfinite(k[j]) or k[j] < 0.05:
+                res.findings.append(Finding(j, names[j], "direction", f"the joint did not follow the torque pulses "
+                                            f"(fitted torque factor {k[j]:.3f}): brake engaged, jammed, or a "
+                                            f"cap too low for its friction", "check the joint; raise "
+                                            f"bringup.torque_cap_nm within {CAP_FRACTION_MAX:.0%} of the limit"))
+            elif abs(k[j] - 1.0) > bs.torque_factor_tolerance:
+                res.findings.append(Finding(j, names[j], "torque constant", f"the joint gives {k[j]:.3f} x the "
+                                            f"torque commanded (the model's replay of its doublets fits; tolerance "
+                                            f"+-{bs.torque_factor_tolerance:g})", _kt_fix(spec, joints_cfg, j, k[j])))
+        # the offset, as the driver reads it once each reversed sign is fixed
+        q_fix = q_home.copy()
+        for j in reversed_:
+            off = float(_joint_key(joints_cfg, j, "offset_rad", 0.0))
+            q_fix[j] = 2.0 * off - q_home[j]
+        corr = bs.home_rad - q_fix
+        if res.set_zero_joints:
+            corr[res.set_zero_joints] = 0.0
+        res.offset_correction_rad = corr
+        res.lines.append("zero at the reference pose: " + ", ".join(
+            f"{nm} reads {q:+.4f} (home {h:+.4f}, correction {c:+.4f})"
+            for nm, q, h, c in zip(names, q_home, bs.home_rad, corr)))
+        for j in np.flatnonzero(np.abs(corr) > bs.zero_tolerance_rad):
+            off = float(_joint_key(joints_cfg, j, "offset_rad", 0.0))
+            res.findings.append(Finding(int(j), names[j], "zero", f"the encoder's zero is {corr[j]:+.4f} off the "
+                                        f"reference pose (tolerance {bs.zero_tolerance_rad:g}); the calibration "
+                                        f"corrects it", f"driver.joints[{j}].offset_rad = {off + corr[j]:.6g} (or keep "
+                                        f"the calibration's correction"
+                                        + ("; MIT: --set-zero at the reference pose)" if "mit" in spec.driver_type
+                                           else ")"), blocking=False))
+        # (4) friction breakaway, on joints whose direction is right
+        for j in range(n):
+            if j in reversed_ or not np.isfinite(k[j]) or k[j] < 0.05:
+                continue
+            b = [_ramp(sess, model, j, d) for d in (1.0, -1.0)]
+            res.breakaway_nm[j] = float(np.mean(b)) * k[j]
+            res.lines.append(f"friction breakaway: {names[j]}: {b[0]:.3g} / {b[1]:.3g} commanded "
+                             f"({res.breakaway_nm[j]:.3g} delivered; model Coulomb {drive_coulomb[j]:.3g})")
+            if not math.isfinite(res.breakaway_nm[j]):
+                res.findings.append(Finding(j, names[j], "friction", f"no motion under the cap "
+                                            f"{bs.torque_cap_nm[j]:.3g}", "check the joint (brake, jam) or raise "
+                                            "bringup.torque_cap_nm"))
+    except _Abort as err:
+        res.findings.append(Finding(-1, "drives", "stopped", str(err), "check that joint (its sign, wiring, brake); "
+                                    "the robot stopped at zero torque, drives disabled"))
+    finally:
+        if enabled:
+            try:
+                driver.cycle(Command(np.zeros(n)))
+            except TorqueloopError:
+                pass
+            try:
+                driver.disable()
+            except TorqueloopError as err:
+                res.lines.append(f"disable failed: {type(err).__name__}: {err}")
+        clock.stop()
+        if own:
+            driver.close()
+    return _finish(res, spec, write)
+
+
+def _joint_key(joints_cfg, j: int, key: str, default):
+    try:
+        return joints_cfg[j].get(key, default)
+    except (IndexError, AttributeError, TypeError):
+        return default
+
+
+def _kt_fix(spec, joints_cfg, j: int, factor: float) -> str:
+    """The config key (and value) that corrects a torque factor on this protocol."""
+    kind = spec.driver_type.removeprefix("sim_")
+    if kind in ("odrive_can", "odrive_ascii", "dynamixel"):
+        kt = float(_joint_key(joints_cfg, j, "torque_constant_nm_per_a", 1.0))
+        drive = " and the drive's axis.motor.config.torque_constant" if kind.startswith("odrive") else ""
+        return f"driver.joints[{j}].torque_constant_nm_per_a = {kt * factor:.6g}{drive}"
+    if kind == "cia402_can":
+        return (f"the drive's torque scaling (motor rated torque 0x6076 / its torque constant) is off by "
+                f"{factor:.3f}: correct it in the drive, then driver.joints[{j}].rated_torque_nm to match")
+    eff = float(_joint_key(joints_cfg, j, "efficiency", 1.0))
+    return (f"the drive's torque constant is off by {factor:.3f}: correct it in the drive, or "
+            f"driver.joints[{j}].efficiency = {eff * factor:.6g}" + (" (over 1: fix the drive)" if eff * factor > 1 else ""))
+
+
+def _set_zero(driver, spec, bs: BringupSpec, confirm, res: BringupResult) -> None:
+    """MIT SET_ZERO at the reference pose, with the operator's confirmation."""
+    fn = getattr(driver, "set_zero", None)
+    if fn is None or "mit" not in spec.driver_type:
+        raise SafetyError(f"--set-zero is for MIT drives (SET_ZERO command); {spec.driver_type} is homed by "
+                          f"the calibration's offset correction")
+    msg = (f"set the zero of every MIT drive at the current pose, taken as the reference pose "
+           f"{bs.home_rad.tolist()} (the drives then read offset_rad there)")
+    if confirm is None or not confirm(msg):
+        raise SafetyError("set-zero not confirmed")
+    fn()
+    res.set_zero_joints = list(range(driver.n_joints))
+    res.lines.append("MIT set-zero sent to every drive at the reference pose (confirmed by the operator)")
+
+
+def _finish(res: BringupResult, spec, write: bool) -> BringupResult:
+    if write and res.calibration_file is not None:
+        tables = hardware_tables(spec)
+        data = {
+            "calibration": {"version": CALIBRATION_VERSION, "config": str(spec.file),
+                            "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                            "hardware_digest": hardware_digest(tables),
+                            "hardware_json": json.dumps(tables, sort_keys=True),
+                            "ok": res.ok, "torque_cap_nm": res.torque_cap_nm.tolist()},
+            "joints": [{"name": nm, "home_rad": float(h), "measured_home_rad": float(m),
+                        "offset_correction_rad": float(c), "torque_factor": float(k) if np.isfinite(k) else -1.0,
+                        "breakaway_nm": float(b) if np.isfinite(b) else -1.0, "model_coulomb_nm": float(mc)}
+                       for nm, h, m, c, k, b, mc in zip(res.joint_names, res.home_rad, res.measured_home_rad,
+                                                        res.offset_correction_rad, res.torque_factor,
+                                                        res.breakaway_nm, res.model_coulomb_nm)],
+            "findings": [{"joint": f.joint, "joint_name": f.joint_name, "check": f.check, "message": f.message,
+                          "fix": f.fix, "blocking": f.blocking} for f in res.findings],
+        }
+        write_toml(res.calibration_file, data)
+    return res
