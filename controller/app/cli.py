@@ -11,6 +11,7 @@ Sub-commands
 ``torqueloop robustness CONFIG``  Monte-Carlo runs over the plant's uncertainty: share within
                             tolerance, distributions, worst runs as replayable configs.
 ``torqueloop identify CONFIG``  excite, estimate and validate dynamic parameters; write a robot file.
+``torqueloop bringup CONFIG``   walk the robot joint by joint under a low torque cap; write its calibration.
 
 All errors of the package (:class:`dynamics.errors.TorqueloopError`) are printed
 as one line on stderr with exit code 2; only this module prints or exits.
@@ -78,6 +79,11 @@ def _cmd_robustness(args: argparse.Namespace) -> int:
 def _cmd_identify(args: argparse.Namespace) -> int:
     from . import commands
     return commands.identify(args)
+
+
+def _cmd_bringup(args: argparse.Namespace) -> int:
+    from . import commands
+    return commands.bringup(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,6 +166,19 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set identify.excitation.iterations=10")
     i.set_defaults(func=_cmd_identify)
+
+    b = sub.add_parser("bringup", help="walk the robot joint by joint under a low torque cap (ids, zero, "
+                                       "direction, torque constant, friction); write the calibration "
+                                       "`run` applies")
+    b.add_argument("config", help="run config (.toml); its [bringup] table (controller/app/bringup.py)")
+    b.add_argument("--yes-hardware", action="store_true",
+                   help="confirm a hardware bring-up non-interactively (real motors will move)")
+    b.add_argument("--set-zero", action="store_true",
+                   help="MIT drives: set the drives' zero at the reference pose (asks for confirmation)")
+    b.add_argument("--yes-set-zero", action="store_true", help="confirm --set-zero non-interactively")
+    b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set bringup.torque_cap_nm=1.0")
+    b.set_defaults(func=_cmd_bringup)
     return p
 
 

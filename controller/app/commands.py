@@ -20,7 +20,8 @@ from dynamics import load_model
 from dynamics.config import read_toml, write_toml
 from dynamics.errors import ConfigError, SafetyError
 
-__all__ = ["check", "run", "plot", "animate", "tune", "robustness", "identify", "parse_sets", "format_summary"]
+__all__ = ["check", "run", "plot", "animate", "tune", "robustness", "identify", "bringup", "parse_sets",
+           "format_summary"]
 
 
 def check(path: str, overrides: dict | None = None) -> str:
@@ -403,3 +404,29 @@ def identify(args) -> int:
     print(res.report)
     print(f"  identified robot file: {res.robot_file}\n  report: {out / 'report.txt'}")
     return 0
+
+
+def _ask(prompt: str) -> bool:
+    """Ask the operator on the terminal; ``yes`` confirms (no terminal: refused)."""
+    if not sys.stdin.isatty():
+        return False
+    sys.stderr.write(f"{prompt}; type 'yes' to continue: ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() == "yes"
+
+
+def bringup(args) -> int:
+    """``torqueloop bringup``: the joint-by-joint bring-up and its calibration file; exit 0 when
+    nothing blocking was found, 1 when something was (the fixes are printed)."""
+    from .bringup import bringup as _bringup
+    from .run import load_run
+
+    spec = load_run(args.config, overrides=parse_sets(args.set) if args.set else None)
+    _confirm_hardware(spec, args)
+    yes_zero = getattr(args, "yes_set_zero", False)
+    res = _bringup(spec, set_zero=args.set_zero,
+                   confirm_set_zero=(lambda msg: True) if yes_zero else _ask)
+    print(res.report())
+    print(f"  calibration: {res.calibration_file}" + ("" if res.ok else
+          " (open findings: a hardware run refuses it until they are fixed and bringup is run again)"))
+    return 0 if res.ok else 1

@@ -1,0 +1,145 @@
+"""Bring-up (controller/app/bringup.py) against every emulated protocol: a clean robot passes and
+each error planted in the emulated devices ([driver.emulator] reversed_joints,
+encoder_offset_rad, torque_factor: drivers.sim.build.device_mappings) is found on the joint it
+was planted on, with its fix; the calibration file it writes is applied by `run` and a hardware
+run refuses a missing or stale one (exit 2 naming the file and what changed).
+
+The robot (tests/data/bringup/scara2.toml) has vertical joint axes, so nothing in the bring-up's
+measurements comes from gravity: direction from the coupled motion of the two links, the torque
+factor from the inertia.  ODrive ASCII has no emulator, so it is not in the table.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.app.bringup import bringup, check_calibration
+from controller.app.cli import main
+from controller.app.run import build_run, parse_run
+from dynamics.config import read_toml, write_toml
+from dynamics.errors import ConfigError
+
+DATA = Path(__file__).resolve().parent / "data" / "bringup"
+BUS = {"interface": "virtual", "channel": "can0"}
+DRIVERS = {
+    "mit": {"type": "sim_mit_can", "bus": BUS,
+            "joints": [{"name": "j1", "can_id": 1, "model": "AK80-9"}, {"name": "j2", "can_id": 2, "model": "AK80-9"}]},
+    "odrive_can": {"type": "sim_odrive_can", "bus": BUS, "joints": [{"name": "j1", "node_id": 0}, {"name": "j2", "node_id": 1}]},
+    "cia402": {"type": "sim_cia402_can", "bus": BUS,
+               "joints": [dict(name=f"j{i}", node_id=i, eds="cia402_generic.eds", counts_per_rev=131072,
+                               rated_torque_nm=1.0, torque_limit_nm=2.0, gear_ratio=9.0) for i in (1, 2)]},
+    "dynamixel": {"type": "sim_dynamixel", "port": "/dev/null",
+                  "joints": [{"name": "j1", "id": 1, "model": "XM430-W350"}, {"name": "j2", "id": 2, "model": "XM430-W350"}]},
+}
+#: planted error -> ([driver.emulator] keys, the check that must find it on joint 1 ("j2"), None: nothing)
+PLANTED = {
+    "clean": ({}, None),
+    "reversed_sign": ({"reversed_joints": [1]}, "direction"),
+    "wrong_offset": ({"encoder_offset_rad": [0.0, 0.2]}, "zero"),
+    "wrong_torque_constant": ({"torque_factor": [1.0, 0.5]}, "torque constant"),
+}
+
+
+def _data(protocol: str, planted: str, tmp_path: Path) -> dict:
+    data = read_toml(DATA / "base.toml")
+    data["robot"]["file"] = str(DATA / "scara2.toml")
+    drv = copy.deepcopy(DRIVERS[protocol])
+    if PLANTED[planted][0]:
+        drv["emulator"] = dict(PLANTED[planted][0])
+    data["driver"] = drv
+    data["bringup"] = {"calibration_file": str(tmp_path / "cal.toml")}
+    return data
+
+
+def _spec(data, tmp_path):
+    path = tmp_path / "run.toml"
+    write_toml(path, data)
+    return parse_run(data, file=str(path), base_dir=tmp_path)
+
+
+@pytest.mark.parametrize("planted", list(PLANTED))
+@pytest.mark.parametrize("protocol", list(DRIVERS))
+def test_bringup_finds_planted_error(protocol, planted, tmp_path):
+    spec = _spec(_data(protocol, planted, tmp_path), tmp_path)
+    res = bringup(spec)
+    found = {(f.joint, f.check) for f in res.findings}
+    check = PLANTED[planted][1]
+    if check is None:
+        assert found == set(), res.report()
+        assert np.all(np.abs(res.torque_factor - 1.0) < 0.1), res.report()
+        assert np.all(np.abs(res.offset_correction_rad) < 0.005), res.report()
+    else:
+        assert found == {(1, check)}, res.report()
+    if planted == "reversed_sign":
+        assert "driver.joints[1].sign = -1" in res.report()
+        assert np.all(np.abs(res.offset_correction_rad) < 0.005)     # the zero as read once the sign is fixed
+    if planted == "wrong_offset":
+        assert res.offset_correction_rad[1] == pytest.approx(0.2, abs=0.005)
+        assert "driver.joints[1].offset_rad = 0.2" in res.report()
+    if planted == "wrong_torque_constant":
+        assert res.torque_factor[1] == pytest.approx(0.5, abs=0.1)
+        assert res.torque_factor[0] == pytest.approx(1.0, abs=0.1)
+    cal = read_toml(tmp_path / "cal.toml")
+    assert len(cal["calibration"]["hardware_digest"]) == 64 and cal["calibration"]["created_utc"]
+    assert [f["check"] for f in cal["findings"]] == ([] if check is None else [check])
+
+
+def test_run_applies_the_calibration_of_a_wrong_offset(tmp_path):
+    """The planted offset makes the run start 0.2 rad off its start (refused); the calibration the
+    bring-up wrote corrects it and the same run completes."""
+    data = _data("mit", "wrong_offset", tmp_path)
+    data["driver"]["plant"] = {"q0": [0.3, -0.4]}
+    spec = _spec(data, tmp_path)
+    run = build_run(spec)                     # no calibration yet: simulated runs need none
+    with pytest.raises(Exception, match="differs from the trajectory start"):
+        run.loop.run()
+    run.close()
+    spec_bu = _spec(_data("mit", "wrong_offset", tmp_path), tmp_path)
+    bringup(spec_bu)
+    cal = check_calibration(spec, required=True)
+    assert cal.offset_correction_rad[1] == pytest.approx(0.2, abs=0.005)
+    run = build_run(spec)
+    try:
+        res = run.loop.run()
+    finally:
+        run.close()
+    assert res.status == "completed", res.faults
+    assert float(np.max(res.metrics["max_abs_error"])) < 0.05
+
+
+def test_hardware_run_refuses_missing_and_stale_calibration(tmp_path, capsys):
+    """A hardware config (same driver table, type mit_can) without its calibration, and after a
+    joint's setting changed: exit 2 naming the calibration file and the changed key."""
+    data = _data("mit", "clean", tmp_path)
+    data["driver"]["type"] = "mit_can"
+    data["loop"]["clock"] = "wall"
+    data["safety"]["velocity_max"] = 5.0
+    cfg = tmp_path / "hw.toml"
+    write_toml(cfg, data)
+    assert main(["check", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "cal.toml" in err and "no calibration" in err and "torqueloop bringup" in err
+    # a calibration written for this hardware config (as bringup writes it), then a changed gear
+    spec = _spec(data, tmp_path)
+    from controller.app.bringup import BringupResult, _finish
+    n = 2
+    _finish(BringupResult(["j1", "j2"], np.zeros(n), np.zeros(n), np.zeros(n), np.ones(n), np.zeros(n),
+                          np.zeros(n), np.ones(n), calibration_file=tmp_path / "cal.toml"), spec, True)
+    assert check_calibration(spec) is not None
+    data["driver"]["joints"][1]["gear_ratio"] = 2.0
+    write_toml(cfg, data)
+    assert main(["run", str(cfg), "--yes-hardware", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "cal.toml" in err and "stale" in err and "driver.joints[1].gear_ratio added" in err
+
+
+def test_torque_cap_over_the_safe_fraction_is_refused(tmp_path):
+    data = _data("mit", "clean", tmp_path)
+    data["bringup"]["torque_cap_nm"] = 2.5          # 25 % of the 10 N m limit
+    with pytest.raises(ConfigError) as ei:
+        bringup(_spec(data, tmp_path))
+    assert ei.value.field == "bringup.torque_cap_nm" and "20%" in str(ei.value)
