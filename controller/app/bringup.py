@@ -323,6 +323,9 @@ class CalibratedDriver(Driver):
     def disable(self) -> None:
         self.inner.disable()
 
+    def clear_faults(self) -> None:
+        self.inner.clear_faults()
+
     def cycle(self, command: Command) -> Feedback:
         if command.position_rad is not None:
             command = Command(command.torque_nm, np.asarray(command.position_rad, dtype=float)
@@ -773,6 +776,10 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
     except _Abort as err:
         res.findings.append(Finding(-1, "drives", "stopped", str(err), "check that joint (its sign, wiring, brake); "
                                     "the robot stopped at zero torque, drives disabled"))
+    except TorqueloopError as err:          # a bus or port that failed, a drive that refused a command
+        res.findings.append(Finding(-1, "drives", "stopped", f"{type(err).__name__}: {err}",
+                                    "check the bus/port and the drives, then run bringup again; the drives "
+                                    "were disabled (best effort)"))
     finally:
         if enabled:
             try:

@@ -580,8 +580,10 @@ class Run:
     plant: Any = None
     out_dir: Path | None = None
     _stack: ExitStack = field(default_factory=ExitStack)
+    #: what :meth:`recover` did (also in meta.json's ``events``)
+    events: list = field(default_factory=list)
 
-    def execute(self) -> RunResult:
+    def execute(self, recover=None) -> RunResult:
         """Run the loop to its end, then release the driver (bus/port) and the plant.
 
         The loop has already stopped the motors and flushed the log when it
@@ -591,6 +593,12 @@ class Run:
         """
         try:
             result = self.loop.run()
+            if recover is not None and result.status == "fault" and result.n_cycles > 0:
+                # the recovery path (Run.recover), asked for by the caller: the operator decides
+                try:
+                    result.recovery = self.recover(result, recover)
+                except TorqueloopError as err:
+                    result.messages.append(f"recovery: {type(err).__name__}: {err}")
         except BaseException as run_err:
             try:
                 self.close()
@@ -607,6 +615,99 @@ class Run:
 
     def close(self) -> None:
         self._stack.close()
+
+    def recover(self, result: RunResult, confirm, *, hold_s: float = 2.0, wait_s: float = 1.5) -> RunResult:
+        """The recovery path after a run that stopped on a fault (a comms fault such as a CAN
+        bus-off, a drive that rebooted, an e-stop), in this process.
+
+        Asks the operator ``confirm(message) -> bool`` (nothing is done without a yes), clears
+        the drives' faults (:meth:`drivers.base.Driver.clear_faults`), re-enables them and holds
+        the robot where it stands for ``hold_s`` under the run's controller and safety
+        supervisor (a new loop on the same driver and clock: every start-up check and
+        protection applies again).  Each step is appended to ``meta.json``'s ``events``
+        (``recovery_asked``, ``recovery_refused`` / ``recovery_confirmed``, ``faults_cleared``,
+        ``re_enabled``, ``hold_done``, with the error where one failed).  Call it before
+        :meth:`close` (``execute(recover=...)`` does), as often as needed.
+
+        Parameters
+        ----------
+        result : RunResult
+            The run's result (its faults are shown to the operator).
+        confirm : callable (str) -> bool
+        hold_s : float
+            Length of the hold [s].
+        wait_s : float
+            On the lock-step clock, the simulated time that passes while the operator decides
+            [s] (the drives finish their fault reactions, the robot comes to rest); on the
+            wall clock that time passes by itself.
+
+        Returns
+        -------
+        RunResult
+            The hold's result (``"completed"`` when the robot was held without a fault).
+
+        Raises
+        ------
+        SafetyError
+            Nothing to recover (a completed run), a task-space run, or not confirmed.
+        CommsError, DriverError
+            The faults could not be cleared (the bus is still down, a drive keeps its fault).
+        """
+        from trajectories.base import Hold
+
+        if result.status == "completed":
+            raise SafetyError("nothing to recover: the run completed")
+        if self.spec.space != "joint":
+            raise SafetyError("recovery holds the joints: a task-space run is restarted from its start pose instead")
+        faults = "; ".join(f"{f.cause} at {f.t_s:.3f} s: {f.message}" for f in result.faults) or result.status
+        msg = (f"run '{self.spec.name}' stopped ({faults}). Clear the drives' faults, re-enable them and hold "
+               f"the robot where it stands for {hold_s:g} s?")
+        self._event("recovery_asked", faults=faults)
+        if not confirm(msg):
+            self._event("recovery_refused")
+            raise SafetyError("recovery not confirmed: the drives stay disabled")
+        self._event("recovery_confirmed")
+        if isinstance(self.clock, LockstepClock):
+            self.clock.advance(wait_s)
+        try:
+            self.driver.clear_faults()
+            self._event("faults_cleared")
+            fb = self.driver.enable()
+            q = np.asarray(fb.position_rad, dtype=float).copy()
+            self.driver.disable()
+            self._event("re_enabled", position_rad=q.tolist())
+        except TorqueloopError as err:
+            self._event("recovery_failed", error=f"{type(err).__name__}: {err}")
+            raise
+        old = self.loop
+        loop = ControlLoop(self.driver, old.controller, Hold(q, hold_s), old.safety, self.clock,
+                           period_s=old.period_s, duration_s=hold_s, compiled=False)
+        try:
+            res = loop.run()
+        except TorqueloopError as err:          # the start-up check refused (the robot moved meanwhile)
+            self._event("hold_refused", error=f"{type(err).__name__}: {err}")
+            raise
+        self._event("hold_done", status=res.status, n_cycles=res.n_cycles,
+                    faults=[f"{f.cause}@{f.t_s:.4f}s: {f.message}" for f in res.faults])
+        return res
+
+    def _event(self, kind: str, **info) -> None:
+        """Append one event (UTC time, kind, details) to ``meta.json``'s ``events`` (kept in memory
+        too, :attr:`events`, when the run writes no folder)."""
+        import datetime as _dt
+
+        from ..telemetry import read_meta, write_json
+
+        ev = {"event": kind, "utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+              "clock_s": float(self.clock.now()), **info}
+        self.events.append(ev)
+        if self.out_dir is not None:
+            try:
+                meta = read_meta(self.out_dir)
+                meta.setdefault("events", []).append(ev)
+                write_json(Path(self.out_dir) / "meta.json", meta)
+            except (OSError, ValueError, TorqueloopError):
+                pass        # the events stay in memory; the run's own log is unaffected
 
 
 def _report_exit_unconfirmed(driver, at_stop: list, result: RunResult) -> None:

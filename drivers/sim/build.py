@@ -309,6 +309,10 @@ class EmulatedDriver(Driver):
     def disable(self) -> None:
         self.inner.disable()
 
+    def clear_faults(self) -> None:
+        self._check_hosts()
+        self.inner.clear_faults()
+
     def cycle(self, command: Command) -> Feedback:
         for h in self.hosts:
             h.check()  # a dead emulator thread: raise its error now

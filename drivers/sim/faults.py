@@ -274,6 +274,15 @@ class FaultInjectingBus:
         with self._lock:
             self._error_after = self._frames
 
+    def restore(self) -> None:
+        """The adapter is back after a bus-off (SocketCAN's ``restart-ms`` or ``ip link set can0
+        type can restart``): frames pass again, counted afresh (``bus_error_after`` counts
+        from here again)."""
+        with self._lock:
+            if self._error_after is not None and self._frames >= self._error_after:
+                self._error_after = None
+            self._frames = 0
+
     def _count(self) -> None:
         if self._error_after is not None:
             if self._frames >= self._error_after:
