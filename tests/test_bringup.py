@@ -145,3 +145,52 @@ def test_torque_cap_over_the_safe_fraction_is_refused(tmp_path):
     with pytest.raises(ConfigError) as ei:
         bringup(_spec(data, tmp_path))
     assert ei.value.field == "bringup.torque_cap_nm" and "20%" in str(ei.value)
+
+
+def test_mit_set_zero_needs_confirmation_and_sets_the_zero(tmp_path):
+    """--set-zero: refused without the operator's yes; with it the MIT drives' zero is at the
+    reference pose, so they read offset_rad (0) there and the calibration carries home_rad."""
+    from dynamics.errors import SafetyError
+
+    data = _data("mit", "wrong_offset", tmp_path)
+    with pytest.raises(SafetyError, match="not confirmed"):
+        bringup(_spec(data, tmp_path), set_zero=True, confirm_set_zero=lambda msg: False)
+    asked = []
+    res = bringup(_spec(data, tmp_path), set_zero=True, confirm_set_zero=lambda msg: asked.append(msg) or True)
+    assert "set the zero" in asked[0]
+    assert res.set_zero_joints == [0, 1]
+    assert res.offset_correction_rad == pytest.approx([0.3, -0.4], abs=0.002)     # = home_rad
+    assert {f.check for f in res.findings} == {"zero"} and res.ok
+
+
+def test_zero_lost_after_a_power_cycle_is_refused_at_enable(tmp_path):
+    """The calibration corrects a 0.2 rad offset; then the drive loses its zero by a turn of the
+    joint (3 rad more: a power cycle that lost a multi-turn count): enable reads it outside the
+    robot's limits and the run refuses to start (exit 2), naming the calibration."""
+    from controller.app.commands import exit_code
+
+    spec = _spec(_data("mit", "wrong_offset", tmp_path), tmp_path)
+    assert bringup(spec).ok
+    data = _data("mit", "wrong_offset", tmp_path)
+    data["driver"]["emulator"]["encoder_offset_rad"] = [0.0, 3.2]
+    run = build_run(_spec(data, tmp_path))
+    try:
+        res = run.loop.run()
+    finally:
+        run.close()
+    assert res.status == "fault" and exit_code(res) == 2
+    assert "zero lost" in res.faults[0].message and "cal.toml" in res.faults[0].message
+
+
+def test_cli_bringup_exit_codes(tmp_path, capsys):
+    """`torqueloop bringup`: exit 0 and the calibration path on a clean robot, 1 with the fix
+    printed on a reversed sign, 2 naming the field for a cap over 20 % of the limit."""
+    for planted, code in (("clean", 0), ("reversed_sign", 1)):
+        cfg = tmp_path / f"{planted}.toml"
+        write_toml(cfg, _data("mit", planted, tmp_path))
+        assert main(["bringup", str(cfg)]) == code
+        out = capsys.readouterr().out
+        assert "calibration:" in out and "cal.toml" in out
+        assert ("driver.joints[1].sign = -1" in out) == (planted == "reversed_sign")
+    assert main(["bringup", str(cfg), "--set", "bringup.torque_cap_nm=3.0"]) == 2
+    assert "bringup.torque_cap_nm" in capsys.readouterr().err

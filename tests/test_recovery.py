@@ -119,3 +119,28 @@ def test_recovery_needs_the_operators_yes(tmp_path):
         run.close()
     assert [e["event"] for e in run.events] == ["recovery_asked", "recovery_refused"]
     assert [e["event"] for e in read_meta(tmp_path / "out")["events"]] == ["recovery_asked", "recovery_refused"]
+
+
+def test_cli_run_recover_after_bus_off(tmp_path, capsys):
+    """`torqueloop run --yes-recover`: a bus that goes off after 800 frames and whose adapter
+    restarts 0.5 s later ([driver.faults] bus_error_after, bus_restart_s): the run ends on the
+    comms fault (exit 1), the recovery clears, re-enables and holds; meta.json has the events."""
+    from controller.app.cli import main
+    from dynamics.config import write_toml
+
+    data = _data("mit", "clean", tmp_path)
+    data["driver"]["faults"] = {"seed": 1, "bus_error_after": 800, "bus_restart_s": 0.5}
+    data["driver"]["emulator"] = {"watchdog_timeout_s": 0.05}
+    cfg = tmp_path / "busoff.toml"
+    write_toml(cfg, data)
+    out = tmp_path / "out"
+    code = main(["run", str(cfg), "-o", str(out), "--no-plots", "--no-progress", "--yes-recover", "--hold-s", "0.5"])
+    text = capsys.readouterr()
+    assert code == 1
+    assert "comms" in text.out and "recovery: faults cleared, drives re-enabled, hold COMPLETED" in text.out
+    assert "Clear the drives' faults" in text.err
+    assert [e["event"] for e in read_meta(out)["events"]] == EVENTS
+    # without --recover the same run just stops
+    code = main(["run", str(cfg), "-o", str(tmp_path / "out2"), "--no-plots", "--no-progress"])
+    assert code == 1 and "recovery" not in capsys.readouterr().out
+    assert "events" not in read_meta(tmp_path / "out2")

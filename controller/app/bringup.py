@@ -414,6 +414,7 @@ class _Session:
 
     def start(self, fb: Feedback) -> None:
         self.t0 = self.clock.now()
+        self.k = 0
         self.fb = fb
         self.q_last = np.asarray(fb.position_rad, dtype=float).copy()
         self.home_measured = self.q_last.copy()
@@ -655,6 +656,14 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
     from .run import sim_driver_section
 
     bs = BringupSpec.from_spec(spec)
+    if set_zero:            # asked before anything is enabled
+        if "mit" not in spec.driver_type:
+            raise SafetyError(f"--set-zero is for MIT drives (SET_ZERO command); {spec.driver_type} is homed by "
+                              f"the calibration's offset correction")
+        msg = (f"set the zero of every MIT drive at the pose the robot stands in, taken as the reference pose "
+               f"{bs.home_rad.tolist()} (the drives then read offset_rad there)")
+        if confirm_set_zero is None or not confirm_set_zero(msg):
+            raise SafetyError("set-zero not confirmed: nothing was enabled")
     model = spec.model
     n = model.dof
     names = [str(x) for x in model.joint_names]
@@ -696,12 +705,17 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
         q_home = np.asarray(fb.position_rad, dtype=float).copy()
         res.measured_home_rad = q_home.copy()
         sess.home_measured = q_home
-        if set_zero:
-            _set_zero(driver, spec, bs, confirm_set_zero, res)
-            fb = sess.step(np.zeros(n))
+        if set_zero:        # the drives take SET_ZERO disabled
+            driver.disable()
+            enabled = False
+            _set_zero(driver, res)
+            fb = driver.enable()
+            enabled = True
+            sess.start(fb)
+            for _ in range(5):
+                fb = sess.step(np.zeros(n))
             q_home = np.asarray(fb.position_rad, dtype=float).copy()
             sess.home_measured = q_home
-            sess.q_last = q_home.copy()
         # (3) direction and torque constant: a doublet out and one back, per joint
         exps = []
         for j in range(n):
@@ -746,9 +760,7 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
         for j in reversed_:
             off = float(_joint_key(joints_cfg, j, "offset_rad", 0.0))
             q_fix[j] = 2.0 * off - q_home[j]
-        corr = bs.home_rad - q_fix
-        if res.set_zero_joints:
-            corr[res.set_zero_joints] = 0.0
+        corr = bs.home_rad - q_fix       # after a set-zero the drives read offset_rad at home
         res.offset_correction_rad = corr
         res.lines.append("zero at the reference pose: " + ", ".join(
             f"{nm} reads {q:+.4f} (home {h:+.4f}, correction {c:+.4f})"
@@ -759,8 +771,9 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                                         f"reference pose (tolerance {bs.zero_tolerance_rad:g}); the calibration "
                                         f"corrects it", f"driver.joints[{j}].offset_rad = {off + corr[j]:.6g} (or keep "
                                         f"the calibration's correction"
-                                        + ("; MIT: --set-zero at the reference pose)" if "mit" in spec.driver_type
-                                           else ")"), blocking=False))
+                                        + ("; MIT: --set-zero at the reference pose, then offset_rad = its home_rad)"
+                                           if "mit" in spec.driver_type and not res.set_zero_joints else ")"),
+                                        blocking=False))
         # (4) friction breakaway, on joints whose direction is right
         for j in range(n):
             if j in reversed_ or not np.isfinite(k[j]) or k[j] < 0.05:
@@ -819,16 +832,11 @@ def _kt_fix(spec, joints_cfg, j: int, factor: float) -> str:
             f"driver.joints[{j}].efficiency = {eff * factor:.6g}" + (" (over 1: fix the drive)" if eff * factor > 1 else ""))
 
 
-def _set_zero(driver, spec, bs: BringupSpec, confirm, res: BringupResult) -> None:
-    """MIT SET_ZERO at the reference pose, with the operator's confirmation."""
+def _set_zero(driver, res: BringupResult) -> None:
+    """MIT SET_ZERO of every drive at the reference pose (the operator confirmed it)."""
     fn = getattr(driver, "set_zero", None)
-    if fn is None or "mit" not in spec.driver_type:
-        raise SafetyError(f"--set-zero is for MIT drives (SET_ZERO command); {spec.driver_type} is homed by "
-                          f"the calibration's offset correction")
-    msg = (f"set the zero of every MIT drive at the current pose, taken as the reference pose "
-           f"{bs.home_rad.tolist()} (the drives then read offset_rad there)")
-    if confirm is None or not confirm(msg):
-        raise SafetyError("set-zero not confirmed")
+    if fn is None:
+        raise SafetyError(f"{type(driver).__name__} has no set_zero (an MIT driver has)")
     fn()
     res.set_zero_joints = list(range(driver.n_joints))
     res.lines.append("MIT set-zero sent to every drive at the reference pose (confirmed by the operator)")

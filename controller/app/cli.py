@@ -111,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="confirm a hardware run non-interactively (real motors will move)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set controller.kind=pd_gravity")
+    r.add_argument("--recover", action="store_true",
+                   help="after a fault (bus-off, a drive that rebooted, an e-stop): ask to clear the "
+                        "drives' faults, re-enable them and hold the robot, in this process")
+    r.add_argument("--yes-recover", action="store_true", help="confirm --recover non-interactively")
+    r.add_argument("--hold-s", type=float, default=2.0, help="--recover: length of the hold [s] (default 2)")
     r.set_defaults(func=_cmd_run)
 
     pl = sub.add_parser("plot", help="plot a run log (folder or .npy) to PNG files")

@@ -175,8 +175,18 @@ def run(args) -> int:
         progress = _Progress(run_obj.loop.clock, spec.duration_s)
         run_obj.loop.clock = progress
     print(f"torqueloop: running '{spec.name}' -> {out}")
+    recover = None
+    if getattr(args, "recover", False) or getattr(args, "yes_recover", False):
+        hold_s = getattr(args, "hold_s", 2.0)
+        if not (math.isfinite(hold_s) and 0.0 < hold_s <= 3600.0):
+            raise ConfigError(f"must be in (0, 3600] s, got {hold_s!r}", args.config, "--hold-s")
+
+        def recover(message):
+            print(f"torqueloop: {message}", file=sys.stderr)
+            return True if args.yes_recover else _ask("clear the faults, re-enable and hold")
+        recover = _Recover(recover, hold_s)
     try:
-        result = run_obj.execute()
+        result = run_obj.execute(recover=recover)
     finally:
         if progress is not None:
             progress.done()
@@ -194,7 +204,26 @@ def run(args) -> int:
         except (ConfigError, OSError) as err:
             print(f"  plots skipped: {err}")
     print(f"  log: {out / 'log.npy'} (numpy structured array; pandas.DataFrame(numpy.load(path)))")
+    rec = getattr(result, "recovery", None)
+    for m in result.messages:
+        if m.startswith("recovery:"):
+            print(f"  {m}")
+    if rec is not None:
+        print(f"  recovery: faults cleared, drives re-enabled, hold {rec.status.upper()} after {rec.n_cycles} "
+              f"cycles{'' if not rec.faults else ' (' + '; '.join(f.cause for f in rec.faults) + ')'}; "
+              f"events in {out / 'meta.json'}")
     return exit_code(result)
+
+
+class _Recover:
+    """The operator's answer and the hold length of ``run --recover`` (what Run.execute passes to
+    Run.recover)."""
+
+    def __init__(self, ask, hold_s: float):
+        self.ask, self.hold_s = ask, hold_s
+
+    def __call__(self, message: str) -> bool:
+        return self.ask(message)
 
 
 def exit_code(result) -> int:

@@ -590,13 +590,21 @@ class Run:
         returns; an error while closing the driver afterwards (for example a bus
         that went down with the fault being reported) must not hide that result,
         so it is added to ``RunResult.messages`` instead of being raised.
+
+        Parameters
+        ----------
+        recover : callable (str) -> bool, optional
+            The recovery path after a fault (:meth:`recover`, before the driver is closed):
+            asked with the faults; its answer decides.  Its ``hold_s`` attribute, when it has
+            one, is the hold's length.  The hold's result is ``result.recovery``; a recovery
+            that failed or was refused is in ``result.messages``.
         """
         try:
             result = self.loop.run()
             if recover is not None and result.status == "fault" and result.n_cycles > 0:
                 # the recovery path (Run.recover), asked for by the caller: the operator decides
                 try:
-                    result.recovery = self.recover(result, recover)
+                    result.recovery = self.recover(result, recover, hold_s=getattr(recover, "hold_s", 2.0))
                 except TorqueloopError as err:
                     result.messages.append(f"recovery: {type(err).__name__}: {err}")
         except BaseException as run_err:
