@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.app.bringup import bringup, check_calibration
+from controller.app.bringup import bringup
+from controller.app.calibration import check_calibration
 from controller.app.cli import main
 from controller.app.run import build_run, parse_run
 from dynamics.config import read_toml, write_toml

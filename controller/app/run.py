@@ -748,7 +748,7 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
             clock = (LockstepClock() if spec.clock == "lockstep"
                      else WallClock(spin_s=spec.spin_s, realtime=spec.realtime))
         plant = None
-        from .bringup import CalibratedDriver, check_calibration
+        from .calibration import CalibratedDriver, check_calibration
         calibration = check_calibration(spec)      # hardware: refused when missing or stale
         if spec.hardware:
             driver = build_driver(spec.driver_section, now=clock.now)
@@ -1001,9 +1001,9 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
         if val is not None and np.ndim(val) == 1 and np.size(val) != n_ctrl:
             raise ConfigError(f"expected a scalar or {n_ctrl} values (one per {spec.space}-space axis of "
                               f"{spec.controller.kind}), got {np.size(val)}", spec.file, f"safety.{key}")
-    from .bringup import BringupSpec, check_calibration
-    if "bringup" in spec.data:
-        BringupSpec.from_spec(spec)         # the [bringup] table (its cap against the limits)
+    from .calibration import BringupSpec, check_calibration
+    if "bringup" in spec.data:              # the [bringup] table (its cap against the limits)
+        BringupSpec.from_spec(spec, _joint_start(spec)[0])
     cal = check_calibration(spec)           # hardware: refused when missing, stale or with findings
     if cal is not None:
         v.lines.append(f"calibration: {cal.path} (written {cal.created_utc}), offset corrections "

@@ -66,14 +66,9 @@ Keys
     current_limit_a = 10.0           # ODrive motor current limit (firmware default 10 A); the applied
                                      # torque is clamped to min(torque_limit_nm, current_limit_a * kt)
     fw_version = [0, 6, 10]          # what Get_Version reports (default 0.6.10 / 0.5.6 per `firmware`)
-    # the robot as built differs from its config (every emulated protocol, sim_dynamixel too;
-    # what `torqueloop bringup` must find):
-    reversed_joints = [1]            # joint indices whose motor turns against the config's `sign`
-    encoder_offset_rad = [0.0, 0.3]  # the encoder's zero is this far (joint side) from where
-                                     #   `offset_rad` puts it: the driver reads q - this
-    torque_factor = [1.0, 0.5]       # torque delivered per torque the drive believes it gives
-                                     #   (a wrong torque constant; the reported torque follows the
-                                     #   drive's belief, as a current-based measurement does)
+    reversed_joints = [1]            # errors planted in the devices (drivers.sim.planted):
+    encoder_offset_rad = [0.0, 0.3]  #   a reversed motor, an encoder zero elsewhere, a wrong
+    torque_factor = [1.0, 0.5]       #   torque constant (every emulated protocol)
 
     [driver.faults]                  # optional: seeded faults between driver and devices
     seed = 3
@@ -106,11 +101,12 @@ import numpy as np
 from dynamics.base import Model, ParallelModel
 from dynamics.config import Section
 from dynamics.errors import ConfigError, ModelError, TorqueloopError
-from ..base import Command, Driver, Feedback, JointMapping
+from ..base import Command, Driver, Feedback
 from .direct import DirectPlantDriver
+from .planted import device_mappings
 from .plant import SimulatedPlant
 
-__all__ = ["device_mappings", "plant_from_section", "build_sim_direct", "build_sim_mit_can", "build_sim_odrive_can",
+__all__ = ["plant_from_section", "build_sim_direct", "build_sim_mit_can", "build_sim_odrive_can",
            "build_sim_cia402_can", "EmulatedDriver"]
 
 
@@ -542,47 +538,6 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
     out.reboots = reboots
     out.now = now
     return out
-
-
-#: plausible planted torque factors (torque delivered per torque believed)
-TORQUE_FACTOR_RANGE = (0.05, 20.0)
-
-
-def device_mappings(emu_sec: Section, mappings: list[JointMapping]) -> list[JointMapping]:
-    """The emulated devices' own joint mappings: the driver's ``mappings`` with the errors planted
-    in ``[driver.emulator]`` (``reversed_joints``, ``encoder_offset_rad``, ``torque_factor``;
-    module docstring), as a robot differs from its config.  Without those keys the devices
-    and the driver agree.
-
-    Parameters
-    ----------
-    emu_sec : Section
-        The ``[driver.emulator]`` table (its planted keys are read here).
-    mappings : list of JointMapping, length n
-        The driver's mappings, in joint order.
-
-    Returns
-    -------
-    list of JointMapping, length n
-    """
-    from dataclasses import replace
-
-    n = len(mappings)
-    rev = emu_sec.raw("reversed_joints", [])
-    if not isinstance(rev, list) or not all(isinstance(j, int) and not isinstance(j, bool) and 0 <= j < n
-                                            for j in rev):
-        raise emu_sec.error("reversed_joints", f"expected a list of joint indices in 0..{n - 1}, got {rev!r}")
-    off = _per_joint(emu_sec, "encoder_offset_rad", n, 0.0)
-    off = np.broadcast_to(np.asarray(off, dtype=float), (n,))
-    if not np.all(np.abs(off) <= 100.0):
-        raise emu_sec.error("encoder_offset_rad", f"must be finite and within +-100 rad, got {off.tolist()}")
-    kf = _per_joint(emu_sec, "torque_factor", n, 1.0, minimum=TORQUE_FACTOR_RANGE[0])
-    kf = np.broadcast_to(np.asarray(kf, dtype=float), (n,))
-    if not np.all(kf <= TORQUE_FACTOR_RANGE[1]):
-        raise emu_sec.error("torque_factor", f"must be in {list(TORQUE_FACTOR_RANGE)}, got {kf.tolist()}")
-    return [replace(m, sign=-m.sign if j in rev else m.sign, offset_rad=m.offset_rad + float(off[j]),
-                    efficiency=m.efficiency * float(kf[j]))
-            for j, m in enumerate(mappings)]
 
 
 def _joint_transport(jt):

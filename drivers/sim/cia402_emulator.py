@@ -670,7 +670,7 @@ def devices_from_driver(driver, emu_sec, wd, now) -> dict:
     kd = emu_sec.float("brake_kd_nm_s_per_rad", 5.0, minimum=0.0, strict_min=True)
     still = emu_sec.float("standstill_rad_s", 0.02, minimum=0.0, strict_min=True)
     tmax = emu_sec.float("max_brake_s", 1.0, minimum=0.0, strict_min=True)
-    from .build import device_mappings
+    from .planted import device_mappings
 
     by_bus: dict[int, list] = {}
     maps = device_mappings(emu_sec, [ax.mapping for ax in driver.axes])

@@ -34,7 +34,8 @@ def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transport
     """Registry builder of ``type = "sim_dynamixel"`` (see module docstring)."""
     from .. import dynamixel as real
     from ..serial_port import SerialTransport
-    from .build import EmulatedDriver, device_mappings, plant_from_section
+    from .build import EmulatedDriver, plant_from_section
+    from .planted import device_mappings
     from .dynamixel_emulator import DynamixelBusEmulator, ServoConfig
 
     if transports:
