@@ -128,10 +128,10 @@ def test_hardware_run_refuses_missing_and_stale_calibration(tmp_path, capsys):
     assert "cal.toml" in err and "no calibration" in err and "torqueloop bringup" in err
     # a calibration written for this hardware config (as bringup writes it), then a changed gear
     spec = _spec(data, tmp_path)
-    from controller.app.bringup import BringupResult, _finish
+    from controller.app.bringup import BringupResult, write_calibration
     n = 2
-    _finish(BringupResult(["j1", "j2"], np.zeros(n), np.zeros(n), np.zeros(n), np.ones(n), np.zeros(n),
-                          np.zeros(n), np.ones(n), calibration_file=tmp_path / "cal.toml"), spec, True)
+    write_calibration(BringupResult(["j1", "j2"], np.zeros(n), np.zeros(n), np.zeros(n), np.ones(n), np.zeros(n),
+                          np.zeros(n), np.ones(n), calibration_file=tmp_path / "cal.toml"), spec)
     assert check_calibration(spec) is not None
     data["driver"]["joints"][1]["gear_ratio"] = 2.0
     write_toml(cfg, data)

@@ -2,32 +2,40 @@
 calibration file that ``run`` applies.
 
 ``torqueloop bringup CONFIG`` (or :func:`bringup`) takes an ordinary run config (its robot,
-driver and ``[bringup]`` table; the trajectory only gives the default reference pose) and,
-with every torque clipped to ``torque_cap_nm``:
+driver and ``[bringup]`` table; the trajectory only gives the default reference pose).  Every
+torque it sends is clipped to ``torque_cap_nm``; every joint gets the model's gravity torque at
+its reading as feed-forward throughout (so a gravity-loaded joint is held while the others are
+tested), and a reference pose whose gravity torque is over half a joint's cap is refused before
+anything is enabled.  The checks:
 
 1. **ids answer**: the driver's ``enable()`` (each driver checks its devices: MIT motor mode
    replies, ODrive ``Get_Version`` and heartbeats, CiA 402 SDO/NMT, Dynamixel ping), then
    fresh, fault-free feedback from every joint.
 2. **zero** (encoder offset): the robot stands at its reference pose ``home_rad`` (a hard stop,
-   marks or a jig; default: the trajectory's start); the measured position there gives the
-   offset correction.  With ``set_zero`` (MIT drives only, and only after the operator's
-   confirmation) the drive's own zero is set there instead.
-3. **direction and torque constant**: a torque doublet on one joint (``+u`` for ``T``, then
-   ``-u`` for ``T``; the others at zero torque), and the reverse doublet back.  The measured
-   displacement of the joint is compared with the model's prediction of the same commands
-   from the same start (the robot file's inertia, gravity and friction, integrated by
-   :class:`drivers.sim.plant.SimulatedPlant`): the least-squares ratio ``k`` of measured to
-   predicted motion is +1 for a healthy joint, negative for a reversed sign, and ``|k|`` is
-   the torque delivered per torque commanded (a wrong torque constant).  This is the
-   holding-against-gravity test for a gravity-loaded joint (gravity is in the prediction) and
-   the acceleration-against-inertia test for one without.
-4. **friction breakaway**: the torque is ramped up (both directions) until the joint moves;
-   the torque at the onset of motion minus the model's gravity torque is compared with the
-   robot file's Coulomb friction.
+   marks or a jig; default: the trajectory's start); the reading there gives the offset
+   correction (as read once a reversed sign is fixed).  With ``set_zero`` (MIT drives only,
+   asked before anything is enabled) the drives' own zero is set there instead (SET_ZERO).
+3. **direction and torque constant**: per joint, a torque doublet (``+u`` for ``T``, then ``-u``
+   for ``T``, then a settle) and the reverse one, the other joints on gravity only; ``u`` and
+   ``T`` are planned with the model to move the joint ``pulse_rad`` at no more than half
+   ``velocity_max_rad_s`` and well above its Coulomb friction.  The readings of *every* joint
+   are replayed through the robot model (:class:`drivers.sim.plant.SimulatedPlant` of the robot
+   file: inertia, coupling, gravity, friction) with the commands that were sent, under each
+   hypothesis of reversed joints (a reversed joint reads ``2 offset_rad - q`` and turns the other
+   way): the best fit gives the directions.  A joint's motion alone cannot tell (a reversed
+   motor and encoder are self-consistent); the coupling between joints and gravity can, except
+   for reversing every joint of a robot without gravity torque, which mirrors it (the fewer
+   reversals are taken then).  The torque factor (torque delivered per torque commanded: a
+   wrong torque constant) is then fitted per joint, as the factor on its commands whose replay
+   matches its readings best: the holding-against-gravity test for a gravity-loaded joint, the
+   acceleration-against-inertia test for one without.
+4. **friction breakaway**: the torque beyond gravity is ramped (both directions) until the joint
+   moves ``motion_rad``; the last torque that left it still is compared with the robot file's
+   Coulomb friction (reported, not a finding).
 
 A bring-up stops at once (zero torque, drives disabled) when a joint moves faster than
 ``velocity_max_rad_s``, travels farther than ``travel_max_rad`` from the reference pose,
-reports a fault, or its feedback goes stale; the finding names the joint.
+reports a fault, its feedback goes stale or the bus fails; the finding names the joint.
 
 It writes the calibration file (TOML): a SHA-256 digest of the hardware-relevant config (the
 ``[driver]`` table without the simulation's ``plant``/``emulator``/``faults`` tables, and the
@@ -69,16 +77,19 @@ import numpy as np
 
 from drivers.base import Command, Driver, Feedback
 from dynamics.config import write_toml
-from dynamics.errors import SafetyError, TorqueloopError
+from dynamics.errors import ConfigError, SafetyError, TorqueloopError
 
 from .calibration import (CAP_FRACTION_DEFAULT, CAP_FRACTION_MAX, CALIBRATION_VERSION, BringupSpec,
                           hardware_digest, hardware_tables)
 from .run import _joint_start, sim_driver_section
 
-__all__ = ["BringupSpec", "BringupResult", "Finding", "bringup", "CAP_FRACTION_DEFAULT", "CAP_FRACTION_MAX"]
+__all__ = ["BringupSpec", "BringupResult", "Finding", "bringup", "write_calibration", "CAP_FRACTION_DEFAULT",
+           "CAP_FRACTION_MAX"]
 
 #: feedback missing this many cycles in a row stops a bring-up
 STALE_CYCLES = 3
+#: the largest gravity torque at the reference pose, as a fraction of the cap (the rest moves the joint)
+HOLD_FRACTION_MAX = 0.5
 
 
 @dataclass
@@ -139,8 +150,14 @@ class _Session:
     """The bring-up's cycle: one command per period on the run's clock, every torque clipped to
     the cap, every feedback checked (faults, staleness, speed, travel)."""
 
-    def __init__(self, driver: Driver, clock, period_s: float, bs: BringupSpec, names: list):
+    def __init__(self, driver: Driver, clock, period_s: float, bs: BringupSpec, names: list, gravity):
         self.driver, self.clock, self.P, self.bs, self.names = driver, clock, period_s, bs, names
+        #: q (n,) -> the model's gravity torque (n,) [N m | N], fed forward on every joint
+        self.gravity = gravity
+        self.last_sent = None
+        #: damping gains (n,) [N m s/rad] of the joints whose direction is verified (None: none yet)
+        self.damp = None
+        self.v_est = np.zeros(driver.n_joints)
         self.n = driver.n_joints
         self.k = 0
         self.t0 = None
@@ -156,9 +173,17 @@ class _Session:
         self.home_measured = self.q_last.copy()
 
     def step(self, tau: np.ndarray) -> Feedback:
-        """Send ``tau`` (clipped to the cap) in the next cycle and return its feedback."""
-        tau = np.clip(np.nan_to_num(np.asarray(tau, dtype=float), nan=0.0), -self.bs.torque_cap_nm,
+        """Send the model's gravity torque at the last reading plus ``tau``, clipped to the cap, in
+        the next cycle (kept in :attr:`last_sent`) and return its feedback."""
+        q = np.asarray(self.fb.position_rad, dtype=float)
+        g = self.gravity(q)
+        if self.damp is not None:
+            v = np.asarray(self.fb.velocity_rad_s, dtype=float)
+            v = np.where(np.isfinite(v), v, self.v_est)
+            g = g - self.damp * v
+        tau = np.clip(np.nan_to_num(g + np.asarray(tau, dtype=float), nan=0.0), -self.bs.torque_cap_nm,
                       self.bs.torque_cap_nm)
+        self.last_sent = tau
         self.k += 1
         self.clock.wait_until(self.t0 + self.k * self.P)
         fb = self.driver.cycle(Command(tau))
@@ -178,7 +203,8 @@ class _Session:
         q = np.asarray(fb.position_rad, dtype=float)
         if not np.all(np.isfinite(q)):
             raise _Abort(f"{self.names[int(np.flatnonzero(~np.isfinite(q))[0])]}: non-finite position")
-        v = np.abs(q - self.q_last) / self.P
+        self.v_est = (q - self.q_last) / self.P
+        v = np.abs(self.v_est)
         self.q_last = q.copy()
         fast = np.flatnonzero(v > self.bs.velocity_max_rad_s)
         if fast.size:
@@ -222,9 +248,8 @@ def _doublet(sess: _Session, j: int, u: float, T_s: float, settle_s: float) -> _
     for c in range(2 * n_half + n_settle):
         tau = np.zeros(sess.n)
         tau[j] = u if c < n_half else (-u if c < 2 * n_half else 0.0)
-        tau = np.clip(tau, -sess.bs.torque_cap_nm, sess.bs.torque_cap_nm)
         fb = sess.step(tau)
-        taus.append(tau)
+        taus.append(sess.last_sent)
         qs.append(np.asarray(fb.position_rad, dtype=float).copy())
     return _Experiment(j, q_start, qd_start, np.array(taus), np.array(qs))
 
@@ -284,52 +309,71 @@ def _directions(model, exps: list, P: float, off: np.ndarray) -> tuple[np.ndarra
     return best, scores
 
 
-def _predicted_doublet(model, q0: np.ndarray, j: int, u: float, n: int, P: float) -> tuple[float, float]:
-    """(displacement of joint j, peak speed of any joint) the model predicts for a doublet of ``n``
-    cycles a half on joint j, net of the motion without it."""
+def _predicted_doublet(model, q0: np.ndarray, j: int, u: float, n: int, P: float) -> tuple[float, float, float]:
+    """(displacement of joint j, peak speed of any joint, largest excursion of another joint) the
+    model predicts for a doublet of ``n`` cycles a half on joint j, net of the motion without it."""
     pl, fr = _predictor(model, q0), _predictor(model, q0)
     tau = np.zeros(len(q0))
-    v_peak = 0.0
-    for c in range(2 * n):
-        tau[j] = u if c < n else -u
+    others = np.arange(len(q0)) != j
+    v_peak = x_other = 0.0
+    for c in range(3 * n):          # the doublet, then as long again coasting
+        tau[j] = u if c < n else (-u if c < 2 * n else 0.0)
         pl.set_torque(tau)
         pl.advance_to(pl.t_s + P)
         fr.advance_to(fr.t_s + P)
         v_peak = max(v_peak, float(np.max(np.abs(np.asarray(pl.state.qd) - np.asarray(fr.state.qd)))))
-    return abs(float(pl.state.q[j]) - float(fr.state.q[j])), v_peak
+        dq = np.abs(np.asarray(pl.state.q) - np.asarray(fr.state.q))
+        x_other = max(x_other, float(np.max(dq[others], initial=0.0)))
+        if c == 2 * n - 1:
+            d = float(dq[j])
+    return d, v_peak, x_other
 
 
 def _plan_doublet(model, q0: np.ndarray, j: int, cap: float, bs: BringupSpec, P: float) -> tuple[float, float]:
     """Torque [N m | N] and half time [s] of joint j's doublet: the model's prediction moves it
-    ``pulse_rad`` (within ``pulse_max_s``) no faster than a quarter of ``velocity_max_rad_s``
+    ``pulse_rad`` (within ``pulse_max_s``; less when the coupling would swing another joint
+    farther than a quarter of ``travel_max_rad``) no faster than half ``velocity_max_rad_s``
     (a lower torque where the cap would be faster).  Displacement grows as u T**2 and the peak
     speed as u T for a free joint, so a few predictions settle both."""
     u, T = cap, max(0.02, 2 * P)
     v_lim = 0.5 * bs.velocity_max_rad_s
+    target = bs.pulse_rad
     # well clear of the model's Coulomb friction (and a drive's torque resolution), within the cap
     coulomb = float(np.broadcast_to(np.asarray(model.drive.coulomb, dtype=float), q0.shape)[j])
     u_min = min(cap, max(5.0 * coulomb, 0.2 * cap))
-    for _ in range(12):
+    for _ in range(16):
         n = max(1, int(round(T / P)))
-        d, v = _predicted_doublet(model, q0, j, u, n, P)
+        d, v, x = _predicted_doublet(model, q0, j, u, n, P)
         if d <= 0:
             return u, bs.pulse_max_s
+        if x > 0.25 * bs.travel_max_rad and d > 0.1 * bs.pulse_rad:
+            target = min(target, d * 0.25 * bs.travel_max_rad / x)
         if v > v_lim * 1.05 and u > u_min:
             # at the target displacement the peak speed goes as sqrt(u)
             u = max(u_min, u * (v_lim / v) ** 2)
             continue
-        if abs(d - bs.pulse_rad) < 0.1 * bs.pulse_rad or (d < bs.pulse_rad and T >= bs.pulse_max_s):
+        if abs(d - target) < 0.1 * target or (d < target and T >= bs.pulse_max_s):
             return u, n * P
-        T = min(T * math.sqrt(bs.pulse_rad / d), bs.pulse_max_s)
+        if d > target and n == 1:
+            u *= target / d                 # the shortest doublet is still too far: less torque
+            continue
+        T = min(T * math.sqrt(target / d), bs.pulse_max_s)
     return u, max(1, int(round(T / P))) * P
 
 
-def _ramp(sess: _Session, model, j: int, direction: float) -> float:
-    """Ramp joint j's torque from 0 toward ``direction * cap`` over ``ramp_s`` until it moves
-    ``motion_rad``; return the torque beyond the model's gravity at the onset [N m | N] (``inf``:
-    it did not move), then zero torque while it settles."""
+def _ramp(sess: _Session, model, j: int, direction: float, damp: np.ndarray) -> float:
+    """Ramp joint j's torque beyond gravity from 0 toward ``direction * cap`` over ``ramp_s`` until it
+    moves ``motion_rad``; return that torque at the onset [N m | N] (``inf``: it did not move),
+    then gravity and the damping ``damp`` (n,) [N m s/rad] while it settles."""
     bs = sess.bs
     cap = float(bs.torque_cap_nm[j])
+    q0 = np.asarray(sess.fb.position_rad, dtype=float).copy()
+    # wait (gravity only, at most 1 s) until the joint is at rest: drift is not breakaway
+    for _ in range(int(round(1.0 / sess.P))):
+        q_prev = float(sess.fb.position_rad[j])
+        sess.step(np.zeros(sess.n))
+        if abs(float(sess.fb.position_rad[j]) - q_prev) < 0.01 * bs.motion_rad:
+            break
     q0 = np.asarray(sess.fb.position_rad, dtype=float).copy()
     n_ramp = max(1, int(round(bs.ramp_s / sess.P)))
     onset = math.inf
@@ -343,11 +387,12 @@ def _ramp(sess: _Session, model, j: int, direction: float) -> float:
         if moved <= 0.1 * bs.motion_rad:
             still = (tau[j], q.copy())
         elif moved > bs.motion_rad:
-            # the onset is the last torque that left the joint (within a tenth of motion_rad) still
-            g = float(np.asarray(model.gravity(still[1]))[j])
-            onset = abs(still[0] - g)
+            # the onset: the last torque beyond gravity that left the joint (within a tenth of
+            # motion_rad) still
+            onset = abs(still[0])
             break
-    for _ in range(int(round(0.2 / sess.P))):
+    sess.damp = damp.copy()             # then damped (its direction is verified) while it settles
+    for _ in range(int(round(0.3 / sess.P))):
         sess.step(np.zeros(sess.n))
     return onset
 
@@ -403,6 +448,15 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
     n = model.dof
     names = [str(x) for x in model.joint_names]
     P = spec.period_s
+    g_home = np.asarray(model.gravity(bs.home_rad), dtype=float)
+    heavy = np.flatnonzero(np.abs(g_home) > HOLD_FRACTION_MAX * bs.torque_cap_nm)
+    if heavy.size:
+        j = int(heavy[0])
+        raise ConfigError(f"{names[j]} needs {abs(g_home[j]):.3g} to hold against gravity at the reference pose, "
+                          f"over {HOLD_FRACTION_MAX:.0%} of its bring-up cap {bs.torque_cap_nm[j]:.3g}: raise "
+                          f"bringup.torque_cap_nm (at most {CAP_FRACTION_MAX:.0%} of the limit), choose a reference "
+                          f"pose with less gravity load (bringup.home_rad), or support the joint",
+                          spec.file, "bringup.torque_cap_nm")
     if clock is None:
         clock = LockstepClock() if spec.clock == "lockstep" else WallClock(spin_s=spec.spin_s, realtime=spec.realtime)
     own = driver is None
@@ -419,7 +473,10 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                         calibration_file=bs.calibration_file)
     res.lines.append(f"bring-up of '{spec.name}' ({spec.driver_type}, {'HARDWARE' if spec.hardware else 'emulated'}), "
                      f"torque cap " + ", ".join(f"{nm} {c:.3g}" for nm, c in zip(names, bs.torque_cap_nm)))
-    sess = _Session(driver, clock, P, bs, names)
+    def gravity(q):
+        return np.asarray(model.gravity(q), dtype=float)
+
+    sess = _Session(driver, clock, P, bs, names, gravity)
     joints_cfg = spec.driver_section.data.get("joints", [])
     enabled = False
     try:
@@ -455,7 +512,10 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
         exps = []
         for j in range(n):
             q_now = np.asarray(sess.fb.position_rad, dtype=float)
-            u, T = _plan_doublet(model, q_now, j, float(bs.torque_cap_nm[j]), bs, P)
+            # the pulse rides on the gravity feed-forward: room for both under the cap (clipping
+            # one half of the doublet would leave the joint a net impulse)
+            room = float(bs.torque_cap_nm[j]) - 1.5 * abs(float(gravity(q_now)[j]))
+            u, T = _plan_doublet(model, q_now, j, max(room, 0.1 * float(bs.torque_cap_nm[j])), bs, P)
             for sgn in (1.0, -1.0):
                 exps.append(_doublet(sess, j, sgn * u, T, settle_s=T))
             res.lines.append(f"direction/torque: {names[j]}: doublets +-{u:.3g} x {T * 1e3:.0f} ms")
@@ -509,11 +569,20 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                                         + ("; MIT: --set-zero at the reference pose, then offset_rad = its home_rad)"
                                            if "mit" in spec.driver_type and not res.set_zero_joints else ")"),
                                         blocking=False))
-        # (4) friction breakaway, on joints whose direction is right
+        # (4) friction breakaway, on joints whose direction is right; those are damped meanwhile
+        # (critically for a 0.1 s time constant, with the model's inertia at the reference pose)
+        good = np.array([j not in reversed_ and np.isfinite(k[j]) and 0.5 <= k[j] <= 2.0 for j in range(n)])
+        M = np.asarray(model.mass_matrix(bs.home_rad), dtype=float)
+        damp = np.where(good, np.diag(M) / 0.1, 0.0)
         for j in range(n):
             if j in reversed_ or not np.isfinite(k[j]) or k[j] < 0.05:
                 continue
-            b = [_ramp(sess, model, j, d) for d in (1.0, -1.0)]
+            b = []
+            for d in (1.0, -1.0):
+                sess.damp = damp.copy()
+                sess.damp[j] = 0.0          # the ramped joint is free until it moves
+                b.append(_ramp(sess, model, j, d, damp))
+            sess.damp = None
             res.breakaway_nm[j] = float(np.mean(b)) * k[j]
             res.lines.append(f"friction breakaway: {names[j]}: {b[0]:.3g} / {b[1]:.3g} commanded "
                              f"({res.breakaway_nm[j]:.3g} delivered; model Coulomb {drive_coulomb[j]:.3g})")
@@ -522,8 +591,13 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                                             f"{bs.torque_cap_nm[j]:.3g}", "check the joint (brake, jam) or raise "
                                             "bringup.torque_cap_nm"))
     except _Abort as err:
+        loaded = bool(np.any(np.abs(g_home) > 0.05 * bs.torque_cap_nm))
         res.findings.append(Finding(-1, "drives", "stopped", str(err), "check that joint (its sign, wiring, brake); "
-                                    "the robot stopped at zero torque, drives disabled"))
+                                    "the robot stopped at zero torque, drives disabled"
+                                    + ("; on a gravity-loaded robot a joint with a reversed sign, a wrong zero or a "
+                                       "low torque constant is not held by the model's gravity feed-forward: bring "
+                                       "it up supported, or from a reference pose without gravity load"
+                                       if loaded else "")))
     except TorqueloopError as err:          # a bus or port that failed, a drive that refused a command
         res.findings.append(Finding(-1, "drives", "stopped", f"{type(err).__name__}: {err}",
                                     "check the bus/port and the drives, then run bringup again; the drives "
@@ -579,21 +653,34 @@ def _set_zero(driver, res: BringupResult) -> None:
 
 def _finish(res: BringupResult, spec, write: bool) -> BringupResult:
     if write and res.calibration_file is not None:
-        tables = hardware_tables(spec)
-        data = {
-            "calibration": {"version": CALIBRATION_VERSION, "config": str(spec.file),
-                            "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                            "hardware_digest": hardware_digest(tables),
-                            "hardware_json": json.dumps(tables, sort_keys=True),
-                            "ok": res.ok, "torque_cap_nm": res.torque_cap_nm.tolist()},
-            "joints": [{"name": nm, "home_rad": float(h), "measured_home_rad": float(m),
-                        "offset_correction_rad": float(c), "torque_factor": float(k) if np.isfinite(k) else -1.0,
-                        "breakaway_nm": float(b) if np.isfinite(b) else -1.0, "model_coulomb_nm": float(mc)}
-                       for nm, h, m, c, k, b, mc in zip(res.joint_names, res.home_rad, res.measured_home_rad,
-                                                        res.offset_correction_rad, res.torque_factor,
-                                                        res.breakaway_nm, res.model_coulomb_nm)],
-            "findings": [{"joint": f.joint, "joint_name": f.joint_name, "check": f.check, "message": f.message,
-                          "fix": f.fix, "blocking": f.blocking} for f in res.findings],
-        }
-        write_toml(res.calibration_file, data)
+        write_calibration(res, spec)
     return res
+
+
+def write_calibration(res: BringupResult, spec) -> Path:
+    """Write the calibration file of a bring-up result (``res.calibration_file``) for run spec
+    ``spec``: its hardware digest and tables, a UTC time, the per-joint results and the findings.
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+    """
+    tables = hardware_tables(spec)
+    data = {
+        "calibration": {"version": CALIBRATION_VERSION, "config": str(spec.file),
+                        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                        "hardware_digest": hardware_digest(tables),
+                        "hardware_json": json.dumps(tables, sort_keys=True),
+                        "ok": res.ok, "torque_cap_nm": res.torque_cap_nm.tolist()},
+        "joints": [{"name": nm, "home_rad": float(h), "measured_home_rad": float(m),
+                    "offset_correction_rad": float(c), "torque_factor": float(k) if np.isfinite(k) else -1.0,
+                    "breakaway_nm": float(b) if np.isfinite(b) else -1.0, "model_coulomb_nm": float(mc)}
+                   for nm, h, m, c, k, b, mc in zip(res.joint_names, res.home_rad, res.measured_home_rad,
+                                                    res.offset_correction_rad, res.torque_factor,
+                                                    res.breakaway_nm, res.model_coulomb_nm)],
+        "findings": [{"joint": f.joint, "joint_name": f.joint_name, "check": f.check, "message": f.message,
+                      "fix": f.fix, "blocking": f.blocking} for f in res.findings],
+    }
+    write_toml(res.calibration_file, data)
+    return Path(res.calibration_file)

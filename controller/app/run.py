@@ -983,7 +983,8 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
     bandwidth limit); the trajectory's feasibility (position, velocity and
     torque limits, reachability, singularity margin at least
     ``safety.singularity_margin_min``); optionally (``out_dir``) that the
-    output folder is writable with room for the log.
+    output folder is writable with room for the log; last, the calibration
+    (:func:`controller.app.calibration.check_calibration`: a hardware run needs a fresh one).
 
     Raises
     ------
@@ -1004,10 +1005,6 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
     from .calibration import BringupSpec, check_calibration
     if "bringup" in spec.data:              # the [bringup] table (its cap against the limits)
         BringupSpec.from_spec(spec, _joint_start(spec)[0])
-    cal = check_calibration(spec)           # hardware: refused when missing, stale or with findings
-    if cal is not None:
-        v.lines.append(f"calibration: {cal.path} (written {cal.created_utc}), offset corrections "
-                       f"{[round(float(c), 6) for c in cal.offset_correction_rad]}")
     if build_sim and not spec.hardware:
         # build (and close) the simulated stack: validates the driver, plant and emulator tables
         build_run(spec).close()
@@ -1047,6 +1044,12 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
         raise ConfigError("trajectory is not feasible (nothing was enabled):\n" + str(rep), spec.file, "trajectory")
     if out_dir is not None:
         check_output_dir(out_dir, spec, min_free_bytes=min_free_bytes)
+    # last, so that `check` reports everything else first: a hardware run refuses a missing,
+    # stale or unfinished calibration (`torqueloop bringup` writes it)
+    cal = check_calibration(spec)
+    if cal is not None:
+        v.lines.append(f"calibration: {cal.path} (written {cal.created_utc}), offset corrections "
+                       f"{[round(float(c), 6) for c in cal.offset_correction_rad]}")
     return v
 
 
