@@ -274,12 +274,17 @@ def _torque_factor(model, exps: list, P: float, s: np.ndarray, off: np.ndarray, 
     def resid(k):
         g = np.ones(len(off))
         g[j] = k
-        return sum(float(np.sum((_replay(model, ex, P, s, off, g)[:, j] - ex.q[:, j]) ** 2)) for ex in exps)
+        try:
+            return sum(float(np.sum((_replay(model, ex, P, s, off, g)[:, j] - ex.q[:, j]) ** 2)) for ex in exps)
+        except TorqueloopError:
+            return math.inf
 
     ks = np.geomspace(0.02, 5.0, 25)
     r = np.array([resid(k) for k in ks])
     i = int(np.argmin(r))
-    if i in (0, len(ks) - 1):
+    if not np.isfinite(r[i]):
+        return math.nan
+    if i in (0, len(ks) - 1) or not np.all(np.isfinite(r[i - 1:i + 2])):
         return float(ks[i]) if i else 0.0
     x = np.log(ks[i - 1:i + 2])
     a, b, _ = np.polyfit(x, r[i - 1:i + 2], 2)
@@ -297,14 +302,17 @@ def _directions(model, exps: list, P: float, off: np.ndarray) -> tuple[np.ndarra
     scores = []
     for pattern in itertools.product((1.0, -1.0), repeat=n):
         s = np.array(pattern)
-        r = sum(float(np.sum((_replay(model, ex, P, s, off) - ex.q) ** 2)) for ex in exps)
+        try:
+            r = sum(float(np.sum((_replay(model, ex, P, s, off) - ex.q) ** 2)) for ex in exps)
+        except TorqueloopError:
+            r = math.inf        # not a pose of this robot (a parallel robot's closure fails): ruled out
         scores.append((r, s))
     scores.sort(key=lambda x: x[0])
     best_r, best = scores[0]
     # reversing every joint mirrors a robot without gravity torque on its joints: the same
     # motion, so the data cannot tell the two apart; take the one with fewer reversed joints
     mirror_r = next(r for r, sv in scores if np.all(sv == -best))
-    if np.sum(-best < 0) < np.sum(best < 0) and mirror_r <= 1.02 * best_r:
+    if np.sum(-best < 0) < np.sum(best < 0) and np.isfinite(mirror_r) and mirror_r <= 1.02 * best_r:
         best = -best
     return best, scores
 
