@@ -197,15 +197,15 @@ def test_cli_bringup_exit_codes(tmp_path, capsys):
     assert "bringup.torque_cap_nm" in capsys.readouterr().err
 
 
-def write_clean_calibration(config: Path) -> Path:
-    """The calibration a bring-up with nothing to report writes for a run config (no offset
-    correction, torque factors 1), for tests of a hardware run about something else (the
-    rehearsals); the bring-up itself is tested above.  Returns its path."""
+def write_clean_calibration(config) -> Path:
+    """The calibration a bring-up with nothing to report writes for a run config (a path, or a
+    parsed RunSpec): no offset correction, torque factors 1; for tests of a hardware run about
+    something else (the rehearsals); the bring-up itself is tested above.  Returns its path."""
     from controller.app.bringup import BringupResult, write_calibration
     from controller.app.calibration import calibration_path
     from controller.app.run import load_run
 
-    spec = load_run(config)
+    spec = load_run(config) if isinstance(config, (str, Path)) else config
     n = spec.model.dof
     return write_calibration(BringupResult([str(x) for x in spec.model.joint_names], np.zeros(n), np.zeros(n),
                                            np.zeros(n), np.ones(n), np.zeros(n), np.zeros(n), np.ones(n),

@@ -86,8 +86,6 @@ from .run import _joint_start, sim_driver_section
 __all__ = ["BringupSpec", "BringupResult", "Finding", "bringup", "write_calibration", "CAP_FRACTION_DEFAULT",
            "CAP_FRACTION_MAX"]
 
-#: feedback missing this many cycles in a row stops a bring-up
-STALE_CYCLES = 3
 #: the largest gravity torque at the reference pose, as a fraction of the cap (the rest moves the joint)
 HOLD_FRACTION_MAX = 0.5
 
@@ -143,15 +141,21 @@ class BringupResult:
 
 
 class _Abort(Exception):
-    """A bring-up guard tripped (the message names the joint)."""
+    """A bring-up guard tripped (the message names the joint; ``fix`` what to check)."""
+
+    def __init__(self, message: str, fix: str = "check that joint (its sign, wiring, brake)"):
+        super().__init__(message)
+        self.fix = fix
 
 
 class _Session:
     """The bring-up's cycle: one command per period on the run's clock, every torque clipped to
     the cap, every feedback checked (faults, staleness, speed, travel)."""
 
-    def __init__(self, driver: Driver, clock, period_s: float, bs: BringupSpec, names: list, gravity):
+    def __init__(self, driver: Driver, clock, period_s: float, bs: BringupSpec, names: list, gravity,
+                 stale_cycles: int):
         self.driver, self.clock, self.P, self.bs, self.names = driver, clock, period_s, bs, names
+        self.stale_cycles = int(stale_cycles)
         #: q (n,) -> the model's gravity torque (n,) [N m | N], fed forward on every joint
         self.gravity = gravity
         self.last_sent = None
@@ -166,7 +170,8 @@ class _Session:
         self.q_last = None
 
     def start(self, fb: Feedback) -> None:
-        self.t0 = self.clock.now()
+        self.t0 = self.t_sent = self.clock.now()
+        self.dt_last = self.P
         self.k = 0
         self.fb = fb
         self.q_last = np.asarray(fb.position_rad, dtype=float).copy()
@@ -186,6 +191,8 @@ class _Session:
         self.last_sent = tau
         self.k += 1
         self.clock.wait_until(self.t0 + self.k * self.P)
+        t = self.clock.now()
+        self.dt_last, self.t_sent = max(t - self.t_sent, 1e-6), t     # a late cycle on the wall clock
         fb = self.driver.cycle(Command(tau))
         self._guard(fb)
         self.fb = fb
@@ -194,16 +201,19 @@ class _Session:
     def _guard(self, fb: Feedback) -> None:
         fresh = np.asarray(fb.fresh, dtype=bool)
         self.stale = np.where(fresh, 0, self.stale + 1)
-        bad = np.flatnonzero(self.stale >= STALE_CYCLES)
+        bad = np.flatnonzero(self.stale >= self.stale_cycles)
         if bad.size:
-            raise _Abort(f"{self.names[bad[0]]}: no feedback for {STALE_CYCLES} cycles")
+            raise _Abort(f"{self.names[bad[0]]}: no feedback for {self.stale_cycles} cycles (safety.stale_cycles)",
+                         "check the bus, the drive's power and id, and that this computer keeps up with "
+                         "loop.rate_hz (a lower rate, or fewer other processes)")
         fault = np.flatnonzero(np.asarray(fb.fault) != 0)
         if fault.size:
-            raise _Abort(f"{self.names[fault[0]]}: device fault code {int(fb.fault[fault[0]])}")
+            raise _Abort(f"{self.names[fault[0]]}: device fault code {int(fb.fault[fault[0]])}",
+                         "read the drive's fault (its manual), clear it, then run bringup again")
         q = np.asarray(fb.position_rad, dtype=float)
         if not np.all(np.isfinite(q)):
             raise _Abort(f"{self.names[int(np.flatnonzero(~np.isfinite(q))[0])]}: non-finite position")
-        self.v_est = (q - self.q_last) / self.P
+        self.v_est = (q - self.q_last) / self.dt_last
         v = np.abs(self.v_est)
         self.q_last = q.copy()
         fast = np.flatnonzero(v > self.bs.velocity_max_rad_s)
@@ -228,13 +238,15 @@ def _predictor(model, q0: np.ndarray, qd0: np.ndarray | None = None):
 
 @dataclass
 class _Experiment:
-    """One doublet as run: the start (q, qd) (n,), the commands (cycles, n) and the readings (cycles, n)."""
+    """One doublet as run: the start (q, qd) (n,), the commands (cycles, n), how long each was
+    held [s] (cycles,) and the readings (cycles, n)."""
 
     j: int
     q0: np.ndarray
     qd0: np.ndarray
     tau: np.ndarray
     q: np.ndarray
+    dt: np.ndarray
 
 
 def _doublet(sess: _Session, j: int, u: float, T_s: float, settle_s: float) -> _Experiment:
@@ -244,14 +256,17 @@ def _doublet(sess: _Session, j: int, u: float, T_s: float, settle_s: float) -> _
     qd_start = np.nan_to_num(np.asarray(sess.fb.velocity_rad_s, dtype=float))   # NaN: at rest
     n_half = max(1, int(round(T_s / sess.P)))
     n_settle = int(round(settle_s / sess.P))
-    taus, qs = [], []
+    taus, qs, ts = [], [], []
     for c in range(2 * n_half + n_settle):
         tau = np.zeros(sess.n)
         tau[j] = u if c < n_half else (-u if c < 2 * n_half else 0.0)
         fb = sess.step(tau)
         taus.append(sess.last_sent)
+        ts.append(sess.t_sent)
         qs.append(np.asarray(fb.position_rad, dtype=float).copy())
-    return _Experiment(j, q_start, qd_start, np.array(taus), np.array(qs))
+    # each command held until the next was sent (the wall clock's late cycles included)
+    dt = np.append(np.diff(ts), sess.P)
+    return _Experiment(j, q_start, qd_start, np.array(taus), np.array(qs), dt)
 
 
 def _replay(model, ex: _Experiment, P: float, s: np.ndarray, off: np.ndarray, gain=1.0) -> np.ndarray:
@@ -263,7 +278,7 @@ def _replay(model, ex: _Experiment, P: float, s: np.ndarray, off: np.ndarray, ga
     out = np.empty_like(ex.q)
     for c in range(ex.tau.shape[0]):
         pl.set_torque(s * gain * ex.tau[c])
-        pl.advance_to(pl.t_s + P)
+        pl.advance_to(pl.t_s + ex.dt[c])
         out[c] = s * (np.asarray(pl.state.q, dtype=float) - off) + off
     return out
 
@@ -484,7 +499,7 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
     def gravity(q):
         return np.asarray(model.gravity(q), dtype=float)
 
-    sess = _Session(driver, clock, P, bs, names, gravity)
+    sess = _Session(driver, clock, P, bs, names, gravity, spec.safety.stale_cycles)
     joints_cfg = spec.driver_section.data.get("joints", [])
     enabled = False
     try:
@@ -600,8 +615,8 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                                             "bringup.torque_cap_nm"))
     except _Abort as err:
         loaded = bool(np.any(np.abs(g_home) > 0.05 * bs.torque_cap_nm))
-        res.findings.append(Finding(-1, "drives", "stopped", str(err), "check that joint (its sign, wiring, brake); "
-                                    "the robot stopped at zero torque, drives disabled"
+        res.findings.append(Finding(-1, "drives", "stopped", str(err), f"{err.fix}; the robot was stopped at "
+                                    "zero torque, the drives disabled"
                                     + ("; on a gravity-loaded robot a joint with a reversed sign, a wrong zero or a "
                                        "low torque constant is not held by the model's gravity feed-forward: bring "
                                        "it up supported, or from a reference pose without gravity load"

@@ -414,6 +414,7 @@ def _device_reboot(sec: Section):
     if not sec.has("device_reboot_ids"):
         if sec.has("device_reboot_at_s"):
             raise sec.error("device_reboot_at_s", "needs device_reboot_ids")
+        sec.raw("device_reboot_ids", None)      # read (recorded by `check --explain driver.faults`)
         return None
     ids = sec.raw("device_reboot_ids")
     if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):

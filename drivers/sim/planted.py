@@ -29,6 +29,7 @@ __all__ = ["device_mappings", "TORQUE_FACTOR_RANGE"]
 def _per_joint(sec: Section, key: str, n: int, default: float, minimum) -> np.ndarray:
     """A float or n floats (``default`` when absent), shape (n,)."""
     if not sec.has(key):
+        sec.raw(key, None)          # read (recorded by `check --explain driver.emulator`)
         return np.full(n, float(default))
     if isinstance(sec.raw(key), list):
         return sec.vector(key, n, minimum=minimum)
