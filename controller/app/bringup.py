@@ -175,7 +175,8 @@ class _Session:
         self.k = 0
         self.fb = fb
         self.q_last = np.asarray(fb.position_rad, dtype=float).copy()
-        self.home_measured = self.q_last.copy()
+        if self.home_measured is None:      # the travel guard's reference: the first reading
+            self.home_measured = self.q_last.copy()
 
     def step(self, tau: np.ndarray) -> Feedback:
         """Send the model's gravity torque at the last reading plus ``tau``, clipped to the cap, in
@@ -384,6 +385,15 @@ def _plan_doublet(model, q0: np.ndarray, j: int, cap: float, bs: BringupSpec, P:
     return u, max(1, int(round(T / P))) * P
 
 
+def _hold_and_disable(sess: _Session, driver: Driver) -> None:
+    """A few cycles on gravity only (the last command of a test is not left held), then the drives
+    disabled."""
+    for _ in range(3):
+        sess.step(np.zeros(sess.n))
+    driver.cycle(Command(np.zeros(sess.n)))
+    driver.disable()
+
+
 def _ramp(sess: _Session, model, j: int, direction: float, damp: np.ndarray) -> float:
     """Ramp joint j's torque beyond gravity from 0 toward ``direction * cap`` over ``ramp_s`` until it
     moves ``motion_rad``; return that torque at the onset [N m | N] (``inf``: it did not move),
@@ -391,11 +401,14 @@ def _ramp(sess: _Session, model, j: int, direction: float, damp: np.ndarray) -> 
     bs = sess.bs
     cap = float(bs.torque_cap_nm[j])
     q0 = np.asarray(sess.fb.position_rad, dtype=float).copy()
-    # wait (gravity only, at most 1 s) until the joint is at rest: drift is not breakaway
+    # wait (gravity only, at most 1 s) until the joint is at rest, moving less than a tenth of
+    # motion_rad over 50 ms: drift is not breakaway
+    window = max(2, int(round(0.05 / sess.P)))
+    hist = [float(sess.fb.position_rad[j])]
     for _ in range(int(round(1.0 / sess.P))):
-        q_prev = float(sess.fb.position_rad[j])
         sess.step(np.zeros(sess.n))
-        if abs(float(sess.fb.position_rad[j]) - q_prev) < 0.01 * bs.motion_rad:
+        hist.append(float(sess.fb.position_rad[j]))
+        if len(hist) > window and abs(hist[-1] - hist[-1 - window]) < 0.1 * bs.motion_rad:
             break
     q0 = np.asarray(sess.fb.position_rad, dtype=float).copy()
     n_ramp = max(1, int(round(bs.ramp_s / sess.P)))
@@ -500,6 +513,14 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
         return np.asarray(model.gravity(q), dtype=float)
 
     sess = _Session(driver, clock, P, bs, names, gravity, spec.safety.stale_cycles)
+    # the doublets, planned with the model at the reference pose before anything is enabled (the
+    # pulse rides on the gravity feed-forward: room for both under the cap, since clipping one
+    # half of a doublet would leave the joint a net impulse)
+    plans = []
+    for j in range(n):
+        cap = float(bs.torque_cap_nm[j])
+        room = max(cap - 1.5 * abs(float(g_home[j])), 0.1 * cap)
+        plans.append(_plan_doublet(model, bs.home_rad, j, room, bs, P))
     joints_cfg = spec.driver_section.data.get("joints", [])
     enabled = False
     try:
@@ -533,15 +554,14 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
             sess.home_measured = q_home
         # (3) direction and torque constant: a doublet out and one back, per joint
         exps = []
-        for j in range(n):
-            q_now = np.asarray(sess.fb.position_rad, dtype=float)
-            # the pulse rides on the gravity feed-forward: room for both under the cap (clipping
-            # one half of the doublet would leave the joint a net impulse)
-            room = float(bs.torque_cap_nm[j]) - 1.5 * abs(float(gravity(q_now)[j]))
-            u, T = _plan_doublet(model, q_now, j, max(room, 0.1 * float(bs.torque_cap_nm[j])), bs, P)
+        for j, (u, T) in enumerate(plans):
             for sgn in (1.0, -1.0):
                 exps.append(_doublet(sess, j, sgn * u, T, settle_s=T))
             res.lines.append(f"direction/torque: {names[j]}: doublets +-{u:.3g} x {T * 1e3:.0f} ms")
+        # the analysis takes a while: the drives are off meanwhile (no cycle would feed their
+        # watchdogs), and on again for the breakaway ramps
+        _hold_and_disable(sess, driver)
+        enabled = False
         off = np.array([float(_joint_key(joints_cfg, j, "offset_rad", 0.0)) for j in range(n)])
         s_best, scores = _directions(model, exps, P, off)
         res.lines.append("direction: " + ", ".join(f"{names[j]} {'as configured' if s_best[j] > 0 else 'REVERSED'}"
@@ -597,6 +617,9 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
         good = np.array([j not in reversed_ and np.isfinite(k[j]) and 0.5 <= k[j] <= 2.0 for j in range(n)])
         M = np.asarray(model.mass_matrix(bs.home_rad), dtype=float)
         damp = np.where(good, np.diag(M) / 0.1, 0.0)
+        if np.any(good):
+            sess.start(driver.enable())
+            enabled = True
         for j in range(n):
             if j in reversed_ or not np.isfinite(k[j]) or k[j] < 0.05:
                 continue
