@@ -107,7 +107,30 @@ class Finding:
 
 @dataclass
 class BringupResult:
-    """What :func:`bringup` measured: per joint arrays (n,) and the findings."""
+    """What :func:`bringup` measured.
+
+    Attributes
+    ----------
+    joint_names : list of str, length n
+    home_rad : ndarray, shape (n,)
+        The reference pose [rad | m].
+    measured_home_rad : ndarray, shape (n,)
+        What the drives read there (after a set-zero, if one was sent).
+    offset_correction_rad : ndarray, shape (n,)
+        Added to every reading by ``run`` (:class:`controller.app.calibration.CalibratedDriver`).
+    torque_factor : ndarray, shape (n,)
+        Torque delivered per torque commanded (1: the torque constant is right; NaN: not measured).
+    breakaway_nm : ndarray, shape (n,)
+        Torque beyond gravity at the onset of motion [N m | N] (NaN: not measured, inf: no motion).
+    model_coulomb_nm, torque_cap_nm : ndarray, shape (n,)
+        The robot file's Coulomb friction and the cap used [N m | N].
+    findings : list of Finding
+    lines : list of str
+        The report's lines, one per check.
+    calibration_file : pathlib.Path or None
+    set_zero_joints : list of int
+        Joints whose drive got SET_ZERO.
+    """
 
     joint_names: list
     home_rad: np.ndarray
@@ -493,6 +516,14 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                           f"bringup.torque_cap_nm (at most {CAP_FRACTION_MAX:.0%} of the limit), choose a reference "
                           f"pose with less gravity load (bringup.home_rad), or support the joint",
                           spec.file, "bringup.torque_cap_nm")
+    # the doublets, planned with the model at the reference pose before anything is enabled (the
+    # pulse rides on the gravity feed-forward: room for both under the cap, since clipping one
+    # half of a doublet would leave the joint a net impulse)
+    plans = []
+    for j in range(n):
+        cap = float(bs.torque_cap_nm[j])
+        room = max(cap - 1.5 * abs(float(g_home[j])), 0.1 * cap)
+        plans.append(_plan_doublet(model, bs.home_rad, j, room, bs, P))
     if clock is None:
         clock = LockstepClock() if spec.clock == "lockstep" else WallClock(spin_s=spec.spin_s, realtime=spec.realtime)
     own = driver is None
@@ -509,18 +540,11 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                         calibration_file=bs.calibration_file)
     res.lines.append(f"bring-up of '{spec.name}' ({spec.driver_type}, {'HARDWARE' if spec.hardware else 'emulated'}), "
                      f"torque cap " + ", ".join(f"{nm} {c:.3g}" for nm, c in zip(names, bs.torque_cap_nm)))
+
     def gravity(q):
         return np.asarray(model.gravity(q), dtype=float)
 
     sess = _Session(driver, clock, P, bs, names, gravity, spec.safety.stale_cycles)
-    # the doublets, planned with the model at the reference pose before anything is enabled (the
-    # pulse rides on the gravity feed-forward: room for both under the cap, since clipping one
-    # half of a doublet would leave the joint a net impulse)
-    plans = []
-    for j in range(n):
-        cap = float(bs.torque_cap_nm[j])
-        room = max(cap - 1.5 * abs(float(g_home[j])), 0.1 * cap)
-        plans.append(_plan_doublet(model, bs.home_rad, j, room, bs, P))
     joints_cfg = spec.driver_section.data.get("joints", [])
     enabled = False
     try:
