@@ -571,6 +571,7 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
             _set_zero(driver, res)
             fb = driver.enable()
             enabled = True
+            sess.home_measured = None       # the readings moved with the zero
             sess.start(fb)
             for _ in range(5):
                 fb = sess.step(np.zeros(n))
