@@ -63,8 +63,13 @@ def _spec(data, tmp_path):
     return parse_run(data, file=str(path), base_dir=tmp_path)
 
 
+#: the Dynamixel servos answer on a pseudo-terminal from a thread, within a wall-clock reply
+#: timeout: run alone (tests/conftest.py)
+PROTOCOLS = [pytest.param(p, marks=pytest.mark.exclusive) if p == "dynamixel" else p for p in DRIVERS]
+
+
 @pytest.mark.parametrize("planted", list(PLANTED))
-@pytest.mark.parametrize("protocol", list(DRIVERS))
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_bringup_finds_planted_error(protocol, planted, tmp_path):
     spec = _spec(_data(protocol, planted, tmp_path), tmp_path)
     res = bringup(spec)

@@ -83,7 +83,8 @@ def _faulted_run(protocol, inject, tmp_path):
     return run, run.loop.run()
 
 
-@pytest.mark.parametrize("fault,protocol", list(CELLS))
+@pytest.mark.parametrize("fault,protocol", [
+    pytest.param(f, p, marks=pytest.mark.exclusive) if p == "dynamixel" else (f, p) for f, p in CELLS])
 def test_recovery_after_fault(fault, protocol, tmp_path):
     inject, cause = CELLS[(fault, protocol)]
     run, res = _faulted_run(protocol, inject, tmp_path)
