@@ -700,9 +700,10 @@ def _kt_fix(spec, joints_cfg, j: int, factor: float) -> str:
     """The config key (and value) that corrects a torque factor on this protocol."""
     kind = spec.driver_type.removeprefix("sim_")
     if kind in ("odrive_can", "odrive_ascii", "dynamixel"):
-        kt = _joint_key(joints_cfg, j, "torque_constant_nm_per_a", None)
+        # the key's default: the servo model's (Dynamixel), else 1 N m/A (drivers.registry.joint_mapping)
+        kt = _joint_key(joints_cfg, j, "torque_constant_nm_per_a", None if kind == "dynamixel" else 1.0)
         drive = " and the drive's axis.motor.config.torque_constant" if kind.startswith("odrive") else ""
-        val = f"{float(kt) * factor:.6g}" if kt is not None else f"{factor:.4g} x the default (the servo model's)"
+        val = f"{float(kt) * factor:.6g}" if kt is not None else f"{factor:.4g} x the servo model's"
         return f"driver.joints[{j}].torque_constant_nm_per_a = {val}{drive}"
     if kind == "cia402_can":
         return (f"the drive's torque scaling (motor rated torque 0x6076 / its torque constant) is off by "
