@@ -121,14 +121,18 @@ def test_run_applies_the_calibration_of_a_wrong_offset(tmp_path):
 
 def test_hardware_run_refuses_missing_and_stale_calibration(tmp_path, capsys):
     """A hardware config (same driver table, type mit_can) without its calibration, and after a
-    joint's setting changed: exit 2 naming the calibration file and the changed key."""
+    joint's setting changed: `run` exits 2 naming the calibration file and the changed key
+    (nothing is opened); `check` warns."""
     data = _data("mit", "clean", tmp_path)
     data["driver"]["type"] = "mit_can"
     data["loop"]["clock"] = "wall"
     data["safety"]["velocity_max"] = 5.0
     cfg = tmp_path / "hw.toml"
     write_toml(cfg, data)
-    assert main(["check", str(cfg)]) == 2
+    assert main(["check", str(cfg)]) == 0            # check: everything else is fine, and a warning
+    out = capsys.readouterr().out
+    assert "WARNING" in out and "cal.toml" in out and "no calibration" in out and "torqueloop bringup" in out
+    assert main(["run", str(cfg), "--yes-hardware", "--no-plots"]) == 2
     err = capsys.readouterr().err
     assert "cal.toml" in err and "no calibration" in err and "torqueloop bringup" in err
     # a calibration written for this hardware config (as bringup writes it), then a changed gear

@@ -972,7 +972,7 @@ def make_safety(spec: RunSpec, *, pose0=None) -> SafetySupervisor:
 
 
 def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_bytes: int | None = None,
-                 build_sim: bool = False) -> Validation:
+                 build_sim: bool = False, calibration: bool = True) -> Validation:
     """The one validation of a run before anything moves, used by ``check`` and ``run``.
 
     Checks, in order: the safety settings against the model (finite torque
@@ -984,7 +984,8 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
     torque limits, reachability, singularity margin at least
     ``safety.singularity_margin_min``); optionally (``out_dir``) that the
     output folder is writable with room for the log; last, the calibration
-    (:func:`controller.app.calibration.check_calibration`: a hardware run needs a fresh one).
+    (:func:`controller.app.calibration.check_calibration`: a hardware run needs a fresh one;
+    with ``calibration=False`` a missing or stale one is a warning instead, for ``check``).
 
     Raises
     ------
@@ -1044,9 +1045,15 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
         raise ConfigError("trajectory is not feasible (nothing was enabled):\n" + str(rep), spec.file, "trajectory")
     if out_dir is not None:
         check_output_dir(out_dir, spec, min_free_bytes=min_free_bytes)
-    # last, so that `check` reports everything else first: a hardware run refuses a missing,
-    # stale or unfinished calibration (`torqueloop bringup` writes it)
-    cal = check_calibration(spec)
+    # last: a hardware run refuses a missing, stale or unfinished calibration (`torqueloop
+    # bringup` writes it); `check` (calibration=False) reports it as a warning
+    try:
+        cal = check_calibration(spec)
+    except ConfigError as err:
+        if calibration:
+            raise
+        v.warnings.append(f"{err} (a hardware run refuses to start without it)")
+        cal = None
     if cal is not None:
         v.lines.append(f"calibration: {cal.path} (written {cal.created_utc}), offset corrections "
                        f"{[round(float(c), 6) for c in cal.offset_correction_rad]}")
@@ -1102,7 +1109,7 @@ def check_run_config(path: str | Path, overrides: dict | None = None) -> str:
         lines += ["", gain_report(spec)]
     except TorqueloopError as err:
         lines += ["", f"gain analysis not available: {err}"]
-    v = validate_run(spec, build_sim=True)
+    v = validate_run(spec, build_sim=True, calibration=False)
     lines += ["", v.text()]
     return "\n".join(lines)
 
