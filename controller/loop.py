@@ -204,6 +204,8 @@ class RunResult:
     #: log rows that could not be written (disk full), else None
     log_unwritten: object = None
     compiled_cycles: int = 0
+    #: the result of the recovery's hold (:meth:`controller.app.run.Run.recover`), if one ran
+    recovery: "RunResult | None" = None
 
     def as_dict(self) -> dict:
         return {"status": self.status, "faults": [asdict(f) for f in self.faults], "n_cycles": self.n_cycles,

@@ -240,6 +240,23 @@ class Driver(ABC):
     def close(self) -> None:
         """Disable (best effort) and release ports/buses; safe to call twice."""
 
+    def clear_faults(self) -> None:
+        """Acknowledge the drives' latched faults after a stop, leaving them disabled; :meth:`enable`
+        then brings them back (the recovery path, :meth:`controller.app.run.Run.recover`).
+
+        The default disables every drive (an MIT drive clears its latched error when it leaves
+        motor mode); protocols with a fault acknowledgement of their own override it (ODrive
+        ``Clear_Errors``, CiA 402 fault reset).
+
+        Raises
+        ------
+        CommsError
+            The bus or port is still down.
+        DriverError
+            A drive keeps its fault (the cause persists).
+        """
+        self.disable()
+
     def __enter__(self):
         return self
 

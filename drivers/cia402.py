@@ -645,6 +645,17 @@ class Cia402Driver(TransportDriver):
         self._enabled_cmd = False
         return fb
 
+    def clear_faults(self) -> None:
+        """NMT start (the controlword travels in a PDO), fault reset of every drive, then the drives
+        disabled again (see :meth:`fault_reset` and :meth:`Driver.clear_faults`)."""
+        self._check_open()
+        self._pump(0.0, lambda: False)
+        for j in range(self.n_joints):
+            self.nodes[j].nmt.state = "OPERATIONAL"
+        self._master_heartbeat(force=True)
+        self.fault_reset()
+        self.disable()
+
     def fault_reset(self, timeout_s: float | None = None) -> Feedback:
         """Acknowledge drive faults: controlword bit 7 rising edge (FAULT -> SWITCH ON DISABLED).
 

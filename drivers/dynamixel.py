@@ -417,6 +417,23 @@ class DynamixelDriver(TransportDriver):
         self._enabled_cmd = False
         self._enabled[:] = False
 
+    def clear_faults(self) -> None:
+        """Torque off, then a Reboot (0x08) of every servo that reports a hardware error (the
+        Dynamixel's only way to clear one; the operator confirmed it in the recovery path,
+        :meth:`Driver.clear_faults`); :meth:`enable` then sets the servos up again.
+
+        Raises
+        ------
+        CommsTimeoutError
+            A servo does not answer.
+        """
+        self.disable()
+        for j, s in enumerate(self._servos):
+            i = s.dxl_id
+            if self._read_u(i, Addr.HARDWARE_ERROR_STATUS, 1):
+                self._transact(dx.encode_reboot(i), i, "reboot")
+                self._hw[j] = 0
+
     def bus_budget(self, loop_hz: float):
         """Serial bus budget of this configuration (:func:`drivers.busload.dynamixel_budget`)."""
         from .busload import dynamixel_budget

@@ -506,6 +506,11 @@ class OdriveCanDriver(TransportDriver):
         self._check_open()
         self._idle_all()
 
+    def clear_faults(self) -> None:
+        """Zero torque and IDLE, then ``Clear_Errors`` to every axis (see :meth:`Driver.clear_faults`)."""
+        self.disable()
+        self.clear_errors()
+
     def clear_errors(self) -> None:
         """Send ``Clear_Errors`` to every axis (the axes stay IDLE; call :meth:`enable` again)."""
         self._check_open()

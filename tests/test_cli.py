@@ -17,6 +17,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 try:
+    from tests.test_bringup import write_clean_calibration
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from test_bringup import write_clean_calibration
+try:
     from tests.serve_process import served, wall_clock_verdict
 except ImportError:  # pragma: no cover - rootdir not on sys.path
     from serve_process import served, wall_clock_verdict
@@ -111,8 +115,15 @@ def test_run_demo_writes_log_summary_and_plots(tmp_path):
 
 
 def test_hardware_config_needs_confirmation(tmp_path):
-    r = tl("run", ROOT / "hil_configs" / "hardware" / "3rrr_mit_can_socketcan.toml", "-o", tmp_path / "o",
-           stdin=subprocess.DEVNULL)
+    cfg = tmp_path / "hw.toml"
+    robot = (ROOT / "hil_configs" / "robots" / "3rrr_horizontal.toml").as_posix()
+    cfg.write_text((ROOT / "hil_configs" / "hardware" / "3rrr_mit_can_socketcan.toml").read_text()
+                   .replace('file = "../robots/3rrr_horizontal.toml"', f'file = "{robot}"'))
+    # no calibration: refused before anything is asked, naming the file bringup writes
+    r = tl("run", cfg, "-o", tmp_path / "o", stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "hw.calibration.toml" in r.stderr and "torqueloop bringup" in r.stderr
+    write_clean_calibration(cfg)
+    r = tl("run", cfg, "-o", tmp_path / "o", stdin=subprocess.DEVNULL)
     assert r.returncode == 2
     assert "--yes-hardware" in r.stderr
     assert not (tmp_path / "o").exists()
@@ -199,6 +210,7 @@ def test_hardware_rehearsal_against_emulated_robot_in_another_process(tmp_path):
     run.write_text((reh / "3rrr_mit_udp_run.toml").read_text()
                    .replace("port = 43113", f"port = {port}")
                    .replace('file = "../robots/3rrr_horizontal.toml"', f'file = "{robot}"'))
+    write_clean_calibration(run)        # a hardware run needs one (bring-up: tests/test_bringup.py)
     with served(srv, "--duration-s", "120") as server:
         out = tmp_path / "out"
         # the overrun limits are tested on their own (test_ctrl_safety); a shared test machine must

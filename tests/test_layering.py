@@ -37,7 +37,8 @@ CORE = {"controller." + m for m in ("laws", "_law_kernels", "_stewart_law_kernel
 APP = "controller.app"
 APPLICATION = {APP} | {f"{APP}.{m}" for m in ("run", "api", "cli", "commands", "tune", "tune_config", "engines",
                                               "robustness",
-                                              "identify", "explain", "report", "plots", "animate")}
+                                              "identify", "explain", "report", "plots", "animate",
+                                              "bringup", "calibration")}
 #: what each package may import from the others
 ALLOWED = {"dynamics": set(), "trajectories": {"dynamics"}, "drivers": {"dynamics"},
            "controller": {"dynamics", "trajectories", "drivers"}}

@@ -27,6 +27,7 @@ from numba.core.dispatcher import Dispatcher
 ROOT, stem, robot = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 from drivers.sim.serve import build_server
 from controller.app.run import build_run, load_run
+from tests.test_bringup import write_clean_calibration
 
 def overloads():
     out = {}
@@ -57,9 +58,11 @@ with tempfile.TemporaryDirectory() as d:
     at_ready = overloads()
     # the wall clock (a hardware run), with room for the two ends sharing one process: this is
     # about what is loaded when, not about timing
-    r = build_run(load_run(str(d / "run.toml"), overrides={
+    spec = load_run(str(d / "run.toml"), overrides={
         "loop.duration_s": 0.2, "driver.reply_timeout_s": 0.25, "safety.overrun_fraction_max": 0.9,
-        "safety.lateness_max_s": 10.0}), out_dir=d / "out")
+        "safety.lateness_max_s": 10.0})
+    write_clean_calibration(spec)       # a hardware run needs one (bring-up: tests/test_bringup.py)
+    r = build_run(spec, out_dir=d / "out")
     start = r.loop.clock.start
     at_start = {}
     def started():

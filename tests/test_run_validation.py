@@ -18,6 +18,11 @@ from controller.app.run import check_output_dir, load_run, validate_run
 from dynamics import load_model
 from dynamics.errors import ConfigError
 
+try:
+    from tests.test_bringup import write_clean_calibration
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from test_bringup import write_clean_calibration
+
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "hil_configs" / "runs"
 ROBOTS = ROOT / "hil_configs" / "robots"
@@ -79,12 +84,14 @@ def test_robot_without_torque_limits_refused(tmp_path, capsys):
 
 def test_hardware_run_refuses_protection_off_unless_listed(tmp_path):
     hw = ROOT / "hil_configs" / "hardware" / "3rrr_mit_can_socketcan.toml"
-    spec = load_run(hw)
-    validate_run(spec)                                 # the template has every protection on
     import tomllib
-    data = tomllib.loads(hw.read_text())
-    del data["safety"]["tracking_error_max"]
     from controller.app.run import parse_run
+    data = tomllib.loads(hw.read_text())
+    data["bringup"] = {"calibration_file": str(tmp_path / "cal.toml")}    # (a hardware run needs one)
+    spec = parse_run(data, file=str(hw), base_dir=hw.parent)
+    write_clean_calibration(spec)
+    validate_run(spec)                                 # the template has every protection on
+    del data["safety"]["tracking_error_max"]
     spec = parse_run(data, file=str(hw), base_dir=hw.parent)
     with pytest.raises(ConfigError, match="tracking_error_max") as ei:
         validate_run(spec)

@@ -26,6 +26,7 @@ from dynamics.config import Section
 from dynamics.errors import ConfigError
 
 from serve_process import CpuWatch, served, wall_clock_verdict
+from test_bringup import write_clean_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ROOT / "hil_configs" / "robots"
@@ -191,6 +192,7 @@ def _rehearse(tmp_path, stem, robot, port, duration_s, *extra):
     run.write_text(re.sub(r"port = \d+", f"port = {port}", (REHEARSAL / f"{stem}_run.toml").read_text()
                           .replace(f'file = "../robots/{robot}"', f'file = "{rob}"')))
     out = tmp_path / "out"
+    write_clean_calibration(run)        # a hardware run needs one (bring-up: tests/test_bringup.py)
     with served(srv, "--duration-s", "120") as server:
         r = _tl("run", run, "--yes-hardware", "--duration", duration_s, "-o", out, "--no-plots",
                 "--no-progress", *extra)

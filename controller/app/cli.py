@@ -11,6 +11,7 @@ Sub-commands
 ``torqueloop robustness CONFIG``  Monte-Carlo runs over the plant's uncertainty: share within
                             tolerance, distributions, worst runs as replayable configs.
 ``torqueloop identify CONFIG``  excite, estimate and validate dynamic parameters; write a robot file.
+``torqueloop bringup CONFIG``   walk the robot joint by joint under a low torque cap; write its calibration.
 
 All errors of the package (:class:`dynamics.errors.TorqueloopError`) are printed
 as one line on stderr with exit code 2; only this module prints or exits.
@@ -80,6 +81,11 @@ def _cmd_identify(args: argparse.Namespace) -> int:
     return commands.identify(args)
 
 
+def _cmd_bringup(args: argparse.Namespace) -> int:
+    from . import commands
+    return commands.bringup(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="torqueloop", description=__doc__.split("\n")[0])
     p.add_argument("--version", action="version", version=f"torqueloop {version()}")
@@ -105,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="confirm a hardware run non-interactively (real motors will move)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set controller.kind=pd_gravity")
+    r.add_argument("--recover", action="store_true",
+                   help="after a fault (bus-off, a drive that rebooted, an e-stop): ask to clear the "
+                        "drives' faults, re-enable them and hold the robot, in this process")
+    r.add_argument("--yes-recover", action="store_true", help="confirm --recover non-interactively")
+    r.add_argument("--hold-s", type=float, default=2.0, help="--recover: length of the hold [s] (default 2)")
     r.set_defaults(func=_cmd_run)
 
     pl = sub.add_parser("plot", help="plot a run log (folder or .npy) to PNG files")
@@ -160,6 +171,19 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set identify.excitation.iterations=10")
     i.set_defaults(func=_cmd_identify)
+
+    b = sub.add_parser("bringup", help="walk the robot joint by joint under a low torque cap (ids, zero, "
+                                       "direction, torque constant, friction); write the calibration "
+                                       "`run` applies")
+    b.add_argument("config", help="run config (.toml); its [bringup] table (controller/app/bringup.py)")
+    b.add_argument("--yes-hardware", action="store_true",
+                   help="confirm a hardware bring-up non-interactively (real motors will move)")
+    b.add_argument("--set-zero", action="store_true",
+                   help="MIT drives: set the drives' zero at the reference pose (asks for confirmation)")
+    b.add_argument("--yes-set-zero", action="store_true", help="confirm --set-zero non-interactively")
+    b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set bringup.torque_cap_nm=1.0")
+    b.set_defaults(func=_cmd_bringup)
     return p
 
 

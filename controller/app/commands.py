@@ -20,7 +20,8 @@ from dynamics import load_model
 from dynamics.config import read_toml, write_toml
 from dynamics.errors import ConfigError, SafetyError
 
-__all__ = ["check", "run", "plot", "animate", "tune", "robustness", "identify", "parse_sets", "format_summary"]
+__all__ = ["check", "run", "plot", "animate", "tune", "robustness", "identify", "bringup", "parse_sets",
+           "format_summary"]
 
 
 def check(path: str, overrides: dict | None = None) -> str:
@@ -174,8 +175,18 @@ def run(args) -> int:
         progress = _Progress(run_obj.loop.clock, spec.duration_s)
         run_obj.loop.clock = progress
     print(f"torqueloop: running '{spec.name}' -> {out}")
+    recover = None
+    if getattr(args, "recover", False) or getattr(args, "yes_recover", False):
+        hold_s = getattr(args, "hold_s", 2.0)
+        if not (math.isfinite(hold_s) and 0.0 < hold_s <= 3600.0):
+            raise ConfigError(f"must be in (0, 3600] s, got {hold_s!r}", args.config, "--hold-s")
+
+        def recover(message):
+            print(f"torqueloop: {message}", file=sys.stderr)
+            return True if args.yes_recover else _ask("clear the faults, re-enable and hold")
+        recover = _Recover(recover, hold_s)
     try:
-        result = run_obj.execute()
+        result = run_obj.execute(recover=recover)
     finally:
         if progress is not None:
             progress.done()
@@ -193,7 +204,26 @@ def run(args) -> int:
         except (ConfigError, OSError) as err:
             print(f"  plots skipped: {err}")
     print(f"  log: {out / 'log.npy'} (numpy structured array; pandas.DataFrame(numpy.load(path)))")
+    rec = getattr(result, "recovery", None)
+    for m in result.messages:
+        if m.startswith("recovery:"):
+            print(f"  {m}")
+    if rec is not None:
+        print(f"  recovery: faults cleared, drives re-enabled, hold {rec.status.upper()} after {rec.n_cycles} "
+              f"cycles{'' if not rec.faults else ' (' + '; '.join(f.cause for f in rec.faults) + ')'}; "
+              f"events in {out / 'meta.json'}")
     return exit_code(result)
+
+
+class _Recover:
+    """The operator's answer and the hold length of ``run --recover`` (what Run.execute passes to
+    Run.recover)."""
+
+    def __init__(self, ask, hold_s: float):
+        self.ask, self.hold_s = ask, hold_s
+
+    def __call__(self, message: str) -> bool:
+        return self.ask(message)
 
 
 def exit_code(result) -> int:
@@ -403,3 +433,29 @@ def identify(args) -> int:
     print(res.report)
     print(f"  identified robot file: {res.robot_file}\n  report: {out / 'report.txt'}")
     return 0
+
+
+def _ask(prompt: str) -> bool:
+    """Ask the operator on the terminal; ``yes`` confirms (no terminal: refused)."""
+    if not sys.stdin.isatty():
+        return False
+    sys.stderr.write(f"{prompt}; type 'yes' to continue: ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() == "yes"
+
+
+def bringup(args) -> int:
+    """``torqueloop bringup``: the joint-by-joint bring-up and its calibration file; exit 0 when
+    nothing blocking was found, 1 when something was (the fixes are printed)."""
+    from .bringup import bringup as _bringup
+    from .run import load_run
+
+    spec = load_run(args.config, overrides=parse_sets(args.set) if args.set else None)
+    _confirm_hardware(spec, args)
+    yes_zero = getattr(args, "yes_set_zero", False)
+    res = _bringup(spec, set_zero=args.set_zero,
+                   confirm_set_zero=(lambda msg: True) if yes_zero else _ask)
+    print(res.report())
+    print(f"  calibration: {res.calibration_file}" + ("" if res.ok else
+          " (open findings: a hardware run refuses it until they are fixed and bringup is run again)"))
+    return 0 if res.ok else 1

@@ -356,6 +356,9 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
         from .tune_config import RobustnessSpec
         RobustnessSpec.from_section(root.section("robustness"))
 
+    # The [bringup] table (controller.app.bringup) is read against the parsed spec by
+    # validate_run and by the bring-up itself; mark it read here.
+    root.section("bringup", {})
     # The driver table is validated when the driver is built (it may open buses);
     # mark it read here.
     root.finish()
@@ -578,17 +581,33 @@ class Run:
     plant: Any = None
     out_dir: Path | None = None
     _stack: ExitStack = field(default_factory=ExitStack)
+    #: what :meth:`recover` did (also in meta.json's ``events``)
+    events: list = field(default_factory=list)
 
-    def execute(self) -> RunResult:
+    def execute(self, recover=None) -> RunResult:
         """Run the loop to its end, then release the driver (bus/port) and the plant.
 
         The loop has already stopped the motors and flushed the log when it
         returns; an error while closing the driver afterwards (for example a bus
         that went down with the fault being reported) must not hide that result,
         so it is added to ``RunResult.messages`` instead of being raised.
+
+        Parameters
+        ----------
+        recover : callable (str) -> bool, optional
+            The recovery path after a fault (:meth:`recover`, before the driver is closed):
+            asked with the faults; its answer decides.  Its ``hold_s`` attribute, when it has
+            one, is the hold's length.  The hold's result is ``result.recovery``; a recovery
+            that failed or was refused is in ``result.messages``.
         """
         try:
             result = self.loop.run()
+            if recover is not None and result.status == "fault" and result.n_cycles > 0:
+                # the recovery path (Run.recover), asked for by the caller: the operator decides
+                try:
+                    result.recovery = self.recover(result, recover, hold_s=getattr(recover, "hold_s", 2.0))
+                except TorqueloopError as err:
+                    result.messages.append(f"recovery: {type(err).__name__}: {err}")
         except BaseException as run_err:
             try:
                 self.close()
@@ -607,6 +626,99 @@ class Run:
 
     def close(self) -> None:
         self._stack.close()
+
+    def recover(self, result: RunResult, confirm, *, hold_s: float = 2.0, wait_s: float = 1.5) -> RunResult:
+        """The recovery path after a run that stopped on a fault (a comms fault such as a CAN
+        bus-off, a drive that rebooted, an e-stop), in this process.
+
+        Asks the operator ``confirm(message) -> bool`` (nothing is done without a yes), clears
+        the drives' faults (:meth:`drivers.base.Driver.clear_faults`), re-enables them and holds
+        the robot where it stands for ``hold_s`` under the run's controller and safety
+        supervisor (a new loop on the same driver and clock: every start-up check and
+        protection applies again).  Each step is appended to ``meta.json``'s ``events``
+        (``recovery_asked``, ``recovery_refused`` / ``recovery_confirmed``, ``faults_cleared``,
+        ``re_enabled``, ``hold_done``, with the error where one failed).  Call it before
+        :meth:`close` (``execute(recover=...)`` does), as often as needed.
+
+        Parameters
+        ----------
+        result : RunResult
+            The run's result (its faults are shown to the operator).
+        confirm : callable (str) -> bool
+        hold_s : float
+            Length of the hold [s].
+        wait_s : float
+            On the lock-step clock, the simulated time that passes while the operator decides
+            [s] (the drives finish their fault reactions, the robot comes to rest); on the
+            wall clock that time passes by itself.
+
+        Returns
+        -------
+        RunResult
+            The hold's result (``"completed"`` when the robot was held without a fault).
+
+        Raises
+        ------
+        SafetyError
+            Nothing to recover (a completed run), a task-space run, or not confirmed.
+        CommsError, DriverError
+            The faults could not be cleared (the bus is still down, a drive keeps its fault).
+        """
+        from trajectories.base import Hold
+
+        if result.status == "completed":
+            raise SafetyError("nothing to recover: the run completed")
+        if self.spec.space != "joint":
+            raise SafetyError("recovery holds the joints: a task-space run is restarted from its start pose instead")
+        faults = "; ".join(f"{f.cause} at {f.t_s:.3f} s: {f.message}" for f in result.faults) or result.status
+        msg = (f"run '{self.spec.name}' stopped ({faults}). Clear the drives' faults, re-enable them and hold "
+               f"the robot where it stands for {hold_s:g} s?")
+        self._event("recovery_asked", faults=faults)
+        if not confirm(msg):
+            self._event("recovery_refused")
+            raise SafetyError("recovery not confirmed: the drives stay disabled")
+        self._event("recovery_confirmed")
+        if isinstance(self.clock, LockstepClock):
+            self.clock.advance(wait_s)
+        try:
+            self.driver.clear_faults()
+            self._event("faults_cleared")
+            fb = self.driver.enable()
+            q = np.asarray(fb.position_rad, dtype=float).copy()
+            self.driver.disable()
+            self._event("re_enabled", position_rad=q.tolist())
+        except TorqueloopError as err:
+            self._event("recovery_failed", error=f"{type(err).__name__}: {err}")
+            raise
+        old = self.loop
+        loop = ControlLoop(self.driver, old.controller, Hold(q, hold_s), old.safety, self.clock,
+                           period_s=old.period_s, duration_s=hold_s, compiled=False)
+        try:
+            res = loop.run()
+        except TorqueloopError as err:          # the start-up check refused (the robot moved meanwhile)
+            self._event("hold_refused", error=f"{type(err).__name__}: {err}")
+            raise
+        self._event("hold_done", status=res.status, n_cycles=res.n_cycles,
+                    faults=[f"{f.cause}@{f.t_s:.4f}s: {f.message}" for f in res.faults])
+        return res
+
+    def _event(self, kind: str, **info) -> None:
+        """Append one event (UTC time, kind, details) to ``meta.json``'s ``events`` (kept in memory
+        too, :attr:`events`, when the run writes no folder)."""
+        import datetime as _dt
+
+        from ..telemetry import read_meta, write_json
+
+        ev = {"event": kind, "utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+              "clock_s": float(self.clock.now()), **info}
+        self.events.append(ev)
+        if self.out_dir is not None:
+            try:
+                meta = read_meta(self.out_dir)
+                meta.setdefault("events", []).append(ev)
+                write_json(Path(self.out_dir) / "meta.json", meta)
+            except (OSError, ValueError, TorqueloopError):
+                pass        # the events stay in memory; the run's own log is unaffected
 
 
 def _closure_report(plant, result: RunResult) -> None:
@@ -671,6 +783,8 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
             clock = (LockstepClock() if spec.clock == "lockstep"
                      else WallClock(spin_s=spec.spin_s, realtime=spec.realtime))
         plant = None
+        from .calibration import CalibratedDriver, check_calibration
+        calibration = check_calibration(spec)      # hardware: refused when missing or stale
         if spec.hardware:
             driver = build_driver(spec.driver_section, now=clock.now)
         else:
@@ -678,6 +792,10 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
                                   rng=np.random.default_rng(0))
             plant = getattr(driver, "plant", None)
         stack.callback(driver.close)
+        if calibration is not None:
+            lim = spec.model.limits
+            driver = CalibratedDriver(driver, calibration.offset_correction_rad, lim.position_min,
+                                      lim.position_max, str(calibration.path))
         _, X0 = _joint_start(spec)
         controller = make_controller(spec, pose0=X0)
         safety = make_safety(spec, pose0=X0)
@@ -690,6 +808,9 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
             if isinstance(spec.model, ParallelModel) and spec.space == "task":
                 m["task_dof"] = spec.model.task_dof
             axes = controller_quantities(spec.model, spec.space)
+            if calibration is not None:
+                m["calibration"] = {"file": str(calibration.path), "created_utc": calibration.created_utc,
+                                    "offset_correction_rad": calibration.offset_correction_rad.tolist()}
             m.update({"joint_types": list(spec.model.joint_types), "axis_names": [a.name for a in axes],
                       "torque_limit": effective_torque_limit(spec).tolist(), "clock": spec.clock,
                       "robot_file": spec.model.source})
@@ -887,7 +1008,7 @@ def make_safety(spec: RunSpec, *, pose0=None) -> SafetySupervisor:
 
 
 def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_bytes: int | None = None,
-                 build_sim: bool = False) -> Validation:
+                 build_sim: bool = False, calibration: bool = True) -> Validation:
     """The one validation of a run before anything moves, used by ``check`` and ``run``.
 
     Checks, in order: the safety settings against the model (finite torque
@@ -898,7 +1019,9 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
     bandwidth limit); the trajectory's feasibility (position, velocity and
     torque limits, reachability, singularity margin at least
     ``safety.singularity_margin_min``); optionally (``out_dir``) that the
-    output folder is writable with room for the log.
+    output folder is writable with room for the log; last, the calibration
+    (:func:`controller.app.calibration.check_calibration`: a hardware run needs a fresh one;
+    with ``calibration=False`` a missing or stale one is a warning instead, for ``check``).
 
     Raises
     ------
@@ -916,6 +1039,9 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
         if val is not None and np.ndim(val) == 1 and np.size(val) != n_ctrl:
             raise ConfigError(f"expected a scalar or {n_ctrl} values (one per {spec.space}-space axis of "
                               f"{spec.controller.kind}), got {np.size(val)}", spec.file, f"safety.{key}")
+    from .calibration import BringupSpec, check_calibration
+    if "bringup" in spec.data:              # the [bringup] table (its cap against the limits)
+        BringupSpec.from_spec(spec, _joint_start(spec)[0])
     if build_sim and not spec.hardware:
         # build (and close) the simulated stack: validates the driver, plant and emulator tables
         build_run(spec).close()
@@ -955,6 +1081,18 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
         raise ConfigError("trajectory is not feasible (nothing was enabled):\n" + str(rep), spec.file, "trajectory")
     if out_dir is not None:
         check_output_dir(out_dir, spec, min_free_bytes=min_free_bytes)
+    # last: a hardware run refuses a missing, stale or unfinished calibration (`torqueloop
+    # bringup` writes it); `check` (calibration=False) reports it as a warning
+    try:
+        cal = check_calibration(spec)
+    except ConfigError as err:
+        if calibration:
+            raise
+        v.warnings.append(f"{err} (a hardware run refuses to start without it)")
+        cal = None
+    if cal is not None:
+        v.lines.append(f"calibration: {cal.path} (written {cal.created_utc}), offset corrections "
+                       f"{[round(float(c), 6) for c in cal.offset_correction_rad]}")
     return v
 
 
@@ -1007,7 +1145,7 @@ def check_run_config(path: str | Path, overrides: dict | None = None) -> str:
         lines += ["", gain_report(spec)]
     except TorqueloopError as err:
         lines += ["", f"gain analysis not available: {err}"]
-    v = validate_run(spec, build_sim=True)
+    v = validate_run(spec, build_sim=True, calibration=False)
     lines += ["", v.text()]
     return "\n".join(lines)
 

@@ -81,6 +81,9 @@ Keys
     current_limit_a = 10.0           # ODrive motor current limit (firmware default 10 A); the applied
                                      # torque is clamped to min(torque_limit_nm, current_limit_a * kt)
     fw_version = [0, 6, 10]          # what Get_Version reports (default 0.6.10 / 0.5.6 per `firmware`)
+    reversed_joints = [1]            # errors planted in the devices (drivers.sim.planted):
+    encoder_offset_rad = [0.0, 0.3]  #   a reversed motor, an encoder zero elsewhere, a wrong
+    torque_factor = [1.0, 0.5]       #   torque constant (every emulated protocol)
 
     [driver.faults]                  # optional: seeded faults between driver and devices
     seed = 3
@@ -91,6 +94,10 @@ Keys
     device_fault = "limp"            # sim_mit_can: an unreported device fault ("limp": no torque
     device_fault_ids = [2]           #   while replying; "frozen": replies repeat, last command
     device_fault_at_s = 0.2          #   held) on these CAN ids from this loop time
+    bus_error_after = 400            # the bus goes off after this many frames (CAN bus-off) ...
+    bus_restart_s = 0.5              # ... and the adapter restarts this long after (restart-ms)
+    device_reboot_ids = [2]          # sim_mit_can / sim_odrive_can: these drives power-cycle
+    device_reboot_at_s = 0.3         #   at this loop time (out of motor mode / IDLE, zero lost)
 
 Joint mappings (gear ratio, sign, offset, efficiency) and MIT limits of the
 emulated devices are taken from the built driver's joints, so device and
@@ -111,6 +118,7 @@ from dynamics.config import Section
 from dynamics.errors import ConfigError, ModelError, TorqueloopError
 from ..base import Command, Driver, Feedback
 from .direct import DirectPlantDriver
+from .planted import device_mappings
 from .plant import SimulatedPlant
 
 __all__ = ["plant_from_section", "build_sim_direct", "build_sim_mit_can", "build_sim_odrive_can",
@@ -347,6 +355,10 @@ class EmulatedDriver(Driver):
         self.fault_buses = fault_buses
         self.faults_during_enable = faults_during_enable
         self._closed = False
+        #: scheduled drive reboots ``(t_s, emulator, id)`` (``[driver.faults] device_reboot_ids``)
+        #: and the loop clock they are timed on (set by the builder)
+        self.reboots: list = []
+        self.now = None
 
     @property
     def n_joints(self) -> int:
@@ -376,9 +388,18 @@ class EmulatedDriver(Driver):
     def disable(self) -> None:
         self.inner.disable()
 
+    def clear_faults(self) -> None:
+        self._check_hosts()
+        self.inner.clear_faults()
+
     def cycle(self, command: Command) -> Feedback:
         for h in self.hosts:
             h.check()  # a dead emulator thread: raise its error now
+        if self.reboots:
+            t = self.now()
+            for item in [r for r in self.reboots if t >= r[0]]:
+                self.reboots.remove(item)
+                item[1].reboot(item[2])
         return self.inner.cycle(command)
 
     def close(self) -> None:
@@ -430,14 +451,18 @@ def _fault_kwargs(sec: Section, rng: np.random.Generator | None
         corrupt_prob=sec.float("corrupt_prob", 0.0, minimum=0.0, maximum=1.0),
         corrupt_mode=sec.str("corrupt_mode", "truncate", choices=["truncate", "bitflip"]),
         bus_error_after=sec.int("bus_error_after", None, minimum=0),
+        bus_restart_s=sec.float("bus_restart_s", None, minimum=0.0, maximum=3600.0),
         side=sec.str("side", "both", choices=["both", "send", "recv"]),
     )
     ids = sec.raw("silent_ids", [])
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise sec.error("silent_ids", f"expected a list of integer ids, got {ids!r}")
     kw["silent_ids"] = ids
+    if kw["bus_restart_s"] is not None and kw["bus_error_after"] is None:
+        raise sec.error("bus_restart_s", "needs bus_error_after")
     during_enable = sec.bool("during_enable", True)
     kw["device_fault"] = _device_fault(sec)
+    kw["device_reboot"] = _device_reboot(sec)
     sec.finish()
     return kw, rng, during_enable
 
@@ -457,6 +482,32 @@ def _device_fault(sec: Section):
         raise sec.error("device_fault_ids", f"expected a non-empty list of CAN ids, got {ids!r}")
     t = sec.float("device_fault_at_s", 0.0, minimum=0.0)
     return kind, ids, t
+
+
+def _device_reboot(sec: Section):
+    """``device_reboot_ids`` / ``device_reboot_at_s`` -> (ids, t_s) or None."""
+    if not sec.has("device_reboot_ids"):
+        if sec.has("device_reboot_at_s"):
+            raise sec.error("device_reboot_at_s", "needs device_reboot_ids")
+        sec.raw("device_reboot_ids", None)      # read (recorded by `check --explain driver.faults`)
+        return None
+    ids = sec.raw("device_reboot_ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise sec.error("device_reboot_ids", f"expected a non-empty list of device ids, got {ids!r}")
+    return ids, sec.float("device_reboot_at_s", 0.0, minimum=0.0)
+
+
+def _schedule_device_reboots(faults_sec: Section, spec, emulators: list, now) -> list:
+    """Drives that reboot (power-cycle) at a loop time: ``(t_s, emulator, id)`` for each, checked
+    by :class:`EmulatedDriver` before every cycle."""
+    ids, t = spec
+    out = []
+    for did in ids:
+        emu = next((e for e in emulators if did in (getattr(e, "can_ids", ()) or getattr(e, "node_ids", ()))), None)
+        if emu is None or not hasattr(emu, "reboot"):
+            raise faults_sec.error("device_reboot_ids", f"no emulated MIT motor or ODrive axis with id {did}")
+        out.append((t, emu, did))
+    return out
 
 
 def _schedule_device_faults(faults_sec: Section, spec, emulators: list) -> None:
@@ -486,6 +537,7 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
     names = _bus_names(section)
     channels = {name: f"torqueloop-sim-{uuid.uuid4().hex}" for name in names}
     device_fault = fault_kw.pop("device_fault") if fault_kw is not None else None
+    device_reboot = fault_kw.pop("device_reboot") if fault_kw is not None else None
     fault_buses = []
     inline_buses = []
     given = {}
@@ -536,6 +588,8 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
             emulators.append(dev)
         if device_fault is not None:
             _schedule_device_faults(faults_sec, device_fault, emulators)
+        reboots = ([] if device_reboot is None
+                   else _schedule_device_reboots(faults_sec, device_reboot, emulators, now))
         # one host (one thread) for every bus: device events are processed in one time order
         try:
             try:
@@ -555,8 +609,11 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
             h.close()
         driver.close()
         raise
-    return EmulatedDriver(driver, plant, hosts, emulators, fault_buses,
-                          faults_during_enable=during_enable)
+    out = EmulatedDriver(driver, plant, hosts, emulators, fault_buses,
+                         faults_during_enable=during_enable)
+    out.reboots = reboots
+    out.now = now
+    return out
 
 
 def _joint_transport(jt):
@@ -572,10 +629,11 @@ def _mit_devices(driver, emu_sec: Section, wd, now) -> dict:
     reply_id = emu_sec.int("reply_id", 0, minimum=0, maximum=0x7FF)
     temp = emu_sec.float("temperature_c", 35.0)
     by_bus: dict[int, tuple] = {}
+    maps = device_mappings(emu_sec, [jt.mapping for jt in driver.joints])
     for j, jt in enumerate(driver.joints):
         tr = _joint_transport(jt)
         by_bus.setdefault(id(tr), []).append(
-            MitMotorConfig(jt.can_id, j, jt.limits, jt.mapping, variant, temp))
+            MitMotorConfig(jt.can_id, j, jt.limits, maps[j], variant, temp))
     try:
         return {k: MitEmulator(v, reply_id=reply_id, watchdog_timeout_s=wd) for k, v in by_bus.items()}
     except ConfigError as err:
@@ -603,10 +661,11 @@ def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
         raise emu_sec.error("current_limit_a", f"must be finite (a drive's current limit is), got {cur!r}")
     version = emu_sec.raw("fw_version", None)
     by_bus: dict[int, list] = {}
+    maps = device_mappings(emu_sec, [ax.mapping for ax in driver.axes])
     for j, ax in enumerate(driver.axes):
         tr = _joint_transport(ax)
         by_bus.setdefault(id(tr), []).append(
-            OdriveAxisConfig(ax.node_id, j, ax.mapping, tlim, hb, enc, wd, iq_period_s=iq,
+            OdriveAxisConfig(ax.node_id, j, maps[j], tlim, hb, enc, wd, iq_period_s=iq,
                              torques_period_s=tq, current_limit_a=cur))
     t0 = float(now())
     try:

@@ -670,10 +670,13 @@ def devices_from_driver(driver, emu_sec, wd, now) -> dict:
     kd = emu_sec.float("brake_kd_nm_s_per_rad", 5.0, minimum=0.0, strict_min=True)
     still = emu_sec.float("standstill_rad_s", 0.02, minimum=0.0, strict_min=True)
     tmax = emu_sec.float("max_brake_s", 1.0, minimum=0.0, strict_min=True)
+    from .planted import device_mappings
+
     by_bus: dict[int, list] = {}
+    maps = device_mappings(emu_sec, [ax.mapping for ax in driver.axes])
     for j, ax in enumerate(driver.axes):
         by_bus.setdefault(id(ax.transport), []).append(
-            Cia402DriveConfig(ax.node_id, j, ax.units, ax.mapping, ax.eds, kd, still, tmax))
+            Cia402DriveConfig(ax.node_id, j, ax.units, maps[j], ax.eds, kd, still, tmax))
     t0 = float(now())
     try:
         return {k: Cia402Emulator(v, t0_s=t0) for k, v in by_bus.items()}

@@ -10,6 +10,8 @@ emulator's pseudo-terminal), ``[plant]`` as for the other simulated types
     temperature_c = 35.0
     firmware_version = 52            # >= 45: Fast Sync Read supported
     poll_s = 0.005                   # idle wait of the serving thread
+    # reversed_joints, encoder_offset_rad, torque_factor: errors planted in the servos
+    #   (drivers.sim.build.device_mappings)
 
 The modelled wire speed is the driver's ``baudrate``.
 """
@@ -33,6 +35,7 @@ def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transport
     from .. import dynamixel as real
     from ..serial_port import SerialTransport
     from .build import EmulatedDriver, plant_from_section
+    from .planted import device_mappings
     from .dynamixel_emulator import DynamixelBusEmulator, ServoConfig
 
     if transports:
@@ -43,7 +46,6 @@ def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transport
     temp = emu_sec.float("temperature_c", 35.0)
     fw = emu_sec.int("firmware_version", 52, minimum=0, maximum=255)
     poll = emu_sec.float("poll_s", 0.005, minimum=0.0, strict_min=True)
-    emu_sec.finish()
     baud = section.int("baudrate", 4_000_000, minimum=1) if section.has("baudrate") else 4_000_000
     emu = DynamixelBusEmulator([], plant, now, baudrate=baud, poll_s=poll)
     try:
@@ -56,7 +58,13 @@ def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transport
             port.close()
             raise
         try:
-            emu.add_servos([ServoConfig(s.dxl_id, j, s.model, s.mapping, fw, volts, temp)
+            maps = device_mappings(emu_sec, [s.mapping for s in driver.servos])
+            emu_sec.finish()
+        except ConfigError:
+            driver.close()
+            raise
+        try:
+            emu.add_servos([ServoConfig(s.dxl_id, j, s.model, maps[j], fw, volts, temp)
                             for j, s in enumerate(driver.servos)])
         except ConfigError as err:
             driver.close()

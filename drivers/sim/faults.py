@@ -157,6 +157,10 @@ class FaultInjectingBus:
         After this many frames (sent + received, counted before faults) every
         ``send``/``recv`` raises :class:`can.CanOperationError`, as a python-can
         bus does when the interface goes bus-off or is unplugged.
+    bus_restart_s : float, optional
+        The adapter restarts this long (on the ``now`` clock) after it went bus-off
+        (SocketCAN's ``restart-ms``): frames pass again (:meth:`restore`).  Default:
+        never (``ip link set can0 type can restart`` is :meth:`restore`).
     side : {"both", "send", "recv"}
         Which direction is perturbed (``bus_error_after`` and ``silent_ids``
         apply to the chosen sides too).
@@ -176,7 +180,8 @@ class FaultInjectingBus:
                  delay_s: float = 0.0, duplicate_prob: float = 0.0, reorder_prob: float = 0.0,
                  corrupt_prob: float = 0.0, silent_ids: Iterable[int] = (),
                  bus_error_after: int | None = None, side: str = "both",
-                 corrupt_mode: str = "truncate", now: Callable[[], float] = time.monotonic):
+                 corrupt_mode: str = "truncate", now: Callable[[], float] = time.monotonic,
+                 bus_restart_s: float | None = None):
         for attr in ("send", "recv", "shutdown"):
             if not callable(getattr(inner_bus, attr, None)):
                 raise ConfigError(f"inner bus has no {attr}() method", field="inner_bus")
@@ -202,6 +207,13 @@ class FaultInjectingBus:
             raise ConfigError(f"must be an integer >= 0, got {bus_error_after!r}",
                               field="bus_error_after")
         self._error_after = bus_error_after
+        if bus_restart_s is not None:
+            r = float(bus_restart_s)
+            if not math.isfinite(r) or r < 0:
+                raise ConfigError(f"must be finite and >= 0, got {bus_restart_s!r}", field="bus_restart_s")
+            bus_restart_s = r
+        self._restart_s = bus_restart_s
+        self._off_since: float | None = None     # clock time the bus went off (restart pending)
         if side not in _SIDES:
             raise ConfigError(f"must be one of {list(_SIDES)}, got {side!r}", field="side")
         if corrupt_mode not in _CORRUPT_MODES:
@@ -274,9 +286,32 @@ class FaultInjectingBus:
         with self._lock:
             self._error_after = self._frames
 
+    def restore(self) -> None:
+        """The adapter is back after a bus-off (SocketCAN's ``restart-ms`` or ``ip link set can0
+        type can restart``): frames pass again, counted afresh (``bus_error_after`` counts
+        from here again)."""
+        with self._lock:
+            if self._error_after is not None and self._frames >= self._error_after:
+                self._error_after = None
+            self._frames = 0
+
+    def _off(self) -> bool:
+        """Whether the bus is off now (restarting it when ``bus_restart_s`` has passed)."""
+        if self._error_after is None or self._frames < self._error_after:
+            return False
+        if self._restart_s is not None:
+            t = self._now()
+            if self._off_since is None:
+                self._off_since = t
+            elif t - self._off_since >= self._restart_s:
+                self._off_since = None
+                self.restore()
+                return False
+        return True
+
     def _count(self) -> None:
         if self._error_after is not None:
-            if self._frames >= self._error_after:
+            if self._off():
                 raise can.CanOperationError(
                     f"injected bus error after {self._error_after} frames")
             self._frames += 1
@@ -284,7 +319,7 @@ class FaultInjectingBus:
     def _check(self) -> None:
         if self._closed:
             raise can.CanOperationError("bus is shut down")
-        if self._error_after is not None and self._frames >= self._error_after:
+        if self._off():
             raise can.CanOperationError(f"injected bus error after {self._error_after} frames")
 
     def _flush_tx(self, timeout) -> None:

@@ -262,6 +262,21 @@ class MitEmulator(EmulatedDevice):
             st.motor_mode = False
             self.plant.set_brake(True, joints=[st.cfg.joint])
 
+    def reboot(self, can_id: int) -> None:
+        """Power-cycle one motor (a brown-out, an e-stop that cut its supply): it comes back out of
+        motor mode (zero torque, brake engaged), with no latched error and its SET_ZERO zero lost,
+        and answers as before; commands are ignored until it is told to enter motor mode again."""
+        with self._lock:
+            st = self._state(can_id)
+            self._zero_output(st)
+            st.motor_mode = False
+            st.fault = 0
+            st.zero_m = 0.0
+            st.device_fault = None
+            st.scheduled = None
+            st.last_reply = None
+            self.plant.set_brake(True, joints=[st.cfg.joint])
+
     def set_silent(self, can_id: int, silent: bool = True) -> None:
         """Disconnect (``True``) or reconnect a motor from the bus."""
         with self._lock:

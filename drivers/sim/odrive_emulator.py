@@ -316,6 +316,18 @@ class OdriveEmulator(EmulatedDevice):
             ax.axis_error |= bits
             self._disarm(ax)
 
+    def reboot(self, node_id: int) -> None:
+        """Power-cycle one axis (a brown-out, an e-stop that cut the supply): it comes back IDLE
+        (zero torque, brake engaged) with no error, its torque input and position offset reset;
+        commands do nothing until it is requested into closed loop again."""
+        with self._lock:
+            ax = self._axis(node_id)
+            ax.axis_error = 0
+            ax.input_torque = 0.0
+            ax.pos_offset_rev = 0.0
+            ax.procedure_result = int(odc.ProcedureResult.SUCCESS)
+            self._disarm(ax)
+
     def set_silent(self, node_id: int, silent: bool = True) -> None:
         with self._lock:
             self._axis(node_id).silent = bool(silent)

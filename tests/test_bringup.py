@@ -1,0 +1,221 @@
+"""Bring-up (controller/app/bringup.py) against every emulated protocol: a clean robot passes and
+each error planted in the emulated devices ([driver.emulator] reversed_joints,
+encoder_offset_rad, torque_factor: drivers.sim.build.device_mappings) is found on the joint it
+was planted on, with its fix; the calibration file it writes is applied by `run` and a hardware
+run refuses a missing or stale one (exit 2 naming the file and what changed).
+
+The robot (tests/data/bringup/scara2.toml) has vertical joint axes, so nothing in the bring-up's
+measurements comes from gravity: direction from the coupled motion of the two links, the torque
+factor from the inertia.  ODrive ASCII has no emulator, so it is not in the table.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.app.bringup import bringup
+from controller.app.calibration import check_calibration
+from controller.app.cli import main
+from controller.app.run import build_run, parse_run
+from dynamics.config import read_toml, write_toml
+from dynamics.errors import ConfigError
+
+DATA = Path(__file__).resolve().parent / "data" / "bringup"
+BUS = {"interface": "virtual", "channel": "can0"}
+DRIVERS = {
+    "mit": {"type": "sim_mit_can", "bus": BUS,
+            "joints": [{"name": "j1", "can_id": 1, "model": "AK80-9"}, {"name": "j2", "can_id": 2, "model": "AK80-9"}]},
+    "odrive_can": {"type": "sim_odrive_can", "bus": BUS, "joints": [{"name": "j1", "node_id": 0}, {"name": "j2", "node_id": 1}]},
+    "cia402": {"type": "sim_cia402_can", "bus": BUS,
+               "joints": [dict(name=f"j{i}", node_id=i, eds="cia402_generic.eds", counts_per_rev=131072,
+                               rated_torque_nm=1.0, torque_limit_nm=2.0, gear_ratio=9.0) for i in (1, 2)]},
+    "dynamixel": {"type": "sim_dynamixel", "port": "/dev/null",
+                  "joints": [{"name": "j1", "id": 1, "model": "XM430-W350"}, {"name": "j2", "id": 2, "model": "XM430-W350"}]},
+}
+#: planted error -> ([driver.emulator] keys, the check that must find it on joint 1 ("j2"), None: nothing)
+PLANTED = {
+    "clean": ({}, None),
+    "reversed_sign": ({"reversed_joints": [1]}, "direction"),
+    "wrong_offset": ({"encoder_offset_rad": [0.0, 0.2]}, "zero"),
+    "wrong_torque_constant": ({"torque_factor": [1.0, 0.5]}, "torque constant"),
+}
+
+
+def _data(protocol: str, planted: str, tmp_path: Path) -> dict:
+    data = read_toml(DATA / "base.toml")
+    data["robot"]["file"] = str(DATA / "scara2.toml")
+    drv = copy.deepcopy(DRIVERS[protocol])
+    if PLANTED[planted][0]:
+        drv["emulator"] = dict(PLANTED[planted][0])
+    data["driver"] = drv
+    data["bringup"] = {"calibration_file": str(tmp_path / "cal.toml")}
+    return data
+
+
+def _spec(data, tmp_path):
+    path = tmp_path / "run.toml"
+    write_toml(path, data)
+    return parse_run(data, file=str(path), base_dir=tmp_path)
+
+
+#: the Dynamixel servos answer on a pseudo-terminal from a thread, within a wall-clock reply
+#: timeout: run alone (tests/conftest.py)
+PROTOCOLS = [pytest.param(p, marks=pytest.mark.exclusive) if p == "dynamixel" else p for p in DRIVERS]
+
+
+@pytest.mark.parametrize("planted", list(PLANTED))
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_bringup_finds_planted_error(protocol, planted, tmp_path):
+    spec = _spec(_data(protocol, planted, tmp_path), tmp_path)
+    res = bringup(spec)
+    found = {(f.joint, f.check) for f in res.findings}
+    check = PLANTED[planted][1]
+    if check is None:
+        assert found == set(), res.report()
+        assert np.all(np.abs(res.torque_factor - 1.0) < 0.1), res.report()
+        assert np.all(np.abs(res.offset_correction_rad) < 0.005), res.report()
+    else:
+        assert found == {(1, check)}, res.report()
+    if planted == "reversed_sign":
+        assert "driver.joints[1].sign = -1" in res.report()
+        assert np.all(np.abs(res.offset_correction_rad) < 0.005)     # the zero as read once the sign is fixed
+    if planted == "wrong_offset":
+        assert res.offset_correction_rad[1] == pytest.approx(0.2, abs=0.005)
+        fix = re.search(r"driver\.joints\[1\]\.offset_rad = ([-0-9.e]+)", res.report())
+        assert fix and float(fix.group(1)) == pytest.approx(0.2, abs=0.005)
+    if planted == "wrong_torque_constant":
+        assert res.torque_factor[1] == pytest.approx(0.5, abs=0.1)
+        assert res.torque_factor[0] == pytest.approx(1.0, abs=0.1)
+    cal = read_toml(tmp_path / "cal.toml")
+    assert len(cal["calibration"]["hardware_digest"]) == 64 and cal["calibration"]["created_utc"]
+    assert [f["check"] for f in cal["findings"]] == ([] if check is None else [check])
+
+
+def test_run_applies_the_calibration_of_a_wrong_offset(tmp_path):
+    """The planted offset makes the run start 0.2 rad off its start (refused); the calibration the
+    bring-up wrote corrects it and the same run completes."""
+    data = _data("mit", "wrong_offset", tmp_path)
+    data["driver"]["plant"] = {"q0": [0.3, -0.4]}
+    spec = _spec(data, tmp_path)
+    run = build_run(spec)                     # no calibration yet: simulated runs need none
+    with pytest.raises(Exception, match="differs from the trajectory start"):
+        run.loop.run()
+    run.close()
+    spec_bu = _spec(_data("mit", "wrong_offset", tmp_path), tmp_path)
+    bringup(spec_bu)
+    cal = check_calibration(spec, required=True)
+    assert cal.offset_correction_rad[1] == pytest.approx(0.2, abs=0.005)
+    run = build_run(spec)
+    try:
+        res = run.loop.run()
+    finally:
+        run.close()
+    assert res.status == "completed", res.faults
+    assert float(np.max(res.metrics["max_abs_error"])) < 0.05
+
+
+def test_hardware_run_refuses_missing_and_stale_calibration(tmp_path, capsys):
+    """A hardware config (same driver table, type mit_can) without its calibration, and after a
+    joint's setting changed: `run` exits 2 naming the calibration file and the changed key
+    (nothing is opened); `check` warns."""
+    data = _data("mit", "clean", tmp_path)
+    data["driver"]["type"] = "mit_can"
+    data["loop"]["clock"] = "wall"
+    data["safety"]["velocity_max"] = 5.0
+    cfg = tmp_path / "hw.toml"
+    write_toml(cfg, data)
+    assert main(["check", str(cfg)]) == 0            # check: everything else is fine, and a warning
+    out = capsys.readouterr().out
+    assert "WARNING" in out and "cal.toml" in out and "no calibration" in out and "torqueloop bringup" in out
+    assert main(["run", str(cfg), "--yes-hardware", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "cal.toml" in err and "no calibration" in err and "torqueloop bringup" in err
+    # a calibration written for this hardware config (as bringup writes it), then a changed gear
+    spec = _spec(data, tmp_path)
+    from controller.app.bringup import BringupResult, write_calibration
+    n = 2
+    write_calibration(BringupResult(["j1", "j2"], np.zeros(n), np.zeros(n), np.zeros(n), np.ones(n), np.zeros(n),
+                          np.zeros(n), np.ones(n), calibration_file=tmp_path / "cal.toml"), spec)
+    assert check_calibration(spec) is not None
+    data["driver"]["joints"][1]["gear_ratio"] = 2.0
+    write_toml(cfg, data)
+    assert main(["run", str(cfg), "--yes-hardware", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "cal.toml" in err and "stale" in err and "driver.joints[1].gear_ratio added" in err
+
+
+def test_torque_cap_over_the_safe_fraction_is_refused(tmp_path):
+    data = _data("mit", "clean", tmp_path)
+    data["bringup"]["torque_cap_nm"] = 2.5          # 25 % of the 10 N m limit
+    with pytest.raises(ConfigError) as ei:
+        bringup(_spec(data, tmp_path))
+    assert ei.value.field == "bringup.torque_cap_nm" and "20%" in str(ei.value)
+
+
+def test_mit_set_zero_needs_confirmation_and_sets_the_zero(tmp_path):
+    """--set-zero: refused without the operator's yes; with it the MIT drives' zero is at the
+    reference pose, so they read offset_rad (0) there and the calibration carries home_rad."""
+    from dynamics.errors import SafetyError
+
+    data = _data("mit", "wrong_offset", tmp_path)
+    with pytest.raises(SafetyError, match="not confirmed"):
+        bringup(_spec(data, tmp_path), set_zero=True, confirm_set_zero=lambda msg: False)
+    asked = []
+    res = bringup(_spec(data, tmp_path), set_zero=True, confirm_set_zero=lambda msg: asked.append(msg) or True)
+    assert "set the zero" in asked[0]
+    assert res.set_zero_joints == [0, 1]
+    assert res.offset_correction_rad == pytest.approx([0.3, -0.4], abs=0.002)     # = home_rad
+    assert {f.check for f in res.findings} == {"zero"} and res.ok
+
+
+def test_zero_lost_after_a_power_cycle_is_refused_at_enable(tmp_path):
+    """The calibration corrects a 0.2 rad offset; then the drive loses its zero by a turn of the
+    joint (3 rad more: a power cycle that lost a multi-turn count): enable reads it outside the
+    robot's limits and the run refuses to start (exit 2), naming the calibration."""
+    from controller.app.commands import exit_code
+
+    spec = _spec(_data("mit", "wrong_offset", tmp_path), tmp_path)
+    assert bringup(spec).ok
+    data = _data("mit", "wrong_offset", tmp_path)
+    data["driver"]["emulator"]["encoder_offset_rad"] = [0.0, 3.2]
+    run = build_run(_spec(data, tmp_path))
+    try:
+        res = run.loop.run()
+    finally:
+        run.close()
+    assert res.status == "fault" and exit_code(res) == 2
+    assert "zero lost" in res.faults[0].message and "cal.toml" in res.faults[0].message
+
+
+def test_cli_bringup_exit_codes(tmp_path, capsys):
+    """`torqueloop bringup`: exit 0 and the calibration path on a clean robot, 1 with the fix
+    printed on a reversed sign, 2 naming the field for a cap over 20 % of the limit."""
+    for planted, code in (("clean", 0), ("reversed_sign", 1)):
+        cfg = tmp_path / f"{planted}.toml"
+        write_toml(cfg, _data("mit", planted, tmp_path))
+        assert main(["bringup", str(cfg)]) == code
+        out = capsys.readouterr().out
+        assert "calibration:" in out and "cal.toml" in out
+        assert ("driver.joints[1].sign = -1" in out) == (planted == "reversed_sign")
+    assert main(["bringup", str(cfg), "--set", "bringup.torque_cap_nm=3.0"]) == 2
+    assert "bringup.torque_cap_nm" in capsys.readouterr().err
+
+
+def write_clean_calibration(config) -> Path:
+    """The calibration a bring-up with nothing to report writes for a run config (a path, or a
+    parsed RunSpec): no offset correction, torque factors 1; for tests of a hardware run about
+    something else (the rehearsals); the bring-up itself is tested above.  Returns its path."""
+    from controller.app.bringup import BringupResult, write_calibration
+    from controller.app.calibration import calibration_path
+    from controller.app.run import load_run
+
+    spec = load_run(config) if isinstance(config, (str, Path)) else config
+    n = spec.model.dof
+    return write_calibration(BringupResult([str(x) for x in spec.model.joint_names], np.zeros(n), np.zeros(n),
+                                           np.zeros(n), np.ones(n), np.zeros(n), np.zeros(n), np.ones(n),
+                                           calibration_file=calibration_path(spec)), spec)
