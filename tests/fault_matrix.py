@@ -42,9 +42,9 @@ from controller.telemetry import read_log, read_meta
 from dynamics.errors import CommsError
 
 try:
-    from tests.test_integration_faults import _Hooked, _stale_cause_row
+    from tests.test_integration_faults import _Hooked, _stale_cause_row, kill_from_thread
 except ImportError:  # pragma: no cover - rootdir not on sys.path
-    from test_integration_faults import _Hooked, _stale_cause_row
+    from test_integration_faults import _Hooked, _stale_cause_row, kill_from_thread
 
 RUNS = Path(__file__).resolve().parents[1] / "hil_configs" / "runs"
 
@@ -170,7 +170,10 @@ def _nan(case):
 
 
 def _signal(sig: signal.Signals):
-    """Injection: ``sig`` sent to this process by another thread (as ``kill`` from a shell would)."""
+    """Injection: ``sig`` sent to this process by another thread (as ``kill`` from a shell would).
+
+    The injecting cycle waits until the sender's ``kill`` returned (``kill_from_thread``): the
+    0.4 s runs are short enough on the lock-step clock for a late sender to miss them."""
     def inject(case):
         orig = case.safety.request_stop
 
@@ -180,7 +183,9 @@ def _signal(sig: signal.Signals):
             orig(reason)
 
         case.safety.request_stop = spy
-        return lambda: threading.Timer(0.0, os.kill, (os.getpid(), sig)).start()
+        def fire():
+            kill_from_thread(sig)
+        return fire
     return inject
 
 

@@ -341,10 +341,26 @@ def test_position_limit_violation_stops_within_two_cycles(tmp_path):
     _mit_all_off(c)
 
 
+def kill_from_thread(sig: signal.Signals, timeout_s: float = 30.0) -> None:
+    """Send ``sig`` to this process from another thread (as ``kill`` from a shell would) and
+    return once that thread's ``kill`` returned: the signal is then pending, so the run cannot
+    end before it arrives (a thread left to start when it gets the CPU could send after a
+    short lock-step run completed, to whatever handler is installed then)."""
+    sent = threading.Event()
+
+    def send():
+        os.kill(os.getpid(), sig)
+        sent.set()
+
+    threading.Thread(target=send, name="test-kill").start()
+    if not sent.wait(timeout_s):
+        raise AssertionError(f"{sig.name} not sent within {timeout_s} s")
+
+
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                     reason="signal handlers need the main thread")
 def test_sigint_from_another_thread_stops_safely(tmp_path):
-    """SIGINT sent by a timer thread started during driver cycle K.  The handler's call is timed by
+    """SIGINT sent by a thread started during driver cycle K.  The handler's call is timed by
     the number of driver cycles started then (c): the signal arrived in row c-1 or row c, and the
     zero command must be in row c or c+1 (within 2 cycles)."""
     K = 80
@@ -361,10 +377,8 @@ def test_sigint_from_another_thread_stops_safely(tmp_path):
 
         case.safety.request_stop = spy
 
-    def start_timer():
-        threading.Timer(0.0, os.kill, (os.getpid(), signal.SIGINT)).start()
-
-    c = _Case(DEMO, tmp_path, duration_s=1.0, hooks=lambda case: {K: start_timer}, prepare=prepare)
+    c = _Case(DEMO, tmp_path, duration_s=1.0, hooks=lambda case: {K: lambda: kill_from_thread(signal.SIGINT)},
+              prepare=prepare)
     assert signal.getsignal(signal.SIGINT) is before  # handler restored
     last = _check_common(c, status="stopped", cause="signal")
     assert seen["reason"] == "SIGINT"
