@@ -17,10 +17,15 @@ Stop: when the safety supervisor's action is ``"disable"`` (the end of every
 stop reaction) the loop sends one zero-torque command, disables the driver,
 writes the row and ends; for ``zero_disable`` this happens in the same cycle
 that sees the cause (the cause arrives with the feedback of the previous
-cycle's command, so within 2 cycles of it).  A communication error from the
-driver (any torqueloop error from ``driver.cycle``: CommsError -> cause ``"comms"``,
-others such as DriverError or a simulated plant's ModelError -> ``"driver"``)
-disables the drives at once (best effort).  Every signal that would end
+cycle's command, so within 2 cycles of it).  An error from the driver (any
+exception from ``driver.cycle`` or ``driver.enable``: CommsError -> cause
+``"comms"``, any other type (DriverError, a simulated plant's ModelError, an
+OverflowError...) -> ``"driver"``) disables the drives at once (best effort).
+Any other exception between enable and the end of the run, of any type, ends
+it the same way: one zero-torque command, disable (each failure recorded), the
+log and ``meta.json`` closed, and the run returned as a fault with cause
+``"internal"`` naming the error (a ``BaseException`` such as KeyboardInterrupt
+outside the main thread is raised again after the stop).  Every signal that would end
 the process (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2, SIGALRM...; see
 :func:`terminating_signals`) is turned into a ``"signal"`` fault (safe stop,
 status ``"stopped"``) while :meth:`ControlLoop.run` runs (only when called from
@@ -324,6 +329,7 @@ class ControlLoop:
         status = "fault"
         k = 0
         enabled = False
+        running = False     # past the start-up check: an error from here on ends the run as a fault
         wall0 = time.perf_counter()
         self.safety.reset()
         self.controller.reset()
@@ -342,7 +348,7 @@ class ControlLoop:
             try:
                 fb = self.driver.enable()
                 enabled = True
-            except TorqueloopError as err:
+            except Exception as err:  # noqa: BLE001 - of any type: some drives may be on already
                 self.safety.fault(0.0, _driver_cause(err), f"enable failed: {type(err).__name__}: {err}")
                 self._disable(0.0)
                 return self._finish("fault", 0, messages, lat, starts, comp, cyc, metrics, wall0)
@@ -365,6 +371,7 @@ class ControlLoop:
                 err0 = np.full(self.controller.dim, np.nan)
             self.safety.startup_check(fb, err0)
             self.controller.reset()
+            running = True
 
             zero = np.zeros(n)
             nan_dim = np.full(dim, np.nan)
@@ -416,7 +423,7 @@ class ControlLoop:
                     fb_used = fb
                     try:
                         self.driver.cycle(Command(zero.copy()))
-                    except TorqueloopError as exc:
+                    except Exception as exc:  # noqa: BLE001 - recorded; the disable follows
                         self.safety.faults.append(Fault(t, _driver_cause(exc), None, {},
                                                         f"zero command failed: {type(exc).__name__}: {exc}"))
                     enabled = not self._disable(t)
@@ -427,7 +434,7 @@ class ControlLoop:
                 fb_used = fb
                 try:
                     fb = self.driver.cycle(Command(cmd))
-                except TorqueloopError as exc:
+                except Exception as exc:  # noqa: BLE001 - any error of the exchange: safe stop
                     self.safety.fault(t, _driver_cause(exc), f"{type(exc).__name__}: {exc}")
                     enabled = not self._disable(t)
                     ss.code |= FAULT | DISABLED
@@ -448,7 +455,7 @@ class ControlLoop:
                 starts.append(self.clock.now())
                 try:
                     fb_end = self.driver.cycle(Command(zero.copy()))
-                except TorqueloopError as exc:
+                except Exception as exc:  # noqa: BLE001 - recorded; the disable follows
                     self.safety.faults.append(Fault(t, _driver_cause(exc), None, {},
                                                     f"zero command failed: {type(exc).__name__}: {exc}"))
                     fb_end = fb
@@ -479,10 +486,19 @@ class ControlLoop:
             result = self._finish(status, k, messages, lat, starts, comp, cyc, metrics, wall0)
             result.compiled_cycles = fast.cycles if fast is not None else 0
             return result
-        except BaseException:
+        except BaseException as exc:
+            # anything raised between enable and the end of the run, of any type (a bug, an
+            # OverflowError, KeyboardInterrupt outside the main thread): the drives are stopped
+            # (zero torque, disable: best effort, each failure recorded) before anything else
             if enabled:
-                self._disable(k * P)
+                self._stop_drives(k * P)
                 enabled = False
+            if running and isinstance(exc, Exception):
+                # ... and the run ends as a fault naming it, its log kept (exit code 1)
+                self.safety.faults.append(Fault(k * P, "internal", None, {"error": repr(exc)},
+                                                f"{type(exc).__name__}: {exc} (run stopped: zero torque "
+                                                f"sent, drives disabled)"))
+                return self._finish("fault", k, messages, lat, starts, comp, cyc, metrics, wall0)
             if self.telemetry is not None:
                 self.telemetry.close({"status": "error", "n_cycles": k,
                                       "faults": [asdict(f) for f in self.safety.faults]})
@@ -491,12 +507,22 @@ class ControlLoop:
             self._restore_signals(saved)
             self.clock.stop()
 
+    def _stop_drives(self, t) -> None:
+        """One zero-torque command, then disable; every failure (of any type) is recorded as a fault."""
+        try:
+            self.driver.cycle(Command(np.zeros(self.driver.n_joints)))
+        except Exception as exc:  # noqa: BLE001 - recorded; the disable follows
+            self.safety.faults.append(Fault(t, _driver_cause(exc), None, {},
+                                            f"zero command failed: {type(exc).__name__}: {exc}"))
+        self._disable(t)
+
     def _disable(self, t) -> bool:
-        """Disable the driver; a failure is recorded as a fault.  Returns True when it succeeded."""
+        """Disable the driver; a failure (of any type) is recorded as a fault.  Returns True when it
+        succeeded."""
         try:
             self.driver.disable()
             return True
-        except TorqueloopError as exc:
+        except Exception as exc:  # noqa: BLE001 - recorded: the run is ending either way
             self.safety.faults.append(Fault(t, _driver_cause(exc), None, {},
                                             f"disable failed: {type(exc).__name__}: {exc}"))
             return False

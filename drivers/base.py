@@ -22,10 +22,40 @@ import numpy as np
 from dynamics.errors import CommsError, DriverError, TorqueloopError
 
 __all__ = ["Command", "Feedback", "Driver", "TransportDriver", "JointMapping", "FAULT_NONE", "check_mapping",
-           "command_vector", "torque_only"]
+           "command_vector", "torque_only", "TIMEOUT_MAX_S", "Timeout"]
 
 #: fault code meaning "no fault"; other codes are driver specific (documented per driver)
 FAULT_NONE = 0
+
+
+#: the longest plausible wait of each driver timeout [s] (every one must be > 0): a reply a second
+#: late is no reply, a drive that takes a minute to enable is broken, and a wait of 1e300 s is no
+#: timeout at all (the OS's timers overflow: an OverflowError in the middle of a cycle)
+TIMEOUT_MAX_S = {"reply_timeout_s": 1.0, "enable_timeout_s": 60.0, "sdo_timeout_s": 10.0}
+
+
+class Timeout:
+    """A driver's timeout attribute [s], checked whenever it is set (construction or later):
+    finite, > 0 and at most its :data:`TIMEOUT_MAX_S` entry, else :class:`DriverError` (the
+    value is not taken).  A class attribute ``reply_timeout_s = Timeout()`` declares one."""
+
+    def __set_name__(self, owner, name):
+        self.name, self.attr = name, "_" + name
+        self.maximum = TIMEOUT_MAX_S[name]
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        try:
+            return obj.__dict__[self.attr]
+        except KeyError:
+            raise AttributeError(self.name) from None
+
+    def __set__(self, obj, value):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                and 0 < value <= self.maximum):
+            raise DriverError(f"{self.name} must be > 0 and <= {self.maximum:g} s, got {value!r}")
+        obj.__dict__[self.attr] = float(value)
 
 
 @dataclass
@@ -280,6 +310,9 @@ class TransportDriver(Driver):
     gates it and ``self.cycles`` counts it.  A driver whose cycle is more than that (the MIT
     driver's compiled encoder and follow check) overrides :meth:`cycle`.
     """
+
+    reply_timeout_s = Timeout()
+    enable_timeout_s = Timeout()
 
     #: what :meth:`disable` may raise while :meth:`close` still closes the transports (a driver
     #: whose device library raises its own errors while disabling widens it)

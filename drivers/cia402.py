@@ -72,7 +72,7 @@ import numpy as np
 from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeError, DeviceFaultError,
                              DriverError, TorqueloopError)
 
-from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
+from .base import TIMEOUT_MAX_S, Command, Timeout, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import cia402 as codec
 from .codecs.cia402 import Cia402Units, NmtState, State
 from .transport import CanTransport, Frame, group_by_bus, recv_any
@@ -215,6 +215,8 @@ class Cia402Driver(TransportDriver):
     #: close() goes on to close the buses whatever disabling raised: canopen raises its own
     #: errors while sending NMT
     _disable_errors = (Exception,)
+
+    sdo_timeout_s = Timeout()
 
     def __init__(self, axes: Sequence[Cia402Axis], *, now: Callable[[], float], reply_timeout_s: float = 0.002,
                  enable_timeout_s: float = 1.0, sdo_timeout_s: float = 0.1, heartbeat_period_s: float = 0.05,
@@ -727,9 +729,9 @@ def build(section, *, now: Callable[[], float], transports=None) -> Cia402Driver
     from . import registry
     buses = registry.open_buses(section, transports)
     try:
-        rt = section.float("reply_timeout_s", 0.002, minimum=0.0, strict_min=True)
-        et = section.float("enable_timeout_s", 1.0, minimum=0.0, strict_min=True)
-        st = section.float("sdo_timeout_s", 0.1, minimum=0.0, strict_min=True)
+        rt = section.float("reply_timeout_s", 0.002, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["reply_timeout_s"])
+        et = section.float("enable_timeout_s", 1.0, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["enable_timeout_s"])
+        st = section.float("sdo_timeout_s", 0.1, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["sdo_timeout_s"])
         hb = section.float("heartbeat_period_s", 0.05, minimum=0.001)
         hbt = section.float("heartbeat_timeout_s", None, minimum=0.0, strict_min=True)
         if hbt is not None and hbt <= hb:

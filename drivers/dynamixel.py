@@ -49,7 +49,7 @@ import numpy as np
 
 from dynamics.errors import CommsError, CommsTimeoutError, DecodeError, DeviceFaultError, DriverError
 
-from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
+from .base import TIMEOUT_MAX_S, Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import dynamixel as dx
 from .codecs.dynamixel import Addr
 
@@ -469,7 +469,7 @@ def build(section, *, now: Callable[[], float], transports=None) -> DynamixelDri
     wd = section.int("bus_watchdog_ms", 100, minimum=20, maximum=2540)
     if wd % 20:
         raise section.error("bus_watchdog_ms", f"must be a multiple of 20 ms, got {wd}")
-    rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True)
+    rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["reply_timeout_s"])
     every = section.int("status_every", 50, minimum=0)
     servos = []
     seen = {}

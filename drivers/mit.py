@@ -58,9 +58,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dynamics.errors import CommsTimeoutError, DriverError
+from dynamics.errors import CommsError, CommsTimeoutError, DriverError
 
-from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, command_vector
+from .base import TIMEOUT_MAX_S, Command, Feedback, JointMapping, TransportDriver, check_mapping, command_vector
 from . import _mit_kernels as _k
 from .codecs import mit as codec
 from .mit_health import FAULT_OVER_TEMPERATURE, FollowConfig, FollowMonitor
@@ -572,15 +572,25 @@ class MitCanDriver(TransportDriver):
         zero = self.make_commands(Command(np.zeros(self.n_joints)))
         exits = [Frame(jt.can_id, codec.EXIT_MOTOR_MODE) for jt in self._joints]
         todo = list(range(self.n_joints))
+        first_err = None
         for attempt in range(2):
-            self._exchange([zero[j] for j in todo], todo, self.reply_timeout_s, stats)
-            if attempt == 0:
+            fresh = [False] * self.n_joints
+            for frames in (zero, exits):
+                # an exchange that fails (of any type) must not keep the EXIT frames from going out
+                try:
+                    fresh = self._exchange([frames[j] for j in todo], todo, self.reply_timeout_s, stats)
+                except Exception as err:  # noqa: BLE001 - raised below, after every EXIT was tried
+                    first_err = first_err or err
+                    fresh = [False] * self.n_joints
                 self._enabled = False
-            fresh = self._exchange([exits[j] for j in todo], todo, self.reply_timeout_s, stats)
             todo = [j for j in todo if not fresh[j]]
             if not todo:
                 break
         self.exit_unconfirmed = todo
+        if first_err is not None:
+            if isinstance(first_err, CommsError):
+                raise first_err
+            raise DriverError(f"disable: {type(first_err).__name__}: {first_err}") from first_err
 
     # ------------------------------------------------------------------
     def bus_flows(self, loop_hz: float, *, reply_bytes: int | None = None):
@@ -605,8 +615,8 @@ def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver
     from . import registry
     buses = registry.open_buses(section, transports)
     try:
-        rt = section.float("reply_timeout_s", 0.002, minimum=0.0, strict_min=True)
-        et = section.float("enable_timeout_s", 0.05, minimum=0.0, strict_min=True)
+        rt = section.float("reply_timeout_s", 0.002, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["reply_timeout_s"])
+        et = section.float("enable_timeout_s", 0.05, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["enable_timeout_s"])
         tries = section.int("enable_tries", 3, minimum=1)
         quant = section.str("quantization", "nearest", choices=["nearest", "truncate"])
         centered = section.bool("reply_centered", True)

@@ -56,7 +56,7 @@ import numpy as np
 from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeError, DeviceFaultError,
                              DriverError)
 
-from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
+from .base import TIMEOUT_MAX_S, Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import odrive as codec
 from .codecs.odrive import AxisState, Cmd
 from .transport import CanTransport, Frame, group_by_bus, recv_any
@@ -548,8 +548,8 @@ def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDri
     from . import registry
     buses = registry.open_buses(section, transports)
     try:
-        rt = section.float("reply_timeout_s", 0.002, minimum=0.0, strict_min=True)
-        et = section.float("enable_timeout_s", 1.0, minimum=0.0, strict_min=True)
+        rt = section.float("reply_timeout_s", 0.002, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["reply_timeout_s"])
+        et = section.float("enable_timeout_s", 1.0, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["enable_timeout_s"])
         fbm = section.str("feedback", "broadcast", choices=_FEEDBACK_MODES)
         tfb = section.str("torque_feedback", "iq", choices=_TORQUE_FEEDBACK)
         fw = section.str("firmware", "0.6", choices=list(codec.FIRMWARES))
@@ -813,8 +813,8 @@ def build_ascii(section, *, now: Callable[[], float], transports=None) -> Odrive
     given = (transports or {}).get("port")
     url = section.str("port", None) if given is not None else section.str("port")
     baud = section.int("baudrate", 115200, minimum=1)
-    rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True)
-    et = section.float("enable_timeout_s", 1.0, minimum=0.0, strict_min=True)
+    rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["reply_timeout_s"])
+    et = section.float("enable_timeout_s", 1.0, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["enable_timeout_s"])
     every = section.int("status_every", 50, minimum=0)
     errp = section.str("error_property", "active_errors", choices=["active_errors", "error"])
     axes, maps = [], []

@@ -247,5 +247,10 @@ def format_summary(spec, result, metrics: dict) -> str:
     if result.faults:
         lines.append("  faults:")
         lines += [f"    {f}" for f in result.faults]
+        for f in result.faults:
+            if f.cause in ("internal", "driver"):
+                lines.append(f"  WARNING: the run ended on an unexpected error ({f.message}); the drives were "
+                             "commanded zero torque and disabled, the log up to it is kept")
+                break
     lines += [f"  note: {m}" for m in result.messages]
     return "\n".join(lines)

@@ -26,6 +26,8 @@ from dynamics.base import Model
 from dynamics.config import Section
 from dynamics.errors import ConfigError
 
+from ..base import TIMEOUT_MAX_S
+
 __all__ = ["build_sim_dynamixel"]
 
 
@@ -49,7 +51,7 @@ def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transport
     baud = section.int("baudrate", 4_000_000, minimum=1) if section.has("baudrate") else 4_000_000
     emu = DynamixelBusEmulator([], plant, now, baudrate=baud, poll_s=poll)
     try:
-        rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True) \
+        rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["reply_timeout_s"]) \
             if section.has("reply_timeout_s") else 0.01
         port = SerialTransport(emu.port_path, baudrate=baud, timeout_s=rt, max_line_bytes=1 << 20)
         try:
