@@ -59,6 +59,7 @@ from .clock import Clock
 from .estimation import FilteredDifference
 from .laws import Controller, State
 from .metrics import MetricsAccumulator
+from .plausibility import FeedbackPlausibility
 from .safety import DISABLED, FAULT, Fault, SafetyState, SafetySupervisor
 from .telemetry import TelemetryWriter
 
@@ -372,6 +373,11 @@ class ControlLoop:
             self.safety.startup_check(fb, err0)
             self.controller.reset()
             running = True
+            plaus, note = FeedbackPlausibility.for_supervisor(self.safety, state0.q,
+                                                              self.safety.config.feedback_accel_max)
+            if note:
+                messages.append(note)
+            plaus.accept(_t_meas(fb, 0.0), fb)
 
             zero = np.zeros(n)
             nan_dim = np.full(dim, np.nan)
@@ -387,8 +393,17 @@ class ControlLoop:
             while k < self.n_planned or self.safety.latched:
                 if fast is not None and k < self.n_planned and fast.ready(k):
                     k, fb = fast.run(k, self.n_planned, t0, fb, tel, metrics, series)
+                    plaus.accept(_t_meas(fb, k * P), fb)     # the in-process plant's exact state
                     continue
                 t = k * P
+                if k:
+                    # the feedback of the last exchange, before anything uses it
+                    fb, bad, run_bad = plaus.check(_t_meas(fb, t), fb)
+                    for j in run_bad:
+                        self.safety.fault(t, "implausible_feedback",
+                                          f"{int(plaus._run[j])} implausible samples in a row (jumps or position "
+                                          "and velocity that the robot's limits make impossible)", joint=int(j),
+                                          q=float(fb.position_rad[j]), qd=float(fb.velocity_rad_s[j]))
                 late = self.clock.wait_until(t0 + t)
                 if late > miss_s:
                     self.safety.note_overrun(t, late)
@@ -397,8 +412,7 @@ class ControlLoop:
                 q = np.asarray(fb.position_rad, dtype=float)
                 qd = np.asarray(fb.velocity_rad_s, dtype=float)
                 if est is not None:
-                    t_meas = fb.t_s if np.isfinite(fb.t_s) else t
-                    v = est.update(t_meas, q)
+                    v = est.update(_t_meas(fb, t), q)
                     qd = np.where(np.isnan(qd), v, qd)
                 state = State(t, q, qd)
                 try:
@@ -477,6 +491,9 @@ class ControlLoop:
                 k += 1
             elif self.safety.faults and self.safety.faults[0].cause == "signal":
                 status = "stopped"
+            if plaus.rejected.any():
+                messages.append("feedback plausibility: " + ", ".join(
+                    f"joint {j}: {int(c)} implausible sample(s) not used" for j, c in enumerate(plaus.rejected) if c))
             if fast is not None and fast.cycles:
                 messages.append(f"compiled offline loop: {fast.cycles} of {k} cycles "
                                 "(timing columns of those cycles are segment means)")
@@ -573,6 +590,11 @@ def _grid_sampler(trajectory, period_s: float):
     if isinstance(trajectory, Trajectory) and type(trajectory).sample is Trajectory.sample:
         return GridCache(trajectory, period_s)
     return trajectory
+
+
+def _t_meas(fb, t: float) -> float:
+    """The time of a feedback sample [s]: its time stamp, else the loop time ``t`` of its cycle."""
+    return fb.t_s if np.isfinite(fb.t_s) else t
 
 
 def _driver_cause(exc: BaseException) -> str:

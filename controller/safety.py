@@ -189,6 +189,7 @@ SAFETY_RANGES: dict[str, tuple[float, float, bool, str]] = {
     "hold_kp_nm_per_rad": (0.0, 1e6, True, "N m/rad|N/m"),
     "hold_kd_nm_s_per_rad": (0.0, 1e5, False, "N m s/rad|N s/m"),
     "startup_tolerance": (0.0, math.pi, True, "rad|m (controller space)"),
+    "feedback_accel_max": (0.0, 1e7, True, "rad/s^2|m/s^2"),
 }
 
 #: protections that may be off in simulation but must be on (or explicitly listed in
@@ -251,6 +252,9 @@ class SafetyConfig:
         Time over which the brake torque limit ramps from 0 to ``torque_max``.
     disabled_protections : tuple of str
         Protections of :data:`PROTECTIONS` deliberately off in a hardware run.
+    feedback_accel_max : float or array or None
+        Plausible |acceleration| of the feedback (:mod:`controller.plausibility`); None:
+        derived from the model and the torque limits at the start pose.
 
     Every numeric field must lie in its :data:`SAFETY_RANGES` range.
     """
@@ -281,6 +285,7 @@ class SafetyConfig:
     singularity_horizon_s: float = 0.02
     brake_ramp_s: float = 0.05
     disabled_protections: tuple = ()
+    feedback_accel_max: Any = None
 
     def __post_init__(self):
         if self.stop_reaction not in REACTIONS:
@@ -316,7 +321,7 @@ class SafetyConfig:
         vector_keys = {"position_min", "position_max", "velocity_max", "torque_max",
                        "position_margin_rad", "soft_kd_nm_s_per_rad", "tracking_error_max",
                        "brake_kd_nm_s_per_rad", "hold_kp_nm_per_rad", "hold_kd_nm_s_per_rad",
-                       "startup_tolerance"}
+                       "startup_tolerance", "feedback_accel_max"}
         for f in fields(cls):
             k = f.name
             if not section.has(k):

@@ -125,6 +125,45 @@ def _bus_dead(case):
     return bus.fail_now                                             # bus-off
 
 
+def _flip_in(data: bytes, bit: int) -> bytes:
+    """``data`` with payload bit ``bit`` (0: byte 0's least significant bit) flipped."""
+    d = bytearray(data)
+    d[bit // 8] ^= 1 << (bit % 8)
+    return bytes(d)
+
+
+def _velocity_bitflip(case):
+    """From cycle K on, one bit of joint 1's replies is flipped after the frame check (a drive's or
+    gateway's corruption: the frame stays valid, fresh and decodable).
+
+    MIT: velocity bit 9 of the 12-bit field (byte 3, bit 5: 12.5 rad/s); CiA 402: bit 24 of
+    TPDO2's int32 velocity (counts/s); ODrive: bit 30 of Encoder_Estimates' float32 *position*
+    (byte 3, the exponent's highest bit): at cycle K the Stewart legs still stick in their
+    Coulomb friction, a velocity of exactly 0.0 whose worst single flip (2 turns/s, 20 mm/s of
+    leg) is a plausible reading."""
+    emu, did = _device(case, 1)
+    proto = case.protocol
+    if proto == "mit":
+        match = lambda arb, data: len(data) >= 6 and data[0] == did          # noqa: E731
+        bit = 3 * 8 + 5
+    elif proto == "odrive":
+        match = lambda arb, data: arb == (did << 5 | 0x09) and len(data) == 8  # noqa: E731
+        bit = 3 * 8 + 6
+    else:
+        match = lambda arb, data: arb == 0x280 + did and len(data) == 5    # noqa: E731 - TPDO2
+        bit = 3 * 8 + 0
+
+    def hook():
+        for tr in case.run.driver.inner.transports:
+            def recv_fields(timeout_s=0.0, _orig=tr.recv_fields):
+                f = _orig(timeout_s)
+                if f is not None and not f[3] and match(f[0], f[1]):
+                    f = (f[0], _flip_in(f[1], bit)) + tuple(f[2:])
+                return f
+            tr.recv_fields = recv_fields
+    return hook
+
+
 def _position_limit(case):
     def hook():                                                     # joint 1 is now beyond its limit
         case.safety.q_max[1] = case.safety.q_min[1] - 1.0
@@ -259,6 +298,12 @@ CELLS.append(Cell("device fault", "dynamixel", "device_fault", 2, _device_fault,
                   note="status packet's alert bit"))
 CELLS.append(Cell("motor limp (no fault code)", "mit", "device_fault", 16 + 4, _limp,
                   note="classic 6-byte reply: the driver's follow check"))
+for p in CAN:
+    # the corrupted replies of cycles K, K+1, K+2 are rejected in rows K+1..K+3 (not fresh, last
+    # good values kept): the third rejection in a row is the fault, the stop in row K+3
+    CELLS.append(Cell("implausible feedback (a bit flipped)", p, "implausible_feedback", STALE_CYCLES,
+                      _velocity_bitflip, note="a bit the frame check cannot see, from cycle K on; a single "
+                      "flip is not used and counted (tests/test_feedback_plausibility.py)"))
 for p in DEVICES:
     # the exchange of cycle K fails: its row is the last, flagged FAULT | DISABLED; no zero command
     # can reach the motors any more, each one's watchdog has to zero it
@@ -287,6 +332,10 @@ NOT_APPLICABLE = {
     ("motor limp (no fault code)", "dynamixel"): "the servo reports its alerts (device-fault row)",
     ("motor limp (no fault code)", "plant"): "no device",
     ("bus dead / adapter gone", "plant"): "no bus",
+    ("implausible feedback (a bit flipped)", "dynamixel"):
+        "the emulated servo has no corruption before its packet's CRC (a flip on the line fails the CRC: "
+        "the corrupt-frames row); the plausibility check is the loop's, the same for every protocol",
+    ("implausible feedback (a bit flipped)", "plant"): "no frames",
 }
 
 FAULTS = list(dict.fromkeys(c.fault for c in CELLS))
