@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from drivers.base import Command, Driver
-from dynamics.errors import CommsError, ConfigError, SafetyError, TorqueloopError
+from dynamics.errors import CommsError, ConfigError, ForeignTrafficError, SafetyError, TorqueloopError
 from trajectories.base import GridCache, Trajectory
 
 from .clock import Clock
@@ -598,7 +598,10 @@ def _t_meas(fb, t: float) -> float:
 
 
 def _driver_cause(exc: BaseException) -> str:
-    """Fault cause for an error raised by the driver: "comms" for bus errors, else "driver"."""
+    """Fault cause for an error raised by the driver: "foreign_traffic" for another node on our
+    devices' ids, "comms" for other bus errors, else "driver"."""
+    if isinstance(exc, ForeignTrafficError):
+        return "foreign_traffic"
     return "comms" if isinstance(exc, CommsError) else "driver"
 
 

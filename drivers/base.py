@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dynamics.errors import CommsError, DriverError, TorqueloopError
+from dynamics.errors import CommsError, DriverError, ForeignTrafficError, TorqueloopError
 
 __all__ = ["Command", "Feedback", "Driver", "TransportDriver", "JointMapping", "FAULT_NONE", "check_mapping",
            "command_vector", "torque_only", "TIMEOUT_MAX_S", "Timeout"]
@@ -313,6 +313,60 @@ class TransportDriver(Driver):
 
     reply_timeout_s = Timeout()
     enable_timeout_s = Timeout()
+
+    #: how long :meth:`listen_before_talk` listens before the first frame [s]: a controller at
+    #: 20 Hz or faster sends in that time
+    listen_s = 0.05
+    #: whether this driver sent anything yet (set before the first frame of ``enable()``): one that
+    #: never did has nothing to disable, so a run refused before it sent leaves the bus untouched
+    _touched = False
+
+    def _foreign(self, bus: int, frame: tuple) -> str | None:
+        """What ``frame`` (:meth:`~drivers.transport.CanTransport.recv_fields`' fields, received
+        on ``transports[bus]`` while this driver has asked nothing) says about another node
+        talking to our devices: a description (``"command frames to motor id 2"``), or None.
+
+        A protocol on a shared bus overrides it (MIT, ODrive CANSimple, CiA 402) with the frames
+        only a controller sends for our ids (commands, requests) and the answers nobody of ours
+        asked for; the default (a port no one else can use) sees nothing."""
+        return None
+
+    def listen_before_talk(self) -> None:
+        """Listen :attr:`listen_s` on every bus before the first frame; refuse when another node
+        talks to our devices (see :meth:`_foreign`).
+
+        Raises
+        ------
+        ForeignTrafficError
+            The ids are busy (a second controller, or one still running): nothing was sent, and
+            :meth:`disable` sends nothing either.
+        CommsError
+            A bus failed.
+        """
+        if type(self)._foreign is TransportDriver._foreign:
+            return
+        import time
+
+        from .transport import recv_any_fields
+        buses = list(self.transports)
+        seen: dict[str, int] = {}
+        deadline = time.monotonic() + self.listen_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            got = recv_any_fields(buses, remaining)
+            if got is None:
+                break
+            what = self._foreign(got[0], got[1])
+            if what is not None:
+                seen[what] = seen.get(what, 0) + 1
+        if seen:
+            heard = "; ".join(f"{what} ({k} frames)" for what, k in seen.items())
+            raise ForeignTrafficError(
+                f"the bus is busy: another node talks to this driver's devices ({heard} in "
+                f"{self.listen_s * 1e3:g} ms before the first frame): a second controller, or one still "
+                "running? Nothing was sent")
 
     #: what :meth:`disable` may raise while :meth:`close` still closes the transports (a driver
     #: whose device library raises its own errors while disabling widens it)

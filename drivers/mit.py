@@ -45,8 +45,18 @@ exist; ``reply_variant = "cubemars8"`` makes a 6-byte reply count as corrupt (th
 setting for drives that send the 8-byte reply, so a drive that lost its error
 byte is not taken for healthy).  ``Feedback.info`` holds per-cycle counters
 (``missing``, ``corrupt``, ``late``, ``unexpected``, ``duplicate``,
-``error_frames``, ``saturated``), ``temperature_c`` (NaN where unknown) and
+``error_frames``, ``saturated``, ``foreign``), ``temperature_c`` (NaN where unknown) and
 ``torque_residual_nm`` (measured minus expected motor torque, per joint).
+
+Foreign traffic (another controller or a spoofer on the bus): :meth:`MitCanDriver.enable`
+first listens ``listen_s`` and refuses (:class:`~dynamics.errors.ForeignTrafficError`) without
+sending a frame when it hears command frames to our motor ids or replies from our motors;
+a refused driver's :meth:`~MitCanDriver.disable` sends nothing.  While it runs, a command
+frame on one of our motors' ids (we never receive our own) ends the exchange with that error
+at once; replies we did not ask for (one more than the requests sent to that motor, differing
+from the one kept: a byte-identical duplicate is CAN's own retransmission) are not used, and
+:data:`FOREIGN_REPLIES_MAX` of them within :data:`FOREIGN_WINDOW_CYCLES` cycles raise it too
+(a single one can be a reply whose id byte a gateway corrupted).
 """
 
 from __future__ import annotations
@@ -58,7 +68,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dynamics.errors import CommsError, CommsTimeoutError, DriverError
+from dynamics.errors import CommsError, CommsTimeoutError, DriverError, ForeignTrafficError
 
 from .base import TIMEOUT_MAX_S, Command, Feedback, JointMapping, TransportDriver, check_mapping, command_vector
 from . import _mit_kernels as _k
@@ -67,6 +77,12 @@ from .mit_health import FAULT_OVER_TEMPERATURE, FollowConfig, FollowMonitor
 from .transport import CanTransport, Frame, group_by_bus, recv_any_fields
 
 __all__ = ["MitJoint", "MitCanDriver", "build"]
+
+#: replies nobody of ours asked for, within FOREIGN_WINDOW_CYCLES cycles, that make foreign traffic
+FOREIGN_REPLIES_MAX = 3
+FOREIGN_WINDOW_CYCLES = 50
+#: requests a motor may owe a reply for (a reply at most this many cycles late is still ours)
+_OWED_MAX = 3
 
 #: p, v, kp, kd fields all at their maximum (with t = 0xFFC..0xFFE the frame is ENTER/EXIT/ZERO)
 _ALL_ONES_4 = (0xFFFF, 0xFFF, 0xFFF, 0xFFF)
@@ -245,6 +261,10 @@ class MitCanDriver(TransportDriver):
         #: joints whose EXIT_MOTOR_MODE the last disable() could not confirm (no reply, twice)
         self.exit_unconfirmed: list[int] = []
         self._reply_len = 6   # length of the replies seen (6 classic, 8 CubeMars), for bus_flows
+        #: per joint, requests sent that no reply answered yet (at most _OWED_MAX)
+        self._owed = [0] * n
+        self._foreign_cmd: list[str] = []           # foreign command frames seen since the last check
+        self._foreign_replies: list[int] = []       # cycles in which a reply nobody asked for came
 
     # ------------------------------------------------------------------
     @property
@@ -325,12 +345,20 @@ class MitCanDriver(TransportDriver):
         return out
 
     # ------------------------------------------------------------------
-    def _send_per_bus(self, frames: Sequence[Frame]) -> None:
-        # frames in joint order; send bus by bus, back to back
+    def _sent(self, joints) -> None:
+        """Count a request sent to each of ``joints`` (each owes one more reply)."""
+        owed = self._owed
+        for j in joints:
+            if owed[j] < _OWED_MAX:
+                owed[j] += 1
+
+    def _send_per_bus(self, frames: Sequence[Frame], joints: Sequence[int]) -> None:
+        # frames of ``joints`` (in that order); send bus by bus, back to back
         for b, t in enumerate(self._buses):
-            for j, f in enumerate(frames):
+            for j, f in zip(joints, frames):
                 if self._bus_of[j] == b:
                     t.send_frame(f)
+        self._sent(joints)
 
     def _send_encoded(self, encoded: Sequence[tuple]) -> None:
         """:meth:`_send_per_bus` for :meth:`_encode`'s output (the same frames, without records)."""
@@ -339,12 +367,13 @@ class MitCanDriver(TransportDriver):
             send = buses[0].send
             for can_id, data, _ in encoded:
                 send(can_id, data)
-            return
-        bus_of = self._bus_of
-        for b, t in enumerate(buses):
-            for j, e in enumerate(encoded):
-                if bus_of[j] == b:
-                    t.send(e[0], e[1])
+        else:
+            bus_of = self._bus_of
+            for b, t in enumerate(buses):
+                for j, e in enumerate(encoded):
+                    if bus_of[j] == b:
+                        t.send(e[0], e[1])
+        self._sent(range(len(encoded)))
 
     def _collect(self, pending: set[int], timeout_s: float, stats: dict) -> None:
         """Receive replies until every joint in ``pending`` answered or the time is up, and put
@@ -380,6 +409,9 @@ class MitCanDriver(TransportDriver):
                 stats["unexpected"] += 1
                 continue
             data = frame[1]
+            if frame[0] in by_id[b]:            # a command to one of our motors: not ours
+                self._screen(b, frame, stats)
+                continue
             length = len(data)
             if length not in lengths:           # not an MIT reply of the accepted variants
                 stats["corrupt"] += 1
@@ -391,11 +423,13 @@ class MitCanDriver(TransportDriver):
                 continue
             k = _k.RX_STRIDE * j
             if rx[k]:
-                stats["duplicate"] += 1
+                self._screen(b, frame, stats)   # a second reply in one exchange
                 continue
             rx[k] = length
             rx[k + 1:k + 1 + length] = data
             self._reply_len = length
+            if self._owed[j]:
+                self._owed[j] -= 1
             pending.discard(j)
 
     def _fresh(self) -> list[bool]:
@@ -441,17 +475,82 @@ class MitCanDriver(TransportDriver):
         return {"corrupt": 0, "late": late, "unexpected": 0, "duplicate": 0, "error_frames": 0,
                 "saturated": saturated}
 
-    def _drain(self) -> int:
-        buses = self._buses
-        if len(buses) == 1:
-            return buses[0].drain()
-        return sum(t.drain() for t in buses)
+    def _screen(self, b: int, frame: tuple, stats: dict) -> None:
+        """A frame received outside its exchange (queued before a send) or beside it (a second
+        reply, a command frame): a late reply of ours, a duplicate, or foreign traffic (noted for
+        :meth:`_check_foreign`)."""
+        if frame[3] or frame[4]:
+            stats["error_frames" if frame[3] else "unexpected"] += 1
+            return
+        arb, data = frame[0], frame[1]
+        by_id = self._by_id[b]
+        if arb in by_id:
+            self._foreign_cmd.append(f"command frames to motor id {arb}")
+            stats["foreign"] = stats.get("foreign", 0) + 1
+            return
+        j = by_id.get(data[0]) if len(data) in self._reply_lengths else None
+        if j is None:
+            stats["corrupt" if len(data) not in self._reply_lengths else "unexpected"] += 1
+            return
+        if self._owed[j]:                       # a reply of ours, late
+            self._owed[j] -= 1
+            stats["late"] += 1
+            return
+        k = _k.RX_STRIDE * j
+        n = self._rx_buf[k]
+        if n == len(data) and self._rx_buf[k + 1:k + 1 + n] == data:
+            stats["duplicate"] += 1             # CAN's retransmission of the reply kept
+            return
+        self._foreign_replies.append(self.cycles)
+        stats["foreign"] = stats.get("foreign", 0) + 1
+
+    def _check_foreign(self) -> None:
+        """Raise :class:`ForeignTrafficError` for a foreign command frame seen, or for
+        :data:`FOREIGN_REPLIES_MAX` unasked replies within :data:`FOREIGN_WINDOW_CYCLES` cycles."""
+        cmd = self._foreign_cmd
+        fr = self._foreign_replies
+        if fr:
+            fr[:] = [c for c in fr if c > self.cycles - FOREIGN_WINDOW_CYCLES]
+        if cmd or len(fr) >= FOREIGN_REPLIES_MAX:
+            what = sorted(set(cmd)) + ([f"{len(fr)} replies nobody of ours asked for in "
+                                        f"{FOREIGN_WINDOW_CYCLES} cycles"] if len(fr) >= FOREIGN_REPLIES_MAX else [])
+            cmd.clear()
+            fr.clear()
+            raise ForeignTrafficError("foreign traffic on this driver's motor ids: " + "; ".join(what) +
+                                      " (another controller or a spoofer on the bus)")
+
+    def _foreign(self, bus: int, frame: tuple) -> str | None:
+        """Before the first frame: a command frame to one of our motors, or a reply from one."""
+        if frame[3] or frame[4]:
+            return None
+        by_id = self._by_id[bus]
+        if frame[0] in by_id:
+            return f"command frames to motor id {frame[0]}"
+        data = frame[1]
+        if len(data) in self._reply_lengths and data[0] in by_id:
+            return f"replies from motor id {data[0]}"
+        return None
+
+    def _drain(self, stats: dict | None = None) -> int:
+        """Take every frame queued before a send (each screened by :meth:`_screen`); how many."""
+        st = stats if stats is not None else self._new_stats()
+        n = 0
+        for b, t in enumerate(self._buses):
+            recv = t.recv_fields
+            while n < 100_000:
+                f = recv(0.0)
+                if f is None:
+                    break
+                n += 1
+                self._screen(b, f, st)
+        return n
 
     def _exchange(self, frames: Sequence[Frame], joints: Sequence[int], timeout_s: float,
                   stats: dict) -> list[bool]:
-        """Send ``frames`` and collect (and keep) the replies of ``joints``; per joint whether it answered."""
-        stats["late"] += self._drain()
-        self._send_per_bus(frames)
+        """Send ``frames`` (one per joint of ``joints``, in that order) and collect (and keep) their
+        replies; per joint whether it answered."""
+        self._drain(stats)
+        self._send_per_bus(frames, joints)
         self._collect(set(joints), timeout_s, stats)
         self._after_collect(_k.MODE_STORE)
         return self._fresh()
@@ -466,16 +565,21 @@ class MitCanDriver(TransportDriver):
             Some motors never answered (they are sent EXIT_MOTOR_MODE, best effort).
         """
         self._check_open()
+        if not self._touched:
+            self.listen_before_talk()   # another controller on our ids: refused, nothing sent
+        self._touched = True
+        self._foreign_cmd.clear()
+        self._foreign_replies.clear()
         stats = self._new_stats()
         answered = [False] * self.n_joints
+        self._owed = [0] * self.n_joints
         for _ in range(max(1, self.enable_tries)):
             todo = [j for j in range(self.n_joints) if not answered[j]]
             if not todo:
                 break
-            frames = [Frame(self._joints[j].can_id, codec.ENTER_MOTOR_MODE) for j in range(self.n_joints)]
-            stats["late"] += self._drain()
-            for j in todo:
-                self._buses[self._bus_of[j]].send_frame(frames[j])
+            frames = [Frame(self._joints[j].can_id, codec.ENTER_MOTOR_MODE) for j in todo]
+            self._drain(stats)
+            self._send_per_bus(frames, todo)
             self._collect(set(todo), self.enable_timeout_s, stats)
             self._after_collect(_k.MODE_STORE)
             answered = [a or f for a, f in zip(answered, self._fresh())]
@@ -485,6 +589,7 @@ class MitCanDriver(TransportDriver):
             for j in np.flatnonzero(answered):
                 self._buses[self._bus_of[j]].send(self._joints[j].can_id, codec.EXIT_MOTOR_MODE)
             raise CommsTimeoutError(f"no answer to ENTER_MOTOR_MODE from {', '.join(missing)}")
+        self._check_foreign()
         self._enabled = True
         S, I = self._S, self._I
         I[_k.I_DETECTED] = 0
@@ -530,10 +635,13 @@ class MitCanDriver(TransportDriver):
             # the commands' values, as decoding the frames gives them, for the follow check
             self._S[_k.S_CP:_k.S_CT + 1] = np.array([values(*f) for values, (_, _, f)
                                                       in zip(self._cmd_values, encoded)]).T
-        stats = self._new_stats(self._drain(), self.last_saturated)
+        stats = self._new_stats(0, self.last_saturated)
+        self._drain(stats)
         self._send_encoded(encoded)
         self._collect(set(range(n)), self.reply_timeout_s, stats)
         self.cycles += 1
+        if self._foreign_cmd or self._foreign_replies:
+            self._check_foreign()
         mon = self.monitor
         t_s = float(self._now())        # the replies' time: the follow check's and the Feedback's
         if mon.config.enabled:
@@ -551,6 +659,9 @@ class MitCanDriver(TransportDriver):
         if self._enabled:
             raise DriverError("set_zero() needs the motors disabled")
         frames = [Frame(jt.can_id, codec.SET_ZERO) for jt in self._joints]
+        if not self._touched:
+            self.listen_before_talk()
+        self._touched = True
         stats = self._new_stats()
         self._exchange(frames, range(self.n_joints), self.enable_timeout_s, stats)
         return self._feedback(stats)
@@ -568,6 +679,8 @@ class MitCanDriver(TransportDriver):
             A bus failed.
         """
         self._check_open()
+        if not self._touched:
+            return              # this driver never sent a frame: nothing of ours to disable
         stats = self._new_stats()
         zero = self.make_commands(Command(np.zeros(self.n_joints)))
         exits = [Frame(jt.can_id, codec.EXIT_MOTOR_MODE) for jt in self._joints]

@@ -23,6 +23,7 @@ __all__ = [
     "CommsError",
     "CommsTimeoutError",
     "DecodeError",
+    "ForeignTrafficError",
     "DriverError",
     "DeviceFaultError",
     "SafetyError",
@@ -97,6 +98,12 @@ class CommsTimeoutError(CommsError, TimeoutError):
 
 class DecodeError(CommsError):
     """A frame or message could not be decoded (wrong length, id, checksum...)."""
+
+
+class ForeignTrafficError(CommsError):
+    """Another node talks to our devices: command frames we did not send, replies we did not ask
+    for (a second controller on the bus, a spoofer).  Raised before the first frame when a
+    driver finds the ids busy, so a refused run sends nothing."""
 
 
 class DriverError(TorqueloopError):
