@@ -349,6 +349,8 @@ class TransportDriver(Driver):
 
         from .transport import recv_any_fields
         buses = list(self.transports)
+        for t in buses:         # frames queued since the bus was opened are history: listen to now
+            t.drain()
         seen: dict[str, int] = {}
         deadline = time.monotonic() + self.listen_s
         while True:

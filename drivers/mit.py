@@ -61,6 +61,7 @@ from the one kept: a byte-identical duplicate is CAN's own retransmission) are n
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 from dataclasses import dataclass, field
@@ -81,8 +82,10 @@ __all__ = ["MitJoint", "MitCanDriver", "build"]
 #: replies nobody of ours asked for, within FOREIGN_WINDOW_CYCLES cycles, that make foreign traffic
 FOREIGN_REPLIES_MAX = 3
 FOREIGN_WINDOW_CYCLES = 50
-#: requests a motor may owe a reply for (a reply at most this many cycles late is still ours)
-_OWED_MAX = 3
+#: requests a motor may owe a reply for: a reply up to this many cycles late is still ours (a
+#: stalled peer answers a burst of them; the stale-feedback limit, at most 100 cycles, ends a run
+#: whose motor stays silent longer)
+_OWED_MAX = 100
 
 #: p, v, kp, kd fields all at their maximum (with t = 0xFFC..0xFFE the frame is ENTER/EXIT/ZERO)
 _ALL_ONES_4 = (0xFFFF, 0xFFF, 0xFFF, 0xFFF)
@@ -263,6 +266,9 @@ class MitCanDriver(TransportDriver):
         self._reply_len = 6   # length of the replies seen (6 classic, 8 CubeMars), for bus_flows
         #: per joint, requests sent that no reply answered yet (at most _OWED_MAX)
         self._owed = [0] * n
+        #: per joint, the last payloads sent (a bus that echoes our frames, as udp_multicast does,
+        #: hands them back: those are not foreign)
+        self._recent = [collections.deque(maxlen=8) for _ in range(n)]
         self._foreign_cmd: list[str] = []           # foreign command frames seen since the last check
         self._foreign_replies: list[int] = []       # cycles in which a reply nobody asked for came
 
@@ -345,12 +351,15 @@ class MitCanDriver(TransportDriver):
         return out
 
     # ------------------------------------------------------------------
-    def _sent(self, joints) -> None:
-        """Count a request sent to each of ``joints`` (each owes one more reply)."""
+    def _sent(self, joints, payloads) -> None:
+        """Count a request sent to each of ``joints`` (each owes one more reply) and keep its
+        payload (to tell an echo of it from a foreign frame)."""
         owed = self._owed
-        for j in joints:
+        recent = self._recent
+        for j, data in zip(joints, payloads):
             if owed[j] < _OWED_MAX:
                 owed[j] += 1
+            recent[j].append(bytes(data))
 
     def _send_per_bus(self, frames: Sequence[Frame], joints: Sequence[int]) -> None:
         # frames of ``joints`` (in that order); send bus by bus, back to back
@@ -358,7 +367,7 @@ class MitCanDriver(TransportDriver):
             for j, f in zip(joints, frames):
                 if self._bus_of[j] == b:
                     t.send_frame(f)
-        self._sent(joints)
+        self._sent(joints, [f.data for f in frames])
 
     def _send_encoded(self, encoded: Sequence[tuple]) -> None:
         """:meth:`_send_per_bus` for :meth:`_encode`'s output (the same frames, without records)."""
@@ -373,7 +382,7 @@ class MitCanDriver(TransportDriver):
                 for j, e in enumerate(encoded):
                     if bus_of[j] == b:
                         t.send(e[0], e[1])
-        self._sent(range(len(encoded)))
+        self._sent(range(len(encoded)), [e[1] for e in encoded])
 
     def _collect(self, pending: set[int], timeout_s: float, stats: dict) -> None:
         """Receive replies until every joint in ``pending`` answered or the time is up, and put
@@ -485,6 +494,10 @@ class MitCanDriver(TransportDriver):
         arb, data = frame[0], frame[1]
         by_id = self._by_id[b]
         if arb in by_id:
+            recent = self._recent[by_id[arb]]
+            if data in recent:                  # our own frame, echoed by the bus
+                recent.remove(data)
+                return
             self._foreign_cmd.append(f"command frames to motor id {arb}")
             stats["foreign"] = stats.get("foreign", 0) + 1
             return

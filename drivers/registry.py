@@ -20,7 +20,9 @@ Common keys of CAN drivers (``mit_can``, ``odrive_can``)::
     bitrate = 1000000                # optional
     fd = false                       # optional, with data_bitrate
     [driver.bus.options]             # optional, passed to can.Bus as-is
-    receive_own_messages = false
+    receive_own_messages = false     # (must stay false: our own frames would be foreign traffic)
+    # a rehearsal (udp_multicast, drivers.sim.serve): rehearsal = "NAME" instead of channel and
+    # options.port: the group and port derived from NAME and the user (transport.rehearsal_address)
 
     # ... or several named buses:
     # [driver.buses.left]  interface = ..., channel = ...
@@ -58,10 +60,10 @@ import importlib
 from typing import Callable, Mapping
 
 from dynamics.config import Section
-from dynamics.errors import CommsError, ConfigError
+from dynamics.errors import CommsError, ConfigError, DriverError
 
 from .base import Driver, JointMapping
-from .transport import CanTransport
+from .transport import CanTransport, rehearsal_address
 
 __all__ = ["DRIVER_TYPES", "build_driver", "open_buses", "close_buses", "joint_bus", "joint_mapping"]
 
@@ -123,7 +125,7 @@ def build_driver(section: Section, *, now: Callable[[], float],
 # ---------------------------------------------------------------------------
 # helpers shared by the CAN builders
 # ---------------------------------------------------------------------------
-_BUS_KEYS = ("interface", "channel", "bitrate", "fd", "data_bitrate", "options")
+_BUS_KEYS = ("interface", "channel", "rehearsal", "bitrate", "fd", "data_bitrate", "options")
 
 
 def _open_bus(sec: Section, name: str) -> CanTransport:
@@ -131,8 +133,18 @@ def _open_bus(sec: Section, name: str) -> CanTransport:
     ch = sec.raw("channel", None)
     if ch is not None and (isinstance(ch, bool) or not isinstance(ch, (str, int))):
         raise sec.error("channel", f"expected a string or integer, got {ch!r}")
-    bitrate = sec.int("bitrate", None, minimum=1)
     kwargs = {}
+    if sec.has("rehearsal"):
+        # the rehearsal's own group and port (drivers.transport.rehearsal_address), as its server's
+        if interface != "udp_multicast":
+            raise sec.error("rehearsal", f"only with interface = \"udp_multicast\", not {interface!r}")
+        if ch is not None or (sec.has("options") and "port" in sec.raw("options")):
+            raise sec.error("rehearsal", "give either rehearsal or channel and options.port, not both")
+        try:
+            ch, kwargs["port"] = rehearsal_address(sec.str("rehearsal"))
+        except DriverError as err:
+            raise sec.error("rehearsal", str(err)) from err
+    bitrate = sec.int("bitrate", None, minimum=1)
     if sec.bool("fd", False):
         kwargs["fd"] = True
         dbr = sec.int("data_bitrate", None, minimum=1)

@@ -17,14 +17,16 @@ flags), so the drivers never touch python-can types.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from dynamics.errors import CommsError, CommsTimeoutError, DriverError
 
-__all__ = ["Frame", "BusLike", "CanTransport", "group_by_bus", "recv_any", "recv_any_fields"]
+__all__ = ["Frame", "BusLike", "CanTransport", "group_by_bus", "recv_any", "recv_any_fields", "rehearsal_address"]
 
 
 @dataclass(frozen=True)
@@ -372,3 +374,37 @@ def group_by_bus(devices: Sequence[tuple[Any, int]], what: str,
         by_id[b][dev_id] = j
         bus_of.append(b)
     return buses, bus_of, by_id
+
+
+#: the ports :func:`rehearsal_address` chooses from (above the well-known and registered ranges
+#: most services use, below the kernel's ephemeral ports)
+REHEARSAL_PORTS = (20000, 32000)
+
+
+def rehearsal_address(name: str, uid: int | None = None) -> tuple[str, int]:
+    """The ``udp_multicast`` group and port of a rehearsal: derived from its name and the user.
+
+    A rehearsal's server (``[server] rehearsal = NAME``) and controller (``[driver.bus]
+    rehearsal = NAME``) name it alike and so meet on one bus; two rehearsals with other names,
+    or run by other users, get other groups and ports (python-can binds the port on every
+    interface, and Linux delivers a port's datagrams of every group joined on the host: the
+    port must differ, not only the group).  SHA-256 of ``"<uid>:<name>"``: group
+    ``239.a.b.c`` (administratively scoped) from its first three bytes, port in
+    :data:`REHEARSAL_PORTS` from the next two.
+
+    Parameters
+    ----------
+    name : non-empty string.
+    uid : the user id (default: this process's, ``os.getuid()`` where it exists, else 0).
+
+    Returns
+    -------
+    (group, port)
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise DriverError(f"a rehearsal name must be a non-empty string, got {name!r}")
+    if uid is None:
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+    h = hashlib.sha256(f"{uid}:{name}".encode()).digest()
+    lo, hi = REHEARSAL_PORTS
+    return f"239.{h[0]}.{h[1]}.{h[2]}", lo + int.from_bytes(h[3:5], "big") % (hi - lo)

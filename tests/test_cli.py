@@ -204,11 +204,11 @@ def test_hardware_rehearsal_against_emulated_robot_in_another_process(tmp_path):
     robot = (ROOT / "hil_configs" / "robots" / "3rrr_horizontal.toml").as_posix()
     srv = tmp_path / "server.toml"
     srv.write_text((reh / "3rrr_mit_udp_server.toml").read_text()
-                   .replace("port = 43113", f"port = {port}")
+                   .replace('rehearsal = "3rrr_mit"', f'rehearsal = "3rrr_mit-{port}"')
                    .replace('robot = "../robots/3rrr_horizontal.toml"', f'robot = "{robot}"'))
     run = tmp_path / "run.toml"
     run.write_text((reh / "3rrr_mit_udp_run.toml").read_text()
-                   .replace("port = 43113", f"port = {port}")
+                   .replace('rehearsal = "3rrr_mit"', f'rehearsal = "3rrr_mit-{port}"')
                    .replace('file = "../robots/3rrr_horizontal.toml"', f'file = "{robot}"'))
     write_clean_calibration(run)        # a hardware run needs one (bring-up: tests/test_bringup.py)
     with served(srv, "--duration-s", "120") as server:

@@ -186,10 +186,12 @@ def test_stewart_starts_and_runs_on_the_wall_clock_in_process(tmp_path):
 def _rehearse(tmp_path, stem, robot, port, duration_s, *extra):
     srv = tmp_path / "server.toml"
     rob = (ROBOTS / robot).as_posix()
-    srv.write_text(re.sub(r"port = \d+", f"port = {port}", (REHEARSAL / f"{stem}_server.toml").read_text()
+    # a rehearsal of its own (its name gives its group and port): tests running beside it never share its bus
+    own = r'rehearsal = "\1-%d"' % port
+    srv.write_text(re.sub(r'rehearsal = "([^"]+)"', own, (REHEARSAL / f"{stem}_server.toml").read_text()
                           .replace(f'robot = "../robots/{robot}"', f'robot = "{rob}"')))
     run = tmp_path / "run.toml"
-    run.write_text(re.sub(r"port = \d+", f"port = {port}", (REHEARSAL / f"{stem}_run.toml").read_text()
+    run.write_text(re.sub(r'rehearsal = "([^"]+)"', own, (REHEARSAL / f"{stem}_run.toml").read_text()
                           .replace(f'file = "../robots/{robot}"', f'file = "{rob}"')))
     out = tmp_path / "out"
     write_clean_calibration(run)        # a hardware run needs one (bring-up: tests/test_bringup.py)

@@ -19,8 +19,11 @@ so no lock-step is possible across processes.
 
     [server]
     interface = "udp_multicast"     # python-can interface
-    channel = "239.74.163.2"        # multicast group (python-can's default)
-    port = 43113
+    rehearsal = "my_arm"            # the group and port, derived from this name and the user
+    #                               # (drivers.transport.rehearsal_address); the run config's
+    #                               # [driver.bus] names the same rehearsal.  Or, explicitly:
+    # channel = "239.74.163.2"      # multicast group
+    # port = 43113
     hop_limit = 0                   # multicast TTL; 0 = this host only
     robot = "arm.toml"              # robot file of the controller's model (relative to CONFIG)
     toy_model = "planar_two_link"   # ... or a closed-form toy model: "pendulum", "planar_two_link"
@@ -83,12 +86,26 @@ def build_server(config_path: str | Path, *, now=time.monotonic):
     root = Section(read_toml(path), str(path))
     srv = root.section("server")
     interface = srv.str("interface", "udp_multicast")
-    default_group = "239.74.163.2"
-    channel = srv.raw("channel", default_group if interface == "udp_multicast" else None)
     opts = {}
     if interface == "udp_multicast":
-        opts["port"] = srv.int("port", 43113, minimum=1, maximum=65535)
+        # the rehearsal's own group and port: derived from its name and the user, as the
+        # controller's [driver.bus] rehearsal = NAME derives them (never one group for all)
+        if srv.has("rehearsal") == srv.has("channel") or srv.has("rehearsal") and srv.has("port"):
+            raise srv.error("rehearsal", "give rehearsal = NAME (the same name as the run config's "
+                                         "[driver.bus] rehearsal), or channel and port, not both")
+        if srv.has("rehearsal"):
+            from drivers.transport import rehearsal_address
+            from dynamics.errors import DriverError
+            try:
+                channel, opts["port"] = rehearsal_address(srv.str("rehearsal"))
+            except DriverError as err:
+                raise srv.error("rehearsal", str(err)) from err
+        else:
+            channel = srv.raw("channel")
+            opts["port"] = srv.int("port", minimum=1, maximum=65535)
         opts["hop_limit"] = srv.int("hop_limit", 0, minimum=0, maximum=255)
+    else:
+        channel = srv.raw("channel", None)
     duration = srv.float("duration_s", None, minimum=0.0, strict_min=True)
     model = _server_model(srv, path.parent)
     srv.finish()
