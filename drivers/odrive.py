@@ -59,6 +59,7 @@ from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeE
 from .base import TIMEOUT_MAX_S, Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import odrive as codec
 from .codecs.odrive import AxisState, Cmd
+from .serial_port import SERIAL_BAUD_MAX
 from .transport import CanTransport, Frame, group_by_bus, recv_any
 
 __all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build_ascii"]
@@ -812,7 +813,7 @@ def build_ascii(section, *, now: Callable[[], float], transports=None) -> Odrive
     from .serial_port import SerialTransport
     given = (transports or {}).get("port")
     url = section.str("port", None) if given is not None else section.str("port")
-    baud = section.int("baudrate", 115200, minimum=1)
+    baud = section.int("baudrate", 115200, minimum=1, maximum=SERIAL_BAUD_MAX)
     rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["reply_timeout_s"])
     et = section.float("enable_timeout_s", 1.0, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["enable_timeout_s"])
     every = section.int("status_every", 50, minimum=0)

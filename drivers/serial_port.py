@@ -17,7 +17,7 @@ import time
 
 from dynamics.errors import CommsError, CommsTimeoutError, DecodeError
 
-__all__ = ["LineFramer", "SerialTransport", "encode_line"]
+__all__ = ["LineFramer", "SerialTransport", "encode_line", "SERIAL_BAUD_MAX"]
 
 try:  # POSIX: pyserial's port (re)configuration raises termios.error, which is no OSError
     import termios as _termios
@@ -41,6 +41,10 @@ def encode_line(text: str, terminator: bytes = b"\n", encoding: str = "ascii") -
     if terminator in raw:
         raise CommsError(f"line {text!r} contains the terminator {terminator!r}")
     return raw + terminator
+
+
+#: the fastest serial line a USB adapter runs [bit/s] (FTDI high-speed parts: 12 Mbaud)
+SERIAL_BAUD_MAX = 12_000_000
 
 
 class LineFramer:
@@ -132,6 +136,8 @@ class SerialTransport:
     def __init__(self, url: str | None = None, *, baudrate: int = 115200, timeout_s: float = 0.1,
                  write_timeout_s: float = 0.1, terminator: bytes = b"\n", max_line_bytes: int = 4096,
                  port=None):
+        if isinstance(baudrate, bool) or not isinstance(baudrate, int) or not 1 <= baudrate <= SERIAL_BAUD_MAX:
+            raise CommsError(f"baudrate must be an integer in 1..{SERIAL_BAUD_MAX} bit/s, got {baudrate!r}")
         for name, v in (("timeout_s", timeout_s), ("write_timeout_s", write_timeout_s)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise CommsError(f"{name} must be finite and >= 0, got {v!r}")
@@ -153,7 +159,7 @@ class SerialTransport:
         try:
             self._port = serial.serial_for_url(url, baudrate=baudrate, timeout=self.timeout_s,
                                                write_timeout=write_timeout_s)
-        except (serial.SerialException, OSError, ValueError) as err:
+        except (serial.SerialException, OSError, ValueError, OverflowError) as err:
             raise CommsError(f"cannot open serial port {url!r}: {err}") from err
 
     @property

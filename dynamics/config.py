@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -32,16 +34,38 @@ __all__ = ["Section", "RecordingSection", "KeyLog", "read_toml", "apply_override
 _MISSING = object()
 
 
+#: the largest config file read [bytes]: a robot file with a thousand links is a few hundred kB
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
 def read_toml(path: str | Path) -> dict:
-    """Read a TOML file, wrapping I/O and syntax errors in :class:`ConfigError`."""
+    """Read a TOML file, wrapping I/O and syntax errors in :class:`ConfigError`.
+
+    Only a regular file of at most :data:`MAX_CONFIG_BYTES` is read: a device (``/dev/zero``
+    would be read until memory runs out), a FIFO (whose ``open`` waits for a writer) or a
+    directory is refused before it is opened; tables nested deeper than the parser's recursion
+    allows are refused too."""
     p = Path(path)
     try:
+        st = os.stat(p)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                    else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+            raise ConfigError(f"not a config file: {kind} (give a regular TOML file)", file=str(p))
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{st.st_size} bytes: larger than any config file ({MAX_CONFIG_BYTES} bytes at most)",
+                              file=str(p))
         with open(p, "rb") as fh:
-            return tomllib.load(fh)
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"larger than any config file ({MAX_CONFIG_BYTES} bytes at most)", file=str(p))
+        return tomllib.loads(raw.decode("utf-8"))
     except FileNotFoundError as err:
         raise ConfigError("file not found", file=str(p)) from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"invalid TOML: {err}", file=str(p)) from err
+    except RecursionError as err:
+        raise ConfigError("invalid TOML: tables or arrays nested too deeply", file=str(p)) from err
     except UnicodeDecodeError as err:
         raise ConfigError(f"not a TOML text file: byte 0x{err.object[err.start]:02x} at offset "
                           f"{err.start} is not UTF-8 (TOML files are UTF-8 text; is this a binary "

@@ -55,6 +55,8 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
             out[key] = tomllib.loads(f"v = {val}")["v"]
         except tomllib.TOMLDecodeError:
             out[key] = val  # bare string
+        except RecursionError as err:
+            raise ConfigError(f"--set {key}: value nested too deeply") from err
     return out
 
 

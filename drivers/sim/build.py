@@ -644,7 +644,11 @@ def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
     from .odrive_emulator import OdriveAxisConfig, OdriveEmulator
 
     def period(key, default):
-        v = emu_sec.float(key, default, minimum=0.0)
+        # 0: off; else a rate a drive can send at (a period of 1e-300 s would have the emulator
+        # generate messages without end inside enable())
+        v = emu_sec.float(key, default, minimum=0.0, maximum=PERIOD_RANGE_S[1])
+        if 0.0 < v < PERIOD_RANGE_S[0]:
+            raise emu_sec.error(key, f"must be 0 (off) or in [{PERIOD_RANGE_S[0]:g}, {PERIOD_RANGE_S[1]:g}] s, got {v!r}")
         return None if v == 0.0 else v
 
     firmware = getattr(driver, "firmware", "0.6")
@@ -675,6 +679,10 @@ def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
     except (ConfigError, TypeError) as err:
         field = "fw_version" if isinstance(err, TypeError) or getattr(err, "field", None) == "fw_version" else None
         raise emu_sec.error(field, str(err)) from err
+
+
+#: plausible periods of an emulated drive's cyclic messages [s]: 10 kHz to one every 10 s
+PERIOD_RANGE_S = (1e-4, 10.0)
 
 
 def build_sim_mit_can(section: Section, *, now: Callable[[], float], transports=None,

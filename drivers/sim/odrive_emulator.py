@@ -253,8 +253,8 @@ class OdriveEmulator(EmulatedDevice):
         for name in ("heartbeat_period_s", "encoder_period_s", "watchdog_timeout_s", "iq_period_s",
                      "torques_period_s"):
             v = getattr(a, name)
-            if v is not None and (not math.isfinite(float(v)) or float(v) <= 0):
-                raise ConfigError(f"must be > 0 or None, got {v!r}", field=f"{where}.{name}")
+            if v is not None and (not math.isfinite(float(v)) or not 1e-4 <= float(v) <= 1e4):
+                raise ConfigError(f"must be in [1e-4, 1e4] s or None, got {v!r}", field=f"{where}.{name}")
         if self.firmware == "0.5" and a.torques_period_s is not None:
             raise ConfigError("firmware 0.5 has no Get_Torques message (0x1C is Get_ADC_Voltage)",
                               field=f"{where}.torques_period_s")
