@@ -63,7 +63,8 @@ from .plausibility import FeedbackPlausibility
 from .safety import DISABLED, FAULT, Fault, SafetyState, SafetySupervisor
 from .telemetry import TelemetryWriter
 
-__all__ = ["ControlLoop", "RunResult", "TimingStats", "terminating_signals"]
+__all__ = ["ControlLoop", "RunResult", "TimingStats", "terminating_signals", "ignored_stop_signals",
+           "ALWAYS_HANDLED"]
 
 
 #: signals whose default action ends the process (where the platform has them)
@@ -89,6 +90,30 @@ def terminating_signals() -> list[signal.Signals]:
             continue
         if h is signal.SIG_DFL or h is signal.default_int_handler:
             out.append(sig)
+    return out
+
+
+#: stop signals the loop handles even when the process inherited them ignored: a shell runs a
+#: background job (``cmd &`` in a script) with SIGINT and SIGQUIT ignored, so Ctrl-C would not
+#: stop the robot; a stop request is always taken
+ALWAYS_HANDLED = ("SIGINT", "SIGTERM", "SIGQUIT")
+
+
+def ignored_stop_signals() -> list[signal.Signals]:
+    """The stop signals (SIGINT, SIGTERM, SIGQUIT, SIGHUP) this process inherited ignored.
+
+    The loop handles those of :data:`ALWAYS_HANDLED` anyway; an ignored SIGHUP (``nohup``) is
+    left ignored (a run meant to outlive its terminal), and the command says so at start."""
+    out = []
+    for name in ALWAYS_HANDLED + ("SIGHUP",):
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                out.append(sig)
+        except (OSError, ValueError):  # pragma: no cover
+            continue
     return out
 
 
@@ -289,9 +314,9 @@ class ControlLoop:
     def _install_signals(self):
         """Route every signal that would end the process through the safe stop.
 
-        Only signals whose current disposition would terminate the process are
-        taken (a signal the user set to be ignored, such as SIGHUP under
-        ``nohup``, stays ignored).  The first one requests a stop (the configured
+        The signals whose current disposition would terminate the process are
+        taken, and SIGINT, SIGTERM and SIGQUIT even when inherited ignored (a
+        background job's Ctrl-C); an ignored SIGHUP (``nohup``) stays ignored.  The first one requests a stop (the configured
         stop reaction runs); a second one during the stop reaction cuts it short:
         zero torque and disable in the next cycle.
         """
@@ -302,7 +327,9 @@ class ControlLoop:
         def handler(signum, frame):
             self.safety.request_stop(signal.Signals(signum).name)
 
-        for sig in terminating_signals():
+        take = terminating_signals()
+        take += [sig for sig in ignored_stop_signals() if sig.name in ALWAYS_HANDLED and sig not in take]
+        for sig in take:
             try:
                 saved[sig] = signal.signal(sig, handler)
             except (OSError, ValueError):  # pragma: no cover - not settable on this platform

@@ -69,3 +69,37 @@ def test_a_serial_baud_rate_of_1e18_is_a_config_error(tmp_path):
             "--no-plots", "-o", tmp_path / "o", "--set", "driver.baudrate=1000000000000000000",
             "--set", 'driver.port="loop://"')
     _refused(r, "driver.baudrate")
+
+
+def test_inherited_ignored_signals_are_handled_or_warned_about(tmp_path):
+    """Started as a background job under nohup (SIGINT and SIGHUP inherited ignored): the command
+    warns at start that SIGHUP will not stop the robot, and SIGINT still stops it safely (exit 1).
+    Before, both were silently ignored: the run went on to the end (exit 0)."""
+    import signal
+    import time
+
+    def ignore():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = tmp_path / "o"
+    p = subprocess.Popen([sys.executable, "-m", "controller.app.cli", "run", str(RUNS / "3rrr_circle_direct.toml"),
+                          "--duration", "20", "--no-plots", "--no-progress", "-o", str(out),
+                          "--set", 'loop.clock="wall"', "--set", "safety.lateness_max_s=10.0",
+                          "--set", "safety.overrun_fraction_max=0.9"],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=ignore)
+    try:
+        line = p.stdout.readline()              # "torqueloop: running ..." (after the warnings)
+        assert "running" in line, line
+        time.sleep(2.0)
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert "SIGHUP is ignored" in stderr and "will NOT stop" in stderr, stderr
+    assert "SIGINT was inherited ignored" in stderr, stderr
+    assert p.returncode == 1, (stdout[-800:], stderr[-800:])
+    assert "STOPPED" in stdout and "SIGINT" in stdout, stdout[-800:]

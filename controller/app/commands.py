@@ -116,6 +116,21 @@ def format_summary(spec, result, metrics: dict) -> str:
     return _format(spec, result, metrics)
 
 
+def _signal_warnings() -> list[str]:
+    """What the signals this process inherited ignored mean for the run (said at start)."""
+    from ..loop import ALWAYS_HANDLED, ignored_stop_signals
+
+    out = []
+    for sig in ignored_stop_signals():
+        if sig.name in ALWAYS_HANDLED:
+            out.append(f"{sig.name} was inherited ignored (a background job?): the run handles it anyway, "
+                       f"{sig.name} stops the robot (safe stop)")
+        else:
+            out.append(f"{sig.name} is ignored (started with nohup?): closing the terminal will NOT stop the "
+                       "robot; stop it with Ctrl-C or `kill -TERM` (safe stop)")
+    return out
+
+
 def _confirm_hardware(spec, args) -> None:
     if not spec.hardware:
         return
@@ -161,7 +176,7 @@ def run(args) -> int:
     # a writable output folder with room for the log, before anything is enabled
     try:
         validation = validate_run(spec, out_dir=out)
-        for w in validation.warnings:
+        for w in validation.warnings + _signal_warnings():
             print(f"torqueloop: WARNING: {w}", file=sys.stderr)
         _confirm_hardware(spec, args)
         run_obj = build_run(spec, out_dir=out, meta={"cli_overrides": overrides})
