@@ -416,6 +416,7 @@ class ControlLoop:
                 if fast is not None:
                     fast.load()     # its machine code, before the first cycle's timing
             series = (lat, starts, comp, cyc)
+            watchdog_s = getattr(self.driver, "watchdog_s", None)
             t0 = self.clock.now()
             while k < self.n_planned or self.safety.latched:
                 if fast is not None and k < self.n_planned and fast.ready(k):
@@ -434,6 +435,12 @@ class ControlLoop:
                 late = self.clock.wait_until(t0 + t)
                 if late > miss_s:
                     self.safety.note_overrun(t, late)
+                    if watchdog_s is not None and late > watchdog_s and not self.safety.latched:
+                        # the drives' own timeout ran out meanwhile: their torque is off, the state has
+                        # moved on without control; resuming would command the whole error at once
+                        self.safety.fault(t, "overrun", f"the loop stalled {late * 1e3:.1f} ms, longer than the "
+                                          f"drives' watchdog ({watchdog_s * 1e3:g} ms): stopped, not resumed",
+                                          late_s=float(late), watchdog_s=watchdog_s)
                 c0 = time.perf_counter()
                 starts.append(self.clock.now())
                 q = np.asarray(fb.position_rad, dtype=float)

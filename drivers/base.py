@@ -249,6 +249,11 @@ class Driver(ABC):
     ``DriverError`` instead (the safety layer should have caught it first).
     """
 
+    #: the drives' own command timeout [s] where known (``[driver] drive_watchdog_s``, an emulated
+    #: drive's watchdog, a CiA 402 drive's master-heartbeat timeout), else None: a loop that stalls
+    #: longer finds the drives' torque zeroed and stops rather than resuming (controller.loop)
+    watchdog_s: float | None = None
+
     @property
     @abstractmethod
     def n_joints(self) -> int:

@@ -257,6 +257,8 @@ class Cia402Driver(TransportDriver):
             codec.heartbeat_id(master_node_id)
             if not self.master_heartbeat_timeout_s > self.master_heartbeat_period_s:
                 raise DriverError("master_heartbeat_timeout_s must be longer than master_heartbeat_period_s")
+        # the drives stop on a missing master heartbeat: the loop's gap limit
+        self.watchdog_s = self.master_heartbeat_timeout_s if master_node_id is not None else None
         self.quick_stop_option = int(quick_stop_option)
         self.fault_reaction_option = int(fault_reaction_option)
         self._owns = owns_transports

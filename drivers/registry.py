@@ -119,7 +119,14 @@ def build_driver(section: Section, *, now: Callable[[], float],
     fn = getattr(mod, fn_name, None)
     if fn is None:
         raise section.error("type", f"driver type {kind!r}: {target} does not exist")
-    return fn(section, now=now, transports=transports, **kwargs)
+    # the drives' own command timeout, where the user knows it (CubeMars "CAN timeout", an ODrive
+    # axis watchdog): a stall of the loop longer than it is a stop (controller.loop)
+    wd = section.float("drive_watchdog_s", None, minimum=1e-4, maximum=10.0) \
+        if section.has("drive_watchdog_s") else None
+    driver = fn(section, now=now, transports=transports, **kwargs)
+    if wd is not None:
+        driver.watchdog_s = wd
+    return driver
 
 
 # ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ they are set (the driver's attribute) and in the config (exit 2 naming the field
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,37 @@ def test_the_command_line_refuses_the_timeout_with_exit_2_naming_the_field(tmp_p
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "reply_timeout_s" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_freeze_longer_than_the_drives_watchdog_is_a_stop(tmp_path):
+    """The process freezes 80 ms in cycle 100 (wall clock, 200 Hz): longer than the emulated drives'
+    50 ms watchdog (which zeroed their torque meanwhile), shorter than lateness_max_s (0.1 s).
+    The next cycle is the stop (zero torque), cause overrun naming the watchdog; before, the run
+    resumed and commanded the error accumulated in the freeze at once (a 15x torque spike)."""
+    import time
+
+    from tests.serve_process import CpuWatch
+
+    spec = load_run(DEMO, overrides={"safety.stop_reaction": "zero_disable", "loop.clock": "wall",
+                                     "driver.emulator.watchdog_timeout_s": 0.05,
+                                     "safety.overrun_fraction_max": 0.9, "loop.rate_hz": 200.0},
+                    duration_s=1.0)
+    r = build_run(spec, out_dir=tmp_path / "run")
+    watch = CpuWatch()
+    try:
+        assert r.driver.watchdog_s == 0.05
+        hooked = _Hooked(r.driver, {100: lambda: time.sleep(0.08)})
+        hooked.watchdog_s = r.driver.watchdog_s
+        r.loop.driver = hooked
+        res = r.loop.run()
+    finally:
+        r.close()
+    log = read_log(tmp_path / "run")
+    first = res.faults[0] if res.faults else None
+    if first is not None and first.t_s < 0.5:       # a stall before the freeze: the load, not the test
+        others = watch.others_cores()
+        if (others or 0) >= 0.5 or os.getloadavg()[0] >= (os.cpu_count() or 1):
+            pytest.skip(f"machine too loaded for a wall-clock freeze test: {first}")
+    assert first is not None and first.cause == "overrun" and "watchdog" in first.message, [str(f) for f in res.faults]
+    assert res.status == "fault" and len(log) == 102        # rows 0..100, the stop in row 101
+    assert np.all(log["tau_cmd"][-1] == 0.0)

@@ -419,6 +419,15 @@ class EmulatedDriver(Driver):
         if errors:
             raise errors[0]
 
+    @property
+    def watchdog_s(self) -> float | None:
+        """The real driver's :attr:`~drivers.base.Driver.watchdog_s` (the emulated drives')."""
+        return self.inner.watchdog_s
+
+    @watchdog_s.setter
+    def watchdog_s(self, value) -> None:
+        self.inner.watchdog_s = value
+
     def __getattr__(self, name):
         # driver-specific extras (set_zero, bus_flows, counters...) of the real driver
         if name == "inner":
@@ -609,6 +618,8 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
             h.close()
         driver.close()
         raise
+    if wd is not None and getattr(driver, "watchdog_s", None) is None:
+        driver.watchdog_s = wd          # the emulated drives' own timeout: the loop's gap limit
     out = EmulatedDriver(driver, plant, hosts, emulators, fault_buses,
                          faults_during_enable=during_enable)
     out.reboots = reboots
