@@ -32,6 +32,7 @@ Use :func:`read_log` (or ``np.load``) to read, :func:`to_csv` to export.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import functools
 import json
 import os
@@ -419,7 +420,7 @@ class TelemetryWriter:
         self.meta["n"] = self.n
         self.meta["dim"] = self.dim
         self.meta["buffer_rows"] = buffer_rows
-        self._fh = _open(self.path, "wb")
+        self._fh = _open(self.path, "w+b")      # read back if the folder is deleted (see flush)
         self._fh.write(_header_bytes(self.file_dtype, 0, self._hlen))
         self._fh.flush()
         _write_json(self.meta_path, self.meta)
@@ -501,7 +502,11 @@ class TelemetryWriter:
             rows = np.concatenate(self._held + [rows])
             self._held = []
         fh = self._fh
+        deleted = None
         try:
+            if os.fstat(fh.fileno()).st_nlink == 0:     # the folder was deleted under us
+                deleted = self._relink()
+                fh = self._fh
             start = self._hlen + self.rows_written * self.dtype.itemsize
             fh.seek(start)
             fh.write(memoryview(rows).cast("B"))
@@ -522,6 +527,32 @@ class TelemetryWriter:
             if first:
                 self.write_error = err
                 raise
+            return
+        if deleted is not None and self.write_error is None:
+            self.write_error = deleted
+            raise deleted
+
+    def _relink(self):
+        """The log file was deleted under the writer (its folder removed during the run): the
+        folder is made again and the rows written so far are copied from the open file into a
+        new ``log.npy``, which is written on from then.  Returns the error that says so
+        (:class:`FileNotFoundError`; :meth:`flush` raises it once: the loop stops the run, and
+        meta.json goes to the new folder)."""
+        old = self._fh
+        self.directory.mkdir(parents=True, exist_ok=True)
+        new = _open(self.path, "w+b")
+        try:
+            old.flush()
+            old.seek(0)
+            new.write(old.read(self._hlen + self.rows_written * self.dtype.itemsize))
+            new.flush()
+        except BaseException:
+            new.close()
+            raise
+        old.close()
+        self._fh = new
+        return FileNotFoundError(errno.ENOENT, f"the output folder {self.directory} was deleted during the run: "
+                                 f"made again, the {self.rows_written} rows written before restored into it")
 
     def unwritten(self) -> np.ndarray:
         """Rows recorded but not on disk (after a write error), shape (rows,) of :func:`log_dtype`."""

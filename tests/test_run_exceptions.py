@@ -165,3 +165,30 @@ def test_a_freeze_longer_than_the_drives_watchdog_is_a_stop(tmp_path):
     assert first is not None and first.cause == "overrun" and "watchdog" in first.message, [str(f) for f in res.faults]
     assert res.status == "fault" and len(log) == 102        # rows 0..100, the stop in row 101
     assert np.all(log["tau_cmd"][-1] == 0.0)
+
+
+def test_an_output_folder_deleted_mid_run_stops_it_and_restores_the_log(tmp_path):
+    """``rm -rf`` of the run's folder at cycle 1000 of the demo: the next flush finds its log file
+    unlinked, makes the folder again with the rows written so far, and the run stops (telemetry
+    fault, exit 1) with every row up to the stop and meta.json in the folder.  Before, the rows
+    went into the deleted file: exit 0 and nothing left."""
+    import shutil
+
+    from controller.app.commands import exit_code
+
+    spec = load_run(DEMO, overrides={"safety.stop_reaction": "zero_disable"}, duration_s=2.0)
+    out = tmp_path / "run"
+    r = build_run(spec, out_dir=out)
+    try:
+        r.loop.driver = _Hooked(r.driver, {1000: lambda: shutil.rmtree(out)})
+        res = r.loop.run()
+    finally:
+        r.close()
+    assert exit_code(res) == 1 and res.status == "fault"
+    first = res.faults[0]
+    assert first.cause == "telemetry" and "deleted" in first.message, [str(f) for f in res.faults]
+    log = read_log(out)
+    meta = read_meta(out)
+    assert len(log) == res.n_cycles == meta["result"]["n_cycles"] > 1000
+    assert np.allclose(log["t"], np.arange(len(log)) * spec.period_s)
+    assert "deleted" in meta["log_incomplete"]["error"]
