@@ -588,6 +588,9 @@ class Cia402Driver(TransportDriver):
             The drive's rated torque or encoder resolution differ from the configuration.
         """
         self._check_open()
+        if not self._touched:
+            self.listen_before_talk()   # another master on our nodes: refused, nothing sent
+        self._touched = True
         self._stats = self._new_stats()
         self._pump(0.0, lambda: False)
         for j in range(self.n_joints):
@@ -683,6 +686,24 @@ class Cia402Driver(TransportDriver):
         self._enabled_cmd = False
         return fb
 
+    def _foreign(self, bus: int, frame: tuple) -> str | None:
+        """Before the first frame: another master's SYNC, RPDOs or SDO requests to our nodes, or
+        our nodes sending TPDOs (operational and synchronised by someone else)."""
+        arb, data, _, error, remote, extended = frame[:6]
+        if error or extended:
+            return None
+        if arb == codec.SYNC_ID:
+            return "SYNC frames (another master)"
+        nodes = {self._axes[j].node_id for j in range(self.n_joints) if self._bus_of[j] == bus}
+        for node in nodes:
+            if arb in (codec.rpdo_id(node, 1), codec.rpdo_id(node, 2)):
+                return f"RPDOs to node {node}"
+            if arb == codec.sdo_rx_id(node):
+                return f"SDO requests to node {node}"
+            if arb in (codec.tpdo_id(node, 1), codec.tpdo_id(node, 2)):
+                return f"TPDOs from node {node} (operational, synchronised by another master)"
+        return None
+
     def disable(self) -> None:
         """Zero torque with controlword 'shutdown' (power stage off), then NMT pre-operational.
 
@@ -691,6 +712,8 @@ class Cia402Driver(TransportDriver):
         :attr:`disable_unconfirmed`.
         """
         self._check_open()
+        if not self._touched:
+            return              # never sent a frame (refused before it spoke): nothing to undo
         todo = list(range(self.n_joints))
         for _ in range(2):
             fb = self._controlword_cycle(codec.CW_SHUTDOWN)

@@ -355,6 +355,9 @@ class OdriveCanDriver(TransportDriver):
             Not every axis reported CLOSED_LOOP_CONTROL within ``enable_timeout_s``.
         """
         self._check_open()
+        if not self._touched:
+            self.listen_before_talk()   # another master on our axes: refused, nothing sent
+        self._touched = True
         self._stats = self._new_stats()
         self._pump(0.0, lambda: False)
         if not self._version_ok:
@@ -503,14 +506,44 @@ class OdriveCanDriver(TransportDriver):
         self._enabled_cmd = False
 
     def disable(self) -> None:
-        """Zero torque, then IDLE for every axis (no waiting for confirmation)."""
+        """Zero torque, then IDLE for every axis (no waiting for confirmation).  A driver that
+        never sent a frame (refused before it spoke) sends nothing."""
         self._check_open()
+        if not self._touched:
+            return
         self._idle_all()
 
     def clear_faults(self) -> None:
         """Zero torque and IDLE, then ``Clear_Errors`` to every axis (see :meth:`Driver.clear_faults`)."""
         self.disable()
         self.clear_errors()
+
+    #: what only a master sends to an axis (firmware 0.6 and 0.5 share these ids)
+    _MASTER_CMDS = frozenset({Cmd.ESTOP, Cmd.SET_AXIS_STATE, Cmd.SET_CONTROLLER_MODE, Cmd.SET_INPUT_POS,
+                              Cmd.SET_INPUT_VEL, Cmd.SET_INPUT_TORQUE, Cmd.SET_LIMITS, Cmd.CLEAR_ERRORS,
+                              Cmd.REBOOT})
+
+    def _foreign(self, bus: int, frame: tuple) -> str | None:
+        """Before the first frame: a master's command or request (RTR) to one of our axes, or an
+        axis of ours reporting CLOSED_LOOP_CONTROL in its heartbeat (someone else enabled it)."""
+        arb, data, _, error, remote, extended = frame[:6]
+        if error or extended:
+            return None
+        node, cmd = arb >> 5, arb & 0x1F
+        if node not in self._by_node[bus]:
+            return None
+        if remote:
+            return f"requests (RTR) to axis node {node}"
+        if cmd in self._MASTER_CMDS:
+            return f"commands ({Cmd(cmd).name}) to axis node {node}"
+        if cmd == Cmd.HEARTBEAT:
+            try:
+                hb = codec.decode_heartbeat(data, self.firmware)
+            except DecodeError:
+                return None
+            if int(hb.axis_state) == int(AxisState.CLOSED_LOOP_CONTROL):
+                return f"axis node {node} in CLOSED_LOOP_CONTROL before this driver enabled it"
+        return None
 
     def clear_errors(self) -> None:
         """Send ``Clear_Errors`` to every axis (the axes stay IDLE; call :meth:`enable` again)."""

@@ -360,3 +360,46 @@ def test_each_rehearsal_has_its_own_bus():
                            "run.toml", "driver"))
     with pytest.raises(Exception, match="rehearsal"):
         open_buses(Section({"bus": {"interface": "virtual", "rehearsal": "x"}}, "run.toml", "driver"))
+
+
+def _other_master_frame(protocol, run):
+    """A frame only another controller sends to joint 1's device, per protocol (fields tuple)."""
+    drv = run.driver.inner
+    if protocol == "mit":
+        return _fields(drv.joints[1].can_id, mitc.encode_command(0.0, 0.0, 0.0, 0.0, 0.0, AK80_9))
+    if protocol == "odrive":
+        from drivers.codecs import odrive as odc
+        node = drv.axes[1].node_id
+        return _fields(odc.arbitration_id(node, odc.Cmd.SET_INPUT_TORQUE), odc.encode_set_input_torque(0.0))
+    from drivers.codecs import cia402 as cc
+    return _fields(cc.rpdo_id(drv.axes[1].node_id, 1), bytes(6))
+
+
+@pytest.mark.parametrize("protocol,config", [("mit", "3rrr_circle.toml"), ("odrive", "stewart_motion.toml"),
+                                             ("cia402", "3rrr_circle_cia402.toml")])
+def test_each_can_protocol_listens_before_it_sends(tmp_path, protocol, config):
+    """Another master's frames for our devices while the driver listens: enable is refused (fault
+    foreign_traffic, no cycle: exit 2) and not one frame is sent, by enable or by the stop."""
+    spec = load_run(ROOT / "hil_configs" / "runs" / config, duration_s=0.1)
+    r = build_run(spec, out_dir=tmp_path / "run")
+    sent = []
+    try:
+        frame = _other_master_frame(protocol, r)
+        trs = r.driver.inner.transports
+        orig = trs[0].recv_fields
+
+        def recv_fields(timeout_s=0.0):
+            if timeout_s is None or timeout_s > 0:
+                return frame
+            return orig(timeout_s)
+        trs[0].recv_fields = recv_fields
+        for t in trs:
+            send, send_frame = t.send, t.send_frame
+            t.send = lambda *a, _s=send, **k: (sent.append(a), _s(*a, **k))[1]
+            t.send_frame = lambda f, _s=send_frame: (sent.append(f), _s(f))[1]
+        res = r.loop.run()
+    finally:
+        r.close()
+    assert res.status == "fault" and res.n_cycles == 0
+    assert res.faults[0].cause == "foreign_traffic" and "busy" in res.faults[0].message, [str(f) for f in res.faults]
+    assert sent == [], sent[:5]
