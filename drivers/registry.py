@@ -9,8 +9,10 @@ Common keys of CAN drivers (``mit_can``, ``odrive_can``)::
 
     [driver]
     type = "mit_can"
-    reply_timeout_s = 0.002          # wall-clock wait for replies per cycle
-    enable_timeout_s = 0.05
+    reply_timeout_s = 0.002          # wall-clock wait for replies per cycle (at most 1 s)
+    enable_timeout_s = 0.05          # (at most 60 s)
+    drive_watchdog_s = 0.05          # optional, any driver type: the drives' own command timeout;
+                                     # a loop stalled longer stops instead of resuming
     # MIT only: quantization = "nearest" (or "truncate", the reference host code's -1/2 LSB bias);
     # reply_centered = true (decode replies to the middle of the firmware's truncation step)
 
@@ -121,8 +123,7 @@ def build_driver(section: Section, *, now: Callable[[], float],
         raise section.error("type", f"driver type {kind!r}: {target} does not exist")
     # the drives' own command timeout, where the user knows it (CubeMars "CAN timeout", an ODrive
     # axis watchdog): a stall of the loop longer than it is a stop (controller.loop)
-    wd = section.float("drive_watchdog_s", None, minimum=1e-4, maximum=10.0) \
-        if section.has("drive_watchdog_s") else None
+    wd = section.float("drive_watchdog_s", None, minimum=1e-4, maximum=10.0)
     driver = fn(section, now=now, transports=transports, **kwargs)
     if wd is not None:
         driver.watchdog_s = wd
