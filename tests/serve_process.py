@@ -19,6 +19,24 @@ except ImportError:  # pragma: no cover - rootdir not on sys.path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def rehearsal_pair(tmp_path: Path, stem: str, robot: str, name: str) -> tuple[Path, Path]:
+    """A copy of the shipped rehearsal pair ``hil_configs/rehearsal/<stem>_{server,run}.toml`` in
+    ``tmp_path`` with the robot file's absolute path and a rehearsal ``name`` of its own (its bus:
+    tests running beside it never share it).  Returns ``(server config, run config)``."""
+    import re
+
+    reh = REPO / "hil_configs" / "rehearsal"
+    rob = (REPO / "hil_configs" / "robots" / robot).as_posix()
+    own = f'rehearsal = "{name}"'
+    srv = tmp_path / "server.toml"
+    srv.write_text(re.sub(r'rehearsal = "[^"]+"', own, (reh / f"{stem}_server.toml").read_text()
+                          .replace(f'robot = "../robots/{robot}"', f'robot = "{rob}"')))
+    run = tmp_path / "run.toml"
+    run.write_text(re.sub(r'rehearsal = "[^"]+"', own, (reh / f"{stem}_run.toml").read_text()
+                          .replace(f'file = "../robots/{robot}"', f'file = "{rob}"')))
+    return srv, run
+
+
 @contextmanager
 def served(config: Path, *args: str):
     """Start the emulator server on ``config``; yield the process once it printed READY.

@@ -21,9 +21,9 @@ try:
 except ImportError:  # pragma: no cover - rootdir not on sys.path
     from test_bringup import write_clean_calibration
 try:
-    from tests.serve_process import served, wall_clock_verdict
+    from tests.serve_process import rehearsal_pair, served, wall_clock_verdict
 except ImportError:  # pragma: no cover - rootdir not on sys.path
-    from serve_process import served, wall_clock_verdict
+    from serve_process import rehearsal_pair, served, wall_clock_verdict
 RUNS = ROOT / "hil_configs" / "runs"
 ROBOTS = ROOT / "hil_configs" / "robots"
 
@@ -199,17 +199,7 @@ def test_hardware_rehearsal_against_emulated_robot_in_another_process(tmp_path):
     """hil_configs/rehearsal: the MIT hardware template, with only the bus moved to udp_multicast,
     runs (real mit_can driver, wall clock) against the 3RRR served by `python -m drivers.sim.serve`
     in a separate process."""
-    port = 44000 + os.getpid() % 1000
-    reh = ROOT / "hil_configs" / "rehearsal"
-    robot = (ROOT / "hil_configs" / "robots" / "3rrr_horizontal.toml").as_posix()
-    srv = tmp_path / "server.toml"
-    srv.write_text((reh / "3rrr_mit_udp_server.toml").read_text()
-                   .replace('rehearsal = "3rrr_mit"', f'rehearsal = "3rrr_mit-{port}"')
-                   .replace('robot = "../robots/3rrr_horizontal.toml"', f'robot = "{robot}"'))
-    run = tmp_path / "run.toml"
-    run.write_text((reh / "3rrr_mit_udp_run.toml").read_text()
-                   .replace('rehearsal = "3rrr_mit"', f'rehearsal = "3rrr_mit-{port}"')
-                   .replace('file = "../robots/3rrr_horizontal.toml"', f'file = "{robot}"'))
+    srv, run = rehearsal_pair(tmp_path, "3rrr_mit_udp", "3rrr_horizontal.toml", f"3rrr_mit-cli-{os.getpid()}")
     write_clean_calibration(run)        # a hardware run needs one (bring-up: tests/test_bringup.py)
     with served(srv, "--duration-s", "120") as server:
         out = tmp_path / "out"

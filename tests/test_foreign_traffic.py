@@ -199,17 +199,9 @@ def test_a_quiet_bus_is_not_busy():
 # --- the rehearsal: the emulated robot in another process, on udp_multicast ----------------------
 def _rehearsal(tmp_path, name):
     from drivers.transport import rehearsal_address
+    from tests.serve_process import rehearsal_pair
 
-    reh = ROOT / "hil_configs" / "rehearsal"
-    robot = (ROOT / "hil_configs" / "robots" / "3rrr_horizontal.toml").as_posix()
-    srv = tmp_path / "server.toml"
-    srv.write_text((reh / "3rrr_mit_udp_server.toml").read_text()
-                   .replace('rehearsal = "3rrr_mit"', f'rehearsal = "{name}"')
-                   .replace('robot = "../robots/3rrr_horizontal.toml"', f'robot = "{robot}"'))
-    run = tmp_path / "run.toml"
-    run.write_text((reh / "3rrr_mit_udp_run.toml").read_text()
-                   .replace('rehearsal = "3rrr_mit"', f'rehearsal = "{name}"')
-                   .replace('file = "../robots/3rrr_horizontal.toml"', f'file = "{robot}"'))
+    srv, run = rehearsal_pair(tmp_path, "3rrr_mit_udp", "3rrr_horizontal.toml", name)
     return srv, run, rehearsal_address(name)
 
 

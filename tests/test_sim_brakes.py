@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,12 +24,11 @@ from dynamics import load_model
 from dynamics.config import Section
 from dynamics.errors import ConfigError
 
-from serve_process import CpuWatch, served, wall_clock_verdict
+from serve_process import CpuWatch, rehearsal_pair, served, wall_clock_verdict
 from test_bringup import write_clean_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ROOT / "hil_configs" / "robots"
-REHEARSAL = ROOT / "hil_configs" / "rehearsal"
 Q_ARM = np.array([0.0, -1.2, 1.0, -0.5, 0.5, 0.0])
 
 
@@ -184,15 +182,7 @@ def test_stewart_starts_and_runs_on_the_wall_clock_in_process(tmp_path):
 
 
 def _rehearse(tmp_path, stem, robot, port, duration_s, *extra):
-    srv = tmp_path / "server.toml"
-    rob = (ROBOTS / robot).as_posix()
-    # a rehearsal of its own (its name gives its group and port): tests running beside it never share its bus
-    own = r'rehearsal = "\1-%d"' % port
-    srv.write_text(re.sub(r'rehearsal = "([^"]+)"', own, (REHEARSAL / f"{stem}_server.toml").read_text()
-                          .replace(f'robot = "../robots/{robot}"', f'robot = "{rob}"')))
-    run = tmp_path / "run.toml"
-    run.write_text(re.sub(r'rehearsal = "([^"]+)"', own, (REHEARSAL / f"{stem}_run.toml").read_text()
-                          .replace(f'file = "../robots/{robot}"', f'file = "{rob}"')))
+    srv, run = rehearsal_pair(tmp_path, stem, robot, f"{stem}-{port}")
     out = tmp_path / "out"
     write_clean_calibration(run)        # a hardware run needs one (bring-up: tests/test_bringup.py)
     with served(srv, "--duration-s", "120") as server:
