@@ -336,6 +336,10 @@ class TransportDriver(Driver):
         asked for; the default (a port no one else can use) sees nothing."""
         return None
 
+    def _heard(self, bus: int, frame: tuple) -> None:
+        """A frame received while listening that is not foreign (a device's own broadcast): a
+        driver that keeps state from such frames (heartbeats) takes it here; default: dropped."""
+
     def listen_before_talk(self) -> None:
         """Listen :attr:`listen_s` on every bus before the first frame; refuse when another node
         talks to our devices (see :meth:`_foreign`).
@@ -354,8 +358,9 @@ class TransportDriver(Driver):
 
         from .transport import recv_any_fields
         buses = list(self.transports)
-        for t in buses:         # frames queued since the bus was opened are history: listen to now
-            t.drain()
+        for b, t in enumerate(buses):   # what was queued since the bus was opened is history
+            while (f := t.recv_fields(0.0)) is not None:
+                self._heard(b, f)
         seen: dict[str, int] = {}
         deadline = time.monotonic() + self.listen_s
         while True:
@@ -368,6 +373,8 @@ class TransportDriver(Driver):
             what = self._foreign(got[0], got[1])
             if what is not None:
                 seen[what] = seen.get(what, 0) + 1
+            else:
+                self._heard(got[0], got[1])
         if seen:
             heard = "; ".join(f"{what} ({k} frames)" for what, k in seen.items())
             raise ForeignTrafficError(

@@ -523,6 +523,9 @@ class OdriveCanDriver(TransportDriver):
                               Cmd.SET_INPUT_VEL, Cmd.SET_INPUT_TORQUE, Cmd.SET_LIMITS, Cmd.CLEAR_ERRORS,
                               Cmd.REBOOT})
 
+    def _heard(self, bus: int, frame: tuple) -> None:
+        self._handle(bus, Frame(*frame))     # heartbeats, broadcasts: what the axes said counts
+
     def _foreign(self, bus: int, frame: tuple) -> str | None:
         """Before the first frame: a master's command or request (RTR) to one of our axes, or an
         axis of ours reporting CLOSED_LOOP_CONTROL in its heartbeat (someone else enabled it)."""
