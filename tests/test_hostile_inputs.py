@@ -71,6 +71,7 @@ def test_a_serial_baud_rate_of_1e18_is_a_config_error(tmp_path):
     _refused(r, "driver.baudrate")
 
 
+@pytest.mark.exclusive
 def test_inherited_ignored_signals_are_handled_or_warned_about(tmp_path):
     """Started as a background job under nohup (SIGINT and SIGHUP inherited ignored): the command
     warns at start that SIGHUP will not stop the robot, and SIGINT still stops it safely (exit 1).

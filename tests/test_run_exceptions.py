@@ -12,7 +12,6 @@ they are set (the driver's attribute) and in the config (exit 2 naming the field
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +132,7 @@ def test_the_command_line_refuses_the_timeout_with_exit_2_naming_the_field(tmp_p
     assert "reply_timeout_s" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.exclusive
 def test_a_freeze_longer_than_the_drives_watchdog_is_a_stop(tmp_path):
     """The process freezes 80 ms in cycle 100 (wall clock, 200 Hz): longer than the emulated drives'
     50 ms watchdog (which zeroed their torque meanwhile), shorter than lateness_max_s (0.1 s).
@@ -140,7 +140,7 @@ def test_a_freeze_longer_than_the_drives_watchdog_is_a_stop(tmp_path):
     resumed and commanded the error accumulated in the freeze at once (a 15x torque spike)."""
     import time
 
-    from tests.serve_process import CpuWatch
+    from tests.serve_process import CpuWatch, interfered
 
     spec = load_run(DEMO, overrides={"safety.stop_reaction": "zero_disable", "loop.clock": "wall",
                                      "driver.emulator.watchdog_timeout_s": 0.05,
@@ -159,9 +159,7 @@ def test_a_freeze_longer_than_the_drives_watchdog_is_a_stop(tmp_path):
     log = read_log(tmp_path / "run")
     first = res.faults[0] if res.faults else None
     if first is not None and first.t_s < 0.5:       # a stall before the freeze: the load, not the test
-        others = watch.others_cores()
-        if (others or 0) >= 0.5 or os.getloadavg()[0] >= (os.cpu_count() or 1):
-            pytest.skip(f"machine too loaded for a wall-clock freeze test: {first}")
+        interfered(watch, f"wall-clock freeze test stopped before the freeze: {first}")
     assert first is not None and first.cause == "overrun" and "watchdog" in first.message, [str(f) for f in res.faults]
     assert res.status == "fault" and len(log) == 102        # rows 0..100, the stop in row 101
     assert np.all(log["tau_cmd"][-1] == 0.0)
