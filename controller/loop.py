@@ -541,9 +541,11 @@ class ControlLoop:
             # anything raised between enable and the end of the run, of any type (a bug, an
             # OverflowError, KeyboardInterrupt outside the main thread): the drives are stopped
             # (zero torque, disable: best effort, each failure recorded) before anything else
-            if enabled:
+            if enabled and running:
                 self._stop_drives(k * P)
-                enabled = False
+            elif enabled:       # refused at start-up: no torque was ever sent, none is now
+                self._disable(k * P)
+            enabled = False
             if running and isinstance(exc, Exception):
                 # ... and the run ends as a fault naming it, its log kept (exit code 1)
                 self.safety.faults.append(Fault(k * P, "internal", None, {"error": repr(exc)},

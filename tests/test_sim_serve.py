@@ -101,7 +101,7 @@ def _run_cli(*args, timeout=30):
 
 
 def test_cli_config_error_exit_code(tmp_path):
-    cfg = _write(tmp_path, 'toy_model = "planar_two_link"\nbogus = 1')
+    cfg = _write(tmp_path, 'rehearsal = "bogus-key-test"\ntoy_model = "planar_two_link"\nbogus = 1')
     r = _run_cli(str(cfg))
     assert r.returncode == 2
     assert "server.bogus" in r.stderr and str(cfg) in r.stderr
