@@ -65,10 +65,15 @@ def test_an_emulated_drive_period_that_would_hang_enable_is_refused(tmp_path, ke
 
 
 def test_a_serial_baud_rate_of_1e18_is_a_config_error(tmp_path):
-    r = _tl("run", ROOT / "hil_configs" / "hardware" / "seed003_2r_odrive_ascii_serial.toml", "--yes-hardware",
-            "--no-plots", "-o", tmp_path / "o", "--set", "driver.baudrate=1000000000000000000",
-            "--set", 'driver.port="loop://"')
-    _refused(r, "driver.baudrate")
+    from tests.test_bringup import write_clean_calibration
+
+    src = ROOT / "hil_configs" / "hardware" / "seed003_2r_odrive_ascii_serial.toml"
+    text = (src.read_text().replace('file = "../robots/', f'file = "{(ROOT / "hil_configs" / "robots").as_posix()}/')
+            .replace('port = "/dev/ttyACM0"', 'port = "loop://"').replace("baudrate = 115200", "baudrate = 1000000000000000000"))
+    cfg = tmp_path / "hw.toml"
+    cfg.write_text(text)
+    write_clean_calibration(cfg)            # a hardware run needs one (tests/test_bringup.py)
+    _refused(_tl("run", cfg, "--yes-hardware", "--no-plots", "-o", tmp_path / "o"), "driver.baudrate")
 
 
 @pytest.mark.exclusive
