@@ -22,7 +22,7 @@ import numpy as np
 from dynamics.errors import CommsError, DriverError, TorqueloopError
 
 __all__ = ["Command", "Feedback", "Driver", "TransportDriver", "JointMapping", "FAULT_NONE", "check_mapping",
-           "command_vector", "torque_only"]
+           "command_vector", "torque_only", "JointCapability"]
 
 #: fault code meaning "no fault"; other codes are driver specific (documented per driver)
 FAULT_NONE = 0
@@ -128,6 +128,50 @@ class JointMapping:
 
     def motor_to_joint_torque(self, t):
         return self.sign * np.asarray(t) * self.gear_ratio * self.efficiency
+
+
+@dataclass(frozen=True)
+class JointCapability:
+    """What one drive can deliver to its joint, joint side and SI (known before anything is enabled).
+
+    Each driver module computes these from its ``[driver]`` table (``capabilities(section)``,
+    dispatched by :func:`drivers.registry.joint_capabilities`); the run's effective torque limit
+    is the least of the robot file, ``[safety] torque_max`` and :attr:`torque_max_nm`.
+
+    Attributes
+    ----------
+    torque_max_nm : float
+        Largest joint torque [N m] (force [N] on a prismatic joint) the drive delivers with its
+        settings (e.g. ODrive: current_limit_a x torque_constant_nm_per_a x gear_ratio x efficiency).
+    torque_from : str
+        How :attr:`torque_max_nm` is made, with the values (``"current_limit_a 10 A x ..."``).
+    settings : tuple of str
+        The config fields that change it (``"driver.joints[0].current_limit_a"``...).
+    position_range : tuple of 2 float or None
+        Joint positions [rad | m] the protocol's position field can carry (the motor-side field
+        range through gear ratio, sign and offset); None: no bound worth checking.
+    position_from : str
+        The field and settings behind :attr:`position_range`.
+    velocity_max : float
+        Largest |joint velocity| [rad/s | m/s] the protocol's velocity field (or the drive's velocity
+        limit) carries; ``inf``: no bound.
+    velocity_from : str
+        The field or setting behind :attr:`velocity_max`.
+    offset_key : str
+        The joint-offset key the table used (``"offset_rad"``, ``"offset_m"``), or "" when none.
+    path : str
+        The joint's table (``"driver.joints[2]"``).
+    """
+
+    torque_max_nm: float
+    torque_from: str
+    settings: tuple = ()
+    position_range: tuple | None = None
+    position_from: str = ""
+    velocity_max: float = math.inf
+    velocity_from: str = ""
+    offset_key: str = ""
+    path: str = ""
 
 
 def check_mapping(mapping: JointMapping, what: str) -> None:

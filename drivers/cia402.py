@@ -783,3 +783,34 @@ def build(section, *, now: Callable[[], float], transports=None) -> Cia402Driver
     except BaseException:
         registry.close_buses(buses, transports)
         raise
+
+
+def capabilities(section) -> list:
+    """Each joint's :class:`~drivers.base.JointCapability` of a ``cia402_can`` table: max torque
+    0x6072 (``torque_limit_nm`` in per mille of the rated torque, 1000 without one) x rated
+    torque 0x6076 (``rated_torque_nm``) x gear ratio x efficiency; the position field 0x6064
+    (int32 increments) and velocity field 0x606C (int32), joint side."""
+    from . import registry
+    from .base import JointCapability
+    out = []
+    for js in registry.capability_joints(section):
+        units = Cia402Units(js.float("counts_per_rev", minimum=0.0, strict_min=True),
+                            js.float("rated_torque_nm", minimum=0.0, strict_min=True),
+                            js.float("velocity_counts_per_rev_s", None, minimum=0.0, strict_min=True))
+        lim = js.float("torque_limit_nm", None, minimum=0.0, strict_min=True)
+        m = registry.joint_mapping(js)
+        ax = Cia402Axis(None, 1, units, m, "", lim)
+        permille = ax.max_torque_permille
+        g = m.gear_ratio
+        span_rev = 2 ** 31 / units.counts_per_rev
+        vel_counts = units.velocity_counts_per_rev_s or units.counts_per_rev
+        out.append(JointCapability(
+            torque_max_nm=permille * units.nm_per_permille * g * m.efficiency,
+            torque_from=(f"max torque 0x6072 {permille} per mille x rated torque 0x6076 "
+                         f"{units.rated_torque_nm:g} N m x {registry.mapping_text(m)}"),
+            settings=(js.field("torque_limit_nm"), js.field("rated_torque_nm"), js.field("gear_ratio")),
+            position_range=(m.offset_rad - 2 * math.pi * span_rev / g, m.offset_rad + 2 * math.pi * span_rev / g),
+            position_from=f"0x6064 (int32 of {units.counts_per_rev:g} increments per motor turn) / gear_ratio {g:g}",
+            velocity_max=2 * math.pi * (2 ** 31 / vel_counts) / g,
+            velocity_from="0x606C (int32)", offset_key=registry.offset_key(js), path=js.path))
+    return out

@@ -478,13 +478,7 @@ def build(section, *, now: Callable[[], float], transports=None) -> DynamixelDri
         if i in seen:
             raise js.error("id", f"ID {i} already used by {seen[i]}")
         seen[i] = js.path
-        model = dx.DXL_MODELS[js.str("model", choices=sorted(dx.DXL_MODELS))]
-        kt_given = js.has("torque_constant_nm_per_a")
-        mapping = registry.joint_mapping(js)
-        if not kt_given:
-            mapping = JointMapping(mapping.gear_ratio, mapping.sign, mapping.offset_rad,
-                                   model.torque_constant_nm_per_a, mapping.efficiency)
-        lim = js.float("current_limit_a", None, minimum=0.0, strict_min=True)
+        model, mapping, lim = _servo_settings(js)
         name = js.str("name", "")
         js.finish()
         servos.append(DynamixelServo(i, model, mapping, name, lim))
@@ -505,3 +499,38 @@ def build(section, *, now: Callable[[], float], transports=None) -> DynamixelDri
         if given is None:
             port.close()
         raise
+
+
+def _servo_settings(js) -> tuple:
+    """``(model, mapping, current_limit_a or None)`` of a Dynamixel ``[[driver.joints]]`` table
+    (``torque_constant_nm_per_a`` defaults to the model's)."""
+    from . import registry
+    model = dx.DXL_MODELS[js.str("model", choices=sorted(dx.DXL_MODELS))]
+    kt_given = js.has("torque_constant_nm_per_a")
+    mapping = registry.joint_mapping(js)
+    if not kt_given:
+        mapping = JointMapping(mapping.gear_ratio, mapping.sign, mapping.offset_rad,
+                               model.torque_constant_nm_per_a, mapping.efficiency)
+    return model, mapping, js.float("current_limit_a", None, minimum=0.0, strict_min=True)
+
+
+def capabilities(section) -> list:
+    """Each joint's :class:`~drivers.base.JointCapability` of a ``dynamixel`` table: the current
+    limit (``current_limit_a``, or the model's factory Current Limit when lower or unset) x
+    ``torque_constant_nm_per_a`` (output torque per A, the model's stall torque / stall current
+    by default) x gear ratio x efficiency; positions are int32 pulses (no range to check)."""
+    from . import registry
+    from .base import JointCapability
+    out = []
+    for js in registry.capability_joints(section):
+        model, m, lim = _servo_settings(js)
+        cur = model.current_limit_a if lim is None else min(lim, model.current_limit_a)
+        src = (f"current_limit_a {cur:g} A" if lim is not None and lim < model.current_limit_a
+               else f"the {model.name}'s Current Limit {cur:g} A")
+        out.append(JointCapability(
+            torque_max_nm=cur * m.torque_constant_nm_per_a * m.gear_ratio * m.efficiency,
+            torque_from=(f"{src} x torque_constant_nm_per_a {m.torque_constant_nm_per_a:.4g} N m/A x "
+                         f"{registry.mapping_text(m)}"),
+            settings=(js.field("model"), js.field("current_limit_a"), js.field("gear_ratio")),
+            offset_key=registry.offset_key(js), path=js.path))
+    return out

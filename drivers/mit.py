@@ -667,3 +667,31 @@ def _limits(js) -> codec.MitLimits:
             ls.float(key, default, minimum=0.0, strict_min=True)
     ls.finish()
     return codec.MitLimits(**vals)
+
+
+def capabilities(section) -> list:
+    """Each joint's :class:`~drivers.base.JointCapability` of an ``mit_can`` table: the model's
+    (or ``[limits]``') torque range ``t_max_nm x gear_ratio x efficiency``, the position field
+    ``offset +- p_max_rad / gear_ratio`` and the velocity field ``v_max_rad_s / gear_ratio``,
+    joint side (the fields' ranges are the drive's: a value beyond one cannot be sent or read)."""
+    from . import registry
+    from .base import JointCapability
+    out = []
+    for js in registry.capability_joints(section):
+        lim = _limits(js)
+        m = registry.joint_mapping(js)
+        g = m.gear_ratio
+        src = f"model {js.raw('model')!r}" if js.has("model") and not js.has("limits") else \
+            f"[limits] ({js.field('limits')})"
+        okey = registry.offset_key(js) or "offset_rad"
+        out.append(JointCapability(
+            torque_max_nm=lim.t_max_nm * g * m.efficiency,
+            torque_from=f"t_max_nm {lim.t_max_nm:g} N m of {src} x {registry.mapping_text(m)}",
+            settings=(js.field("model"), js.field("limits.t_max_nm"), js.field("gear_ratio")),
+            position_range=(m.offset_rad - lim.p_max_rad / g, m.offset_rad + lim.p_max_rad / g),
+            position_from=(f"the position field +-{lim.p_max_rad:g} rad of {src} / gear_ratio {g:g}, "
+                           f"around {okey} {m.offset_rad:g}"),
+            velocity_max=lim.v_max_rad_s / g,
+            velocity_from=f"the velocity field +-{lim.v_max_rad_s:g} rad/s of {src} / gear_ratio {g:g}",
+            offset_key=registry.offset_key(js), path=js.path))
+    return out

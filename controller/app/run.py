@@ -135,9 +135,32 @@ class RunSpec:
     #: (reused while the trajectory, the model and the space are the ones it was computed for)
     _start: tuple | None = field(default=None, repr=False, compare=False)
 
+    #: ``(driver table data, capabilities)`` of the last :meth:`drive_capabilities`
+    _drive: tuple | None = field(default=None, repr=False, compare=False)
+
     @property
     def period_s(self) -> float:
         return 1.0 / self.rate_hz
+
+    def drive_capabilities(self) -> list | None:
+        """Each joint's :class:`drivers.base.JointCapability` from the ``[driver]`` table
+        (:func:`drivers.registry.joint_capabilities`), or None for a driver without drives
+        (``sim_direct``) or a table whose joints do not match the model (its build says so).
+
+        Raises
+        ------
+        ConfigError
+            A bad value in a joint table (naming the file and field).
+        """
+        from drivers.registry import joint_capabilities
+
+        data = self.driver_section.data
+        if self._drive is None or self._drive[0] is not data:
+            caps = joint_capabilities(self.driver_section)
+            if caps is not None and len(caps) != self.model.dof:
+                caps = None
+            self._drive = (data, caps)
+        return self._drive[1]
 
     @property
     def space(self) -> str:
@@ -422,7 +445,8 @@ def make_controller(spec: RunSpec, *, pose0=None) -> Controller:
 def _make_law(spec: RunSpec, *, pose0=None) -> Controller:
     c, model = spec.controller, spec.model
     n = model.dof
-    sat = Saturation(model.limits.torque_max) if c.saturate and np.all(np.isfinite(model.limits.torque_max)) else None
+    lim = effective_torque_limit(spec)
+    sat = Saturation(lim) if c.saturate and np.all(np.isfinite(lim)) else None
     if c.kp is not None:
         kp, kd, ki = c.kp, c.kd, c.ki
     elif c.design in ("place", "lqr"):
@@ -509,6 +533,15 @@ def gain_report(spec: RunSpec) -> str:
     """Closed-loop poles, margins and nominal step response of the configured gains."""
     from ..gains import pd_analysis, pd_analysis_model
 
+    from .report import torque_limit_sources
+
+    lim, src = torque_limit_sources(spec)
+    sat = ("torque limits the law saturates at [N m | N] (the least of robot file, [safety] and drive): "
+           + ", ".join(f"{name} {v:.4g} ({s})" for name, v, s in zip(spec.model.joint_names, lim, src)))
+    return _gain_text(spec) + "\n" + sat
+
+
+def _gain_text(spec: RunSpec) -> str:
     c = spec.controller
     d = design_gains(spec)
     if d is not None:
@@ -998,9 +1031,17 @@ class Validation:
 
 
 def make_safety(spec: RunSpec, *, pose0=None) -> SafetySupervisor:
-    """The run's safety supervisor; a ConfigError names the run file and the ``safety.`` field."""
+    """The run's safety supervisor, clipping to the effective torque limit (the least of the
+    robot file, ``[safety] torque_max`` and the drives, :func:`effective_torque_limit`); a
+    ConfigError names the run file and the ``safety.`` field."""
+    import dataclasses
+
+    config = spec.safety
+    caps = spec.drive_capabilities()
+    if caps is not None:
+        config = dataclasses.replace(config, torque_max=effective_torque_limit(spec))
     try:
-        return SafetySupervisor(spec.safety, spec.model.limits, model=spec.model, pose0=pose0)
+        return SafetySupervisor(config, spec.model.limits, model=spec.model, pose0=pose0)
     except ConfigError as err:
         if err.file is not None:
             raise
@@ -1073,11 +1114,15 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
                 raise ConfigError(msg, spec.file, "loop.rate_hz")
             v.warnings.append(msg + "; the simulated run goes on, a hardware run with this setup is refused")
     m_min = spec.safety.singularity_margin_min
+    caps = _drive_lines(spec, v)
+    lims = _drive_bounds(spec, safety, caps)
     rep = check_feasibility(spec.trajectory, spec.model, dt_s=max(spec.period_s, 0.002), space=spec.space,
-                            velocity_max=safety.v_max, torque_max=safety.tau_max,
+                            velocity_max=lims["velocity"], torque_max=safety.tau_max,
+                            position_min=lims["position"][0], position_max=lims["position"][1],
                             singularity_margin=max(1e-3, m_min or 0.0))
     v.lines += ["trajectory feasibility:", str(rep)]
     if not rep.ok:
+        _refuse_drive_shortfall(spec, rep, caps, lims)
         raise ConfigError("trajectory is not feasible (nothing was enabled):\n" + str(rep), spec.file, "trajectory")
     if out_dir is not None:
         check_output_dir(out_dir, spec, min_free_bytes=min_free_bytes)
@@ -1094,6 +1139,109 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
         v.lines.append(f"calibration: {cal.path} (written {cal.created_utc}), offset corrections "
                        f"{[round(float(c), 6) for c in cal.offset_correction_rad]}")
     return v
+
+
+def _drive_lines(spec: RunSpec, v: Validation) -> list | None:
+    """The drives' capabilities (:meth:`RunSpec.drive_capabilities`), listed in the validation's
+    report with the effective torque limits; refuses an offset key of the wrong unit, and warns
+    where a joint's position or velocity limit lies beyond what its drive's fields carry."""
+    from .report import torque_limit_sources
+
+    caps = spec.drive_capabilities()
+    if caps is None:
+        return None
+    model = spec.model
+    types = list(model.joint_types)
+    names = list(model.joint_names)
+    for j, c in enumerate(caps):
+        want = "offset_m" if types[j] == "prismatic" else "offset_rad"
+        if c.offset_key and c.offset_key != want:
+            unit = "m (a prismatic joint)" if want == "offset_m" else "rad (a revolute joint)"
+            raise ConfigError(f"joint {names[j]!r} is {types[j]}: its offset (joint position at motor zero) is in "
+                              f"{unit}; give it as {want}", spec.file, f"{c.path}.{c.offset_key}")
+    lim, src = torque_limit_sources(spec)
+    unit = ["N" if t == "prismatic" else "N m" for t in types]
+    v.lines.append("drive capability (joint side; the effective limit is the least of robot file, "
+                   "[safety] and drive):")
+    for j, c in enumerate(caps):
+        v.lines.append(f"  {names[j]}: {c.torque_max_nm:.4g} {unit[j]} ({c.torque_from}); effective "
+                       f"{lim[j]:.4g} {unit[j]} ({src[j]})")
+    q_lo = np.asarray(model.limits.position_min, dtype=float)
+    q_hi = np.asarray(model.limits.position_max, dtype=float)
+    vmax = np.asarray(model.limits.velocity_max, dtype=float) if spec.safety.velocity_max is None else \
+        np.broadcast_to(np.asarray(spec.safety.velocity_max, dtype=float), (model.dof,))
+    for j, c in enumerate(caps):
+        if c.position_range is not None and (q_lo[j] < c.position_range[0] or q_hi[j] > c.position_range[1]):
+            v.warnings.append(f"joint {names[j]!r}: its position limits [{q_lo[j]:.4g}, {q_hi[j]:.4g}] reach beyond "
+                              f"what the drive's position field carries, [{c.position_range[0]:.4g}, "
+                              f"{c.position_range[1]:.4g}] ({c.position_from}): a position past it cannot be "
+                              f"read, so the position limit cannot be watched there")
+        if vmax[j] > c.velocity_max:
+            v.warnings.append(f"joint {names[j]!r}: velocity limit {vmax[j]:.4g} above what the drive carries, "
+                              f"{c.velocity_max:.4g} ({c.velocity_from})")
+    return caps
+
+
+def _drive_bounds(spec: RunSpec, safety: SafetySupervisor, caps: list | None) -> dict:
+    """The position range and velocity limit feasibility checks: the model's / safety's, narrowed
+    to what the drives' position and velocity fields carry."""
+    n = spec.model.dof
+    lo = np.asarray(spec.model.limits.position_min, dtype=float).copy()
+    hi = np.asarray(spec.model.limits.position_max, dtype=float).copy()
+    vel = np.asarray(safety.v_max, dtype=float).copy()
+    drive = {"position": np.zeros(n, dtype=bool), "velocity": np.zeros(n, dtype=bool)}
+    for j, c in enumerate(caps or ()):
+        if c.position_range is not None:
+            if c.position_range[0] > lo[j]:
+                lo[j], drive["position"][j] = c.position_range[0], True
+            if c.position_range[1] < hi[j]:
+                hi[j], drive["position"][j] = c.position_range[1], True
+        if c.velocity_max < vel[j]:
+            vel[j], drive["velocity"][j] = c.velocity_max, True
+    return {"position": (lo, hi), "velocity": vel, "drive": drive}
+
+
+def _refuse_drive_shortfall(spec: RunSpec, rep, caps: list | None, lims: dict) -> None:
+    """Raise a ConfigError naming the joint, what the trajectory needs, what its drive delivers and
+    the settings that change it, when a violated limit is the drive's (else return)."""
+    if caps is None:
+        return
+    from .report import torque_limit_sources
+
+    tau_lim, tau_src = torque_limit_sources(spec)
+    names = list(spec.model.joint_names)
+    types = list(spec.model.joint_types)
+    msgs = []
+    field_ = None
+    for viol in rep.violations:
+        j = viol.axis
+        if j is None:
+            continue
+        c = caps[j]
+        pris = types[j] == "prismatic"
+        if viol.quantity == "torque" and tau_src[j] == "drive":
+            need = float(rep.peak_ratio["torque"][j] * tau_lim[j])
+            u = "N" if pris else "N m"
+            msgs.append(f"joint {names[j]!r} needs {need:.4g} {u} (first beyond the drive's limit at "
+                        f"t = {viol.t_s:.3f} s), its drive delivers {c.torque_max_nm:.4g} {u} = {c.torque_from}; "
+                        f"raise it with {', '.join(c.settings)}, or make the trajectory slower")
+            field_ = field_ or f"{c.path}"
+        elif viol.quantity == "position" and lims["drive"]["position"][j]:
+            u = "m" if pris else "rad"
+            msgs.append(f"joint {names[j]!r} reaches {viol.value:.4g} {u} at t = {viol.t_s:.3f} s, outside "
+                        f"[{c.position_range[0]:.4g}, {c.position_range[1]:.4g}] {u} that its drive's position "
+                        f"field carries ({c.position_from}); change the gear ratio, the offset or the drive's "
+                        f"range ({c.path})")
+            field_ = field_ or f"{c.path}"
+        elif viol.quantity == "velocity" and lims["drive"]["velocity"][j]:
+            u = "m/s" if pris else "rad/s"
+            msgs.append(f"joint {names[j]!r} moves at {abs(viol.value):.4g} {u} at t = {viol.t_s:.3f} s, beyond "
+                        f"{c.velocity_max:.4g} {u} that its drive carries ({c.velocity_from}); make the "
+                        f"trajectory slower or change {c.path}")
+            field_ = field_ or f"{c.path}"
+    if msgs:
+        raise ConfigError("the drives cannot carry this trajectory (nothing was enabled):\n  "
+                          + "\n  ".join(msgs), spec.file, field_)
 
 
 def log_bytes_estimate(spec: RunSpec) -> int:
