@@ -530,9 +530,8 @@ def _design_pd(spec: RunSpec):
 
 
 def gain_report(spec: RunSpec) -> str:
-    """Closed-loop poles, margins and nominal step response of the configured gains."""
-    from ..gains import pd_analysis, pd_analysis_model
-
+    """Closed-loop poles, margins and nominal step response of the configured gains, and the
+    torque limits the law saturates at."""
     from .report import torque_limit_sources
 
     lim, src = torque_limit_sources(spec)
@@ -542,6 +541,8 @@ def gain_report(spec: RunSpec) -> str:
 
 
 def _gain_text(spec: RunSpec) -> str:
+    from ..gains import pd_analysis, pd_analysis_model
+
     c = spec.controller
     d = design_gains(spec)
     if d is not None:
