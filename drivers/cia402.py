@@ -268,6 +268,8 @@ class Cia402Driver(TransportDriver):
         canopen = self._canopen
         self._networks = []
         self.nodes = []
+        #: (index, sub-index) of each drive's last SDO transfer, named in an abort's message
+        self._sdo_object: list[tuple[int, int] | None] = [None] * len(axes)
         ods: dict[str, object] = {}
         for b in range(len(self._buses)):
             net = canopen.Network(bus=_SdoPumpBus(self, b))
@@ -279,6 +281,7 @@ class Cia402Driver(TransportDriver):
             except Exception as err:  # noqa: BLE001 - any parse failure of a vendor file
                 raise ConfigError(f"cannot read EDS {path}: {type(err).__name__}: {err}") from err
             node.sdo.RESPONSE_TIMEOUT = self.sdo_timeout_s
+            self._track_sdo(j, node.sdo)
             self._networks[self._bus_of[j]].add_node(node)
             self.nodes.append(node)
             ods[path] = node.object_dictionary
@@ -491,8 +494,42 @@ class Cia402Driver(TransportDriver):
                         enabled=self._state == int(State.OPERATION_ENABLED), info=info)
 
     # ------------------------------------------------------------------
+    def _track_sdo(self, j: int, sdo) -> None:
+        """Record the object of every SDO transfer of drive ``j`` (canopen's aborts do not name it)."""
+        upload, download = sdo.upload, sdo.download
+
+        def tracked_upload(index, subindex, *args, **kwargs):
+            self._sdo_object[j] = (index, subindex)
+            return upload(index, subindex, *args, **kwargs)
+
+        def tracked_download(index, subindex, *args, **kwargs):
+            self._sdo_object[j] = (index, subindex)
+            return download(index, subindex, *args, **kwargs)
+
+        sdo.upload, sdo.download = tracked_upload, tracked_download
+
+    def _sdo_object_name(self, j: int) -> str:
+        """``"object 0x1800:3 (TPDO communication parameter 1: Inhibit time)"`` of drive ``j``'s last
+        SDO transfer (its EDS names; "" when none was made)."""
+        obj = self._sdo_object[j]
+        if obj is None:
+            return ""
+        idx, sub = obj
+        name = ""
+        try:
+            entry = self.nodes[j].object_dictionary[idx]
+            name = entry.name
+            if hasattr(entry, "subindices") and sub in entry.subindices:
+                name = f"{name}: {entry.subindices[sub].name}"
+        except (KeyError, IndexError, AttributeError):
+            name = "not in the EDS"
+        return f"object 0x{idx:04X}:{sub}" + (f" ({name})" if name else "")
+
     def _sdo_error(self, j: int, what: str, err: Exception) -> TorqueloopError:
         canopen = self._canopen
+        obj = self._sdo_object_name(j)
+        if obj:
+            what = f"{what}, {obj}"
         if isinstance(err, canopen.SdoAbortedError):
             return DeviceFaultError(f"{self._name(j)}: SDO {what} aborted by the drive: {err}")
         if isinstance(err, canopen.sdo.SdoCommunicationError):
@@ -501,6 +538,7 @@ class Cia402Driver(TransportDriver):
 
     def _sdo(self, j: int, what: str, fn):
         canopen = self._canopen
+        self._sdo_object[j] = None
         try:
             return fn(self.nodes[j])
         except (canopen.SdoAbortedError, canopen.sdo.SdoCommunicationError) as err:
@@ -557,6 +595,11 @@ class Cia402Driver(TransportDriver):
                     pm = maps[k]
                     pm.clear()
                     pm.cob_id = make_id(ax.node_id, k)
+                    # only the communication sub-indices every drive has (COB-ID :1, transmission
+                    # type :2): inhibit time :3, event timer :5 and SYNC start value :6 are
+                    # optional (CiA 301), not used by a SYNC-driven PDO, and a drive without them
+                    # aborts the write (canopen writes whatever the EDS defaults gave)
+                    pm.inhibit_time = pm.event_timer = pm.sync_start_value = None
                     if k in layout:
                         for idx, sub, bits in layout[k]:
                             pm.add_variable(idx, sub, bits)
