@@ -321,13 +321,17 @@ class TransportDriver(Driver):
     cycle sends, encoded; it raises on a bad command, so nothing is sent then), then one
     ``_exchange(request)`` that does the I/O for every joint and returns the
     :class:`Feedback`; ``self._enabled_cmd`` (set by ``enable()``, cleared by ``disable()``)
-    gates it and ``self.cycles`` counts it.  A driver whose cycle is more than that (the MIT
+    gates it and ``self.cycles`` counts it; :attr:`follow`, when set, checks the feedback's
+    torque against the command (a fault code where the drive does not follow).  A driver whose cycle is more than that (the MIT
     driver's compiled encoder and follow check) overrides :meth:`cycle`.
     """
 
     #: what :meth:`disable` may raise while :meth:`close` still closes the transports (a driver
     #: whose device library raises its own errors while disabling widens it)
     _disable_errors: tuple[type[BaseException], ...] = (TorqueloopError,)
+    #: the "drive follows its torque commands" check (:class:`drivers.mit_health.TorqueFollow`) of a
+    #: torque-only driver that reads torque, run on every cycle's feedback; None: none
+    follow = None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -349,6 +353,14 @@ class TransportDriver(Driver):
             raise DriverError("cycle() before enable()")
         fb = self._exchange(self.make_commands(command))
         self.cycles += 1
+        if self.follow is not None:
+            self.follow.check(command.torque_nm, fb)
+        return fb
+
+    def _follow_start(self, fb: Feedback) -> Feedback:
+        """Reset the follow check at enable (its filter starts at ``fb``'s torques); returns ``fb``."""
+        if self.follow is not None:
+            self.follow.reset(fb)
         return fb
 
     @property

@@ -75,6 +75,7 @@ from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeE
 from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import cia402 as codec
 from .codecs.cia402 import Cia402Units, NmtState, State
+from .mit_health import FollowConfig, TorqueFollow, follow_config
 from .transport import CanTransport, Frame, group_by_bus, recv_any
 
 __all__ = ["Cia402Axis", "Cia402Driver", "build", "GENERIC_EDS", "FAULT_HEARTBEAT_LOST"]
@@ -146,6 +147,11 @@ class Cia402Axis:
         lim = self.torque_limit_nm
         if lim is not None and not (isinstance(lim, (int, float)) and math.isfinite(lim) and lim > 0):
             raise DriverError(f"torque_limit_nm must be finite and > 0, got {lim!r}")
+
+    def torque_capability_nm(self) -> float:
+        """Joint torque the drive delivers [N m]: max torque 0x6072 x rated torque 0x6076 x gear
+        ratio x efficiency."""
+        return self.max_torque_permille * self.units.nm_per_permille * self.mapping.gear_ratio * self.mapping.efficiency
 
     @property
     def max_torque_permille(self) -> int:
@@ -220,7 +226,8 @@ class Cia402Driver(TransportDriver):
                  enable_timeout_s: float = 1.0, sdo_timeout_s: float = 0.1, heartbeat_period_s: float = 0.05,
                  heartbeat_timeout_s: float | None = None, master_node_id: int | None = 127,
                  master_heartbeat_period_s: float = 0.05, master_heartbeat_timeout_s: float | None = None,
-                 quick_stop_option: int = 2, fault_reaction_option: int = 2, owns_transports: bool = True):
+                 quick_stop_option: int = 2, fault_reaction_option: int = 2, owns_transports: bool = True,
+                 follow: FollowConfig | None = None):
         axes = list(axes)
         if not axes:
             raise DriverError("Cia402Driver needs at least one axis")
@@ -319,6 +326,9 @@ class Cia402Driver(TransportDriver):
         self._closed = False
         self._hb_master_due = -math.inf
         self.last_saturated = 0
+        follow = FollowConfig() if follow is None else follow
+        if follow.enabled:      # 0x6077 (torque actual value) against the command
+            self.follow = TorqueFollow([ax.torque_capability_nm() for ax in axes], follow)
         self.cycles = 0
         #: joints whose shutdown the last disable() could not confirm
         self.disable_unconfirmed: list[int] = []
@@ -672,7 +682,7 @@ class Cia402Driver(TransportDriver):
                     cw[j] = codec.CW_ENABLE_OPERATION
                 elif s == State.QUICK_STOP_ACTIVE:
                     cw[j] = codec.CW_DISABLE_VOLTAGE
-        return self._exchange(self.make_commands(Command(zero)))
+        return self._follow_start(self._exchange(self.make_commands(Command(zero))))
 
     def _controlword_cycle(self, controlword: int) -> Feedback:
         return self._exchange(self.make_commands(Command(np.zeros(self.n_joints)), controlword))
@@ -790,6 +800,7 @@ def build(section, *, now: Callable[[], float], transports=None) -> Cia402Driver
         fr = section.int("fault_reaction_option", 2)
         if fr not in (0, 1, 2):
             raise section.error("fault_reaction_option", f"must be 0, 1 or 2, got {fr}")
+        follow = follow_config(section.section("follow", {}))
         base_dir = Path(section.file).parent if section.file else None
         axes = []
         seen = {}
@@ -822,7 +833,8 @@ def build(section, *, now: Callable[[], float], transports=None) -> Cia402Driver
         return Cia402Driver(axes, now=now, reply_timeout_s=rt, enable_timeout_s=et, sdo_timeout_s=st,
                             heartbeat_period_s=hb, heartbeat_timeout_s=hbt,
                             master_node_id=None if master == 0 else master, master_heartbeat_period_s=mhb,
-                            master_heartbeat_timeout_s=mhbt, quick_stop_option=qs, fault_reaction_option=fr)
+                            master_heartbeat_timeout_s=mhbt, quick_stop_option=qs, fault_reaction_option=fr,
+                            follow=follow)
     except BaseException:
         registry.close_buses(buses, transports)
         raise
@@ -842,13 +854,13 @@ def capabilities(section) -> list:
                             js.float("velocity_counts_per_rev_s", None, minimum=0.0, strict_min=True))
         lim = js.float("torque_limit_nm", None, minimum=0.0, strict_min=True)
         m = registry.joint_mapping(js)
-        ax = Cia402Axis(None, 1, units, m, "", lim)
+        ax = Cia402Axis(None, 1, units, m, "", lim)     # the drive's arithmetic (no bus)
         permille = ax.max_torque_permille
         g = m.gear_ratio
         span_rev = 2 ** 31 / units.counts_per_rev
         vel_counts = units.velocity_counts_per_rev_s or units.counts_per_rev
         out.append(JointCapability(
-            torque_max_nm=permille * units.nm_per_permille * g * m.efficiency,
+            torque_max_nm=ax.torque_capability_nm(),
             torque_from=(f"max torque 0x6072 {permille} per mille x rated torque 0x6076 "
                          f"{units.rated_torque_nm:g} N m x {registry.mapping_text(m)}"),
             settings=(js.field("torque_limit_nm"), js.field("rated_torque_nm"), js.field("gear_ratio")),

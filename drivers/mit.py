@@ -63,7 +63,7 @@ from dynamics.errors import CommsTimeoutError, DriverError
 from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, command_vector
 from . import _mit_kernels as _k
 from .codecs import mit as codec
-from .mit_health import FAULT_OVER_TEMPERATURE, FollowConfig, FollowMonitor
+from .mit_health import FAULT_OVER_TEMPERATURE, FollowConfig, FollowMonitor, follow_config
 from .transport import CanTransport, Frame, group_by_bus, recv_any_fields
 
 __all__ = ["MitJoint", "MitCanDriver", "build"]
@@ -612,7 +612,7 @@ def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver
         centered = section.bool("reply_centered", True)
         variant = section.str("reply_variant", "auto", choices=["auto", "classic6", "cubemars8"])
         temp_max = section.float("temperature_max_c", 85.0, minimum=0.0, strict_min=True, maximum=255.0)
-        follow = _follow_config(section.section("follow", {}))
+        follow = follow_config(section.section("follow", {}))
         joints = []
         seen = {}
         for js in section.sections("joints"):
@@ -635,19 +635,6 @@ def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver
     except BaseException:
         registry.close_buses(buses, transports)
         raise
-
-
-def _follow_config(fs) -> FollowConfig:
-    """The ``[driver.follow]`` table (all optional, see :class:`~drivers.mit_health.FollowConfig`)."""
-    d = FollowConfig()
-    kw = dict(enabled=fs.bool("enabled", d.enabled),
-              lag_s=fs.float("lag_s", d.lag_s, minimum=0.0, maximum=0.1),
-              tol_nm=fs.float("tol_nm", None, minimum=0.0, strict_min=True) if fs.has("tol_nm") else None,
-              rel_tol=fs.float("rel_tol", d.rel_tol, minimum=0.0, maximum=0.99),
-              window_cycles=fs.int("window_cycles", d.window_cycles, minimum=1, maximum=10_000),
-              frozen_cycles=fs.int("frozen_cycles", d.frozen_cycles, minimum=1, maximum=10_000))
-    fs.finish()
-    return FollowConfig(**kw)
 
 
 def _limits(js) -> codec.MitLimits:

@@ -1,4 +1,9 @@
-"""Faults an MIT drive cannot report itself: a motor that replies but does not follow its commands.
+"""Faults a drive cannot report itself: a motor that replies but does not follow its commands.
+
+Written for the MIT driver (below); :class:`TorqueFollow` runs the same rule for the drives
+that take a torque and report one (ODrive Iq / Get_Torques, CiA 402 0x6077, Dynamixel present
+current), with the drive's deliverable torque as the range, so a drive that saturates below
+its command, goes limp or ignores its commands stops the run as ``device_fault``.
 
 The classic 6-byte MIT reply carries no fault code, and even the 8-byte CubeMars
 reply says nothing when the power stage stops producing torque while the logic
@@ -41,7 +46,7 @@ from . import _mit_kernels as _k
 from ._mit_kernels import FAULT_FROZEN, FAULT_NOT_FOLLOWING, FAULT_OVER_TEMPERATURE
 
 __all__ = ["FollowConfig", "FollowMonitor", "FAULT_NOT_FOLLOWING", "FAULT_FROZEN",
-           "FAULT_OVER_TEMPERATURE", "DETECTED_FAULTS"]
+           "FAULT_OVER_TEMPERATURE", "DETECTED_FAULTS", "follow_config", "TorqueFollow", "HOST_FAULT_OFFSET"]
 
 
 #: Fault codes the MIT driver detects itself -> description.
@@ -189,3 +194,73 @@ class FollowMonitor:
         _k.follow_step(self._f, self._i, a, ok, rep[0], rep[1], rep[2], raw, cmd, cfg.rel_tol, cfg.window_cycles,
                        cfg.frozen_cycles)
         return self.codes
+
+
+def follow_config(fs) -> FollowConfig:
+    """The ``[driver.follow]`` table (all optional, see :class:`FollowConfig`)."""
+    d = FollowConfig()
+    kw = dict(enabled=fs.bool("enabled", d.enabled),
+              lag_s=fs.float("lag_s", d.lag_s, minimum=0.0, maximum=0.1),
+              tol_nm=fs.float("tol_nm", None, minimum=0.0, strict_min=True) if fs.has("tol_nm") else None,
+              rel_tol=fs.float("rel_tol", d.rel_tol, minimum=0.0, maximum=0.99),
+              window_cycles=fs.int("window_cycles", d.window_cycles, minimum=1, maximum=10_000),
+              frozen_cycles=fs.int("frozen_cycles", d.frozen_cycles, minimum=1, maximum=10_000))
+    fs.finish()
+    return FollowConfig(**kw)
+
+
+#: added to :data:`FAULT_NOT_FOLLOWING` / :data:`FAULT_FROZEN` in the fault word of a torque-only
+#: drive (:class:`TorqueFollow`): above every bit of the drives' own 32-bit error words (an ODrive
+#: axis error 0x100 is DC_BUS_OVER_VOLTAGE), so a code is never read as the drive's own
+HOST_FAULT_OFFSET = 1 << 32
+
+
+class TorqueFollow:
+    """The follow rule of :class:`FollowMonitor` for drives that take a joint torque and report one.
+
+    Expected torque: the commanded joint torque, clamped to the drive's deliverable torque
+    (``t_max_nm``, joint side), through the current loop's lag; the measured one is the
+    driver's ``Feedback.torque_nm``.  Not following for ``window_cycles`` fresh replies (a
+    drive saturated below its command, a limp one) or replies frozen for ``frozen_cycles``
+    while the command moves (a drive that ignores its commands): the joint's fault is
+    ``HOST_FAULT_OFFSET + code`` (when the drive reports none itself), and the supervisor stops
+    the run (``device_fault``) in that cycle.
+
+    Parameters
+    ----------
+    t_max_nm : sequence of float
+        Each joint's deliverable torque [N m | N] (joint side).
+    config : FollowConfig
+    """
+
+    def __init__(self, t_max_nm: Sequence[float], config: FollowConfig = FollowConfig()):
+        self.monitor = FollowMonitor(t_max_nm, config)
+        self._cmd = np.zeros((self.monitor.n, 5))
+
+    @property
+    def config(self) -> FollowConfig:
+        return self.monitor.config
+
+    def reset(self, feedback) -> None:
+        """Clear the latches at enable; the filter starts at the measured torque."""
+        self.monitor.reset(np.asarray(feedback.torque_nm, dtype=float).tolist())
+
+    def check(self, tau_cmd_nm, feedback) -> None:
+        """Check one cycle: ``tau_cmd_nm`` (n,) the joint torques sent, ``feedback`` the cycle's
+        :class:`~drivers.base.Feedback` (its ``fault`` is updated in place)."""
+        if not self.monitor.config.enabled:
+            return
+        tau = np.asarray(feedback.torque_nm, dtype=float)
+        fresh = np.asarray(feedback.fresh, dtype=bool) & np.isfinite(tau)
+        q = np.asarray(feedback.position_rad, dtype=float)
+        qd = np.nan_to_num(np.asarray(feedback.velocity_rad_s, dtype=float))
+        # "frozen" compares the whole reply (position, velocity, torque), as the MIT rule its bytes:
+        # a saturated drive repeats its torque exactly while its joint moves
+        replies = [(q[j], qd[j], tau[j], hash((float(q[j]), float(qd[j]), float(tau[j])))) if fresh[j] else None
+                   for j in range(self.monitor.n)]
+        self._cmd[:, 4] = tau_cmd_nm
+        codes = self.monitor.update(float(feedback.t_s), fresh, replies, self._cmd)
+        fault = feedback.fault
+        for j, c in enumerate(codes):
+            if c and fault[j] == 0:
+                fault[j] = HOST_FAULT_OFFSET + c

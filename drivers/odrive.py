@@ -59,6 +59,7 @@ from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeE
 from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import odrive as codec
 from .codecs.odrive import AxisState, Cmd
+from .mit_health import FollowConfig, TorqueFollow, follow_config
 from .transport import CanTransport, Frame, group_by_bus, recv_any
 
 __all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build_ascii", "capabilities",
@@ -181,12 +182,17 @@ class OdriveCanDriver(TransportDriver):
     settings : dict, optional
         Where each setting came from, e.g. ``{"firmware": "run.toml: field
         'driver.firmware'"}`` (filled by :func:`build`), quoted in errors and hints.
+    follow : FollowConfig, optional
+        The follow check (``[driver.follow]``, :class:`drivers.mit_health.TorqueFollow`): the
+        measured torque (Iq or Get_Torques) against the command clamped to each axis'
+        deliverable torque; off with ``torque_feedback = "none"``.
     """
 
     def __init__(self, axes: Sequence[OdriveAxis], *, now: Callable[[], float], feedback: str = "broadcast",
                  torque_feedback: str = "iq", reply_timeout_s: float = 0.002, enable_timeout_s: float = 1.0,
                  encoder_rate_hz: float | None = None, heartbeat_rate_hz: float = 10.0,
-                 owns_transports: bool = True, firmware: str = "0.6", settings: dict | None = None):
+                 owns_transports: bool = True, firmware: str = "0.6", settings: dict | None = None,
+                 follow: FollowConfig | None = None):
         axes = list(axes)
         if not axes:
             raise DriverError("OdriveCanDriver needs at least one axis")
@@ -234,6 +240,9 @@ class OdriveCanDriver(TransportDriver):
         self._closed = False
         self.last_saturated = 0
         self.cycles = 0
+        follow = FollowConfig() if follow is None else follow
+        if torque_feedback != "none" and follow.enabled:
+            self.follow = TorqueFollow([ax.torque_capability_nm() for ax in axes], follow)
 
     # ------------------------------------------------------------------
     @property
@@ -483,7 +492,7 @@ class OdriveCanDriver(TransportDriver):
             # host or a slow adapter can take longer than one reply_timeout_s)
             self._pump(max(self.reply_timeout_s, deadline - time.monotonic()), lambda: bool(self._fresh.all()))
             fb = self._feedback()
-        return fb
+        return self._follow_start(fb)
 
     def _name(self, j: int) -> str:
         ax = self._axes[j]
@@ -610,6 +619,7 @@ def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDri
         if fw == "0.5" and tfb == "torques":
             raise section.error("torque_feedback", "'torques' needs firmware 0.6 (Get_Torques; 0x1C is "
                                                    "Get_ADC_Voltage on firmware 0.5): use 'iq' or 'none'")
+        follow = follow_config(section.section("follow", {}))
         enc = section.float("encoder_rate_hz", None, minimum=0.0, strict_min=True)
         hb = section.float("heartbeat_rate_hz", 10.0, minimum=0.0)
         axes = []
@@ -631,7 +641,7 @@ def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDri
                  for k in ("firmware", "feedback", "reply_timeout_s", "enable_timeout_s")}
         return OdriveCanDriver(axes, now=now, feedback=fbm, torque_feedback=tfb, reply_timeout_s=rt,
                                enable_timeout_s=et, encoder_rate_hz=enc, heartbeat_rate_hz=hb, firmware=fw,
-                               settings=where)
+                               settings=where, follow=follow)
     except BaseException:
         registry.close_buses(buses, transports)
         raise

@@ -112,6 +112,36 @@ def _limp(case):
     return lambda: emu.set_device_fault(did, "limp")
 
 
+def _limp_drive(case):
+    """A torque-only drive whose power stage gives no torque while it keeps answering: the plant
+    joint gets none (the drive's measured torque, from its current, reads it)."""
+    plant = case.plant
+    return lambda: plant.set_torque_limit([0.0], joints=[1])
+
+
+#: joint 1's drive delivers this fraction of the torque it is told at cycle K (a drive limit
+#: lower than the configured one: thermal derating, an EEPROM current limit)
+SATURATED_FRACTION = 0.1
+
+
+def _saturated(case):
+    plant = case.plant
+
+    def hook():
+        lim = SATURATED_FRACTION * abs(float(plant.applied_torque_nm[1]))
+        plant.set_torque_limit([lim], joints=[1])
+    return hook
+
+
+def _ignores_commands(case):
+    """The drive keeps the torque it had at cycle K whatever it is told (zero and disable too)."""
+    if case.protocol == "mit":
+        emu, did = _device(case, 1)
+        return lambda: emu.set_device_fault(did, "frozen")
+    plant = case.plant
+    return lambda: plant.set_stuck(1)
+
+
 def _corrupt_serial(case):
     emu, _ = _device(case, 1)
     return lambda: emu.corrupt_replies(1_000_000)                  # every reply fails its CRC
@@ -259,6 +289,20 @@ CELLS.append(Cell("device fault", "dynamixel", "device_fault", 2, _device_fault,
                   note="status packet's alert bit"))
 CELLS.append(Cell("motor limp (no fault code)", "mit", "device_fault", 16 + 4, _limp,
                   note="classic 6-byte reply: the driver's follow check"))
+# the follow check of the torque-only drives (drivers.mit_health.TorqueFollow): the measured torque
+# (ODrive Iq, CiA 402 0x6077, Dynamixel Present Current) against the command; the ODrive reads Iq
+# for it (the Stewart config reads none, to keep its buses under 100 %: a warning in simulation)
+_IQ = {"driver.torque_feedback": "iq"}
+for p, ov, n in (("odrive", _IQ, 10 + 2), ("cia402", {}, 10 + 2), ("dynamixel", {}, 10 + 2)):
+    CELLS.append(Cell("motor limp (no fault code)", p, "device_fault", n, _limp_drive, ov,
+                      note="the driver's follow check (10 replies out of tolerance)"))
+    CELLS.append(Cell("drive saturated below its command", p, "device_fault", n, _saturated, ov,
+                      note=f"delivers {SATURATED_FRACTION:g} of its command from cycle K: the follow check"))
+    CELLS.append(Cell("drive ignores its commands", p, "device_fault", n, _ignores_commands, ov,
+                      disconnected=(1,),
+                      note="keeps the torque of cycle K (zero and disable too): the follow check"))
+CELLS.append(Cell("drive ignores its commands", "mit", "device_fault", 16 + 4, _ignores_commands,
+                  disconnected=(1,), note="replies and torque frozen: the driver's follow check"))
 for p in DEVICES:
     # the exchange of cycle K fails: its row is the last, flagged FAULT | DISABLED; no zero command
     # can reach the motors any more, each one's watchdog has to zero it
@@ -282,10 +326,11 @@ NOT_APPLICABLE = {
     ("lossy bus (45 % drops)", "plant"): "no bus",
     ("corrupt frames (45 % truncated)", "plant"): "no bus",
     ("device fault", "plant"): "no device",
-    ("motor limp (no fault code)", "odrive"): "the firmware reports its errors (device-fault row)",
-    ("motor limp (no fault code)", "cia402"): "the drive reports its faults (EMCY, device-fault row)",
-    ("motor limp (no fault code)", "dynamixel"): "the servo reports its alerts (device-fault row)",
     ("motor limp (no fault code)", "plant"): "no device",
+    ("drive saturated below its command", "mit"): "the drive's torque field is its range, which the "
+                                                  "capability check keeps every command inside",
+    ("drive saturated below its command", "plant"): "no drive",
+    ("drive ignores its commands", "plant"): "no drive",
     ("bus dead / adapter gone", "plant"): "no bus",
 }
 

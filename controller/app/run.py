@@ -70,7 +70,7 @@ from ..laws import (PID, ComputedTorque, Controller, PDGravity, Saturation, Task
                    TaskPDGravity, gravity_feedforward)
 from ..loop import ControlLoop, RunResult
 from .report import controller_quantities, effective_torque_limit, timing_health
-from ..safety import SafetyConfig, SafetySupervisor
+from ..safety import SAFETY_RANGES, SafetyConfig, SafetySupervisor
 from ..telemetry import TelemetryWriter, usable_labels
 
 __all__ = ["RunSpec", "parse_run", "load_run", "Run", "build_run", "run_offline_metrics",
@@ -1031,6 +1031,102 @@ class Validation:
         return "\n".join(out)
 
 
+#: the default tracking-error limit (:func:`default_tracking_error`): the share of the dynamics
+#: the model may miss (a plant 10 % heavier than the model, as the shipped runs simulate) ...
+TRACKING_MODEL_ERROR = 0.1
+#: ... the margin over the error that share and the friction give a healthy loop ...
+TRACKING_MARGIN = 2.0
+#: ... the time within which a robot whose drives give up must be stopped [s], and the fraction of
+#: its fall by then at which it is (a fall of half that distance is tripped at 0.71 of the time) ...
+TRACKING_FALL_S = 0.05
+TRACKING_FALL_FRACTION = 0.5
+#: ... and the least limit [rad | m] (quantisation, delays and noise of a healthy loop)
+TRACKING_FLOOR = 8e-3
+#: samples of the trajectory the default is computed on
+_TRACKING_SAMPLES = 200
+
+
+def default_tracking_error(spec: RunSpec) -> np.ndarray:
+    """The tracking-error limit a run gets when ``[safety] tracking_error_max`` is not set, per
+    controller-space axis [rad | m], derived from the gains and the trajectory.
+
+    Two bounds on the trajectory's samples (:data:`_TRACKING_SAMPLES`), per axis:
+
+    * a healthy loop: the error dynamics are ``e'' + Kd e' + Kp e = d`` with ``d`` the acceleration
+      the model does not account for, so ``|e| <= max|d| / Kp``; ``d`` is
+      :data:`TRACKING_MODEL_ERROR` of the joint torques the trajectory needs (inverse dynamics:
+      inertia, Coriolis, gravity) plus the model's friction (that share of it when the law
+      compensates friction), over the mass matrix's diagonal (task
+      space: that share of the reference acceleration and of gravity); times
+      :data:`TRACKING_MARGIN`;
+    * a fall: with no torque from its drive an axis accelerates at ``a`` = the whole of that
+      torque over the inertia (task space: the reference acceleration and gravity) and leaves its
+      reference by ``a T^2 / 2`` in ``T`` = :data:`TRACKING_FALL_S`;
+      :data:`TRACKING_FALL_FRACTION` of that is tripped within ``T``.
+
+    The limit is the larger of the two, at least :data:`TRACKING_FLOOR`: the healthy bound keeps
+    a healthy run clear of it; where the fall bound is the larger, a falling axis trips within
+    ``T`` (``tests/test_tracking_default.py``).  ``Kp`` is per unit inertia (a PD law's torque
+    gain over the inertia at the start).
+
+    Returns
+    -------
+    ndarray, shape (dim,)
+        One limit per axis of the controller's space.
+    """
+    model = spec.model
+    traj = spec.trajectory
+    dim = model.task_dof if spec.space == "task" else model.dof
+    kp = _kp_per_inertia(spec, dim)
+    t = np.linspace(0.0, float(traj.duration_s), _TRACKING_SAMPLES)
+    need = np.zeros(dim)            # |acceleration| the axis needs from its drive [rad/s^2 | m/s^2]
+    miss = np.zeros(dim)            # ... of which a healthy loop may miss
+    g = float(np.linalg.norm(getattr(model, "gravity_vector", np.zeros(3))))
+    # friction the law compensates with the model's is missed by the model's share; else all of it
+    f_miss = TRACKING_MODEL_ERROR if spec.controller.friction_compensation != "none" else 1.0
+    for tk in t:
+        r = traj.sample(float(tk))
+        if spec.space == "task":
+            a = np.abs(np.asarray(r.acc, dtype=float)) + g
+            m_ = TRACKING_MODEL_ERROR * a
+        else:
+            q, qd, qdd = (np.asarray(x, dtype=float) for x in (r.pos, r.vel, r.acc))
+            tau = np.abs(np.asarray(model.inverse_dynamics(q, qd, qdd), dtype=float))
+            fr = np.abs(np.asarray(model.friction_torque(qd), dtype=float)) + np.asarray(model.drive.coulomb)
+            m = np.diag(np.asarray(model.mass_matrix(q), dtype=float))
+            a = tau / m
+            m_ = (TRACKING_MODEL_ERROR * tau + f_miss * fr) / m
+        need = np.maximum(need, a)
+        miss = np.maximum(miss, m_)
+    healthy = TRACKING_MARGIN * miss / kp
+    fall = TRACKING_FALL_FRACTION * 0.5 * need * TRACKING_FALL_S ** 2
+    return np.maximum(TRACKING_FLOOR, np.maximum(healthy, fall))
+
+
+def _kp_per_inertia(spec: RunSpec, dim: int) -> np.ndarray:
+    """The proportional gain per axis [1/s^2] (a PD law's torque gain over the inertia at the start)."""
+    c = spec.controller
+    if c.kind in ("computed_torque", "task_computed_torque"):
+        return np.asarray(design_gains(spec).kp, dtype=float).reshape(-1)[:dim] * np.ones(dim)
+    law = make_controller(spec)
+    kp = np.asarray(law.kp, dtype=float)
+    kp = np.diag(kp) if kp.ndim == 2 else kp * np.ones(dim)
+    start = np.asarray(_start_reference(spec).pos, dtype=float)
+    inertia = _task_inertia(spec.model, start) if spec.space == "task" else spec.model.mass_matrix(start)
+    return kp / np.diag(np.asarray(inertia, dtype=float))
+
+
+def _tracking_limit(spec: RunSpec) -> Any:
+    """``[safety] tracking_error_max``, or in simulation (unless listed in
+    ``disabled_protections``) :func:`default_tracking_error`; None: off (a hardware run is refused
+    without one, see :func:`validate_run`)."""
+    if spec.safety.tracking_error_max is not None:
+        return spec.safety.tracking_error_max
+    if spec.hardware or "tracking_error_max" in spec.safety.disabled_protections:
+        return None
+    return default_tracking_error(spec)
+
+
 def make_safety(spec: RunSpec, *, pose0=None) -> SafetySupervisor:
     """The run's safety supervisor, clipping to the effective torque limit (the least of the
     robot file, ``[safety] torque_max`` and the drives, :func:`effective_torque_limit`); a
@@ -1041,6 +1137,11 @@ def make_safety(spec: RunSpec, *, pose0=None) -> SafetySupervisor:
     caps = spec.drive_capabilities()
     if caps is not None:
         config = dataclasses.replace(config, torque_max=effective_torque_limit(spec))
+    if config.tracking_error_max is None:
+        te = _tracking_limit(spec)
+        if te is not None:
+            config = dataclasses.replace(config, tracking_error_max=np.minimum(te, SAFETY_RANGES[
+                "tracking_error_max"][1]))
     try:
         return SafetySupervisor(config, spec.model.limits, model=spec.model, pose0=pose0)
     except ConfigError as err:
@@ -1089,7 +1190,12 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
         build_run(spec).close()
     off = []
     if spec.safety.tracking_error_max is None:
-        off.append("tracking_error_max")
+        if safety.err_max.size and np.all(np.isfinite(safety.err_max)):
+            v.lines.append("tracking_error_max (derived from the gains and the trajectory, "
+                           "controller.app.run.default_tracking_error): "
+                           + ", ".join(f"{x:.4g}" for x in np.atleast_1d(safety.err_max)))
+        else:
+            off.append("tracking_error_max")
     if not np.all(np.isfinite(safety.v_max)):
         off.append("velocity_max")
     if isinstance(spec.model, ParallelModel) and spec.safety.singularity_margin_min is None:
