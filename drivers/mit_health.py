@@ -215,11 +215,16 @@ def follow_config(fs) -> FollowConfig:
 HOST_FAULT_OFFSET = 1 << 32
 
 
+#: :class:`TorqueFollow`'s absolute tolerance without ``tol_nm``: this share of the deliverable torque
+TORQUE_ONLY_TOL = 0.0025
+
+
 class TorqueFollow:
     """The follow rule of :class:`FollowMonitor` for drives that take a joint torque and report one.
 
     Expected torque: the commanded joint torque, clamped to the drive's deliverable torque
-    (``t_max_nm``, joint side), through the current loop's lag; the measured one is the
+    (``t_max_nm``, joint side), through the current loop's lag; tolerance ``tol_nm`` or
+    :data:`TORQUE_ONLY_TOL` of ``t_max_nm``, plus ``rel_tol``; the measured one is the
     driver's ``Feedback.torque_nm``.  Not following for ``window_cycles`` fresh replies (a
     drive saturated below its command, a limp one) or replies frozen for ``frozen_cycles``
     while the command moves (a drive that ignores its commands): the joint's fault is
@@ -234,7 +239,14 @@ class TorqueFollow:
     """
 
     def __init__(self, t_max_nm: Sequence[float], config: FollowConfig = FollowConfig()):
-        self.monitor = FollowMonitor(t_max_nm, config)
+        if config.tol_nm is None:
+            # a drive's reported torque is finer than the MIT fields' 12 bits (ODrive float32,
+            # CiA 402 per mille of the rated torque, Dynamixel ~3 mA): a quarter of their 1 %
+            tmax = [float(t) for t in t_max_nm]
+            self.monitor = FollowMonitor(tmax, config)
+            self.monitor._f[_k.M_TOL] = [TORQUE_ONLY_TOL * t for t in tmax]
+        else:
+            self.monitor = FollowMonitor(t_max_nm, config)
         self._cmd = np.zeros((self.monitor.n, 5))
 
     @property

@@ -292,17 +292,23 @@ CELLS.append(Cell("motor limp (no fault code)", "mit", "device_fault", 16 + 4, _
 # the follow check of the torque-only drives (drivers.mit_health.TorqueFollow): the measured torque
 # (ODrive Iq, CiA 402 0x6077, Dynamixel Present Current) against the command; the ODrive reads Iq
 # for it (the Stewart config reads none, to keep its buses under 100 %: a warning in simulation)
+# Cycles to stop (measured, lock-step, + 2): out of tolerance on window_cycles = 10 replies in a row
+# once the command differs from what the drive gives by more than 0.25 % of its deliverable torque
+# + 25 %; the Dynamixel arm's joint 1 is commanded ~0.02 N m, so its fault shows only when the error
+# has grown the command (39); a drive that keeps its torque of cycle K is out of tolerance when the
+# command has moved away from it (ODrive 81, CiA 402 42)
 _IQ = {"driver.torque_feedback": "iq"}
-for p, ov, n in (("odrive", _IQ, 10 + 2), ("cia402", {}, 10 + 2), ("dynamixel", {}, 10 + 2)):
-    CELLS.append(Cell("motor limp (no fault code)", p, "device_fault", n, _limp_drive, ov,
+for p, ov, (n_limp, n_ignore) in (("odrive", _IQ, (10 + 2, 81 + 2)), ("cia402", {}, (10 + 2, 42 + 2)),
+                                  ("dynamixel", {}, (39 + 2, 39 + 2))):
+    CELLS.append(Cell("motor limp (no fault code)", p, "device_fault", n_limp, _limp_drive, ov,
                       note="the driver's follow check (10 replies out of tolerance)"))
-    CELLS.append(Cell("drive saturated below its command", p, "device_fault", n, _saturated, ov,
+    CELLS.append(Cell("drive saturated below its command", p, "device_fault", n_limp, _saturated, ov,
                       note=f"delivers {SATURATED_FRACTION:g} of its command from cycle K: the follow check"))
-    CELLS.append(Cell("drive ignores its commands", p, "device_fault", n, _ignores_commands, ov,
+    CELLS.append(Cell("drive ignores its commands", p, "device_fault", n_ignore, _ignores_commands, ov,
                       disconnected=(1,),
                       note="keeps the torque of cycle K (zero and disable too): the follow check"))
-CELLS.append(Cell("drive ignores its commands", "mit", "device_fault", 16 + 4, _ignores_commands,
-                  disconnected=(1,), note="replies and torque frozen: the driver's follow check"))
+CELLS.append(Cell("drive ignores its commands", "mit", "device_fault", 21 + 2, _ignores_commands,
+                  disconnected=(1,), note="replies and torque frozen (frozen_cycles = 20): the follow check"))
 for p in DEVICES:
     # the exchange of cycle K fails: its row is the last, flagged FAULT | DISABLED; no zero command
     # can reach the motors any more, each one's watchdog has to zero it

@@ -1326,26 +1326,25 @@ def _refuse_drive_shortfall(spec: RunSpec, rep, caps: list | None, lims: dict) -
             continue
         c = caps[j]
         pris = types[j] == "prismatic"
+        msg = None
         if viol.quantity == "torque" and tau_src[j] == "drive":
             need = float(rep.peak_ratio["torque"][j] * tau_lim[j])
             u = "N" if pris else "N m"
-            msgs.append(f"joint {names[j]!r} needs {need:.4g} {u} (first beyond the drive's limit at "
-                        f"t = {viol.t_s:.3f} s), its drive delivers {c.torque_max_nm:.4g} {u} = {c.torque_from}; "
-                        f"raise it with {', '.join(c.settings)}, or make the trajectory slower")
-            field_ = field_ or f"{c.path}"
+            msg = (f"joint {names[j]!r} needs {need:.4g} {u} (first beyond the drive's limit at t = {viol.t_s:.3f} s), "
+                   f"its drive delivers {c.torque_max_nm:.4g} {u} = {c.torque_from}; raise it with "
+                   f"{', '.join(c.settings)}, or make the trajectory slower")
         elif viol.quantity == "position" and lims["drive"]["position"][j]:
             u = "m" if pris else "rad"
-            msgs.append(f"joint {names[j]!r} reaches {viol.value:.4g} {u} at t = {viol.t_s:.3f} s, outside "
-                        f"[{c.position_range[0]:.4g}, {c.position_range[1]:.4g}] {u} that its drive's position "
-                        f"field carries ({c.position_from}); change the gear ratio, the offset or the drive's "
-                        f"range ({c.path})")
-            field_ = field_ or f"{c.path}"
+            msg = (f"joint {names[j]!r} reaches {viol.value:.4g} {u} at t = {viol.t_s:.3f} s, outside "
+                   f"[{c.position_range[0]:.4g}, {c.position_range[1]:.4g}] {u} that its drive's position field "
+                   f"carries ({c.position_from}); change the gear ratio, the offset or the drive's range ({c.path})")
         elif viol.quantity == "velocity" and lims["drive"]["velocity"][j]:
-            u = "m/s" if pris else "rad/s"
-            msgs.append(f"joint {names[j]!r} moves at {abs(viol.value):.4g} {u} at t = {viol.t_s:.3f} s, beyond "
-                        f"{c.velocity_max:.4g} {u} that its drive carries ({c.velocity_from}); make the "
-                        f"trajectory slower or change {c.path}")
-            field_ = field_ or f"{c.path}"
+            msg = (f"joint {names[j]!r} moves at {abs(viol.value):.4g} {'m/s' if pris else 'rad/s'} at "
+                   f"t = {viol.t_s:.3f} s, beyond {c.velocity_max:.4g} that its drive carries ({c.velocity_from}); "
+                   f"make the trajectory slower or change {c.path}")
+        if msg is not None:
+            msgs.append(msg)
+            field_ = field_ or c.path
     if msgs:
         raise ConfigError("the drives cannot carry this trajectory (nothing was enabled):\n  "
                           + "\n  ".join(msgs), spec.file, field_)
