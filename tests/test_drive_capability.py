@@ -217,7 +217,7 @@ def test_offset_rad_on_a_prismatic_joint_is_refused_naming_offset_m(tmp_path, ca
 # acceptance: with gear 100 and 400 Hz it runs, on both clocks
 # ---------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("clock", ["lockstep", "wall"])
+@pytest.mark.parametrize("clock", ["lockstep", pytest.param("wall", marks=pytest.mark.exclusive)])
 def test_geared_ur20_completes_on_both_clocks(tmp_path, clock, capsys):
     cfg = UR20 / "ur20_odrive_geared.toml"
     assert main(["check", str(cfg)]) == 0

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Quantity", "MISS_WARN_FRACTION", "TASK_AXES", "joint_quantities", "task_quantities",
-           "controller_quantities", "effective_torque_limit", "torque_limit_sources", "effort_word", "timing_health",
+           "controller_quantities", "effective_torque_limit", "torque_limit_sources", "least_torque_limit", "effort_word", "timing_health",
            "format_summary"]
 
 #: fraction of missed deadlines above which a wall-clock run gets a loud warning
@@ -120,16 +120,36 @@ def torque_limit_sources(spec) -> tuple[np.ndarray, list[str]]:
     source : list of str, length n
         ``"robot file"``, ``"[safety] torque_max"`` or ``"drive"`` (the binding one).
     """
-    n = spec.model.dof
     own = "[safety] torque_max" if spec.safety.torque_max is not None else "robot file"
-    lim = spec.safety.torque_max if spec.safety.torque_max is not None else spec.model.limits.torque_max
-    lim = np.broadcast_to(np.asarray(lim, dtype=float), (n,)).copy()
-    src = [own] * n
     caps = spec.drive_capabilities() if hasattr(spec, "drive_capabilities") else None
+    lim, drive = least_torque_limit(spec.model, spec.safety.torque_max, caps)
+    return lim, ["drive" if d else own for d in drive]
+
+
+def least_torque_limit(model, safety_torque_max, caps) -> tuple[np.ndarray, np.ndarray]:
+    """The least of ``[safety] torque_max`` (else the model's limits) and the drives' capabilities.
+
+    Parameters
+    ----------
+    model : Model
+    safety_torque_max : float, array (n,) or None
+    caps : list of drivers.base.JointCapability or None
+
+    Returns
+    -------
+    limit : ndarray, shape (n,)
+        [N m | N].
+    drive : ndarray of bool, shape (n,)
+        Where the drive's is the least.
+    """
+    n = model.dof
+    lim = safety_torque_max if safety_torque_max is not None else model.limits.torque_max
+    lim = np.broadcast_to(np.asarray(lim, dtype=float), (n,)).copy()
+    drive = np.zeros(n, dtype=bool)
     for j, c in enumerate(caps or ()):
         if c.torque_max_nm < lim[j]:
-            lim[j], src[j] = c.torque_max_nm, "drive"
-    return lim, src
+            lim[j], drive[j] = c.torque_max_nm, True
+    return lim, drive
 
 
 def effective_torque_limit(spec) -> np.ndarray:

@@ -402,6 +402,15 @@ class OdriveEmulator(EmulatedDevice):
                             out.extend(self._answer(ax, cmd, b""))
         return out
 
+    def drop_stale_broadcasts(self, t_s: float) -> None:
+        with self._lock:
+            for ax in self._axes.values():
+                for cmd, due in ax.next_due.items():
+                    if due < t_s:
+                        p = ax.periods[cmd]
+                        ax.count[cmd] = int((t_s - ax.t0) / p)
+                        ax.next_due[cmd] = ax.t0 + ax.count[cmd] * p
+
     # -- answers ---------------------------------------------------------------------------------
     def _reply(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
         return [_msg(odc.arbitration_id(ax.node_id, int(cmd)), data)]
