@@ -75,7 +75,7 @@ from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeE
 from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import cia402 as codec
 from .codecs.cia402 import Cia402Units, NmtState, State
-from .mit_health import FollowConfig, TorqueFollow, follow_config
+from .follow import FollowConfig, TorqueFollow, follow_config
 from .transport import CanTransport, Frame, group_by_bus, recv_any
 
 __all__ = ["Cia402Axis", "Cia402Driver", "build", "GENERIC_EDS", "FAULT_HEARTBEAT_LOST"]

@@ -51,7 +51,7 @@ from dynamics.errors import CommsError, CommsTimeoutError, DecodeError, DeviceFa
 
 from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import dynamixel as dx
-from .mit_health import FollowConfig, TorqueFollow, follow_config
+from .follow import FollowConfig, TorqueFollow, follow_config
 from .codecs.dynamixel import Addr
 
 __all__ = ["DynamixelServo", "DynamixelDriver", "build", "FAULT_WATCHDOG", "FAULT_TORQUE_OFF", "READ_MODES"]

@@ -59,7 +59,7 @@ from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeE
 from .base import Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import odrive as codec
 from .codecs.odrive import AxisState, Cmd
-from .mit_health import FollowConfig, TorqueFollow, follow_config
+from .follow import FollowConfig, TorqueFollow, follow_config
 from .transport import CanTransport, Frame, group_by_bus, recv_any
 
 __all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build_ascii", "capabilities",
