@@ -66,8 +66,8 @@ def _msg(arb_id: int, data: bytes) -> can.Message:
     return can.Message(0.0, arb_id, False, False, False, None, None, data)
 
 
-#: a served-by-thread host that falls this far behind the loop clock [s] drops the cyclic
-#: broadcasts due before (:meth:`EmulatedDevice.drop_stale_broadcasts`)
+#: a host serving in its own thread (wall clock) that falls this far behind the loop clock [s]
+#: drops the cyclic broadcasts due before (:meth:`EmulatedDevice.drop_stale_broadcasts`)
 STALE_BROADCAST_S = 0.05
 
 
@@ -282,7 +282,7 @@ class EmulatorHost:
         :meth:`EmulatedDevice.drop_stale_broadcasts`)."""
         plant = self._plant
         devices = self._devices
-        if not self._inline and t - plant.t_s > STALE_BROADCAST_S:
+        if t - plant.t_s > STALE_BROADCAST_S and threading.current_thread() is self._thread:
             for d in devices:
                 d.drop_stale_broadcasts(t - STALE_BROADCAST_S)
         one = devices[0] if len(devices) == 1 else None
