@@ -197,6 +197,10 @@ SAFETY_RANGES: dict[str, tuple[float, float, bool, str]] = {
 PROTECTIONS = ("tracking_error_max", "velocity_max", "singularity_margin_min")
 _INT_FIELDS = ("stale_cycles", "stale_window_cycles", "overrun_window_cycles", "singularity_every")
 
+#: cycles in a row with a joint's command clipped at its torque limit after which a tracking-error
+#: or controller fault says the drives saturated (:meth:`SafetySupervisor.saturation_note`)
+SATURATED_CYCLES = 5
+
 #: SafetyState.code bits
 OK = 0
 CLIPPED = 1
@@ -498,6 +502,9 @@ class SafetySupervisor:
         self.stop_reason: str | None = None
         self._stale = np.zeros(self.n, dtype=int)
         self._stale_any = False
+        #: consecutive cycles each joint's command was clipped at its torque limit (drives saturated)
+        self._clipped = np.zeros(self.n, dtype=int)
+        self._clip_any = False
         self._jbits = np.zeros(self.n, dtype=np.int64)     # rule bits of the last cycle, per joint
         self._ebits = np.zeros(0, dtype=np.int64)          # ... per tracking-error axis
         self._k = 0
@@ -603,8 +610,36 @@ class SafetySupervisor:
                                        f"{len(h)} of the last {c.overrun_window_cycles} cycles missed their "
                                        f"deadline (overrun_fraction_max = {c.overrun_fraction_max:g})"))
 
+    def _count_saturated(self, tau) -> None:
+        """Count the cycles in a row each joint's torque is at (or beyond) its limit: the law's own
+        saturation or the clipping here (read by :meth:`saturation_note`)."""
+        if type(tau) is not np.ndarray or tau.shape != (self.n,):
+            return
+        at = np.abs(tau) >= self._limits[5] * (1.0 - 1e-9)
+        if at.any():
+            self._clipped = np.where(at, self._clipped + 1, 0)
+            self._clip_any = True
+        elif self._clip_any:
+            self._clipped[:] = 0
+            self._clip_any = False
+
+    def saturation_note(self) -> str:
+        """``"; the drives saturated ..."`` when some joint's command was clipped at its torque limit
+        in each of the last :data:`SATURATED_CYCLES` cycles (the robot could not follow: it fell, or
+        lagged), else "": added to a tracking-error or controller fault, whose own words (a forward
+        kinematics that no longer converges) would hide why."""
+        j = np.flatnonzero(self._clipped >= SATURATED_CYCLES)
+        if not j.size:
+            return ""
+        lims = ", ".join(f"joint {int(k)} at {self.tau_max[k]:.4g} for {int(self._clipped[k])} cycles" for k in j)
+        return (f"; the drives saturated: the torque was at its limit ({lims}), so the robot "
+                f"could not follow (it fell or lagged): the drives cannot carry this motion")
+
     def fault(self, t_s: float, cause: str, message: str = "", joint: int | None = None, **values) -> Fault:
-        """Record and latch a fault found outside :meth:`check` (exception, comms error)."""
+        """Record and latch a fault found outside :meth:`check` (exception, comms error); a
+        controller fault after cycles of saturated drives says so (:meth:`saturation_note`)."""
+        if cause == "controller":
+            message += self.saturation_note()
         f = Fault(float(t_s), cause, joint, dict(values), message)
         self._latch(t_s, None, [f])
         return f
@@ -675,6 +710,7 @@ class SafetySupervisor:
         stale counter or singularity check pending) is clean, otherwise the bits
         become faults, soft-limit damping and clipping here.
         """
+        self._count_saturated(tau)
         self._k += 1
         if self.latched:
             return self._react(t_s, state, (), feedback)
@@ -790,7 +826,7 @@ class SafetySupervisor:
                     for j in _set_in(eb, eor, _rules.E_BEYOND):
                         new.append(Fault(t_s, "tracking_error", int(j),
                                          {"error": float(e[j]), "max": float(em[0 if em.shape[0] == 1 else j])},
-                                         "tracking error limit exceeded"))
+                                         "tracking error limit exceeded" + self.saturation_note()))
         new.extend(sing)
         if new:
             self._latch(t_s, q, new)

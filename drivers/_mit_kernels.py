@@ -50,11 +50,10 @@ S_ROWS = 13
 I_FAULT, I_DETECTED, I_HAS_REP, I_RAW = range(4)
 I_ROWS = 4
 
-#: rows of the monitor's float state M (float64, (M_ROWS, n)) and int state MI (int64)
-M_X, M_U, M_XLO, M_XHI, M_RESID, M_TOL, M_TMAX = range(7)
-M_ROWS = 7
-MI_BAD, MI_SAME, MI_LAST, MI_HAS_LAST, MI_CODE = range(5)
-MI_ROWS = 5
+#: rows of the monitor's float state M (float64, (M_ROWS, n)) and int state MI (int64): drivers.follow
+from .follow import (M_ROWS, M_RESID, M_TMAX, M_TOL, M_U, M_X, M_XHI, M_XLO, MI_BAD, MI_CODE,  # noqa: E402,F401
+                     MI_HAS_LAST, MI_LAST, MI_ROWS, MI_SAME, FAULT_FROZEN, FAULT_NOT_FOLLOWING)
+from . import follow as _follow  # noqa: E402
 
 #: bytes per joint of the receive buffer: the payload's length (0: no reply this cycle), then
 #: the payload (8 bytes; a 6-byte reply leaves the last two as they were)
@@ -63,10 +62,6 @@ RX_STRIDE = 9
 #: :func:`after_collect` modes
 MODE_STORE, MODE_FOLLOW, MODE_FEEDBACK = 1, 2, 4
 
-#: measured torque (current) does not follow the commanded torque
-FAULT_NOT_FOLLOWING = 0x100
-#: replies repeat byte for byte while the command changes
-FAULT_FROZEN = 0x101
 #: reported driver temperature above ``temperature_max_c`` (8-byte replies)
 FAULT_OVER_TEMPERATURE = 0x102
 
@@ -142,69 +137,9 @@ def encode_torque(tau, C, fixed, tx, S, half):
 # ---------------------------------------------------------------------------
 # the follow checks (drivers.mit_health)
 # ---------------------------------------------------------------------------
-@njit(cache=True, error_model="numpy")
-def follow_step(M, MI, a, fresh, p, v, t_meas, raw, cmd, rel_tol, window, frozen):
-    """One cycle of :class:`drivers.mit_health.FollowMonitor` (its module docstring states the rule).
-
-    Parameters
-    ----------
-    M : ndarray, shape (M_ROWS, n)
-        The monitor's float state (expected torque, last command's clamped torque, the range of
-        the expectation over identical replies, the residual) and constants (tolerance, torque
-        range), motor side [N m].
-    MI : ndarray of int64, shape (MI_ROWS, n)
-        Its counters, the last raw reply and the latched codes.
-    a : float
-        The current loop's filter gain for this cycle's time step.
-    fresh : ndarray of bool, shape (n,)
-        Whether motor j answered this cycle.
-    p, v, t_meas : ndarray, shape (n,)
-        This cycle's replies, motor side [rad, rad/s, N m] (read where fresh).
-    raw : ndarray of int64, shape (n,)
-        The replies' raw fields (compared for equality).
-    cmd : ndarray, shape (5, n)
-        The commands sent this cycle, motor side (p_des, v_des, kp, kd, t_ff).
-    rel_tol : float
-    window, frozen : int
-    """
-    n = M.shape[1]
-    for j in range(n):
-        # the reply to this cycle's command shows the current driven by the previous one
-        x = M[M_X, j] + a * (M[M_U, j] - M[M_X, j])
-        M[M_X, j] = x
-        t_ff = cmd[4, j]
-        if not fresh[j]:
-            # no state to evaluate the drive's PD with: assume it sees the target
-            u = t_ff
-        else:
-            u = t_ff + cmd[2, j] * (cmd[0, j] - p[j]) + cmd[3, j] * (cmd[1, j] - v[j])
-            if MI[MI_CODE, j] == 0:
-                tol = M[M_TOL, j]
-                r = t_meas[j] - x
-                M[M_RESID, j] = r
-                if abs(r) > tol + rel_tol * abs(x):
-                    MI[MI_BAD, j] += 1
-                    if MI[MI_BAD, j] >= window:
-                        MI[MI_CODE, j] = FAULT_NOT_FOLLOWING
-                else:
-                    MI[MI_BAD, j] = 0
-                if MI[MI_CODE, j] == 0:
-                    if MI[MI_HAS_LAST, j] != 0 and raw[j] == MI[MI_LAST, j]:
-                        MI[MI_SAME, j] += 1
-                        if x < M[M_XLO, j]:
-                            M[M_XLO, j] = x
-                        elif x > M[M_XHI, j]:
-                            M[M_XHI, j] = x
-                        if MI[MI_SAME, j] >= frozen and M[M_XHI, j] - M[M_XLO, j] > tol:
-                            MI[MI_CODE, j] = FAULT_FROZEN
-                    else:
-                        MI[MI_LAST, j] = raw[j]
-                        MI[MI_HAS_LAST, j] = 1
-                        MI[MI_SAME, j] = 1
-                        M[M_XLO, j] = x
-                        M[M_XHI, j] = x
-        tm = M[M_TMAX, j]
-        M[M_U, j] = tm if u > tm else -tm if u < -tm else u
+#: the rule's one source is drivers.follow.follow_step (plain Python, used as such by the
+#: torque-only drives' check); compiled here for the MIT driver's cycle
+follow_step = njit(cache=True, error_model="numpy")(_follow.follow_step)
 
 
 # ---------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import numpy as np
 from dynamics.errors import CommsError, DriverError, ForeignTrafficError, TorqueloopError
 
 __all__ = ["Command", "Feedback", "Driver", "TransportDriver", "JointMapping", "FAULT_NONE", "check_mapping",
-           "command_vector", "torque_only", "TIMEOUT_MAX_S", "Timeout"]
+           "command_vector", "torque_only", "TIMEOUT_MAX_S", "Timeout", "JointCapability"]
 
 #: fault code meaning "no fault"; other codes are driver specific (documented per driver)
 FAULT_NONE = 0
@@ -158,6 +158,50 @@ class JointMapping:
 
     def motor_to_joint_torque(self, t):
         return self.sign * np.asarray(t) * self.gear_ratio * self.efficiency
+
+
+@dataclass(frozen=True)
+class JointCapability:
+    """What one drive can deliver to its joint, joint side and SI (known before anything is enabled).
+
+    Each driver module computes these from its ``[driver]`` table (``capabilities(section)``,
+    dispatched by :func:`drivers.registry.joint_capabilities`); the run's effective torque limit
+    is the least of the robot file, ``[safety] torque_max`` and :attr:`torque_max_nm`.
+
+    Attributes
+    ----------
+    torque_max_nm : float
+        Largest joint torque [N m] (force [N] on a prismatic joint) the drive delivers with its
+        settings (e.g. ODrive: current_limit_a x torque_constant_nm_per_a x gear_ratio x efficiency).
+    torque_from : str
+        How :attr:`torque_max_nm` is made, with the values (``"current_limit_a 10 A x ..."``).
+    settings : tuple of str
+        The config fields that change it (``"driver.joints[0].current_limit_a"``...).
+    position_range : tuple of 2 float or None
+        Joint positions [rad | m] the protocol's position field can carry (the motor-side field
+        range through gear ratio, sign and offset); None: no bound worth checking.
+    position_from : str
+        The field and settings behind :attr:`position_range`.
+    velocity_max : float
+        Largest |joint velocity| [rad/s | m/s] the protocol's velocity field (or the drive's velocity
+        limit) carries; ``inf``: no bound.
+    velocity_from : str
+        The field or setting behind :attr:`velocity_max`.
+    offset_key : str
+        The joint-offset key the table used (``"offset_rad"``, ``"offset_m"``), or "" when none.
+    path : str
+        The joint's table (``"driver.joints[2]"``).
+    """
+
+    torque_max_nm: float
+    torque_from: str
+    settings: tuple = ()
+    position_range: tuple | None = None
+    position_from: str = ""
+    velocity_max: float = math.inf
+    velocity_from: str = ""
+    offset_key: str = ""
+    path: str = ""
 
 
 def check_mapping(mapping: JointMapping, what: str) -> None:
@@ -312,7 +356,8 @@ class TransportDriver(Driver):
     cycle sends, encoded; it raises on a bad command, so nothing is sent then), then one
     ``_exchange(request)`` that does the I/O for every joint and returns the
     :class:`Feedback`; ``self._enabled_cmd`` (set by ``enable()``, cleared by ``disable()``)
-    gates it and ``self.cycles`` counts it.  A driver whose cycle is more than that (the MIT
+    gates it and ``self.cycles`` counts it; :attr:`follow`, when set, checks the feedback's
+    torque against the command (a fault code where the drive does not follow).  A driver whose cycle is more than that (the MIT
     driver's compiled encoder and follow check) overrides :meth:`cycle`.
     """
 
@@ -385,6 +430,9 @@ class TransportDriver(Driver):
     #: what :meth:`disable` may raise while :meth:`close` still closes the transports (a driver
     #: whose device library raises its own errors while disabling widens it)
     _disable_errors: tuple[type[BaseException], ...] = (TorqueloopError,)
+    #: the "drive follows its torque commands" check (:class:`drivers.mit_health.TorqueFollow`) of a
+    #: torque-only driver that reads torque, run on every cycle's feedback; None: none
+    follow = None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -406,6 +454,14 @@ class TransportDriver(Driver):
             raise DriverError("cycle() before enable()")
         fb = self._exchange(self.make_commands(command))
         self.cycles += 1
+        if self.follow is not None:
+            self.follow.check(command.torque_nm, fb)
+        return fb
+
+    def _follow_start(self, fb: Feedback) -> Feedback:
+        """Reset the follow check at enable (its filter starts at ``fb``'s torques); returns ``fb``."""
+        if self.follow is not None:
+            self.follow.reset(fb)
         return fb
 
     @property

@@ -75,6 +75,7 @@ from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeE
 from .base import TIMEOUT_MAX_S, Command, Timeout, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import cia402 as codec
 from .codecs.cia402 import Cia402Units, NmtState, State
+from .follow import FollowConfig, TorqueFollow, follow_config
 from .transport import CanTransport, Frame, group_by_bus, recv_any
 
 __all__ = ["Cia402Axis", "Cia402Driver", "build", "GENERIC_EDS", "FAULT_HEARTBEAT_LOST"]
@@ -146,6 +147,11 @@ class Cia402Axis:
         lim = self.torque_limit_nm
         if lim is not None and not (isinstance(lim, (int, float)) and math.isfinite(lim) and lim > 0):
             raise DriverError(f"torque_limit_nm must be finite and > 0, got {lim!r}")
+
+    def torque_capability_nm(self) -> float:
+        """Joint torque the drive delivers [N m]: max torque 0x6072 x rated torque 0x6076 x gear
+        ratio x efficiency."""
+        return self.max_torque_permille * self.units.nm_per_permille * self.mapping.gear_ratio * self.mapping.efficiency
 
     @property
     def max_torque_permille(self) -> int:
@@ -222,7 +228,8 @@ class Cia402Driver(TransportDriver):
                  enable_timeout_s: float = 1.0, sdo_timeout_s: float = 0.1, heartbeat_period_s: float = 0.05,
                  heartbeat_timeout_s: float | None = None, master_node_id: int | None = 127,
                  master_heartbeat_period_s: float = 0.05, master_heartbeat_timeout_s: float | None = None,
-                 quick_stop_option: int = 2, fault_reaction_option: int = 2, owns_transports: bool = True):
+                 quick_stop_option: int = 2, fault_reaction_option: int = 2, owns_transports: bool = True,
+                 follow: FollowConfig | None = None):
         axes = list(axes)
         if not axes:
             raise DriverError("Cia402Driver needs at least one axis")
@@ -272,6 +279,8 @@ class Cia402Driver(TransportDriver):
         canopen = self._canopen
         self._networks = []
         self.nodes = []
+        #: (index, sub-index) of each drive's last SDO transfer, named in an abort's message
+        self._sdo_object: list[tuple[int, int] | None] = [None] * len(axes)
         ods: dict[str, object] = {}
         for b in range(len(self._buses)):
             net = canopen.Network(bus=_SdoPumpBus(self, b))
@@ -283,6 +292,7 @@ class Cia402Driver(TransportDriver):
             except Exception as err:  # noqa: BLE001 - any parse failure of a vendor file
                 raise ConfigError(f"cannot read EDS {path}: {type(err).__name__}: {err}") from err
             node.sdo.RESPONSE_TIMEOUT = self.sdo_timeout_s
+            self._track_sdo(j, node.sdo)
             self._networks[self._bus_of[j]].add_node(node)
             self.nodes.append(node)
             ods[path] = node.object_dictionary
@@ -320,6 +330,9 @@ class Cia402Driver(TransportDriver):
         self._closed = False
         self._hb_master_due = -math.inf
         self.last_saturated = 0
+        follow = FollowConfig() if follow is None else follow
+        if follow.enabled:      # 0x6077 (torque actual value) against the command
+            self.follow = TorqueFollow([ax.torque_capability_nm() for ax in axes], follow)
         self.cycles = 0
         #: joints whose shutdown the last disable() could not confirm
         self.disable_unconfirmed: list[int] = []
@@ -495,8 +508,42 @@ class Cia402Driver(TransportDriver):
                         enabled=self._state == int(State.OPERATION_ENABLED), info=info)
 
     # ------------------------------------------------------------------
+    def _track_sdo(self, j: int, sdo) -> None:
+        """Record the object of every SDO transfer of drive ``j`` (canopen's aborts do not name it)."""
+        upload, download = sdo.upload, sdo.download
+
+        def tracked_upload(index, subindex, *args, **kwargs):
+            self._sdo_object[j] = (index, subindex)
+            return upload(index, subindex, *args, **kwargs)
+
+        def tracked_download(index, subindex, *args, **kwargs):
+            self._sdo_object[j] = (index, subindex)
+            return download(index, subindex, *args, **kwargs)
+
+        sdo.upload, sdo.download = tracked_upload, tracked_download
+
+    def _sdo_object_name(self, j: int) -> str:
+        """``"object 0x1800:3 (TPDO communication parameter 1: Inhibit time)"`` of drive ``j``'s last
+        SDO transfer (its EDS names; "" when none was made)."""
+        obj = self._sdo_object[j]
+        if obj is None:
+            return ""
+        idx, sub = obj
+        name = ""
+        try:
+            entry = self.nodes[j].object_dictionary[idx]
+            name = entry.name
+            if hasattr(entry, "subindices") and sub in entry.subindices:
+                name = f"{name}: {entry.subindices[sub].name}"
+        except (KeyError, IndexError, AttributeError):
+            name = "not in the EDS"
+        return f"object 0x{idx:04X}:{sub}" + (f" ({name})" if name else "")
+
     def _sdo_error(self, j: int, what: str, err: Exception) -> TorqueloopError:
         canopen = self._canopen
+        obj = self._sdo_object_name(j)
+        if obj:
+            what = f"{what}, {obj}"
         if isinstance(err, canopen.SdoAbortedError):
             return DeviceFaultError(f"{self._name(j)}: SDO {what} aborted by the drive: {err}")
         if isinstance(err, canopen.sdo.SdoCommunicationError):
@@ -505,6 +552,7 @@ class Cia402Driver(TransportDriver):
 
     def _sdo(self, j: int, what: str, fn):
         canopen = self._canopen
+        self._sdo_object[j] = None
         try:
             return fn(self.nodes[j])
         except (canopen.SdoAbortedError, canopen.sdo.SdoCommunicationError) as err:
@@ -561,6 +609,11 @@ class Cia402Driver(TransportDriver):
                     pm = maps[k]
                     pm.clear()
                     pm.cob_id = make_id(ax.node_id, k)
+                    # only the communication sub-indices every drive has (COB-ID :1, transmission
+                    # type :2): inhibit time :3, event timer :5 and SYNC start value :6 are
+                    # optional (CiA 301), not used by a SYNC-driven PDO, and a drive without them
+                    # aborts the write (canopen writes whatever the EDS defaults gave)
+                    pm.inhibit_time = pm.event_timer = pm.sync_start_value = None
                     if k in layout:
                         for idx, sub, bits in layout[k]:
                             pm.add_variable(idx, sub, bits)
@@ -636,7 +689,7 @@ class Cia402Driver(TransportDriver):
                     cw[j] = codec.CW_ENABLE_OPERATION
                 elif s == State.QUICK_STOP_ACTIVE:
                     cw[j] = codec.CW_DISABLE_VOLTAGE
-        return self._exchange(self.make_commands(Command(zero)))
+        return self._follow_start(self._exchange(self.make_commands(Command(zero))))
 
     def _controlword_cycle(self, controlword: int) -> Feedback:
         return self._exchange(self.make_commands(Command(np.zeros(self.n_joints)), controlword))
@@ -774,6 +827,7 @@ def build(section, *, now: Callable[[], float], transports=None) -> Cia402Driver
         fr = section.int("fault_reaction_option", 2)
         if fr not in (0, 1, 2):
             raise section.error("fault_reaction_option", f"must be 0, 1 or 2, got {fr}")
+        follow = follow_config(section.section("follow", {}))
         base_dir = Path(section.file).parent if section.file else None
         axes = []
         seen = {}
@@ -806,7 +860,39 @@ def build(section, *, now: Callable[[], float], transports=None) -> Cia402Driver
         return Cia402Driver(axes, now=now, reply_timeout_s=rt, enable_timeout_s=et, sdo_timeout_s=st,
                             heartbeat_period_s=hb, heartbeat_timeout_s=hbt,
                             master_node_id=None if master == 0 else master, master_heartbeat_period_s=mhb,
-                            master_heartbeat_timeout_s=mhbt, quick_stop_option=qs, fault_reaction_option=fr)
+                            master_heartbeat_timeout_s=mhbt, quick_stop_option=qs, fault_reaction_option=fr,
+                            follow=follow)
     except BaseException:
         registry.close_buses(buses, transports)
         raise
+
+
+def capabilities(section) -> list:
+    """Each joint's :class:`~drivers.base.JointCapability` of a ``cia402_can`` table: max torque
+    0x6072 (``torque_limit_nm`` in per mille of the rated torque, 1000 without one) x rated
+    torque 0x6076 (``rated_torque_nm``) x gear ratio x efficiency; the position field 0x6064
+    (int32 increments) and velocity field 0x606C (int32), joint side."""
+    from . import registry
+    from .base import JointCapability
+    out = []
+    for js in registry.capability_joints(section):
+        units = Cia402Units(js.float("counts_per_rev", minimum=0.0, strict_min=True),
+                            js.float("rated_torque_nm", minimum=0.0, strict_min=True),
+                            js.float("velocity_counts_per_rev_s", None, minimum=0.0, strict_min=True))
+        lim = js.float("torque_limit_nm", None, minimum=0.0, strict_min=True)
+        m = registry.joint_mapping(js)
+        ax = Cia402Axis(None, 1, units, m, "", lim)     # the drive's arithmetic (no bus)
+        permille = ax.max_torque_permille
+        g = m.gear_ratio
+        span_rev = 2 ** 31 / units.counts_per_rev
+        vel_counts = units.velocity_counts_per_rev_s or units.counts_per_rev
+        out.append(JointCapability(
+            torque_max_nm=ax.torque_capability_nm(),
+            torque_from=(f"max torque 0x6072 {permille} per mille x rated torque 0x6076 "
+                         f"{units.rated_torque_nm:g} N m x {registry.mapping_text(m)}"),
+            settings=(js.field("torque_limit_nm"), js.field("rated_torque_nm"), js.field("gear_ratio")),
+            position_range=(m.offset_rad - 2 * math.pi * span_rev / g, m.offset_rad + 2 * math.pi * span_rev / g),
+            position_from=f"0x6064 (int32 of {units.counts_per_rev:g} increments per motor turn) / gear_ratio {g:g}",
+            velocity_max=2 * math.pi * (2 ** 31 / vel_counts) / g,
+            velocity_from="0x606C (int32)", offset_key=registry.offset_key(js), path=js.path))
+    return out

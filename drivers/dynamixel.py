@@ -51,6 +51,7 @@ from dynamics.errors import CommsError, CommsTimeoutError, DecodeError, DeviceFa
 
 from .base import TIMEOUT_MAX_S, Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
 from .codecs import dynamixel as dx
+from .follow import FollowConfig, TorqueFollow, follow_config
 from .codecs.dynamixel import Addr
 
 __all__ = ["DynamixelServo", "DynamixelDriver", "build", "FAULT_WATCHDOG", "FAULT_TORQUE_OFF", "READ_MODES"]
@@ -82,6 +83,14 @@ class DynamixelServo:
     mapping: JointMapping
     name: str = ""
     current_limit_a: float | None = None
+
+    def torque_capability_nm(self) -> float:
+        """Joint torque the servo delivers [N m]: its current limit (``current_limit_a`` or the
+        model's Current Limit, the lower) x torque constant x gear ratio x efficiency."""
+        cur = self.model.current_limit_a if self.current_limit_a is None else min(self.current_limit_a,
+                                                                                  self.model.current_limit_a)
+        m = self.mapping
+        return cur * m.torque_constant_nm_per_a * m.gear_ratio * m.efficiency
 
     def __post_init__(self):
         if isinstance(self.dxl_id, bool) or not isinstance(self.dxl_id, int) or not 0 <= self.dxl_id <= dx.MAX_ID:
@@ -127,7 +136,7 @@ class DynamixelDriver(TransportDriver):
     def __init__(self, port, servos: Sequence[DynamixelServo], *, now: Callable[[], float],
                  read_mode: str = "fast_sync", return_delay_us: int = 0, bus_watchdog_ms: int = 100,
                  reply_timeout_s: float = 0.01, status_every: int = 50, baudrate: int = 4_000_000,
-                 owns_port: bool = True):
+                 owns_port: bool = True, follow: FollowConfig | None = None):
         servos = list(servos)
         if not servos:
             raise DriverError("DynamixelDriver needs at least one servo")
@@ -176,6 +185,9 @@ class DynamixelDriver(TransportDriver):
         self._closed = False
         self.cycles = 0
         self.last_saturated = 0
+        follow = FollowConfig() if follow is None else follow
+        if follow.enabled:      # Present Current against Goal Current
+            self.follow = TorqueFollow([s.torque_capability_nm() for s in servos], follow)
 
     # ------------------------------------------------------------------
     @property
@@ -407,7 +419,7 @@ class DynamixelDriver(TransportDriver):
             raise DeviceFaultError(f"Dynamixel IDs {bad} did not enable torque")
         self._flags[:] = 0
         self._enabled_cmd = True
-        return self._exchange(self.make_commands(Command(np.zeros(self.n_joints))))
+        return self._follow_start(self._exchange(self.make_commands(Command(np.zeros(self.n_joints)))))
 
     def disable(self) -> None:
         """Goal Current 0, then Torque Enable 0 for every servo (Sync Writes, no answers awaited)."""
@@ -471,6 +483,7 @@ def build(section, *, now: Callable[[], float], transports=None) -> DynamixelDri
         raise section.error("bus_watchdog_ms", f"must be a multiple of 20 ms, got {wd}")
     rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["reply_timeout_s"])
     every = section.int("status_every", 50, minimum=0)
+    follow = follow_config(section.section("follow", {}))
     servos = []
     seen = {}
     for js in section.sections("joints"):
@@ -478,13 +491,7 @@ def build(section, *, now: Callable[[], float], transports=None) -> DynamixelDri
         if i in seen:
             raise js.error("id", f"ID {i} already used by {seen[i]}")
         seen[i] = js.path
-        model = dx.DXL_MODELS[js.str("model", choices=sorted(dx.DXL_MODELS))]
-        kt_given = js.has("torque_constant_nm_per_a")
-        mapping = registry.joint_mapping(js)
-        if not kt_given:
-            mapping = JointMapping(mapping.gear_ratio, mapping.sign, mapping.offset_rad,
-                                   model.torque_constant_nm_per_a, mapping.efficiency)
-        lim = js.float("current_limit_a", None, minimum=0.0, strict_min=True)
+        model, mapping, lim = _servo_settings(js)
         name = js.str("name", "")
         js.finish()
         servos.append(DynamixelServo(i, model, mapping, name, lim))
@@ -500,8 +507,44 @@ def build(section, *, now: Callable[[], float], transports=None) -> DynamixelDri
             raise CommsError(f"{section.file or '<config>'}: field '{section.path}.port': {err}") from err
     try:
         return DynamixelDriver(port, servos, now=now, read_mode=mode, return_delay_us=rd, bus_watchdog_ms=wd,
-                               reply_timeout_s=rt, status_every=every, baudrate=baud)
+                               reply_timeout_s=rt, status_every=every, baudrate=baud, follow=follow)
     except BaseException:
         if given is None:
             port.close()
         raise
+
+
+def _servo_settings(js) -> tuple:
+    """``(model, mapping, current_limit_a or None)`` of a Dynamixel ``[[driver.joints]]`` table
+    (``torque_constant_nm_per_a`` defaults to the model's)."""
+    from . import registry
+    model = dx.DXL_MODELS[js.str("model", choices=sorted(dx.DXL_MODELS))]
+    kt_given = js.has("torque_constant_nm_per_a")
+    mapping = registry.joint_mapping(js)
+    if not kt_given:
+        mapping = JointMapping(mapping.gear_ratio, mapping.sign, mapping.offset_rad,
+                               model.torque_constant_nm_per_a, mapping.efficiency)
+    return model, mapping, js.float("current_limit_a", None, minimum=0.0, strict_min=True)
+
+
+def capabilities(section) -> list:
+    """Each joint's :class:`~drivers.base.JointCapability` of a ``dynamixel`` table: the current
+    limit (``current_limit_a``, or the model's factory Current Limit when lower or unset) x
+    ``torque_constant_nm_per_a`` (output torque per A, the model's stall torque / stall current
+    by default) x gear ratio x efficiency; positions are int32 pulses (no range to check)."""
+    from . import registry
+    from .base import JointCapability
+    out = []
+    for js in registry.capability_joints(section):
+        model, m, lim = _servo_settings(js)
+        servo = DynamixelServo(1, model, m, "", lim)       # the servo's arithmetic (no port)
+        cur = model.current_limit_a if lim is None else min(lim, model.current_limit_a)
+        src = (f"current_limit_a {cur:g} A" if lim is not None and lim < model.current_limit_a
+               else f"the {model.name}'s Current Limit {cur:g} A")
+        out.append(JointCapability(
+            torque_max_nm=servo.torque_capability_nm(),
+            torque_from=(f"{src} x torque_constant_nm_per_a {m.torque_constant_nm_per_a:.4g} N m/A x "
+                         f"{registry.mapping_text(m)}"),
+            settings=(js.field("model"), js.field("current_limit_a"), js.field("gear_ratio")),
+            offset_key=registry.offset_key(js), path=js.path))
+    return out

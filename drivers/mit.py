@@ -74,7 +74,7 @@ from dynamics.errors import CommsError, CommsTimeoutError, DriverError, ForeignT
 from .base import TIMEOUT_MAX_S, Command, Feedback, JointMapping, TransportDriver, check_mapping, command_vector
 from . import _mit_kernels as _k
 from .codecs import mit as codec
-from .mit_health import FAULT_OVER_TEMPERATURE, FollowConfig, FollowMonitor
+from .mit_health import FAULT_OVER_TEMPERATURE, FollowConfig, FollowMonitor, follow_config
 from .transport import CanTransport, Frame, group_by_bus, recv_any_fields
 
 __all__ = ["MitJoint", "MitCanDriver", "build"]
@@ -748,7 +748,7 @@ def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver
         centered = section.bool("reply_centered", True)
         variant = section.str("reply_variant", "auto", choices=["auto", "classic6", "cubemars8"])
         temp_max = section.float("temperature_max_c", 85.0, minimum=0.0, strict_min=True, maximum=255.0)
-        follow = _follow_config(section.section("follow", {}))
+        follow = follow_config(section.section("follow", {}))
         joints = []
         seen = {}
         for js in section.sections("joints"):
@@ -773,19 +773,6 @@ def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver
         raise
 
 
-def _follow_config(fs) -> FollowConfig:
-    """The ``[driver.follow]`` table (all optional, see :class:`~drivers.mit_health.FollowConfig`)."""
-    d = FollowConfig()
-    kw = dict(enabled=fs.bool("enabled", d.enabled),
-              lag_s=fs.float("lag_s", d.lag_s, minimum=0.0, maximum=0.1),
-              tol_nm=fs.float("tol_nm", None, minimum=0.0, strict_min=True) if fs.has("tol_nm") else None,
-              rel_tol=fs.float("rel_tol", d.rel_tol, minimum=0.0, maximum=0.99),
-              window_cycles=fs.int("window_cycles", d.window_cycles, minimum=1, maximum=10_000),
-              frozen_cycles=fs.int("frozen_cycles", d.frozen_cycles, minimum=1, maximum=10_000))
-    fs.finish()
-    return FollowConfig(**kw)
-
-
 def _limits(js) -> codec.MitLimits:
     """``model = "AK80-9"`` or an explicit ``[limits]`` table (or both: the table overrides fields)."""
     model = js.str("model", None, choices=sorted(codec.MIT_MODELS)) if js.has("model") else None
@@ -803,3 +790,31 @@ def _limits(js) -> codec.MitLimits:
             ls.float(key, default, minimum=0.0, strict_min=True)
     ls.finish()
     return codec.MitLimits(**vals)
+
+
+def capabilities(section) -> list:
+    """Each joint's :class:`~drivers.base.JointCapability` of an ``mit_can`` table: the model's
+    (or ``[limits]``') torque range ``t_max_nm x gear_ratio x efficiency``, the position field
+    ``offset +- p_max_rad / gear_ratio`` and the velocity field ``v_max_rad_s / gear_ratio``,
+    joint side (the fields' ranges are the drive's: a value beyond one cannot be sent or read)."""
+    from . import registry
+    from .base import JointCapability
+    out = []
+    for js in registry.capability_joints(section):
+        lim = _limits(js)
+        m = registry.joint_mapping(js)
+        g = m.gear_ratio
+        src = f"model {js.raw('model')!r}" if js.has("model") and not js.has("limits") else \
+            f"[limits] ({js.field('limits')})"
+        okey = registry.offset_key(js) or "offset_rad"
+        out.append(JointCapability(
+            torque_max_nm=lim.t_max_nm * g * m.efficiency,
+            torque_from=f"t_max_nm {lim.t_max_nm:g} N m of {src} x {registry.mapping_text(m)}",
+            settings=(js.field("model"), js.field("limits.t_max_nm"), js.field("gear_ratio")),
+            position_range=(m.offset_rad - lim.p_max_rad / g, m.offset_rad + lim.p_max_rad / g),
+            position_from=(f"the position field +-{lim.p_max_rad:g} rad of {src} / gear_ratio {g:g}, "
+                           f"around {okey} {m.offset_rad:g}"),
+            velocity_max=lim.v_max_rad_s / g,
+            velocity_from=f"the velocity field +-{lim.v_max_rad_s:g} rad/s of {src} / gear_ratio {g:g}",
+            offset_key=registry.offset_key(js), path=js.path))
+    return out

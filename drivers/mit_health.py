@@ -1,47 +1,30 @@
 """Faults an MIT drive cannot report itself: a motor that replies but does not follow its commands.
 
-The classic 6-byte MIT reply carries no fault code, and even the 8-byte CubeMars
-reply says nothing when the power stage stops producing torque while the logic
-still answers (a limp motor), or when the drive's control loop hangs while its
-CAN interrupt keeps answering with the same state (frozen replies).  What the
-host *can* see is the reply's torque field, which the drive computes from the
-measured q-axis current, against the torque the drive was told to produce.
+The classic 6-byte MIT reply carries no fault code, and even the 8-byte CubeMars reply says
+nothing when the power stage stops producing torque while the logic still answers (a limp
+motor), or when the drive's control loop hangs while its CAN interrupt keeps answering with the
+same state (frozen replies).  What the host *can* see is the reply's torque field, which the
+drive computes from the measured q-axis current, against the torque the drive was told to
+produce (``t_ff + kp (p_des - p) + kd (v_des - v)``, motor side, from the decoded frame).
 
-:class:`FollowMonitor` does that per motor, motor side, every cycle:
-
-* expected torque ``u = t_ff + kp (p_des - p) + kd (v_des - v)`` from the command
-  actually sent (the decoded frame) and the state the drive reported with it,
-  clamped to the model's torque range;
-* the reply to the *next* command carries the current driven by ``u`` through the
-  current loop, modelled as first order: ``x_k = x_{k-1} + a (u_{k-1} - x_{k-1})``,
-  ``a = 1 - exp(-dt / lag_s)`` (``a = 1`` for ``lag_s = 0``);
-* **not following** (:data:`FAULT_NOT_FOLLOWING`): ``|t_meas - x| > tol_nm +
-  rel_tol |x|`` on ``window_cycles`` consecutive fresh replies;
-* **frozen** (:data:`FAULT_FROZEN`): ``frozen_cycles`` consecutive fresh replies
-  with byte-identical position/velocity/torque fields while the expected torque
-  ``x`` moved by more than ``tol_nm`` over them (a motor at rest under a constant
-  command legitimately repeats its reply; one told to change its torque does not).
-
-A fault latches (per joint) until :meth:`FollowMonitor.reset`.  The codes are
-above 255 so they never collide with a drive's own error byte.
+The rule is :mod:`drivers.follow`'s (shared with the torque-only drives' check); here it runs
+compiled (:class:`FollowMonitor`).  The codes are above 255 so they never collide with a
+drive's own error byte.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Sequence
 
-import numpy as np
 
-from dynamics.errors import ConfigError
 
 from . import _mit_kernels as _k
-# the codes, defined where the compiled rule sets them (documented there)
-from ._mit_kernels import FAULT_FROZEN, FAULT_NOT_FOLLOWING, FAULT_OVER_TEMPERATURE
+from . import follow as _follow
+# the codes, defined with the rule (drivers.follow)
+from ._mit_kernels import FAULT_OVER_TEMPERATURE
+from .follow import FAULT_FROZEN, FAULT_NOT_FOLLOWING, FollowConfig, follow_config
 
 __all__ = ["FollowConfig", "FollowMonitor", "FAULT_NOT_FOLLOWING", "FAULT_FROZEN",
-           "FAULT_OVER_TEMPERATURE", "DETECTED_FAULTS"]
+           "FAULT_OVER_TEMPERATURE", "DETECTED_FAULTS", "follow_config"]
 
 
 #: Fault codes the MIT driver detects itself -> description.
@@ -52,140 +35,9 @@ DETECTED_FAULTS: dict[int, str] = {
 }
 
 
-@dataclass(frozen=True)
-class FollowConfig:
-    """Settings of :class:`FollowMonitor` (motor side).
+class FollowMonitor(_follow.FollowMonitor):
+    """:class:`drivers.follow.FollowMonitor` with the rule compiled (:data:`drivers._mit_kernels.follow_step`):
+    :class:`~drivers.mit.MitCanDriver` runs it in its compiled cycle step on this object's arrays,
+    :meth:`update` from Python."""
 
-    Attributes
-    ----------
-    enabled : bool
-        Run the checks (a hardware config must say ``false`` explicitly to switch them off).
-    lag_s : float
-        Time constant of the drive's current loop used for the prediction [s].
-    tol_nm : float or None
-        Absolute tolerance [N m]; ``None``: 1 % of the model's torque range.
-    rel_tol : float
-        Relative tolerance (fraction of the expected torque), in [0, 1).
-    window_cycles : int
-        Consecutive out-of-tolerance replies that make a "not following" fault.
-    frozen_cycles : int
-        Consecutive identical replies (with a changing command) that make a "frozen" fault.
-    """
-
-    enabled: bool = True
-    lag_s: float = 0.0005
-    tol_nm: float | None = None
-    rel_tol: float = 0.25
-    window_cycles: int = 10
-    frozen_cycles: int = 20
-
-    def __post_init__(self):
-        if not isinstance(self.enabled, bool):
-            raise ConfigError(f"must be true or false, got {self.enabled!r}", field="enabled")
-        if not (math.isfinite(self.lag_s) and 0.0 <= self.lag_s <= 0.1):
-            raise ConfigError(f"must be in [0, 0.1] s, got {self.lag_s!r}", field="lag_s")
-        if self.tol_nm is not None and not (math.isfinite(self.tol_nm) and self.tol_nm > 0):
-            raise ConfigError(f"must be finite and > 0, got {self.tol_nm!r}", field="tol_nm")
-        if not (math.isfinite(self.rel_tol) and 0.0 <= self.rel_tol < 1.0):
-            raise ConfigError(f"must be in [0, 1), got {self.rel_tol!r}", field="rel_tol")
-        for name in ("window_cycles", "frozen_cycles"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10_000:
-                raise ConfigError(f"must be an integer in [1, 10000], got {v!r}", field=name)
-
-
-class FollowMonitor:
-    """Per-motor "does the drive follow its commands" checks (see the module docstring).
-
-    The rule is :func:`drivers._mit_kernels.follow_step` (compiled, on this object's arrays);
-    :class:`~drivers.mit.MitCanDriver` calls it from its compiled cycle step, :meth:`update`
-    from Python.
-
-    Parameters
-    ----------
-    t_max_nm : sequence of float
-        Each motor's torque range half-width [N m] (motor side).
-    config : FollowConfig
-    """
-
-    def __init__(self, t_max_nm: Sequence[float], config: FollowConfig = FollowConfig()):
-        self.config = config
-        tmax = [float(t) for t in t_max_nm]
-        n = len(tmax)
-        #: float state and constants (rows: drivers._mit_kernels.M_*), motor side [N m]
-        self._f = np.zeros((_k.M_ROWS, n))
-        self._f[_k.M_TMAX] = tmax
-        self._f[_k.M_TOL] = [config.tol_nm if config.tol_nm is not None else 0.01 * t for t in tmax]
-        #: counters, last raw reply, latched codes (rows: drivers._mit_kernels.MI_*)
-        self._i = np.zeros((_k.MI_ROWS, n), dtype=np.int64)
-        self._t = None
-
-    @property
-    def n(self) -> int:
-        return self._f.shape[1]
-
-    @property
-    def codes(self) -> list[int]:
-        """Latched fault code per motor (0: none)."""
-        return self._i[_k.MI_CODE].tolist()
-
-    @property
-    def tol_nm(self) -> list[float]:
-        """Absolute tolerance per motor [N m] (``config.tol_nm`` or 1 % of the torque range)."""
-        return self._f[_k.M_TOL].tolist()
-
-    @property
-    def residual_nm(self) -> list[float]:
-        """Last measured minus expected torque per motor [N m] (motor side)."""
-        return self._f[_k.M_RESID].tolist()
-
-    def reset(self, measured_nm: Sequence[float] | None = None) -> None:
-        """Clear the latches and the history (at enable); the filter starts at ``measured_nm``."""
-        n = self.n
-        m = [0.0] * n if measured_nm is None else [float(v) if math.isfinite(v) else 0.0 for v in measured_nm]
-        f, i = self._f, self._i
-        f[_k.M_X] = m
-        f[_k.M_U] = m
-        f[_k.M_RESID] = 0.0
-        i[[_k.MI_BAD, _k.MI_SAME, _k.MI_HAS_LAST, _k.MI_CODE]] = 0
-        self._t = None
-
-    def gain(self, t_s: float) -> float:
-        """The current-loop filter's gain ``a`` for the step from the last call's time to ``t_s``
-        (0 at the first call; 1 with ``lag_s = 0``); keeps ``t_s``."""
-        dt = 0.0 if self._t is None else max(0.0, t_s - self._t)
-        self._t = t_s
-        lag = self.config.lag_s
-        return 1.0 if lag == 0.0 else 1.0 - math.exp(-dt / lag) if dt > 0 else 0.0
-
-    def update(self, t_s: float, fresh: Sequence[bool], replies: Sequence, commands: Sequence) -> list[int]:
-        """Check one cycle; return the latched codes (one per motor).
-
-        Parameters
-        ----------
-        t_s : float
-            Time of this cycle [s] (the loop's clock).
-        fresh : sequence of bool
-            Whether motor j answered this cycle.
-        replies : sequence of (p_rad, v_rad_s, t_nm, raw) or None
-            Motor-side values of this cycle's reply and its raw fields (an int, or bytes read
-            as a big-endian integer; compared for equality); ``None`` where there is none.
-        commands : sequence of (p_des, v_des, kp, kd, t_ff)
-            The command sent this cycle (decoded from its frame), motor side.
-        """
-        if not self.config.enabled:
-            return self.codes
-        n = self.n
-        a = self.gain(t_s)
-        ok = np.array([bool(fresh[j]) and replies[j] is not None for j in range(n)], dtype=bool)
-        rep = np.zeros((3, n))
-        raw = np.zeros(n, dtype=np.int64)
-        for j in np.flatnonzero(ok):
-            p, v, t, r = replies[j]
-            rep[:, j] = p, v, t
-            raw[j] = int.from_bytes(r, "big") if isinstance(r, (bytes, bytearray)) else int(r)
-        cmd = np.ascontiguousarray(np.array(commands, dtype=float).reshape(n, 5).T)
-        cfg = self.config
-        _k.follow_step(self._f, self._i, a, ok, rep[0], rep[1], rep[2], raw, cmd, cfg.rel_tol, cfg.window_cycles,
-                       cfg.frozen_cycles)
-        return self.codes
+    _step = staticmethod(_k.follow_step)

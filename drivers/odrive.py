@@ -60,9 +60,11 @@ from .base import TIMEOUT_MAX_S, Command, Feedback, JointMapping, TransportDrive
 from .codecs import odrive as codec
 from .codecs.odrive import AxisState, Cmd
 from .serial_port import SERIAL_BAUD_MAX
+from .follow import FollowConfig, TorqueFollow, follow_config
 from .transport import CanTransport, Frame, group_by_bus, recv_any
 
-__all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build_ascii"]
+__all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build_ascii", "capabilities",
+           "capabilities_ascii", "deliverable_torque_nm", "DEFAULT_CURRENT_LIMIT_A"]
 
 _TWO_PI = 2.0 * math.pi
 _FEEDBACK_MODES = ("broadcast", "rtr")
@@ -71,6 +73,13 @@ _STATE_RETRY_S = 0.05
 _TORQUE_FEEDBACK = ("iq", "torques", "none")
 #: enable(): Get_Version requests are repeated this often until answered [s]
 _VERSION_RETRY_S = 0.02
+#: an axis' current limit unless a joint sets ``current_limit_a``: the firmware's default
+#: ``motor.config.current_lim`` [A] (ODrive 3.6 and Pro/S1 ship with 10 A)
+DEFAULT_CURRENT_LIMIT_A = 10.0
+#: the highest ``current_limit_a`` accepted [A] (the ODrive Pro is rated 120 A peak)
+CURRENT_LIMIT_MAX_A = 200.0
+#: the largest float32: Set_Limits' velocity field when no velocity limit is configured
+_F32_MAX = 3.4028234663852886e38
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,16 @@ class OdriveAxis:
     torque_limit_nm : float or None
         Motor-side torque clamp applied before sending (None: no clamp here;
         the ODrive applies its own limits).
+    current_limit_a : float
+        Motor current limit [A] sent with ``Set_Limits`` at :meth:`OdriveCanDriver.enable`
+        (default 10 A, the firmware's ``motor.config.current_lim`` default).  With the
+        torque constant, gear ratio and efficiency it gives the joint torque the axis can
+        deliver (:meth:`torque_capability_nm`).
+    velocity_limit_rad_s : float or None
+        Joint-side velocity limit [rad/s] sent with ``Set_Limits`` (the firmware's torque-mode
+        velocity limit, ``controller.config.vel_limit``, motor side in turn/s); None: the
+        largest float32 is sent, which lifts the drive's limit (the host's ``[safety]
+        velocity_max`` still applies).
     """
 
     transport: CanTransport
@@ -94,14 +113,46 @@ class OdriveAxis:
     mapping: JointMapping = field(default_factory=JointMapping)
     name: str = ""
     torque_limit_nm: float | None = None
+    current_limit_a: float = DEFAULT_CURRENT_LIMIT_A
+    velocity_limit_rad_s: float | None = None
 
     def __post_init__(self):
         if isinstance(self.node_id, bool) or not isinstance(self.node_id, int) or \
                 not 0 <= self.node_id <= codec.MAX_NODE_ID:
             raise DriverError(f"ODrive node_id must be an integer in [0, 63], got {self.node_id!r}")
         check_mapping(self.mapping, self.name or f"node {self.node_id}")
-        if self.torque_limit_nm is not None and not (math.isfinite(self.torque_limit_nm) and self.torque_limit_nm > 0):
-            raise DriverError(f"torque_limit_nm must be finite and > 0, got {self.torque_limit_nm!r}")
+        for key in ("torque_limit_nm", "velocity_limit_rad_s"):
+            v = getattr(self, key)
+            if v is not None and not (math.isfinite(v) and v > 0):
+                raise DriverError(f"{key} must be finite and > 0, got {v!r}")
+        if not (math.isfinite(self.current_limit_a) and 0 < self.current_limit_a <= CURRENT_LIMIT_MAX_A):
+            raise DriverError(f"current_limit_a must be in (0, {CURRENT_LIMIT_MAX_A:g}] A, "
+                              f"got {self.current_limit_a!r}")
+
+    def torque_capability_nm(self) -> float:
+        """Joint torque the axis delivers [N m] (:func:`deliverable_torque_nm`)."""
+        return deliverable_torque_nm(self.mapping, self.current_limit_a, self.torque_limit_nm)
+
+    def set_limits_frame(self) -> bytes:
+        """The ``Set_Limits`` payload: velocity limit [turn/s, motor side] and current limit [A]."""
+        return codec.encode_set_limits(_vel_limit_rev_s(self.mapping, self.velocity_limit_rad_s),
+                                       self.current_limit_a)
+
+
+def deliverable_torque_nm(mapping: JointMapping, current_limit_a: float, torque_limit_nm: float | None) -> float:
+    """Joint torque [N m] an ODrive axis delivers: ``current_limit_a x torque_constant_nm_per_a``
+    (or the motor-side ``torque_limit_nm`` clamp when lower) x gear ratio x efficiency."""
+    t = current_limit_a * mapping.torque_constant_nm_per_a
+    if torque_limit_nm is not None:
+        t = min(t, torque_limit_nm)
+    return t * mapping.gear_ratio * mapping.efficiency
+
+
+def _vel_limit_rev_s(mapping: JointMapping, velocity_limit_rad_s: float | None) -> float:
+    """The firmware's velocity limit [turn/s, motor side] for a joint-side one (None: float32 max)."""
+    if velocity_limit_rad_s is None:
+        return _F32_MAX
+    return velocity_limit_rad_s * mapping.gear_ratio / _TWO_PI
 
 
 class OdriveCanDriver(TransportDriver):
@@ -132,12 +183,17 @@ class OdriveCanDriver(TransportDriver):
     settings : dict, optional
         Where each setting came from, e.g. ``{"firmware": "run.toml: field
         'driver.firmware'"}`` (filled by :func:`build`), quoted in errors and hints.
+    follow : FollowConfig, optional
+        The follow check (``[driver.follow]``, :class:`drivers.mit_health.TorqueFollow`): the
+        measured torque (Iq or Get_Torques) against the command clamped to each axis'
+        deliverable torque; off with ``torque_feedback = "none"``.
     """
 
     def __init__(self, axes: Sequence[OdriveAxis], *, now: Callable[[], float], feedback: str = "broadcast",
                  torque_feedback: str = "iq", reply_timeout_s: float = 0.002, enable_timeout_s: float = 1.0,
                  encoder_rate_hz: float | None = None, heartbeat_rate_hz: float = 10.0,
-                 owns_transports: bool = True, firmware: str = "0.6", settings: dict | None = None):
+                 owns_transports: bool = True, firmware: str = "0.6", settings: dict | None = None,
+                 follow: FollowConfig | None = None):
         axes = list(axes)
         if not axes:
             raise DriverError("OdriveCanDriver needs at least one axis")
@@ -185,6 +241,9 @@ class OdriveCanDriver(TransportDriver):
         self._closed = False
         self.last_saturated = 0
         self.cycles = 0
+        follow = FollowConfig() if follow is None else follow
+        if torque_feedback != "none" and follow.enabled:
+            self.follow = TorqueFollow([ax.torque_capability_nm() for ax in axes], follow)
 
     # ------------------------------------------------------------------
     @property
@@ -342,7 +401,8 @@ class OdriveCanDriver(TransportDriver):
 
     # ------------------------------------------------------------------
     def enable(self) -> Feedback:
-        """Torque control / passthrough, zero torque, CLOSED_LOOP_CONTROL; wait until every axis reports it.
+        """Set_Limits (each axis' ``current_limit_a`` and velocity limit), torque control /
+        passthrough, zero torque, CLOSED_LOOP_CONTROL; wait until every axis reports it.
 
         Latched axis errors are not cleared here (that would hide a fault):
         call :meth:`clear_errors` first to acknowledge them.
@@ -363,6 +423,8 @@ class OdriveCanDriver(TransportDriver):
         if not self._version_ok:
             self._check_versions()
         for j in range(self.n_joints):
+            # the current and velocity limits the capability check counted on (drivers.odrive.capabilities)
+            self._send(j, Cmd.SET_LIMITS, self._axes[j].set_limits_frame())
             self._send(j, Cmd.SET_CONTROLLER_MODE, codec.encode_set_controller_mode(
                 codec.ControlMode.TORQUE_CONTROL, codec.InputMode.PASSTHROUGH))
             self._send(j, Cmd.SET_INPUT_TORQUE, codec.encode_set_input_torque(0.0))
@@ -434,7 +496,7 @@ class OdriveCanDriver(TransportDriver):
             # host or a slow adapter can take longer than one reply_timeout_s)
             self._pump(max(self.reply_timeout_s, deadline - time.monotonic()), lambda: bool(self._fresh.all()))
             fb = self._feedback()
-        return fb
+        return self._follow_start(fb)
 
     def _name(self, j: int) -> str:
         ax = self._axes[j]
@@ -579,8 +641,9 @@ def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDri
     ("0.6" | "0.5", the ODrives' CANSimple generation), ``feedback``
     ("broadcast" | "rtr"), ``torque_feedback`` ("iq" | "torques" | "none"),
     ``encoder_rate_hz``, ``heartbeat_rate_hz`` (the ODrives' configured
-    broadcast rates, for the bus-load budget); per joint ``node_id`` (0..63)
-    and optional ``torque_limit_nm`` (motor side).
+    broadcast rates, for the bus-load budget); per joint ``node_id`` (0..63),
+    ``current_limit_a`` (10 A, the firmware default) and ``velocity_limit_rad_s`` (joint side;
+    both sent with Set_Limits at enable) and optional ``torque_limit_nm`` (motor side).
     """
     from . import registry
     buses = registry.open_buses(section, transports)
@@ -593,6 +656,7 @@ def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDri
         if fw == "0.5" and tfb == "torques":
             raise section.error("torque_feedback", "'torques' needs firmware 0.6 (Get_Torques; 0x1C is "
                                                    "Get_ADC_Voltage on firmware 0.5): use 'iq' or 'none'")
+        follow = follow_config(section.section("follow", {}))
         enc = section.float("encoder_rate_hz", None, minimum=0.0, strict_min=True)
         hb = section.float("heartbeat_rate_hz", 10.0, minimum=0.0)
         axes = []
@@ -604,10 +668,9 @@ def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDri
                 raise js.error("node_id", f"node id {node} already used by {seen[bus_name, node]} on bus '{bus_name}'")
             seen[bus_name, node] = js.path
             name = js.str("name", "")
-            lim = js.float("torque_limit_nm", None, minimum=0.0, strict_min=True)
-            mapping = registry.joint_mapping(js)
+            lim = _axis_limits(js)
             js.finish()
-            axes.append(OdriveAxis(buses[bus_name], node, mapping, name, lim))
+            axes.append(OdriveAxis(buses[bus_name], node, name=name, **lim))
         if not axes:
             raise section.error("joints", "at least one joint is required")
         section.finish()
@@ -615,10 +678,59 @@ def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDri
                  for k in ("firmware", "feedback", "reply_timeout_s", "enable_timeout_s")}
         return OdriveCanDriver(axes, now=now, feedback=fbm, torque_feedback=tfb, reply_timeout_s=rt,
                                enable_timeout_s=et, encoder_rate_hz=enc, heartbeat_rate_hz=hb, firmware=fw,
-                               settings=where)
+                               settings=where, follow=follow)
     except BaseException:
         registry.close_buses(buses, transports)
         raise
+
+
+def _axis_limits(js) -> dict:
+    """The mapping and limit keys of an ODrive ``[[driver.joints]]`` table (CAN and ASCII), as
+    :class:`OdriveAxis` keywords: ``mapping``, ``torque_limit_nm``, ``current_limit_a``,
+    ``velocity_limit_rad_s``."""
+    from . import registry
+    return {"mapping": registry.joint_mapping(js),
+            "torque_limit_nm": js.float("torque_limit_nm", None, minimum=0.0, strict_min=True),
+            "current_limit_a": js.float("current_limit_a", DEFAULT_CURRENT_LIMIT_A, minimum=0.0,
+                                        strict_min=True, maximum=CURRENT_LIMIT_MAX_A),
+            "velocity_limit_rad_s": js.float("velocity_limit_rad_s", None, minimum=0.0, strict_min=True)}
+
+
+def _capabilities(section) -> list:
+    from . import registry
+    from .base import JointCapability
+    out = []
+    for js in registry.capability_joints(section):
+        lim = _axis_limits(js)
+        m = lim["mapping"]
+        kt = m.torque_constant_nm_per_a
+        what = (f"current_limit_a {lim['current_limit_a']:g} A x torque_constant_nm_per_a {kt:g} N m/A")
+        if lim["torque_limit_nm"] is not None and lim["torque_limit_nm"] < lim["current_limit_a"] * kt:
+            what = f"torque_limit_nm {lim['torque_limit_nm']:g} N m (motor side)"
+        keys = ("torque_limit_nm",) if what.startswith("torque_limit_nm") else ("current_limit_a",
+                                                                                "torque_constant_nm_per_a")
+        settings = tuple(js.field(k) for k in keys + ("gear_ratio",))
+        v = lim["velocity_limit_rad_s"]
+        out.append(JointCapability(
+            torque_max_nm=deliverable_torque_nm(m, lim["current_limit_a"], lim["torque_limit_nm"]),
+            torque_from=f"{what} x {registry.mapping_text(m)}", settings=settings,
+            velocity_max=math.inf if v is None else v,
+            velocity_from=f"velocity_limit_rad_s ({js.field('velocity_limit_rad_s')})" if v is not None else "",
+            offset_key=registry.offset_key(js), path=js.path))
+    return out
+
+
+def capabilities(section) -> list:
+    """Each joint's :class:`~drivers.base.JointCapability` of an ``odrive_can`` table: joint torque
+    ``min(current_limit_a x torque_constant_nm_per_a, torque_limit_nm) x gear_ratio x efficiency``,
+    the velocity limit sent with Set_Limits; positions are float32 turns (no range to check)."""
+    return _capabilities(section)
+
+
+def capabilities_ascii(section) -> list:
+    """As :func:`capabilities`, for an ``odrive_ascii`` table (the drive's own current limit, which
+    the ASCII driver does not set, is assumed at ``current_limit_a``, default 10 A)."""
+    return _capabilities(section)
 
 
 # ---------------------------------------------------------------------------
@@ -666,7 +778,8 @@ class OdriveAsciiDriver(TransportDriver):
 
     def __init__(self, port, axes: Sequence[int], mappings: Sequence[JointMapping] | None = None, *,
                  now: Callable[[], float], reply_timeout_s: float = 0.01, enable_timeout_s: float = 1.0,
-                 status_every: int = 50, error_property: str = "active_errors", owns_port: bool = True):
+                 status_every: int = 50, error_property: str = "active_errors", owns_port: bool = True,
+                 limits: Sequence[dict] | None = None):
         axes = list(axes)
         if not axes:
             raise DriverError("OdriveAsciiDriver needs at least one axis")
@@ -686,6 +799,10 @@ class OdriveAsciiDriver(TransportDriver):
         self._port = port
         self._axes = axes
         self._maps = mappings
+        #: per axis ``current_limit_a`` / ``velocity_limit_rad_s`` written at enable (None: not written)
+        self._limits = list(limits) if limits is not None else [None] * len(axes)
+        if len(self._limits) != len(axes):
+            raise DriverError(f"{len(axes)} axes but {len(self._limits)} limits")
         self._now = now
         self.reply_timeout_s = float(reply_timeout_s)
         self.enable_timeout_s = float(enable_timeout_s)
@@ -715,7 +832,17 @@ class OdriveAsciiDriver(TransportDriver):
             Wrong shape, non-finite torque, or non-zero drive-side gains.
         """
         tau = torque_only(command, self.n_joints, "ODrive driver")
-        return [f"c {a} {_fmt(m.joint_to_motor_torque(t))}" for a, m, t in zip(self._axes, self._maps, tau)]
+        out = []
+        sat = 0
+        for a, m, t, lim in zip(self._axes, self._maps, tau, self._limits):
+            t_m = float(m.joint_to_motor_torque(t))
+            clamp = None if lim is None else lim.get("torque_limit_nm")
+            if clamp is not None and abs(t_m) > clamp:
+                t_m = math.copysign(clamp, t_m)
+                sat += 1
+            out.append(f"c {a} {_fmt(t_m)}")
+        self.last_saturated = sat
+        return out
 
     def _query(self, line: str, stats: dict | None = None) -> str | None:
         """Write ``line`` and return the answer, or None (and flush input) on timeout / bad bytes."""
@@ -799,7 +926,11 @@ class OdriveAsciiDriver(TransportDriver):
         """
         self._check_open()
         self._port.reset_input()
-        for a in self._axes:
+        for a, m, lim in zip(self._axes, self._maps, self._limits):
+            if lim is not None:     # what the capability check counted on (drivers.odrive.capabilities_ascii)
+                self._port.write_line(f"w axis{a}.motor.config.current_lim {_fmt(lim['current_limit_a'])}")
+                self._port.write_line(f"w axis{a}.controller.config.vel_limit "
+                                      f"{_fmt(_vel_limit_rev_s(m, lim.get('velocity_limit_rad_s')))}")
             self._port.write_line(f"w axis{a}.controller.config.control_mode {int(codec.ControlMode.TORQUE_CONTROL)}")
             self._port.write_line(f"w axis{a}.controller.config.input_mode {int(codec.InputMode.PASSTHROUGH)}")
             self._port.write_line(f"c {a} 0")
@@ -842,7 +973,9 @@ def build_ascii(section, *, now: Callable[[], float], transports=None) -> Odrive
 
     Keys: ``port`` (device path or pyserial URL), ``baudrate`` (115200),
     ``reply_timeout_s``, ``enable_timeout_s``, ``status_every``,
-    ``error_property``; ``[[joints]]`` with ``axis`` and the mapping keys.
+    ``error_property``; ``[[joints]]`` with ``axis``, the mapping keys and the limits of
+    :func:`build` (``current_limit_a``, ``velocity_limit_rad_s`` written to
+    ``motor.config.current_lim`` / ``controller.config.vel_limit`` at enable, ``torque_limit_nm``).
     ``transports`` may hold ``{"port": SerialTransport}`` to use an open port.
     """
     from . import registry
@@ -854,13 +987,15 @@ def build_ascii(section, *, now: Callable[[], float], transports=None) -> Odrive
     et = section.float("enable_timeout_s", 1.0, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["enable_timeout_s"])
     every = section.int("status_every", 50, minimum=0)
     errp = section.str("error_property", "active_errors", choices=["active_errors", "error"])
-    axes, maps = [], []
+    axes, maps, limits = [], [], []
     for js in section.sections("joints"):
         a = js.int("axis", minimum=0, maximum=1)
         if a in axes:
             raise js.error("axis", f"axis {a} is used twice")
         js.str("name", "")
-        maps.append(registry.joint_mapping(js))
+        lim = _axis_limits(js)
+        maps.append(lim.pop("mapping"))
+        limits.append(lim)
         js.finish()
         axes.append(a)
     if not axes:
@@ -874,4 +1009,4 @@ def build_ascii(section, *, now: Callable[[], float], transports=None) -> Odrive
         except CommsError as err:   # name the config file and field, as for a CAN bus
             raise CommsError(f"{section.file or '<config>'}: field '{section.path}.port': {err}") from err
     return OdriveAsciiDriver(port, axes, maps, now=now, reply_timeout_s=rt, enable_timeout_s=et,
-                             status_every=every, error_property=errp)
+                             status_every=every, error_property=errp, limits=limits)

@@ -64,10 +64,11 @@ from typing import Callable, Mapping
 from dynamics.config import Section
 from dynamics.errors import CommsError, ConfigError, DriverError
 
-from .base import Driver, JointMapping
+from .base import Driver, JointCapability, JointMapping
 from .transport import CanTransport, rehearsal_address
 
-__all__ = ["DRIVER_TYPES", "build_driver", "open_buses", "close_buses", "joint_bus", "joint_mapping"]
+__all__ = ["DRIVER_TYPES", "CAPABILITIES", "build_driver", "open_buses", "close_buses", "joint_bus", "joint_mapping",
+           "joint_capabilities", "capability_joints", "mapping_text"]
 
 #: driver ``type`` -> "module:function" building it; other packages (the
 #: simulation) add their entries here.
@@ -84,7 +85,49 @@ DRIVER_TYPES: dict[str, str] = {
     "sim_cia402_can": "drivers.sim.build:build_sim_cia402_can",
 }
 
+#: protocol -> "module:function" giving each joint's :class:`~drivers.base.JointCapability` from a
+#: ``[driver]`` table without opening anything (a ``sim_*`` type has its protocol's; ``sim_direct``,
+#: the plant without drives, has none)
+CAPABILITIES: dict[str, str] = {
+    "mit_can": "drivers.mit:capabilities",
+    "odrive_can": "drivers.odrive:capabilities",
+    "odrive_ascii": "drivers.odrive:capabilities_ascii",
+    "dynamixel": "drivers.dynamixel:capabilities",
+    "cia402_can": "drivers.cia402:capabilities",
+}
+
 DEFAULT_BUS = "default"
+
+
+def joint_capabilities(section: Section) -> list[JointCapability] | None:
+    """What each joint's drive can deliver (torque, position and velocity ranges), read from a
+    ``[driver]`` table before anything is opened or enabled; None for a driver without drives
+    (``sim_direct``).
+
+    The table is not marked read (the builder checks its keys); a bad value raises the
+    builder's :class:`ConfigError` naming the file and field.
+    """
+    kind = Section(section.data, section.file, section.path).str("type", choices=sorted(DRIVER_TYPES))
+    target = CAPABILITIES.get(kind.removeprefix("sim_"))
+    if target is None:
+        return None
+    mod_name, _, fn_name = target.partition(":")
+    return getattr(importlib.import_module(mod_name), fn_name)(section)
+
+
+def capability_joints(section: Section) -> list[Section]:
+    """Fresh views of a ``[driver]`` table's ``[[joints]]`` (for a ``capabilities`` function: the
+    original table's read marks are left alone)."""
+    view = Section(section.data, section.file, section.path)
+    return view.sections("joints") if view.has("joints") else []
+
+
+def mapping_text(m: JointMapping) -> str:
+    """``"x gear_ratio 100 x efficiency 0.9"`` (the factors that differ from 1), for messages."""
+    out = [f"gear_ratio {m.gear_ratio:g}"]
+    if m.efficiency != 1.0:
+        out.append(f"efficiency {m.efficiency:g}")
+    return " x ".join(out)
 
 
 def build_driver(section: Section, *, now: Callable[[], float],
@@ -234,15 +277,39 @@ OFFSET_RAD_MAX = 1000.0
 KT_RANGE = (1e-4, 100.0)
 
 
+#: the joint-offset keys: ``offset_rad`` on a revolute joint, ``offset_m`` on a prismatic one
+#: (the run refuses the other one, naming the right key: see :func:`offset_key`)
+OFFSET_KEYS = ("offset_rad", "offset_m")
+
+
+def offset_key(js: Section) -> str:
+    """The joint-offset key a joint table uses (``"offset_rad"``, ``"offset_m"``; "" for none).
+
+    Raises
+    ------
+    ConfigError
+        Both given.
+    """
+    given = [k for k in OFFSET_KEYS if js.has(k)]
+    if len(given) > 1:
+        raise js.error("offset_m", "give offset_rad (revolute joint) or offset_m (prismatic joint), not both")
+    return given[0] if given else ""
+
+
 def joint_mapping(js: Section) -> JointMapping:
-    """Read the :class:`JointMapping` keys of a joint table."""
+    """Read the :class:`JointMapping` keys of a joint table.
+
+    The joint offset (joint position at motor position zero) is ``offset_rad`` [rad] on a
+    revolute joint, ``offset_m`` [m] on a prismatic one (a leg geared in rad/m); the run checks
+    the key against the model's joint type (:func:`controller.app.run.validate_run`)."""
     sign = js.int("sign", 1)
     if sign not in (1, -1):
         raise js.error("sign", f"must be 1 or -1, got {sign}")
+    okey = offset_key(js) or "offset_rad"
     return JointMapping(
         gear_ratio=js.float("gear_ratio", 1.0, minimum=GEAR_RATIO_RANGE[0], maximum=GEAR_RATIO_RANGE[1]),
         sign=sign,
-        offset_rad=js.float("offset_rad", 0.0, minimum=-OFFSET_RAD_MAX, maximum=OFFSET_RAD_MAX),
+        offset_rad=js.float(okey, 0.0, minimum=-OFFSET_RAD_MAX, maximum=OFFSET_RAD_MAX),
         torque_constant_nm_per_a=js.float("torque_constant_nm_per_a", 1.0, minimum=KT_RANGE[0], maximum=KT_RANGE[1]),
         efficiency=js.float("efficiency", 1.0, minimum=0.0, strict_min=True, maximum=1.0),
     )

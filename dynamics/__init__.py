@@ -67,29 +67,39 @@ def exact_model_kind(model) -> str | None:
     return None
 
 
-#: largest magnitude any number in a robot file may have (SI units: no robot has a length, mass,
-#: inertia, gain or stiffness beyond this; a value past it is a typo or a unit slip)
+#: largest magnitude any physical quantity in a robot file may have (SI units: no robot has a
+#: length, mass, inertia, gain or stiffness beyond this; a value past it is a typo or a unit slip).
+#: A field whose loader declares its own range (a dimensionless ratio such as the Stewart
+#: platform's ``singular_condition``, default 1e9) is checked against that range instead: see
+#: ``FIELD_RANGES`` in the loader's module.
 ROBOT_MAGNITUDE_MAX = 1e7
 
 
-def _check_magnitudes(root: Section, data: Any, path: tuple = ()) -> None:
-    """Refuse non-finite and absurdly large numbers anywhere in a robot file, naming the field."""
+def _check_magnitudes(root: Section, data: Any, path: tuple = (), own: Mapping[str, Any] = {}) -> None:
+    """Refuse non-finite and absurdly large numbers anywhere in a robot file, naming the field.
+
+    ``own``: dotted field -> (lowest, highest) of the fields whose loader declares its own range
+    (its ``FIELD_RANGES``); those are held to it (finite, inside), the rest to
+    :data:`ROBOT_MAGNITUDE_MAX`."""
     if isinstance(data, Mapping):
         for k, v in data.items():
-            _check_magnitudes(root, v, path + (str(k),))
+            _check_magnitudes(root, v, path + (str(k),), own)
     elif isinstance(data, list):
         for i, v in enumerate(data):
             if isinstance(v, (Mapping, list)):
-                _check_magnitudes(root, v, path + (str(i),))
+                _check_magnitudes(root, v, path + (str(i),), own)
             elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                _check_number(root, path, v)
+                _check_number(root, path, v, own)
     elif isinstance(data, (int, float)) and not isinstance(data, bool):
-        _check_number(root, path, data)
+        _check_number(root, path, data, own)
 
 
-def _check_number(root: Section, path: tuple, v: float) -> None:
-    if not math.isfinite(v) or abs(v) > ROBOT_MAGNITUDE_MAX:
-        field = ".".join(p if not p.isdigit() else f"[{p}]" for p in path).replace(".[", "[")
+def _check_number(root: Section, path: tuple, v: float, own: Mapping[str, Any] = {}) -> None:
+    field = ".".join(p if not p.isdigit() else f"[{p}]" for p in path).replace(".[", "[")
+    lo, hi = own.get(field, (-ROBOT_MAGNITUDE_MAX, ROBOT_MAGNITUDE_MAX))
+    if not math.isfinite(v) or not lo <= v <= hi:
+        if field in own:
+            raise root.error(field, f"must be finite and in [{lo:g}, {hi:g}], got {v!r}")
         raise root.error(field, f"must be finite with magnitude <= {ROBOT_MAGNITUDE_MAX:g} (SI units), got {v!r}")
 
 
@@ -122,10 +132,11 @@ def load_model(source: str | Path | Mapping[str, Any], *, file: str | None = Non
             return load_urdf(path)
         data, fname, base_dir = read_toml(path), str(path), path.parent
     root = Section(data, fname)
-    _check_magnitudes(root, data)
     kind = root.str("type", choices=sorted(MODEL_TYPES))
     mod_name, func_name = MODEL_TYPES[kind].split(":")
-    loader = getattr(import_module(mod_name), func_name)
+    mod = import_module(mod_name)
+    _check_magnitudes(root, data, own=getattr(mod, "FIELD_RANGES", {}))
+    loader = getattr(mod, func_name)
     model = loader(root, base_dir=base_dir)
     root.finish()
     if model.source is None and fname is not None:

@@ -90,6 +90,11 @@ from .errors import ConvergenceError, ModelError, SingularityError, UnreachableE
 
 __all__ = ["StewartPlatform", "LegKinematics", "load_stewart", "rotation_matrix", "euler_rate_matrix"]
 
+#: fields of a Stewart robot file with their own range (not the SI magnitude bound of
+#: :data:`dynamics.ROBOT_MAGNITUDE_MAX`): the condition number beyond which a leg Jacobian is
+#: singular is dimensionless, 1e9 by default; past 1e15 float64 cannot tell it from singular
+FIELD_RANGES = {"singular_condition": (1.0, 1e15)}
+
 
 def _angles_3x3(kernel, reference, angles) -> np.ndarray:
     """``kernel(angles, out)`` (compiled; float64 vectors only, else TypeError) when it applies,
@@ -932,7 +937,8 @@ def load_stewart(root: Section, base_dir: str | Path | None = None) -> StewartPl
     name = root.str("name", "stewart")
     gravity = root.vector("gravity", 3, [0.0, 0.0, -9.81])
     home = root.vector("home_pose", 6)
-    cond_max = root.float("singular_condition", 1e9, minimum=1.0, strict_min=True)
+    lo, hi = FIELD_RANGES["singular_condition"]
+    cond_max = root.float("singular_condition", 1e9, minimum=lo, strict_min=True, maximum=hi)
 
     geo = root.section("geometry")
     b = _joints(geo, "base")

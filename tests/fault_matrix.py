@@ -112,6 +112,36 @@ def _limp(case):
     return lambda: emu.set_device_fault(did, "limp")
 
 
+def _limp_drive(case):
+    """A torque-only drive whose power stage gives no torque while it keeps answering: the plant
+    joint gets none (the drive's measured torque, from its current, reads it)."""
+    plant = case.plant
+    return lambda: plant.set_torque_limit([0.0], joints=[1])
+
+
+#: joint 1's drive delivers this fraction of the torque it is told at cycle K (a drive limit
+#: lower than the configured one: thermal derating, an EEPROM current limit)
+SATURATED_FRACTION = 0.1
+
+
+def _saturated(case):
+    plant = case.plant
+
+    def hook():
+        lim = SATURATED_FRACTION * abs(float(plant.applied_torque_nm[1]))
+        plant.set_torque_limit([lim], joints=[1])
+    return hook
+
+
+def _ignores_commands(case):
+    """The drive keeps the torque it had at cycle K whatever it is told (zero and disable too)."""
+    if case.protocol == "mit":
+        emu, did = _device(case, 1)
+        return lambda: emu.set_device_fault(did, "frozen")
+    plant = case.plant
+    return lambda: plant.set_stuck(1)
+
+
 def _corrupt_serial(case):
     emu, _ = _device(case, 1)
     return lambda: emu.corrupt_replies(1_000_000)                  # every reply fails its CRC
@@ -304,6 +334,26 @@ for p in CAN:
     CELLS.append(Cell("implausible feedback (a bit flipped)", p, "implausible_feedback", STALE_CYCLES,
                       _velocity_bitflip, note="a bit the frame check cannot see, from cycle K on; a single "
                       "flip is not used and counted (tests/test_feedback_plausibility.py)"))
+# the follow check of the torque-only drives (drivers.mit_health.TorqueFollow): the measured torque
+# (ODrive Iq, CiA 402 0x6077, Dynamixel Present Current) against the command; the ODrive reads Iq
+# for it (the Stewart config reads none, to keep its buses under 100 %: a warning in simulation)
+# Cycles to stop (measured, lock-step, + 2): out of tolerance on window_cycles = 10 replies in a row
+# once the command differs from what the drive gives by more than 0.25 % of its deliverable torque
+# + 25 %; the Dynamixel arm's joint 1 is commanded ~0.02 N m, so its fault shows only when the error
+# has grown the command (39); a drive that keeps its torque of cycle K is out of tolerance when the
+# command has moved away from it (ODrive 81, CiA 402 42)
+_IQ = {"driver.torque_feedback": "iq"}
+for p, ov, (n_limp, n_ignore) in (("odrive", _IQ, (10 + 2, 81 + 2)), ("cia402", {}, (10 + 2, 42 + 2)),
+                                  ("dynamixel", {}, (39 + 2, 39 + 2))):
+    CELLS.append(Cell("motor limp (no fault code)", p, "device_fault", n_limp, _limp_drive, ov,
+                      note="the driver's follow check (10 replies out of tolerance)"))
+    CELLS.append(Cell("drive saturated below its command", p, "device_fault", n_limp, _saturated, ov,
+                      note=f"delivers {SATURATED_FRACTION:g} of its command from cycle K: the follow check"))
+    CELLS.append(Cell("drive ignores its commands", p, "device_fault", n_ignore, _ignores_commands, ov,
+                      disconnected=(1,),
+                      note="keeps the torque of cycle K (zero and disable too): the follow check"))
+CELLS.append(Cell("drive ignores its commands", "mit", "device_fault", 21 + 2, _ignores_commands,
+                  disconnected=(1,), note="replies and torque frozen (frozen_cycles = 20): the follow check"))
 for p in DEVICES:
     # the exchange of cycle K fails: its row is the last, flagged FAULT | DISABLED; no zero command
     # can reach the motors any more, each one's watchdog has to zero it
@@ -327,10 +377,11 @@ NOT_APPLICABLE = {
     ("lossy bus (45 % drops)", "plant"): "no bus",
     ("corrupt frames (45 % truncated)", "plant"): "no bus",
     ("device fault", "plant"): "no device",
-    ("motor limp (no fault code)", "odrive"): "the firmware reports its errors (device-fault row)",
-    ("motor limp (no fault code)", "cia402"): "the drive reports its faults (EMCY, device-fault row)",
-    ("motor limp (no fault code)", "dynamixel"): "the servo reports its alerts (device-fault row)",
     ("motor limp (no fault code)", "plant"): "no device",
+    ("drive saturated below its command", "mit"): "the drive's torque field is its range, which the "
+                                                  "capability check keeps every command inside",
+    ("drive saturated below its command", "plant"): "no drive",
+    ("drive ignores its commands", "plant"): "no drive",
     ("bus dead / adapter gone", "plant"): "no bus",
     ("implausible feedback (a bit flipped)", "dynamixel"):
         "the emulated servo has no corruption before its packet's CRC (a flip on the line fails the CRC: "

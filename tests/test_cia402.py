@@ -4,6 +4,7 @@ canopen's own BaseNode402 as an independent client of the emulated drive."""
 from __future__ import annotations
 
 import math
+import re
 import time
 from pathlib import Path
 
@@ -511,3 +512,52 @@ def test_canopens_basenode402_drives_the_emulated_drive():
             pm.stop()
         net.disconnect()
         host.close()
+
+
+def _eds_without(tmp_path, drop_sections, sub0: dict[str, int] | None = None):
+    """The shipped EDS with some objects / sub-indices removed (a drive that lacks optional objects)."""
+    import re
+    from drivers.cia402 import eds_path
+    text = Path(eds_path("cia402_generic.eds")).read_text()
+    for sec in drop_sections:
+        text = re.sub(rf"\n\[{sec}\]\n(?:[^\[\n].*\n)*", "\n", text)
+    for sec, v in (sub0 or {}).items():
+        text = re.sub(rf"(\[{sec}sub0\]\n(?:[^\[\n].*\n)*?DefaultValue=)\d+", rf"\g<1>{v}", text)
+    p = tmp_path / "drive.eds"
+    p.write_text(text)
+    return p
+
+
+def test_a_drive_without_the_optional_pdo_sub_indices_enables(tmp_path):
+    """issue 36: inhibit time, event timer and SYNC start value (0x18xx:3/5/6) are optional in
+    CiA 301; a drive that lacks them (0x18xx:0 = 2) is configured with :1 and :2 only."""
+    drop = [f"18{k:02X}sub{s}" for k in range(4) for s in (3, 5, 6)]
+    eds = _eds_without(tmp_path, drop, {f"18{k:02X}": 2 for k in range(4)})
+    clock = _Clock()
+    model = load_model(ROBOT_2R)
+    d = build_driver(_driver_section(emulator={"serve": "inline", "brake_kd_nm_s_per_rad": 50.0,
+                                               "eds": str(eds)}), now=clock, model=model)
+    try:
+        node = d.emulators[0].local_node(1)
+        assert 3 not in node.object_dictionary[0x1800].subindices        # the drive has no inhibit time
+        fb = d.enable()
+        assert fb.enabled.all()
+    finally:
+        d.close()
+
+
+def test_an_sdo_abort_names_the_object(tmp_path):
+    """A drive with two TPDOs only: configuring TPDO3 (0x1802) is aborted; the error names it."""
+    eds = _eds_without(tmp_path, ["1802", "1803", "1A02", "1A03"]
+                       + [f"1{a}0{k}sub{s}" for a in "8A" for k in (2, 3) for s in range(0, 9)])
+    clock = _Clock()
+    model = load_model(ROBOT_2R)
+    d = build_driver(_driver_section(emulator={"serve": "inline", "brake_kd_nm_s_per_rad": 50.0,
+                                               "eds": str(eds)}), now=clock, model=model)
+    try:
+        with pytest.raises(DeviceFaultError) as ei:
+            d.enable()
+        assert re.search(r"object 0x1[8A]0[23]:\d", str(ei.value)), str(ei.value)
+        assert "aborted by the drive" in str(ei.value)
+    finally:
+        d.close()

@@ -140,3 +140,23 @@ def test_drive_forms(data):
     np.testing.assert_allclose(m.friction_torque(np.array([1.0, -1, 0, 0, 0, 2])), [1.0, -1, 0, 0, 0, 2])
     del d["drive"]
     np.testing.assert_allclose(load_model(d).drive.armature, 0.0)
+
+
+def test_documented_default_singular_condition_is_accepted_when_written_out():
+    """issue 36: the file's documented default (1e9, a dimensionless condition number) was refused
+    by the robot files' SI magnitude bound (1e7); the field has its own range instead."""
+    with open(ROBOT, "rb") as fh:
+        data = tomllib.load(fh)
+    assert "singular_condition" not in data
+    written = {**copy.deepcopy(data), "singular_condition": 1e9}
+    assert load_model(written, file="w.toml").singular_condition == load_model(ROBOT).singular_condition == 1e9
+    for bad in (1e16, 0.5, float("inf")):
+        with pytest.raises(ConfigError) as ei:
+            load_model({**copy.deepcopy(data), "singular_condition": bad}, file="w.toml")
+        assert ei.value.field == "singular_condition"
+    # the SI bound still holds everywhere else
+    huge = copy.deepcopy(data)
+    huge["gravity"] = [0.0, 0.0, -1e9]
+    with pytest.raises(ConfigError) as ei:
+        load_model(huge, file="w.toml")
+    assert ei.value.field == "gravity" and "1e+07" in str(ei.value)

@@ -244,7 +244,8 @@ def _singularity(model, q, task, traj_t):
 
 def check_feasibility(traj: Trajectory, model: Model, *, dt_s: float, space: str = "joint",
                       acceleration_max=None, velocity_max=None, torque_max=None, check_torque: bool = True,
-                      singularity_margin: float = 1e-3, wrench=None, position_tol: float = 0.0) -> FeasibilityReport:
+                      singularity_margin: float = 1e-3, wrench=None, position_tol: float = 0.0,
+                      position_min=None, position_max=None) -> FeasibilityReport:
     """Check a trajectory against a model's limits on a time grid.
 
     Parameters
@@ -272,6 +273,9 @@ def check_feasibility(traj: Trajectory, model: Model, *, dt_s: float, space: str
         External wrench passed to the inverse dynamics.
     position_tol : float
         Tolerance on the position limits [rad|m].
+    position_min, position_max : float or array (n,), optional
+        Override the model's ``limits.position_min`` / ``limits.position_max`` [rad|m] (e.g.
+        narrowed to what a drive's position field can carry).
 
     Returns
     -------
@@ -320,8 +324,10 @@ def check_feasibility(traj: Trajectory, model: Model, *, dt_s: float, space: str
                                        f"{v[k]:.6g}{unit} beyond limit {bound:.6g}{unit}"))
 
     if len(q):
-        lo = np.asarray(lim.position_min, dtype=float) - position_tol
-        hi = np.asarray(lim.position_max, dtype=float) + position_tol
+        lo = np.broadcast_to(np.asarray(lim.position_min if position_min is None else position_min,
+                                        dtype=float), (n,)) - position_tol
+        hi = np.broadcast_to(np.asarray(lim.position_max if position_max is None else position_max,
+                                        dtype=float), (n,)) + position_tol
         scan("position", q, hi, lo)
         peak["position"] = np.maximum(np.max(q - hi, axis=0), np.max(lo - q, axis=0)).clip(min=0.0)
         scan("velocity", qd, vmax)

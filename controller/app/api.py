@@ -139,8 +139,11 @@ def simulate(model: Model, trajectory, controller: Controller, *, driver: str = 
     SafetyError
         The start-up check refused to start.
     """
-    from drivers.registry import DRIVER_TYPES, build_driver
+    import dataclasses
 
+    from drivers.registry import DRIVER_TYPES, build_driver, joint_capabilities
+
+    from .report import least_torque_limit
     from .run import sim_driver_section
 
     if not isinstance(model, Model):
@@ -163,6 +166,9 @@ def simulate(model: Model, trajectory, controller: Controller, *, driver: str = 
     table = {"type": driver, **dict(driver_options or {}), "plant": dict(plant or {})}
     section = sim_driver_section(table, q0=q0, clock=clock, period_s=period)
     clk = LockstepClock() if clock == "lockstep" else WallClock()
+    caps = joint_capabilities(section)
+    if caps is not None and len(caps) == model.dof:     # clip to what the drives deliver, as run does
+        cfg = dataclasses.replace(cfg, torque_max=least_torque_limit(model, cfg.torque_max, caps)[0])
     drv = build_driver(section, now=clk.now, model=model, rng=np.random.default_rng(seed))
     tmp = None
     try:

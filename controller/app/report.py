@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Quantity", "MISS_WARN_FRACTION", "TASK_AXES", "joint_quantities", "task_quantities",
-           "controller_quantities", "effective_torque_limit", "effort_word", "timing_health",
+           "controller_quantities", "effective_torque_limit", "torque_limit_sources", "least_torque_limit", "effort_word", "timing_health",
            "format_summary"]
 
 #: fraction of missed deadlines above which a wall-clock run gets a loud warning
@@ -109,12 +109,54 @@ def effort_word(types) -> str:
     return "torque" if "prismatic" not in kinds else "torque/force"
 
 
+def torque_limit_sources(spec) -> tuple[np.ndarray, list[str]]:
+    """The effective torque limit per actuator and where each comes from.
+
+    Returns
+    -------
+    limit : ndarray, shape (n,)
+        The least of ``[safety] torque_max`` (else the robot file's limit) and what the drive
+        delivers (:meth:`controller.app.run.RunSpec.drive_capabilities`) [N m | N].
+    source : list of str, length n
+        ``"robot file"``, ``"[safety] torque_max"`` or ``"drive"`` (the binding one).
+    """
+    own = "[safety] torque_max" if spec.safety.torque_max is not None else "robot file"
+    caps = spec.drive_capabilities() if hasattr(spec, "drive_capabilities") else None
+    lim, drive = least_torque_limit(spec.model, spec.safety.torque_max, caps)
+    return lim, ["drive" if d else own for d in drive]
+
+
+def least_torque_limit(model, safety_torque_max, caps) -> tuple[np.ndarray, np.ndarray]:
+    """The least of ``[safety] torque_max`` (else the model's limits) and the drives' capabilities.
+
+    Parameters
+    ----------
+    model : Model
+    safety_torque_max : float, array (n,) or None
+    caps : list of drivers.base.JointCapability or None
+
+    Returns
+    -------
+    limit : ndarray, shape (n,)
+        [N m | N].
+    drive : ndarray of bool, shape (n,)
+        Where the drive's is the least.
+    """
+    n = model.dof
+    lim = safety_torque_max if safety_torque_max is not None else model.limits.torque_max
+    lim = np.broadcast_to(np.asarray(lim, dtype=float), (n,)).copy()
+    drive = np.zeros(n, dtype=bool)
+    for j, c in enumerate(caps or ()):
+        if c.torque_max_nm < lim[j]:
+            lim[j], drive[j] = c.torque_max_nm, True
+    return lim, drive
+
+
 def effective_torque_limit(spec) -> np.ndarray:
-    """The limit the safety layer clips to, shape (n,) [N m | N]: ``[safety] torque_max`` when set,
-    else the robot file's limits."""
-    n = spec.model.dof
-    lim = spec.safety.torque_max if spec.safety.torque_max is not None else spec.model.limits.torque_max
-    return np.broadcast_to(np.asarray(lim, dtype=float), (n,)).copy()
+    """The limit the controller saturates and the safety layer clips to, shape (n,) [N m | N]:
+    the least of ``[safety] torque_max`` (else the robot file's limits) and the drives'
+    (:func:`torque_limit_sources`)."""
+    return torque_limit_sources(spec)[0]
 
 
 def timing_health(timing: dict, clock: str) -> dict:
@@ -230,7 +272,8 @@ def format_summary(spec, result, metrics: dict) -> str:
         lines += _table(["axis", "RMS error", "max error"], rows)
     joints = joint_quantities(spec.model.joint_names, spec.model.joint_types)
     peak = metrics.get("peak_torque", [])
-    lim = metrics.get("torque_limit") or effective_torque_limit(spec).tolist()
+    lim_eff, srcs = torque_limit_sources(spec)
+    lim = metrics.get("torque_limit") or lim_eff.tolist()
     sat = metrics.get("saturation_fraction_per_joint") or [None] * len(peak)
     rows = []
     for j, q in enumerate(joints[:len(peak)]):
@@ -239,7 +282,7 @@ def format_summary(spec, result, metrics: dict) -> str:
                      "-" if ratio is None else f"{100 * ratio:.1f} %",
                      "-" if sat[j] is None else f"{100 * sat[j]:.1f} %"])
     if rows:
-        src = "[safety] torque_max" if spec.safety.torque_max is not None else "robot file"
+        src = srcs[0] if len(set(srcs)) == 1 else "least of robot file/[safety]/drive"
         lines += _table(["joint", f"peak |{effort_word(spec.model.joint_types)}|", f"limit ({src})",
                          "peak/limit", "clipped"], rows)
     if tm:

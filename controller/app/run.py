@@ -70,7 +70,7 @@ from ..laws import (PID, ComputedTorque, Controller, PDGravity, Saturation, Task
                    TaskPDGravity, gravity_feedforward)
 from ..loop import ControlLoop, RunResult
 from .report import controller_quantities, effective_torque_limit, timing_health
-from ..safety import SafetyConfig, SafetySupervisor
+from ..safety import SAFETY_RANGES, SafetyConfig, SafetySupervisor
 from ..telemetry import TelemetryWriter, usable_labels
 
 __all__ = ["RunSpec", "parse_run", "load_run", "Run", "build_run", "run_offline_metrics",
@@ -135,9 +135,32 @@ class RunSpec:
     #: (reused while the trajectory, the model and the space are the ones it was computed for)
     _start: tuple | None = field(default=None, repr=False, compare=False)
 
+    #: ``(driver table data, capabilities)`` of the last :meth:`drive_capabilities`
+    _drive: tuple | None = field(default=None, repr=False, compare=False)
+
     @property
     def period_s(self) -> float:
         return 1.0 / self.rate_hz
+
+    def drive_capabilities(self) -> list | None:
+        """Each joint's :class:`drivers.base.JointCapability` from the ``[driver]`` table
+        (:func:`drivers.registry.joint_capabilities`), or None for a driver without drives
+        (``sim_direct``) or a table whose joints do not match the model (its build says so).
+
+        Raises
+        ------
+        ConfigError
+            A bad value in a joint table (naming the file and field).
+        """
+        from drivers.registry import joint_capabilities
+
+        data = self.driver_section.data
+        if self._drive is None or self._drive[0] is not data:
+            caps = joint_capabilities(self.driver_section)
+            if caps is not None and len(caps) != self.model.dof:
+                caps = None
+            self._drive = (data, caps)
+        return self._drive[1]
 
     @property
     def space(self) -> str:
@@ -422,7 +445,8 @@ def make_controller(spec: RunSpec, *, pose0=None) -> Controller:
 def _make_law(spec: RunSpec, *, pose0=None) -> Controller:
     c, model = spec.controller, spec.model
     n = model.dof
-    sat = Saturation(model.limits.torque_max) if c.saturate and np.all(np.isfinite(model.limits.torque_max)) else None
+    lim = effective_torque_limit(spec)
+    sat = Saturation(lim) if c.saturate and np.all(np.isfinite(lim)) else None
     if c.kp is not None:
         kp, kd, ki = c.kp, c.kd, c.ki
     elif c.design in ("place", "lqr"):
@@ -506,7 +530,17 @@ def _design_pd(spec: RunSpec):
 
 
 def gain_report(spec: RunSpec) -> str:
-    """Closed-loop poles, margins and nominal step response of the configured gains."""
+    """Closed-loop poles, margins and nominal step response of the configured gains, and the
+    torque limits the law saturates at."""
+    from .report import torque_limit_sources
+
+    lim, src = torque_limit_sources(spec)
+    sat = ("torque limits the law saturates at [N m | N] (the least of robot file, [safety] and drive): "
+           + ", ".join(f"{name} {v:.4g} ({s})" for name, v, s in zip(spec.model.joint_names, lim, src)))
+    return _gain_text(spec) + "\n" + sat
+
+
+def _gain_text(spec: RunSpec) -> str:
     from ..gains import pd_analysis, pd_analysis_model
 
     c = spec.controller
@@ -852,6 +886,11 @@ def _warm_up(spec: RunSpec, controller: Controller, plant) -> None:
     model.forward_dynamics(q0, z, z, **kw)
     model.mass_matrix(q0, **kw)
     model.kinetic_energy(q0, z, **kw)
+    if spec.clock == "wall":
+        # the plant's integration kernels (friction included): on the wall clock the emulated
+        # devices step the plant in their own thread, which a compile there would stall for
+        # seconds, in enable() (no Get_Version answer in time)
+        plant.warm_up()
 
 
 def _sim_section(spec: RunSpec) -> Section:
@@ -997,10 +1036,119 @@ class Validation:
         return "\n".join(out)
 
 
+#: the default tracking-error limit (:func:`default_tracking_error`): the share of the dynamics
+#: the model may miss (a plant 10 % heavier than the model, as the shipped runs simulate) ...
+TRACKING_MODEL_ERROR = 0.1
+#: ... the margin over the error that share and the friction give a healthy loop ...
+TRACKING_MARGIN = 2.0
+#: ... the time within which a robot whose drives give up must be stopped [s], and the fraction of
+#: its fall by then at which it is (a fall of half that distance is tripped at 0.71 of the time) ...
+TRACKING_FALL_S = 0.05
+TRACKING_FALL_FRACTION = 0.5
+#: ... and the least limit [rad | m] (quantisation, delays and noise of a healthy loop)
+TRACKING_FLOOR = 8e-3
+#: samples of the trajectory the default is computed on
+_TRACKING_SAMPLES = 200
+
+
+def default_tracking_error(spec: RunSpec) -> np.ndarray:
+    """The tracking-error limit a run gets when ``[safety] tracking_error_max`` is not set, per
+    controller-space axis [rad | m], derived from the gains and the trajectory.
+
+    Two bounds on the trajectory's samples (:data:`_TRACKING_SAMPLES`), per axis:
+
+    * a healthy loop: the error dynamics are ``e'' + Kd e' + Kp e = d`` with ``d`` the acceleration
+      the model does not account for, so ``|e| <= max|d| / Kp``; ``d`` is
+      :data:`TRACKING_MODEL_ERROR` of the joint torques the trajectory needs (inverse dynamics:
+      inertia, Coriolis, gravity) plus the model's friction (that share of it when the law
+      compensates friction), over the mass matrix's diagonal (task
+      space: that share of the reference acceleration and of gravity); times
+      :data:`TRACKING_MARGIN`;
+    * a fall: with no torque from its drive an axis accelerates at ``a`` = the whole of that
+      torque over the inertia (task space: the reference acceleration and gravity) and leaves its
+      reference by ``a T^2 / 2`` in ``T`` = :data:`TRACKING_FALL_S`;
+      :data:`TRACKING_FALL_FRACTION` of that is tripped within ``T``.
+
+    The limit is the larger of the two, at least :data:`TRACKING_FLOOR`: the healthy bound keeps
+    a healthy run clear of it; where the fall bound is the larger, a falling axis trips within
+    ``T`` (``tests/test_tracking_default.py``).  ``Kp`` is per unit inertia (a PD law's torque
+    gain over the inertia at the start).
+
+    Returns
+    -------
+    ndarray, shape (dim,)
+        One limit per axis of the controller's space.
+    """
+    model = spec.model
+    traj = spec.trajectory
+    dim = model.task_dof if spec.space == "task" else model.dof
+    kp = _kp_per_inertia(spec, dim)
+    t = np.linspace(0.0, float(traj.duration_s), _TRACKING_SAMPLES)
+    need = np.zeros(dim)            # |acceleration| the axis needs from its drive [rad/s^2 | m/s^2]
+    miss = np.zeros(dim)            # ... of which a healthy loop may miss
+    g = float(np.linalg.norm(getattr(model, "gravity_vector", np.zeros(3))))
+    # friction the law compensates with the model's is missed by the model's share; else all of it
+    f_miss = TRACKING_MODEL_ERROR if spec.controller.friction_compensation != "none" else 1.0
+    for tk in t:
+        r = traj.sample(float(tk))
+        if spec.space == "task":
+            a = np.abs(np.asarray(r.acc, dtype=float)) + g
+            m_ = TRACKING_MODEL_ERROR * a
+        else:
+            q, qd, qdd = (np.asarray(x, dtype=float) for x in (r.pos, r.vel, r.acc))
+            tau = np.abs(np.asarray(model.inverse_dynamics(q, qd, qdd), dtype=float))
+            fr = np.abs(np.asarray(model.friction_torque(qd), dtype=float)) + np.asarray(model.drive.coulomb)
+            m = np.diag(np.asarray(model.mass_matrix(q), dtype=float))
+            a = tau / m
+            m_ = (TRACKING_MODEL_ERROR * tau + f_miss * fr) / m
+        need = np.maximum(need, a)
+        miss = np.maximum(miss, m_)
+    healthy = TRACKING_MARGIN * miss / kp
+    fall = TRACKING_FALL_FRACTION * 0.5 * need * TRACKING_FALL_S ** 2
+    return np.maximum(TRACKING_FLOOR, np.maximum(healthy, fall))
+
+
+def _kp_per_inertia(spec: RunSpec, dim: int) -> np.ndarray:
+    """The proportional gain per axis [1/s^2] (a PD law's torque gain over the inertia at the start)."""
+    c = spec.controller
+    if c.kind in ("computed_torque", "task_computed_torque"):
+        return np.asarray(design_gains(spec).kp, dtype=float).reshape(-1)[:dim] * np.ones(dim)
+    law = make_controller(spec)
+    kp = np.asarray(law.kp, dtype=float)
+    kp = np.diag(kp) if kp.ndim == 2 else kp * np.ones(dim)
+    start = np.asarray(_start_reference(spec).pos, dtype=float)
+    inertia = _task_inertia(spec.model, start) if spec.space == "task" else spec.model.mass_matrix(start)
+    return kp / np.diag(np.asarray(inertia, dtype=float))
+
+
+def _tracking_limit(spec: RunSpec) -> Any:
+    """``[safety] tracking_error_max``, or in simulation (unless listed in
+    ``disabled_protections``) :func:`default_tracking_error`; None: off (a hardware run is refused
+    without one, see :func:`validate_run`)."""
+    if spec.safety.tracking_error_max is not None:
+        return spec.safety.tracking_error_max
+    if spec.hardware or "tracking_error_max" in spec.safety.disabled_protections:
+        return None
+    return default_tracking_error(spec)
+
+
 def make_safety(spec: RunSpec, *, pose0=None) -> SafetySupervisor:
-    """The run's safety supervisor; a ConfigError names the run file and the ``safety.`` field."""
+    """The run's safety supervisor, clipping to the effective torque limit (the least of the
+    robot file, ``[safety] torque_max`` and the drives, :func:`effective_torque_limit`); a
+    ConfigError names the run file and the ``safety.`` field."""
+    import dataclasses
+
+    config = spec.safety
+    caps = spec.drive_capabilities()
+    if caps is not None:
+        config = dataclasses.replace(config, torque_max=effective_torque_limit(spec))
+    if config.tracking_error_max is None:
+        te = _tracking_limit(spec)
+        if te is not None:
+            config = dataclasses.replace(config, tracking_error_max=np.minimum(te, SAFETY_RANGES[
+                "tracking_error_max"][1]))
     try:
-        return SafetySupervisor(spec.safety, spec.model.limits, model=spec.model, pose0=pose0)
+        return SafetySupervisor(config, spec.model.limits, model=spec.model, pose0=pose0)
     except ConfigError as err:
         if err.file is not None:
             raise
@@ -1047,7 +1195,12 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
         build_run(spec).close()
     off = []
     if spec.safety.tracking_error_max is None:
-        off.append("tracking_error_max")
+        if safety.err_max.size and np.all(np.isfinite(safety.err_max)):
+            v.lines.append("tracking_error_max (derived from the gains and the trajectory, "
+                           "controller.app.run.default_tracking_error): "
+                           + ", ".join(f"{x:.4g}" for x in np.atleast_1d(safety.err_max)))
+        else:
+            off.append("tracking_error_max")
     if not np.all(np.isfinite(safety.v_max)):
         off.append("velocity_max")
     if isinstance(spec.model, ParallelModel) and spec.safety.singularity_margin_min is None:
@@ -1073,11 +1226,15 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
                 raise ConfigError(msg, spec.file, "loop.rate_hz")
             v.warnings.append(msg + "; the simulated run goes on, a hardware run with this setup is refused")
     m_min = spec.safety.singularity_margin_min
+    caps = _drive_lines(spec, v)
+    lims = _drive_bounds(spec, safety, caps)
     rep = check_feasibility(spec.trajectory, spec.model, dt_s=max(spec.period_s, 0.002), space=spec.space,
-                            velocity_max=safety.v_max, torque_max=safety.tau_max,
+                            velocity_max=lims["velocity"], torque_max=safety.tau_max,
+                            position_min=lims["position"][0], position_max=lims["position"][1],
                             singularity_margin=max(1e-3, m_min or 0.0))
     v.lines += ["trajectory feasibility:", str(rep)]
     if not rep.ok:
+        _refuse_drive_shortfall(spec, rep, caps, lims)
         raise ConfigError("trajectory is not feasible (nothing was enabled):\n" + str(rep), spec.file, "trajectory")
     if out_dir is not None:
         check_output_dir(out_dir, spec, min_free_bytes=min_free_bytes)
@@ -1094,6 +1251,108 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
         v.lines.append(f"calibration: {cal.path} (written {cal.created_utc}), offset corrections "
                        f"{[round(float(c), 6) for c in cal.offset_correction_rad]}")
     return v
+
+
+def _drive_lines(spec: RunSpec, v: Validation) -> list | None:
+    """The drives' capabilities (:meth:`RunSpec.drive_capabilities`), listed in the validation's
+    report with the effective torque limits; refuses an offset key of the wrong unit, and warns
+    where a joint's position or velocity limit lies beyond what its drive's fields carry."""
+    from .report import torque_limit_sources
+
+    caps = spec.drive_capabilities()
+    if caps is None:
+        return None
+    model = spec.model
+    types = list(model.joint_types)
+    names = list(model.joint_names)
+    for j, c in enumerate(caps):
+        want = "offset_m" if types[j] == "prismatic" else "offset_rad"
+        if c.offset_key and c.offset_key != want:
+            unit = "m (a prismatic joint)" if want == "offset_m" else "rad (a revolute joint)"
+            raise ConfigError(f"joint {names[j]!r} is {types[j]}: its offset (joint position at motor zero) is in "
+                              f"{unit}; give it as {want}", spec.file, f"{c.path}.{c.offset_key}")
+    lim, src = torque_limit_sources(spec)
+    unit = ["N" if t == "prismatic" else "N m" for t in types]
+    v.lines.append("drive capability (joint side; the effective limit is the least of robot file, "
+                   "[safety] and drive):")
+    for j, c in enumerate(caps):
+        v.lines.append(f"  {names[j]}: {c.torque_max_nm:.4g} {unit[j]} ({c.torque_from}); effective "
+                       f"{lim[j]:.4g} {unit[j]} ({src[j]})")
+    q_lo = np.asarray(model.limits.position_min, dtype=float)
+    q_hi = np.asarray(model.limits.position_max, dtype=float)
+    vmax = np.asarray(model.limits.velocity_max, dtype=float) if spec.safety.velocity_max is None else \
+        np.broadcast_to(np.asarray(spec.safety.velocity_max, dtype=float), (model.dof,))
+    for j, c in enumerate(caps):
+        if c.position_range is not None and (q_lo[j] < c.position_range[0] or q_hi[j] > c.position_range[1]):
+            v.warnings.append(f"joint {names[j]!r}: its position limits [{q_lo[j]:.4g}, {q_hi[j]:.4g}] reach beyond "
+                              f"what the drive's position field carries, [{c.position_range[0]:.4g}, "
+                              f"{c.position_range[1]:.4g}] ({c.position_from}): a position past it cannot be "
+                              f"read, so the position limit cannot be watched there")
+        if vmax[j] > c.velocity_max:
+            v.warnings.append(f"joint {names[j]!r}: velocity limit {vmax[j]:.4g} above what the drive carries, "
+                              f"{c.velocity_max:.4g} ({c.velocity_from})")
+    return caps
+
+
+def _drive_bounds(spec: RunSpec, safety: SafetySupervisor, caps: list | None) -> dict:
+    """The position range and velocity limit feasibility checks: the model's / safety's, narrowed
+    to what the drives' position and velocity fields carry."""
+    n = spec.model.dof
+    lo = np.asarray(spec.model.limits.position_min, dtype=float).copy()
+    hi = np.asarray(spec.model.limits.position_max, dtype=float).copy()
+    vel = np.asarray(safety.v_max, dtype=float).copy()
+    drive = {"position": np.zeros(n, dtype=bool), "velocity": np.zeros(n, dtype=bool)}
+    for j, c in enumerate(caps or ()):
+        if c.position_range is not None:
+            if c.position_range[0] > lo[j]:
+                lo[j], drive["position"][j] = c.position_range[0], True
+            if c.position_range[1] < hi[j]:
+                hi[j], drive["position"][j] = c.position_range[1], True
+        if c.velocity_max < vel[j]:
+            vel[j], drive["velocity"][j] = c.velocity_max, True
+    return {"position": (lo, hi), "velocity": vel, "drive": drive}
+
+
+def _refuse_drive_shortfall(spec: RunSpec, rep, caps: list | None, lims: dict) -> None:
+    """Raise a ConfigError naming the joint, what the trajectory needs, what its drive delivers and
+    the settings that change it, when a violated limit is the drive's (else return)."""
+    if caps is None:
+        return
+    from .report import torque_limit_sources
+
+    tau_lim, tau_src = torque_limit_sources(spec)
+    names = list(spec.model.joint_names)
+    types = list(spec.model.joint_types)
+    msgs = []
+    field_ = None
+    for viol in rep.violations:
+        j = viol.axis
+        if j is None:
+            continue
+        c = caps[j]
+        pris = types[j] == "prismatic"
+        msg = None
+        if viol.quantity == "torque" and tau_src[j] == "drive":
+            need = float(rep.peak_ratio["torque"][j] * tau_lim[j])
+            u = "N" if pris else "N m"
+            msg = (f"joint {names[j]!r} needs {need:.4g} {u} (first beyond the drive's limit at t = {viol.t_s:.3f} s), "
+                   f"its drive delivers {c.torque_max_nm:.4g} {u} = {c.torque_from}; raise it with "
+                   f"{', '.join(c.settings)}, or make the trajectory slower")
+        elif viol.quantity == "position" and lims["drive"]["position"][j]:
+            u = "m" if pris else "rad"
+            msg = (f"joint {names[j]!r} reaches {viol.value:.4g} {u} at t = {viol.t_s:.3f} s, outside "
+                   f"[{c.position_range[0]:.4g}, {c.position_range[1]:.4g}] {u} that its drive's position field "
+                   f"carries ({c.position_from}); change the gear ratio, the offset or the drive's range ({c.path})")
+        elif viol.quantity == "velocity" and lims["drive"]["velocity"][j]:
+            msg = (f"joint {names[j]!r} moves at {abs(viol.value):.4g} {'m/s' if pris else 'rad/s'} at "
+                   f"t = {viol.t_s:.3f} s, beyond {c.velocity_max:.4g} that its drive carries ({c.velocity_from}); "
+                   f"make the trajectory slower or change {c.path}")
+        if msg is not None:
+            msgs.append(msg)
+            field_ = field_ or c.path
+    if msgs:
+        raise ConfigError("the drives cannot carry this trajectory (nothing was enabled):\n  "
+                          + "\n  ".join(msgs), spec.file, field_)
 
 
 def log_bytes_estimate(spec: RunSpec) -> int:

@@ -663,10 +663,18 @@ class Cia402Emulator(EmulatedDevice):
 def devices_from_driver(driver, emu_sec, wd, now) -> dict:
     """One :class:`Cia402Emulator` per bus of a built :class:`~drivers.cia402.Cia402Driver`
     (node ids, units, mappings and EDS from the driver's axes; ``[driver.emulator]`` keys
-    ``brake_kd_nm_s_per_rad``, ``standstill_rad_s``, ``max_brake_s``)."""
+    ``eds`` (the drives' own object dictionary when it differs from the driver's EDS: a drive
+    that lacks objects the EDS lists), ``brake_kd_nm_s_per_rad``, ``standstill_rad_s``,
+    ``max_brake_s``)."""
     if wd is not None:
         raise emu_sec.error("watchdog_timeout_s", "CiA 402 drives watch the master heartbeat instead "
                                                   "(driver.master_heartbeat_timeout_s)")
+    eds = emu_sec.str("eds", None)         # the drives' own object dictionary (default: the driver's EDS)
+    if eds is not None:
+        try:
+            eds = eds_path(eds)
+        except ConfigError as err:
+            raise emu_sec.error("eds", err.message) from err
     kd = emu_sec.float("brake_kd_nm_s_per_rad", 5.0, minimum=0.0, strict_min=True)
     still = emu_sec.float("standstill_rad_s", 0.02, minimum=0.0, strict_min=True)
     tmax = emu_sec.float("max_brake_s", 1.0, minimum=0.0, strict_min=True)
@@ -676,7 +684,7 @@ def devices_from_driver(driver, emu_sec, wd, now) -> dict:
     maps = device_mappings(emu_sec, [ax.mapping for ax in driver.axes])
     for j, ax in enumerate(driver.axes):
         by_bus.setdefault(id(ax.transport), []).append(
-            Cia402DriveConfig(ax.node_id, j, ax.units, maps[j], ax.eds, kd, still, tmax))
+            Cia402DriveConfig(ax.node_id, j, ax.units, maps[j], eds or ax.eds, kd, still, tmax))
     t0 = float(now())
     try:
         return {k: Cia402Emulator(v, t0_s=t0) for k, v in by_bus.items()}

@@ -66,6 +66,11 @@ def _msg(arb_id: int, data: bytes) -> can.Message:
     return can.Message(0.0, arb_id, False, False, False, None, None, data)
 
 
+#: a host serving in its own thread (wall clock) that falls this far behind the loop clock [s]
+#: drops the cyclic broadcasts due before (:meth:`EmulatedDevice.drop_stale_broadcasts`)
+STALE_BROADCAST_S = 0.05
+
+
 class EmulatedDevice:
     """Interface of a device served by :class:`EmulatorHost`.
 
@@ -91,6 +96,12 @@ class EmulatedDevice:
     def on_timer(self, t_s: float) -> list[can.Message]:
         """Handle the timed event(s) due at ``t_s`` (the plant is already at ``t_s``)."""
         return []
+
+    def drop_stale_broadcasts(self, t_s: float) -> None:
+        """Skip the cyclic broadcasts due before ``t_s`` (the host could not serve the device then:
+        a wall-clock host that was starved for longer than :data:`STALE_BROADCAST_S`).  A real
+        device sent them when they were due, into a receive queue nobody read, which overflows:
+        they must not come now as a burst ahead of the answers to new requests."""
 
     def on_frame(self, msg: can.Message, t_s: float) -> list[can.Message] | None:
         """Handle one frame at loop time ``t_s`` (plant already advanced)."""
@@ -266,9 +277,14 @@ class EmulatorHost:
 
     # -- event processing (serving thread, or handle() when not threaded) ----------
     def _advance(self, t: float, emit) -> None:
-        """Process every timed device event due up to ``t``, then advance the plant to ``t``."""
+        """Process every timed device event due up to ``t``, then advance the plant to ``t``
+        (cyclic broadcasts more than :data:`STALE_BROADCAST_S` late are dropped, see
+        :meth:`EmulatedDevice.drop_stale_broadcasts`)."""
         plant = self._plant
         devices = self._devices
+        if t - plant.t_s > STALE_BROADCAST_S and threading.current_thread() is self._thread:
+            for d in devices:
+                d.drop_stale_broadcasts(t - STALE_BROADCAST_S)
         one = devices[0] if len(devices) == 1 else None
         while True:
             if one is not None:

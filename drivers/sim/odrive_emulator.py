@@ -17,8 +17,17 @@ What the emulated firmware does
   ``min(torque_limit_nm, current_limit_a * torque_constant)`` (the firmware
   turns torque into a current set-point and clamps it to the current limit,
   default 10 A as ``motor.config.current_lim`` of ODrive 3.6);
-  ``Set_Limits`` changes the current limit at run time.  A 1e30 N m command
-  is applied as the limit, and Iq / Torques report the clamped values.
+  ``Set_Limits`` changes the current limit (and the plant's joint torque
+  limit with it) at run time.  A 1e30 N m command is applied as the limit,
+  and Iq / Torques report the clamped values.
+* **Torque-mode velocity limit** (``enable_torque_mode_vel_limit``, on by
+  default): once ``Set_Limits`` gave a velocity limit ``vl`` [turn/s], the
+  torque is clamped to ``[(-vl - v) g, (vl - v) g]`` with the velocity
+  estimate ``v`` and ``vel_gain`` ``g`` (``Set_Vel_Gains``, default 1/6 N m
+  per turn/s), as the firmware's ``limitVel``; applied when a command frame
+  arrives (the firmware does it every control tick).  Before any
+  ``Set_Limits`` the limit is off (the firmware's default of 2 turn/s is not
+  emulated).
 * **Lengths**: commands are decoded as the firmware reads them (any DLC, see
   :mod:`drivers.codecs.odrive`); a frame whose signals cannot be read (a float
   cut short, a NaN, an unknown control mode) is ignored with no state change
@@ -51,8 +60,7 @@ What the emulated firmware does
 * Serving never raises on a frame: whatever a frame holds, the answer is a
   list of frames (maybe empty).
 
-Not emulated: calibration, velocity/position control, the torque-mode
-velocity limit (``enable_torque_mode_vel_limit``), over-speed errors, CAN bus
+Not emulated: calibration, velocity/position control, over-speed errors, CAN bus
 error states.
 """
 
@@ -76,6 +84,8 @@ __all__ = ["OdriveAxisConfig", "OdriveEmulator"]
 
 _TWO_PI = 2.0 * math.pi
 _F32_MAX = 3.4028234663852886e38
+#: ``controller.config.vel_gain`` default [N m / (turn/s)] (ODrive 0.5 and 0.6)
+_VEL_GAIN_DEFAULT = 1.0 / 6.0
 
 
 def _f32_saturate(x: float) -> float:
@@ -156,7 +166,8 @@ class OdriveAxisConfig:
 class _Axis:
     __slots__ = ("cfg", "node_id", "state", "control_mode", "input_mode", "input_torque", "axis_error",
                  "procedure_result", "last_feed_t", "periods", "next_due", "count", "t0", "silent", "commands",
-                 "current_limit_a", "vel_limit_rev_s", "params", "pos_offset_rev", "serial", "kt", "torque_lim")
+                 "current_limit_a", "vel_limit_rev_s", "params", "pos_offset_rev", "serial", "kt", "torque_lim",
+                 "setpoint_nm")
 
     def __init__(self, cfg: OdriveAxisConfig, t0: float):
         self.cfg = cfg
@@ -181,6 +192,8 @@ class _Axis:
         self.serial = cfg.serial_number if cfg.serial_number is not None else 0x3000_0000_0000 + cfg.node_id
         self.kt = float(cfg.mapping.torque_constant_nm_per_a)
         self.torque_lim = float(cfg.torque_limit_nm)
+        #: the motor torque applied since the last command frame [N m] (after the velocity limit)
+        self.setpoint_nm = 0.0
 
     def limit_nm(self) -> float:
         """Effective motor torque limit [N m]."""
@@ -238,6 +251,8 @@ class OdriveEmulator(EmulatedDevice):
         self._rtr = odc.RTR_COMMANDS if firmware == "0.6" else odc.RTR_COMMANDS_05
         self._lock = threading.RLock()
         self.frames_ignored = 0
+        #: the plant's own joint torque limits at bind (before the axes' current limits) [N m]
+        self._plant_limit: dict[int, float] = {}
 
     def _check_axis(self, i: int, a, joints: set) -> None:
         where = f"axes[{i}]"
@@ -277,9 +292,15 @@ class OdriveEmulator(EmulatedDevice):
             if not 0 <= j < plant.n_joints:
                 raise ConfigError(f"joint {j} out of range for a {plant.n_joints}-joint plant",
                                   field=f"axis {ax.node_id}.joint")
-            mp = ax.cfg.mapping
-            lim = abs(ax.limit_nm() * mp.gear_ratio * mp.efficiency)
-            plant.set_torque_limit([min(plant.torque_limit_nm[j], lim)], joints=[j])
+            self._plant_limit[j] = float(plant.torque_limit_nm[j])
+            self._limit_plant(ax)
+
+    def _limit_plant(self, ax: _Axis) -> None:
+        """The plant joint's torque limit: its own, or the axis' (current limit) when lower."""
+        mp = ax.cfg.mapping
+        j = ax.cfg.joint
+        lim = abs(ax.limit_nm() * mp.gear_ratio * mp.efficiency)
+        self.plant.set_torque_limit([min(self._plant_limit[j], lim)], joints=[j])
 
     @property
     def node_ids(self) -> tuple[int, ...]:
@@ -336,6 +357,12 @@ class OdriveEmulator(EmulatedDevice):
     def _apply(self, ax: _Axis) -> None:
         mp = ax.cfg.mapping
         t_m = ax.torque_setpoint()
+        vl = ax.vel_limit_rev_s
+        if t_m != 0.0 and math.isfinite(vl):     # the firmware's limitVel (torque mode)
+            v = self._motor_pos_vel(ax)[1]
+            g = ax.params.get("set_vel_gains", (_VEL_GAIN_DEFAULT, 0.0))[0]
+            t_m = min(max(t_m, (-vl - v) * g), (vl - v) * g)
+        ax.setpoint_nm = t_m
         self.plant.set_joint_command(ax.cfg.joint, mp.sign * t_m * mp.gear_ratio * mp.efficiency)
 
     def _disarm(self, ax: _Axis) -> None:
@@ -375,6 +402,15 @@ class OdriveEmulator(EmulatedDevice):
                             out.extend(self._answer(ax, cmd, b""))
         return out
 
+    def drop_stale_broadcasts(self, t_s: float) -> None:
+        with self._lock:
+            for ax in self._axes.values():
+                for cmd, due in ax.next_due.items():
+                    if due < t_s:
+                        p = ax.periods[cmd]
+                        ax.count[cmd] = int((t_s - ax.t0) / p)
+                        ax.next_due[cmd] = ax.t0 + ax.count[cmd] * p
+
     # -- answers ---------------------------------------------------------------------------------
     def _reply(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
         return [_msg(odc.arbitration_id(ax.node_id, int(cmd)), data)]
@@ -408,13 +444,13 @@ class OdriveEmulator(EmulatedDevice):
         if cmd == odc.Cmd.GET_ENCODER_ESTIMATES:
             return self._reply(ax, cmd, odc.encode_encoder_estimates(*self._motor_pos_vel(ax)))
         if cmd == odc.Cmd.GET_IQ:
-            return self._reply(ax, cmd, odc.encode_iq(ax.torque_setpoint() / ax.kt,
+            return self._reply(ax, cmd, odc.encode_iq(ax.setpoint_nm / ax.kt,
                                                       self._applied_motor_torque(ax) / ax.kt))
         if cmd == odc.Cmd.GET_BUS_VOLTAGE_CURRENT:
             return self._reply(ax, cmd, odc.encode_bus_voltage_current(ax.cfg.bus_voltage_v, 0.0))
         if fw06:
             if cmd == odc.Cmd.GET_TORQUES:
-                return self._reply(ax, cmd, odc.encode_torques(ax.torque_setpoint(), self._applied_motor_torque(ax)))
+                return self._reply(ax, cmd, odc.encode_torques(ax.setpoint_nm, self._applied_motor_torque(ax)))
             if cmd == odc.Cmd.GET_VERSION:
                 return self._reply(ax, cmd, odc.encode_version(self.version))
             if cmd == odc.Cmd.GET_ERROR:
@@ -519,6 +555,8 @@ class OdriveEmulator(EmulatedDevice):
             if vel < 0 or cur < 0:
                 raise DecodeError("negative limit")
             ax.vel_limit_rev_s, ax.current_limit_a = vel, cur
+            if self._plant_limit:
+                self._limit_plant(ax)
             self._apply(ax)
         elif cmd == C.CLEAR_ERRORS:
             odc.decode_clear_errors(data)

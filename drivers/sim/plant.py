@@ -271,6 +271,8 @@ class Plant:
         # fast path gets the whole command in one argument
         self._cmd = np.zeros((5, n))
         self._tau_ff, self._kp, self._kd, self._q_ref, self._qd_ref = self._cmd
+        #: joints whose actuator ignores its commands (:meth:`set_stuck`)
+        self._stuck: set[int] = set()
         self._pd = False
         self._h_pd = math.inf          # step limit imposed by the drive PD gains
         self._gains_at_h = (None, None)
@@ -433,6 +435,8 @@ class Plant:
         """
         if not 0 <= joint < self._n:
             raise DriverError(f"joint index {joint} out of range 0..{self._n - 1}")
+        if self._stuck and joint in self._stuck:
+            return                  # an actuator that ignores its commands (set_stuck)
         vals = (float(tau_nm), float(kp), float(kd), float(q_ref), float(qd_ref))
         # a finite sum has finite terms; a sum that is not (a NaN, an inf, or an overflow) is looked into
         if (not math.isfinite(vals[0] + vals[1] + vals[2] + vals[3] + vals[4])
@@ -466,6 +470,18 @@ class Plant:
             h_kd = np.where(kd > 0, 0.25 * md / np.where(kd > 0, kd, 1.0), np.inf)
             h_kp = np.where(kp > 0, 0.1 * np.sqrt(md / np.where(kp > 0, kp, 1.0)), np.inf)
         return float(min(h_kd.min(), h_kp.min()))
+
+    def set_stuck(self, joint: int, stuck: bool = True) -> None:
+        """Make joint ``joint``'s actuator ignore its commands from now on (fault injection: a
+        drive that keeps the torque it had whatever it is told, including zero and disable, as
+        the emulated drives command it through :meth:`set_joint_command`); ``False`` ends it."""
+        if not 0 <= joint < self._n:
+            raise DriverError(f"joint index {joint} out of range 0..{self._n - 1}")
+        with self._lock:
+            if stuck:
+                self._stuck.add(joint)
+            else:
+                self._stuck.discard(joint)
 
     def set_torque_limit(self, torque_limit_nm, *, joints: Sequence[int] | None = None) -> None:
         """Change the joint torque saturation (e.g. to a drive's current limit).
