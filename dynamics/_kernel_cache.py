@@ -75,7 +75,13 @@ KERNEL_FILES: tuple[str, ...] = (
     "controller/safety.py",
     "controller/_law_kernels.py",
     "controller/_stewart_law_kernels.py",
+    "drivers/follow.py",
 )
+
+#: the files of :data:`KERNEL_FILES` with no ``cache=True`` of their own: plain Python that a
+#: kernel module compiles (``njit(cache=True)(module.function)``), so that a change of theirs
+#: must drop the callers' caches too (``drivers/_mit_kernels.py`` compiles the follow rule)
+COMPILED_SOURCES: tuple[str, ...] = ("drivers/follow.py",)
 
 #: name of the stamp file written next to the caches
 STAMP_NAME = "torqueloop-kernels.stamp"

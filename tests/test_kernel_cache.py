@@ -183,8 +183,9 @@ def test_a_process_older_than_a_change_saves_nothing_newer_ones_load(tmp_path, s
 
 def test_every_kernel_module_stamps_before_its_first_cached_kernel():
     """numba picks a function's locator when it is decorated: each kernel module calls
-    stamp_package_caches() at module level before its first ``cache=True``."""
-    for rel in kc.KERNEL_FILES:
+    stamp_package_caches() at module level before its first ``cache=True`` (the compiled
+    sources are compiled by one of them)."""
+    for rel in set(kc.KERNEL_FILES) - set(kc.COMPILED_SOURCES):
         tree = ast.parse((ROOT / rel).read_text(encoding="utf-8"))
         stamp_line = next((node.lineno for node in tree.body if isinstance(node, ast.Expr)
                            and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "")
@@ -483,6 +484,18 @@ def test_kernel_list_is_complete():
             if _has_cache_true(path):
                 found.add(path.relative_to(ROOT).as_posix())
     assert found, "no kernel file found: the scan is broken"
+    # plain Python compiled by a kernel module: listed, and imported by one that caches
+    for rel in kc.COMPILED_SOURCES:
+        assert not _has_cache_true(ROOT / rel), f"{rel} has cache=True: not a compiled source"
+        mod = rel[:-3].replace("/", ".")
+        pkg, name = mod.rsplit(".", 1)
+        users = [f for f in found if any(
+            (isinstance(n, ast.ImportFrom) and ((n.module or "") == name or (n.module or "").endswith("." + name)
+                                                 or any(a.name == name for a in n.names)))
+            or (isinstance(n, ast.Import) and any(a.name == mod for a in n.names))
+            for n in ast.walk(ast.parse((ROOT / f).read_text(encoding="utf-8"))))]
+        assert users, f"{rel} is listed as compiled by a kernel module, but no kernel module imports it"
+        found.add(rel)
     listed = set(kc.KERNEL_FILES)
     assert not found - listed, f"add to dynamics._kernel_cache.KERNEL_FILES: {sorted(found - listed)}"
     assert not listed - found, f"not (or no more) kernel files: {sorted(listed - found)}"
