@@ -35,11 +35,16 @@ Checks (each a *fault* unless said otherwise)
 Stop reactions (``stop_reaction``)
 ----------------------------------
 * ``"zero_disable"``: zero torque and disable at once (like STO).
-* ``"brake_disable"``: damped braking ``tau = -brake_kd qd`` for ``brake_time_s``
-  or until every ``|qd| < stop_velocity_rad_s``, then disable (like SS1).  The
+* ``"brake_disable"``: damped braking under the load, ``tau = g^(q) - d - brake_kd qd``
+  for ``brake_time_s`` or until every ``|qd| < stop_velocity_rad_s``, then disable
+  (like SS1).  ``g^`` is the model's gravity at the measured pose (with a model), ``d``
+  the load the model misses (mass, payload, friction), measured while braking by a
+  generalized-momentum observer (:meth:`SafetySupervisor._observe_load`), so a
+  gravity-loaded robot is held while its motion is damped instead of sinking at the
+  damping's terminal velocity.  The
   brake uses only fresh, finite, plausible feedback (``|qd| <= 2 velocity_max``):
   a joint without it gets zero torque, and with none left the drives are
-  disabled at once.  The brake torque limit ramps from 0 to ``torque_max`` over
+  disabled at once.  The damping's limit ramps from 0 to ``torque_max`` over
   ``brake_ramp_s`` (never a step), so one corrupt sample cannot command a full
   brake.  Falls back to zero_disable when the state is not finite.
 * ``"hold"``: hold the position at the fault, ``tau = g^(q) + hold_kp (q_f - q)
@@ -515,6 +520,10 @@ class SafetySupervisor:
         self._overrun_hist: deque = deque()
         self._margin_prev: tuple[float, float] | None = None
         self.last_margin = np.nan
+        self._t_brake: float | None = None      # the brake's last cycle [s] (its load observer's state)
+        self._brake_cmd: tuple | None = None    # the brake's last command and gravity (n,), (n,)
+        self._brake_p0: np.ndarray | None = None  # the momentum at the brake's start
+        self._gravity_failed = False
         self.pose = None
         if self._sing:
             self.pose = self._pose0 if self._pose0 is not None else np.asarray(self.model.home_pose, float)
@@ -886,6 +895,73 @@ class SafetySupervisor:
         self._finished = True
         return np.zeros(self.n), SafetyState(FAULT | DISABLED, "disable", np.zeros(self.n, dtype=bool), new)
 
+    def _momentum(self, q, v) -> tuple[np.ndarray, np.ndarray] | None:
+        """The model's generalized momentum ``M(q) v`` and ``C(q, v)^T v`` (n,), (n,) at ``q``, ``v``
+        (n,) (a parallel robot's at :attr:`pose`), or None when the model has no answer."""
+        kw = {"pose": self.pose} if isinstance(self.model, ParallelModel) and self.pose is not None else {}
+        try:
+            p = np.asarray(self.model.mass_matrix(q, **kw), dtype=float) @ v
+            ctv = np.asarray(self.model.coriolis_matrix(q, v, **kw), dtype=float).T @ v
+        except Exception:  # noqa: BLE001 - no load estimate then
+            return None
+        if p.shape != (self.n,) or ctv.shape != (self.n,) or not (np.all(np.isfinite(p)) and np.all(np.isfinite(ctv))):
+            return None
+        return p, ctv
+
+    def _observe_load(self, t_s, q, v, g, finite) -> np.ndarray:
+        """The brake's estimate ``r`` (n,) [N m|N] of the torque acting on the joints beyond the
+        model's gravity ``g`` (n,): the generalized-momentum observer of De Luca and Mattone
+        (2003), ``r = K (p - p0 - integral(tau - g + C^T v + r) dt)`` with the model's momentum
+        ``p = M(q) v``, so that ``r' = K (d - r)``: it follows the disturbance ``d`` (unmodelled
+        mass and payload, friction) with the time constant ``1/K = brake_ramp_s`` (at least 4
+        cycles), whatever the damping, and without differentiating the velocity.  ``v`` (n,):
+        the usable velocities (0 elsewhere); ``tau`` is the brake's last command.  Zero without
+        a model (or while its mass matrix has no answer)."""
+        start = self._t_brake is None
+        dt = 0.0 if start else t_s - self._t_brake
+        self._t_brake = t_s
+        mom = self._momentum(q, v) if self.model is not None and finite else None
+        if start or self._brake_p0 is None:
+            self._brake_r = np.zeros(self.n)
+            self._brake_int = np.zeros(self.n)
+            self._brake_p0 = None if mom is None else mom[0]
+            return self._brake_r
+        if mom is None or not dt > 0 or self._brake_cmd is None:
+            return self._brake_r
+        p, ctv = mom
+        tau_prev, g_prev = self._brake_cmd
+        k = 1.0 / max(self.config.brake_ramp_s, 4.0 * dt)
+        self._brake_int += (tau_prev - g_prev + ctv + self._brake_r) * dt
+        self._brake_r = np.clip(k * (p - self._brake_p0 - self._brake_int), -self.tau_max, self.tau_max)
+        return self._brake_r
+
+    def _gravity(self, t_s, q) -> np.ndarray | None:
+        """The model's gravity torque (n,) [N m|N] at the measured ``q`` (n,) (a parallel robot's at
+        the pose its forward kinematics finds from the last one), for the brake and the hold; None
+        without a model or when it fails or is not finite (recorded once a reaction as a
+        ``"stop_gravity"`` entry: the reaction goes on without it)."""
+        if self.model is None:
+            return None
+        try:
+            if isinstance(self.model, ParallelModel):
+                guess = self.pose if self.pose is not None else self.model.home_pose
+                self.pose = np.asarray(self.model.forward_kinematics_task(q, guess=guess), dtype=float)
+                g = self.model.bias(q, np.zeros_like(q), pose=self.pose)
+            else:
+                g = self.model.gravity(q)
+            g = np.asarray(g, dtype=float)
+            if g.shape == (self.n,) and np.all(np.isfinite(g)):
+                return g
+            err = "gravity not finite"
+        except Exception as exc:  # noqa: BLE001 - recorded, the reaction continues without gravity
+            err = f"{type(exc).__name__}: {exc}"
+        if not self._gravity_failed:
+            self._gravity_failed = True
+            self.faults.append(Fault(t_s, "stop_gravity", None, {"error": err},
+                                     f"gravity failed during the {self.config.stop_reaction} reaction, going on "
+                                     f"without it: {err}"))
+        return None
+
     def _react(self, t_s, state, new, feedback=None):
         q = np.asarray(state.q, dtype=float) if state is not None else None
         qd = np.asarray(state.qd, dtype=float) if state is not None else None
@@ -909,9 +985,20 @@ class SafetySupervisor:
                 return self._end(t_s, new)
             ramp = min(1.0, max(0.0, elapsed) / self.config.brake_ramp_s)
             lim = self.tau_max * ramp
-            tau = np.where(use, -self.brake_kd * np.where(use, qd, 0.0), 0.0)
-            sat = np.abs(tau) > lim
-            return np.clip(tau, -lim, lim), SafetyState(FAULT | BRAKING, "brake", sat, new)
+            v = np.where(use, qd, 0.0)
+            # the load: the model's gravity at the measured pose, and what the model misses of
+            # it (mass, payload, friction) measured by a momentum observer on each joint
+            g = self._gravity(t_s, q) if finite else None
+            g = np.zeros(self.n) if g is None else g
+            d_hat = self._observe_load(t_s, q, v, g, finite)
+            damp = -self.brake_kd * v
+            sat = np.abs(damp) > lim
+            damp = np.clip(damp, -lim, lim)                     # ramped: never a step of -kd qd
+            total = g - d_hat + damp
+            sat |= np.abs(total) > self.tau_max
+            tau = np.clip(np.where(use, total, 0.0), -self.tau_max, self.tau_max)
+            self._brake_cmd = (tau, g)
+            return np.clip(tau, -self.tau_max, self.tau_max), SafetyState(FAULT | BRAKING, "brake", sat, new)
         # hold
         if not finite:
             return self._end(t_s, new)
@@ -925,21 +1012,8 @@ class SafetySupervisor:
         if self.q_fault is None:
             self.q_fault = q.copy()
         tau = self.hold_kp * (self.q_fault - q) - self.hold_kd * qd
-        if self.model is not None:
-            try:
-                if isinstance(self.model, ParallelModel):
-                    guess = self.pose if self.pose is not None else self.model.home_pose
-                    self.pose = np.asarray(self.model.forward_kinematics_task(q, guess=guess), dtype=float)
-                    g = self.model.bias(q, np.zeros_like(q), pose=self.pose)
-                else:
-                    g = self.model.gravity(q)
-                g = np.asarray(g, dtype=float)
-                if np.all(np.isfinite(g)):
-                    tau = tau + g
-                else:
-                    self.faults.append(Fault(t_s, "hold_gravity", None, {}, "gravity not finite; holding without it"))
-            except Exception as err:  # noqa: BLE001 - recorded, hold continues without gravity
-                self.faults.append(Fault(t_s, "hold_gravity", None, {"error": repr(err)},
-                                         f"gravity failed during hold: {err}"))
+        g = self._gravity(t_s, q)
+        if g is not None:
+            tau = tau + g
         sat = np.abs(tau) > self.tau_max
         return np.clip(tau, -self.tau_max, self.tau_max), SafetyState(FAULT | HOLDING, "hold", sat, new)
