@@ -27,8 +27,10 @@ Checks (each a *fault* unless said otherwise)
 * ``|e| > tracking_error_max`` (controller space) -> ``"tracking_error"``
 * parallel robots, optional: ``singularity(q, X).margin < singularity_margin_min``
   (checked every ``singularity_every`` cycles), or predicted to fall below it
-  within ``singularity_horizon_s`` from the margin's rate of change between
-  checks -> ``"singularity"``
+  before the next check plus ``singularity_horizon_s`` from the margin's rate of
+  change between checks, or while it falls, the torque it will take there (the
+  forces grow as 1 / margin) beyond ``TORQUE_RESERVE`` (80 %) of a limit ->
+  ``"singularity"`` (:func:`controller._safety_rules.singularity_code`)
 * faults reported by the loop (:meth:`SafetySupervisor.fault`: controller
   exception, communication error)
 
@@ -487,6 +489,7 @@ class SafetySupervisor:
             _rrr_regular_margin(model._P, float(model._tol_sing), v, np.zeros(n), np.empty(n), np.empty(1))
         if self._sing:      # and its prediction (argument types as in _singularity_check)
             _rules.predicted_margin(0.0, 0.0, False, 0.0, 0.0, 0.0)
+            _rules.singularity_code(1.0, 1.0, 0.5, v, self.tau_max)
 
     # the limits, views of the rows of ``_limits`` (read-only attributes: edit them in place; a
     # view made at each access, so a copied or unpickled supervisor's are its own array's)
@@ -533,32 +536,44 @@ class SafetySupervisor:
         stop request or pending fault, no stale counter to reset."""
         return self._clean_path and self.stop_reason is None and not self._pending and not self._stale_any
 
-    def _singularity_check(self, t_s: float, q: np.ndarray) -> list[Fault]:
-        """The singularity check of a cycle at time ``t_s`` [s] and joint angles ``q`` (n,): the
-        margin (:meth:`_singularity_margin`) and its prediction over ``singularity_horizon_s``
-        against ``singularity_margin_min``; updates :attr:`pose`, :attr:`last_margin` and the
-        last checked margin.  Returns the faults (none: an empty list).
+    def _singularity_check(self, t_s: float, q: np.ndarray, tau: np.ndarray) -> list[Fault]:
+        """The singularity check of a cycle at time ``t_s`` [s], joint angles ``q`` (n,) and
+        controller torques ``tau`` (n,): the margin (:meth:`_singularity_margin`), its
+        prediction to the next check plus ``singularity_horizon_s`` and the torque it will take
+        there, judged by :func:`controller._safety_rules.singularity_code` (the rule the compiled
+        loop runs); updates :attr:`pose`, :attr:`last_margin` and the last checked margin.
+        Returns the faults (none: an empty list).
         """
         new: list[Fault] = []
         try:
             m, kind = self._singularity_margin(q)
             self.last_margin = m
             m_min = self.config.singularity_margin_min
+            h = self.config.singularity_horizon_s
             t0, m0 = (0.0, 0.0) if self._margin_prev is None else self._margin_prev
             predicted = float(_rules.predicted_margin(m, float(t_s), self._margin_prev is not None, t0, m0,
-                                                      float(self.config.singularity_horizon_s)))
+                                                      float(h)))
             self._margin_prev = (float(t_s), m)
-            if not (m >= m_min):
+            code = _rules.singularity_code(m, predicted, float(m_min), tau, self.tau_max)
+            if code == _rules.S_BELOW:
                 new.append(Fault(t_s, "singularity", None,
                                  {"margin": m, "kind": kind, "min": m_min},
                                  f"too close to a {kind} singularity"))
-            elif not (predicted >= m_min):
+            elif code == _rules.S_PREDICTED:
                 new.append(Fault(t_s, "singularity", None,
                                  {"margin": m, "predicted": predicted, "kind": kind, "min": m_min,
-                                  "horizon_s": self.config.singularity_horizon_s},
+                                  "horizon_s": h},
                                  f"approaching a {kind} singularity: margin {m:.3g} predicted "
-                                 f"{predicted:.3g} within {self.config.singularity_horizon_s:g} s "
-                                 f"(min {m_min:g})"))
+                                 f"{predicted:.3g} by the next check + {h:g} s (min {m_min:g})"))
+            elif code == _rules.S_TORQUE:
+                ratio = float(np.max(np.abs(tau) / self.tau_max)) * m / predicted
+                new.append(Fault(t_s, "singularity", None,
+                                 {"margin": m, "predicted": predicted, "kind": kind, "min": m_min,
+                                  "horizon_s": h, "torque_ratio": ratio},
+                                 f"approaching a {kind} singularity: margin {m:.3g} falling to {predicted:.3g} "
+                                 f"by the next check + {h:g} s, where the torque would reach "
+                                 f"{100 * ratio:.0f} % of its limit (the guard keeps "
+                                 f"{100 * (1 - _rules.TORQUE_RESERVE):.0f} % for the brake)"))
         except Exception as err:  # noqa: BLE001 - any model failure is a fault, recorded
             new.append(Fault(t_s, "singularity", None, {"error": repr(err)},
                              f"singularity check failed: {err}"))
@@ -776,7 +791,7 @@ class SafetySupervisor:
         if summary is None:
             summary = _rules.evaluate(q, qd, tau, pos, vel, acc, e, em, fault, enabled, fresh, self._limits, jb, eb)
         # the singularity check when it is due (its faults join the others' below, last)
-        sing = self._singularity_check(t_s, q) if due else ()
+        sing = self._singularity_check(t_s, q, tau) if due else ()
         if not summary and not sing and self._quiet():
             # the clean cycle: no rule bit set and no singularity fault (else the full path
             # below finds what is set, or handles the limits)
@@ -895,6 +910,24 @@ class SafetySupervisor:
         self._finished = True
         return np.zeros(self.n), SafetyState(FAULT | DISABLED, "disable", np.zeros(self.n, dtype=bool), new)
 
+    def _path_damping(self, q, v) -> np.ndarray | None:
+        """A parallel robot's brake damping (n,) along the platform's path: ``-M(q) W v`` with the
+        model's joint-space mass matrix ``M`` (at :attr:`pose`) and ``W = diag(brake_kd / M_jj)``,
+        so each joint alone is damped by ``brake_kd`` as in a serial arm, while near a parallel
+        singularity, where the platform moves along a direction the joints hardly see (``M``
+        grows there as ``J^-T M_x J^-1``), it decelerates the platform itself (the torque is
+        ``J^-T M_x`` of a deceleration along its velocity) instead of letting it coast into the
+        singularity.  None when the model has no answer (then ``-brake_kd v``)."""
+        kw = {"pose": self.pose} if self.pose is not None else {}
+        try:
+            M = np.asarray(self.model.mass_matrix(q, **kw), dtype=float)
+        except Exception:  # noqa: BLE001 - the joint damping then
+            return None
+        d = np.diag(M) if M.shape == (self.n, self.n) else np.zeros(0)
+        if d.shape != (self.n,) or not (np.all(np.isfinite(M)) and np.all(d > 0)):
+            return None
+        return -(M @ (self.brake_kd / d * v))
+
     def _momentum(self, q, v) -> tuple[np.ndarray, np.ndarray] | None:
         """The model's generalized momentum ``M(q) v`` and ``C(q, v)^T v`` (n,), (n,) at ``q``, ``v``
         (n,) (a parallel robot's at :attr:`pose`), or None when the model has no answer."""
@@ -916,11 +949,14 @@ class SafetySupervisor:
         mass and payload, friction) with the time constant ``1/K = brake_ramp_s`` (at least 4
         cycles), whatever the damping, and without differentiating the velocity.  ``v`` (n,):
         the usable velocities (0 elsewhere); ``tau`` is the brake's last command.  Zero without
-        a model (or while its mass matrix has no answer)."""
+        a model, while its mass matrix has no answer, and after a singularity fault."""
         start = self._t_brake is None
         dt = 0.0 if start else t_s - self._t_brake
         self._t_brake = t_s
-        mom = self._momentum(q, v) if self.model is not None and finite else None
+        # not after a singularity fault: the model's momentum is ill-conditioned there, and the
+        # estimate would fight the brake's deceleration of the platform
+        trusted = not any(f.cause == "singularity" for f in self.faults)
+        mom = self._momentum(q, v) if self.model is not None and finite and trusted else None
         if start or self._brake_p0 is None:
             self._brake_r = np.zeros(self.n)
             self._brake_int = np.zeros(self.n)
@@ -991,9 +1027,16 @@ class SafetySupervisor:
             g = self._gravity(t_s, q) if finite else None
             g = np.zeros(self.n) if g is None else g
             d_hat = self._observe_load(t_s, q, v, g, finite)
-            damp = -self.brake_kd * v
-            sat = np.abs(damp) > lim
-            damp = np.clip(damp, -lim, lim)                     # ramped: never a step of -kd qd
+            damp = self._path_damping(q, v) if finite and isinstance(self.model, ParallelModel) else None
+            if damp is None:
+                damp = -self.brake_kd * v
+                sat = np.abs(damp) > lim
+                damp = np.clip(damp, -lim, lim)                 # ramped: never a step of -kd qd
+            else:   # scaled as a whole within the ramped limit: it keeps its direction
+                sat = np.abs(damp) > lim
+                big = np.max(np.abs(damp) / np.where(lim > 0, lim, np.inf), initial=0.0) if ramp > 0 else np.inf
+                damp = damp / big if big > 1.0 else damp
+                damp = np.where(np.isfinite(damp), damp, 0.0)
             total = g - d_hat + damp
             sat |= np.abs(total) > self.tau_max
             tau = np.clip(np.where(use, total, 0.0), -self.tau_max, self.tau_max)
