@@ -256,10 +256,10 @@ def _worker(conn) -> None:  # pragma: no cover - runs in the probe's worker proc
             conn.send((outcome, detail, ".".join(map(str, info.get("path", ()))), repr(info.get("value"))))
 
 
-def probe(n: int, seed: int = 0, *, hang_s: float = HANG_S) -> dict:
+def probe(n: int, seed: int = 0, *, hang_s: float = HANG_S, progress: bool = False) -> dict:
     """``n`` seeded random mutations of the shipped run and hardware configs (a quarter of them of
     the robot file), each classified in a worker process (killed and replaced after ``hang_s``
-    [s]: a hang).  Returns the counts per outcome, up to 8 examples of every outcome but
+    [s]: a hang; ``progress``: the counts so far on stderr every 100).  Returns the counts per outcome, up to 8 examples of every outcome but
     ``clean`` and ``accepted``, and the fields of the dangerous ones."""
     import multiprocessing as mp
 
@@ -298,6 +298,9 @@ def probe(n: int, seed: int = 0, *, hang_s: float = HANG_S) -> dict:
                 dangerous_fields[key[:120]] = dangerous_fields.get(key[:120], 0) + 1
             if outcome in examples and len(examples[outcome]) < 8:
                 examples[outcome].append((cfg.name, field, value, detail[-400:]))
+            done = sum(counts.values())
+            if progress and done % 100 == 0:
+                print(f"{done}/{n} {counts}", file=sys.stderr, flush=True)
     finally:
         conn.send(None)
         proc.join(5)
@@ -310,4 +313,4 @@ if __name__ == "__main__":  # pragma: no cover - the probe
     import json
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 500
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0
-    print(json.dumps(probe(n, seed), indent=1))
+    print(json.dumps(probe(n, seed, progress=True), indent=1))
