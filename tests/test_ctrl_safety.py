@@ -470,7 +470,11 @@ def test_singularity_guard_is_predictive(horizon_s):
         rate = (margins[-1] - margins[-2]) / P
         assert margins[-1] + rate * 2 * horizon_s < 0.05
     else:
-        assert f.values["margin"] < 0.05 and margins[-2] >= 0.05
+        # no horizon: the prediction still covers the check interval (the next check would be
+        # too late), so it fires one check before the margin is below the minimum
+        assert "approaching" in f.message and f.values["margin"] >= 0.05
+        rate = (margins[-1] - margins[-2]) / P
+        assert margins[-1] + rate * P < 0.05
 
 
 def test_rule_kernel_bits_match_the_rules_stated_plainly():

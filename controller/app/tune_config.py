@@ -172,7 +172,9 @@ class RobustnessSpec:
     def from_section(sec: Section) -> "RobustnessSpec":
         """Read and validate a ``[robustness]`` table; errors name the file and the field."""
         tol_sec = sec.section("tolerance", {})
-        tolerance = {k: tol_sec.float(k) for k in list(tol_sec.data)}
+        # a margin's lower bound is a margin (0..1): below 0 the robustness check could never fail
+        tolerance = {k: (tol_sec.float(k, minimum=0.0, maximum=1.0) if k in AT_LEAST else tol_sec.float(k))
+                     for k in list(tol_sec.data)}
         tol_sec.finish()
         spec = RobustnessSpec(
             uncertainty=parse_ranges(sec.section("uncertainty", {}), normal=True),
