@@ -61,7 +61,7 @@ from drivers.sim._plant_kernels import rrr_advance_ws, serial_advance_ws
 
 from ._law_kernels import (RRR_TCT_WS, pid, rrr_pd_gravity, rrr_task_computed_torque_ws, rrr_task_pd_gravity,
                            serial_computed_torque, serial_pd_gravity)
-from ._safety_rules import _all_finite, evaluate_inline, predicted_margin
+from ._safety_rules import _all_finite, evaluate_inline, predicted_margin, singularity_code
 
 #: the law's workspace in :func:`_cycles`'s work [floats] (the largest a law cycle takes:
 #: :func:`_rrr_task_computed_torque_cycle`'s)
@@ -164,7 +164,7 @@ def _serial_step(plant, h, n_steps, out):
     return st != 0 or done < n_steps
 
 
-# --- the singularity checks: ``check(sing, q, t, Xs, ws) -> (clean, margin)`` ------------------
+# --- the singularity checks: ``check(sing, q, tau, tau_max, t, Xs, ws) -> (clean, margin)`` ----
 #
 # ws (CHECK_WS,): work the check may overwrite (kept by :func:`_cycles` for the segment).
 
@@ -174,7 +174,7 @@ def _serial_step(plant, h, n_steps, out):
 NO_CHECK_PARAMS = np.zeros((0, 0))
 
 @njit(inline="always", error_model="numpy")
-def _rrr_singularity(sing, q, t, Xs, ws):
+def _rrr_singularity(sing, q, tau, tau_max, t, Xs, ws):
     """The 3RRR's singularity check of the cycle at time ``t`` [s] (``SafetySupervisor.check``):
     the pose ``Xs`` (3,) by FK warm-started at the last checked one, the margin and its
     prediction over the horizon against the minimum.  Returns (clean, margin).
@@ -186,20 +186,21 @@ def _rrr_singularity(sing, q, t, Xs, ws):
     sout = ws[WS_SIZE:WS_SIZE + 8]
     if regular_margin_ws(P, q, pose_s, tol_sing, Xs, ws, sout) != 0:
         return False, 0.0
-    return _margin_clean(sout[4], t, margin_prev, m_min, horizon_s)
+    return _margin_clean(sout[4], t, margin_prev, m_min, horizon_s, tau, tau_max)
 
 
 @njit(inline="always", error_model="numpy")
-def _margin_clean(m, t, margin_prev, m_min, horizon_s):
-    """Whether the singularity margin ``m`` of the check at time ``t`` [s] and its prediction
-    over the horizon ``horizon_s`` [s] (from the last checked margin ``margin_prev`` = [have, t,
-    margin]) are at least ``m_min``, as ``SafetySupervisor.check`` decides.  Returns (clean, m)."""
+def _margin_clean(m, t, margin_prev, m_min, horizon_s, tau, tau_max):
+    """Whether the singularity check at time ``t`` [s] with margin ``m`` passes, as
+    ``SafetySupervisor.check`` decides (:func:`singularity_code` on the margin, its prediction
+    from the last checked margin ``margin_prev`` = [have, t, margin] and the cycle's torques
+    ``tau`` (n,) against ``tau_max`` (n,)).  Returns (clean, m)."""
     predicted = predicted_margin(m, t, margin_prev[0] != 0.0, margin_prev[1], margin_prev[2], horizon_s)
-    return m >= m_min and predicted >= m_min, m
+    return singularity_code(m, predicted, m_min, tau, tau_max) == 0, m
 
 
 @njit(inline="always", error_model="numpy")
-def _no_singularity(sing, q, t, Xs, ws):
+def _no_singularity(sing, q, tau, tau_max, t, Xs, ws):
     """A serial chain has no singularity check (``sing[0]`` is False: never called)."""
     return True, 0.0
 
@@ -345,7 +346,7 @@ def _cycles(law, step, check, k0, k_end, period_s, t0, consts, state, safety, si
         sing_now = sing_on and (sk - 1) % sing_every == 0
         m = 0.0
         if sing_now:
-            clean, m = check(sing, q, t, Xs, check_ws)
+            clean, m = check(sing, q, tau, limits[5], t, Xs, check_ws)
             if not clean:
                 return k
         # --- the driver cycle: plant to now, sensors, hold the command -------------------

@@ -54,7 +54,7 @@ NO_CHECK_PARAMS = np.zeros(0)
 
 
 @njit(inline="always", error_model="numpy")
-def _stewart_singularity(sing, q, t, Xs, ws):
+def _stewart_singularity(sing, q, tau, tau_max, t, Xs, ws):
     """The Stewart platform's singularity check of the cycle at time ``t`` [s]
     (``SafetySupervisor.check``): the pose ``Xs`` (6,) by FK warm-started at the last checked
     one, the margin ``1 / cond_b`` and its prediction against the minimum.  Returns
@@ -66,7 +66,8 @@ def _stewart_singularity(sing, q, t, Xs, ws):
     if singularity_one(q, Xs, P, rep) != OK:
         return False, 0.0
     cond = rep[0]
-    return _margin_clean(0.0 if not math.isfinite(cond) else 1.0 / cond, t, margin_prev, m_min, horizon_s)
+    return _margin_clean(0.0 if not math.isfinite(cond) else 1.0 / cond, t, margin_prev, m_min, horizon_s, tau,
+                         tau_max)
 
 
 # --- the laws (``law(consts, q, qd, pos, vel, acc, t, s, s_new, e, tau, mask, ws) -> status``, see

@@ -20,7 +20,8 @@ from numba import njit
 
 from dynamics._kernel_cache import stamp_package_caches
 
-__all__ = ["evaluate", "predicted_margin", "J_Q_NONFINITE", "J_QD_NONFINITE", "J_TAU_NONFINITE", "J_DEVICE_FAULT",
+__all__ = ["evaluate", "predicted_margin", "singularity_code", "TORQUE_RESERVE", "S_OK", "S_BELOW", "S_PREDICTED",
+           "S_TORQUE", "J_Q_NONFINITE", "J_QD_NONFINITE", "J_TAU_NONFINITE", "J_DEVICE_FAULT",
            "J_DISABLED", "J_NOT_FRESH", "J_POSITION", "J_VELOCITY", "J_SOFT_LO", "J_SOFT_HI", "J_CLIP",
            "E_NONFINITE", "E_BEYOND", "G_REF_POS", "G_REF_VEL", "G_REF_ACC", "JOINT_SHIFT"]
 
@@ -51,24 +52,64 @@ JOINT_SHIFT = 5
 stamp_package_caches()
 
 
+#: singularity check results (:func:`singularity_code`)
+S_OK = 0
+S_BELOW = 1         # the margin is below its minimum
+S_PREDICTED = 2     # it will be before the next check has acted
+S_TORQUE = 3        # the torque it will take there is beyond TORQUE_RESERVE of a limit
+#: the share of each torque limit the singularity guard leaves to the motion: the rest is the
+#: brake's (a guard that fires at the limit leaves nothing to stop with)
+TORQUE_RESERVE = 0.8
+
+
 @njit(cache=True, error_model="numpy")
 def predicted_margin(m, t_s, have_prev, t_prev, m_prev, horizon_s):
-    """The singularity margin ``m`` of the check at time ``t_s`` [s], predicted over
-    ``horizon_s`` [s] from the last checked margin ``m_prev`` at ``t_prev`` [s] (``have_prev``:
-    there is one): ``m + min(0, (m - m_prev) / dt) * horizon_s`` where the margin falls, else
-    ``m``.  The one form of the rule: ``SafetySupervisor`` calls it from Python, the compiled
-    loop's checks call it; both test the margin and this prediction against the minimum.  Not
-    inlined: inlined into the compiled loop's segment it made every cycle slower (3RRR segment
-    6.87 -> 7.57 us a cycle, timed on captured segment arguments), though it runs only on a
-    check's cycles."""
+    """The singularity margin ``m`` of the check at time ``t_s`` [s], predicted from the last
+    checked margin ``m_prev`` at ``t_prev`` [s] (``have_prev``: there is one) to the end of the
+    next check interval plus ``horizon_s`` [s]: ``m + min(0, rate) (dt + horizon_s)`` with
+    ``rate = (m - m_prev) / dt``, ``dt = t_s - t_prev`` (a check every ``dt`` acts on what it
+    sees only at the next one, which must still find the motion stoppable), else ``m``.  The
+    one form of the rule: ``SafetySupervisor`` calls it from Python, the compiled loop's checks
+    call it (through :func:`singularity_code`).  Not inlined: inlined into the compiled loop's
+    segment it made every cycle slower (3RRR segment 6.87 -> 7.57 us a cycle, timed on
+    captured segment arguments), though it runs only on a check's cycles."""
     predicted = m
-    if have_prev and horizon_s > 0:
+    if have_prev:
         dt = t_s - t_prev
         if dt > 0:
             rate = (m - m_prev) / dt
             # min(0.0, rate), a NaN rate included (0.0)
-            predicted = m + (rate if rate < 0.0 else 0.0) * horizon_s
+            predicted = m + (rate if rate < 0.0 else 0.0) * (dt + (horizon_s if horizon_s > 0.0 else 0.0))
     return predicted
+
+
+@njit(cache=True, error_model="numpy")
+def singularity_code(m, predicted, m_min, tau, tau_max):
+    """The singularity guard's verdict on a check: the margin ``m``, its prediction
+    ``predicted`` (:func:`predicted_margin`), the minimum ``m_min``, the cycle's torques ``tau``
+    (n,) [N m|N] and their limits ``tau_max`` (n,).
+
+    Near a parallel (type-2) singularity the actuator forces that hold and move the platform
+    grow as ``1 / margin`` (they are ``J^-T`` of the platform's wrench), so the torque the
+    motion will take at the predicted margin is ``|tau| m / predicted``: the guard fires when
+    that is beyond :data:`TORQUE_RESERVE` of a limit while the margin falls, early enough that
+    the brake still has torque to stop with, whatever ``m_min``.  Returns :data:`S_OK`,
+    :data:`S_BELOW`, :data:`S_PREDICTED` or :data:`S_TORQUE` (NaNs never pass)."""
+    if not (m >= m_min):
+        return S_BELOW
+    if not (predicted >= m_min):
+        return S_PREDICTED
+    if predicted < m:
+        worst = 0.0
+        for j in range(tau.shape[0]):
+            r = abs(tau[j]) / tau_max[j]
+            if r != r:
+                r = math.inf        # a NaN torque never passes
+            if r > worst:
+                worst = r
+        if not (worst * m <= TORQUE_RESERVE * predicted):
+            return S_TORQUE
+    return S_OK
 
 
 @njit(cache=True, error_model="numpy")

@@ -27,19 +27,26 @@ Checks (each a *fault* unless said otherwise)
 * ``|e| > tracking_error_max`` (controller space) -> ``"tracking_error"``
 * parallel robots, optional: ``singularity(q, X).margin < singularity_margin_min``
   (checked every ``singularity_every`` cycles), or predicted to fall below it
-  within ``singularity_horizon_s`` from the margin's rate of change between
-  checks -> ``"singularity"``
+  before the next check plus ``singularity_horizon_s`` from the margin's rate of
+  change between checks, or while it falls, the torque it will take there (the
+  forces grow as 1 / margin) beyond ``TORQUE_RESERVE`` (80 %) of a limit ->
+  ``"singularity"`` (:func:`controller._safety_rules.singularity_code`)
 * faults reported by the loop (:meth:`SafetySupervisor.fault`: controller
   exception, communication error)
 
 Stop reactions (``stop_reaction``)
 ----------------------------------
 * ``"zero_disable"``: zero torque and disable at once (like STO).
-* ``"brake_disable"``: damped braking ``tau = -brake_kd qd`` for ``brake_time_s``
-  or until every ``|qd| < stop_velocity_rad_s``, then disable (like SS1).  The
+* ``"brake_disable"``: damped braking under the load, ``tau = g^(q) - d - brake_kd qd``
+  for ``brake_time_s`` or until every ``|qd| < stop_velocity_rad_s``, then disable
+  (like SS1).  ``g^`` is the model's gravity at the measured pose (with a model), ``d``
+  the load the model misses (mass, payload, friction), measured while braking by a
+  generalized-momentum observer (:meth:`SafetySupervisor._observe_load`), so a
+  gravity-loaded robot is held while its motion is damped instead of sinking at the
+  damping's terminal velocity.  The
   brake uses only fresh, finite, plausible feedback (``|qd| <= 2 velocity_max``):
   a joint without it gets zero torque, and with none left the drives are
-  disabled at once.  The brake torque limit ramps from 0 to ``torque_max`` over
+  disabled at once.  The damping's limit ramps from 0 to ``torque_max`` over
   ``brake_ramp_s`` (never a step), so one corrupt sample cannot command a full
   brake.  Falls back to zero_disable when the state is not finite.
 * ``"hold"``: hold the position at the fault, ``tau = g^(q) + hold_kp (q_f - q)
@@ -170,7 +177,7 @@ SAFETY_RANGES: dict[str, tuple[float, float, bool, str]] = {
     "velocity_max": (0.0, 1e4, True, "rad/s|m/s"),
     "torque_max": (0.0, 1e5, True, "N m|N"),
     "position_margin_rad": (0.0, 10.0, False, "rad|m"),
-    "soft_kd_nm_s_per_rad": (0.0, 1e5, False, "N m s/rad|N s/m"),
+    "soft_kd_nm_s_per_rad": (1e-3, 1e5, False, "N m s/rad|N s/m"),
     "tracking_error_max": (0.0, 10.0, True, "rad|m (controller space)"),
     "stale_cycles": (1, 100, False, "cycles"),
     "stale_fraction_max": (0.0, 0.9, True, "fraction"),
@@ -178,15 +185,15 @@ SAFETY_RANGES: dict[str, tuple[float, float, bool, str]] = {
     "overrun_fraction_max": (0.0, 0.9, True, "fraction"),
     "overrun_window_cycles": (10, 100_000, False, "cycles"),
     "lateness_max_s": (0.0, 10.0, True, "s"),
-    "singularity_margin_min": (0.0, 1.0, True, "margin"),
+    "singularity_margin_min": (1e-4, 1.0, False, "margin"),
     "singularity_every": (1, 100, False, "cycles"),
     "singularity_horizon_s": (0.0, 1.0, False, "s"),
     "brake_time_s": (0.0, 10.0, True, "s"),
     "brake_ramp_s": (0.0, 1.0, True, "s"),
-    "brake_kd_nm_s_per_rad": (0.0, 1e5, True, "N m s/rad|N s/m"),
+    "brake_kd_nm_s_per_rad": (1e-3, 1e5, False, "N m s/rad|N s/m"),
     "stop_velocity_rad_s": (0.0, 1.0, True, "rad/s|m/s"),
     "hold_time_s": (0.0, 60.0, True, "s"),
-    "hold_kp_nm_per_rad": (0.0, 1e6, True, "N m/rad|N/m"),
+    "hold_kp_nm_per_rad": (1e-3, 1e6, False, "N m/rad|N/m"),
     "hold_kd_nm_s_per_rad": (0.0, 1e5, False, "N m s/rad|N s/m"),
     "startup_tolerance": (0.0, math.pi, True, "rad|m (controller space)"),
     "feedback_accel_max": (0.0, 1e7, True, "rad/s^2|m/s^2"),
@@ -482,6 +489,7 @@ class SafetySupervisor:
             _rrr_regular_margin(model._P, float(model._tol_sing), v, np.zeros(n), np.empty(n), np.empty(1))
         if self._sing:      # and its prediction (argument types as in _singularity_check)
             _rules.predicted_margin(0.0, 0.0, False, 0.0, 0.0, 0.0)
+            _rules.singularity_code(1.0, 1.0, 0.5, v, self.tau_max)
 
     # the limits, views of the rows of ``_limits`` (read-only attributes: edit them in place; a
     # view made at each access, so a copied or unpickled supervisor's are its own array's)
@@ -515,6 +523,10 @@ class SafetySupervisor:
         self._overrun_hist: deque = deque()
         self._margin_prev: tuple[float, float] | None = None
         self.last_margin = np.nan
+        self._t_brake: float | None = None      # the brake's last cycle [s] (its load observer's state)
+        self._brake_cmd: tuple | None = None    # the brake's last command and gravity (n,), (n,)
+        self._brake_p0: np.ndarray | None = None  # the momentum at the brake's start
+        self._gravity_failed = False
         self.pose = None
         if self._sing:
             self.pose = self._pose0 if self._pose0 is not None else np.asarray(self.model.home_pose, float)
@@ -524,32 +536,44 @@ class SafetySupervisor:
         stop request or pending fault, no stale counter to reset."""
         return self._clean_path and self.stop_reason is None and not self._pending and not self._stale_any
 
-    def _singularity_check(self, t_s: float, q: np.ndarray) -> list[Fault]:
-        """The singularity check of a cycle at time ``t_s`` [s] and joint angles ``q`` (n,): the
-        margin (:meth:`_singularity_margin`) and its prediction over ``singularity_horizon_s``
-        against ``singularity_margin_min``; updates :attr:`pose`, :attr:`last_margin` and the
-        last checked margin.  Returns the faults (none: an empty list).
+    def _singularity_check(self, t_s: float, q: np.ndarray, tau: np.ndarray) -> list[Fault]:
+        """The singularity check of a cycle at time ``t_s`` [s], joint angles ``q`` (n,) and
+        controller torques ``tau`` (n,): the margin (:meth:`_singularity_margin`), its
+        prediction to the next check plus ``singularity_horizon_s`` and the torque it will take
+        there, judged by :func:`controller._safety_rules.singularity_code` (the rule the compiled
+        loop runs); updates :attr:`pose`, :attr:`last_margin` and the last checked margin.
+        Returns the faults (none: an empty list).
         """
         new: list[Fault] = []
         try:
             m, kind = self._singularity_margin(q)
             self.last_margin = m
             m_min = self.config.singularity_margin_min
+            h = self.config.singularity_horizon_s
             t0, m0 = (0.0, 0.0) if self._margin_prev is None else self._margin_prev
             predicted = float(_rules.predicted_margin(m, float(t_s), self._margin_prev is not None, t0, m0,
-                                                      float(self.config.singularity_horizon_s)))
+                                                      float(h)))
             self._margin_prev = (float(t_s), m)
-            if not (m >= m_min):
+            code = _rules.singularity_code(m, predicted, float(m_min), tau, self.tau_max)
+            if code == _rules.S_BELOW:
                 new.append(Fault(t_s, "singularity", None,
                                  {"margin": m, "kind": kind, "min": m_min},
                                  f"too close to a {kind} singularity"))
-            elif not (predicted >= m_min):
+            elif code == _rules.S_PREDICTED:
                 new.append(Fault(t_s, "singularity", None,
                                  {"margin": m, "predicted": predicted, "kind": kind, "min": m_min,
-                                  "horizon_s": self.config.singularity_horizon_s},
+                                  "horizon_s": h},
                                  f"approaching a {kind} singularity: margin {m:.3g} predicted "
-                                 f"{predicted:.3g} within {self.config.singularity_horizon_s:g} s "
-                                 f"(min {m_min:g})"))
+                                 f"{predicted:.3g} by the next check + {h:g} s (min {m_min:g})"))
+            elif code == _rules.S_TORQUE:
+                ratio = float(np.max(np.abs(tau) / self.tau_max)) * m / predicted
+                new.append(Fault(t_s, "singularity", None,
+                                 {"margin": m, "predicted": predicted, "kind": kind, "min": m_min,
+                                  "horizon_s": h, "torque_ratio": ratio},
+                                 f"approaching a {kind} singularity: margin {m:.3g} falling to {predicted:.3g} "
+                                 f"by the next check + {h:g} s, where the torque would reach "
+                                 f"{100 * ratio:.0f} % of its limit (the guard keeps "
+                                 f"{100 * (1 - _rules.TORQUE_RESERVE):.0f} % for the brake)"))
         except Exception as err:  # noqa: BLE001 - any model failure is a fault, recorded
             new.append(Fault(t_s, "singularity", None, {"error": repr(err)},
                              f"singularity check failed: {err}"))
@@ -767,7 +791,7 @@ class SafetySupervisor:
         if summary is None:
             summary = _rules.evaluate(q, qd, tau, pos, vel, acc, e, em, fault, enabled, fresh, self._limits, jb, eb)
         # the singularity check when it is due (its faults join the others' below, last)
-        sing = self._singularity_check(t_s, q) if due else ()
+        sing = self._singularity_check(t_s, q, tau) if due else ()
         if not summary and not sing and self._quiet():
             # the clean cycle: no rule bit set and no singularity fault (else the full path
             # below finds what is set, or handles the limits)
@@ -886,6 +910,94 @@ class SafetySupervisor:
         self._finished = True
         return np.zeros(self.n), SafetyState(FAULT | DISABLED, "disable", np.zeros(self.n, dtype=bool), new)
 
+    def _path_damping(self, q, v) -> np.ndarray | None:
+        """A parallel robot's brake damping (n,) along the platform's path: ``-M(q) W v`` with the
+        model's joint-space mass matrix ``M`` (at :attr:`pose`) and ``W = diag(brake_kd / M_jj)``,
+        so each joint alone is damped by ``brake_kd`` as in a serial arm, while near a parallel
+        singularity, where the platform moves along a direction the joints hardly see (``M``
+        grows there as ``J^-T M_x J^-1``), it decelerates the platform itself (the torque is
+        ``J^-T M_x`` of a deceleration along its velocity) instead of letting it coast into the
+        singularity.  None when the model has no answer (then ``-brake_kd v``)."""
+        kw = {"pose": self.pose} if self.pose is not None else {}
+        try:
+            M = np.asarray(self.model.mass_matrix(q, **kw), dtype=float)
+        except Exception:  # noqa: BLE001 - the joint damping then
+            return None
+        d = np.diag(M) if M.shape == (self.n, self.n) else np.zeros(0)
+        if d.shape != (self.n,) or not (np.all(np.isfinite(M)) and np.all(d > 0)):
+            return None
+        return -(M @ (self.brake_kd / d * v))
+
+    def _momentum(self, q, v) -> tuple[np.ndarray, np.ndarray] | None:
+        """The model's generalized momentum ``M(q) v`` and ``C(q, v)^T v`` (n,), (n,) at ``q``, ``v``
+        (n,) (a parallel robot's at :attr:`pose`), or None when the model has no answer."""
+        kw = {"pose": self.pose} if isinstance(self.model, ParallelModel) and self.pose is not None else {}
+        try:
+            p = np.asarray(self.model.mass_matrix(q, **kw), dtype=float) @ v
+            ctv = np.asarray(self.model.coriolis_matrix(q, v, **kw), dtype=float).T @ v
+        except Exception:  # noqa: BLE001 - no load estimate then
+            return None
+        if p.shape != (self.n,) or ctv.shape != (self.n,) or not (np.all(np.isfinite(p)) and np.all(np.isfinite(ctv))):
+            return None
+        return p, ctv
+
+    def _observe_load(self, t_s, q, v, g, finite) -> np.ndarray:
+        """The brake's estimate ``r`` (n,) [N m|N] of the torque acting on the joints beyond the
+        model's gravity ``g`` (n,): the generalized-momentum observer of De Luca and Mattone
+        (2003), ``r = K (p - p0 - integral(tau - g + C^T v + r) dt)`` with the model's momentum
+        ``p = M(q) v``, so that ``r' = K (d - r)``: it follows the disturbance ``d`` (unmodelled
+        mass and payload, friction) with the time constant ``1/K = brake_ramp_s`` (at least 4
+        cycles), whatever the damping, and without differentiating the velocity.  ``v`` (n,):
+        the usable velocities (0 elsewhere); ``tau`` is the brake's last command.  Zero without
+        a model, while its mass matrix has no answer, and after a singularity fault."""
+        start = self._t_brake is None
+        dt = 0.0 if start else t_s - self._t_brake
+        self._t_brake = t_s
+        # not after a singularity fault: the model's momentum is ill-conditioned there, and the
+        # estimate would fight the brake's deceleration of the platform
+        trusted = not any(f.cause == "singularity" for f in self.faults)
+        mom = self._momentum(q, v) if self.model is not None and finite and trusted else None
+        if start or self._brake_p0 is None:
+            self._brake_r = np.zeros(self.n)
+            self._brake_int = np.zeros(self.n)
+            self._brake_p0 = None if mom is None else mom[0]
+            return self._brake_r
+        if mom is None or not dt > 0 or self._brake_cmd is None:
+            return self._brake_r
+        p, ctv = mom
+        tau_prev, g_prev = self._brake_cmd
+        k = 1.0 / max(self.config.brake_ramp_s, 4.0 * dt)
+        self._brake_int += (tau_prev - g_prev + ctv + self._brake_r) * dt
+        self._brake_r = np.clip(k * (p - self._brake_p0 - self._brake_int), -self.tau_max, self.tau_max)
+        return self._brake_r
+
+    def _gravity(self, t_s, q) -> np.ndarray | None:
+        """The model's gravity torque (n,) [N m|N] at the measured ``q`` (n,) (a parallel robot's at
+        the pose its forward kinematics finds from the last one), for the brake and the hold; None
+        without a model or when it fails or is not finite (recorded once a reaction as a
+        ``"stop_gravity"`` entry: the reaction goes on without it)."""
+        if self.model is None:
+            return None
+        try:
+            if isinstance(self.model, ParallelModel):
+                guess = self.pose if self.pose is not None else self.model.home_pose
+                self.pose = np.asarray(self.model.forward_kinematics_task(q, guess=guess), dtype=float)
+                g = self.model.bias(q, np.zeros_like(q), pose=self.pose)
+            else:
+                g = self.model.gravity(q)
+            g = np.asarray(g, dtype=float)
+            if g.shape == (self.n,) and np.all(np.isfinite(g)):
+                return g
+            err = "gravity not finite"
+        except Exception as exc:  # noqa: BLE001 - recorded, the reaction continues without gravity
+            err = f"{type(exc).__name__}: {exc}"
+        if not self._gravity_failed:
+            self._gravity_failed = True
+            self.faults.append(Fault(t_s, "stop_gravity", None, {"error": err},
+                                     f"gravity failed during the {self.config.stop_reaction} reaction, going on "
+                                     f"without it: {err}"))
+        return None
+
     def _react(self, t_s, state, new, feedback=None):
         q = np.asarray(state.q, dtype=float) if state is not None else None
         qd = np.asarray(state.qd, dtype=float) if state is not None else None
@@ -909,9 +1021,27 @@ class SafetySupervisor:
                 return self._end(t_s, new)
             ramp = min(1.0, max(0.0, elapsed) / self.config.brake_ramp_s)
             lim = self.tau_max * ramp
-            tau = np.where(use, -self.brake_kd * np.where(use, qd, 0.0), 0.0)
-            sat = np.abs(tau) > lim
-            return np.clip(tau, -lim, lim), SafetyState(FAULT | BRAKING, "brake", sat, new)
+            v = np.where(use, qd, 0.0)
+            # the load: the model's gravity at the measured pose, and what the model misses of
+            # it (mass, payload, friction) measured by a momentum observer on each joint
+            g = self._gravity(t_s, q) if finite else None
+            g = np.zeros(self.n) if g is None else g
+            d_hat = self._observe_load(t_s, q, v, g, finite)
+            damp = self._path_damping(q, v) if finite and isinstance(self.model, ParallelModel) else None
+            if damp is None:
+                damp = -self.brake_kd * v
+                sat = np.abs(damp) > lim
+                damp = np.clip(damp, -lim, lim)                 # ramped: never a step of -kd qd
+            else:   # scaled as a whole within the ramped limit: it keeps its direction
+                sat = np.abs(damp) > lim
+                big = np.max(np.abs(damp) / np.where(lim > 0, lim, np.inf), initial=0.0) if ramp > 0 else np.inf
+                damp = damp / big if big > 1.0 else damp
+                damp = np.where(np.isfinite(damp), damp, 0.0)
+            total = g - d_hat + damp
+            sat |= np.abs(total) > self.tau_max
+            tau = np.clip(np.where(use, total, 0.0), -self.tau_max, self.tau_max)
+            self._brake_cmd = (tau, g)
+            return np.clip(tau, -self.tau_max, self.tau_max), SafetyState(FAULT | BRAKING, "brake", sat, new)
         # hold
         if not finite:
             return self._end(t_s, new)
@@ -925,21 +1055,8 @@ class SafetySupervisor:
         if self.q_fault is None:
             self.q_fault = q.copy()
         tau = self.hold_kp * (self.q_fault - q) - self.hold_kd * qd
-        if self.model is not None:
-            try:
-                if isinstance(self.model, ParallelModel):
-                    guess = self.pose if self.pose is not None else self.model.home_pose
-                    self.pose = np.asarray(self.model.forward_kinematics_task(q, guess=guess), dtype=float)
-                    g = self.model.bias(q, np.zeros_like(q), pose=self.pose)
-                else:
-                    g = self.model.gravity(q)
-                g = np.asarray(g, dtype=float)
-                if np.all(np.isfinite(g)):
-                    tau = tau + g
-                else:
-                    self.faults.append(Fault(t_s, "hold_gravity", None, {}, "gravity not finite; holding without it"))
-            except Exception as err:  # noqa: BLE001 - recorded, hold continues without gravity
-                self.faults.append(Fault(t_s, "hold_gravity", None, {"error": repr(err)},
-                                         f"gravity failed during hold: {err}"))
+        g = self._gravity(t_s, q)
+        if g is not None:
+            tau = tau + g
         sat = np.abs(tau) > self.tau_max
         return np.clip(tau, -self.tau_max, self.tau_max), SafetyState(FAULT | HOLDING, "hold", sat, new)

@@ -259,7 +259,8 @@ def follow_config(fs) -> FollowConfig:
     d = FollowConfig()
     kw = dict(enabled=fs.bool("enabled", d.enabled),
               lag_s=fs.float("lag_s", d.lag_s, minimum=0.0, maximum=0.1),
-              tol_nm=fs.float("tol_nm", None, minimum=0.0, strict_min=True) if fs.has("tol_nm") else None,
+              # beyond any actuator's torque range here the limp check would never fire
+              tol_nm=fs.float("tol_nm", None, minimum=0.0, strict_min=True, maximum=1e5) if fs.has("tol_nm") else None,
               rel_tol=fs.float("rel_tol", d.rel_tol, minimum=0.0, maximum=0.99),
               window_cycles=fs.int("window_cycles", d.window_cycles, minimum=1, maximum=10_000),
               frozen_cycles=fs.int("frozen_cycles", d.frozen_cycles, minimum=1, maximum=10_000))

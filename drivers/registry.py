@@ -67,8 +67,8 @@ from dynamics.errors import CommsError, ConfigError, DriverError
 from .base import Driver, JointCapability, JointMapping
 from .transport import CanTransport, rehearsal_address
 
-__all__ = ["DRIVER_TYPES", "CAPABILITIES", "build_driver", "open_buses", "close_buses", "joint_bus", "joint_mapping",
-           "joint_capabilities", "capability_joints", "mapping_text"]
+__all__ = ["DRIVER_TYPES", "CAPABILITIES", "build_driver", "check_driver", "open_buses", "close_buses", "joint_bus",
+           "joint_mapping", "joint_capabilities", "capability_joints", "mapping_text"]
 
 #: driver ``type`` -> "module:function" building it; other packages (the
 #: simulation) add their entries here.
@@ -180,6 +180,15 @@ _BUS_KEYS = ("interface", "channel", "rehearsal", "bitrate", "fd", "data_bitrate
 
 
 def _open_bus(sec: Section, name: str) -> CanTransport:
+    interface, ch, bitrate, kwargs = _bus_args(sec)
+    try:
+        return CanTransport(interface, ch, bitrate=bitrate, name=name, **kwargs)
+    except CommsError as err:
+        raise CommsError(f"{sec.file or '<config>'}: field '{sec.path}': {err}") from err
+
+
+def _bus_args(sec: Section) -> tuple:
+    """A bus table's (interface, channel, bitrate, other can.Bus keywords), read and checked."""
     interface = sec.str("interface")
     ch = sec.raw("channel", None)
     if ch is not None and (isinstance(ch, bool) or not isinstance(ch, (str, int))):
@@ -206,10 +215,47 @@ def _open_bus(sec: Section, name: str) -> CanTransport:
     if sec.has("options"):
         kwargs.update(dict(sec.section("options").data))
     sec.finish()
+    return interface, ch, bitrate, kwargs
+
+
+def check_driver(section: Section) -> None:
+    """Validate a hardware ``[driver]`` table exactly as :func:`build_driver` reads it, without
+    touching any hardware: every bus table is read and checked, the driver is built on private
+    virtual CAN buses (a ``loop://`` serial port for the serial drivers) and closed again.  The
+    one validation ``torqueloop check`` and ``run`` share (``controller.app.run.validate_run``).
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and the field, as the run would.
+    """
+    import uuid
+
+    data = section.data
+    kind = data.get("type")
+    if kind in ("odrive_ascii", "dynamixel"):
+        from .serial_port import SerialTransport
+        transports = {"port": SerialTransport("loop://")}
+    else:
+        sec = Section(data, section.file, section.path)
+        specs = {}
+        if sec.has("bus") and not sec.has("buses"):
+            specs[DEFAULT_BUS] = sec.section("bus")
+        elif sec.has("buses") and not sec.has("bus"):
+            bs = sec.section("buses")
+            for name in bs.data:
+                specs[name] = bs.section(name)
+        for s in specs.values():
+            _bus_args(s)
+        names = list(specs) or [DEFAULT_BUS]
+        transports = {n: CanTransport("virtual", f"torqueloop-check-{uuid.uuid4().hex}", name=n) for n in names}
     try:
-        return CanTransport(interface, ch, bitrate=bitrate, name=name, **kwargs)
-    except CommsError as err:
-        raise CommsError(f"{sec.file or '<config>'}: field '{sec.path}': {err}") from err
+        drv = build_driver(Section(data, section.file, section.path), now=lambda: 0.0, transports=transports)
+    except BaseException:
+        for t in transports.values():
+            t.close()
+        raise
+    drv.close()
 
 
 def open_buses(section: Section, transports: Mapping[str, CanTransport] | None = None) -> dict[str, CanTransport]:

@@ -1,6 +1,7 @@
-"""Property-based config mutations (issue 12): every malformed value of every field of the
+"""Property-based config mutations (issues 12, 37): every malformed value of every field of the
 shipped configs gives a ConfigError naming the file and the field, never a traceback, and
-nothing that switches a protection off is accepted."""
+nothing that switches a protection off is accepted; a hardware driver table ``check`` passes is
+one ``run`` builds (``python -m tests.config_mutations 2500`` prints the figures)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ CONFIGS = RUN_CONFIGS + HARDWARE_CONFIGS
        robot=st.booleans())
 def test_mutated_config_is_refused_by_name_or_safe(tmp_path_factory, cfg, leaf, value, robot):
     tmp = tmp_path_factory.mktemp("mut")
-    path = mutate(cfg, tmp, leaf, value, robot=robot)
-    outcome, detail = classify(path)
+    info: dict = {}
+    path = mutate(cfg, tmp, leaf, value, robot=robot, info=info)
+    outcome, detail = classify(path, info)
     assert outcome in ("clean", "accepted"), detail
     if outcome == "accepted":
         from controller.app.run import load_run, make_safety
@@ -43,6 +45,9 @@ def test_mutated_config_is_refused_by_name_or_safe(tmp_path_factory, cfg, leaf, 
     ("safety.hold_time_s", 1e300), ("safety.brake_time_s", 1e300), ("safety.torque_max", 1e300),
     ("controller.wn_rad_s", 1e300), ("controller.zeta", 1e300), ("loop.rate_hz", 0.001), ("loop.rate_hz", 1e9),
     ("driver.type", ""), ("safety.tracking_error_max", [0.01, 0.01]), ("safety.startup_tolerance", [0.1, 0.1]),
+    # issue 37: values that switched a protection off and were accepted
+    ("safety.singularity_margin_min", 1e-300), ("safety.brake_kd_nm_s_per_rad", 1e-300),
+    ("safety.soft_kd_nm_s_per_rad", 0.0), ("safety.hold_kp_nm_per_rad", 1e-300),
 ])
 def test_values_that_switch_protection_off_are_refused(field, value):
     from controller.app.run import load_run, validate_run
@@ -53,3 +58,21 @@ def test_values_that_switch_protection_off_are_refused(field, value):
         validate_run(load_run(cfg, overrides={field: value}))
     assert ei.value.file == str(cfg)
     assert ei.value.field == field or ei.value.field.startswith(field.split(".")[0]), (ei.value.field, field)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("driver.follow.tol_nm", 1e300),            # the limp check off
+    ("driver.joints", [{"can_id": 1}]),         # a joint table run refuses (no model or limits)
+    ("driver.temperature_max_c", 1e9),
+    ("safety.singularity_margin_min", 1e-300),  # also in the hardware template
+])
+def test_check_refuses_what_run_refuses_on_hardware(field, value):
+    """``check`` reads a hardware driver table as ``run`` builds it (on private virtual buses):
+    before, 16 of 18 probed tables passed check and were refused by run."""
+    from controller.app.run import check_run_config
+    from dynamics.errors import ConfigError
+
+    cfg = Path(__file__).resolve().parents[1] / "hil_configs" / "hardware" / "3rrr_mit_can_socketcan.toml"
+    with pytest.raises(ConfigError) as ei:
+        check_run_config(cfg, overrides={field: value})
+    assert ei.value.file == str(cfg) and ei.value.field.startswith(field.split(".")[0])

@@ -36,9 +36,11 @@ def fb_ok(q, qd=None, n=2, **kw):
     return Feedback(**d)
 
 
-def sup(**kw):
+def sup(with_model=True, **kw):
+    """A supervisor of the 2R arm (``with_model=False``: without its model, so a brake is the
+    damping alone: no gravity, no load observer)."""
     m = Arm2(tau_max=(10.0, 5.0))
-    return SafetySupervisor(SafetyConfig(**kw), m.limits, model=m)
+    return SafetySupervisor(SafetyConfig(**kw), m.limits, model=m if with_model else None)
 
 
 def check(s, q, qd, tau, ref=None, fb=None, t=0.0):
@@ -112,7 +114,7 @@ def test_stale_feedback_after_n_cycles():
 
 
 def test_brake_and_hold_reactions():
-    s = sup(stop_reaction="brake_disable", brake_time_s=0.2, brake_ramp_s=0.05,
+    s = sup(False, stop_reaction="brake_disable", brake_time_s=0.2, brake_ramp_s=0.05,
             brake_kd_nm_s_per_rad=[3.0, 100.0])
     s.request_stop()
     # the brake ramps from zero: no step to the torque limit in the fault's cycle
@@ -125,7 +127,7 @@ def test_brake_and_hold_reactions():
     cmd, st = check(s, [0.1, 0.2], [1.0, 0.5], [0, 0], t=1.21)
     assert st.action == "disable" and np.all(cmd == 0)
     # a joint with a non-finite reading gets no brake torque; the others brake
-    s2 = sup(stop_reaction="brake_disable", brake_ramp_s=0.01)
+    s2 = sup(False, stop_reaction="brake_disable", brake_ramp_s=0.01)
     s2.request_stop()
     check(s2, [0.1, 0.2], [1.0, 0.5], [0, 0], t=0.0)
     cmd, st = check(s2, [0.1, np.nan], [1.0, 0.5], [0, 0], t=0.05)
@@ -327,15 +329,20 @@ def test_brake_disable_through_loop(tmp_path):
     codes = log["safety"]
     braking = np.flatnonzero(codes & BRAKING)
     assert braking.size >= 6 and braking[0] <= 81
-    assert np.all(log["tau_cmd"][braking[0]] == 0.0)          # ramp starts at zero
-    k = braking[0] + 6                                        # ramp complete (5 cycles)
-    assert np.allclose(log["tau_cmd"][k], -2.0 * log["qd"][k])
+    m = Arm2()
+    b0 = braking[0]
+    # the damping ramps from zero: the first brake command holds the model's gravity alone
+    assert np.allclose(log["tau_cmd"][b0], m.gravity(log["q"][b0]))
+    k = b0 + 6                                                # ramp complete (5 cycles)
+    # then gravity and -kd qd, and the load observer's estimate (small: the plant is the model)
+    g = m.gravity(log["q"][k])
+    assert np.allclose(log["tau_cmd"][k], g - 2.0 * log["qd"][k], atol=0.02 * np.abs(g).max())
     assert drv.calls[-1] == "disable" and np.all(drv.sent[-1] == 0)
     assert log.shape[0] <= braking[0] + 22
 
 
 def _brake_sup(**kw):
-    s = sup(stop_reaction="brake_disable", brake_time_s=0.5, brake_ramp_s=0.01,
+    s = sup(False, stop_reaction="brake_disable", brake_time_s=0.5, brake_ramp_s=0.01,
             brake_kd_nm_s_per_rad=10.0, **kw)
     s.request_stop()
     check(s, [0.1, 0.2], [0.5, 0.5], [0, 0], t=0.0)
@@ -463,7 +470,11 @@ def test_singularity_guard_is_predictive(horizon_s):
         rate = (margins[-1] - margins[-2]) / P
         assert margins[-1] + rate * 2 * horizon_s < 0.05
     else:
-        assert f.values["margin"] < 0.05 and margins[-2] >= 0.05
+        # no horizon: the prediction still covers the check interval (the next check would be
+        # too late), so it fires one check before the margin is below the minimum
+        assert "approaching" in f.message and f.values["margin"] >= 0.05
+        rate = (margins[-1] - margins[-2]) / P
+        assert margins[-1] + rate * P < 0.05
 
 
 def test_rule_kernel_bits_match_the_rules_stated_plainly():

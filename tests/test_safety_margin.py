@@ -122,11 +122,12 @@ def test_predicted_margin_is_the_rule_as_written_in_python():
     from controller._safety_rules import predicted_margin
 
     def ref(m, t, have, t0, m0, h):
+        # to the next check (one check interval dt on) plus the horizon h
         predicted = m
-        if have and h > 0:
+        if have:
             dt = t - t0
             if dt > 0:
-                predicted = m + min(0.0, (m - m0) / dt) * h
+                predicted = m + min(0.0, (m - m0) / dt) * (dt + max(h, 0.0))
         return predicted
 
     rng = np.random.default_rng(4)
@@ -140,3 +141,39 @@ def test_predicted_margin_is_the_rule_as_written_in_python():
         h = float(rng.choice([0.0, 0.05, 0.2, -1.0]))
         have = bool(rng.random() < 0.8)
         assert bits(predicted_margin(m, t, have, t0, m0, h)) == bits(ref(m, t, have, t0, m0, h))
+
+
+def test_singularity_code_is_the_rule_as_written_in_python():
+    """``_safety_rules.singularity_code`` against the guard's rule written out in Python: below
+    the minimum, predicted below it, or, while the margin falls, the torque at the predicted
+    margin (``|tau| m / predicted``, forces growing as 1 / margin) beyond 80 % of a limit; NaN
+    never passes."""
+    import math
+
+    from controller._safety_rules import S_BELOW, S_OK, S_PREDICTED, S_TORQUE, singularity_code
+
+    def ref(m, p, m_min, tau, lim):
+        if not m >= m_min:
+            return S_BELOW
+        if not p >= m_min:
+            return S_PREDICTED
+        if p < m:
+            ratios = np.abs(tau) / lim
+            worst = math.nan if np.isnan(ratios).any() else float(ratios.max())
+            if not worst * m <= 0.8 * p:
+                return S_TORQUE
+        return S_OK
+
+    rng = np.random.default_rng(5)
+    seen = set()
+    for _ in range(3000):
+        m = float(rng.choice([math.nan, 0.0, 0.02, 0.05, float(rng.uniform(0, 0.2))]))
+        p = m - float(rng.choice([0.0, -0.01, 0.001, 0.01, float(rng.uniform(0, 0.05))]))
+        lim = rng.uniform(1, 10, 3)
+        tau = lim * rng.uniform(-1.1, 1.1, 3)
+        if rng.random() < 0.05:
+            tau[int(rng.integers(3))] = math.nan
+        got = singularity_code(m, p, 0.01, tau, lim)
+        assert got == ref(m, p, 0.01, tau, lim), (m, p, tau, lim)
+        seen.add(int(got))
+    assert seen == {S_OK, S_BELOW, S_PREDICTED, S_TORQUE}

@@ -1193,6 +1193,11 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
     if build_sim and not spec.hardware:
         # build (and close) the simulated stack: validates the driver, plant and emulator tables
         build_run(spec).close()
+    if spec.hardware:
+        # the driver table as the run reads it, on private virtual buses: what check passes,
+        # run accepts
+        from drivers.registry import check_driver
+        check_driver(spec.driver_section)
     off = []
     if spec.safety.tracking_error_max is None:
         if safety.err_max.size and np.all(np.isfinite(safety.err_max)):
@@ -1396,8 +1401,6 @@ def check_run_config(path: str | Path, overrides: dict | None = None) -> str:
     lines.append(f"controller: {spec.controller.kind} in {spec.space} space, "
                  f"loop {spec.rate_hz:g} Hz ({spec.clock} clock), duration {spec.duration_s:g} s")
     lines.append(f"driver: {spec.driver_type} ({'HARDWARE' if spec.hardware else 'simulated plant'})")
-    if spec.hardware:
-        lines.append("  (hardware driver tables are validated when the run opens the bus)")
     if spec.plant is not None:
         lines.append("plant: " + ", ".join(f"{k} = {v}" for k, v in spec.plant.items()))
     try:

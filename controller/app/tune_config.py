@@ -172,7 +172,12 @@ class RobustnessSpec:
     def from_section(sec: Section) -> "RobustnessSpec":
         """Read and validate a ``[robustness]`` table; errors name the file and the field."""
         tol_sec = sec.section("tolerance", {})
-        tolerance = {k: tol_sec.float(k) for k in list(tol_sec.data)}
+        # a margin's lower bound is within the safety guard's plausible range (SAFETY_RANGES):
+        # below it the robustness check could never fail
+        from ..safety import SAFETY_RANGES
+        lo, hi = SAFETY_RANGES["singularity_margin_min"][:2]
+        tolerance = {k: (tol_sec.float(k, minimum=lo, maximum=hi) if k in AT_LEAST else tol_sec.float(k))
+                     for k in list(tol_sec.data)}
         tol_sec.finish()
         spec = RobustnessSpec(
             uncertainty=parse_ranges(sec.section("uncertainty", {}), normal=True),
