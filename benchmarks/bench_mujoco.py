@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from pathlib import Path
 
@@ -123,3 +124,10 @@ def _demo_rows(duration_s: float) -> list[dict]:
                      "note": f"{res.status}; {sim:.1f} s simulated in {wall:.2f} s wall, real-time factor "
                              f"{sim / wall:.1f}x; position RMS {np.linalg.norm(res.metrics['rms_error'][:2]) * 1e3:.4f} mm"})
     return rows
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m benchmarks.bench_mujoco [--quick] [--json FILE]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.run import main
+
+    sys.exit(main(["--only", "bench_mujoco", *sys.argv[1:]]))

@@ -64,6 +64,7 @@ from .safety import DISABLED, FAULT, Fault, SafetyState, SafetySupervisor
 from .telemetry import TelemetryWriter
 
 __all__ = ["ControlLoop", "RunResult", "TimingStats", "terminating_signals", "ignored_stop_signals",
+           "handled_signals",
            "ALWAYS_HANDLED"]
 
 
@@ -115,6 +116,16 @@ def ignored_stop_signals() -> list[signal.Signals]:
         except (OSError, ValueError):  # pragma: no cover
             continue
     return out
+
+
+def handled_signals() -> list[signal.Signals]:
+    """The signals :class:`ControlLoop` routes through the safe stop in this process now.
+
+    Those of :func:`terminating_signals`, plus those of :data:`ALWAYS_HANDLED` inherited
+    ignored (a background job's SIGINT/SIGQUIT); an ignored SIGHUP (``nohup``) is not taken."""
+    take = terminating_signals()
+    take += [sig for sig in ignored_stop_signals() if sig.name in ALWAYS_HANDLED and sig not in take]
+    return take
 
 
 class _Series:
@@ -327,9 +338,7 @@ class ControlLoop:
         def handler(signum, frame):
             self.safety.request_stop(signal.Signals(signum).name)
 
-        take = terminating_signals()
-        take += [sig for sig in ignored_stop_signals() if sig.name in ALWAYS_HANDLED and sig not in take]
-        for sig in take:
+        for sig in handled_signals():
             try:
                 saved[sig] = signal.signal(sig, handler)
             except (OSError, ValueError):  # pragma: no cover - not settable on this platform

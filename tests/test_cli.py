@@ -205,7 +205,11 @@ def test_hardware_rehearsal_against_emulated_robot_in_another_process(tmp_path):
         out = tmp_path / "out"
         # the overrun limits are tested on their own (test_ctrl_safety); a shared test machine must
         # not end this protocol rehearsal by its own lateness
+        # 250 Hz: two plain-Python processes over the loopback bus do not hold the template's
+        # 1 kHz on a 2-core machine (a suite run, no other process measured: 968 of 1502 cycles
+        # late, 2026-11-28); the deadlines are checked at the rate they hold (issue 38's work)
         r = tl("run", run, "--yes-hardware", "--duration", "1.5", "-o", out, "--no-plots", "--no-progress",
+               "--set", "loop.rate_hz=250.0",
                "--set", "safety.overrun_fraction_max=0.9", "--set", "safety.lateness_max_s=10.0")
     log = np.load(out / "log.npy") if (out / "log.npy").exists() else None
     # the real driver talked to the devices: fresh feedback nearly every cycle
@@ -216,7 +220,7 @@ def test_hardware_rehearsal_against_emulated_robot_in_another_process(tmp_path):
                        late=fresh.mean() <= 0.9)
     assert "COMPLETED" in r.stdout and "driver mit_can (hardware)" in r.stdout
     meta = json.loads((out / "meta.json").read_text())
-    assert len(log) == 1502 == meta["result"]["n_cycles"] and meta["hardware"] is True
+    assert len(log) == 377 == meta["result"]["n_cycles"] and meta["hardware"] is True
     assert max(abs(log[f"err[{i}]"]).max() for i in ("x", "y")) < 0.01
 
 

@@ -306,7 +306,9 @@ def test_a_second_controller_in_a_rehearsal_is_refused_before_it_sends(tmp_path)
     with served(srv, "--duration-s", "120") as server:
         sniff = _Sniffer(group, port)
         sniff.start()
-        a = _cli(run, tmp_path / "a", "--duration", "12.0", *LENIENT)
+        # long enough for B to start, validate and be refused on a 2-core machine (12 s was not:
+        # B took longer in a full suite run)
+        a = _cli(run, tmp_path / "a", "--duration", "40.0", *LENIENT)
         try:
             if not sniff.cycling.wait(120):
                 pytest.fail(f"run A never cycled: {a.communicate(timeout=60)}")

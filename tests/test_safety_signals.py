@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.loop import terminating_signals
 from controller.telemetry import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +26,15 @@ RUNS = ROOT / "hil_configs" / "runs"
 
 # wall-clock CLI runs signalled at a point in time: with no other test at once (tests/conftest.py)
 pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"), pytest.mark.exclusive]
+
+
+_USUAL = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+
+
+def _default_dispositions(ignored: tuple[str, ...] = ()) -> None:
+    """In a child before exec: the usual stop signals at SIG_DFL, those of ``ignored`` SIG_IGN."""
+    for name in _USUAL:
+        signal.signal(getattr(signal, name), signal.SIG_IGN if name in ignored else signal.SIG_DFL)
 
 
 def _start(out: Path, *sets: str) -> subprocess.Popen:
@@ -37,7 +45,10 @@ def _start(out: Path, *sets: str) -> subprocess.Popen:
            "--set", "safety.overrun_fraction_max=0.9", "--set", "safety.lateness_max_s=10.0"]
     for s in sets:
         cmd += ["--set", s]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the run starts with the usual signals at their default disposition, whatever this worker
+    # inherited (a suite run under nohup would otherwise pass on an ignored SIGHUP)
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_dispositions)
 
 
 def _wait_running(proc: subprocess.Popen, out: Path) -> None:
@@ -66,10 +77,41 @@ def _check_safe_end(proc, out: Path, stdout: str, stderr: str):
     return res, data
 
 
+def _signal_sets_in_child(ignored: tuple[str, ...]) -> dict:
+    """terminating_signals() and handled_signals() (what the loop takes) in a fresh Python whose
+    usual stop signals start at their default disposition but ``ignored`` (inherited SIG_IGN).
+
+    Checked in a child with the dispositions set explicitly, not in this process: a pytest
+    worker's own dispositions are whatever it inherited (a suite started as a background job
+    has SIGINT and SIGQUIT ignored, one under nohup SIGHUP), which says nothing about the product."""
+    def setup():
+        _default_dispositions(ignored)
+
+    code = ("import json; from controller.loop import terminating_signals, handled_signals; "
+            "print(json.dumps({'terminating': [s.name for s in terminating_signals()], "
+            "'handled': [s.name for s in handled_signals()]}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                         preexec_fn=setup, capture_output=True, text=True, timeout=60, check=True)
+    return {k: set(v) for k, v in json.loads(out.stdout).items()}
+
+
 def test_terminating_signals_cover_the_usual_ones():
-    names = {s.name for s in terminating_signals()}
-    for required in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM"):
-        assert required in names
+    got = _signal_sets_in_child(ignored=())
+    for required in _USUAL:
+        assert required in got["terminating"]
+        assert required in got["handled"]
+
+
+def test_inherited_ignored_stop_signals_are_handled_but_nohup_hangup_stays_ignored():
+    """A background job (SIGINT, SIGQUIT ignored) or a parent ignoring SIGTERM: the loop takes
+    them anyway; SIGHUP ignored under nohup is left ignored."""
+    got = _signal_sets_in_child(ignored=("SIGINT", "SIGTERM", "SIGQUIT", "SIGHUP"))
+    for name in ("SIGINT", "SIGTERM", "SIGQUIT"):
+        assert name not in got["terminating"]
+        assert name in got["handled"]
+    assert "SIGHUP" not in got["terminating"] and "SIGHUP" not in got["handled"]
+    for name in ("SIGUSR1", "SIGUSR2", "SIGALRM"):
+        assert name in got["handled"]
 
 
 @pytest.mark.parametrize("sig", ["SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGTERM"])

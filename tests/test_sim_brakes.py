@@ -228,6 +228,9 @@ def test_stewart_rehearsal_on_the_wall_clock_starts_and_runs(tmp_path):
 
 @pytest.mark.exclusive
 def test_arm6_rehearsal_on_the_wall_clock_starts_and_runs(tmp_path):
-    log, meta = _rehearse(tmp_path, "arm6_mit_udp", "arm6_demo.toml", 46000 + os.getpid() % 1000, "2.0")
-    assert meta["result"]["n_cycles"] == len(log) == 802
+    # 250 Hz, not the template's 400: two plain-Python processes missed 1.4 % of the 400 Hz
+    # deadlines in a suite run with no other process measured (2026-11-28; issue 38's work)
+    log, meta = _rehearse(tmp_path, "arm6_mit_udp", "arm6_demo.toml", 46000 + os.getpid() % 1000, "2.0",
+                          "--set", "loop.rate_hz=250.0")
+    assert meta["result"]["n_cycles"] == len(log) == 502
     assert max(abs(log[k]).max() for k in log.dtype.names if k.startswith("err[")) < 0.03
