@@ -269,11 +269,14 @@ def test_device_fault_with_the_demos_brake_reaction(tmp_path):
     assert code[K + 1] & BRAKING
     brake = c.log[K + 1: last]
     assert len(brake) >= 1
-    # the brake torque limit ramps from 0 at the fault over brake_ramp_s (never a step)
-    elapsed = (np.arange(len(brake)) * c.P)[:, None]
-    lim = c.safety.tau_max * np.minimum(1.0, elapsed / c.spec.safety.brake_ramp_s)
-    np.testing.assert_allclose(brake["tau_cmd"], np.clip(-c.safety.brake_kd * brake["qd"], -lim, lim))
-    assert np.all(brake["tau_cmd"][0] == 0.0)
+    # the brake (since the gravity-holding brake: the model's gravity, none on this horizontal
+    # robot, plus an observer's estimate of the load the model misses, plus damping ramped in
+    # over brake_ramp_s): finite, within the limits, starting from zero (never a step), and it
+    # takes energy out of the motion
+    tau = brake["tau_cmd"]
+    assert np.all(np.isfinite(tau)) and np.all(np.abs(tau) <= c.safety.tau_max + 1e-12)
+    assert np.all(tau[0] == 0.0)
+    assert float(np.sum(tau * brake["qd"])) * c.P < 0.0
     assert (last - (K + 1)) * c.P <= c.spec.safety.brake_time_s + 1e-9
     _mit_all_off(c)
 
