@@ -145,9 +145,9 @@ def test_predicted_margin_is_the_rule_as_written_in_python():
 
 def test_singularity_code_is_the_rule_as_written_in_python():
     """``_safety_rules.singularity_code`` against the guard's rule written out in Python: below
-    the minimum, predicted below it, or, while the margin falls, the torque at the predicted
-    margin (``|tau| m / predicted``, forces growing as 1 / margin) beyond 80 % of a limit; NaN
-    never passes."""
+    the minimum, predicted below it, or, while the margin falls by more than 1 % of itself,
+    the torque at the predicted margin (``|tau| m / predicted``, forces growing as 1 / margin)
+    beyond 80 % of a limit; NaN never passes."""
     import math
 
     from controller._safety_rules import S_BELOW, S_OK, S_PREDICTED, S_TORQUE, singularity_code
@@ -157,7 +157,7 @@ def test_singularity_code_is_the_rule_as_written_in_python():
             return S_BELOW
         if not p >= m_min:
             return S_PREDICTED
-        if p < m:
+        if p < m * 0.99:                  # falling by more than 1 % of itself
             ratios = np.abs(tau) / lim
             worst = math.nan if np.isnan(ratios).any() else float(ratios.max())
             if not worst * m <= 0.8 * p:
