@@ -487,9 +487,9 @@ class OdriveCanDriver(TransportDriver):
         fb = self._exchange(self.make_commands(Command(np.zeros(self.n_joints))))
         if self.firmware == "0.5":
             self._refuse_version_mismatch()
-        if self.feedback == "broadcast" and not fb.fresh.all():
-            # no broadcast estimate yet (e.g. no loop time has passed): ask once, as a real ODrive
-            # answers an RTR in any mode
+        if not fb.fresh.all():
+            # no broadcast estimate yet (e.g. no loop time has passed), or an answer to the RTR
+            # later than reply_timeout_s: ask once more, as a real ODrive answers an RTR in any mode
             for j in np.flatnonzero(~fb.fresh):
                 self._send(int(j), Cmd.GET_ENCODER_ESTIMATES, remote=True)
             # enable() is not time-critical: wait up to what is left of enable_timeout_s (a busy

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -45,7 +46,7 @@ def served(config: Path, *args: str):
     machine), fails it on any other start-up error, and terminates the server afterwards.
     """
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    watch = CpuWatch()
+    watch = CpuWatch(probe=True)
     proc = subprocess.Popen([sys.executable, "-m", "drivers.sim.serve", str(config), *args], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.watch = watch      # the CPU other processes took while the server ran (skip_if_overloaded)
@@ -65,32 +66,86 @@ def served(config: Path, *args: str):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        watch.close()       # the stall probe's window ends with the server
+
+
+#: the stall probe: a process that waits 1 ms at a time on its stdin and reports, when stdin
+#: closes, how often and how long the machine kept it from running on time (no imports beyond
+#: the standard library: it starts in tens of milliseconds and takes almost no CPU)
+_PROBE = r"""
+import json, select, sys, time
+wait_s, min_s = 0.001, float(sys.argv[1])
+n = events = 0; total = worst = 0.0
+while True:
+    t0 = time.perf_counter()
+    if select.select([sys.stdin], [], [], wait_s)[0]:
+        break
+    over = time.perf_counter() - t0 - wait_s
+    n += 1
+    if over > min_s:
+        events += 1; total += over; worst = max(worst, over)
+print(json.dumps({"waits": n, "events": events, "stall_s": total, "max_s": worst}), flush=True)
+"""
+
+#: a 1 ms wait of the probe that ends this much later counts as a stall of the machine
+STALL_MIN_S = 0.002
 
 
 class CpuWatch:
-    """CPU time the *other* processes of the machine took since this object was made.
+    """What the machine did besides the test since this object was made.
 
-    From the machine's busy time (``/proc/stat``: user, nice, system, irq, softirq and steal,
-    all CPUs) minus this process's and its waited-for children's (``os.times()``): a server and
-    a CLI run started by the test and waited for are the test's own.  Unlike the load average
-    (a 1-minute mean that lags a burst of other work by tens of seconds), it covers exactly
-    the test's window.  ``others_cores()`` is None where ``/proc/stat`` is missing.
+    * ``others_cores()``: CPU time the *other* processes took, from the machine's busy time
+      (``/proc/stat``: user, nice, system, irq, softirq and steal, all CPUs) minus this
+      process's and its waited-for children's (``os.times()``): a server and a CLI run started
+      by the test and waited for are the test's own.  Unlike the load average (a 1-minute mean
+      that lags a burst of other work by tens of seconds), it covers exactly the test's window.
+      None where ``/proc/stat`` is missing.
+    * ``stalls()``: how often and how long the machine itself kept an idle process from running
+      on time (a probe process waiting 1 ms at a time, see :data:`_PROBE`), and the steal time
+      the hypervisor reported.  On a virtual machine the host takes the virtual CPUs away for
+      milliseconds several times a second (measured on the 2-core CI machines: a 1 ms sleep
+      ended 4-11 ms late about three times a second on an otherwise idle machine, and the
+      steal time was 2 % of each CPU): a wall-clock run cannot hold its deadlines through
+      that, whatever the product does.  The probe is stopped by the first ``stalls()`` call
+      or ``close()``.
     """
 
-    def __init__(self):
+    def __init__(self, probe: bool = False):
         self.t0 = time.monotonic()
         self.busy0 = self._busy_s()
+        self.steal0 = self._steal_s()
         self.own0 = self._own_s()
+        self._stalls = None
+        self._probe = None
+        if probe:
+            try:
+                self._probe = subprocess.Popen([sys.executable, "-S", "-c", _PROBE, str(STALL_MIN_S)],
+                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            except OSError:
+                self._probe = None
 
     @staticmethod
-    def _busy_s() -> float | None:
+    def _stat() -> list[int] | None:
         try:
             with open("/proc/stat") as f:
-                v = [int(x) for x in f.readline().split()[1:]]
+                return [int(x) for x in f.readline().split()[1:]]
         except (OSError, ValueError):
+            return None
+
+    @classmethod
+    def _busy_s(cls) -> float | None:
+        v = cls._stat()
+        if v is None:
             return None
         busy = v[0] + v[1] + v[2] + v[5] + v[6] + (v[7] if len(v) > 7 else 0)
         return busy / os.sysconf("SC_CLK_TCK")
+
+    @classmethod
+    def _steal_s(cls) -> float | None:
+        v = cls._stat()
+        if v is None or len(v) <= 7:
+            return None
+        return v[7] / os.sysconf("SC_CLK_TCK")
 
     @staticmethod
     def _own_s() -> float:
@@ -105,32 +160,85 @@ class CpuWatch:
         wall = max(time.monotonic() - self.t0, 1e-3)
         return max(0.0, (busy - self.busy0) - (self._own_s() - self.own0)) / wall
 
+    def stalls(self) -> dict:
+        """The machine's stalls over the window: ``events`` (waits of the probe that ended more
+        than :data:`STALL_MIN_S` late), ``stall_s`` (their lateness summed), ``max_s``,
+        ``steal_s`` (hypervisor steal time, all CPUs; None where not reported) and
+        ``window_s``.  Stops the probe; later calls return the same figures."""
+        if self._stalls is None:
+            got = {"events": 0, "stall_s": 0.0, "max_s": 0.0, "probe": False}
+            if self._probe is not None:
+                try:
+                    out, _ = self._probe.communicate(input="", timeout=10)
+                    got.update(json.loads(out), probe=True)
+                except (subprocess.TimeoutExpired, ValueError, OSError):
+                    self._probe.kill()
+                    self._probe.wait()
+            steal = self._steal_s()
+            got["steal_s"] = None if steal is None or self.steal0 is None else steal - self.steal0
+            got["window_s"] = time.monotonic() - self.t0
+            self._stalls = got
+        return self._stalls
+
+    def close(self) -> None:
+        """Stop the probe (idempotent)."""
+        self.stalls()
+
 
 #: other processes' mean CPU use [cores] during a test above which it counts as interfered with
 INTERFERENCE_CORES = 0.25
 #: a wall-clock run may miss at most this fraction of its deadlines (``loop.miss_fraction`` late)
 MISSED_FRACTION_MAX = 0.01
+#: fault causes a stalled machine produces by itself (and the stop reaction after them)
+TIMING_FAULTS = {"stale_feedback", "overrun", "stop_reaction"}
+
+
+def stall_budget(st: dict, period_s: float, cycle_s: float) -> int:
+    """How many late cycles the machine's stalls ``st`` (:meth:`CpuWatch.stalls`) can explain
+    in a loop with period ``period_s`` whose cycles take ``cycle_s`` (median).
+
+    A stall of S seconds leaves the loop S late; it catches up ``period_s - cycle_s`` a cycle,
+    so about ``S / (period_s - cycle_s)`` cycles start late, plus the one hit.  The stalled time
+    is what the probe saw plus the steal time the hypervisor reported (the probe sees only the
+    CPU it runs on).  Only meaningful for a loop whose median cycle fits in half a period
+    (:func:`wall_clock_verdict` checks that first): a slow product must not borrow the
+    machine's stalls.
+    """
+    catch_up = max(period_s - cycle_s, 0.5 * period_s)
+    stalled = st.get("stall_s", 0.0) + (st.get("steal_s") or 0.0)
+    return int(stalled / catch_up + st.get("events", 0))
 
 
 def wall_clock_verdict(returncode: int, out: Path, watch: CpuWatch, what: str = "wall-clock run",
                        detail: str = "", late: bool = False,
-                       missed_fraction_max: float = MISSED_FRACTION_MAX) -> None:
+                       missed_fraction_max: float = MISSED_FRACTION_MAX, stale_cycles: int = 0) -> None:
     """Fail a wall-clock run that failed or missed its deadlines; skip it only for interference.
 
     The run is bad when it did not exit 0, when more than ``missed_fraction_max`` of its cycles
     missed their deadline, or when the caller saw another sign of lateness (``late``: feedback
-    that never came fresh).  A bad run is a skip only when other processes, measured by
-    ``watch`` over the test (their CPU time, not the load average, which counts the suite's own
-    processes), kept at least :data:`INTERFERENCE_CORES` busy; the skip reason starts with
-    ``interference:`` and is counted in the run's summary (``tests/conftest.py``).  Otherwise the
-    test fails, naming the run's timing: the product missed its deadlines on a quiet machine.
+    that did not come fresh, ``stale_cycles`` cycles of it).  A bad run is a skip, with a reason
+    that starts with ``interference:`` and is counted in the run's summary (``tests/conftest.py``),
+    only when something outside the product is measured to explain it:
+
+    * other processes kept at least :data:`INTERFERENCE_CORES` busy over the test (their CPU
+      time, not the load average, which counts the suite's own processes); or
+    * the machine's own stalls over the test (:meth:`CpuWatch.stalls`: a probe process that
+      overslept, hypervisor steal) explain every late cycle and every cycle without fresh
+      feedback (:func:`stall_budget`), the product itself was on time in the median cycle (its
+      median cycle took at most half a period and the median cycle started on time: a product
+      that is slow all the time fails whatever the machine did), and the run ended with exit 0
+      or stopped only on the timing rules (stale feedback, overrun).
+
+    Otherwise the test fails, naming the run's timing and the stalls: the product missed its
+    deadlines on a machine that did not stop it.
     """
     import json
 
     meta_path = Path(out) / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    timing = meta.get("result", {}).get("timing") or {}
-    n = max(1, meta.get("result", {}).get("n_cycles", 1))
+    result = meta.get("result", {})
+    timing = result.get("timing") or {}
+    n = max(1, result.get("n_cycles", 1))
     missed = int(timing.get("missed_deadlines") or 0)
     bad = []
     if returncode != 0:
@@ -140,12 +248,28 @@ def wall_clock_verdict(returncode: int, out: Path, watch: CpuWatch, what: str = 
     if late:
         bad.append("late feedback")
     if not bad:
+        watch.close()
         return
     why = f"{what}: {'; '.join(bad)} {detail}".rstrip()
     others = interfered(watch, why)
-    lat = (timing.get("lateness") or {})
+    st = watch.stalls()
+    period = float(timing.get("period_s") or meta.get("period_s") or 0.0)
+    cycle = float((timing.get("cycle") or {}).get("p50") or 0.0)
+    lat = timing.get("lateness") or {}
+    steal = "n/a" if st.get("steal_s") is None else f"{st['steal_s'] * 1e3:.0f} ms"
+    seen = (f"the machine stalled an idle probe {st['events']} times ({st['stall_s'] * 1e3:.0f} ms in all, "
+            f"longest {st['max_s'] * 1e3:.1f} ms; hypervisor steal {steal}) in {st['window_s']:.1f} s")
+    if period > 0 and st.get("probe"):
+        budget = stall_budget(st, period, cycle)
+        # the timing rules, and the stop reaction that follows a fault
+        causes = {f.get("cause", "") if isinstance(f, dict) else "" for f in result.get("faults") or []}
+        timing_only = returncode == 0 or (bool(causes) and causes <= TIMING_FAULTS)
+        on_time = (cycle <= 0.5 * period and float(lat.get("p50") or 0.0) <= 0.5 * period)
+        if timing_only and on_time and missed <= budget and stale_cycles <= budget and st["events"] > 0:
+            pytest.skip(f"{INTERFERENCE} {seen}: up to {budget} late cycles explained; the run had {missed} "
+                        f"late, {stale_cycles} without fresh feedback; {why}")
     pytest.fail(f"{why}; other processes {others if others is None else round(others, 2)} cores during the "
-                f"test; lateness p99 {lat.get('p99')} max {lat.get('max')} s")
+                f"test; {seen}; lateness p99 {lat.get('p99')} max {lat.get('max')} s")
 
 
 def interfered(watch: CpuWatch, why: str) -> float | None:
@@ -154,5 +278,6 @@ def interfered(watch: CpuWatch, why: str) -> float | None:
     [cores] (None where it cannot be measured) for the caller's failure message."""
     others = watch.others_cores()
     if others is not None and others >= INTERFERENCE_CORES:
+        watch.close()
         pytest.skip(f"{INTERFERENCE} other processes kept {others:.2f} cores busy during the test; {why}")
     return others

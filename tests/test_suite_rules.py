@@ -76,3 +76,104 @@ def test_exclusive_tests_overlap_no_other_test_and_skips_are_counted(tmp_path):
     spans_sorted = sorted(got.values())
     assert any(b0 < a1_ for (a0_, a1_), (b0, _) in zip(spans_sorted, spans_sorted[1:])), spans_sorted
     assert "interference skips: 1 of 2 exclusive tests" in r.stdout, r.stdout
+
+
+# -- the wall-clock verdict (tests/serve_process.py) ------------------------------------------
+
+try:
+    from tests.serve_process import CpuWatch, stall_budget, wall_clock_verdict
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from serve_process import CpuWatch, stall_budget, wall_clock_verdict
+
+
+class _Watch:
+    """A CpuWatch stand-in with given figures."""
+
+    def __init__(self, others=0.0, events=0, stall_s=0.0, max_s=0.0, steal_s=0.0):
+        self.others = others
+        self.st = {"events": events, "stall_s": stall_s, "max_s": max_s, "steal_s": steal_s,
+                   "window_s": 5.0, "probe": True}
+
+    def others_cores(self):
+        return self.others
+
+    def stalls(self):
+        return self.st
+
+    def close(self):
+        pass
+
+
+def _meta(tmp_path, *, n=500, period_s=0.004, missed=0, late_p50=0.0, cycle_p50=0.001, faults=()):
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    timing = {"n_cycles": n, "period_s": period_s, "missed_deadlines": missed,
+              "lateness": {"p50": late_p50, "p99": 0.01, "max": 0.02}, "cycle": {"p50": cycle_p50}}
+    (out / "meta.json").write_text(json.dumps({"period_s": period_s, "result": {
+        "n_cycles": n, "timing": timing, "faults": [{"t_s": 1.0, "cause": c} for c in faults]}}))
+    return out
+
+
+#: (case, run, machine, expected): run = meta.json figures and the exit code; machine = the watch
+VERDICTS = [
+    ("on time", dict(missed=2), dict(), "pass"),
+    ("late on a quiet machine", dict(missed=30), dict(), "fail"),
+    # 30 late cycles at 4 ms with a 1 ms median cycle: 90 ms of stalls explain them (30 x 3 ms)
+    ("late after the machine stalled", dict(missed=30), dict(events=12, stall_s=0.06, max_s=0.011, steal_s=0.05),
+     "skip"),
+    ("more late cycles than the stalls explain", dict(missed=200), dict(events=12, stall_s=0.06, max_s=0.011,
+                                                                         steal_s=0.05), "fail"),
+    # a product slow in every cycle does not borrow the machine's stalls, however many
+    ("late in the median cycle", dict(missed=480, late_p50=0.02, cycle_p50=0.02),
+     dict(events=300, stall_s=3.0, max_s=0.05, steal_s=2.0), "fail"),
+    ("median cycle over half a period", dict(missed=30, cycle_p50=0.0025),
+     dict(events=12, stall_s=0.06, max_s=0.011, steal_s=0.05), "fail"),
+    ("stopped on stale feedback after stalls", dict(missed=10, faults=("stale_feedback", "stop_reaction"), rc=1),
+     dict(events=12, stall_s=0.06, max_s=0.011, steal_s=0.05), "skip"),
+    ("stopped on another fault", dict(missed=10, faults=("tracking_error", "stop_reaction"), rc=1),
+     dict(events=12, stall_s=0.06, max_s=0.011, steal_s=0.05), "fail"),
+    ("other processes busy", dict(missed=300), dict(others=0.6), "skip"),
+]
+
+
+@pytest.mark.parametrize("case, run, machine, expected", VERDICTS, ids=[v[0] for v in VERDICTS])
+def test_wall_clock_verdict(tmp_path, case, run, machine, expected):
+    rc = run.pop("rc", 0)
+    out = _meta(tmp_path, **run)
+    watch = _Watch(**machine)
+    try:
+        wall_clock_verdict(rc, out, watch, "a run", stale_cycles=0)
+        got = "pass"
+    except pytest.skip.Exception as e:
+        got = "skip"
+        assert str(e).startswith("interference:"), str(e)
+    except pytest.fail.Exception:
+        got = "fail"
+    assert got == expected, case
+
+
+def test_stall_budget_counts_catch_up():
+    # 30 ms stalled, 4 ms period, 1 ms cycles: each 3 ms of stall costs a late cycle, plus one per event
+    assert stall_budget({"events": 2, "stall_s": 0.02, "steal_s": 0.01}, 0.004, 0.001) == 12
+    # a slow cycle never makes the budget larger than two late cycles per period stalled
+    assert stall_budget({"events": 0, "stall_s": 0.04, "steal_s": 0.0}, 0.004, 0.0039) == 20
+
+
+def test_stall_probe_sees_a_planted_stall():
+    """The probe process reports a stall it did not make: stopped (SIGSTOP) for 60 ms."""
+    import signal
+    import time
+
+    w = CpuWatch(probe=True)
+    try:
+        time.sleep(0.2)
+        os.kill(w._probe.pid, signal.SIGSTOP)
+        time.sleep(0.06)
+        os.kill(w._probe.pid, signal.SIGCONT)
+        time.sleep(0.1)
+    finally:
+        st = w.stalls()
+    assert st["probe"] and st["events"] >= 1 and st["max_s"] >= 0.05, st
+    assert st["window_s"] >= 0.3
+    w.close()       # idempotent
+    assert w.stalls() is st

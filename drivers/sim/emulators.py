@@ -365,8 +365,32 @@ class EmulatorHost:
                 return m, buses[0]
 
     def _run(self) -> None:
+        self._serve_loop(self._stop.is_set)
+
+    def serve_until(self, should_stop: Callable[[], bool]) -> None:
+        """Serve in the calling thread (a host made with ``start=False``) until ``should_stop()``
+        is true (checked at least every ``poll_s``), then close the host.
+
+        What the serving thread does, without a thread: a process that only serves (``python -m
+        drivers.sim.serve``) answers each frame without handing it between threads, and its
+        replies never wait for a lock another thread holds.  An error is raised at once.
+        """
+        if self._inline:
+            raise DriverError("an inline host is served by pump(), not serve_until()")
+        if self.running:
+            raise DriverError("the host is already served by its thread")
+        if self._closed:
+            raise DriverError("emulator host is closed")
+        # this thread is the serving thread now (what _advance and stop() ask)
+        self._thread = threading.current_thread()
         try:
-            while not self._stop.is_set():
+            self._serve_loop(should_stop)
+        finally:
+            self.close()
+
+    def _serve_loop(self, should_stop: Callable[[], bool]) -> None:
+        try:
+            while not should_stop():
                 wait = self._poll
                 if self._outq:
                     wait = max(0.0, min(wait, self._outq[0][0] - time.monotonic()))

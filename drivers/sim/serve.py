@@ -37,6 +37,8 @@ once it serves, and exits with 0 after SIGINT/SIGTERM or ``duration_s``,
 from __future__ import annotations
 
 import argparse
+import gc
+import math
 import signal
 import sys
 import threading
@@ -67,8 +69,10 @@ def _server_model(srv: Section, base_dir: Path):
     return getattr(toy_models, TOY_MODELS[name])()
 
 
-def build_server(config_path: str | Path, *, now=time.monotonic):
-    """Read ``CONFIG`` and return ``(host, duration_s)``: a started EmulatorHost on the server bus.
+def build_server(config_path: str | Path, *, now=time.monotonic, start: bool = True):
+    """Read ``CONFIG`` and return ``(host, duration_s, (interface, channel, port))``: an
+    EmulatorHost on the server bus, serving from its thread (``start=False``: not yet serving;
+    :func:`main` serves it in the main thread with ``host.serve_until``).
 
     Raises
     ------
@@ -133,7 +137,7 @@ def build_server(config_path: str | Path, *, now=time.monotonic):
     plant.warm_up()
     # the plant starts at 0 on the server clock: time since serving started
     t_start = now()
-    host = EmulatorHost(bus, devices, plant, lambda: now() - t_start, own_bus=True)
+    host = EmulatorHost(bus, devices, plant, lambda: now() - t_start, own_bus=True, start=start)
     return host, duration, (interface, channel, opts.get("port"))
 
 
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration-s", type=float, default=None, help="stop after this many seconds")
     args = ap.parse_args(argv)
     try:
-        host, duration, where = build_server(args.config)
+        host, duration, where = build_server(args.config, start=False)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_CONFIG
@@ -161,16 +165,16 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    # everything built so far lives as long as the process: keep the cyclic garbage collector
+    # off it (a full collection over numba's and numpy's objects stalls a reply for
+    # milliseconds), as the control loop's freeze_gc does on its side
+    gc.collect()
+    gc.freeze()
     print("READY " + " ".join(str(x) for x in where), flush=True)
-    t_end = None if duration is None else time.monotonic() + duration
+    t_end = math.inf if duration is None else time.monotonic() + duration
     try:
-        while not stop.is_set():
-            if t_end is not None and time.monotonic() >= t_end:
-                break
-            if not host.running:
-                break
-            stop.wait(0.05)
-        host.close()
+        # served in this thread: a frame is answered without a hand-over between threads
+        host.serve_until(lambda: stop.is_set() or time.monotonic() >= t_end)
     except TorqueloopError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_COMMS
