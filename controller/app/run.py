@@ -949,11 +949,21 @@ def sim_driver_section(driver: Mapping[str, Any], *, q0, clock: str, period_s: f
     if clock == "lockstep" and driver_type in ("sim_mit_can", "sim_odrive_can", "sim_cia402_can"):
         # Simulated time is frozen while the driver waits: the emulated devices can
         # serve each frame in the driver's thread when it is sent (same results, no
-        # thread hand-offs), unless a wall-clock reply latency is modelled.
+        # thread hand-offs), unless a wall-clock reply latency is modelled.  On the wall
+        # clock they keep their thread by default: `serve = "inline"` there is a choice
+        # (drivers.sim.emulators.InlineBus), not yet the default (a driver draining its
+        # bus can chase the broadcasts the devices make meanwhile on a slow machine).
         emu = dict(data.get("emulator", {}))
         if "serve" not in emu and not emu.get("reply_latency_s", 0.0):
             emu["serve"] = "inline"
             data["emulator"] = emu
+    if driver_type == "sim_odrive_can" and "encoder_period_s" not in data.get("emulator", {}):
+        # The emulated ODrives broadcast their estimates as a user sets encoder_msg_rate_ms for
+        # the loop: every period, in whole milliseconds (at least 1 ms), not at 1 kHz whatever
+        # the rate (six axes at 400 Hz then made 12 000 broadcasts a second for 2 400 cycles)
+        emu = dict(data.get("emulator", {}))
+        emu["encoder_period_s"] = max(1, int(period_s * 1e3 + 1e-9)) * 1e-3
+        data["emulator"] = emu
     if "dt_max_s" not in plant:
         plant["dt_max_s"] = period_s
     for key in ("robot", "mjcf"):                  # files named relative to the config

@@ -67,14 +67,14 @@ Keys
     watchdog_timeout_s = 0.1         # MIT: CAN timeout; ODrive: axis watchdog (default: off)
     poll_s = 0.001                   # emulator thread poll period
     serve = "thread"                 # or "inline": served in the driver's thread on send/recv, no
-                                     # emulator thread (lock-step clock and reply_latency_s = 0 only;
-                                     # the default of lock-step runs built by controller.app.run)
+                                     # emulator thread (reply_latency_s = 0 only; the default of
+                                     # lock-step runs built by controller.app.run)
     variant = "classic6"             # MIT reply layout ("classic6" or "cubemars8"; default: the
                                      #   driver's reply_variant when it names one, else classic6)
     reply_id = 0                     # MIT reply arbitration id
     temperature_c = 35.0             # MIT reported temperature (cubemars8)
     heartbeat_period_s = 0.1         # ODrive cyclic messages (0 = RTR only)
-    encoder_period_s = 0.001
+    encoder_period_s = 0.001         # (runs built by controller.app.run: the loop period in whole ms)
     iq_period_s = 0.001              # default: encoder_period_s if the driver reads Iq, else 0
     torques_period_s = 0.001         # default: encoder_period_s if it reads Torques, else 0
     torque_limit_nm = 10.0           # ODrive motor torque limit (default: none)

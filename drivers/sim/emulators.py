@@ -66,6 +66,9 @@ def _msg(arb_id: int, data: bytes) -> can.Message:
     return can.Message(0.0, arb_id, False, False, False, None, None, data)
 
 
+#: an inline bus waiting for a device's timed event sleeps at least this long at a time [s]
+_INLINE_WAIT_MIN_S = 2e-4
+
 #: a host serving in its own thread (wall clock) that falls this far behind the loop clock [s]
 #: drops the cyclic broadcasts due before (:meth:`EmulatedDevice.drop_stale_broadcasts`)
 STALE_BROADCAST_S = 0.05
@@ -159,10 +162,14 @@ class EmulatorHost:
         for reproducible lock-step runs.
         ``"inline"``: no thread; the devices are served in the caller's thread
         by :meth:`pump`, which :class:`InlineServedBus` (the driver's side of
-        the bus) calls on every send and receive.  Only for a lock-step clock
-        (the loop time does not move while the driver waits, so serving a frame
-        when it is sent is the same as serving it from a thread, without the
-        thread hand-offs) and ``reply_latency_s = 0``.
+        the bus) calls on every send and receive; ``reply_latency_s = 0`` only.
+        On a lock-step clock the loop time does not move while the driver waits,
+        so serving a frame when it is sent is the same as serving it from a
+        thread, without the thread hand-offs.  On a wall clock the devices' timed
+        events and the plant are brought up to ``now()`` at every send and
+        receive, in time order, before the frame (what a thread does when it gets
+        to them), and a receive waiting for a broadcast wakes when it falls due
+        (:class:`InlineBus`); no thread competes with the loop for the CPU.
 
     Notes
     -----
@@ -279,10 +286,11 @@ class EmulatorHost:
     def _advance(self, t: float, emit) -> None:
         """Process every timed device event due up to ``t``, then advance the plant to ``t``
         (cyclic broadcasts more than :data:`STALE_BROADCAST_S` late are dropped, see
-        :meth:`EmulatedDevice.drop_stale_broadcasts`)."""
+        :meth:`EmulatedDevice.drop_stale_broadcasts`: by the serving thread, and by an inline
+        host whose driver did not send or receive for that long)."""
         plant = self._plant
         devices = self._devices
-        if t - plant.t_s > STALE_BROADCAST_S and threading.current_thread() is self._thread:
+        if t - plant.t_s > STALE_BROADCAST_S and (self._inline or threading.current_thread() is self._thread):
             for d in devices:
                 d.drop_stale_broadcasts(t - STALE_BROADCAST_S)
         one = devices[0] if len(devices) == 1 else None
@@ -448,6 +456,16 @@ class EmulatorHost:
         except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like the thread's
             self._error = err
             self._failed = True
+
+    def next_event_delay_s(self) -> float:
+        """Loop-clock time [s] until the devices' next timed event (a broadcast, a watchdog),
+        ``inf`` when none; <= 0 when one is due."""
+        t = math.inf
+        for d in self._devices:
+            tn = d.next_timer_s()
+            if tn < t:
+                t = tn
+        return t - self._now()
 
     def serve_sent(self, msg: can.Message, bus) -> bool:
         """Inline serving of one frame just sent on ``bus``, the host's only bus, with no
@@ -718,10 +736,11 @@ class InlineBus(can.BusABC):
     handed over as they are, stamped with the fields a ``virtual`` bus sets
     (``timestamp = time.time()``, ``channel``, ``is_rx``).
 
-    Only for an inline host (lock-step clock): nothing else puts frames on the
-    channel, so a receive that finds the queue empty after the idle poll waits its
-    ``timeout`` out (as a bus nobody answers on) and returns ``None``.  Not
-    thread-safe (one driver thread).
+    Only for an inline host: nothing but the host puts frames on the channel, so a
+    receive that finds the queue empty after the idle poll waits its ``timeout`` out
+    (as a bus nobody answers on), or until the devices' next timed event falls due
+    (on a wall clock: a cyclic broadcast comes when it is due), and returns ``None``
+    when nothing came.  Not thread-safe (one driver thread).
     """
 
     def __init__(self, channel: str, host: EmulatorHost | None = None, can_filters=None, **kwargs):
@@ -776,10 +795,20 @@ class InlineBus(can.BusABC):
             if host is not None:
                 host.pump()
             if not rx:
-                # nothing else can put a frame on the channel: wait the time out, as on a
-                # bus where nobody answers (BusABC.recv calls again while time is left)
+                # only the devices' timed events (a broadcast, a watchdog) can put a frame on
+                # the channel now: wait the time out, as on a bus where nobody answers, or
+                # until the next event falls due (a wall clock moves meanwhile; a lock-step
+                # clock does not, and the waits add up to the time out), and serve it then
+                # (BusABC.recv calls again while time is left)
                 if timeout is None or timeout > 0:
-                    time.sleep(0.005 if timeout is None else timeout)
+                    wait = 0.005 if timeout is None else timeout
+                    if host is not None:
+                        wait = min(wait, max(host.next_event_delay_s(), _INLINE_WAIT_MIN_S))
+                    time.sleep(wait)
+                    if host is not None:
+                        host.pump()
+                        if rx:
+                            return rx.popleft(), False
                 return None, False
         return rx.popleft(), False
 
