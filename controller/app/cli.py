@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--duration", type=float, default=None, help="override the run duration [s]")
     r.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--mcap", action="store_true",
+                   help="also record log.mcap (ROS 2 encodings: Foxglove, PlotJuggler, rosbags), as "
+                        "[telemetry] mcap = true")
     r.add_argument("--yes-hardware", action="store_true",
                    help="confirm a hardware run non-interactively (real motors will move)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -170,6 +170,8 @@ def run(args) -> int:
     from ..telemetry import write_json
 
     overrides = parse_sets(args.set)
+    if getattr(args, "mcap", False):
+        overrides["telemetry.mcap"] = True
     spec = load_run(args.config, overrides=overrides, duration_s=args.duration)
     out = Path(args.out) if args.out else new_out_dir(spec.name)
     # the same validation as `check` (feasibility, singularity, bus budget, protections), and
@@ -221,6 +223,8 @@ def run(args) -> int:
         except (ConfigError, OSError) as err:
             print(f"  plots skipped: {err}")
     print(f"  log: {out / 'log.npy'} (numpy structured array; pandas.DataFrame(numpy.load(path)))")
+    if spec.telemetry_mcap:
+        print(f"  mcap: {out / 'log.mcap'} (Foxglove, PlotJuggler; ROS 2 JointState on /joint_states)")
     rec = getattr(result, "recovery", None)
     for m in result.messages:
         if m.startswith("recovery:"):
