@@ -2,9 +2,10 @@
 
 :class:`McapRecorder` takes the rows of :func:`controller.telemetry.log_dtype` that the
 :class:`~controller.telemetry.TelemetryWriter` flushes (one block of ``buffer_rows`` rows at a
-time, copied into a preallocated ring buffer: the control thread's only work) and a writer
-thread drains the ring into ``log.mcap``.  A full ring (a writer that cannot keep up, a stalled
-disk) drops the newest rows and counts them; it never makes the control thread wait.
+time, copied into a preallocated ring buffer in shared memory: the control thread's only work)
+and a writer process drains the ring into ``log.mcap`` (a process, not a thread: see
+:class:`McapRecorder`).  A full ring (a writer that cannot keep up, a stalled disk) drops the
+newest rows and counts them; it never makes the control thread wait.
 
 Channels (ROS 2 CDR encoding, ``ros2msg`` schemas: ROS 2 tools, ``rosbags``, Foxglove and
 PlotJuggler decode them from the schema text, no ROS installation needed):
@@ -24,16 +25,20 @@ at the end, ``torqueloop.config`` and ``torqueloop.result`` (the run's meta.json
 versions, result; each top-level key as JSON text).  Message times are the run's start time
 (UTC, ns since the epoch) plus the cycle time ``t``.
 
-Encoding a cycle costs the writer thread about 2 ``mcap`` ``add_message`` calls (13 us each
-on the 2-core test machine); the cycle's bytes are laid out for a whole block at once with
-numpy, since every message of a run has the same size.
+Encoding a cycle costs the writer 2 ``mcap`` ``add_message`` calls (about 13 us each on the
+2-core test machine, 23-37 us a row with compression: ``benchmarks/bench_telemetry.py``); the
+messages' bytes are laid out for a whole block at once with numpy, since every message of a
+run has the same size.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
+import pickle
+import select
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,7 +46,7 @@ import numpy as np
 
 from dynamics.errors import ConfigError, TorqueloopError
 
-__all__ = ["McapRecorder", "write_mcap", "CYCLE_MSG", "JOINT_STATE_MSG", "LOG_MSG", "mcap_available"]
+__all__ = ["McapRecorder", "McapFile", "write_mcap", "CYCLE_MSG", "JOINT_STATE_MSG", "LOG_MSG", "mcap_available"]
 
 _SEP = "=" * 80 + "\n"
 
@@ -168,8 +173,11 @@ def _cdr_log(stamp_ns: int, level: int, name: str, text: str) -> bytes:
     return lay.fill({"sec": [sec], "nanosec": [nsec], "level": [level], "line": [0]})[0].tobytes()
 
 
-class McapRecorder:
-    """Record telemetry rows into an MCAP file from a writer thread (see module docstring).
+class McapFile:
+    """The MCAP file itself: the channels, the rows encoded as messages, the closing records.
+
+    Used by the writer process of :class:`McapRecorder` and, in the caller's thread, by
+    :func:`write_mcap` (runs on disk).
 
     Parameters
     ----------
@@ -181,25 +189,17 @@ class McapRecorder:
     axis_names : sequence of str, length dim
     torque_limit_nm : array_like, shape (n,), optional
         The limit the safety layer clips to [N m|N] (NaN where unknown).
-    ring_rows : int
-        Rows the ring buffer holds (preallocated: ``ring_rows * dtype.itemsize`` bytes).
-    start_ns : int, optional
-        The run's start, ns since the epoch (default: now).
-    threaded : bool
-        False: :meth:`push` encodes and writes in the caller's thread, nothing is dropped
-        (:func:`write_mcap`, runs on disk).
+    start_ns : int
+        The run's start, ns since the epoch (message time = start + cycle time).
     compression : {"zstd", "lz4", "none"}
     """
 
     def __init__(self, path, dtype: np.dtype, joint_names, axis_names, *, torque_limit_nm=None,
-                 ring_rows: int = 65536, start_ns: int | None = None, threaded: bool = True,
-                 compression: str = "zstd"):
+                 start_ns: int, compression: str = "zstd"):
         why = mcap_available()
         if why is not None:
             raise ConfigError(why, field="telemetry.mcap")
         from mcap.writer import CompressionType, Writer
-        if ring_rows < 1:
-            raise ConfigError(f"must be >= 1, got {ring_rows!r}", field="telemetry.mcap_buffer_rows")
         self.path = Path(path)
         self.dtype = np.dtype(dtype)
         self.n = self.dtype["q"].shape[0]
@@ -207,11 +207,11 @@ class McapRecorder:
         self.joint_names = [str(v) for v in joint_names]
         self.axis_names = [str(v) for v in axis_names]
         if len(self.joint_names) != self.n or len(self.axis_names) != self.dim:
-            raise TorqueloopError(f"MCAP recorder: {len(self.joint_names)} joint names for {self.n} joints, "
+            raise TorqueloopError(f"MCAP: {len(self.joint_names)} joint names for {self.n} joints, "
                                   f"{len(self.axis_names)} axis names for {self.dim} axes")
         lim = np.full(self.n, np.nan) if torque_limit_nm is None else np.asarray(torque_limit_nm, float)
         self.torque_limit_nm = np.broadcast_to(lim, (self.n,)).astype(float)
-        self.start_ns = time.time_ns() if start_ns is None else int(start_ns)
+        self.start_ns = int(start_ns)
         self._fh = open(self.path, "wb")
         comp = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}[compression]
         self._w = Writer(self._fh, compression=comp)
@@ -257,91 +257,14 @@ class McapRecorder:
         self._joint_layout, self._cycle_layout = jl, cl
         self._last_safety: int | None = None
         self.rows_written = 0
-        self.rows_dropped = 0
-        self.dropped_t: list[float] = []     # [first, last] t of the dropped rows
         self.messages = 0
-        self.error: BaseException | None = None
-        self.closed = False
-        self.threaded = bool(threaded)
-        # the ring: rows head-1 .. tail are waiting; the control thread advances head (after
-        # copying), the writer thread advances tail (after writing); each counter has one writer
-        self._ring = np.zeros(int(ring_rows), dtype=self.dtype)
-        self._head = 0
-        self._tail = 0
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread = None
-        if self.threaded:
-            self._thread = threading.Thread(target=self._drain, name="torqueloop-mcap", daemon=True)
-            self._thread.start()
 
-    @property
-    def ring_rows(self) -> int:
-        """Rows the ring buffer holds."""
-        return self._ring.shape[0]
-
-    # -- the control thread ---------------------------------------------------------------
-    def push(self, rows: np.ndarray) -> int:
-        """Queue rows (shape (k,) of :attr:`dtype`) for the writer; never waits.
-
-        Rows beyond the ring's free room are dropped (counted in :attr:`rows_dropped`, their
-        time span in :attr:`dropped_t`).  Returns the number dropped by this call.
-        """
+    def write_rows(self, rows: np.ndarray) -> None:
+        """Encode and write ``rows`` (shape (k,) of :attr:`dtype`): a JointState and a
+        ControlCycle each, and a Log message where the safety code changes."""
         k = rows.shape[0]
-        if k == 0 or self.closed:
-            return 0
-        if not self.threaded:
-            self._write_block(rows)
-            return 0
-        cap = self._ring.shape[0]
-        head = self._head
-        take = min(k, cap - (head - self._tail))
-        if take > 0:
-            i = head % cap
-            first = min(take, cap - i)
-            self._ring[i:i + first] = rows[:first]
-            if take > first:
-                self._ring[:take - first] = rows[first:take]
-            self._head = head + take
-            self._wake.set()
-        if take < k:
-            self.rows_dropped += k - take
-            t = rows["t"]
-            if not self.dropped_t:
-                self.dropped_t = [float(t[take]), float(t[k - 1])]
-            else:
-                self.dropped_t[1] = float(t[k - 1])
-        return k - take
-
-    # -- the writer thread ----------------------------------------------------------------
-    def _drain(self) -> None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)   # Linux: this thread only
-        except (AttributeError, OSError):
-            pass
-        cap = self._ring.shape[0]
-        while True:
-            head, tail = self._head, self._tail
-            if head == tail:
-                if self._stop.is_set():
-                    return
-                self._wake.wait(0.05)
-                self._wake.clear()
-                continue
-            i = tail % cap
-            k = min(head - tail, cap - i, 32)
-            if self.error is None:
-                try:
-                    self._write_block(self._ring[i:i + k])
-                except Exception as err:  # noqa: BLE001 - recorded; the rows are then dropped
-                    self.error = err
-            if self.error is not None:      # a failed writer: the rows count as dropped
-                self.rows_dropped += k
-            self._tail = tail + k
-
-    def _write_block(self, rows: np.ndarray) -> None:
-        """Encode and write ``rows`` (the writer thread, or the caller when not threaded)."""
-        k = rows.shape[0]
+        if k == 0:
+            return
         stamp = self.start_ns + np.round(rows["t"] * 1e9).astype(np.int64)
         sec, nsec = np.divmod(stamp, 1_000_000_000)
         joint = self._joint_layout.fill({"sec": sec, "nanosec": nsec, "q": rows["q"], "qd": rows["qd"],
@@ -357,87 +280,318 @@ class McapRecorder:
         w = self._w
         for j in range(k):
             ts = int(stamp[j])
-            w.add_message(self._ch_joint, log_time=ts, data=joint[j].tobytes(), publish_time=ts, sequence=self.rows_written)
-            w.add_message(self._ch_cycle, log_time=ts, data=cyc[j].tobytes(), publish_time=ts, sequence=self.rows_written)
+            w.add_message(self._ch_joint, log_time=ts, data=joint[j].tobytes(), publish_time=ts,
+                          sequence=self.rows_written)
+            w.add_message(self._ch_cycle, log_time=ts, data=cyc[j].tobytes(), publish_time=ts,
+                          sequence=self.rows_written)
             self.messages += 2
             code = int(safety[j])
             if code != self._last_safety:
                 level = _INFO if code == 0 else (_ERROR if code & 16 else _WARN)
-                text = f"safety state {code}: {safety_text(code)} at t = {float(rows['t'][j]):.6g} s"
-                w.add_message(self._ch_log, log_time=ts, data=_cdr_log(ts, level, "torqueloop.safety", text),
-                              publish_time=ts)
-                self.messages += 1
+                self.log(ts, level, "torqueloop.safety",
+                         f"safety state {code}: {safety_text(code)} at t = {float(rows['t'][j]):.6g} s")
                 self._last_safety = code
             self.rows_written += 1
-            if self.threaded:
-                time.sleep(0)       # hand the interpreter to the control thread between rows
 
-    # -- the end --------------------------------------------------------------------------
-    def close(self, meta: dict | None = None, *, timeout_s: float = 60.0) -> dict:
-        """Stop the writer after it drained the ring, write the faults, the dropped rows and
-        ``meta`` (config and result, meta.json's content) and finish the file.
+    def log(self, stamp_ns: int, level: int, name: str, text: str) -> None:
+        """One ``/rosout`` message."""
+        self._w.add_message(self._ch_log, log_time=int(stamp_ns), data=_cdr_log(stamp_ns, level, name, text),
+                            publish_time=int(stamp_ns))
+        self.messages += 1
 
-        Returns the figures meta.json keeps (``path``, ``rows_written``, ``rows_dropped``,
-        ``messages``, ``error``).  Idempotent.
-        """
-        if self.closed:
-            return self.stats()
-        self.closed = True
-        if self._thread is not None:
-            self._stop.set()
-            self._wake.set()
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                self.error = self.error or TimeoutError(f"the MCAP writer did not finish within {timeout_s:g} s")
-                self.rows_dropped += self._head - self._tail
-                self._fh_abandon()
-                return self.stats()
+    def finish(self, meta: dict | None, rows_dropped: int = 0, dropped_t=(), ring_rows: int = 0) -> None:
+        """Write the faults of ``meta["result"]`` and the dropped rows as ``/rosout`` messages,
+        ``meta`` (meta.json's content) as metadata, the summary; close the file."""
         try:
-            w = self._w
             meta = meta or {}
             result = meta.get("result") if isinstance(meta.get("result"), dict) else {}
             for f in result.get("faults") or []:
                 ts = self.start_ns + int(round(float(f.get("t_s", 0.0)) * 1e9))
                 joint = f.get("joint")
-                text = (f"fault {f.get('cause')}" + ("" if joint is None else f" joint {joint}")
-                        + f": {f.get('message', '')}")
-                w.add_message(self._ch_log, log_time=ts, data=_cdr_log(ts, _ERROR, "torqueloop.fault", text),
-                              publish_time=ts)
-                self.messages += 1
-            if self.rows_dropped:
-                ts = self.start_ns + int(round(self.dropped_t[0] * 1e9)) if self.dropped_t else self.start_ns
-                text = (f"{self.rows_dropped} telemetry rows not recorded here (MCAP writer behind: ring of "
-                        f"{self.ring_rows} rows full)" + (f" from t = {self.dropped_t[0]:.6g} s to "
-                                                          f"{self.dropped_t[1]:.6g} s" if self.dropped_t else "")
-                        + "; log.npy has every row")
-                w.add_message(self._ch_log, log_time=ts, data=_cdr_log(ts, _WARN, "torqueloop.mcap", text),
-                              publish_time=ts)
-                self.messages += 1
+                self.log(ts, _ERROR, "torqueloop.fault", f"fault {f.get('cause')}"
+                         + ("" if joint is None else f" joint {joint}") + f": {f.get('message', '')}")
+            if rows_dropped:
+                ts = self.start_ns + (int(round(dropped_t[0] * 1e9)) if dropped_t else 0)
+                self.log(ts, _WARN, "torqueloop.mcap",
+                         f"{rows_dropped} telemetry rows not recorded here (MCAP writer behind: ring of "
+                         f"{ring_rows} rows full)" + (f" from t = {dropped_t[0]:.6g} s to {dropped_t[1]:.6g} s"
+                                                      if dropped_t else "") + "; log.npy has every row")
             rest = {k: v for k, v in meta.items() if k != "result"}
-            w.add_metadata("torqueloop.config", {str(k): json.dumps(v, default=str) for k, v in rest.items()})
-            w.add_metadata("torqueloop.result", {str(k): json.dumps(v, default=str) for k, v in result.items()})
-            w.finish()
-        except Exception as err:  # noqa: BLE001 - recorded in the stats
-            self.error = self.error or err
+            self._w.add_metadata("torqueloop.config", {str(k): json.dumps(v, default=str) for k, v in rest.items()})
+            self._w.add_metadata("torqueloop.result", {str(k): json.dumps(v, default=str) for k, v in result.items()})
+            self._w.finish()
         finally:
+            self._fh.close()
+
+#: the ring's header: int64 head (rows pushed), tail (rows taken by the writer); rows from byte 64
+_HEADER = 64
+
+
+def _send(fh, obj) -> None:
+    """One frame on a pipe: 4-byte length, then the pickle."""
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    fh.write(len(data).to_bytes(4, "little") + data)
+    fh.flush()
+
+
+def _recv(fh):
+    """One frame of :func:`_send`; EOFError when the other side is gone."""
+    head = fh.read(4)
+    if len(head) < 4:
+        raise EOFError("pipe closed")
+    size = int.from_bytes(head, "little")
+    data = fh.read(size)
+    if len(data) < size:
+        raise EOFError("pipe closed")
+    return pickle.loads(data)
+
+
+def _readable(fh, timeout_s: float) -> bool:
+    """True when ``fh`` has data (or EOF) within ``timeout_s``."""
+    return bool(select.select([fh], [], [], timeout_s)[0])
+
+
+class McapRecorder:
+    """Record telemetry rows into an MCAP file from a writer process (see module docstring).
+
+    The control thread copies rows into a ring buffer in shared memory (:meth:`push`, never
+    waits); a process of its own (``python -c`` of this module, niced, started here, before the
+    run: no re-import of the caller's main script) drains it into an :class:`McapFile`.  A
+    process rather than a thread: a writer thread holds the interpreter lock for its ~25 us of
+    Python per row, and the control thread waits for it (measured with a thread writer in
+    ``benchmarks/bench_telemetry.py``: +15 us per cycle of the compiled offline loop, +36 us of
+    the Python loop).  If the control process dies, the writer still finishes the file with
+    the rows it received.  The ring's counters are plain int64 stores (one writer each): the
+    writer reads rows 1 ms after it saw the head move, where a weakly ordered CPU could show
+    the head before the rows.  POSIX only (``select`` on a pipe).
+
+    Parameters
+    ----------
+    path, dtype, joint_names, axis_names, torque_limit_nm, compression
+        As :class:`McapFile`.
+    ring_rows : int
+        Rows the ring holds (preallocated shared memory: ``ring_rows * dtype.itemsize`` bytes).
+    start_ns : int, optional
+        The run's start, ns since the epoch (default: now).
+    start_timeout_s : float
+        How long to wait for the writer process to open the file.
+    """
+
+    def __init__(self, path, dtype: np.dtype, joint_names, axis_names, *, torque_limit_nm=None,
+                 ring_rows: int = 65536, start_ns: int | None = None, compression: str = "zstd",
+                 start_timeout_s: float = 60.0):
+        from multiprocessing import shared_memory
+        why = mcap_available()
+        if why is not None:
+            raise ConfigError(why, field="telemetry.mcap")
+        if ring_rows < 1:
+            raise ConfigError(f"must be >= 1, got {ring_rows!r}", field="telemetry.mcap_buffer_rows")
+        self.path = Path(path)
+        self.dtype = np.dtype(dtype)
+        self.start_ns = time.time_ns() if start_ns is None else int(start_ns)
+        self.rows_dropped = 0
+        self.dropped_t: list[float] = []     # [first, last] t of the dropped rows
+        self.closed = False
+        self._result: dict | None = None
+        self._proc = None
+        cap = int(ring_rows)
+        self._cap = cap
+        self._shm = shared_memory.SharedMemory(create=True, size=_HEADER + cap * self.dtype.itemsize)
+        try:
+            self._ctr = np.ndarray((2,), np.int64, buffer=self._shm.buf)
+            self._ctr[:] = 0
+            self._ring = np.ndarray((cap,), self.dtype, buffer=self._shm.buf, offset=_HEADER)
+            self._ring.view(np.uint8)[:] = 0     # its pages mapped now, not in the run's cycles
+            #: the ring's bytes, one row of ``itemsize`` per row: rows are copied as bytes (a
+            #: structured assignment goes field by field, 10x slower)
+            self._raw = self._ring.view(np.uint8).reshape(cap, self.dtype.itemsize)
+            self._head = 0
+            root = str(Path(__file__).resolve().parents[1])
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", "from controller.telemetry_mcap import _writer_main; _writer_main()"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+            _send(self._proc.stdin, {
+                "shm": self._shm.name, "dtype": self.dtype, "cap": cap, "path": str(self.path),
+                "joint_names": [str(v) for v in joint_names], "axis_names": [str(v) for v in axis_names],
+                "torque_limit_nm": None if torque_limit_nm is None else np.asarray(torque_limit_nm, float),
+                "start_ns": self.start_ns, "compression": compression})
+            if not _readable(self._proc.stdout, start_timeout_s):
+                raise TorqueloopError(f"{self.path}: the MCAP writer process did not start within "
+                                      f"{start_timeout_s:g} s")
             try:
-                self._fh.close()
-            except OSError as err:
-                self.error = self.error or err
+                kind, detail = _recv(self._proc.stdout)
+            except EOFError:
+                kind, detail = "error", f"the process ended (exit code {self._proc.wait(5)})"
+            if kind != "ready":
+                raise TorqueloopError(f"{self.path}: the MCAP writer could not start: {detail}")
+        except BaseException:
+            self._release(kill=True)
+            raise
+
+    @property
+    def ring_rows(self) -> int:
+        """Rows the ring buffer holds."""
+        return self._cap
+
+    @property
+    def pid(self) -> int | None:
+        """The writer process's id."""
+        return None if self._proc is None else self._proc.pid
+
+    def push(self, rows: np.ndarray) -> int:
+        """Queue rows (shape (k,) of :attr:`dtype`) for the writer; never waits.
+
+        Rows beyond the ring's free room are dropped (counted in :attr:`rows_dropped`, their
+        time span in :attr:`dropped_t`).  Returns the number dropped by this call.
+        """
+        k = rows.shape[0]
+        if k == 0 or self.closed:
+            return 0
+        cap = self._cap
+        head = self._head
+        take = min(k, cap - (head - int(self._ctr[1])))
+        if take > 0:
+            if rows.dtype != self.dtype:
+                raise TorqueloopError(f"MCAP recorder: rows of dtype {rows.dtype}, expected {self.dtype}")
+            src = np.ascontiguousarray(rows[:take]).view(np.uint8).reshape(take, self.dtype.itemsize)
+            i = head % cap
+            first = min(take, cap - i)
+            self._raw[i:i + first] = src[:first]
+            if take > first:
+                self._raw[:take - first] = src[first:]
+            self._head = head + take
+            self._ctr[0] = self._head        # after the rows (the writer reads up to it)
+        if take < k:
+            self.rows_dropped += k - take
+            t = rows["t"]
+            if not self.dropped_t:
+                self.dropped_t = [float(t[take]), float(t[k - 1])]
+            else:
+                self.dropped_t[1] = float(t[k - 1])
+        return k - take
+
+    def close(self, meta: dict | None = None, *, timeout_s: float = 120.0) -> dict:
+        """Let the writer drain the ring, write the faults, the dropped rows and ``meta``
+        (config and result: meta.json's content) and finish the file; wait for it at most
+        ``timeout_s``.  Returns :meth:`stats`.  Idempotent."""
+        if self.closed:
+            return self.stats()
+        self.closed = True
+        try:
+            _send(self._proc.stdin, {"meta": meta, "rows_dropped": self.rows_dropped,
+                                     "dropped_t": list(self.dropped_t), "ring_rows": self._cap})
+            if _readable(self._proc.stdout, timeout_s):
+                kind, detail = _recv(self._proc.stdout)
+                self._result = detail if kind == "done" else {"error": str(detail)}
+            else:
+                self._result = {"error": f"TimeoutError: the MCAP writer did not finish within {timeout_s:g} s"}
+        except (OSError, EOFError, ValueError) as err:
+            self._result = {"error": f"the MCAP writer process ended early ({type(err).__name__}: {err})"}
+        self._release(kill=self._result.get("error") is not None)
         return self.stats()
 
-    def _fh_abandon(self) -> None:
-        """The writer thread is stuck (a hung disk): leave the file as it is."""
+    def _release(self, *, kill: bool) -> None:
+        proc = self._proc
+        if proc is not None:
+            for fh in (proc.stdin, proc.stdout):
+                try:
+                    fh.close()
+                except OSError:
+                    pass
+            try:
+                proc.wait(0.5 if kill else 10.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10.0)
+        self._ctr = self._ring = self._raw = None
         try:
-            self._fh.flush()
-        except (OSError, ValueError):
+            self._shm.close()
+            self._shm.unlink()
+        except (OSError, BufferError):
             pass
 
     def stats(self) -> dict:
         """``path``, ``rows_written``, ``rows_dropped``, ``dropped_t_s``, ``messages``, ``ring_rows``, ``error``."""
-        return {"path": str(self.path), "rows_written": self.rows_written, "rows_dropped": self.rows_dropped,
-                "dropped_t_s": list(self.dropped_t), "messages": self.messages, "ring_rows": self.ring_rows,
-                "error": None if self.error is None else f"{type(self.error).__name__}: {self.error}"}
+        r = self._result or {}
+        return {"path": str(self.path), "rows_written": int(r.get("rows_written", 0)),
+                "rows_dropped": self.rows_dropped + int(r.get("rows_lost", 0)),
+                "dropped_t_s": list(self.dropped_t), "messages": int(r.get("messages", 0)),
+                "ring_rows": self._cap, "error": r.get("error")}
+
+
+def _writer_main() -> None:
+    """The writer process: drain the ring into an :class:`McapFile` until told to close (or
+    until the control process is gone: then the file is finished with what arrived).
+
+    Frames (:func:`_send`) on stdin: the parameters, then the closing data; on the original
+    stdout: ``("ready", None)`` or ``("error", text)``, then ``("done", figures)``."""
+    from multiprocessing import resource_tracker, shared_memory
+    inp = sys.stdin.buffer
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)       # stray prints go to stderr, not into the frames
+    try:
+        os.nice(19)
+    except OSError:
+        pass
+    try:
+        p = _recv(inp)
+        shm = shared_memory.SharedMemory(name=p["shm"])
+        try:    # the control process owns (and unlinks) it; this process's tracker must not
+            resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - no tracker: nothing to undo
+            pass
+        cap = int(p["cap"])
+        ctr = np.ndarray((2,), np.int64, buffer=shm.buf)
+        ring = np.ndarray((cap,), p["dtype"], buffer=shm.buf, offset=_HEADER)
+        f = McapFile(p["path"], p["dtype"], p["joint_names"], p["axis_names"],
+                     torque_limit_nm=p["torque_limit_nm"], start_ns=p["start_ns"], compression=p["compression"])
+    except Exception as err:  # noqa: BLE001 - reported to the parent
+        _send(out, ("error", f"{type(err).__name__}: {err}"))
+        return
+    _send(out, ("ready", None))
+    error = None
+    lost = 0
+    closing = None
+    seen = 0
+    while True:
+        head, tail = int(ctr[0]), int(ctr[1])
+        if head != seen:
+            # rows stored before the head was: let the stores settle before reading them
+            # (ordered on x86; a pause where the memory model is weaker)
+            seen = head
+            time.sleep(0.001)
+        if head == tail:
+            if closing is not None:
+                break
+            if _readable(inp, 0.01):
+                try:
+                    closing = _recv(inp)
+                except (EOFError, OSError, pickle.UnpicklingError):     # the control process is gone
+                    closing = {}
+            continue
+        i = tail % cap
+        k = min(head - tail, cap - i, 256)
+        if error is None:
+            try:
+                f.write_rows(ring[i:i + k].copy())
+            except Exception as err:  # noqa: BLE001 - reported at close; the rows are lost
+                error = f"{type(err).__name__}: {err}"
+        if error is not None:
+            lost += k
+        ctr[1] = tail + k
+    try:
+        f.finish(closing.get("meta"), closing.get("rows_dropped", 0) + lost, closing.get("dropped_t", ()),
+                 closing.get("ring_rows", cap))
+    except Exception as err:  # noqa: BLE001 - reported
+        error = error or f"{type(err).__name__}: {err}"
+    del ctr, ring
+    shm.close()
+    try:
+        _send(out, ("done", {"rows_written": f.rows_written, "messages": f.messages, "rows_lost": lost,
+                             "error": error}))
+    except OSError:
+        pass
 
 
 def _finite_or_str(a) -> list:
@@ -445,7 +599,7 @@ def _finite_or_str(a) -> list:
 
 
 def write_mcap(run_dir, out=None) -> dict:
-    """Write ``log.mcap`` for a run already on disk (its ``log.npy`` and ``meta.json``).
+    """Write ``log.mcap`` for a run already on disk (its ``log.npy`` and ``meta.json``), in this thread.
 
     Parameters
     ----------
@@ -457,22 +611,21 @@ def write_mcap(run_dir, out=None) -> dict:
     Returns
     -------
     dict
-        :meth:`McapRecorder.stats` (nothing is dropped: written in this thread).
+        ``path``, ``rows_written``, ``messages``.
     """
     from .telemetry import column_labels, read_log, read_meta
     run_dir = Path(run_dir)
     flat = read_log(run_dir, flat=True)
     meta = read_meta(run_dir)
     log = read_log(run_dir)
-    n, dim = log["q"].shape[1], log["err"].shape[1]
-    joints = column_labels(flat, "q")
-    axes = column_labels(flat, "err")
-    rec = McapRecorder(run_dir / "log.mcap" if out is None else out, log.dtype, joints, axes,
-                       torque_limit_nm=_limits(meta.get("torque_limit"), n), threaded=False,
-                       start_ns=_start_ns(meta))
+    n = log["q"].shape[1]
+    path = run_dir / "log.mcap" if out is None else Path(out)
+    f = McapFile(path, log.dtype, column_labels(flat, "q"), column_labels(flat, "err"),
+                 torque_limit_nm=_limits(meta.get("torque_limit"), n), start_ns=_start_ns(meta))
     for a in range(0, log.shape[0], 1024):
-        rec.push(log[a:a + 1024])
-    return rec.close(meta)
+        f.write_rows(log[a:a + 1024])
+    f.finish(meta)
+    return {"path": str(path), "rows_written": f.rows_written, "messages": f.messages}
 
 
 def _start_ns(meta: dict) -> int:

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import threading
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -155,22 +159,26 @@ def test_faults_are_log_messages_at_their_time(tmp_path):
 
 
 def test_a_stalled_writer_drops_rows_counts_them_and_leaves_the_run_unchanged(tmp_path, monkeypatch):
-    """The writer thread is blocked from its first block until the run closes the recording: the
-    ring (300 rows) fills, the rest is dropped and counted, and the run (lock-step clock) gives
-    the same log and metrics as without MCAP."""
+    """The writer process is stopped (SIGSTOP) before the first cycle and continued only when
+    the run closes the recording: the ring (300 rows) fills, the rest is dropped and counted,
+    and the run (lock-step clock) gives the same log and metrics as without MCAP."""
     off = _run(tmp_path / "off", {})
-    original = McapRecorder._write_block
-    stalled = threading.Event()
+    spec = load_run(DEMO, overrides={"telemetry.mcap": True, "telemetry.mcap_buffer_rows": 300}, duration_s=1.0)
+    run = build_run(spec, out_dir=tmp_path / "on")
+    rec = run.loop.telemetry.mcap
+    os.kill(rec.pid, signal.SIGSTOP)
+    original = McapRecorder.close
 
-    def stall(self, rows):
-        if self.threaded and not stalled.is_set():
-            stalled.set()
-            self._stop.wait(30.0)        # until close() (or 30 s: then the test fails below)
-        return original(self, rows)
+    def close(self, *args, **kwargs):
+        os.kill(self.pid, signal.SIGCONT)
+        return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(McapRecorder, "_write_block", stall)
-    on = _run(tmp_path / "on", {"telemetry.mcap": True, "telemetry.mcap_buffer_rows": 300})
-    assert stalled.is_set()
+    monkeypatch.setattr(McapRecorder, "close", close)
+    try:
+        on = run.execute()
+    finally:
+        if rec._proc.poll() is None:  # noqa: SLF001 - a failure above: never leave it stopped
+            os.kill(rec.pid, signal.SIGCONT)
     a, b = read_log(tmp_path / "off"), read_log(tmp_path / "on")
     rows = a.shape[0]
     assert b.shape[0] == rows == on.n_cycles == off.n_cycles
@@ -189,6 +197,48 @@ def test_a_stalled_writer_drops_rows_counts_them_and_leaves_the_run_unchanged(tm
     js = [m for _, m in got["/joint_states"]]
     assert len(js) == 300 and _equal([m.position for m in js], b["q"][:300])
     assert any(m.name == "torqueloop.mcap" and str(rows - 300) in m.msg for _, m in got["/rosout"])
+
+
+_KILLED = """
+import sys
+from controller.app.run import build_run, load_run
+spec = load_run({demo!r}, overrides={{"telemetry.mcap": True, "telemetry.buffer_rows": 50}}, duration_s=30.0)
+run = build_run(spec, out_dir={out!r})
+print(run.loop.telemetry.mcap.pid, flush=True)
+run.execute()
+"""
+
+
+def test_the_recording_is_finished_when_the_control_process_is_killed(tmp_path):
+    """SIGKILL of the control process mid-run: the writer process finishes log.mcap with the rows
+    it received (a valid file: summary, counts), every one of them equal to log.npy's."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([sys.executable, "-c", _KILLED.format(demo=str(DEMO), out=str(out))], env=env,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        writer = int(p.stdout.readline())
+        deadline = time.monotonic() + 120.0
+        while time.monotonic() < deadline:      # some blocks have reached the writer
+            time.sleep(0.2)
+            if (out / "log.npy").exists() and np.load(out / "log.npy").shape[0] >= 500:
+                break
+        p.kill()
+    finally:
+        p.wait(30)
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        try:
+            os.kill(writer, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    got = _decoded(out / "log.mcap")
+    log = read_log(out)
+    js = [m for _, m in got["/joint_states"]]
+    assert 0 < len(js) <= log.shape[0]
+    assert got["statistics"].channel_message_counts[1] == len(js)
+    assert _equal([m.position for m in js], log["q"][:len(js)])
 
 
 def test_export_writes_the_recorded_bytes_and_csv(recorded, tmp_path, capsys):
