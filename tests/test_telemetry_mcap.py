@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 mcap_reader = pytest.importorskip("mcap.reader")
 ros2_decoder = pytest.importorskip("mcap_ros2.decoder")
@@ -24,6 +26,11 @@ from controller.app.cli import main  # noqa: E402
 from controller.app.run import build_run, load_run  # noqa: E402
 from controller.telemetry import read_log, read_meta  # noqa: E402
 from controller.telemetry_mcap import CYCLE_MSG, McapRecorder  # noqa: E402
+
+try:
+    from tests.config_mutations import VALUES
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from config_mutations import VALUES
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "hil_configs" / "runs" / "3rrr_circle.toml"
@@ -270,3 +277,20 @@ def test_export_of_a_bad_folder_exits_2_naming_it(tmp_path, capsys, what):
     err = capsys.readouterr().err
     assert str(d) in err and "Traceback" not in err
     assert not (d / "log.mcap").exists()
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(key=st.sampled_from(["telemetry.mcap", "telemetry.mcap_buffer_rows"]),
+       value=st.one_of(st.sampled_from([v for v in VALUES if v != "__delete__"]),
+                       st.integers(-10**12, 10**12), st.booleans(), st.text(max_size=5)))
+def test_the_mcap_keys_take_their_type_and_range_or_name_file_and_field(key, value):
+    from dynamics.errors import ConfigError
+    try:
+        spec = load_run(DEMO, overrides={key: value})
+    except ConfigError as err:
+        assert err.file == str(DEMO) and err.field == key, (err.file, err.field)
+        return
+    if key == "telemetry.mcap":
+        assert isinstance(value, bool) and spec.telemetry_mcap is value
+    else:
+        assert type(value) is int and 1 <= value <= 1 << 24 and spec.telemetry_mcap_rows == value
