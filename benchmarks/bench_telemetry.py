@@ -12,13 +12,19 @@ others'.  Cases:
   ``3rrr_circle_direct.toml`` (the compiled offline loop, plant in process) and
   ``3rrr_circle.toml`` (the Python loop through the MIT CAN driver and emulated drives),
   telemetry off / npy / npy + MCAP, median of interleaved runs; the added cost per cycle is
-  the MCAP median minus the npy median (target: at most 2 us);
+  the MCAP median minus the npy median (target: at most 2 us).  A lock-step run goes faster
+  than the writer, which is busy beside the loop for the whole run; the same run with the
+  writer process stopped (SIGSTOP) until the log closes separates the control thread's own
+  work (copies into the ring) from the slowdown a busy process on the other core causes
+  (shared caches, a loaded VM);
 * the writer's own work per row (encode the two messages, ``mcap`` ``add_message``,
   compression), from which the rate it sustains.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +33,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "hil_configs" / "runs"
+#: the MCAP run whose writer process is stopped during the loop
+PAUSED = "npy+mcap, writer paused"
 
 
 def _row_args(n: int, dim: int):
@@ -72,9 +80,21 @@ def _run(fname: str, tmp: Path | None, mode: str, duration_s: float):
     in the loop's ``run()`` apart from the closing of the log [s], CPU time of that closing [s])."""
     from controller.app.run import build_run, load_run
 
-    spec = load_run(RUNS / fname, overrides={"telemetry.mcap": mode == "npy+mcap"}, duration_s=duration_s)
+    spec = load_run(RUNS / fname, overrides={"telemetry.mcap": mode.startswith("npy+mcap")}, duration_s=duration_s)
     run = build_run(spec, out_dir=tmp)
     cpu = {"run": 0.0, "close": 0.0}
+    if mode == PAUSED:
+        # the writer process stopped until the log closes: what remains is the control
+        # thread's own work (the copies into the ring), without a busy process beside it
+        rec = run.loop.telemetry.mcap
+        os.kill(rec.pid, signal.SIGSTOP)
+        close = rec.close
+
+        def resume_then_close(*args, **kwargs):
+            os.kill(rec.pid, signal.SIGCONT)
+            return close(*args, **kwargs)
+
+        rec.close = resume_then_close
 
     def timed(fn, key):
         def call(*args, **kwargs):
@@ -101,10 +121,10 @@ def _loop_rows(tmp: Path, quick: bool) -> list[dict]:
     for fname, what in (("3rrr_circle_direct.toml", "compiled offline loop, plant in process"),
                         ("3rrr_circle.toml", "Python loop, MIT CAN driver, emulated drives inline")):
         _run(fname, tmp / "warm", "npy", dur)          # numba caches loaded, buses warm
-        cpu: dict[str, list[float]] = {"off": [], "npy": [], "npy+mcap": []}
+        cpu: dict[str, list[float]] = {"off": [], "npy": [], "npy+mcap": [], PAUSED: []}
         wall: dict[str, list[float]] = {k: [] for k in cpu}
         close: dict[str, list[float]] = {k: [] for k in cpu}
-        drops = []
+        drops: dict[str, list[int]] = {"npy+mcap": [], PAUSED: []}
         for r in range(repeat):
             for mode in cpu:
                 out = None if mode == "off" else tmp / f"{fname}-{mode}-{r}"
@@ -112,17 +132,17 @@ def _loop_rows(tmp: Path, quick: bool) -> list[dict]:
                 cpu[mode].append(c / res.n_cycles * 1e6)
                 close[mode].append(end * 1e3)
                 wall[mode].append(res.wall_time_s / res.n_cycles * 1e6)
-                if mode == "npy+mcap":
+                if mode.startswith("npy+mcap"):
                     import json
-                    drops.append(json.loads((out / "meta.json").read_text())["mcap"]["rows_dropped"])
+                    drops[mode].append(json.loads((out / "meta.json").read_text())["mcap"]["rows_dropped"])
         ref = float(np.median(cpu["npy"]))
         for mode in cpu:
             med = float(np.median(cpu[mode]))
             note = (f"{what}; CPU time of the control thread per cycle (time.thread_time over the loop's run() "
                     f"but the log's closing at the end: {np.median(close[mode]):.2f} ms once), median of {repeat} "
                     f"runs of {dur:g} s")
-            if mode == "npy+mcap":
-                note += f"; rows dropped per run {drops}"
+            if mode in drops:
+                note += f"; rows dropped per run {drops[mode]}"
             rows.append({"case": f"{fname}, telemetry {mode}", "median_us": med,
                          "p99_us": float(np.max(cpu[mode])), "ref": "npy", "ref_median_us": ref, "ratio": med / ref,
                          "added_us": med - ref, "wall_us": float(np.median(wall[mode])),

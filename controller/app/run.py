@@ -826,6 +826,7 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
     from drivers.registry import build_driver
 
     stack = ExitStack()
+    telemetry = None
     try:
         if clock is None:
             clock = (LockstepClock() if spec.clock == "lockstep"
@@ -875,6 +876,8 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
         return Run(spec, loop, driver, clock, plant, None if out_dir is None else Path(out_dir), stack)
     except BaseException:
         stack.close()
+        if telemetry is not None and telemetry.mcap is not None:
+            telemetry.mcap.close()      # its writer process and shared memory
         raise
 
 
