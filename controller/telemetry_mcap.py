@@ -598,43 +598,34 @@ def _finite_or_str(a) -> list:
     return [float(v) if np.isfinite(v) else str(float(v)) for v in np.asarray(a, float).ravel()]
 
 
-def write_mcap(run_dir, out=None) -> dict:
-    """Write ``log.mcap`` for a run already on disk (its ``log.npy`` and ``meta.json``), in this thread.
+def write_mcap(path, log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: int) -> dict:
+    """Write a whole log as an MCAP file in this thread (a run on disk: ``torqueloop export``).
 
     Parameters
     ----------
-    run_dir : path
-        The run's folder.
-    out : path, optional
-        The MCAP file (default ``run_dir/log.mcap``).
+    path : path
+        The MCAP file (overwritten).
+    log : ndarray, shape (rows,)
+        The log with vector fields (:func:`controller.telemetry.read_log`).
+    meta : dict
+        The run's meta.json (config, result, ``torque_limit``).
+    joint_names, axis_names : sequence of str
+        Lengths n and dim.
+    start_ns : int
+        The run's start, ns since the epoch.
 
     Returns
     -------
     dict
         ``path``, ``rows_written``, ``messages``.
     """
-    from .telemetry import column_labels, read_log, read_meta
-    run_dir = Path(run_dir)
-    flat = read_log(run_dir, flat=True)
-    meta = read_meta(run_dir)
-    log = read_log(run_dir)
-    n = log["q"].shape[1]
-    path = run_dir / "log.mcap" if out is None else Path(out)
-    f = McapFile(path, log.dtype, column_labels(flat, "q"), column_labels(flat, "err"),
-                 torque_limit_nm=_limits(meta.get("torque_limit"), n), start_ns=_start_ns(meta))
+    n = log.dtype["q"].shape[0]
+    f = McapFile(path, log.dtype, joint_names, axis_names, torque_limit_nm=_limits(meta.get("torque_limit"), n),
+                 start_ns=start_ns)
     for a in range(0, log.shape[0], 1024):
         f.write_rows(log[a:a + 1024])
     f.finish(meta)
     return {"path": str(path), "rows_written": f.rows_written, "messages": f.messages}
-
-
-def _start_ns(meta: dict) -> int:
-    """The run's start from meta.json (ns since the epoch); now when it has none."""
-    from .telemetry import utc_ns
-    try:
-        return utc_ns(meta["start_time_utc"])
-    except (KeyError, ValueError, TypeError):
-        return time.time_ns()
 
 
 def _limits(value, n: int) -> np.ndarray:

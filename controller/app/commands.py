@@ -295,11 +295,19 @@ def export(args) -> int:
         to_csv(read_log(run_dir, flat=True), out)
         print(out)
         return 0
+    from ..telemetry import column_labels, utc_ns
     from ..telemetry_mcap import mcap_available, write_mcap
     why = mcap_available()
     if why is not None:
         raise TorqueloopError(why)
-    st = write_mcap(run_dir, out)
+    flat, meta = read_log(run_dir, flat=True), read_meta(run_dir)
+    try:
+        start_ns = utc_ns(meta["start_time_utc"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"meta.json has no readable start_time_utc ({type(err).__name__}: {err})",
+                          str(run_dir / "meta.json"), "start_time_utc") from err
+    st = write_mcap(out, read_log(run_dir), meta, column_labels(flat, "q"), column_labels(flat, "err"),
+                    start_ns=start_ns)
     print(f"{out} ({st['rows_written']} rows, {st['messages']} messages)")
     return 0
 
