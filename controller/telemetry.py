@@ -621,7 +621,8 @@ class TelemetryWriter:
             st = self.meta["mcap"] = self.mcap.close(_jsonable(self.meta))
             if st["rows_dropped"]:
                 self.notes.append(f"MCAP: {st['rows_dropped']} of {st['rows_dropped'] + st['rows_written']} rows dropped (the writer "
-                                  f"fell behind, ring of {st['ring_rows']} rows full); log.npy has them all")
+                                  f"fell behind, ring of {st['ring_rows']} rows full); log.npy has them all, "
+                                  f"`torqueloop export {self.directory} --format mcap` writes every row")
             if st["error"]:
                 self.notes.append(f"MCAP: recording failed: {st['error']}")
         try:
