@@ -260,8 +260,14 @@ class McapFile:
         self.messages = 0
 
     def write_rows(self, rows: np.ndarray) -> None:
-        """Encode and write ``rows`` (shape (k,) of :attr:`dtype`): a JointState and a
-        ControlCycle each, and a Log message where the safety code changes."""
+        """Encode and write rows: a JointState and a ControlCycle each, and a Log message where
+        the safety code changes.
+
+        Parameters
+        ----------
+        rows : ndarray, shape (k,)
+            Rows of :attr:`dtype` (SI units and radians, as in ``log.npy``).
+        """
         k = rows.shape[0]
         if k == 0:
             return
@@ -294,14 +300,38 @@ class McapFile:
             self.rows_written += 1
 
     def log(self, stamp_ns: int, level: int, name: str, text: str) -> None:
-        """One ``/rosout`` message."""
+        """Write one ``/rosout`` message.
+
+        Parameters
+        ----------
+        stamp_ns : int
+            Its time, ns since the epoch.
+        level : int
+            ``rcl_interfaces/msg/Log`` level (20 info, 30 warn, 40 error).
+        name : str
+            The logger's name (``torqueloop.safety``, ``torqueloop.fault``...).
+        text : str
+        """
         self._w.add_message(self._ch_log, log_time=int(stamp_ns), data=_cdr_log(stamp_ns, level, name, text),
                             publish_time=int(stamp_ns))
         self.messages += 1
 
     def finish(self, meta: dict | None, rows_dropped: int = 0, dropped_t=(), ring_rows: int = 0) -> None:
         """Write the faults of ``meta["result"]`` and the dropped rows as ``/rosout`` messages,
-        ``meta`` (meta.json's content) as metadata, the summary; close the file."""
+        ``meta`` as metadata and the file's summary; close the file.
+
+        Parameters
+        ----------
+        meta : dict or None
+            meta.json's content (``result`` with its ``faults``: ``t_s`` [s], ``cause``,
+            ``joint``, ``message``).
+        rows_dropped : int
+            Rows the recorder could not queue.
+        dropped_t : sequence of float
+            ``[first, last]`` cycle time of those rows [s].
+        ring_rows : int
+            The ring's size, for the message.
+        """
         try:
             meta = meta or {}
             result = meta.get("result") if isinstance(meta.get("result"), dict) else {}
@@ -440,10 +470,20 @@ class McapRecorder:
         return None if self._proc is None else self._proc.pid
 
     def push(self, rows: np.ndarray) -> int:
-        """Queue rows (shape (k,) of :attr:`dtype`) for the writer; never waits.
+        """Queue rows for the writer; never waits.
 
         Rows beyond the ring's free room are dropped (counted in :attr:`rows_dropped`, their
-        time span in :attr:`dropped_t`).  Returns the number dropped by this call.
+        time span in :attr:`dropped_t`).
+
+        Parameters
+        ----------
+        rows : ndarray, shape (k,)
+            Rows of :attr:`dtype`.
+
+        Returns
+        -------
+        int
+            The number of rows this call dropped.
         """
         k = rows.shape[0]
         if k == 0 or self.closed:
@@ -472,9 +512,22 @@ class McapRecorder:
         return k - take
 
     def close(self, meta: dict | None = None, *, timeout_s: float = 120.0) -> dict:
-        """Let the writer drain the ring, write the faults, the dropped rows and ``meta``
-        (config and result: meta.json's content) and finish the file; wait for it at most
-        ``timeout_s``.  Returns :meth:`stats`.  Idempotent."""
+        """Let the writer drain the ring, write the faults, the dropped rows and ``meta`` and
+        finish the file; then end the writer process and free the shared memory.  Idempotent.
+
+        Parameters
+        ----------
+        meta : dict, optional
+            meta.json's content (config, versions, ``result``), JSON-serialisable.
+        timeout_s : float
+            How long to wait for the writer [s]; past it the process is killed and the
+            error recorded.
+
+        Returns
+        -------
+        dict
+            :meth:`stats`.
+        """
         if self.closed:
             return self.stats()
         self.closed = True
