@@ -170,6 +170,7 @@ def test_a_stalled_writer_drops_rows_counts_them_and_leaves_the_run_unchanged(tm
     the run closes the recording: the ring (300 rows) fills, the rest is dropped and counted,
     and the run (lock-step clock) gives the same log and metrics as without MCAP."""
     off = _run(tmp_path / "off", {})
+    assert not (tmp_path / "off" / "log.mcap").exists() and "mcap" not in read_meta(tmp_path / "off")  # opt-in
     spec = load_run(DEMO, overrides={"telemetry.mcap": True, "telemetry.mcap_buffer_rows": 300}, duration_s=1.0)
     run = build_run(spec, out_dir=tmp_path / "on")
     rec = run.loop.telemetry.mcap
