@@ -403,8 +403,8 @@ class TelemetryWriter:
         instead of ``q[0]``, ``err[0]`` (see :func:`file_dtype`).
     mcap_ring_rows : int, optional
         Also record ``log.mcap`` (:class:`controller.telemetry_mcap.McapRecorder`): each
-        flushed block of rows is copied into a ring buffer of this many rows that a writer
-        thread drains; a full ring drops rows (counted in meta.json's ``mcap`` and in
+        flushed block of rows is copied into a shared-memory ring buffer of this many rows
+        that a writer process drains; a full ring drops rows (counted in meta.json's ``mcap`` and in
         :attr:`notes`).  None (default): no MCAP.
     torque_limit_nm : array_like, shape (n,), optional
         The torque limits, recorded beside the torques in the MCAP file.
