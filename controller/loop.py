@@ -617,6 +617,7 @@ class ControlLoop:
                 tel.close(res.as_dict())
             except OSError as exc:
                 res.messages.append(f"telemetry could not be closed cleanly (meta.json has no result): {exc}")
+            res.messages.extend(getattr(tel, "notes", ()))
             if getattr(tel, "write_error", None) is not None:
                 res.log_unwritten = tel.unwritten()
                 res.messages.append(f"log incomplete: {tel.rows_written} rows on disk, "

@@ -47,7 +47,7 @@ from dynamics._kernel_cache import stamp_package_caches
 from dynamics.errors import TorqueloopError
 
 __all__ = ["TelemetryWriter", "log_dtype", "file_dtype", "column_labels", "usable_labels", "group_fields", "read_log", "read_meta",
-           "collect_meta", "to_csv", "FIELD_DOC"]
+           "collect_meta", "to_csv", "utc_ns", "FIELD_DOC"]
 
 _MAGIC = b"\x93NUMPY\x01\x00"
 
@@ -320,6 +320,16 @@ def collect_meta(extra: dict | None = None) -> dict:
     return meta
 
 
+def utc_ns(iso: str) -> int:
+    """ns since the epoch of an ISO time (meta.json's ``start_time_utc``; UTC when it has no zone).
+
+    Raises ValueError for a text that is not an ISO time."""
+    d = _dt.datetime.fromisoformat(str(iso))
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=_dt.timezone.utc)
+    return int(d.timestamp()) * 1_000_000_000 + d.microsecond * 1000
+
+
 def _jsonable(x):
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}
@@ -391,10 +401,18 @@ class TelemetryWriter:
     joint_names, axis_names : sequence of str, optional
         Column labels on disk (length n and dim): ``q[theta1]``, ``err[x]``
         instead of ``q[0]``, ``err[0]`` (see :func:`file_dtype`).
+    mcap_ring_rows : int, optional
+        Also record ``log.mcap`` (:class:`controller.telemetry_mcap.McapRecorder`): each
+        flushed block of rows is copied into a shared-memory ring buffer of this many rows
+        that a writer process drains; a full ring drops rows (counted in meta.json's ``mcap`` and in
+        :attr:`notes`).  None (default): no MCAP.
+    torque_limit_nm : array_like, shape (n,), optional
+        The torque limits, recorded beside the torques in the MCAP file.
     """
 
     def __init__(self, directory, n: int, dim: int, *, buffer_rows: int = 200, meta: dict | None = None,
-                 fsync: bool = False, joint_names=None, axis_names=None):
+                 fsync: bool = False, joint_names=None, axis_names=None, mcap_ring_rows: int | None = None,
+                 torque_limit_nm=None):
         if buffer_rows < 1:
             raise TorqueloopError("buffer_rows must be >= 1")
         self.directory = Path(directory)
@@ -430,6 +448,20 @@ class TelemetryWriter:
         self.held_rows_max = 1_000_000
         #: the first write error, or None
         self.write_error: OSError | None = None
+        #: what the run's summary should say about this log (set by :meth:`close`)
+        self.notes: list[str] = []
+        self.mcap = None
+        if mcap_ring_rows is not None:
+            from .telemetry_mcap import McapRecorder
+            try:
+                self.mcap = McapRecorder(self.directory / "log.mcap", self.dtype,
+                                         _column_labels(self.n, joint_names, "joint_names"),
+                                         _column_labels(self.dim, axis_names, "axis_names"),
+                                         torque_limit_nm=torque_limit_nm, ring_rows=mcap_ring_rows,
+                                         start_ns=utc_ns(self.meta["start_time_utc"]))
+            except BaseException:
+                self._fh.close()
+                raise
 
     def record(self, t, q, qd, ref_pos, ref_vel, ref_acc, err, tau_ctrl, tau_cmd, tau_meas, safety, sat,
                lateness_s, compute_s, fresh, fault, enabled) -> None:
@@ -498,6 +530,8 @@ class TelemetryWriter:
         # the buffer before this returns, and rows kept after an error are copied
         rows = self._buf[: self._i]
         self._i = 0
+        if self.mcap is not None:
+            self.mcap.push(rows)            # a copy into its ring, never a wait
         if self._held:
             rows = np.concatenate(self._held + [rows])
             self._held = []
@@ -583,11 +617,19 @@ class TelemetryWriter:
                                            "error": f"{type(self.write_error).__name__}: {self.write_error}"}
         if result is not None:
             self.meta["result"] = result
+        if self.mcap is not None:
+            st = self.meta["mcap"] = self.mcap.close(_jsonable(self.meta))
+            if st["rows_dropped"]:
+                self.notes.append(f"MCAP: {st['rows_dropped']} of {st['rows_dropped'] + st['rows_written']} rows dropped (the writer "
+                                  f"fell behind, ring of {st['ring_rows']} rows full); log.npy has them all, "
+                                  f"`torqueloop export {self.directory} --format mcap` writes every row")
+            if st["error"]:
+                self.notes.append(f"MCAP: recording failed: {st['error']}")
         try:
             _write_json(self.meta_path, self.meta)
         except OSError:
             # no room for the full metadata: the result alone, in place
-            small = {k: self.meta[k] for k in ("rows", "end_time_utc", "log_incomplete", "result", "n", "dim")
+            small = {k: self.meta[k] for k in ("rows", "end_time_utc", "log_incomplete", "result", "n", "dim", "mcap")
                      if k in self.meta}
             _write_json(self.meta_path, small)
 

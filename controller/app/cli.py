@@ -6,6 +6,7 @@ Sub-commands
                             (``--explain TOPIC``: the keys of a config table).
 ``torqueloop run CONFIG``   run a config (simulated plant by default), write log and plots.
 ``torqueloop plot LOG``     plot a run log to PNG files.
+``torqueloop export RUN_DIR --format mcap|csv``  a run on disk as MCAP or CSV.
 ``torqueloop animate LOG``  stick-figure animation of the robot from a run log.
 ``torqueloop tune CONFIG``  search controller gains over Monte-Carlo offline runs.
 ``torqueloop robustness CONFIG``  Monte-Carlo runs over the plant's uncertainty: share within
@@ -61,6 +62,11 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return commands.plot(args)
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from . import commands
+    return commands.export(args)
+
+
 def _cmd_animate(args: argparse.Namespace) -> int:
     from . import commands
     return commands.animate(args)
@@ -107,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--duration", type=float, default=None, help="override the run duration [s]")
     r.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--mcap", action="store_true",
+                   help="also record log.mcap (ROS 2 encodings: Foxglove, PlotJuggler, rosbags), as "
+                        "[telemetry] mcap = true")
     r.add_argument("--yes-hardware", action="store_true",
                    help="confirm a hardware run non-interactively (real motors will move)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -123,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("-o", "--out", default=None, help="folder for the PNG files (default: beside the log)")
     pl.add_argument("--animate", action="store_true", help="also write animation.gif (see `animate`)")
     pl.set_defaults(func=_cmd_plot)
+
+    ex = sub.add_parser("export", help="a run on disk as MCAP (Foxglove, PlotJuggler, ROS 2 tools) or CSV")
+    ex.add_argument("run_dir", help="run folder (log.npy and meta.json)")
+    ex.add_argument("--format", required=True, choices=["mcap", "csv"], help="mcap or csv")
+    ex.add_argument("-o", "--out", default=None, help="output file (default: RUN_DIR/log.mcap or log.csv)")
+    ex.set_defaults(func=_cmd_export)
 
     an = sub.add_parser("animate", help="stick-figure animation of the robot from a run log (GIF or HTML)")
     an.add_argument("log", help="run folder or telemetry .npy file")

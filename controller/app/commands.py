@@ -18,9 +18,9 @@ import numpy as np
 
 from dynamics import load_model
 from dynamics.config import read_toml, write_toml
-from dynamics.errors import ConfigError, SafetyError
+from dynamics.errors import ConfigError, SafetyError, TorqueloopError
 
-__all__ = ["check", "run", "plot", "animate", "tune", "robustness", "identify", "bringup", "parse_sets",
+__all__ = ["check", "run", "plot", "export", "animate", "tune", "robustness", "identify", "bringup", "parse_sets",
            "format_summary"]
 
 
@@ -170,6 +170,8 @@ def run(args) -> int:
     from ..telemetry import write_json
 
     overrides = parse_sets(args.set)
+    if getattr(args, "mcap", False):
+        overrides["telemetry.mcap"] = True
     spec = load_run(args.config, overrides=overrides, duration_s=args.duration)
     out = Path(args.out) if args.out else new_out_dir(spec.name)
     # the same validation as `check` (feasibility, singularity, bus budget, protections), and
@@ -221,6 +223,8 @@ def run(args) -> int:
         except (ConfigError, OSError) as err:
             print(f"  plots skipped: {err}")
     print(f"  log: {out / 'log.npy'} (numpy structured array; pandas.DataFrame(numpy.load(path)))")
+    if spec.telemetry_mcap:
+        print(f"  mcap: {out / 'log.mcap'} (Foxglove, PlotJuggler; ROS 2 JointState on /joint_states)")
     rec = getattr(result, "recovery", None)
     for m in result.messages:
         if m.startswith("recovery:"):
@@ -270,6 +274,41 @@ def plot(args) -> int:
         out = None if args.out is None else Path(args.out) / "animation.gif"
         args = _animate_args(args, out)
         return animate(args)
+    return 0
+
+
+def export(args) -> int:
+    """``torqueloop export RUN_DIR --format mcap|csv [-o FILE]``: a run on disk (its ``log.npy`` and
+    ``meta.json``) as ``log.mcap`` or ``log.csv`` (default beside them)."""
+    from ..telemetry import read_log, read_meta, to_csv
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"not a run folder: {'no such folder' if not run_dir.exists() else 'a file'} "
+                          "(export takes the folder a run wrote: log.npy and meta.json)", str(run_dir))
+    for name in ("log.npy", "meta.json"):
+        if not (run_dir / name).is_file():
+            raise ConfigError(f"not a run folder: no {name} in it", str(run_dir))
+    out = Path(args.out) if args.out else run_dir / f"log.{args.format}"
+    if args.format == "csv":
+        read_meta(run_dir)      # the folder is a run's: its metadata reads
+        to_csv(read_log(run_dir, flat=True), out)
+        print(out)
+        return 0
+    from ..telemetry import column_labels, utc_ns
+    from ..telemetry_mcap import mcap_available, write_mcap
+    why = mcap_available()
+    if why is not None:
+        raise TorqueloopError(why)
+    flat, meta = read_log(run_dir, flat=True), read_meta(run_dir)
+    try:
+        start_ns = utc_ns(meta["start_time_utc"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"meta.json has no readable start_time_utc ({type(err).__name__}: {err})",
+                          str(run_dir / "meta.json"), "start_time_utc") from err
+    st = write_mcap(out, read_log(run_dir), meta, column_labels(flat, "q"), column_labels(flat, "err"),
+                    start_ns=start_ns)
+    print(f"{out} ({st['rows_written']} rows, {st['messages']} messages)")
     return 0
 
 

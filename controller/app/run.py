@@ -41,6 +41,8 @@ trajectory, a controller, the loop and the safety settings::
     [safety]                                   # see controller.safety.SafetyConfig
     [telemetry]
     buffer_rows = 200
+    mcap = false                               # also write log.mcap (needs the `mcap` extra; `run --mcap`)
+    mcap_buffer_rows = 65536                   # its ring buffer: rows beyond it are dropped, counted
 
 Everything is validated before anything moves: errors name the file and the field.
 """
@@ -129,6 +131,10 @@ class RunSpec:
     safety: SafetyConfig
     telemetry_buffer_rows: int
     description: str = ""
+    #: record ``log.mcap`` beside ``log.npy`` (``[telemetry] mcap``), through a ring of
+    #: ``telemetry_mcap_rows`` rows (``mcap_buffer_rows``)
+    telemetry_mcap: bool = False
+    telemetry_mcap_rows: int = 65536
     #: the wall clock's busy-wait window before each deadline [s] (``loop.spin_s``)
     spin_s: float = 2e-4
     #: ``(trajectory, model, space, reference at t = 0, q0, X0)`` of the last :func:`_joint_start`
@@ -368,6 +374,13 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     safety = SafetyConfig.from_section(root.section("safety", {}))
     tel = root.section("telemetry", {})
     buffer_rows = tel.int("buffer_rows", 200, minimum=1)
+    mcap_on = tel.bool("mcap", False)
+    mcap_rows = tel.int("mcap_buffer_rows", 65536, minimum=1, maximum=1 << 24)
+    if mcap_on:
+        from ..telemetry_mcap import mcap_available
+        why = mcap_available()
+        if why is not None:
+            raise ConfigError(why, file, "telemetry.mcap")
     tel.finish()
 
     # A [tune] table (gain search, see controller.app.tune) is validated here so that `check` and
@@ -388,7 +401,8 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     return RunSpec(name=name, file=file, data=dict(data), model=model, plant=plant_data, driver_section=drv,
                    driver_type=driver_type, hardware=hardware, trajectory=traj, controller=ctrl,
                    rate_hz=rate, clock=clock, duration_s=dur, realtime=rt, spin_s=spin_s, safety=safety,
-                   telemetry_buffer_rows=buffer_rows, description=description)
+                   telemetry_buffer_rows=buffer_rows, description=description, telemetry_mcap=mcap_on,
+                   telemetry_mcap_rows=mcap_rows)
 
 
 def _trajectory_for_space(traj, model: Model, space: str, tsec: Section):
@@ -812,6 +826,7 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
     from drivers.registry import build_driver
 
     stack = ExitStack()
+    telemetry = None
     try:
         if clock is None:
             clock = (LockstepClock() if spec.clock == "lockstep"
@@ -852,13 +867,17 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
             telemetry = TelemetryWriter(out_dir, spec.model.dof, len(axes),
                                         buffer_rows=spec.telemetry_buffer_rows, meta=m,
                                         joint_names=usable_labels(spec.model.joint_names, spec.model.dof),
-                                        axis_names=usable_labels(m["axis_names"], len(axes)))
+                                        axis_names=usable_labels(m["axis_names"], len(axes)),
+                                        mcap_ring_rows=spec.telemetry_mcap_rows if spec.telemetry_mcap else None,
+                                        torque_limit_nm=m["torque_limit"])
         _warm_up(spec, controller, plant)
         loop = ControlLoop(driver, controller, spec.trajectory, safety, clock, period_s=spec.period_s,
                            telemetry=telemetry, duration_s=spec.duration_s)
         return Run(spec, loop, driver, clock, plant, None if out_dir is None else Path(out_dir), stack)
     except BaseException:
         stack.close()
+        if telemetry is not None and telemetry.mcap is not None:
+            telemetry.mcap.close()      # its writer process and shared memory
         raise
 
 

@@ -1,0 +1,692 @@
+"""The per-cycle log as an MCAP file (ROS 2 bags, Foxglove, PlotJuggler), written off the control thread.
+
+:class:`McapRecorder` takes the rows of :func:`controller.telemetry.log_dtype` that the
+:class:`~controller.telemetry.TelemetryWriter` flushes (one block of ``buffer_rows`` rows at a
+time, copied into a preallocated ring buffer in shared memory: the control thread's only work)
+and a writer process drains the ring into ``log.mcap`` (a process, not a thread: see
+:class:`McapRecorder`).  A full ring (a writer that cannot keep up, a stalled disk) drops the
+newest rows and counts them; it never makes the control thread wait.
+
+Channels (ROS 2 CDR encoding, ``ros2msg`` schemas: ROS 2 tools, ``rosbags``, Foxglove and
+PlotJuggler decode them from the schema text, no ROS installation needed):
+
+``/joint_states``  ``sensor_msgs/msg/JointState``
+    one per cycle: joint names, measured position [rad|m], the velocity the controller used
+    [rad/s|m/s], measured effort [N m|N].
+``/torqueloop/cycle``  ``torqueloop_msgs/msg/ControlCycle`` (its text: :data:`CYCLE_MSG`)
+    one per cycle: reference, tracking error, controller / commanded / measured torque and the
+    torque limit, clipped flags, safety code, lateness and compute time, drive flags.
+``/rosout``  ``rcl_interfaces/msg/Log``
+    every change of the safety state and every fault of the run (the faults at the end, with
+    their own time stamps), the dropped rows.
+
+Metadata records: ``torqueloop.run`` (joint and axis names, sizes, field descriptions) and,
+at the end, ``torqueloop.config`` and ``torqueloop.result`` (the run's meta.json: config,
+versions, result; each top-level key as JSON text).  Message times are the run's start time
+(UTC, ns since the epoch) plus the cycle time ``t``.
+
+Encoding a cycle costs the writer 2 ``mcap`` ``add_message`` calls (about 13 us each on the
+2-core test machine, 23-37 us a row with compression: ``benchmarks/bench_telemetry.py``); the
+messages' bytes are laid out for a whole block at once with numpy, since every message of a
+run has the same size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dynamics.errors import ConfigError, TorqueloopError
+
+__all__ = ["McapRecorder", "McapFile", "write_mcap", "CYCLE_MSG", "JOINT_STATE_MSG", "LOG_MSG", "mcap_available"]
+
+_SEP = "=" * 80 + "\n"
+
+_TIME_MSG = "int32 sec\nuint32 nanosec\n"
+
+#: ``sensor_msgs/msg/JointState`` with its dependencies (ros2msg text as ROS 2 bags store it)
+JOINT_STATE_MSG = ("std_msgs/Header header\nstring[] name\nfloat64[] position\nfloat64[] velocity\n"
+                   "float64[] effort\n" + _SEP + "MSG: std_msgs/Header\nbuiltin_interfaces/Time stamp\n"
+                   "string frame_id\n" + _SEP + "MSG: builtin_interfaces/Time\n" + _TIME_MSG)
+
+#: ``torqueloop_msgs/msg/ControlCycle``: one control cycle beside the joint states
+CYCLE_MSG = ("# one control cycle of torqueloop (controller/telemetry.py FIELD_DOC)\n"
+             "builtin_interfaces/Time stamp\n"
+             "float64 t_s             # cycle time since start [s]\n"
+             "float64[] ref_pos       # reference position (controller space; axis names in metadata)\n"
+             "float64[] ref_vel       # reference velocity\n"
+             "float64[] ref_acc       # reference acceleration\n"
+             "float64[] err           # tracking error ref - measured\n"
+             "float64[] tau_ctrl      # controller output before the safety layer [N m|N]\n"
+             "float64[] tau_cmd       # commanded torque sent to the driver [N m|N]\n"
+             "float64[] tau_meas      # measured torque [N m|N]\n"
+             "float64[] tau_limit     # the torque limit the safety layer clips to [N m|N]\n"
+             "bool[] saturated        # clipped by the safety layer this cycle\n"
+             "int32 safety            # safety code: 1 clipped 2 soft limit 4 braking 8 holding 16 fault 32 disabled\n"
+             "float64 lateness_s      # cycle start after its deadline [s]\n"
+             "float64 compute_s       # estimate + control + safety time [s]\n"
+             "bool[] fresh            # feedback fresh per joint\n"
+             "int32[] fault           # device fault code per joint (0 none)\n"
+             "bool[] enabled          # drive enabled per joint\n"
+             + _SEP + "MSG: builtin_interfaces/Time\n" + _TIME_MSG)
+
+#: ``rcl_interfaces/msg/Log`` (what ``/rosout`` carries)
+LOG_MSG = ("byte DEBUG=10\nbyte INFO=20\nbyte WARN=30\nbyte ERROR=40\nbyte FATAL=50\n"
+           "builtin_interfaces/Time stamp\nuint8 level\nstring name\nstring msg\nstring file\n"
+           "string function\nuint32 line\n" + _SEP + "MSG: builtin_interfaces/Time\n" + _TIME_MSG)
+
+_INFO, _WARN, _ERROR = 20, 30, 40
+
+#: names of the safety code's bits (controller.safety)
+_SAFETY_BITS = ((1, "clipped"), (2, "soft limit"), (4, "braking"), (8, "holding"), (16, "fault"), (32, "disabled"))
+
+
+def mcap_available() -> str | None:
+    """None when the ``mcap`` package can be imported, else why not (the install hint)."""
+    try:
+        import mcap.writer  # noqa: F401
+    except ImportError as err:
+        return (f"MCAP recording needs the 'mcap' package (pip install 'torqueloop[mcap]'): "
+                f"{type(err).__name__}: {err}")
+    return None
+
+
+def safety_text(code: int) -> str:
+    """The safety code's bits as words (``"clipped, braking"``; ``"normal"`` for 0)."""
+    words = [w for bit, w in _SAFETY_BITS if code & bit]
+    return ", ".join(words) if words else "normal"
+
+
+class _Layout:
+    """A little-endian CDR message whose size is the same for every row: a byte template plus
+    the offsets where each row's values go (alignment relative to the byte after the 4-byte
+    encapsulation header, as CDR has it)."""
+
+    def __init__(self):
+        self.buf = bytearray(b"\x00\x01\x00\x00")      # CDR_LE encapsulation
+        self.slots: dict[str, tuple[int, np.dtype, int]] = {}
+
+    def _align(self, a: int) -> None:
+        pad = (-(len(self.buf) - 4)) % a
+        self.buf += bytes(pad)
+
+    def scalar(self, name: str, dtype: str) -> None:
+        dt = np.dtype(dtype)
+        self._align(dt.itemsize)
+        self.slots[name] = (len(self.buf), dt, 0)
+        self.buf += bytes(dt.itemsize)
+
+    def string(self, text: str) -> None:
+        data = text.encode("utf-8") + b"\x00"
+        self._align(4)
+        self.buf += len(data).to_bytes(4, "little") + data
+
+    def strings(self, texts) -> None:
+        self._align(4)
+        self.buf += len(texts).to_bytes(4, "little")
+        for s in texts:
+            self.string(s)
+
+    def sequence(self, name: str, dtype: str, count: int) -> None:
+        dt = np.dtype(dtype)
+        self._align(4)
+        self.buf += int(count).to_bytes(4, "little")
+        if count:
+            self._align(dt.itemsize)
+        self.slots[name] = (len(self.buf), dt, int(count))
+        self.buf += bytes(dt.itemsize * count)
+
+    def fill(self, values: dict) -> np.ndarray:
+        """The messages of ``k`` rows, shape (k, size) uint8: ``values[name]`` of shape (k,) or
+        (k, count) for every slot."""
+        k = len(next(iter(values.values())))
+        tmpl = np.frombuffer(bytes(self.buf), dtype=np.uint8)
+        out = np.empty((k, tmpl.size), dtype=np.uint8)
+        out[:] = tmpl
+        for name, (off, dt, count) in self.slots.items():
+            width = dt.itemsize * max(count, 1)
+            v = np.asarray(values[name]).astype(dt.newbyteorder("<"), copy=False).reshape(k, max(count, 1))
+            out[:, off:off + width] = np.ascontiguousarray(v).view(np.uint8).reshape(k, width)
+        return out
+
+
+def _cdr_log(stamp_ns: int, level: int, name: str, text: str) -> bytes:
+    """One ``rcl_interfaces/msg/Log`` in CDR."""
+    lay = _Layout()
+    lay.scalar("sec", "<i4")
+    lay.scalar("nanosec", "<u4")
+    lay.scalar("level", "u1")
+    lay.string(name)
+    lay.string(text)
+    lay.string("")
+    lay.string("")
+    lay.scalar("line", "<u4")
+    sec, nsec = divmod(int(stamp_ns), 1_000_000_000)
+    return lay.fill({"sec": [sec], "nanosec": [nsec], "level": [level], "line": [0]})[0].tobytes()
+
+
+class McapFile:
+    """The MCAP file itself: the channels, the rows encoded as messages, the closing records.
+
+    Used by the writer process of :class:`McapRecorder` and, in the caller's thread, by
+    :func:`write_mcap` (runs on disk).
+
+    Parameters
+    ----------
+    path : path
+        The ``.mcap`` file (overwritten).
+    dtype : numpy.dtype
+        The rows' dtype, :func:`controller.telemetry.log_dtype` ``(n, dim)``.
+    joint_names : sequence of str, length n
+    axis_names : sequence of str, length dim
+    torque_limit_nm : array_like, shape (n,), optional
+        The limit the safety layer clips to [N m|N] (NaN where unknown).
+    start_ns : int
+        The run's start, ns since the epoch (message time = start + cycle time).
+    compression : {"zstd", "lz4", "none"}
+    """
+
+    def __init__(self, path, dtype: np.dtype, joint_names, axis_names, *, torque_limit_nm=None,
+                 start_ns: int, compression: str = "zstd"):
+        why = mcap_available()
+        if why is not None:
+            raise ConfigError(why, field="telemetry.mcap")
+        from mcap.writer import CompressionType, Writer
+        self.path = Path(path)
+        self.dtype = np.dtype(dtype)
+        self.n = self.dtype["q"].shape[0]
+        self.dim = self.dtype["err"].shape[0]
+        self.joint_names = [str(v) for v in joint_names]
+        self.axis_names = [str(v) for v in axis_names]
+        if len(self.joint_names) != self.n or len(self.axis_names) != self.dim:
+            raise TorqueloopError(f"MCAP: {len(self.joint_names)} joint names for {self.n} joints, "
+                                  f"{len(self.axis_names)} axis names for {self.dim} axes")
+        lim = np.full(self.n, np.nan) if torque_limit_nm is None else np.asarray(torque_limit_nm, float)
+        self.torque_limit_nm = np.broadcast_to(lim, (self.n,)).astype(float)
+        self.start_ns = int(start_ns)
+        self._fh = open(self.path, "wb")
+        comp = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}[compression]
+        self._w = Writer(self._fh, compression=comp)
+        self._w.start(profile="ros2", library="torqueloop")
+        js = self._w.register_schema("sensor_msgs/msg/JointState", "ros2msg", JOINT_STATE_MSG.encode())
+        cs = self._w.register_schema("torqueloop_msgs/msg/ControlCycle", "ros2msg", CYCLE_MSG.encode())
+        ls = self._w.register_schema("rcl_interfaces/msg/Log", "ros2msg", LOG_MSG.encode())
+        self._ch_joint = self._w.register_channel("/joint_states", "cdr", js)
+        self._ch_cycle = self._w.register_channel("/torqueloop/cycle", "cdr", cs)
+        self._ch_log = self._w.register_channel("/rosout", "cdr", ls)
+        self._w.add_metadata("torqueloop.run", {
+            "joint_names": json.dumps(self.joint_names), "axis_names": json.dumps(self.axis_names),
+            "n": str(self.n), "dim": str(self.dim), "torque_limit": json.dumps(_finite_or_str(self.torque_limit_nm)),
+            "start_time_ns": str(self.start_ns),
+            "channels": json.dumps({"/joint_states": "position q, velocity qd (as used by the controller), "
+                                                     "effort tau_meas",
+                                    "/torqueloop/cycle": "the other columns of log.npy",
+                                    "/rosout": "safety state changes, faults, dropped rows"})})
+        n, dim = self.n, self.dim
+        jl = _Layout()
+        jl.scalar("sec", "<i4")
+        jl.scalar("nanosec", "<u4")
+        jl.string("")                       # frame_id
+        jl.strings(self.joint_names)
+        jl.sequence("q", "<f8", n)
+        jl.sequence("qd", "<f8", n)
+        jl.sequence("tau_meas", "<f8", n)
+        cl = _Layout()
+        cl.scalar("sec", "<i4")
+        cl.scalar("nanosec", "<u4")
+        cl.scalar("t", "<f8")
+        for name in ("ref_pos", "ref_vel", "ref_acc", "err"):
+            cl.sequence(name, "<f8", dim)
+        for name in ("tau_ctrl", "tau_cmd", "tau_meas", "tau_limit"):
+            cl.sequence(name, "<f8", n)
+        cl.sequence("sat", "u1", n)
+        cl.scalar("safety", "<i4")
+        cl.scalar("lateness_s", "<f8")
+        cl.scalar("compute_s", "<f8")
+        cl.sequence("fresh", "u1", n)
+        cl.sequence("fault", "<i4", n)
+        cl.sequence("enabled", "u1", n)
+        self._joint_layout, self._cycle_layout = jl, cl
+        self._last_safety: int | None = None
+        self.rows_written = 0
+        self.messages = 0
+
+    def write_rows(self, rows: np.ndarray) -> None:
+        """Encode and write rows: a JointState and a ControlCycle each, and a Log message where
+        the safety code changes.
+
+        Parameters
+        ----------
+        rows : ndarray, shape (k,)
+            Rows of :attr:`dtype` (SI units and radians, as in ``log.npy``).
+        """
+        k = rows.shape[0]
+        if k == 0:
+            return
+        stamp = self.start_ns + np.round(rows["t"] * 1e9).astype(np.int64)
+        sec, nsec = np.divmod(stamp, 1_000_000_000)
+        joint = self._joint_layout.fill({"sec": sec, "nanosec": nsec, "q": rows["q"], "qd": rows["qd"],
+                                         "tau_meas": rows["tau_meas"]})
+        cyc = self._cycle_layout.fill({
+            "sec": sec, "nanosec": nsec, "t": rows["t"], "ref_pos": rows["ref_pos"], "ref_vel": rows["ref_vel"],
+            "ref_acc": rows["ref_acc"], "err": rows["err"], "tau_ctrl": rows["tau_ctrl"],
+            "tau_cmd": rows["tau_cmd"], "tau_meas": rows["tau_meas"],
+            "tau_limit": np.broadcast_to(self.torque_limit_nm, (k, self.n)), "sat": rows["sat"],
+            "safety": rows["safety"], "lateness_s": rows["lateness_s"], "compute_s": rows["compute_s"],
+            "fresh": rows["fresh"], "fault": rows["fault"], "enabled": rows["enabled"]})
+        safety = rows["safety"]
+        w = self._w
+        for j in range(k):
+            ts = int(stamp[j])
+            w.add_message(self._ch_joint, log_time=ts, data=joint[j].tobytes(), publish_time=ts,
+                          sequence=self.rows_written)
+            w.add_message(self._ch_cycle, log_time=ts, data=cyc[j].tobytes(), publish_time=ts,
+                          sequence=self.rows_written)
+            self.messages += 2
+            code = int(safety[j])
+            if code != self._last_safety:
+                level = _INFO if code == 0 else (_ERROR if code & 16 else _WARN)
+                self.log(ts, level, "torqueloop.safety",
+                         f"safety state {code}: {safety_text(code)} at t = {float(rows['t'][j]):.6g} s")
+                self._last_safety = code
+            self.rows_written += 1
+
+    def log(self, stamp_ns: int, level: int, name: str, text: str) -> None:
+        """Write one ``/rosout`` message.
+
+        Parameters
+        ----------
+        stamp_ns : int
+            Its time, ns since the epoch.
+        level : int
+            ``rcl_interfaces/msg/Log`` level (20 info, 30 warn, 40 error).
+        name : str
+            The logger's name (``torqueloop.safety``, ``torqueloop.fault``...).
+        text : str
+        """
+        self._w.add_message(self._ch_log, log_time=int(stamp_ns), data=_cdr_log(stamp_ns, level, name, text),
+                            publish_time=int(stamp_ns))
+        self.messages += 1
+
+    def finish(self, meta: dict | None, rows_dropped: int = 0, dropped_t=(), ring_rows: int = 0) -> None:
+        """Write the faults of ``meta["result"]`` and the dropped rows as ``/rosout`` messages,
+        ``meta`` as metadata and the file's summary; close the file.
+
+        Parameters
+        ----------
+        meta : dict or None
+            meta.json's content (``result`` with its ``faults``: ``t_s`` [s], ``cause``,
+            ``joint``, ``message``).
+        rows_dropped : int
+            Rows the recorder could not queue.
+        dropped_t : sequence of float
+            ``[first, last]`` cycle time of those rows [s].
+        ring_rows : int
+            The ring's size, for the message.
+        """
+        try:
+            meta = meta or {}
+            result = meta.get("result") if isinstance(meta.get("result"), dict) else {}
+            for f in result.get("faults") or []:
+                ts = self.start_ns + int(round(float(f.get("t_s", 0.0)) * 1e9))
+                joint = f.get("joint")
+                self.log(ts, _ERROR, "torqueloop.fault", f"fault {f.get('cause')}"
+                         + ("" if joint is None else f" joint {joint}") + f": {f.get('message', '')}")
+            if rows_dropped:
+                ts = self.start_ns + (int(round(dropped_t[0] * 1e9)) if dropped_t else 0)
+                self.log(ts, _WARN, "torqueloop.mcap",
+                         f"{rows_dropped} telemetry rows not recorded here (MCAP writer behind: ring of "
+                         f"{ring_rows} rows full)" + (f" from t = {dropped_t[0]:.6g} s to {dropped_t[1]:.6g} s"
+                                                      if dropped_t else "") + "; log.npy has every row")
+            rest = {k: v for k, v in meta.items() if k != "result"}
+            self._w.add_metadata("torqueloop.config", {str(k): json.dumps(v, default=str) for k, v in rest.items()})
+            self._w.add_metadata("torqueloop.result", {str(k): json.dumps(v, default=str) for k, v in result.items()})
+            self._w.finish()
+        finally:
+            self._fh.close()
+
+#: the ring's header: int64 head (rows pushed), tail (rows taken by the writer); rows from byte 64
+_HEADER = 64
+
+
+def _send(fh, obj) -> None:
+    """One frame on a pipe: 4-byte length, then the pickle."""
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    fh.write(len(data).to_bytes(4, "little") + data)
+    fh.flush()
+
+
+def _recv(fh):
+    """One frame of :func:`_send`; EOFError when the other side is gone."""
+    head = fh.read(4)
+    if len(head) < 4:
+        raise EOFError("pipe closed")
+    size = int.from_bytes(head, "little")
+    data = fh.read(size)
+    if len(data) < size:
+        raise EOFError("pipe closed")
+    return pickle.loads(data)
+
+
+def _readable(fh, timeout_s: float) -> bool:
+    """True when ``fh`` has data (or EOF) within ``timeout_s``."""
+    return bool(select.select([fh], [], [], timeout_s)[0])
+
+
+class McapRecorder:
+    """Record telemetry rows into an MCAP file from a writer process (see module docstring).
+
+    The control thread copies rows into a ring buffer in shared memory (:meth:`push`, never
+    waits); a process of its own (``python -c`` of this module, niced, started here, before the
+    run: no re-import of the caller's main script) drains it into an :class:`McapFile`.  A
+    process rather than a thread: a writer thread holds the interpreter lock for its ~25 us of
+    Python per row, and the control thread waits for it (measured on the compiled offline loop
+    of ``3rrr_circle_direct.toml``: +3.5 us of control-thread CPU a cycle with a writer thread,
+    +1.4 us with this process, see README).  If the control process dies, the writer still finishes the file with
+    the rows it received.  The ring's counters are plain int64 stores (one writer each): the
+    writer reads rows 1 ms after it saw the head move, where a weakly ordered CPU could show
+    the head before the rows.  POSIX only (``select`` on a pipe).
+
+    Parameters
+    ----------
+    path, dtype, joint_names, axis_names, torque_limit_nm, compression
+        As :class:`McapFile`.
+    ring_rows : int
+        Rows the ring holds (preallocated shared memory: ``ring_rows * dtype.itemsize`` bytes).
+    start_ns : int, optional
+        The run's start, ns since the epoch (default: now).
+    start_timeout_s : float
+        How long to wait for the writer process to open the file.
+    """
+
+    def __init__(self, path, dtype: np.dtype, joint_names, axis_names, *, torque_limit_nm=None,
+                 ring_rows: int = 65536, start_ns: int | None = None, compression: str = "zstd",
+                 start_timeout_s: float = 60.0):
+        from multiprocessing import shared_memory
+        why = mcap_available()
+        if why is not None:
+            raise ConfigError(why, field="telemetry.mcap")
+        if ring_rows < 1:
+            raise ConfigError(f"must be >= 1, got {ring_rows!r}", field="telemetry.mcap_buffer_rows")
+        self.path = Path(path)
+        self.dtype = np.dtype(dtype)
+        self.start_ns = time.time_ns() if start_ns is None else int(start_ns)
+        self.rows_dropped = 0
+        self.dropped_t: list[float] = []     # [first, last] t of the dropped rows
+        self.closed = False
+        self._result: dict | None = None
+        self._proc = None
+        cap = int(ring_rows)
+        self._cap = cap
+        self._shm = shared_memory.SharedMemory(create=True, size=_HEADER + cap * self.dtype.itemsize)
+        try:
+            self._ctr = np.ndarray((2,), np.int64, buffer=self._shm.buf)
+            self._ctr[:] = 0
+            self._ring = np.ndarray((cap,), self.dtype, buffer=self._shm.buf, offset=_HEADER)
+            self._ring.view(np.uint8)[:] = 0     # its pages mapped now, not in the run's cycles
+            #: the ring's bytes, one row of ``itemsize`` per row: rows are copied as bytes (a
+            #: structured assignment goes field by field, 10x slower)
+            self._raw = self._ring.view(np.uint8).reshape(cap, self.dtype.itemsize)
+            self._head = 0
+            root = str(Path(__file__).resolve().parents[1])
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", "from controller.telemetry_mcap import _writer_main; _writer_main()"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+            _send(self._proc.stdin, {
+                "shm": self._shm.name, "dtype": self.dtype, "cap": cap, "path": str(self.path),
+                "joint_names": [str(v) for v in joint_names], "axis_names": [str(v) for v in axis_names],
+                "torque_limit_nm": None if torque_limit_nm is None else np.asarray(torque_limit_nm, float),
+                "start_ns": self.start_ns, "compression": compression})
+            if not _readable(self._proc.stdout, start_timeout_s):
+                raise TorqueloopError(f"{self.path}: the MCAP writer process did not start within "
+                                      f"{start_timeout_s:g} s")
+            try:
+                kind, detail = _recv(self._proc.stdout)
+            except EOFError:
+                kind, detail = "error", f"the process ended (exit code {self._proc.wait(5)})"
+            if kind != "ready":
+                raise TorqueloopError(f"{self.path}: the MCAP writer could not start: {detail}")
+        except BaseException:
+            self._release(kill=True)
+            raise
+
+    @property
+    def ring_rows(self) -> int:
+        """Rows the ring buffer holds."""
+        return self._cap
+
+    @property
+    def pid(self) -> int | None:
+        """The writer process's id."""
+        return None if self._proc is None else self._proc.pid
+
+    def push(self, rows: np.ndarray) -> int:
+        """Queue rows for the writer; never waits.
+
+        Rows beyond the ring's free room are dropped (counted in :attr:`rows_dropped`, their
+        time span in :attr:`dropped_t`).
+
+        Parameters
+        ----------
+        rows : ndarray, shape (k,)
+            Rows of :attr:`dtype`.
+
+        Returns
+        -------
+        int
+            The number of rows this call dropped.
+        """
+        k = rows.shape[0]
+        if k == 0 or self.closed:
+            return 0
+        cap = self._cap
+        head = self._head
+        take = min(k, cap - (head - int(self._ctr[1])))
+        if take > 0:
+            if rows.dtype != self.dtype:
+                raise TorqueloopError(f"MCAP recorder: rows of dtype {rows.dtype}, expected {self.dtype}")
+            src = np.ascontiguousarray(rows[:take]).view(np.uint8).reshape(take, self.dtype.itemsize)
+            i = head % cap
+            first = min(take, cap - i)
+            self._raw[i:i + first] = src[:first]
+            if take > first:
+                self._raw[:take - first] = src[first:]
+            self._head = head + take
+            self._ctr[0] = self._head        # after the rows (the writer reads up to it)
+        if take < k:
+            self.rows_dropped += k - take
+            t = rows["t"]
+            if not self.dropped_t:
+                self.dropped_t = [float(t[take]), float(t[k - 1])]
+            else:
+                self.dropped_t[1] = float(t[k - 1])
+        return k - take
+
+    def close(self, meta: dict | None = None, *, timeout_s: float = 120.0) -> dict:
+        """Let the writer drain the ring, write the faults, the dropped rows and ``meta`` and
+        finish the file; then end the writer process and free the shared memory.  Idempotent.
+
+        Parameters
+        ----------
+        meta : dict, optional
+            meta.json's content (config, versions, ``result``), JSON-serialisable.
+        timeout_s : float
+            How long to wait for the writer [s]; past it the process is killed and the
+            error recorded.
+
+        Returns
+        -------
+        dict
+            :meth:`stats`.
+        """
+        if self.closed:
+            return self.stats()
+        self.closed = True
+        try:
+            _send(self._proc.stdin, {"meta": meta, "rows_dropped": self.rows_dropped,
+                                     "dropped_t": list(self.dropped_t), "ring_rows": self._cap})
+            if _readable(self._proc.stdout, timeout_s):
+                kind, detail = _recv(self._proc.stdout)
+                self._result = detail if kind == "done" else {"error": str(detail)}
+            else:
+                self._result = {"error": f"TimeoutError: the MCAP writer did not finish within {timeout_s:g} s"}
+        except (OSError, EOFError, ValueError) as err:
+            self._result = {"error": f"the MCAP writer process ended early ({type(err).__name__}: {err})"}
+        self._release(kill=self._result.get("error") is not None)
+        return self.stats()
+
+    def _release(self, *, kill: bool) -> None:
+        proc = self._proc
+        if proc is not None:
+            for fh in (proc.stdin, proc.stdout):
+                try:
+                    fh.close()
+                except OSError:
+                    pass
+            try:
+                proc.wait(0.5 if kill else 10.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10.0)
+        self._ctr = self._ring = self._raw = None
+        try:
+            self._shm.close()
+            self._shm.unlink()
+        except (OSError, BufferError):
+            pass
+
+    def stats(self) -> dict:
+        """``path``, ``rows_written``, ``rows_dropped``, ``dropped_t_s``, ``messages``, ``ring_rows``, ``error``."""
+        r = self._result or {}
+        return {"path": str(self.path), "rows_written": int(r.get("rows_written", 0)),
+                "rows_dropped": self.rows_dropped + int(r.get("rows_lost", 0)),
+                "dropped_t_s": list(self.dropped_t), "messages": int(r.get("messages", 0)),
+                "ring_rows": self._cap, "error": r.get("error")}
+
+
+def _writer_main() -> None:
+    """The writer process: drain the ring into an :class:`McapFile` until told to close (or
+    until the control process is gone: then the file is finished with what arrived).
+
+    Frames (:func:`_send`) on stdin: the parameters, then the closing data; on the original
+    stdout: ``("ready", None)`` or ``("error", text)``, then ``("done", figures)``."""
+    from multiprocessing import resource_tracker, shared_memory
+    inp = sys.stdin.buffer
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)       # stray prints go to stderr, not into the frames
+    try:
+        os.nice(19)
+    except OSError:
+        pass
+    try:
+        p = _recv(inp)
+        shm = shared_memory.SharedMemory(name=p["shm"])
+        try:    # the control process owns (and unlinks) it; this process's tracker must not
+            resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - no tracker: nothing to undo
+            pass
+        cap = int(p["cap"])
+        ctr = np.ndarray((2,), np.int64, buffer=shm.buf)
+        ring = np.ndarray((cap,), p["dtype"], buffer=shm.buf, offset=_HEADER)
+        f = McapFile(p["path"], p["dtype"], p["joint_names"], p["axis_names"],
+                     torque_limit_nm=p["torque_limit_nm"], start_ns=p["start_ns"], compression=p["compression"])
+    except Exception as err:  # noqa: BLE001 - reported to the parent
+        _send(out, ("error", f"{type(err).__name__}: {err}"))
+        return
+    _send(out, ("ready", None))
+    error = None
+    lost = 0
+    closing = None
+    seen = 0
+    while True:
+        head, tail = int(ctr[0]), int(ctr[1])
+        if head != seen:
+            # rows stored before the head was: let the stores settle before reading them
+            # (ordered on x86; a pause where the memory model is weaker)
+            seen = head
+            time.sleep(0.001)
+        if head == tail:
+            if closing is not None:
+                break
+            if _readable(inp, 0.01):
+                try:
+                    closing = _recv(inp)
+                except (EOFError, OSError, pickle.UnpicklingError):     # the control process is gone
+                    closing = {}
+            continue
+        i = tail % cap
+        k = min(head - tail, cap - i, 256)
+        if error is None:
+            try:
+                f.write_rows(ring[i:i + k].copy())
+            except Exception as err:  # noqa: BLE001 - reported at close; the rows are lost
+                error = f"{type(err).__name__}: {err}"
+        if error is not None:
+            lost += k
+        ctr[1] = tail + k
+    try:
+        f.finish(closing.get("meta"), closing.get("rows_dropped", 0) + lost, closing.get("dropped_t", ()),
+                 closing.get("ring_rows", cap))
+    except Exception as err:  # noqa: BLE001 - reported
+        error = error or f"{type(err).__name__}: {err}"
+    del ctr, ring
+    shm.close()
+    try:
+        _send(out, ("done", {"rows_written": f.rows_written, "messages": f.messages, "rows_lost": lost,
+                             "error": error}))
+    except OSError:
+        pass
+
+
+def _finite_or_str(a) -> list:
+    return [float(v) if np.isfinite(v) else str(float(v)) for v in np.asarray(a, float).ravel()]
+
+
+def write_mcap(path, log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: int) -> dict:
+    """Write a whole log as an MCAP file in this thread (a run on disk: ``torqueloop export``).
+
+    Parameters
+    ----------
+    path : path
+        The MCAP file (overwritten).
+    log : ndarray, shape (rows,)
+        The log with vector fields (:func:`controller.telemetry.read_log`).
+    meta : dict
+        The run's meta.json (config, result, ``torque_limit``).
+    joint_names, axis_names : sequence of str
+        Lengths n and dim.
+    start_ns : int
+        The run's start, ns since the epoch.
+
+    Returns
+    -------
+    dict
+        ``path``, ``rows_written``, ``messages``.
+    """
+    n = log.dtype["q"].shape[0]
+    f = McapFile(path, log.dtype, joint_names, axis_names, torque_limit_nm=_limits(meta.get("torque_limit"), n),
+                 start_ns=start_ns)
+    for a in range(0, log.shape[0], 1024):
+        f.write_rows(log[a:a + 1024])
+    f.finish(meta)
+    return {"path": str(path), "rows_written": f.rows_written, "messages": f.messages}
+
+
+def _limits(value, n: int) -> np.ndarray:
+    """meta.json's ``torque_limit`` as (n,) floats (NaN where absent or unreadable)."""
+    try:
+        a = np.asarray([float(v) for v in value], float)
+        if a.shape == (n,):
+            return a
+    except (TypeError, ValueError):
+        pass
+    return np.full(n, np.nan)

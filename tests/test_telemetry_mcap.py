@@ -1,0 +1,298 @@
+"""log.mcap: a run's MCAP recording read back by readers we did not write (the ``mcap`` reader,
+``mcap_ros2``'s decoder, ``rosbags``' CDR deserializer), its writer off the control thread (a
+stalled writer drops rows and counts them, the run is unchanged), and ``torqueloop export``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+mcap_reader = pytest.importorskip("mcap.reader")
+ros2_decoder = pytest.importorskip("mcap_ros2.decoder")
+rosbags_typesys = pytest.importorskip("rosbags.typesys")
+
+from controller.app.cli import main  # noqa: E402
+from controller.app.run import build_run, load_run  # noqa: E402
+from controller.telemetry import read_log, read_meta  # noqa: E402
+from controller.telemetry_mcap import CYCLE_MSG, McapRecorder  # noqa: E402
+
+try:
+    from tests.config_mutations import VALUES
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from config_mutations import VALUES
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "hil_configs" / "runs" / "3rrr_circle.toml"
+
+#: ControlCycle's fields and the log.npy columns they carry
+CYCLE_FIELDS = {"t_s": "t", "ref_pos": "ref_pos", "ref_vel": "ref_vel", "ref_acc": "ref_acc", "err": "err",
+                "tau_ctrl": "tau_ctrl", "tau_cmd": "tau_cmd", "tau_meas": "tau_meas", "saturated": "sat",
+                "safety": "safety", "lateness_s": "lateness_s", "compute_s": "compute_s", "fresh": "fresh",
+                "fault": "fault", "enabled": "enabled"}
+
+
+def _run(out: Path, overrides: dict, duration_s: float = 1.0):
+    spec = load_run(DEMO, overrides=overrides, duration_s=duration_s)
+    return build_run(spec, out_dir=out).execute()
+
+
+def _decoded(path: Path) -> dict:
+    """topic -> [(log_time_ns, decoded message)] by mcap_ros2's decoder; and the metadata."""
+    out: dict = {}
+    with open(path, "rb") as fh:
+        reader = mcap_reader.make_reader(fh, decoder_factories=[ros2_decoder.DecoderFactory()])
+        for _schema, channel, message, decoded in reader.iter_decoded_messages(log_time_order=False):
+            out.setdefault(channel.topic, []).append((message.log_time, decoded))
+        out["metadata"] = {m.name: dict(m.metadata) for m in reader.iter_metadata()}
+        out["statistics"] = reader.get_summary().statistics
+    return out
+
+
+def _raw(path: Path) -> dict:
+    """topic -> [(schema name, log_time, bytes)] as the mcap reader gives them."""
+    out: dict = {}
+    with open(path, "rb") as fh:
+        for schema, channel, message in mcap_reader.make_reader(fh).iter_messages(log_time_order=False):
+            out.setdefault(channel.topic, []).append((schema.name, message.log_time, message.data))
+    return out
+
+
+def _equal(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "f" or b.dtype.kind == "f":
+        return a.shape == b.shape and np.array_equal(a.astype(float), b.astype(float), equal_nan=True)
+    return np.array_equal(a, b)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mcap") / "run"
+    result = _run(out, {"telemetry.mcap": True})
+    return out, result
+
+
+def test_run_writes_mcap_that_independent_readers_read_back_equal_to_the_log(recorded):
+    out, result = recorded
+    log, meta = read_log(out), read_meta(out)
+    rows = log.shape[0]
+    assert result.status == "completed" and rows == result.n_cycles > 900
+    got = _decoded(out / "log.mcap")
+    # message counts equal the log's rows
+    counts = got["statistics"].channel_message_counts
+    assert sorted(counts.values())[-2:] == [rows, rows]
+    js = [m for _, m in got["/joint_states"]]
+    cyc = [m for _, m in got["/torqueloop/cycle"]]
+    assert len(js) == len(cyc) == rows
+    # /joint_states: sensor_msgs/JointState with the joints' names, q, qd and the measured torque
+    assert all(m.name == list(meta["joint_names"]) for m in js)
+    assert _equal([m.position for m in js], log["q"])
+    assert _equal([m.velocity for m in js], log["qd"])
+    assert _equal([m.effort for m in js], log["tau_meas"])
+    # stamps: the run's start (meta.json) plus the cycle time
+    start_s = dt.datetime.fromisoformat(meta["start_time_utc"]).timestamp()
+    stamps = np.array([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in js])
+    assert np.max(np.abs(stamps - (start_s + log["t"]))) < 2e-6
+    assert np.array_equal([t for t, _ in got["/joint_states"]],
+                          [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for m in js])
+    # /torqueloop/cycle: every other column of log.npy, and the limits
+    for field, column in CYCLE_FIELDS.items():
+        assert _equal([getattr(m, field) for m in cyc], log[column]), field
+    assert _equal([m.tau_limit for m in cyc], np.tile(meta["torque_limit"], (rows, 1)))
+    # /rosout: the safety state's changes (normal from the start, disabled at the end)
+    logs = [m for _, m in got["/rosout"]]
+    assert [m.name for m in logs] == ["torqueloop.safety", "torqueloop.safety"]
+    assert "normal" in logs[0].msg and "disabled" in logs[-1].msg and logs[-1].level == 30
+    # metadata: names, the config and the result of meta.json
+    md = got["metadata"]
+    assert json.loads(md["torqueloop.run"]["joint_names"]) == meta["joint_names"]
+    assert json.loads(md["torqueloop.config"]["config"]) == meta["config"]
+    assert json.loads(md["torqueloop.result"]["status"]) == "completed"
+    assert json.loads(md["torqueloop.result"]["n_cycles"]) == rows
+    # meta.json reports the recording
+    assert meta["mcap"]["rows_written"] == rows and meta["mcap"]["rows_dropped"] == 0
+    assert meta["mcap"]["error"] is None
+
+
+def test_rosbags_deserializes_every_message_equal_to_the_log(recorded):
+    """A second CDR decoder, with its own ROS 2 type store (JointState, Log) and our
+    ControlCycle registered from the schema text the file carries."""
+    out, _ = recorded
+    log = read_log(out)
+    store = rosbags_typesys.get_typestore(rosbags_typesys.Stores.ROS2_HUMBLE)
+    raw = _raw(out / "log.mcap")
+    name, _, _ = raw["/torqueloop/cycle"][0]
+    store.register(rosbags_typesys.get_types_from_msg(CYCLE_MSG.split("=" * 80)[0], name))
+    js = [store.deserialize_cdr(data, schema) for schema, _, data in raw["/joint_states"]]
+    cyc = [store.deserialize_cdr(data, schema) for schema, _, data in raw["/torqueloop/cycle"]]
+    assert raw["/joint_states"][0][0] == "sensor_msgs/msg/JointState"
+    assert np.array_equal(np.array([m.position for m in js]), log["q"])
+    assert np.array_equal(np.array([m.velocity for m in js]), log["qd"])
+    assert np.array_equal(np.array([m.effort for m in js]), log["tau_meas"])
+    for field, column in CYCLE_FIELDS.items():
+        assert _equal(np.array([getattr(m, field) for m in cyc]), log[column]), field
+    rosout = [store.deserialize_cdr(data, schema) for schema, _, data in raw["/rosout"]]
+    assert raw["/rosout"][0][0] == "rcl_interfaces/msg/Log" and "normal" in rosout[0].msg
+
+
+def test_faults_are_log_messages_at_their_time(tmp_path):
+    """A lossy bus stops the run (stale feedback): each fault of meta.json is an ERROR on /rosout
+    at its own time, the safety state's changes are there, and the rows are all recorded."""
+    ov = {"telemetry.mcap": True, "driver.faults.seed": 5, "driver.faults.during_enable": False,
+          "driver.reply_timeout_s": 0.02, "driver.faults.drop_prob": 0.45, "driver.faults.side": "recv"}
+    result = _run(tmp_path / "run", ov)
+    assert result.status == "fault" and result.faults
+    meta = read_meta(tmp_path / "run")
+    got = _decoded(tmp_path / "run" / "log.mcap")
+    start_ns = round(dt.datetime.fromisoformat(meta["start_time_utc"]).timestamp() * 1e6) * 1000
+    faults = [(t, m) for t, m in got["/rosout"] if m.name == "torqueloop.fault"]
+    assert len(faults) == len(meta["result"]["faults"])
+    for (t, m), f in zip(faults, meta["result"]["faults"]):
+        assert m.level == 40 and f["cause"] in m.msg and f["message"] in m.msg
+        assert abs(t - (start_ns + f["t_s"] * 1e9)) < 2e3
+    safety = [m.msg for _, m in got["/rosout"] if m.name == "torqueloop.safety"]
+    assert any("fault" in s for s in safety)
+    assert len(got["/joint_states"]) == read_log(tmp_path / "run").shape[0]
+
+
+def test_a_stalled_writer_drops_rows_counts_them_and_leaves_the_run_unchanged(tmp_path, monkeypatch):
+    """The writer process is stopped (SIGSTOP) before the first cycle and continued only when
+    the run closes the recording: the ring (300 rows) fills, the rest is dropped and counted,
+    and the run (lock-step clock) gives the same log and metrics as without MCAP."""
+    off = _run(tmp_path / "off", {})
+    assert not (tmp_path / "off" / "log.mcap").exists() and "mcap" not in read_meta(tmp_path / "off")  # opt-in
+    spec = load_run(DEMO, overrides={"telemetry.mcap": True, "telemetry.mcap_buffer_rows": 300}, duration_s=1.0)
+    run = build_run(spec, out_dir=tmp_path / "on")
+    rec = run.loop.telemetry.mcap
+    os.kill(rec.pid, signal.SIGSTOP)
+    original = McapRecorder.close
+
+    def close(self, *args, **kwargs):
+        os.kill(self.pid, signal.SIGCONT)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(McapRecorder, "close", close)
+    try:
+        on = run.execute()
+    finally:
+        if rec._proc.poll() is None:  # noqa: SLF001 - a failure above: never leave it stopped
+            os.kill(rec.pid, signal.SIGCONT)
+    a, b = read_log(tmp_path / "off"), read_log(tmp_path / "on")
+    rows = a.shape[0]
+    assert b.shape[0] == rows == on.n_cycles == off.n_cycles
+    for name in a.dtype.names:
+        if name != "compute_s":      # CPU time, measured
+            assert _equal(a[name], b[name]), name
+    assert on.status == off.status == "completed"
+    for key, value in off.metrics.items():
+        if "dead" not in key and "late" not in key:
+            assert _equal(on.metrics[key], value), key
+    st = read_meta(tmp_path / "on")["mcap"]
+    assert st["rows_written"] == 300 and st["rows_dropped"] == rows - 300 and st["error"] is None
+    assert st["dropped_t_s"] == [float(a["t"][300]), float(a["t"][-1])]
+    assert any("MCAP" in m and f"{rows - 300} of {rows} rows dropped" in m for m in on.messages)
+    got = _decoded(tmp_path / "on" / "log.mcap")
+    js = [m for _, m in got["/joint_states"]]
+    assert len(js) == 300 and _equal([m.position for m in js], b["q"][:300])
+    assert any(m.name == "torqueloop.mcap" and str(rows - 300) in m.msg for _, m in got["/rosout"])
+
+
+_KILLED = """
+import sys
+from controller.app.run import build_run, load_run
+spec = load_run({demo!r}, overrides={{"telemetry.mcap": True, "telemetry.buffer_rows": 50}}, duration_s=120.0)
+run = build_run(spec, out_dir={out!r})
+print(run.loop.telemetry.mcap.pid, flush=True)
+run.execute()
+"""
+
+
+def test_the_recording_is_finished_when_the_control_process_is_killed(tmp_path):
+    """SIGKILL of the control process mid-run: the writer process finishes log.mcap with the rows
+    it received (a valid file: summary, counts), every one of them equal to log.npy's."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([sys.executable, "-c", _KILLED.format(demo=str(DEMO), out=str(out))], env=env,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        writer = int(p.stdout.readline())
+        deadline = time.monotonic() + 600.0     # a cold numba cache compiles first (no timing asserted)
+        while time.monotonic() < deadline and p.poll() is None:     # some blocks reach the writer
+            time.sleep(0.2)
+            if (out / "log.npy").exists() and np.load(out / "log.npy").shape[0] >= 500:
+                break
+        assert p.poll() is None, "the run ended before it was killed"
+        p.kill()
+    finally:
+        p.wait(30)
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        try:
+            os.kill(writer, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    got = _decoded(out / "log.mcap")
+    log = read_log(out)
+    js = [m for _, m in got["/joint_states"]]
+    assert 0 < len(js) <= log.shape[0]
+    assert got["statistics"].channel_message_counts[1] == len(js)
+    assert _equal([m.position for m in js], log["q"][:len(js)])
+
+
+def test_export_writes_the_recorded_bytes_and_csv(recorded, tmp_path, capsys):
+    out, _ = recorded
+    assert main(["export", str(out), "--format", "mcap", "-o", str(tmp_path / "x.mcap")]) == 0
+    live, again = _raw(out / "log.mcap"), _raw(tmp_path / "x.mcap")
+    for topic in ("/joint_states", "/torqueloop/cycle", "/rosout"):
+        assert live[topic] == again[topic], topic
+    assert main(["export", str(out), "--format", "csv", "-o", str(tmp_path / "x.csv")]) == 0
+    csv = np.genfromtxt(tmp_path / "x.csv", delimiter=",", names=True, deletechars="")
+    flat = np.load(out / "log.npy")
+    for name in flat.dtype.names:
+        assert _equal(csv[name], flat[name].astype(float)), name
+
+
+@pytest.mark.parametrize("what", ["missing", "file", "empty", "no_meta", "not_npy"])
+def test_export_of_a_bad_folder_exits_2_naming_it(tmp_path, capsys, what):
+    d = tmp_path / "run"
+    if what == "file":
+        d.write_text("x")
+    elif what != "missing":
+        d.mkdir()
+    if what in ("no_meta", "not_npy"):
+        (d / "log.npy").write_bytes(b"not numpy" if what == "not_npy" else np.save.__doc__.encode()[:10])
+    if what == "not_npy":
+        (d / "meta.json").write_text("{}")
+    capsys.readouterr()
+    assert main(["export", str(d), "--format", "mcap"]) == 2
+    err = capsys.readouterr().err
+    assert str(d) in err and "Traceback" not in err
+    assert not (d / "log.mcap").exists()
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(key=st.sampled_from(["telemetry.mcap", "telemetry.mcap_buffer_rows"]),
+       value=st.one_of(st.sampled_from([v for v in VALUES if v != "__delete__"]),
+                       st.integers(-10**12, 10**12), st.booleans(), st.text(max_size=5)))
+def test_the_mcap_keys_take_their_type_and_range_or_name_file_and_field(key, value):
+    from dynamics.errors import ConfigError
+    try:
+        spec = load_run(DEMO, overrides={key: value})
+    except ConfigError as err:
+        assert err.file == str(DEMO) and err.field == key, (err.file, err.field)
+        return
+    if key == "telemetry.mcap":
+        assert isinstance(value, bool) and spec.telemetry_mcap is value
+    else:
+        assert type(value) is int and 1 <= value <= 1 << 24 and spec.telemetry_mcap_rows == value
