@@ -125,15 +125,16 @@ __all__ = ["plant_from_section", "build_sim_direct", "build_sim_mit_can", "build
            "build_sim_cia402_can", "EmulatedDriver"]
 
 
-def _per_joint(sec: Section, key: str, n: int, default=None, *, minimum=None):
-    """A float or a list of n floats (or ``default`` when absent)."""
-    if not sec.has(key):
+def _per_joint(sec: Section, key: str, n: int, default=None, *, minimum=None, doc=None):
+    """A float or a list of n floats (or ``default`` when absent); ``doc``: the key's meaning."""
+    doc = doc and doc + " (a number, or one per joint)"
+    if not sec.has(key, doc=doc):
         sec.raw(key, None)
         return default
     v = sec.raw(key)
     if isinstance(v, list):
         return sec.as_array(key, v, (n,), minimum=minimum)
-    return sec.float(key, minimum=minimum)
+    return sec.float(key, minimum=minimum, doc=doc)
 
 
 #: plant models scaled so far, {(id(model), mass factor, inertia factor): (model, scaled)}: the
@@ -184,10 +185,13 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
                           sec.file if sec else None, sec.path if sec else None)
     sec = sec if sec is not None else Section({}, None, "plant")
     root = Path(base_dir) if base_dir is not None else (Path(sec.file).parent if sec.file else Path.cwd())
-    engine = sec.str("engine", "numba", choices=["numba", "mujoco"])
-    if sec.has("robot"):
+    engine = sec.str("engine", "numba", choices=["numba", "mujoco"],
+                     doc="what integrates the rigid-body dynamics: the robot file's numba kernels, or "
+                         "MuJoCo (pip install 'torqueloop[mujoco]')")
+    robot_doc = "the plant's robot file, relative to this config (default: the controller's model)"
+    if sec.has("robot", doc=robot_doc):
         from dynamics import load_model
-        path = Path(sec.str("robot"))
+        path = Path(sec.str("robot", doc=robot_doc))
         if not path.is_absolute():
             path = root / path
         base = load_model(path)
@@ -196,46 +200,65 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
                                      f"{model.dof}")
     else:
         base = model
-    mf = sec.float("mass_factor", 1.0, minimum=0.0, strict_min=True)
-    inf = sec.float("inertia_factor", None, minimum=0.0, strict_min=True)
+    mf = sec.float("mass_factor", 1.0, minimum=0.0, strict_min=True,
+                   doc="every body's mass in the plant = the model's x this (a model error)")
+    inf = sec.float("inertia_factor", None, minimum=0.0, strict_min=True,
+                    doc="every body's inertia x this (default: mass_factor)")
     plant_model = base if (mf == 1.0 and inf in (None, 1.0)) else _scaled(base, mf, inf)
-    payload = sec.float("payload_kg", 0.0, minimum=0.0)
+    payload = sec.float("payload_kg", 0.0, minimum=0.0,
+                        doc="a point mass at the tool the controller does not model [kg] (both engines; "
+                            "MuJoCo with mjcf: use [driver.plant.payload])")
     if payload > 0.0:
         try:
             plant_model = plant_model.with_payload(payload)
         except ModelError as err:
             raise sec.error("payload_kg", str(err)) from err
     n = plant_model.dof
-    if sec.has("q0"):
-        q0 = sec.vector("q0", n)
+    q0_doc = "initial joint positions [rad or m] (default: zeros, or a parallel robot's home pose)"
+    if sec.has("q0", doc=q0_doc):
+        q0 = sec.vector("q0", n, doc=q0_doc)
     elif isinstance(plant_model, ParallelModel):
         q0 = np.asarray(plant_model.inverse_kinematics(plant_model.home_pose), dtype=float)
     else:
         q0 = np.zeros(n)
-    qd0 = sec.vector("qd0", n, None)
+    qd0 = sec.vector("qd0", n, None, doc="initial joint velocities [rad/s or m/s] (default: zeros)")
     kw = dict(
-        viscous=_per_joint(sec, "viscous", n, minimum=0.0),
-        coulomb=_per_joint(sec, "coulomb", n, minimum=0.0),
-        torque_limit_nm=_per_joint(sec, "torque_limit_nm", n, minimum=0.0),
-        current_lag_s=sec.float("current_lag_s", 0.0, minimum=0.0),
-        encoder_counts_per_rev=sec.int("encoder_counts_per_rev", None, minimum=1),
-        position_noise_std_rad=_per_joint(sec, "position_noise_std_rad", n, 0.0, minimum=0.0),
-        velocity_noise_std_rad_s=_per_joint(sec, "velocity_noise_std_rad_s", n, 0.0, minimum=0.0),
-        torque_noise_std_nm=_per_joint(sec, "torque_noise_std_nm", n, 0.0, minimum=0.0),
-        substeps=sec.int("substeps", 2, minimum=1),
-        dt_max_s=sec.float("dt_max_s", 1e-3, minimum=0.0, strict_min=True),
+        viscous=_per_joint(sec, "viscous", n, minimum=0.0,
+                           doc="viscous friction [N m s/rad] (default: the robot file's drive friction)"),
+        coulomb=_per_joint(sec, "coulomb", n, minimum=0.0,
+                           doc="Coulomb friction [N m] (default: the robot file's drive friction)"),
+        torque_limit_nm=_per_joint(sec, "torque_limit_nm", n, minimum=0.0,
+                                   doc="torque the plant's actuators can give [N m] (default: the "
+                                       "robot file's limits)"),
+        current_lag_s=sec.float("current_lag_s", 0.0, minimum=0.0,
+                                doc="time constant of the first-order current-loop lag [s]"),
+        encoder_counts_per_rev=sec.int("encoder_counts_per_rev", None, minimum=1,
+                                       doc="joint-side encoder resolution [counts/turn] (default: exact)"),
+        position_noise_std_rad=_per_joint(sec, "position_noise_std_rad", n, 0.0, minimum=0.0,
+                                          doc="std of the measured position's noise [rad]"),
+        velocity_noise_std_rad_s=_per_joint(sec, "velocity_noise_std_rad_s", n, 0.0, minimum=0.0,
+                                            doc="std of the measured velocity's noise [rad/s]"),
+        torque_noise_std_nm=_per_joint(sec, "torque_noise_std_nm", n, 0.0, minimum=0.0,
+                                       doc="std of the measured torque's noise (current sensor) [N m]"),
+        substeps=sec.int("substeps", 2, minimum=1, doc="integration steps per dt_max_s"),
+        dt_max_s=sec.float("dt_max_s", 1e-3, minimum=0.0, strict_min=True,
+                           doc="longest interval integrated at once [s]"),
         integrator=sec.str("integrator", "rk4", choices=["rk4", "semi_implicit_euler"] if engine == "numba"
-                           else ["rk4", "implicitfast", "implicit", "euler"]),
+                           else ["rk4", "implicitfast", "implicit", "euler"],
+                           doc="the integration scheme (choices per engine)"),
     )
     engine_kw = _mujoco_keys(sec, engine, root, mf, inf)
-    brakes = sec.bool("brakes", True)
+    brakes = sec.bool("brakes", True, doc="holding brakes, engaged until the drive enables the joint and "
+                                          "again when it disables or faults")
     if sec.has("brake_torque_nm") and not brakes:
         raise sec.error("brake_torque_nm", "given with brakes = false")
-    brake_nm = _per_joint(sec, "brake_torque_nm", n, math.inf, minimum=0.0)
+    brake_nm = _per_joint(sec, "brake_torque_nm", n, math.inf, minimum=0.0,
+                          doc="holding torque of the brakes [N m] (default: they never slip)")
     if sec.has("brake_release_s") and not brakes:
         raise sec.error("brake_release_s", "given with brakes = false")
-    brake_release_s = sec.float("brake_release_s", 0.0, minimum=0.0)
-    seed = sec.int("seed", None, minimum=0)
+    brake_release_s = sec.float("brake_release_s", 0.0, minimum=0.0,
+                                doc="mechanical release time of the brakes after the drive enables [s]")
+    seed = sec.int("seed", None, minimum=0, doc="seed of the measurement noise (default: the run's)")
     sec.finish()
     if seed is not None:
         rng = np.random.default_rng(seed)
@@ -262,20 +285,32 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
                           sec.field(err.field) if err.field else (sec.path or None)) from err
 
 
+#: the keys only the MuJoCo engine takes, and their meanings
+_MUJOCO_DOCS = {
+    "mjcf": "engine = 'mujoco': the user's own MJCF file, relative to this config (joints matched by "
+            "name to the controller's, each driven by an actuator; default: written from the robot file)",
+    "solref": "engine = 'mujoco': [timeconst_s, dampratio] of the MJCF's equality constraints (loop "
+              "closures; default: the file's)",
+    "solimp": "engine = 'mujoco': [dmin, dmax, width_m, midpoint, power] impedance of those constraints "
+              "(default: the file's)",
+    "payload_body": "engine = 'mujoco': the body [driver.plant.payload] is fixed to (default: the tool's)",
+    "payload": "engine = 'mujoco': a rigid body the controller does not model (mass_kg, com_m, inertia_kg_m2)",
+}
+
+
 def _mujoco_keys(sec: Section, engine: str, root: Path, mass_factor: float,
                  inertia_factor: float | None) -> dict:
     """The keys only the MuJoCo engine takes (``mjcf``, ``solref``, ``solimp``, ``payload``,
     ``payload_body``) as its keyword arguments; refused with ``engine = "numba"``."""
-    keys = ("mjcf", "solref", "solimp", "payload", "payload_body")
     if engine != "mujoco":
-        for key in keys:
-            if sec.has(key):
+        for key, doc in _MUJOCO_DOCS.items():
+            if sec.has(key, doc=doc):
                 raise sec.error(key, 'needs engine = "mujoco"')
             sec.raw(key, None)
         return {}
     out: dict = {}
-    if sec.has("mjcf"):
-        path = Path(sec.str("mjcf"))
+    if sec.has("mjcf", doc=_MUJOCO_DOCS["mjcf"]):
+        path = Path(sec.str("mjcf", doc=_MUJOCO_DOCS["mjcf"]))
         out["mjcf_path"] = path if path.is_absolute() else root / path
         if not out["mjcf_path"].is_file():
             raise sec.error("mjcf", f"no such file: {out['mjcf_path']}")
@@ -284,22 +319,22 @@ def _mujoco_keys(sec: Section, engine: str, root: Path, mass_factor: float,
             out["inertia_factor"] = inertia_factor
     else:
         sec.raw("mjcf", None)
-    if sec.has("solref"):
-        out["solref"] = [float(v) for v in sec.vector("solref", 2)]
-    else:
-        sec.raw("solref", None)
-    if sec.has("solimp"):
-        out["solimp"] = [float(v) for v in sec.vector("solimp", 5)]
-    else:
-        sec.raw("solimp", None)
-    out["payload_body"] = sec.str("payload_body", None)
-    pay = sec.section("payload", None)
+    for key, size in (("solref", 2), ("solimp", 5)):
+        if sec.has(key, doc=_MUJOCO_DOCS[key]):
+            out[key] = [float(v) for v in sec.vector(key, size, doc=_MUJOCO_DOCS[key])]
+        else:
+            sec.raw(key, None)
+    out["payload_body"] = sec.str("payload_body", None, doc=_MUJOCO_DOCS["payload_body"])
+    pay = sec.section("payload", None, doc=_MUJOCO_DOCS["payload"])
     if pay is not None:
         from .mujoco_plant import Payload
         try:
-            out["payload"] = Payload(pay.float("mass_kg", minimum=0.0, strict_min=True),
-                                     pay.vector("com_m", 3, (0.0, 0.0, 0.0)),
-                                     pay.vector("inertia_kg_m2", 3, (0.0, 0.0, 0.0), minimum=0.0))
+            out["payload"] = Payload(pay.float("mass_kg", minimum=0.0, strict_min=True,
+                                               doc="mass of the payload [kg]"),
+                                     pay.vector("com_m", 3, (0.0, 0.0, 0.0),
+                                                doc="its centre of mass in the body's frame [m]"),
+                                     pay.vector("inertia_kg_m2", 3, (0.0, 0.0, 0.0), minimum=0.0,
+                                                doc="principal inertias about its centre of mass [kg m^2]"))
         except ConfigError as err:
             if err.file is not None:
                 raise
