@@ -146,7 +146,7 @@ class Section:
                 near = near_match(k, wanted)
                 if near:
                     where = "the table" if sec is self else f"[{sec.path}]" if sec.path else "the file"
-                    return f" ({where} has '{k}': a misspelling of '{near}'?)"
+                    return f" ({where} has '{k}': a misspelling of {near}?)"
             sec = sec._parent
         return ""
 
@@ -315,24 +315,23 @@ def _one_slip(a: str, b: str) -> bool:
 
 
 def near_match(key: Any, candidates: Iterable[str]) -> str | None:
-    """The candidate ``key`` is most likely a misspelling of: one typing slip away
-    (:func:`_one_slip`, keys of 3 characters or more), else the closest by
-    :func:`difflib.get_close_matches` at :data:`NEAR_MATCH_CUTOFF`; None when none is near."""
+    """The candidates ``key`` is most likely a misspelling of, as text (``'bus' or 'buses'``):
+    those one typing slip away (:func:`_one_slip`, keys of 3 characters or more), else the
+    closest by :func:`difflib.get_close_matches` at :data:`NEAR_MATCH_CUTOFF`; None when none is
+    near."""
     import difflib
 
     key, candidates = str(key), sorted(c for c in candidates if isinstance(c, str))
-    slips = [c for c in candidates if len(key) >= 3 and _one_slip(key, c)]
-    if slips:
-        return slips[0]
-    close = difflib.get_close_matches(key, candidates, n=1, cutoff=NEAR_MATCH_CUTOFF)
-    return close[0] if close else None
+    near = [c for c in candidates if len(key) >= 3 and _one_slip(key, c)] or \
+        difflib.get_close_matches(key, candidates, n=1, cutoff=NEAR_MATCH_CUTOFF)
+    return " or ".join(f"'{c}'" for c in near) if near else None
 
 
 def unknown_field_message(key: Any, allowed: Iterable[str]) -> str:
     """The message refusing unknown ``key``: the allowed keys and the nearest of them."""
     allowed = sorted(allowed)
     near = near_match(key, allowed)
-    hint = f"did you mean '{near}'? " if near else ""
+    hint = f"did you mean {near}? " if near else ""
     return f"unknown field ({hint}allowed here: {allowed})"
 
 
