@@ -78,7 +78,7 @@ def test_check_refuses_what_run_refuses_on_hardware(field, value):
     assert ei.value.file == str(cfg) and ei.value.field.startswith(field.split(".")[0])
 
 
-@settings(max_examples=150, deadline=None, derandomize=True,
+@settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(cfg=st.sampled_from(CONFIGS), key=st.integers(0, 10_000), edit=st.integers(0, 2),
        where=st.integers(0, 40))

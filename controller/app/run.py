@@ -1437,7 +1437,7 @@ def check_run_config(path: str | Path, overrides: dict | None = None) -> str:
     lines.append(f"controller: {spec.controller.kind} in {spec.space} space, "
                  f"loop {spec.rate_hz:g} Hz ({spec.clock} clock), duration {spec.duration_s:g} s")
     lines.append(f"driver: {spec.driver_type} ({'HARDWARE' if spec.hardware else 'simulated plant'})")
-    if spec.plant is not None:
+    if spec.plant:
         lines.append("plant: " + ", ".join(f"{k} = {v}" for k, v in spec.plant.items()))
     try:
         lines += ["", gain_report(spec)]
@@ -1445,7 +1445,89 @@ def check_run_config(path: str | Path, overrides: dict | None = None) -> str:
         lines += ["", f"gain analysis not available: {err}"]
     v = validate_run(spec, build_sim=True, calibration=False)
     lines += ["", v.text()]
+    if spec.hardware:
+        lines += ["", first_run_checklist(spec)]
     return "\n".join(lines)
+
+
+#: the keys of a hardware ``[driver]`` table that describe one particular robot, by what sets
+#: them: ``(what, keys, how to get them right)``; the tables they are read in: ``[driver]``,
+#: its bus tables and each ``[[driver.joints]]``
+FIRST_RUN_KEYS = (
+    ("CAN adapter", ("interface", "channel", "bitrate"),
+     "your CAN interface as `ip -details link show` lists it; bring it up with `sudo ip link set "
+     "can0 up type can bitrate 1000000` (a serial-line adapter first: `sudo slcand -o -s8 "
+     "/dev/ttyACM0 can0`)"),
+    ("serial port", ("port", "baudrate"),
+     "your adapter as /dev/serial/by-id/ names it (stable across reboots), at the drives' baud rate"),
+    ("ids", ("can_id", "node_id", "id", "axis"),
+     "as set in each drive with its vendor's tool; `torqueloop bringup` checks that each one answers"),
+    ("direction and zero", ("sign", "offset_rad", "offset_m"),
+     "measured on the robot by `torqueloop bringup CONFIG`, which writes the calibration a hardware "
+     "run needs"),
+    ("ratios and units", ("model", "gear_ratio", "torque_constant_nm_per_a", "efficiency", "counts_per_rev",
+                          "rated_torque_nm", "velocity_counts_per_rev_s"),
+     "from the data sheets of your drives and gearboxes (bringup measures the torque constant)"),
+    ("drive limits", ("torque_limit_nm", "current_limit_a", "velocity_limit_rad_s", "limits"),
+     "what your drives are configured to deliver"),
+)
+
+#: the ``[safety]`` keys a first run should set low (default: the robot file's limits)
+FIRST_RUN_SAFETY_KEYS = ("torque_max", "velocity_max", "position_min", "position_max", "tracking_error_max")
+
+
+def first_run_checklist(spec: RunSpec) -> str:
+    """What a hardware config holds that must be your robot's before a first run
+    (:data:`FIRST_RUN_KEYS`): each key with the value the file gives it (or its default), and
+    how to get it right; then the ``[safety]`` limits of a first run."""
+    from drivers.registry import OFFSET_KEYS
+
+    from .explain import driver_keys
+
+    data = spec.driver_section.data
+    explained = driver_keys(spec.driver_type)
+    joints = data.get("joints") if isinstance(data.get("joints"), list) else []
+    names = list(spec.model.joint_names)
+    tables = [("[driver]", "driver", data)]
+    if isinstance(data.get("bus"), Mapping):
+        tables.append(("[driver.bus]", "driver.bus", data["bus"]))
+    for bname, b in (data.get("buses") or {}).items() if isinstance(data.get("buses"), Mapping) else ():
+        if isinstance(b, Mapping):
+            tables.append((f"[driver.buses.{bname}]", "driver.bus", b))
+    for j, js in enumerate(joints):
+        if isinstance(js, Mapping):
+            label = js.get("name") or (names[j] if j < len(names) else str(j))
+            tables.append((f"joint {label}", "driver.joints", js))
+    lines = ["before a first run on this robot, set or confirm (the values as this file gives them):"]
+    for what, keys, how in FIRST_RUN_KEYS:
+        found = []
+        for title, path, table in tables:
+            allowed = explained.get(path, {})
+            items = []
+            for k in keys:
+                if k in table:
+                    v = table[k]
+                    items.append(f"{k} = {v!r}" if not isinstance(v, Mapping) else f"[{k}] table")
+                elif k in OFFSET_KEYS and any(o in table for o in OFFSET_KEYS):
+                    continue            # the other offset key is given
+                elif k in allowed and allowed[k].get("default") is not None:
+                    items.append(f"{k} not set (the default)")
+            if items:
+                found.append(f"    {title}: " + ", ".join(items))
+        if found:
+            lines += [f"  {what}: {how}"] + found
+    sec = spec.safety
+    limits = [f"{k} = {_fmt_limit(getattr(sec, k))}" for k in FIRST_RUN_SAFETY_KEYS]
+    lines += ["  [safety] limits of a first run: low torque, slow, a tight tracking error (none = the "
+              "robot file's): " + ", ".join(limits)]
+    return "\n".join(lines)
+
+
+def _fmt_limit(v) -> str:
+    if v is None:
+        return "none"
+    arr = np.atleast_1d(np.asarray(v, dtype=float))
+    return f"{arr[0]:g}" if arr.size == 1 else "[" + ", ".join(f"{x:g}" for x in arr) + "]"
 
 
 def bus_budget(spec: RunSpec):
