@@ -340,6 +340,8 @@ KT_RANGE = (1e-4, 100.0)
 #: the joint-offset keys: ``offset_rad`` on a revolute joint, ``offset_m`` on a prismatic one
 #: (the run refuses the other one, naming the right key: see :func:`offset_key`)
 OFFSET_KEYS = ("offset_rad", "offset_m")
+#: the keys :func:`joint_mapping` reads in every driver type's ``[[driver.joints]]``
+MAPPING_KEYS = ("gear_ratio", "sign", "offset_rad", "torque_constant_nm_per_a", "efficiency")
 OFFSET_DOCS = {"offset_rad": "revolute joint: joint position at motor position zero [rad]; measure it "
                              "(torqueloop bringup) before a first run",
                "offset_m": "prismatic joint: joint position at motor position zero [m]"}

@@ -216,3 +216,13 @@ def test_a_misspelt_key_names_the_right_one():
     with pytest.raises(ConfigError) as ei:
         sec.float("duration_s")
     assert str(ei.value).endswith("required field is missing")      # nothing near: nothing named
+
+
+def test_mapping_keys_are_what_joint_mapping_reads():
+    """``drivers.registry.MAPPING_KEYS`` (the joint keys of every driver type, listed by ``check``'s
+    first-run list when a template leaves them out) is what joint_mapping reads."""
+    from drivers.registry import MAPPING_KEYS, OFFSET_KEYS, joint_mapping
+
+    sec = RecordingSection({}, "x.toml", "driver.joints")
+    joint_mapping(sec)
+    assert set(sec.log.tables["driver.joints"]) == set(MAPPING_KEYS) | set(OFFSET_KEYS)

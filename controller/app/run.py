@@ -1480,12 +1480,9 @@ def first_run_checklist(spec: RunSpec) -> str:
     """What a hardware config holds that must be your robot's before a first run
     (:data:`FIRST_RUN_KEYS`): each key with the value the file gives it (or its default), and
     how to get it right; then the ``[safety]`` limits of a first run."""
-    from drivers.registry import OFFSET_KEYS
-
-    from .explain import driver_keys
+    from drivers.registry import MAPPING_KEYS, OFFSET_KEYS
 
     data = spec.driver_section.data
-    explained = driver_keys(spec.driver_type)
     joints = data.get("joints") if isinstance(data.get("joints"), list) else []
     names = list(spec.model.joint_names)
     tables = [("[driver]", "driver", data)]
@@ -1502,7 +1499,6 @@ def first_run_checklist(spec: RunSpec) -> str:
     for what, keys, how in FIRST_RUN_KEYS:
         found = []
         for title, path, table in tables:
-            allowed = explained.get(path, {})
             items = []
             for k in keys:
                 if k in table:
@@ -1510,7 +1506,7 @@ def first_run_checklist(spec: RunSpec) -> str:
                     items.append(f"{k} = {v!r}" if not isinstance(v, Mapping) else f"[{k}] table")
                 elif k in OFFSET_KEYS and any(o in table for o in OFFSET_KEYS):
                     continue            # the other offset key is given
-                elif k in allowed and allowed[k].get("default") is not None:
+                elif path == "driver.joints" and k in MAPPING_KEYS:     # every driver type's
                     items.append(f"{k} not set (the default)")
             if items:
                 found.append(f"    {title}: " + ", ".join(items))
