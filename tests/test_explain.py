@@ -112,6 +112,8 @@ def test_cli_explain():
     assert "node_id" in r.stdout and "can_id" in r.stdout and "axis" in r.stdout
     r = tl("check", "--explain", "bogus")
     assert r.returncode == 2 and "unknown --explain topic" in r.stderr
+    r = tl("check", "--explain", "trajectori")
+    assert r.returncode == 2 and "did you mean 'trajectory'?" in r.stderr
     assert set(DRIVER_TYPES) >= set(_examples())
 
 

@@ -25,7 +25,7 @@ import re
 import uuid
 from typing import Any
 
-from dynamics.config import KeyLog, RecordingSection
+from dynamics.config import KeyLog, RecordingSection, near_match
 from dynamics.errors import ConfigError, TorqueloopError
 
 __all__ = ["explain", "TOPICS", "driver_keys", "run_keys", "trajectory_keys", "safety_keys", "sweep_keys"]
@@ -443,8 +443,9 @@ def explain(topic: str) -> str:
     elif topic.startswith("driver.") and topic in TOPICS:
         kinds, sub = list(DRIVER_TYPES), topic
     else:
-        raise ConfigError(f"unknown --explain topic {topic!r}; one of {list(TOPICS)} or "
-                          f"driver.<type> ({', '.join(sorted(DRIVER_TYPES))})")
+        near = near_match(topic, list(TOPICS) + [f"driver.{k}" for k in DRIVER_TYPES])
+        raise ConfigError(f"unknown --explain topic {topic!r}; " + (f"did you mean {near}? " if near else "")
+                          + f"one of {list(TOPICS)} or driver.<type> ({', '.join(sorted(DRIVER_TYPES))})")
     lines: list[str] = []
     shown: dict[tuple, list[str]] = {}         # a table (its keys, as text) -> the types that have it
     for kind in kinds:
