@@ -178,7 +178,7 @@ def test_every_explained_key_says_what_it_is():
     tables.update({f"trajectory:{p}": k for p, k in trajectory_keys().items()})
     for kind in sorted(_examples()):
         for path, keys in driver_keys(kind).items():
-            if path == "driver.joints" or path.startswith("driver.plant") or path == "driver.bus":
+            if path in ("driver", "driver.joints", "driver.bus") or path.startswith("driver.plant"):
                 tables[f"{kind}:{path}"] = keys
     missing = sorted(f"{t}.{k}" for t, keys in tables.items() for k, info in keys.items() if not info.get("doc"))
     assert not missing, missing
@@ -228,3 +228,14 @@ def test_mapping_keys_are_what_joint_mapping_reads():
     sec = RecordingSection({}, "x.toml", "driver.joints")
     joint_mapping(sec)
     assert set(sec.log.tables["driver.joints"]) == set(MAPPING_KEYS) | set(OFFSET_KEYS)
+
+
+def test_the_driver_key_docs_name_keys_the_drivers_read():
+    """Every key ``drivers.base.DRIVER_KEY_DOCS`` describes is a key of some ``[driver]`` table
+    (a renamed key leaves a stale description behind)."""
+    from drivers.base import DRIVER_KEY_DOCS
+
+    read = set()
+    for kind in _examples():
+        read |= set(driver_keys(kind).get("driver", {}))
+    assert set(DRIVER_KEY_DOCS) <= read, sorted(set(DRIVER_KEY_DOCS) - read)

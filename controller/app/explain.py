@@ -81,7 +81,9 @@ def _repo_file(rel: str):
 
 
 def record_driver(kind: str, table: dict, log: KeyLog, model=None) -> None:
-    """Build driver ``table`` (of type ``kind``) through a :class:`RecordingSection` into ``log``."""
+    """Build driver ``table`` (of type ``kind``) through a :class:`RecordingSection` into ``log``;
+    the ``[driver]`` table's own keys are described by :data:`drivers.base.DRIVER_KEY_DOCS`."""
+    from drivers.base import DRIVER_KEY_DOCS
     from drivers.registry import build_driver
     from dynamics.toy_models import Pendulum
 
@@ -89,6 +91,9 @@ def record_driver(kind: str, table: dict, log: KeyLog, model=None) -> None:
     kw = {"model": model if model is not None else Pendulum(), "rng": None} if kind.startswith("sim_") else {}
     drv = build_driver(sec, now=lambda: 0.0, **kw)
     drv.close()
+    for key, info in log.tables.get("driver", {}).items():
+        if not info.get("doc") and key in DRIVER_KEY_DOCS:
+            info["doc"] = DRIVER_KEY_DOCS[key]
 
 
 def driver_keys(kind: str) -> dict[str, dict[str, dict]]:
