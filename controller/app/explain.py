@@ -82,8 +82,7 @@ def _repo_file(rel: str):
 
 def record_driver(kind: str, table: dict, log: KeyLog, model=None) -> None:
     """Build driver ``table`` (of type ``kind``) through a :class:`RecordingSection` into ``log``;
-    the ``[driver]`` table's own keys are described by :data:`drivers.base.DRIVER_KEY_DOCS`."""
-    from drivers.base import DRIVER_KEY_DOCS
+    keys without a ``doc`` of their own are described by :func:`_table_docs`."""
     from drivers.registry import build_driver
     from dynamics.toy_models import Pendulum
 
@@ -91,9 +90,23 @@ def record_driver(kind: str, table: dict, log: KeyLog, model=None) -> None:
     kw = {"model": model if model is not None else Pendulum(), "rng": None} if kind.startswith("sim_") else {}
     drv = build_driver(sec, now=lambda: 0.0, **kw)
     drv.close()
-    for key, info in log.tables.get("driver", {}).items():
-        if not info.get("doc") and key in DRIVER_KEY_DOCS:
-            info["doc"] = DRIVER_KEY_DOCS[key]
+    for path, docs in _table_docs().items():
+        for key, info in log.tables.get(path, {}).items():
+            if not info.get("doc") and docs.get(key):
+                info["doc"] = docs[key]
+
+
+def _table_docs() -> dict[str, dict[str, str]]:
+    """The meanings of keys whose table fills a documented class (``{table path: {key: text}}``):
+    the ``[driver]`` table's own keys (:data:`drivers.base.DRIVER_KEY_DOCS`), ``[driver.follow]``
+    (:class:`drivers.follow.FollowConfig`'s attributes) and ``[driver.faults]``
+    (:class:`drivers.sim.faults.FaultInjectingBus`'s parameters)."""
+    from drivers.base import DRIVER_KEY_DOCS
+    from drivers.follow import FollowConfig
+    from drivers.sim.faults import FaultInjectingBus
+
+    return {"driver": DRIVER_KEY_DOCS, "driver.follow": _doc_attributes(FollowConfig),
+            "driver.faults": _doc_attributes(FaultInjectingBus, "Parameters")}
 
 
 def driver_keys(kind: str) -> dict[str, dict[str, dict]]:
@@ -149,12 +162,13 @@ def sweep_keys(topic: str) -> dict[str, dict]:
     return log.tables.get(topic, {})
 
 
-def _doc_attributes(cls) -> dict[str, str]:
-    """numpydoc ``Attributes`` of a class docstring: name -> one-line description."""
+def _doc_attributes(cls, section: str = "Attributes") -> dict[str, str]:
+    """numpydoc ``Attributes`` (or another ``section``) of a class docstring: name -> one-line
+    description."""
     doc = (cls.__doc__ or "").splitlines()
     out: dict[str, str] = {}
     try:
-        start = next(i for i, ln in enumerate(doc) if ln.strip() == "Attributes") + 2
+        start = next(i for i, ln in enumerate(doc) if ln.strip() == section) + 2
     except StopIteration:
         return out
     names: list[str] = []

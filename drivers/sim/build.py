@@ -482,7 +482,7 @@ def _bus_names(section: Section) -> list[str]:
 
 def _fault_kwargs(sec: Section, rng: np.random.Generator | None
                   ) -> tuple[dict, np.random.Generator, bool]:
-    seed = sec.int("seed", None, minimum=0)
+    seed = sec.int("seed", None, minimum=0, doc="seed of every fault decision (default: the run's)")
     if seed is not None:
         rng = np.random.default_rng(seed)
     if rng is None:
@@ -504,7 +504,8 @@ def _fault_kwargs(sec: Section, rng: np.random.Generator | None
     kw["silent_ids"] = ids
     if kw["bus_restart_s"] is not None and kw["bus_error_after"] is None:
         raise sec.error("bus_restart_s", "needs bus_error_after")
-    during_enable = sec.bool("during_enable", True)
+    during_enable = sec.bool("during_enable", True, doc="faults also while the drives are being enabled "
+                                                        "(false: frames pass unharmed during enable())")
     kw["device_fault"] = _device_fault(sec)
     kw["device_reboot"] = _device_reboot(sec)
     sec.finish()
@@ -513,9 +514,12 @@ def _fault_kwargs(sec: Section, rng: np.random.Generator | None
 
 def _device_fault(sec: Section):
     """``device_fault`` / ``device_fault_ids`` / ``device_fault_at_s`` -> (kind, ids, t_s) or None."""
-    if not sec.has("device_fault"):
+    docs = {"device_fault_ids": "device_fault: the CAN ids of the faulty drives",
+            "device_fault_at_s": "device_fault: the loop time it starts at [s]"}
+    if not sec.has("device_fault", doc="sim_mit_can: an unreported device fault: limp (no torque while "
+                                       "replying) or frozen (replies repeat, last command held)"):
         for key in ("device_fault_ids", "device_fault_at_s"):
-            if sec.has(key):
+            if sec.has(key, doc=docs[key]):
                 raise sec.error(key, "needs device_fault")
         return None
     from .mit_emulator import MIT_DEVICE_FAULTS
@@ -530,8 +534,9 @@ def _device_fault(sec: Section):
 
 def _device_reboot(sec: Section):
     """``device_reboot_ids`` / ``device_reboot_at_s`` -> (ids, t_s) or None."""
-    if not sec.has("device_reboot_ids"):
-        if sec.has("device_reboot_at_s"):
+    if not sec.has("device_reboot_ids", doc="these drives power-cycle (out of motor mode or IDLE, zero "
+                                            "lost) at device_reboot_at_s"):
+        if sec.has("device_reboot_at_s", doc="device_reboot_ids: the loop time they reboot at [s]"):
             raise sec.error("device_reboot_at_s", "needs device_reboot_ids")
         sec.raw("device_reboot_ids", None)      # read (recorded by `check --explain driver.faults`)
         return None
