@@ -172,14 +172,13 @@ def test_trajectory_types_are_explained_as_load_trajectory_reads_them(tmp_path):
 
 
 def test_every_explained_key_says_what_it_is():
-    """Each key of the run's tables, the trajectory and every driver table but the emulators' has
-    a one-line meaning (from the ``doc`` of the call that reads it, or the class the table fills)."""
+    """Each key of the run's tables, the trajectory and every table of every driver type has a
+    one-line meaning (from the ``doc`` of the call that reads it, or the class the table fills)."""
     tables = {f"run:{p}": k for p, k in run_keys().items()}
     tables.update({f"trajectory:{p}": k for p, k in trajectory_keys().items()})
     for kind in sorted(_examples()):
         for path, keys in driver_keys(kind).items():
-            if path != "driver.emulator":
-                tables[f"{kind}:{path}"] = keys
+            tables[f"{kind}:{path}"] = keys
     missing = sorted(f"{t}.{k}" for t, keys in tables.items() for k, info in keys.items() if not info.get("doc"))
     assert not missing, missing
 

@@ -582,7 +582,9 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
     faults_sec = section.section("faults", None)
     fault_kw, fault_rng, during_enable = (_fault_kwargs(faults_sec, rng) if faults_sec is not None
                                           else (None, None, True))
-    serve = emu_sec.str("serve", "thread", choices=["thread", "inline"])
+    serve = emu_sec.str("serve", "thread", choices=["thread", "inline"],
+                        doc="the emulated devices answer from their own thread, or inline in the driver's "
+                            "thread on send/recv (lock-step clock and reply_latency_s = 0 only)")
     names = _bus_names(section)
     channels = {name: f"torqueloop-sim-{uuid.uuid4().hex}" for name in names}
     device_fault = fault_kw.pop("device_fault") if fault_kw is not None else None
@@ -618,9 +620,12 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
             t.close()
         raise
     try:
-        latency = emu_sec.float("reply_latency_s", 0.0, minimum=0.0)
-        wd = emu_sec.float("watchdog_timeout_s", None, minimum=0.0, strict_min=True)
-        poll = emu_sec.float("poll_s", 0.001, minimum=0.0, strict_min=True)
+        latency = emu_sec.float("reply_latency_s", 0.0, minimum=0.0,
+                                doc="wall-clock delay of every reply and broadcast [s]")
+        wd = emu_sec.float("watchdog_timeout_s", None, minimum=0.0, strict_min=True,
+                           doc="the devices' command timeout (MIT: CAN timeout; ODrive: axis watchdog) "
+                               "[s] (default: off)")
+        poll = emu_sec.float("poll_s", 0.001, minimum=0.0, strict_min=True, doc=_POLL_DOC)
         if kind == "cia402_can":
             from .cia402_emulator import devices_from_driver as make
         else:
@@ -676,9 +681,11 @@ def _mit_devices(driver, emu_sec: Section, wd, now) -> dict:
     # the drive's reply layout: what the driver is configured to expect, unless said here
     expect = getattr(driver, "reply_variant", "auto")
     variant = emu_sec.str("variant", "classic6" if expect == "auto" else expect,
-                          choices=["classic6", "cubemars8", "servo7"])
-    reply_id = emu_sec.int("reply_id", 0, minimum=0, maximum=0x7FF)
-    temp = emu_sec.float("temperature_c", 35.0)
+                          choices=["classic6", "cubemars8", "servo7"],
+                          doc="MIT: the emulated drives' reply layout (default: the driver's reply_variant "
+                              "when it names one, else classic6)")
+    reply_id = emu_sec.int("reply_id", 0, minimum=0, maximum=0x7FF, doc="MIT: the replies' arbitration id")
+    temp = emu_sec.float("temperature_c", 35.0, doc=_TEMPERATURE_DOC)
     by_bus: dict[int, tuple] = {}
     maps = device_mappings(emu_sec, [jt.mapping for jt in driver.joints])
     for j, jt in enumerate(driver.joints):
@@ -694,10 +701,17 @@ def _mit_devices(driver, emu_sec: Section, wd, now) -> dict:
 def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
     from .odrive_emulator import OdriveAxisConfig, OdriveEmulator
 
+    docs = {"heartbeat_period_s": "ODrive: period of the heartbeat broadcast [s] (0: RTR only)",
+            "encoder_period_s": "ODrive: period of the encoder estimates broadcast [s] (0: RTR only)",
+            "iq_period_s": "ODrive: period of the Iq broadcast [s] (default: encoder_period_s if the driver "
+                           "reads Iq, else 0)",
+            "torques_period_s": "ODrive: period of the Torques broadcast [s] (default: encoder_period_s if "
+                                "the driver reads Torques, else 0)"}
+
     def period(key, default):
         # 0: off; else a rate a drive can send at (a period of 1e-300 s would have the emulator
         # generate messages without end inside enable())
-        v = emu_sec.float(key, default, minimum=0.0, maximum=PERIOD_RANGE_S[1])
+        v = emu_sec.float(key, default, minimum=0.0, maximum=PERIOD_RANGE_S[1], doc=docs[key])
         if 0.0 < v < PERIOD_RANGE_S[0]:
             raise emu_sec.error(key, f"must be 0 (off) or in [{PERIOD_RANGE_S[0]:g}, {PERIOD_RANGE_S[1]:g}] s, got {v!r}")
         return None if v == 0.0 else v
@@ -709,12 +723,16 @@ def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
     tfb = getattr(driver, "torque_feedback", "none")
     iq = period("iq_period_s", (enc or 0.0) if tfb == "iq" else 0.0)
     tq = period("torques_period_s", (enc or 0.0) if tfb == "torques" else 0.0)
-    tlim = emu_sec.float("torque_limit_nm", math.inf, minimum=0.0, strict_min=True) \
-        if emu_sec.has("torque_limit_nm") else math.inf
-    cur = emu_sec.float("current_limit_a", 10.0, minimum=0.0, strict_min=True)
+    tlim_doc = "ODrive: the motors' torque limit [N m] (default: none)"
+    tlim = emu_sec.float("torque_limit_nm", math.inf, minimum=0.0, strict_min=True, doc=tlim_doc) \
+        if emu_sec.has("torque_limit_nm", doc=tlim_doc) else math.inf
+    cur = emu_sec.float("current_limit_a", 10.0, minimum=0.0, strict_min=True,
+                        doc="ODrive: the motors' current limit [A] (the firmware's default 10 A); the "
+                            "torque applied is clamped to min(torque_limit_nm, current_limit_a x kt)")
     if not math.isfinite(cur):
         raise emu_sec.error("current_limit_a", f"must be finite (a drive's current limit is), got {cur!r}")
-    version = emu_sec.raw("fw_version", None)
+    version = emu_sec.raw("fw_version", None, doc="ODrive: what Get_Version reports, [major, minor, "
+                                                  "revision] (default: 0.6.10 or 0.5.6 per the driver's firmware)")
     by_bus: dict[int, list] = {}
     maps = device_mappings(emu_sec, [ax.mapping for ax in driver.axes])
     for j, ax in enumerate(driver.axes):
@@ -731,6 +749,10 @@ def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
         field = "fw_version" if isinstance(err, TypeError) or getattr(err, "field", None) == "fw_version" else None
         raise emu_sec.error(field, str(err)) from err
 
+
+#: meanings of ``[driver.emulator]`` keys several emulators read
+_POLL_DOC = "period the emulator thread polls its bus at [s]"
+_TEMPERATURE_DOC = "the temperature the emulated drives report [degC]"
 
 #: plausible periods of an emulated drive's cyclic messages [s]: 10 kHz to one every 10 s
 PERIOD_RANGE_S = (1e-4, 10.0)
