@@ -48,6 +48,7 @@ import signal
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Mapping
 
 import numpy as np
 
@@ -187,7 +188,7 @@ class TimingStats:
     interval between cycle starts - period|; ``compute``: estimate + control +
     safety time (real CPU time, also in lock-step runs); ``cycle``: the whole
     cycle including driver I/O and telemetry.  ``missed_deadlines``: cycles
-    later than ``miss_fraction * period_s``.
+    later than ``miss_threshold_fraction_of_period * period_s``.
     """
 
     n_cycles: int
@@ -197,16 +198,25 @@ class TimingStats:
     compute: dict
     cycle: dict
     missed_deadlines: int
-    miss_fraction: float
+    miss_threshold_fraction_of_period: float
 
     @staticmethod
-    def from_arrays(period_s, lateness, starts, compute, cycle, miss_fraction) -> "TimingStats":
+    def from_arrays(period_s, lateness, starts, compute, cycle, miss_threshold_fraction_of_period) -> "TimingStats":
         perr = np.abs(np.diff(starts) - period_s) if starts.size > 1 else np.zeros(0)
+        frac = float(miss_threshold_fraction_of_period)
         return TimingStats(int(lateness.size), float(period_s), _pct(lateness), _pct(perr), _pct(compute),
-                           _pct(cycle), int(np.sum(lateness > miss_fraction * period_s)), float(miss_fraction))
+                           _pct(cycle), int(np.sum(lateness > frac * period_s)), frac)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @staticmethod
+    def threshold_s(timing: Mapping) -> float:
+        """The lateness counted as a missed deadline [s] of a timing dict (:meth:`as_dict`, a
+        run's ``meta.json`` ``result.timing``); a run written before the threshold had its name
+        holds it as ``miss_fraction``."""
+        frac = timing.get("miss_threshold_fraction_of_period", timing.get("miss_fraction", 0.5))
+        return float(frac) * float(timing.get("period_s", 0.0) or 0.0)
 
 
 @dataclass
@@ -278,7 +288,7 @@ class ControlLoop:
     duration_s : float, optional
         Run length (default: the trajectory's duration); the last cycle is at
         ``t = duration_s``.
-    miss_fraction : float
+    miss_threshold_fraction_of_period : float
         Deadline-miss threshold as a fraction of the period.
     task_layout : {"planar", "spatial"}, optional
         For task-space metrics (default from the controller: task dof 3 ->
@@ -294,7 +304,8 @@ class ControlLoop:
 
     def __init__(self, driver: Driver, controller: Controller, trajectory, safety: SafetySupervisor,
                  clock: Clock, *, period_s: float, telemetry: TelemetryWriter | None = None,
-                 velocity_estimator=None, duration_s: float | None = None, miss_fraction: float = 0.5,
+                 velocity_estimator=None, duration_s: float | None = None,
+                 miss_threshold_fraction_of_period: float = 0.5,
                  task_layout: str | None = None, handle_signals: bool = True, compiled: bool = True):
         if not (period_s > 0 and np.isfinite(period_s)):
             raise ConfigError(f"must be finite and > 0, got {period_s!r}", field="period_s")
@@ -313,7 +324,7 @@ class ControlLoop:
         self.duration_s = float(trajectory.duration_s if duration_s is None else duration_s)
         if not (self.duration_s >= 0 and np.isfinite(self.duration_s)):
             raise ConfigError(f"must be finite and >= 0, got {duration_s!r}", field="duration_s")
-        self.miss_fraction = float(miss_fraction)
+        self.miss_threshold_fraction_of_period = float(miss_threshold_fraction_of_period)
         if task_layout is None and controller.space == "task":
             task_layout = {3: "planar", 6: "spatial"}.get(controller.dim)
         self.task_layout = task_layout
@@ -362,7 +373,8 @@ class ControlLoop:
         n, dim, P = self.driver.n_joints, self.controller.dim, self.period_s
         messages: list[str] = []
         lat, starts, comp, cyc = (_Series() for _ in range(4))
-        metrics = MetricsAccumulator(n, dim, P, task_layout=self.task_layout, miss_fraction=self.miss_fraction)
+        metrics = MetricsAccumulator(n, dim, P, task_layout=self.task_layout,
+                                     miss_threshold_fraction_of_period=self.miss_threshold_fraction_of_period)
         status = "fault"
         k = 0
         enabled = False
@@ -418,7 +430,7 @@ class ControlLoop:
             zero = np.zeros(n)
             nan_dim = np.full(dim, np.nan)
             tel = self.telemetry
-            miss_s = self.miss_fraction * P
+            miss_s = self.miss_threshold_fraction_of_period * P
             fast = None
             if CompiledCycles is not None:
                 fast, _why = CompiledCycles.for_loop(self, traj, est)
@@ -607,7 +619,7 @@ class ControlLoop:
 
     def _finish(self, status, k, messages, lat, starts, comp, cyc, metrics, wall0) -> RunResult:
         timing = TimingStats.from_arrays(self.period_s, lat.values(), starts.values(), comp.values(), cyc.values(),
-                                         self.miss_fraction)
+                                         self.miss_threshold_fraction_of_period)
         res = RunResult(status, list(self.safety.faults), k, timing, metrics.result(),
                         None if self.telemetry is None else str(self.telemetry.directory), messages,
                         time.perf_counter() - wall0)

@@ -15,7 +15,7 @@ Definitions (``N`` cycles of period ``dt``)
 * ``peak_torque[j] = max_k |tau_k[j]|``, ``rms_torque[j]``.
 * ``energy_j[j] = sum_k tau_k[j] qd_k[j] dt`` (net mechanical work of actuator j,
   rectangle rule), ``positive_work_j = sum max(tau qd, 0) dt`` over all joints.
-* ``deadline_misses``: cycles whose lateness exceeds ``miss_fraction * dt``.
+* ``deadline_misses``: cycles whose lateness exceeds ``miss_threshold_fraction_of_period * dt``.
 * ``saturation_fraction[j]``: fraction of cycles with joint j clipped;
   ``saturation_fraction_any``: fraction with any joint clipped.
 """
@@ -43,19 +43,19 @@ class MetricsAccumulator:
         Control period dt [s].
     task_layout : {"planar", "spatial"} or None
         Splits the error into position and orientation parts (task space).
-    miss_fraction : float
-        Lateness above ``miss_fraction * period_s`` counts as a deadline miss.
+    miss_threshold_fraction_of_period : float
+        Lateness above ``miss_threshold_fraction_of_period * period_s`` counts as a deadline miss.
     block : int
         Rows buffered before a block reduction.
     """
 
     def __init__(self, n: int, dim: int, period_s: float, *, task_layout: str | None = None,
-                 miss_fraction: float = 0.5, block: int = 1024):
+                 miss_threshold_fraction_of_period: float = 0.5, block: int = 1024):
         if task_layout is not None and task_layout not in TASK_LAYOUTS:
             raise TorqueloopError(f"task_layout must be one of {sorted(TASK_LAYOUTS)} or None, got {task_layout!r}")
         self.n, self.dim, self.period_s = n, dim, float(period_s)
         self.task_layout = task_layout
-        self.miss_fraction = float(miss_fraction)
+        self.miss_threshold_fraction_of_period = float(miss_threshold_fraction_of_period)
         # the rows are stored by quantity, one contiguous row of ``block`` cycles per axis of
         # [e | tau | qd] (shape (dim + 2 n, block)), so that the block reductions run along
         # contiguous memory; _e, _tau and _qd are (block, .) views of it
@@ -169,7 +169,7 @@ class MetricsAccumulator:
         self._energy += _axis_sums(p)
         # all of p, cycle after cycle: the order of the (k, n) array
         self._posw += float(np.add.reduce(np.maximum(np.ascontiguousarray(p.T), 0.0), axis=None))
-        self._misses += int(np.count_nonzero(late > self.miss_fraction * self.period_s))
+        self._misses += int(np.count_nonzero(late > self.miss_threshold_fraction_of_period * self.period_s))
         if sat.any():                   # (adding zero counts changes nothing)
             self._satc += np.count_nonzero(sat, axis=0)
             self._satany += int(np.count_nonzero(sat.any(axis=1)))
@@ -213,12 +213,13 @@ def _axis_sums(x: np.ndarray) -> np.ndarray:
 
 
 def metrics_from_log(log: np.ndarray, period_s: float, *, task_layout: str | None = None,
-                     miss_fraction: float = 0.5) -> dict:
+                     miss_threshold_fraction_of_period: float = 0.5) -> dict:
     """Metrics of a telemetry log (from :func:`controller.telemetry.read_log` or ``np.load``)."""
     from .telemetry import group_fields
     log = group_fields(log)
     n = log.dtype["q"].shape[0] if log.dtype["q"].shape else 1
     dim = log.dtype["err"].shape[0] if log.dtype["err"].shape else 1
-    acc = MetricsAccumulator(n, dim, period_s, task_layout=task_layout, miss_fraction=miss_fraction)
+    acc = MetricsAccumulator(n, dim, period_s, task_layout=task_layout,
+                             miss_threshold_fraction_of_period=miss_threshold_fraction_of_period)
     acc.add_batch(log["err"], log["tau_cmd"], log["qd"], log["sat"], log["lateness_s"])
     return acc.result()

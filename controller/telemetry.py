@@ -47,7 +47,7 @@ from dynamics._kernel_cache import stamp_package_caches
 from dynamics.errors import TorqueloopError
 
 __all__ = ["TelemetryWriter", "log_dtype", "file_dtype", "column_labels", "usable_labels", "group_fields", "read_log", "read_meta",
-           "collect_meta", "to_csv", "utc_ns", "FIELD_DOC"]
+           "collect_meta", "to_csv", "utc_ns", "log_dataframe", "FIELD_DOC"]
 
 _MAGIC = b"\x93NUMPY\x01\x00"
 
@@ -680,6 +680,52 @@ def read_meta(path) -> dict:
         return json.loads(p.read_text())
     except (OSError, ValueError) as err:
         raise TorqueloopError(f"{p}: cannot read run metadata: {err}") from err
+
+
+def flat_log(log: np.ndarray, joint_names=None, axis_names=None) -> np.ndarray:
+    """A log with one scalar column per value (a view, no copy): a flat log as it is, a grouped
+    one (``log["q"]`` of shape (rows, n)) viewed with :func:`file_dtype`'s columns, named after
+    ``joint_names`` / ``axis_names`` where they are usable labels (:func:`usable_labels`), else
+    numbered (``q[0]``)."""
+    names = log.dtype.names or ()
+    if "q" not in names:
+        group_fields(log)       # validates the layout
+        return log
+    n = log.dtype["q"].shape[0] if log.dtype["q"].shape else 1
+    dim = log.dtype["err"].shape[0] if log.dtype["err"].shape else 1
+    return log.view(file_dtype(n, dim, usable_labels(joint_names, n), usable_labels(axis_names, dim)))
+
+
+def log_dataframe(log, *, joint_names=None, axis_names=None):
+    """The log as a :class:`pandas.DataFrame`, one column per scalar value.
+
+    Parameters
+    ----------
+    log : numpy.ndarray or str or pathlib.Path
+        A log array, grouped (:func:`read_log`, ``simulate(...).log``) or flat, or a run
+        folder / ``log.npy`` (its columns keep the joint and axis names stored there).
+    joint_names, axis_names : sequence of str, optional
+        Labels of the per-joint columns (``q[theta1]``) and of the reference and error
+        columns (``err[x]``) of a grouped array (default: numbered, ``q[0]``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Shape (rows, columns): ``t``, ``q[...]``, ``qd[...]``, ``ref_pos[...]``... (the
+        fields of :data:`FIELD_DOC`, in SI units); pandas is an optional dependency.
+
+    Raises
+    ------
+    TorqueloopError
+        pandas is not installed, or ``log`` is not a torqueloop log.
+    """
+    try:
+        import pandas as pd
+    except ImportError as err:
+        raise TorqueloopError("log_dataframe needs pandas (pip install pandas)") from err
+    arr = read_log(log, flat=True) if isinstance(log, (str, Path)) else \
+        flat_log(np.asarray(log), joint_names, axis_names)
+    return pd.DataFrame(arr)
 
 
 def to_csv(log: np.ndarray, path) -> None:

@@ -33,6 +33,55 @@ FAULT_NONE = 0
 #: timeout at all (the OS's timers overflow: an OverflowError in the middle of a cycle)
 TIMEOUT_MAX_S = {"reply_timeout_s": 1.0, "enable_timeout_s": 60.0, "sdo_timeout_s": 10.0}
 
+#: the meaning of each key of a ``[driver]`` table (its own keys; those of its sub-tables are the
+#: ``doc`` of the calls that read them): ``torqueloop check --explain driver`` prints it beside
+#: what the builders' calls give (type, bounds, default; :mod:`controller.app.explain`)
+DRIVER_KEY_DOCS = {
+    "type": "the driver: --explain driver.<type>",
+    "joints": "one [[driver.joints]] table per actuator, in the robot's joint order: --explain driver.joints",
+    "bus": "[driver.bus]: the one CAN bus (--explain driver.bus)",
+    "buses": "[driver.buses.NAME]: several CAN buses, each joint naming its own (bus = NAME)",
+    "plant": "simulated drivers: the simulated robot: --explain driver.plant",
+    "emulator": "simulated drivers: the emulated devices: --explain driver.emulator",
+    "faults": "simulated drivers: seeded faults between driver and devices: --explain driver.faults",
+    "follow": "checks that each drive follows its commands (a limp or hung motor is a fault)",
+    "joint_names": "sim_direct: the joints' names in logs (default: the robot file's)",
+    "reply_timeout_s": ("wall-clock wait for the drives' replies in each cycle [s]; a late reply is stale "
+                        "feedback"),
+    "enable_timeout_s": "how long enabling the drives may take before it is a fault [s]",
+    "enable_tries": "MIT: enable commands sent to a drive before giving up",
+    "quantization": ("MIT: commands rounded to the protocol's bits (nearest), or truncated as the reference host"
+                     " code does (a -1/2 LSB bias)"),
+    "reply_centered": "MIT: replies decoded to the middle of the firmware's truncation step",
+    "reply_variant": ("MIT: reply layout: classic6 (6 bytes, no fault codes), cubemars8 (8 bytes with "
+                      "temperature and error byte) or auto (detected at enable)"),
+    "temperature_max_c": "MIT cubemars8: a reported temperature above this is a fault [degC]",
+    "feedback": "ODrive CAN: the encoder estimates broadcast cyclically, or asked for every cycle (rtr)",
+    "torque_feedback": "ODrive CAN: the measured torque from Get_Iq, from Get_Torques (firmware 0.6) or none",
+    "firmware": "ODrive CAN: the drives' firmware generation (its CANSimple message set)",
+    "encoder_rate_hz": ("ODrive CAN: the drives' configured encoder broadcast rate [Hz] (bus-load budget; "
+                        "default: the loop rate)"),
+    "heartbeat_rate_hz": "ODrive CAN: the drives' configured heartbeat rate [Hz] (bus-load budget)",
+    "port": "serial port: a device path (/dev/serial/by-id/...) or a pyserial URL",
+    "baudrate": "serial baud rate [bit/s], as the drives are set",
+    "status_every": "read the drives' state and errors every this many cycles (0: never)",
+    "error_property": "ODrive ASCII: the error property read (active_errors: firmware 0.6; error: 0.5)",
+    "read_mode": "Dynamixel: how feedback is read: Fast Sync Read (one reply for all servos) or Sync Read",
+    "return_delay_us": "Dynamixel: the servos' return delay time [us] (even; as set in them)",
+    "bus_watchdog_ms": ("Dynamixel: the servos' bus watchdog [ms] (multiple of 20): a servo without commands "
+                        "this long stops"),
+    "sdo_timeout_s": "CiA 402: wait for an SDO answer during set-up [s]",
+    "heartbeat_period_s": "CiA 402: the drives' heartbeat period 0x1017 [s]",
+    "heartbeat_timeout_s": "CiA 402: a drive silent this long is lost (default: 3 heartbeat periods) [s]",
+    "master_node_id": "CiA 402: our node id in the heartbeat the drives consume (0x1016; 0: none)",
+    "master_heartbeat_period_s": "CiA 402: the period of our heartbeat [s]",
+    "master_heartbeat_timeout_s": ("CiA 402: the drives run their fault reaction when our heartbeat is missing "
+                                   "this long [s] (default: 3 periods)"),
+    "quick_stop_option": ("CiA 402: quick stop option code 0x605A (1: slow-down ramp, 2: quick stop ramp, "
+                          "then switch on disabled; 5, 6: stay in quick stop; 0: coast)"),
+    "fault_reaction_option": "CiA 402: fault reaction option code 0x605E (0, 1 or 2)",
+}
+
 
 class Timeout:
     """A driver's timeout attribute [s], checked whenever it is set (construction or later):

@@ -833,18 +833,17 @@ def build(section, *, now: Callable[[], float], transports=None) -> Cia402Driver
         seen = {}
         for js in section.sections("joints"):
             bus_name = registry.joint_bus(js, buses)
-            node = js.int("node_id", minimum=1, maximum=127)
+            node = js.int("node_id", minimum=1, maximum=127, doc="the drive's CANopen node id")
             if (bus_name, node) in seen:
                 raise js.error("node_id", f"node id {node} already used by {seen[bus_name, node]} on bus '{bus_name}'")
             if node == master:
                 raise js.error("node_id", f"node id {node} is the master_node_id")
             seen[bus_name, node] = js.path
-            name = js.str("name", "")
-            units = Cia402Units(js.float("counts_per_rev", minimum=0.0, strict_min=True),
-                                js.float("rated_torque_nm", minimum=0.0, strict_min=True),
-                                js.float("velocity_counts_per_rev_s", None, minimum=0.0, strict_min=True))
-            lim = js.float("torque_limit_nm", None, minimum=0.0, strict_min=True)
-            eds = js.str("eds", GENERIC_EDS)
+            name = js.str("name", "", doc=registry.JOINT_NAME_DOC)
+            units = _units(js)
+            lim = js.float("torque_limit_nm", None, minimum=0.0, strict_min=True, doc=_TORQUE_LIMIT_DOC)
+            eds = js.str("eds", GENERIC_EDS, doc="the drive's EDS file (relative to this config; default: "
+                                                 "a generic CiA 402 dictionary)")
             if base_dir is not None and not Path(eds).is_absolute() and (base_dir / eds).is_file():
                 eds = str(base_dir / eds)
             try:
@@ -867,6 +866,21 @@ def build(section, *, now: Callable[[], float], transports=None) -> Cia402Driver
         raise
 
 
+_TORQUE_LIMIT_DOC = "max torque 0x6072 written to the drive [N m, motor side] (default: the rated torque)"
+
+
+def _units(js) -> "Cia402Units":
+    """The :class:`Cia402Units` of a ``[[driver.joints]]`` table."""
+    return Cia402Units(js.float("counts_per_rev", minimum=0.0, strict_min=True,
+                                doc="position increments per motor turn (0x608F/0x6091 as configured)"),
+                       js.float("rated_torque_nm", minimum=0.0, strict_min=True,
+                                doc="the motor's rated torque 0x6076 [N m]: the drive's torque unit is "
+                                    "1/1000 of it"),
+                       js.float("velocity_counts_per_rev_s", None, minimum=0.0, strict_min=True,
+                                doc="velocity increments per motor turn per second (default: "
+                                    "counts_per_rev)"))
+
+
 def capabilities(section) -> list:
     """Each joint's :class:`~drivers.base.JointCapability` of a ``cia402_can`` table: max torque
     0x6072 (``torque_limit_nm`` in per mille of the rated torque, 1000 without one) x rated
@@ -876,10 +890,8 @@ def capabilities(section) -> list:
     from .base import JointCapability
     out = []
     for js in registry.capability_joints(section):
-        units = Cia402Units(js.float("counts_per_rev", minimum=0.0, strict_min=True),
-                            js.float("rated_torque_nm", minimum=0.0, strict_min=True),
-                            js.float("velocity_counts_per_rev_s", None, minimum=0.0, strict_min=True))
-        lim = js.float("torque_limit_nm", None, minimum=0.0, strict_min=True)
+        units = _units(js)
+        lim = js.float("torque_limit_nm", None, minimum=0.0, strict_min=True, doc=_TORQUE_LIMIT_DOC)
         m = registry.joint_mapping(js)
         ax = Cia402Axis(None, 1, units, m, "", lim)     # the drive's arithmetic (no bus)
         permille = ax.max_torque_permille

@@ -487,12 +487,12 @@ def build(section, *, now: Callable[[], float], transports=None) -> DynamixelDri
     servos = []
     seen = {}
     for js in section.sections("joints"):
-        i = js.int("id", minimum=0, maximum=dx.MAX_ID)
+        i = js.int("id", minimum=0, maximum=dx.MAX_ID, doc="the servo's Dynamixel ID (set with Dynamixel Wizard)")
         if i in seen:
             raise js.error("id", f"ID {i} already used by {seen[i]}")
         seen[i] = js.path
         model, mapping, lim = _servo_settings(js)
-        name = js.str("name", "")
+        name = js.str("name", "", doc=registry.JOINT_NAME_DOC)
         js.finish()
         servos.append(DynamixelServo(i, model, mapping, name, lim))
     if not servos:
@@ -518,13 +518,11 @@ def _servo_settings(js) -> tuple:
     """``(model, mapping, current_limit_a or None)`` of a Dynamixel ``[[driver.joints]]`` table
     (``torque_constant_nm_per_a`` defaults to the model's)."""
     from . import registry
-    model = dx.DXL_MODELS[js.str("model", choices=sorted(dx.DXL_MODELS))]
-    kt_given = js.has("torque_constant_nm_per_a")
-    mapping = registry.joint_mapping(js)
-    if not kt_given:
-        mapping = JointMapping(mapping.gear_ratio, mapping.sign, mapping.offset_rad,
-                               model.torque_constant_nm_per_a, mapping.efficiency)
-    return model, mapping, js.float("current_limit_a", None, minimum=0.0, strict_min=True)
+    model = dx.DXL_MODELS[js.str("model", choices=sorted(dx.DXL_MODELS),
+                                 doc="servo model: its current unit, torque constant and limits")]
+    mapping = registry.joint_mapping(js, model.torque_constant_nm_per_a)
+    return model, mapping, js.float("current_limit_a", None, minimum=0.0, strict_min=True,
+                                    doc="current limit written to the servo [A] (default: the model's)")
 
 
 def capabilities(section) -> list:

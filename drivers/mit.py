@@ -753,12 +753,12 @@ def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver
         seen = {}
         for js in section.sections("joints"):
             bus_name = registry.joint_bus(js, buses)
-            can_id = js.int("can_id", minimum=1, maximum=255)
+            can_id = js.int("can_id", minimum=1, maximum=255, doc="the actuator's CAN id (set with the vendor's tool)")
             if (bus_name, can_id) in seen:
                 raise js.error("can_id", f"CAN id {can_id} already used by {seen[bus_name, can_id]} on bus '{bus_name}'")
             seen[bus_name, can_id] = js.path
             limits = _limits(js)
-            name = js.str("name", "")
+            name = js.str("name", "", doc=registry.JOINT_NAME_DOC)
             mapping = registry.joint_mapping(js)
             js.finish()
             joints.append(MitJoint(buses[bus_name], can_id, limits, mapping, name))
@@ -775,9 +775,11 @@ def build(section, *, now: Callable[[], float], transports=None) -> MitCanDriver
 
 def _limits(js) -> codec.MitLimits:
     """``model = "AK80-9"`` or an explicit ``[limits]`` table (or both: the table overrides fields)."""
-    model = js.str("model", None, choices=sorted(codec.MIT_MODELS)) if js.has("model") else None
+    doc = "actuator model: its position, velocity, gain and torque ranges; required unless [limits] gives them all"
+    model = js.str("model", None, choices=sorted(codec.MIT_MODELS), doc=doc) if js.has("model", doc=doc) else None
     base = codec.MIT_MODELS[model] if model else None
-    if not js.has("limits"):
+    if not js.has("limits", doc="the MIT protocol's ranges p_max_rad, v_max_rad_s, kp_max, kd_max, "
+                                "t_max_nm (override the model's; all of them without a model)"):
         if base is None:
             raise js.error("model", "give a model (one of " + ", ".join(sorted(codec.MIT_MODELS)) +
                            ") or a [limits] table")

@@ -663,11 +663,12 @@ def build(section, *, now: Callable[[], float], transports=None) -> OdriveCanDri
         seen = {}
         for js in section.sections("joints"):
             bus_name = registry.joint_bus(js, buses)
-            node = js.int("node_id", minimum=0, maximum=codec.MAX_NODE_ID)
+            node = js.int("node_id", minimum=0, maximum=codec.MAX_NODE_ID,
+                          doc="the axis' CAN node id (odrv.axisN.config.can.node_id)")
             if (bus_name, node) in seen:
                 raise js.error("node_id", f"node id {node} already used by {seen[bus_name, node]} on bus '{bus_name}'")
             seen[bus_name, node] = js.path
-            name = js.str("name", "")
+            name = js.str("name", "", doc=registry.JOINT_NAME_DOC)
             lim = _axis_limits(js)
             js.finish()
             axes.append(OdriveAxis(buses[bus_name], node, name=name, **lim))
@@ -690,10 +691,15 @@ def _axis_limits(js) -> dict:
     ``velocity_limit_rad_s``."""
     from . import registry
     return {"mapping": registry.joint_mapping(js),
-            "torque_limit_nm": js.float("torque_limit_nm", None, minimum=0.0, strict_min=True),
+            "torque_limit_nm": js.float("torque_limit_nm", None, minimum=0.0, strict_min=True,
+                                        doc="motor-side torque clamp applied before sending [N m] "
+                                            "(default: none here, the ODrive's own limits)"),
             "current_limit_a": js.float("current_limit_a", DEFAULT_CURRENT_LIMIT_A, minimum=0.0,
-                                        strict_min=True, maximum=CURRENT_LIMIT_MAX_A),
-            "velocity_limit_rad_s": js.float("velocity_limit_rad_s", None, minimum=0.0, strict_min=True)}
+                                        strict_min=True, maximum=CURRENT_LIMIT_MAX_A,
+                                        doc="motor current limit sent with Set_Limits at enable [A]"),
+            "velocity_limit_rad_s": js.float("velocity_limit_rad_s", None, minimum=0.0, strict_min=True,
+                                             doc="joint velocity limit sent with Set_Limits [rad/s] "
+                                                 "(default: the drive's limit lifted; [safety] still applies)")}
 
 
 def _capabilities(section) -> list:
@@ -989,10 +995,10 @@ def build_ascii(section, *, now: Callable[[], float], transports=None) -> Odrive
     errp = section.str("error_property", "active_errors", choices=["active_errors", "error"])
     axes, maps, limits = [], [], []
     for js in section.sections("joints"):
-        a = js.int("axis", minimum=0, maximum=1)
+        a = js.int("axis", minimum=0, maximum=1, doc="the ODrive axis (0 or 1)")
         if a in axes:
             raise js.error("axis", f"axis {a} is used twice")
-        js.str("name", "")
+        js.str("name", "", doc=registry.JOINT_NAME_DOC)
         lim = _axis_limits(js)
         maps.append(lim.pop("mapping"))
         limits.append(lim)

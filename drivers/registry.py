@@ -166,7 +166,9 @@ def build_driver(section: Section, *, now: Callable[[], float],
         raise section.error("type", f"driver type {kind!r}: {target} does not exist")
     # the drives' own command timeout, where the user knows it (CubeMars "CAN timeout", an ODrive
     # axis watchdog): a stall of the loop longer than it is a stop (controller.loop)
-    wd = section.float("drive_watchdog_s", None, minimum=1e-4, maximum=10.0)
+    wd = section.float("drive_watchdog_s", None, minimum=1e-4, maximum=10.0,
+                       doc="the drives' own command timeout [s] where known: a loop stalled longer "
+                           "stops instead of resuming")
     driver = fn(section, now=now, transports=transports, **kwargs)
     if wd is not None:
         driver.watchdog_s = wd
@@ -187,14 +189,19 @@ def _open_bus(sec: Section, name: str) -> CanTransport:
         raise CommsError(f"{sec.file or '<config>'}: field '{sec.path}': {err}") from err
 
 
+_DATA_BITRATE_DOC = "fd = true: the data phase's bit rate [bit/s]"
+
+
 def _bus_args(sec: Section) -> tuple:
     """A bus table's (interface, channel, bitrate, other can.Bus keywords), read and checked."""
-    interface = sec.str("interface")
-    ch = sec.raw("channel", None)
+    interface = sec.str("interface", doc="python-can interface: socketcan, pcan, kvaser, slcan, "
+                                         "virtual, udp_multicast (rehearsals)...")
+    ch = sec.raw("channel", None, doc="the adapter's channel (can0, PCAN_USBBUS1...)")
     if ch is not None and (isinstance(ch, bool) or not isinstance(ch, (str, int))):
         raise sec.error("channel", f"expected a string or integer, got {ch!r}")
     kwargs = {}
-    if sec.has("rehearsal"):
+    if sec.has("rehearsal", doc="interface = 'udp_multicast': the rehearsal's name (drivers.sim.serve), "
+                                "instead of channel and options.port"):
         # the rehearsal's own group and port (drivers.transport.rehearsal_address), as its server's
         if interface != "udp_multicast":
             raise sec.error("rehearsal", f"only with interface = \"udp_multicast\", not {interface!r}")
@@ -204,15 +211,15 @@ def _bus_args(sec: Section) -> tuple:
             ch, kwargs["port"] = rehearsal_address(sec.str("rehearsal"))
         except DriverError as err:
             raise sec.error("rehearsal", str(err)) from err
-    bitrate = sec.int("bitrate", None, minimum=1)
-    if sec.bool("fd", False):
+    bitrate = sec.int("bitrate", None, minimum=1, doc="nominal bit rate [bit/s] (default: the adapter's)")
+    if sec.bool("fd", False, doc="CAN FD"):
         kwargs["fd"] = True
-        dbr = sec.int("data_bitrate", None, minimum=1)
+        dbr = sec.int("data_bitrate", None, minimum=1, doc=_DATA_BITRATE_DOC)
         if dbr is not None:
             kwargs["data_bitrate"] = dbr
-    elif sec.has("data_bitrate"):
+    elif sec.has("data_bitrate", doc=_DATA_BITRATE_DOC):
         raise sec.error("data_bitrate", "only valid with fd = true")
-    if sec.has("options"):
+    if sec.has("options", doc="other keyword arguments of python-can's can.Bus, passed as they are"):
         kwargs.update(dict(sec.section("options").data))
     sec.finish()
     return interface, ch, bitrate, kwargs
@@ -245,9 +252,7 @@ def check_driver(section: Section) -> None:
             bs = sec.section("buses")
             for name in bs.data:
                 specs[name] = bs.section(name)
-        for s in specs.values():
-            _bus_args(s)
-        names = list(specs) or [DEFAULT_BUS]
+        names = list(specs) or [DEFAULT_BUS]       # their tables are read by open_buses
         transports = {n: CanTransport("virtual", f"torqueloop-check-{uuid.uuid4().hex}", name=n) for n in names}
     try:
         drv = build_driver(Section(data, section.file, section.path), now=lambda: 0.0, transports=transports)
@@ -260,6 +265,8 @@ def check_driver(section: Section) -> None:
 
 def open_buses(section: Section, transports: Mapping[str, CanTransport] | None = None) -> dict[str, CanTransport]:
     """Open the buses of a ``[driver]`` table (``bus`` or ``buses``), merged with ``transports``.
+
+    The tables of the buses given in ``transports`` are read and checked too (not opened).
 
     Raises
     ------
@@ -290,6 +297,7 @@ def open_buses(section: Section, transports: Mapping[str, CanTransport] | None =
     try:
         for name, sec in specs.items():
             if name in given:
+                _bus_args(sec)      # its table is checked all the same (a misspelt key is refused)
                 continue
             opened[name] = _open_bus(sec, name)
     except BaseException:
@@ -307,11 +315,17 @@ def close_buses(buses: Mapping[str, CanTransport], given: Mapping[str, CanTransp
             t.close()
 
 
+#: meaning of a joint table's ``bus`` key
+BUS_DOC = "name of the bus the drive is on ([driver.buses.NAME]; needed only with several buses)"
+#: meaning of a joint table's ``name`` key (every driver type)
+JOINT_NAME_DOC = "the joint's name in logs and messages (default: the robot file's)"
+
+
 def joint_bus(js: Section, buses: Mapping[str, CanTransport]) -> str:
     """Name of the bus a joint is on (``bus`` key; optional when there is only one bus)."""
-    if len(buses) == 1 and not js.has("bus"):
+    if len(buses) == 1 and not js.has("bus", doc=BUS_DOC):
         return next(iter(buses))
-    name = js.str("bus", choices=sorted(buses))
+    name = js.str("bus", choices=sorted(buses), doc=BUS_DOC)
     return name
 
 
@@ -326,6 +340,11 @@ KT_RANGE = (1e-4, 100.0)
 #: the joint-offset keys: ``offset_rad`` on a revolute joint, ``offset_m`` on a prismatic one
 #: (the run refuses the other one, naming the right key: see :func:`offset_key`)
 OFFSET_KEYS = ("offset_rad", "offset_m")
+#: the keys :func:`joint_mapping` reads in every driver type's ``[[driver.joints]]``
+MAPPING_KEYS = ("gear_ratio", "sign", "offset_rad", "torque_constant_nm_per_a", "efficiency")
+OFFSET_DOCS = {"offset_rad": "revolute joint: joint position at motor position zero [rad]; measure it "
+                             "(torqueloop bringup) before a first run",
+               "offset_m": "prismatic joint: joint position at motor position zero [m]"}
 
 
 def offset_key(js: Section) -> str:
@@ -336,26 +355,34 @@ def offset_key(js: Section) -> str:
     ConfigError
         Both given.
     """
-    given = [k for k in OFFSET_KEYS if js.has(k)]
+    given = [k for k in OFFSET_KEYS if js.has(k, doc=OFFSET_DOCS[k])]
     if len(given) > 1:
         raise js.error("offset_m", "give offset_rad (revolute joint) or offset_m (prismatic joint), not both")
     return given[0] if given else ""
 
 
-def joint_mapping(js: Section) -> JointMapping:
+def joint_mapping(js: Section, torque_constant_nm_per_a: float = 1.0) -> JointMapping:
     """Read the :class:`JointMapping` keys of a joint table.
 
     The joint offset (joint position at motor position zero) is ``offset_rad`` [rad] on a
     revolute joint, ``offset_m`` [m] on a prismatic one (a leg geared in rad/m); the run checks
-    the key against the model's joint type (:func:`controller.app.run.validate_run`)."""
-    sign = js.int("sign", 1)
+    the key against the model's joint type (:func:`controller.app.run.validate_run`).
+    ``torque_constant_nm_per_a``: the default of that key (a servo model's own)."""
+    sign = js.int("sign", 1, doc="1 or -1: -1 when the motor turns the joint the other way (check "
+                                 "it on the robot: torqueloop bringup)")
     if sign not in (1, -1):
         raise js.error("sign", f"must be 1 or -1, got {sign}")
     okey = offset_key(js) or "offset_rad"
     return JointMapping(
-        gear_ratio=js.float("gear_ratio", 1.0, minimum=GEAR_RATIO_RANGE[0], maximum=GEAR_RATIO_RANGE[1]),
+        gear_ratio=js.float("gear_ratio", 1.0, minimum=GEAR_RATIO_RANGE[0], maximum=GEAR_RATIO_RANGE[1],
+                            doc="motor turns per joint turn (per metre of a prismatic joint: rad/m); "
+                                "the drive's positions and torques are motor side"),
         sign=sign,
-        offset_rad=js.float(okey, 0.0, minimum=-OFFSET_RAD_MAX, maximum=OFFSET_RAD_MAX),
-        torque_constant_nm_per_a=js.float("torque_constant_nm_per_a", 1.0, minimum=KT_RANGE[0], maximum=KT_RANGE[1]),
-        efficiency=js.float("efficiency", 1.0, minimum=0.0, strict_min=True, maximum=1.0),
+        offset_rad=js.float(okey, 0.0, minimum=-OFFSET_RAD_MAX, maximum=OFFSET_RAD_MAX, doc=OFFSET_DOCS[okey]),
+        torque_constant_nm_per_a=js.float("torque_constant_nm_per_a", torque_constant_nm_per_a,
+                                          minimum=KT_RANGE[0], maximum=KT_RANGE[1],
+                                          doc="motor torque per phase current [N m/A] (drives "
+                                              "commanded in current)"),
+        efficiency=js.float("efficiency", 1.0, minimum=0.0, strict_min=True, maximum=1.0,
+                            doc="gearbox efficiency: joint torque = motor torque x gear_ratio x efficiency"),
     )

@@ -116,6 +116,8 @@ class Section:
         self.path = path
         self._read: set[str] = set()
         self._known: set[str] = set()   # optional keys looked up with has(): valid here too
+        self._absent: set[str] = set()  # keys looked up and not found (a misspelt one's right name?)
+        self._parent: Section | None = None     # the table this one is read from
 
     # -- helpers -------------------------------------------------------------
     def field(self, key: str) -> str:
@@ -123,18 +125,50 @@ class Section:
         return f"{self.path}.{key}" if self.path else key
 
     def error(self, key: str | None, message: str) -> ConfigError:
-        """Build a :class:`ConfigError` for ``key`` (or this section if None)."""
-        return ConfigError(message, self.file, self.field(key) if key else (self.path or None))
+        """Build a :class:`ConfigError` for ``key`` (or this section if None).
 
-    def has(self, key: str) -> bool:
-        """Whether ``key`` is present (it is then listed among the keys allowed here)."""
+        Unknown keys are refused by :meth:`finish`, after the known ones are read: an error
+        found before (a required key missing, a default that does not fit the others) also
+        names a key of the table (or of a table it is read from) never read that is a near
+        spelling of one looked up there and not found (``duraton_s`` beside a missing
+        ``duration_s``)."""
+        return ConfigError(message + self._typo_note(key), self.file,
+                           self.field(key) if key else (self.path or None))
+
+    def _typo_note(self, key: str | None) -> str:
+        """`` (the table has 'duraton_s': a misspelling of 'duration_s'?)``, or ""."""
+        sec: Section | None = self
+        while sec is not None:
+            wanted = sorted(sec._absent | ({key} if sec is self and key and key not in self.data else set()))
+            for k in sorted(k for k in sec.data if isinstance(k, str)):
+                if k in sec._read or k in sec._known:
+                    continue
+                near = near_match(k, wanted)
+                if near:
+                    where = "the table" if sec is self else f"[{sec.path}]" if sec.path else "the file"
+                    return f" ({where} has '{k}': a misspelling of {near}?)"
+            sec = sec._parent
+        return ""
+
+    def has(self, key: str, *, doc: str | None = None) -> bool:
+        """Whether ``key`` is present (it is then listed among the keys allowed here).
+
+        ``doc`` (here and in every getter): the key's one-line meaning with its unit, the
+        text ``torqueloop check --explain`` prints for it (:class:`RecordingSection`)."""
         self._known.add(key)
-        return key in self.data
+        if key not in self.data:
+            self._absent.add(key)
+            return False
+        return True
 
-    def raw(self, key: str, default: Any = _MISSING) -> Any:
-        """Return the raw value, marking the key as read."""
+    def raw(self, key: str, default: Any = _MISSING, *, doc: str | None = None) -> Any:
+        """Return the raw value, marking the key as read.
+
+        A missing required key is reported with the table's key that may be its misspelling
+        (:meth:`error`)."""
         self._read.add(key)
         if key not in self.data:
+            self._absent.add(key)
             if default is _MISSING:
                 raise self.error(key, "required field is missing")
             return default
@@ -142,7 +176,7 @@ class Section:
 
     # -- typed getters -------------------------------------------------------
     def float(self, key: str, default: Any = _MISSING, *, minimum: float | None = None,
-              maximum: float | None = None, strict_min: bool = False) -> float:
+              maximum: float | None = None, strict_min: bool = False, doc: str | None = None) -> float:
         """Read a finite real number, optionally bounded."""
         v = self.raw(key, default)
         if v is None:
@@ -160,7 +194,7 @@ class Section:
         return v
 
     def int(self, key: str, default: Any = _MISSING, *, minimum: int | None = None,
-            maximum: int | None = None) -> int:
+            maximum: int | None = None, doc: str | None = None) -> int:
         """Read an integer, optionally bounded."""
         v = self.raw(key, default)
         if v is None:
@@ -173,13 +207,14 @@ class Section:
             raise self.error(key, f"must be <= {maximum}, got {v!r}")
         return v
 
-    def bool(self, key: str, default: Any = _MISSING) -> bool:
+    def bool(self, key: str, default: Any = _MISSING, *, doc: str | None = None) -> bool:
         v = self.raw(key, default)
         if not isinstance(v, bool):
             raise self.error(key, f"expected true or false, got {v!r}")
         return v
 
-    def str(self, key: str, default: Any = _MISSING, *, choices: Iterable[str] | None = None) -> str:
+    def str(self, key: str, default: Any = _MISSING, *, choices: Iterable[str] | None = None,
+            doc: str | None = None) -> str:
         """Read a string, optionally one of ``choices``."""
         v = self.raw(key, default)
         if v is None:
@@ -193,14 +228,15 @@ class Section:
         return v
 
     def vector(self, key: str, length: int | None = None, default: Any = _MISSING, *,
-               minimum: float | None = None) -> np.ndarray:
+               minimum: float | None = None, doc: str | None = None) -> np.ndarray:
         """Read a list of finite numbers as a float array of shape (length,)."""
         v = self.raw(key, default)
         if v is None:
             return v
         return self.as_array(key, v, (length,) if length is not None else None, minimum=minimum)
 
-    def matrix(self, key: str, shape: tuple[int, int] | None = None, default: Any = _MISSING) -> np.ndarray:
+    def matrix(self, key: str, shape: tuple[int, int] | None = None, default: Any = _MISSING, *,
+               doc: str | None = None) -> np.ndarray:
         """Read a list of lists as a float array of the given shape."""
         v = self.raw(key, default)
         if v is None:
@@ -224,16 +260,18 @@ class Section:
             raise self.error(key, f"all values must be >= {minimum}, got {v!r}")
         return arr
 
-    def section(self, key: str, default: Any = _MISSING) -> "Section":
+    def section(self, key: str, default: Any = _MISSING, *, doc: str | None = None) -> "Section":
         """Read a sub-table as a :class:`Section` (``default`` may be ``{}``)."""
         v = self.raw(key, default)
         if v is None:
             return v
         if not isinstance(v, Mapping):
             raise self.error(key, f"expected a table, got {type(v).__name__}")
-        return self._child(v, self.field(key))
+        out = self._child(v, self.field(key))
+        out._parent = self
+        return out
 
-    def sections(self, key: str, default: Any = _MISSING) -> list["Section"]:
+    def sections(self, key: str, default: Any = _MISSING, *, doc: str | None = None) -> list["Section"]:
         """Read an array of tables as a list of :class:`Section`."""
         v = self.raw(key, default)
         if not isinstance(v, list):
@@ -243,6 +281,7 @@ class Section:
             if not isinstance(item, Mapping):
                 raise ConfigError(f"expected a table, got {item!r}", self.file, f"{self.field(key)}[{i}]")
             out.append(self._child(item, f"{self.field(key)}[{i}]"))
+            out[-1]._parent = self
         return out
 
     def _child(self, data: Mapping[str, Any], path: str) -> "Section":
@@ -253,7 +292,47 @@ class Section:
         """Raise :class:`ConfigError` if the table holds keys that were never read."""
         unknown = sorted(set(self.data) - self._read)
         if unknown:
-            raise self.error(unknown[0], f"unknown field (allowed here: {sorted(self._read | self._known)})")
+            raise ConfigError(unknown_field_message(unknown[0], self._read | self._known), self.file,
+                              self.field(unknown[0]))
+
+
+#: how close (:func:`difflib.get_close_matches` ratio) an unknown key must be to an allowed one
+#: to be named as its likely misspelling
+NEAR_MATCH_CUTOFF = 0.8
+
+
+def _one_slip(a: str, b: str) -> bool:
+    """Whether ``a`` is ``b`` with one typing slip: a character dropped, added, changed, or two
+    neighbours swapped (Damerau-Levenshtein distance 1)."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                   and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    return any(long_[:i] + long_[i + 1:] == short for i in range(len(long_)))
+
+
+def near_match(key: Any, candidates: Iterable[str]) -> str | None:
+    """The candidates ``key`` is most likely a misspelling of, as text (``'bus' or 'buses'``):
+    those one typing slip away (:func:`_one_slip`, keys of 3 characters or more), else the
+    closest by :func:`difflib.get_close_matches` at :data:`NEAR_MATCH_CUTOFF`; None when none is
+    near."""
+    import difflib
+
+    key, candidates = str(key), sorted(c for c in candidates if isinstance(c, str))
+    near = [c for c in candidates if len(key) >= 3 and _one_slip(key, c)] or \
+        difflib.get_close_matches(key, candidates, n=1, cutoff=NEAR_MATCH_CUTOFF)
+    return " or ".join(f"'{c}'" for c in near) if near else None
+
+
+def unknown_field_message(key: Any, allowed: Iterable[str]) -> str:
+    """The message refusing unknown ``key``: the allowed keys and the nearest of them."""
+    allowed = sorted(allowed)
+    near = near_match(key, allowed)
+    hint = f"did you mean {near}? " if near else ""
+    return f"unknown field ({hint}allowed here: {allowed})"
 
 
 class KeyLog:
@@ -298,55 +377,59 @@ class RecordingSection(Section):
     def _child(self, data, path):
         return RecordingSection(data, self.file, path, self.log)
 
-    def _note(self, key, kind, default, **info):
+    def _note(self, key, kind, default, doc=None, **info):
         info = {k: v for k, v in info.items() if v is not None and v is not False}
         if default is not _MISSING:
             info["default"] = default
+        if doc:
+            info["doc"] = doc
         # a key read only after has() said it is there is optional (or one of alternatives)
         looked_up = key in self._known
         self.log.note(self.path, key, kind=kind, required=default is _MISSING and not looked_up,
                       **info)
 
-    def has(self, key: str) -> bool:
-        self.log.note(self.path, key, first=True, kind="any", required=False)
+    def has(self, key: str, *, doc: str | None = None) -> bool:
+        self.log.note(self.path, key, first=True, kind="any", required=False, **({"doc": doc} if doc else {}))
         return super().has(key)
 
-    def raw(self, key: str, default: Any = _MISSING) -> Any:
+    def raw(self, key: str, default: Any = _MISSING, *, doc: str | None = None) -> Any:
         self.log.note(self.path, key, first=True, kind="any",
                       required=default is _MISSING and key not in self._known,
                       **({} if default is _MISSING else {"default": default}))
+        if doc:
+            self.log.note(self.path, key, doc=doc)
         return super().raw(key, default)
 
-    def float(self, key, default=_MISSING, *, minimum=None, maximum=None, strict_min=False):
-        self._note(key, "number", default, minimum=minimum, maximum=maximum, strict_min=strict_min)
+    def float(self, key, default=_MISSING, *, minimum=None, maximum=None, strict_min=False, doc=None):
+        self._note(key, "number", default, doc, minimum=minimum, maximum=maximum, strict_min=strict_min)
         return super().float(key, default, minimum=minimum, maximum=maximum, strict_min=strict_min)
 
-    def int(self, key, default=_MISSING, *, minimum=None, maximum=None):
-        self._note(key, "integer", default, minimum=minimum, maximum=maximum)
+    def int(self, key, default=_MISSING, *, minimum=None, maximum=None, doc=None):
+        self._note(key, "integer", default, doc, minimum=minimum, maximum=maximum)
         return super().int(key, default, minimum=minimum, maximum=maximum)
 
-    def bool(self, key, default=_MISSING):
-        self._note(key, "bool", default)
+    def bool(self, key, default=_MISSING, *, doc=None):
+        self._note(key, "bool", default, doc)
         return super().bool(key, default)
 
-    def str(self, key, default=_MISSING, *, choices=None):
-        self._note(key, "string", default, choices=None if choices is None else list(choices))
+    def str(self, key, default=_MISSING, *, choices=None, doc=None):
+        self._note(key, "string", default, doc, choices=None if choices is None else list(choices))
         return super().str(key, default, choices=choices)
 
-    def vector(self, key, length=None, default=_MISSING, *, minimum=None):
-        self._note(key, "list", default, length=length, minimum=minimum)
+    def vector(self, key, length=None, default=_MISSING, *, minimum=None, doc=None):
+        self._note(key, "list", default, doc, length=length, minimum=minimum)
         return super().vector(key, length, default, minimum=minimum)
 
-    def matrix(self, key, shape=None, default=_MISSING):
-        self._note(key, "list", default)
+    def matrix(self, key, shape=None, default=_MISSING, *, doc=None):
+        self._note(key, "list", default, doc)
         return super().matrix(key, shape, default)
 
-    def section(self, key, default=_MISSING):
-        self._note(key, "table", _MISSING if default is _MISSING else None)
+    def section(self, key, default=_MISSING, *, doc=None):
+        self._note(key, "table", _MISSING if default is _MISSING else None, doc)
         return super().section(key, default)
 
-    def sections(self, key, default=_MISSING):
-        self._note(key, "tables", _MISSING if default is _MISSING else None)
+    def sections(self, key, default=_MISSING, *, doc=None):
+        self._note(key, "tables", _MISSING if default is _MISSING else None, doc)
         return super().sections(key, default)
 
 

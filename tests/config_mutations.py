@@ -314,3 +314,62 @@ if __name__ == "__main__":  # pragma: no cover - the probe
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 500
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     print(json.dumps(probe(n, seed, progress=True), indent=1))
+
+
+#: tables whose keys are names the user chooses, not fixed keys (dotted config keys of the sweeps,
+#: python-can keyword arguments, bus names): a misspelling there is not a wrong key
+FREE_KEY_TABLES = ("params", "uncertainty", "tolerance", "options", "buses")
+
+
+def table_keys(data: Any, prefix: tuple = ()) -> list[tuple]:
+    """Paths of every key of every table (the tables' own names too), free-key tables left out."""
+    out = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            out.append(prefix + (k,))
+            if k not in FREE_KEY_TABLES:
+                out += table_keys(v, prefix + (k,))
+    elif isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
+        for i, v in enumerate(data):
+            out += table_keys(v, prefix + (i,))
+    return out
+
+
+def misspell(key: str, edit: int, where: int) -> str:
+    """``key`` with one typing slip: a letter dropped (``edit`` 0), two swapped (1) or doubled (2),
+    at position ``where`` (modulo the key's length)."""
+    i = where % len(key)
+    if edit == 0:
+        return key[:i] + key[i + 1:]
+    if edit == 1:
+        i = min(i, len(key) - 2)
+        return key[:i] + key[i + 1] + key[i] + key[i + 2:]
+    return key[:i] + key[i] + key[i:]
+
+
+def misspelt_config(config: Path, tmp: Path, key_index: int, edit: int, where: int) -> tuple[Path, str, str]:
+    """A copy of ``config`` in ``tmp`` with one key misspelt (:func:`misspell`); returns the path,
+    the key and its misspelling (``("", "")`` when that slip leaves the key as it was or gives a
+    key of the same table)."""
+    data = tomllib.loads(config.read_text())
+    data["robot"]["file"] = str((config.parent / data["robot"]["file"]).resolve())
+    plant = data.get("driver", {}).get("plant", {})
+    for k in ("robot", "mjcf"):         # files named relative to the config
+        if isinstance(plant.get(k), str):
+            plant[k] = str((config.parent / plant[k]).resolve())
+    paths = [p for p in table_keys(data) if p[:2] != ("robot", "file") or len(p) != 2]
+    path = paths[key_index % len(paths)]
+    parent = _get(data, path[:-1])
+    key = path[-1]
+    typo = misspell(key, edit, where) if len(key) >= 4 else key
+    out = tmp / config.name
+    if typo == key or typo in parent:
+        out.write_bytes(tomli_w.dumps(_clean_for_toml(data)).encode())
+        return out, "", ""
+    new = {typo if k == key else k: v for k, v in parent.items()}
+    if path[:-1]:
+        _set(data, path[:-1], new)
+    else:
+        data = new
+    out.write_bytes(tomli_w.dumps(_clean_for_toml(data)).encode())
+    return out, key, typo

@@ -187,7 +187,7 @@ class CpuWatch:
 
 #: other processes' mean CPU use [cores] during a test above which it counts as interfered with
 INTERFERENCE_CORES = 0.25
-#: a wall-clock run may miss at most this fraction of its deadlines (``loop.miss_fraction`` late)
+#: a wall-clock run may miss at most this fraction of its deadlines (``loop.miss_threshold_fraction_of_period`` late)
 MISSED_FRACTION_MAX = 0.01
 #: a run's late cycles can be the machine's only while its median cycle takes at most this
 #: fraction of the period (and the median cycle starts on time)

@@ -74,6 +74,9 @@ def test_the_readme_api_example_runs(tmp_path, monkeypatch):
         exec(compile(code, "README.md", "exec"), ns)    # noqa: S102 - the documented example
     out = ns["out"]
     assert out.status == "completed" and out.log["q"].shape[1] == 2
+    df, names = ns["df"], list(out.joint_names)     # the log as a DataFrame, one column per value
+    assert len(df) == len(out.log) and list(df.columns[:3]) == ["t", f"q[{names[0]}]", f"q[{names[1]}]"]
+    np.testing.assert_array_equal(df[f"err[{names[1]}]"].to_numpy(), out.log["err"][:, 1])
 
 
 # ---------------------------------------------------------------------------

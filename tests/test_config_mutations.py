@@ -76,3 +76,28 @@ def test_check_refuses_what_run_refuses_on_hardware(field, value):
     with pytest.raises(ConfigError) as ei:
         check_run_config(cfg, overrides={field: value})
     assert ei.value.file == str(cfg) and ei.value.field.startswith(field.split(".")[0])
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(cfg=st.sampled_from(CONFIGS), key=st.integers(0, 10_000), edit=st.integers(0, 2),
+       where=st.integers(0, 40))
+def test_a_misspelt_key_is_named_with_the_right_one(tmp_path_factory, cfg, key, edit, where):
+    """Any key of any table of a shipped config, misspelt by one typing slip: ``check`` refuses the
+    file naming the misspelt key and the key it should be (also when the right key is required,
+    or its absence changes what the rest of the table means)."""
+    from controller.app.commands import check
+    from dynamics.errors import ConfigError
+
+    try:
+        from tests.config_mutations import misspelt_config
+    except ImportError:  # pragma: no cover
+        from config_mutations import misspelt_config
+    path, right, typo = misspelt_config(cfg, tmp_path_factory.mktemp("typo"), key, edit, where)
+    if not typo:
+        return
+    with pytest.raises(ConfigError) as ei:
+        check(str(path))
+    text = str(ei.value)
+    assert ei.value.file == str(path), text
+    assert typo in text and f"'{right}'" in text, (right, typo, text)

@@ -187,6 +187,31 @@ def test_metrics_stream_equals_log_and_definitions(tmp_path):
         assert np.allclose(r[key], r2[key]) and np.allclose(r[key], r3[key]), key
 
 
+def test_the_log_as_a_dataframe_in_one_call(tmp_path):
+    """``log_dataframe``: a grouped log (``pandas.DataFrame`` refuses its vector fields), a run
+    folder or its log.npy give the frame pandas makes of the file itself, named columns kept."""
+    pd = pytest.importorskip("pandas")
+    from controller.telemetry import log_dataframe
+
+    w = TelemetryWriter(tmp_path, 2, 3, buffer_rows=10, joint_names=["hip", "knee"], axis_names=["x", "y", "phi"])
+    for i in range(13):
+        w.record(**row(i))
+    w.close({"status": "completed"})
+    expected = pd.DataFrame(np.load(tmp_path / "log.npy"))
+    grouped = read_log(tmp_path)
+    with pytest.raises(ValueError):
+        pd.DataFrame(grouped)                   # what the helper is for
+    for df in (log_dataframe(tmp_path), log_dataframe(tmp_path / "log.npy"),
+               log_dataframe(grouped, joint_names=["hip", "knee"], axis_names=["x", "y", "phi"])):
+        pd.testing.assert_frame_equal(df, expected)
+    assert "q[knee]" in expected.columns and "err[phi]" in expected.columns
+    numbered = log_dataframe(grouped)           # no names: numbered columns, same values
+    assert list(numbered.columns[:3]) == ["t", "q[0]", "q[1]"]
+    np.testing.assert_array_equal(numbered.to_numpy(), expected.to_numpy())
+    with pytest.raises(TorqueloopError):
+        log_dataframe(np.zeros(3, dtype=[("a", float)]))
+
+
 def test_pandas_opens_the_log_directly(tmp_path):
     """The README's promise: ``pandas.DataFrame(numpy.load(path))`` gives one column per scalar."""
     pd = pytest.importorskip("pandas")

@@ -50,7 +50,7 @@ class RowMajorReference(MetricsAccumulator):
         p = t0 * v0 * self.period_s
         self._energy += np.sum(p, axis=0)
         self._posw += float(np.sum(np.maximum(p, 0.0)))
-        self._misses += int(np.sum(late > self.miss_fraction * self.period_s))
+        self._misses += int(np.sum(late > self.miss_threshold_fraction_of_period * self.period_s))
         self._satc += np.sum(sat, axis=0)
         self._satany += int(np.sum(np.any(sat, axis=1)))
         self.count += e.shape[0]

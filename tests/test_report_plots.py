@@ -355,3 +355,16 @@ def test_logs_without_the_new_metadata_take_units_from_the_model(runs, figs, tmp
     labels = [ax.get_ylabel() for ax in f["torque"].axes]
     assert labels[0] == "leg1 [N]" and not any("N m" in lb for lb in labels)
     assert not any("lateness" in ax.get_xlabel() for ax in f["timing"].axes)
+
+
+def test_the_miss_threshold_is_named_as_a_fraction_of_the_period():
+    """``meta.json``'s ``result.timing`` names the deadline-miss threshold for what it is (a
+    fraction of the period, not a fraction of missed cycles); a run folder written before the
+    rename (``miss_fraction``) is still read with its own threshold."""
+    lateness = np.array([0.0, 0.0004, 0.0006, 0.0002])
+    d = TimingStats.from_arrays(0.001, lateness, np.arange(4) * 0.001, np.zeros(4), np.zeros(4), 0.5).as_dict()
+    assert "miss_fraction" not in d and d["miss_threshold_fraction_of_period"] == 0.5
+    assert d["missed_deadlines"] == 1                     # only 0.6 ms is later than half of 1 ms
+    assert timing_health(d, "wall")["miss_threshold_s"] == pytest.approx(0.0005)
+    old = {k: v for k, v in d.items() if k != "miss_threshold_fraction_of_period"}
+    assert timing_health(dict(old, miss_fraction=0.25), "wall")["miss_threshold_s"] == pytest.approx(0.00025)

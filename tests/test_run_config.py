@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +140,49 @@ def test_loop_spin_s_reaches_the_wall_clock_and_bad_values_name_the_field():
         with pytest.raises(ConfigError) as ei:
             load_run(path, overrides={"loop.spin_s": bad})
         assert ei.value.file == str(path) and ei.value.field == "loop.spin_s", bad
+
+
+@pytest.mark.parametrize("cfg", sorted((Path(__file__).resolve().parents[1] / "hil_configs" / "hardware").glob("*.toml")),
+                         ids=lambda p: p.stem)
+def test_check_lists_what_a_hardware_template_needs_before_a_first_run(cfg):
+    """``check`` on a hardware template lists the adapter, each joint's id, direction, zero,
+    ratios and the first run's safety limits, with the values the file gives them (read here
+    with tomllib), instead of a bare OK; a simulated config has no such list."""
+    import tomllib
+
+    from controller.app.commands import check
+    from controller.app.run import FIRST_RUN_KEYS
+
+    text = check(str(cfg))
+    assert "before a first run on this robot" in text
+    part = text.split("before a first run on this robot", 1)[1]
+    data = tomllib.loads(cfg.read_text())["driver"]
+    buses = [data["bus"]] if "bus" in data else list(data.get("buses", {}).values())
+    for b in buses:
+        assert f"interface = {b['interface']!r}, channel = {b['channel']!r}" in part
+    if "port" in data:
+        assert f"port = {data['port']!r}" in part
+    ids = [k for _, keys, _ in FIRST_RUN_KEYS for k in keys if k in ("can_id", "node_id", "id", "axis")]
+    for j in data["joints"]:
+        key = next(k for k in ids if k in j)
+        assert re.search(rf"joint {re.escape(j['name'])}: {key} = {j[key]!r}\n", part), (j["name"], key)
+        assert f"joint {j['name']}: sign " in part
+    assert "torqueloop bringup" in part and "[safety] limits of a first run" in part
+    sim = check(str(cfg.parents[1] / "runs" / "3rrr_circle.toml"))
+    assert "before a first run" not in sim and "\nplant: \n" not in sim
+
+
+def test_the_first_run_keys_are_keys_of_the_hardware_drivers():
+    """Every key the first-run list names is one a hardware driver type reads (a renamed key
+    would silently drop out of the list)."""
+    from controller.app.explain import driver_keys
+    from controller.app.run import FIRST_RUN_KEYS
+    from drivers.registry import DRIVER_TYPES
+
+    read = set()
+    for kind in DRIVER_TYPES:
+        if not kind.startswith("sim_"):
+            for keys in driver_keys(kind).values():
+                read |= set(keys)
+    named = {k for _, keys, _ in FIRST_RUN_KEYS for k in keys}
+    assert named <= read, sorted(named - read)

@@ -58,7 +58,7 @@ import inspect
 import numpy as np
 
 from dynamics.base import Model, ParallelModel
-from dynamics.config import Section
+from dynamics.config import Section, unknown_field_message
 from dynamics.errors import ConfigError, KinematicsError, TrajectoryError
 
 from .base import Hold, Sequence, TimeScaled, Trajectory
@@ -75,28 +75,44 @@ TRAJECTORY_TYPES = ("preset", "point_to_point", "circle", "square", "polygon", "
                     "file", "fourier")
 
 
+#: meanings of the limit keys read by :func:`_limit`
+_LIMIT_DOCS = {
+    "vmax": "largest velocity of the profile [rad/s or m/s], a number or one per coordinate",
+    "amax": "largest acceleration of the profile [rad/s^2 or m/s^2], a number or one per coordinate",
+    "jmax": "largest jerk of the profile (double-S) [rad/s^3 or m/s^3], a number or one per coordinate",
+    "acceleration_max": "actuator acceleration limit used by scale_to_limits and check [rad/s^2 or "
+                        "m/s^2] (default: none)",
+}
+
+
 def _limit(sec: Section, key: str, n: int):
     """A positive number or a list of n positive numbers (None when absent)."""
-    v = sec.raw(key, None)
+    v = sec.raw(key, None, doc=_LIMIT_DOCS.get(key))
     if v is None:
         return None
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return sec.float(key, minimum=0.0, strict_min=True)
-    arr = sec.vector(key, n)
+        return sec.float(key, None, minimum=0.0, strict_min=True)
+    arr = sec.vector(key, n, None)
     if np.any(arr <= 0):
         raise sec.error(key, f"all values must be > 0, got {v!r}")
     return arr
 
 
+_RAMP_DOC = "time to speed up from rest at the start and slow down at the end [s] (default: the path's own)"
+
+
 def _corner_kw(sec: Section) -> dict:
-    corners = sec.str("corners", "stop", choices=["stop", "blend"])
+    corners = sec.str("corners", "stop", choices=["stop", "blend"],
+                      doc="stop at each corner, or blend it with an arc of blend_radius_m")
     kw = {"corners": corners}
     if corners == "blend":
-        kw["blend_radius"] = sec.float("blend_radius_m", minimum=0.0, strict_min=True)
-    prof = sec.str("profile", None)
+        kw["blend_radius"] = sec.float("blend_radius_m", minimum=0.0, strict_min=True,
+                                       doc="corners = 'blend': radius of the corner arcs [m]")
+    prof = sec.str("profile", None, doc="time law along each side (point-to-point profile name; "
+                                        "default: the path's own)")
     if prof is not None:
         kw["profile"] = prof
-    ramp = sec.float("ramp_s", None, minimum=0.0)
+    ramp = sec.float("ramp_s", None, minimum=0.0, doc=_RAMP_DOC)
     if ramp is not None:
         kw["ramp_s"] = ramp
     return kw
@@ -116,10 +132,20 @@ def _with_orientation(task: PathTrajectory, e) -> Trajectory:
 def _to_actuators(task: Trajectory, model: Model, sec: Section) -> Trajectory:
     if isinstance(model, ParallelModel):
         return JointSpaceTrajectory(task, model)
-    comps = sec.str("task_components", "xy" if task.dim == 2 else "xyz")
-    q_rest = sec.vector("q_rest", model.dof, None)
-    q_guess = sec.vector("q_guess", model.dof, None)
+    comps = sec.str("task_components", "xy" if task.dim == 2 else "xyz",
+                    doc="serial arms: the tool coordinates the path gives (xy, xyz, or with "
+                        "orientation), the rest is free")
+    q_rest = sec.vector("q_rest", model.dof, None,
+                        doc="serial arms: joint posture [rad or m] the inverse kinematics stays near "
+                            "in the free directions (redundant arms)")
+    q_guess = sec.vector("q_guess", model.dof, None,
+                         doc="serial arms: joint positions [rad or m] the inverse kinematics of the "
+                             "first sample starts from")
     return SerialIKTrajectory(task, model, comps, q_rest=q_rest, q_guess=q_guess)
+
+
+_KIND_DOC = "spline through the samples: quintic (C4, at rest at both ends) or cubic (C2)"
+_BC_DOC = "cubic: at rest at both ends (clamped) or zero acceleration there (natural)"
 
 
 def _from_file(sec: Section, m: int | None) -> Trajectory:
@@ -128,11 +154,11 @@ def _from_file(sec: Section, m: int | None) -> Trajectory:
 
     from .files import FileTrajectory
 
-    rel = Path(sec.str("path"))
+    rel = Path(sec.str("path", doc="CSV or NPY file of time [s] and positions, relative to this config"))
     path = rel if rel.is_absolute() or not sec.file else Path(sec.file).parent / rel
     try:
-        traj = FileTrajectory(path, kind=sec.str("kind", "quintic", choices=["quintic", "cubic"]),
-                              bc=sec.str("bc", "clamped", choices=["clamped", "natural"]))
+        traj = FileTrajectory(path, kind=sec.str("kind", "quintic", choices=["quintic", "cubic"], doc=_KIND_DOC),
+                              bc=sec.str("bc", "clamped", choices=["clamped", "natural"], doc=_BC_DOC))
     except ConfigError as err:
         raise sec.error("path", f"{err}") from err
     if m is not None and traj.dim != m:
@@ -140,18 +166,26 @@ def _from_file(sec: Section, m: int | None) -> Trajectory:
     return traj
 
 
+_START_DOC = ("start position [rad or m] (default: the home pose for parallel robots in task space, "
+              "else zeros)")
+_PATH_DURATION_DOC = "duration of the whole path [s]"
+_CENTER_DOC = "centre of the circle [m]: (x, y), or (x, y, z)"
+_NORMAL_DOC = "3-D circles: normal of the circle's plane (default: z)"
+
+
 def _build(sec: Section, model: Model, kind: str) -> Trajectory:
     n = model.dof
     if kind == "preset":
-        name = sec.str("name", choices=sorted(PRESETS))
+        name = sec.str("name", choices=sorted(PRESETS), doc="the preset (the source papers' cases)")
         fn = PRESETS[name]
-        opts = sec.section("options", {})
+        opts = sec.section("options", {}, doc="keyword arguments of the preset (its function in "
+                                              "trajectories.presets); unknown ones are refused")
         params = inspect.signature(fn).parameters
         kwargs = {}
         for key in opts.data:
             if key == "model" or key not in params:
-                allowed = sorted(k for k in params if k != "model")
-                raise opts.error(key, f"unknown option of preset {name!r} (allowed: {allowed})")
+                raise opts.error(key, f"of preset {name!r}: " + unknown_field_message(
+                    key, (k for k in params if k != "model")))
             v = opts.raw(key)
             kwargs[key] = np.asarray(v, dtype=float) if isinstance(v, list) else v
         opts.finish()
@@ -161,7 +195,9 @@ def _build(sec: Section, model: Model, kind: str) -> Trajectory:
             raise opts.error(None, f"bad option for preset {name!r}: {err}") from err
 
     space_default = "task" if kind in ("circle", "square", "polygon") else "joint"
-    space = sec.str("space", space_default, choices=["joint", "task"])
+    space = sec.str("space", space_default, choices=["joint", "task"],
+                    doc="coordinates of the positions: joint (actuators) or task (tool pose, mapped "
+                        "through the inverse kinematics); default task for paths, else joint")
     parallel = isinstance(model, ParallelModel)
     if space == "task" and parallel:
         m = model.task_dof
@@ -171,71 +207,88 @@ def _build(sec: Section, model: Model, kind: str) -> Trajectory:
         m = n
 
     if kind == "point_to_point":
-        target = sec.vector("target", m)
+        target = sec.vector("target", m, doc="end position [rad or m; task: the pose]")
         dim = target.size
         if sec.has("start"):
-            start = sec.vector("start", dim)
+            start = sec.vector("start", dim, doc=_START_DOC)
         else:
-            sec.raw("start", None)
+            sec.raw("start", None, doc=_START_DOC)
             start = np.asarray(model.home_pose, float) if (space == "task" and parallel) else np.zeros(dim)
-        traj = point_to_point(start, target, sec.str("profile", "quintic"),
-                              duration_s=sec.float("duration_s", None, minimum=0.0, strict_min=True),
+        traj = point_to_point(start, target, sec.str("profile", "quintic",
+                                                     doc="cycloidal, cubic, quintic, trapezoidal, "
+                                                         "double_s, minimum_jerk or linear"),
+                              duration_s=sec.float("duration_s", None, minimum=0.0, strict_min=True,
+                                                   doc="duration of the move [s] (or from vmax/amax/jmax)"),
                               vmax=_limit(sec, "vmax", dim), amax=_limit(sec, "amax", dim),
                               jmax=_limit(sec, "jmax", dim))
     elif kind == "fourier":
         from .excitation import FourierSeries
-        start = sec.vector("start", m)
-        a = sec.matrix("a", (start.size, None))
-        traj = FourierSeries(start, a, sec.matrix("b", a.shape), sec.float("period_s", minimum=0.0, strict_min=True),
-                             sec.int("periods", 1, minimum=1))
+        start = sec.vector("start", m, doc="position the series starts and ends at, at rest [rad or m]")
+        a = sec.matrix("a", (start.size, None), doc="cosine coefficients of harmonics 2..K, dim x (K-1)")
+        traj = FourierSeries(start, a, sec.matrix("b", a.shape, doc="sine coefficients, as a"),
+                             sec.float("period_s", minimum=0.0, strict_min=True, doc="period of the series [s]"),
+                             sec.int("periods", 1, minimum=1, doc="periods run"))
     elif kind == "hold":
-        traj = Hold(sec.vector("position", m), sec.float("duration_s", minimum=0.0, strict_min=True))
+        traj = Hold(sec.vector("position", m, doc="position held [rad or m]"),
+                    sec.float("duration_s", minimum=0.0, strict_min=True, doc="how long it is held [s]"))
     elif kind == "via_points":
-        times = sec.vector("times_s")
-        pts = sec.matrix("points", (len(times), m))
-        traj = ViaPointSpline(times, pts, kind=sec.str("kind", "quintic", choices=["quintic", "cubic"]),
-                              bc=sec.str("bc", "clamped", choices=["clamped", "natural"]))
+        times = sec.vector("times_s", doc="times of the via points, increasing [s]")
+        pts = sec.matrix("points", (len(times), m), doc="via points, one row per time [rad or m]")
+        traj = ViaPointSpline(times, pts, kind=sec.str("kind", "quintic", choices=["quintic", "cubic"], doc=_KIND_DOC),
+                              bc=sec.str("bc", "clamped", choices=["clamped", "natural"], doc=_BC_DOC))
     elif kind == "file":
         traj = _from_file(sec, m)
     elif kind == "circle":
         if space != "task":
             raise sec.error("space", "a circle is a task-space path")
-        T = sec.float("duration_s", minimum=0.0, strict_min=True)
-        r = sec.float("radius_m", minimum=0.0, strict_min=True)
-        turns = sec.float("turns", 1.0)
-        start_angle = sec.float("start_angle", 0.0)
-        ramp = sec.float("ramp_s", None, minimum=0.0)
+        T = sec.float("duration_s", minimum=0.0, strict_min=True, doc=_PATH_DURATION_DOC)
+        r = sec.float("radius_m", minimum=0.0, strict_min=True, doc="radius of the circle [m]")
+        turns = sec.float("turns", 1.0, doc="number of turns")
+        start_angle = sec.float("start_angle", 0.0, doc="angle of the start point on the circle [rad]")
+        ramp = sec.float("ramp_s", None, minimum=0.0, doc=_RAMP_DOC)
         if parallel and model.task_dof == 3:
-            center = sec.vector("center", 2)
+            center = sec.vector("center", 2, doc=_CENTER_DOC)
             home = np.asarray(model.home_pose, float)
-            traj = planar_circle_pose(center, r, T, phi0=sec.float("phi0", float(home[2])),
-                                      phi_amplitude=sec.float("phi_amplitude", 0.0),
-                                      phi_cycles=sec.float("phi_cycles", turns), turns=turns,
+            traj = planar_circle_pose(center, r, T, phi0=sec.float("phi0", float(home[2]),
+                                                                   doc="3RRR: mean platform angle [rad] "
+                                                                       "(default: the home pose's)"),
+                                      phi_amplitude=sec.float("phi_amplitude", 0.0,
+                                                              doc="3RRR: amplitude of the platform "
+                                                                  "angle's oscillation [rad]"),
+                                      phi_cycles=sec.float("phi_cycles", turns,
+                                                           doc="3RRR: oscillations of the angle "
+                                                               "(default: turns)"), turns=turns,
                                       start_angle=start_angle, ramp_s=ramp)
         elif parallel:
-            center = sec.vector("center", 3)
-            normal = sec.vector("normal", 3, None)
-            e = sec.vector("orientation", 3, np.asarray(model.home_pose, float)[3:])
+            center = sec.vector("center", 3, doc=_CENTER_DOC)
+            normal = sec.vector("normal", 3, None, doc=_NORMAL_DOC)
+            e = sec.vector("orientation", 3, np.asarray(model.home_pose, float)[3:],
+                           doc="Stewart: constant platform orientation, Euler angles [rad] "
+                               "(default: the home pose's)")
             traj = _with_orientation(circle(center, r, T, turns=turns, start_angle=start_angle, normal=normal,
                                             ramp_s=ramp), e)
         else:
-            center = sec.vector("center")
-            normal = sec.vector("normal", 3, None) if center.size == 3 else None
+            center = sec.vector("center", doc=_CENTER_DOC)
+            normal = sec.vector("normal", 3, None, doc=_NORMAL_DOC) if center.size == 3 else None
             traj = circle(center, r, T, turns=turns, start_angle=start_angle, normal=normal, ramp_s=ramp)
     elif kind in ("square", "polygon"):
         if space != "task":
             raise sec.error("space", f"a {kind} is a task-space path")
-        T = sec.float("duration_s", minimum=0.0, strict_min=True)
+        T = sec.float("duration_s", minimum=0.0, strict_min=True, doc=_PATH_DURATION_DOC)
         if kind == "square":
-            traj = square(sec.vector("start", 2), sec.float("side_m", minimum=0.0, strict_min=True), T,
-                          first_direction=sec.vector("first_direction", 2, [1.0, 0.0]),
-                          ccw=sec.bool("ccw", True), **_corner_kw(sec))
+            traj = square(sec.vector("start", 2, doc="first corner (x, y) [m]"),
+                          sec.float("side_m", minimum=0.0, strict_min=True, doc="side length [m]"), T,
+                          first_direction=sec.vector("first_direction", 2, [1.0, 0.0],
+                                                     doc="direction of the first side (x, y)"),
+                          ccw=sec.bool("ccw", True, doc="counter-clockwise"), **_corner_kw(sec))
         else:
-            traj = polygon(sec.matrix("vertices"), T, closed=sec.bool("closed", True), **_corner_kw(sec))
+            traj = polygon(sec.matrix("vertices", doc="corners, one row each (K x dim) [m]"), T,
+                           closed=sec.bool("closed", True, doc="return to the first vertex"), **_corner_kw(sec))
         if parallel and model.task_dof == 3:
             if traj.dim != 2:
                 raise sec.error("vertices", "3RRR polygons are 2-D (x, y)")
-            phi = sec.float("phi", float(np.asarray(model.home_pose, float)[2]))
+            phi = sec.float("phi", float(np.asarray(model.home_pose, float)[2]),
+                            doc="3RRR: constant platform angle [rad] (default: the home pose's)")
             if isinstance(traj, PathTrajectory):
                 traj = _with_phi(traj, phi)
             else:
@@ -275,22 +328,26 @@ def load_trajectory(section: Section, model: Model) -> Trajectory:
     """
     if not isinstance(section, Section):
         section = Section(section)
-    kind = section.str("type", choices=TRAJECTORY_TYPES)
+    kind = section.str("type", choices=TRAJECTORY_TYPES, doc="kind of reference: --explain trajectory")
     try:
         traj = _build(section, model, kind)
         if traj.dim != model.dof:
             raise section.error("space", f"trajectory has dim {traj.dim} but {model.name} has {model.dof} "
                                          "actuators (use space = \"task\" for task coordinates?)")
-        dt = section.float("check_dt_s", 0.01, minimum=0.0, strict_min=True)
+        dt = section.float("check_dt_s", 0.01, minimum=0.0, strict_min=True,
+                           doc="time grid of scale_to_limits and check [s]")
         acc = _limit(section, "acceleration_max", model.dof)
-        if section.bool("scale_to_limits", False):
+        if section.bool("scale_to_limits", False,
+                        doc="stretch the trajectory in time, uniformly, to the actuator limits"):
             traj = time_scale_to_limits(traj, model, dt_s=dt, acceleration_max=acc)
-        if section.bool("check", False):
+        if section.bool("check", False, doc="refuse a trajectory that exceeds the robot's limits"):
             rep = check_feasibility(traj, model, dt_s=dt, acceleration_max=acc)
             if not rep.ok:
                 raise section.error(None, f"trajectory infeasible: {rep.first}")
         mapped = isinstance(traj, _Mapped) or (isinstance(traj, TimeScaled) and isinstance(traj.base, _Mapped))
-        tab = section.float("tabulate_dt_s", 0.001 if mapped else 0.0, minimum=0.0)
+        tab = section.float("tabulate_dt_s", 0.001 if mapped else 0.0, minimum=0.0,
+                            doc="step of a precomputed table used in the loop [s] (0: none) (default: "
+                                "0.001 for paths mapped through inverse kinematics, else 0)")
         if tab > 0:
             traj = Tabulated(traj, tab)
     except ConfigError:

@@ -15,6 +15,7 @@ and safety tables as dicts, runs the loop and returns the result and the log as 
     out = simulate(arm, ref, ComputedTorque(arm, kp=400.0, kd=40.0),
                    plant={"mass_factor": 1.1})
     out.status, out.log["t"], out.log["q"], out.metrics["rms_error"]
+    out.dataframe()     # pandas, one column per value: t, q[joint1], ...
 
 The pieces are built exactly as :func:`controller.app.run.build_run` builds them for a
 config (same driver registry, same plant defaults, same safety supervisor, same loop),
@@ -38,7 +39,7 @@ from ..clock import LockstepClock, WallClock
 from ..laws import Controller, State
 from ..loop import ControlLoop, RunResult
 from ..safety import SafetyConfig, SafetySupervisor
-from ..telemetry import TelemetryWriter, read_log
+from ..telemetry import TelemetryWriter, log_dataframe, read_log
 
 __all__ = ["simulate", "SimulationOutput"]
 
@@ -57,11 +58,21 @@ class SimulationOutput:
         (N, dim), ...; the fields are described in ``controller.telemetry.FIELD_DOC``).
     out_dir : pathlib.Path or None
         Where ``log.npy`` and ``meta.json`` were written (``None``: not kept).
+    joint_names, axis_names : list of str or None
+        Labels of the log's per-joint and per-axis columns in :meth:`dataframe`.
     """
 
     result: RunResult
     log: np.ndarray
     out_dir: Path | None = None
+    joint_names: list | None = None
+    axis_names: list | None = None
+
+    def dataframe(self):
+        """The log as a :class:`pandas.DataFrame`, one column per value (``t``, ``q[theta1]``,
+        ``err[x]``...; :func:`controller.telemetry.log_dataframe`).  ``pandas.DataFrame(out.log)``
+        itself cannot take the grouped vector fields."""
+        return log_dataframe(self.log, joint_names=self.joint_names, axis_names=self.axis_names)
 
     @property
     def status(self) -> str:
@@ -192,7 +203,9 @@ def simulate(model: Model, trajectory, controller: Controller, *, driver: str = 
         result = loop.run()
         drv.close()
         log = read_log(directory)
-        return SimulationOutput(result, log, None if out_dir is None else directory)
+        joints = list(model.joint_names)
+        axes = joints if X0 is None else list(getattr(trajectory, "names", None) or []) or None
+        return SimulationOutput(result, log, None if out_dir is None else directory, joints, axes)
     finally:
         drv.close()
         if tmp is not None:

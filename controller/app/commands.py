@@ -222,7 +222,8 @@ def run(args) -> int:
             print(f"  plots: {', '.join(str(p) for p in written)}")
         except (ConfigError, OSError) as err:
             print(f"  plots skipped: {err}")
-    print(f"  log: {out / 'log.npy'} (numpy structured array; pandas.DataFrame(numpy.load(path)))")
+    print(f"  log: {out / 'log.npy'} (numpy structured array; "
+          f"controller.telemetry.log_dataframe(path): a pandas DataFrame)")
     if spec.telemetry_mcap:
         print(f"  mcap: {out / 'log.mcap'} (Foxglove, PlotJuggler; ROS 2 JointState on /joint_states)")
     rec = getattr(result, "recovery", None)

@@ -267,7 +267,8 @@ def _timing(plt, d: RunData):
     late_us = d.log["lateness_s"] * 1e6
     tm = (d.meta.get("result") or {}).get("timing") or {}
     period_s = float(d.meta.get("period_s") or tm.get("period_s") or 0.0)
-    thr_us = float(tm.get("miss_fraction", 0.5)) * period_s * 1e6
+    from ..loop import TimingStats
+    thr_us = TimingStats.threshold_s(dict(tm, period_s=period_s)) * 1e6
     missed = int(np.sum(late_us > thr_us)) if period_s else 0
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     axes[0].hist(late_us, bins=60, color="tab:orange")

@@ -13,7 +13,7 @@ Logs, ``summary.json`` and ``meta.json`` keep SI units and radians (the names sa
 
 Timing health
 -------------
-On the wall clock a cycle that starts later than ``miss_fraction * period``
+On the wall clock a cycle that starts later than ``miss_threshold_fraction_of_period * period``
 after its deadline is a deadline miss (:class:`controller.loop.TimingStats`).
 More than :data:`MISS_WARN_FRACTION` of the cycles missed means the run did not
 hold real time: the summary's status line says so and a loud warning follows.
@@ -159,6 +159,11 @@ def effective_torque_limit(spec) -> np.ndarray:
     return torque_limit_sources(spec)[0]
 
 
+def _threshold_s(timing: dict) -> float:
+    from ..loop import TimingStats
+    return TimingStats.threshold_s(timing)
+
+
 def timing_health(timing: dict, clock: str) -> dict:
     """Deadline health of a run from :meth:`controller.loop.TimingStats.as_dict`.
 
@@ -177,7 +182,7 @@ def timing_health(timing: dict, clock: str) -> dict:
     late = timing.get("lateness", {}) or {}
     return {"clock": clock, "deadlines": deadlines, "cycles": cycles, "missed": missed,
             "missed_fraction": frac,
-            "miss_threshold_s": float(timing.get("miss_fraction", 0.5)) * float(timing.get("period_s", 0.0)),
+            "miss_threshold_s": _threshold_s(timing),
             "warn_fraction": MISS_WARN_FRACTION, "lateness_max_s": late.get("max"),
             "ok": not (deadlines and frac > MISS_WARN_FRACTION)}
 

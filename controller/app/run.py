@@ -64,7 +64,7 @@ import numpy as np
 from drivers.base import Driver
 from dynamics import load_model
 from dynamics.base import Model, ParallelModel
-from dynamics.config import Section, read_toml
+from dynamics.config import KeyLog, RecordingSection, Section, read_toml
 from dynamics.errors import ConfigError, SafetyError, TorqueloopError
 
 from ..clock import LockstepClock, WallClock
@@ -196,7 +196,8 @@ def _model_file(sec: Section, key: str, base_dir: Path | None, cache: dict | Non
     same bytes gives the model loaded then: models are constant parameters (nothing in a
     run changes them), so the runs of a sweep can share one (see :func:`parse_run`).
     """
-    rel = sec.str(key)
+    rel = sec.str(key, doc="robot file (TOML: DH or URDF-based, see hil_configs/robots), relative to "
+                           "this config")
     path = _resolve(base_dir, rel)
     if not path.exists():
         raise sec.error(key, f"robot file not found: {path}")
@@ -234,8 +235,11 @@ def _cache_put(cache: dict, key, value) -> None:
 
 def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Path | None = None,
               duration_s: float | None = None, trajectory_cache: dict | None = None,
-              model_cache: dict | None = None) -> RunSpec:
+              model_cache: dict | None = None, key_log: KeyLog | None = None) -> RunSpec:
     """Validate a run-config dict and load its models and trajectory.
+
+    ``key_log`` (a :class:`dynamics.config.KeyLog`): record every key read, with its type,
+    bounds, default and meaning, into it (``torqueloop check --explain``).
 
     ``trajectory_cache`` (a dict the caller owns) keeps the trajectories built so far, keyed
     by the ``[trajectory]`` and ``[robot]`` tables and the folder: runs that differ only in
@@ -251,29 +255,33 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     """
     from trajectories import load_trajectory  # trajectories may use dynamics only
 
-    root = Section(data, file)
-    name = root.str("name")
-    description = root.str("description", "")
-    rob = root.section("robot")
+    root = Section(data, file) if key_log is None else RecordingSection(data, file, "", key_log)
+    name = root.str("name", doc="name of the run (the output folder runs/<name>-<time>)")
+    description = root.str("description", "", doc="one line shown in reports")
+    rob = root.section("robot", doc="the controller's model")
     model = _model_file(rob, "file", base_dir, model_cache)
     rob.finish()
 
     from drivers.registry import DRIVER_TYPES
 
-    drv = root.section("driver")
+    drv = root.section("driver", doc="the actuators: --explain driver")
     driver_type = drv.str("type", choices=sorted(DRIVER_TYPES))
     hardware = not driver_type.startswith("sim_")
     plant_data = drv.data.get("plant", {}) if not hardware else None
     if plant_data is not None and not isinstance(plant_data, Mapping):
         raise drv.error("plant", "expected a table")
 
-    csec = root.section("controller")
-    kind = csec.str("kind", choices=CONTROLLER_KINDS)
+    csec = root.section("controller", doc="the control law and its gains: --explain controller")
+    kind = csec.str("kind", choices=CONTROLLER_KINDS,
+                    doc="control law: computed torque, PD + gravity or PID in joint space; task_*: in "
+                        "task space (parallel robots)")
     if kind in _TASK_KINDS and not isinstance(model, ParallelModel):
         raise csec.error("kind", f"{kind} needs a parallel robot (the model is {type(model).__name__})")
     has_explicit = csec.has("kp")
     design = csec.str("design", "explicit" if has_explicit else "wn_zeta",
-                      choices=["explicit", "wn_zeta", "place", "lqr"])
+                      choices=["explicit", "wn_zeta", "place", "lqr"],
+                      doc="how the gains are given: kp/kd (explicit, the default with kp), natural "
+                          "frequency and damping (wn_zeta, else the default), poles (place) or weights (lqr)")
     if design in ("place", "lqr") and kind not in ("computed_torque", "task_computed_torque"):
         raise csec.error("design", f"'{design}' designs the error dynamics of computed torque; "
                                    f"{kind} takes wn_rad_s/zeta or explicit kp/kd")
@@ -283,25 +291,40 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
         raise csec.error("kp", f"explicit gains conflict with design = '{design}'")
     poles = lqr = None
     if design == "place":
-        poles = csec.as_array("poles", csec.raw("poles"), None)
+        poles = csec.as_array("poles", csec.raw("poles", doc="design = 'place': the two negative real "
+                                                        "poles [p1, p2] of the error dynamics, or one "
+                                                        "pair per axis [1/s]"), None)
         if poles.ndim not in (1, 2) or poles.shape[-1] != 2 or np.any(poles >= 0):
             raise csec.error("poles", "expected two negative real poles [p1, p2] (or one pair per axis) [1/s]")
     if design == "lqr":
-        lsec_ = csec.section("lqr")
-        lqr = {"q_pos": lsec_.float("q_pos", minimum=0.0, strict_min=True),
-               "q_vel": lsec_.float("q_vel", 1.0, minimum=0.0),
-               "r": lsec_.float("r", 1.0, minimum=0.0, strict_min=True)}
+        lsec_ = csec.section("lqr", doc="design = 'lqr': the weights of the error dynamics' LQR")
+        lqr = {"q_pos": lsec_.float("q_pos", minimum=0.0, strict_min=True,
+                                    doc="weight of the position error [1/rad^2 or 1/m^2]"),
+               "q_vel": lsec_.float("q_vel", 1.0, minimum=0.0, doc="weight of the velocity error"),
+               "r": lsec_.float("r", 1.0, minimum=0.0, strict_min=True,
+                                doc="weight of the commanded acceleration")}
         lsec_.finish()
     ctrl = ControllerSpec(
         kind=kind,
-        kp=csec.raw("kp", None), kd=csec.raw("kd", None), ki=csec.raw("ki", None),
-        integral_limit=csec.raw("integral_limit", None),
-        saturate=csec.bool("saturate", True),
+        kp=csec.raw("kp", None, doc="proportional gain: a number, one per axis or a matrix (computed torque: "
+                                    "[1/s^2]; PD/PID: [N m/rad] or [N/m])"),
+        kd=csec.raw("kd", None, doc="derivative gain, as kp (computed torque: [1/s]; PD/PID: "
+                                    "[N m s/rad]); required with kp"),
+        ki=csec.raw("ki", None, doc="integral gain, as kp (computed torque: [1/s^3]; PID: [N m/(rad s)])"),
+        integral_limit=csec.raw("integral_limit", None,
+                                doc="bound of the integral state per axis (anti-windup) [rad s or m s]"),
+        saturate=csec.bool("saturate", True, doc="clip the law's torques to the robot file's limits"),
         friction_compensation=csec.str("friction_compensation", "none",
-                                       choices=["none", "measured", "desired"]),
-        wn_rad_s=(csec.float("wn_rad_s", minimum=0.0, strict_min=True, maximum=WN_MAX_RAD_S)
+                                       choices=["none", "measured", "desired"],
+                                       doc="add the model's friction at the measured or the desired "
+                                           "velocity as feed-forward"),
+        wn_rad_s=(csec.float("wn_rad_s", minimum=0.0, strict_min=True, maximum=WN_MAX_RAD_S,
+                             doc="design = 'wn_zeta': natural frequency of the error dynamics [rad/s] "
+                                 "(kp = wn^2, kd = 2 zeta wn)")
                   if design == "wn_zeta" else None),
-        zeta=csec.float("zeta", 1.0, minimum=0.0, strict_min=True, maximum=ZETA_MAX) if design == "wn_zeta" else None,
+        zeta=csec.float("zeta", 1.0, minimum=0.0, strict_min=True, maximum=ZETA_MAX,
+                        doc="design = 'wn_zeta': damping ratio of the error dynamics (1: critically damped)")
+        if design == "wn_zeta" else None,
         design=design, poles=poles, lqr=lqr,
     )
     for key in ("kp", "kd", "ki", "integral_limit"):
@@ -326,7 +349,7 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
                                       f"task_computed_torque or pid)")
     csec.finish()
 
-    tsec = root.section("trajectory")
+    tsec = root.section("trajectory", doc="the reference: --explain trajectory")
     key = None
     if trajectory_cache is not None:
         # the robot file's bytes too: a trajectory mapped through an edited robot is built again
@@ -346,36 +369,51 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
         raise ConfigError(f"{type(err).__name__}: {err}", file, tsec.path or "trajectory") from err
     traj = _trajectory_for_space(traj, model, "task" if kind in _TASK_KINDS else "joint", tsec)
 
-    lsec = root.section("loop", {})
-    rate = lsec.float("rate_hz", 1000.0, minimum=RATE_MIN_HZ, maximum=RATE_MAX_HZ)
-    clock = lsec.str("clock", "wall" if hardware else "lockstep", choices=["lockstep", "wall"])
+    lsec = root.section("loop", {}, doc="rate, clock and duration of the control loop: --explain loop")
+    rate = lsec.float("rate_hz", 1000.0, minimum=RATE_MIN_HZ, maximum=RATE_MAX_HZ,
+                      doc="control rate [Hz]")
+    clock = lsec.str("clock", "wall" if hardware else "lockstep", choices=["lockstep", "wall"],
+                     doc="lockstep: simulated time waits for the computation (offline, the default "
+                         "of simulated drivers); wall: real time (required on hardware)")
     if hardware and clock != "wall":
         raise lsec.error("clock", "hardware runs need the wall clock")
-    dur = lsec.float("duration_s", None, minimum=0.0, maximum=DURATION_MAX_S)
+    dur = lsec.float("duration_s", None, minimum=0.0, maximum=DURATION_MAX_S,
+                     doc="how long the loop runs [s] (default: the trajectory's duration; --duration)")
     if duration_s is not None:
         dur = float(duration_s)
         if not (0.0 <= dur <= DURATION_MAX_S):
             raise ConfigError(f"must be >= 0 and <= {DURATION_MAX_S:g} s, got {duration_s!r}", file, "--duration")
     if dur is None:
         dur = float(traj.duration_s)
-    spin_s = lsec.float("spin_s", 2e-4, minimum=0.0, maximum=1.0)
+    spin_s = lsec.float("spin_s", 2e-4, minimum=0.0, maximum=1.0,
+                        doc="wall clock: the last part of each period waited by spinning, not "
+                            "sleeping (less jitter, one core busy) [s]")
     rt = None
-    if lsec.has("realtime"):
+    if lsec.has("realtime", doc="real-time settings of the loop's thread (wall clock)"):
         rsec = lsec.section("realtime")
         rt = {}
         if rsec.has("sched_fifo_priority"):
-            rt["sched_fifo_priority"] = rsec.int("sched_fifo_priority", minimum=1, maximum=99)
+            rt["sched_fifo_priority"] = rsec.int("sched_fifo_priority", minimum=1, maximum=99,
+                                                 doc="SCHED_FIFO priority (needs CAP_SYS_NICE)")
         if rsec.has("cpu"):
-            rt["cpu"] = rsec.int("cpu", minimum=0)
-        rt["freeze_gc"] = rsec.bool("freeze_gc", True)
+            rt["cpu"] = rsec.int("cpu", minimum=0, doc="the CPU the loop is pinned to")
+        rt["freeze_gc"] = rsec.bool("freeze_gc", True,
+                                    doc="freeze the garbage collector's objects before the loop "
+                                        "(no full collections during it)")
         rsec.finish()
     lsec.finish()
 
-    safety = SafetyConfig.from_section(root.section("safety", {}))
-    tel = root.section("telemetry", {})
-    buffer_rows = tel.int("buffer_rows", 200, minimum=1)
-    mcap_on = tel.bool("mcap", False)
-    mcap_rows = tel.int("mcap_buffer_rows", 65536, minimum=1, maximum=1 << 24)
+    safety = SafetyConfig.from_section(root.section("safety", {}, doc="limits and stop reactions: "
+                                                                      "--explain safety"))
+    tel = root.section("telemetry", {}, doc="the log: --explain telemetry")
+    buffer_rows = tel.int("buffer_rows", 200, minimum=1,
+                          doc="rows buffered before they are written to log.npy (a crash loses at "
+                              "most these)")
+    mcap_on = tel.bool("mcap", False, doc="also record log.mcap (ROS 2 messages for Foxglove, "
+                                          "PlotJuggler, rosbags), written by a process of its own")
+    mcap_rows = tel.int("mcap_buffer_rows", 65536, minimum=1, maximum=1 << 24,
+                        doc="rows the MCAP writer's ring holds; a full ring drops rows (counted), "
+                            "it never delays the loop")
     if mcap_on:
         from ..telemetry_mcap import mcap_available
         why = mcap_available()
@@ -385,16 +423,17 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
 
     # A [tune] table (gain search, see controller.app.tune) is validated here so that `check` and
     # `run` report its errors too; `run` itself does not use it.
-    if "tune" in data:
+    if root.has("tune", doc="gain search (torqueloop tune): --explain tune"):
         from .tune_config import TuneSpec
         TuneSpec.from_section(root.section("tune"))
-    if "robustness" in data:        # likewise the Monte-Carlo report's (controller.app.robustness)
+    # likewise the Monte-Carlo report's (controller.app.robustness)
+    if root.has("robustness", doc="Monte-Carlo report (torqueloop robustness): --explain robustness"):
         from .tune_config import RobustnessSpec
         RobustnessSpec.from_section(root.section("robustness"))
 
     # The [bringup] table (controller.app.bringup) is read against the parsed spec by
     # validate_run and by the bring-up itself; mark it read here.
-    root.section("bringup", {})
+    root.section("bringup", {}, doc="hardware bring-up checks (torqueloop bringup)")
     # The driver table is validated when the driver is built (it may open buses);
     # mark it read here.
     root.finish()
@@ -1430,7 +1469,7 @@ def check_run_config(path: str | Path, overrides: dict | None = None) -> str:
     lines.append(f"controller: {spec.controller.kind} in {spec.space} space, "
                  f"loop {spec.rate_hz:g} Hz ({spec.clock} clock), duration {spec.duration_s:g} s")
     lines.append(f"driver: {spec.driver_type} ({'HARDWARE' if spec.hardware else 'simulated plant'})")
-    if spec.plant is not None:
+    if spec.plant:
         lines.append("plant: " + ", ".join(f"{k} = {v}" for k, v in spec.plant.items()))
     try:
         lines += ["", gain_report(spec)]
@@ -1438,7 +1477,85 @@ def check_run_config(path: str | Path, overrides: dict | None = None) -> str:
         lines += ["", f"gain analysis not available: {err}"]
     v = validate_run(spec, build_sim=True, calibration=False)
     lines += ["", v.text()]
+    if spec.hardware:
+        lines += ["", first_run_checklist(spec)]
     return "\n".join(lines)
+
+
+#: the keys of a hardware ``[driver]`` table that describe one particular robot, by what sets
+#: them: ``(what, keys, how to get them right)``; the tables they are read in: ``[driver]``,
+#: its bus tables and each ``[[driver.joints]]``
+FIRST_RUN_KEYS = (
+    ("CAN adapter", ("interface", "channel", "bitrate"),
+     "your CAN interface as `ip -details link show` lists it; bring it up with `sudo ip link set "
+     "can0 up type can bitrate 1000000` (a serial-line adapter first: `sudo slcand -o -s8 "
+     "/dev/ttyACM0 can0`)"),
+    ("serial port", ("port", "baudrate"),
+     "your adapter as /dev/serial/by-id/ names it (stable across reboots), at the drives' baud rate"),
+    ("ids", ("can_id", "node_id", "id", "axis"),
+     "as set in each drive with its vendor's tool; `torqueloop bringup` checks that each one answers"),
+    ("direction and zero", ("sign", "offset_rad", "offset_m"),
+     "measured on the robot by `torqueloop bringup CONFIG`, which writes the calibration a hardware "
+     "run needs"),
+    ("ratios and units", ("model", "gear_ratio", "torque_constant_nm_per_a", "efficiency", "counts_per_rev",
+                          "rated_torque_nm", "velocity_counts_per_rev_s"),
+     "from the data sheets of your drives and gearboxes (bringup measures the torque constant)"),
+    ("drive limits", ("torque_limit_nm", "current_limit_a", "velocity_limit_rad_s", "limits"),
+     "what your drives are configured to deliver"),
+)
+
+#: the ``[safety]`` keys a first run should set low (default: the robot file's limits)
+FIRST_RUN_SAFETY_KEYS = ("torque_max", "velocity_max", "position_min", "position_max", "tracking_error_max")
+
+
+def first_run_checklist(spec: RunSpec) -> str:
+    """What a hardware config holds that must be your robot's before a first run
+    (:data:`FIRST_RUN_KEYS`): each key with the value the file gives it (or its default), and
+    how to get it right; then the ``[safety]`` limits of a first run."""
+    from drivers.registry import MAPPING_KEYS, OFFSET_KEYS
+
+    data = spec.driver_section.data
+    joints = data.get("joints") if isinstance(data.get("joints"), list) else []
+    names = list(spec.model.joint_names)
+    tables = [("[driver]", "driver", data)]
+    if isinstance(data.get("bus"), Mapping):
+        tables.append(("[driver.bus]", "driver.bus", data["bus"]))
+    for bname, b in (data.get("buses") or {}).items() if isinstance(data.get("buses"), Mapping) else ():
+        if isinstance(b, Mapping):
+            tables.append((f"[driver.buses.{bname}]", "driver.bus", b))
+    for j, js in enumerate(joints):
+        if isinstance(js, Mapping):
+            label = js.get("name") or (names[j] if j < len(names) else str(j))
+            tables.append((f"joint {label}", "driver.joints", js))
+    lines = ["before a first run on this robot, set or confirm (the values as this file gives them):"]
+    for what, keys, how in FIRST_RUN_KEYS:
+        found = []
+        for title, path, table in tables:
+            items = []
+            for k in keys:
+                if k in table:
+                    v = table[k]
+                    items.append(f"{k} = {v!r}" if not isinstance(v, Mapping) else f"[{k}] table")
+                elif k in OFFSET_KEYS and any(o in table for o in OFFSET_KEYS):
+                    continue            # the other offset key is given
+                elif path == "driver.joints" and k in MAPPING_KEYS:     # every driver type's
+                    items.append(f"{k} not set (the default)")
+            if items:
+                found.append(f"    {title}: " + ", ".join(items))
+        if found:
+            lines += [f"  {what}: {how}"] + found
+    sec = spec.safety
+    limits = [f"{k} = {_fmt_limit(getattr(sec, k))}" for k in FIRST_RUN_SAFETY_KEYS]
+    lines += ["  [safety] limits of a first run: low torque, slow, a tight tracking error (none = the "
+              "robot file's): " + ", ".join(limits)]
+    return "\n".join(lines)
+
+
+def _fmt_limit(v) -> str:
+    if v is None:
+        return "none"
+    arr = np.atleast_1d(np.asarray(v, dtype=float))
+    return f"{arr[0]:g}" if arr.size == 1 else "[" + ", ".join(f"{x:g}" for x in arr) + "]"
 
 
 def bus_budget(spec: RunSpec):

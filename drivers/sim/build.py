@@ -125,15 +125,16 @@ __all__ = ["plant_from_section", "build_sim_direct", "build_sim_mit_can", "build
            "build_sim_cia402_can", "EmulatedDriver"]
 
 
-def _per_joint(sec: Section, key: str, n: int, default=None, *, minimum=None):
-    """A float or a list of n floats (or ``default`` when absent)."""
-    if not sec.has(key):
+def _per_joint(sec: Section, key: str, n: int, default=None, *, minimum=None, doc=None):
+    """A float or a list of n floats (or ``default`` when absent); ``doc``: the key's meaning."""
+    doc = doc and doc + " (a number, or one per joint)"
+    if not sec.has(key, doc=doc):
         sec.raw(key, None)
         return default
     v = sec.raw(key)
     if isinstance(v, list):
         return sec.as_array(key, v, (n,), minimum=minimum)
-    return sec.float(key, minimum=minimum)
+    return sec.float(key, minimum=minimum, doc=doc)
 
 
 #: plant models scaled so far, {(id(model), mass factor, inertia factor): (model, scaled)}: the
@@ -184,10 +185,13 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
                           sec.file if sec else None, sec.path if sec else None)
     sec = sec if sec is not None else Section({}, None, "plant")
     root = Path(base_dir) if base_dir is not None else (Path(sec.file).parent if sec.file else Path.cwd())
-    engine = sec.str("engine", "numba", choices=["numba", "mujoco"])
-    if sec.has("robot"):
+    engine = sec.str("engine", "numba", choices=["numba", "mujoco"],
+                     doc="what integrates the rigid-body dynamics: the robot file's numba kernels, or "
+                         "MuJoCo (pip install 'torqueloop[mujoco]')")
+    robot_doc = "the plant's robot file, relative to this config (default: the controller's model)"
+    if sec.has("robot", doc=robot_doc):
         from dynamics import load_model
-        path = Path(sec.str("robot"))
+        path = Path(sec.str("robot", doc=robot_doc))
         if not path.is_absolute():
             path = root / path
         base = load_model(path)
@@ -196,46 +200,65 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
                                      f"{model.dof}")
     else:
         base = model
-    mf = sec.float("mass_factor", 1.0, minimum=0.0, strict_min=True)
-    inf = sec.float("inertia_factor", None, minimum=0.0, strict_min=True)
+    mf = sec.float("mass_factor", 1.0, minimum=0.0, strict_min=True,
+                   doc="every body's mass in the plant = the model's x this (a model error)")
+    inf = sec.float("inertia_factor", None, minimum=0.0, strict_min=True,
+                    doc="every body's inertia x this (default: mass_factor)")
     plant_model = base if (mf == 1.0 and inf in (None, 1.0)) else _scaled(base, mf, inf)
-    payload = sec.float("payload_kg", 0.0, minimum=0.0)
+    payload = sec.float("payload_kg", 0.0, minimum=0.0,
+                        doc="a point mass at the tool the controller does not model [kg] (both engines; "
+                            "MuJoCo with mjcf: use [driver.plant.payload])")
     if payload > 0.0:
         try:
             plant_model = plant_model.with_payload(payload)
         except ModelError as err:
             raise sec.error("payload_kg", str(err)) from err
     n = plant_model.dof
-    if sec.has("q0"):
-        q0 = sec.vector("q0", n)
+    q0_doc = "initial joint positions [rad or m] (default: zeros, or a parallel robot's home pose)"
+    if sec.has("q0", doc=q0_doc):
+        q0 = sec.vector("q0", n, doc=q0_doc)
     elif isinstance(plant_model, ParallelModel):
         q0 = np.asarray(plant_model.inverse_kinematics(plant_model.home_pose), dtype=float)
     else:
         q0 = np.zeros(n)
-    qd0 = sec.vector("qd0", n, None)
+    qd0 = sec.vector("qd0", n, None, doc="initial joint velocities [rad/s or m/s] (default: zeros)")
     kw = dict(
-        viscous=_per_joint(sec, "viscous", n, minimum=0.0),
-        coulomb=_per_joint(sec, "coulomb", n, minimum=0.0),
-        torque_limit_nm=_per_joint(sec, "torque_limit_nm", n, minimum=0.0),
-        current_lag_s=sec.float("current_lag_s", 0.0, minimum=0.0),
-        encoder_counts_per_rev=sec.int("encoder_counts_per_rev", None, minimum=1),
-        position_noise_std_rad=_per_joint(sec, "position_noise_std_rad", n, 0.0, minimum=0.0),
-        velocity_noise_std_rad_s=_per_joint(sec, "velocity_noise_std_rad_s", n, 0.0, minimum=0.0),
-        torque_noise_std_nm=_per_joint(sec, "torque_noise_std_nm", n, 0.0, minimum=0.0),
-        substeps=sec.int("substeps", 2, minimum=1),
-        dt_max_s=sec.float("dt_max_s", 1e-3, minimum=0.0, strict_min=True),
+        viscous=_per_joint(sec, "viscous", n, minimum=0.0,
+                           doc="viscous friction [N m s/rad] (default: the robot file's drive friction)"),
+        coulomb=_per_joint(sec, "coulomb", n, minimum=0.0,
+                           doc="Coulomb friction [N m] (default: the robot file's drive friction)"),
+        torque_limit_nm=_per_joint(sec, "torque_limit_nm", n, minimum=0.0,
+                                   doc="torque the plant's actuators can give [N m] (default: the "
+                                       "robot file's limits)"),
+        current_lag_s=sec.float("current_lag_s", 0.0, minimum=0.0,
+                                doc="time constant of the first-order current-loop lag [s]"),
+        encoder_counts_per_rev=sec.int("encoder_counts_per_rev", None, minimum=1,
+                                       doc="joint-side encoder resolution [counts/turn] (default: exact)"),
+        position_noise_std_rad=_per_joint(sec, "position_noise_std_rad", n, 0.0, minimum=0.0,
+                                          doc="std of the measured position's noise [rad]"),
+        velocity_noise_std_rad_s=_per_joint(sec, "velocity_noise_std_rad_s", n, 0.0, minimum=0.0,
+                                            doc="std of the measured velocity's noise [rad/s]"),
+        torque_noise_std_nm=_per_joint(sec, "torque_noise_std_nm", n, 0.0, minimum=0.0,
+                                       doc="std of the measured torque's noise (current sensor) [N m]"),
+        substeps=sec.int("substeps", 2, minimum=1, doc="integration steps per dt_max_s"),
+        dt_max_s=sec.float("dt_max_s", 1e-3, minimum=0.0, strict_min=True,
+                           doc="longest interval integrated at once [s]"),
         integrator=sec.str("integrator", "rk4", choices=["rk4", "semi_implicit_euler"] if engine == "numba"
-                           else ["rk4", "implicitfast", "implicit", "euler"]),
+                           else ["rk4", "implicitfast", "implicit", "euler"],
+                           doc="the integration scheme (choices per engine)"),
     )
     engine_kw = _mujoco_keys(sec, engine, root, mf, inf)
-    brakes = sec.bool("brakes", True)
+    brakes = sec.bool("brakes", True, doc="holding brakes, engaged until the drive enables the joint and "
+                                          "again when it disables or faults")
     if sec.has("brake_torque_nm") and not brakes:
         raise sec.error("brake_torque_nm", "given with brakes = false")
-    brake_nm = _per_joint(sec, "brake_torque_nm", n, math.inf, minimum=0.0)
+    brake_nm = _per_joint(sec, "brake_torque_nm", n, math.inf, minimum=0.0,
+                          doc="holding torque of the brakes [N m] (default: they never slip)")
     if sec.has("brake_release_s") and not brakes:
         raise sec.error("brake_release_s", "given with brakes = false")
-    brake_release_s = sec.float("brake_release_s", 0.0, minimum=0.0)
-    seed = sec.int("seed", None, minimum=0)
+    brake_release_s = sec.float("brake_release_s", 0.0, minimum=0.0,
+                                doc="mechanical release time of the brakes after the drive enables [s]")
+    seed = sec.int("seed", None, minimum=0, doc="seed of the measurement noise (default: the run's)")
     sec.finish()
     if seed is not None:
         rng = np.random.default_rng(seed)
@@ -262,20 +285,32 @@ def plant_from_section(sec: Section | None, model: Model, *, now: Callable[[], f
                           sec.field(err.field) if err.field else (sec.path or None)) from err
 
 
+#: the keys only the MuJoCo engine takes, and their meanings
+_MUJOCO_DOCS = {
+    "mjcf": "engine = 'mujoco': the user's own MJCF file, relative to this config (joints matched by "
+            "name to the controller's, each driven by an actuator; default: written from the robot file)",
+    "solref": "engine = 'mujoco': [timeconst_s, dampratio] of the MJCF's equality constraints (loop "
+              "closures; default: the file's)",
+    "solimp": "engine = 'mujoco': [dmin, dmax, width_m, midpoint, power] impedance of those constraints "
+              "(default: the file's)",
+    "payload_body": "engine = 'mujoco': the body [driver.plant.payload] is fixed to (default: the tool's)",
+    "payload": "engine = 'mujoco': a rigid body the controller does not model (mass_kg, com_m, inertia_kg_m2)",
+}
+
+
 def _mujoco_keys(sec: Section, engine: str, root: Path, mass_factor: float,
                  inertia_factor: float | None) -> dict:
     """The keys only the MuJoCo engine takes (``mjcf``, ``solref``, ``solimp``, ``payload``,
     ``payload_body``) as its keyword arguments; refused with ``engine = "numba"``."""
-    keys = ("mjcf", "solref", "solimp", "payload", "payload_body")
     if engine != "mujoco":
-        for key in keys:
-            if sec.has(key):
+        for key, doc in _MUJOCO_DOCS.items():
+            if sec.has(key, doc=doc):
                 raise sec.error(key, 'needs engine = "mujoco"')
             sec.raw(key, None)
         return {}
     out: dict = {}
-    if sec.has("mjcf"):
-        path = Path(sec.str("mjcf"))
+    if sec.has("mjcf", doc=_MUJOCO_DOCS["mjcf"]):
+        path = Path(sec.str("mjcf", doc=_MUJOCO_DOCS["mjcf"]))
         out["mjcf_path"] = path if path.is_absolute() else root / path
         if not out["mjcf_path"].is_file():
             raise sec.error("mjcf", f"no such file: {out['mjcf_path']}")
@@ -284,22 +319,22 @@ def _mujoco_keys(sec: Section, engine: str, root: Path, mass_factor: float,
             out["inertia_factor"] = inertia_factor
     else:
         sec.raw("mjcf", None)
-    if sec.has("solref"):
-        out["solref"] = [float(v) for v in sec.vector("solref", 2)]
-    else:
-        sec.raw("solref", None)
-    if sec.has("solimp"):
-        out["solimp"] = [float(v) for v in sec.vector("solimp", 5)]
-    else:
-        sec.raw("solimp", None)
-    out["payload_body"] = sec.str("payload_body", None)
-    pay = sec.section("payload", None)
+    for key, size in (("solref", 2), ("solimp", 5)):
+        if sec.has(key, doc=_MUJOCO_DOCS[key]):
+            out[key] = [float(v) for v in sec.vector(key, size, doc=_MUJOCO_DOCS[key])]
+        else:
+            sec.raw(key, None)
+    out["payload_body"] = sec.str("payload_body", None, doc=_MUJOCO_DOCS["payload_body"])
+    pay = sec.section("payload", None, doc=_MUJOCO_DOCS["payload"])
     if pay is not None:
         from .mujoco_plant import Payload
         try:
-            out["payload"] = Payload(pay.float("mass_kg", minimum=0.0, strict_min=True),
-                                     pay.vector("com_m", 3, (0.0, 0.0, 0.0)),
-                                     pay.vector("inertia_kg_m2", 3, (0.0, 0.0, 0.0), minimum=0.0))
+            out["payload"] = Payload(pay.float("mass_kg", minimum=0.0, strict_min=True,
+                                               doc="mass of the payload [kg]"),
+                                     pay.vector("com_m", 3, (0.0, 0.0, 0.0),
+                                                doc="its centre of mass in the body's frame [m]"),
+                                     pay.vector("inertia_kg_m2", 3, (0.0, 0.0, 0.0), minimum=0.0,
+                                                doc="principal inertias about its centre of mass [kg m^2]"))
         except ConfigError as err:
             if err.file is not None:
                 raise
@@ -447,7 +482,7 @@ def _bus_names(section: Section) -> list[str]:
 
 def _fault_kwargs(sec: Section, rng: np.random.Generator | None
                   ) -> tuple[dict, np.random.Generator, bool]:
-    seed = sec.int("seed", None, minimum=0)
+    seed = sec.int("seed", None, minimum=0, doc="seed of every fault decision (default: the run's)")
     if seed is not None:
         rng = np.random.default_rng(seed)
     if rng is None:
@@ -469,7 +504,8 @@ def _fault_kwargs(sec: Section, rng: np.random.Generator | None
     kw["silent_ids"] = ids
     if kw["bus_restart_s"] is not None and kw["bus_error_after"] is None:
         raise sec.error("bus_restart_s", "needs bus_error_after")
-    during_enable = sec.bool("during_enable", True)
+    during_enable = sec.bool("during_enable", True, doc="faults also while the drives are being enabled "
+                                                        "(false: frames pass unharmed during enable())")
     kw["device_fault"] = _device_fault(sec)
     kw["device_reboot"] = _device_reboot(sec)
     sec.finish()
@@ -478,9 +514,12 @@ def _fault_kwargs(sec: Section, rng: np.random.Generator | None
 
 def _device_fault(sec: Section):
     """``device_fault`` / ``device_fault_ids`` / ``device_fault_at_s`` -> (kind, ids, t_s) or None."""
-    if not sec.has("device_fault"):
+    docs = {"device_fault_ids": "device_fault: the CAN ids of the faulty drives",
+            "device_fault_at_s": "device_fault: the loop time it starts at [s]"}
+    if not sec.has("device_fault", doc="sim_mit_can: an unreported device fault: limp (no torque while "
+                                       "replying) or frozen (replies repeat, last command held)"):
         for key in ("device_fault_ids", "device_fault_at_s"):
-            if sec.has(key):
+            if sec.has(key, doc=docs[key]):
                 raise sec.error(key, "needs device_fault")
         return None
     from .mit_emulator import MIT_DEVICE_FAULTS
@@ -495,8 +534,9 @@ def _device_fault(sec: Section):
 
 def _device_reboot(sec: Section):
     """``device_reboot_ids`` / ``device_reboot_at_s`` -> (ids, t_s) or None."""
-    if not sec.has("device_reboot_ids"):
-        if sec.has("device_reboot_at_s"):
+    if not sec.has("device_reboot_ids", doc="these drives power-cycle (out of motor mode or IDLE, zero "
+                                            "lost) at device_reboot_at_s"):
+        if sec.has("device_reboot_at_s", doc="device_reboot_ids: the loop time they reboot at [s]"):
             raise sec.error("device_reboot_at_s", "needs device_reboot_ids")
         sec.raw("device_reboot_ids", None)      # read (recorded by `check --explain driver.faults`)
         return None
@@ -542,7 +582,9 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
     faults_sec = section.section("faults", None)
     fault_kw, fault_rng, during_enable = (_fault_kwargs(faults_sec, rng) if faults_sec is not None
                                           else (None, None, True))
-    serve = emu_sec.str("serve", "thread", choices=["thread", "inline"])
+    serve = emu_sec.str("serve", "thread", choices=["thread", "inline"],
+                        doc="the emulated devices answer from their own thread, or inline in the driver's "
+                            "thread on send/recv (lock-step clock and reply_latency_s = 0 only)")
     names = _bus_names(section)
     channels = {name: f"torqueloop-sim-{uuid.uuid4().hex}" for name in names}
     device_fault = fault_kw.pop("device_fault") if fault_kw is not None else None
@@ -578,9 +620,12 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
             t.close()
         raise
     try:
-        latency = emu_sec.float("reply_latency_s", 0.0, minimum=0.0)
-        wd = emu_sec.float("watchdog_timeout_s", None, minimum=0.0, strict_min=True)
-        poll = emu_sec.float("poll_s", 0.001, minimum=0.0, strict_min=True)
+        latency = emu_sec.float("reply_latency_s", 0.0, minimum=0.0,
+                                doc="wall-clock delay of every reply and broadcast [s]")
+        wd = emu_sec.float("watchdog_timeout_s", None, minimum=0.0, strict_min=True,
+                           doc="the devices' command timeout (MIT: CAN timeout; ODrive: axis watchdog) "
+                               "[s] (default: off)")
+        poll = emu_sec.float("poll_s", 0.001, minimum=0.0, strict_min=True, doc=_POLL_DOC)
         if kind == "cia402_can":
             from .cia402_emulator import devices_from_driver as make
         else:
@@ -636,9 +681,11 @@ def _mit_devices(driver, emu_sec: Section, wd, now) -> dict:
     # the drive's reply layout: what the driver is configured to expect, unless said here
     expect = getattr(driver, "reply_variant", "auto")
     variant = emu_sec.str("variant", "classic6" if expect == "auto" else expect,
-                          choices=["classic6", "cubemars8", "servo7"])
-    reply_id = emu_sec.int("reply_id", 0, minimum=0, maximum=0x7FF)
-    temp = emu_sec.float("temperature_c", 35.0)
+                          choices=["classic6", "cubemars8", "servo7"],
+                          doc="MIT: the emulated drives' reply layout (default: the driver's reply_variant "
+                              "when it names one, else classic6)")
+    reply_id = emu_sec.int("reply_id", 0, minimum=0, maximum=0x7FF, doc="MIT: the replies' arbitration id")
+    temp = emu_sec.float("temperature_c", 35.0, doc=_TEMPERATURE_DOC)
     by_bus: dict[int, tuple] = {}
     maps = device_mappings(emu_sec, [jt.mapping for jt in driver.joints])
     for j, jt in enumerate(driver.joints):
@@ -654,10 +701,17 @@ def _mit_devices(driver, emu_sec: Section, wd, now) -> dict:
 def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
     from .odrive_emulator import OdriveAxisConfig, OdriveEmulator
 
+    docs = {"heartbeat_period_s": "ODrive: period of the heartbeat broadcast [s] (0: RTR only)",
+            "encoder_period_s": "ODrive: period of the encoder estimates broadcast [s] (0: RTR only)",
+            "iq_period_s": "ODrive: period of the Iq broadcast [s] (default: encoder_period_s if the driver "
+                           "reads Iq, else 0)",
+            "torques_period_s": "ODrive: period of the Torques broadcast [s] (default: encoder_period_s if "
+                                "the driver reads Torques, else 0)"}
+
     def period(key, default):
         # 0: off; else a rate a drive can send at (a period of 1e-300 s would have the emulator
         # generate messages without end inside enable())
-        v = emu_sec.float(key, default, minimum=0.0, maximum=PERIOD_RANGE_S[1])
+        v = emu_sec.float(key, default, minimum=0.0, maximum=PERIOD_RANGE_S[1], doc=docs[key])
         if 0.0 < v < PERIOD_RANGE_S[0]:
             raise emu_sec.error(key, f"must be 0 (off) or in [{PERIOD_RANGE_S[0]:g}, {PERIOD_RANGE_S[1]:g}] s, got {v!r}")
         return None if v == 0.0 else v
@@ -669,12 +723,16 @@ def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
     tfb = getattr(driver, "torque_feedback", "none")
     iq = period("iq_period_s", (enc or 0.0) if tfb == "iq" else 0.0)
     tq = period("torques_period_s", (enc or 0.0) if tfb == "torques" else 0.0)
-    tlim = emu_sec.float("torque_limit_nm", math.inf, minimum=0.0, strict_min=True) \
-        if emu_sec.has("torque_limit_nm") else math.inf
-    cur = emu_sec.float("current_limit_a", 10.0, minimum=0.0, strict_min=True)
+    tlim_doc = "ODrive: the motors' torque limit [N m] (default: none)"
+    tlim = emu_sec.float("torque_limit_nm", math.inf, minimum=0.0, strict_min=True, doc=tlim_doc) \
+        if emu_sec.has("torque_limit_nm", doc=tlim_doc) else math.inf
+    cur = emu_sec.float("current_limit_a", 10.0, minimum=0.0, strict_min=True,
+                        doc="ODrive: the motors' current limit [A] (the firmware's default 10 A); the "
+                            "torque applied is clamped to min(torque_limit_nm, current_limit_a x kt)")
     if not math.isfinite(cur):
         raise emu_sec.error("current_limit_a", f"must be finite (a drive's current limit is), got {cur!r}")
-    version = emu_sec.raw("fw_version", None)
+    version = emu_sec.raw("fw_version", None, doc="ODrive: what Get_Version reports, [major, minor, "
+                                                  "revision] (default: 0.6.10 or 0.5.6 per the driver's firmware)")
     by_bus: dict[int, list] = {}
     maps = device_mappings(emu_sec, [ax.mapping for ax in driver.axes])
     for j, ax in enumerate(driver.axes):
@@ -691,6 +749,10 @@ def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
         field = "fw_version" if isinstance(err, TypeError) or getattr(err, "field", None) == "fw_version" else None
         raise emu_sec.error(field, str(err)) from err
 
+
+#: meanings of ``[driver.emulator]`` keys several emulators read
+_POLL_DOC = "period the emulator thread polls its bus at [s]"
+_TEMPERATURE_DOC = "the temperature the emulated drives report [degC]"
 
 #: plausible periods of an emulated drive's cyclic messages [s]: 10 kHz to one every 10 s
 PERIOD_RANGE_S = (1e-4, 10.0)

@@ -669,15 +669,19 @@ def devices_from_driver(driver, emu_sec, wd, now) -> dict:
     if wd is not None:
         raise emu_sec.error("watchdog_timeout_s", "CiA 402 drives watch the master heartbeat instead "
                                                   "(driver.master_heartbeat_timeout_s)")
-    eds = emu_sec.str("eds", None)         # the drives' own object dictionary (default: the driver's EDS)
+    eds = emu_sec.str("eds", None, doc="CiA 402: the emulated drives' own object dictionary (default: the "
+                                       "driver's EDS)")
     if eds is not None:
         try:
             eds = eds_path(eds)
         except ConfigError as err:
             raise emu_sec.error("eds", err.message) from err
-    kd = emu_sec.float("brake_kd_nm_s_per_rad", 5.0, minimum=0.0, strict_min=True)
-    still = emu_sec.float("standstill_rad_s", 0.02, minimum=0.0, strict_min=True)
-    tmax = emu_sec.float("max_brake_s", 1.0, minimum=0.0, strict_min=True)
+    kd = emu_sec.float("brake_kd_nm_s_per_rad", 5.0, minimum=0.0, strict_min=True,
+                       doc="CiA 402: damping of the drives' own quick-stop and fault-reaction ramp [N m s/rad]")
+    still = emu_sec.float("standstill_rad_s", 0.02, minimum=0.0, strict_min=True,
+                          doc="CiA 402: below this speed a braking drive counts as stopped [rad/s]")
+    tmax = emu_sec.float("max_brake_s", 1.0, minimum=0.0, strict_min=True,
+                         doc="CiA 402: the longest a drive's ramp brakes before it switches off [s]")
     from .planted import device_mappings
 
     by_bus: dict[int, list] = {}

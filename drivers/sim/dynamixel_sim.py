@@ -36,7 +36,7 @@ def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transport
     """Registry builder of ``type = "sim_dynamixel"`` (see module docstring)."""
     from .. import dynamixel as real
     from ..serial_port import SerialTransport
-    from .build import EmulatedDriver, plant_from_section
+    from .build import _POLL_DOC, _TEMPERATURE_DOC, EmulatedDriver, plant_from_section
     from .planted import device_mappings
     from .dynamixel_emulator import DynamixelBusEmulator, ServoConfig
 
@@ -44,10 +44,11 @@ def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transport
         raise section.error("type", "sim_dynamixel opens its own pseudo-terminal; do not pass transports")
     plant = plant_from_section(section.section("plant", {}), model, now=now, rng=rng)
     emu_sec = section.section("emulator", {})
-    volts = emu_sec.float("supply_voltage_v", 12.0, minimum=0.0)
-    temp = emu_sec.float("temperature_c", 35.0)
-    fw = emu_sec.int("firmware_version", 52, minimum=0, maximum=255)
-    poll = emu_sec.float("poll_s", 0.005, minimum=0.0, strict_min=True)
+    volts = emu_sec.float("supply_voltage_v", 12.0, minimum=0.0, doc="Dynamixel: the supply voltage the servos report [V]")
+    temp = emu_sec.float("temperature_c", 35.0, doc=_TEMPERATURE_DOC)
+    fw = emu_sec.int("firmware_version", 52, minimum=0, maximum=255,
+                     doc="Dynamixel: the firmware version the servos report")
+    poll = emu_sec.float("poll_s", 0.005, minimum=0.0, strict_min=True, doc=_POLL_DOC)
     baud = section.int("baudrate", 4_000_000, minimum=1) if section.has("baudrate") else 4_000_000
     emu = DynamixelBusEmulator([], plant, now, baudrate=baud, poll_s=poll)
     try:

@@ -26,9 +26,9 @@ from ..base import JointMapping
 __all__ = ["device_mappings", "TORQUE_FACTOR_RANGE"]
 
 
-def _per_joint(sec: Section, key: str, n: int, default: float, minimum) -> np.ndarray:
-    """A float or n floats (``default`` when absent), shape (n,)."""
-    if not sec.has(key):
+def _per_joint(sec: Section, key: str, n: int, default: float, minimum, doc: str) -> np.ndarray:
+    """A float or n floats (``default`` when absent), shape (n,); ``doc``: the key's meaning."""
+    if not sec.has(key, doc=doc):
         sec.raw(key, None)          # read (recorded by `check --explain driver.emulator`)
         return np.full(n, float(default))
     if isinstance(sec.raw(key), list):
@@ -58,14 +58,18 @@ def device_mappings(emu_sec: Section, mappings: list[JointMapping]) -> list[Join
     list of JointMapping, length n
     """
     n = len(mappings)
-    rev = emu_sec.raw("reversed_joints", [])
+    rev = emu_sec.raw("reversed_joints", [], doc="planted error: joints (indices) whose motor turns the "
+                                                 "other way than the config says")
     if not isinstance(rev, list) or not all(isinstance(j, int) and not isinstance(j, bool) and 0 <= j < n
                                             for j in rev):
         raise emu_sec.error("reversed_joints", f"expected a list of joint indices in 0..{n - 1}, got {rev!r}")
-    off = _per_joint(emu_sec, "encoder_offset_rad", n, 0.0, None)
+    off = _per_joint(emu_sec, "encoder_offset_rad", n, 0.0, None,
+                     "planted error: the encoders' zero off the config's offset [rad], a number or one per joint")
     if not np.all(np.abs(off) <= 100.0):
         raise emu_sec.error("encoder_offset_rad", f"must be finite and within +-100 rad, got {off.tolist()}")
-    kf = _per_joint(emu_sec, "torque_factor", n, 1.0, TORQUE_FACTOR_RANGE[0])
+    kf = _per_joint(emu_sec, "torque_factor", n, 1.0, TORQUE_FACTOR_RANGE[0],
+                    "planted error: torque delivered per torque believed (a wrong torque constant), a "
+                    "number or one per joint")
     if not np.all(kf <= TORQUE_FACTOR_RANGE[1]):
         raise emu_sec.error("torque_factor", f"must be in {list(TORQUE_FACTOR_RANGE)}, got {kf.tolist()}")
     return [replace(m, sign=-m.sign if j in rev else m.sign, offset_rad=m.offset_rad + float(off[j]),
