@@ -32,6 +32,7 @@ MODEL_TYPES: dict[str, str] = {
     "serial": "dynamics.serial:load_serial",
     "planar_3rrr": "dynamics.planar3rrr:load_3rrr",
     "stewart": "dynamics.stewart:load_stewart",
+    "mechanism": "dynamics.mechanism:load_mechanism",
 }
 
 

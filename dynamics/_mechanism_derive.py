@@ -1,0 +1,296 @@
+"""Symbolic derivation of a mechanism's equations with :mod:`sympy.physics.mechanics`, and
+the generated code (common subexpressions eliminated), cached on disk by digest.
+
+The tree of joints gives the coordinates ``q`` (n, one per joint) and the frames of the bodies
+(:class:`sympy.physics.mechanics.ReferenceFrame` chained with ``orientnew`` about each joint
+axis, points chained with ``locatenew``).  The Lagrangian ``L = T - V`` of the bodies
+(:class:`~sympy.physics.mechanics.RigidBody`, inertia about the centre of mass) and the loop
+closures ``phi(q) = 0`` (m holonomic constraints) go to
+:class:`sympy.physics.mechanics.LagrangesMethod` (``hol_coneqs``), whose equations of motion
+are, with the multipliers ``lam`` (m,)::
+
+    eom(q, qd, qdd, lam) = M(q) qdd + b(q, qd) + Lc(q) lam = tau_q          (n,)
+
+(``tau_q``: generalised forces of the drives, on the actuated coordinates).  ``M``, ``Lc``
+and ``b`` are read off ``eom`` by ``jacobian`` / substitution (``eom`` is linear in ``qdd`` and
+``lam``).  The masses, centres of mass and inertias stay symbols (the parameter vector ``p``),
+so one derivation serves every scaled copy of the mechanism; the geometry (joint origins and
+axes, closure points) is numeric.
+
+Generated functions (plain Python on ``math``; every one takes flat float sequences)::
+
+    phi(q) -> (m,)            closure residuals [m or 1]
+    phi_q(q) -> (m, n)        their Jacobian
+    phi_gamma(q, qd) -> (m,)  d/dt(phi_q) qd (velocity-product part of d2phi/dt2)
+    task(q) -> (t,)           task coordinates;  task_q(q) -> (t, n);  task_gamma(q, qd) -> (t,)
+    mass(q, p) -> (n, n);  lamc(q) -> (n, m);  bias(q, qd, p) -> (n,)
+    dmass(q, p) -> (n, n, n)  dM/dq_k (last index k), for the Coriolis matrix
+    kinetic(q, qd, p) -> ();  potential(q, p) -> ()
+
+The source is written to ``<cache>/mechanism-<digest>.py`` atomically (a temporary file in
+the same folder, then ``os.replace``), so parallel test workers deriving the same file never
+read a half-written one; ``<cache>`` is ``$TORQUELOOP_MECHANISM_CACHE`` or
+``~/.cache/torqueloop/mechanisms`` (falling back to a temporary folder when not writable).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["derive", "Generated", "CODEGEN_VERSION", "cache_dir"]
+
+#: changes the digest whenever the generated code's form changes
+CODEGEN_VERSION = 1
+
+
+@dataclass
+class Generated:
+    """The compiled functions of one mechanism (see the module docstring) and how they came."""
+
+    funcs: dict
+    digest: str
+    derive_s: float          # time spent deriving and generating (0 when loaded from the cache)
+    from_cache: bool
+    path: str
+
+
+def cache_dir() -> Path:
+    """Folder of the generated sources (created when missing)."""
+    env = os.environ.get("TORQUELOOP_MECHANISM_CACHE")
+    cands = [Path(env)] if env else []
+    cands += [Path.home() / ".cache" / "torqueloop" / "mechanisms",
+              Path(tempfile.gettempdir()) / f"torqueloop-mechanisms-{os.getuid()}"]
+    for c in cands:
+        try:
+            c.mkdir(parents=True, exist_ok=True)
+            if os.access(c, os.W_OK):
+                return c
+        except OSError:
+            continue
+    raise OSError("no writable folder for the mechanism code cache")
+
+
+def digest_of(spec: dict) -> str:
+    """sha256 of the derivation's input (structure and geometry, not the inertial values)."""
+    blob = json.dumps({"v": CODEGEN_VERSION, "spec": spec}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _load(path: Path) -> dict:
+    src = path.read_text()
+    ns: dict[str, Any] = {}
+    exec(compile(src, str(path), "exec"), ns)
+    return {k: ns[k] for k in ns["__all__"]}
+
+
+def derive(spec: dict) -> Generated:
+    """The generated functions of the mechanism ``spec`` (see :func:`symbolic_spec` in
+    :mod:`dynamics.mechanism`), from the cache or derived now."""
+    dg = digest_of(spec)
+    folder = cache_dir()
+    path = folder / f"mechanism-{dg[:32]}.py"
+    if path.exists():
+        try:
+            return Generated(_load(path), dg, 0.0, True, str(path))
+        except Exception:       # a damaged cache entry: derive again and replace it
+            pass
+    t0 = time.perf_counter()
+    src = _generate(spec)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(src)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dt = time.perf_counter() - t0
+    return Generated(_load(path), dg, dt, False, str(path))
+
+
+# ----------------------------------------------------------------------------- derivation
+def _generate(spec: dict) -> str:
+    import sympy as sp
+    from sympy.physics import mechanics as me
+
+    joints = spec["joints"]
+    bodies = spec["bodies"]
+    n = len(joints)
+    t = me.dynamicsymbols._t
+    q = me.dynamicsymbols(f"q0:{n}")
+    qd = [qi.diff(t) for qi in q]
+    N = me.ReferenceFrame("N")
+    O = me.Point("O")
+    O.set_vel(N, 0)
+    frames = {"ground": N}
+    origins = {"ground": O}
+    # the tree: joints are listed parent before child (checked by the loader)
+    for j, jt in enumerate(joints):
+        P = frames[jt["parent"]]
+        Op = origins[jt["parent"]]
+        ax = sum((sp.nsimplify(c) * e for c, e in zip(jt["axis"], (P.x, P.y, P.z))), sp.S(0) * P.x)
+        org = sum((sp.Float(c) * e for c, e in zip(jt["origin"], (P.x, P.y, P.z))), sp.S(0) * P.x)
+        if jt["type"] == "revolute":
+            C = P.orientnew(f"F{j}", "Axis", (q[j], ax))
+            Oc = Op.locatenew(f"O{j}", org)
+        else:
+            C = P.orientnew(f"F{j}", "Axis", (sp.S(0), P.z))
+            Oc = Op.locatenew(f"O{j}", org + q[j] * ax)
+        frames[jt["child"]] = C
+        origins[jt["child"]] = Oc
+
+    # inertial parameters: per body m, m*c (3), I about com (6: xx yy zz xy yz zx)
+    npar = 10 * len(bodies)
+    p = sp.symbols(f"p0:{npar}")
+    g = [sp.Float(c) for c in spec["gravity"]]
+    gvec = g[0] * N.x + g[1] * N.y + g[2] * N.z
+    rbs = []
+    V = sp.S(0)
+    for k, bd in enumerate(bodies):
+        F, Ob = frames[bd["name"]], origins[bd["name"]]
+        m = p[10 * k]
+        c = [sp.Float(x) for x in bd["com"]]
+        G = Ob.locatenew(f"G{k}", c[0] * F.x + c[1] * F.y + c[2] * F.z)
+        G.set_vel(N, G.pos_from(O).dt(N))
+        I = me.inertia(F, p[10 * k + 4], p[10 * k + 5], p[10 * k + 6],
+                       p[10 * k + 7], p[10 * k + 8], p[10 * k + 9])
+        rb = me.RigidBody(f"B{k}", G, F, m, (I, G))
+        rb.potential_energy = -m * gvec.dot(G.pos_from(O))
+        rbs.append(rb)
+        V += rb.potential_energy
+    # closures, in N components
+    phi = []
+    for lp in spec["loops"]:
+        Fa, Fb = frames[lp["body_a"]], frames[lp["body_b"]]
+        pa = origins[lp["body_a"]].locatenew("pa", sum((sp.Float(c) * e for c, e in zip(lp["point_a"], (Fa.x, Fa.y, Fa.z))), sp.S(0) * N.x))
+        pb = origins[lp["body_b"]].locatenew("pb", sum((sp.Float(c) * e for c, e in zip(lp["point_b"], (Fb.x, Fb.y, Fb.z))), sp.S(0) * N.x))
+        d = pa.pos_from(O) - pb.pos_from(O)
+        comps = [d.dot(N.x), d.dot(N.y)] + ([] if spec["planar"] else [d.dot(N.z)])
+        if lp["type"] == "revolute" and not spec["planar"]:
+            a = sum((sp.Float(c) * e for c, e in zip(lp["axis_a"], (Fa.x, Fa.y, Fa.z))), sp.S(0) * N.x)
+            e1, e2 = lp["perp_b"]
+            comps += [a.dot(sum((sp.Float(c) * e for c, e in zip(e1, (Fb.x, Fb.y, Fb.z))), sp.S(0) * N.x)),
+                      a.dot(sum((sp.Float(c) * e for c, e in zip(e2, (Fb.x, Fb.y, Fb.z))), sp.S(0) * N.x))]
+        phi += comps
+    # task coordinates
+    tk = spec["task"]
+    Ft, Ot = frames[tk["body"]], origins[tk["body"]]
+    pt = Ot.locatenew("T", sum((sp.Float(c) * e for c, e in zip(tk["point"], (Ft.x, Ft.y, Ft.z))), sp.S(0) * N.x))
+    rt = pt.pos_from(O)
+    task = []
+    for coord in tk["coordinates"]:
+        if coord in ("x", "y", "z"):
+            task.append(rt.dot(getattr(N, coord)))
+        else:        # "phi": planar rotation of the body = signed sum of the revolute angles
+            task.append(sum((sp.sign(joints[j]["axis"][2]) * q[j] for j in tk["path"]
+                             if joints[j]["type"] == "revolute"), sp.S(0)))
+
+    L = me.Lagrangian(N, *rbs)
+    LM = me.LagrangesMethod(L, q, hol_coneqs=phi, frame=N) if phi else me.LagrangesMethod(L, q, frame=N)
+    eom = LM.form_lagranges_equations()
+    lam = list(LM.lam_vec) if phi else []
+
+    # plain symbols for the generated code
+    Q = sp.symbols(f"x0:{n}")
+    U = sp.symbols(f"v0:{n}")
+    A = sp.symbols(f"a0:{n}")
+    Lm = sp.symbols(f"l0:{len(lam)}") if lam else ()
+    sub = {}
+    for i in range(n):
+        sub[q[i].diff(t, 2)] = A[i]
+        sub[qd[i]] = U[i]
+        sub[q[i]] = Q[i]
+    for i, l in enumerate(lam):
+        sub[l] = Lm[i]
+
+    def plain(e):
+        return me.msubs(e, sub)
+
+    eomp = plain(sp.Matrix(eom))
+    Mm = eomp.jacobian(A)
+    Lc = eomp.jacobian(Lm) if lam else sp.zeros(n, 0)
+    zero = {a: 0 for a in A}
+    zero.update({l: 0 for l in Lm})
+    b = eomp.xreplace(zero)
+    phiv = sp.Matrix([plain(e) for e in phi]) if phi else sp.zeros(0, 1)
+    phiq = phiv.jacobian(Q) if phi else sp.zeros(0, n)
+    Uv = sp.Matrix(U)
+    phig = (phiq * Uv).jacobian(Q) * Uv if phi else sp.zeros(0, 1)
+    taskv = sp.Matrix([plain(e) for e in task])
+    taskq = taskv.jacobian(Q)
+    taskg = (taskq * Uv).jacobian(Q) * Uv
+    T = plain(sum((rb.kinetic_energy(N) for rb in rbs), sp.S(0)))
+    Vp = plain(V)
+    dM = [Mm.diff(Q[k]) for k in range(n)]
+
+    out = ["# generated by dynamics/_mechanism_derive.py (sympy.physics.mechanics); do not edit",
+           "import math", "from math import sin, cos, sqrt, pi", "import numpy as np", ""]
+    names = []
+
+    def emit(name, args, exprs, shape):
+        flat = [sp.sympify(e) for e in exprs]
+        reps, red = sp.cse(flat, symbols=sp.numbered_symbols("c"), optimizations="basic")
+        pr = _printer()
+        lines = [f"def {name}({', '.join(args)}):"]
+        unpack = {"q": Q, "qd": U, "p": p}
+        for a in args:
+            syms = unpack[a]
+            used = set().union(*(e.free_symbols for e in flat)) if flat else set()
+            for i, s in enumerate(syms):
+                if s in used:
+                    lines.append(f"    {s} = {a}[{i}]")
+        for s, e in reps:
+            lines.append(f"    {s} = {pr.doprint(e)}")
+        lines.append(f"    out = np.empty({len(red)})")
+        for i, e in enumerate(red):
+            lines.append(f"    out[{i}] = {pr.doprint(e)}")
+        lines.append(f"    return out.reshape({shape!r})" if shape != () else "    return float(out[0])")
+        out.extend(lines + [""])
+        names.append(name)
+
+    m = len(phi)
+    nt = len(task)
+    emit("phi", ["q"], list(phiv), (m,))
+    emit("phi_q", ["q"], list(phiq), (m, n))
+    emit("phi_gamma", ["q", "qd"], list(phig), (m,))
+    emit("task", ["q"], list(taskv), (nt,))
+    emit("task_q", ["q"], list(taskq), (nt, n))
+    emit("task_gamma", ["q", "qd"], list(taskg), (nt,))
+    emit("mass", ["q", "p"], list(Mm), (n, n))
+    emit("lamc", ["q"], list(Lc), (n, m))
+    emit("bias", ["q", "qd", "p"], list(b), (n,))
+    # dmass[i, j, k] = dM_ij / dq_k
+    emit("dmass", ["q", "p"], [dM[k][i, j] for i in range(n) for j in range(n) for k in range(n)], (n, n, n))
+    # the task body's frame: rotation (3, 3) and the task point (3,), and the Jacobian of its
+    # twist [v; omega] (base frame) in the coordinate rates, (6, n)
+    R = N.dcm(Ft)
+    emit("frame", ["q"], [plain(R[i, j]) for i in range(3) for j in range(3)]
+         + [plain(rt.dot(e)) for e in (N.x, N.y, N.z)], (12,))
+    vt = plain(sp.Matrix([rt.dt(N).dot(e) for e in (N.x, N.y, N.z)]))
+    wt = plain(sp.Matrix([Ft.ang_vel_in(N).dot(e) for e in (N.x, N.y, N.z)]))
+    emit("twist_q", ["q"], list(vt.jacobian(U)) + list(wt.jacobian(U)), (6, n))
+    emit("kinetic", ["q", "qd", "p"], [T], ())
+    emit("potential", ["q", "p"], [Vp], ())
+    out.append(f"__all__ = {names!r}")
+    return "\n".join(out) + "\n"
+
+
+def _printer():
+    from sympy.printing.pycode import PythonCodePrinter
+
+    class _P(PythonCodePrinter):
+        # bare sin/cos/sqrt (imported from math): one lookup fewer per call
+        def _print_Function(self, e):
+            return super()._print_Function(e)
+
+    return _P({"fully_qualified_modules": False, "standard": "python3"})

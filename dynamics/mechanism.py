@@ -1,0 +1,913 @@
+"""Mechanisms described in a robot file (``type = "mechanism"``): closed-chain dynamics derived
+with :mod:`sympy.physics.mechanics` (see :mod:`dynamics._mechanism_derive`).
+
+Coordinates
+-----------
+Every joint of the file's tree has one coordinate (revolute: angle [rad] of the child frame
+about the joint axis, relative to the parent; prismatic: displacement [m] along the axis); all
+of them together are the *full* configuration ``z`` (n,).  The actuated joints (``actuated =
+true``) are the model's ``q`` (``dof`` of them, in file order); the others are passive.  The
+loop closures ``phi(z) = 0`` (m equations) tie them: the mobility ``n - m`` must equal the
+number of actuated joints, and the closures must be independent (no redundant closure).  The
+task coordinates ``X`` are the components ``x, y, z`` of a point of the task body in the base
+frame and, for a planar mechanism, its rotation ``phi`` about z.
+
+Kinematics
+----------
+* Forward kinematics (``q`` -> ``z``, ``X``): Newton on ``phi(z) = 0`` over the passive
+  coordinates, by continuation from the last solution (or the home configuration) in steps of at
+  most 0.1 rad / 0.01 m of the actuated coordinates; each step must keep the sign of
+  ``det(phi_p)`` (the type-2 Jacobian), so the assembly mode is the home configuration's (the
+  file's ``home`` joint values choose it).  A jump is refused as a SingularityError.
+* Inverse kinematics (``X`` -> ``z``): Newton on ``[phi(z); task(z) - X] = 0`` over all
+  coordinates, by continuation in task space from the home (or ``guess=``, a full configuration:
+  the working mode chosen explicitly), keeping the sign of the determinant of that square
+  Jacobian (the type-1 matrix).
+
+Dynamics
+--------
+``LagrangesMethod`` with the closures as holonomic constraints gives
+``M(z) zdd + b(z, zd) + Lc(z) lam = S^T tau`` (``Lc = -phi_z^T``).  With ``phi_z = [A | B]``
+(actuated | passive columns), ``zd = G qd``, ``G = [I; -B^-1 A]`` and ``zdd = G qdd + g0``,
+``g0 = [0; -B^-1 gamma]`` (``gamma = d/dt(phi_z) zd``):
+
+* inverse dynamics: ``F = M zdd + b - J_t^T w``; the passive rows give the multipliers
+  ``lam = -Lc_p^-1 F_p`` (closure forces [N] for point closures, in the base frame, on body_b
+  minus body_a ... see :meth:`MechanismModel.inverse_dynamics_multipliers`), the actuated rows the
+  torques ``tau = F_a + Lc_a lam`` (= ``G^T F``);
+* reduced: ``M_r = G^T M G``, ``h_r = G^T (M g0 + b)``, ``C_r = G^T M Gdot + G^T C G`` (``C``
+  from the Christoffel symbols of ``M``; ``Gdot`` uses ``d/dt(phi_z) v``, obtained exactly by
+  polarisation of the generated quadratic form ``gamma``);
+* forward dynamics: ``qdd = M_r^-1 (tau - h_r + G^T J_t^T w)``.  Constraint drift: the state is
+  the minimal ``(q, qd)``; the passive coordinates are re-solved from the closures by Newton at
+  every evaluation (tolerance 1e-12 m), so the closures hold to that tolerance by construction,
+  as in :meth:`dynamics.planar3rrr.Planar3RRR.rk4_step`.
+
+Singularities (the rule of the other models): ``type1_measure`` = 1/cond of the scaled
+inverse-kinematics Jacobian ``[phi_z; task_z]``, ``type2_measure`` = 1/cond of the scaled
+``B``; a measure below ``singularity_tolerance`` makes the pose singular of that type;
+``margin`` = 1/cond of the task Jacobian with angle rows times ``length_scale`` (and revolute
+columns divided by it), 0 when singular.  Angles are scaled by ``length_scale`` [m] everywhere.
+
+Robot file::
+
+    name = "fivebar"
+    type = "mechanism"
+    planar = true                    # motion in the base xy plane (revolute axes +-z)
+    gravity = [0.0, -9.81, 0.0]      # [m/s^2], base frame
+    singularity_tolerance = 1e-6     # optional
+    length_scale = 0.1               # [m], optional (default: mean joint-origin offset)
+    closure_tolerance = 1e-3         # [m], optional: largest gap of a loop at the home values
+
+    [[bodies]]                       # one table per moving body
+    name = "upper_left"
+    mass = 0.12                      # [kg]
+    com = [0.05, 0.0, 0.0]           # [m], body frame (the frame of its parent joint)
+    inertia = 1.2e-4                 # [kg m^2] planar: Izz about the com; or
+                                     # [Ixx, Iyy, Izz, Ixy, Iyz, Izx] about the com, body axes
+
+    [[joints]]                       # one table per tree joint, parents before children
+    name = "hip_left"
+    type = "revolute"                # or "prismatic"
+    parent = "ground"                # "ground" or a body
+    child = "upper_left"
+    origin = [-0.04, 0.0, 0.0]       # [m] in the parent frame
+    axis = [0.0, 0.0, 1.0]           # parent frame
+    home = -2.0                      # [rad | m]: the assembly mode (refined by Newton)
+    actuated = true
+    position_min = -3.0              # actuated joints: limits (optional) and drive (optional)
+    position_max = 0.5
+    velocity_max = 30.0
+    torque_max = 4.0
+    rotor_inertia = 1e-5             # [kg m^2], armature = rotor_inertia * gear_ratio^2
+    gear_ratio = 1.0
+    viscous = 0.001
+    coulomb = 0.01
+
+    [[loops]]                        # loop closures: point_a of body_a == point_b of body_b
+    name = "knee"
+    type = "revolute"                # planar: 2 equations; spatial: 3 + 2 (axes aligned);
+                                     # "spherical" (spatial): 3 equations
+    body_a = "lower_left"
+    point_a = [0.2, 0.0, 0.0]
+    body_b = "lower_right"
+    point_b = [0.2, 0.0, 0.0]
+    # axis_a, axis_b (spatial revolute): the joint axis in each body's frame
+
+    [task]
+    body = "lower_left"
+    point = [0.2, 0.0, 0.0]
+    coordinates = ["x", "y"]          # "x", "y", "z", and "phi" (planar)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .base import DriveParams, JointLimits, ParallelModel, SingularityReport
+from .config import Section
+from .errors import ConfigError, ConvergenceError, ModelError, SingularityError, UnreachableError
+
+__all__ = ["MechanismModel", "load_mechanism", "MechanismSpec"]
+
+#: Newton tolerance of every closure solve [m]
+NEWTON_TOL = 1e-12
+NEWTON_ITER = 50
+
+
+@dataclass(frozen=True)
+class MechanismSpec:
+    """The parsed file: the derivation's input (``symbolic``), the inertial parameters and the
+    rest of the model's data."""
+
+    symbolic: dict           # see dynamics._mechanism_derive
+    params: np.ndarray       # (10 * bodies,) m, (unused 3), Ixx Iyy Izz Ixy Iyz Izx per body
+    actuated: tuple          # indices of the actuated joints in the tree order
+    joint_names: tuple       # all joints, tree order
+    joint_types: tuple
+    home: np.ndarray         # full configuration (n,), refined
+    limits: JointLimits
+    drive: DriveParams
+    singularity_tolerance: float
+    length_scale: float
+    name: str
+
+
+def _ro(a):
+    a = np.array(a, dtype=float)
+    a.setflags(write=False)
+    return a
+
+
+class MechanismModel(ParallelModel):
+    """A closed-chain (or serial) mechanism from a robot file; see the module docstring.
+
+    Parameters
+    ----------
+    spec : MechanismSpec
+    generated : dynamics._mechanism_derive.Generated, optional
+        The compiled functions (derived or loaded from the cache when not given).
+    source : str, optional
+    """
+
+    def __init__(self, spec: MechanismSpec, generated=None, source: str | None = None):
+        from ._mechanism_derive import derive
+
+        self.spec = spec
+        self.name = spec.name
+        self.source = source
+        self.generated = generated if generated is not None else derive(spec.symbolic)
+        f = self.generated.funcs
+        self._f = f
+        self._p = np.array(spec.params, dtype=float)
+        n = len(spec.joint_names)
+        self._n = n
+        self._act = np.array(spec.actuated, dtype=int)
+        self._pas = np.array([i for i in range(n) if i not in set(spec.actuated)], dtype=int)
+        self._na = len(self._act)
+        self._m = len(f["phi"](spec.home))
+        self._nt = len(f["task"](spec.home))
+        self._arm = np.zeros(n)
+        self._arm[self._act] = spec.drive.armature
+        self._tol = spec.singularity_tolerance
+        self._ls = spec.length_scale
+        self._rev = np.array([t == "revolute" for t in spec.joint_types])
+        self._task_ang = np.array([c == "phi" for c in spec.symbolic["task"]["coordinates"]])
+        self._home_z = _ro(spec.home)
+        self._home_sign2 = self._sign_det(self._B(spec.home))
+        self._home_sign1 = self._sign_det(self._K(spec.home))
+        self._warm = self._home_z.copy()
+        self._warm_ik = self._home_z.copy()
+
+    # ---------------------------------------------------------------- description
+    @property
+    def dof(self) -> int:
+        return self._na
+
+    @property
+    def task_dof(self) -> int:
+        return self._nt
+
+    @property
+    def joint_names(self) -> tuple:
+        return tuple(self.spec.joint_names[i] for i in self._act)
+
+    @property
+    def joint_types(self) -> tuple:
+        return tuple(self.spec.joint_types[i] for i in self._act)
+
+    @property
+    def all_joint_names(self) -> tuple:
+        """Every tree joint, in the order of the full configuration z."""
+        return tuple(self.spec.joint_names)
+
+    @property
+    def limits(self) -> JointLimits:
+        return self.spec.limits
+
+    @property
+    def drive(self) -> DriveParams:
+        return self.spec.drive
+
+    @property
+    def gravity_vector(self) -> np.ndarray:
+        return np.array(self.spec.symbolic["gravity"], dtype=float)
+
+    @property
+    def home_configuration(self) -> np.ndarray:
+        """The full home configuration z (n,), closures solved (assembly mode of the file)."""
+        return self._home_z.copy()
+
+    @property
+    def home_q(self) -> np.ndarray:
+        return self._home_z[self._act].copy()
+
+    @property
+    def home_pose(self) -> np.ndarray:
+        return self._f["task"](self._home_z)
+
+    @property
+    def singularity_tolerance(self) -> float:
+        return self._tol
+
+    @property
+    def derivation_seconds(self) -> float:
+        """Time the symbolic derivation and code generation took [s] (0 when loaded from the cache)."""
+        return self.generated.derive_s
+
+    def summary(self) -> str:
+        s = super().summary()
+        return s + (f"\n  tree joints: {', '.join(self.spec.joint_names)}  closures: {self._m} equations"
+                    f"\n  task: {', '.join(self.spec.symbolic['task']['coordinates'])} of "
+                    f"{self.spec.symbolic['task']['body']}"
+                    f"\n  home pose: {np.array2string(self.home_pose, precision=4)}"
+                    f"\n  generated code: {self.generated.path}")
+
+    # ---------------------------------------------------------------- helpers
+    @staticmethod
+    def _sign_det(Mx) -> float:
+        return float(np.sign(np.linalg.det(Mx))) if Mx.size else 1.0
+
+    def _B(self, z):
+        return self._f["phi_q"](z)[:, self._pas]
+
+    def _K(self, z):
+        return np.vstack([self._f["phi_q"](z), self._f["task_q"](z)])
+
+    def _vec(self, x, k, what):
+        a = np.asarray(x, dtype=float)
+        if a.shape != (k,):
+            raise ModelError(f"{self.name}: {what} must have shape ({k},), got {a.shape}")
+        if not np.isfinite(a).all():
+            raise ModelError(f"{self.name}: {what} must be finite, got {a}")
+        return a
+
+    def _newton_passive(self, qa, z0):
+        """Newton on phi(z) = 0 over the passive coordinates from z0 with z[act] = qa; z or None."""
+        z = z0.copy()
+        z[self._act] = qa
+        for _ in range(NEWTON_ITER):
+            r = self._f["phi"](z)
+            if not np.isfinite(r).all():
+                return None
+            if np.max(np.abs(r), initial=0.0) <= NEWTON_TOL:
+                return z
+            try:
+                z[self._pas] -= np.linalg.solve(self._B(z), r)
+            except np.linalg.LinAlgError:
+                return None
+        r = self._f["phi"](z)
+        return z if np.max(np.abs(r), initial=0.0) <= NEWTON_TOL else None
+
+    def _steps(self, dq, rev):
+        big = np.max(np.abs(dq) / np.where(rev, 0.1, 0.01), initial=0.0)
+        return max(1, int(math.ceil(big)))
+
+    def _continue_fk(self, qa, z0):
+        qa0 = z0[self._act]
+        k = self._steps(qa - qa0, self._rev[self._act])
+        z = z0
+        for s in range(1, k + 1):
+            zn = self._newton_passive(qa0 + (qa - qa0) * s / k, z)
+            if zn is None or self._sign_det(self._B(zn)) != self._home_sign2:
+                return None
+            z = zn
+        return z
+
+    def configuration(self, q, pose=None) -> np.ndarray:
+        """Full configuration z (n,) for actuated q (forward kinematics in the home assembly mode).
+
+        ``pose`` is accepted for the interface of the parallel models (a task pose hint) and not
+        needed: the continuation starts from the last solution.
+
+        Raises
+        ------
+        ConvergenceError
+            When no configuration in the home assembly mode is found (q outside the workspace,
+            or the straight path from the last and the home configuration meets a type-2
+            singularity).
+        """
+        qa = self._vec(q, self._na, "q")
+        z = self._continue_fk(qa, self._warm)
+        if z is None:
+            z = self._continue_fk(qa, self._home_z)
+        if z is None:
+            raise ConvergenceError(f"{self.name}: forward kinematics: no configuration of the home "
+                                   f"assembly mode at q={qa.tolist()}")
+        self._warm = z
+        return z.copy()
+
+    def _newton_ik(self, X, z0):
+        z = z0.copy()
+        for _ in range(NEWTON_ITER):
+            r = np.concatenate([self._f["phi"](z), self._f["task"](z) - X])
+            if not np.isfinite(r).all():
+                return None
+            if np.max(np.abs(r)) <= NEWTON_TOL:
+                return z
+            try:
+                z -= np.linalg.solve(self._K(z), r)
+            except np.linalg.LinAlgError:
+                return None
+        r = np.concatenate([self._f["phi"](z), self._f["task"](z) - X])
+        return z if np.max(np.abs(r)) <= NEWTON_TOL else None
+
+    def _continue_ik(self, X, z0, sign):
+        X0 = self._f["task"](z0)
+        k = self._steps(X - X0, self._task_ang)
+        z = z0
+        for s in range(1, k + 1):
+            zn = self._newton_ik(X0 + (X - X0) * s / k, z)
+            if zn is None or self._sign_det(self._K(zn)) != sign:
+                return None
+            z = zn
+        return z
+
+    def inverse_configuration(self, X, guess=None) -> np.ndarray:
+        """Full configuration z (n,) for the task pose X, by Newton on the closures and the task
+        equations; ``guess`` (a full configuration, n,) chooses the working mode explicitly
+        (default: the home configuration's, by continuation).
+
+        Raises
+        ------
+        UnreachableError
+            No configuration of that working mode reaches X.
+        """
+        X = self._vec(X, self._nt, "X")
+        if guess is not None:
+            z0 = self._vec(guess, self._n, "guess (a full configuration)")
+            z = self._newton_ik(X, z0)
+        else:
+            z = self._continue_ik(X, self._warm_ik, self._home_sign1)
+            if z is None:
+                z = self._continue_ik(X, self._home_z, self._home_sign1)
+            if z is not None:
+                self._warm_ik = z
+        if z is None:
+            raise UnreachableError(f"{self.name}: inverse kinematics: pose X={X.tolist()} not reached "
+                                   "in the home working mode")
+        return z.copy()
+
+    def _batch(self, fn, arrays, width, pose=None, out_shape=()):
+        arrs = [np.asarray(a, dtype=float) for a in arrays]
+        N = arrs[0].shape[0]
+        out = np.empty((N,) + out_shape)
+        P = None if pose is None else np.asarray(pose, dtype=float)
+        for j in range(N):
+            out[j] = fn(*(a[j] for a in arrs), pose=None if P is None else P[j])
+        return out
+
+    # ---------------------------------------------------------------- kinematics
+    def inverse_kinematics(self, X, guess=None) -> np.ndarray:
+        """Actuated coordinates for the task pose X, shape (n,) or (N, n); see
+        :meth:`inverse_configuration`."""
+        Xa = np.asarray(X, dtype=float)
+        if Xa.ndim == 2:
+            return np.array([self.inverse_kinematics(x, guess) for x in Xa]).reshape(-1, self._na)
+        return self.inverse_configuration(Xa, guess)[self._act]
+
+    def forward_kinematics_task(self, q, guess=None) -> np.ndarray:
+        """Task pose X for actuated q (shape (n,) or (N, n)); ``guess`` accepted for the
+        interface (see :meth:`configuration`)."""
+        qa = np.asarray(q, dtype=float)
+        if qa.ndim == 2:
+            return np.array([self.forward_kinematics_task(x) for x in qa]).reshape(-1, self._nt)
+        return self._f["task"](self.configuration(qa))
+
+    def forward_kinematics(self, q, pose=None) -> np.ndarray:
+        """T_base_task (4, 4) or (N, 4, 4): the task body's rotation, origin at the task point."""
+        qa = np.asarray(q, dtype=float)
+        if qa.ndim == 2:
+            return self._batch(self.forward_kinematics, [qa], 0, pose, (4, 4))
+        fr = self._f["frame"](self.configuration(qa, pose))
+        T = np.eye(4)
+        T[:3, :3] = fr[:9].reshape(3, 3)
+        T[:3, 3] = fr[9:]
+        return T
+
+    def constraints(self, z) -> np.ndarray:
+        """Closure residuals phi(z), shape (m,) [m, or 1 for axis alignments]."""
+        return self._f["phi"](self._vec(z, self._n, "z"))
+
+    def constraint_jacobian(self, z) -> np.ndarray:
+        """phi_z (m, n) at the full configuration z."""
+        return self._f["phi_q"](self._vec(z, self._n, "z"))
+
+    def _G(self, z):
+        Pz = self._f["phi_q"](z)
+        B = Pz[:, self._pas]
+        A = Pz[:, self._act]
+        G = np.zeros((self._n, self._na))
+        G[self._act, np.arange(self._na)] = 1.0
+        try:
+            G[self._pas] = -np.linalg.solve(B, A) if self._m else 0.0
+        except np.linalg.LinAlgError as err:
+            raise SingularityError(f"{self.name}: type-2 singularity (passive closure Jacobian "
+                                   f"singular) at z={z.tolist()}") from err
+        return G, B
+
+    def _z_of(self, q, X):
+        """The full configuration at the consistent pair (q, X) (FK; X is the hint)."""
+        return self.configuration(q, X)
+
+    def task_jacobian(self, q, X=None) -> np.ndarray:
+        """J_x (t, n) with Xd = J_x qd."""
+        z = self._z_of(self._vec(q, self._na, "q"), X)
+        G, _ = self._G(z)
+        return self._f["task_q"](z) @ G
+
+    def jacobian(self, q, pose=None) -> np.ndarray:
+        """Geometric Jacobian (6, n) or (N, 6, n) of the task body at the task point, base frame."""
+        qa = np.asarray(q, dtype=float)
+        if qa.ndim == 2:
+            return self._batch(self.jacobian, [qa], 0, pose, (6, self._na))
+        z = self.configuration(qa, pose)
+        G, _ = self._G(z)
+        return self._f["twist_q"](z) @ G
+
+    def task_velocity(self, q, X, qd) -> np.ndarray:
+        return self.task_jacobian(q, X) @ self._vec(qd, self._na, "qd")
+
+    # ---------------------------------------------------------------- singularities
+    def _scaled_K(self, z):
+        K = self._K(z).copy()
+        K[:, self._rev] *= self._ls
+        rows = np.concatenate([self._closure_angle_rows(), self._task_ang])
+        K[rows] *= self._ls
+        return K
+
+    def _closure_angle_rows(self):
+        return np.asarray(self.spec.symbolic.get("angle_rows", [False] * self._m), dtype=bool)
+
+    @staticmethod
+    def _inv_cond(Mx):
+        if Mx.size == 0:
+            return 1.0
+        s = np.linalg.svd(Mx, compute_uv=False)
+        return float(s[-1] / s[0]) if s[0] > 0 else 0.0
+
+    def singularity(self, q, X=None) -> SingularityReport:
+        """Singularity measures at (q, X) (see the module docstring for the rule)."""
+        z = self._z_of(self._vec(q, self._na, "q"), X)
+        K = self._scaled_K(z)
+        Bs = K[:self._m][:, self._pas]
+        m1 = self._inv_cond(K)
+        m2 = self._inv_cond(Bs)
+        t1, t2 = m1 < self._tol, m2 < self._tol
+        kind = "both" if (t1 and t2) else "type1" if t1 else "type2" if t2 else "regular"
+        margin = 0.0
+        if kind == "regular":
+            G, _ = self._G(z)
+            Jx = self._f["task_q"](z) @ G
+            Jx[self._task_ang] *= self._ls
+            Jx[:, self._rev[self._act]] /= self._ls
+            margin = self._inv_cond(Jx)
+        return SingularityReport(kind=kind, det_a=float(np.linalg.det(self._K(z))),
+                                 det_b=float(np.linalg.det(self._B(z))) if self._m else 1.0,
+                                 cond_a=1.0 / m1 if m1 > 0 else math.inf,
+                                 cond_b=1.0 / m2 if m2 > 0 else math.inf, margin=margin,
+                                 extra={"type1_measure": m1, "type2_measure": m2})
+
+    # ---------------------------------------------------------------- dynamics
+    def _mass_full(self, z):
+        M = self._f["mass"](z, self._p)
+        M[np.diag_indices(self._n)] += self._arm
+        return M
+
+    def _state(self, q, qd, pose):
+        qa = self._vec(q, self._na, "q")
+        qda = self._vec(qd, self._na, "qd")
+        z = self.configuration(qa, pose)
+        G, B = self._G(z)
+        zd = G @ qda
+        g0 = np.zeros(self._n)
+        if self._m:
+            g0[self._pas] = -np.linalg.solve(B, self._f["phi_gamma"](z, zd))
+        return z, zd, G, B, g0
+
+    def _wrench_force(self, z, wrench):
+        """Generalised force J_t^T w of a wrench on the task body (full coordinates)."""
+        if wrench is None:
+            return np.zeros(self._n)
+        w = np.asarray(wrench, dtype=float)
+        if w.shape == (6,):
+            return self._f["twist_q"](z).T @ w
+        if w.shape == (self._nt,) and np.isfinite(w).all():
+            return self._f["task_q"](z).T @ w        # conjugate to the task coordinates
+        raise ModelError(f"{self.name}: wrench must be a 6-vector or ({self._nt},) conjugate to the "
+                         f"task coordinates, got shape {w.shape}")
+
+    def _reduced(self, q, qd, pose):
+        z, zd, G, B, g0 = self._state(q, qd, pose)
+        M = self._mass_full(z)
+        b = self._f["bias"](z, zd, self._p)
+        return G.T @ M @ G, G.T @ (M @ g0 + b), z, zd, G, g0, M, b
+
+    def mass_matrix(self, q, pose=None) -> np.ndarray:
+        """Reduced inertia G^T M G, (n, n) or (N, n, n) [kg m^2]."""
+        qa = np.asarray(q, dtype=float)
+        if qa.ndim == 2:
+            return self._batch(self.mass_matrix, [qa], 0, pose, (self._na, self._na))
+        return self._reduced(qa, np.zeros(self._na), pose)[0]
+
+    def bias(self, q, qd, pose=None) -> np.ndarray:
+        """h(q, qd) = C qd + g, shape like q [N m | N]."""
+        qa = np.asarray(q, dtype=float)
+        if qa.ndim == 2:
+            return self._batch(self.bias, [qa, qd], 0, pose, (self._na,))
+        return self._reduced(qa, qd, pose)[1]
+
+    def gravity(self, q, pose=None) -> np.ndarray:
+        qa = np.asarray(q, dtype=float)
+        if qa.ndim == 2:
+            return self._batch(self.gravity, [qa], 0, pose, (self._na,))
+        return self._reduced(qa, np.zeros(self._na), pose)[1]
+
+    def coriolis_matrix(self, q, qd, pose=None) -> np.ndarray:
+        """C_r(q, qd) with dM_r/dt - 2 C_r skew and C_r qd + g = h, (n, n) or (N, n, n)."""
+        qa = np.asarray(q, dtype=float)
+        if qa.ndim == 2:
+            return self._batch(self.coriolis_matrix, [qa, qd], 0, pose, (self._na, self._na))
+        z, zd, G, B, g0 = self._state(qa, qd, pose)
+        M = self._mass_full(z)
+        dM = self._f["dmass"](z, self._p)                           # [i, j, k] = dM_ij/dz_k
+        C = 0.5 * (np.einsum("ijk,k->ij", dM, zd) + np.einsum("ikj,k->ij", dM, zd)
+                   - np.einsum("jki,k->ij", dM, zd))
+        Gd = np.zeros_like(G)
+        if self._m:
+            gam = self._f["phi_gamma"]
+            for j in range(self._na):
+                v = G[:, j]
+                # d/dt(phi_z) v by polarisation of the quadratic form gamma(zd) = d/dt(phi_z) zd
+                Pv = 0.25 * (gam(z, zd + v) - gam(z, zd - v))
+                Gd[self._pas, j] = -np.linalg.solve(B, Pv)
+        return G.T @ M @ Gd + G.T @ C @ G
+
+    def inverse_dynamics(self, q, qd, qdd, wrench=None, pose=None) -> np.ndarray:
+        """Actuator torques/forces (n,) or (N, n) for the actuated motion (and a wrench on the task
+        body, 6-vector or conjugate to the task coordinates)."""
+        qa = np.asarray(q, dtype=float)
+        if qa.ndim == 2:
+            return self._batch(lambda a, b, c, pose: self.inverse_dynamics(a, b, c, wrench, pose),
+                               [qa, qd, qdd], 0, pose, (self._na,))
+        return self.inverse_dynamics_multipliers(qa, qd, qdd, wrench, pose)[0]
+
+    def inverse_dynamics_multipliers(self, q, qd, qdd, wrench=None, pose=None):
+        """Torques and the closures' Lagrange multipliers.
+
+        Returns
+        -------
+        tau : ndarray (n,) [N m | N]
+        lam : ndarray (m,)
+            Multipliers of ``phi`` in the sign of ``sympy``'s ``LagrangesMethod``
+            (``... - phi_z^T lam = S^T tau``): for a point closure, ``lam`` is the force [N]
+            (base frame) that body_b exerts on body_a at the closure point.
+        """
+        qdd = self._vec(qdd, self._na, "qdd")
+        z, zd, G, B, g0 = self._state(q, qd, pose)
+        return self._full_id(z, zd, G @ qdd + g0, wrench)
+
+    def _full_id(self, z, zd, zdd, wrench):
+        F = self._mass_full(z) @ zdd + self._f["bias"](z, zd, self._p) - self._wrench_force(z, wrench)
+        Lc = self._f["lamc"](z)
+        lam = -np.linalg.solve(Lc[self._pas], F[self._pas]) if self._m else np.zeros(0)
+        tau = F[self._act] + Lc[self._act] @ lam
+        return tau, lam
+
+    def task_inverse_dynamics(self, X, Xd, Xdd, wrench=None, *, full: bool = False, guess=None):
+        """Actuator torques for a task motion (IK, then the full velocity and acceleration from
+        ``[phi_z; task_z] zd = [0; Xd]`` and its time derivative).
+
+        Returns ``tau`` (n,) or (N, n), or with ``full`` a dict of ``tau``, ``lam``, ``q``,
+        ``qd``, ``qdd``, ``z``."""
+        Xa = np.asarray(X, dtype=float)
+        if Xa.ndim == 2:
+            Xd = np.asarray(Xd, dtype=float); Xdd = np.asarray(Xdd, dtype=float)
+            return np.array([self.task_inverse_dynamics(Xa[j], Xd[j], Xdd[j], wrench)
+                             for j in range(Xa.shape[0])]).reshape(-1, self._na)
+        Xd = self._vec(Xd, self._nt, "Xd"); Xdd = self._vec(Xdd, self._nt, "Xdd")
+        z = self.inverse_configuration(Xa, guess)
+        K = self._K(z)
+        zd = np.linalg.solve(K, np.concatenate([np.zeros(self._m), Xd]))
+        rhs = np.concatenate([-self._f["phi_gamma"](z, zd), Xdd - self._f["task_gamma"](z, zd)])
+        zdd = np.linalg.solve(K, rhs)
+        tau, lam = self._full_id(z, zd, zdd, wrench)
+        if full:
+            return {"tau": tau, "lam": lam, "q": z[self._act], "qd": zd[self._act],
+                    "qdd": zdd[self._act], "z": z}
+        return tau
+
+    def forward_dynamics(self, q, qd, tau, wrench=None, pose=None) -> np.ndarray:
+        """qdd (n,) or (N, n) solving M_r qdd = tau - h_r + G^T J_t^T w (closures re-solved: no drift)."""
+        qa = np.asarray(q, dtype=float)
+        if qa.ndim == 2:
+            return self._batch(lambda a, b, c, pose: self.forward_dynamics(a, b, c, wrench, pose),
+                               [qa, qd, tau], 0, pose, (self._na,))
+        Mr, hr, z, zd, G, g0, M, b = self._reduced(qa, qd, pose)
+        rhs = self._vec(tau, self._na, "tau") - hr + G.T @ self._wrench_force(z, wrench)
+        try:
+            return np.linalg.solve(Mr, rhs)
+        except np.linalg.LinAlgError as err:
+            raise ModelError(f"{self.name}: singular mass matrix") from err
+
+    # ---------------------------------------------------------------- energies
+    def kinetic_energy(self, q, qd, pose=None):
+        qa = np.asarray(q, dtype=float)
+        if qa.ndim == 2:
+            return self._batch(self.kinetic_energy, [qa, qd], 0, pose)
+        z, zd, *_ = self._state(qa, qd, pose)
+        return float(self._f["kinetic"](z, zd, self._p) + 0.5 * np.sum(self._arm * zd * zd))
+
+    def potential_energy(self, q, pose=None):
+        qa = np.asarray(q, dtype=float)
+        if qa.ndim == 2:
+            return self._batch(self.potential_energy, [qa], 0, pose)
+        return float(self._f["potential"](self.configuration(qa, pose), self._p))
+
+    # ---------------------------------------------------------------- variants
+    def scaled(self, mass_factor: float = 1.0, inertia_factor: float | None = None) -> "MechanismModel":
+        """Copy with every body mass times ``mass_factor`` and inertia times ``inertia_factor``
+        (default ``mass_factor``); the derived code is shared (the inertial values are parameters)."""
+        if inertia_factor is None:
+            inertia_factor = mass_factor
+        if not (mass_factor >= 0 and inertia_factor >= 0 and math.isfinite(mass_factor)
+                and math.isfinite(inertia_factor)):
+            raise ModelError("scale factors must be finite and >= 0")
+        p = self._p.reshape(-1, 10).copy()
+        p[:, :4] *= mass_factor
+        p[:, 4:] *= inertia_factor
+        spec = MechanismSpec(**{**self.spec.__dict__, "params": p.ravel()})
+        return MechanismModel(spec, self.generated, self.source)
+
+
+# ----------------------------------------------------------------------------- loader
+def _inertia(sec: Section, planar: bool) -> np.ndarray:
+    """[Ixx, Iyy, Izz, Ixy, Iyz, Izx] about the com, checked physically consistent."""
+    v = sec.raw("inertia")
+    if planar and isinstance(v, (int, float)) and not isinstance(v, bool):
+        izz = sec.float("inertia", minimum=0.0)
+        return np.array([0.0, 0.0, izz, 0.0, 0.0, 0.0])
+    I6 = sec.vector("inertia", 6)
+    Ixx, Iyy, Izz, Ixy, Iyz, Izx = I6
+    T = np.array([[Ixx, Ixy, Izx], [Ixy, Iyy, Iyz], [Izx, Iyz, Izz]])
+    ev = np.linalg.eigvalsh(T)
+    tol = 1e-12 * max(1.0, float(np.max(np.abs(ev))))
+    if ev[0] < -tol:
+        raise sec.error("inertia", f"not positive semi-definite (principal moments {ev.tolist()})")
+    a, b, c = ev
+    if a + b < c - tol:
+        raise sec.error("inertia", f"principal moments {ev.tolist()} violate the triangle inequality "
+                                   "(I1 + I2 >= I3): no rigid body has them")
+    return I6
+
+
+def _body(sec: Section, planar: bool):
+    name = sec.str("name")
+    if name == "ground":
+        raise sec.error("name", "'ground' is the fixed base, not a body")
+    mass = sec.float("mass", minimum=0.0)
+    com = sec.vector("com", 3)
+    I6 = _inertia(sec, planar)
+    if mass == 0.0 and np.any(I6 != 0.0):
+        raise sec.error("inertia", "a massless body cannot have rotational inertia")
+    sec.finish()
+    return name, mass, com, I6
+
+
+def _unit(sec: Section, key: str) -> np.ndarray:
+    a = sec.vector(key, 3)
+    nrm = float(np.linalg.norm(a))
+    if nrm < 1e-9:
+        raise sec.error(key, "must be a non-zero vector")
+    return a / nrm
+
+
+def load_mechanism(root: Section, base_dir: str | Path | None = None) -> MechanismModel:
+    """Build a :class:`MechanismModel` from a robot file (format in the module docstring).
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and field: unknown or bad values, a tree that is not a tree, a loop that
+        does not close at the home values, a mobility different from the number of actuated
+        joints, redundant closures, a singular home configuration, non-physical inertias.
+    """
+    root.raw("type")
+    name = root.str("name", "mechanism")
+    planar = root.bool("planar", False)
+    gravity = root.vector("gravity", 3)
+    tol = root.float("singularity_tolerance", 1e-6, minimum=0.0, strict_min=True, maximum=0.5)
+    gap_tol = root.float("closure_tolerance", 1e-3, minimum=0.0, strict_min=True, maximum=1.0)
+
+    bodies = []
+    for sec in root.sections("bodies"):
+        bodies.append((sec,) + _body(sec, planar))
+    names = [b[1] for b in bodies]
+    for i, nm in enumerate(names):
+        if nm in names[:i]:
+            raise bodies[i][0].error("name", f"body {nm!r} defined twice")
+
+    jsecs = root.sections("joints")
+    if not jsecs:
+        raise root.error("joints", "at least one joint is required")
+    joints, home, act, limits, drive, jnames, jtypes = [], [], [], [], [], [], []
+    placed = {"ground"}
+    for i, sec in enumerate(jsecs):
+        jn = sec.str("name")
+        if jn in jnames:
+            raise sec.error("name", f"joint {jn!r} defined twice")
+        jt = sec.str("type", choices=["revolute", "prismatic"])
+        parent = sec.str("parent")
+        child = sec.str("child")
+        if parent not in placed:
+            raise sec.error("parent", f"{parent!r} is not 'ground' or a body placed by an earlier joint "
+                                      "(list parents before children)")
+        if child not in names:
+            raise sec.error("child", f"{child!r} is not a body (bodies: {names})")
+        if child in placed:
+            raise sec.error("child", f"body {child!r} already has a parent joint (a tree: one each; "
+                                     "close loops with [[loops]])")
+        placed.add(child)
+        origin = sec.vector("origin", 3)
+        axis = _unit(sec, "axis")
+        if planar and jt == "revolute" and abs(abs(axis[2]) - 1.0) > 1e-12:
+            raise sec.error("axis", "a planar mechanism's revolute axes are +-z")
+        if planar and jt == "prismatic" and abs(axis[2]) > 1e-12:
+            raise sec.error("axis", "a planar mechanism's prismatic axes lie in the xy plane")
+        h = sec.float("home")
+        a = sec.bool("actuated", False)
+        if a:
+            inf = math.inf
+            pmin = sec.float("position_min", -inf)
+            pmax = sec.float("position_max", inf)
+            if not pmin < pmax:
+                raise sec.error("position_max", f"must exceed position_min ({pmin} vs {pmax})")
+            vmax = sec.float("velocity_max", inf, minimum=0.0, strict_min=True)
+            tmax = sec.float("torque_max", inf, minimum=0.0, strict_min=True)
+            rotor = sec.float("rotor_inertia", 0.0, minimum=0.0)
+            gear = sec.float("gear_ratio", 1.0, minimum=0.0, strict_min=True)
+            visc = sec.float("viscous", 0.0, minimum=0.0)
+            coul = sec.float("coulomb", 0.0, minimum=0.0)
+            if not pmin <= h <= pmax:
+                raise sec.error("home", f"{h} outside [{pmin}, {pmax}]")
+            act.append(i)
+            limits.append((pmin, pmax, vmax, tmax))
+            drive.append((rotor * gear ** 2, visc, coul))
+        sec.finish()
+        jnames.append(jn); jtypes.append(jt); home.append(h)
+        joints.append({"type": jt, "parent": parent, "child": child,
+                       "origin": origin.tolist(), "axis": axis.tolist()})
+    missing = [nm for nm in names if nm not in placed]
+    if missing:
+        raise root.error("joints", f"body {missing[0]!r} has no parent joint")
+    if not act:
+        raise root.error("joints", "no joint is actuated (set actuated = true)")
+
+    known = set(names) | {"ground"}
+    loops, angle_rows = [], []
+    for sec in root.sections("loops", []):
+        lt = sec.str("type", "revolute", choices=["revolute", "spherical"])
+        if planar and lt == "spherical":
+            raise sec.error("type", "a planar mechanism closes loops with revolute joints")
+        sec.str("name", "")
+        lp = {"type": lt}
+        for k in ("body_a", "body_b"):
+            b = sec.str(k)
+            if b not in known:
+                raise sec.error(k, f"{b!r} is not 'ground' or a body")
+            lp[k] = b
+        if lp["body_a"] == lp["body_b"]:
+            raise sec.error("body_b", "a loop joins two different bodies")
+        lp["point_a"] = sec.vector("point_a", 3).tolist()
+        lp["point_b"] = sec.vector("point_b", 3).tolist()
+        angle_rows += [False] * (2 if planar else 3)
+        if lt == "revolute" and not planar:
+            aa, ab = _unit(sec, "axis_a"), _unit(sec, "axis_b")
+            e1 = np.cross(ab, [1.0, 0, 0] if abs(ab[0]) < 0.9 else [0, 1.0, 0])
+            e1 /= np.linalg.norm(e1)
+            lp["axis_a"] = aa.tolist()
+            lp["perp_b"] = [e1.tolist(), np.cross(ab, e1).tolist()]
+            angle_rows += [True, True]
+        sec.finish()
+        loops.append((sec, lp))
+
+    tsec = root.section("task")
+    tb = tsec.str("body")
+    if tb not in names:
+        raise tsec.error("body", f"{tb!r} is not a body")
+    coords = tsec.raw("coordinates")
+    allowed = ["x", "y", "phi"] if planar else ["x", "y", "z"]
+    if (not isinstance(coords, list) or not coords or any(c not in allowed for c in coords)
+            or len(set(coords)) != len(coords)):
+        raise tsec.error("coordinates", f"a list of distinct names out of {allowed}, got {coords!r}")
+    if len(coords) != len(act):
+        raise tsec.error("coordinates", f"{len(coords)} task coordinates for {len(act)} actuated joints "
+                                        "(they must be as many)")
+    tpoint = tsec.vector("point", 3)
+    tsec.finish()
+    # joints on the path from the ground to the task body (for "phi")
+    path, b = [], tb
+    by_child = {j["child"]: k for k, j in enumerate(joints)}
+    while b != "ground":
+        k = by_child[b]
+        path.append(k)
+        b = joints[k]["parent"]
+
+    origins = [np.linalg.norm(j["origin"]) for j in joints] + \
+              [np.linalg.norm(lp["point_a"]) for _, lp in loops]
+    nz = [o for o in origins if o > 1e-9]
+    ls = root.float("length_scale", float(np.mean(nz)) if nz else 1.0, minimum=0.0, strict_min=True)
+
+    symbolic = {"planar": planar, "gravity": gravity.tolist(), "joints": joints,
+                "bodies": [{"name": b[1], "com": b[3].tolist()} for b in bodies],
+                "loops": [lp for _, lp in loops],
+                "task": {"body": tb, "point": tpoint.tolist(), "coordinates": list(coords), "path": path[::-1]},
+                "angle_rows": angle_rows}
+    params = np.zeros(10 * len(bodies))
+    for k, b in enumerate(bodies):
+        params[10 * k] = b[2]
+        params[10 * k + 1:10 * k + 4] = b[2] * b[3]
+        params[10 * k + 4:10 * k + 10] = b[4]
+    lim = np.array(limits)
+    drv = np.array(drive)
+    spec = MechanismSpec(symbolic, params, tuple(act), tuple(jnames), tuple(jtypes), np.array(home),
+                         JointLimits(lim[:, 0], lim[:, 1], lim[:, 2], lim[:, 3]),
+                         DriveParams(drv[:, 0], drv[:, 1], drv[:, 2]), tol, ls, name)
+
+    from ._mechanism_derive import derive
+    gen = derive(symbolic)
+    f = gen.funcs
+    z0 = np.array(home, dtype=float)
+    n = len(joints)
+    m = len(angle_rows)
+    # mobility and independence of the closures
+    if n - m != len(act):
+        raise root.error("joints", f"mobility {n} joint coordinates - {m} closure equations = {n - m}, "
+                                   f"but {len(act)} joints are actuated")
+    # each loop must close at the home values (to closure_tolerance)
+    r = f["phi"](z0)
+    row = 0
+    for sec, lp in loops:
+        k = 2 if planar else 3
+        gap = float(np.linalg.norm(r[row:row + k]))
+        if gap > gap_tol:
+            raise sec.error(None, f"the loop does not close at the joints' home values: gap {gap:.4g} m "
+                                  f"> closure_tolerance {gap_tol:g} m")
+        row += k + (2 if (lp["type"] == "revolute" and not planar) else 0)
+    if m:
+        Pz = f["phi_q"](z0)
+        sv = np.linalg.svd(Pz, compute_uv=False)
+        if sv[-1] < 1e-9 * max(sv[0], 1.0):
+            raise root.error("loops", f"redundant closures: {m} equations of rank "
+                                      f"{int(np.sum(sv > 1e-9 * max(sv[0], 1.0)))} at the home values "
+                                      "(remove the closure equations that repeat others)")
+    spec0 = MechanismSpec(**{**spec.__dict__, "home": z0})
+    # refine the home configuration (actuated values held) to the Newton tolerance
+    try:
+        probe = MechanismModel.__new__(MechanismModel)
+        probe._f, probe._act = f, np.array(act)
+        probe._pas = np.array([i for i in range(n) if i not in set(act)], dtype=int)
+        zh = MechanismModel._newton_passive(probe, z0[probe._act], z0)
+    except np.linalg.LinAlgError:
+        zh = None
+    if zh is None:
+        raise root.error("joints", "the closures cannot be solved near the home values (a type-2 "
+                                   "singularity or a loop far from closing)")
+    spec = MechanismSpec(**{**spec0.__dict__, "home": zh})
+    try:
+        model = MechanismModel(spec, gen, root.file)
+        rep = model.singularity(model.home_q)
+    except (ModelError, np.linalg.LinAlgError) as err:
+        raise ConfigError(f"home configuration: {err}", root.file, "joints") from err
+    if rep.kind != "regular":
+        raise root.error("joints", f"the home configuration is singular ({rep.kind}; type-1 measure "
+                                   f"{rep.extra['type1_measure']:.3g}, type-2 measure "
+                                   f"{rep.extra['type2_measure']:.3g})")
+    Mr = model.mass_matrix(model.home_q)
+    if np.min(np.linalg.eigvalsh(0.5 * (Mr + Mr.T))) <= 0:
+        raise root.error("bodies", "the mass matrix is not positive definite at home (massless mechanism?)")
+    return model
