@@ -27,13 +27,14 @@ Kinematics
 Dynamics
 --------
 ``LagrangesMethod`` with the closures as holonomic constraints gives
-``M(z) zdd + b(z, zd) + Lc(z) lam = S^T tau`` (``Lc = -phi_z^T``).  With ``phi_z = [A | B]``
+``M(z) zdd + b(z, zd) + Lc(z) lam = S^T tau`` (``Lc = phi_z^T`` in sympy's sign).  With ``phi_z = [A | B]``
 (actuated | passive columns), ``zd = G qd``, ``G = [I; -B^-1 A]`` and ``zdd = G qdd + g0``,
 ``g0 = [0; -B^-1 gamma]`` (``gamma = d/dt(phi_z) zd``):
 
 * inverse dynamics: ``F = M zdd + b - J_t^T w``; the passive rows give the multipliers
-  ``lam = -Lc_p^-1 F_p`` (closure forces [N] for point closures, in the base frame, on body_b
-  minus body_a ... see :meth:`MechanismModel.inverse_dynamics_multipliers`), the actuated rows the
+  ``lam = -Lc_p^-1 F_p`` (for a point closure: the force [N], base frame, that body_a exerts on
+  body_b at the closure point; see :meth:`MechanismModel.inverse_dynamics_multipliers`), the
+  actuated rows the
   torques ``tau = F_a + Lc_a lam`` (= ``G^T F``);
 * reduced: ``M_r = G^T M G``, ``h_r = G^T (M g0 + b)``, ``C_r = G^T M Gdot + G^T C G`` (``C``
   from the Christoffel symbols of ``M``; ``Gdot`` uses ``d/dt(phi_z) v``, obtained exactly by
@@ -274,12 +275,13 @@ class MechanismModel(ParallelModel):
             r = self._f["phi"](z)
             if not np.isfinite(r).all():
                 return None
-            if np.max(np.abs(r), initial=0.0) <= NEWTON_TOL:
-                return z
+            done = np.max(np.abs(r), initial=0.0) <= NEWTON_TOL
             try:
                 z[self._pas] -= np.linalg.solve(self._B(z), r)
             except np.linalg.LinAlgError:
                 return None
+            if done:        # one step past the tolerance: the error is then ~ its square
+                return z
         r = self._f["phi"](z)
         return z if np.max(np.abs(r), initial=0.0) <= NEWTON_TOL else None
 
@@ -327,12 +329,13 @@ class MechanismModel(ParallelModel):
             r = np.concatenate([self._f["phi"](z), self._f["task"](z) - X])
             if not np.isfinite(r).all():
                 return None
-            if np.max(np.abs(r)) <= NEWTON_TOL:
-                return z
+            done = np.max(np.abs(r)) <= NEWTON_TOL
             try:
                 z -= np.linalg.solve(self._K(z), r)
             except np.linalg.LinAlgError:
                 return None
+            if done:
+                return z
         r = np.concatenate([self._f["phi"](z), self._f["task"](z) - X])
         return z if np.max(np.abs(r)) <= NEWTON_TOL else None
 
@@ -584,8 +587,8 @@ class MechanismModel(ParallelModel):
         tau : ndarray (n,) [N m | N]
         lam : ndarray (m,)
             Multipliers of ``phi`` in the sign of ``sympy``'s ``LagrangesMethod``
-            (``... - phi_z^T lam = S^T tau``): for a point closure, ``lam`` is the force [N]
-            (base frame) that body_b exerts on body_a at the closure point.
+            (``M zdd + b + phi_z^T lam = S^T tau``): for a point closure, ``lam`` is the force
+            [N] (base frame) that body_a exerts on body_b at the closure point.
         """
         qdd = self._vec(qdd, self._na, "qdd")
         z, zd, G, B, g0 = self._state(q, qd, pose)
@@ -762,12 +765,12 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
         a = sec.bool("actuated", False)
         if a:
             inf = math.inf
-            pmin = sec.float("position_min", -inf)
-            pmax = sec.float("position_max", inf)
+            pmin = sec.float("position_min") if sec.has("position_min") else -inf
+            pmax = sec.float("position_max") if sec.has("position_max") else inf
             if not pmin < pmax:
                 raise sec.error("position_max", f"must exceed position_min ({pmin} vs {pmax})")
-            vmax = sec.float("velocity_max", inf, minimum=0.0, strict_min=True)
-            tmax = sec.float("torque_max", inf, minimum=0.0, strict_min=True)
+            vmax = sec.float("velocity_max", minimum=0.0, strict_min=True) if sec.has("velocity_max") else inf
+            tmax = sec.float("torque_max", minimum=0.0, strict_min=True) if sec.has("torque_max") else inf
             rotor = sec.float("rotor_inertia", 0.0, minimum=0.0)
             gear = sec.float("gear_ratio", 1.0, minimum=0.0, strict_min=True)
             visc = sec.float("viscous", 0.0, minimum=0.0)

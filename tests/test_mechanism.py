@@ -1,0 +1,359 @@
+"""Mechanism files (``type = "mechanism"``, dynamics/mechanism.py): the derived models checked
+against formulations written independently of them.
+
+* the 3RRR written as a mechanism (hil_configs/robots/3rrr_mechanism.toml) against the
+  hand-written Planar3RRR (hil_configs/robots/3rrr_horizontal.toml): IK, FK, inverse and
+  forward dynamics, M, C, energies, task Jacobian, singularity margin, and the closure
+  multipliers against the hand model's (Lagrange's equations of the first kind, App. B of seed
+  001) through the pin-force relation;
+* the five-bar leg (hil_configs/robots/fivebar_leg.toml) against a closed-chain formulation in
+  numpy written here (two planar 2R chains in closed form, the pin force at the foot solved
+  from the passive knees), energy/power balance along a simulated trajectory, and finite
+  differences of its Jacobians;
+* bad files: ConfigError naming the file and the field, exit 2 from ``torqueloop check``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dynamics import load_model
+from dynamics.config import read_toml
+from dynamics.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+ROBOTS = ROOT / "hil_configs" / "robots"
+TOL = 1e-10
+
+
+@pytest.fixture(scope="module")
+def rrr():
+    return load_model(ROBOTS / "3rrr_horizontal.toml"), load_model(ROBOTS / "3rrr_mechanism.toml")
+
+
+@pytest.fixture(scope="module")
+def fivebar():
+    return load_model(ROBOTS / "fivebar_leg.toml")
+
+
+def _rrr_states(hand, rng, k=12):
+    for _ in range(k):
+        X = hand.home_pose + rng.uniform([-0.06, -0.06, -0.25], [0.06, 0.06, 0.25])
+        yield X, hand.inverse_kinematics(X)
+
+
+# ------------------------------------------------------------------------------- 3RRR
+def test_3rrr_mechanism_kinematics_match_the_hand_written_model(rrr):
+    hand, mech = rrr
+    rng = np.random.default_rng(41)
+    for X, q in _rrr_states(hand, rng):
+        np.testing.assert_allclose(mech.inverse_kinematics(X), q, rtol=0, atol=TOL)
+        np.testing.assert_allclose(mech.forward_kinematics_task(q), hand.forward_kinematics_task(q, guess=X),
+                                   rtol=0, atol=TOL)
+        np.testing.assert_allclose(mech.task_jacobian(q, X), hand.task_jacobian(q, X), rtol=0, atol=TOL)
+        np.testing.assert_allclose(mech.jacobian(q), hand.jacobian(q, pose=X), rtol=0, atol=TOL)
+        # the same threshold rule: same kind, and the same margin (length_scale = the hand
+        # model's mean platform radius)
+        rh, rm = hand.singularity(q, X), mech.singularity(q, X)
+        assert rh.kind == rm.kind == "regular"
+        assert abs(rh.margin - rm.margin) < TOL
+
+
+def test_3rrr_mechanism_dynamics_match_the_hand_written_model(rrr):
+    hand, mech = rrr
+    rng = np.random.default_rng(4101)
+    for X, q in _rrr_states(hand, rng):
+        qd, qdd, tau = rng.normal(size=3), 3 * rng.normal(size=3), rng.normal(size=3)
+        np.testing.assert_allclose(mech.inverse_dynamics(q, qd, qdd), hand.inverse_dynamics(q, qd, qdd, pose=X),
+                                   rtol=0, atol=TOL)
+        np.testing.assert_allclose(mech.forward_dynamics(q, qd, tau), hand.forward_dynamics(q, qd, tau, pose=X),
+                                   rtol=0, atol=TOL)
+        np.testing.assert_allclose(mech.mass_matrix(q), hand.mass_matrix(q, pose=X), rtol=0, atol=TOL)
+        np.testing.assert_allclose(mech.coriolis_matrix(q, qd), hand.coriolis_matrix(q, qd, pose=X),
+                                   rtol=0, atol=TOL)
+        assert abs(mech.kinetic_energy(q, qd) - hand.kinetic_energy(q, qd, pose=X)) < TOL
+        w = rng.normal(size=3)
+        np.testing.assert_allclose(mech.inverse_dynamics(q, qd, qdd, wrench=w),
+                                   hand.inverse_dynamics(q, qd, qdd, wrench=w, pose=X), rtol=0, atol=TOL)
+
+
+def test_3rrr_mechanism_multipliers_match_the_hand_written_first_kind_equations(rrr):
+    """The hand model eliminates the distal links (their kinetic energy in the elbow and
+    platform-joint velocities) and constrains |C_i - B_i|^2 = b^2 with multipliers lam_i; the
+    mechanism pins the distal link to the platform, its multipliers being the pin force on the
+    platform.  The pin force is the force along the link, 2 lam_i (C_i - B_i), less the part of
+    the distal link's inertia and weight the hand model lumps at C_i:
+    ``f_i = 2 lam_i d_i - (mCC aC_i + mBC aB_i - m_b k g)`` (seed 001 App. B's mass terms)."""
+    hand, mech = rrr
+    rng = np.random.default_rng(4102)
+    dist = hand.distal
+    b, mb, Ib, k = dist.length, dist.mass, dist.inertia, dist.com / dist.length
+    mBC = mb * k * (1 - k) - Ib / b ** 2
+    mCC = mb * k ** 2 + Ib / b ** 2
+    g = hand.gravity_vector[:2]
+    a = hand.proximal.length
+    for X, _ in _rrr_states(hand, rng):
+        Xd, Xdd = 0.2 * rng.normal(size=3), rng.normal(size=3)
+        tau_h, lam_h = hand.task_inverse_dynamics_multipliers(X, Xd, Xdd)
+        r = mech.task_inverse_dynamics(X, Xd, Xdd, full=True)
+        np.testing.assert_allclose(r["tau"], tau_h, rtol=0, atol=TOL)
+        q, qd, qdd = r["q"], r["qd"], r["qdd"]
+        np.testing.assert_allclose(q, hand.inverse_kinematics(X), rtol=0, atol=TOL)
+        u = np.stack([np.cos(q), np.sin(q)], axis=1)
+        n = np.stack([-u[:, 1], u[:, 0]], axis=1)
+        aB = (a * qdd)[:, None] * n - (a * qd ** 2)[:, None] * u
+        c, s = np.cos(X[2]), np.sin(X[2])
+        rho = hand.platform_joints @ np.array([[c, s], [-s, c]])
+        aC = Xdd[:2] + Xdd[2] * np.stack([-rho[:, 1], rho[:, 0]], axis=1) - Xd[2] ** 2 * rho
+        d = hand.platform_joint_positions(X) - hand.elbow_positions(q)
+        f = 2 * lam_h[:, None] * d - (mCC[:, None] * aC + mBC[:, None] * aB - (mb * k)[:, None] * g)
+        np.testing.assert_allclose(r["lam"].reshape(3, 2), f, rtol=0, atol=TOL)
+
+
+def test_3rrr_mechanism_batch_forms(rrr):
+    hand, mech = rrr
+    rng = np.random.default_rng(4103)
+    Xs, qs = zip(*_rrr_states(hand, rng, 4))
+    qs, Xs = np.array(qs), np.array(Xs)
+    qd = rng.normal(size=qs.shape)
+    qdd = rng.normal(size=qs.shape)
+    np.testing.assert_allclose(mech.inverse_dynamics(qs, qd, qdd), hand.inverse_dynamics(qs, qd, qdd, pose=Xs),
+                               rtol=0, atol=TOL)
+    np.testing.assert_allclose(mech.inverse_kinematics(Xs), qs, rtol=0, atol=TOL)
+    assert mech.mass_matrix(qs).shape == (4, 3, 3)
+    assert mech.forward_kinematics(qs).shape == (4, 4, 4)
+
+
+# ------------------------------------------------------------------------------ five-bar
+def _fivebar_params():
+    """The five-bar's data as read directly from its file (not through the model)."""
+    d = read_toml(ROBOTS / "fivebar_leg.toml")
+    bodies = {b["name"]: b for b in d["bodies"]}
+    joints = {j["name"]: j for j in d["joints"]}
+    return d, bodies, joints
+
+
+def _chain_id(hip, l1, l2, up, lo, arm, g, q, qd, qdd):
+    """Planar 2R chain in closed form (textbook Lagrange): joint torques and the foot Jacobian."""
+    m1, r1, I1 = up["mass"], up["com"][0], up["inertia"]
+    m2, r2, I2 = lo["mass"], lo["com"][0], lo["inertia"]
+    q1, q2 = q
+    c2, s2 = np.cos(q2), np.sin(q2)
+    M = np.array([[I1 + m1 * r1 ** 2 + I2 + m2 * (l1 ** 2 + r2 ** 2 + 2 * l1 * r2 * c2) + arm,
+                   I2 + m2 * (r2 ** 2 + l1 * r2 * c2)],
+                  [I2 + m2 * (r2 ** 2 + l1 * r2 * c2), I2 + m2 * r2 ** 2]])
+    hc = m2 * l1 * r2 * s2
+    cor = np.array([-hc * (2 * qd[0] * qd[1] + qd[1] ** 2), hc * qd[0] ** 2])
+    n1 = np.array([-np.sin(q1), np.cos(q1)])
+    n12 = np.array([-np.sin(q1 + q2), np.cos(q1 + q2)])
+    grav = -np.array([m1 * g @ (r1 * n1) + m2 * g @ (l1 * n1 + r2 * n12), m2 * g @ (r2 * n12)])
+    J = np.stack([l1 * n1 + l2 * n12, l2 * n12], axis=1)
+    return M @ qdd + cor + grav, J
+
+
+def _chain_ik(hip, l1, l2, knee_sign, X, Xd, Xdd):
+    d = X - hip
+    r2 = d @ d
+    q2 = knee_sign * np.arccos((r2 - l1 ** 2 - l2 ** 2) / (2 * l1 * l2))
+    q1 = np.arctan2(d[1], d[0]) - np.arctan2(l2 * np.sin(q2), l1 + l2 * np.cos(q2))
+    u1, u12 = np.array([np.cos(q1), np.sin(q1)]), np.array([np.cos(q1 + q2), np.sin(q1 + q2)])
+    n1, n12 = np.array([-u1[1], u1[0]]), np.array([-u12[1], u12[0]])
+    J = np.stack([l1 * n1 + l2 * n12, l2 * n12], axis=1)
+    qd = np.linalg.solve(J, Xd)
+    cent = -l1 * u1 * qd[0] ** 2 - l2 * u12 * (qd[0] + qd[1]) ** 2
+    qdd = np.linalg.solve(J, Xdd - cent)
+    return np.array([q1, q2]), qd, qdd
+
+
+def _fivebar_reference(X, Xd, Xdd):
+    """Hip torques and the pin force at the foot (on the right lower link, from the left), from
+    the two 2R chains joined at the foot: the passive knees carry no torque."""
+    d, B, Jn = _fivebar_params()
+    g = np.array(d["gravity"][:2])
+    out = []
+    for side, sign in (("left", 1.0), ("right", -1.0)):
+        hip = np.array(Jn[f"hip_{side}"]["origin"][:2])
+        l1 = Jn[f"knee_{side}"]["origin"][0]
+        l2 = d["loops"][0]["point_a"][0]
+        arm = Jn[f"hip_{side}"]["rotor_inertia"] * Jn[f"hip_{side}"]["gear_ratio"] ** 2
+        q, qd, qdd = _chain_ik(hip, l1, l2, sign, X, Xd, Xdd)
+        tau, J = _chain_id(hip, l1, l2, B[f"upper_{side}"], B[f"lower_{side}"], arm, g, q, qd, qdd)
+        out.append((q, tau, J))
+    (qL, tL, JL), (qR, tR, JR) = out
+    # F: force on the right chain's foot from the left one (-F on the left):
+    # knee rows: tL[1] + JL[:,1].F = 0 and tR[1] - JR[:,1].F = 0
+    F = np.linalg.solve(np.array([JL[:, 1], -JR[:, 1]]), -np.array([tL[1], tR[1]]))
+    tau = np.array([tL[0] + JL[:, 0] @ F, tR[0] - JR[:, 0] @ F])
+    return tau, F, np.array([qL[0], qR[0]]), np.array([qL[1], qR[1]])
+
+
+def test_fivebar_against_two_closed_form_2r_chains(fivebar):
+    rng = np.random.default_rng(4104)
+    X0 = fivebar.home_pose
+    for _ in range(12):
+        X = X0 + rng.uniform([-0.03, -0.01], [0.03, 0.05])     # inside the workspace
+        Xd, Xdd = rng.normal(size=2), 10 * rng.normal(size=2)
+        tau, F, hips, knees = _fivebar_reference(X, Xd, Xdd)
+        r = fivebar.task_inverse_dynamics(X, Xd, Xdd, full=True)
+        np.testing.assert_allclose(r["q"], hips, rtol=0, atol=TOL)
+        np.testing.assert_allclose(r["z"][[1, 3]], knees, rtol=0, atol=TOL)
+        np.testing.assert_allclose(r["tau"], tau, rtol=0, atol=TOL)
+        np.testing.assert_allclose(r["lam"], F, rtol=0, atol=TOL)   # on body_b (right) from body_a
+        # the actuator-space path (FK from the hips) agrees with the task-space one
+        np.testing.assert_allclose(fivebar.inverse_dynamics(r["q"], r["qd"], r["qdd"]), tau, rtol=0, atol=TOL)
+        np.testing.assert_allclose(fivebar.forward_dynamics(r["q"], r["qd"], tau), r["qdd"], rtol=0, atol=1e-8)
+
+
+def test_fivebar_energy_balance_along_a_simulated_trajectory(fivebar):
+    """RK4 on the minimal state (closures re-solved at every stage): the change of T + V equals
+    the work of the drives to the integration error, and the closures stay closed."""
+    q = fivebar.home_q.copy()
+    qd = np.zeros(2)
+    g0 = fivebar.gravity(q)
+    dt, steps = 1e-3, 300
+
+    def tau_at(t):
+        return g0 + np.array([0.03 * np.sin(9 * t), -0.025 * np.sin(7 * t + 0.5)])
+
+    def f(t, q, qd):
+        # the drives' work W is integrated with the state: dW/dt = tau . qd
+        tau = tau_at(t)
+        return qd, fivebar.forward_dynamics(q, qd, tau), tau @ qd
+
+    E0 = fivebar.kinetic_energy(q, qd) + fivebar.potential_energy(q)
+    work = 0.0
+    for k in range(steps):
+        t = k * dt
+        k1 = f(t, q, qd)
+        k2 = f(t + dt / 2, q + dt / 2 * k1[0], qd + dt / 2 * k1[1])
+        k3 = f(t + dt / 2, q + dt / 2 * k2[0], qd + dt / 2 * k2[1])
+        k4 = f(t + dt, q + dt * k3[0], qd + dt * k3[1])
+        q = q + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
+        qd = qd + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
+        work += dt / 6 * (k1[2] + 2 * k2[2] + 2 * k3[2] + k4[2])
+    E1 = fivebar.kinetic_energy(q, qd) + fivebar.potential_energy(q)
+    assert np.max(np.abs(qd)) > 0.3          # it moved
+    assert abs(work) > 1e-3
+    assert abs((E1 - E0) - work) < 1e-8 * abs(work) + 1e-12, (E1 - E0, work)
+    z = fivebar.configuration(q)
+    assert np.max(np.abs(fivebar.constraints(z))) < 1e-11
+    # the passivity property the controllers rely on: dM/dt - 2C is skew
+    h = 1e-6
+    Md = (fivebar.mass_matrix(q + h * qd) - fivebar.mass_matrix(q - h * qd)) / (2 * h)
+    S = Md - 2 * fivebar.coriolis_matrix(q, qd)
+    np.testing.assert_allclose(S + S.T, 0, atol=1e-7)
+    np.testing.assert_allclose(fivebar.coriolis_matrix(q, qd) @ qd + fivebar.gravity(q), fivebar.bias(q, qd),
+                               rtol=0, atol=1e-12)
+
+
+def test_fivebar_jacobians_against_finite_differences(fivebar):
+    rng = np.random.default_rng(4105)
+    h = 1e-6
+    for _ in range(6):
+        q = fivebar.home_q + rng.uniform(-0.15, 0.15, size=2)
+        X = fivebar.forward_kinematics_task(q)
+        Jfd = np.stack([(fivebar.forward_kinematics_task(q + h * e) - fivebar.forward_kinematics_task(q - h * e))
+                        / (2 * h) for e in np.eye(2)], axis=1)
+        np.testing.assert_allclose(fivebar.task_jacobian(q, X), Jfd, rtol=0, atol=1e-8)
+        J6 = fivebar.jacobian(q)
+        T = [fivebar.forward_kinematics(q + s * h * e) for e in np.eye(2) for s in (1, -1)]
+        for i in range(2):
+            Tp, Tm = T[2 * i], T[2 * i + 1]
+            np.testing.assert_allclose(J6[:3, i], (Tp[:3, 3] - Tm[:3, 3]) / (2 * h), atol=1e-8)
+            W = (Tp[:3, :3] - Tm[:3, :3]) / (2 * h) @ fivebar.forward_kinematics(q)[:3, :3].T
+            np.testing.assert_allclose(J6[3:, i], [W[2, 1], W[0, 2], W[1, 0]], atol=1e-8)
+        z = fivebar.configuration(q)
+        Pfd = np.stack([(fivebar.constraints(z + h * e) - fivebar.constraints(z - h * e)) / (2 * h)
+                        for e in np.eye(4)], axis=1)
+        np.testing.assert_allclose(fivebar.constraint_jacobian(z), Pfd, rtol=0, atol=1e-8)
+
+
+def test_fivebar_stretched_leg_is_a_type1_singularity(fivebar):
+    """Left knee straight (upper and lower link collinear): the foot cannot move along the leg."""
+    d, B, Jn = _fivebar_params()
+    hipL, hipR = np.array(Jn["hip_left"]["origin"][:2]), np.array(Jn["hip_right"]["origin"][:2])
+    q1 = -1.4
+    foot = hipL + 0.28 * np.array([np.cos(q1), np.sin(q1)])
+    qR, _, _ = _chain_ik(hipR, 0.1, 0.18, -1.0, foot, np.zeros(2), np.zeros(2))
+    rep = fivebar.singularity(np.array([q1, qR[0]]))
+    assert rep.kind == "type1" and rep.margin == 0.0
+    assert fivebar.singularity(fivebar.home_q).kind == "regular"
+
+
+# ------------------------------------------------------------------------------ bad files
+def _bad(mutate):
+    data = copy.deepcopy(read_toml(ROBOTS / "fivebar_leg.toml"))
+    mutate(data)
+    with pytest.raises(ConfigError) as ei:
+        load_model(data, file="leg.toml")
+    assert ei.value.file == "leg.toml"
+    return ei.value
+
+
+def _set(path, value):
+    def m(d):
+        node = d
+        for p in path[:-1]:
+            node = node[p]
+        node[path[-1]] = value
+    return m
+
+
+@pytest.mark.parametrize("mutate, field, words", [
+    (_set(["joints", 1, "home"], 1.3), "loops[0]", "does not close"),
+    (lambda d: (d["joints"][1].update(actuated=True), d["task"].update(coordinates=["x", "y", "phi"])),
+     "joints", "mobility"),
+    (_set(["task", "coordinates"], ["x"]), "task.coordinates", "actuated"),
+    (_set(["bodies", 0, "inertia"], [1e-5, 1e-5, 5e-5, 0, 0, 0]), "bodies[0].inertia", "triangle"),
+    (_set(["bodies", 0, "inertia"], [1e-5, 1e-5, 1e-5, 2e-5, 0, 0]), "bodies[0].inertia", "semi-definite"),
+    (_set(["bodies", 1, "inertia"], -1e-4), "bodies[1].inertia", ">="),
+    (lambda d: d["bodies"][0].update(mass=0.0), "bodies[0].inertia", "massless"),
+    (_set(["joints", 0, "axis"], [1.0, 0.0, 0.0]), "joints[0].axis", "planar"),
+    (_set(["joints", 2, "parent"], "lower_right"), "joints[2].parent", "earlier joint"),
+    (_set(["loops", 0, "body_b"], "foot"), "loops[0].body_b", "not 'ground' or a body"),
+    (_set(["joints", 0, "stiffness"], 1.0), "joints[0].stiffness", "unknown field"),
+])
+def test_bad_mechanism_files_name_the_field(mutate, field, words):
+    err = _bad(mutate)
+    assert err.field == field and words in str(err), str(err)
+
+
+def test_bad_mechanism_file_exits_2_from_check(tmp_path):
+    text = (ROBOTS / "fivebar_leg.toml").read_text().replace("home = 0.9842", "home = 1.3")
+    p = tmp_path / "leg.toml"
+    p.write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "controller.app.cli", "check", str(p)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert str(p) in r.stderr and "loops[0]" in r.stderr and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------------------ the code cache
+def test_generated_code_is_cached_by_digest_and_a_damaged_entry_is_replaced(tmp_path, monkeypatch):
+    from dynamics import _mechanism_derive as D
+
+    monkeypatch.setenv("TORQUELOOP_MECHANISM_CACHE", str(tmp_path))
+    a = load_model(ROBOTS / "fivebar_leg.toml")
+    assert not a.generated.from_cache and a.derivation_seconds > 0
+    files = list(tmp_path.glob("mechanism-*.py"))
+    assert len(files) == 1 and not list(tmp_path.glob("*.tmp"))
+    b = load_model(ROBOTS / "fivebar_leg.toml")
+    assert b.generated.from_cache and b.generated.digest == a.generated.digest
+    # inertial values are parameters of the generated code: a scaled copy needs no derivation
+    data = read_toml(ROBOTS / "fivebar_leg.toml")
+    data["bodies"][0]["mass"] = 0.07
+    assert load_model(data, file="x.toml").generated.from_cache
+    files[0].write_text("def broken(:\n")
+    c = load_model(ROBOTS / "fivebar_leg.toml")
+    assert not c.generated.from_cache
+    q, qd = a.home_q, np.array([0.3, -0.2])
+    np.testing.assert_allclose(c.bias(q, qd), a.bias(q, qd), rtol=0, atol=1e-14)
+    assert D.digest_of(a.spec.symbolic) == a.generated.digest
