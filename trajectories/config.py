@@ -293,7 +293,7 @@ def _build(sec: Section, model: Model, kind: str) -> Trajectory:
                 traj = _with_phi(traj, phi)
             else:
                 traj = Sequence([_with_phi(s, phi) for s in traj.segments])
-        elif parallel:
+        elif parallel and model.task_dof != traj.dim:
             raise sec.error("type", f"{kind} paths are not defined for a {model.task_dof}-DOF platform")
     else:  # pragma: no cover - guarded by choices
         raise sec.error("type", f"unknown trajectory type {kind!r}")
