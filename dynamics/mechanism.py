@@ -652,6 +652,11 @@ class MechanismModel(ParallelModel):
         return float(self._f["potential"](self.configuration(qa, pose), self._p))
 
     # ---------------------------------------------------------------- variants
+    def to_mjcf(self, q0=None):
+        """This mechanism as MJCF (:func:`dynamics.mjcf.mechanism_mjcf`), assembled at ``q0``."""
+        from .mjcf import mechanism_mjcf
+        return mechanism_mjcf(self, q0)
+
     def scaled(self, mass_factor: float = 1.0, inertia_factor: float | None = None) -> "MechanismModel":
         """Copy with every body mass times ``mass_factor`` and inertia times ``inertia_factor``
         (default ``mass_factor``); the derived code is shared (the inertial values are parameters)."""

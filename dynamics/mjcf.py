@@ -15,7 +15,10 @@ imports nothing of MuJoCo, which reads the text in :mod:`drivers.sim.mujoco_plan
   joint, each leg a lower body on a universal joint at the base (first axis the base-fixed
   ``a_i``, as in the model, so the legs do not spin about their axes) and an upper body on the
   prismatic actuator, its end joined to the platform joint by a ``connect`` constraint (a ball
-  joint; six loop closures).
+  joint; six loop closures);
+* a mechanism file (:class:`~dynamics.mechanism.MechanismModel`): its tree of bodies with their
+  hinge and slide joints, each point loop closure a ``connect`` constraint (planar revolute and
+  spatial spherical closures; a spatial revolute closure's axis alignment has no writer).
 
 Closed chains are written in an assembled pose (the configuration at the given actuated
 positions, from the model's forward kinematics), which is the MJCF's reference configuration
@@ -312,3 +315,72 @@ def stewart_mjcf(model, q0=None, *, rotation_matrix) -> MjcfRobot:
     xml = _document(model.name, plat[K.PL_G], bodies, equality, list(names))
     return MjcfRobot(xml, tuple(names), "platform", (0.0, 0.0, 0.0),
                      tuple(f"closure_leg{i + 1}" for i in range(6)))
+
+
+# -- mechanism files -------------------------------------------------------------------------------
+def mechanism_mjcf(model, q0=None) -> MjcfRobot:
+    """MJCF of a :class:`~dynamics.mechanism.MechanismModel`, assembled at ``q0`` (default: home).
+
+    Each body's frame is written at its joint's value in the assembled configuration, and the
+    joint's ``ref`` is that value, so MuJoCo's joint positions are the model's coordinates.  A
+    planar body given only Izz gets Ixx = Iyy = Izz (no hinge about z feels them; MuJoCo needs
+    the triangle inequality).
+    """
+    spec = model.spec
+    sym = spec.symbolic
+    z0 = model.configuration(model.home_q if q0 is None else np.asarray(q0, dtype=float))
+    body_par = {b["name"]: spec.params[10 * k:10 * k + 10] for k, b in enumerate(sym["bodies"])}
+    com = {b["name"]: b["com"] for b in sym["bodies"]}
+    drive, lim = model.drive, model.limits
+    act = list(spec.actuated)
+    children: dict[str, list[int]] = {}
+    for j, jt in enumerate(sym["joints"]):
+        children.setdefault(jt["parent"], []).append(j)
+
+    def write(j) -> str:
+        jt = sym["joints"][j]
+        name = jt["child"]
+        axis = np.asarray(jt["axis"], dtype=float)
+        p = body_par[name]
+        Ixx, Iyy, Izz, Ixy, Iyz, Izx = p[4:10]
+        if sym["planar"] and Ixx == 0.0 and Iyy == 0.0:
+            Ixx = Iyy = Izz
+        I = np.array([[Ixx, Ixy, Izx], [Ixy, Iyy, Iyz], [Izx, Iyz, Izz]])
+        kw = {}
+        if j in act:
+            i = act.index(j)
+            kw = dict(armature=drive.armature[i], damping=drive.viscous[i], frictionloss=drive.coulomb[i],
+                      rng=_stop(lim.position_min[i], lim.position_max[i]))
+        if jt["type"] == "revolute":
+            pos, R, kind = np.asarray(jt["origin"]), _axis_angle(axis, z0[j]), "hinge"
+        else:
+            pos, R, kind = np.asarray(jt["origin"]) + z0[j] * axis, np.eye(3), "slide"
+        # the joint axis in the child frame: R^T axis = axis (a rotation about it keeps it)
+        body = (f"<body name={quoteattr(name)} pos={quoteattr(_f(pos))} quat={quoteattr(_f(quat_wxyz(R)))}>"
+                + _inertial(p[0], com[name], I)
+                + _joint(spec.joint_names[j], kind, axis, ref=z0[j], **kw))
+        if name == sym["task"]["body"]:
+            body += f"<site name=\"tool\" pos={quoteattr(_f(sym['task']['point']))}/>"
+        return body + "".join(write(k) for k in children.get(name, [])) + "</body>"
+
+    equality, closures = [], []
+    for i, lp in enumerate(sym["loops"]):
+        if lp["type"] == "revolute" and not sym["planar"]:
+            raise ModelError(f"{model.name}: loops[{i}]: a spatial revolute closure has no MJCF writer "
+                             "(its axis alignment)")
+        if lp["body_a"] == "ground":
+            raise ModelError(f"{model.name}: loops[{i}]: write the ground as body_b (MJCF anchors on body1)")
+        equality.append(_connect(f"closure{i + 1}", lp["body_a"],
+                                 "world" if lp["body_b"] == "ground" else lp["body_b"], lp["point_a"]))
+        closures.append(f"closure{i + 1}")
+    bodies = [write(k) for k in children.get("ground", [])]
+    xml = _document(model.name, model.gravity_vector, bodies, equality, list(model.joint_names))
+    return MjcfRobot(xml, tuple(model.joint_names), sym["task"]["body"],
+                     tuple(float(v) for v in sym["task"]["point"]), tuple(closures))
+
+
+def _axis_angle(axis, angle: float) -> np.ndarray:
+    """Rotation matrix (3, 3) of ``angle`` [rad] about the unit ``axis`` (Rodrigues)."""
+    k = np.asarray(axis, dtype=float)
+    K = np.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
+    return np.eye(3) + math.sin(angle) * K + (1.0 - math.cos(angle)) * (K @ K)
