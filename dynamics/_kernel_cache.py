@@ -299,11 +299,17 @@ def _remove_caches(cache_dir: str, modules: list[str], removed: list[str]) -> bo
 
 def _write_stamp(cache_dir: str, stamp: bytes) -> None:
     """Write the stamp whole or not at all (another process may read it meanwhile)."""
-    path = os.path.join(cache_dir, STAMP_NAME)
+    write_atomic(os.path.join(cache_dir, STAMP_NAME), stamp)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: a temporary file beside it (named with
+    this process's id), then ``os.replace``, so a reader in another process (a parallel test
+    worker) sees the old file or the new one, never a part."""
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
-            f.write(stamp)
+            f.write(data)
         os.replace(tmp, path)
     except OSError:
         try:

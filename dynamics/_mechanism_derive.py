@@ -27,8 +27,9 @@ Generated functions (plain Python on ``math``; every one takes flat float sequen
     dmass(q, p) -> (n, n, n)  dM/dq_k (last index k), for the Coriolis matrix
     kinetic(q, qd, p) -> ();  potential(q, p) -> ()
 
-The source is written to ``<cache>/mechanism-<digest>.py`` atomically (a temporary file in
-the same folder, then ``os.replace``), so parallel test workers deriving the same file never
+The source is written to ``<cache>/mechanism-<digest>.py`` atomically
+(:func:`dynamics._kernel_cache.write_atomic`: a temporary file in the same folder, then
+``os.replace``), so parallel test workers deriving the same file never
 read a half-written one; ``<cache>`` is ``$TORQUELOOP_MECHANISM_CACHE`` or
 ``~/.cache/torqueloop/mechanisms`` (falling back to a temporary folder when not writable).
 """
@@ -43,6 +44,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ._kernel_cache import write_atomic
 
 __all__ = ["derive", "Generated", "CODEGEN_VERSION", "cache_dir"]
 
@@ -103,17 +106,7 @@ def derive(spec: dict) -> Generated:
             pass
     t0 = time.perf_counter()
     src = _generate(spec)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(src)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(str(path), src.encode())
     dt = time.perf_counter() - t0
     return Generated(_load(path), dg, dt, False, str(path))
 
