@@ -61,6 +61,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Mapping
 
+from dynamics.base import GEAR_RATIO_RANGE as _GEAR_RATIO_RANGE
 from dynamics.config import Section
 from dynamics.errors import CommsError, ConfigError, DriverError
 
@@ -330,7 +331,8 @@ def joint_bus(js: Section, buses: Mapping[str, CanTransport]) -> str:
 
 
 #: plausible gear ratios (motor turns per joint turn): a speed-up of 100 to a 10,000:1 reduction
-GEAR_RATIO_RANGE = (0.01, 10_000.0)
+#: (one range for driver tables and robot files: :data:`dynamics.base.GEAR_RATIO_RANGE`)
+GEAR_RATIO_RANGE = _GEAR_RATIO_RANGE
 #: plausible joint offsets [rad]: a thousand radians is 160 turns, past any encoder's zero
 OFFSET_RAD_MAX = 1000.0
 #: plausible motor torque constants [N m / A]

@@ -25,7 +25,11 @@ import numpy as np
 
 from .errors import ModelError
 
-__all__ = ["JointLimits", "DriveParams", "Model", "ParallelModel", "SingularityReport"]
+__all__ = ["JointLimits", "DriveParams", "Model", "ParallelModel", "SingularityReport", "GEAR_RATIO_RANGE"]
+
+#: plausible gear ratios (motor turns per joint turn): a speed-up of 100 to a 10,000:1 reduction;
+#: a value outside is a unit slip (driver tables use it too: ``drivers.registry``)
+GEAR_RATIO_RANGE = (0.01, 10_000.0)
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import DriveParams, JointLimits, ParallelModel, SingularityReport
+from .base import GEAR_RATIO_RANGE, DriveParams, JointLimits, ParallelModel, SingularityReport
 from .config import Section
 from .errors import ConfigError, ConvergenceError, ModelError, SingularityError, UnreachableError
 
@@ -183,6 +183,11 @@ class MechanismModel(ParallelModel):
         self._home_sign1 = self._sign_det(self._K(spec.home))
         self._warm = self._home_z.copy()
         self._warm_ik = self._home_z.copy()
+
+    def __reduce__(self):
+        # the generated functions do not pickle: a copy in another process (a tuning worker)
+        # loads them from the code cache by the digest (or derives them again)
+        return (MechanismModel, (self.spec, None, self.source))
 
     # ---------------------------------------------------------------- description
     @property
@@ -728,7 +733,8 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
     name = root.str("name", "mechanism")
     planar = root.bool("planar", False)
     gravity = root.vector("gravity", 3)
-    tol = root.float("singularity_tolerance", 1e-6, minimum=0.0, strict_min=True, maximum=0.5)
+    # below 1e-9 (a condition number of 1e9) the singularity rule would never fire: refused
+    tol = root.float("singularity_tolerance", 1e-6, minimum=1e-9, maximum=0.5)
     gap_tol = root.float("closure_tolerance", 1e-3, minimum=0.0, strict_min=True, maximum=1.0)
 
     bodies = []
@@ -777,7 +783,7 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
             vmax = sec.float("velocity_max", minimum=0.0, strict_min=True) if sec.has("velocity_max") else inf
             tmax = sec.float("torque_max", minimum=0.0, strict_min=True) if sec.has("torque_max") else inf
             rotor = sec.float("rotor_inertia", 0.0, minimum=0.0)
-            gear = sec.float("gear_ratio", 1.0, minimum=0.0, strict_min=True)
+            gear = sec.float("gear_ratio", 1.0, minimum=GEAR_RATIO_RANGE[0], maximum=GEAR_RATIO_RANGE[1])
             visc = sec.float("viscous", 0.0, minimum=0.0)
             coul = sec.float("coulomb", 0.0, minimum=0.0)
             if not pmin <= h <= pmax:

@@ -117,6 +117,18 @@ def test_3rrr_mechanism_multipliers_match_the_hand_written_first_kind_equations(
         np.testing.assert_allclose(r["lam"].reshape(3, 2), f, rtol=0, atol=TOL)
 
 
+def test_mechanism_model_pickles_for_worker_processes(fivebar):
+    import pickle
+
+    b = pickle.loads(pickle.dumps(fivebar))
+    q, qd, qdd = fivebar.home_q, np.array([0.4, -0.3]), np.array([2.0, 1.0])
+    assert b.generated.from_cache and b.source == fivebar.source
+    np.testing.assert_allclose(b.inverse_dynamics(q, qd, qdd), fivebar.inverse_dynamics(q, qd, qdd), rtol=0, atol=1e-14)
+    s = pickle.loads(pickle.dumps(fivebar.scaled(1.1)))
+    np.testing.assert_allclose(s.mass_matrix(q), fivebar.scaled(1.1).mass_matrix(q), rtol=0, atol=1e-15)
+    assert not np.allclose(s.mass_matrix(q), fivebar.mass_matrix(q))
+
+
 def test_3rrr_mechanism_batch_forms(rrr):
     hand, mech = rrr
     rng = np.random.default_rng(4103)
