@@ -50,7 +50,7 @@ from ._kernel_cache import write_atomic
 __all__ = ["derive", "Generated", "CODEGEN_VERSION", "cache_dir"]
 
 #: changes the digest whenever the generated code's form changes
-CODEGEN_VERSION = 1
+CODEGEN_VERSION = 2
 
 
 @dataclass
@@ -131,8 +131,8 @@ def _generate(spec: dict) -> str:
     for j, jt in enumerate(joints):
         P = frames[jt["parent"]]
         Op = origins[jt["parent"]]
-        ax = sum((sp.nsimplify(c) * e for c, e in zip(jt["axis"], (P.x, P.y, P.z))), sp.S(0) * P.x)
-        org = sum((sp.Float(c) * e for c, e in zip(jt["origin"], (P.x, P.y, P.z))), sp.S(0) * P.x)
+        ax = sum((_num(c) * e for c, e in zip(jt["axis"], (P.x, P.y, P.z))), sp.S(0) * P.x)
+        org = sum((_num(c) * e for c, e in zip(jt["origin"], (P.x, P.y, P.z))), sp.S(0) * P.x)
         if jt["type"] == "revolute":
             C = P.orientnew(f"F{j}", "Axis", (q[j], ax))
             Oc = Op.locatenew(f"O{j}", org)
@@ -145,14 +145,14 @@ def _generate(spec: dict) -> str:
     # inertial parameters: per body m, m*c (3), I about com (6: xx yy zz xy yz zx)
     npar = 10 * len(bodies)
     p = sp.symbols(f"p0:{npar}")
-    g = [sp.Float(c) for c in spec["gravity"]]
+    g = [_num(c) for c in spec["gravity"]]
     gvec = g[0] * N.x + g[1] * N.y + g[2] * N.z
     rbs = []
     V = sp.S(0)
     for k, bd in enumerate(bodies):
         F, Ob = frames[bd["name"]], origins[bd["name"]]
         m = p[10 * k]
-        c = [sp.Float(x) for x in bd["com"]]
+        c = [_num(x) for x in bd["com"]]
         G = Ob.locatenew(f"G{k}", c[0] * F.x + c[1] * F.y + c[2] * F.z)
         G.set_vel(N, G.pos_from(O).dt(N))
         I = me.inertia(F, p[10 * k + 4], p[10 * k + 5], p[10 * k + 6],
@@ -165,20 +165,20 @@ def _generate(spec: dict) -> str:
     phi = []
     for lp in spec["loops"]:
         Fa, Fb = frames[lp["body_a"]], frames[lp["body_b"]]
-        pa = origins[lp["body_a"]].locatenew("pa", sum((sp.Float(c) * e for c, e in zip(lp["point_a"], (Fa.x, Fa.y, Fa.z))), sp.S(0) * N.x))
-        pb = origins[lp["body_b"]].locatenew("pb", sum((sp.Float(c) * e for c, e in zip(lp["point_b"], (Fb.x, Fb.y, Fb.z))), sp.S(0) * N.x))
+        pa = origins[lp["body_a"]].locatenew("pa", sum((_num(c) * e for c, e in zip(lp["point_a"], (Fa.x, Fa.y, Fa.z))), sp.S(0) * N.x))
+        pb = origins[lp["body_b"]].locatenew("pb", sum((_num(c) * e for c, e in zip(lp["point_b"], (Fb.x, Fb.y, Fb.z))), sp.S(0) * N.x))
         d = pa.pos_from(O) - pb.pos_from(O)
         comps = [d.dot(N.x), d.dot(N.y)] + ([] if spec["planar"] else [d.dot(N.z)])
         if lp["type"] == "revolute" and not spec["planar"]:
-            a = sum((sp.Float(c) * e for c, e in zip(lp["axis_a"], (Fa.x, Fa.y, Fa.z))), sp.S(0) * N.x)
+            a = sum((_num(c) * e for c, e in zip(lp["axis_a"], (Fa.x, Fa.y, Fa.z))), sp.S(0) * N.x)
             e1, e2 = lp["perp_b"]
-            comps += [a.dot(sum((sp.Float(c) * e for c, e in zip(e1, (Fb.x, Fb.y, Fb.z))), sp.S(0) * N.x)),
-                      a.dot(sum((sp.Float(c) * e for c, e in zip(e2, (Fb.x, Fb.y, Fb.z))), sp.S(0) * N.x))]
+            comps += [a.dot(sum((_num(c) * e for c, e in zip(e1, (Fb.x, Fb.y, Fb.z))), sp.S(0) * N.x)),
+                      a.dot(sum((_num(c) * e for c, e in zip(e2, (Fb.x, Fb.y, Fb.z))), sp.S(0) * N.x))]
         phi += comps
     # task coordinates
     tk = spec["task"]
     Ft, Ot = frames[tk["body"]], origins[tk["body"]]
-    pt = Ot.locatenew("T", sum((sp.Float(c) * e for c, e in zip(tk["point"], (Ft.x, Ft.y, Ft.z))), sp.S(0) * N.x))
+    pt = Ot.locatenew("T", sum((_num(c) * e for c, e in zip(tk["point"], (Ft.x, Ft.y, Ft.z))), sp.S(0) * N.x))
     rt = pt.pos_from(O)
     task = []
     for coord in tk["coordinates"]:
@@ -276,6 +276,19 @@ def _generate(spec: dict) -> str:
     emit("potential", ["q", "p"], [Vp], ())
     out.append(f"__all__ = {names!r}")
     return "\n".join(out) + "\n"
+
+
+def _num(c):
+    """A number of the geometry as sympy sees it: exact 0 and integers where the value is one to
+    1e-14 (a cos(90 deg) of 6e-17 is a zero, which lets the terms it multiplies vanish), a Float
+    otherwise (no rationalisation: nsimplify of such values builds huge integers)."""
+    import sympy as sp
+
+    c = float(c)
+    r = round(c)
+    if abs(c - r) < 1e-14:
+        return sp.Integer(r)
+    return sp.Float(c)
 
 
 def _printer():

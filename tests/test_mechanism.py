@@ -369,3 +369,59 @@ def test_generated_code_is_cached_by_digest_and_a_damaged_entry_is_replaced(tmp_
     q, qd = a.home_q, np.array([0.3, -0.2])
     np.testing.assert_allclose(c.bias(q, qd), a.bias(q, qd), rtol=0, atol=1e-14)
     assert D.digest_of(a.spec.symbolic) == a.generated.digest
+
+
+# ------------------------------------------------------------------------------ a serial arm
+def _serial_as_mechanism(model, home):
+    """A serial model's own parameters (placements, link inertias, tool, drives) written as a
+    mechanism file: each body frame is the world-aligned frame at q = 0 (the mechanism format
+    has no fixed rotations), so the joint axes, centres of mass and inertias are rotated into
+    it; no loops, the task is the tool point (x, y, z)."""
+    X = model.placements
+    mass, com, Ic = model.link_inertias
+    tool = model.tool_transform
+    drive, lim = model.drive, model.limits
+    W = np.eye(4)
+    bodies, joints = [], []
+    parent = "ground"
+    for i in range(model.dof):
+        Wi = W @ X[i]
+        R = Wi[:3, :3]
+        I = R @ Ic[i] @ R.T
+        bodies.append({"name": f"link{i + 1}", "mass": float(mass[i]), "com": (R @ com[i]).tolist(),
+                       "inertia": [I[0, 0], I[1, 1], I[2, 2], I[0, 1], I[1, 2], I[2, 0]]})
+        joints.append({"name": model.joint_names[i], "type": model.joint_types[i], "parent": parent,
+                       "child": f"link{i + 1}", "origin": (Wi[:3, 3] - W[:3, 3]).tolist(),
+                       "axis": R[:, 2].tolist(), "home": float(home[i]), "actuated": True,
+                       "rotor_inertia": float(drive.armature[i]), "gear_ratio": 1.0,
+                       "viscous": float(drive.viscous[i]), "coulomb": float(drive.coulomb[i])})
+        parent = f"link{i + 1}"
+        W = Wi
+    return {"name": model.name + "_mechanism", "type": "mechanism", "planar": False,
+            "gravity": model.gravity_vector.tolist(), "bodies": bodies, "joints": joints,
+            "task": {"body": parent, "point": (W[:3, :3] @ tool[:3, 3]).tolist(), "coordinates": ["x", "y", "z"]}}
+
+
+def test_a_serial_arm_written_as_a_mechanism_reproduces_the_dh_model():
+    """seed 000's 3-DOF spatial arm (DH rows; its dynamics are checked against Pinocchio in
+    tests/test_serial_pinocchio.py) as a mechanism without loops: the spatial code path."""
+    arm = load_model(ROBOTS / "seed000_arm.toml")
+    home = np.array([0.3, 0.5, -1.0])
+    mech = load_model(_serial_as_mechanism(arm, home), file="seed000_mechanism")
+    rng = np.random.default_rng(4106)
+    for _ in range(12):
+        q = home + rng.uniform(-0.4, 0.4, size=3)
+        qd, qdd, tau = rng.normal(size=3), 3 * rng.normal(size=3), 10 * rng.normal(size=3)
+        np.testing.assert_allclose(mech.mass_matrix(q), arm.mass_matrix(q), rtol=0, atol=TOL)
+        np.testing.assert_allclose(mech.inverse_dynamics(q, qd, qdd), arm.inverse_dynamics(q, qd, qdd),
+                                   rtol=0, atol=TOL)
+        np.testing.assert_allclose(mech.forward_dynamics(q, qd, tau), arm.forward_dynamics(q, qd, tau),
+                                   rtol=0, atol=TOL)
+        np.testing.assert_allclose(mech.coriolis_matrix(q, qd), arm.coriolis_matrix(q, qd), rtol=0, atol=TOL)
+        assert abs(mech.kinetic_energy(q, qd) - arm.kinetic_energy(q, qd)) < TOL
+        assert abs((mech.potential_energy(q) - mech.potential_energy(home))
+                   - (arm.potential_energy(q) - arm.potential_energy(home))) < TOL
+        T = arm.forward_kinematics(q)
+        np.testing.assert_allclose(mech.forward_kinematics(q)[:3, 3], T[:3, 3], rtol=0, atol=TOL)
+        np.testing.assert_allclose(mech.jacobian(q), arm.jacobian(q), rtol=0, atol=TOL)
+        np.testing.assert_allclose(mech.inverse_kinematics(T[:3, 3]), q, rtol=0, atol=TOL)
