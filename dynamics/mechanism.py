@@ -34,11 +34,10 @@ Dynamics
 * inverse dynamics: ``F = M zdd + b - J_t^T w``; the passive rows give the multipliers
   ``lam = -Lc_p^-1 F_p`` (for a point closure: the force [N], base frame, that body_a exerts on
   body_b at the closure point; see :meth:`MechanismModel.inverse_dynamics_multipliers`), the
-  actuated rows the
-  torques ``tau = F_a + Lc_a lam`` (= ``G^T F``);
-* reduced: ``M_r = G^T M G``, ``h_r = G^T (M g0 + b)``, ``C_r = G^T M Gdot + G^T C G`` (``C``
-  from the Christoffel symbols of ``M``; ``Gdot`` uses ``d/dt(phi_z) v``, obtained exactly by
-  polarisation of the generated quadratic form ``gamma``);
+  actuated rows the torques ``tau = F_a + Lc_a lam`` (= ``G^T F``);
+* reduced: ``M_r = G^T M G``, ``h_r = G^T (M g0 + b)``, ``C_r = G^T M Gdot + G^T C G`` (``C v``
+  with the Christoffel symbols of ``M`` and ``Gdot`` with ``d/dt(phi_z) v``, both obtained exactly
+  by polarisation of the generated quadratic forms ``b(z, zd) - g(z)`` and ``gamma``);
 * forward dynamics: ``qdd = M_r^-1 (tau - h_r + G^T J_t^T w)``.  Constraint drift: the state is
   the minimal ``(q, qd)``; the passive coordinates are re-solved from the closures by Newton at
   every evaluation (tolerance 1e-12 m), so the closures hold to that tolerance by construction,
@@ -562,9 +561,13 @@ class MechanismModel(ParallelModel):
             return self._batch(self.coriolis_matrix, [qa, qd], 0, pose, (self._na, self._na))
         z, zd, G, B, g0 = self._state(qa, qd, pose)
         M = self._mass_full(z)
-        dM = self._f["dmass"](z, self._p)                           # [i, j, k] = dM_ij/dz_k
-        C = 0.5 * (np.einsum("ijk,k->ij", dM, zd) + np.einsum("ikj,k->ij", dM, zd)
-                   - np.einsum("jki,k->ij", dM, zd))
+        # C G: the velocity terms of Lagrange's equations are the quadratic form
+        # b(z, zd) - g(z) = sum_jk c_ijk zd_j zd_k with the Christoffel symbols c_ijk symmetric in
+        # j, k, so C(z, zd) v = sum_jk c_ijk v_j zd_k is its polarisation (exact, no dM/dz needed)
+        bias = self._f["bias"]
+        CG = np.empty_like(G)
+        for j in range(self._na):
+            CG[:, j] = 0.25 * (bias(z, zd + G[:, j], self._p) - bias(z, zd - G[:, j], self._p))
         Gd = np.zeros_like(G)
         if self._m:
             gam = self._f["phi_gamma"]
@@ -573,7 +576,7 @@ class MechanismModel(ParallelModel):
                 # d/dt(phi_z) v by polarisation of the quadratic form gamma(zd) = d/dt(phi_z) zd
                 Pv = 0.25 * (gam(z, zd + v) - gam(z, zd - v))
                 Gd[self._pas, j] = -np.linalg.solve(B, Pv)
-        return G.T @ M @ Gd + G.T @ C @ G
+        return G.T @ M @ Gd + G.T @ CG
 
     def inverse_dynamics(self, q, qd, qdd, wrench=None, pose=None) -> np.ndarray:
         """Actuator torques/forces (n,) or (N, n) for the actuated motion (and a wrench on the task
