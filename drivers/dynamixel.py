@@ -241,9 +241,8 @@ class DynamixelDriver(TransportDriver):
     def _next(self, deadline: float, stats: dict | None):
         """The next packet (or decode error) from the port, or None at the deadline."""
         while not self._ready:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
+            # past the deadline, bytes that already arrived are still read, without waiting
+            remaining = max(0.0, deadline - time.monotonic())
             try:
                 data = self._port.read(self._framer.needed(), remaining)
             except CommsTimeoutError:

@@ -86,6 +86,8 @@ FOREIGN_WINDOW_CYCLES = 50
 #: stalled peer answers a burst of them; the stale-feedback limit, at most 100 cycles, ends a run
 #: whose motor stays silent longer)
 _OWED_MAX = 100
+#: frames read without waiting once a cycle's reply deadline has passed (what was queued in time)
+_LATE_FRAMES_MAX = 64
 
 #: p, v, kp, kd fields all at their maximum (with t = 0xFFC..0xFFE the frame is ENTER/EXIT/ZERO)
 _ALL_ONES_4 = (0xFFFF, 0xFFF, 0xFFF, 0xFFF)
@@ -396,10 +398,17 @@ class MitCanDriver(TransportDriver):
         one = buses[0].recv_fields if len(buses) == 1 else None
         lengths = self._reply_lengths
         by_id = self._by_id
+        late = 0
         while pending:
+            # past the deadline, what is already queued is still read (a reply that arrived in
+            # time is not lost because this process was stalled), without waiting, and at most
+            # a bus's worth of frames
             remaining = deadline - monotonic()
             if remaining <= 0:
-                break
+                remaining = 0.0
+                late += 1
+                if late > _LATE_FRAMES_MAX:
+                    break
             if one is not None:
                 # recv_any_fields with one transport
                 b, frame = 0, one(remaining)

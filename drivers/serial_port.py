@@ -194,12 +194,16 @@ class SerialTransport:
 
     def _read_some(self, deadline: float) -> bytes:
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return b""
         ser = self._serial_mod
         try:
-            self._port.timeout = remaining
             waiting = self._port.in_waiting
+            if remaining <= 0:
+                # past the deadline only what already arrived is read (a stalled process does
+                # not lose bytes that came in time), without waiting
+                if not waiting:
+                    return b""
+                remaining = 0
+            self._port.timeout = remaining
             return self._port.read(max(1, waiting))
         except (ser.SerialException, OSError, ValueError, *_TERMIOS_ERRORS) as err:
             # pyserial re-applies the port settings when the timeout changes: a device that
