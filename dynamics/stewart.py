@@ -985,7 +985,13 @@ def load_stewart(root: Section, base_dir: str | Path | None = None) -> StewartPl
     elif dr.has("rotor_inertia") or dr.has("screw_lead"):
         jr = dr.float("rotor_inertia", minimum=0.0)
         lead = dr.float("screw_lead", minimum=0.0, strict_min=True)
-        arm = jr * (2.0 * np.pi / lead) ** 2
+        try:
+            arm = jr * (2.0 * np.pi / lead) ** 2
+        except OverflowError:
+            arm = float("inf")
+        if not np.isfinite(arm):
+            raise dr.error("screw_lead", f"rotor_inertia * (2 pi / screw_lead)^2 is not a finite armature "
+                                         f"(screw_lead = {lead!r} m/rev)")
     else:
         arm = 0.0
     visc = dr.float("viscous", 0.0, minimum=0.0)

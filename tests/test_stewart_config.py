@@ -80,6 +80,7 @@ BAD = [
     ("geometry.ujoint_axes", [[0.0, 0.0, 0.0]] * 6, "geometry.ujoint_axes"),
     ("drive.armature", 1.0, "drive.armature"),      # together with rotor_inertia: ambiguous
     ("drive.screw_lead", 0.0, "drive.screw_lead"),
+    ("drive.screw_lead", 1e-300, "drive.screw_lead"),   # armature overflows a float
     ("home_pose", [0.0, 0.0, 0.9], "home_pose"),
     ("home_pose", [0.0, 0.0, 2.0, 0.0, 0.0, 0.0], "home_pose"),        # legs too long: names the leg
     ("home_pose", [0.0, 0.0, 0.9, 0.0, 1.5707963267948966, 0.0], "home_pose"),
