@@ -184,8 +184,8 @@ def _pct(x: np.ndarray) -> dict:
 class TimingStats:
     """Per-cycle timing statistics [s] (percentiles p50/p99/p99.9 and max).
 
-    ``lateness``: cycle start after its deadline; ``period_error``: |actual
-    interval between cycle starts - period|; ``compute``: estimate + control +
+    ``lateness``: cycle start after its deadline; ``period_error``: the actual
+    interval between cycle starts minus the period, in absolute value; ``compute``: estimate + control +
     safety time (real CPU time, also in lock-step runs); ``cycle``: the whole
     cycle including driver I/O and telemetry.  ``missed_deadlines``: cycles
     later than ``miss_threshold_fraction_of_period * period_s``.

@@ -267,6 +267,8 @@ class SafetyConfig:
         Plausible |acceleration| of the feedback (:mod:`controller.plausibility`); None:
         derived from the model and the torque limits at the start pose.
 
+    Notes
+    -----
     Every numeric field must lie in its :data:`SAFETY_RANGES` range.
     """
 
