@@ -203,6 +203,25 @@ def test_3rrr_identifiability_report_names_the_inert_and_grouped_parameters():
         assert f"proximal{i}.ZZ" in grouped or f"theta{i}.Ia" in grouped
 
 
+
+def test_base_parameter_labels_are_the_combinations_with_units():
+    """The parameters plot labels each base parameter as the combination it is, in its unit: the
+    3RRR's b1 groups the proximal link's ZZ, the rotor inertia and the distal and platform
+    masses times squared lengths (all kg m^2), b3 a first moment (kg m)."""
+    from controller.app.identify import base_parameter_labels
+
+    bp = base_parameters(load_model(ROBOTS / "3rrr_horizontal.toml"))
+    labels = base_parameter_labels(bp)
+    assert len(labels) == bp.rank
+    for r, (label, expr) in enumerate(zip(labels, bp.expressions)):
+        assert label.startswith(f"b{r + 1} = ") and label.endswith(f"[{bp.pset.units[bp.independent[r]]}]")
+        assert expr in label
+    b1 = labels[0]
+    assert "proximal1.ZZ" in b1 and "theta1.Ia" in b1 and "platform.M" in b1 and b1.endswith("[kg m^2]")
+    assert any(lb.startswith("b3 = distal1.MX") and lb.endswith("[kg m]") for lb in labels)
+    short = base_parameter_labels(bp, width=30)[0]
+    assert "more terms)" in short and short.endswith("[kg m^2]") and short.startswith("b1 = proximal1.ZZ")
+
 # ---------------------------------------------------------------------------
 # physically consistent parametrisation
 # ---------------------------------------------------------------------------

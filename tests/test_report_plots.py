@@ -208,6 +208,22 @@ def test_stewart_torque_plot_is_in_newton_with_the_safety_limit(runs, figs):
     np.testing.assert_allclose(d, log["tau_ctrl"][:, 0] - log["tau_cmd"][:, 0])
 
 
+
+def test_torque_axes_are_scaled_to_the_data_and_name_a_limit_above_them(runs, figs):
+    """The 3RRR demo uses about 2 % of its 15 N m limit: the axis shows the data (not a flat line
+    at 2 % of a +-15 N m axis) and the title names the limit above the scale."""
+    spec, result, metrics, out = runs["rrr"]
+    fig = figs(out)["torque"]
+    left = [ax for ax in fig.axes if ax.get_ylabel().startswith("theta") and "diff" not in ax.get_ylabel()]
+    log = read_log(out)
+    for j, ax in enumerate(left):
+        peak = float(np.max(np.abs(np.r_[log["tau_cmd"][:, j], log["tau_meas"][:, j], log["tau_ctrl"][:, j]])))
+        lo, hi = ax.get_ylim()
+        assert hi == pytest.approx(-lo) and peak <= hi <= 1.3 * peak
+        lim = float(spec.model.limits.torque_max[j])
+        assert lim > hi and f"limit {lim:.4g} N m, above this scale" in ax.get_title(loc="right")
+        assert not [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+
 def test_error_plot_in_mm_and_mrad_with_the_rms_marked(runs, figs):
     spec, result, metrics, out = runs["rrr"]
     fig = figs(out)["error"]
@@ -368,3 +384,78 @@ def test_the_miss_threshold_is_named_as_a_fraction_of_the_period():
     assert timing_health(d, "wall")["miss_threshold_s"] == pytest.approx(0.0005)
     old = {k: v for k, v in d.items() if k != "miss_threshold_fraction_of_period"}
     assert timing_health(dict(old, miss_fraction=0.25), "wall")["miss_threshold_s"] == pytest.approx(0.00025)
+
+
+@pytest.mark.parametrize("projection", [None, "3d"])
+def test_fast_frames_look_like_full_redraws(projection):
+    """The animation draws its static part once and only the moving artists per frame
+    (:func:`controller.app.animate.render_frames`): each frame must look like the whole figure
+    drawn for that frame (same size, nearly every pixel equal: a moving line may cross the legend,
+    which a full drawing puts on top)."""
+    from controller.app.animate import render_frames
+
+    def figure():
+        fig = plt.figure(figsize=(4, 4), dpi=60)
+        ax = fig.add_subplot(projection=projection)
+        s = np.linspace(0, 2 * np.pi, 50)
+        xyz = np.c_[np.cos(s), np.sin(s), 0.3 * s]
+        if projection:
+            ax.plot(*xyz.T, "k--", label="reference")
+            line = ax.plot([], [], [], "o-", label="robot")[0]
+            ax.set_xlim(-1.5, 1.5), ax.set_ylim(-1.5, 1.5), ax.set_zlim(0, 2)
+        else:
+            ax.plot(xyz[:, 0], xyz[:, 1], "k--", label="reference")
+            line = ax.plot([], [], "o-", label="robot")[0]
+            ax.set_xlim(-1.5, 1.5), ax.set_ylim(-1.5, 1.5)
+        ax.legend(loc="upper right")
+        title = fig.suptitle("")
+
+        def update(f):
+            p = xyz[: 5 * f + 2]
+            if projection:
+                line.set_data_3d(p[:, 0], p[:, 1], p[:, 2])
+            else:
+                line.set_data(p[:, 0], p[:, 1])
+            title.set_text(f"t = {f / 10:.2f} s")
+        return fig, [line, title], update
+
+    frames = {}
+    for full in (False, True):
+        fig, artists, update = figure()
+        frames[full] = render_frames(fig, artists, update, 6, full=full)
+        plt.close(fig)
+    for fast, ref in zip(frames[False], frames[True]):
+        assert fast.shape == ref.shape and fast.dtype == np.uint8
+        assert np.mean(np.any(fast != ref, axis=-1)) < 0.01
+    # and the frames differ from each other (the artists moved)
+    assert np.mean(np.any(frames[False][0] != frames[False][-1], axis=-1)) > 0.005
+
+
+def test_a_spatial_path_is_drawn_in_3d_to_scale_and_a_flat_one_in_its_plane(tmp_path):
+    """A helix (every extent comparable) gets a 3-D panel whose box has the path's proportions;
+    a path that is nearly flat stays in the plane of its two largest extents."""
+    from types import SimpleNamespace
+
+    from controller.app.plots import _path
+
+    t = np.linspace(0.0, 2.0, 400)
+
+    def data(ref):
+        log = np.zeros(t.size, dtype=[("t", float), ("ref_pos", float, 3), ("err", float, 3)])
+        log["t"], log["ref_pos"], log["err"] = t, ref, 1e-4 * np.sin(5 * t)[:, None]
+        axes = [SimpleNamespace(kind="linear", name=c) for c in "xyz"]
+        return SimpleNamespace(log=log, space="task", axes=axes, title="synthetic")
+
+    helix = np.c_[0.1 * np.cos(3 * t), 0.1 * np.sin(3 * t), 0.05 * t]
+    fig = _path(plt, data(helix))
+    ax = fig.axes[0]
+    assert ax.name == "3d" and ax.get_zlabel() == "z [m]"
+    box = np.asarray(ax.get_box_aspect())
+    assert box[1] / box[0] == pytest.approx(1.0, rel=0.02)      # x and y span 0.2 m
+    assert box[2] / box[0] == pytest.approx(0.5, rel=0.02)      # z spans 0.1 m
+    plt.close(fig)
+    flat = np.c_[0.1 * np.cos(3 * t), 0.1 * np.sin(3 * t), 0.005 * t]
+    fig = _path(plt, data(flat))
+    ax = fig.axes[0]
+    assert ax.name != "3d" and (ax.get_xlabel(), ax.get_ylabel()) == ("x [m]", "y [m]")
+    plt.close(fig)

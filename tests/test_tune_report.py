@@ -97,3 +97,20 @@ def test_tune_plot_marks_the_best_with_units():
         assert edges == [10.0, 100.0]
     finally:
         plt.close(fig)
+
+
+def test_a_log_range_of_less_than_two_decades_has_labelled_ticks_inside_it():
+    """A log axis from 12 to 60 holds no power of ten: without labelled 2 and 5 ticks it would
+    show no number at all."""
+    r = _result([12.0, 30.0, 60.0], [3e-4, 1e-4, 2e-4], log=True)
+    r.spec.params["controller.wn_rad_s"] = ParamRange(12.0, 60.0, log=True)
+    fig = tune_figure(r)
+    try:
+        (ax,) = fig.axes
+        fig.canvas.draw()
+        lo, hi = ax.get_xlim()
+        shown = [float(t.get_text()) for t in ax.get_xticklabels(minor=True) + ax.get_xticklabels()
+                 if t.get_text() and lo <= t.get_position()[0] <= hi]
+        assert ax.get_xscale() == "log" and len(shown) >= 2 and 20.0 in shown and 50.0 in shown
+    finally:
+        plt.close(fig)

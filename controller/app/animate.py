@@ -10,14 +10,15 @@ runs) or the previous frame.  Planar motions are drawn in their plane, others in
 3-D; lengths in metres.  The reference end-effector path is drawn dashed and the
 measured one is traced as the robot moves.
 
-Output: an animated GIF (matplotlib's PillowWriter; Pillow comes with
-matplotlib) or, for a ``.html`` file name, a self-contained page with a player
+Output: an animated GIF (the static part of the figure drawn once, each frame
+only the moving artists over it, written by Pillow, which comes with matplotlib) or, for a ``.html`` file name, a self-contained page with a player
 (play, pause, step, speed).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from dynamics.errors import ConfigError, TorqueloopError
 
 from .plots import _cols, _pyplot, load_run_data
 
-__all__ = ["robot_polylines", "animate_run"]
+__all__ = ["robot_polylines", "animate_run", "render_frames"]
 
 
 def _xyz(p: np.ndarray) -> np.ndarray:
@@ -87,7 +88,8 @@ def _frame_rows(t: np.ndarray, fps: float, max_frames: int) -> np.ndarray:
     return np.unique(np.clip(np.searchsorted(t, np.linspace(t[0], t[-1], n)), 0, t.size - 1))
 
 
-def animate_run(log_path, out=None, *, fps: float = 20.0, max_frames: int = 200, dpi: int = 80) -> tuple[Path, int]:
+def animate_run(log_path, out=None, *, fps: float = 20.0, max_frames: int = 200, dpi: int = 80,
+                progress: Callable[[int, int], None] | None = None) -> tuple[Path, int]:
     """Write an animation of the robot from a run's log.
 
     Parameters
@@ -104,6 +106,8 @@ def animate_run(log_path, out=None, *, fps: float = 20.0, max_frames: int = 200,
         Upper bound on the number of frames.
     dpi : int
         Resolution of the frames.
+    progress : callable, optional
+        Called as ``progress(done, total)`` after each frame is rendered (a command line shows it).
 
     Returns
     -------
@@ -115,7 +119,7 @@ def animate_run(log_path, out=None, *, fps: float = 20.0, max_frames: int = 200,
     if fps <= 0 or max_frames < 2:
         raise ConfigError("animation needs fps > 0 and at least 2 frames")
     plt = _pyplot()
-    from matplotlib.animation import FuncAnimation, PillowWriter
+    from matplotlib.animation import FuncAnimation
 
     data = load_run_data(log_path)
     model = data.model
@@ -150,7 +154,7 @@ def animate_run(log_path, out=None, *, fps: float = 20.0, max_frames: int = 200,
     flat = [i for i in range(3) if span[i] <= 1e-9 * max(span.max(), 1e-12)]
     plane = [i for i in range(3) if i not in flat][:2] if len(flat) == 1 else None
     names = ("x", "y", "z")
-    fig = plt.figure(figsize=(6.4, 6.0))
+    fig = plt.figure(figsize=(6.4, 6.0), dpi=dpi)
     lo, hi = pts.min(axis=0), pts.max(axis=0)
     mid, half = 0.5 * (lo + hi), 0.55 * max(float(np.max(hi - lo)), 1e-3)
     if plane is not None:
@@ -173,6 +177,7 @@ def animate_run(log_path, out=None, *, fps: float = 20.0, max_frames: int = 200,
         ax = fig.add_subplot(projection="3d")
         for a, setter in enumerate((ax.set_xlim, ax.set_ylim, ax.set_zlim)):
             setter(mid[a] - half, mid[a] + half)
+        ax.set_box_aspect((1.0, 1.0, 1.0))      # equal ranges drawn as equal lengths: a metre is a metre
         ax.set_xlabel("x [m]")
         ax.set_ylabel("y [m]")
         ax.set_zlabel("z [m]")
@@ -193,16 +198,71 @@ def animate_run(log_path, out=None, *, fps: float = 20.0, max_frames: int = 200,
         title.set_text(f"{data.title}: t = {t[rows[f]]:.2f} s" + (f" (x{speed:.2g} speed)" if speed > 1.05 else ""))
         return [*links, trace, title]
 
-    anim = FuncAnimation(fig, update, frames=len(rows), interval=1000.0 / fps, blit=False)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         if out.suffix.lower() == ".html":
+            anim = FuncAnimation(fig, update, frames=len(rows), interval=1000.0 / fps, blit=False)
             out.write_text(anim.to_jshtml(fps=fps, default_mode="once"))
+            if progress is not None:
+                progress(len(rows), len(rows))
         else:
-            anim.save(out, writer=PillowWriter(fps=fps), dpi=dpi)
+            frames = render_frames(fig, [*links, trace, title], update, len(rows), progress=progress)
+            _write_gif(out, frames, fps)
     finally:
         plt.close(fig)
     return out, len(rows)
+
+
+def render_frames(fig, artists, update: Callable[[int], object], n: int, *, full: bool = False,
+                  progress: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
+    """The frames of an animation as RGB arrays, (height, width, 3) uint8 each.
+
+    The figure's static part (axes, ticks, labels, the reference path) is drawn once; each frame
+    then redraws only ``artists`` (what ``update(f)`` changes) over a copy of it, which is what
+    makes a frame cost milliseconds instead of a whole figure's drawing.  ``full=True`` draws
+    the whole figure for every frame instead (the reference the tests compare with).
+    """
+    canvas = fig.canvas
+    if full:
+        out = []
+        for f in range(n):
+            update(f)
+            canvas.draw()
+            out.append(np.asarray(canvas.buffer_rgba())[..., :3].copy())
+            if progress is not None:
+                progress(f + 1, n)
+        return out
+    for a in artists:
+        a.set_animated(True)
+    try:
+        canvas.draw()                       # everything but the animated artists
+        background = canvas.copy_from_bbox(fig.bbox)
+        out = []
+        for f in range(n):
+            canvas.restore_region(background)
+            update(f)
+            for a in artists:
+                fig.draw_artist(a)
+            out.append(np.asarray(canvas.buffer_rgba())[..., :3].copy())
+            if progress is not None:
+                progress(f + 1, n)
+        return out
+    finally:
+        for a in artists:
+            a.set_animated(False)
+
+
+def _write_gif(path: Path, frames: list[np.ndarray], fps: float) -> None:
+    """An endlessly looping GIF of RGB frames at ``fps`` (Pillow, which matplotlib depends on)."""
+    from PIL import Image
+
+    # one palette for the whole animation, from the first, middle and last frames side by side
+    # (a plot has few colours; quantising each frame on its own would cost 20x more)
+    sample = np.concatenate([frames[0], frames[len(frames) // 2], frames[-1]], axis=1)
+    palette = Image.fromarray(sample).quantize(colors=255, method=Image.Quantize.MEDIANCUT)
+    images = [Image.fromarray(f).quantize(palette=palette, dither=Image.Dither.NONE) for f in frames]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=int(round(1000.0 / fps)), loop=0,
+                   optimize=False)
 
 
 def _reference_path(model, data, rows) -> np.ndarray:

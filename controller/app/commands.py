@@ -324,7 +324,12 @@ def animate(args) -> int:
     """``torqueloop animate``: a stick-figure animation of the robot from a run's log (GIF or HTML)."""
     from .animate import animate_run
 
-    path, frames = animate_run(args.log, args.out, fps=args.fps, max_frames=args.max_frames)
+    def progress(done: int, total: int) -> None:     # on a terminal only; nothing extra on a pipe
+        print(f"\r  rendering frame {done}/{total}", end="\n" if done == total else "", file=sys.stderr,
+              flush=True)
+
+    path, frames = animate_run(args.log, args.out, fps=args.fps, max_frames=args.max_frames,
+                               progress=progress if sys.stderr.isatty() else None)
     print(f"{path} ({frames} frames)")
     return 0
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -508,6 +509,25 @@ def format_tracking(items: list) -> str:
 # ---------------------------------------------------------------------------
 # plots
 # ---------------------------------------------------------------------------
+def base_parameter_labels(base: BaseParameters, width: int = 70) -> list[str]:
+    """One label per base parameter: ``b3 = link2.XX - 0.25 link2.YY [kg m^2]``, its combination of
+    standard parameters with its unit (that of its leading standard parameter), shortened to
+    ``width`` characters with the number of terms left out."""
+    units = base.pset.units
+    out = []
+    for r, expr in enumerate(base.expressions):
+        unit = units[base.independent[r]] if units else ""
+        terms = re.split(r" (?=[+-] )", expr)
+        text = f"b{r + 1} = {terms[0]}"
+        for k, term in enumerate(terms[1:], 1):
+            if len(text) + len(term) + 1 > width:
+                text += f" ... ({len(terms) - k} more terms)"
+                break
+            text += " " + term
+        out.append(f"{text} [{unit}]" if unit else text)
+    return out
+
+
 def _plots(out: Path, model, base, est, valid: Samples, tau_pred, true_base, tracking) -> list:
     try:
         import matplotlib
@@ -535,19 +555,20 @@ def _plots(out: Path, model, base, est, valid: Samples, tau_pred, true_base, tra
     r = base.rank
     ref = np.abs(true_base) if true_base is not None else np.abs(est.base_ls)
     ref = np.where(ref > 0, ref, 1.0)
-    fig, ax = plt.subplots(figsize=(max(8, 0.28 * r), 4.5))
-    x = np.arange(r)
-    ax.errorbar(x - 0.15, est.base_ls / ref, yerr=3 * est.base_std / ref, fmt="o", ms=3, capsize=2,
+    labels = base_parameter_labels(base)
+    fig, ax = plt.subplots(figsize=(11, max(3.5, 0.3 * r + 1.5)))
+    y = np.arange(r)[::-1]
+    ax.errorbar(est.base_ls / ref, y + 0.15, xerr=3 * est.base_std / ref, fmt="o", ms=3, capsize=2,
                 label="weighted LS +- 3 sigma")
-    ax.plot(x + 0.15, est.base_pc / ref, "s", ms=3, label="physically consistent")
+    ax.plot(est.base_pc / ref, y - 0.15, "s", ms=3, label="physically consistent")
     if true_base is not None:
-        ax.plot(x, true_base / ref, "k_", ms=10, label="true (simulated plant)")
-    ax.set_xticks(x)
-    ax.set_xticklabels(base.names, rotation=90, fontsize=6)
-    ax.set_ylabel("value / |reference|")
-    ax.set_title("base parameters (normalised)")
+        ax.plot(true_base / ref, y, "k|", ms=10, label="true (simulated plant)")
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels, fontsize=6)
+    ax.set_xlabel("value / |" + ("true value" if true_base is not None else "LS estimate") + "|")
+    ax.set_title("base parameters (each a combination of standard parameters, in its unit)", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     p = out / "parameters.png"
     fig.savefig(p, dpi=110)

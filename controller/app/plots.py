@@ -168,6 +168,13 @@ def end_effector_path(data: RunData) -> tuple[np.ndarray, np.ndarray, list[str]]
     return model.forward_kinematics(q_ref)[:, :3, 3], model.forward_kinematics(q)[:, :3, 3], ["x", "y", "z"]
 
 
+def _spatial(ref: np.ndarray) -> bool:
+    """Whether a path needs three axes: its smallest extent is more than 20 % of its largest
+    (flatter paths are drawn in the plane of their two largest extents)."""
+    span = np.ptp(ref, axis=0)
+    return bool(span.max() > 0 and span.min() > 0.2 * span.max())
+
+
 def _task_plane(ref: np.ndarray) -> list[int]:
     """The two base axes along which the reference path extends most (ties: x, y, z order)."""
     span = np.ptp(ref, axis=0)
@@ -181,8 +188,10 @@ def _tracking(plt, d: RunData):
     fig, axes = plt.subplots(dim, 1, figsize=(9, 2.1 * dim), sharex=True, squeeze=False)
     for i, a in enumerate(d.axes):
         ax = axes[i, 0]
-        ax.plot(t, ref[:, i], "k--", lw=1.0, label="reference")
-        ax.plot(t, ref[:, i] - err[:, i], lw=1.2, label="measured")
+        # the measured curve wide and light, the reference dashed on top of it: where they agree
+        # (the usual case) both stay visible
+        ax.plot(t, ref[:, i] - err[:, i], lw=3.0, alpha=0.45, color="tab:blue", label="measured")
+        ax.plot(t, ref[:, i], "k--", lw=1.0, zorder=3, label="reference")
         ax.set_ylabel(a.label)
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper right", fontsize=8)
@@ -225,30 +234,68 @@ def _torque(plt, d: RunData):
         ax, dx = axes[j, 0], axes[j, 1]
         ax.plot(t, tau_c[:, j], lw=1.0, label="commanded")
         ax.plot(t, tau_m[:, j], lw=0.8, alpha=0.8, label="measured")
+        clipped = tau_u[:, j] != tau_c[:, j]
+        if clipped.any():
+            ax.plot(t, np.where(clipped, tau_u[:, j], np.nan), lw=0.8, color="tab:purple",
+                    label="controller (where clipped)")
         peak = float(np.max(np.abs(tau_c[:, j])))
+        data_max = float(np.nanmax(np.abs(np.r_[tau_c[:, j], tau_m[:, j], tau_u[:, j]])))
         lim = None if d.torque_limit is None else float(d.torque_limit[j])
+        view = _torque_view(data_max, lim)
         if lim is not None and np.isfinite(lim):
-            ax.axhline(lim, color="tab:red", ls="--", lw=0.9, label=f"limit {lim:.4g} {q.effort_unit}")
-            ax.axhline(-lim, color="tab:red", ls="--", lw=0.9)
-            ax.set_title(f"peak {peak:.4g} {q.effort_unit} = {100 * peak / lim:.1f} % of the limit",
+            if lim <= view:
+                ax.axhline(lim, color="tab:red", ls="--", lw=0.9, label=f"limit {lim:.4g} {q.effort_unit}")
+                ax.axhline(-lim, color="tab:red", ls="--", lw=0.9)
+                where = ""
+            else:
+                where = f" (limit {lim:.4g} {q.effort_unit}, above this scale)"
+            ax.set_title(f"peak {peak:.4g} {q.effort_unit} = {100 * peak / lim:.1f} % of the limit{where}",
                          fontsize=8, loc="right")
         else:
             ax.set_title(f"peak {peak:.4g} {q.effort_unit} (no limit)", fontsize=8, loc="right")
+        ax.set_ylim(-view, view)
         ax.set_ylabel(f"{q.name} [{q.effort_unit}]")
-        dx.plot(t, tau_u[:, j] - tau_c[:, j], lw=0.9, color="tab:purple", label="controller - commanded")
+        share = 100.0 * float(np.mean(clipped))
+        dx.plot(t, tau_u[:, j] - tau_c[:, j], lw=0.9, color="tab:purple",
+                label=f"controller - commanded (safety clipping, {share:.1f} % of cycles)")
         # the feedback of row k answers the command of row k - 1 (controller.loop)
-        dx.plot(t[1:], tau_m[1:, j] - tau_c[:-1, j], lw=0.8, color="tab:green", alpha=0.8,
-                label="measured - commanded (the cycle before)")
+        gap = tau_m[1:, j] - tau_c[:-1, j]
+        rms = float(np.sqrt(np.nanmean(gap ** 2))) if gap.size else 0.0
+        dx.plot(t[1:], gap, lw=0.8, color="tab:green", alpha=0.8,
+                label=f"measured - previous command (drive lag, quantisation; RMS {rms:.3g} {q.effort_unit})")
         dx.set_ylabel(f"{q.name} diff. [{q.effort_unit}]")
         for a in (ax, dx):
             a.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper left", fontsize=7)
-    axes[0, 1].legend(loc="upper left", fontsize=7)
+    axes[0, 1].legend(loc="upper left", fontsize=6)
     axes[-1, 0].set_xlabel("t [s]")
     axes[-1, 1].set_xlabel("t [s]")
     fig.suptitle(f"{d.title}: actuator {word} (left) and its differences (right: safety clipping, drive lag)")
     fig.tight_layout()
     return fig
+
+
+def _label_log_axis(axis, lo: float, hi: float) -> None:
+    """Plain numbers on a log axis, and labelled 2 and 5 ticks between the decades when the axis
+    spans less than two decades (matplotlib would label one tick, or none)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    axis.set_major_formatter(plain)
+    if lo > 0 and hi / lo < 100.0:
+        axis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+        axis.set_minor_formatter(plain)
+    else:
+        axis.set_minor_formatter(NullFormatter())
+
+
+def _torque_view(data_max: float, limit: float | None) -> float:
+    """Half-height of a torque axis: the data with a margin, stretched to show the limit when
+    the data come within 40 % of it (a limit far above the data would flatten them to a line)."""
+    view = 1.2 * data_max if data_max > 0 else 1.0
+    if limit is not None and np.isfinite(limit) and limit > 0 and limit <= 2.5 * view:
+        view = max(view, 1.1 * limit)
+    return view
 
 
 def _timing(plt, d: RunData):
@@ -298,20 +345,34 @@ def _path(plt, d: RunData):
     if p is None:
         return None
     ref, meas, names = p
-    i, k = _task_plane(ref)
     t = d.log["t"]
     dev_mm = np.linalg.norm(ref - meas, axis=1) * 1e3
     rms = float(np.sqrt(np.mean(dev_mm ** 2)))
-    fig, (ax, ex) = plt.subplots(1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [1, 1.3]})
-    ax.plot(ref[:, i], ref[:, k], "k--", lw=1.0, label="reference")
-    ax.plot(meas[:, i], meas[:, k], lw=1.2, alpha=0.85, label="measured")
-    ax.plot(ref[0, i], ref[0, k], "go", ms=6, label="start")
-    ax.set_xlabel(f"{names[i]} [m]")
-    ax.set_ylabel(f"{names[k]} [m]")
-    ax.set_aspect("equal", adjustable="datalim")
+    fig = plt.figure(figsize=(12, 5))
+    grid = fig.add_gridspec(1, 2, width_ratios=[1, 1.3])
+    if ref.shape[1] == 3 and _spatial(ref):
+        ax = fig.add_subplot(grid[0, 0], projection="3d")
+        ax.plot(*ref.T, "k--", lw=1.0, zorder=3, label="reference")
+        ax.plot(*meas.T, lw=2.5, alpha=0.5, label="measured")
+        ax.plot(*ref[0], "go", ms=6, label="start")
+        ax.set_xlabel(f"{names[0]} [m]")
+        ax.set_ylabel(f"{names[1]} [m]")
+        ax.set_zlabel(f"{names[2]} [m]")
+        ax.set_box_aspect(tuple(np.maximum(np.ptp(np.r_[ref, meas], axis=0), 1e-9)))   # metres alike
+        ax.set_title("path in 3-D (axes to scale)", fontsize=9)
+    else:
+        i, k = _task_plane(ref)
+        ax = fig.add_subplot(grid[0, 0])
+        ax.plot(meas[:, i], meas[:, k], lw=2.5, alpha=0.5, label="measured")
+        ax.plot(ref[:, i], ref[:, k], "k--", lw=1.0, zorder=3, label="reference")
+        ax.plot(ref[0, i], ref[0, k], "go", ms=6, label="start")
+        ax.set_xlabel(f"{names[i]} [m]")
+        ax.set_ylabel(f"{names[k]} [m]")
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.grid(alpha=0.3)
+        ax.set_title(f"path in the {names[i]}{names[k]} plane", fontsize=9)
     ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    ax.set_title(f"path in the {names[i]}{names[k]} plane", fontsize=9)
+    ex = fig.add_subplot(grid[0, 1])
     ex.plot(t, dev_mm, lw=1.0, label="|p_ref - p_meas|")
     ex.axhline(rms, color="tab:red", ls="--", lw=0.9, label=f"RMS {rms:.3g} mm")
     ex.set_xlabel("t [s]")
@@ -388,9 +449,8 @@ def tune_figure(result):
         for edge in (rng.low, rng.high):
             ax.axvline(edge, color="0.5", ls=":", lw=0.8)
         if rng.log:
-            from matplotlib.ticker import NullFormatter
             ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(NullFormatter())
+            _label_log_axis(ax.xaxis, *ax.get_xlim())
         ax.set_xlabel(f"{k} (search range dotted)")
         ax.set_ylabel(f"score [{unit}]")
         ax.legend(fontsize=7)
