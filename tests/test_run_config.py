@@ -186,3 +186,54 @@ def test_the_first_run_keys_are_keys_of_the_hardware_drivers():
                 read |= set(keys)
     named = {k for _, keys, _ in FIRST_RUN_KEYS for k in keys}
     assert named <= read, sorted(named - read)
+
+
+# -- a rehearsal is its hardware template but for the README's list ------------------------------
+_PAIRS = {"3rrr_mit_udp_run": "3rrr_mit_can_socketcan", "stewart_odrive_udp_run": "stewart_odrive_can_socketcan"}
+#: tables that differ as a whole (their keys are one row of the README's table)
+_WHOLE = ("driver.bus", "driver.buses", "driver.follow", "loop.realtime")
+
+
+def _leaves(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_leaves(v, path + "."))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for i, x in enumerate(v):
+                out.update({f"{path}.{key}#{i}": val for key, val in _leaves(x).items()})
+        else:
+            out[path] = v
+    return out
+
+
+def _differing_keys(hardware: Path, rehearsal: Path) -> set[str]:
+    from dynamics.config import read_toml
+
+    a, b = _leaves(read_toml(hardware)), _leaves(read_toml(rehearsal))
+    keys = set()
+    for k in set(a) | set(b):
+        if k in ("name", "description") or a.get(k, ...) == b.get(k, ...):
+            continue
+        k = k.split("#")[0]
+        keys.add(next((w for w in _WHOLE if k == w or k.startswith(w + ".")), k))
+    return keys
+
+
+def _readme_rows() -> dict[str, set[str]]:
+    text = (RUNS.parents[1] / "README.md").read_text()
+    table = text.split("**What a rehearsal changes from its hardware template**", 1)[1].split("\n\n", 2)[1]
+    rows: dict[str, set[str]] = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`"):
+            rows.setdefault(cells[0].strip("`"), set()).update(re.findall(r"`([\w.]+)`", cells[1]))
+    return rows
+
+
+@pytest.mark.parametrize("rehearsal", sorted(_PAIRS))
+def test_a_rehearsal_differs_from_its_hardware_template_only_where_the_readme_says(rehearsal):
+    hil = RUNS.parent
+    got = _differing_keys(hil / "hardware" / f"{_PAIRS[rehearsal]}.toml", hil / "rehearsal" / f"{rehearsal}.toml")
+    assert got == _readme_rows()[rehearsal]
