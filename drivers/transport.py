@@ -17,6 +17,7 @@ flags), so the drivers never touch python-can types.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import math
 import os
@@ -146,7 +147,7 @@ class CanTransport:
                 AttributeError) as err:
             raise CommsError(
                 f"cannot open CAN interface {interface!r} channel {channel!r}: "
-                f"{type(err).__name__}: {err}") from err
+                f"{type(err).__name__}: {err}{_open_hint(interface, channel, bitrate, err)}") from err
 
     @classmethod
     def from_bus(cls, bus: BusLike, *, name: str = "bus", send_timeout_s: float = 0.01) -> "CanTransport":
@@ -316,6 +317,23 @@ def recv_any(transports: Sequence[CanTransport], timeout_s: float,
     """
     got = recv_any_fields(transports, timeout_s, slice_s)
     return None if got is None else (got[0], Frame(*got[1]))
+
+
+def _open_hint(interface: str, channel, bitrate: int | None, err: BaseException) -> str:
+    """What to do when a SocketCAN interface does not open, by the error the kernel gave."""
+    if interface != "socketcan" or not isinstance(err, OSError):
+        return ""
+    up = f"`sudo ip link set {channel} up type can bitrate {bitrate or 1000000}`"
+    if err.errno == errno.EAFNOSUPPORT:
+        return ("; this kernel has no SocketCAN (AF_CAN): load it with `sudo modprobe can_raw` (and the "
+                "adapter's driver), or rehearse without hardware (hil_configs/rehearsal/)")
+    if err.errno == errno.ENODEV:
+        return (f"; there is no interface {channel!r}: `ip -details link show` lists the CAN interfaces "
+                f"(a USB adapter appears when plugged in; a serial-line one after `sudo slcand -o -s8 "
+                f"/dev/ttyACM0 {channel}`), then bring it up with {up}")
+    if err.errno == errno.ENETDOWN:
+        return f"; the interface is down: bring it up with {up}"
+    return ""
 
 
 def recv_any_fields(transports: Sequence[CanTransport], timeout_s: float,

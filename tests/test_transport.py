@@ -107,6 +107,23 @@ def test_bad_interface_or_channel_is_comms_error(iface, channel):
     assert info.value.__cause__ is not None
 
 
+
+@pytest.mark.parametrize("code,says", [
+    (97, "sudo modprobe can_raw"),                              # EAFNOSUPPORT: no AF_CAN in the kernel
+    (19, "`ip -details link show` lists the CAN interfaces"),    # ENODEV: no such interface
+    (100, "`sudo ip link set can7 up type can bitrate 500000`"),  # ENETDOWN: interface down
+])
+def test_a_socketcan_interface_that_does_not_open_says_what_to_do(monkeypatch, code, says):
+    """The kernel's errno picks the advice (the messages a first hardware run meets)."""
+    def refuse(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(can, "Bus", refuse)
+    with pytest.raises(CommsError) as info:
+        CanTransport("socketcan", "can7", bitrate=500000)
+    assert "'can7'" in str(info.value) and says in str(info.value)
+    assert isinstance(info.value.__cause__, OSError)
+
 def test_bus_errors_are_wrapped():
     class Broken:
         def send(self, msg, timeout=None):
