@@ -86,7 +86,7 @@ def _run(fname: str, tmp: Path | None, mode: str, duration_s: float):
     if mode == PAUSED:
         # the writer process stopped until the log closes: what remains is the control
         # thread's own work (the copies into the ring), without a busy process beside it
-        rec = run.loop.telemetry.mcap
+        rec = run.loop.telemetry.recorder
         os.kill(rec.pid, signal.SIGSTOP)
         close = rec.close
 

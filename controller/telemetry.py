@@ -406,13 +406,18 @@ class TelemetryWriter:
         flushed block of rows is copied into a shared-memory ring buffer of this many rows
         that a writer process drains; a full ring drops rows (counted in meta.json's ``mcap`` and in
         :attr:`notes`).  None (default): no MCAP.
+    live : dict, optional
+        Also stream the rows to a live viewer (Foxglove WebSocket) from the same writer process:
+        ``{"rate_hz": float, "port": int, "ring_rows": int}`` (see
+        :class:`controller.telemetry_mcap.McapRecorder`); :attr:`recorder`'s ``live_address``
+        tells where.  None (default): no live view.
     torque_limit_nm : array_like, shape (n,), optional
         The torque limits, recorded beside the torques in the MCAP file.
     """
 
     def __init__(self, directory, n: int, dim: int, *, buffer_rows: int = 200, meta: dict | None = None,
                  fsync: bool = False, joint_names=None, axis_names=None, mcap_ring_rows: int | None = None,
-                 torque_limit_nm=None):
+                 live: dict | None = None, torque_limit_nm=None):
         if buffer_rows < 1:
             raise TorqueloopError("buffer_rows must be >= 1")
         self.directory = Path(directory)
@@ -450,15 +455,19 @@ class TelemetryWriter:
         self.write_error: OSError | None = None
         #: what the run's summary should say about this log (set by :meth:`close`)
         self.notes: list[str] = []
-        self.mcap = None
-        if mcap_ring_rows is not None:
+        #: the writer process of log.mcap and the live view (McapRecorder), or None
+        self.recorder = None
+        if mcap_ring_rows is not None or live is not None:
             from .telemetry_mcap import McapRecorder
+            rings = [r for r in (mcap_ring_rows, (live or {}).get("ring_rows")) if r is not None]
             try:
-                self.mcap = McapRecorder(self.directory / "log.mcap", self.dtype,
-                                         _column_labels(self.n, joint_names, "joint_names"),
-                                         _column_labels(self.dim, axis_names, "axis_names"),
-                                         torque_limit_nm=torque_limit_nm, ring_rows=mcap_ring_rows,
-                                         start_ns=utc_ns(self.meta["start_time_utc"]))
+                self.recorder = McapRecorder(
+                    None if mcap_ring_rows is None else self.directory / "log.mcap", self.dtype,
+                    _column_labels(self.n, joint_names, "joint_names"),
+                    _column_labels(self.dim, axis_names, "axis_names"), torque_limit_nm=torque_limit_nm,
+                    ring_rows=max(rings) if rings else 65536, start_ns=utc_ns(self.meta["start_time_utc"]),
+                    live=None if live is None else {"rate_hz": float(live.get("rate_hz", 50.0)),
+                                                    "port": int(live.get("port", 0))})
             except BaseException:
                 self._fh.close()
                 raise
@@ -530,8 +539,8 @@ class TelemetryWriter:
         # the buffer before this returns, and rows kept after an error are copied
         rows = self._buf[: self._i]
         self._i = 0
-        if self.mcap is not None:
-            self.mcap.push(rows)            # a copy into its ring, never a wait
+        if self.recorder is not None:
+            self.recorder.push(rows)        # a copy into its ring, never a wait
         if self._held:
             rows = np.concatenate(self._held + [rows])
             self._held = []
@@ -617,19 +626,30 @@ class TelemetryWriter:
                                            "error": f"{type(self.write_error).__name__}: {self.write_error}"}
         if result is not None:
             self.meta["result"] = result
-        if self.mcap is not None:
-            st = self.meta["mcap"] = self.mcap.close(_jsonable(self.meta))
-            if st["rows_dropped"]:
-                self.notes.append(f"MCAP: {st['rows_dropped']} of {st['rows_dropped'] + st['rows_written']} rows dropped (the writer "
-                                  f"fell behind, ring of {st['ring_rows']} rows full); log.npy has them all, "
-                                  f"`torqueloop export {self.directory} --format mcap` writes every row")
-            if st["error"]:
-                self.notes.append(f"MCAP: recording failed: {st['error']}")
+        if self.recorder is not None:
+            st = self.recorder.close(_jsonable(self.meta))
+            live = st.pop("live")
+            if live is not None:
+                self.meta["live"] = live
+                if live.get("error"):
+                    self.notes.append(f"live view: failed: {live['error']}")
+            if st["path"] is not None:
+                self.meta["mcap"] = st
+                if st["rows_dropped"]:
+                    self.notes.append(f"MCAP: {st['rows_dropped']} of {st['rows_dropped'] + st['rows_written']} rows dropped (the writer "
+                                      f"fell behind, ring of {st['ring_rows']} rows full); log.npy has them all, "
+                                      f"`torqueloop export {self.directory} --format mcap` writes every row")
+                if st["error"]:
+                    self.notes.append(f"MCAP: recording failed: {st['error']}")
+            elif st["rows_dropped"] and live is not None:
+                self.notes.append(f"live view: {st['rows_dropped']} rows not streamed (the writer fell behind, "
+                                  f"ring of {st['ring_rows']} rows full)")
         try:
             _write_json(self.meta_path, self.meta)
         except OSError:
             # no room for the full metadata: the result alone, in place
-            small = {k: self.meta[k] for k in ("rows", "end_time_utc", "log_incomplete", "result", "n", "dim", "mcap")
+            small = {k: self.meta[k] for k in ("rows", "end_time_utc", "log_incomplete", "result", "n", "dim", "mcap",
+                                                "live")
                      if k in self.meta}
             _write_json(self.meta_path, small)
 

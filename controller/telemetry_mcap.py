@@ -173,6 +173,104 @@ def _cdr_log(stamp_ns: int, level: int, name: str, text: str) -> bytes:
     return lay.fill({"sec": [sec], "nanosec": [nsec], "level": [level], "line": [0]})[0].tobytes()
 
 
+class RowEncoder:
+    """The log's rows as ROS 2 CDR messages (``/joint_states``, ``/torqueloop/cycle``) and the
+    safety state's changes as ``/rosout`` texts: the one encoding of the MCAP file and the live
+    view (:mod:`controller.telemetry_live`).
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        The rows' dtype, :func:`controller.telemetry.log_dtype` ``(n, dim)``.
+    joint_names : sequence of str, length n
+    axis_names : sequence of str, length dim
+    torque_limit_nm : ndarray, shape (n,)
+        The limit the safety layer clips to [N m|N] (NaN where unknown).
+    start_ns : int
+        The run's start, ns since the epoch (message time = start + cycle time).
+    """
+
+    def __init__(self, dtype: np.dtype, joint_names, axis_names, torque_limit_nm, start_ns: int):
+        self.n = np.dtype(dtype)["q"].shape[0]
+        self.torque_limit_nm = np.asarray(torque_limit_nm, float)
+        self.start_ns = int(start_ns)
+        n, dim = self.n, np.dtype(dtype)["err"].shape[0]
+        jl = _Layout()
+        jl.scalar("sec", "<i4")
+        jl.scalar("nanosec", "<u4")
+        jl.string("")                       # frame_id
+        jl.strings(list(joint_names))
+        jl.sequence("q", "<f8", n)
+        jl.sequence("qd", "<f8", n)
+        jl.sequence("tau_meas", "<f8", n)
+        cl = _Layout()
+        cl.scalar("sec", "<i4")
+        cl.scalar("nanosec", "<u4")
+        cl.scalar("t", "<f8")
+        for name in ("ref_pos", "ref_vel", "ref_acc", "err"):
+            cl.sequence(name, "<f8", dim)
+        for name in ("tau_ctrl", "tau_cmd", "tau_meas", "tau_limit"):
+            cl.sequence(name, "<f8", n)
+        cl.sequence("sat", "u1", n)
+        cl.scalar("safety", "<i4")
+        cl.scalar("lateness_s", "<f8")
+        cl.scalar("compute_s", "<f8")
+        cl.sequence("fresh", "u1", n)
+        cl.sequence("fault", "<i4", n)
+        cl.sequence("enabled", "u1", n)
+        self._joint_layout, self._cycle_layout = jl, cl
+        self._last_safety: int | None = None
+
+    def encode(self, rows: np.ndarray):
+        """The messages of ``k`` rows.
+
+        Parameters
+        ----------
+        rows : ndarray, shape (k,)
+            Rows of the dtype (SI units and radians, as in ``log.npy``).
+
+        Returns
+        -------
+        stamp : ndarray, shape (k,), int64
+            Message times, ns since the epoch.
+        joint, cycle : ndarray, shape (k, size), uint8
+            The ``JointState`` and ``ControlCycle`` messages, one row each.
+        """
+        k = rows.shape[0]
+        stamp = self.start_ns + np.round(rows["t"] * 1e9).astype(np.int64)
+        sec, nsec = np.divmod(stamp, 1_000_000_000)
+        joint = self._joint_layout.fill({"sec": sec, "nanosec": nsec, "q": rows["q"], "qd": rows["qd"],
+                                         "tau_meas": rows["tau_meas"]})
+        cyc = self._cycle_layout.fill({
+            "sec": sec, "nanosec": nsec, "t": rows["t"], "ref_pos": rows["ref_pos"], "ref_vel": rows["ref_vel"],
+            "ref_acc": rows["ref_acc"], "err": rows["err"], "tau_ctrl": rows["tau_ctrl"],
+            "tau_cmd": rows["tau_cmd"], "tau_meas": rows["tau_meas"],
+            "tau_limit": np.broadcast_to(self.torque_limit_nm, (k, self.n)), "sat": rows["sat"],
+            "safety": rows["safety"], "lateness_s": rows["lateness_s"], "compute_s": rows["compute_s"],
+            "fresh": rows["fresh"], "fault": rows["fault"], "enabled": rows["enabled"]})
+        return stamp, joint, cyc
+
+    def safety_changes(self, rows: np.ndarray) -> list:
+        """The rows where the safety code changes (from the previous call's last row on).
+
+        Returns
+        -------
+        list of (int, int, str, str)
+            ``(row index, level, logger name, text)`` for each change, in row order.
+        """
+        out = []
+        for j in np.flatnonzero(np.diff(rows["safety"], prepend=-1 if self._last_safety is None
+                                        else self._last_safety) != 0):
+            code = int(rows["safety"][j])
+            if code == self._last_safety:
+                continue
+            level = _INFO if code == 0 else (_ERROR if code & 16 else _WARN)
+            out.append((int(j), level, "torqueloop.safety",
+                        f"safety state {code}: {safety_text(code)} at t = {float(rows['t'][j]):.6g} s"))
+            self._last_safety = code
+        return out
+
+
 class McapFile:
     """The MCAP file itself: the channels, the rows encoded as messages, the closing records.
 
@@ -230,32 +328,8 @@ class McapFile:
                                                      "effort tau_meas",
                                     "/torqueloop/cycle": "the other columns of log.npy",
                                     "/rosout": "safety state changes, faults, dropped rows"})})
-        n, dim = self.n, self.dim
-        jl = _Layout()
-        jl.scalar("sec", "<i4")
-        jl.scalar("nanosec", "<u4")
-        jl.string("")                       # frame_id
-        jl.strings(self.joint_names)
-        jl.sequence("q", "<f8", n)
-        jl.sequence("qd", "<f8", n)
-        jl.sequence("tau_meas", "<f8", n)
-        cl = _Layout()
-        cl.scalar("sec", "<i4")
-        cl.scalar("nanosec", "<u4")
-        cl.scalar("t", "<f8")
-        for name in ("ref_pos", "ref_vel", "ref_acc", "err"):
-            cl.sequence(name, "<f8", dim)
-        for name in ("tau_ctrl", "tau_cmd", "tau_meas", "tau_limit"):
-            cl.sequence(name, "<f8", n)
-        cl.sequence("sat", "u1", n)
-        cl.scalar("safety", "<i4")
-        cl.scalar("lateness_s", "<f8")
-        cl.scalar("compute_s", "<f8")
-        cl.sequence("fresh", "u1", n)
-        cl.sequence("fault", "<i4", n)
-        cl.sequence("enabled", "u1", n)
-        self._joint_layout, self._cycle_layout = jl, cl
-        self._last_safety: int | None = None
+        self._enc = RowEncoder(self.dtype, self.joint_names, self.axis_names, self.torque_limit_nm,
+                               self.start_ns)
         self.rows_written = 0
         self.messages = 0
 
@@ -268,35 +342,22 @@ class McapFile:
         rows : ndarray, shape (k,)
             Rows of :attr:`dtype` (SI units and radians, as in ``log.npy``).
         """
-        k = rows.shape[0]
-        if k == 0:
+        if rows.shape[0] == 0:
             return
-        stamp = self.start_ns + np.round(rows["t"] * 1e9).astype(np.int64)
-        sec, nsec = np.divmod(stamp, 1_000_000_000)
-        joint = self._joint_layout.fill({"sec": sec, "nanosec": nsec, "q": rows["q"], "qd": rows["qd"],
-                                         "tau_meas": rows["tau_meas"]})
-        cyc = self._cycle_layout.fill({
-            "sec": sec, "nanosec": nsec, "t": rows["t"], "ref_pos": rows["ref_pos"], "ref_vel": rows["ref_vel"],
-            "ref_acc": rows["ref_acc"], "err": rows["err"], "tau_ctrl": rows["tau_ctrl"],
-            "tau_cmd": rows["tau_cmd"], "tau_meas": rows["tau_meas"],
-            "tau_limit": np.broadcast_to(self.torque_limit_nm, (k, self.n)), "sat": rows["sat"],
-            "safety": rows["safety"], "lateness_s": rows["lateness_s"], "compute_s": rows["compute_s"],
-            "fresh": rows["fresh"], "fault": rows["fault"], "enabled": rows["enabled"]})
-        safety = rows["safety"]
+        stamp, joint, cyc = self._enc.encode(rows)
+        changes = self._enc.safety_changes(rows)
         w = self._w
-        for j in range(k):
+        c = 0
+        for j in range(rows.shape[0]):
             ts = int(stamp[j])
             w.add_message(self._ch_joint, log_time=ts, data=joint[j].tobytes(), publish_time=ts,
                           sequence=self.rows_written)
             w.add_message(self._ch_cycle, log_time=ts, data=cyc[j].tobytes(), publish_time=ts,
                           sequence=self.rows_written)
             self.messages += 2
-            code = int(safety[j])
-            if code != self._last_safety:
-                level = _INFO if code == 0 else (_ERROR if code & 16 else _WARN)
-                self.log(ts, level, "torqueloop.safety",
-                         f"safety state {code}: {safety_text(code)} at t = {float(rows['t'][j]):.6g} s")
-                self._last_safety = code
+            while c < len(changes) and changes[c][0] == j:
+                self.log(ts, *changes[c][1:])
+                c += 1
             self.rows_written += 1
 
     def log(self, stamp_ns: int, level: int, name: str, text: str) -> None:
@@ -335,11 +396,8 @@ class McapFile:
         try:
             meta = meta or {}
             result = meta.get("result") if isinstance(meta.get("result"), dict) else {}
-            for f in result.get("faults") or []:
-                ts = self.start_ns + int(round(float(f.get("t_s", 0.0)) * 1e9))
-                joint = f.get("joint")
-                self.log(ts, _ERROR, "torqueloop.fault", f"fault {f.get('cause')}"
-                         + ("" if joint is None else f" joint {joint}") + f": {f.get('message', '')}")
+            for ts, level, name, text in fault_logs(meta, self.start_ns):
+                self.log(ts, level, name, text)
             if rows_dropped:
                 ts = self.start_ns + (int(round(dropped_t[0] * 1e9)) if dropped_t else 0)
                 self.log(ts, _WARN, "torqueloop.mcap",
@@ -382,7 +440,8 @@ def _readable(fh, timeout_s: float) -> bool:
 
 
 class McapRecorder:
-    """Record telemetry rows into an MCAP file from a writer process (see module docstring).
+    """Record telemetry rows into an MCAP file and/or stream them live, from a writer process
+    (see module docstring).
 
     The control thread copies rows into a ring buffer in shared memory (:meth:`push`, never
     waits); a process of its own (``python -c`` of this module, niced, started here, before the
@@ -398,7 +457,11 @@ class McapRecorder:
     Parameters
     ----------
     path, dtype, joint_names, axis_names, torque_limit_nm, compression
-        As :class:`McapFile`.
+        As :class:`McapFile`; ``path`` None: no MCAP file (the live view only).
+    live : dict, optional
+        Also serve the rows live from the writer process
+        (:class:`controller.telemetry_live.LiveServer`): ``{"rate_hz": float, "port": int}``
+        (port 0: the OS chooses; :attr:`live_address` tells).
     ring_rows : int
         Rows the ring holds (preallocated shared memory: ``ring_rows * dtype.itemsize`` bytes).
     start_ns : int, optional
@@ -409,16 +472,25 @@ class McapRecorder:
 
     def __init__(self, path, dtype: np.dtype, joint_names, axis_names, *, torque_limit_nm=None,
                  ring_rows: int = 65536, start_ns: int | None = None, compression: str = "zstd",
-                 start_timeout_s: float = 60.0):
+                 start_timeout_s: float = 60.0, live: dict | None = None):
         from multiprocessing import shared_memory
-        why = mcap_available()
+        why = mcap_available() if path is not None else None
         if why is not None:
             raise ConfigError(why, field="telemetry.mcap")
+        if live is not None:
+            from .telemetry_live import live_available
+            why = live_available()
+            if why is not None:
+                raise ConfigError(why, field="telemetry.live")
+        if path is None and live is None:
+            raise TorqueloopError("telemetry recorder: neither an MCAP file nor the live view asked for")
         if ring_rows < 1:
             raise ConfigError(f"must be >= 1, got {ring_rows!r}", field="telemetry.mcap_buffer_rows")
-        self.path = Path(path)
+        self.path = None if path is None else Path(path)
         self.dtype = np.dtype(dtype)
         self.start_ns = time.time_ns() if start_ns is None else int(start_ns)
+        #: ``ws://127.0.0.1:PORT`` of the live view, or None
+        self.live_address: str | None = None
         self.rows_dropped = 0
         self.dropped_t: list[float] = []     # [first, last] t of the dropped rows
         self.closed = False
@@ -442,22 +514,52 @@ class McapRecorder:
                 [sys.executable, "-c", "from controller.telemetry_mcap import _writer_main; _writer_main()"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
             _send(self._proc.stdin, {
-                "shm": self._shm.name, "dtype": self.dtype, "cap": cap, "path": str(self.path),
+                "shm": self._shm.name, "dtype": self.dtype, "cap": cap,
+                "path": None if self.path is None else str(self.path), "live": live,
                 "joint_names": [str(v) for v in joint_names], "axis_names": [str(v) for v in axis_names],
                 "torque_limit_nm": None if torque_limit_nm is None else np.asarray(torque_limit_nm, float),
                 "start_ns": self.start_ns, "compression": compression})
             if not _readable(self._proc.stdout, start_timeout_s):
-                raise TorqueloopError(f"{self.path}: the MCAP writer process did not start within "
+                raise TorqueloopError(f"{self._what}: the telemetry writer process did not start within "
                                       f"{start_timeout_s:g} s")
             try:
                 kind, detail = _recv(self._proc.stdout)
             except EOFError:
                 kind, detail = "error", f"the process ended (exit code {self._proc.wait(5)})"
             if kind != "ready":
-                raise TorqueloopError(f"{self.path}: the MCAP writer could not start: {detail}")
+                raise TorqueloopError(f"{self._what}: the telemetry writer could not start: {detail}")
+            self.live_address = detail.get("live_address")
         except BaseException:
             self._release(kill=True)
             raise
+
+    @property
+    def _what(self) -> str:
+        return str(self.path) if self.path is not None else "live view"
+
+    def wait_viewer(self, timeout_s: float) -> bool:
+        """Wait until a viewer subscribes to a live channel (call before the run starts).
+
+        Parameters
+        ----------
+        timeout_s : float
+            At most this long [s].
+
+        Returns
+        -------
+        bool
+            True when a viewer subscribed, False when the time ran out (or no live view).
+        """
+        if self.live_address is None or self.closed:
+            return False
+        _send(self._proc.stdin, {"op": "wait_viewer", "timeout_s": float(timeout_s)})
+        if not _readable(self._proc.stdout, timeout_s + 10.0):
+            raise TorqueloopError("live view: the telemetry writer did not answer")
+        try:
+            kind, detail = _recv(self._proc.stdout)
+        except EOFError as err:
+            raise TorqueloopError("live view: the telemetry writer process ended") from err
+        return kind == "viewer" and bool(detail)
 
     @property
     def ring_rows(self) -> int:
@@ -565,9 +667,11 @@ class McapRecorder:
             pass
 
     def stats(self) -> dict:
-        """``path``, ``rows_written``, ``rows_dropped``, ``dropped_t_s``, ``messages``, ``ring_rows``, ``error``."""
+        """``path``, ``rows_written``, ``rows_dropped``, ``dropped_t_s``, ``messages``, ``ring_rows``,
+        ``error``; ``live`` (:meth:`controller.telemetry_live.LiveServer.stats`) with the live view."""
         r = self._result or {}
-        return {"path": str(self.path), "rows_written": int(r.get("rows_written", 0)),
+        return {"path": None if self.path is None else str(self.path), "live": r.get("live"),
+                "rows_written": int(r.get("rows_written", 0)),
                 "rows_dropped": self.rows_dropped + int(r.get("rows_lost", 0)),
                 "dropped_t_s": list(self.dropped_t), "messages": int(r.get("messages", 0)),
                 "ring_rows": self._cap, "error": r.get("error")}
@@ -597,17 +701,28 @@ def _writer_main() -> None:
         cap = int(p["cap"])
         ctr = np.ndarray((2,), np.int64, buffer=shm.buf)
         ring = np.ndarray((cap,), p["dtype"], buffer=shm.buf, offset=_HEADER)
-        f = McapFile(p["path"], p["dtype"], p["joint_names"], p["axis_names"],
-                     torque_limit_nm=p["torque_limit_nm"], start_ns=p["start_ns"], compression=p["compression"])
+        f = live = None
+        if p["path"] is not None:
+            f = McapFile(p["path"], p["dtype"], p["joint_names"], p["axis_names"],
+                         torque_limit_nm=p["torque_limit_nm"], start_ns=p["start_ns"], compression=p["compression"])
+        if p["live"] is not None:
+            from .telemetry_live import LiveServer
+            live = LiveServer(p["dtype"], p["joint_names"], p["axis_names"], torque_limit_nm=p["torque_limit_nm"],
+                              start_ns=p["start_ns"], rate_hz=p["live"]["rate_hz"], port=p["live"]["port"])
     except Exception as err:  # noqa: BLE001 - reported to the parent
         _send(out, ("error", f"{type(err).__name__}: {err}"))
         return
-    _send(out, ("ready", None))
+    _send(out, ("ready", {"live_address": None if live is None else live.address}))
     error = None
     lost = 0
     closing = None
     seen = 0
+    live_error = None
+    viewer_deadline = None      # a wait_viewer request: answer when a viewer subscribed or then
     while True:
+        if viewer_deadline is not None and (live.subscribed.is_set() or time.monotonic() >= viewer_deadline):
+            _send(out, ("viewer", live.subscribed.is_set()))
+            viewer_deadline = None
         head, tail = int(ctr[0]), int(ctr[1])
         if head != seen:
             # rows stored before the head was: let the stores settle before reading them
@@ -619,32 +734,66 @@ def _writer_main() -> None:
                 break
             if _readable(inp, 0.01):
                 try:
-                    closing = _recv(inp)
+                    frame = _recv(inp)
                 except (EOFError, OSError, pickle.UnpicklingError):     # the control process is gone
-                    closing = {}
+                    frame = {}
+                if frame.get("op") == "wait_viewer":
+                    viewer_deadline = (time.monotonic() + frame["timeout_s"]) if live is not None else 0.0
+                    if live is None:
+                        _send(out, ("viewer", False))
+                        viewer_deadline = None
+                else:
+                    closing = frame
             continue
         i = tail % cap
         k = min(head - tail, cap - i, 256)
-        if error is None:
+        rows = ring[i:i + k].copy()
+        if live is not None:
             try:
-                f.write_rows(ring[i:i + k].copy())
+                live.publish(rows)
+            except Exception as err:  # noqa: BLE001 - the live view is best effort; reported at close
+                live_error = live_error or f"{type(err).__name__}: {err}"
+        if error is None and f is not None:
+            try:
+                f.write_rows(rows)
             except Exception as err:  # noqa: BLE001 - reported at close; the rows are lost
                 error = f"{type(err).__name__}: {err}"
         if error is not None:
             lost += k
         ctr[1] = tail + k
+    if live is not None:
+        try:
+            live.finish(closing.get("meta"))
+            live.close()
+        except Exception as err:  # noqa: BLE001 - reported
+            live_error = live_error or f"{type(err).__name__}: {err}"
     try:
-        f.finish(closing.get("meta"), closing.get("rows_dropped", 0) + lost, closing.get("dropped_t", ()),
-                 closing.get("ring_rows", cap))
+        if f is not None:
+            f.finish(closing.get("meta"), closing.get("rows_dropped", 0) + lost, closing.get("dropped_t", ()),
+                     closing.get("ring_rows", cap))
     except Exception as err:  # noqa: BLE001 - reported
         error = error or f"{type(err).__name__}: {err}"
     del ctr, ring
     shm.close()
     try:
-        _send(out, ("done", {"rows_written": f.rows_written, "messages": f.messages, "rows_lost": lost,
-                             "error": error}))
+        _send(out, ("done", {"rows_written": 0 if f is None else f.rows_written,
+                             "messages": 0 if f is None else f.messages, "rows_lost": lost, "error": error,
+                             "live": None if live is None else {**live.stats(), "error": live_error}}))
     except OSError:
         pass
+
+
+def fault_logs(meta: dict | None, start_ns: int) -> list:
+    """The faults of ``meta["result"]`` (``t_s`` [s], ``cause``, ``joint``, ``message``) as
+    ``/rosout`` messages: ``(stamp_ns, level, logger name, text)``."""
+    result = (meta or {}).get("result")
+    out = []
+    for f in (result.get("faults") or []) if isinstance(result, dict) else []:
+        joint = f.get("joint")
+        out.append((int(start_ns) + int(round(float(f.get("t_s", 0.0)) * 1e9)), _ERROR, "torqueloop.fault",
+                    f"fault {f.get('cause')}" + ("" if joint is None else f" joint {joint}")
+                    + f": {f.get('message', '')}"))
+    return out
 
 
 def _finite_or_str(a) -> list:

@@ -173,7 +173,7 @@ def test_a_stalled_writer_drops_rows_counts_them_and_leaves_the_run_unchanged(tm
     assert not (tmp_path / "off" / "log.mcap").exists() and "mcap" not in read_meta(tmp_path / "off")  # opt-in
     spec = load_run(DEMO, overrides={"telemetry.mcap": True, "telemetry.mcap_buffer_rows": 300}, duration_s=1.0)
     run = build_run(spec, out_dir=tmp_path / "on")
-    rec = run.loop.telemetry.mcap
+    rec = run.loop.telemetry.recorder
     os.kill(rec.pid, signal.SIGSTOP)
     original = McapRecorder.close
 
@@ -212,7 +212,7 @@ import sys
 from controller.app.run import build_run, load_run
 spec = load_run({demo!r}, overrides={{"telemetry.mcap": True, "telemetry.buffer_rows": 50}}, duration_s=120.0)
 run = build_run(spec, out_dir={out!r})
-print(run.loop.telemetry.mcap.pid, flush=True)
+print(run.loop.telemetry.recorder.pid, flush=True)
 run.execute()
 """
 

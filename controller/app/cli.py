@@ -6,7 +6,8 @@ Sub-commands
                             (``--explain TOPIC``: the keys of a config table).
 ``torqueloop run CONFIG``   run a config (simulated plant by default), write log and plots.
 ``torqueloop plot LOG``     plot a run log to PNG files.
-``torqueloop export RUN_DIR --format mcap|csv``  a run on disk as MCAP or CSV.
+``torqueloop export RUN_DIR --format mcap|csv|parquet``  a run on disk as MCAP, CSV or Parquet.
+``torqueloop replay RUN_DIR --live``  stream a run on disk to Foxglove / PlotJuggler as if live.
 ``torqueloop animate LOG``  stick-figure animation of the robot from a run log.
 ``torqueloop tune CONFIG``  search controller gains over Monte-Carlo offline runs.
 ``torqueloop robustness CONFIG``  Monte-Carlo runs over the plant's uncertainty: share within
@@ -67,6 +68,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return commands.export(args)
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from . import commands
+    return commands.replay(args)
+
+
 def _cmd_animate(args: argparse.Namespace) -> int:
     from . import commands
     return commands.animate(args)
@@ -90,6 +96,17 @@ def _cmd_identify(args: argparse.Namespace) -> int:
 def _cmd_bringup(args: argparse.Namespace) -> int:
     from . import commands
     return commands.bringup(args)
+
+
+def _live_args(p: argparse.ArgumentParser) -> None:
+    """The live view's options (``run`` and ``replay``)."""
+    p.add_argument("--live", action="store_true",
+                   help="stream the log's channels to Foxglove or PlotJuggler (a Foxglove WebSocket on "
+                        "127.0.0.1; the address is printed), as [telemetry] live = true")
+    p.add_argument("--live-port", type=int, default=None,
+                   help="--live: the TCP port (default: [telemetry] live_port, 0: the OS chooses)")
+    p.add_argument("--wait-viewer", type=float, default=0.0, metavar="SECONDS",
+                   help="--live: wait up to this long for a viewer to subscribe before the first cycle")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--mcap", action="store_true",
                    help="also record log.mcap (ROS 2 encodings: Foxglove, PlotJuggler, rosbags), as "
                         "[telemetry] mcap = true")
+    _live_args(r)
     r.add_argument("--yes-hardware", action="store_true",
                    help="confirm a hardware run non-interactively (real motors will move)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -138,6 +156,15 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--format", required=True, choices=["mcap", "csv"], help="mcap or csv")
     ex.add_argument("-o", "--out", default=None, help="output file (default: RUN_DIR/log.mcap or log.csv)")
     ex.set_defaults(func=_cmd_export)
+
+    rp = sub.add_parser("replay", help="stream a run on disk to Foxglove / PlotJuggler as if live")
+    rp.add_argument("run_dir", help="run folder (log.npy and meta.json)")
+    rp.add_argument("--speed", type=float, default=1.0, help="cycle time per second (default 1: its own pace)")
+    rp.add_argument("--rate", type=float, default=None,
+                    help="rows streamed per second of cycle time (default: the run's [telemetry] "
+                         "live_rate_hz, else 50)")
+    _live_args(rp)
+    rp.set_defaults(func=_cmd_replay)
 
     an = sub.add_parser("animate", help="stick-figure animation of the robot from a run log (GIF or HTML)")
     an.add_argument("log", help="run folder or telemetry .npy file")

@@ -172,7 +172,12 @@ def run(args) -> int:
     overrides = parse_sets(args.set)
     if getattr(args, "mcap", False):
         overrides["telemetry.mcap"] = True
+    if getattr(args, "live", False):
+        overrides["telemetry.live"] = True
+    if getattr(args, "live_port", None) is not None:
+        overrides["telemetry.live_port"] = args.live_port
     spec = load_run(args.config, overrides=overrides, duration_s=args.duration)
+    _check_wait_viewer(args, args.config, spec.telemetry_live is not None)
     out = Path(args.out) if args.out else new_out_dir(spec.name)
     # the same validation as `check` (feasibility, singularity, bus budget, protections), and
     # a writable output folder with room for the log, before anything is enabled
@@ -193,6 +198,14 @@ def run(args) -> int:
     if not args.no_progress and not spec.hardware and sys.stderr.isatty():
         progress = _Progress(run_obj.loop.clock, spec.duration_s)
         run_obj.loop.clock = progress
+    rec = None if run_obj.loop.telemetry is None else run_obj.loop.telemetry.recorder
+    if rec is not None and rec.live_address is not None:
+        print(f"torqueloop: live view at {rec.live_address} (Foxglove: Open connection > Foxglove "
+              f"WebSocket; PlotJuggler: Foxglove WebSocket client)", flush=True)
+        if args.wait_viewer > 0:
+            print(f"torqueloop: waiting up to {args.wait_viewer:g} s for a viewer", flush=True)
+            if not rec.wait_viewer(args.wait_viewer):
+                print("torqueloop: no viewer subscribed; running anyway", file=sys.stderr)
     print(f"torqueloop: running '{spec.name}' -> {out}")
     recover = None
     if getattr(args, "recover", False) or getattr(args, "yes_recover", False):
@@ -284,32 +297,90 @@ def export(args) -> int:
     from ..telemetry import read_log, read_meta, to_csv
 
     run_dir = Path(args.run_dir)
-    if not run_dir.is_dir():
-        raise ConfigError(f"not a run folder: {'no such folder' if not run_dir.exists() else 'a file'} "
-                          "(export takes the folder a run wrote: log.npy and meta.json)", str(run_dir))
-    for name in ("log.npy", "meta.json"):
-        if not (run_dir / name).is_file():
-            raise ConfigError(f"not a run folder: no {name} in it", str(run_dir))
+    _run_folder(run_dir)
     out = Path(args.out) if args.out else run_dir / f"log.{args.format}"
     if args.format == "csv":
         read_meta(run_dir)      # the folder is a run's: its metadata reads
         to_csv(read_log(run_dir, flat=True), out)
         print(out)
         return 0
-    from ..telemetry import column_labels, utc_ns
+    from ..telemetry import column_labels
     from ..telemetry_mcap import mcap_available, write_mcap
     why = mcap_available()
     if why is not None:
         raise TorqueloopError(why)
     flat, meta = read_log(run_dir, flat=True), read_meta(run_dir)
+    st = write_mcap(out, read_log(run_dir), meta, column_labels(flat, "q"), column_labels(flat, "err"),
+                    start_ns=_start_ns(run_dir, meta))
+    print(f"{out} ({st['rows_written']} rows, {st['messages']} messages)")
+    return 0
+
+
+def _check_wait_viewer(args, file: str, live: bool) -> None:
+    """``--wait-viewer``: a time in [0, 1 day] and only with the live view."""
+    w = getattr(args, "wait_viewer", 0.0)
+    if not (math.isfinite(w) and 0.0 <= w <= 86400.0):
+        raise ConfigError(f"must be in [0, 86400] s, got {w!r}", str(file), "--wait-viewer")
+    if w > 0 and not live:
+        raise ConfigError("needs the live view (--live or [telemetry] live = true)", str(file), "--wait-viewer")
+
+
+def _run_folder(run_dir: Path) -> None:
+    """Refuse what is not a run's folder (log.npy and meta.json): exit 2 naming it."""
+    if not run_dir.is_dir():
+        raise ConfigError(f"not a run folder: {'no such folder' if not run_dir.exists() else 'a file'} "
+                          "(it takes the folder a run wrote: log.npy and meta.json)", str(run_dir))
+    for name in ("log.npy", "meta.json"):
+        if not (run_dir / name).is_file():
+            raise ConfigError(f"not a run folder: no {name} in it", str(run_dir))
+
+
+def _start_ns(run_dir: Path, meta: dict) -> int:
+    from ..telemetry import utc_ns
     try:
-        start_ns = utc_ns(meta["start_time_utc"])
+        return utc_ns(meta["start_time_utc"])
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(f"meta.json has no readable start_time_utc ({type(err).__name__}: {err})",
                           str(run_dir / "meta.json"), "start_time_utc") from err
-    st = write_mcap(out, read_log(run_dir), meta, column_labels(flat, "q"), column_labels(flat, "err"),
-                    start_ns=start_ns)
-    print(f"{out} ({st['rows_written']} rows, {st['messages']} messages)")
+
+
+def replay(args) -> int:
+    """``torqueloop replay RUN_DIR --live [--speed X]``: a run on disk streamed through the live
+    view's server (:func:`controller.telemetry_live.replay`) at ``--speed`` times its pace."""
+    from ..telemetry import column_labels, read_log, read_meta
+    from ..telemetry_live import live_available, replay as replay_live
+
+    run_dir = Path(args.run_dir)
+    if not args.live:
+        raise ConfigError("replay streams to a live viewer: add --live", str(run_dir), "--live")
+    _check_wait_viewer(args, run_dir, True)
+    if not (math.isfinite(args.speed) and 0.0 < args.speed <= 1e6):
+        raise ConfigError(f"must be in (0, 1e6], got {args.speed!r}", str(run_dir), "--speed")
+    _run_folder(run_dir)
+    why = live_available()
+    if why is not None:
+        raise TorqueloopError(why)
+    flat, meta = read_log(run_dir, flat=True), read_meta(run_dir)
+    tel = (meta.get("config") or {}).get("telemetry") or {}
+    rate = args.rate if args.rate is not None else tel.get("live_rate_hz", 50.0)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (math.isfinite(rate) and rate > 0):
+        raise ConfigError(f"must be > 0, got {rate!r}", str(run_dir), "--rate")
+    port = args.live_port if args.live_port is not None else 0
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"must be in 0 .. 65535, got {port!r}", str(run_dir), "--live-port")
+    log = read_log(run_dir)
+    duration = float(log["t"][-1] - log["t"][0]) if log.shape[0] else 0.0
+
+    def ready(address):
+        print(f"torqueloop: live view at {address} (Foxglove: Open connection > Foxglove WebSocket)", flush=True)
+        if args.wait_viewer > 0:
+            print(f"torqueloop: waiting up to {args.wait_viewer:g} s for a viewer", flush=True)
+        print(f"torqueloop: replaying {log.shape[0]} rows ({duration:.6g} s) at {args.speed:g}x", flush=True)
+
+    st = replay_live(log, meta, column_labels(flat, "q"), column_labels(flat, "err"),
+                     start_ns=_start_ns(run_dir, meta), speed=args.speed, rate_hz=float(rate), port=port,
+                     wait_viewer_s=args.wait_viewer, on_ready=ready)
+    print(f"torqueloop: replay done: {st['rows_sent']} rows, {st['messages']} messages")
     return 0
 
 

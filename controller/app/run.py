@@ -43,6 +43,9 @@ trajectory, a controller, the loop and the safety settings::
     buffer_rows = 200
     mcap = false                               # also write log.mcap (needs the `mcap` extra; `run --mcap`)
     mcap_buffer_rows = 65536                   # its ring buffer: rows beyond it are dropped, counted
+    live = false                               # stream to Foxglove / PlotJuggler live (`run --live`)
+    live_rate_hz = 50.0                        # rows streamed per second of cycle time
+    live_port = 0                              # on 127.0.0.1; 0: the OS chooses (printed)
 
 Everything is validated before anything moves: errors name the file and the field.
 """
@@ -135,6 +138,9 @@ class RunSpec:
     #: ``telemetry_mcap_rows`` rows (``mcap_buffer_rows``)
     telemetry_mcap: bool = False
     telemetry_mcap_rows: int = 65536
+    #: the live view (Foxglove WebSocket from the telemetry writer process): None, or
+    #: ``{"rate_hz": float, "port": int}``
+    telemetry_live: dict | None = None
     #: the wall clock's busy-wait window before each deadline [s] (``loop.spin_s``)
     spin_s: float = 2e-4
     #: ``(trajectory, model, space, reference at t = 0, q0, X0)`` of the last :func:`_joint_start`
@@ -419,6 +425,19 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
         why = mcap_available()
         if why is not None:
             raise ConfigError(why, file, "telemetry.mcap")
+    live_on = tel.bool("live", False, doc="stream the log's channels to Foxglove or PlotJuggler while the "
+                                           "run goes (a Foxglove WebSocket server on 127.0.0.1, in the "
+                                           "telemetry writer process; `run --live`)")
+    live_rate = tel.float("live_rate_hz", 50.0, minimum=0.0, strict_min=True, maximum=100_000.0,
+                          doc="rows streamed live per second of cycle time (at most one a cycle) [Hz]")
+    live_port = tel.int("live_port", 0, minimum=0, maximum=65535,
+                        doc="TCP port of the live view on 127.0.0.1 (0: one the OS chooses; the CLI "
+                            "prints the address)")
+    if live_on:
+        from ..telemetry_live import live_available
+        why = live_available()
+        if why is not None:
+            raise ConfigError(why, file, "telemetry.live")
     tel.finish()
 
     # A [tune] table (gain search, see controller.app.tune) is validated here so that `check` and
@@ -441,7 +460,8 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
                    driver_type=driver_type, hardware=hardware, trajectory=traj, controller=ctrl,
                    rate_hz=rate, clock=clock, duration_s=dur, realtime=rt, spin_s=spin_s, safety=safety,
                    telemetry_buffer_rows=buffer_rows, description=description, telemetry_mcap=mcap_on,
-                   telemetry_mcap_rows=mcap_rows)
+                   telemetry_mcap_rows=mcap_rows,
+                   telemetry_live={"rate_hz": live_rate, "port": live_port} if live_on else None)
 
 
 def _trajectory_for_space(traj, model: Model, space: str, tsec: Section):
@@ -908,6 +928,8 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
                                         joint_names=usable_labels(spec.model.joint_names, spec.model.dof),
                                         axis_names=usable_labels(m["axis_names"], len(axes)),
                                         mcap_ring_rows=spec.telemetry_mcap_rows if spec.telemetry_mcap else None,
+                                        live=None if spec.telemetry_live is None
+                                        else {**spec.telemetry_live, "ring_rows": spec.telemetry_mcap_rows},
                                         torque_limit_nm=m["torque_limit"])
         _warm_up(spec, controller, plant)
         loop = ControlLoop(driver, controller, spec.trajectory, safety, clock, period_s=spec.period_s,
@@ -915,8 +937,8 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
         return Run(spec, loop, driver, clock, plant, None if out_dir is None else Path(out_dir), stack)
     except BaseException:
         stack.close()
-        if telemetry is not None and telemetry.mcap is not None:
-            telemetry.mcap.close()      # its writer process and shared memory
+        if telemetry is not None and telemetry.recorder is not None:
+            telemetry.recorder.close()      # its writer process and shared memory
         raise
 
 

@@ -1,0 +1,241 @@
+"""The live view: the log's channels streamed to Foxglove (or PlotJuggler) over a Foxglove WebSocket.
+
+:class:`LiveServer` serves the channels of the MCAP recording (:mod:`controller.telemetry_mcap`:
+``/joint_states`` as ``sensor_msgs/msg/JointState``, ``/torqueloop/cycle``, ``/rosout``; ROS 2
+CDR with their ``ros2msg`` schemas, the same bytes as in ``log.mcap``) with the ``foxglove-sdk``
+WebSocket server (protocol ``foxglove.websocket.v1``; its server runs in threads of its own, in
+native code, and drops the oldest messages of a client that does not read).  The rows are
+decimated to ``rate_hz`` of cycle time; every change of the safety state is sent.
+
+During a run it lives in the telemetry writer process (:class:`controller.telemetry_mcap.McapRecorder`
+with ``live=``), never in the control process: a viewer that connects, stalls or disconnects
+costs the control thread nothing.  ``torqueloop replay RUN_DIR --live`` uses it in its own
+process (:func:`replay`).  Bound to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from dynamics.errors import ConfigError
+
+__all__ = ["LiveServer", "live_available", "replay", "HOST"]
+
+#: the only address the server binds to (a viewer on this machine, or through an SSH tunnel)
+HOST = "127.0.0.1"
+
+
+def live_available() -> str | None:
+    """None when ``foxglove-sdk`` can be imported, else why not (the install hint)."""
+    try:
+        import foxglove  # noqa: F401
+    except ImportError as err:
+        return (f"the live view needs the 'foxglove-sdk' package (pip install 'torqueloop[live]'): "
+                f"{type(err).__name__}: {err}")
+    return None
+
+
+class LiveServer:
+    """A Foxglove WebSocket server with the log's channels.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        The rows' dtype, :func:`controller.telemetry.log_dtype` ``(n, dim)``.
+    joint_names : sequence of str, length n
+    axis_names : sequence of str, length dim
+    torque_limit_nm : array_like, shape (n,), optional
+        The limits the safety layer clips to [N m|N].
+    start_ns : int
+        The run's start, ns since the epoch (message time = start + cycle time).
+    rate_hz : float
+        Rows sent per second of cycle time (at most one per cycle; > 0).
+    port : int
+        TCP port on 127.0.0.1; 0: one the OS chooses (:attr:`port` tells which).
+    name : str
+        The server's name shown by the viewer.
+    """
+
+    def __init__(self, dtype: np.dtype, joint_names, axis_names, *, torque_limit_nm=None, start_ns: int,
+                 rate_hz: float = 50.0, port: int = 0, name: str = "torqueloop"):
+        why = live_available()
+        if why is not None:
+            raise ConfigError(why, field="telemetry.live")
+        if not (np.isfinite(rate_hz) and rate_hz > 0):
+            raise ConfigError(f"must be > 0, got {rate_hz!r}", field="telemetry.live_rate_hz")
+        import foxglove
+        from foxglove.websocket import ServerListener
+
+        from .telemetry_mcap import CYCLE_MSG, JOINT_STATE_MSG, LOG_MSG, RowEncoder
+        n = np.dtype(dtype)["q"].shape[0]
+        lim = np.full(n, np.nan) if torque_limit_nm is None else np.asarray(torque_limit_nm, float)
+        self.start_ns = int(start_ns)
+        self.rate_hz = float(rate_hz)
+        self._enc = RowEncoder(dtype, [str(v) for v in joint_names], [str(v) for v in axis_names],
+                               np.broadcast_to(lim, (n,)).astype(float), self.start_ns)
+        self._bin = -1                  # the last decimation bin sent (floor(t * rate_hz))
+        self.messages = 0               # messages given to the server
+        self.rows_sent = 0
+        #: set when a viewer subscribes to a channel
+        self.subscribed = threading.Event()
+        ev = self.subscribed
+
+        class _Listener(ServerListener):
+            def on_subscribe(self, client, channel):    # noqa: ARG002 - the SDK's signature
+                ev.set()
+
+        self._ctx = foxglove.Context()
+        self._server = foxglove.start_server(name=name, host=HOST, port=int(port), context=self._ctx,
+                                             server_listener=_Listener())
+        try:
+            def channel(topic, schema_name, text):
+                return foxglove.Channel(topic, schema=foxglove.Schema(name=schema_name, encoding="ros2msg",
+                                                                      data=text.encode()),
+                                        message_encoding="cdr", context=self._ctx)
+            self._ch_joint = channel("/joint_states", "sensor_msgs/msg/JointState", JOINT_STATE_MSG)
+            self._ch_cycle = channel("/torqueloop/cycle", "torqueloop_msgs/msg/ControlCycle", CYCLE_MSG)
+            self._ch_log = channel("/rosout", "rcl_interfaces/msg/Log", LOG_MSG)
+            self._port = int(self._server.port)
+        except BaseException:
+            self._server.stop()
+            raise
+        self.closed = False
+
+    @property
+    def port(self) -> int:
+        """The TCP port the server listens on."""
+        return self._port
+
+    @property
+    def address(self) -> str:
+        """``ws://127.0.0.1:PORT`` (Foxglove: Open connection, Foxglove WebSocket)."""
+        return f"ws://{HOST}:{self.port}"
+
+    def publish(self, rows: np.ndarray) -> int:
+        """Send the rows that start a new ``1 / rate_hz`` interval of cycle time, and a ``/rosout``
+        message for every change of the safety state.
+
+        Parameters
+        ----------
+        rows : ndarray, shape (k,)
+            Consecutive rows of the dtype.
+
+        Returns
+        -------
+        int
+            Rows sent.
+        """
+        if rows.shape[0] == 0 or self.closed:
+            return 0
+        bins = np.floor(rows["t"] * self.rate_hz + 1e-6).astype(np.int64)     # t = k / rate: bin k
+        keep = np.flatnonzero(np.diff(bins, prepend=self._bin) > 0)
+        self._bin = max(self._bin, int(bins[-1]))
+        changes = self._enc.safety_changes(rows)
+        c = 0
+        if keep.size:
+            sent = rows[keep]
+            stamp, joint, cyc = self._enc.encode(sent)
+        for i, j in enumerate(keep):
+            while c < len(changes) and changes[c][0] <= j:
+                self._log_change(rows, changes[c])
+                c += 1
+            ts = int(stamp[i])
+            self._ch_joint.log(joint[i].tobytes(), log_time=ts)
+            self._ch_cycle.log(cyc[i].tobytes(), log_time=ts)
+            self.messages += 2
+        for ch in changes[c:]:
+            self._log_change(rows, ch)
+        self.rows_sent += int(keep.size)
+        return int(keep.size)
+
+    def _log_change(self, rows, change) -> None:
+        j, level, name, text = change
+        self.log(self.start_ns + int(round(float(rows["t"][j]) * 1e9)), level, name, text)
+
+    def log(self, stamp_ns: int, level: int, name: str, text: str) -> None:
+        """Send one ``/rosout`` message (``rcl_interfaces/msg/Log``; level 20 info, 30 warn, 40 error)."""
+        from .telemetry_mcap import _cdr_log
+        if not self.closed:
+            self._ch_log.log(_cdr_log(stamp_ns, level, name, text), log_time=int(stamp_ns))
+            self.messages += 1
+
+    def finish(self, meta: dict | None) -> None:
+        """Send the faults of ``meta["result"]`` as ``/rosout`` messages (as the MCAP file has them)."""
+        from .telemetry_mcap import fault_logs
+        for ts, level, name, text in fault_logs(meta, self.start_ns):
+            self.log(ts, level, name, text)
+
+    def stats(self) -> dict:
+        """``address``, ``rate_hz``, ``rows_sent``, ``messages``."""
+        return {"address": self.address, "rate_hz": self.rate_hz, "rows_sent": self.rows_sent,
+                "messages": self.messages}
+
+    def close(self, linger_s: float = 0.2) -> None:
+        """Stop the server (after ``linger_s`` for the last messages to leave). Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        time.sleep(max(0.0, linger_s))
+        self._server.stop()
+
+
+def replay(log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: int, speed: float = 1.0,
+           rate_hz: float = 50.0, port: int = 0, wait_viewer_s: float = 0.0, on_ready=None,
+           block_s: float = 0.02) -> dict:
+    """Stream a recorded log through a :class:`LiveServer` as if live, at ``speed`` times its pace.
+
+    Parameters
+    ----------
+    log : ndarray, shape (rows,)
+        The log with vector fields (:func:`controller.telemetry.read_log`).
+    meta : dict
+        The run's meta.json (``torque_limit``, ``result`` with its faults).
+    joint_names, axis_names : sequence of str
+        Lengths n and dim.
+    start_ns : int
+        The run's start, ns since the epoch.
+    speed : float
+        Cycle time per wall-clock time (> 0; 2: twice as fast).
+    rate_hz, port
+        As :class:`LiveServer`.
+    wait_viewer_s : float
+        Wait up to this long for a viewer to subscribe before the first row [s].
+    on_ready : callable, optional
+        Called with the server's address once it listens (the CLI prints it).
+    block_s : float
+        Wall-clock time between sends [s].
+
+    Returns
+    -------
+    dict
+        :meth:`LiveServer.stats` and ``viewer`` (whether one subscribed before the start).
+    """
+    if not (np.isfinite(speed) and speed > 0):
+        raise ConfigError(f"must be > 0, got {speed!r}", field="--speed")
+    from .telemetry_mcap import _limits
+    n = log.dtype["q"].shape[0]
+    srv = LiveServer(log.dtype, joint_names, axis_names, torque_limit_nm=_limits(meta.get("torque_limit"), n),
+                     start_ns=start_ns, rate_hz=rate_hz, port=port, name="torqueloop replay")
+    try:
+        if on_ready is not None:
+            on_ready(srv.address)
+        viewer = srv.subscribed.wait(wait_viewer_s) if wait_viewer_s > 0 else srv.subscribed.is_set()
+        t = log["t"]
+        t0 = float(t[0]) if t.size else 0.0
+        wall0 = time.monotonic()
+        i = 0
+        while i < t.size:
+            now = (time.monotonic() - wall0) * speed + t0
+            j = int(np.searchsorted(t, now, side="right"))
+            if j > i:
+                srv.publish(log[i:j])
+                i = j
+            if i < t.size:
+                time.sleep(min(block_s, max(0.0, (float(t[i]) - now) / speed)) or block_s)
+        srv.finish(meta)
+    finally:
+        srv.close()
+    return {**srv.stats(), "viewer": bool(viewer)}
