@@ -1,4 +1,5 @@
-"""What recording costs the control thread: telemetry off, ``log.npy`` only, ``log.npy`` + ``log.mcap``.
+"""What recording costs the control thread: telemetry off, ``log.npy`` only, ``log.npy`` + ``log.mcap``,
+``log.npy`` + the live view.
 
 ``run(quick) -> list[dict]`` rows (protocol of ``benchmarks/run.py``); every ratio is against
 the ``log.npy``-only reference measured in the same process, its samples interleaved with the
@@ -11,20 +12,25 @@ others'.  Cases:
   ``torqueloop run`` builds them (their elapsed time per cycle beside it):
   ``3rrr_circle_direct.toml`` (the compiled offline loop, plant in process) and
   ``3rrr_circle.toml`` (the Python loop through the MIT CAN driver and emulated drives),
-  telemetry off / npy / npy + MCAP, median of interleaved runs; the added cost per cycle is
-  the MCAP median minus the npy median (target: at most 2 us).  A lock-step run goes faster
+  telemetry off / npy / npy + MCAP / npy + live (the Foxglove WebSocket server in the writer
+  process at its default 50 Hz, a client in a process of its own subscribed and reading
+  everything), median of interleaved runs; the added cost per cycle is the MCAP (live) median
+  minus the npy median (target: at most 2 us).  A lock-step run goes faster
   than the writer, which is busy beside the loop for the whole run; the same run with the
   writer process stopped (SIGSTOP) until the log closes separates the control thread's own
   work (copies into the ring) from the slowdown a busy process on the other core causes
   (shared caches, a loaded VM);
 * the writer's own work per row (encode the two messages, ``mcap`` ``add_message``,
-  compression), from which the rate it sustains.
+  compression), from which the rate it sustains; the live server's per row (decimated to 50 Hz,
+  and every row).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,6 +41,32 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "hil_configs" / "runs"
 #: the MCAP run whose writer process is stopped during the loop
 PAUSED = "npy+mcap, writer paused"
+#: the live view with a client reading
+LIVE = "npy+live, client reading"
+
+#: a Foxglove WebSocket client in a process of its own: subscribes to every channel, reads
+#: until the server closes, prints the messages it got
+_CLIENT = """
+import json, sys
+from websockets.sync.client import connect
+from websockets.exceptions import ConnectionClosed
+ws = connect(sys.argv[1], subprotocols=["foxglove.sdk.v1"], proxy=None, compression=None)
+chans = {}
+while len(chans) < 3:
+    m = ws.recv(timeout=60)
+    if isinstance(m, str) and json.loads(m)["op"] == "advertise":
+        chans.update({c["topic"]: c["id"] for c in json.loads(m)["channels"]})
+ws.send(json.dumps({"op": "subscribe", "subscriptions": [{"id": i, "channelId": c} for i, c in
+                                                         enumerate(chans.values())]}))
+n = 0
+try:
+    while True:
+        ws.recv(timeout=600)
+        n += 1
+except ConnectionClosed:
+    pass
+print(n)
+"""
 
 
 def _row_args(n: int, dim: int):
@@ -80,9 +112,17 @@ def _run(fname: str, tmp: Path | None, mode: str, duration_s: float):
     in the loop's ``run()`` apart from the closing of the log [s], CPU time of that closing [s])."""
     from controller.app.run import build_run, load_run
 
-    spec = load_run(RUNS / fname, overrides={"telemetry.mcap": mode.startswith("npy+mcap")}, duration_s=duration_s)
+    spec = load_run(RUNS / fname, overrides={"telemetry.mcap": mode.startswith("npy+mcap"),
+                                             "telemetry.live": mode == LIVE}, duration_s=duration_s)
     run = build_run(spec, out_dir=tmp)
     cpu = {"run": 0.0, "close": 0.0}
+    client = None
+    if mode == LIVE:
+        rec = run.loop.telemetry.recorder
+        client = subprocess.Popen([sys.executable, "-c", _CLIENT, rec.live_address], stdout=subprocess.PIPE,
+                                  text=True)
+        if not rec.wait_viewer(120):
+            raise RuntimeError("benchmark: the live client did not subscribe")
     if mode == PAUSED:
         # the writer process stopped until the log closes: what remains is the control
         # thread's own work (the copies into the ring), without a busy process beside it
@@ -109,6 +149,10 @@ def _run(fname: str, tmp: Path | None, mode: str, duration_s: float):
     if run.loop.telemetry is not None:
         run.loop.telemetry.close = timed(run.loop.telemetry.close, "close")
     res = run.execute()
+    if client is not None:
+        got = int(client.communicate(timeout=120)[0] or 0)
+        if got < res.n_cycles * spec.period_s * 50 * 2 * 0.8:
+            raise RuntimeError(f"benchmark: the live client got {got} messages")
     if res.status != "completed":
         raise RuntimeError(f"benchmark run {fname} ({mode}) ended with {res.status}: {res.faults[:1]}")
     return res, cpu["run"] - cpu["close"], cpu["close"]
@@ -121,7 +165,7 @@ def _loop_rows(tmp: Path, quick: bool) -> list[dict]:
     for fname, what in (("3rrr_circle_direct.toml", "compiled offline loop, plant in process"),
                         ("3rrr_circle.toml", "Python loop, MIT CAN driver, emulated drives inline")):
         _run(fname, tmp / "warm", "npy", dur)          # numba caches loaded, buses warm
-        cpu: dict[str, list[float]] = {"off": [], "npy": [], "npy+mcap": [], PAUSED: []}
+        cpu: dict[str, list[float]] = {"off": [], "npy": [], "npy+mcap": [], PAUSED: [], LIVE: []}
         wall: dict[str, list[float]] = {k: [] for k in cpu}
         close: dict[str, list[float]] = {k: [] for k in cpu}
         drops: dict[str, list[int]] = {"npy+mcap": [], PAUSED: []}
@@ -175,12 +219,37 @@ def _writer_rows(tmp: Path, repeat: int) -> list[dict]:
     return rows
 
 
+def _live_rows(repeat: int) -> list[dict]:
+    from controller.telemetry import log_dtype
+    from controller.telemetry_live import LiveServer
+
+    rows = []
+    n = 3
+    block = np.zeros(1000, dtype=log_dtype(n, n))
+    block["t"] = np.arange(1000) * 1e-3
+    for rate in (50.0, 1000.0):
+        samples = []
+        for _ in range(repeat):
+            srv = LiveServer(block.dtype, [f"j{j}" for j in range(n)], [f"a{j}" for j in range(n)], start_ns=0,
+                             rate_hz=rate)
+            t0 = time.perf_counter()
+            srv.publish(block)
+            samples.append((time.perf_counter() - t0) / block.shape[0] * 1e6)
+            srv.close(linger_s=0.0)
+        med = float(np.median(samples))
+        rows.append({"case": f"live server (writer process), per row at {rate:g} Hz ({n} joints, 1 kHz loop)",
+                     "median_us": med, "p99_us": float(np.percentile(samples, 99)),
+                     "note": "decimation, CDR encoding of the rows sent, foxglove-sdk Channel.log (no client)"})
+    return rows
+
+
 def run(quick: bool = False) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         rows += _record_rows(tmp, 20 if quick else 100)
         rows += _writer_rows(tmp, 3 if quick else 7)
+        rows += _live_rows(3 if quick else 7)
         rows += _loop_rows(tmp, quick)
     return rows
 

@@ -772,3 +772,35 @@ def to_csv(log: np.ndarray, path) -> None:
                 names.append(f"{name}[{j}]")
     data = np.column_stack(cols) if cols else np.zeros((0, 0))
     np.savetxt(path, data, delimiter=",", header=",".join(names), comments="", fmt="%.17g")
+
+
+def to_parquet(log, path, meta: dict | None = None) -> None:
+    """Export a log to a Parquet file: one column per scalar value, each of its own type
+    (:func:`log_dataframe`'s columns), and ``meta`` (meta.json) as JSON text under the file's
+    ``torqueloop.meta`` key.
+
+    Parameters
+    ----------
+    log : numpy.ndarray or str or pathlib.Path
+        As :func:`log_dataframe`.
+    path : path
+        The ``.parquet`` file (overwritten).
+    meta : dict, optional
+        The run's metadata.
+
+    Raises
+    ------
+    TorqueloopError
+        pandas or pyarrow is not installed (the ``parquet`` extra).
+    """
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as err:
+        raise TorqueloopError(f"Parquet export needs pyarrow (pip install 'torqueloop[parquet]'): "
+                              f"{type(err).__name__}: {err}") from err
+    table = pa.Table.from_pandas(log_dataframe(log), preserve_index=False)
+    if meta is not None:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                               b"torqueloop.meta": json.dumps(_jsonable(meta)).encode()})
+    pq.write_table(table, path)

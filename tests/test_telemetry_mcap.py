@@ -263,6 +263,33 @@ def test_export_writes_the_recorded_bytes_and_csv(recorded, tmp_path, capsys):
         assert _equal(csv[name], flat[name].astype(float)), name
 
 
+def test_export_parquet_reads_back_with_pandas_equal_to_the_log(recorded, tmp_path):
+    pytest.importorskip("pyarrow")
+    import pandas as pd
+    out, _ = recorded
+    assert main(["export", str(out), "--format", "parquet", "-o", str(tmp_path / "x.parquet")]) == 0
+    df = pd.read_parquet(tmp_path / "x.parquet")
+    flat = np.load(out / "log.npy")
+    assert list(df.columns) == list(flat.dtype.names) and len(df) == flat.shape[0]
+    for name in flat.dtype.names:
+        assert df[name].dtype == flat[name].dtype, name      # each column keeps its type
+        assert _equal(df[name].to_numpy(), flat[name]), name
+    import pyarrow.parquet as pq
+    meta = json.loads(pq.read_schema(tmp_path / "x.parquet").metadata[b"torqueloop.meta"])
+    assert meta == read_meta(out)
+
+
+def test_export_parquet_without_pyarrow_exits_2_naming_the_extra(recorded, tmp_path, capsys, monkeypatch):
+    out, _ = recorded
+    monkeypatch.setitem(sys.modules, "pyarrow", None)       # import pyarrow raises ImportError
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    capsys.readouterr()
+    assert main(["export", str(out), "--format", "parquet", "-o", str(tmp_path / "x.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert "torqueloop[parquet]" in err and "Traceback" not in err
+    assert not (tmp_path / "x.parquet").exists()
+
+
 @pytest.mark.parametrize("what", ["missing", "file", "empty", "no_meta", "not_npy"])
 def test_export_of_a_bad_folder_exits_2_naming_it(tmp_path, capsys, what):
     d = tmp_path / "run"

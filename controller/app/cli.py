@@ -151,10 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--animate", action="store_true", help="also write animation.gif (see `animate`)")
     pl.set_defaults(func=_cmd_plot)
 
-    ex = sub.add_parser("export", help="a run on disk as MCAP (Foxglove, PlotJuggler, ROS 2 tools) or CSV")
+    ex = sub.add_parser("export", help="a run on disk as MCAP (Foxglove, PlotJuggler, ROS 2 tools), CSV or "
+                                       "Parquet")
     ex.add_argument("run_dir", help="run folder (log.npy and meta.json)")
-    ex.add_argument("--format", required=True, choices=["mcap", "csv"], help="mcap or csv")
-    ex.add_argument("-o", "--out", default=None, help="output file (default: RUN_DIR/log.mcap or log.csv)")
+    ex.add_argument("--format", required=True, choices=["mcap", "csv", "parquet"],
+                    help="mcap, csv or parquet (needs pyarrow: the parquet extra)")
+    ex.add_argument("-o", "--out", default=None, help="output file (default: RUN_DIR/log.<format>)")
     ex.set_defaults(func=_cmd_export)
 
     rp = sub.add_parser("replay", help="stream a run on disk to Foxglove / PlotJuggler as if live")
@@ -184,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--samples", type=int, default=None, help="override the number of candidates")
     t.add_argument("--address", default=None, help="Dask scheduler / Ray cluster address (overrides "
                                                    "[tune].address), e.g. tcp://head:8786")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar (none on a pipe either)")
     t.set_defaults(func=_cmd_tune)
 
     rb = sub.add_parser("robustness", help="Monte-Carlo runs over the plant's uncertainty: share within "
@@ -202,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--tolerance", action="append", default=[], metavar="METRIC=VALUE",
                     help="a bound (upper; lower for singularity_margin_min), e.g. max_position_error_m=0.001")
     rb.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    rb.add_argument("--no-progress", action="store_true", help="no progress bar (none on a pipe either)")
     rb.set_defaults(func=_cmd_robustness)
 
     i = sub.add_parser("identify", help="identify dynamic parameters: excitation run, estimation, "
@@ -212,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="confirm the hardware runs non-interactively (real motors will move)")
     i.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set identify.excitation.iterations=10")
+    i.add_argument("--no-progress", action="store_true", help="no progress bar (none on a pipe either)")
     i.set_defaults(func=_cmd_identify)
 
     b = sub.add_parser("bringup", help="walk the robot joint by joint under a low torque cap (ids, zero, "

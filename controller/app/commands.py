@@ -60,14 +60,38 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
     return out
 
 
-class _Progress:
-    """A clock wrapper that reports progress of an offline run on stderr."""
+def _bars_on(stream) -> bool:
+    """Whether progress bars go to ``stream``: a terminal, and tqdm installed."""
+    try:
+        if not stream.isatty():
+            return False
+        import tqdm  # noqa: F401
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return True
 
-    def __init__(self, inner, total_s: float, stream=sys.stderr, every_s: float = 0.25):
-        self.inner, self.total_s, self.stream = inner, max(total_s, 1e-9), stream
+
+def progress_bar(total: float, desc: str, unit: str, stream=None):
+    """A ``tqdm`` progress bar on ``stream`` (default stderr) when it is a terminal, else None:
+    nothing extra goes to a pipe or a file (nor without tqdm)."""
+    stream = sys.stderr if stream is None else stream
+    if not _bars_on(stream):
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit=unit, file=stream, leave=True, dynamic_ncols=True,
+                mininterval=0.25, bar_format="  {desc} {percentage:5.1f}%|{bar}| {n:.2f}/{total:.2f} {unit} "
+                                             "[{elapsed}<{remaining}]" if unit == "s" else None)
+
+
+class _Progress:
+    """A clock wrapper that shows an offline run's progress (simulated time) on a terminal."""
+
+    def __init__(self, inner, total_s: float, stream=None, every_s: float = 0.25):
+        self.inner, self.total_s = inner, max(total_s, 1e-9)
         self.every_s = every_s
         self._last_wall = 0.0
         self._t0 = None
+        self._bar = progress_bar(self.total_s, "run", "s", stream)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -92,15 +116,22 @@ class _Progress:
         return late
 
     def _draw(self, t):
-        frac = min(max(t / self.total_s, 0.0), 1.0)
-        bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
-        self.stream.write(f"\r  [{bar}] {100 * frac:5.1f} %  t = {t:6.2f} / {self.total_s:.2f} s")
-        self.stream.flush()
+        if self._bar is not None:
+            self._bar.n = min(max(t, 0.0), self.total_s)
+            self._bar.refresh()
 
     def done(self):
-        self._draw(self.total_s)
-        self.stream.write("\n")
-        self.stream.flush()
+        if self._bar is not None:
+            self._draw(self.total_s)
+            self._bar.close()
+
+
+def run_progress(no_progress: bool = False):
+    """What wraps an offline run's clock to show its progress on a terminal
+    (``wrap(clock, total_s)``, with ``done()``), or None (a pipe, ``--no-progress``)."""
+    if no_progress or not _bars_on(sys.stderr):
+        return None
+    return _Progress
 
 
 def _fmt(v, unit="", scale=1.0, digits=4) -> str:
@@ -195,8 +226,9 @@ def run(args) -> int:
                 pass
         raise
     progress = None
-    if not args.no_progress and not spec.hardware and sys.stderr.isatty():
-        progress = _Progress(run_obj.loop.clock, spec.duration_s)
+    wrap = None if spec.hardware else run_progress(args.no_progress)
+    if wrap is not None:
+        progress = wrap(run_obj.loop.clock, spec.duration_s)
         run_obj.loop.clock = progress
     rec = None if run_obj.loop.telemetry is None else run_obj.loop.telemetry.recorder
     if rec is not None and rec.live_address is not None:
@@ -292,8 +324,8 @@ def plot(args) -> int:
 
 
 def export(args) -> int:
-    """``torqueloop export RUN_DIR --format mcap|csv [-o FILE]``: a run on disk (its ``log.npy`` and
-    ``meta.json``) as ``log.mcap`` or ``log.csv`` (default beside them)."""
+    """``torqueloop export RUN_DIR --format mcap|csv|parquet [-o FILE]``: a run on disk (its ``log.npy``
+    and ``meta.json``) as ``log.mcap``, ``log.csv`` or ``log.parquet`` (default beside them)."""
     from ..telemetry import read_log, read_meta, to_csv
 
     run_dir = Path(args.run_dir)
@@ -302,6 +334,11 @@ def export(args) -> int:
     if args.format == "csv":
         read_meta(run_dir)      # the folder is a run's: its metadata reads
         to_csv(read_log(run_dir, flat=True), out)
+        print(out)
+        return 0
+    if args.format == "parquet":
+        from ..telemetry import to_parquet
+        to_parquet(run_dir, out, read_meta(run_dir))
         print(out)
         return 0
     from ..telemetry import column_labels
@@ -426,9 +463,11 @@ def tune(args) -> int:
     out = _sweep_out(args, data, path, "tune")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    result = run_tune(spec, base, str(path), workers=args.workers, engine=args.engine,
-                      progress=_sweep_progress("evaluated {} / {} runs"))
-    sys.stderr.write("\n")
+    bar = _sweep_progress("tune", getattr(args, "no_progress", False))
+    try:
+        result = run_tune(spec, base, str(path), workers=args.workers, engine=args.engine, progress=bar)
+    finally:
+        bar.close()
     result.write_table(out / "ranking.csv")
     best = result.best
     if not math.isfinite(best.score):
@@ -493,9 +532,11 @@ def robustness(args) -> int:
     base = _absolutise({k: v for k, v in data.items() if k not in ("robustness", "tune")}, path.parent)
     out = _sweep_out(args, data, path, "robustness")
     t0 = time.perf_counter()
-    result = run_robustness(spec, base, str(path), workers=args.workers, engine=args.engine,
-                            progress=_sweep_progress("ran {} / {} samples"))
-    sys.stderr.write("\n")
+    bar = _sweep_progress("robustness", getattr(args, "no_progress", False))
+    try:
+        result = run_robustness(spec, base, str(path), workers=args.workers, engine=args.engine, progress=bar)
+    finally:
+        bar.close()
     written = write_report(result, out, plots=not args.no_plots)
     print(f"torqueloop robustness: {spec.samples} runs in {time.perf_counter() - t0:.1f} s "
           f"({result.report.engine} engine)")
@@ -510,11 +551,28 @@ def _sweep_out(args, data: dict, path: Path, command: str) -> Path:
     return Path(args.out) if args.out else new_out_dir(f"{command}-{data.get('name', path.stem)}")
 
 
-def _sweep_progress(text: str):
-    """A ``progress(done, total)`` that rewrites one stderr line (``text`` with two ``{}``)."""
+def _sweep_progress(text: str, off: bool = False):
+    """A ``progress(done, total)`` that shows a progress bar of a sweep's runs on a terminal
+    (``text``: its label), nothing on a pipe; its ``close()`` ends the bar."""
+    state = {}
+
     def progress(done, total):
-        sys.stderr.write("\r  " + text.format(done, total))
-        sys.stderr.flush()
+        bar = state.get("bar")
+        if off:
+            return
+        if bar is None or bar.total != total:
+            if bar is not None:
+                bar.close()
+            bar = state["bar"] = progress_bar(total, text, "run")
+            if bar is None:
+                return
+        bar.n = done
+        bar.refresh()
+
+    def close():
+        if state.get("bar") is not None:
+            state["bar"].close()
+    progress.close = close
     return progress
 
 
@@ -562,7 +620,8 @@ def identify(args) -> int:
             _confirm_hardware(run_spec, args)
             confirmed.append(True)
 
-    res = run_identification(spec, out, confirm=confirm, progress=lambda line: print(f"  {line}", flush=True))
+    res = run_identification(spec, out, confirm=confirm, progress=lambda line: print(f"  {line}", flush=True),
+                             run_progress=run_progress(getattr(args, "no_progress", False)))
     print(res.report)
     print(f"  identified robot file: {res.robot_file}\n  report: {out / 'report.txt'}")
     return 0

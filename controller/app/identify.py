@@ -234,8 +234,12 @@ def excitation_config(spec: IdentifySpec, traj, task: bool, name: str) -> dict:
     return d
 
 
-def execute_config(data: dict, file: str, out_dir: Path, confirm: Callable | None = None):
-    """Parse, (confirm,) build and run a run-config dict; returns (spec, result)."""
+def execute_config(data: dict, file: str, out_dir: Path, confirm: Callable | None = None,
+                   run_progress: Callable | None = None):
+    """Parse, (confirm,) build and run a run-config dict; returns (spec, result).
+
+    ``run_progress(clock, total_s)``: a clock wrapper with ``done()`` that shows the run's
+    progress (:func:`controller.app.commands.run_progress`; offline runs only)."""
     from .run import build_run, parse_run
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -245,7 +249,14 @@ def execute_config(data: dict, file: str, out_dir: Path, confirm: Callable | Non
     if confirm is not None:
         confirm(spec)
     run = build_run(spec, out_dir=out_dir, meta={"identify": file})
-    result = run.execute()
+    bar = None
+    if run_progress is not None and not spec.hardware:
+        bar = run.loop.clock = run_progress(run.loop.clock, spec.duration_s)
+    try:
+        result = run.execute()
+    finally:
+        if bar is not None:
+            bar.done()
     if result.status != "completed":
         raise TorqueloopError(f"run '{spec.name}' did not complete ({result.status}): "
                               + "; ".join(str(f) for f in result.faults))
@@ -310,7 +321,8 @@ class IdentifyResult:
 
 
 def run_identification(spec: IdentifySpec, out_dir, *, confirm: Callable | None = None,
-                       progress: Callable[[str], None] | None = None) -> IdentifyResult:
+                       progress: Callable[[str], None] | None = None,
+                       run_progress: Callable | None = None) -> IdentifyResult:
     """Design, run, estimate, validate and write (module docstring).
 
     Parameters
@@ -322,6 +334,8 @@ def run_identification(spec: IdentifySpec, out_dir, *, confirm: Callable | None 
         Called before each run is built; raises to refuse (the CLI's hardware confirmation).
     progress : callable(str), optional
         Receives one line per step.
+    run_progress : callable, optional
+        Shows each run's progress (see :func:`execute_config`).
     """
     say = progress or (lambda s: None)
     drv_type = str(spec.run_data.get("driver", {}).get("type", ""))
@@ -344,7 +358,7 @@ def run_identification(spec: IdentifySpec, out_dir, *, confirm: Callable | None 
     for name, (traj, info, task) in trajs.items():
         data = excitation_config(spec, traj, task, name)
         say(f"{name}: running {traj.duration_s:.1f} s")
-        execute_config(data, spec.file, out / name, confirm)
+        execute_config(data, spec.file, out / name, confirm, run_progress)
         logs[name] = out / name
     train, delay = log_samples(logs["excitation"], spec.estimation, model, base, spec.offset)
     say(f"torque delay behind the positions: {1e3 * delay:.3f} ms")
