@@ -50,21 +50,21 @@ _CLIENT = """
 import json, sys
 from websockets.sync.client import connect
 from websockets.exceptions import ConnectionClosed
-ws = connect(sys.argv[1], subprotocols=["foxglove.sdk.v1"], proxy=None, compression=None)
-chans = {}
-while len(chans) < 3:
-    m = ws.recv(timeout=60)
-    if isinstance(m, str) and json.loads(m)["op"] == "advertise":
-        chans.update({c["topic"]: c["id"] for c in json.loads(m)["channels"]})
-ws.send(json.dumps({"op": "subscribe", "subscriptions": [{"id": i, "channelId": c} for i, c in
-                                                         enumerate(chans.values())]}))
 n = 0
-try:
-    while True:
-        ws.recv(timeout=600)
-        n += 1
-except ConnectionClosed:
-    pass
+with connect(sys.argv[1], subprotocols=["foxglove.sdk.v1"], proxy=None, compression=None) as ws:
+    chans = {}
+    while len(chans) < 3:
+        m = ws.recv(timeout=60)
+        if isinstance(m, str) and json.loads(m)["op"] == "advertise":
+            chans.update({c["topic"]: c["id"] for c in json.loads(m)["channels"]})
+    ws.send(json.dumps({"op": "subscribe", "subscriptions": [{"id": i, "channelId": c} for i, c in
+                                                             enumerate(chans.values())]}))
+    try:
+        while True:
+            ws.recv(timeout=600)
+            n += 1
+    except ConnectionClosed:
+        pass
 print(n)
 """
 
