@@ -793,12 +793,12 @@ def to_parquet(log, path, meta: dict | None = None) -> None:
     TorqueloopError
         pandas or pyarrow is not installed (the ``parquet`` extra).
     """
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError as err:
-        raise TorqueloopError(f"Parquet export needs pyarrow (pip install 'torqueloop[parquet]'): "
-                              f"{type(err).__name__}: {err}") from err
+    from .telemetry_mcap import missing
+    why = missing("pyarrow.parquet", "Parquet export", "pyarrow", "parquet")
+    if why is not None:
+        raise TorqueloopError(why)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     table = pa.Table.from_pandas(log_dataframe(log), preserve_index=False)
     if meta is not None:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}),

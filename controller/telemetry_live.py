@@ -30,12 +30,8 @@ HOST = "127.0.0.1"
 
 def live_available() -> str | None:
     """None when ``foxglove-sdk`` can be imported, else why not (the install hint)."""
-    try:
-        import foxglove  # noqa: F401
-    except ImportError as err:
-        return (f"the live view needs the 'foxglove-sdk' package (pip install 'torqueloop[live]'): "
-                f"{type(err).__name__}: {err}")
-    return None
+    from .telemetry_mcap import missing
+    return missing("foxglove", "the live view", "foxglove-sdk", "live")
 
 
 class LiveServer:
@@ -43,14 +39,10 @@ class LiveServer:
 
     Parameters
     ----------
-    dtype : numpy.dtype
-        The rows' dtype, :func:`controller.telemetry.log_dtype` ``(n, dim)``.
-    joint_names : sequence of str, length n
-    axis_names : sequence of str, length dim
+    dtype, joint_names, axis_names, start_ns
+        As :class:`controller.telemetry_mcap.RowEncoder` (``dtype``: ``log_dtype(n, dim)``).
     torque_limit_nm : array_like, shape (n,), optional
-        The limits the safety layer clips to [N m|N].
-    start_ns : int
-        The run's start, ns since the epoch (message time = start + cycle time).
+        The limits the safety layer clips to [N m|N] (default: unknown, NaN).
     rate_hz : float
         Rows sent per second of cycle time (at most one per cycle; > 0).
     port : int

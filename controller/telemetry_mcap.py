@@ -89,14 +89,20 @@ _INFO, _WARN, _ERROR = 20, 30, 40
 _SAFETY_BITS = ((1, "clipped"), (2, "soft limit"), (4, "braking"), (8, "holding"), (16, "fault"), (32, "disabled"))
 
 
+def missing(module: str, what: str, package: str, extra: str) -> str | None:
+    """None when ``module`` can be imported, else why not with the install hint
+    (``"<what> needs the '<package>' package (pip install 'torqueloop[<extra>]'): ..."``)."""
+    import importlib
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        return f"{what} needs the '{package}' package (pip install 'torqueloop[{extra}]'): {type(err).__name__}: {err}"
+    return None
+
+
 def mcap_available() -> str | None:
     """None when the ``mcap`` package can be imported, else why not (the install hint)."""
-    try:
-        import mcap.writer  # noqa: F401
-    except ImportError as err:
-        return (f"MCAP recording needs the 'mcap' package (pip install 'torqueloop[mcap]'): "
-                f"{type(err).__name__}: {err}")
-    return None
+    return missing("mcap.writer", "MCAP recording", "mcap", "mcap")
 
 
 def safety_text(code: int) -> str:

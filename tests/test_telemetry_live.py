@@ -33,17 +33,17 @@ from controller.telemetry import TelemetryWriter, read_log, read_meta, utc_ns  #
 
 try:
     from tests.config_mutations import VALUES
+    from tests.telemetry_checks import CYCLE_FIELDS
+    from tests.telemetry_checks import equal as _equal
 except ImportError:  # pragma: no cover - rootdir not on sys.path
     from config_mutations import VALUES
+    from telemetry_checks import CYCLE_FIELDS
+    from telemetry_checks import equal as _equal
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "hil_configs" / "runs" / "3rrr_circle.toml"
 pytestmark = pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning")
 TOPICS = ("/joint_states", "/torqueloop/cycle", "/rosout")
-CYCLE_FIELDS = {"t_s": "t", "ref_pos": "ref_pos", "ref_vel": "ref_vel", "ref_acc": "ref_acc", "err": "err",
-                "tau_ctrl": "tau_ctrl", "tau_cmd": "tau_cmd", "tau_meas": "tau_meas", "saturated": "sat",
-                "safety": "safety", "lateness_s": "lateness_s", "compute_s": "compute_s", "fresh": "fresh",
-                "fault": "fault", "enabled": "enabled"}
 
 
 class Client:
@@ -95,12 +95,6 @@ class Client:
         return [(t, dec(data)) for t, data in self.received[topic]]
 
 
-def _equal(a, b) -> bool:
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype.kind == "f" or b.dtype.kind == "f":
-        return a.shape == b.shape and np.array_equal(a.astype(float), b.astype(float), equal_nan=True)
-    return np.array_equal(a, b)
-
 
 def _check_stream(client: Client, log: np.ndarray, meta: dict, rate_hz: float) -> None:
     """The client's messages: about ``rate_hz`` per second of cycle time, each equal to its row
@@ -131,34 +125,38 @@ def _check_stream(client: Client, log: np.ndarray, meta: dict, rate_hz: float) -
     assert "normal" in safety[0] and "disabled" in safety[-1]
 
 
-def _start_cli(args: list[str]) -> tuple[subprocess.Popen, str]:
-    """The CLI in a process of its own; returns it and the live address it printed."""
+def _watch_cli(args: list[str]) -> tuple[Client, str, str]:
+    """The CLI in a process of its own, a :class:`Client` on the live address it prints reading
+    until the server closes; returns the client, the address and the CLI's stdout."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.Popen([sys.executable, "-m", "controller.app.cli", *args], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
-    for line in p.stdout:
-        if "live view at ws://" in line:
-            return p, line.split("live view at ")[1].split()[0]
-    p.wait(60)
-    pytest.fail(f"no live address printed: {p.stderr.read()}")
+    try:
+        for line in p.stdout:
+            if "live view at ws://" in line:
+                address = line.split("live view at ")[1].split()[0]
+                break
+        else:
+            p.wait(60)
+            pytest.fail(f"no live address printed: {p.stderr.read()}")
+        c = Client(address)
+        c.read()
+        out, err = p.communicate(timeout=600)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(30)
+    assert p.returncode == 0, err
+    return c, address, out
 
 
 def test_run_live_streams_the_channels_at_the_rate_with_the_logs_values(tmp_path):
     """`run --live --wait-viewer`: the CLI prints the address; the client subscribes, the run
     starts, and the client gets ~duration x live_rate_hz rows equal to log.npy's."""
     out = tmp_path / "run"
-    p, address = _start_cli(["run", str(DEMO), "--live", "--wait-viewer", "600", "--duration", "2",
-                             "--set", "telemetry.live_rate_hz=40", "--no-plots", "--no-progress", "-o", str(out)])
-    try:
-        assert address.startswith("ws://127.0.0.1:") and not address.endswith(":0")
-        c = Client(address)
-        c.read()
-        rest, err = p.communicate(timeout=600)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(30)
-    assert p.returncode == 0, err
+    c, address, _ = _watch_cli(["run", str(DEMO), "--live", "--wait-viewer", "600", "--duration", "2", "--set",
+                                "telemetry.live_rate_hz=40", "--no-plots", "--no-progress", "-o", str(out)])
+    assert address.startswith("ws://127.0.0.1:") and not address.endswith(":0")
     log, meta = read_log(out), read_meta(out)
     _check_stream(c, log, meta, 40.0)
     assert meta["live"]["rows_sent"] == len(c.received["/joint_states"]) and meta["live"]["error"] is None
@@ -233,17 +231,8 @@ def test_a_client_that_stalls_or_disconnects_leaves_the_run_bit_identical(baseli
 
 def test_replay_live_streams_a_recorded_run_at_the_rate_with_its_values(baseline):
     run_dir, _ = baseline
-    p, address = _start_cli(["replay", str(run_dir), "--live", "--speed", "20", "--rate", "100",
-                             "--wait-viewer", "600"])
-    try:
-        c = Client(address)
-        c.read()
-        out, err = p.communicate(timeout=600)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(30)
-    assert p.returncode == 0, err
+    c, _, out = _watch_cli(["replay", str(run_dir), "--live", "--speed", "20", "--rate", "100",
+                            "--wait-viewer", "600"])
     _check_stream(c, read_log(run_dir), read_meta(run_dir), 100.0)
     assert f"{len(c.received['/joint_states'])} rows" in out
 

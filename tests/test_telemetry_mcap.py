@@ -29,17 +29,16 @@ from controller.telemetry_mcap import CYCLE_MSG, McapRecorder  # noqa: E402
 
 try:
     from tests.config_mutations import VALUES
+    from tests.telemetry_checks import CYCLE_FIELDS
+    from tests.telemetry_checks import equal as _equal
 except ImportError:  # pragma: no cover - rootdir not on sys.path
     from config_mutations import VALUES
+    from telemetry_checks import CYCLE_FIELDS
+    from telemetry_checks import equal as _equal
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "hil_configs" / "runs" / "3rrr_circle.toml"
 
-#: ControlCycle's fields and the log.npy columns they carry
-CYCLE_FIELDS = {"t_s": "t", "ref_pos": "ref_pos", "ref_vel": "ref_vel", "ref_acc": "ref_acc", "err": "err",
-                "tau_ctrl": "tau_ctrl", "tau_cmd": "tau_cmd", "tau_meas": "tau_meas", "saturated": "sat",
-                "safety": "safety", "lateness_s": "lateness_s", "compute_s": "compute_s", "fresh": "fresh",
-                "fault": "fault", "enabled": "enabled"}
 
 
 def _run(out: Path, overrides: dict, duration_s: float = 1.0):
@@ -67,12 +66,6 @@ def _raw(path: Path) -> dict:
             out.setdefault(channel.topic, []).append((schema.name, message.log_time, message.data))
     return out
 
-
-def _equal(a, b) -> bool:
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype.kind == "f" or b.dtype.kind == "f":
-        return a.shape == b.shape and np.array_equal(a.astype(float), b.astype(float), equal_nan=True)
-    return np.array_equal(a, b)
 
 
 @pytest.fixture(scope="module")

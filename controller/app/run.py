@@ -420,11 +420,6 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     mcap_rows = tel.int("mcap_buffer_rows", 65536, minimum=1, maximum=1 << 24,
                         doc="rows the MCAP writer's ring holds; a full ring drops rows (counted), "
                             "it never delays the loop")
-    if mcap_on:
-        from ..telemetry_mcap import mcap_available
-        why = mcap_available()
-        if why is not None:
-            raise ConfigError(why, file, "telemetry.mcap")
     live_on = tel.bool("live", False, doc="stream the log's channels to Foxglove or PlotJuggler while the "
                                            "run goes (a Foxglove WebSocket server on 127.0.0.1, in the "
                                            "telemetry writer process; `run --live`)")
@@ -433,11 +428,12 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
     live_port = tel.int("live_port", 0, minimum=0, maximum=65535,
                         doc="TCP port of the live view on 127.0.0.1 (0: one the OS chooses; the CLI "
                             "prints the address)")
-    if live_on:
-        from ..telemetry_live import live_available
-        why = live_available()
+    from ..telemetry_live import live_available
+    from ..telemetry_mcap import mcap_available
+    for on, available, key in ((mcap_on, mcap_available, "telemetry.mcap"), (live_on, live_available, "telemetry.live")):
+        why = available() if on else None       # the package it needs is installed
         if why is not None:
-            raise ConfigError(why, file, "telemetry.live")
+            raise ConfigError(why, file, key)
     tel.finish()
 
     # A [tune] table (gain search, see controller.app.tune) is validated here so that `check` and
