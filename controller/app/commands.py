@@ -432,12 +432,11 @@ def animate(args) -> int:
     """``torqueloop animate``: a stick-figure animation of the robot from a run's log (GIF or HTML)."""
     from .animate import animate_run
 
-    def progress(done: int, total: int) -> None:     # on a terminal only; nothing extra on a pipe
-        print(f"\r  rendering frame {done}/{total}", end="\n" if done == total else "", file=sys.stderr,
-              flush=True)
-
-    path, frames = animate_run(args.log, args.out, fps=args.fps, max_frames=args.max_frames,
-                               progress=progress if sys.stderr.isatty() else None)
+    bar = _sweep_progress("animate", unit="frame")     # on a terminal only; nothing extra on a pipe
+    try:
+        path, frames = animate_run(args.log, args.out, fps=args.fps, max_frames=args.max_frames, progress=bar)
+    finally:
+        bar.close()
     print(f"{path} ({frames} frames)")
     return 0
 
@@ -551,9 +550,9 @@ def _sweep_out(args, data: dict, path: Path, command: str) -> Path:
     return Path(args.out) if args.out else new_out_dir(f"{command}-{data.get('name', path.stem)}")
 
 
-def _sweep_progress(text: str, off: bool = False):
-    """A ``progress(done, total)`` that shows a progress bar of a sweep's runs on a terminal
-    (``text``: its label), nothing on a pipe; its ``close()`` ends the bar."""
+def _sweep_progress(text: str, off: bool = False, unit: str = "run"):
+    """A ``progress(done, total)`` that shows a progress bar of a sweep's runs (or frames...:
+    ``unit``) on a terminal (``text``: its label), nothing on a pipe; its ``close()`` ends the bar."""
     state = {}
 
     def progress(done, total):
@@ -563,7 +562,7 @@ def _sweep_progress(text: str, off: bool = False):
         if bar is None or bar.total != total:
             if bar is not None:
                 bar.close()
-            bar = state["bar"] = progress_bar(total, text, "run")
+            bar = state["bar"] = progress_bar(total, text, unit)
             if bar is None:
                 return
         bar.n = done
