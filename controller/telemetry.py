@@ -793,7 +793,7 @@ def to_parquet(log, path, meta: dict | None = None) -> None:
     TorqueloopError
         pandas or pyarrow is not installed (the ``parquet`` extra).
     """
-    from .telemetry_mcap import missing
+    from .telemetry_ros2 import missing
     why = missing("pyarrow.parquet", "Parquet export", "pyarrow", "parquet")
     if why is not None:
         raise TorqueloopError(why)

@@ -30,7 +30,7 @@ HOST = "127.0.0.1"
 
 def live_available() -> str | None:
     """None when ``foxglove-sdk`` can be imported, else why not (the install hint)."""
-    from .telemetry_mcap import missing
+    from .telemetry_ros2 import missing
     return missing("foxglove", "the live view", "foxglove-sdk", "live")
 
 
@@ -40,7 +40,7 @@ class LiveServer:
     Parameters
     ----------
     dtype, joint_names, axis_names, start_ns
-        As :class:`controller.telemetry_mcap.RowEncoder` (``dtype``: ``log_dtype(n, dim)``).
+        As :class:`controller.telemetry_ros2.RowEncoder` (``dtype``: ``log_dtype(n, dim)``).
     torque_limit_nm : array_like, shape (n,), optional
         The limits the safety layer clips to [N m|N] (default: unknown, NaN).
     rate_hz : float
@@ -61,7 +61,7 @@ class LiveServer:
         import foxglove
         from foxglove.websocket import ServerListener
 
-        from .telemetry_mcap import CYCLE_MSG, JOINT_STATE_MSG, LOG_MSG, RowEncoder
+        from .telemetry_ros2 import CYCLE_MSG, JOINT_STATE_MSG, LOG_MSG, RowEncoder
         n = np.dtype(dtype)["q"].shape[0]
         lim = np.full(n, np.nan) if torque_limit_nm is None else np.asarray(torque_limit_nm, float)
         self.start_ns = int(start_ns)
@@ -149,14 +149,14 @@ class LiveServer:
 
     def log(self, stamp_ns: int, level: int, name: str, text: str) -> None:
         """Send one ``/rosout`` message (``rcl_interfaces/msg/Log``; level 20 info, 30 warn, 40 error)."""
-        from .telemetry_mcap import _cdr_log
+        from .telemetry_ros2 import _cdr_log
         if not self.closed:
             self._ch_log.log(_cdr_log(stamp_ns, level, name, text), log_time=int(stamp_ns))
             self.messages += 1
 
     def finish(self, meta: dict | None) -> None:
         """Send the faults of ``meta["result"]`` as ``/rosout`` messages (as the MCAP file has them)."""
-        from .telemetry_mcap import fault_logs
+        from .telemetry_ros2 import fault_logs
         for ts, level, name, text in fault_logs(meta, self.start_ns):
             self.log(ts, level, name, text)
 
@@ -207,9 +207,9 @@ def replay(log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: in
     """
     if not (np.isfinite(speed) and speed > 0):
         raise ConfigError(f"must be > 0, got {speed!r}", field="--speed")
-    from .telemetry_mcap import _limits
+    from .telemetry_ros2 import torque_limits
     n = log.dtype["q"].shape[0]
-    srv = LiveServer(log.dtype, joint_names, axis_names, torque_limit_nm=_limits(meta.get("torque_limit"), n),
+    srv = LiveServer(log.dtype, joint_names, axis_names, torque_limit_nm=torque_limits(meta.get("torque_limit"), n),
                      start_ns=start_ns, rate_hz=rate_hz, port=port, name="torqueloop replay")
     try:
         if on_ready is not None:

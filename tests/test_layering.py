@@ -32,7 +32,8 @@ PACKAGES = ("dynamics", "trajectories", "drivers", "controller")
 #: (and what they need)
 CORE = {"controller." + m for m in ("laws", "_law_kernels", "_stewart_law_kernels", "gains", "estimation", "safety",
                                     "_safety_rules", "loop", "compiled", "_fast_loop", "_fast_loop_stewart",
-                                    "clock", "telemetry", "telemetry_mcap", "metrics", "plausibility")}
+                                    "clock", "telemetry", "telemetry_mcap", "telemetry_ros2", "telemetry_live",
+                                    "metrics", "plausibility")}
 #: the application on top of it, in ``controller/app/``
 APP = "controller.app"
 APPLICATION = {APP} | {f"{APP}.{m}" for m in ("run", "api", "cli", "commands", "tune", "tune_config", "engines",
