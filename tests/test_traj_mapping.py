@@ -1,6 +1,7 @@
 """Task -> actuator mapping (trajectories.mapping): IK round trips and analytic rates vs finite differences."""
 
 from pathlib import Path
+import re
 import types
 
 import numpy as np
@@ -222,3 +223,104 @@ def test_tabulated_time_scaled_mapped_keeps_task(rrr):
         np.testing.assert_allclose(x, y, atol=1e-12)
     assert tab.task.duration_s == pytest.approx(3.0)
     assert not hasattr(Tabulated(task, 0.1), "task")
+
+
+# -- URDF arms: a 6-DOF arm with a task in xyz (3 free directions), a SCARA-like arm ------------
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(scope="module")
+def arm6():
+    return load_model(DATA / "arm6.urdf")
+
+
+@pytest.fixture(scope="module")
+def scara():
+    return load_model(DATA / "scara4.urdf")
+
+
+def _tool_xyz(model, q):
+    return np.asarray(model.forward_kinematics(q))[..., :3, 3]
+
+
+def test_redundant_urdf_arm_path_from_the_fk_of_the_guess(arm6):
+    """The newcomer's case: a circle that starts at the forward kinematics of q_guess, on a 6-DOF
+    URDF arm with a position task (3 free directions), no q_rest: it used to fail ("not reachable")."""
+    q0 = np.array([0.3, -1.0, 1.2, -0.5, 0.8, 0.2])
+    x0 = _tool_xyz(arm6, q0)
+    circle = P.circle(x0 + [0.0, -0.1, 0.0], 0.1, 3.0, normal=[0, 0, 1], start_angle=np.pi / 2, ramp_s=0.5)
+    np.testing.assert_allclose(circle.start, x0, atol=1e-12)
+    ik = SerialIKTrajectory(circle, arm6, "xyz", q_guess=q0)
+    np.testing.assert_allclose(ik.q_start, q0, atol=1e-9)        # the start pose is the guess itself
+    t = interior_times(ik, n=40, avoid=[0.5, 2.5], gap=1e-3)
+    s = ik.sample(t)
+    # independent check: Pinocchio's forward kinematics of the IK result is the target
+    np.testing.assert_allclose(_tool_xyz(arm6, s.pos), circle.sample(t).pos, atol=1e-10)
+    ev, ea, _ = fd_errors(ik, t, h=1e-5)
+    assert ev < 1e-7 and ea < 1e-6
+
+
+def test_redundant_arm_with_orientation_task_and_q_rest(arm6):
+    """xyz + one angle (2 free directions) with an explicit rest posture away from the start: the
+    start pose is solved from q_rest, the path followed, the rest posture kept in the free directions."""
+    q0 = np.array([0.3, -1.0, 1.2, -0.5, 0.8, 0.2])
+    sel = TaskSelection("xyz rz")
+    x0 = sel.value(np.asarray(arm6.forward_kinematics(q0)))
+    line = P.line(x0, x0 + [0.05, 0.03, -0.04, 0.2], 2.0, profile="cycloidal")
+    q_rest = q0 + np.array([0.05, -0.05, 0.05, 0.1, -0.1, 0.05])
+    ik = SerialIKTrajectory(line, arm6, "xyz rz", q_rest=q_rest)
+    t = interior_times(ik, n=30)
+    s = ik.sample(t)
+    np.testing.assert_allclose(sel.value(np.asarray(arm6.forward_kinematics(s.pos))), line.sample(t).pos,
+                               atol=1e-10)
+    np.testing.assert_allclose(ik.C @ (s.pos - q_rest).T, 0.0, atol=1e-9)
+
+
+def test_scara_default_rest_pose_is_not_the_singular_midpoint(scara):
+    from trajectories.mapping import default_rest_pose
+    lim = scara.limits
+    mid = 0.5 * (np.asarray(lim.position_min) + np.asarray(lim.position_max))
+    np.testing.assert_allclose(mid, 0.0)                          # stretched out: singular in the plane
+    assert np.linalg.matrix_rank(np.asarray(scara.jacobian(mid))[:2], tol=1e-9) < 2
+    q = default_rest_pose(scara, "xy")
+    sv = np.linalg.svd(np.asarray(scara.jacobian(q))[:2], compute_uv=False)
+    assert sv[-1] / sv[0] > 0.1
+    assert np.all(q >= lim.position_min) and np.all(q <= lim.position_max)
+    # a path from no guess at all: the IK starts from that pose and follows the path
+    line = P.line([0.3, 0.2], [0.4, 0.3], 2.0)
+    ik = SerialIKTrajectory(line, scara, "xy")
+    t = interior_times(ik, n=30)
+    np.testing.assert_allclose(_tool_xyz(scara, ik.sample(t).pos)[:, :2], line.sample(t).pos, atol=1e-10)
+
+
+def test_scara_singular_q_rest_names_the_key_and_a_posture_that_works(scara):
+    from dynamics.errors import SingularityError
+    line = P.line([0.3, 0.2], [0.4, 0.3], 2.0)
+    with pytest.raises(SingularityError, match=r"rank deficient at q_rest \[0\., 0\., 0\., 0\.\]: set q_rest") as exc:
+        SerialIKTrajectory(line, scara, "xy", q_rest=np.zeros(4))
+    import re
+    sug = re.search(r"e\.g\. \[([^\]]*)\]", str(exc.value)).group(1)
+    q_rest = np.array([float(v) for v in sug.split(",")])
+    ik = SerialIKTrajectory(line, scara, "xy", q_rest=q_rest)
+    np.testing.assert_allclose(_tool_xyz(scara, ik.sample(1.0).pos)[:2], line.sample(1.0).pos, atol=1e-10)
+
+
+def test_unreachable_sample_is_named_with_the_nearest_pose(scara):
+    # the arm reaches 0.6 m at most: the line leaves the workspace part-way
+    line = P.line([0.4, 0.0, 0.25, 0.0], [0.8, 0.0, 0.25, 0.0], 2.0)
+    with pytest.raises(UnreachableError) as exc:
+        SerialIKTrajectory(line, scara, "xyz rz")
+    msg = str(exc.value)
+    m = re.search(r"sample (\d+) of (\d+) \(t = ([0-9.e-]+) s\)", msg)
+    assert m, msg
+    k, count, t = int(m.group(1)), int(m.group(2)), float(m.group(3))
+    assert 0 < k < count - 1
+    # the named sample is the first one beyond the reach, on the task path itself
+    x_k = line.sample(t).pos
+    assert np.hypot(x_k[0], x_k[1]) > 0.6 - 1e-6
+    assert np.hypot(*line.sample(t - 2.0 / (count - 1)).pos[:2]) <= 0.6 + 1e-9
+    # the nearest pose found reaches the edge of the workspace, and the message names the keys to set
+    reached = [float(v) for v in re.search(r"reaches \[([^\]]*)\]", msg).group(1).split(",")]
+    assert abs(np.hypot(reached[0], reached[1]) - 0.6) < 1e-3
+    assert "q_rest" in msg and "q_guess" in msg and "--explain trajectory" in msg

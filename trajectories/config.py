@@ -136,11 +136,15 @@ def _to_actuators(task: Trajectory, model: Model, sec: Section) -> Trajectory:
                     doc="serial arms: the tool coordinates the path gives (xy, xyz, or with "
                         "orientation), the rest is free")
     q_rest = sec.vector("q_rest", model.dof, None,
-                        doc="serial arms: joint posture [rad or m] the inverse kinematics stays near "
-                            "in the free directions (redundant arms)")
+                        doc="serial arms with more joints than task_components: the posture [rad or m] "
+                            "the free directions are held at (elbow up, a wrist angle); default: the "
+                            "start pose. Set it when the path's end is 'not reachable ... with the free "
+                            "directions held at the rest posture' or to choose the arm's posture")
     q_guess = sec.vector("q_guess", model.dof, None,
                          doc="serial arms: joint positions [rad or m] the inverse kinematics of the "
-                             "first sample starts from")
+                             "first sample starts from (the path then follows by continuation); "
+                             "default: q_rest, else the joint-limit midpoints, or a well-conditioned "
+                             "pose near them when those are singular (a SCARA stretched out)")
     return SerialIKTrajectory(task, model, comps, q_rest=q_rest, q_guess=q_guess)
 
 

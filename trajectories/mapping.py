@@ -52,7 +52,7 @@ from dynamics.errors import (KinematicsError, ModelError, SingularityError,
 from .base import Sample, TimeScaled, Trajectory, check_duration
 
 __all__ = ["JointSpaceTrajectory", "SerialIKTrajectory", "TaskSelection", "Tabulated",
-           "map_parallel"]
+           "default_rest_pose", "map_parallel"]
 
 
 # -- parallel robots -------------------------------------------------------------
@@ -333,8 +333,72 @@ class TaskSelection:
         return J6[..., self.rows, :]
 
 
+def _task_conditioning(model: Model, sel: "TaskSelection", q: np.ndarray) -> np.ndarray:
+    """Inverse condition number ``s_min / s_max`` of the task Jacobian at poses ``q`` (N, n) -> (N,)."""
+    J = sel.jacobian(np.asarray(model.jacobian(q), dtype=float))
+    s = np.linalg.svd(J, compute_uv=False)
+    return s[..., -1] / np.maximum(s[..., 0], 1e-300)
+
+
+#: Inverse condition number of the task Jacobian below which a default pose counts as singular.
+WELL_CONDITIONED = 1e-2
+
+
+def default_rest_pose(model: Model, components="xyz") -> np.ndarray:
+    """A well-conditioned default posture of a serial arm for a task selection.
+
+    The joint-limit midpoints (zero for a joint without finite limits); when
+    the task Jacobian there is singular or ill-conditioned (inverse condition
+    number ``s_min / s_max`` below :data:`WELL_CONDITIONED`, e.g. a SCARA or
+    an elbow arm stretched out at zero), each joint is moved by
+    ``-d, 0 or +d`` with ``d = min(range / 4, 0.5)`` (0.5 rad or m when
+    unbounded) and the best-conditioned of these ``3^n`` poses is taken (one
+    joint at a time beyond 8 joints).  Deterministic: the same model gives the
+    same pose.
+
+    Parameters
+    ----------
+    model : Model
+        Serial arm (``jacobian``, ``limits``).
+    components : str or sequence
+        Task selection (see :class:`TaskSelection`).
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        Joint positions [rad or m].
+    """
+    sel = components if isinstance(components, TaskSelection) else TaskSelection(components)
+    lim = model.limits
+    lo, hi = np.asarray(lim.position_min, float), np.asarray(lim.position_max, float)
+    fin = np.isfinite(lo) & np.isfinite(hi)
+    mid = np.where(fin, 0.5 * (np.where(fin, lo, 0.0) + np.where(fin, hi, 0.0)), 0.0)
+    if _task_conditioning(model, sel, mid[None])[0] >= WELL_CONDITIONED:
+        return mid
+    n = model.dof
+    d = np.where(fin, np.minimum(0.25 * (np.where(fin, hi, 0.0) - np.where(fin, lo, 0.0)), 0.5), 0.5)
+    if n <= 8:
+        steps = np.array(np.meshgrid(*([[-1.0, 0.0, 1.0]] * n), indexing="ij")).reshape(n, -1).T
+    else:
+        steps = np.concatenate([np.zeros((1, n)), np.eye(n), -np.eye(n)])
+    cand = mid + steps * d
+    c = _task_conditioning(model, sel, cand)
+    # the best conditioned; among near-equals the fewest moved joints (first in this order)
+    best = np.max(c)
+    order = np.lexsort((np.abs(steps).sum(axis=1), ~(c >= best * (1 - 1e-9))))
+    return cand[order[0]]
+
+
+def _fmt(v) -> str:
+    return np.array2string(np.asarray(v, dtype=float), precision=4, separator=", ", suppress_small=True)
+
+
 class SerialIKTrajectory(_Mapped):
     """Joint trajectory of a serial arm following a task trajectory (numerical IK).
+
+    Positions follow the path by continuation: each point of a time grid is
+    solved from the previous one's solution, and from the start pose when that
+    fails.  The start pose is the solution of the first point from ``q_guess``.
 
     Parameters
     ----------
@@ -345,10 +409,16 @@ class SerialIKTrajectory(_Mapped):
     components : str or sequence, default "xyz"
         See :class:`TaskSelection`.
     q_rest : array_like, shape (n,), optional
-        Rest posture for the redundancy resolution and the default initial
-        guess (default: zeros, or the mid-range of finite joint limits).
+        Rest posture of a redundant arm (n > m): the ``n - m`` free directions
+        (the null space of the task Jacobian at ``q_rest``) stay at their
+        values there (see the module docstring).  Default: the start pose, so
+        a path that starts where the arm is needs no rest posture.  Set it
+        (the run config's ``[trajectory] q_rest``) to hold the free directions
+        at another posture (elbow up, a wrist angle).
     q_guess : array_like, shape (n,), optional
-        Initial guess for the pose at t = 0 (default ``q_rest``).
+        Initial guess for the pose at t = 0.  Default ``q_rest`` when given,
+        else :func:`default_rest_pose` (the joint-limit midpoints, or a
+        well-conditioned pose near them when those are singular).
     weights : array_like, shape (n,), optional
         Diagonal W of the rest-posture metric (default ones).
     grid_dt_s : float, optional
@@ -358,10 +428,22 @@ class SerialIKTrajectory(_Mapped):
     jerk_step_s : float
         Step of the central difference used for the jerk.
 
+    Attributes
+    ----------
+    q_rest : ndarray, shape (n,)
+        The rest posture used.
+    q_start : ndarray, shape (n,)
+        The pose at t = 0.
+
     Raises
     ------
     UnreachableError
-        A task point cannot be reached (Newton stalls with a residual).
+        A task point cannot be reached; the message names the sample (index of
+        the continuation grid and time), the target, the nearest pose found and
+        the task coordinates it reaches, and what to set (``q_rest``, ``q_guess``).
+    SingularityError
+        The task Jacobian is rank deficient at the rest posture (the message
+        names a well-conditioned posture to set as ``q_rest``).
     TrajectoryError
         Bad arguments (more task coordinates than joints, wrong dims).
     """
@@ -381,35 +463,48 @@ class SerialIKTrajectory(_Mapped):
         self.tol = float(tol)
         self.max_iter = int(max_iter)
         self.names = model.joint_names
-        if q_rest is None:
-            lim = model.limits
-            lo, hi = np.asarray(lim.position_min, float), np.asarray(lim.position_max, float)
-            fin = np.isfinite(lo) & np.isfinite(hi)
-            q_rest = np.where(fin, 0.5 * (np.where(fin, lo, 0.0) + np.where(fin, hi, 0.0)), 0.0)
-        self.q_rest = self._vec(q_rest, "q_rest", n)
         w = np.ones(n) if weights is None else self._vec(weights, "weights", n)
         if np.any(w <= 0):
             raise TrajectoryError("weights must be > 0")
         self.weights = w
-        if n > m:
-            J0 = self.sel.jacobian(np.asarray(model.jacobian(self.q_rest), dtype=float))
-            Z0 = null_space(J0)
-            if Z0.shape[1] != n - m:
-                raise SingularityError(f"{model.name}: task Jacobian is rank deficient at the rest posture")
-            self.C = Z0.T * w[None, :]
+        self._rest_given = q_rest is not None
+        if q_guess is not None:
+            q_init = self._vec(q_guess, "q_guess", n)
+        elif q_rest is not None:
+            q_init = self._vec(q_rest, "q_rest", n)
         else:
-            self.C = np.zeros((0, n))
+            q_init = default_rest_pose(model, self.sel)
         # continuation grid for warm starts
         T = task.duration_s
         dt = T / 400 if grid_dt_s is None else check_duration(grid_dt_s, "grid_dt_s")
         ng = max(int(np.ceil(T / dt)), 1)
         self._grid_t = np.linspace(0.0, T, ng + 1)
         X = task.sample(self._grid_t).pos
-        q = self.q_rest.copy() if q_guess is None else self._vec(q_guess, "q_guess", n)
+        self.C = np.zeros((0, n))
+        if q_rest is None:
+            # the start pose: the first point solved from the guess with no posture term
+            self.q_rest = q_init
+            self.q_start = self._solve_one(X[0], q_init, self._grid_t[0], index=0, count=ng + 1)
+            self.q_rest = self.q_start.copy()
+        else:
+            self.q_rest = self._vec(q_rest, "q_rest", n)
+        if n > m:
+            J0 = self.sel.jacobian(np.asarray(model.jacobian(self.q_rest), dtype=float))
+            Z0 = null_space(J0)
+            if Z0.shape[1] != n - m:
+                which = "q_rest" if self._rest_given else "the start pose (q_guess)"
+                raise SingularityError(
+                    f"{model.name}: the task Jacobian ({''.join(self.sel.components)}) is rank deficient at "
+                    f"{which} {_fmt(self.q_rest)}: set q_rest (the [trajectory] key of a run config) to a "
+                    f"well-conditioned posture, e.g. {_fmt(default_rest_pose(model, self.sel))}")
+            self.C = Z0.T * w[None, :]
+        q = q_init if self._rest_given else self.q_start
         qs = np.empty((ng + 1, n))
         for k in range(ng + 1):
-            q = self._solve_one(X[k], q, self._grid_t[k])
+            q = self._solve_one(X[k], q, self._grid_t[k], index=k, count=ng + 1)
             qs[k] = q
+            if k == 0:
+                self.q_start = q.copy()
         self._grid_q = qs
 
     @staticmethod
@@ -419,35 +514,37 @@ class SerialIKTrajectory(_Mapped):
             raise TrajectoryError(f"{name} must be a finite vector of shape ({n},), got {x!r}")
         return a
 
-    def _residual(self, x, q):
+    def _residual(self, x, q, C=None):
+        C = self.C if C is None else C
         T = np.asarray(self.model.forward_kinematics(q), dtype=float)
         e = self.sel.error(x, T)
-        r = np.concatenate([e, -(self.C @ (q - self.q_rest).T).T], axis=-1) if self.C.size else e
+        r = np.concatenate([e, -(C @ (q - self.q_rest).T).T], axis=-1) if C.size else e
         return r
 
-    def _aug_jacobian(self, q):
+    def _aug_jacobian(self, q, C=None):
+        C = self.C if C is None else C
         J = self.sel.jacobian(np.asarray(self.model.jacobian(q), dtype=float))
-        if self.C.size:
-            C = np.broadcast_to(self.C, J.shape[:-2] + self.C.shape)
+        if C.size:
+            C = np.broadcast_to(C, J.shape[:-2] + C.shape)
             return np.concatenate([J, C], axis=-2)
         return J
 
-    def _solve_one(self, x, q0, t):
-        """Levenberg-Marquardt on the (augmented) task equations for one target."""
+    def _lm(self, x, q0, C):
+        """Levenberg-Marquardt on the task equations (and the posture rows ``C``): (q, |residual|)."""
         q = q0.copy()
-        r = self._residual(x, q)
+        r = self._residual(x, q, C)
         cost = r @ r
         lam = 1e-6
         for _ in range(self.max_iter):
             if np.sqrt(cost) < self.tol:
-                return q
-            A = self._aug_jacobian(q)
+                break
+            A = self._aug_jacobian(q, C)
             H = A.T @ A
             g = A.T @ r
             while True:
                 dq = np.linalg.solve(H + lam * (np.diag(np.diag(H)) + 1e-12 * np.eye(len(q))), g)
                 qn = q + dq
-                rn = self._residual(x, qn)
+                rn = self._residual(x, qn, C)
                 cn = rn @ rn
                 if cn < cost:
                     q, r, cost = qn, rn, cn
@@ -458,12 +555,47 @@ class SerialIKTrajectory(_Mapped):
                     break
             if lam > 1e8:
                 break
-        if np.sqrt(cost) < max(self.tol, 1e-9):
-            return q
+        return q, float(np.sqrt(cost))
+
+    def _solve_one(self, x, q0, t, index=None, count=None):
+        """Solve one target from ``q0``, then from the start pose; a clear error when neither converges."""
+        ok = max(self.tol, 1e-9)
+        starts = [q0]
+        start = getattr(self, "q_start", None)
+        if start is not None and not np.array_equal(start, q0):
+            starts.append(start)
+        best, best_res = None, np.inf
+        for qs in starts:
+            q, res = self._lm(x, qs, self.C)
+            if res < ok:
+                return q
+            if res < best_res:
+                best, best_res = q, res
+        self._unreachable(x, best, t, index, count)
+
+    def _unreachable(self, x, q, t, index, count):
+        sel, name = self.sel, self.model.name
+        comps = "".join(sel.components)
+        where = f"sample {index} of {count} (t = {t:.4g} s)" if index is not None else f"t = {t:.4g} s"
+        reached = sel.value(np.asarray(self.model.forward_kinematics(q), dtype=float))
+        task_res = float(np.linalg.norm(sel.error(x, np.asarray(self.model.forward_kinematics(q), dtype=float))))
+        msg = (f"{name}: the task path's {where}, {comps} {_fmt(x)}, is not reachable from the previous sample "
+               f"or the start pose; the nearest pose "
+               f"found, q = {_fmt(q)}, reaches {_fmt(reached)} (task residual {task_res:.3g})")
+        if self.C.size:
+            # is it reachable at all, with the free directions left free?
+            q_free, res_free = self._lm(x, q, np.zeros((0, self.model.dof)))
+            if res_free < max(self.tol, 1e-9):
+                raise UnreachableError(
+                    msg + f". The point is reachable (q = {_fmt(q_free)}), but not with the arm's "
+                    f"{self.model.dof - sel.dim} free direction(s) held at the rest posture q_rest = "
+                    f"{_fmt(self.q_rest)} (held by a condition linear about q_rest, so a long path may need "
+                    f"q_rest near its middle): set q_rest (the [trajectory] key of a run config) to a "
+                    f"well-conditioned posture nearer this part of the path, or shorten the path")
         raise UnreachableError(
-            f"{self.model.name}: task point {np.array2string(np.asarray(x), precision=4)} "
-            f"({''.join(self.sel.components)}) at t = {t:.4g} s not reachable: residual {np.sqrt(cost):.3g} "
-            f"after {self.max_iter} iterations")
+            msg + ". The point may lie outside the workspace; if not, set q_guess (the start pose's guess) "
+            "or q_rest (the posture of the free directions), keys of [trajectory] in a run config "
+            "(torqueloop check --explain trajectory)")
 
     def _positions(self, X, t):
         # warm start: interpolate the continuation grid, then batched Newton
@@ -483,7 +615,8 @@ class SerialIKTrajectory(_Mapped):
             q[~done] = q[~done] + dq
         r = self._residual(X, q)
         for i in np.nonzero(np.max(np.abs(r), axis=-1) >= self.tol)[0]:
-            q[i] = self._solve_one(X[i], q[i] if np.all(np.isfinite(q[i])) else self._grid_q[0], t[i])
+            q[i] = self._solve_one(X[i], q[i] if np.all(np.isfinite(q[i])) else self._grid_q[0], t[i],
+                                   index=i, count=len(t))
         return q
 
     def _map(self, X, Xd, Xdd, t):
