@@ -1,4 +1,20 @@
-"""Build and run a control loop from Python objects: the same run as a TOML config, without one.
+"""The Python API: run a config (:func:`run_config`), or the same run from Python objects (:func:`simulate`).
+
+A shipped or own run config, with values overridden by dotted keys, run as ``torqueloop run``
+runs it, and a result to inspect and plot (:class:`RunOutput`)::
+
+    from controller.app import run_config, shipped_configs
+
+    shipped_configs()                                   # ['3rrr_circle', ...]
+    out = run_config("3rrr_circle", overrides={"controller.wn_rad_s": 60.0,
+                                               "driver.plant.mass_factor": 1.2},
+                     duration_s=2.0, out_dir="runs/wn60")
+    out.status, out.metrics["rms_error"], out.run_dir
+    print(out.summary())                                # the table `torqueloop run` prints
+    df = out.dataframe()                                # pandas: t, q[theta1], err[x], ...
+    out.plot()                                          # the PNG files, paths returned
+
+Runs without a config:
 
 A run config names a robot file, a trajectory, a controller, a driver and the loop
 settings; :func:`simulate` takes the objects themselves (a :class:`dynamics.Model`, a
@@ -41,7 +57,7 @@ from ..loop import ControlLoop, RunResult
 from ..safety import SafetyConfig, SafetySupervisor
 from ..telemetry import TelemetryWriter, log_dataframe, read_log
 
-__all__ = ["simulate", "SimulationOutput"]
+__all__ = ["simulate", "SimulationOutput", "run_config", "RunOutput", "shipped_configs"]
 
 
 @dataclass
@@ -210,3 +226,215 @@ def simulate(model: Model, trajectory, controller: Controller, *, driver: str = 
         drv.close()
         if tmp is not None:
             tmp.cleanup()
+
+
+# -- the config-first API ---------------------------------------------------------------------
+
+#: Folder of the shipped run configs (``hil_configs/runs``).
+SHIPPED_RUNS = Path(__file__).resolve().parents[2] / "hil_configs" / "runs"
+
+
+def shipped_configs() -> list[str]:
+    """Names of the shipped run configs (``hil_configs/runs/*.toml``), for :func:`run_config`.
+
+    Returns
+    -------
+    list of str
+        Sorted names without the ``.toml`` suffix.
+    """
+    return sorted(p.stem for p in SHIPPED_RUNS.glob("*.toml"))
+
+
+def _config_path(config) -> Path:
+    p = Path(config)
+    if not p.exists() and str(config) in shipped_configs():
+        return SHIPPED_RUNS / f"{config}.toml"
+    if not p.is_file():
+        raise ConfigError(f"no such run config (a path, or one of the shipped names {shipped_configs()})",
+                          str(config))
+    return p
+
+
+class RunOutput:
+    """The outcome of :func:`run_config`: what ``torqueloop run`` prints and writes, as objects.
+
+    Everything is read from the run folder the run wrote (``log.npy``, ``meta.json``,
+    ``summary.json``), so a ``RunOutput`` can also be made for a folder written earlier
+    (:meth:`from_run_dir`), without its spec.
+
+    Attributes
+    ----------
+    run_dir : pathlib.Path
+        The run folder.
+    spec : controller.app.run.RunSpec or None
+        The parsed config (robot model, trajectory, controller, driver, loop settings);
+        ``None`` for a folder read with :meth:`from_run_dir`.
+    result : controller.loop.RunResult or None
+        Status, faults, cycle count, timing statistics; ``None`` as for ``spec``.
+    metrics : dict
+        The summary metrics (``summary.json``): ``status``, ``rms_error`` and ``max_abs_error``
+        per axis [m, rad], ``peak_torque`` and ``torque_limit`` per joint [N m],
+        ``saturation_fraction_per_joint``, ``timing`` [us], ``real_time_factor``...
+    warnings : list of str
+        What the start-up validation warned about (``torqueloop run`` prints them).
+    """
+
+    def __init__(self, run_dir, spec=None, result=None, metrics: dict | None = None):
+        from ..telemetry import read_meta
+
+        self.run_dir = Path(run_dir)
+        self.spec, self.result = spec, result
+        if metrics is None:
+            import json
+
+            try:
+                metrics = json.loads((self.run_dir / "summary.json").read_text())
+            except (OSError, ValueError) as err:
+                raise ConfigError(f"not a run folder with a summary.json: {err}", str(self.run_dir)) from err
+        self.metrics = metrics
+        self.warnings: list = []
+        self._meta = read_meta(self.run_dir)
+        self._log = None
+
+    @classmethod
+    def from_run_dir(cls, run_dir) -> "RunOutput":
+        """A result for a run folder written earlier (by ``torqueloop run`` or :func:`run_config`)."""
+        return cls(run_dir)
+
+    @property
+    def status(self) -> str:
+        """``"completed"``, ``"stopped"`` or ``"fault"``."""
+        return str(self.metrics["status"])
+
+    @property
+    def meta(self) -> dict:
+        """``meta.json``: the full config, versions, joint and axis names, the run result."""
+        return self._meta
+
+    @property
+    def log(self) -> np.ndarray:
+        """The log, one row per control cycle, vector fields grouped: ``log["t"]`` (N,) [s],
+        ``log["q"]`` (N, n) [rad or m], ``log["err"]`` (N, dim), ``log["tau_cmd"]`` (N, n) [N m]...
+        (``controller.telemetry.FIELD_DOC`` describes each field).  Read once, on first use."""
+        if self._log is None:
+            self._log = read_log(self.run_dir)
+        return self._log
+
+    @property
+    def time(self) -> np.ndarray:
+        """Time of each cycle [s], shape (N,)."""
+        return self.log["t"]
+
+    @property
+    def files(self) -> dict:
+        """The run folder's files by name (``log.npy``, ``meta.json``, ``summary.json``, the plots)."""
+        return {p.name: p for p in sorted(self.run_dir.iterdir()) if p.is_file()}
+
+    def dataframe(self):
+        """The log as a :class:`pandas.DataFrame`, one column per value, named after the joints
+        and axes (``t``, ``q[theta1]``, ``err[x]``...; :func:`controller.telemetry.log_dataframe`)."""
+        return log_dataframe(self.run_dir)
+
+    def summary(self) -> str:
+        """The summary table ``torqueloop run`` prints (errors per axis, torques against their
+        limits, timing).  Needs the spec: not available from :meth:`from_run_dir`."""
+        if self.spec is None or self.result is None:
+            raise ConfigError("the summary table needs the run's spec and result: this output was read "
+                              "from a folder; see .metrics", str(self.run_dir))
+        from .report import format_summary
+
+        return format_summary(self.spec, self.result, self.metrics)
+
+    def plot(self, out_dir=None) -> list:
+        """Draw the run's plots (tracking, error, torque, timing, path) as PNG files.
+
+        Parameters
+        ----------
+        out_dir : path, optional
+            Where to write them (default: the run folder).
+
+        Returns
+        -------
+        list of pathlib.Path
+            The written files.
+        """
+        from .plots import plot_run
+
+        return plot_run(self.run_dir, out_dir)
+
+    def __repr__(self) -> str:
+        return f"<RunOutput {self.status} {self.run_dir}>"
+
+
+def run_config(config, *, overrides: Mapping[str, Any] | None = None, duration_s: float | None = None,
+               out_dir: str | Path | None = None, plots: bool = False) -> RunOutput:
+    """Run a run config as ``torqueloop run`` does and return the result.
+
+    The same steps as the command: the config read with its overrides
+    (:func:`controller.app.run.load_run`), the same start-up validation
+    (:func:`~controller.app.run.validate_run`), the run
+    (:func:`~controller.app.run.build_run` then ``execute``), the summary metrics
+    written to ``summary.json``.  Simulated runs only: a hardware config is refused
+    (run it with ``torqueloop run``, which asks for confirmation).
+
+    Parameters
+    ----------
+    config : str or pathlib.Path
+        A run config file, or the name of a shipped one (:func:`shipped_configs`,
+        e.g. ``"3rrr_circle"``).
+    overrides : mapping of str to value, optional
+        Values set by dotted key, as ``torqueloop run --set``:
+        ``{"controller.wn_rad_s": 60.0, "driver.plant.mass_factor": 1.2}``.
+        Unknown or misspelt keys are refused (:class:`ConfigError` naming the field).
+    duration_s : float, optional
+        Run length [s] (default: the config's, else the trajectory's).
+    out_dir : path, optional
+        The run folder (default: a new ``runs/<name>-<time>`` under the working
+        directory, as the command).
+    plots : bool, default False
+        Draw the PNG plots into the run folder too (see :meth:`RunOutput.plot`).
+
+    Returns
+    -------
+    RunOutput
+
+    Raises
+    ------
+    ConfigError
+        A bad config or override (the message names the file and the field), a
+        hardware config, or an output folder that cannot be written.
+    SafetyError
+        The start-up check refused to start.
+    """
+    from ..telemetry import write_json
+    from .commands import _json_default, new_out_dir
+    from .run import build_run, load_run, summary_metrics, validate_run
+
+    path = _config_path(config)
+    overrides = dict(overrides or {})
+    spec = load_run(path, overrides=overrides, duration_s=duration_s)
+    if spec.hardware:
+        raise ConfigError(f"run_config runs simulated drivers only; driver '{spec.driver_type}' drives "
+                          f"hardware: run it with `torqueloop run`, which asks for confirmation",
+                          str(path), "driver.type")
+    out = Path(out_dir) if out_dir is not None else new_out_dir(spec.name)
+    try:
+        validation = validate_run(spec, out_dir=out)
+        run = build_run(spec, out_dir=out, meta={"api_overrides": overrides})
+    except BaseException:
+        if out_dir is None:         # refused before it ran: no empty folder of ours left behind
+            try:
+                out.rmdir()
+            except OSError:
+                pass
+        raise
+    result = run.execute()
+    import json
+
+    metrics = summary_metrics(spec, result)
+    write_json(out / "summary.json", json.loads(json.dumps(metrics, default=_json_default)))
+    output = RunOutput(out, spec, result, json.loads(json.dumps(metrics, default=_json_default)))
+    output.warnings = list(validation.warnings)
+    if plots and result.log_unwritten is None:
+        output.plot()
+    return output
