@@ -374,7 +374,8 @@ class ControlLoop:
         messages: list[str] = []
         lat, starts, comp, cyc = (_Series() for _ in range(4))
         metrics = MetricsAccumulator(n, dim, P, task_layout=self.task_layout,
-                                     miss_threshold_fraction_of_period=self.miss_threshold_fraction_of_period)
+                                     miss_threshold_fraction_of_period=self.miss_threshold_fraction_of_period,
+                                     torque_limit=getattr(self.safety, "tau_max", None))
         status = "fault"
         k = 0
         enabled = False

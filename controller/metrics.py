@@ -16,8 +16,12 @@ Definitions (``N`` cycles of period ``dt``)
 * ``energy_j[j] = sum_k tau_k[j] qd_k[j] dt`` (net mechanical work of actuator j,
   rectangle rule), ``positive_work_j = sum max(tau qd, 0) dt`` over all joints.
 * ``deadline_misses``: cycles whose lateness exceeds ``miss_threshold_fraction_of_period * dt``.
-* ``saturation_fraction[j]``: fraction of cycles with joint j clipped;
-  ``saturation_fraction_any``: fraction with any joint clipped.
+* ``saturation_fraction[j]``: fraction of cycles with joint j clipped (by the safety
+  layer); ``saturation_fraction_any``: fraction with any joint clipped.
+* ``at_limit_fraction[j]`` (with ``torque_limit``): fraction of cycles whose commanded
+  torque of joint j was at its limit, ``|tau| >= torque_limit (1 - 1e-9)``, whoever put it
+  there: a law that saturates its own output at the limit leaves nothing for the safety
+  layer to clip, so ``saturation_fraction`` alone reads 0 while the drive is at its limit.
 """
 
 from __future__ import annotations
@@ -47,10 +51,12 @@ class MetricsAccumulator:
         Lateness above ``miss_threshold_fraction_of_period * period_s`` counts as a deadline miss.
     block : int
         Rows buffered before a block reduction.
+    torque_limit : array_like, shape (n,), optional
+        The limit the commanded torque is held to [N m | N]: counts ``at_limit_fraction``.
     """
 
     def __init__(self, n: int, dim: int, period_s: float, *, task_layout: str | None = None,
-                 miss_threshold_fraction_of_period: float = 0.5, block: int = 1024):
+                 miss_threshold_fraction_of_period: float = 0.5, block: int = 1024, torque_limit=None):
         if task_layout is not None and task_layout not in TASK_LAYOUTS:
             raise TorqueloopError(f"task_layout must be one of {sorted(TASK_LAYOUTS)} or None, got {task_layout!r}")
         self.n, self.dim, self.period_s = n, dim, float(period_s)
@@ -81,6 +87,9 @@ class MetricsAccumulator:
         self._misses = 0
         self._satc = np.zeros(n, dtype=np.int64)
         self._satany = 0
+        self._lim = None if torque_limit is None else np.broadcast_to(
+            np.asarray(torque_limit, dtype=float), (n,)).reshape(n, 1) * (1.0 - 1e-9)
+        self._atc = np.zeros(n, dtype=np.int64)
 
     def add(self, err, tau, qd, sat, lateness_s) -> None:
         """Add one cycle: error (dim,), commanded torque (n,), velocity (n,), clipped mask (n,), lateness [s]."""
@@ -170,6 +179,8 @@ class MetricsAccumulator:
         # all of p, cycle after cycle: the order of the (k, n) array
         self._posw += float(np.add.reduce(np.maximum(np.ascontiguousarray(p.T), 0.0), axis=None))
         self._misses += int(np.count_nonzero(late > self.miss_threshold_fraction_of_period * self.period_s))
+        if self._lim is not None:
+            self._atc += np.count_nonzero(np.abs(t0) >= self._lim, axis=1)
         if sat.any():                   # (adding zero counts changes nothing)
             self._satc += np.count_nonzero(sat, axis=0)
             self._satany += int(np.count_nonzero(sat.any(axis=1)))
@@ -191,6 +202,8 @@ class MetricsAccumulator:
             "saturation_fraction": (self._satc / N).tolist(),
             "saturation_fraction_any": self._satany / N,
         }
+        if self._lim is not None:
+            out["at_limit_fraction"] = (self._atc / N).tolist()
         if self.task_layout is not None:
             out["rms_position_error_m"] = float(np.sqrt(self._pe2 / N))
             out["max_position_error_m"] = self._pmax

@@ -48,6 +48,30 @@ def runs(tmp_path_factory):
 
 
 # -- summary ---------------------------------------------------------------------
+@pytest.mark.parametrize("saturate", [True, False])
+def test_summary_says_which_limit_acted_when_the_torque_is_at_its_limit(tmp_path, saturate):
+    """A plant twice as heavy as the model: shoulder torque at its 600 N m limit. With the law's own
+    saturation the safety layer clips nothing ("clipped 0.0 %" beside "peak/limit 100 %" was all the
+    summary said): the "at limit" column and a note say which limit acted, checked against the log."""
+    spec, result, metrics, out = _run(tmp_path, "seed003_2r.toml", 3.5, **{
+        "driver.plant.mass_factor": 2.0, "safety.tracking_error_max": 1.0, "controller.saturate": saturate})
+    log = read_log(out)
+    lim = np.asarray(metrics["torque_limit"])
+    at = np.mean(np.abs(log["tau_cmd"]) >= lim * (1 - 1e-9), axis=0)
+    assert at[0] > 0.05                                    # the case: the shoulder saturates
+    np.testing.assert_allclose(metrics["at_limit_fraction"], at, atol=1 / len(log))
+    text = format_summary(spec, result, metrics)
+    row = next(ln for ln in text.splitlines() if ln.strip().startswith("q1 ") and "N m" in ln)
+    assert f"{100 * at[0]:.1f} %" in row and "100.0 %" in row
+    clipped = np.asarray(metrics["saturation_fraction_per_joint"])
+    if saturate:
+        assert clipped[0] == 0.0
+        assert "the controller saturated its own output at the limit (robot file" in text
+    else:
+        assert clipped[0] > 0.05
+        assert "the safety layer clipped the controller's command at the limit (robot file)" in text
+
+
 def _table(text: str, header: str) -> list[str]:
     lines = text.splitlines()
     i = next(k for k, ln in enumerate(lines) if ln.strip().startswith(header))
@@ -67,7 +91,7 @@ def test_summary_stewart_legs_are_forces_in_newton_against_the_safety_limit(runs
     assert len(rows) == 7
     for ln in rows[1:]:
         assert ln.strip().startswith("leg") and "N m" not in ln
-        assert re.search(r"\d N\s+150 N\s+\d+\.\d %\s+\d+\.\d %$", ln), ln
+        assert re.search(r"\d N\s+150 N\s+\d+\.\d %\s+\d+\.\d %\s+\d+\.\d %$", ln), ln
     # the limit column is what the safety layer clipped to, and summary.json says so too
     assert metrics["torque_limit"] == [150.0] * 6
     # columns aligned: every row of a table has the same length and the units sit under each other

@@ -248,6 +248,28 @@ def _timing_lines(tm: dict, health: dict) -> list[str]:
     return lines
 
 
+def _limit_notes(spec, joints, at, sat, srcs) -> list[str]:
+    """Which limit acted, for the joints whose commanded torque was at its limit: the law's own
+    saturation (``[controller] saturate``, at the same limit: nothing left for the safety layer to
+    clip) or the safety layer's clip."""
+    hit = [j for j in range(min(len(at), len(joints))) if at[j]]
+    if not hit:
+        return []
+    names = ", ".join(f"{joints[j].name} {100 * at[j]:.1f} %" for j in hit)
+    where = sorted({srcs[j] for j in hit})
+    clipped = any(sat[j] for j in hit if sat[j] is not None)
+    if spec.controller.saturate and not clipped:
+        who = (f"the controller saturated its own output at the limit ({' / '.join(where)}; "
+               f"[controller] saturate = true), so the safety layer had nothing to clip")
+    elif spec.controller.saturate:
+        who = (f"the controller saturated its output at the limit ({' / '.join(where)}) and the "
+               f"safety layer clipped what came after it (the stop and hold reactions)")
+    else:
+        who = f"the safety layer clipped the controller's command at the limit ({' / '.join(where)})"
+    return [f"  at the torque limit: {names} of the cycles: {who}; the tracking figures above "
+            f"are those of a saturated actuator"]
+
+
 def format_summary(spec, result, metrics: dict) -> str:
     """The end-of-run summary (console), units on every value (see module docstring).
 
@@ -280,16 +302,19 @@ def format_summary(spec, result, metrics: dict) -> str:
     lim_eff, srcs = torque_limit_sources(spec)
     lim = metrics.get("torque_limit") or lim_eff.tolist()
     sat = metrics.get("saturation_fraction_per_joint") or [None] * len(peak)
+    at = metrics.get("at_limit_fraction") or [None] * len(peak)
     rows = []
     for j, q in enumerate(joints[:len(peak)]):
         ratio = peak[j] / lim[j] if lim[j] and math.isfinite(lim[j]) else None
         rows.append([q.name, f"{_num(peak[j])} {q.effort_unit}", f"{_num(lim[j])} {q.effort_unit}",
                      "-" if ratio is None else f"{100 * ratio:.1f} %",
+                     "-" if at[j] is None else f"{100 * at[j]:.1f} %",
                      "-" if sat[j] is None else f"{100 * sat[j]:.1f} %"])
     if rows:
         src = srcs[0] if len(set(srcs)) == 1 else "least of robot file/[safety]/drive"
         lines += _table(["joint", f"peak |{effort_word(spec.model.joint_types)}|", f"limit ({src})",
-                         "peak/limit", "clipped"], rows)
+                         "peak/limit", "at limit", "clipped"], rows)
+        lines += _limit_notes(spec, joints, at, sat, srcs)
     if tm:
         lines += _timing_lines(tm, health)
     if result.faults:
