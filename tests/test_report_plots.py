@@ -48,6 +48,21 @@ def runs(tmp_path_factory):
 
 
 # -- summary ---------------------------------------------------------------------
+def test_summary_gives_the_tool_error_of_a_serial_arm_on_a_task_path(runs):
+    """seed004: a 5-link arm on a square in xy, tracked in joint space: the summary says what the
+    tool did, checked against the analytic task path itself (not the log's joint reference)."""
+    spec, result, metrics, out = runs["seed004"]
+    log = read_log(out)
+    p = np.asarray(spec.model.forward_kinematics(log["q"]))[:, :2, 3]
+    d = np.linalg.norm(spec.trajectory.task.sample(log["t"]).pos - p, axis=1)
+    assert metrics["tool_rms_position_error_m"] == pytest.approx(np.sqrt(np.mean(d ** 2)), abs=1e-7)
+    assert metrics["tool_max_position_error_m"] == pytest.approx(np.max(d), abs=1e-7)
+    assert metrics["tool_max_position_error_m"] > 1e-5       # a real error, not a copy of the reference
+    text = format_summary(spec, result, metrics)
+    assert f"tool position error : RMS {metrics['tool_rms_position_error_m'] * 1e3:.4g} mm" in text
+    assert "tool_rms_position_error_m" not in runs["arm2"][2]      # a joint path: no tool figure
+
+
 @pytest.mark.parametrize("saturate", [True, False])
 def test_summary_says_which_limit_acted_when_the_torque_is_at_its_limit(tmp_path, saturate):
     """A plant twice as heavy as the model: shoulder torque at its 600 N m limit. With the law's own

@@ -34,7 +34,7 @@ import numpy as np
 
 from dynamics.errors import ConfigError, TorqueloopError
 
-from .report import effort_word, joint_quantities, task_quantities
+from .report import effort_word, joint_quantities, serial_tool_positions, task_quantities
 from ..telemetry import read_log, read_meta
 
 __all__ = ["RunData", "load_run_data", "run_figures", "plot_run", "tune_figure", "plot_tune", "end_effector_path",
@@ -165,7 +165,7 @@ def end_effector_path(data: RunData) -> tuple[np.ndarray, np.ndarray, list[str]]
     q_ref, q = _cols(log["ref_pos"]), _cols(log["q"])
     if q_ref.shape[1] != model.dof:
         return None
-    return model.forward_kinematics(q_ref)[:, :3, 3], model.forward_kinematics(q)[:, :3, 3], ["x", "y", "z"]
+    return (*serial_tool_positions(model, q_ref, q), ["x", "y", "z"])
 
 
 def _spatial(ref: np.ndarray) -> bool:

@@ -248,6 +248,48 @@ def _timing_lines(tm: dict, health: dict) -> list[str]:
     return lines
 
 
+def serial_tool_positions(model, q_ref: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Reference and measured tool positions of a serial arm by forward kinematics.
+
+    Parameters
+    ----------
+    model : dynamics.Model
+        A serial arm (``forward_kinematics`` of a batch of joint vectors).
+    q_ref, q : ndarray, shape (N, n)
+        Reference and measured joint positions [rad or m].
+
+    Returns
+    -------
+    p_ref, p : ndarray, shape (N, 3)
+        Tool positions in the base frame [m].
+    """
+    return (np.asarray(model.forward_kinematics(q_ref))[:, :3, 3],
+            np.asarray(model.forward_kinematics(q))[:, :3, 3])
+
+
+def tool_path_error(spec, log) -> dict:
+    """The tool's position error of a serial arm following a task path with a joint-space law.
+
+    The controller tracks joints, so the run's metrics are joint errors; this is what the tool
+    did in the path's space: ``|p(q_ref) - p(q)|`` per cycle, by forward kinematics (the
+    same curve as ``path.png``).
+
+    Returns
+    -------
+    dict
+        ``tool_rms_position_error_m``, ``tool_max_position_error_m`` [m]; empty when the run is
+        not a serial arm on a task path in joint space.
+    """
+    model = spec.model
+    if (spec.space != "joint" or hasattr(model, "task_dof") or getattr(spec.trajectory, "task", None) is None
+            or log is None or len(log) == 0):
+        return {}
+    p_ref, p = serial_tool_positions(model, np.asarray(log["ref_pos"]), np.asarray(log["q"]))
+    d = np.linalg.norm(p_ref - p, axis=1)
+    return {"tool_rms_position_error_m": float(np.sqrt(np.mean(d ** 2))),
+            "tool_max_position_error_m": float(np.max(d))}
+
+
 def _limit_notes(spec, joints, at, sat, srcs) -> list[str]:
     """Which limit acted, for the joints whose commanded torque was at its limit: the law's own
     saturation (``[controller] saturate``, at the same limit: nothing left for the safety layer to
@@ -291,6 +333,10 @@ def format_summary(spec, result, metrics: dict) -> str:
                      f"max {_num(metrics['max_position_error_m'], 1e3)} mm")
         lines.append(f"  orientation error   : RMS {_num(metrics['rms_orientation_error_rad'], 1e3)} mrad, "
                      f"max {_num(metrics['max_orientation_error_rad'], 1e3)} mrad")
+    if "tool_rms_position_error_m" in metrics:
+        lines.append(f"  tool position error : RMS {_num(metrics['tool_rms_position_error_m'], 1e3)} mm, "
+                     f"max {_num(metrics['tool_max_position_error_m'], 1e3)} mm (the task path, by forward "
+                     f"kinematics of the joints; the law tracks joints)")
     axes = controller_quantities(spec.model, spec.space)
     rms, mx = metrics.get("rms_error", []), metrics.get("max_abs_error", [])
     rows = [[a.name, f"{_num(rms[i], a.error_scale)} {a.error_unit}", f"{_num(mx[i], a.error_scale)} {a.error_unit}"]

@@ -1077,6 +1077,13 @@ def summary_metrics(spec: RunSpec, result: RunResult) -> dict:
     out["wall_time_s"] = result.wall_time_s
     sim_s = result.n_cycles * spec.period_s
     out["real_time_factor"] = sim_s / result.wall_time_s if result.wall_time_s > 0 else math.inf
+    if result.log_dir is not None and getattr(spec.trajectory, "task", None) is not None:
+        from ..telemetry import read_log
+        from .report import tool_path_error
+        try:
+            out.update(tool_path_error(spec, read_log(result.log_dir)))
+        except (TorqueloopError, OSError):
+            pass                # no log to read (a failed disk): the figure is left out
     return out
 
 
