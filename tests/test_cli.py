@@ -189,6 +189,9 @@ seed = 2
     assert r.returncode == 0, (r.stdout, r.stderr)
     rows = (out / "ranking.csv").read_text().splitlines()
     assert len(rows) == 3
+    # the total is said before the search starts (a grid's candidates are per axis)
+    plan = "grid of 2 points per axis on 1 axes = 2 candidates x 1 plant draws = 2 runs"
+    assert r.stdout.index(plan) < r.stdout.index("candidates x 1 plant draws in"), r.stdout
     best = (out / "best.toml").read_text()
     assert "wn_rad_s = 40.0" in best   # stiffer gains track better on this arm
     assert (out / "tune.png").exists()

@@ -31,6 +31,24 @@ def _spec(candidates: int) -> TuneSpec:
                     duration_s=0.15, seed=5)
 
 
+def test_the_plan_said_before_a_search_counts_its_runs():
+    """A grid's `candidates` are per axis: 9 points on 2 axes are 81 candidates; the plan says the
+    total runs, counted here from the tasks the search makes."""
+    from controller.app.tune import make_candidates, make_draws, make_tasks
+
+    file = RUNS / "seed003_2r.toml"
+    base = _absolutise(read_toml(file), file.parent)
+    for method, k in (("grid", 9), ("random", 7)):
+        spec = _spec(k)
+        spec.method = method
+        cand, plant = random_streams(spec.seed)
+        tasks = make_tasks(spec, base, str(file), make_candidates(spec, cand), make_draws(spec, plant))
+        assert spec.n_candidates() == (81 if method == "grid" else 7)
+        assert spec.plan().endswith(f"= {len(tasks)} runs")
+        assert len(tasks) == spec.n_candidates() * 2
+    assert spec.plan() == "7 random candidates x 2 plant draws = 14 runs"
+
+
 def test_samples_do_not_change_the_plants_or_the_first_candidates():
     """The same candidate scores the same with 2 and with 16 candidates (one shared stream made
     the 2-candidate search draw other plants)."""

@@ -461,6 +461,7 @@ def tune(args) -> int:
     base = _absolutise(base, path.parent)
     out = _sweep_out(args, data, path, "tune")
     out.mkdir(parents=True, exist_ok=True)
+    print(f"torqueloop tune: {spec.plan()}", flush=True)
     t0 = time.perf_counter()
     bar = _sweep_progress("tune", getattr(args, "no_progress", False))
     try:

@@ -108,7 +108,9 @@ class TuneSpec:
             params=parse_ranges(sec.section("params")),
             uncertainty=parse_ranges(sec.section("uncertainty", {})),
             method=sec.str("method", "random", choices=["random", "grid"]),
-            candidates=sec.int("candidates", 16, minimum=1),
+            candidates=sec.int("candidates", 16, minimum=1,
+                               doc="random: number of candidates; grid: points per axis (the grid has "
+                                   "candidates ** (number of params) points, each run monte_carlo times)"),
             monte_carlo=sec.int("monte_carlo", 3, minimum=1),
             metric=sec.str("metric", "rms_position_error_m"),
             torque_penalty=sec.float("torque_penalty", 0.0, minimum=0.0),
@@ -123,6 +125,17 @@ class TuneSpec:
             raise sec.error("params", "at least one parameter to search is needed")
         sec.finish()
         return spec
+
+    def n_candidates(self) -> int:
+        """Candidates the search evaluates: ``candidates`` (random), ``candidates ** len(params)`` (grid)."""
+        return self.candidates ** len(self.params) if self.method == "grid" else self.candidates
+
+    def plan(self) -> str:
+        """What the search will run, said before it starts: candidates x plant draws = runs."""
+        n = self.n_candidates()
+        how = (f"grid of {self.candidates} points per axis on {len(self.params)} axes = {n} candidates"
+               if self.method == "grid" else f"{n} random candidates")
+        return f"{how} x {self.monte_carlo} plant draws = {n * self.monte_carlo} runs"
 
 
 #: robustness tolerances that are lower bounds (the others are upper bounds)
