@@ -362,6 +362,9 @@ def run_identification(spec: IdentifySpec, out_dir, *, confirm: Callable | None 
         logs[name] = out / name
     train, delay = log_samples(logs["excitation"], spec.estimation, model, base, spec.offset)
     say(f"torque delay behind the positions: {1e3 * delay:.3f} ms")
+    thin = thin_data_warning(train, base.rank, spec.estimation)
+    if thin is not None:
+        say(f"WARNING: {thin}")
     est = estimate(model, train, base, offset=spec.offset)
     est.info["torque_delay_s"] = delay
     valid, _ = log_samples(logs["validation"], spec.estimation | {"torque_delay_s": delay})
@@ -387,6 +390,8 @@ def run_identification(spec: IdentifySpec, out_dir, *, confirm: Callable | None 
                          header="The simulated plant's own parameters (for comparison runs).",
                          comment=f"{nominal.get('name', model.name)}: exact simulated plant")
     report = format_report(spec, est, rms, nrmse, rms_nom, nrmse_nom, true_base, model)
+    if thin is not None:
+        report = f"WARNING: {thin}\n\n{report}"
     res = IdentifyResult(out, est, nrmse, rms, robot_file, true_base, exact_file, report)
     if spec.compare:
         for rp in spec.compare:
@@ -402,6 +407,51 @@ def run_identification(spec: IdentifySpec, out_dir, *, confirm: Callable | None 
     _plots(out, model, base, est, full, data_regressor(model, full, offset=spec.offset) @ est.pi, true_base,
            res.tracking)
     return res
+
+
+#: Fewer processed samples than this many per base parameter: the estimates are poorly
+#: determined (38 samples for 19 parameters gave friction estimates 350-500 % off), said in the report.
+MIN_SAMPLES_PER_PARAMETER = 10
+
+
+def thin_data_warning(samples, n_params: int, est_opts: dict) -> str | None:
+    """A warning when the samples left after decimation and the velocity threshold are too few
+    for the parameters (:data:`MIN_SAMPLES_PER_PARAMETER` per parameter), naming what removed
+    them and the ``[identify.estimation]`` / ``[identify.excitation]`` keys to change; else None.
+
+    Parameters
+    ----------
+    samples : dynamics.identification.estimation.Samples
+        The processed samples (with ``counts`` from ``prepare``).
+    n_params : int
+        Parameters estimated (the base parameters).
+    est_opts : dict
+        The ``[identify.estimation]`` options used.
+    """
+    n = len(samples.t)
+    need = MIN_SAMPLES_PER_PARAMETER * n_params
+    if n >= need:
+        return None
+    c = samples.counts or {}
+    steps = []
+    if c:
+        steps.append(f"{c['window']} log rows after trimming, {c['decimated']} after keeping every "
+                     f"{c['decimate']}-th (decimate)")
+        if c["moving"] < c["decimated"]:
+            steps.append(f"{c['moving']} with every joint faster than velocity_min = "
+                         f"{est_opts.get('velocity_min', 0.0):g} rad/s")
+    fixes = []
+    if c and c["moving"] < 0.5 * c["decimated"]:
+        fixes.append("lower [identify.estimation] velocity_min (a sample is kept only when every joint "
+                     "moves that fast at once)")
+    if c and c["decimate"] > 1:
+        fixes.append(f"lower [identify.estimation] decimate (now {c['decimate']}; the stated standard "
+                     f"deviations then get optimistic, the estimates not worse)")
+    fixes.append("lengthen the excitation ([identify.excitation] periods or period_s)")
+    return (f"only {n} samples for {n_params} parameters ({n / n_params:.1f} per parameter, "
+            f"fewer than {MIN_SAMPLES_PER_PARAMETER}): the estimates, friction first, are poorly "
+            f"determined" + (f" ({'; '.join(steps)})" if steps else "") + ". To get at least "
+            f"{need}: " + "; or ".join(fixes))
 
 
 def _result_json(spec, res: IdentifyResult, rms_nom, nrmse_nom) -> dict:

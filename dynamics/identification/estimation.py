@@ -62,6 +62,10 @@ class Samples:
     tau: np.ndarray
     poses: np.ndarray | None = None
     coulomb: np.ndarray | None = None
+    #: samples kept at each step of :func:`prepare`: ``window`` (after trimming), ``decimated``
+    #: (every ``decimate``-th of those), ``moving`` (of those, every |qd| >= ``velocity_min``),
+    #: and the ``decimate`` used; None when the samples did not come from :func:`prepare`
+    counts: dict | None = None
 
 
 def prepare(t, q, tau, *, cutoff_hz: float = 5.0, order: int = 4, decimate: int | None = None,
@@ -122,12 +126,14 @@ def prepare(t, q, tau, *, cutoff_hz: float = 5.0, order: int = 4, decimate: int 
     if decimate is None:
         decimate = max(1, int(round(1.0 / (2.5 * cutoff_hz * h))))
     sel = np.arange(k, t.size - k, max(int(decimate), 1))
+    counts = {"window": max(t.size - 2 * k, 0), "decimate": int(decimate), "decimated": int(sel.size)}
     if velocity_min > 0:
         sel = sel[np.all(np.abs(qd[sel]) >= velocity_min, axis=1)]
+    counts["moving"] = int(sel.size)
     if sel.size == 0:
         raise ModelError("prepare: no samples left after trimming and the velocity threshold")
     P = None if poses is None else np.asarray(poses, dtype=float)[sel]
-    return Samples(t[sel], qf[sel], qd[sel], qdd[sel], tf[sel], P, fc[sel])
+    return Samples(t[sel], qf[sel], qd[sel], qdd[sel], tf[sel], P, fc[sel], counts)
 
 
 def estimate_delay(model: Model, t, q, tau, base: BaseParameters, *, max_delay_s: float = 0.004,
