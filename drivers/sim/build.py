@@ -15,89 +15,24 @@ Three driver types are registered in :data:`drivers.registry.DRIVER_TYPES`:
 
 Keys
 ----
-::
+Every key of these tables (type, unit, bounds, default, meaning) is declared once, where it is
+read, and listed from there by ``torqueloop check --explain TOPIC`` (one source of truth; this
+docstring does not repeat them): ``driver.sim_direct``, ``driver.sim_mit_can`` ... (every table
+of one driver type), ``driver.plant`` (the plant: mass and inertia factors, payload, friction,
+current lag, encoder, noise, integrator, engine and the MuJoCo keys, brakes), ``driver.emulator``
+(reply latency, watchdog, serving thread or inline, MIT reply variant, ODrive cyclic messages,
+planted errors), ``driver.faults`` (seeded frame faults, device faults, bus-off, reboots).
+For example::
 
     [driver]
-    type = "sim_mit_can"             # or "sim_direct", "sim_odrive_can"
+    type = "sim_mit_can"             # or "sim_direct", "sim_odrive_can", ...
     # ... every key of the real driver (joints, timeouts, bus names) ...
-
-    [driver.plant]                   # all optional
-    robot = "other_robot.toml"       # plant model file (default: the controller's model)
-    mass_factor = 1.1                # plant = model.scaled(mass_factor, inertia_factor)
-    inertia_factor = 1.1             # default: mass_factor
-    payload_kg = 0.2                 # a point mass the plant carries (model.with_payload: the
-                                     #   3RRR platform's centre), not in the controller's model
-    q0 = [0.0, 0.5, -0.3]            # initial position (default: zeros, or the
-    qd0 = [0.0, 0.0, 0.0]            #   home pose's joints for a parallel model)
-    viscous = 0.01                   # N m s/rad, scalar or per joint (default: model.drive)
-    coulomb = 0.05                   # N m (default: model.drive)
-    torque_limit_nm = 20.0           # default: model.limits.torque_max
-    current_lag_s = 0.0005           # first-order current-loop lag
-    encoder_counts_per_rev = 16384   # joint-side encoder resolution
-    position_noise_std_rad = 1e-4
-    velocity_noise_std_rad_s = 1e-3
-    torque_noise_std_nm = 0.01       # current-sensor noise on the measured torque
-    seed = 1                         # noise seed (default: the rng passed to the builder)
-    substeps = 2                     # integration steps per dt_max_s
-    dt_max_s = 0.001
-    integrator = "rk4"               # numba: or "semi_implicit_euler"; mujoco: or "implicitfast",
-                                     #   "implicit", "euler"
-    engine = "numba"                 # or "mujoco": MuJoCo integrates the rigid-body dynamics
-                                     #   (drivers/sim/mujoco_plant.py; pip install 'torqueloop[mujoco]')
-    mjcf = "arm.xml"                 # mujoco: the user's own MJCF (joints matched by name to the
-                                     #   controller's; each driven by an actuator); default: written
-                                     #   from the robot file (dynamics/mjcf.py)
-    solref = [0.001, 1.0]            # mujoco: softness of the MJCF's equality constraints (loop
-    solimp = [0.99, 0.9999, 0.001, 0.5, 2.0]   # closures); default: the file's
-    payload_body = "link6"           # mujoco: the body a payload is fixed to (default: the tool's)
-    [driver.plant.payload]           # mujoco: a rigid body the controller does not model (any
-                                     #   robot, offset and inertia; payload_kg above: a point mass
-                                     #   in the robot file's model, both engines)
-    mass_kg = 1.0
-    com_m = [0.0, 0.0, 0.05]         # in the tool frame
-    inertia_kg_m2 = [1e-3, 1e-3, 1e-3]   # principal, about its centre of mass
-    brakes = true                    # holding brakes, engaged until the drive enables the
-                                     # joint and again when it disables or faults (default true:
-                                     # a gravity-loaded robot does not fall before the run starts)
-    brake_torque_nm = 50.0           # holding torque, scalar or per joint (default: never slips)
-    brake_release_s = 0.05           # mechanical release time after the drive enables (default 0)
-
-    [driver.emulator]                # sim_mit_can / sim_odrive_can only; all optional
-    reply_latency_s = 0.0            # wall-clock delay of every reply / broadcast
-    watchdog_timeout_s = 0.1         # MIT: CAN timeout; ODrive: axis watchdog (default: off)
-    poll_s = 0.001                   # emulator thread poll period
-    serve = "thread"                 # or "inline": served in the driver's thread on send/recv, no
-                                     # emulator thread (reply_latency_s = 0 only; the default of
-                                     # lock-step runs built by controller.app.run)
-    variant = "classic6"             # MIT reply layout ("classic6" or "cubemars8"; default: the
-                                     #   driver's reply_variant when it names one, else classic6)
-    reply_id = 0                     # MIT reply arbitration id
-    temperature_c = 35.0             # MIT reported temperature (cubemars8)
-    heartbeat_period_s = 0.1         # ODrive cyclic messages (0 = RTR only)
-    encoder_period_s = 0.001         # (runs built by controller.app.run: the loop period in whole ms)
-    iq_period_s = 0.001              # default: encoder_period_s if the driver reads Iq, else 0
-    torques_period_s = 0.001         # default: encoder_period_s if it reads Torques, else 0
-    torque_limit_nm = 10.0           # ODrive motor torque limit (default: none)
-    current_limit_a = 10.0           # ODrive motor current limit (firmware default 10 A); the applied
-                                     # torque is clamped to min(torque_limit_nm, current_limit_a * kt)
-    fw_version = [0, 6, 10]          # what Get_Version reports (default 0.6.10 / 0.5.6 per `firmware`)
-    reversed_joints = [1]            # errors planted in the devices (drivers.sim.planted):
-    encoder_offset_rad = [0.0, 0.3]  #   a reversed motor, an encoder zero elsewhere, a wrong
-    torque_factor = [1.0, 0.5]       #   torque constant (every emulated protocol)
-
-    [driver.faults]                  # optional: seeded faults between driver and devices
+    [driver.plant]
+    mass_factor = 1.1
+    current_lag_s = 0.0005
+    [driver.faults]
     seed = 3
-    drop_prob = 0.01                 # also delay_s, duplicate_prob, reorder_prob,
-    corrupt_prob = 0.0               #   corrupt_prob, corrupt_mode, silent_ids,
-    side = "both"                    #   bus_error_after, side
-    during_enable = true             # false: frames pass unharmed while enable() runs
-    device_fault = "limp"            # sim_mit_can: an unreported device fault ("limp": no torque
-    device_fault_ids = [2]           #   while replying; "frozen": replies repeat, last command
-    device_fault_at_s = 0.2          #   held) on these CAN ids from this loop time
-    bus_error_after = 400            # the bus goes off after this many frames (CAN bus-off) ...
-    bus_restart_s = 0.5              # ... and the adapter restarts this long after (restart-ms)
-    device_reboot_ids = [2]          # sim_mit_can / sim_odrive_can: these drives power-cycle
-    device_reboot_at_s = 0.3         #   at this loop time (out of motor mode / IDLE, zero lost)
+    drop_prob = 0.01
 
 Joint mappings (gear ratio, sign, offset, efficiency) and MIT limits of the
 emulated devices are taken from the built driver's joints, so device and
