@@ -138,7 +138,8 @@ def _to_actuators(task: Trajectory, model: Model, sec: Section) -> Trajectory:
     q_rest = sec.vector("q_rest", model.dof, None,
                         doc="serial arms with more joints than task_components: the posture [rad or m] "
                             "the free directions are held at (elbow up, a wrist angle); default: the "
-                            "start pose. Set it when the path's end is 'not reachable ... with the free "
+                            "start pose, or the posture half-way along the path when the path leaves "
+                            "what the start pose can hold. Set it when the path's end is 'not reachable ... with the free "
                             "directions held at the rest posture' or to choose the arm's posture")
     q_guess = sec.vector("q_guess", model.dof, None,
                          doc="serial arms: joint positions [rad or m] the inverse kinematics of the "

@@ -412,7 +412,10 @@ class SerialIKTrajectory(_Mapped):
         Rest posture of a redundant arm (n > m): the ``n - m`` free directions
         (the null space of the task Jacobian at ``q_rest``) stay at their
         values there (see the module docstring).  Default: the start pose, so
-        a path that starts where the arm is needs no rest posture.  Set it
+        a path that starts where the arm is needs no rest posture; when the
+        path leaves what a condition linear about the start pose can hold, the
+        posture half-way along the path (followed with the free directions
+        free, each point from the previous one).  Set it
         (the run config's ``[trajectory] q_rest``) to hold the free directions
         at another posture (elbow up, a wrist angle).
     q_guess : array_like, shape (n,), optional
@@ -489,23 +492,49 @@ class SerialIKTrajectory(_Mapped):
         else:
             self.q_rest = self._vec(q_rest, "q_rest", n)
         if n > m:
-            J0 = self.sel.jacobian(np.asarray(model.jacobian(self.q_rest), dtype=float))
-            Z0 = null_space(J0)
-            if Z0.shape[1] != n - m:
-                which = "q_rest" if self._rest_given else "the start pose (q_guess)"
-                raise SingularityError(
-                    f"{model.name}: the task Jacobian ({''.join(self.sel.components)}) is rank deficient at "
-                    f"{which} {_fmt(self.q_rest)}: set q_rest (the [trajectory] key of a run config) to a "
-                    f"well-conditioned posture, e.g. {_fmt(default_rest_pose(model, self.sel))}")
-            self.C = Z0.T * w[None, :]
-        q = q_init if self._rest_given else self.q_start
-        qs = np.empty((ng + 1, n))
-        for k in range(ng + 1):
-            q = self._solve_one(X[k], q, self._grid_t[k], index=k, count=ng + 1)
-            qs[k] = q
-            if k == 0:
-                self.q_start = q.copy()
-        self._grid_q = qs
+            self._set_rest(self.q_rest)
+        q0 = q_init if self._rest_given else self.q_start
+        try:
+            self._grid_q = self._continuation(X, q0)
+        except UnreachableError:
+            if self._rest_given or n == m:
+                raise
+            # the default rest posture (the start pose) holds the free directions by a condition
+            # linear about it, which a long path can leave: hold them about the posture the
+            # arm has half-way along the path instead (followed with the free directions free)
+            free = self._continuation(X, self.q_start, C=np.zeros((0, n)))
+            start = self.q_start
+            self._set_rest(free[len(free) // 2])
+            self._grid_q = self._continuation(X, start)
+
+    def _set_rest(self, q_rest):
+        """Hold the free directions of a redundant arm about ``q_rest`` (the rows ``C``)."""
+        self.q_rest = np.asarray(q_rest, dtype=float).copy()
+        J0 = self.sel.jacobian(np.asarray(self.model.jacobian(self.q_rest), dtype=float))
+        Z0 = null_space(J0)
+        if Z0.shape[1] != self.model.dof - self.sel.dim:
+            which = "q_rest" if self._rest_given else "the start pose (q_guess)"
+            raise SingularityError(
+                f"{self.model.name}: the task Jacobian ({''.join(self.sel.components)}) is rank deficient at "
+                f"{which} {_fmt(self.q_rest)}: set q_rest (the [trajectory] key of a run config) to a "
+                f"well-conditioned posture, e.g. {_fmt(default_rest_pose(self.model, self.sel))}")
+        self.C = Z0.T * self.weights[None, :]
+
+    def _continuation(self, X, q, C=None):
+        """Solutions on the grid, each from the previous one (or the start pose): (ng + 1, n)."""
+        saved = self.C
+        if C is not None:
+            self.C = C
+        try:
+            qs = np.empty((len(X), self.model.dof))
+            for k in range(len(X)):
+                q = self._solve_one(X[k], q, self._grid_t[k], index=k, count=len(X))
+                qs[k] = q
+                if k == 0:
+                    self.q_start = q.copy()
+            return qs
+        finally:
+            self.C = saved
 
     @staticmethod
     def _vec(x, name, n):
