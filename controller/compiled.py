@@ -34,7 +34,7 @@ import time
 import numpy as np
 from numba.core.errors import NumbaError
 
-from dynamics import loaded_model_class
+from dynamics import exact_model_kind
 
 from .clock import LockstepClock
 from .laws import PID, ComputedTorque, PDGravity, TaskComputedTorque, TaskPDGravity
@@ -71,8 +71,8 @@ def _segment_module(kind: str):
 
 def _checks_singularity_of(kind: str, model) -> bool:
     """Whether the segments of robot ``kind`` check the singularity of ``model`` (its exact
-    class; looked up in the loaded modules, so that a check does not import a model's kernels)."""
-    return kind in _SINGULARITY_KINDS and type(model) is loaded_model_class(kind)
+    class: :func:`dynamics.exact_model_kind`)."""
+    return kind in _SINGULARITY_KINDS and exact_model_kind(model) == kind
 
 
 class CompiledCycles:

@@ -30,7 +30,6 @@ optional ``integral_limit`` additionally bounds the integral state.
 from __future__ import annotations
 
 import operator
-import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable
@@ -876,20 +875,18 @@ def _default_rotation(model) -> Callable | None:
     conv = getattr(model, "euler_convention", None)
     if isinstance(conv, str):
         return euler_rotation(conv)
-    # module-level function next to the model class (dynamics.stewart.rotation_matrix)
-    mod = sys.modules.get(type(model).__module__)
-    f = getattr(mod, "rotation_matrix", None)
+    f = model.task_rotation() if isinstance(model, ParallelModel) else None
     return f if callable(f) else None
 
 
 def _matching_rate_matrix(model, rotation) -> Callable | None:
-    """The closed-form ``euler_rate_matrix`` of the model's module, if ``rotation`` is that
-    module's ``rotation_matrix`` (same convention); None otherwise (numerical E is used)."""
-    if rotation is None:
+    """The model's closed-form Euler-rate matrix (:meth:`~dynamics.base.ParallelModel.task_rate_matrix`),
+    if ``rotation`` is the model's own :meth:`~dynamics.base.ParallelModel.task_rotation` (same
+    convention); None otherwise (numerical E is used)."""
+    if rotation is None or not isinstance(model, ParallelModel):
         return None
-    mod = sys.modules.get(type(model).__module__)
-    if getattr(mod, "rotation_matrix", None) is rotation:
-        f = getattr(mod, "euler_rate_matrix", None)
+    if model.task_rotation() is rotation:
+        f = model.task_rate_matrix()
         return f if callable(f) else None
     return None
 
@@ -945,10 +942,10 @@ class _TaskBase(Controller):
         Euler-rate matrix (``dynamics.stewart.rotation_matrix`` / ``euler_rate_matrix``); else None.
 
         Imported here, not at the top: the Stewart kernels take ~0.3 s to load and no other
-        robot's run needs them (a Stewart model has loaded ``dynamics.stewart`` already)."""
-        st = sys.modules.get("dynamics.stewart")
-        if (st is None or type(self.model) is not st.StewartPlatform or self.rotation is not st.rotation_matrix
-                or self.rate_matrix is not st.euler_rate_matrix):
+        robot's run needs them."""
+        m = self.model
+        if (exact_model_kind(m) != "stewart" or self.rotation is not m.task_rotation()
+                or self.rate_matrix is not m.task_rate_matrix()):
             return None
         from . import _stewart_law_kernels
 

@@ -84,7 +84,7 @@ from numba import njit
 from dynamics._kernel_cache import stamp_package_caches
 from dynamics._planar3rrr_kernels import WS_SIZE as _RRR_WS_SIZE
 from dynamics._planar3rrr_kernels import regular_margin_ws as _rrr_regular_margin_ws
-from dynamics import loaded_model_class
+from dynamics import exact_model_kind
 from dynamics.base import JointLimits, Model, ParallelModel
 from dynamics.config import Section
 from dynamics.errors import ConfigError, SafetyError
@@ -137,9 +137,9 @@ def _rules_checker():
 
 
 def _exact_planar3rrr(model) -> bool:
-    """Whether ``model`` is exactly a :class:`~dynamics.planar3rrr.Planar3RRR` (looked up in the
-    loaded modules: a supervisor of another robot does not import it)."""
-    return type(model) is loaded_model_class("rrr")
+    """Whether ``model`` is exactly a :class:`~dynamics.planar3rrr.Planar3RRR`
+    (:func:`dynamics.exact_model_kind`: a supervisor of another robot does not import it)."""
+    return exact_model_kind(model) == "rrr"
 
 
 @njit(cache=True, error_model="numpy")

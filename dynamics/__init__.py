@@ -8,7 +8,6 @@ torqueloop packages.
 from __future__ import annotations
 
 import math
-import sys
 from importlib import import_module
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,7 +24,7 @@ from .errors import ConfigError
 _guard_kernel_caches()
 
 __all__ = ["load_model", "Model", "ParallelModel", "JointLimits", "DriveParams",
-           "SingularityReport", "MODEL_TYPES", "MODEL_CLASSES", "loaded_model_class", "exact_model_kind"]
+           "SingularityReport", "MODEL_TYPES", "exact_model_kind"]
 
 #: robot-file ``type`` -> "module:function" taking a Section and returning a Model.
 MODEL_TYPES: dict[str, str] = {
@@ -36,36 +35,12 @@ MODEL_TYPES: dict[str, str] = {
 }
 
 
-#: the model class of each family with compiled forms (plant step, laws, safety): kind ->
-#: (module, class name)
-MODEL_CLASSES: dict[str, tuple[str, str]] = {
-    "serial": ("dynamics.serial", "SerialModel"),
-    "rrr": ("dynamics.planar3rrr", "Planar3RRR"),
-    "stewart": ("dynamics.stewart", "StewartPlatform"),
-}
-
-
-def loaded_model_class(kind: str) -> type | None:
-    """The model class of family ``kind`` (a key of :data:`MODEL_CLASSES`) if its module is
-    loaded, else None.
-
-    A model of that family has loaded its module, so looking the class up finds every such
-    model; importing it instead would load (on a cold cache, compile) that family's kernels in
-    another robot's run (the serial entry kernels compile as they are imported, about 15 s).
-    """
-    module, name = MODEL_CLASSES[kind]
-    mod = sys.modules.get(module)
-    return None if mod is None else getattr(mod, name)
-
-
 def exact_model_kind(model) -> str | None:
-    """The family (``"serial"``, ``"rrr"``, ``"stewart"``) whose class ``model`` is exactly (not
-    a subclass, whose methods may differ from the compiled forms), else None."""
-    t = type(model)
-    for kind in MODEL_CLASSES:
-        if t is loaded_model_class(kind):
-            return kind
-    return None
+    """The family (``"serial"``, ``"rrr"``, ``"stewart"``, ...) that ``model``'s class itself
+    declares (:attr:`dynamics.base.Model.family`), else None: a subclass that does not declare
+    it again (whose methods may differ from the family's compiled forms) has none.  Reads the
+    class only: imports nothing (no other family's kernels)."""
+    return vars(type(model)).get("family")
 
 
 #: largest magnitude any physical quantity in a robot file may have (SI units: no robot has a

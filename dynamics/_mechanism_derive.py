@@ -17,14 +17,27 @@ and ``b`` are read off ``eom`` by ``jacobian`` / substitution (``eom`` is linear
 so one derivation serves every scaled copy of the mechanism; the geometry (joint origins and
 axes, closure points) is numeric.
 
-Generated functions (plain Python on ``math``; every one takes flat float sequences)::
+Generated kernels (numba, ``njit(cache=True)``; each writes its result, flattened row-major,
+into its last argument ``out``; the Python functions of :attr:`Generated.funcs` wrap them and
+return arrays of the shapes below)::
 
     phi(q) -> (m,)            closure residuals [m or 1]
     phi_q(q) -> (m, n)        their Jacobian
     phi_gamma(q, qd) -> (m,)  d/dt(phi_q) qd (velocity-product part of d2phi/dt2)
     task(q) -> (t,)           task coordinates;  task_q(q) -> (t, n);  task_gamma(q, qd) -> (t,)
     mass(q, p) -> (n, n);  lamc(q) -> (n, m);  bias(q, qd, p) -> (n,)
-    kinetic(q, qd, p) -> ();  potential(q, p) -> ()
+    frame(q) -> (12,);  twist_q(q) -> (6, n);  kinetic(q, qd, p) -> ();  potential(q, p) -> ()
+
+After them the generated file holds a copy of the entry kernels of
+:mod:`dynamics._mechanism_runtime` (the Newton solves of the closures, the velocity map,
+inverse and forward dynamics), so that the file is the whole source of every numba cache
+entry it has; numba keeps those entries in ``<cache>/__pycache__`` and checks them against
+the file.  The digest (the file's name) covers the code generator's version, the geometry
+and the runtime's text: a change of any of them names a new file, never a stale cache entry.
+The file is loaded as a module registered in ``sys.modules`` under a name given by the
+digest (numba finds a cached function's module by name).  Compiling a new file's kernels
+takes 30-45 s on this project's 2-core machine (the 3RRR file); loading them from numba's
+cache about 1 s.
 
 The source is written to ``<cache>/mechanism-<digest>.py`` atomically
 (:func:`dynamics._kernel_cache.write_atomic`: a temporary file in the same folder, then
@@ -38,11 +51,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import time
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ._kernel_cache import write_atomic
 
@@ -54,7 +71,7 @@ __all__ = ["derive", "Generated", "CODEGEN_VERSION", "cache_dir"]
 PHASES: dict = {}
 
 #: changes the digest whenever the generated code's form changes
-CODEGEN_VERSION = 3
+CODEGEN_VERSION = 4
 
 
 @dataclass
@@ -62,6 +79,7 @@ class Generated:
     """The compiled functions of one mechanism (see the module docstring) and how they came."""
 
     funcs: dict
+    kernels: Any             # the generated module (its numba kernels, :mod:`dynamics._mechanism_runtime`)
     digest: str
     derive_s: float          # time spent deriving and generating (0 when loaded from the cache)
     from_cache: bool
@@ -84,17 +102,67 @@ def cache_dir() -> Path:
     raise OSError("no writable folder for the mechanism code cache")
 
 
+_RUNTIME_MARK = "# ---- template start (everything below is copied into the generated module)\n"
+
+
+def _runtime_text() -> str:
+    """The entry kernels' source (:mod:`dynamics._mechanism_runtime`, below its template mark)."""
+    text = (Path(__file__).with_name("_mechanism_runtime.py")).read_text(encoding="utf-8")
+    return text[text.index(_RUNTIME_MARK) + len(_RUNTIME_MARK):]
+
+
 def digest_of(spec: dict) -> str:
-    """sha256 of the derivation's input (structure and geometry, not the inertial values)."""
-    blob = json.dumps({"v": CODEGEN_VERSION, "spec": spec}, sort_keys=True, separators=(",", ":"))
+    """sha256 of the derivation's input (structure and geometry, not the inertial values), the
+    code generator's version and the entry kernels' source (:mod:`dynamics._mechanism_runtime`):
+    a change of any of them names a new generated file, so numba's cache of a generated file
+    (checked against that file alone) never outlives its sources."""
+    blob = json.dumps({"v": CODEGEN_VERSION, "spec": spec,
+                       "runtime": hashlib.sha256(_runtime_text().encode()).hexdigest()},
+                      sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _load(path: Path) -> dict:
+def _wrap(kernel, args, shape):
+    """A Python function of the generated kernel ``kernel(*args, out)``: float arrays in, the
+    result (shape ``shape``) out."""
+    size = int(np.prod(shape)) if shape else 1
+
+    def asf(x, dtype):     # the one array type the kernels are compiled for
+        if type(x) is np.ndarray and x.dtype == dtype and x.flags.c_contiguous and x.flags.writeable:
+            return x
+        return np.array(x, dtype=dtype)
+
+    if shape == ():
+        def f(*a):
+            out = np.empty(1)
+            kernel(*(asf(x, dtype=float) for x in a), out)
+            return float(out[0])
+    else:
+        def f(*a):
+            out = np.empty(size)
+            kernel(*(asf(x, dtype=float) for x in a), out)
+            return out.reshape(shape)
+    f.__name__ = kernel.__name__[:-2]
+    return f
+
+
+def _load(path: Path) -> tuple[dict, Any]:
+    """(the Python functions of the generated quantities, the generated module's namespace)."""
     src = path.read_text()
-    ns: dict[str, Any] = {}
-    exec(compile(src, str(path), "exec"), ns)
-    return {k: ns[k] for k in ns["__all__"]}
+    # a module registered in sys.modules under a name given by the file's digest: numba finds
+    # a function's module by that name when it loads the function from its cache (copies of
+    # the same file in two folders share the name; their code is the same)
+    name = "_torqueloop_" + path.stem.replace("-", "_")
+    mod = types.ModuleType(name)
+    mod.__file__ = str(path)
+    sys.modules[name] = mod
+    try:
+        exec(compile(src, str(path), "exec"), mod.__dict__)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    funcs = {k: _wrap(getattr(mod, k + "_w"), args, shape) for k, (args, shape) in mod.GENERATED.items()}
+    return funcs, mod
 
 
 def derive(spec: dict) -> Generated:
@@ -105,14 +173,14 @@ def derive(spec: dict) -> Generated:
     path = folder / f"mechanism-{dg[:32]}.py"
     if path.exists():
         try:
-            return Generated(_load(path), dg, 0.0, True, str(path))
+            return Generated(*_load(path), dg, 0.0, True, str(path))
         except Exception:       # a damaged cache entry: derive again and replace it
             pass
     t0 = time.perf_counter()
     src = _generate(spec)
     write_atomic(str(path), src.encode())
     dt = time.perf_counter() - t0
-    return Generated(_load(path), dg, dt, False, str(path))
+    return Generated(*_load(path), dg, dt, False, str(path))
 
 
 # ----------------------------------------------------------------------------- derivation
@@ -232,33 +300,35 @@ def _generate(spec: dict) -> str:
     Vp = plain(V)
     marks.append(("extract", time.perf_counter()))
 
+    m = len(phi)
+    nt = len(task)
     out = ["# generated by dynamics/_mechanism_derive.py (sympy.physics.mechanics); do not edit",
-           "import math", "from math import sin, cos, sqrt, pi", "import numpy as np", ""]
-    names = []
+           "import math", "from math import sin, cos, sqrt, pi", "import numpy as np",
+           "from numba import njit", "",
+           "_kernel = njit(cache=True, error_model=\"numpy\")",
+           f"N_Z = {n}", f"N_C = {m}", f"N_A = {n - m}", f"N_T = {nt}", f"N_P = {npar}", ""]
+    names = {}
 
     def emit(name, args, exprs, shape):
         flat = [sp.sympify(e) for e in exprs]
         reps, red = sp.cse(flat, symbols=sp.numbered_symbols("c"), optimizations="basic")
         pr = _printer()
-        lines = [f"def {name}({', '.join(args)}):"]
+        lines = ["@_kernel", f"def {name}_w({', '.join(args)}, out):"]
         unpack = {"q": Q, "qd": U, "p": p}
+        used = set().union(*(e.free_symbols for e in flat)) if flat else set()
         for a in args:
-            syms = unpack[a]
-            used = set().union(*(e.free_symbols for e in flat)) if flat else set()
-            for i, s in enumerate(syms):
+            for i, s in enumerate(unpack[a]):
                 if s in used:
                     lines.append(f"    {s} = {a}[{i}]")
         for s, e in reps:
             lines.append(f"    {s} = {pr.doprint(e)}")
-        lines.append(f"    out = np.empty({len(red)})")
         for i, e in enumerate(red):
             lines.append(f"    out[{i}] = {pr.doprint(e)}")
-        lines.append(f"    return out.reshape({shape!r})" if shape != () else "    return float(out[0])")
+        if not red:
+            lines.append("    return")
         out.extend(lines + [""])
-        names.append(name)
+        names[name] = (tuple(args), tuple(shape))
 
-    m = len(phi)
-    nt = len(task)
     emit("phi", ["q"], list(phiv), (m,))
     emit("phi_q", ["q"], list(phiq), (m, n))
     emit("phi_gamma", ["q", "qd"], list(phig), (m,))
@@ -281,7 +351,8 @@ def _generate(spec: dict) -> str:
     marks.append(("codegen", time.perf_counter()))
     PHASES.clear()
     PHASES.update({k: round(t - marks[i][1], 3) for i, (k, t) in enumerate(marks[1:])})
-    out.append(f"__all__ = {names!r}")
+    out.append(f"GENERATED = {names!r}")
+    out.append(_runtime_text())
     return "\n".join(out) + "\n"
 
 

@@ -19,7 +19,9 @@ Conventions
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -109,6 +111,14 @@ class Model(ABC):
     name: str = "model"
     #: file the model was loaded from (or None)
     source: str | None = None
+    #: the model family (``"serial"``, ``"rrr"``, ``"stewart"``, ``"mechanism"``; None for the
+    #: others).  Inherited like any attribute; the plant, the laws, the supervisor and the
+    #: compiled loop take a family's compiled forms only for the class that declares it
+    #: (:func:`dynamics.exact_model_kind`), since a subclass's methods may differ from them.
+    family: ClassVar[str | None] = None
+    #: whether ``mass_matrix``, ``forward_dynamics``, ``kinetic_energy`` and
+    #: ``potential_energy`` take the task pose hint ``pose=`` (the parallel models do)
+    takes_pose_hint: ClassVar[bool] = False
 
     # -- description ---------------------------------------------------------
     @property
@@ -272,10 +282,22 @@ class ParallelModel(Model):
     subclass for the angle convention).
     """
 
+    takes_pose_hint: ClassVar[bool] = True
+
     @property
     @abstractmethod
     def task_dof(self) -> int:
         """Number of task coordinates m."""
+
+    def task_rotation(self) -> Callable | None:
+        """The function ``angles (3,) -> R (3, 3)`` of the orientation coordinates of a 6-DOF task
+        pose (the model's angle convention), or None (the default: none declared)."""
+        return None
+
+    def task_rate_matrix(self) -> Callable | None:
+        """The closed-form ``angles (3,) -> E (3, 3)`` with ``omega = E angles_dot`` of the
+        convention of :meth:`task_rotation`, or None (the default: computed numerically)."""
+        return None
 
     @property
     def home_pose(self) -> np.ndarray:

@@ -43,6 +43,14 @@ Dynamics
   every evaluation (tolerance 1e-12 m), so the closures hold to that tolerance by construction,
   as in :meth:`dynamics.planar3rrr.Planar3RRR.rk4_step`.
 
+Compiled kernels: the Newton solves, the velocity map ``G``, the inverse and forward dynamics
+run in numba kernels generated for the mechanism (:mod:`dynamics._mechanism_runtime`, copied
+into the generated file; dense solves by LU with partial pivoting), compiled or loaded from
+numba's cache when the model is built (before any control cycle).  Measured per call from
+Python on the 3RRR file against the hand-written 3RRR: ``benchmarks/bench_mechanism.py``.
+The model keeps its last forward and inverse kinematics solutions as the next starts (updated
+in place by the kernels): one instance is not safe to share across threads.
+
 Singularities (the rule of the other models): ``type1_measure`` = 1/cond of the scaled
 inverse-kinematics Jacobian ``[phi_z; task_z]``, ``type2_measure`` = 1/cond of the scaled
 ``B``; a measure below ``singularity_tolerance`` makes the pose singular of that type;
@@ -118,6 +126,17 @@ __all__ = ["MechanismModel", "load_mechanism", "MechanismSpec"]
 NEWTON_TOL = 1e-12
 NEWTON_ITER = 50
 
+_F64 = np.dtype(np.float64)
+# status codes of the entry kernels (dynamics._mechanism_runtime)
+_ST_OK, _ST_NOFK, _ST_NOIK, _ST_TYPE2, _ST_SINGULAR, _ST_BADINPUT = range(6)
+
+
+def _model_array(p, act, pas, step_act, step_task, arm, sign2, sign1, home) -> np.ndarray:
+    """The one array ``D`` the entry kernels take (layout in :mod:`dynamics._mechanism_runtime`):
+    the parameters, the constants, the home configuration and the two warm starts (= home)."""
+    return np.concatenate([p, np.asarray(act, float), np.asarray(pas, float), step_act, step_task, arm,
+                           [sign2, sign1, NEWTON_TOL, NEWTON_ITER], home, home, home]).astype(float)
+
 
 @dataclass(frozen=True)
 class MechanismSpec:
@@ -154,6 +173,8 @@ class MechanismModel(ParallelModel):
     source : str, optional
     """
 
+    family = "mechanism"
+
     def __init__(self, spec: MechanismSpec, generated=None, source: str | None = None):
         from ._mechanism_derive import derive
 
@@ -180,8 +201,18 @@ class MechanismModel(ParallelModel):
         self._home_z = _ro(spec.home)
         self._home_sign2 = self._sign_det(self._B(spec.home))
         self._home_sign1 = self._sign_det(self._K(spec.home))
-        self._warm = self._home_z.copy()
-        self._warm_ik = self._home_z.copy()
+        self._k = self.generated.kernels
+        # the kernels' array: parameters, constants, and the last forward / inverse kinematics
+        # solutions, continued from by the next call (the kernels update them in place)
+        self._D = _model_array(self._p, self._act, self._pas, np.where(self._rev[self._act], 0.1, 0.01),
+                               np.where(self._task_ang, 0.1, 0.01), self._arm, self._home_sign2,
+                               self._home_sign1, spec.home)
+        assert self._D.size == self._k.D_SIZE
+        self._nowrench = np.zeros(n)
+        # load (or compile) every entry kernel now, not at the first call of a control cycle
+        self.inverse_dynamics(self.home_q, np.zeros(self._na), np.zeros(self._na))
+        self.forward_dynamics(self.home_q, np.zeros(self._na), np.zeros(self._na))
+        self.inverse_configuration(self.home_pose)
 
     def __reduce__(self):
         # the generated functions do not pickle: a copy in another process (a tuning worker)
@@ -271,38 +302,33 @@ class MechanismModel(ParallelModel):
             raise ModelError(f"{self.name}: {what} must be finite, got {a}")
         return a
 
-    def _newton_passive(self, qa, z0):
-        """Newton on phi(z) = 0 over the passive coordinates from z0 with z[act] = qa; z or None."""
-        z = z0.copy()
-        z[self._act] = qa
-        for _ in range(NEWTON_ITER):
-            r = self._f["phi"](z)
-            if not np.isfinite(r).all():
-                return None
-            done = np.max(np.abs(r), initial=0.0) <= NEWTON_TOL
-            try:
-                z[self._pas] -= np.linalg.solve(self._B(z), r)
-            except np.linalg.LinAlgError:
-                return None
-            if done:        # one step past the tolerance: the error is then ~ its square
-                return z
-        r = self._f["phi"](z)
-        return z if np.max(np.abs(r), initial=0.0) <= NEWTON_TOL else None
+    def _arr(self, x, k, what):
+        """x as a contiguous, writeable float64 (k,) array, the one array type the kernels are
+        compiled for (finiteness is the kernels' check)."""
+        if (type(x) is np.ndarray and x.dtype == _F64 and x.shape == (k,) and x.flags.c_contiguous
+                and x.flags.writeable):
+            return x
+        a = np.array(x, dtype=float)
+        if a.shape != (k,):
+            raise ModelError(f"{self.name}: {what} must have shape ({k},), got {a.shape}")
+        return a
 
-    def _steps(self, dq, rev):
-        big = np.max(np.abs(dq) / np.where(rev, 0.1, 0.01), initial=0.0)
-        return max(1, int(math.ceil(big)))
-
-    def _continue_fk(self, qa, z0):
-        qa0 = z0[self._act]
-        k = self._steps(qa - qa0, self._rev[self._act])
-        z = z0
-        for s in range(1, k + 1):
-            zn = self._newton_passive(qa0 + (qa - qa0) * s / k, z)
-            if zn is None or self._sign_det(self._B(zn)) != self._home_sign2:
-                return None
-            z = zn
-        return z
+    def _raise(self, st, what, inputs):
+        """The error of a kernel's status ``st`` (dynamics._mechanism_runtime)."""
+        if st == _ST_BADINPUT:
+            for x, k, nm in inputs:
+                self._vec(x, k, nm)
+        if st == _ST_NOFK:
+            raise ConvergenceError(f"{self.name}: forward kinematics: no configuration of the home "
+                                   f"assembly mode at q={np.asarray(inputs[0][0]).tolist()}")
+        if st == _ST_NOIK:
+            raise UnreachableError(f"{self.name}: inverse kinematics: pose X="
+                                   f"{np.asarray(inputs[0][0]).tolist()} not reached in the home working mode")
+        if st == _ST_TYPE2:
+            raise SingularityError(f"{self.name}: {what}: type-2 singularity (passive closure Jacobian "
+                                   f"singular) at q={np.asarray(inputs[0][0]).tolist()}")
+        raise ModelError(f"{self.name}: {what}: singular {'mass matrix' if st == _ST_SINGULAR else 'input'} "
+                         f"(status {st})")
 
     def configuration(self, q, pose=None) -> np.ndarray:
         """Full configuration z (n,) for actuated q (forward kinematics in the home assembly mode).
@@ -317,41 +343,11 @@ class MechanismModel(ParallelModel):
             or the straight path from the last and the home configuration meets a type-2
             singularity).
         """
-        qa = self._vec(q, self._na, "q")
-        z = self._continue_fk(qa, self._warm)
-        if z is None:
-            z = self._continue_fk(qa, self._home_z)
-        if z is None:
-            raise ConvergenceError(f"{self.name}: forward kinematics: no configuration of the home "
-                                   f"assembly mode at q={qa.tolist()}")
-        self._warm = z
-        return z.copy()
-
-    def _newton_ik(self, X, z0):
-        z = z0.copy()
-        for _ in range(NEWTON_ITER):
-            r = np.concatenate([self._f["phi"](z), self._f["task"](z) - X])
-            if not np.isfinite(r).all():
-                return None
-            done = np.max(np.abs(r)) <= NEWTON_TOL
-            try:
-                z -= np.linalg.solve(self._K(z), r)
-            except np.linalg.LinAlgError:
-                return None
-            if done:
-                return z
-        r = np.concatenate([self._f["phi"](z), self._f["task"](z) - X])
-        return z if np.max(np.abs(r)) <= NEWTON_TOL else None
-
-    def _continue_ik(self, X, z0, sign):
-        X0 = self._f["task"](z0)
-        k = self._steps(X - X0, self._task_ang)
-        z = z0
-        for s in range(1, k + 1):
-            zn = self._newton_ik(X0 + (X - X0) * s / k, z)
-            if zn is None or self._sign_det(self._K(zn)) != sign:
-                return None
-            z = zn
+        qa = self._arr(q, self._na, "q")
+        z = np.empty(self._n)
+        st = self._k.configuration(self._D, qa, z)
+        if st:
+            self._raise(st, "forward kinematics", [(q, self._na, "q")])
         return z
 
     def inverse_configuration(self, X, guess=None) -> np.ndarray:
@@ -364,20 +360,17 @@ class MechanismModel(ParallelModel):
         UnreachableError
             No configuration of that working mode reaches X.
         """
-        X = self._vec(X, self._nt, "X")
+        Xa = self._arr(X, self._nt, "X")
+        z = np.empty(self._n)
         if guess is not None:
             z0 = self._vec(guess, self._n, "guess (a full configuration)")
-            z = self._newton_ik(X, z0)
+            self._vec(Xa, self._nt, "X")
+            st = _ST_OK if self._k.newton_ik(Xa, np.array(z0), self._D, z) else _ST_NOIK
         else:
-            z = self._continue_ik(X, self._warm_ik, self._home_sign1)
-            if z is None:
-                z = self._continue_ik(X, self._home_z, self._home_sign1)
-            if z is not None:
-                self._warm_ik = z
-        if z is None:
-            raise UnreachableError(f"{self.name}: inverse kinematics: pose X={X.tolist()} not reached "
-                                   "in the home working mode")
-        return z.copy()
+            st = self._k.inverse_configuration(self._D, Xa, z)
+        if st:
+            self._raise(st, "inverse kinematics", [(X, self._nt, "X")])
+        return z
 
     def _batch(self, fn, arrays, width, pose=None, out_shape=()):
         arrs = [np.asarray(a, dtype=float) for a in arrays]
@@ -425,17 +418,11 @@ class MechanismModel(ParallelModel):
         return self._f["phi_q"](self._vec(z, self._n, "z"))
 
     def _G(self, z):
-        Pz = self._f["phi_q"](z)
-        B = Pz[:, self._pas]
-        A = Pz[:, self._act]
-        G = np.zeros((self._n, self._na))
-        G[self._act, np.arange(self._na)] = 1.0
-        try:
-            G[self._pas] = -np.linalg.solve(B, A) if self._m else 0.0
-        except np.linalg.LinAlgError as err:
+        G = np.empty((self._n, self._na))
+        if not self._k.velocity_map(self._D, z, G):
             raise SingularityError(f"{self.name}: type-2 singularity (passive closure Jacobian "
-                                   f"singular) at z={z.tolist()}") from err
-        return G, B
+                                   f"singular) at z={z.tolist()}")
+        return G
 
     def _z_of(self, q, X):
         """The full configuration at the consistent pair (q, X) (FK; X is the hint)."""
@@ -444,7 +431,7 @@ class MechanismModel(ParallelModel):
     def task_jacobian(self, q, X=None) -> np.ndarray:
         """J_x (t, n) with Xd = J_x qd."""
         z = self._z_of(self._vec(q, self._na, "q"), X)
-        G, _ = self._G(z)
+        G = self._G(z)
         return self._f["task_q"](z) @ G
 
     def jacobian(self, q, pose=None) -> np.ndarray:
@@ -453,7 +440,7 @@ class MechanismModel(ParallelModel):
         if qa.ndim == 2:
             return self._batch(self.jacobian, [qa], 0, pose, (6, self._na))
         z = self.configuration(qa, pose)
-        G, _ = self._G(z)
+        G = self._G(z)
         return self._f["twist_q"](z) @ G
 
     def task_velocity(self, q, X, qd) -> np.ndarray:
@@ -488,7 +475,7 @@ class MechanismModel(ParallelModel):
         kind = "both" if (t1 and t2) else "type1" if t1 else "type2" if t2 else "regular"
         margin = 0.0
         if kind == "regular":
-            G, _ = self._G(z)
+            G = self._G(z)
             Jx = self._f["task_q"](z) @ G
             Jx[self._task_ang] *= self._ls
             Jx[:, self._rev[self._act]] /= self._ls
@@ -506,15 +493,15 @@ class MechanismModel(ParallelModel):
         return M
 
     def _state(self, q, qd, pose):
-        qa = self._vec(q, self._na, "q")
-        qda = self._vec(qd, self._na, "qd")
-        z = self.configuration(qa, pose)
-        G, B = self._G(z)
-        zd = G @ qda
-        g0 = np.zeros(self._n)
-        if self._m:
-            g0[self._pas] = -np.linalg.solve(B, self._f["phi_gamma"](z, zd))
-        return z, zd, G, B, g0
+        """z, zd, G (zd = G qd) and g0 (zdd = G qdd + g0) at the actuated state."""
+        qa = self._arr(q, self._na, "q")
+        qda = self._arr(qd, self._na, "qd")
+        n = self._n
+        z, zd, g0, G = np.empty(n), np.empty(n), np.empty(n), np.empty((n, self._na))
+        st = self._k.state(self._D, qa, qda, z, zd, G, g0)
+        if st:
+            self._raise(st, "state", [(q, self._na, "q"), (qd, self._na, "qd")])
+        return z, zd, G, g0
 
     def _wrench_force(self, z, wrench):
         """Generalised force J_t^T w of a wrench on the task body (full coordinates)."""
@@ -529,7 +516,7 @@ class MechanismModel(ParallelModel):
                          f"task coordinates, got shape {w.shape}")
 
     def _reduced(self, q, qd, pose):
-        z, zd, G, B, g0 = self._state(q, qd, pose)
+        z, zd, G, g0 = self._state(q, qd, pose)
         M = self._mass_full(z)
         b = self._f["bias"](z, zd, self._p)
         return G.T @ M @ G, G.T @ (M @ g0 + b), z, zd, G, g0, M, b
@@ -559,7 +546,8 @@ class MechanismModel(ParallelModel):
         qa = np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(self.coriolis_matrix, [qa, qd], 0, pose, (self._na, self._na))
-        z, zd, G, B, g0 = self._state(qa, qd, pose)
+        z, zd, G, g0 = self._state(qa, qd, pose)
+        B = self._B(z)
         M = self._mass_full(z)
         # C G: the velocity terms of Lagrange's equations are the quadratic form
         # b(z, zd) - g(z) = sum_jk c_ijk zd_j zd_k with the Christoffel symbols c_ijk symmetric in
@@ -581,11 +569,11 @@ class MechanismModel(ParallelModel):
     def inverse_dynamics(self, q, qd, qdd, wrench=None, pose=None) -> np.ndarray:
         """Actuator torques/forces (n,) or (N, n) for the actuated motion (and a wrench on the task
         body, 6-vector or conjugate to the task coordinates)."""
-        qa = np.asarray(q, dtype=float)
+        qa = q if type(q) is np.ndarray else np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(lambda a, b, c, pose: self.inverse_dynamics(a, b, c, wrench, pose),
                                [qa, qd, qdd], 0, pose, (self._na,))
-        return self.inverse_dynamics_multipliers(qa, qd, qdd, wrench, pose)[0]
+        return self._id(qa, qd, qdd, wrench)[:self._na]
 
     def inverse_dynamics_multipliers(self, q, qd, qdd, wrench=None, pose=None):
         """Torques and the closures' Lagrange multipliers.
@@ -598,15 +586,25 @@ class MechanismModel(ParallelModel):
             (``M zdd + b + phi_z^T lam = S^T tau``): for a point closure, ``lam`` is the force
             [N] (base frame) that body_a exerts on body_b at the closure point.
         """
-        qdd = self._vec(qdd, self._na, "qdd")
-        z, zd, G, B, g0 = self._state(q, qd, pose)
-        return self._full_id(z, zd, G @ qdd + g0, wrench)
+        out = self._id(q, qd, qdd, wrench)
+        return out[:self._na], out[self._na:self._na + self._m]
+
+    def _id(self, q, qd, qdd, wrench):
+        """[tau (n,), lam (m,), z] of the entry kernel."""
+        na = self._na
+        qa, qda, qdda = self._arr(q, na, "q"), self._arr(qd, na, "qd"), self._arr(qdd, na, "qdd")
+        wf = self._nowrench if wrench is None else self._wrench_force(self.configuration(qa), wrench)
+        out = np.empty(na + self._m + self._n)
+        st = self._k.inverse_dynamics(self._D, qa, qda, qdda, wf, out)
+        if st:
+            self._raise(st, "inverse dynamics", [(q, na, "q"), (qd, na, "qd"), (qdd, na, "qdd")])
+        return out
 
     def _full_id(self, z, zd, zdd, wrench):
-        F = self._mass_full(z) @ zdd + self._f["bias"](z, zd, self._p) - self._wrench_force(z, wrench)
-        Lc = self._f["lamc"](z)
-        lam = -np.linalg.solve(Lc[self._pas], F[self._pas]) if self._m else np.zeros(0)
-        tau = F[self._act] + Lc[self._act] @ lam
+        tau, lam = np.empty(self._na), np.empty(self._m)
+        st = self._k.full_id(self._D, z, zd, zdd, self._wrench_force(z, wrench), tau, lam)
+        if st:
+            self._raise(st, "inverse dynamics", [(z[self._act], self._na, "q")])
         return tau, lam
 
     def task_inverse_dynamics(self, X, Xd, Xdd, wrench=None, *, full: bool = False, guess=None):
@@ -634,16 +632,18 @@ class MechanismModel(ParallelModel):
 
     def forward_dynamics(self, q, qd, tau, wrench=None, pose=None) -> np.ndarray:
         """qdd (n,) or (N, n) solving M_r qdd = tau - h_r + G^T J_t^T w (closures re-solved: no drift)."""
-        qa = np.asarray(q, dtype=float)
+        qa = q if type(q) is np.ndarray else np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(lambda a, b, c, pose: self.forward_dynamics(a, b, c, wrench, pose),
                                [qa, qd, tau], 0, pose, (self._na,))
-        Mr, hr, z, zd, G, g0, M, b = self._reduced(qa, qd, pose)
-        rhs = self._vec(tau, self._na, "tau") - hr + G.T @ self._wrench_force(z, wrench)
-        try:
-            return np.linalg.solve(Mr, rhs)
-        except np.linalg.LinAlgError as err:
-            raise ModelError(f"{self.name}: singular mass matrix") from err
+        na = self._na
+        qa, qda, ta = self._arr(qa, na, "q"), self._arr(qd, na, "qd"), self._arr(tau, na, "tau")
+        wf = self._nowrench if wrench is None else self._wrench_force(self.configuration(qa), wrench)
+        qdd = np.empty(na)
+        st = self._k.forward_dynamics(self._D, qa, qda, ta, wf, qdd)
+        if st:
+            self._raise(st, "forward dynamics", [(q, na, "q"), (qd, na, "qd"), (tau, na, "tau")])
+        return qdd
 
     # ---------------------------------------------------------------- energies
     def kinetic_energy(self, q, qd, pose=None):
@@ -904,14 +904,10 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
                                       "(remove the closure equations that repeat others)")
     spec0 = MechanismSpec(**{**spec.__dict__, "home": z0})
     # refine the home configuration (actuated values held) to the Newton tolerance
-    try:
-        probe = MechanismModel.__new__(MechanismModel)
-        probe._f, probe._act = f, np.array(act)
-        probe._pas = np.array([i for i in range(n) if i not in set(act)], dtype=int)
-        zh = MechanismModel._newton_passive(probe, z0[probe._act], z0)
-    except np.linalg.LinAlgError:
-        zh = None
-    if zh is None:
+    pas = [i for i in range(n) if i not in set(act)]
+    zh = np.empty(n)
+    D = _model_array(params, act, pas, np.zeros(len(act)), np.zeros(len(coords)), np.zeros(n), 0.0, 0.0, z0)
+    if not gen.kernels.newton_passive(z0[list(act)], z0.copy(), D, zh):
         raise root.error("joints", "the closures cannot be solved near the home values (a type-2 "
                                    "singularity or a loop far from closing)")
     spec = MechanismSpec(**{**spec0.__dict__, "home": zh})

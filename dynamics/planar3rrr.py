@@ -218,6 +218,8 @@ class Planar3RRR(ParallelModel):
         If the home pose is unreachable or singular.
     """
 
+    family = "rrr"
+
     def __init__(self, base_joints, platform_joints, proximal: LinkParams, distal: LinkParams,
                  platform_mass: float, platform_inertia: float, gravity=(0.0, 0.0),
                  elbow_branch=(1, 1, 1), home_pose=(0.0, 0.0, 0.0), limits: JointLimits | None = None,

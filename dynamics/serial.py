@@ -198,6 +198,8 @@ class SerialModel(Model):
     environment on the tool, world frame, moment about the tool-frame origin.
     """
 
+    family = "serial"
+
     def __init__(self, *, joint_types: Sequence[str], placements, mass, com, inertia,
                  tool=None, gravity=(0.0, 0.0, -9.81), link_frames=None, base_frame=None,
                  joint_names: Sequence[str] | None = None, limits: JointLimits | None = None,

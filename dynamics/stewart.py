@@ -193,6 +193,16 @@ class StewartPlatform(ParallelModel):
         raise :class:`SingularityError`.
     """
 
+    family = "stewart"
+
+    def task_rotation(self):
+        """:func:`rotation_matrix`: the platform angles' convention (Rz Ry Rx)."""
+        return rotation_matrix
+
+    def task_rate_matrix(self):
+        """:func:`euler_rate_matrix`, the closed form of that convention."""
+        return euler_rate_matrix
+
     def __init__(self, *, base_joints, platform_joints, ujoint_axes, lower_mass, lower_com, lower_inertia,
                  upper_mass, upper_com, upper_inertia, platform_mass, platform_com, platform_inertia,
                  gravity=(0.0, 0.0, -9.81), limits: JointLimits | None = None,

@@ -22,7 +22,6 @@ from typing import Callable
 
 import numpy as np
 
-from dynamics import loaded_model_class
 from dynamics.errors import ConfigError, TorqueloopError
 
 from .plots import _cols, _pyplot, load_run_data
@@ -58,11 +57,11 @@ def robot_polylines(model, q, pose=None) -> tuple[list[np.ndarray], np.ndarray, 
     """
     from dynamics.planar3rrr import Planar3RRR
 
-    # the serial and Stewart classes from the loaded modules (such a model has loaded its own):
-    # importing them for another robot would load or compile kernels it never calls
-    serial, stewart = loaded_model_class("serial"), loaded_model_class("stewart")
+    # the family each model class declares (inherited: a subclass draws as its family): no
+    # import of another family's module, which would load or compile kernels it never calls
+    family = getattr(model, "family", None)
     q = np.asarray(q, dtype=float)
-    if serial is not None and isinstance(model, serial):
+    if family == "serial":
         pts = model.link_poses(q)[:, :3, 3]
         tool = model.forward_kinematics(q)[:3, 3]
         return [np.vstack([pts, tool])], tool, None
@@ -71,7 +70,7 @@ def robot_polylines(model, q, pose=None) -> tuple[list[np.ndarray], np.ndarray, 
         A, B, C = model.base_joints, model.elbow_positions(q), model.platform_joint_positions(X)
         legs = [_xyz(np.vstack([A[i], B[i], C[i]])) for i in range(3)]
         return legs + [_xyz(np.vstack([C, C[:1]]))], _xyz(X[:2]), X
-    if stewart is not None and isinstance(model, stewart):
+    if family == "stewart":
         X = model.forward_kinematics_task(q, guess=pose)
         T = model.forward_kinematics(q, pose=X)
         P = model.platform_joints @ T[:3, :3].T + T[:3, 3]

@@ -494,15 +494,9 @@ def _task_inertia(model: ParallelModel, X: np.ndarray) -> np.ndarray:
     """Task-space inertia Lambda = J^-T M J^-1 at pose X (for PD gain scaling)."""
     q = model.inverse_kinematics(X)
     J = np.asarray(model.task_jacobian(q, X), dtype=float)  # Xd = J qd
-    M = np.asarray(model.mass_matrix(q, pose=X) if _accepts_pose(model.mass_matrix) else model.mass_matrix(q))
+    M = np.asarray(model.mass_matrix(q, pose=X) if getattr(model, "takes_pose_hint", False) else model.mass_matrix(q))
     Jinv = np.linalg.inv(J)
     return Jinv.T @ M @ Jinv
-
-
-def _accepts_pose(fn) -> bool:
-    from drivers.sim.plant import accepts_keyword
-
-    return accepts_keyword(fn, "pose", var_keyword=False)
 
 
 def make_controller(spec: RunSpec, *, pose0=None) -> Controller:
@@ -956,7 +950,7 @@ def _warm_up(spec: RunSpec, controller: Controller, plant) -> None:
     if plant is None:
         return
     model = plant.model
-    kw = {"pose": X0} if X0 is not None and _accepts_pose(model.forward_dynamics) else {}
+    kw = {"pose": X0} if X0 is not None and getattr(model, "takes_pose_hint", False) else {}
     if isinstance(model, ParallelModel) and X0 is not None:
         model.forward_kinematics_task(q0, guess=X0)
     model.forward_dynamics(q0, z, z, **kw)

@@ -56,7 +56,6 @@ held command and stable for any ``T``.
 
 from __future__ import annotations
 
-import inspect
 import math
 import threading
 from typing import Sequence
@@ -91,36 +90,6 @@ class PlantState(tuple):
     @property
     def qd(self) -> np.ndarray:
         return self[2]
-
-
-#: :func:`accepts_keyword` answers so far, by (function, keyword, var_keyword)
-_ACCEPTS: dict = {}
-
-
-def accepts_keyword(fn, name: str, *, var_keyword: bool = True) -> bool:
-    """Whether ``fn`` takes the keyword argument ``name`` (or, with ``var_keyword``, any
-    keyword through ``**kwargs``); False when its signature cannot be read.
-
-    Memoised per function (the function of a bound method: every model of a class answers
-    alike), so building a run does not inspect the same signatures again.
-    """
-    key = (getattr(fn, "__func__", fn), name, var_keyword)
-    try:
-        return _ACCEPTS[key]
-    except KeyError:
-        pass
-    except TypeError:                   # an unhashable callable: not memoised
-        key = None
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        ok = False
-    else:
-        ok = name in params or (var_keyword and any(p.kind is inspect.Parameter.VAR_KEYWORD
-                                                    for p in params.values()))
-    if key is not None and len(_ACCEPTS) < 1024:
-        _ACCEPTS[key] = ok
-    return ok
 
 
 class Plant:
@@ -735,10 +704,9 @@ class SimulatedPlant(Plant):
         # parallel robots: track the platform pose, pass it as a hint
         self._parallel = isinstance(model, ParallelModel)
         self._X = None
-        self._fd_kw = accepts_keyword(model.forward_dynamics, "pose") and self._parallel
-        self._mm_kw = accepts_keyword(model.mass_matrix, "pose") and self._parallel
-        self._ke_kw = accepts_keyword(model.kinetic_energy, "pose") and self._parallel
-        self._pe_kw = accepts_keyword(model.potential_energy, "pose") and self._parallel
+        # the pose hint goes to the methods that take it (the model declares it)
+        hint = self._parallel and bool(getattr(model, "takes_pose_hint", False))
+        self._fd_kw = self._mm_kw = self._ke_kw = self._pe_kw = hint
         if self._parallel:
             try:
                 guess = model.home_pose

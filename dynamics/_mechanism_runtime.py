@@ -1,0 +1,482 @@
+"""Compiled entry kernels of a mechanism model: the text of this file below its template mark
+is copied into every generated mechanism module (:mod:`dynamics._mechanism_derive`), after the
+generated functions, and compiled there with numba (``_kernel``: ``njit(cache=True)``).  This
+file is never imported to run (its names ``N_Z``, ``phi_w``... are the generated module's).
+
+Why a copy and not an import: numba's on-disk cache checks a cached function against its own
+source file only (see :mod:`dynamics._kernel_cache`).  With the entry kernels and the generated
+functions they call in ONE file, that file is the whole source of every cache entry it has, and
+the sha256 of this text is part of the generated file's digest (its name): a change of this
+file makes a new generated file, never a stale cache entry.
+
+Names the generated module defines before this text::
+
+    N_Z, N_C, N_A, N_T, N_P      full coordinates, closure equations, actuated coordinates,
+                                 task coordinates, inertial parameters
+    phi_w(z, out)                (N_C,)        phi_q_w(z, out)   (N_C * N_Z,) row-major
+    phi_gamma_w(z, zd, out)      (N_C,)
+    task_w(z, out)               (N_T,)        task_q_w(z, out)  (N_T * N_Z,)
+    task_gamma_w(z, zd, out)     (N_T,)
+    mass_w(z, p, out)            (N_Z * N_Z,)  lamc_w(z, out)    (N_Z * N_C,)
+    bias_w(z, zd, p, out)        (N_Z,)        (p: the first N_P entries are read)
+    _kernel                      the decorator (numba.njit(cache=True, error_model="numpy"))
+
+``D`` is the model's one array (:func:`dynamics.mechanism._model_array`), so that a call from
+Python passes few arguments; offsets ``O_*`` below::
+
+    p (N_P,)          inertial parameters (first: the generated functions read D as p)
+    act (N_A,), pas (N_C,)      indices of the actuated and passive coordinates, as floats
+    step_a (N_A,), step_t (N_T,)  continuation steps: 0.1 rad or 0.01 m per coordinate
+    arm (N_Z,)        armature added to the mass matrix diagonal
+    sign2, sign1      home signs of det(B) (type-2 matrix) and det(K) (type-1 matrix)
+    tol, iters        Newton tolerance [m] and iteration limit
+    home (N_Z,)       home configuration
+    warm (N_Z,), warm_ik (N_Z,)  the last forward / inverse kinematics solutions (updated)
+
+Dense solves: LU with partial pivoting (:func:`_lu`); an exactly zero pivot is numpy's
+``LinAlgError``.  The sign of a determinant is read off the LU of the last Newton iteration
+(the configuration then differs from the returned one by less than the tolerance).
+
+Status codes: 0 ok; 1 no configuration in the home assembly mode (forward kinematics);
+2 pose not reached in the home working mode (inverse kinematics); 3 type-2 singularity
+(singular B where the velocities are mapped); 4 singular multiplier block or reduced mass
+matrix; 5 an input is not finite.
+"""
+# ---- template start (everything below is copied into the generated module)
+
+ST_OK = 0
+ST_NOFK = 1
+ST_NOIK = 2
+ST_TYPE2 = 3
+ST_SINGULAR = 4
+ST_BADINPUT = 5
+
+O_ACT = N_P  # noqa: F821
+O_PAS = O_ACT + N_A  # noqa: F821
+O_STEPA = O_PAS + N_C  # noqa: F821
+O_STEPT = O_STEPA + N_A  # noqa: F821
+O_ARM = O_STEPT + N_T  # noqa: F821
+O_SIGN2 = O_ARM + N_Z  # noqa: F821
+O_SIGN1 = O_SIGN2 + 1
+O_TOL = O_SIGN1 + 1
+O_ITER = O_TOL + 1
+O_HOME = O_ITER + 1
+O_WARM = O_HOME + N_Z  # noqa: F821
+O_WARMIK = O_WARM + N_Z  # noqa: F821
+D_SIZE = O_WARMIK + N_Z  # noqa: F821
+
+
+@_kernel  # noqa: F821
+def _lu(A, k):
+    """In-place LU with partial pivoting of the leading k x k block of A; returns
+    (perm (k,), sign of det, ok).  ok is False at an exactly zero pivot (numpy's LinAlgError)."""
+    perm = np.arange(k)  # noqa: F821
+    sgn = 1.0
+    for c in range(k):
+        piv = c
+        big = abs(A[c, c])
+        for r in range(c + 1, k):
+            v = abs(A[r, c])
+            if v > big:
+                big = v
+                piv = r
+        if big == 0.0 or not math.isfinite(big):  # noqa: F821
+            return perm, 0.0, False
+        if piv != c:
+            for j in range(k):
+                t = A[c, j]
+                A[c, j] = A[piv, j]
+                A[piv, j] = t
+            t2 = perm[c]
+            perm[c] = perm[piv]
+            perm[piv] = t2
+            sgn = -sgn
+        if A[c, c] < 0.0:
+            sgn = -sgn
+        inv = 1.0 / A[c, c]
+        for r in range(c + 1, k):
+            f = A[r, c] * inv
+            A[r, c] = f
+            if f != 0.0:
+                for j in range(c + 1, k):
+                    A[r, j] -= f * A[c, j]
+    return perm, sgn, True
+
+
+@_kernel  # noqa: F821
+def _lu_solve(A, perm, k, b, x):
+    """x = A^-1 b with the LU of :func:`_lu` (b, x: (k,); may not alias)."""
+    for i in range(k):
+        s = b[perm[i]]
+        for j in range(i):
+            s -= A[i, j] * x[j]
+        x[i] = s
+    for i in range(k - 1, -1, -1):
+        s = x[i]
+        for j in range(i + 1, k):
+            s -= A[i, j] * x[j]
+        x[i] = s / A[i, i]
+
+
+@_kernel  # noqa: F821
+def _maxabs(r):
+    m = 0.0
+    for v in r:
+        a = abs(v)
+        if not a <= m:      # NaN-propagating max
+            m = a
+    return m
+
+
+@_kernel  # noqa: F821
+def _passive_lu(z, D, P, B):
+    """P = phi_z(z) (flat), B = its passive columns, LU-factored: (perm, sign, ok)."""
+    phi_q_w(z, P)  # noqa: F821
+    for i in range(N_C):  # noqa: F821
+        for j in range(N_C):  # noqa: F821
+            B[i, j] = P[i * N_Z + int(D[O_PAS + j])]  # noqa: F821
+    return _lu(B, N_C)  # noqa: F821
+
+
+@_kernel  # noqa: F821
+def newton_passive(qa, z0, D, z):
+    """Newton on phi(z) = 0 over the passive coordinates from z0 with z[act] = qa, into z.
+    Returns the sign of det(B) at the solution, 0.0 when Newton failed."""
+    tol = D[O_TOL]
+    for i in range(N_Z):  # noqa: F821
+        z[i] = z0[i]
+    for a in range(N_A):  # noqa: F821
+        z[int(D[O_ACT + a])] = qa[a]
+    r = np.empty(N_C)  # noqa: F821
+    P = np.empty(N_C * N_Z)  # noqa: F821
+    B = np.empty((N_C, N_C))  # noqa: F821
+    dx = np.empty(N_C)  # noqa: F821
+    for _ in range(int(D[O_ITER])):
+        phi_w(z, r)  # noqa: F821
+        err = _maxabs(r)
+        if not math.isfinite(err):  # noqa: F821
+            return 0.0
+        perm, sgn, ok = _passive_lu(z, D, P, B)
+        if not ok:
+            return 0.0
+        _lu_solve(B, perm, N_C, r, dx)  # noqa: F821
+        for j in range(N_C):  # noqa: F821
+            z[int(D[O_PAS + j])] -= dx[j]
+        if err <= tol:       # one step past the tolerance: the error is then ~ its square
+            return sgn
+    phi_w(z, r)  # noqa: F821
+    if not _maxabs(r) <= tol:
+        return 0.0
+    perm, sgn, ok = _passive_lu(z, D, P, B)
+    return sgn if ok else 0.0
+
+
+@_kernel  # noqa: F821
+def _continue_fk(qa, z0, D, z):
+    """:func:`newton_passive` continued from z0 to qa in steps of at most step_a, each keeping
+    the home sign of det(B); into z, True on success."""
+    big = 0.0
+    for a in range(N_A):  # noqa: F821
+        v = abs(qa[a] - z0[int(D[O_ACT + a])]) / D[O_STEPA + a]
+        if v > big:
+            big = v
+    k = max(1, int(math.ceil(big)))  # noqa: F821
+    zc = z0.copy()
+    qs = np.empty(N_A)  # noqa: F821
+    for s in range(1, k + 1):
+        for a in range(N_A):  # noqa: F821
+            q0 = z0[int(D[O_ACT + a])]
+            qs[a] = q0 + (qa[a] - q0) * s / k
+        if newton_passive(qs, zc, D, z) != D[O_SIGN2]:
+            return False
+        zc[:] = z
+    return True
+
+
+@_kernel  # noqa: F821
+def configuration(D, qa, z):
+    """Full configuration z for the actuated qa: continuation from the last solution (warm,
+    updated), then from the home configuration; status."""
+    for a in range(N_A):  # noqa: F821
+        if not math.isfinite(qa[a]):  # noqa: F821
+            return ST_BADINPUT
+    warm = D[O_WARM:O_WARM + N_Z].copy()  # noqa: F821
+    if not _continue_fk(qa, warm, D, z):
+        home = D[O_HOME:O_HOME + N_Z].copy()  # noqa: F821
+        if not _continue_fk(qa, home, D, z):
+            return ST_NOFK
+    D[O_WARM:O_WARM + N_Z] = z  # noqa: F821
+    return ST_OK
+
+
+@_kernel  # noqa: F821
+def _ik_residual(z, X, r):
+    """r = [phi(z); task(z) - X] (N_Z,)."""
+    rc = np.empty(N_C)  # noqa: F821
+    rt = np.empty(N_T)  # noqa: F821
+    phi_w(z, rc)  # noqa: F821
+    task_w(z, rt)  # noqa: F821
+    for i in range(N_C):  # noqa: F821
+        r[i] = rc[i]
+    for i in range(N_T):  # noqa: F821
+        r[N_C + i] = rt[i] - X[i]  # noqa: F821
+
+
+@_kernel  # noqa: F821
+def _k_lu(z, K):
+    """K = [phi_z; task_z] (N_Z, N_Z) at z, LU-factored: (perm, sign, ok)."""
+    P = np.empty(N_C * N_Z)  # noqa: F821
+    T = np.empty(N_T * N_Z)  # noqa: F821
+    phi_q_w(z, P)  # noqa: F821
+    task_q_w(z, T)  # noqa: F821
+    for i in range(N_C):  # noqa: F821
+        for j in range(N_Z):  # noqa: F821
+            K[i, j] = P[i * N_Z + j]  # noqa: F821
+    for i in range(N_T):  # noqa: F821
+        for j in range(N_Z):  # noqa: F821
+            K[N_C + i, j] = T[i * N_Z + j]  # noqa: F821
+    return _lu(K, N_Z)  # noqa: F821
+
+
+@_kernel  # noqa: F821
+def newton_ik(X, z0, D, z):
+    """Newton on [phi(z); task(z) - X] = 0 over every coordinate from z0, into z.  Returns the
+    sign of det(K) at the solution, 0.0 when Newton failed."""
+    tol = D[O_TOL]
+    z[:] = z0
+    r = np.empty(N_Z)  # noqa: F821
+    K = np.empty((N_Z, N_Z))  # noqa: F821
+    dx = np.empty(N_Z)  # noqa: F821
+    for _ in range(int(D[O_ITER])):
+        _ik_residual(z, X, r)
+        err = _maxabs(r)
+        if not math.isfinite(err):  # noqa: F821
+            return 0.0
+        perm, sgn, ok = _k_lu(z, K)
+        if not ok:
+            return 0.0
+        _lu_solve(K, perm, N_Z, r, dx)  # noqa: F821
+        for i in range(N_Z):  # noqa: F821
+            z[i] -= dx[i]
+        if err <= tol:
+            return sgn
+    _ik_residual(z, X, r)
+    if not _maxabs(r) <= tol:
+        return 0.0
+    perm, sgn, ok = _k_lu(z, K)
+    return sgn if ok else 0.0
+
+
+@_kernel  # noqa: F821
+def _continue_ik(X, z0, D, z):
+    X0 = np.empty(N_T)  # noqa: F821
+    task_w(z0, X0)  # noqa: F821
+    big = 0.0
+    for i in range(N_T):  # noqa: F821
+        v = abs(X[i] - X0[i]) / D[O_STEPT + i]
+        if v > big:
+            big = v
+    k = max(1, int(math.ceil(big)))  # noqa: F821
+    zc = z0.copy()
+    Xs = np.empty(N_T)  # noqa: F821
+    for s in range(1, k + 1):
+        for i in range(N_T):  # noqa: F821
+            Xs[i] = X0[i] + (X[i] - X0[i]) * s / k
+        if newton_ik(Xs, zc, D, z) != D[O_SIGN1]:
+            return False
+        zc[:] = z
+    return True
+
+
+@_kernel  # noqa: F821
+def inverse_configuration(D, X, z):
+    """Full configuration z for the task pose X in the home working mode: continuation from
+    the last solution (warm_ik, updated), then from the home configuration; status."""
+    for i in range(N_T):  # noqa: F821
+        if not math.isfinite(X[i]):  # noqa: F821
+            return ST_BADINPUT
+    warm = D[O_WARMIK:O_WARMIK + N_Z].copy()  # noqa: F821
+    if not _continue_ik(X, warm, D, z):
+        home = D[O_HOME:O_HOME + N_Z].copy()  # noqa: F821
+        if not _continue_ik(X, home, D, z):
+            return ST_NOIK
+    D[O_WARMIK:O_WARMIK + N_Z] = z  # noqa: F821
+    return ST_OK
+
+
+@_kernel  # noqa: F821
+def velocity_map(D, z, G):
+    """G (N_Z, N_A) with zd = G qd: identity rows on the actuated coordinates, -B^-1 A on the
+    passive ones; False at a singular B."""
+    P = np.empty(N_C * N_Z)  # noqa: F821
+    B = np.empty((N_C, N_C))  # noqa: F821
+    perm, sgn, ok = _passive_lu(z, D, P, B)
+    if not ok:
+        return False
+    _fill_g(D, P, B, perm, G)
+    return True
+
+
+@_kernel  # noqa: F821
+def _fill_g(D, P, B, perm, G):
+    G[:, :] = 0.0
+    col = np.empty(N_C)  # noqa: F821
+    x = np.empty(N_C)  # noqa: F821
+    for a in range(N_A):  # noqa: F821
+        ia = int(D[O_ACT + a])
+        G[ia, a] = 1.0
+        for i in range(N_C):  # noqa: F821
+            col[i] = P[i * N_Z + ia]  # noqa: F821
+        _lu_solve(B, perm, N_C, col, x)  # noqa: F821
+        for j in range(N_C):  # noqa: F821
+            G[int(D[O_PAS + j]), a] = -x[j]
+
+
+@_kernel  # noqa: F821
+def state(D, qa, qda, z, zd, G, g0):
+    """z, zd = G qd, G and g0 (zdd = G qdd + g0) at the actuated state; status."""
+    for a in range(N_A):  # noqa: F821
+        if not math.isfinite(qda[a]):  # noqa: F821
+            return ST_BADINPUT
+    st = configuration(D, qa, z)
+    if st != ST_OK:
+        return st
+    P = np.empty(N_C * N_Z)  # noqa: F821
+    B = np.empty((N_C, N_C))  # noqa: F821
+    perm, sgn, ok = _passive_lu(z, D, P, B)
+    if not ok:
+        return ST_TYPE2
+    _fill_g(D, P, B, perm, G)
+    for i in range(N_Z):  # noqa: F821
+        s = 0.0
+        for a in range(N_A):  # noqa: F821
+            s += G[i, a] * qda[a]
+        zd[i] = s
+    g0[:] = 0.0
+    gam = np.empty(N_C)  # noqa: F821
+    phi_gamma_w(z, zd, gam)  # noqa: F821
+    x = np.empty(N_C)  # noqa: F821
+    _lu_solve(B, perm, N_C, gam, x)  # noqa: F821
+    for j in range(N_C):  # noqa: F821
+        g0[int(D[O_PAS + j])] = -x[j]
+    return ST_OK
+
+
+@_kernel  # noqa: F821
+def _mass_full(z, D, M):
+    Mf = np.empty(N_Z * N_Z)  # noqa: F821
+    mass_w(z, D, Mf)  # noqa: F821
+    for i in range(N_Z):  # noqa: F821
+        for j in range(N_Z):  # noqa: F821
+            M[i, j] = Mf[i * N_Z + j]  # noqa: F821
+        M[i, i] += D[O_ARM + i]
+
+
+@_kernel  # noqa: F821
+def full_id(D, z, zd, zdd, wf, tau, lam):
+    """tau (N_A,) and lam (N_C,) for the full motion (z, zd, zdd) and the generalised force
+    ``wf`` (N_Z,) of a wrench; status."""
+    M = np.empty((N_Z, N_Z))  # noqa: F821
+    _mass_full(z, D, M)
+    F = np.empty(N_Z)  # noqa: F821
+    bias_w(z, zd, D, F)  # noqa: F821
+    for i in range(N_Z):  # noqa: F821
+        s = 0.0
+        for j in range(N_Z):  # noqa: F821
+            s += M[i, j] * zdd[j]
+        F[i] += s - wf[i]
+    Lc = np.empty(N_Z * N_C)  # noqa: F821
+    lamc_w(z, Lc)  # noqa: F821
+    Lp = np.empty((N_C, N_C))  # noqa: F821
+    Fp = np.empty(N_C)  # noqa: F821
+    for i in range(N_C):  # noqa: F821
+        ip = int(D[O_PAS + i])
+        Fp[i] = -F[ip]
+        for j in range(N_C):  # noqa: F821
+            Lp[i, j] = Lc[ip * N_C + j]  # noqa: F821
+    perm, sgn, ok = _lu(Lp, N_C)  # noqa: F821
+    if not ok:
+        return ST_SINGULAR
+    _lu_solve(Lp, perm, N_C, Fp, lam)  # noqa: F821
+    for a in range(N_A):  # noqa: F821
+        ia = int(D[O_ACT + a])
+        s = F[ia]
+        for j in range(N_C):  # noqa: F821
+            s += Lc[ia * N_C + j] * lam[j]  # noqa: F821
+        tau[a] = s
+    return ST_OK
+
+
+@_kernel  # noqa: F821
+def inverse_dynamics(D, qa, qda, qdda, wf, out):
+    """out = [tau (N_A,), lam (N_C,), z (N_Z,)] for the actuated motion; status.  ``wf``: the
+    generalised force of a wrench (N_Z,)."""
+    for a in range(N_A):  # noqa: F821
+        if not math.isfinite(qdda[a]):  # noqa: F821
+            return ST_BADINPUT
+    z = np.empty(N_Z)  # noqa: F821
+    zd = np.empty(N_Z)  # noqa: F821
+    G = np.empty((N_Z, N_A))  # noqa: F821
+    g0 = np.empty(N_Z)  # noqa: F821
+    st = state(D, qa, qda, z, zd, G, g0)
+    if st != ST_OK:
+        return st
+    zdd = g0.copy()
+    for i in range(N_Z):  # noqa: F821
+        for a in range(N_A):  # noqa: F821
+            zdd[i] += G[i, a] * qdda[a]
+    tau = np.empty(N_A)  # noqa: F821
+    lam = np.empty(N_C)  # noqa: F821
+    st = full_id(D, z, zd, zdd, wf, tau, lam)
+    out[:N_A] = tau  # noqa: F821
+    out[N_A:N_Z] = lam  # noqa: F821
+    out[N_Z:] = z  # noqa: F821
+    return st
+
+
+@_kernel  # noqa: F821
+def forward_dynamics(D, qa, qda, taua, wf, qdd):
+    """qdd (N_A,) solving G^T M G qdd = tau - G^T (M g0 + b) + G^T wf; status."""
+    for a in range(N_A):  # noqa: F821
+        if not math.isfinite(taua[a]):  # noqa: F821
+            return ST_BADINPUT
+    z = np.empty(N_Z)  # noqa: F821
+    zd = np.empty(N_Z)  # noqa: F821
+    G = np.empty((N_Z, N_A))  # noqa: F821
+    g0 = np.empty(N_Z)  # noqa: F821
+    st = state(D, qa, qda, z, zd, G, g0)
+    if st != ST_OK:
+        return st
+    M = np.empty((N_Z, N_Z))  # noqa: F821
+    _mass_full(z, D, M)
+    b = np.empty(N_Z)  # noqa: F821
+    bias_w(z, zd, D, b)  # noqa: F821
+    for i in range(N_Z):  # noqa: F821
+        s = 0.0
+        for j in range(N_Z):  # noqa: F821
+            s += M[i, j] * g0[j]
+        b[i] += s - wf[i]
+    MG = np.empty((N_Z, N_A))  # noqa: F821
+    for i in range(N_Z):  # noqa: F821
+        for a in range(N_A):  # noqa: F821
+            s = 0.0
+            for j in range(N_Z):  # noqa: F821
+                s += M[i, j] * G[j, a]
+            MG[i, a] = s
+    Mr = np.empty((N_A, N_A))  # noqa: F821
+    rhs = np.empty(N_A)  # noqa: F821
+    for a in range(N_A):  # noqa: F821
+        s = 0.0
+        for i in range(N_Z):  # noqa: F821
+            s += G[i, a] * b[i]
+        rhs[a] = taua[a] - s
+        for c in range(N_A):  # noqa: F821
+            s = 0.0
+            for i in range(N_Z):  # noqa: F821
+                s += G[i, a] * MG[i, c]
+            Mr[a, c] = s
+    perm, sgn, ok = _lu(Mr, N_A)  # noqa: F821
+    if not ok:
+        return ST_SINGULAR
+    _lu_solve(Mr, perm, N_A, rhs, qdd)  # noqa: F821
+    return ST_OK
