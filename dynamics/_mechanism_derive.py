@@ -346,6 +346,11 @@ def _generate(spec: dict) -> str:
     vt = plain(sp.Matrix([rt.dt(N).dot(e) for e in (N.x, N.y, N.z)]))
     wt = plain(sp.Matrix([Ft.ang_vel_in(N).dot(e) for e in (N.x, N.y, N.z)]))
     emit("twist_q", ["q"], list(vt.jacobian(U)) + list(wt.jacobian(U)), (6, n))
+    # fused forms for the entry kernels: one pass of common subexpressions (the sines and
+    # cosines of the angles once) for what one Newton iteration / one dynamics call needs
+    emit("kin", ["q"], list(phiv) + list(phiq), (m + m * n,))
+    emit("tkin", ["q"], list(taskv) + list(taskq), (nt + nt * n,))
+    emit("dyn", ["q", "qd", "p"], list(phig) + list(Mm) + list(b) + list(Lc), (m + n * n + n + n * m,))
     emit("kinetic", ["q", "qd", "p"], [T], ())
     emit("potential", ["q", "p"], [Vp], ())
     marks.append(("codegen", time.perf_counter()))

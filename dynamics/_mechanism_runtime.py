@@ -19,6 +19,10 @@ Names the generated module defines before this text::
     task_gamma_w(z, zd, out)     (N_T,)
     mass_w(z, p, out)            (N_Z * N_Z,)  lamc_w(z, out)    (N_Z * N_C,)
     bias_w(z, zd, p, out)        (N_Z,)        (p: the first N_P entries are read)
+    kin_w(z, out), tkin_w(z, out), dyn_w(z, zd, p, out)
+                                 fused forms (layouts below): one pass of common
+                                 subexpressions for what a Newton iteration or a dynamics
+                                 call needs (each sine and cosine once)
     _kernel                      the decorator (numba.njit(cache=True, error_model="numpy"))
 
 ``D`` is the model's one array (:func:`dynamics.mechanism._model_array`), so that a call from
@@ -64,6 +68,14 @@ O_HOME = O_ITER + 1
 O_WARM = O_HOME + N_Z  # noqa: F821
 O_WARMIK = O_WARM + N_Z  # noqa: F821
 D_SIZE = O_WARMIK + N_Z  # noqa: F821
+# the fused generated forms: kin = [phi (N_C), phi_z (N_C, N_Z)], tkin = [task (N_T),
+# task_z (N_T, N_Z)], dyn = [gamma (N_C), M (N_Z, N_Z), b (N_Z), Lc (N_Z, N_C)]
+KIN_SIZE = N_C + N_C * N_Z  # noqa: F821
+TKIN_SIZE = N_T + N_T * N_Z  # noqa: F821
+O_DY_M = N_C  # noqa: F821
+O_DY_B = O_DY_M + N_Z * N_Z  # noqa: F821
+O_DY_L = O_DY_B + N_Z  # noqa: F821
+DYN_SIZE = O_DY_L + N_Z * N_C  # noqa: F821
 
 
 @_kernel  # noqa: F821
@@ -119,22 +131,23 @@ def _lu_solve(A, perm, k, b, x):
 
 
 @_kernel  # noqa: F821
-def _maxabs(r):
+def _maxabs(r, k):
+    """max |r[:k]|, NaN-propagating."""
     m = 0.0
-    for v in r:
-        a = abs(v)
-        if not a <= m:      # NaN-propagating max
+    for i in range(k):
+        a = abs(r[i])
+        if not a <= m:
             m = a
     return m
 
 
 @_kernel  # noqa: F821
-def _passive_lu(z, D, P, B):
-    """P = phi_z(z) (flat), B = its passive columns, LU-factored: (perm, sign, ok)."""
-    phi_q_w(z, P)  # noqa: F821
+def _kin_lu(z, D, KP, B):
+    """KP = kin(z); B = the passive columns of phi_z, LU-factored: (perm, sign, ok)."""
+    kin_w(z, KP)  # noqa: F821
     for i in range(N_C):  # noqa: F821
         for j in range(N_C):  # noqa: F821
-            B[i, j] = P[i * N_Z + int(D[O_PAS + j])]  # noqa: F821
+            B[i, j] = KP[N_C + i * N_Z + int(D[O_PAS + j])]  # noqa: F821
     return _lu(B, N_C)  # noqa: F821
 
 
@@ -147,28 +160,23 @@ def newton_passive(qa, z0, D, z):
         z[i] = z0[i]
     for a in range(N_A):  # noqa: F821
         z[int(D[O_ACT + a])] = qa[a]
-    r = np.empty(N_C)  # noqa: F821
-    P = np.empty(N_C * N_Z)  # noqa: F821
+    KP = np.empty(KIN_SIZE)  # noqa: F821
     B = np.empty((N_C, N_C))  # noqa: F821
     dx = np.empty(N_C)  # noqa: F821
     for _ in range(int(D[O_ITER])):
-        phi_w(z, r)  # noqa: F821
-        err = _maxabs(r)
-        if not math.isfinite(err):  # noqa: F821
+        perm, sgn, ok = _kin_lu(z, D, KP, B)
+        err = _maxabs(KP, N_C)  # noqa: F821
+        if not math.isfinite(err) or not ok:  # noqa: F821
             return 0.0
-        perm, sgn, ok = _passive_lu(z, D, P, B)
-        if not ok:
-            return 0.0
-        _lu_solve(B, perm, N_C, r, dx)  # noqa: F821
+        _lu_solve(B, perm, N_C, KP, dx)  # noqa: F821  (KP[:N_C] = phi)
         for j in range(N_C):  # noqa: F821
             z[int(D[O_PAS + j])] -= dx[j]
         if err <= tol:       # one step past the tolerance: the error is then ~ its square
             return sgn
-    phi_w(z, r)  # noqa: F821
-    if not _maxabs(r) <= tol:
+    perm, sgn, ok = _kin_lu(z, D, KP, B)
+    if not _maxabs(KP, N_C) <= tol or not ok:  # noqa: F821
         return 0.0
-    perm, sgn, ok = _passive_lu(z, D, P, B)
-    return sgn if ok else 0.0
+    return sgn
 
 
 @_kernel  # noqa: F821
@@ -181,6 +189,8 @@ def _continue_fk(qa, z0, D, z):
         if v > big:
             big = v
     k = max(1, int(math.ceil(big)))  # noqa: F821
+    if k == 1:              # (the usual case: a control cycle's step)
+        return newton_passive(qa, z0, D, z) == D[O_SIGN2]
     zc = z0.copy()
     qs = np.empty(N_A)  # noqa: F821
     for s in range(1, k + 1):
@@ -197,44 +207,48 @@ def _continue_fk(qa, z0, D, z):
 def configuration(D, qa, z):
     """Full configuration z for the actuated qa: continuation from the last solution (warm,
     updated), then from the home configuration; status."""
+    if qa.shape[0] != N_A:  # noqa: F821
+        return ST_BADINPUT
     for a in range(N_A):  # noqa: F821
         if not math.isfinite(qa[a]):  # noqa: F821
             return ST_BADINPUT
-    warm = D[O_WARM:O_WARM + N_Z].copy()  # noqa: F821
-    if not _continue_fk(qa, warm, D, z):
-        home = D[O_HOME:O_HOME + N_Z].copy()  # noqa: F821
-        if not _continue_fk(qa, home, D, z):
+    if not _continue_fk(qa, D[O_WARM:O_WARM + N_Z], D, z):  # noqa: F821
+        if not _continue_fk(qa, D[O_HOME:O_HOME + N_Z], D, z):  # noqa: F821
             return ST_NOFK
     D[O_WARM:O_WARM + N_Z] = z  # noqa: F821
     return ST_OK
 
 
 @_kernel  # noqa: F821
-def _ik_residual(z, X, r):
-    """r = [phi(z); task(z) - X] (N_Z,)."""
-    rc = np.empty(N_C)  # noqa: F821
-    rt = np.empty(N_T)  # noqa: F821
-    phi_w(z, rc)  # noqa: F821
-    task_w(z, rt)  # noqa: F821
-    for i in range(N_C):  # noqa: F821
-        r[i] = rc[i]
+def forward_task(D, qa, X):
+    """Task coordinates X (N_T,) at the actuated qa (:func:`configuration`); status."""
+    z = np.empty(N_Z)  # noqa: F821
+    st = configuration(D, qa, z)
+    if st != ST_OK:
+        return st
+    TK = np.empty(TKIN_SIZE)  # noqa: F821
+    tkin_w(z, TK)  # noqa: F821
     for i in range(N_T):  # noqa: F821
-        r[N_C + i] = rt[i] - X[i]  # noqa: F821
+        X[i] = TK[i]
+    return ST_OK
 
 
 @_kernel  # noqa: F821
-def _k_lu(z, K):
-    """K = [phi_z; task_z] (N_Z, N_Z) at z, LU-factored: (perm, sign, ok)."""
-    P = np.empty(N_C * N_Z)  # noqa: F821
-    T = np.empty(N_T * N_Z)  # noqa: F821
-    phi_q_w(z, P)  # noqa: F821
-    task_q_w(z, T)  # noqa: F821
+def _ik_lu(z, X, K, r):
+    """r = [phi(z); task(z) - X] and K = [phi_z; task_z] (N_Z, N_Z) at z, LU-factored:
+    (perm, sign, ok)."""
+    KP = np.empty(KIN_SIZE)  # noqa: F821
+    TK = np.empty(TKIN_SIZE)  # noqa: F821
+    kin_w(z, KP)  # noqa: F821
+    tkin_w(z, TK)  # noqa: F821
     for i in range(N_C):  # noqa: F821
+        r[i] = KP[i]
         for j in range(N_Z):  # noqa: F821
-            K[i, j] = P[i * N_Z + j]  # noqa: F821
+            K[i, j] = KP[N_C + i * N_Z + j]  # noqa: F821
     for i in range(N_T):  # noqa: F821
+        r[N_C + i] = TK[i] - X[i]  # noqa: F821
         for j in range(N_Z):  # noqa: F821
-            K[N_C + i, j] = T[i * N_Z + j]  # noqa: F821
+            K[N_C + i, j] = TK[N_T + i * N_Z + j]  # noqa: F821
     return _lu(K, N_Z)  # noqa: F821
 
 
@@ -248,40 +262,38 @@ def newton_ik(X, z0, D, z):
     K = np.empty((N_Z, N_Z))  # noqa: F821
     dx = np.empty(N_Z)  # noqa: F821
     for _ in range(int(D[O_ITER])):
-        _ik_residual(z, X, r)
-        err = _maxabs(r)
-        if not math.isfinite(err):  # noqa: F821
-            return 0.0
-        perm, sgn, ok = _k_lu(z, K)
-        if not ok:
+        perm, sgn, ok = _ik_lu(z, X, K, r)
+        err = _maxabs(r, N_Z)  # noqa: F821
+        if not math.isfinite(err) or not ok:  # noqa: F821
             return 0.0
         _lu_solve(K, perm, N_Z, r, dx)  # noqa: F821
         for i in range(N_Z):  # noqa: F821
             z[i] -= dx[i]
         if err <= tol:
             return sgn
-    _ik_residual(z, X, r)
-    if not _maxabs(r) <= tol:
+    perm, sgn, ok = _ik_lu(z, X, K, r)
+    if not _maxabs(r, N_Z) <= tol or not ok:  # noqa: F821
         return 0.0
-    perm, sgn, ok = _k_lu(z, K)
-    return sgn if ok else 0.0
+    return sgn
 
 
 @_kernel  # noqa: F821
 def _continue_ik(X, z0, D, z):
-    X0 = np.empty(N_T)  # noqa: F821
-    task_w(z0, X0)  # noqa: F821
+    TK = np.empty(TKIN_SIZE)  # noqa: F821
+    tkin_w(z0, TK)  # noqa: F821
     big = 0.0
     for i in range(N_T):  # noqa: F821
-        v = abs(X[i] - X0[i]) / D[O_STEPT + i]
+        v = abs(X[i] - TK[i]) / D[O_STEPT + i]
         if v > big:
             big = v
     k = max(1, int(math.ceil(big)))  # noqa: F821
+    if k == 1:
+        return newton_ik(X, z0, D, z) == D[O_SIGN1]
     zc = z0.copy()
     Xs = np.empty(N_T)  # noqa: F821
     for s in range(1, k + 1):
         for i in range(N_T):  # noqa: F821
-            Xs[i] = X0[i] + (X[i] - X0[i]) * s / k
+            Xs[i] = TK[i] + (X[i] - TK[i]) * s / k
         if newton_ik(Xs, zc, D, z) != D[O_SIGN1]:
             return False
         zc[:] = z
@@ -292,33 +304,34 @@ def _continue_ik(X, z0, D, z):
 def inverse_configuration(D, X, z):
     """Full configuration z for the task pose X in the home working mode: continuation from
     the last solution (warm_ik, updated), then from the home configuration; status."""
+    if X.shape[0] != N_T:  # noqa: F821
+        return ST_BADINPUT
     for i in range(N_T):  # noqa: F821
         if not math.isfinite(X[i]):  # noqa: F821
             return ST_BADINPUT
-    warm = D[O_WARMIK:O_WARMIK + N_Z].copy()  # noqa: F821
-    if not _continue_ik(X, warm, D, z):
-        home = D[O_HOME:O_HOME + N_Z].copy()  # noqa: F821
-        if not _continue_ik(X, home, D, z):
+    if not _continue_ik(X, D[O_WARMIK:O_WARMIK + N_Z], D, z):  # noqa: F821
+        if not _continue_ik(X, D[O_HOME:O_HOME + N_Z], D, z):  # noqa: F821
             return ST_NOIK
     D[O_WARMIK:O_WARMIK + N_Z] = z  # noqa: F821
     return ST_OK
 
 
 @_kernel  # noqa: F821
-def velocity_map(D, z, G):
-    """G (N_Z, N_A) with zd = G qd: identity rows on the actuated coordinates, -B^-1 A on the
-    passive ones; False at a singular B."""
-    P = np.empty(N_C * N_Z)  # noqa: F821
-    B = np.empty((N_C, N_C))  # noqa: F821
-    perm, sgn, ok = _passive_lu(z, D, P, B)
-    if not ok:
-        return False
-    _fill_g(D, P, B, perm, G)
-    return True
+def inverse_q(D, X, q):
+    """Actuated coordinates q (N_A,) for the task pose X (:func:`inverse_configuration`); status."""
+    z = np.empty(N_Z)  # noqa: F821
+    st = inverse_configuration(D, X, z)
+    if st != ST_OK:
+        return st
+    for a in range(N_A):  # noqa: F821
+        q[a] = z[int(D[O_ACT + a])]
+    return ST_OK
 
 
 @_kernel  # noqa: F821
-def _fill_g(D, P, B, perm, G):
+def _fill_g(D, KP, B, perm, G):
+    """G (N_Z, N_A): identity rows on the actuated coordinates, -B^-1 A on the passive ones
+    (B LU-factored)."""
     G[:, :] = 0.0
     col = np.empty(N_C)  # noqa: F821
     x = np.empty(N_C)  # noqa: F821
@@ -326,91 +339,105 @@ def _fill_g(D, P, B, perm, G):
         ia = int(D[O_ACT + a])
         G[ia, a] = 1.0
         for i in range(N_C):  # noqa: F821
-            col[i] = P[i * N_Z + ia]  # noqa: F821
+            col[i] = KP[N_C + i * N_Z + ia]  # noqa: F821
         _lu_solve(B, perm, N_C, col, x)  # noqa: F821
         for j in range(N_C):  # noqa: F821
             G[int(D[O_PAS + j]), a] = -x[j]
 
 
 @_kernel  # noqa: F821
-def state(D, qa, qda, z, zd, G, g0):
-    """z, zd = G qd, G and g0 (zdd = G qdd + g0) at the actuated state; status."""
+def velocity_map(D, z, G):
+    """G (N_Z, N_A) with zd = G qd at z; False at a singular B."""
+    KP = np.empty(KIN_SIZE)  # noqa: F821
+    B = np.empty((N_C, N_C))  # noqa: F821
+    perm, sgn, ok = _kin_lu(z, D, KP, B)
+    if not ok:
+        return False
+    _fill_g(D, KP, B, perm, G)
+    return True
+
+
+@_kernel  # noqa: F821
+def state(D, qa, qda, z, zd, G, g0, DY):
+    """z, zd = G qd, G, g0 (zdd = G qdd + g0) and DY = dyn(z, zd) at the actuated state; status."""
+    if qda.shape[0] != N_A:  # noqa: F821
+        return ST_BADINPUT
     for a in range(N_A):  # noqa: F821
         if not math.isfinite(qda[a]):  # noqa: F821
             return ST_BADINPUT
     st = configuration(D, qa, z)
     if st != ST_OK:
         return st
-    P = np.empty(N_C * N_Z)  # noqa: F821
+    KP = np.empty(KIN_SIZE)  # noqa: F821
     B = np.empty((N_C, N_C))  # noqa: F821
-    perm, sgn, ok = _passive_lu(z, D, P, B)
+    perm, sgn, ok = _kin_lu(z, D, KP, B)
     if not ok:
         return ST_TYPE2
-    _fill_g(D, P, B, perm, G)
+    _fill_g(D, KP, B, perm, G)
     for i in range(N_Z):  # noqa: F821
         s = 0.0
         for a in range(N_A):  # noqa: F821
             s += G[i, a] * qda[a]
         zd[i] = s
+    dyn_w(z, zd, D, DY)  # noqa: F821
     g0[:] = 0.0
-    gam = np.empty(N_C)  # noqa: F821
-    phi_gamma_w(z, zd, gam)  # noqa: F821
     x = np.empty(N_C)  # noqa: F821
-    _lu_solve(B, perm, N_C, gam, x)  # noqa: F821
+    _lu_solve(B, perm, N_C, DY, x)  # noqa: F821  (DY[:N_C] = gamma)
     for j in range(N_C):  # noqa: F821
         g0[int(D[O_PAS + j])] = -x[j]
     return ST_OK
 
 
 @_kernel  # noqa: F821
-def _mass_full(z, D, M):
-    Mf = np.empty(N_Z * N_Z)  # noqa: F821
-    mass_w(z, D, Mf)  # noqa: F821
-    for i in range(N_Z):  # noqa: F821
-        for j in range(N_Z):  # noqa: F821
-            M[i, j] = Mf[i * N_Z + j]  # noqa: F821
-        M[i, i] += D[O_ARM + i]
-
-
-@_kernel  # noqa: F821
-def full_id(D, z, zd, zdd, wf, tau, lam):
-    """tau (N_A,) and lam (N_C,) for the full motion (z, zd, zdd) and the generalised force
-    ``wf`` (N_Z,) of a wrench; status."""
-    M = np.empty((N_Z, N_Z))  # noqa: F821
-    _mass_full(z, D, M)
+def _id_from(D, DY, zdd, wf, out):
+    """out[:N_A] = tau, out[N_A:N_Z] = lam from dyn (DY) and the full acceleration zdd; status."""
     F = np.empty(N_Z)  # noqa: F821
-    bias_w(z, zd, D, F)  # noqa: F821
     for i in range(N_Z):  # noqa: F821
         s = 0.0
         for j in range(N_Z):  # noqa: F821
-            s += M[i, j] * zdd[j]
-        F[i] += s - wf[i]
-    Lc = np.empty(N_Z * N_C)  # noqa: F821
-    lamc_w(z, Lc)  # noqa: F821
+            s += DY[O_DY_M + i * N_Z + j] * zdd[j]  # noqa: F821
+        s += D[O_ARM + i] * zdd[i]
+        F[i] = s + DY[O_DY_B + i] - wf[i]
     Lp = np.empty((N_C, N_C))  # noqa: F821
     Fp = np.empty(N_C)  # noqa: F821
     for i in range(N_C):  # noqa: F821
         ip = int(D[O_PAS + i])
         Fp[i] = -F[ip]
         for j in range(N_C):  # noqa: F821
-            Lp[i, j] = Lc[ip * N_C + j]  # noqa: F821
+            Lp[i, j] = DY[O_DY_L + ip * N_C + j]  # noqa: F821
     perm, sgn, ok = _lu(Lp, N_C)  # noqa: F821
     if not ok:
         return ST_SINGULAR
+    lam = np.empty(N_C)  # noqa: F821
     _lu_solve(Lp, perm, N_C, Fp, lam)  # noqa: F821
     for a in range(N_A):  # noqa: F821
         ia = int(D[O_ACT + a])
         s = F[ia]
         for j in range(N_C):  # noqa: F821
-            s += Lc[ia * N_C + j] * lam[j]  # noqa: F821
-        tau[a] = s
+            s += DY[O_DY_L + ia * N_C + j] * lam[j]  # noqa: F821
+        out[a] = s
+    if out.shape[0] > N_A:  # noqa: F821
+        for j in range(N_C):  # noqa: F821
+            out[N_A + j] = lam[j]  # noqa: F821
     return ST_OK
 
 
 @_kernel  # noqa: F821
+def full_id(D, z, zd, zdd, wf, out):
+    """out = [tau (N_A,), lam (N_C,)] for the full motion (z, zd, zdd) and the generalised force
+    ``wf`` (N_Z,) of a wrench; status."""
+    DY = np.empty(DYN_SIZE)  # noqa: F821
+    dyn_w(z, zd, D, DY)  # noqa: F821
+    return _id_from(D, DY, zdd, wf, out)
+
+
+@_kernel  # noqa: F821
 def inverse_dynamics(D, qa, qda, qdda, wf, out):
-    """out = [tau (N_A,), lam (N_C,), z (N_Z,)] for the actuated motion; status.  ``wf``: the
-    generalised force of a wrench (N_Z,)."""
+    """out = tau (N_A,), or [tau (N_A,), lam (N_C,), z (N_Z,)], for the actuated motion; status.
+    ``wf``: the generalised force of a wrench (N_Z,)."""
+    if qdda.shape[0] != N_A or wf.shape[0] != N_Z or (  # noqa: F821
+            out.shape[0] != N_A and out.shape[0] != N_A + N_C + N_Z):  # noqa: F821
+        return ST_BADINPUT
     for a in range(N_A):  # noqa: F821
         if not math.isfinite(qdda[a]):  # noqa: F821
             return ST_BADINPUT
@@ -418,25 +445,27 @@ def inverse_dynamics(D, qa, qda, qdda, wf, out):
     zd = np.empty(N_Z)  # noqa: F821
     G = np.empty((N_Z, N_A))  # noqa: F821
     g0 = np.empty(N_Z)  # noqa: F821
-    st = state(D, qa, qda, z, zd, G, g0)
+    DY = np.empty(DYN_SIZE)  # noqa: F821
+    st = state(D, qa, qda, z, zd, G, g0, DY)
     if st != ST_OK:
         return st
-    zdd = g0.copy()
     for i in range(N_Z):  # noqa: F821
+        s = g0[i]
         for a in range(N_A):  # noqa: F821
-            zdd[i] += G[i, a] * qdda[a]
-    tau = np.empty(N_A)  # noqa: F821
-    lam = np.empty(N_C)  # noqa: F821
-    st = full_id(D, z, zd, zdd, wf, tau, lam)
-    out[:N_A] = tau  # noqa: F821
-    out[N_A:N_Z] = lam  # noqa: F821
-    out[N_Z:] = z  # noqa: F821
+            s += G[i, a] * qdda[a]
+        g0[i] = s            # now zdd
+    st = _id_from(D, DY, g0, wf, out)
+    if out.shape[0] > N_A:  # noqa: F821
+        for i in range(N_Z):  # noqa: F821
+            out[N_Z + i] = z[i]  # noqa: F821
     return st
 
 
 @_kernel  # noqa: F821
 def forward_dynamics(D, qa, qda, taua, wf, qdd):
     """qdd (N_A,) solving G^T M G qdd = tau - G^T (M g0 + b) + G^T wf; status."""
+    if taua.shape[0] != N_A or wf.shape[0] != N_Z or qdd.shape[0] != N_A:  # noqa: F821
+        return ST_BADINPUT
     for a in range(N_A):  # noqa: F821
         if not math.isfinite(taua[a]):  # noqa: F821
             return ST_BADINPUT
@@ -444,18 +473,21 @@ def forward_dynamics(D, qa, qda, taua, wf, qdd):
     zd = np.empty(N_Z)  # noqa: F821
     G = np.empty((N_Z, N_A))  # noqa: F821
     g0 = np.empty(N_Z)  # noqa: F821
-    st = state(D, qa, qda, z, zd, G, g0)
+    DY = np.empty(DYN_SIZE)  # noqa: F821
+    st = state(D, qa, qda, z, zd, G, g0, DY)
     if st != ST_OK:
         return st
     M = np.empty((N_Z, N_Z))  # noqa: F821
-    _mass_full(z, D, M)
     b = np.empty(N_Z)  # noqa: F821
-    bias_w(z, zd, D, b)  # noqa: F821
+    for i in range(N_Z):  # noqa: F821
+        for j in range(N_Z):  # noqa: F821
+            M[i, j] = DY[O_DY_M + i * N_Z + j]  # noqa: F821
+        M[i, i] += D[O_ARM + i]
     for i in range(N_Z):  # noqa: F821
         s = 0.0
         for j in range(N_Z):  # noqa: F821
             s += M[i, j] * g0[j]
-        b[i] += s - wf[i]
+        b[i] = DY[O_DY_B + i] + s - wf[i]
     MG = np.empty((N_Z, N_A))  # noqa: F821
     for i in range(N_Z):  # noqa: F821
         for a in range(N_A):  # noqa: F821

@@ -127,6 +127,7 @@ NEWTON_TOL = 1e-12
 NEWTON_ITER = 50
 
 _F64 = np.dtype(np.float64)
+_ND = np.ndarray
 # status codes of the entry kernels (dynamics._mechanism_runtime)
 _ST_OK, _ST_NOFK, _ST_NOIK, _ST_TYPE2, _ST_SINGULAR, _ST_BADINPUT = range(6)
 
@@ -209,10 +210,36 @@ class MechanismModel(ParallelModel):
                                self._home_sign1, spec.home)
         assert self._D.size == self._k.D_SIZE
         self._nowrench = np.zeros(n)
-        # load (or compile) every entry kernel now, not at the first call of a control cycle
-        self.inverse_dynamics(self.home_q, np.zeros(self._na), np.zeros(self._na))
-        self.forward_dynamics(self.home_q, np.zeros(self._na), np.zeros(self._na))
-        self.inverse_configuration(self.home_pose)
+        self._nid = self._na + self._m + n        # the inverse dynamics kernel's [tau, lam, z]
+        self.warm_up()
+
+    def warm_up(self) -> None:
+        """Load (from numba's cache) or compile every kernel the model's methods call, by calling
+        each method once at the home configuration: done when the model is built, so that no
+        compilation happens in a control cycle.  Afterwards the entry kernels of the fast paths
+        compile no other signature (:meth:`_fast`)."""
+        q, z0 = self.home_q, np.zeros(self._na)
+        X, Xz = self.home_pose, np.zeros(self._nt)
+        self.inverse_dynamics(q, z0, z0)
+        self.inverse_dynamics_multipliers(q, z0, z0)
+        self.forward_dynamics(q, z0, z0)
+        self.inverse_configuration(X)
+        self.inverse_configuration(X, guess=self._home_z.copy())
+        self.inverse_kinematics(X)
+        self.forward_kinematics_task(q)
+        self.forward_kinematics(q)
+        self.task_inverse_dynamics(X, Xz, Xz)
+        self.singularity(q)
+        self.jacobian(q)
+        self.coriolis_matrix(q, z0)
+        self.mass_matrix(q)
+        self.kinetic_energy(q, z0)
+        self.potential_energy(q)
+        self.constraints(self._home_z.copy())
+        for fn in (self._k.configuration, self._k.forward_task, self._k.inverse_q,
+                   self._k.inverse_dynamics, self._k.forward_dynamics):
+            if hasattr(fn, "disable_compile"):      # (not with NUMBA_DISABLE_JIT)
+                fn.disable_compile()
 
     def __reduce__(self):
         # the generated functions do not pickle: a copy in another process (a tuning worker)
@@ -302,6 +329,17 @@ class MechanismModel(ParallelModel):
             raise ModelError(f"{self.name}: {what} must be finite, got {a}")
         return a
 
+    @staticmethod
+    def _fast(kernel, *args) -> bool:
+        """Whether ``kernel(*args)`` ran and returned status 0: the fast path of a call with
+        numpy arrays.  The entry kernels compile no new signature after the model's warm-up, so
+        arrays of another kind (read-only, strided, 2-D, not float64) raise TypeError in the
+        dispatch and take the slow path, as does any status (which the slow path raises)."""
+        try:
+            return kernel(*args) == 0
+        except TypeError:
+            return False
+
     def _arr(self, x, k, what):
         """x as a contiguous, writeable float64 (k,) array, the one array type the kernels are
         compiled for (finiteness is the kernels' check)."""
@@ -343,8 +381,10 @@ class MechanismModel(ParallelModel):
             or the straight path from the last and the home configuration meets a type-2
             singularity).
         """
-        qa = self._arr(q, self._na, "q")
         z = np.empty(self._n)
+        if type(q) is _ND and self._fast(self._k.configuration, self._D, q, z):
+            return z
+        qa = self._arr(q, self._na, "q")
         st = self._k.configuration(self._D, qa, z)
         if st:
             self._raise(st, "forward kinematics", [(q, self._na, "q")])
@@ -385,6 +425,10 @@ class MechanismModel(ParallelModel):
     def inverse_kinematics(self, X, guess=None) -> np.ndarray:
         """Actuated coordinates for the task pose X, shape (n,) or (N, n); see
         :meth:`inverse_configuration`."""
+        if guess is None and type(X) is _ND:
+            q = np.empty(self._na)
+            if self._fast(self._k.inverse_q, self._D, X, q):
+                return q
         Xa = np.asarray(X, dtype=float)
         if Xa.ndim == 2:
             return np.array([self.inverse_kinematics(x, guess) for x in Xa]).reshape(-1, self._na)
@@ -393,6 +437,10 @@ class MechanismModel(ParallelModel):
     def forward_kinematics_task(self, q, guess=None) -> np.ndarray:
         """Task pose X for actuated q (shape (n,) or (N, n)); ``guess`` accepted for the
         interface (see :meth:`configuration`)."""
+        if type(q) is _ND:
+            X = np.empty(self._nt)
+            if self._fast(self._k.forward_task, self._D, q, X):
+                return X
         qa = np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return np.array([self.forward_kinematics_task(x) for x in qa]).reshape(-1, self._nt)
@@ -498,7 +546,7 @@ class MechanismModel(ParallelModel):
         qda = self._arr(qd, self._na, "qd")
         n = self._n
         z, zd, g0, G = np.empty(n), np.empty(n), np.empty(n), np.empty((n, self._na))
-        st = self._k.state(self._D, qa, qda, z, zd, G, g0)
+        st = self._k.state(self._D, qa, qda, z, zd, G, g0, np.empty(self._k.DYN_SIZE))
         if st:
             self._raise(st, "state", [(q, self._na, "q"), (qd, self._na, "qd")])
         return z, zd, G, g0
@@ -569,6 +617,14 @@ class MechanismModel(ParallelModel):
     def inverse_dynamics(self, q, qd, qdd, wrench=None, pose=None) -> np.ndarray:
         """Actuator torques/forces (n,) or (N, n) for the actuated motion (and a wrench on the task
         body, 6-vector or conjugate to the task coordinates)."""
+        if wrench is None and type(q) is _ND and type(qd) is _ND and type(qdd) is _ND:
+            tau = np.empty(self._na)
+            try:        # inline _fast: the hot path of a control cycle
+                st = self._k.inverse_dynamics(self._D, q, qd, qdd, self._nowrench, tau)
+            except TypeError:
+                st = -1
+            if st == 0:
+                return tau
         qa = q if type(q) is np.ndarray else np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(lambda a, b, c, pose: self.inverse_dynamics(a, b, c, wrench, pose),
@@ -594,18 +650,18 @@ class MechanismModel(ParallelModel):
         na = self._na
         qa, qda, qdda = self._arr(q, na, "q"), self._arr(qd, na, "qd"), self._arr(qdd, na, "qdd")
         wf = self._nowrench if wrench is None else self._wrench_force(self.configuration(qa), wrench)
-        out = np.empty(na + self._m + self._n)
+        out = np.empty(self._nid)
         st = self._k.inverse_dynamics(self._D, qa, qda, qdda, wf, out)
         if st:
             self._raise(st, "inverse dynamics", [(q, na, "q"), (qd, na, "qd"), (qdd, na, "qdd")])
         return out
 
     def _full_id(self, z, zd, zdd, wrench):
-        tau, lam = np.empty(self._na), np.empty(self._m)
-        st = self._k.full_id(self._D, z, zd, zdd, self._wrench_force(z, wrench), tau, lam)
+        out = np.empty(self._na + self._m)
+        st = self._k.full_id(self._D, z, zd, zdd, self._wrench_force(z, wrench), out)
         if st:
             self._raise(st, "inverse dynamics", [(z[self._act], self._na, "q")])
-        return tau, lam
+        return out[:self._na], out[self._na:]
 
     def task_inverse_dynamics(self, X, Xd, Xdd, wrench=None, *, full: bool = False, guess=None):
         """Actuator torques for a task motion (IK, then the full velocity and acceleration from
@@ -632,6 +688,14 @@ class MechanismModel(ParallelModel):
 
     def forward_dynamics(self, q, qd, tau, wrench=None, pose=None) -> np.ndarray:
         """qdd (n,) or (N, n) solving M_r qdd = tau - h_r + G^T J_t^T w (closures re-solved: no drift)."""
+        if wrench is None and type(q) is _ND and type(qd) is _ND and type(tau) is _ND:
+            qdd = np.empty(self._na)
+            try:        # inline _fast: the hot path of a control cycle
+                st = self._k.forward_dynamics(self._D, q, qd, tau, self._nowrench, qdd)
+            except TypeError:
+                st = -1
+            if st == 0:
+                return qdd
         qa = q if type(q) is np.ndarray else np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(lambda a, b, c, pose: self.forward_dynamics(a, b, c, wrench, pose),

@@ -233,3 +233,41 @@ def test_the_core_check_sees_every_kind_of_import(tmp_path):
     mods["controller.laws"].write_text("from dynamics.base import Model\n")
     mods["controller.app.run"].write_text("from ..laws import Controller\n")
     assert core_imports_of_the_application(import_graph(mods), mods) == []
+
+
+#: the places allowed to read ``sys.modules`` or call ``inspect.signature``, and why: none of
+#: them learns about a model from it
+REFLECTION_ALLOWED = {
+    "dynamics._kernel_cache": "numba's own configuration, if numba is loaded",
+    "dynamics._mechanism_derive": "registers a generated module, for numba's cache",
+    "controller.app.explain": "the options of the trajectory presets, for --explain",
+}
+
+
+def reflection_in(path: Path) -> list[str]:
+    """The ``sys.modules`` reads and ``inspect.signature`` calls in a source file, as text."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            pair = (node.value.id, node.attr)
+            if pair in (("sys", "modules"), ("inspect", "signature")):
+                found.append(f"{pair[0]}.{pair[1]} (line {node.lineno})")
+    return found
+
+
+def test_models_are_known_by_their_interface_not_by_reflection():
+    """A model family is added in ``dynamics/`` alone: the plant, the laws, the supervisor and the
+    application learn a model's family, pose hint and angle convention from the members of
+    ``dynamics.base.Model`` (``family``, ``takes_pose_hint``, ``task_rotation``,
+    ``task_rate_matrix``), never by looking at signatures or loaded modules."""
+    bad = {m: f for m, p in MODULES.items() if m not in REFLECTION_ALLOWED and (f := reflection_in(p))}
+    assert not bad, bad
+    assert set(REFLECTION_ALLOWED) <= set(MODULES)
+
+
+def test_the_reflection_check_sees_both_forms(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("import inspect, sys\nm = sys.modules.get('x')\nok = inspect.signature(len)\n")
+    assert reflection_in(src) == ["sys.modules (line 2)", "inspect.signature (line 3)"]
+    src.write_text("import sys\nx = sys.path\n")
+    assert reflection_in(src) == []

@@ -26,7 +26,7 @@ import pytest
 
 from dynamics import load_model
 from dynamics.config import read_toml
-from dynamics.errors import ConfigError
+from dynamics.errors import ConfigError, ModelError
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ROOT / "hil_configs" / "robots"
@@ -127,6 +127,35 @@ def test_mechanism_model_pickles_for_worker_processes(fivebar):
     s = pickle.loads(pickle.dumps(fivebar.scaled(1.1)))
     np.testing.assert_allclose(s.mass_matrix(q), fivebar.scaled(1.1).mass_matrix(q), rtol=0, atol=1e-15)
     assert not np.allclose(s.mass_matrix(q), fivebar.mass_matrix(q))
+
+
+def test_kernels_are_compiled_at_build_and_other_arrays_take_the_checked_path(rrr):
+    """The entry kernels are numba code, compiled (or loaded from numba's cache) when the model
+    is built; a call with arrays of another kind (read-only, strided, a list) gets the same
+    result through the checked path and compiles nothing in a control cycle."""
+    hand, mech = rrr
+    k = mech.generated.kernels
+    names = ("inverse_dynamics", "forward_dynamics", "configuration", "forward_task", "inverse_q")
+    sigs = {n: len(getattr(k, n).signatures) for n in names}
+    assert sigs == dict.fromkeys(names, 1)
+    q, qd, qdd = mech.home_q + 0.05, np.array([0.1, -0.2, 0.3]), np.array([1.0, 0.5, -2.0])
+    tau = mech.inverse_dynamics(q, qd, qdd)
+    np.testing.assert_allclose(tau, hand.inverse_dynamics(q, qd, qdd), rtol=0, atol=TOL)
+    ro = q.copy()
+    ro.setflags(write=False)
+    strided = np.repeat(qd, 2)[::2]
+    np.testing.assert_array_equal(mech.inverse_dynamics(ro, strided, list(qdd)), tau)
+    np.testing.assert_array_equal(mech.forward_dynamics(ro, strided, list(tau)),
+                                  mech.forward_dynamics(q, qd, tau))
+    np.testing.assert_array_equal(mech.forward_kinematics_task(ro), mech.forward_kinematics_task(q))
+    X = mech.forward_kinematics_task(q)
+    Xro = X.copy()
+    Xro.setflags(write=False)
+    np.testing.assert_array_equal(mech.inverse_kinematics(Xro), mech.inverse_kinematics(X))
+    assert {n: len(getattr(k, n).signatures) for n in names} == sigs
+    for bad, what in ((np.array([1.0, np.nan, 0.0]), "qdd must be finite"), (np.ones(4), r"qdd must have shape \(3,\)")):
+        with pytest.raises(ModelError, match=what):
+            mech.inverse_dynamics(q, qd, bad)
 
 
 def test_3rrr_mechanism_batch_forms(rrr):
@@ -350,9 +379,14 @@ def test_bad_mechanism_file_exits_2_from_check(tmp_path):
 
 # ------------------------------------------------------------------------------ the code cache
 def test_generated_code_is_cached_by_digest_and_a_damaged_entry_is_replaced(tmp_path, monkeypatch):
+    import numba
+
     from dynamics import _mechanism_derive as D
 
     monkeypatch.setenv("TORQUELOOP_MECHANISM_CACHE", str(tmp_path))
+    # the code cache under test, not numba's: the generated kernels run as plain Python here
+    # (numba's cache of a file in a new folder starts empty: compiling them would take ~60 s)
+    monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
     a = load_model(ROBOTS / "fivebar_leg.toml")
     assert not a.generated.from_cache and a.derivation_seconds > 0
     files = list(tmp_path.glob("mechanism-*.py"))
