@@ -100,6 +100,11 @@ class SingularityReport:
     extra: dict = field(default_factory=dict)
 
 
+#: the methods to which a plant may pass the task pose hint ``pose=`` (a parallel model's
+#: forward kinematics warm start), where :attr:`Model.pose_hint_methods` names them
+POSE_HINT_METHODS = frozenset({"forward_dynamics", "mass_matrix", "kinetic_energy", "potential_energy"})
+
+
 class Model(ABC):
     """Rigid-body model of a robot in its actuated coordinates.
 
@@ -116,9 +121,9 @@ class Model(ABC):
     #: compiled loop take a family's compiled forms only for the class that declares it
     #: (:func:`dynamics.exact_model_kind`), since a subclass's methods may differ from them.
     family: ClassVar[str | None] = None
-    #: whether ``mass_matrix``, ``forward_dynamics``, ``kinetic_energy`` and
-    #: ``potential_energy`` take the task pose hint ``pose=`` (the parallel models do)
-    takes_pose_hint: ClassVar[bool] = False
+    #: the methods among :data:`POSE_HINT_METHODS` that take the task pose hint ``pose=`` (the
+    #: shipped parallel models: all of them); the plant passes the hint to these only
+    pose_hint_methods: ClassVar[frozenset[str]] = frozenset()
 
     # -- description ---------------------------------------------------------
     @property
@@ -281,8 +286,6 @@ class ParallelModel(Model):
     3RRR, (x, y, z, alpha, beta, gamma) for the Stewart platform (see the
     subclass for the angle convention).
     """
-
-    takes_pose_hint: ClassVar[bool] = True
 
     @property
     @abstractmethod

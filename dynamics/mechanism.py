@@ -116,7 +116,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import GEAR_RATIO_RANGE, DriveParams, JointLimits, ParallelModel, SingularityReport
+from .base import GEAR_RATIO_RANGE, POSE_HINT_METHODS, DriveParams, JointLimits, ParallelModel, SingularityReport
 from .config import Section
 from .errors import ConfigError, ConvergenceError, ModelError, SingularityError, UnreachableError
 
@@ -175,6 +175,7 @@ class MechanismModel(ParallelModel):
     """
 
     family = "mechanism"
+    pose_hint_methods = POSE_HINT_METHODS
 
     def __init__(self, spec: MechanismSpec, generated=None, source: str | None = None):
         from ._mechanism_derive import derive

@@ -141,7 +141,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _planar3rrr_kernels as K
-from .base import DriveParams, JointLimits, ParallelModel, SingularityReport
+from .base import POSE_HINT_METHODS, DriveParams, JointLimits, ParallelModel, SingularityReport
 from .config import Section
 from .errors import (ConfigError, ConvergenceError, KinematicsError, ModelError,
                      SingularityError, UnreachableError)
@@ -219,6 +219,7 @@ class Planar3RRR(ParallelModel):
     """
 
     family = "rrr"
+    pose_hint_methods = POSE_HINT_METHODS
 
     def __init__(self, base_joints, platform_joints, proximal: LinkParams, distal: LinkParams,
                  platform_mass: float, platform_inertia: float, gravity=(0.0, 0.0),

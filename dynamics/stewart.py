@@ -84,7 +84,7 @@ import numpy as np
 
 from . import _stewart_kernels as K
 from . import _stewart_lagrange as LG
-from .base import DriveParams, JointLimits, ParallelModel, SingularityReport
+from .base import POSE_HINT_METHODS, DriveParams, JointLimits, ParallelModel, SingularityReport
 from .config import Section
 from .errors import ConvergenceError, ModelError, SingularityError, UnreachableError
 
@@ -194,6 +194,7 @@ class StewartPlatform(ParallelModel):
     """
 
     family = "stewart"
+    pose_hint_methods = POSE_HINT_METHODS
 
     def task_rotation(self):
         """:func:`rotation_matrix`: the platform angles' convention (Rz Ry Rx)."""

@@ -143,6 +143,7 @@ class Arm2Task(Arm2, ParallelModel):
     """Arm2 with task pose X = tool (x, z); elbow-up IK (q2 > 0).  Records the pose hints received."""
 
     name = "arm2task"
+    pose_hint_methods = frozenset({"mass_matrix"})
 
     def __init__(self, *a, **k):
         super().__init__(*a, **k)

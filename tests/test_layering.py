@@ -241,6 +241,7 @@ REFLECTION_ALLOWED = {
     "dynamics._kernel_cache": "numba's own configuration, if numba is loaded",
     "dynamics._mechanism_derive": "registers a generated module, for numba's cache",
     "controller.app.explain": "the options of the trajectory presets, for --explain",
+    "trajectories.config": "the options of a trajectory preset: its function's parameters",
 }
 
 
@@ -251,14 +252,14 @@ def reflection_in(path: Path) -> list[str]:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             pair = (node.value.id, node.attr)
             if pair in (("sys", "modules"), ("inspect", "signature")):
-                found.append(f"{pair[0]}.{pair[1]} (line {node.lineno})")
-    return found
+                found.append((node.lineno, f"{pair[0]}.{pair[1]} (line {node.lineno})"))
+    return [text for _, text in sorted(found)]
 
 
 def test_models_are_known_by_their_interface_not_by_reflection():
     """A model family is added in ``dynamics/`` alone: the plant, the laws, the supervisor and the
     application learn a model's family, pose hint and angle convention from the members of
-    ``dynamics.base.Model`` (``family``, ``takes_pose_hint``, ``task_rotation``,
+    ``dynamics.base.Model`` (``family``, ``pose_hint_methods``, ``task_rotation``,
     ``task_rate_matrix``), never by looking at signatures or loaded modules."""
     bad = {m: f for m, p in MODULES.items() if m not in REFLECTION_ALLOWED and (f := reflection_in(p))}
     assert not bad, bad

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
-from dynamics.base import ParallelModel
+from dynamics.base import POSE_HINT_METHODS, ParallelModel
 from dynamics.errors import ConfigError, DriverError, ModelError
 from drivers.sim.plant import SimulatedPlant
 from dynamics.toy_models import Pendulum, PlanarTwoLink
@@ -291,6 +291,7 @@ class _TipPointModel(ParallelModel):
 
     dof = 1
     task_dof = 2
+    pose_hint_methods = POSE_HINT_METHODS
 
     @property
     def home_pose(self):

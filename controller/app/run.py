@@ -494,7 +494,8 @@ def _task_inertia(model: ParallelModel, X: np.ndarray) -> np.ndarray:
     """Task-space inertia Lambda = J^-T M J^-1 at pose X (for PD gain scaling)."""
     q = model.inverse_kinematics(X)
     J = np.asarray(model.task_jacobian(q, X), dtype=float)  # Xd = J qd
-    M = np.asarray(model.mass_matrix(q, pose=X) if getattr(model, "takes_pose_hint", False) else model.mass_matrix(q))
+    M = np.asarray(model.mass_matrix(q, pose=X) if "mass_matrix" in getattr(model, "pose_hint_methods", ())
+                   else model.mass_matrix(q))
     Jinv = np.linalg.inv(J)
     return Jinv.T @ M @ Jinv
 
@@ -950,7 +951,7 @@ def _warm_up(spec: RunSpec, controller: Controller, plant) -> None:
     if plant is None:
         return
     model = plant.model
-    kw = {"pose": X0} if X0 is not None and getattr(model, "takes_pose_hint", False) else {}
+    kw = {"pose": X0} if X0 is not None and "forward_dynamics" in getattr(model, "pose_hint_methods", ()) else {}
     if isinstance(model, ParallelModel) and X0 is not None:
         model.forward_kinematics_task(q0, guess=X0)
     model.forward_dynamics(q0, z, z, **kw)

@@ -704,9 +704,12 @@ class SimulatedPlant(Plant):
         # parallel robots: track the platform pose, pass it as a hint
         self._parallel = isinstance(model, ParallelModel)
         self._X = None
-        # the pose hint goes to the methods that take it (the model declares it)
-        hint = self._parallel and bool(getattr(model, "takes_pose_hint", False))
-        self._fd_kw = self._mm_kw = self._ke_kw = self._pe_kw = hint
+        # the pose hint goes to the methods that take it (the model names them)
+        hint = getattr(model, "pose_hint_methods", frozenset()) if self._parallel else frozenset()
+        self._fd_kw = "forward_dynamics" in hint
+        self._mm_kw = "mass_matrix" in hint
+        self._ke_kw = "kinetic_energy" in hint
+        self._pe_kw = "potential_energy" in hint
         if self._parallel:
             try:
                 guess = model.home_pose
