@@ -144,14 +144,15 @@ def test_kernels_are_compiled_at_build_and_other_arrays_take_the_checked_path(rr
     ro = q.copy()
     ro.setflags(write=False)
     strided = np.repeat(qd, 2)[::2]
-    np.testing.assert_array_equal(mech.inverse_dynamics(ro, strided, list(qdd)), tau)
-    np.testing.assert_array_equal(mech.forward_dynamics(ro, strided, list(tau)),
-                                  mech.forward_dynamics(q, qd, tau))
-    np.testing.assert_array_equal(mech.forward_kinematics_task(ro), mech.forward_kinematics_task(q))
     X = mech.forward_kinematics_task(q)
     Xro = X.copy()
     Xro.setflags(write=False)
-    np.testing.assert_array_equal(mech.inverse_kinematics(Xro), mech.inverse_kinematics(X))
+    # (the Newton solves start from the last solution: equal to rounding, not to the bit)
+    for slow, fast in ((mech.inverse_dynamics(ro, strided, list(qdd)), tau),
+                       (mech.forward_dynamics(ro, strided, list(tau)), mech.forward_dynamics(q, qd, tau)),
+                       (mech.forward_kinematics_task(ro), X),
+                       (mech.inverse_kinematics(Xro), mech.inverse_kinematics(X))):
+        np.testing.assert_allclose(slow, fast, rtol=0, atol=1e-13)
     assert {n: len(getattr(k, n).signatures) for n in names} == sigs
     for bad, what in ((np.array([1.0, np.nan, 0.0]), "qdd must be finite"), (np.ones(4), r"qdd must have shape \(3,\)")):
         with pytest.raises(ModelError, match=what):
