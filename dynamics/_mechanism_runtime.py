@@ -152,71 +152,134 @@ def _kin_lu(z, D, KP, B):
 
 
 @_kernel  # noqa: F821
-def newton_passive(qa, z0, D, z):
-    """Newton on phi(z) = 0 over the passive coordinates from z0 with z[act] = qa, into z.
-    Returns the sign of det(B) at the solution, 0.0 when Newton failed."""
+def _finite(x, k):
+    """Whether x has k entries, all finite."""
+    if x.shape[0] != k:
+        return False
+    for i in range(k):
+        if not math.isfinite(x[i]):  # noqa: F821
+            return False
+    return True
+
+
+@_kernel  # noqa: F821
+def _residual_lu(kind, z, target, D, r, A):
+    """kind 0: r = phi(z) (N_C,) and A = B, the passive columns of phi_z; kind 1: r = [phi(z);
+    task(z) - target] (N_Z,) and A = K = [phi_z; task_z]; A LU-factored: (perm, sign, ok)."""
+    if kind == 1:
+        return _ik_lu(z, target, A, r)
+    KP = np.empty(KIN_SIZE)  # noqa: F821
+    perm, sgn, ok = _kin_lu(z, D, KP, A)
+    for i in range(N_C):  # noqa: F821
+        r[i] = KP[i]
+    return perm, sgn, ok
+
+
+@_kernel  # noqa: F821
+def _newton(kind, target, z0, D, z):
+    """Newton from z0 into z: kind 0 on phi(z) = 0 over the passive coordinates with z[act] =
+    target (actuated coordinates); kind 1 on [phi(z); task(z) - target] = 0 over every
+    coordinate (target: task coordinates).  Returns the sign of det(B) (kind 0) or det(K)
+    (kind 1) at the solution, 0.0 when Newton failed."""
+    k = N_C if kind == 0 else N_Z  # noqa: F821
     tol = D[O_TOL]
     for i in range(N_Z):  # noqa: F821
         z[i] = z0[i]
-    for a in range(N_A):  # noqa: F821
-        z[int(D[O_ACT + a])] = qa[a]
-    KP = np.empty(KIN_SIZE)  # noqa: F821
-    B = np.empty((N_C, N_C))  # noqa: F821
-    dx = np.empty(N_C)  # noqa: F821
+    if kind == 0:
+        for a in range(N_A):  # noqa: F821
+            z[int(D[O_ACT + a])] = target[a]
+    r = np.empty(k)  # noqa: F821
+    A = np.empty((k, k))  # noqa: F821
+    dx = np.empty(k)  # noqa: F821
     for _ in range(int(D[O_ITER])):
-        perm, sgn, ok = _kin_lu(z, D, KP, B)
-        err = _maxabs(KP, N_C)  # noqa: F821
+        perm, sgn, ok = _residual_lu(kind, z, target, D, r, A)
+        err = _maxabs(r, k)
         if not math.isfinite(err) or not ok:  # noqa: F821
             return 0.0
-        _lu_solve(B, perm, N_C, KP, dx)  # noqa: F821  (KP[:N_C] = phi)
-        for j in range(N_C):  # noqa: F821
-            z[int(D[O_PAS + j])] -= dx[j]
+        _lu_solve(A, perm, k, r, dx)
+        for j in range(k):
+            z[int(D[O_PAS + j]) if kind == 0 else j] -= dx[j]
         if err <= tol:       # one step past the tolerance: the error is then ~ its square
             return sgn
-    perm, sgn, ok = _kin_lu(z, D, KP, B)
-    if not _maxabs(KP, N_C) <= tol or not ok:  # noqa: F821
+    perm, sgn, ok = _residual_lu(kind, z, target, D, r, A)
+    if not _maxabs(r, k) <= tol or not ok:
         return 0.0
     return sgn
 
 
 @_kernel  # noqa: F821
-def _continue_fk(qa, z0, D, z):
-    """:func:`newton_passive` continued from z0 to qa in steps of at most step_a, each keeping
-    the home sign of det(B); into z, True on success."""
+def newton_passive(qa, z0, D, z):
+    """:func:`_newton` on the closures for the actuated qa (kind 0)."""
+    return _newton(0, qa, z0, D, z)
+
+
+@_kernel  # noqa: F821
+def newton_ik(X, z0, D, z):
+    """:func:`_newton` on the closures and the task for the task pose X (kind 1)."""
+    return _newton(1, X, z0, D, z)
+
+
+@_kernel  # noqa: F821
+def _continue(kind, target, z0, D, z):
+    """:func:`_newton` continued from z0 to ``target`` in steps of at most step_a (kind 0) or
+    step_t (kind 1), each keeping the home sign of det(B) (kind 0: the assembly mode) or det(K)
+    (kind 1: the working mode); into z, True on success."""
+    k_n = N_A if kind == 0 else N_T  # noqa: F821
+    start = np.empty(k_n)  # noqa: F821
+    if kind == 0:
+        for a in range(N_A):  # noqa: F821
+            start[a] = z0[int(D[O_ACT + a])]
+        o_step, sign = O_STEPA, D[O_SIGN2]
+    else:
+        TK = np.empty(TKIN_SIZE)  # noqa: F821
+        tkin_w(z0, TK)  # noqa: F821
+        for i in range(N_T):  # noqa: F821
+            start[i] = TK[i]
+        o_step, sign = O_STEPT, D[O_SIGN1]
     big = 0.0
-    for a in range(N_A):  # noqa: F821
-        v = abs(qa[a] - z0[int(D[O_ACT + a])]) / D[O_STEPA + a]
+    for i in range(k_n):
+        v = abs(target[i] - start[i]) / D[o_step + i]
         if v > big:
             big = v
     k = max(1, int(math.ceil(big)))  # noqa: F821
     if k == 1:              # (the usual case: a control cycle's step)
-        return newton_passive(qa, z0, D, z) == D[O_SIGN2]
+        return _newton(kind, target, z0, D, z) == sign
     zc = z0.copy()
-    qs = np.empty(N_A)  # noqa: F821
+    xs = np.empty(k_n)  # noqa: F821
     for s in range(1, k + 1):
-        for a in range(N_A):  # noqa: F821
-            q0 = z0[int(D[O_ACT + a])]
-            qs[a] = q0 + (qa[a] - q0) * s / k
-        if newton_passive(qs, zc, D, z) != D[O_SIGN2]:
+        for i in range(k_n):
+            xs[i] = start[i] + (target[i] - start[i]) * s / k
+        if _newton(kind, xs, zc, D, z) != sign:
             return False
         zc[:] = z
     return True
 
 
 @_kernel  # noqa: F821
-def configuration(D, qa, z):
-    """Full configuration z for the actuated qa: continuation from the last solution (warm,
-    updated), then from the home configuration; status."""
-    if qa.shape[0] != N_A:  # noqa: F821
+def _solve(kind, D, target, z):
+    """Full configuration z for ``target`` (kind 0: actuated coordinates; 1: task coordinates):
+    :func:`_continue` from the last solution (warm or warm_ik, updated), then from the home
+    configuration; status."""
+    if not _finite(target, N_A if kind == 0 else N_T):  # noqa: F821
         return ST_BADINPUT
-    for a in range(N_A):  # noqa: F821
-        if not math.isfinite(qa[a]):  # noqa: F821
-            return ST_BADINPUT
-    if not _continue_fk(qa, D[O_WARM:O_WARM + N_Z], D, z):  # noqa: F821
-        if not _continue_fk(qa, D[O_HOME:O_HOME + N_Z], D, z):  # noqa: F821
-            return ST_NOFK
-    D[O_WARM:O_WARM + N_Z] = z  # noqa: F821
+    o_warm = O_WARM if kind == 0 else O_WARMIK
+    if not _continue(kind, target, D[o_warm:o_warm + N_Z], D, z):  # noqa: F821
+        if not _continue(kind, target, D[O_HOME:O_HOME + N_Z], D, z):  # noqa: F821
+            return ST_NOFK if kind == 0 else ST_NOIK
+    D[o_warm:o_warm + N_Z] = z  # noqa: F821
     return ST_OK
+
+
+@_kernel  # noqa: F821
+def configuration(D, qa, z):
+    """Full configuration z for the actuated qa in the home assembly mode; status."""
+    return _solve(0, D, qa, z)
+
+
+@_kernel  # noqa: F821
+def inverse_configuration(D, X, z):
+    """Full configuration z for the task pose X in the home working mode; status."""
+    return _solve(1, D, X, z)
 
 
 @_kernel  # noqa: F821
@@ -250,70 +313,6 @@ def _ik_lu(z, X, K, r):
         for j in range(N_Z):  # noqa: F821
             K[N_C + i, j] = TK[N_T + i * N_Z + j]  # noqa: F821
     return _lu(K, N_Z)  # noqa: F821
-
-
-@_kernel  # noqa: F821
-def newton_ik(X, z0, D, z):
-    """Newton on [phi(z); task(z) - X] = 0 over every coordinate from z0, into z.  Returns the
-    sign of det(K) at the solution, 0.0 when Newton failed."""
-    tol = D[O_TOL]
-    z[:] = z0
-    r = np.empty(N_Z)  # noqa: F821
-    K = np.empty((N_Z, N_Z))  # noqa: F821
-    dx = np.empty(N_Z)  # noqa: F821
-    for _ in range(int(D[O_ITER])):
-        perm, sgn, ok = _ik_lu(z, X, K, r)
-        err = _maxabs(r, N_Z)  # noqa: F821
-        if not math.isfinite(err) or not ok:  # noqa: F821
-            return 0.0
-        _lu_solve(K, perm, N_Z, r, dx)  # noqa: F821
-        for i in range(N_Z):  # noqa: F821
-            z[i] -= dx[i]
-        if err <= tol:
-            return sgn
-    perm, sgn, ok = _ik_lu(z, X, K, r)
-    if not _maxabs(r, N_Z) <= tol or not ok:  # noqa: F821
-        return 0.0
-    return sgn
-
-
-@_kernel  # noqa: F821
-def _continue_ik(X, z0, D, z):
-    TK = np.empty(TKIN_SIZE)  # noqa: F821
-    tkin_w(z0, TK)  # noqa: F821
-    big = 0.0
-    for i in range(N_T):  # noqa: F821
-        v = abs(X[i] - TK[i]) / D[O_STEPT + i]
-        if v > big:
-            big = v
-    k = max(1, int(math.ceil(big)))  # noqa: F821
-    if k == 1:
-        return newton_ik(X, z0, D, z) == D[O_SIGN1]
-    zc = z0.copy()
-    Xs = np.empty(N_T)  # noqa: F821
-    for s in range(1, k + 1):
-        for i in range(N_T):  # noqa: F821
-            Xs[i] = TK[i] + (X[i] - TK[i]) * s / k
-        if newton_ik(Xs, zc, D, z) != D[O_SIGN1]:
-            return False
-        zc[:] = z
-    return True
-
-
-@_kernel  # noqa: F821
-def inverse_configuration(D, X, z):
-    """Full configuration z for the task pose X in the home working mode: continuation from
-    the last solution (warm_ik, updated), then from the home configuration; status."""
-    if X.shape[0] != N_T:  # noqa: F821
-        return ST_BADINPUT
-    for i in range(N_T):  # noqa: F821
-        if not math.isfinite(X[i]):  # noqa: F821
-            return ST_BADINPUT
-    if not _continue_ik(X, D[O_WARMIK:O_WARMIK + N_Z], D, z):  # noqa: F821
-        if not _continue_ik(X, D[O_HOME:O_HOME + N_Z], D, z):  # noqa: F821
-            return ST_NOIK
-    D[O_WARMIK:O_WARMIK + N_Z] = z  # noqa: F821
-    return ST_OK
 
 
 @_kernel  # noqa: F821
@@ -360,11 +359,8 @@ def velocity_map(D, z, G):
 @_kernel  # noqa: F821
 def state(D, qa, qda, z, zd, G, g0, DY):
     """z, zd = G qd, G, g0 (zdd = G qdd + g0) and DY = dyn(z, zd) at the actuated state; status."""
-    if qda.shape[0] != N_A:  # noqa: F821
+    if not _finite(qda, N_A):  # noqa: F821
         return ST_BADINPUT
-    for a in range(N_A):  # noqa: F821
-        if not math.isfinite(qda[a]):  # noqa: F821
-            return ST_BADINPUT
     st = configuration(D, qa, z)
     if st != ST_OK:
         return st
@@ -386,6 +382,18 @@ def state(D, qa, qda, z, zd, G, g0, DY):
     for j in range(N_C):  # noqa: F821
         g0[int(D[O_PAS + j])] = -x[j]
     return ST_OK
+
+
+@_kernel  # noqa: F821
+def _new_state(D, qa, qda):
+    """(status, z, zd, G, g0, DY) of :func:`state`, in new arrays."""
+    z = np.empty(N_Z)  # noqa: F821
+    zd = np.empty(N_Z)  # noqa: F821
+    G = np.empty((N_Z, N_A))  # noqa: F821
+    g0 = np.empty(N_Z)  # noqa: F821
+    DY = np.empty(DYN_SIZE)  # noqa: F821
+    st = state(D, qa, qda, z, zd, G, g0, DY)
+    return st, z, zd, G, g0, DY
 
 
 @_kernel  # noqa: F821
@@ -435,18 +443,10 @@ def full_id(D, z, zd, zdd, wf, out):
 def inverse_dynamics(D, qa, qda, qdda, wf, out):
     """out = tau (N_A,), or [tau (N_A,), lam (N_C,), z (N_Z,)], for the actuated motion; status.
     ``wf``: the generalised force of a wrench (N_Z,)."""
-    if qdda.shape[0] != N_A or wf.shape[0] != N_Z or (  # noqa: F821
+    if not _finite(qdda, N_A) or wf.shape[0] != N_Z or (  # noqa: F821
             out.shape[0] != N_A and out.shape[0] != N_A + N_C + N_Z):  # noqa: F821
         return ST_BADINPUT
-    for a in range(N_A):  # noqa: F821
-        if not math.isfinite(qdda[a]):  # noqa: F821
-            return ST_BADINPUT
-    z = np.empty(N_Z)  # noqa: F821
-    zd = np.empty(N_Z)  # noqa: F821
-    G = np.empty((N_Z, N_A))  # noqa: F821
-    g0 = np.empty(N_Z)  # noqa: F821
-    DY = np.empty(DYN_SIZE)  # noqa: F821
-    st = state(D, qa, qda, z, zd, G, g0, DY)
+    st, z, zd, G, g0, DY = _new_state(D, qa, qda)
     if st != ST_OK:
         return st
     for i in range(N_Z):  # noqa: F821
@@ -464,17 +464,9 @@ def inverse_dynamics(D, qa, qda, qdda, wf, out):
 @_kernel  # noqa: F821
 def forward_dynamics(D, qa, qda, taua, wf, qdd):
     """qdd (N_A,) solving G^T M G qdd = tau - G^T (M g0 + b) + G^T wf; status."""
-    if taua.shape[0] != N_A or wf.shape[0] != N_Z or qdd.shape[0] != N_A:  # noqa: F821
+    if not _finite(taua, N_A) or wf.shape[0] != N_Z or qdd.shape[0] != N_A:  # noqa: F821
         return ST_BADINPUT
-    for a in range(N_A):  # noqa: F821
-        if not math.isfinite(taua[a]):  # noqa: F821
-            return ST_BADINPUT
-    z = np.empty(N_Z)  # noqa: F821
-    zd = np.empty(N_Z)  # noqa: F821
-    G = np.empty((N_Z, N_A))  # noqa: F821
-    g0 = np.empty(N_Z)  # noqa: F821
-    DY = np.empty(DYN_SIZE)  # noqa: F821
-    st = state(D, qa, qda, z, zd, G, g0, DY)
+    st, z, zd, G, g0, DY = _new_state(D, qa, qda)
     if st != ST_OK:
         return st
     M = np.empty((N_Z, N_Z))  # noqa: F821

@@ -620,11 +620,7 @@ class MechanismModel(ParallelModel):
         body, 6-vector or conjugate to the task coordinates)."""
         if wrench is None and type(q) is _ND and type(qd) is _ND and type(qdd) is _ND:
             tau = np.empty(self._na)
-            try:        # inline _fast: the hot path of a control cycle
-                st = self._k.inverse_dynamics(self._D, q, qd, qdd, self._nowrench, tau)
-            except TypeError:
-                st = -1
-            if st == 0:
+            if self._fast(self._k.inverse_dynamics, self._D, q, qd, qdd, self._nowrench, tau):
                 return tau
         qa = q if type(q) is np.ndarray else np.asarray(q, dtype=float)
         if qa.ndim == 2:
@@ -691,11 +687,7 @@ class MechanismModel(ParallelModel):
         """qdd (n,) or (N, n) solving M_r qdd = tau - h_r + G^T J_t^T w (closures re-solved: no drift)."""
         if wrench is None and type(q) is _ND and type(qd) is _ND and type(tau) is _ND:
             qdd = np.empty(self._na)
-            try:        # inline _fast: the hot path of a control cycle
-                st = self._k.forward_dynamics(self._D, q, qd, tau, self._nowrench, qdd)
-            except TypeError:
-                st = -1
-            if st == 0:
+            if self._fast(self._k.forward_dynamics, self._D, q, qd, tau, self._nowrench, qdd):
                 return qdd
         qa = q if type(q) is np.ndarray else np.asarray(q, dtype=float)
         if qa.ndim == 2:
