@@ -417,3 +417,62 @@ def test_one_device_timers_as_with_the_scan_over_devices():
             out.append((plant.t_s, plant.state.q.tolist(), plant.applied_torque_nm.tolist(), emu.commands_applied(1)))
         runs.append(out)
     assert runs[0] == runs[1]
+
+
+class _UncachedOdrive(OdriveEmulator):
+    """The reference: the axes' next timed event found by the scan at every call."""
+
+    def next_timer_s(self):
+        self._next_t = None
+        return super().next_timer_s()
+
+
+def test_odrive_next_timer_kept_between_changes_equals_the_scan():
+    """The kept next timed event of an ODrive emulator (asked at every send and empty receive of
+    an inline host) is the scan's after every frame, timed event, injected error and reboot:
+    a host serving it gives the same frames, states and plant as one serving the scanning twin."""
+    runs = []
+    for cls in (OdriveEmulator, _UncachedOdrive):
+        clock, plant = Clock(), _plant()
+        emu = cls([OdriveAxisConfig(3, 0, MAP1, watchdog_timeout_s=0.004, encoder_period_s=0.003),
+                   OdriveAxisConfig(4, 1, heartbeat_period_s=0.007, encoder_period_s=None,
+                                    watchdog_timeout_s=0.002)])
+        host = EmulatorHost(NullBus(), [emu], plant, clock, start=False)
+        rng = np.random.default_rng(7)
+        out = []
+        for k in range(600):
+            clock.t += float(rng.choice([0.0, 0.0005, 0.001, 0.0025, 0.006]))
+            node = int(rng.choice([3, 4]))
+            u = rng.random()
+            if u < 0.1:
+                out += [(m.arbitration_id, bytes(m.data)) for m in host.handle(_frame(
+                    odc.arbitration_id(node, odc.Cmd.SET_CONTROLLER_MODE),
+                    odc.encode_set_controller_mode(odc.ControlMode.TORQUE_CONTROL, odc.InputMode.PASSTHROUGH)))]
+                msg = _frame(odc.arbitration_id(node, odc.Cmd.SET_AXIS_STATE),
+                             odc.encode_set_axis_state(odc.AxisState.CLOSED_LOOP_CONTROL))
+            elif u < 0.15:
+                msg = _frame(odc.arbitration_id(node, odc.Cmd.CLEAR_ERRORS), odc.encode_clear_errors())
+            elif u < 0.18:
+                emu.inject_error(node)
+                msg = None
+            elif u < 0.2:
+                emu.reboot(node)
+                msg = None
+            elif u < 0.3:
+                msg = _frame(odc.arbitration_id(node, odc.Cmd.GET_ENCODER_ESTIMATES), rtr=True)
+            elif u < 0.8:
+                msg = _frame(odc.arbitration_id(node, odc.Cmd.SET_INPUT_TORQUE),
+                             odc.encode_set_input_torque(float(rng.normal(0, 0.5))))
+            else:
+                msg = None
+            out += [(m.arbitration_id, bytes(m.data)) for m in host.handle(msg)]
+            kept = emu.next_timer_s()
+            emu._next_t = None
+            assert emu.next_timer_s() == kept, k
+            out.append((plant.t_s, plant.state.q.tolist(), plant.applied_torque_nm.tolist(),
+                        emu.axis_state(3), emu.axis_state(4), emu.axis_error(3), emu.axis_error(4), kept))
+        runs.append(out)
+    assert runs[0] == runs[1]
+    # the watchdogs fired on both axes at some point (the timers that a stale value would move)
+    wd = odc.WATCHDOG_ERROR_BIT["0.6"]
+    assert any(o[5] & wd and o[6] & wd for o in runs[0] if isinstance(o[0], float))

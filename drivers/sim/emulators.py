@@ -197,6 +197,9 @@ class EmulatorHost:
             groups = [list(devices)]
         self._buses = buses
         self._bus = buses[0]
+        #: every bus is an InlineBus's device end: the frames waiting on each can be seen
+        #: without taking them (serve_sent on a host of several buses)
+        self._ends = all(isinstance(b, _InlineEnd) for b in buses)
         self._devices: list[EmulatedDevice] = []
         self._dev_bus: list = []            # bus of each device (same order)
         self._bus_devices: dict[int, list] = {}
@@ -468,13 +471,17 @@ class EmulatorHost:
         return t - self._now()
 
     def serve_sent(self, msg: can.Message, bus) -> bool:
-        """Inline serving of one frame just sent on ``bus``, the host's only bus, with no
-        other frame pending: what :meth:`pump` (``idle=False``) does for it, without the
-        round trip through the channel.  Returns False, doing nothing, when the host is not
-        serving inline on that one bus now (the caller queues the frame and pumps)."""
-        if (not self._inline or not self._started or self._closed or self._failed
-                or len(self._buses) != 1 or bus is not self._bus):
+        """Inline serving of one frame just sent on ``bus``, one of the host's buses, with no
+        other frame pending on any of them: what :meth:`pump` (``idle=False``) does for it,
+        without the round trip through the channel.  Returns False, doing nothing, when the
+        host is not serving inline now, ``bus`` is not its only bus or a frame may be waiting
+        on another (the caller queues the frame and pumps).  Several buses: only when every
+        one is an :class:`InlineBus`'s device end (their queues are seen without taking a frame)."""
+        if not self._inline or not self._started or self._closed or self._failed:
             return False
+        if bus is not self._bus or len(self._buses) != 1:
+            if not self._ends or id(bus) not in self._bus_devices or any(b._peer._tx for b in self._buses):
+                return False
         try:
             self.frames_in += 1
             self._process(msg, bus, self._queue)
@@ -768,7 +775,8 @@ class InlineBus(can.BusABC):
         if host is None:
             self._tx.append(msg)
         elif self._tx or not host.serve_sent(msg, end):
-            # frames already waiting (a host not serving yet), or a host of several buses
+            # frames already waiting (a host not serving yet), or a host that cannot see
+            # whether frames wait on its other buses
             self._tx.append(msg)
             host.pump(idle=False)
 

@@ -250,6 +250,8 @@ class OdriveEmulator(EmulatedDevice):
         self._estop_bit = odc.ESTOP_ERROR_BIT[firmware]
         self._rtr = odc.RTR_COMMANDS if firmware == "0.6" else odc.RTR_COMMANDS_05
         self._lock = threading.RLock()
+        #: the devices' next timed event (next_timer_s) while nothing changed it; None: to compute
+        self._next_t: float | None = None
         self.frames_ignored = 0
         #: the plant's own joint torque limits at bind (before the axes' current limits) [N m]
         self._plant_limit: dict[int, float] = {}
@@ -336,6 +338,7 @@ class OdriveEmulator(EmulatedDevice):
             ax = self._axis(node_id)
             ax.axis_error |= bits
             self._disarm(ax)
+            self._next_t = None
 
     def reboot(self, node_id: int) -> None:
         """Power-cycle one axis (a brown-out, an e-stop that cut the supply): it comes back IDLE
@@ -348,6 +351,7 @@ class OdriveEmulator(EmulatedDevice):
             ax.pos_offset_rev = 0.0
             ax.procedure_result = int(odc.ProcedureResult.SUCCESS)
             self._disarm(ax)
+            self._next_t = None
 
     def set_silent(self, node_id: int, silent: bool = True) -> None:
         with self._lock:
@@ -375,7 +379,13 @@ class OdriveEmulator(EmulatedDevice):
         return not msg.is_extended_id and not msg.is_error_frame and (msg.arbitration_id >> 5) in self._axes
 
     def next_timer_s(self) -> float:
+        """The axes' next cyclic message or watchdog expiry [s] (``inf``: none).  Kept until a
+        frame, a timed event or a fault injection changes the axes (the inline host asks at every
+        send and every empty receive)."""
         with self._lock:
+            t = self._next_t
+            if t is not None:
+                return t
             t = math.inf
             for ax in self._axes.values():
                 for due in ax.next_due.values():
@@ -384,11 +394,13 @@ class OdriveEmulator(EmulatedDevice):
                 wd = ax.cfg.watchdog_timeout_s
                 if wd is not None and ax.state == _CL:
                     t = min(t, ax.last_feed_t + wd)
+            self._next_t = t
             return t
 
     def on_timer(self, t_s: float) -> list[can.Message]:
         out: list[can.Message] = []
         with self._lock:
+            self._next_t = None
             for ax in self._axes.values():
                 wd = ax.cfg.watchdog_timeout_s
                 if wd is not None and ax.state == _CL and ax.last_feed_t + wd <= t_s:
@@ -404,6 +416,7 @@ class OdriveEmulator(EmulatedDevice):
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
         with self._lock:
+            self._next_t = None
             for ax in self._axes.values():
                 for cmd, due in ax.next_due.items():
                     if due < t_s:
@@ -416,13 +429,12 @@ class OdriveEmulator(EmulatedDevice):
         return [_msg(odc.arbitration_id(ax.node_id, int(cmd)), data)]
 
     def _motor_pos_vel(self, ax: _Axis) -> tuple[float, float]:
-        _, q, qd, _tau = self.plant.measure()
+        q, qd, _tau = self.plant.measure_joint(ax.cfg.joint)
         mp = ax.cfg.mapping
-        j = ax.cfg.joint
         # the firmware's estimates are float32: a value past its range saturates there
         # (the reply still goes out), it never stops the device answering
-        return (_f32_saturate(float(mp.joint_to_motor_position(q[j])) / _TWO_PI + ax.pos_offset_rev),
-                _f32_saturate(float(mp.joint_to_motor_velocity(qd[j])) / _TWO_PI))
+        return (_f32_saturate(float(mp.joint_to_motor_position(q)) / _TWO_PI + ax.pos_offset_rev),
+                _f32_saturate(float(mp.joint_to_motor_velocity(qd)) / _TWO_PI))
 
     def _applied_motor_torque(self, ax: _Axis) -> float:
         return float(ax.cfg.mapping.joint_to_motor_torque(self.plant.applied_torque_nm[ax.cfg.joint]))
@@ -489,6 +501,7 @@ class OdriveEmulator(EmulatedDevice):
             ax = self._axes.get(node)
             if ax is None or ax.silent:
                 return None
+            self._next_t = None            # what follows may change the axes' timers
             ax.last_feed_t = t_s           # any frame for the axis feeds the watchdog
             data = b"" if msg.is_remote_frame else bytes(msg.data)
             try:
