@@ -476,3 +476,25 @@ def test_odrive_next_timer_kept_between_changes_equals_the_scan():
     # the watchdogs fired on both axes at some point (the timers that a stale value would move)
     wd = odc.WATCHDOG_ERROR_BIT["0.6"]
     assert any(o[5] & wd and o[6] & wd for o in runs[0] if isinstance(o[0], float))
+
+
+@pytest.mark.parametrize("mapping", [MAP1, JointMapping(), JointMapping(gear_ratio=628.3185307179587, sign=-1,
+                                                                         offset_rad=-1.3)])
+def test_odrive_estimates_are_the_joint_mappings_values(mapping):
+    """The emulated estimates (the driver's feedback) are JointMapping's motor-side values of
+    the plant's measurement, float32 as the firmware sends them, bit for bit."""
+    clock, plant = Clock(), _plant()
+    emu = OdriveEmulator([OdriveAxisConfig(3, 0, mapping, heartbeat_period_s=None, encoder_period_s=None)])
+    host = EmulatorHost(NullBus(), [emu], plant, clock, start=False)
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.normal(0, 5, 300), [0.0, -0.0, 1e-300, 1e30, -1e36]])
+    for v in values:
+        plant._q[0] = v
+        plant._qd[0] = -3 * v
+        out = host.handle(_frame(odc.arbitration_id(3, odc.Cmd.GET_ENCODER_ESTIMATES), rtr=True))
+        f32 = float(np.finfo(np.float32).max)
+        want = odc.encode_encoder_estimates(
+            min(max(float(mapping.joint_to_motor_position(plant.measure()[1][0])) / (2 * np.pi)
+                    + emu._axes[3].pos_offset_rev, -f32), f32),
+            min(max(float(mapping.joint_to_motor_velocity(plant.measure()[2][0])) / (2 * np.pi), -f32), f32))
+        assert bytes(out[0].data) == want

@@ -382,10 +382,12 @@ class OdriveEmulator(EmulatedDevice):
         """The axes' next cyclic message or watchdog expiry [s] (``inf``: none).  Kept until a
         frame, a timed event or a fault injection changes the axes (the inline host asks at every
         send and every empty receive)."""
+        t = self._next_t
+        if t is not None:
+            # read without the lock: a change clears it holding the lock before it changes
+            # anything, and a value is computed and stored only holding it
+            return t
         with self._lock:
-            t = self._next_t
-            if t is not None:
-                return t
             t = math.inf
             for ax in self._axes.values():
                 for due in ax.next_due.values():
@@ -431,10 +433,12 @@ class OdriveEmulator(EmulatedDevice):
     def _motor_pos_vel(self, ax: _Axis) -> tuple[float, float]:
         q, qd, _tau = self.plant.measure_joint(ax.cfg.joint)
         mp = ax.cfg.mapping
-        # the firmware's estimates are float32: a value past its range saturates there
-        # (the reply still goes out), it never stops the device answering
-        return (_f32_saturate(float(mp.joint_to_motor_position(q)) / _TWO_PI + ax.pos_offset_rev),
-                _f32_saturate(float(mp.joint_to_motor_velocity(qd)) / _TWO_PI))
+        # JointMapping.joint_to_motor_position / _velocity on floats (the same operations in the
+        # same order as on its 0-d arrays: the same values), without the arrays.  The
+        # firmware's estimates are float32: a value past its range saturates there (the reply
+        # still goes out), it never stops the device answering
+        return (_f32_saturate(mp.sign * (q - mp.offset_rad) * mp.gear_ratio / _TWO_PI + ax.pos_offset_rev),
+                _f32_saturate(mp.sign * qd * mp.gear_ratio / _TWO_PI))
 
     def _applied_motor_torque(self, ax: _Axis) -> float:
         return float(ax.cfg.mapping.joint_to_motor_torque(self.plant.applied_torque_nm[ax.cfg.joint]))
