@@ -420,24 +420,49 @@ def test_one_device_timers_as_with_the_scan_over_devices():
 
 
 class _UncachedOdrive(OdriveEmulator):
-    """The reference: the axes' next timed event found by the scan at every call."""
+    """The reference: the axes' next timed event found by the scan at every call, and the
+    changes not counted (the host asks at every frame and poll)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.timer_epoch = None
+
+    def _timers_changed(self):
+        self._next_t = None
 
     def next_timer_s(self):
         self._next_t = None
         return super().next_timer_s()
 
 
+class _Both:
+    """Two emulators of one axis each, seen as one (the test's calls by node id)."""
+
+    def __init__(self, devs):
+        self._by = {n: d for d in devs for n in d.node_ids}
+
+    def next_timer_s(self):
+        return min(d.next_timer_s() for d in self._by.values())
+
+    def __getattr__(self, name):
+        return lambda node, *a: getattr(self._by[node], name)(node, *a)
+
+
 def test_odrive_next_timer_kept_between_changes_equals_the_scan():
     """The kept next timed event of an ODrive emulator (asked at every send and empty receive of
-    an inline host) is the scan's after every frame, timed event, injected error and reboot:
-    a host serving it gives the same frames, states and plant as one serving the scanning twin."""
+    an inline host) is the scan's after every frame, timed event, injected error and reboot,
+    and so is the host's (kept while no device counted a change): a host serving it gives the
+    same frames, states and plant as one serving the scanning twin that counts nothing.  One
+    device, and two (the host's scan over devices)."""
     runs = []
-    for cls in (OdriveEmulator, _UncachedOdrive):
+    for cls, split in ((OdriveEmulator, False), (_UncachedOdrive, False), (OdriveEmulator, True)):
         clock, plant = Clock(), _plant()
-        emu = cls([OdriveAxisConfig(3, 0, MAP1, watchdog_timeout_s=0.004, encoder_period_s=0.003),
-                   OdriveAxisConfig(4, 1, heartbeat_period_s=0.007, encoder_period_s=None,
-                                    watchdog_timeout_s=0.002)])
-        host = EmulatorHost(NullBus(), [emu], plant, clock, start=False)
+        cfgs = [OdriveAxisConfig(3, 0, MAP1, watchdog_timeout_s=0.004, encoder_period_s=0.003),
+                OdriveAxisConfig(4, 1, heartbeat_period_s=0.007, encoder_period_s=None, watchdog_timeout_s=0.002)]
+        devs = [cls(cfgs[:1]), cls(cfgs[1:])] if split else [cls(cfgs)]
+        host = EmulatorHost(NullBus(), devs, plant, clock, start=False)
+        assert host._counted is (cls is OdriveEmulator)
+        emu = devs[0] if not split else _Both(devs)
         rng = np.random.default_rng(7)
         out = []
         for k in range(600):
@@ -467,12 +492,13 @@ def test_odrive_next_timer_kept_between_changes_equals_the_scan():
                 msg = None
             out += [(m.arbitration_id, bytes(m.data)) for m in host.handle(msg)]
             kept = emu.next_timer_s()
-            emu._next_t = None
+            for d in devs:
+                d._next_t = None
             assert emu.next_timer_s() == kept, k
             out.append((plant.t_s, plant.state.q.tolist(), plant.applied_torque_nm.tolist(),
                         emu.axis_state(3), emu.axis_state(4), emu.axis_error(3), emu.axis_error(4), kept))
         runs.append(out)
-    assert runs[0] == runs[1]
+    assert runs[0] == runs[1] == runs[2]
     # the watchdogs fired on both axes at some point (the timers that a stale value would move)
     wd = odc.WATCHDOG_ERROR_BIT["0.6"]
     assert any(o[5] & wd and o[6] & wd for o in runs[0] if isinstance(o[0], float))

@@ -118,6 +118,12 @@ class EmulatedDevice:
     #: :meth:`accepts` refuses: the host then calls :meth:`on_frame` without the pre-check
     on_frame_filters: bool = False
 
+    #: ``None``, or an int the device increases before every change that may move its next
+    #: timed event (a frame, a timed event, a fault injected): while the sum over its devices
+    #: stays the same, a host knows that event without asking :meth:`next_timer_s` again
+    #: (the inline host asks at every send and empty receive).  ``None``: not counted.
+    timer_epoch: int | None = None
+
 
 # ---------------------------------------------------------------------------
 # The device emulators live in their own modules and import this one (never the
@@ -232,6 +238,11 @@ class EmulatorHost:
         self._own_bus = own_bus
         for d in self._devices:
             d.bind(plant)
+        #: every device counts the changes of its timers (EmulatedDevice.timer_epoch): _advance
+        #: keeps the next event time over the devices and the sum of the counts it was found at
+        self._counted = all(d.timer_epoch is not None for d in self._devices)
+        self._quiet_t = -math.inf      # no device event before this loop time ...
+        self._quiet_key = -1           # ... while the sum of the devices' timer_epoch is this
         self._outq: list = []          # heap of (wall_release, seq, bus, msg)
         self._seq = itertools.count()
         self._stop = threading.Event()
@@ -296,8 +307,23 @@ class EmulatorHost:
         if t - plant.t_s > STALE_BROADCAST_S and (self._inline or threading.current_thread() is self._thread):
             for d in devices:
                 d.drop_stale_broadcasts(t - STALE_BROADCAST_S)
+        counted = self._counted
+        if counted:
+            key = 0
+            for d in devices:
+                key += d.timer_epoch
+            if key == self._quiet_key and t + _TIME_EPS_S < self._quiet_t:
+                # no device changed since the next event was found, and it is not due
+                if not t <= plant.t_s:
+                    plant.advance_to(t)
+                return
         one = devices[0] if len(devices) == 1 else None
         while True:
+            if counted:
+                # read before the timers: a change made meanwhile moves the sum away from it
+                key = 0
+                for d in devices:
+                    key += d.timer_epoch
             if one is not None:
                 # the loop below for one device
                 te = one.next_timer_s()
@@ -309,6 +335,8 @@ class EmulatorHost:
                     if tn < te:
                         te, k = tn, i
             if k < 0 or te > t + _TIME_EPS_S:
+                if counted:
+                    self._quiet_t, self._quiet_key = te, key
                 break
             # an event due within _TIME_EPS_S after t is handled at t (before any frame at t)
             plant.advance_to(min(max(te, plant.t_s), t))

@@ -252,6 +252,8 @@ class OdriveEmulator(EmulatedDevice):
         self._lock = threading.RLock()
         #: the devices' next timed event (next_timer_s) while nothing changed it; None: to compute
         self._next_t: float | None = None
+        #: counts the changes that may move the timers (EmulatedDevice.timer_epoch)
+        self.timer_epoch = 0
         self.frames_ignored = 0
         #: the plant's own joint torque limits at bind (before the axes' current limits) [N m]
         self._plant_limit: dict[int, float] = {}
@@ -338,7 +340,7 @@ class OdriveEmulator(EmulatedDevice):
             ax = self._axis(node_id)
             ax.axis_error |= bits
             self._disarm(ax)
-            self._next_t = None
+            self._timers_changed()
 
     def reboot(self, node_id: int) -> None:
         """Power-cycle one axis (a brown-out, an e-stop that cut the supply): it comes back IDLE
@@ -351,7 +353,7 @@ class OdriveEmulator(EmulatedDevice):
             ax.pos_offset_rev = 0.0
             ax.procedure_result = int(odc.ProcedureResult.SUCCESS)
             self._disarm(ax)
-            self._next_t = None
+            self._timers_changed()
 
     def set_silent(self, node_id: int, silent: bool = True) -> None:
         with self._lock:
@@ -378,6 +380,11 @@ class OdriveEmulator(EmulatedDevice):
     def accepts(self, msg: can.Message) -> bool:
         return not msg.is_extended_id and not msg.is_error_frame and (msg.arbitration_id >> 5) in self._axes
 
+    def _timers_changed(self) -> None:
+        """Before a change of the axes that may move their timers (holding the lock)."""
+        self._next_t = None
+        self.timer_epoch += 1
+
     def next_timer_s(self) -> float:
         """The axes' next cyclic message or watchdog expiry [s] (``inf``: none).  Kept until a
         frame, a timed event or a fault injection changes the axes (the inline host asks at every
@@ -402,7 +409,7 @@ class OdriveEmulator(EmulatedDevice):
     def on_timer(self, t_s: float) -> list[can.Message]:
         out: list[can.Message] = []
         with self._lock:
-            self._next_t = None
+            self._timers_changed()
             for ax in self._axes.values():
                 wd = ax.cfg.watchdog_timeout_s
                 if wd is not None and ax.state == _CL and ax.last_feed_t + wd <= t_s:
@@ -418,7 +425,7 @@ class OdriveEmulator(EmulatedDevice):
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
         with self._lock:
-            self._next_t = None
+            self._timers_changed()
             for ax in self._axes.values():
                 for cmd, due in ax.next_due.items():
                     if due < t_s:
@@ -505,7 +512,7 @@ class OdriveEmulator(EmulatedDevice):
             ax = self._axes.get(node)
             if ax is None or ax.silent:
                 return None
-            self._next_t = None            # what follows may change the axes' timers
+            self._timers_changed()         # what follows may change the axes' timers
             ax.last_feed_t = t_s           # any frame for the axis feeds the watchdog
             data = b"" if msg.is_remote_frame else bytes(msg.data)
             try:
