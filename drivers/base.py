@@ -501,11 +501,16 @@ class TransportDriver(Driver):
         self._check_open()
         if not self._enabled_cmd:
             raise DriverError("cycle() before enable()")
-        fb = self._exchange(self.make_commands(command))
+        fb = self._exchange(self._request(command))
         self.cycles += 1
         if self.follow is not None:
             self.follow.check(command.torque_nm, fb)
         return fb
+
+    def _request(self, command: Command):
+        """What :meth:`cycle` hands to ``_exchange``: ``make_commands(command)``, unless the
+        driver has a faster form of the same frames (the ODrive CAN driver's compiled encoder)."""
+        return self.make_commands(command)
 
     def _follow_start(self, fb: Feedback) -> Feedback:
         """Reset the follow check at enable (its filter starts at ``fb``'s torques); returns ``fb``."""

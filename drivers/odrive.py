@@ -47,6 +47,7 @@ serial port (``c``/``f`` commands, ``r``/``w`` properties); registry type
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -57,11 +58,12 @@ from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeE
                              DriverError)
 
 from .base import TIMEOUT_MAX_S, Command, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
+from . import _odrive_kernels as _ok
 from .codecs import odrive as codec
 from .codecs.odrive import AxisState, Cmd
 from .serial_port import SERIAL_BAUD_MAX
 from .follow import FollowConfig, TorqueFollow, follow_config
-from .transport import CanTransport, Frame, group_by_bus, recv_any
+from .transport import CanTransport, Frame, group_by_bus, recv_any_fields
 
 __all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build_ascii", "capabilities",
            "capabilities_ascii", "deliverable_torque_nm", "DEFAULT_CURRENT_LIMIT_A"]
@@ -225,6 +227,16 @@ class OdriveCanDriver(TransportDriver):
                                                                 "axes", "node id")
         n = len(axes)
         self._torque_ids = [codec.arbitration_id(ax.node_id, int(Cmd.SET_INPUT_TORQUE)) for ax in axes]
+        # the compiled encoder's constants and payload buffer (drivers._odrive_kernels); its
+        # float32 view writes the codec's little-endian bytes only on a little-endian machine
+        self._kC = np.empty((_ok.C_ROWS, n))
+        for j, ax in enumerate(axes):
+            m = ax.mapping
+            self._kC[_ok.C_SIGN, j] = m.sign
+            self._kC[_ok.C_GE, j] = m.gear_ratio * m.efficiency
+            self._kC[_ok.C_LIM, j] = math.inf if ax.torque_limit_nm is None else ax.torque_limit_nm
+        self._tx = np.zeros((n, 8), dtype=np.uint8)
+        self._tx_f32 = self._tx.view(np.float32) if sys.byteorder == "little" else None
         self._q = np.full(n, np.nan)
         self._qd = np.full(n, np.nan)
         self._tau = np.full(n, np.nan)
@@ -271,7 +283,27 @@ class OdriveCanDriver(TransportDriver):
         DriverError
             Wrong shape, non-finite torque, or non-zero drive-side gains.
         """
-        tau = torque_only(command, self.n_joints, "ODrive driver")
+        return [Frame(arb, data) for arb, data in self._request(command)]
+
+    def _request(self, command: Command) -> list[tuple[int, bytes]]:
+        """:meth:`make_commands`' frames as ``(arbitration_id, payload)`` pairs (what a cycle sends).
+
+        A command of torques only (a float64 vector, no gains) is encoded by one compiled call
+        for every axis (:func:`drivers._odrive_kernels.encode_set_input_torque`: the same bytes);
+        anything else, or a torque the codec refuses, takes the per-axis path below (which
+        raises for a bad command)."""
+        n = self.n_joints
+        tau = command.torque_nm
+        tx = self._tx_f32
+        if (tx is not None and command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None
+                and type(tau) is np.ndarray and tau.dtype == np.float64 and tau.shape == (n,)):
+            sat = _ok.encode_set_input_torque(tau, self._kC, tx)
+            if sat >= 0:
+                self.last_saturated = sat
+                payload = self._tx
+                ids = self._torque_ids
+                return [(ids[j], payload[j].tobytes()) for j in range(n)]
+        tau = torque_only(command, n, "ODrive driver")
         frames = []
         sat = 0
         for j, ax in enumerate(self._axes):
@@ -281,7 +313,7 @@ class OdriveCanDriver(TransportDriver):
             if lim is not None and abs(t_m) > lim:
                 t_m = math.copysign(lim, t_m)
                 sat += 1
-            frames.append(Frame(self._torque_ids[j], codec.encode_set_input_torque(t_m)))
+            frames.append((self._torque_ids[j], codec.encode_set_input_torque(t_m)))
         self.last_saturated = sat
         return frames
 
@@ -295,13 +327,22 @@ class OdriveCanDriver(TransportDriver):
             t.send(codec.arbitration_id(ax.node_id, int(cmd)), data)
 
     def _handle(self, b: int, frame: Frame) -> None:
+        """What a frame received on bus ``b`` says (:meth:`_handle_fields` of its fields)."""
+        self._handle_fields(b, (frame.arbitration_id, frame.data, frame.timestamp, frame.is_error_frame,
+                                frame.is_remote, frame.is_extended_id, frame.dlc))
+
+    def _handle_fields(self, b: int, f: tuple) -> None:
+        """What a frame received on bus ``b`` says; ``f``: its fields as
+        :meth:`~drivers.transport.CanTransport.recv_fields` gives them (no record per frame)."""
         st = self._stats
-        if frame.is_error_frame:
+        if f[3]:                # is_error_frame
             st["error_frames"] += 1
             return
-        if frame.is_remote or frame.is_extended_id:
+        if f[4] or f[5]:        # is_remote, is_extended_id
             return  # requests (ours echoed by some adapters, or another master's) carry no data
-        node, cmd = frame.arbitration_id >> 5, frame.arbitration_id & 0x1F
+        arb = f[0]
+        node, cmd = arb >> 5, arb & 0x1F
+        data = f[1]
         j = self._by_node[b].get(node)
         if j is None:
             st["unexpected"] += 1
@@ -309,25 +350,25 @@ class OdriveCanDriver(TransportDriver):
         self._seen[j] = True
         try:
             if cmd == Cmd.GET_ENCODER_ESTIMATES:
-                est = codec.decode_encoder_estimates(frame.data)
+                est = codec.decode_encoder_estimates(data)
                 m = self._axes[j].mapping
                 self._q[j] = m.sign * _TWO_PI * est.pos_rev / m.gear_ratio + m.offset_rad
                 self._qd[j] = m.sign * _TWO_PI * est.vel_rev_s / m.gear_ratio
                 self._fresh[j] = True
             elif cmd == Cmd.HEARTBEAT:
-                hb = codec.decode_heartbeat(frame.data, self.firmware)
+                hb = codec.decode_heartbeat(data, self.firmware)
                 self._axis_error[j] = hb.axis_error
                 self._axis_state[j] = int(hb.axis_state)
                 self._hb_time[j] = time.monotonic()
             elif cmd == Cmd.GET_IQ and self.torque_feedback == "iq":
-                iq = codec.decode_iq(frame.data)
+                iq = codec.decode_iq(data)
                 m = self._axes[j].mapping
                 self._tau[j] = m.sign * iq.iq_measured_a * m.torque_constant_nm_per_a * m.gear_ratio * m.efficiency
             elif cmd == Cmd.GET_VERSION:
                 # firmware 0.6 answers Get_Version; on 0.5 this id is CANopen NMT and never answered
-                self.versions[j] = codec.decode_version(frame.data)
+                self.versions[j] = codec.decode_version(data)
             elif cmd == Cmd.GET_TORQUES and self.torque_feedback == "torques":
-                tq = codec.decode_torques(frame.data)
+                tq = codec.decode_torques(data)
                 m = self._axes[j].mapping
                 self._tau[j] = m.sign * tq.torque_estimate_nm * m.gear_ratio * m.efficiency
             elif cmd in (Cmd.SET_INPUT_TORQUE, Cmd.SET_AXIS_STATE, Cmd.SET_CONTROLLER_MODE, Cmd.CLEAR_ERRORS):
@@ -342,10 +383,10 @@ class OdriveCanDriver(TransportDriver):
         deadline = time.monotonic() + timeout_s
         while not until():
             remaining = deadline - time.monotonic()
-            got = recv_any(self._buses, max(0.0, remaining))
+            got = recv_any_fields(self._buses, max(0.0, remaining))
             if got is None:
                 return
-            self._handle(*got)
+            self._handle_fields(*got)
 
     def _where(self, key: str) -> str:
         """``"<file>: field '<path>'"`` of a setting, or ``"[driver] <key>"`` when built in code."""
@@ -382,7 +423,7 @@ class OdriveCanDriver(TransportDriver):
             elif self.torque_feedback == "torques":
                 self._send(j, Cmd.GET_TORQUES, remote=True)
 
-    def _exchange(self, frames: Sequence[Frame]) -> Feedback:
+    def _exchange(self, frames: Sequence[tuple[int, bytes]]) -> Feedback:
         self._stats = self._new_stats()
         self._stats["saturated"] = self.last_saturated
         self._fresh[:] = False
@@ -390,9 +431,9 @@ class OdriveCanDriver(TransportDriver):
         if self.feedback == "rtr":
             self._fresh[:] = False  # only answers to this cycle's requests count
         for b, t in enumerate(self._buses):
-            for j, f in enumerate(frames):
+            for j, (arb, data) in enumerate(frames):
                 if self._bus_of[j] == b:
-                    t.send_frame(f)
+                    t.send(arb, data)
         if self.feedback == "rtr":
             self._request_feedback()
         self._pump(self.reply_timeout_s, lambda: bool(self._fresh.all()))
@@ -484,7 +525,7 @@ class OdriveCanDriver(TransportDriver):
             slice_end = min(deadline, time.monotonic() + 0.01)
             self._pump(max(0.0, slice_end - time.monotonic()),
                        lambda: bool(((self._axis_state == closed_loop) & (self._hb_time >= t_req)).all()))
-        fb = self._exchange(self.make_commands(Command(np.zeros(self.n_joints))))
+        fb = self._exchange(self._request(Command(np.zeros(self.n_joints))))
         if self.firmware == "0.5":
             self._refuse_version_mismatch()
         if not fb.fresh.all():
@@ -586,7 +627,7 @@ class OdriveCanDriver(TransportDriver):
                               Cmd.REBOOT})
 
     def _heard(self, bus: int, frame: tuple) -> None:
-        self._handle(bus, Frame(*frame))     # heartbeats, broadcasts: what the axes said counts
+        self._handle_fields(bus, frame)      # heartbeats, broadcasts: what the axes said counts
 
     def _foreign(self, bus: int, frame: tuple) -> str | None:
         """Before the first frame: a master's command or request (RTR) to one of our axes, or an

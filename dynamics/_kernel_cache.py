@@ -63,6 +63,7 @@ KERNEL_FILES: tuple[str, ...] = (
     "dynamics/_serial_core.py",
     "dynamics/_serial_kernels.py",
     "drivers/_mit_kernels.py",
+    "drivers/_odrive_kernels.py",
     "drivers/sim/_mit_kernel.py",
     "drivers/sim/_plant_kernels.py",
     "drivers/sim/_stewart_plant_kernel.py",

@@ -417,3 +417,110 @@ def test_one_device_timers_as_with_the_scan_over_devices():
             out.append((plant.t_s, plant.state.q.tolist(), plant.applied_torque_nm.tolist(), emu.commands_applied(1)))
         runs.append(out)
     assert runs[0] == runs[1]
+
+
+class _UncachedOdrive(OdriveEmulator):
+    """The reference: the axes' next timed event found by the scan at every call, and the
+    changes not counted (the host asks at every frame and poll)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.timer_epoch = None
+
+    def _timers_changed(self):
+        self._next_t = None
+
+    def next_timer_s(self):
+        self._next_t = None
+        return super().next_timer_s()
+
+
+class _Both:
+    """Two emulators of one axis each, seen as one (the test's calls by node id)."""
+
+    def __init__(self, devs):
+        self._by = {n: d for d in devs for n in d.node_ids}
+
+    def next_timer_s(self):
+        return min(d.next_timer_s() for d in self._by.values())
+
+    def __getattr__(self, name):
+        return lambda node, *a: getattr(self._by[node], name)(node, *a)
+
+
+def test_odrive_next_timer_kept_between_changes_equals_the_scan():
+    """The kept next timed event of an ODrive emulator (asked at every send and empty receive of
+    an inline host) is the scan's after every frame, timed event, injected error and reboot,
+    and so is the host's (kept while no device counted a change): a host serving it gives the
+    same frames, states and plant as one serving the scanning twin that counts nothing.  One
+    device, and two (the host's scan over devices)."""
+    runs = []
+    for cls, split in ((OdriveEmulator, False), (_UncachedOdrive, False), (OdriveEmulator, True)):
+        clock, plant = Clock(), _plant()
+        cfgs = [OdriveAxisConfig(3, 0, MAP1, watchdog_timeout_s=0.004, encoder_period_s=0.003),
+                OdriveAxisConfig(4, 1, heartbeat_period_s=0.007, encoder_period_s=None, watchdog_timeout_s=0.002)]
+        devs = [cls(cfgs[:1]), cls(cfgs[1:])] if split else [cls(cfgs)]
+        host = EmulatorHost(NullBus(), devs, plant, clock, start=False)
+        assert host._counted is (cls is OdriveEmulator)
+        emu = devs[0] if not split else _Both(devs)
+        rng = np.random.default_rng(7)
+        out = []
+        for k in range(600):
+            clock.t += float(rng.choice([0.0, 0.0005, 0.001, 0.0025, 0.006]))
+            node = int(rng.choice([3, 4]))
+            u = rng.random()
+            if u < 0.1:
+                out += [(m.arbitration_id, bytes(m.data)) for m in host.handle(_frame(
+                    odc.arbitration_id(node, odc.Cmd.SET_CONTROLLER_MODE),
+                    odc.encode_set_controller_mode(odc.ControlMode.TORQUE_CONTROL, odc.InputMode.PASSTHROUGH)))]
+                msg = _frame(odc.arbitration_id(node, odc.Cmd.SET_AXIS_STATE),
+                             odc.encode_set_axis_state(odc.AxisState.CLOSED_LOOP_CONTROL))
+            elif u < 0.15:
+                msg = _frame(odc.arbitration_id(node, odc.Cmd.CLEAR_ERRORS), odc.encode_clear_errors())
+            elif u < 0.18:
+                emu.inject_error(node)
+                msg = None
+            elif u < 0.2:
+                emu.reboot(node)
+                msg = None
+            elif u < 0.3:
+                msg = _frame(odc.arbitration_id(node, odc.Cmd.GET_ENCODER_ESTIMATES), rtr=True)
+            elif u < 0.8:
+                msg = _frame(odc.arbitration_id(node, odc.Cmd.SET_INPUT_TORQUE),
+                             odc.encode_set_input_torque(float(rng.normal(0, 0.5))))
+            else:
+                msg = None
+            out += [(m.arbitration_id, bytes(m.data)) for m in host.handle(msg)]
+            kept = emu.next_timer_s()
+            for d in devs:
+                d._next_t = None
+            assert emu.next_timer_s() == kept, k
+            out.append((plant.t_s, plant.state.q.tolist(), plant.applied_torque_nm.tolist(),
+                        emu.axis_state(3), emu.axis_state(4), emu.axis_error(3), emu.axis_error(4), kept))
+        runs.append(out)
+    assert runs[0] == runs[1] == runs[2]
+    # the watchdogs fired on both axes at some point (the timers that a stale value would move)
+    wd = odc.WATCHDOG_ERROR_BIT["0.6"]
+    assert any(o[5] & wd and o[6] & wd for o in runs[0] if isinstance(o[0], float))
+
+
+@pytest.mark.parametrize("mapping", [MAP1, JointMapping(), JointMapping(gear_ratio=628.3185307179587, sign=-1,
+                                                                         offset_rad=-1.3)])
+def test_odrive_estimates_are_the_joint_mappings_values(mapping):
+    """The emulated estimates (the driver's feedback) are JointMapping's motor-side values of
+    the plant's measurement, float32 as the firmware sends them, bit for bit."""
+    clock, plant = Clock(), _plant()
+    emu = OdriveEmulator([OdriveAxisConfig(3, 0, mapping, heartbeat_period_s=None, encoder_period_s=None)])
+    host = EmulatorHost(NullBus(), [emu], plant, clock, start=False)
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.normal(0, 5, 300), [0.0, -0.0, 1e-300, 1e30, -1e36]])
+    for v in values:
+        plant._q[0] = v
+        plant._qd[0] = -3 * v
+        out = host.handle(_frame(odc.arbitration_id(3, odc.Cmd.GET_ENCODER_ESTIMATES), rtr=True))
+        f32 = float(np.finfo(np.float32).max)
+        want = odc.encode_encoder_estimates(
+            min(max(float(mapping.joint_to_motor_position(plant.measure()[1][0])) / (2 * np.pi)
+                    + emu._axes[3].pos_offset_rev, -f32), f32),
+            min(max(float(mapping.joint_to_motor_velocity(plant.measure()[2][0])) / (2 * np.pi), -f32), f32))
+        assert bytes(out[0].data) == want

@@ -118,6 +118,12 @@ class EmulatedDevice:
     #: :meth:`accepts` refuses: the host then calls :meth:`on_frame` without the pre-check
     on_frame_filters: bool = False
 
+    #: ``None``, or an int the device increases before every change that may move its next
+    #: timed event (a frame, a timed event, a fault injected): while the sum over its devices
+    #: stays the same, a host knows that event without asking :meth:`next_timer_s` again
+    #: (the inline host asks at every send and empty receive).  ``None``: not counted.
+    timer_epoch: int | None = None
+
 
 # ---------------------------------------------------------------------------
 # The device emulators live in their own modules and import this one (never the
@@ -197,6 +203,9 @@ class EmulatorHost:
             groups = [list(devices)]
         self._buses = buses
         self._bus = buses[0]
+        #: every bus is an InlineBus's device end: the frames waiting on each can be seen
+        #: without taking them (serve_sent on a host of several buses)
+        self._ends = all(isinstance(b, _InlineEnd) for b in buses)
         self._devices: list[EmulatedDevice] = []
         self._dev_bus: list = []            # bus of each device (same order)
         self._bus_devices: dict[int, list] = {}
@@ -229,6 +238,11 @@ class EmulatorHost:
         self._own_bus = own_bus
         for d in self._devices:
             d.bind(plant)
+        #: every device counts the changes of its timers (EmulatedDevice.timer_epoch): _advance
+        #: keeps the next event time over the devices and the sum of the counts it was found at
+        self._counted = all(d.timer_epoch is not None for d in self._devices)
+        self._quiet_t = -math.inf      # no device event before this loop time ...
+        self._quiet_key = -1           # ... while the sum of the devices' timer_epoch is this
         self._outq: list = []          # heap of (wall_release, seq, bus, msg)
         self._seq = itertools.count()
         self._stop = threading.Event()
@@ -293,8 +307,23 @@ class EmulatorHost:
         if t - plant.t_s > STALE_BROADCAST_S and (self._inline or threading.current_thread() is self._thread):
             for d in devices:
                 d.drop_stale_broadcasts(t - STALE_BROADCAST_S)
+        counted = self._counted
+        if counted:
+            key = 0
+            for d in devices:
+                key += d.timer_epoch
+            if key == self._quiet_key and t + _TIME_EPS_S < self._quiet_t:
+                # no device changed since the next event was found, and it is not due
+                if not t <= plant.t_s:
+                    plant.advance_to(t)
+                return
         one = devices[0] if len(devices) == 1 else None
         while True:
+            if counted:
+                # read before the timers: a change made meanwhile moves the sum away from it
+                key = 0
+                for d in devices:
+                    key += d.timer_epoch
             if one is not None:
                 # the loop below for one device
                 te = one.next_timer_s()
@@ -306,6 +335,8 @@ class EmulatorHost:
                     if tn < te:
                         te, k = tn, i
             if k < 0 or te > t + _TIME_EPS_S:
+                if counted:
+                    self._quiet_t, self._quiet_key = te, key
                 break
             # an event due within _TIME_EPS_S after t is handled at t (before any frame at t)
             plant.advance_to(min(max(te, plant.t_s), t))
@@ -468,13 +499,17 @@ class EmulatorHost:
         return t - self._now()
 
     def serve_sent(self, msg: can.Message, bus) -> bool:
-        """Inline serving of one frame just sent on ``bus``, the host's only bus, with no
-        other frame pending: what :meth:`pump` (``idle=False``) does for it, without the
-        round trip through the channel.  Returns False, doing nothing, when the host is not
-        serving inline on that one bus now (the caller queues the frame and pumps)."""
-        if (not self._inline or not self._started or self._closed or self._failed
-                or len(self._buses) != 1 or bus is not self._bus):
+        """Inline serving of one frame just sent on ``bus``, one of the host's buses, with no
+        other frame pending on any of them: what :meth:`pump` (``idle=False``) does for it,
+        without the round trip through the channel.  Returns False, doing nothing, when the
+        host is not serving inline now, ``bus`` is not its only bus or a frame may be waiting
+        on another (the caller queues the frame and pumps).  Several buses: only when every
+        one is an :class:`InlineBus`'s device end (their queues are seen without taking a frame)."""
+        if not self._inline or not self._started or self._closed or self._failed:
             return False
+        if bus is not self._bus or len(self._buses) != 1:
+            if not self._ends or id(bus) not in self._bus_devices or any(b._peer._tx for b in self._buses):
+                return False
         try:
             self.frames_in += 1
             self._process(msg, bus, self._queue)
@@ -768,7 +803,8 @@ class InlineBus(can.BusABC):
         if host is None:
             self._tx.append(msg)
         elif self._tx or not host.serve_sent(msg, end):
-            # frames already waiting (a host not serving yet), or a host of several buses
+            # frames already waiting (a host not serving yet), or a host that cannot see
+            # whether frames wait on its other buses
             self._tx.append(msg)
             host.pump(idle=False)
 

@@ -250,6 +250,10 @@ class OdriveEmulator(EmulatedDevice):
         self._estop_bit = odc.ESTOP_ERROR_BIT[firmware]
         self._rtr = odc.RTR_COMMANDS if firmware == "0.6" else odc.RTR_COMMANDS_05
         self._lock = threading.RLock()
+        #: the devices' next timed event (next_timer_s) while nothing changed it; None: to compute
+        self._next_t: float | None = None
+        #: counts the changes that may move the timers (EmulatedDevice.timer_epoch)
+        self.timer_epoch = 0
         self.frames_ignored = 0
         #: the plant's own joint torque limits at bind (before the axes' current limits) [N m]
         self._plant_limit: dict[int, float] = {}
@@ -336,6 +340,7 @@ class OdriveEmulator(EmulatedDevice):
             ax = self._axis(node_id)
             ax.axis_error |= bits
             self._disarm(ax)
+            self._timers_changed()
 
     def reboot(self, node_id: int) -> None:
         """Power-cycle one axis (a brown-out, an e-stop that cut the supply): it comes back IDLE
@@ -348,6 +353,7 @@ class OdriveEmulator(EmulatedDevice):
             ax.pos_offset_rev = 0.0
             ax.procedure_result = int(odc.ProcedureResult.SUCCESS)
             self._disarm(ax)
+            self._timers_changed()
 
     def set_silent(self, node_id: int, silent: bool = True) -> None:
         with self._lock:
@@ -374,7 +380,20 @@ class OdriveEmulator(EmulatedDevice):
     def accepts(self, msg: can.Message) -> bool:
         return not msg.is_extended_id and not msg.is_error_frame and (msg.arbitration_id >> 5) in self._axes
 
+    def _timers_changed(self) -> None:
+        """Before a change of the axes that may move their timers (holding the lock)."""
+        self._next_t = None
+        self.timer_epoch += 1
+
     def next_timer_s(self) -> float:
+        """The axes' next cyclic message or watchdog expiry [s] (``inf``: none).  Kept until a
+        frame, a timed event or a fault injection changes the axes (the inline host asks at every
+        send and every empty receive)."""
+        t = self._next_t
+        if t is not None:
+            # read without the lock: a change clears it holding the lock before it changes
+            # anything, and a value is computed and stored only holding it
+            return t
         with self._lock:
             t = math.inf
             for ax in self._axes.values():
@@ -384,11 +403,13 @@ class OdriveEmulator(EmulatedDevice):
                 wd = ax.cfg.watchdog_timeout_s
                 if wd is not None and ax.state == _CL:
                     t = min(t, ax.last_feed_t + wd)
+            self._next_t = t
             return t
 
     def on_timer(self, t_s: float) -> list[can.Message]:
         out: list[can.Message] = []
         with self._lock:
+            self._timers_changed()
             for ax in self._axes.values():
                 wd = ax.cfg.watchdog_timeout_s
                 if wd is not None and ax.state == _CL and ax.last_feed_t + wd <= t_s:
@@ -404,6 +425,7 @@ class OdriveEmulator(EmulatedDevice):
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
         with self._lock:
+            self._timers_changed()
             for ax in self._axes.values():
                 for cmd, due in ax.next_due.items():
                     if due < t_s:
@@ -416,13 +438,14 @@ class OdriveEmulator(EmulatedDevice):
         return [_msg(odc.arbitration_id(ax.node_id, int(cmd)), data)]
 
     def _motor_pos_vel(self, ax: _Axis) -> tuple[float, float]:
-        _, q, qd, _tau = self.plant.measure()
+        q, qd, _tau = self.plant.measure_joint(ax.cfg.joint)
         mp = ax.cfg.mapping
-        j = ax.cfg.joint
-        # the firmware's estimates are float32: a value past its range saturates there
-        # (the reply still goes out), it never stops the device answering
-        return (_f32_saturate(float(mp.joint_to_motor_position(q[j])) / _TWO_PI + ax.pos_offset_rev),
-                _f32_saturate(float(mp.joint_to_motor_velocity(qd[j])) / _TWO_PI))
+        # JointMapping.joint_to_motor_position / _velocity on floats (the same operations in the
+        # same order as on its 0-d arrays: the same values), without the arrays.  The
+        # firmware's estimates are float32: a value past its range saturates there (the reply
+        # still goes out), it never stops the device answering
+        return (_f32_saturate(mp.sign * (q - mp.offset_rad) * mp.gear_ratio / _TWO_PI + ax.pos_offset_rev),
+                _f32_saturate(mp.sign * qd * mp.gear_ratio / _TWO_PI))
 
     def _applied_motor_torque(self, ax: _Axis) -> float:
         return float(ax.cfg.mapping.joint_to_motor_torque(self.plant.applied_torque_nm[ax.cfg.joint]))
@@ -489,6 +512,7 @@ class OdriveEmulator(EmulatedDevice):
             ax = self._axes.get(node)
             if ax is None or ax.silent:
                 return None
+            self._timers_changed()         # what follows may change the axes' timers
             ax.last_feed_t = t_s           # any frame for the axis feeds the watchdog
             data = b"" if msg.is_remote_frame else bytes(msg.data)
             try:

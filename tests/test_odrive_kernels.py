@@ -1,0 +1,125 @@
+"""The ODrive CAN driver's compiled encoder (:mod:`drivers._odrive_kernels`) against the codec.
+
+A command of torques only is encoded for every axis by one compiled call; the frames must be
+the ones :func:`drivers.codecs.odrive.encode_set_input_torque` makes from the driver's mapping
+and clamp (``t_m = sign * tau / (gear * efficiency)``, clamped to ``torque_limit_nm``), byte
+for byte, with the same saturation count; a command the codec refuses raises the same error
+and sends nothing.  The reference here is the codec's float32 packing (``struct``), and the
+same command with zero gains, which takes the driver's per-axis Python path.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+
+import numpy as np
+import pytest
+
+from dynamics.errors import DriverError
+from drivers.base import Command, JointMapping
+from drivers.codecs import odrive as odc
+from drivers.odrive import OdriveAxis, OdriveCanDriver
+from drivers.transport import CanTransport
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+class _Bus:
+    """A bus that records what is sent and never answers."""
+
+    def __init__(self):
+        self.sent = []
+        self.q = deque()
+
+    def send(self, msg, timeout=None):
+        self.sent.append(msg)
+
+    def recv(self, timeout=None):
+        return None
+
+    def shutdown(self):
+        pass
+
+
+MAPPINGS = [JointMapping(), JointMapping(gear_ratio=628.3185307179587),
+            JointMapping(gear_ratio=9.0, sign=-1, offset_rad=0.3, efficiency=0.9),
+            JointMapping(gear_ratio=1.0, sign=-1, efficiency=0.5)]
+
+
+def _driver(limits):
+    bus = _Bus()
+    t = CanTransport.from_bus(bus, name="k")
+    axes = [OdriveAxis(t, i, MAPPINGS[i % len(MAPPINGS)], f"a{i}", torque_limit_nm=lim)
+            for i, lim in enumerate(limits)]
+    return OdriveCanDriver(axes, now=lambda: 0.0, torque_feedback="none"), bus
+
+
+def _codec_frames(drv, tau):
+    """Each axis' frame by the codec, from the driver's mapping and clamp (the reference)."""
+    out, sat = [], 0
+    for j, ax in enumerate(drv.axes):
+        m = ax.mapping
+        t_m = m.sign * float(tau[j]) / (m.gear_ratio * m.efficiency)
+        if ax.torque_limit_nm is not None and abs(t_m) > ax.torque_limit_nm:
+            t_m = math.copysign(ax.torque_limit_nm, t_m)
+            sat += 1
+        out.append((odc.arbitration_id(ax.node_id, odc.Cmd.SET_INPUT_TORQUE), odc.encode_set_input_torque(t_m)))
+    return out, sat
+
+
+def test_torque_only_frames_equal_the_codecs_byte_for_byte(monkeypatch):
+    import drivers.odrive as od
+
+    drv, _ = _driver([None, 2.5, 0.75, None, 1e38, 3.0])
+    used = []
+    fast = od._ok.encode_set_input_torque
+    monkeypatch.setattr(od._ok, "encode_set_input_torque", lambda *a: used.append(1) or fast(*a))
+    rng = np.random.default_rng(38)
+    taus = [rng.normal(0, s, 6) for s in (1e-3, 1.0, 30.0, 3e3) for _ in range(250)]
+    # float32 rounding ties and neighbours, subnormals, signed zeros, the float32 edge
+    f32 = rng.normal(0, 1, 200).astype(np.float32).astype(np.float64)
+    taus += [np.full(6, x) * s for x in (np.nextafter(f32, 2.0) + f32) / 2 for s in (1.0,)][:200]
+    taus += [np.array([5e-324, -5e-324, 1e-45, -1e-39, 0.0, -0.0]),
+             np.array([3e38, -3e38, 1e300, -1e300, 3.4e38, -3.4e38]),
+             np.array([F32_MAX, -F32_MAX, 2.0, -2.0, 1e38 * 9.0, 0.0])]
+    zeros = np.zeros(6)
+    refused = 0
+    for tau in taus:
+        try:
+            want, want_sat = _codec_frames(drv, tau)
+        except DriverError as err:           # the codec refuses: so does the driver, with its words
+            with pytest.raises(DriverError, match=re.escape(str(err))):
+                drv._request(Command(tau))
+            refused += 1
+            continue
+        got = drv._request(Command(tau))
+        assert got == want
+        assert drv.last_saturated == want_sat and type(drv.last_saturated) is int
+        general = drv._request(Command(tau, kp_nm_per_rad=zeros, kd_nm_s_per_rad=zeros))
+        assert general == want and drv.last_saturated == want_sat
+        assert [(f.arbitration_id, f.data) for f in drv.make_commands(Command(tau))] == want
+    assert len(used) >= len(taus) and 0 < refused < 5
+
+
+@pytest.mark.parametrize("bad", [np.array([0.0, math.nan, 0, 0, 0, 0]), np.array([math.inf, 0, 0, 0, 0, 0]),
+                                 np.array([1e300, 0, 0, 0, 0, 0]), np.zeros(5), np.zeros(6, dtype=np.float32)])
+def test_refused_commands_raise_as_the_per_axis_path_and_send_nothing(bad):
+    # axis 0 unclamped on a 1:1 mapping: 1e300 N m is past float32 and refused by the codec
+    drv, bus = _driver([None] * 6)
+    drv._enabled_cmd = True
+    errors = []
+    for cmd in (Command(bad), Command(bad, kp_nm_per_rad=np.zeros(6), kd_nm_s_per_rad=np.zeros(6))):
+        try:
+            drv._request(cmd)
+        except DriverError as err:
+            errors.append(str(err))
+    if bad.dtype == np.float32:      # a float32 vector is a valid command: the per-axis path encodes it
+        assert errors == []
+        assert drv._request(Command(bad)) == _codec_frames(drv, bad)[0]
+        return
+    assert len(errors) == 2 and errors[0] == errors[1]
+    with pytest.raises(DriverError):
+        drv.cycle(Command(bad))
+    assert bus.sent == []
