@@ -26,6 +26,9 @@ __all__ = ["LiveServer", "live_available", "replay", "HOST"]
 
 #: the only address the server binds to (a viewer on this machine, or through an SSH tunnel)
 HOST = "127.0.0.1"
+#: seconds of messages (two channels at the decimated rate) buffered per viewer before the
+#: oldest are dropped
+BACKLOG_S = 4.0
 
 
 def live_available() -> str | None:
@@ -49,10 +52,16 @@ class LiveServer:
         TCP port on 127.0.0.1; 0: one the OS chooses (:attr:`port` tells which).
     name : str
         The server's name shown by the viewer.
+    speed : float
+        Cycle time per second of wall time (1 for a run, X for ``replay --speed X``): with
+        ``rate_hz`` it sizes the per-viewer buffer to :data:`BACKLOG_S` seconds of messages (at
+        least foxglove-sdk's default 1024), so a viewer that falls behind for a moment (a
+        stalled process, a block of rows sent at once) loses nothing; one further behind loses
+        the oldest messages, and the loop never waits.
     """
 
     def __init__(self, dtype: np.dtype, joint_names, axis_names, *, torque_limit_nm=None, start_ns: int,
-                 rate_hz: float = 50.0, port: int = 0, name: str = "torqueloop"):
+                 rate_hz: float = 50.0, port: int = 0, name: str = "torqueloop", speed: float = 1.0):
         why = live_available()
         if why is not None:
             raise ConfigError(why, field="telemetry.live")
@@ -80,8 +89,9 @@ class LiveServer:
                 ev.set()
 
         self._ctx = foxglove.Context()
+        backlog = max(1024, int(np.ceil(BACKLOG_S * 2.0 * self.rate_hz * max(float(speed), 1.0))) + 64)
         self._server = foxglove.start_server(name=name, host=HOST, port=int(port), context=self._ctx,
-                                             server_listener=_Listener())
+                                             server_listener=_Listener(), message_backlog_size=backlog)
         try:
             def channel(topic, schema_name, text):
                 return foxglove.Channel(topic, schema=foxglove.Schema(name=schema_name, encoding="ros2msg",
@@ -210,7 +220,7 @@ def replay(log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: in
     from .telemetry_ros2 import torque_limits
     n = log.dtype["q"].shape[0]
     srv = LiveServer(log.dtype, joint_names, axis_names, torque_limit_nm=torque_limits(meta.get("torque_limit"), n),
-                     start_ns=start_ns, rate_hz=rate_hz, port=port, name="torqueloop replay")
+                     start_ns=start_ns, rate_hz=rate_hz, port=port, name="torqueloop replay", speed=speed)
     try:
         if on_ready is not None:
             on_ready(srv.address)

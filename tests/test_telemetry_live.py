@@ -76,13 +76,14 @@ class Client:
         schema = mcap_records.Schema(id=1, name=ch["schemaName"], encoding="ros2msg", data=ch["schema"].encode())
         return ros2_decoder.DecoderFactory().decoder_for("cdr", schema)
 
-    def read(self, count: int | None = None) -> None:
-        """Collect messages until the server closes (or ``count`` are in)."""
+    def read(self, count: int | None = None, timeout_s: float = 600.0) -> None:
+        """Collect messages until the server closes (or ``count`` are in); TimeoutError when
+        nothing comes for ``timeout_s``."""
         from websockets.exceptions import ConnectionClosed
         got = 0
         while count is None or got < count:
             try:
-                msg = self.ws.recv(timeout=600)
+                msg = self.ws.recv(timeout=timeout_s)
             except ConnectionClosed:
                 return
             if isinstance(msg, bytes) and msg[0] == 1:
@@ -274,3 +275,31 @@ def test_the_live_keys_take_their_type_and_range_or_name_file_and_field(key, val
         assert not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value <= 1e5
     else:
         assert type(value) is int and 0 <= value <= 65535
+
+
+def test_a_viewer_that_falls_behind_for_a_moment_loses_nothing():
+    """A block of rows sent at once (a replay catching up after a stall, or a flush of the ring)
+    while the viewer does not read: up to BACKLOG_S seconds of messages wait for it (foxglove-sdk's
+    default buffer, 1024 messages, dropped the oldest of such a block)."""
+    import time
+
+    from controller.telemetry import log_dtype
+    from controller.telemetry_live import BACKLOG_S, LiveServer
+
+    rate = 500.0
+    srv = LiveServer(log_dtype(3, 3), ["a", "b", "c"], ["x", "y", "phi"], start_ns=0, rate_hz=rate)
+    try:
+        c = Client(srv.address)
+        assert srv.subscribed.wait(60)
+        time.sleep(0.5)                         # the subscription reaches every channel
+        rows = np.zeros(int(0.8 * BACKLOG_S * rate), dtype=log_dtype(3, 3))   # 3 200 messages
+        rows["t"] = np.arange(rows.size) / rate
+        rows["q"] = np.arange(rows.size)[:, None] * [1.0, 2.0, 3.0]
+        assert srv.publish(rows) == rows.size   # all at once, nobody reading
+        while min(len(c.received["/joint_states"]), len(c.received["/torqueloop/cycle"])) < rows.size:
+            c.read(count=1, timeout_s=20.0)     # (and the /rosout message of the safety state)
+        js = c.decoded("/joint_states")
+        assert len(js) == rows.size and len(c.received["/torqueloop/cycle"]) == rows.size
+        np.testing.assert_array_equal([m.position for _, m in js], rows["q"])
+    finally:
+        srv.close(linger_s=0.0)
