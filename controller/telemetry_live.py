@@ -26,6 +26,10 @@ __all__ = ["LiveServer", "live_available", "replay", "HOST"]
 
 #: the only address the server binds to (a viewer on this machine, or through an SSH tunnel)
 HOST = "127.0.0.1"
+#: the channels a viewer may subscribe to
+TOPICS = ("/joint_states", "/torqueloop/cycle", "/rosout")
+#: how long after a viewer's first subscription the data start when it did not subscribe to all
+SUBSCRIBE_GRACE_S = 0.5
 #: seconds of messages (two channels at the decimated rate) buffered per viewer before the
 #: oldest are dropped
 BACKLOG_S = 4.0
@@ -80,13 +84,25 @@ class LiveServer:
         self._bin = -1                  # the last decimation bin sent (floor(t * rate_hz))
         self.messages = 0               # messages given to the server
         self.rows_sent = 0
-        #: set when a viewer subscribes to a channel
+        #: set when a viewer has subscribed to every channel, or SUBSCRIBE_GRACE_S after its first
+        #: subscription (a viewer subscribes to the channels it shows, in one request, but the
+        #: server reports them one by one: data sent after the first alone would miss the others)
         self.subscribed = threading.Event()
         ev = self.subscribed
+        topics: set[str] = set()
+        lock = threading.Lock()
 
         class _Listener(ServerListener):
             def on_subscribe(self, client, channel):    # noqa: ARG002 - the SDK's signature
-                ev.set()
+                with lock:
+                    first = not topics
+                    topics.add(str(getattr(channel, "topic", channel)))
+                    if topics >= set(TOPICS):
+                        ev.set()
+                    elif first:
+                        t = threading.Timer(SUBSCRIBE_GRACE_S, ev.set)
+                        t.daemon = True
+                        t.start()
 
         self._ctx = foxglove.Context()
         backlog = max(1024, int(np.ceil(BACKLOG_S * 2.0 * self.rate_hz * max(float(speed), 1.0))) + 64)
@@ -97,9 +113,9 @@ class LiveServer:
                 return foxglove.Channel(topic, schema=foxglove.Schema(name=schema_name, encoding="ros2msg",
                                                                       data=text.encode()),
                                         message_encoding="cdr", context=self._ctx)
-            self._ch_joint = channel("/joint_states", "sensor_msgs/msg/JointState", JOINT_STATE_MSG)
-            self._ch_cycle = channel("/torqueloop/cycle", "torqueloop_msgs/msg/ControlCycle", CYCLE_MSG)
-            self._ch_log = channel("/rosout", "rcl_interfaces/msg/Log", LOG_MSG)
+            self._ch_joint = channel(TOPICS[0], "sensor_msgs/msg/JointState", JOINT_STATE_MSG)
+            self._ch_cycle = channel(TOPICS[1], "torqueloop_msgs/msg/ControlCycle", CYCLE_MSG)
+            self._ch_log = channel(TOPICS[2], "rcl_interfaces/msg/Log", LOG_MSG)
             self._port = int(self._server.port)
         except BaseException:
             self._server.stop()

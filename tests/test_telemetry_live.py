@@ -290,8 +290,7 @@ def test_a_viewer_that_falls_behind_for_a_moment_loses_nothing():
     srv = LiveServer(log_dtype(3, 3), ["a", "b", "c"], ["x", "y", "phi"], start_ns=0, rate_hz=rate)
     try:
         c = Client(srv.address)
-        assert srv.subscribed.wait(60)
-        time.sleep(0.5)                         # the subscription reaches every channel
+        assert srv.subscribed.wait(60)          # set once the viewer subscribed to every channel
         rows = np.zeros(int(0.8 * BACKLOG_S * rate), dtype=log_dtype(3, 3))   # 3 200 messages
         rows["t"] = np.arange(rows.size) / rate
         rows["q"] = np.arange(rows.size)[:, None] * [1.0, 2.0, 3.0]
@@ -303,3 +302,27 @@ def test_a_viewer_that_falls_behind_for_a_moment_loses_nothing():
         np.testing.assert_array_equal([m.position for _, m in js], rows["q"])
     finally:
         srv.close(linger_s=0.0)
+
+
+
+def test_data_start_only_when_the_viewer_subscribed_to_every_channel():
+    """`--wait-viewer`: the first rows go out when the viewer's subscriptions to all three channels
+    are in (the server reports them one by one; the replay test once lost the first
+    /torqueloop/cycle message, sent after /joint_states alone was subscribed)."""
+    from controller.telemetry import log_dtype
+    from controller.telemetry_live import LiveServer
+
+    for _ in range(5):
+        srv = LiveServer(log_dtype(3, 3), ["a", "b", "c"], ["x", "y", "phi"], start_ns=0, rate_hz=100.0)
+        try:
+            c = Client(srv.address)
+            assert srv.subscribed.wait(60)
+            rows = np.zeros(5, dtype=log_dtype(3, 3))
+            rows["t"] = np.arange(5) / 100.0
+            srv.publish(rows)
+            while min(len(c.received["/joint_states"]), len(c.received["/torqueloop/cycle"])) < 5:
+                c.read(count=1, timeout_s=20.0)
+            for topic in ("/joint_states", "/torqueloop/cycle"):
+                assert [t for t, _ in c.received[topic]] == [int(round(x * 1e9)) for x in rows["t"]], topic
+        finally:
+            srv.close(linger_s=0.0)
