@@ -455,7 +455,12 @@ def test_read_only_install_for_real(tmp_path):
         xdg.chmod(0o777)
         for p in (root, root / "pkg", pycache):
             p.chmod(0o555)
-        out = subprocess.run([python, "-c", AS_USER, str(GUARD_FILE), str(root)], cwd=base,
+        # the guard as a file the other user can read (a checkout may sit in a folder only its
+        # owner can enter, as `mktemp -d` makes it)
+        guard = base / GUARD_FILE.name
+        shutil.copyfile(GUARD_FILE, guard)
+        guard.chmod(0o644)
+        out = subprocess.run([python, "-c", AS_USER, str(guard), str(root)], cwd=base,
                              env=_env(XDG_CACHE_HOME=str(xdg)), capture_output=True, text=True,
                              timeout=60, user=nobody)
         assert (out.returncode, out.stdout, out.stderr) == (0, "0\n", "")
