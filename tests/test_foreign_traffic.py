@@ -174,6 +174,34 @@ def test_a_second_controller_finds_the_ids_busy_and_sends_nothing():
         sniffer.shutdown()
 
 
+def test_frames_that_arrived_while_the_listener_was_descheduled_are_heard():
+    """The process is descheduled past its listening deadline (a loaded machine): what another
+    controller sent meanwhile is queued but was never read in the window; it is read before the
+    first frame, and the ids are busy (the old loop ended at the deadline and sent ENTER)."""
+    channel = f"stalled-{time.monotonic_ns()}"
+    other = can.Bus(interface="virtual", channel=channel)
+    try:
+        tr = CanTransport("virtual", channel)
+        drv = MitCanDriver([MitJoint(tr, i, AK80_9) for i in (1, 2)], now=time.monotonic,
+                           enable_timeout_s=0.01, enable_tries=1)
+        drv.listen_s = 0.0          # the window is over before the first read: the stall
+        orig, state = tr.recv_fields, {"sent": False}
+
+        def recv_fields(timeout_s=0.0):
+            f = orig(timeout_s)
+            if f is None and not state["sent"]:     # the history is read: the other one sends now
+                state["sent"] = True
+                other.send(can.Message(arbitration_id=2, data=other_payload(), is_extended_id=False))
+            return f
+        tr.recv_fields = recv_fields
+        with pytest.raises(ForeignTrafficError, match="command frames to motor id 2"):
+            drv.enable()
+        drv.close()
+        assert other.recv(0.0) is None          # nothing was sent: no ENTER, no EXIT
+    finally:
+        other.shutdown()
+
+
 def other_payload():
     return mitc.encode_command(0.0, 0.0, 0.0, 0.0, 0.0, AK80_9)
 
