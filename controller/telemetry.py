@@ -413,6 +413,9 @@ class TelemetryWriter:
         tells where.  None (default): no live view.
     torque_limit_nm : array_like, shape (n,), optional
         The torque limits, recorded beside the torques in the MCAP file.
+
+    ``meta["robot_file"]`` (and ``meta["space"]``), when given, put the robot's frames on the
+    MCAP file's and the live view's ``/tf`` (computed in the writer process).
     """
 
     def __init__(self, directory, n: int, dim: int, *, buffer_rows: int = 200, meta: dict | None = None,
@@ -467,7 +470,9 @@ class TelemetryWriter:
                     _column_labels(self.dim, axis_names, "axis_names"), torque_limit_nm=torque_limit_nm,
                     ring_rows=max(rings) if rings else 65536, start_ns=utc_ns(self.meta["start_time_utc"]),
                     live=None if live is None else {"rate_hz": float(live.get("rate_hz", 50.0)),
-                                                    "port": int(live.get("port", 0))})
+                                                    "port": int(live.get("port", 0))},
+                    frames={"robot_file": str(self.meta["robot_file"]), "space": str(self.meta.get("space", "joint"))}
+                    if self.meta.get("robot_file") else None)
             except BaseException:
                 self._fh.close()
                 raise

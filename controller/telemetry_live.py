@@ -26,7 +26,7 @@ __all__ = ["LiveServer", "live_available", "replay", "HOST"]
 
 #: the only address the server binds to (a viewer on this machine, or through an SSH tunnel)
 HOST = "127.0.0.1"
-#: the channels a viewer may subscribe to
+#: the channels a viewer may subscribe to (and ``/tf`` with the robot's frames)
 TOPICS = ("/joint_states", "/torqueloop/cycle", "/rosout")
 #: how long after a viewer's first subscription the data start when it did not subscribe to all
 SUBSCRIBE_GRACE_S = 0.5
@@ -62,10 +62,12 @@ class LiveServer:
         least foxglove-sdk's default 1024), so a viewer that falls behind for a moment (a
         stalled process, a block of rows sent at once) loses nothing; one further behind loses
         the oldest messages, and the loop never waits.
+    frames : controller.telemetry_ros2.FrameEncoder, optional
+        The robot's frames, sent on ``/tf`` with every row sent (None: no ``/tf``).
     """
 
     def __init__(self, dtype: np.dtype, joint_names, axis_names, *, torque_limit_nm=None, start_ns: int,
-                 rate_hz: float = 50.0, port: int = 0, name: str = "torqueloop", speed: float = 1.0):
+                 rate_hz: float = 50.0, port: int = 0, name: str = "torqueloop", speed: float = 1.0, frames=None):
         why = live_available()
         if why is not None:
             raise ConfigError(why, field="telemetry.live")
@@ -74,14 +76,15 @@ class LiveServer:
         import foxglove
         from foxglove.websocket import ServerListener
 
-        from .telemetry_ros2 import CYCLE_MSG, JOINT_STATE_MSG, LOG_MSG, RowEncoder
+        from .telemetry_ros2 import CYCLE_MSG, JOINT_STATE_MSG, LOG_MSG, TF_MSG, Decimator, RowEncoder
         n = np.dtype(dtype)["q"].shape[0]
         lim = np.full(n, np.nan) if torque_limit_nm is None else np.asarray(torque_limit_nm, float)
         self.start_ns = int(start_ns)
         self.rate_hz = float(rate_hz)
         self._enc = RowEncoder(dtype, [str(v) for v in joint_names], [str(v) for v in axis_names],
                                np.broadcast_to(lim, (n,)).astype(float), self.start_ns)
-        self._bin = -1                  # the last decimation bin sent (floor(t * rate_hz))
+        self._rows = Decimator(self.rate_hz)
+        self._frames = frames
         self.messages = 0               # messages given to the server
         self.rows_sent = 0
         #: set when a viewer has subscribed to every channel, or SUBSCRIBE_GRACE_S after its first
@@ -90,6 +93,7 @@ class LiveServer:
         self.subscribed = threading.Event()
         ev = self.subscribed
         topics: set[str] = set()
+        wanted = set(TOPICS) | ({"/tf"} if frames is not None else set())
         lock = threading.Lock()
 
         class _Listener(ServerListener):
@@ -97,7 +101,7 @@ class LiveServer:
                 with lock:
                     first = not topics
                     topics.add(str(getattr(channel, "topic", channel)))
-                    if topics >= set(TOPICS):
+                    if topics >= wanted:
                         ev.set()
                     elif first:
                         t = threading.Timer(SUBSCRIBE_GRACE_S, ev.set)
@@ -105,7 +109,7 @@ class LiveServer:
                         t.start()
 
         self._ctx = foxglove.Context()
-        backlog = max(1024, int(np.ceil(BACKLOG_S * 2.0 * self.rate_hz * max(float(speed), 1.0))) + 64)
+        backlog = max(1024, int(np.ceil(BACKLOG_S * (2.0 if frames is None else 3.0) * self.rate_hz * max(float(speed), 1.0))) + 64)
         self._server = foxglove.start_server(name=name, host=HOST, port=int(port), context=self._ctx,
                                              server_listener=_Listener(), message_backlog_size=backlog)
         try:
@@ -116,6 +120,7 @@ class LiveServer:
             self._ch_joint = channel(TOPICS[0], "sensor_msgs/msg/JointState", JOINT_STATE_MSG)
             self._ch_cycle = channel(TOPICS[1], "torqueloop_msgs/msg/ControlCycle", CYCLE_MSG)
             self._ch_log = channel(TOPICS[2], "rcl_interfaces/msg/Log", LOG_MSG)
+            self._ch_tf = None if frames is None else channel("/tf", "tf2_msgs/msg/TFMessage", TF_MSG)
             self._port = int(self._server.port)
         except BaseException:
             self._server.stop()
@@ -148,14 +153,16 @@ class LiveServer:
         """
         if rows.shape[0] == 0 or self.closed:
             return 0
-        bins = np.floor(rows["t"] * self.rate_hz + 1e-6).astype(np.int64)     # t = k / rate: bin k
-        keep = np.flatnonzero(np.diff(bins, prepend=self._bin) > 0)
-        self._bin = max(self._bin, int(bins[-1]))
+        keep = self._rows.keep(rows["t"])
         changes = self._enc.safety_changes(rows)
         c = 0
+        tf = {}
         if keep.size:
             sent = rows[keep]
             stamp, joint, cyc = self._enc.encode(sent)
+            if self._frames is not None:
+                tf_stamp, tf_msgs = self._frames.encode(sent)
+                tf = {int(v): tf_msgs[i] for i, v in enumerate(tf_stamp)}
         for i, j in enumerate(keep):
             while c < len(changes) and changes[c][0] <= j:
                 self._log_change(rows, changes[c])
@@ -164,6 +171,9 @@ class LiveServer:
             self._ch_joint.log(joint[i].tobytes(), log_time=ts)
             self._ch_cycle.log(cyc[i].tobytes(), log_time=ts)
             self.messages += 2
+            if ts in tf:
+                self._ch_tf.log(tf[ts].tobytes(), log_time=ts)
+                self.messages += 1
         for ch in changes[c:]:
             self._log_change(rows, ch)
         self.rows_sent += int(keep.size)
@@ -202,7 +212,7 @@ class LiveServer:
 
 def replay(log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: int, speed: float = 1.0,
            rate_hz: float = 50.0, port: int = 0, wait_viewer_s: float = 0.0, on_ready=None,
-           block_s: float = 0.02) -> dict:
+           block_s: float = 0.02, frames=None) -> dict:
     """Stream a recorded log through a :class:`LiveServer` as if live, at ``speed`` times its pace.
 
     Parameters
@@ -225,6 +235,8 @@ def replay(log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: in
         Called with the server's address once it listens (the CLI prints it).
     block_s : float
         Wall-clock time between sends [s].
+    frames : controller.telemetry_ros2.FrameEncoder, optional
+        The robot's frames on ``/tf``.
 
     Returns
     -------
@@ -236,7 +248,8 @@ def replay(log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: in
     from .telemetry_ros2 import torque_limits
     n = log.dtype["q"].shape[0]
     srv = LiveServer(log.dtype, joint_names, axis_names, torque_limit_nm=torque_limits(meta.get("torque_limit"), n),
-                     start_ns=start_ns, rate_hz=rate_hz, port=port, name="torqueloop replay", speed=speed)
+                     start_ns=start_ns, rate_hz=rate_hz, port=port, name="torqueloop replay", speed=speed,
+                     frames=frames)
     try:
         if on_ready is not None:
             on_ready(srv.address)

@@ -16,6 +16,11 @@ PlotJuggler decode them from the schema text, no ROS installation needed):
 ``/torqueloop/cycle``  ``torqueloop_msgs/msg/ControlCycle`` (its text: :data:`CYCLE_MSG`)
     one per cycle: reference, tracking error, controller / commanded / measured torque and the
     torque limit, clipped flags, safety code, lateness and compute time, drive flags.
+``/tf``  ``tf2_msgs/msg/TFMessage``
+    the robot's frames (a serial arm's links and tool; a parallel robot's base, platform and
+    actuated links) by the model's own kinematics at the logged joint positions, at most
+    :data:`~controller.telemetry_ros2.TF_RATE_HZ` per second of cycle time
+    (:class:`~controller.telemetry_ros2.FrameEncoder`); when the run names its robot file.
 ``/rosout``  ``rcl_interfaces/msg/Log``
     every change of the safety state and every fault of the run (the faults at the end, with
     their own time stamps), the dropped rows.
@@ -46,8 +51,8 @@ import numpy as np
 
 from dynamics.errors import ConfigError, TorqueloopError
 
-from .telemetry_ros2 import (CYCLE_MSG, JOINT_STATE_MSG, LOG_MSG, RowEncoder, _cdr_log,  # noqa: F401 - re-exported
-                             fault_logs, missing, safety_text, torque_limits)
+from .telemetry_ros2 import (CYCLE_MSG, JOINT_STATE_MSG, LOG_MSG, TF_MSG, TF_RATE_HZ,  # noqa: F401 - re-exported
+                             Decimator, RowEncoder, _cdr_log, fault_logs, missing, safety_text, torque_limits)
 
 __all__ = ["McapRecorder", "McapFile", "write_mcap", "CYCLE_MSG", "JOINT_STATE_MSG", "LOG_MSG", "mcap_available"]
 
@@ -78,10 +83,13 @@ class McapFile:
     start_ns : int
         The run's start, ns since the epoch (message time = start + cycle time).
     compression : {"zstd", "lz4", "none"}
+    frames : controller.telemetry_ros2.FrameEncoder, optional
+        The robot's frames on ``/tf`` (at most :data:`~controller.telemetry_ros2.TF_RATE_HZ`
+        messages per second of cycle time); None: no ``/tf``.
     """
 
     def __init__(self, path, dtype: np.dtype, joint_names, axis_names, *, torque_limit_nm=None,
-                 start_ns: int, compression: str = "zstd"):
+                 start_ns: int, compression: str = "zstd", frames=None):
         why = mcap_available()
         if why is not None:
             raise ConfigError(why, field="telemetry.mcap")
@@ -108,6 +116,11 @@ class McapFile:
         self._ch_joint = self._w.register_channel("/joint_states", "cdr", js)
         self._ch_cycle = self._w.register_channel("/torqueloop/cycle", "cdr", cs)
         self._ch_log = self._w.register_channel("/rosout", "cdr", ls)
+        self._frames = frames
+        self._tf_rows = Decimator(TF_RATE_HZ)
+        if frames is not None:
+            ts_ = self._w.register_schema("tf2_msgs/msg/TFMessage", "ros2msg", TF_MSG.encode())
+            self._ch_tf = self._w.register_channel("/tf", "cdr", ts_)
         self._w.add_metadata("torqueloop.run", {
             "joint_names": json.dumps(self.joint_names), "axis_names": json.dumps(self.axis_names),
             "n": str(self.n), "dim": str(self.dim), "torque_limit": json.dumps(_finite_or_str(self.torque_limit_nm)),
@@ -115,11 +128,15 @@ class McapFile:
             "channels": json.dumps({"/joint_states": "position q, velocity qd (as used by the controller), "
                                                      "effort tau_meas",
                                     "/torqueloop/cycle": "the other columns of log.npy",
+                                    **({"/tf": f"the robot's frames (root 'world') at most {TF_RATE_HZ:g} "
+                                               "per second of cycle time"} if frames is not None else {}),
                                     "/rosout": "safety state changes, faults, dropped rows"})})
         self._enc = RowEncoder(self.dtype, self.joint_names, self.axis_names, self.torque_limit_nm,
                                self.start_ns)
         self.rows_written = 0
         self.messages = 0
+        #: ``/tf`` messages written
+        self.tf_messages = 0
 
     def write_rows(self, rows: np.ndarray) -> None:
         """Encode and write rows: a JointState and a ControlCycle each, and a Log message where
@@ -147,6 +164,14 @@ class McapFile:
                 self.log(ts, *changes[c][1:])
                 c += 1
             self.rows_written += 1
+        if self._frames is not None:
+            stamp, msgs = self._frames.encode(rows[self._tf_rows.keep(rows["t"])])
+            for j in range(stamp.size):
+                ts = int(stamp[j])
+                w.add_message(self._ch_tf, log_time=ts, data=msgs[j].tobytes(), publish_time=ts,
+                              sequence=self.tf_messages)
+                self.tf_messages += 1
+            self.messages += stamp.size
 
     def log(self, stamp_ns: int, level: int, name: str, text: str) -> None:
         """Write one ``/rosout`` message.
@@ -254,13 +279,19 @@ class McapRecorder:
         Rows the ring holds (preallocated shared memory: ``ring_rows * dtype.itemsize`` bytes).
     start_ns : int, optional
         The run's start, ns since the epoch (default: now).
+    frames : dict, optional
+        The robot's frames on ``/tf`` (file and live view): ``{"robot_file": path, "space":
+        "joint"|"task"}``; the writer process loads the model (its kernels from numba's cache,
+        compiled by the control process moments before) before it reports ready.  A model
+        that cannot be loaded leaves ``/tf`` out (``tf_error`` in :meth:`stats`).
     start_timeout_s : float
-        How long to wait for the writer process to open the file.
+        How long to wait for the writer process to open the file (and load the model: a
+        read-only install compiles its kernels again).
     """
 
     def __init__(self, path, dtype: np.dtype, joint_names, axis_names, *, torque_limit_nm=None,
                  ring_rows: int = 65536, start_ns: int | None = None, compression: str = "zstd",
-                 start_timeout_s: float = 60.0, live: dict | None = None):
+                 start_timeout_s: float = 300.0, live: dict | None = None, frames: dict | None = None):
         from multiprocessing import shared_memory
         why = mcap_available() if path is not None else None
         if why is not None:
@@ -306,7 +337,7 @@ class McapRecorder:
                 "path": None if self.path is None else str(self.path), "live": live,
                 "joint_names": [str(v) for v in joint_names], "axis_names": [str(v) for v in axis_names],
                 "torque_limit_nm": None if torque_limit_nm is None else np.asarray(torque_limit_nm, float),
-                "start_ns": self.start_ns, "compression": compression})
+                "start_ns": self.start_ns, "compression": compression, "frames": frames})
             if not _readable(self._proc.stdout, start_timeout_s):
                 raise TorqueloopError(f"{self._what}: the telemetry writer process did not start within "
                                       f"{start_timeout_s:g} s")
@@ -456,13 +487,15 @@ class McapRecorder:
 
     def stats(self) -> dict:
         """``path``, ``rows_written``, ``rows_dropped``, ``dropped_t_s``, ``messages``, ``ring_rows``,
-        ``error``; ``live`` (:meth:`controller.telemetry_live.LiveServer.stats`) with the live view."""
+        ``error``, ``tf_messages`` (``/tf`` in the file), ``tf_skipped`` (rows whose kinematics
+        failed), ``tf_error`` (the model could not be loaded); ``live`` (:meth:`controller.telemetry_live.LiveServer.stats`) with the live view."""
         r = self._result or {}
         return {"path": None if self.path is None else str(self.path), "live": r.get("live"),
                 "rows_written": int(r.get("rows_written", 0)),
                 "rows_dropped": self.rows_dropped + int(r.get("rows_lost", 0)),
                 "dropped_t_s": list(self.dropped_t), "messages": int(r.get("messages", 0)),
-                "ring_rows": self._cap, "error": r.get("error")}
+                "ring_rows": self._cap, "error": r.get("error"), "tf_messages": int(r.get("tf_messages", 0)),
+                "tf_skipped": int(r.get("tf_skipped", 0)), "tf_error": r.get("tf_error")}
 
 
 def _writer_main() -> None:
@@ -489,14 +522,22 @@ def _writer_main() -> None:
         cap = int(p["cap"])
         ctr = np.ndarray((2,), np.int64, buffer=shm.buf)
         ring = np.ndarray((cap,), p["dtype"], buffer=shm.buf, offset=_HEADER)
-        f = live = None
+        f = live = frames = tf_error = None
+        if p.get("frames"):
+            from .telemetry_ros2 import frame_encoder
+            try:
+                frames = frame_encoder(p["frames"]["robot_file"], p["start_ns"], p["frames"].get("space", "joint"))
+            except Exception as err:  # noqa: BLE001 - no /tf then; reported at close
+                tf_error = f"{type(err).__name__}: {err}"
         if p["path"] is not None:
             f = McapFile(p["path"], p["dtype"], p["joint_names"], p["axis_names"],
-                         torque_limit_nm=p["torque_limit_nm"], start_ns=p["start_ns"], compression=p["compression"])
+                         torque_limit_nm=p["torque_limit_nm"], start_ns=p["start_ns"], compression=p["compression"],
+                         frames=frames)
         if p["live"] is not None:
             from .telemetry_live import LiveServer
             live = LiveServer(p["dtype"], p["joint_names"], p["axis_names"], torque_limit_nm=p["torque_limit_nm"],
-                              start_ns=p["start_ns"], rate_hz=p["live"]["rate_hz"], port=p["live"]["port"])
+                              start_ns=p["start_ns"], rate_hz=p["live"]["rate_hz"], port=p["live"]["port"],
+                              frames=None if frames is None else frames.copy())
     except Exception as err:  # noqa: BLE001 - reported to the parent
         _send(out, ("error", f"{type(err).__name__}: {err}"))
         return
@@ -566,6 +607,8 @@ def _writer_main() -> None:
     try:
         _send(out, ("done", {"rows_written": 0 if f is None else f.rows_written,
                              "messages": 0 if f is None else f.messages, "rows_lost": lost, "error": error,
+                             "tf_messages": 0 if f is None else f.tf_messages, "tf_error": tf_error,
+                             "tf_skipped": 0 if f is None or frames is None else f._frames.skipped,
                              "live": None if live is None else {**live.stats(), "error": live_error}}))
     except OSError:
         pass
@@ -575,7 +618,7 @@ def _finite_or_str(a) -> list:
     return [float(v) if np.isfinite(v) else str(float(v)) for v in np.asarray(a, float).ravel()]
 
 
-def write_mcap(path, log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: int) -> dict:
+def write_mcap(path, log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: int, frames=None) -> dict:
     """Write a whole log as an MCAP file in this thread (a run on disk: ``torqueloop export``).
 
     Parameters
@@ -590,16 +633,18 @@ def write_mcap(path, log: np.ndarray, meta: dict, joint_names, axis_names, *, st
         Lengths n and dim.
     start_ns : int
         The run's start, ns since the epoch.
+    frames : controller.telemetry_ros2.FrameEncoder, optional
+        The robot's frames on ``/tf``.
 
     Returns
     -------
     dict
-        ``path``, ``rows_written``, ``messages``.
+        ``path``, ``rows_written``, ``messages``, ``tf_messages``.
     """
     n = log.dtype["q"].shape[0]
     f = McapFile(path, log.dtype, joint_names, axis_names, torque_limit_nm=torque_limits(meta.get("torque_limit"), n),
-                 start_ns=start_ns)
+                 start_ns=start_ns, frames=frames)
     for a in range(0, log.shape[0], 1024):
         f.write_rows(log[a:a + 1024])
     f.finish(meta)
-    return {"path": str(path), "rows_written": f.rows_written, "messages": f.messages}
+    return {"path": str(path), "rows_written": f.rows_written, "messages": f.messages, "tf_messages": f.tf_messages}

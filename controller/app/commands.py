@@ -347,9 +347,10 @@ def export(args) -> int:
     if why is not None:
         raise TorqueloopError(why)
     flat, meta = read_log(run_dir, flat=True), read_meta(run_dir)
+    start_ns = _start_ns(run_dir, meta)
     st = write_mcap(out, read_log(run_dir), meta, column_labels(flat, "q"), column_labels(flat, "err"),
-                    start_ns=_start_ns(run_dir, meta))
-    print(f"{out} ({st['rows_written']} rows, {st['messages']} messages)")
+                    start_ns=start_ns, frames=_frames(run_dir, meta, start_ns))
+    print(f"{out} ({st['rows_written']} rows, {st['messages']} messages, {st['tf_messages']} on /tf)")
     return 0
 
 
@@ -379,6 +380,18 @@ def _start_ns(run_dir: Path, meta: dict) -> int:
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(f"meta.json has no readable start_time_utc ({type(err).__name__}: {err})",
                           str(run_dir / "meta.json"), "start_time_utc") from err
+
+
+def _frames(run_dir: Path, meta: dict, start_ns: int):
+    """The run's robot frames for ``/tf`` (:class:`controller.telemetry_ros2.FrameEncoder`), or
+    None (said on stderr) when its model cannot be loaded."""
+    from ..telemetry_ros2 import FrameEncoder
+    from .plots import _model_from_meta
+    try:
+        return FrameEncoder(_model_from_meta(meta), start_ns, str(meta.get("space", "joint")))
+    except (TorqueloopError, OSError) as err:
+        print(f"torqueloop: {run_dir}: no /tf (the robot's frames): {err}", file=sys.stderr)
+        return None
 
 
 def replay(args) -> int:
@@ -416,7 +429,8 @@ def replay(args) -> int:
 
     st = replay_live(log, meta, column_labels(flat, "q"), column_labels(flat, "err"),
                      start_ns=_start_ns(run_dir, meta), speed=args.speed, rate_hz=float(rate), port=port,
-                     wait_viewer_s=args.wait_viewer, on_ready=ready)
+                     wait_viewer_s=args.wait_viewer, on_ready=ready,
+                     frames=_frames(run_dir, meta, _start_ns(run_dir, meta)))
     print(f"torqueloop: replay done: {st['rows_sent']} rows, {st['messages']} messages")
     return 0
 
