@@ -29,11 +29,11 @@ from controller.telemetry_mcap import CYCLE_MSG, McapRecorder  # noqa: E402
 
 try:
     from tests.config_mutations import VALUES
-    from tests.telemetry_checks import CYCLE_FIELDS
+    from tests.telemetry_checks import CYCLE_FIELDS, check_rrr_tf
     from tests.telemetry_checks import equal as _equal
 except ImportError:  # pragma: no cover - rootdir not on sys.path
     from config_mutations import VALUES
-    from telemetry_checks import CYCLE_FIELDS
+    from telemetry_checks import CYCLE_FIELDS, check_rrr_tf
     from telemetry_checks import equal as _equal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,11 +243,70 @@ def test_the_recording_is_finished_when_the_control_process_is_killed(tmp_path):
     assert _equal([m.position for m in js], log["q"][:len(js)])
 
 
+def test_tf_read_back_by_rosbags_is_the_measured_pose_and_the_robots_geometry(recorded):
+    """/tf (tf2_msgs/msg/TFMessage from rosbags' own type store): one message per 1/50 s of cycle
+    time, the platform at the pose the controller measured, the links where the robot file's
+    geometry puts them (tests/telemetry_checks.py check_rrr_tf), unit quaternions."""
+    from controller.telemetry import utc_ns
+    from controller.telemetry_ros2 import TF_RATE_HZ
+    from dynamics import load_model
+
+    out, _ = recorded
+    log, meta = read_log(out), read_meta(out)
+    store = rosbags_typesys.get_typestore(rosbags_typesys.Stores.ROS2_HUMBLE)
+    raw = _raw(out / "log.mcap")["/tf"]
+    assert {schema for schema, _, _ in raw} == {"tf2_msgs/msg/TFMessage"}
+    msgs = [store.deserialize_cdr(data, schema) for schema, _, data in raw]
+    bins = np.unique(np.floor(log["t"] * TF_RATE_HZ + 1e-6))
+    start_ns = utc_ns(meta["start_time_utc"])
+    assert check_rrr_tf(msgs, log, start_ns, load_model(meta["robot_file"]), TF_RATE_HZ) == bins.size
+    assert [t for _, t, _ in raw] == [m.transforms[0].header.stamp.sec * 10**9 + m.transforms[0].header.stamp.nanosec
+                                      for m in msgs]
+    assert meta["mcap"]["tf_messages"] == bins.size and meta["mcap"]["tf_skipped"] == 0
+
+
+def test_tf_of_a_serial_arm_chains_its_link_frames_to_the_tool():
+    """A serial arm's /tf: world -> base_link -> link1 .. link<n> -> tool, each relative to the one
+    before; composed, every link lands on the model's link pose and the tool on its forward
+    kinematics (rosbags decodes the messages)."""
+    from controller.telemetry import log_dtype
+    from controller.telemetry_ros2 import FrameEncoder
+    from dynamics import load_model
+
+    try:
+        from tests.telemetry_checks import _matrix
+    except ImportError:  # pragma: no cover
+        from telemetry_checks import _matrix
+    model = load_model(ROOT / "hil_configs" / "robots" / "seed003_2r.toml")
+    n = model.dof
+    rows = np.zeros(7, log_dtype(n, n))
+    rows["t"] = np.arange(7) * 0.02
+    rows["q"] = np.random.default_rng(3).uniform(-3.0, 3.0, (7, n))
+    rows["q"][4, 0] = np.nan                        # no frames for it
+    enc = FrameEncoder(model, 10**18)
+    stamp, data = enc.encode(rows)
+    assert enc.skipped == 1 and stamp.size == 6
+    store = rosbags_typesys.get_typestore(rosbags_typesys.Stores.ROS2_HUMBLE)
+    good = [i for i in range(7) if i != 4]
+    for k, i in enumerate(good):
+        msg = store.deserialize_cdr(data[k].tobytes(), "tf2_msgs/msg/TFMessage")
+        names = [(x.header.frame_id, x.child_frame_id) for x in msg.transforms]
+        links = ["base_link"] + [f"link{j}" for j in range(1, n + 1)]
+        assert names == [("world", "base_link")] + list(zip(links[:-1], links[1:])) + [(links[-1], "tool")]
+        T = np.eye(4)
+        poses = model.link_poses(rows["q"][i])
+        for j, x in enumerate(msg.transforms):
+            T = T @ _matrix(x.transform)
+            np.testing.assert_allclose(T, poses[j] if j <= n else model.forward_kinematics(rows["q"][i]),
+                                       atol=1e-12)
+        assert msg.transforms[0].header.stamp.sec * 10**9 + msg.transforms[0].header.stamp.nanosec == stamp[k]
+
+
 def test_export_writes_the_recorded_bytes_and_csv(recorded, tmp_path, capsys):
     out, _ = recorded
     assert main(["export", str(out), "--format", "mcap", "-o", str(tmp_path / "x.mcap")]) == 0
     live, again = _raw(out / "log.mcap"), _raw(tmp_path / "x.mcap")
-    for topic in ("/joint_states", "/torqueloop/cycle", "/rosout"):
+    for topic in ("/joint_states", "/torqueloop/cycle", "/rosout", "/tf"):
         assert live[topic] == again[topic], topic
     assert main(["export", str(out), "--format", "csv", "-o", str(tmp_path / "x.csv")]) == 0
     csv = np.genfromtxt(tmp_path / "x.csv", delimiter=",", names=True, deletechars="")
