@@ -53,7 +53,9 @@ class LiveServer:
     rate_hz : float
         Rows sent per second of cycle time (at most one per cycle; > 0).
     port : int
-        TCP port on 127.0.0.1; 0: one the OS chooses (:attr:`port` tells which).
+        TCP port on 127.0.0.1; 0: one the OS chooses (:attr:`port` tells which).  A port that
+        cannot be bound (busy, or privileged) raises :class:`~dynamics.errors.ConfigError`
+        naming ``telemetry.live_port``.
     name : str
         The server's name shown by the viewer.
     speed : float
@@ -63,7 +65,8 @@ class LiveServer:
         stalled process, a block of rows sent at once) loses nothing; one further behind loses
         the oldest messages, and the loop never waits.
     frames : controller.telemetry_ros2.FrameEncoder, optional
-        The robot's frames, sent on ``/tf`` with every row sent (None: no ``/tf``).
+        The robot's frames, sent on ``/tf`` with the rows sent, at most
+        :data:`~controller.telemetry_ros2.TF_RATE_HZ` a second of cycle time (None: no ``/tf``).
     """
 
     def __init__(self, dtype: np.dtype, joint_names, axis_names, *, torque_limit_nm=None, start_ns: int,
@@ -76,7 +79,7 @@ class LiveServer:
         import foxglove
         from foxglove.websocket import ServerListener
 
-        from .telemetry_ros2 import CYCLE_MSG, JOINT_STATE_MSG, LOG_MSG, TF_MSG, Decimator, RowEncoder
+        from .telemetry_ros2 import CYCLE_MSG, JOINT_STATE_MSG, LOG_MSG, TF_MSG, TF_RATE_HZ, Decimator, RowEncoder
         n = np.dtype(dtype)["q"].shape[0]
         lim = np.full(n, np.nan) if torque_limit_nm is None else np.asarray(torque_limit_nm, float)
         self.start_ns = int(start_ns)
@@ -85,6 +88,7 @@ class LiveServer:
                                np.broadcast_to(lim, (n,)).astype(float), self.start_ns)
         self._rows = Decimator(self.rate_hz)
         self._frames = frames
+        self._tf_rows = Decimator(TF_RATE_HZ)      # of the rows sent: at most the file's /tf rate
         self.messages = 0               # messages given to the server
         self.rows_sent = 0
         #: set when a viewer has subscribed to every channel, or SUBSCRIBE_GRACE_S after its first
@@ -110,8 +114,14 @@ class LiveServer:
 
         self._ctx = foxglove.Context()
         backlog = max(1024, int(np.ceil(BACKLOG_S * (2.0 if frames is None else 3.0) * self.rate_hz * max(float(speed), 1.0))) + 64)
-        self._server = foxglove.start_server(name=name, host=HOST, port=int(port), context=self._ctx,
-                                             server_listener=_Listener(), message_backlog_size=backlog)
+        try:
+            self._server = foxglove.start_server(name=name, host=HOST, port=int(port), context=self._ctx,
+                                                 server_listener=_Listener(), message_backlog_size=backlog)
+        except RuntimeError as err:
+            if "bind" not in str(err).lower():
+                raise
+            raise ConfigError(f"cannot listen on {HOST}:{int(port)} ({err}); choose another port, or 0 for one "
+                              "the OS picks", field="telemetry.live_port") from err
         try:
             def channel(topic, schema_name, text):
                 return foxglove.Channel(topic, schema=foxglove.Schema(name=schema_name, encoding="ros2msg",
@@ -161,7 +171,7 @@ class LiveServer:
             sent = rows[keep]
             stamp, joint, cyc = self._enc.encode(sent)
             if self._frames is not None:
-                tf_stamp, tf_msgs = self._frames.encode(sent)
+                tf_stamp, tf_msgs = self._frames.encode(sent[self._tf_rows.keep(sent["t"])])
                 tf = {int(v): tf_msgs[i] for i, v in enumerate(tf_stamp)}
         for i, j in enumerate(keep):
             while c < len(changes) and changes[c][0] <= j:

@@ -345,6 +345,8 @@ class McapRecorder:
                 kind, detail = _recv(self._proc.stdout)
             except EOFError:
                 kind, detail = "error", f"the process ended (exit code {self._proc.wait(5)})"
+            if kind == "config_error":
+                raise ConfigError(detail[0], field=detail[1])
             if kind != "ready":
                 raise TorqueloopError(f"{self._what}: the telemetry writer could not start: {detail}")
             self.live_address = detail.get("live_address")
@@ -538,6 +540,9 @@ def _writer_main() -> None:
             live = LiveServer(p["dtype"], p["joint_names"], p["axis_names"], torque_limit_nm=p["torque_limit_nm"],
                               start_ns=p["start_ns"], rate_hz=p["live"]["rate_hz"], port=p["live"]["port"],
                               frames=None if frames is None else frames.copy())
+    except ConfigError as err:      # a bad setting (a busy live port): the parent raises it again
+        _send(out, ("config_error", (err.message, err.field)))
+        return
     except Exception as err:  # noqa: BLE001 - reported to the parent
         _send(out, ("error", f"{type(err).__name__}: {err}"))
         return

@@ -30,20 +30,24 @@ mcap_records = pytest.importorskip("mcap.records")
 from controller.app.cli import main  # noqa: E402
 from controller.app.run import build_run, load_run  # noqa: E402
 from controller.telemetry import TelemetryWriter, read_log, read_meta, utc_ns  # noqa: E402
+from controller.telemetry_ros2 import TF_RATE_HZ  # noqa: E402
+from dynamics import load_model  # noqa: E402
 
 try:
     from tests.config_mutations import VALUES
-    from tests.telemetry_checks import CYCLE_FIELDS
+    from tests.telemetry_checks import CYCLE_FIELDS, check_rrr_tf
     from tests.telemetry_checks import equal as _equal
 except ImportError:  # pragma: no cover - rootdir not on sys.path
     from config_mutations import VALUES
-    from telemetry_checks import CYCLE_FIELDS
+    from telemetry_checks import CYCLE_FIELDS, check_rrr_tf
     from telemetry_checks import equal as _equal
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "hil_configs" / "runs" / "3rrr_circle.toml"
 pytestmark = pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning")
 TOPICS = ("/joint_states", "/torqueloop/cycle", "/rosout")
+#: a run's channels: the robot's frames too (its meta names the robot file)
+RUN_TOPICS = TOPICS + ("/tf",)
 
 
 class Client:
@@ -52,23 +56,23 @@ class Client:
     waits for the server to advertise our three topics, subscribes to them, and collects the
     binary ``MessageData`` frames (opcode 1: uint32 subscription id, uint64 log time, payload)."""
 
-    def __init__(self, address: str, *, max_queue=16):
+    def __init__(self, address: str, *, max_queue=16, topics=TOPICS):
         self.ws = ws_client.connect(address, subprotocols=["foxglove.websocket.v1", "foxglove.sdk.v1"],
                                     max_queue=max_queue, open_timeout=60, compression=None, proxy=None)
         # foxglove-sdk's server accepts only the protocol's new name (the same messages)
         assert self.ws.subprotocol == "foxglove.sdk.v1"
         self.channels: dict[str, dict] = {}
-        while set(TOPICS) - set(self.channels):
+        while set(topics) - set(self.channels):
             msg = self.ws.recv(timeout=60)
             if isinstance(msg, str):
                 obj = json.loads(msg)
                 if obj["op"] == "advertise":
                     for ch in obj["channels"]:
                         self.channels[ch["topic"]] = ch
-        self.subs = {i + 1: self.channels[t] for i, t in enumerate(TOPICS)}
+        self.subs = {i + 1: self.channels[t] for i, t in enumerate(topics)}
         self.ws.send(json.dumps({"op": "subscribe", "subscriptions": [
             {"id": sid, "channelId": ch["id"]} for sid, ch in self.subs.items()]}))
-        self.received: dict[str, list] = {t: [] for t in TOPICS}
+        self.received: dict[str, list] = {t: [] for t in topics}
 
     def decoder(self, topic: str):
         ch = self.channels[topic]
@@ -124,6 +128,12 @@ def _check_stream(client: Client, log: np.ndarray, meta: dict, rate_hz: float) -
     assert _equal([m.tau_limit for _, m in cyc], np.tile(meta["torque_limit"], (len(cyc), 1)))
     safety = [m.msg for _, m in client.decoded("/rosout") if m.name == "torqueloop.safety"]
     assert "normal" in safety[0] and "disabled" in safety[-1]
+    # /tf: the robot's frames with the rows sent, at most TF_RATE_HZ a second of cycle time
+    tf = client.decoded("/tf")
+    tf_rate = min(rate_hz, TF_RATE_HZ)
+    assert 0.8 * duration_s * tf_rate <= len(tf) <= 1.2 * duration_s * tf_rate + 2, (len(tf), tf_rate)
+    assert {t for t, _ in tf} <= {t for t, _ in js}
+    assert check_rrr_tf([m for _, m in tf], log, start_ns, load_model(meta["robot_file"]), tf_rate) == len(tf)
 
 
 def _watch_cli(args: list[str]) -> tuple[Client, str, str]:
@@ -140,7 +150,7 @@ def _watch_cli(args: list[str]) -> tuple[Client, str, str]:
         else:
             p.wait(60)
             pytest.fail(f"no live address printed: {p.stderr.read()}")
-        c = Client(address)
+        c = Client(address, topics=RUN_TOPICS)
         c.read()
         out, err = p.communicate(timeout=600)
     finally:
@@ -183,7 +193,7 @@ def _run_with_client(out: Path, behaviour: str, monkeypatch):
 
     def client():
         try:
-            c = holder["client"] = Client(rec.live_address, max_queue=1)
+            c = holder["client"] = Client(rec.live_address, max_queue=1, topics=RUN_TOPICS)
             if behaviour == "disconnects":
                 c.read(1)
                 c.ws.close()
@@ -255,6 +265,29 @@ def test_bad_live_arguments_exit_2_naming_them(baseline, tmp_path, capsys, argv)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and ("--" in err or str(tmp_path / "nothing") in err), err
+
+
+@pytest.mark.parametrize("how", ["--live-port", "[telemetry] live_port", "replay"])
+def test_a_busy_live_port_exits_2_naming_the_field_and_the_file(baseline, tmp_path, capsys, how):
+    """A port another socket listens on: exit 2 naming the field (or option) and the file, no traceback."""
+    import socket
+
+    run_dir, _ = baseline
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        if how == "replay":
+            argv, file, field = ["replay", str(run_dir), "--live", "--live-port", str(port)], str(run_dir), "--live-port"
+        else:
+            opt = ["--live-port", str(port)] if how == "--live-port" else ["--set", f"telemetry.live_port={port}"]
+            argv = ["run", str(DEMO), "--live", *opt, "--duration", "0.1", "--no-plots", "--no-progress",
+                    "-o", str(tmp_path / "run")]
+            file, field = str(DEMO), "telemetry.live_port"
+        capsys.readouterr()
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and file in err and f"field '{field}'" in err and str(port) in err, err
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)

@@ -217,7 +217,12 @@ def run(args) -> int:
         for w in validation.warnings + _signal_warnings():
             print(f"torqueloop: WARNING: {w}", file=sys.stderr)
         _confirm_hardware(spec, args)
-        run_obj = build_run(spec, out_dir=out, meta={"cli_overrides": overrides})
+        try:
+            run_obj = build_run(spec, out_dir=out, meta={"cli_overrides": overrides})
+        except ConfigError as err:
+            if err.file is not None or err.field is None:
+                raise
+            raise ConfigError(err.message, str(args.config), err.field) from err     # name the file too
     except BaseException:
         if not args.out:        # refused before it ran: no empty folder of ours left behind
             try:
@@ -427,10 +432,15 @@ def replay(args) -> int:
             print(f"torqueloop: waiting up to {args.wait_viewer:g} s for a viewer", flush=True)
         print(f"torqueloop: replaying {log.shape[0]} rows ({duration:.6g} s) at {args.speed:g}x", flush=True)
 
-    st = replay_live(log, meta, column_labels(flat, "q"), column_labels(flat, "err"),
-                     start_ns=_start_ns(run_dir, meta), speed=args.speed, rate_hz=float(rate), port=port,
-                     wait_viewer_s=args.wait_viewer, on_ready=ready,
-                     frames=_frames(run_dir, meta, _start_ns(run_dir, meta)))
+    try:
+        st = replay_live(log, meta, column_labels(flat, "q"), column_labels(flat, "err"),
+                         start_ns=_start_ns(run_dir, meta), speed=args.speed, rate_hz=float(rate), port=port,
+                         wait_viewer_s=args.wait_viewer, on_ready=ready,
+                         frames=_frames(run_dir, meta, _start_ns(run_dir, meta)))
+    except ConfigError as err:
+        if err.field != "telemetry.live_port":
+            raise
+        raise ConfigError(err.message, str(run_dir), "--live-port") from err
     print(f"torqueloop: replay done: {st['rows_sent']} rows, {st['messages']} messages")
     return 0
 
