@@ -20,6 +20,11 @@ others'.  Cases:
   writer process stopped (SIGSTOP) until the log closes separates the control thread's own
   work (copies into the ring) from the slowdown a busy process on the other core causes
   (shared caches, a loaded VM);
+* the wall-clock 1 kHz run of ``3rrr_circle_direct.toml`` (``loop.clock = "wall"``) with the
+  live view on (a client reading, ``/tf`` included) and off (``log.npy`` only), interleaved in one
+  process: the cycles' lateness (p50, p99, p99.9, max, from ``log.npy``) and the deadline misses
+  (lateness above half a period, the run's own count); on a shared machine the figures carry
+  its load (reported);
 * the writer's own work per row (encode the two messages, ``mcap`` ``add_message``,
   compression), from which the rate it sustains; the live server's per row (decimated to 50 Hz,
   and every row).
@@ -53,7 +58,7 @@ from websockets.exceptions import ConnectionClosed
 n = 0
 with connect(sys.argv[1], subprotocols=["foxglove.sdk.v1"], proxy=None, compression=None) as ws:
     chans = {}
-    while len(chans) < 3:
+    while len(chans) < 4:                       # /joint_states, /torqueloop/cycle, /rosout, /tf
         m = ws.recv(timeout=60)
         if isinstance(m, str) and json.loads(m)["op"] == "advertise":
             chans.update({c["topic"]: c["id"] for c in json.loads(m)["channels"]})
@@ -107,13 +112,14 @@ def _record_rows(tmp: Path, repeat: int) -> list[dict]:
     return rows
 
 
-def _run(fname: str, tmp: Path | None, mode: str, duration_s: float):
+def _run(fname: str, tmp: Path | None, mode: str, duration_s: float, clock: str = "lockstep"):
     """One run as ``torqueloop run`` builds it; returns (result, CPU time of the control thread
     in the loop's ``run()`` apart from the closing of the log [s], CPU time of that closing [s])."""
     from controller.app.run import build_run, load_run
 
     spec = load_run(RUNS / fname, overrides={"telemetry.mcap": mode.startswith("npy+mcap"),
-                                             "telemetry.live": mode == LIVE}, duration_s=duration_s)
+                                             "telemetry.live": mode == LIVE, "loop.clock": clock},
+                     duration_s=duration_s)
     run = build_run(spec, out_dir=tmp)
     cpu = {"run": 0.0, "close": 0.0}
     client = None
@@ -196,6 +202,40 @@ def _loop_rows(tmp: Path, quick: bool) -> list[dict]:
     return rows
 
 
+def _wall_rows(tmp: Path, quick: bool) -> list[dict]:
+    """1 kHz wall-clock lateness of the 3RRR direct run, live view off and on, interleaved."""
+    from controller.telemetry import read_log
+
+    fname = "3rrr_circle_direct.toml"
+    repeat = 1 if quick else 5
+    dur = 0.5 if quick else 8.0
+    modes = ("npy", LIVE)
+    late: dict[str, list[np.ndarray]] = {m: [] for m in modes}
+    misses: dict[str, list[int]] = {m: [] for m in modes}
+    load = []
+    _run(fname, tmp / "wall-warm", "npy", dur, clock="wall")
+    for r in range(repeat):
+        for mode in modes:
+            out = tmp / f"wall-{mode}-{r}"
+            load.append(os.getloadavg()[0])
+            res, _, _ = _run(fname, out, mode, dur, clock="wall")
+            late[mode].append(read_log(out)["lateness_s"] * 1e6)
+            misses[mode].append(int(res.metrics["deadline_misses"]))
+    rows = []
+    ref = float(np.percentile(np.concatenate(late["npy"]), 99.9))
+    for mode in modes:
+        a = np.concatenate(late[mode])
+        p50, p99, p999 = (float(np.percentile(a, p)) for p in (50, 99, 99.9))
+        rows.append({"case": f"{fname} wall clock 1 kHz, lateness, telemetry {mode}", "median_us": p50,
+                     "p99_us": p99, "p999_us": p999, "max_us": float(a.max()), "ref": "npy",
+                     "ref_median_us": ref, "ratio": p999 / ref, "added_us": p999 - ref,
+                     "misses": misses[mode],
+                     "note": f"lateness of {a.size} cycles in {repeat} interleaved runs of {dur:g} s; deadline "
+                             f"misses (> 0.5 ms) per run {misses[mode]}; 1-min load average "
+                             f"{min(load):.2f}-{max(load):.2f} (ratio and added_us: p99.9 against npy)"})
+    return rows
+
+
 def _writer_rows(tmp: Path, repeat: int) -> list[dict]:
     from controller.telemetry import log_dtype
     from controller.telemetry_mcap import McapFile
@@ -252,6 +292,7 @@ def run(quick: bool = False) -> list[dict]:
         rows += _writer_rows(tmp, 3 if quick else 7)
         rows += _live_rows(3 if quick else 7)
         rows += _loop_rows(tmp, quick)
+        rows += _wall_rows(tmp, quick)
     return rows
 
 
