@@ -112,13 +112,14 @@ def _record_rows(tmp: Path, repeat: int) -> list[dict]:
     return rows
 
 
-def _run(fname: str, tmp: Path | None, mode: str, duration_s: float, clock: str = "lockstep"):
+def _run(fname: str, tmp: Path | None, mode: str, duration_s: float, overrides: dict | None = None,
+         strict: bool = True):
     """One run as ``torqueloop run`` builds it; returns (result, CPU time of the control thread
     in the loop's ``run()`` apart from the closing of the log [s], CPU time of that closing [s])."""
     from controller.app.run import build_run, load_run
 
     spec = load_run(RUNS / fname, overrides={"telemetry.mcap": mode.startswith("npy+mcap"),
-                                             "telemetry.live": mode == LIVE, "loop.clock": clock},
+                                             "telemetry.live": mode == LIVE, **(overrides or {})},
                      duration_s=duration_s)
     run = build_run(spec, out_dir=tmp)
     cpu = {"run": 0.0, "close": 0.0}
@@ -159,7 +160,7 @@ def _run(fname: str, tmp: Path | None, mode: str, duration_s: float, clock: str 
         got = int(client.communicate(timeout=120)[0] or 0)
         if got < res.n_cycles * spec.period_s * 50 * 2 * 0.8:
             raise RuntimeError(f"benchmark: the live client got {got} messages")
-    if res.status != "completed":
+    if res.status != "completed" and strict:
         raise RuntimeError(f"benchmark run {fname} ({mode}) ended with {res.status}: {res.faults[:1]}")
     return res, cpu["run"] - cpu["close"], cpu["close"]
 
@@ -213,12 +214,20 @@ def _wall_rows(tmp: Path, quick: bool) -> list[dict]:
     late: dict[str, list[np.ndarray]] = {m: [] for m in modes}
     misses: dict[str, list[int]] = {m: [] for m in modes}
     load = []
-    _run(fname, tmp / "wall-warm", "npy", dur, clock="wall")
+    # the simulated plant in process, no motor: the overrun protections loosened (within their
+    # accepted ranges), so that a loaded machine's late cycles are measured rather than stopping
+    # the run; a run that stops all the same is counted, its cycles up to then measured
+    more = {"loop.clock": "wall", "safety.overrun_fraction_max": 0.9, "safety.lateness_max_s": 1.0}
+    status: dict[str, list[str]] = {m: [] for m in modes}
+    _run(fname, tmp / "wall-warm", "npy", dur, more, strict=False)
     for r in range(repeat):
         for mode in modes:
             out = tmp / f"wall-{mode}-{r}"
             load.append(os.getloadavg()[0])
-            res, _, _ = _run(fname, out, mode, dur, clock="wall")
+            res, _, _ = _run(fname, out, mode, dur, more, strict=False)
+            status[mode].append(res.status if res.status == "completed" else
+                                f"{res.status} at {res.faults[0].t_s:g} s ({res.faults[0].cause})" if res.faults
+                                else res.status)
             late[mode].append(read_log(out)["lateness_s"] * 1e6)
             misses[mode].append(int(res.metrics["deadline_misses"]))
     rows = []
@@ -230,7 +239,9 @@ def _wall_rows(tmp: Path, quick: bool) -> list[dict]:
                      "p99_us": p99, "p999_us": p999, "max_us": float(a.max()), "ref": "npy",
                      "ref_median_us": ref, "ratio": p999 / ref, "added_us": p999 - ref,
                      "misses": misses[mode],
-                     "note": f"lateness of {a.size} cycles in {repeat} interleaved runs of {dur:g} s; deadline "
+                     "note": f"lateness of {a.size} cycles in {repeat} interleaved runs of {dur:g} s "
+                             "(safety.overrun_fraction_max = 0.9, lateness_max_s = 1 s; runs: "
+                             f"{', '.join(status[mode])}); deadline "
                              f"misses (> 0.5 ms) per run {misses[mode]}; 1-min load average "
                              f"{min(load):.2f}-{max(load):.2f} (ratio and added_us: p99.9 against npy)"})
     return rows

@@ -302,6 +302,39 @@ def test_tf_of_a_serial_arm_chains_its_link_frames_to_the_tool():
         assert msg.transforms[0].header.stamp.sec * 10**9 + msg.transforms[0].header.stamp.nanosec == stamp[k]
 
 
+def test_tf_of_the_stewart_platform_puts_each_leg_from_its_base_joint_to_its_platform_joint():
+    """Platform poses -> leg lengths by the inverse kinematics; from the leg lengths alone /tf
+    (rosbags decodes it) puts the platform at the pose and each leg frame at its base joint with
+    its z axis reaching the platform joint after the leg's length."""
+    from controller.telemetry import log_dtype
+    from controller.telemetry_ros2 import FrameEncoder
+    from dynamics import load_model
+
+    try:
+        from tests.telemetry_checks import _matrix
+    except ImportError:  # pragma: no cover
+        from telemetry_checks import _matrix
+    model = load_model(ROOT / "hil_configs" / "robots" / "stewart.toml")
+    X = np.asarray(model.home_pose, float) + np.random.default_rng(0).normal(0, [0.01] * 3 + [0.03] * 3, (8, 6))
+    rows = np.zeros(8, log_dtype(6, 6))
+    rows["t"] = np.arange(8) * 0.02
+    rows["q"] = [model.inverse_kinematics(x) for x in X]
+    stamp, data = FrameEncoder(model, 0).encode(rows)
+    assert stamp.size == 8
+    store = rosbags_typesys.get_typestore(rosbags_typesys.Stores.ROS2_HUMBLE)
+    for k in range(8):
+        msg = store.deserialize_cdr(data[k].tobytes(), "tf2_msgs/msg/TFMessage")
+        tree = {x.child_frame_id: (x.header.frame_id, _matrix(x.transform)) for x in msg.transforms}
+        P = tree["platform"][1]
+        np.testing.assert_allclose(P[:3, 3], X[k, :3], atol=1e-9)
+        joints = np.asarray(model.platform_joints) @ P[:3, :3].T + P[:3, 3]
+        for i in range(6):
+            parent, L = tree[f"leg{i + 1}"]
+            assert parent == "base"
+            np.testing.assert_allclose(L[:3, 3], np.asarray(model.base_joints)[i], atol=1e-12)
+            np.testing.assert_allclose(L[:3, 3] + rows["q"][k, i] * L[:3, 2], joints[i], atol=1e-9)
+
+
 def test_export_writes_the_recorded_bytes_and_csv(recorded, tmp_path, capsys):
     out, _ = recorded
     assert main(["export", str(out), "--format", "mcap", "-o", str(tmp_path / "x.mcap")]) == 0
