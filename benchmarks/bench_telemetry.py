@@ -242,7 +242,9 @@ def _wall_rows(tmp: Path, quick: bool) -> list[dict]:
                      "note": f"lateness of {a.size} cycles in {repeat} interleaved runs of {dur:g} s "
                              "(safety.overrun_fraction_max = 0.9, lateness_max_s = 1 s; runs: "
                              f"{', '.join(status[mode])}); deadline "
-                             f"misses (> 0.5 ms) per run {misses[mode]}; 1-min load average "
+                             f"misses (> 0.5 ms) per run {misses[mode]}; per run p99.9 "
+                             f"{[round(float(np.percentile(x, 99.9))) for x in late[mode]]} us, max "
+                             f"{[round(float(x.max())) for x in late[mode]]} us; 1-min load average "
                              f"{min(load):.2f}-{max(load):.2f} (ratio and added_us: p99.9 against npy)"})
     return rows
 

@@ -634,6 +634,9 @@ class TelemetryWriter:
         if self.recorder is not None:
             st = self.recorder.close(_jsonable(self.meta))
             live = st.pop("live")
+            if st.get("tf_error"):
+                self.notes.append(f"/tf (the robot's frames) left out: the writer could not load the model: "
+                                  f"{st['tf_error']}")
             if live is not None:
                 self.meta["live"] = live
                 if live.get("error"):
