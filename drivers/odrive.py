@@ -248,6 +248,8 @@ class OdriveCanDriver(TransportDriver):
         self.versions: list[codec.Version | None] = [None] * n
         self._version_ok = False
         self._fresh = np.zeros(n, dtype=bool)
+        #: the feedback requests of a cycle by torque feedback (_request_feedback)
+        self._rtr_requests: dict[str, list] = {}
         self._stats = self._new_stats()
         self._enabled_cmd = False
         self._closed = False
@@ -416,12 +418,17 @@ class OdriveCanDriver(TransportDriver):
                         enabled=self._axis_state == int(AxisState.CLOSED_LOOP_CONTROL), info=info)
 
     def _request_feedback(self) -> None:
-        for j in range(self.n_joints):
-            self._send(j, Cmd.GET_ENCODER_ESTIMATES, remote=True)
-            if self.torque_feedback == "iq":
-                self._send(j, Cmd.GET_IQ, remote=True)
-            elif self.torque_feedback == "torques":
-                self._send(j, Cmd.GET_TORQUES, remote=True)
+        # the requests' (transport, id, DLC), per axis Get_Encoder_Estimates then the torque
+        # feedback's message, as _send makes them (codec.rtr_request), found once per torque feedback
+        tf = self.torque_feedback
+        reqs = self._rtr_requests.get(tf)
+        if reqs is None:
+            cmds = [Cmd.GET_ENCODER_ESTIMATES] + {"iq": [Cmd.GET_IQ], "torques": [Cmd.GET_TORQUES]}.get(tf, [])
+            reqs = self._rtr_requests[tf] = [
+                (self._buses[self._bus_of[j]],) + codec.rtr_request(ax.node_id, cmd, self.firmware)
+                for j, ax in enumerate(self._axes) for cmd in cmds]
+        for t, arb, dlc in reqs:
+            t.send(arb, b"", is_remote=True, dlc=dlc)
 
     def _exchange(self, frames: Sequence[tuple[int, bytes]]) -> Feedback:
         self._stats = self._new_stats()

@@ -68,15 +68,18 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import can
+import numpy as np
 
 from dynamics.errors import ConfigError, DecodeError, DriverError
 from ..base import JointMapping
 from ..codecs import odrive as odc
+from . import _odrive_kernel as _ok
 from .emulators import EmulatedDevice, _msg
 from .plant import Plant
 
@@ -95,6 +98,7 @@ def _f32_saturate(x: float) -> float:
 
 _CL = odc.AxisState.CLOSED_LOOP_CONTROL
 _IDLE = odc.AxisState.IDLE
+_SET_INPUT_TORQUE = int(odc.Cmd.SET_INPUT_TORQUE)
 #: GPIOs whose ADC voltage ODrive 3.6 reports (``GPIO_COUNT``; ``Get_ADC_Voltage`` ignores others)
 _GPIO_COUNT_05 = 17
 _PERIODIC = ((odc.Cmd.HEARTBEAT, "heartbeat_period_s"),
@@ -167,7 +171,7 @@ class _Axis:
     __slots__ = ("cfg", "node_id", "state", "control_mode", "input_mode", "input_torque", "axis_error",
                  "procedure_result", "last_feed_t", "periods", "next_due", "count", "t0", "silent", "commands",
                  "current_limit_a", "vel_limit_rev_s", "params", "pos_offset_rev", "serial", "kt", "torque_lim",
-                 "setpoint_nm")
+                 "setpoint_nm", "K", "quantum")
 
     def __init__(self, cfg: OdriveAxisConfig, t0: float):
         self.cfg = cfg
@@ -194,6 +198,13 @@ class _Axis:
         self.torque_lim = float(cfg.torque_limit_nm)
         #: the motor torque applied since the last command frame [N m] (after the velocity limit)
         self.setpoint_nm = 0.0
+        #: the compiled answer path's constants (drivers.sim._odrive_kernel, layout K_*)
+        self.K = np.empty(_ok.K_SIZE)
+        self.K[_ok.K_SIGN], self.K[_ok.K_GEAR], self.K[_ok.K_OFFSET] = (
+            cfg.mapping.sign, cfg.mapping.gear_ratio, cfg.mapping.offset_rad)
+        #: the joint encoder's step [rad] (0.0: none) for the compiled path, None: the Python path
+        #: (set at bind: a plant drawing sensor noise, or none bound yet)
+        self.quantum: float | None = None
 
     def limit_nm(self) -> float:
         """Effective motor torque limit [N m]."""
@@ -257,6 +268,10 @@ class OdriveEmulator(EmulatedDevice):
         self.frames_ignored = 0
         #: the plant's own joint torque limits at bind (before the axes' current limits) [N m]
         self._plant_limit: dict[int, float] = {}
+        # the compiled estimates' payload buffer; its float32 view is the codec's little-endian
+        # bytes only on a little-endian machine (else the Python path)
+        self._est = np.zeros(8, dtype=np.uint8)
+        self._est_f32 = self._est.view(np.float32) if sys.byteorder == "little" else None
 
     def _check_axis(self, i: int, a, joints: set) -> None:
         where = f"axes[{i}]"
@@ -297,6 +312,7 @@ class OdriveEmulator(EmulatedDevice):
                 raise ConfigError(f"joint {j} out of range for a {plant.n_joints}-joint plant",
                                   field=f"axis {ax.node_id}.joint")
             self._plant_limit[j] = float(plant.torque_limit_nm[j])
+            ax.quantum = plant._joint_quantum(j) if self._est_f32 is not None else None
             self._limit_plant(ax)
 
     def _limit_plant(self, ax: _Axis) -> None:
@@ -435,7 +451,8 @@ class OdriveEmulator(EmulatedDevice):
 
     # -- answers ---------------------------------------------------------------------------------
     def _reply(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
-        return [_msg(odc.arbitration_id(ax.node_id, int(cmd)), data)]
+        # odc.arbitration_id of a node id checked at construction (0..63) and a command id (0..31)
+        return [_msg((ax.node_id << 5) | cmd, data)]
 
     def _motor_pos_vel(self, ax: _Axis) -> tuple[float, float]:
         q, qd, _tau = self.plant.measure_joint(ax.cfg.joint)
@@ -446,6 +463,25 @@ class OdriveEmulator(EmulatedDevice):
         # still goes out), it never stops the device answering
         return (_f32_saturate(mp.sign * (q - mp.offset_rad) * mp.gear_ratio / _TWO_PI + ax.pos_offset_rev),
                 _f32_saturate(mp.sign * qd * mp.gear_ratio / _TWO_PI))
+
+    def _estimates(self, ax: _Axis) -> bytes:
+        """The ``Get_Encoder_Estimates`` payload of the axis now: ``encode_encoder_estimates`` of
+        :meth:`_motor_pos_vel`, by one call of the compiled
+        :func:`~drivers.sim._odrive_kernel.encoder_estimates` when the plant draws no sensor noise
+        (the same bytes); the Python path otherwise, and for a value the kernel declines (it raises
+        the proper error)."""
+        quantum = ax.quantum
+        if quantum is not None:
+            plant = self.plant
+            with plant._lock:
+                try:
+                    ok = _ok.encoder_estimates(ax.K, plant._q, plant._qd, ax.cfg.joint, quantum, ax.pos_offset_rev,
+                                               self._est_f32)
+                except TypeError:       # the plant's state in arrays of another layout: the Python path
+                    ok = False
+            if ok:
+                return self._est.tobytes()
+        return odc.encode_encoder_estimates(*self._motor_pos_vel(ax))
 
     def _applied_motor_torque(self, ax: _Axis) -> float:
         return float(ax.cfg.mapping.joint_to_motor_torque(self.plant.applied_torque_nm[ax.cfg.joint]))
@@ -465,7 +501,7 @@ class OdriveEmulator(EmulatedDevice):
         if cmd == odc.Cmd.HEARTBEAT:
             return self._reply(ax, cmd, self._heartbeat(ax))
         if cmd == odc.Cmd.GET_ENCODER_ESTIMATES:
-            return self._reply(ax, cmd, odc.encode_encoder_estimates(*self._motor_pos_vel(ax)))
+            return self._reply(ax, cmd, self._estimates(ax))
         if cmd == odc.Cmd.GET_IQ:
             return self._reply(ax, cmd, odc.encode_iq(ax.setpoint_nm / ax.kt,
                                                       self._applied_motor_torque(ax) / ax.kt))
@@ -512,11 +548,19 @@ class OdriveEmulator(EmulatedDevice):
             ax = self._axes.get(node)
             if ax is None or ax.silent:
                 return None
-            self._timers_changed()         # what follows may change the axes' timers
+            remote = msg.is_remote_frame
+            # what follows may change the axes' timers; a request or a Set_Input_Torque only
+            # feeds the watchdog (its expiry moves later): the kept next event stays while it
+            # was not this expiry
+            kept = self._next_t
+            if (kept is None or not (remote or cmd == _SET_INPUT_TORQUE) or not t_s >= ax.last_feed_t
+                    or (ax.state == _CL and ax.cfg.watchdog_timeout_s is not None
+                        and not kept < ax.last_feed_t + ax.cfg.watchdog_timeout_s)):
+                self._timers_changed()
             ax.last_feed_t = t_s           # any frame for the axis feeds the watchdog
-            data = b"" if msg.is_remote_frame else bytes(msg.data)
+            data = b"" if remote else bytes(msg.data)
             try:
-                if msg.is_remote_frame:
+                if remote:
                     return self._answer(ax, cmd, data) if cmd in self._rtr else []
                 return self._command(ax, cmd, data)
             except (DecodeError, DriverError, ValueError, OverflowError, struct.error):

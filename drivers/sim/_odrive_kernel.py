@@ -1,0 +1,89 @@
+"""Compiled answer path of :class:`drivers.sim.odrive_emulator.OdriveEmulator`: the payload of
+an axis' ``Get_Encoder_Estimates`` (its cyclic broadcast, or the answer to a request) on a
+plant without sensor noise.
+
+:func:`encoder_estimates` does, in one call, what the emulator's Python path does for that
+message (``OdriveEmulator._motor_pos_vel`` then :func:`drivers.codecs.odrive.encode_encoder_estimates`),
+with the same operations in the same order, so the reply's bytes are equal to the last bit
+(``tests/test_sim_odrive_kernel.py`` compares them over random and extreme measurements,
+encoder steps, mappings and position offsets):
+
+1. the joint's measurement (``Plant.measure_joint`` of a plant without noise: the position
+   rounded to the encoder's step, half to even, the sign of a zero kept);
+2. :class:`~drivers.base.JointMapping`'s motor-side position [turn] (plus the offset
+   ``Set_Absolute_Position`` / ``Set_Linear_Count`` gave) and velocity [turn/s], each limited to
+   the finite float32 range as the firmware's float32 estimates are;
+3. the two little-endian float32 of the payload.
+
+It never raises: a value the codec would refuse (a NaN) is reported by the status, and the
+caller takes the Python path, which raises the proper error.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from dynamics._kernel_cache import stamp_package_caches
+
+#: layout of the per-axis constants K (float64): its mapping's sign, gear ratio, offset [rad]
+K_SIGN, K_GEAR, K_OFFSET = range(3)
+K_SIZE = 3
+
+#: the largest finite float32
+F32_MAX = float(np.finfo(np.float32).max)
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _f32_saturate(x):
+    """``min(max(x, -F32_MAX), F32_MAX)`` (a NaN stays NaN)."""
+    if x < -F32_MAX:
+        return -F32_MAX
+    if x > F32_MAX:
+        return F32_MAX
+    return x
+
+
+@njit("b1(f8[::1], f8[::1], f8[::1], i8, f8, f8, f4[::1])", cache=True, error_model="numpy")
+def encoder_estimates(K, q, qd, j, quantum, pos_offset_rev, out):
+    """The ``Get_Encoder_Estimates`` payload of the axis driving joint ``j``.
+
+    Parameters
+    ----------
+    K : ndarray, shape (K_SIZE,)
+        The axis' mapping: sign, gear ratio, offset [rad].
+    q, qd : ndarray, shape (n,)
+        The plant's joint positions [rad] (prismatic: [m]) and velocities.
+    j : int
+        The axis' joint.
+    quantum : float
+        The joint encoder's step [rad]; 0 for none.
+    pos_offset_rev : float
+        The axis' position offset [turn].
+    out : ndarray of float32, shape (2,)
+        Out: the position [turn] and velocity [turn/s] (a view of the 8-byte payload on a
+        little-endian machine).
+
+    Returns
+    -------
+    bool
+        Whether ``out`` holds the payload (False: a value is NaN; the codec refuses it).
+    """
+    qj = q[j]
+    if quantum > 0.0:
+        x = qj / quantum
+        qj = math.copysign(np.rint(x), x) * quantum
+    s = K[K_SIGN]
+    g = K[K_GEAR]
+    pos = _f32_saturate(s * (qj - K[K_OFFSET]) * g / (2.0 * math.pi) + pos_offset_rev)
+    vel = _f32_saturate(s * qd[j] * g / (2.0 * math.pi))
+    if pos != pos or vel != vel:
+        return False
+    out[0] = np.float32(pos)
+    out[1] = np.float32(vel)
+    return True
