@@ -472,6 +472,19 @@ class EmulatorHost:
                     self.frames_in += 1
                     self._process(msg, b, self._queue)
                     msg = recv(0.0)
+            elif self._ends:
+                # the loop below, asking only the ends whose queue holds a frame (or that are
+                # closed: recv raises); the others' recv would return None
+                while True:
+                    for b in buses:
+                        if b._peer._tx or not b._open:
+                            msg = b.recv(0.0)
+                            if msg is not None:
+                                self.frames_in += 1
+                                self._process(msg, b, self._queue)
+                                break
+                    else:
+                        break
             else:
                 while True:
                     for b in buses:
@@ -508,8 +521,11 @@ class EmulatorHost:
         if not self._inline or not self._started or self._closed or self._failed:
             return False
         if bus is not self._bus or len(self._buses) != 1:
-            if not self._ends or id(bus) not in self._bus_devices or any(b._peer._tx for b in self._buses):
+            if not self._ends or id(bus) not in self._bus_devices:
                 return False
+            for b in self._buses:
+                if b._peer._tx:
+                    return False
         try:
             self.frames_in += 1
             self._process(msg, bus, self._queue)
