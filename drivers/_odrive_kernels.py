@@ -1,5 +1,6 @@
-"""Compiled per-cycle encoding of :class:`drivers.odrive.OdriveCanDriver`: one call encodes
-every axis' ``Set_Input_Torque`` frame of a command of torques only.
+"""Compiled per-cycle encoding and decoding of :class:`drivers.odrive.OdriveCanDriver`: one call
+encodes every axis' ``Set_Input_Torque`` frame of a command of torques only; one call decodes a
+received ``Get_Encoder_Estimates`` frame into the axis' joint position and velocity.
 
 :func:`encode_set_input_torque` does, for all axes at once and on preallocated arrays, what
 :meth:`drivers.odrive.OdriveCanDriver.make_commands` does per axis: the joint -> motor mapping
@@ -10,9 +11,18 @@ the same bytes (``tests/test_odrive_kernels.py`` compares them with the codec's,
 byte).  It never raises: a torque the codec would refuse (non-finite, or past float32's range
 on the motor side) is reported by the return value, and the caller takes the Python path,
 which raises the proper error.
+
+:func:`decode_encoder_estimates` does what the driver's Python path does with such a frame
+(:func:`drivers.codecs.odrive.decode_encoder_estimates`, then the motor -> joint mapping
+``q = sign * 2 pi * pos / gear + offset``, ``qd = sign * 2 pi * vel / gear``), the same operations
+in the same order, so the same values to the bit; a frame the codec refuses (shorter than 8
+bytes, a non-finite value) is reported by the return value, nothing written, and the caller takes
+the Python path (its DecodeError).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit, types
@@ -20,9 +30,11 @@ from numba import njit, types
 from dynamics._kernel_cache import stamp_package_caches
 
 #: rows of the per-axis constants C (float64, (C_ROWS, n)): sign, gear ratio x efficiency,
-#: motor-side torque limit [N m] (inf: none)
-C_SIGN, C_GE, C_LIM = range(3)
-C_ROWS = 3
+#: motor-side torque limit [N m] (inf: none), gear ratio, offset [rad]
+C_SIGN, C_GE, C_LIM, C_GEAR, C_OFF = range(5)
+C_ROWS = 5
+
+_TWO_PI = 2.0 * math.pi
 
 #: the largest finite float32 (:data:`drivers.codecs.odrive._F32_MAX`)
 F32_MAX = float(np.finfo(np.float32).max)
@@ -71,3 +83,39 @@ def encode_set_input_torque(tau, C, tx):
         tx[j, 0] = np.float32(t_m)
         tx[j, 1] = np.float32(0.0)
     return saturated
+
+
+@njit(cache=True, error_model="numpy")
+def decode_encoder_estimates(data, C, j, q, qd):
+    """Decode a ``Get_Encoder_Estimates`` payload of axis ``j`` into its joint's feedback.
+
+    Parameters
+    ----------
+    data : bytes
+        The frame's payload (8 bytes or more: two little-endian float32, position [turn] and
+        velocity [turn/s]; longer frames are accepted, as by the codec).
+    C : ndarray, shape (C_ROWS, n)
+        Per-axis constants (see the rows above).
+    j : int
+        The axis.
+    q, qd : ndarray, shape (n,)
+        Out: element ``j`` gets the joint position [rad] (prismatic: [m]) and velocity.
+
+    Returns
+    -------
+    bool
+        Whether ``q[j]`` and ``qd[j]`` were written (False: shorter than 8 bytes or a
+        non-finite value; nothing written).
+    """
+    if len(data) < 8:
+        return False
+    v = np.frombuffer(data, dtype=np.uint8)[:8].copy().view(np.float32)
+    pos = np.float64(v[0])
+    vel = np.float64(v[1])
+    if not (pos - pos == 0.0 and vel - vel == 0.0):
+        return False
+    s = C[C_SIGN, j]
+    g = C[C_GEAR, j]
+    q[j] = s * _TWO_PI * pos / g + C[C_OFF, j]
+    qd[j] = s * _TWO_PI * vel / g
+    return True

@@ -235,6 +235,7 @@ class OdriveCanDriver(TransportDriver):
             self._kC[_ok.C_SIGN, j] = m.sign
             self._kC[_ok.C_GE, j] = m.gear_ratio * m.efficiency
             self._kC[_ok.C_LIM, j] = math.inf if ax.torque_limit_nm is None else ax.torque_limit_nm
+            self._kC[_ok.C_GEAR, j], self._kC[_ok.C_OFF, j] = m.gear_ratio, m.offset_rad
         self._tx = np.zeros((n, 8), dtype=np.uint8)
         self._tx_f32 = self._tx.view(np.float32) if sys.byteorder == "little" else None
         self._q = np.full(n, np.nan)
@@ -352,6 +353,11 @@ class OdriveCanDriver(TransportDriver):
         self._seen[j] = True
         try:
             if cmd == Cmd.GET_ENCODER_ESTIMATES:
+                # one compiled call (drivers._odrive_kernels: the same values); a frame it
+                # declines takes the codec's path below, which raises its DecodeError
+                if type(data) is bytes and _ok.decode_encoder_estimates(data, self._kC, j, self._q, self._qd):
+                    self._fresh[j] = True
+                    return
                 est = codec.decode_encoder_estimates(data)
                 m = self._axes[j].mapping
                 self._q[j] = m.sign * _TWO_PI * est.pos_rev / m.gear_ratio + m.offset_rad

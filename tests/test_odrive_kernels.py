@@ -123,3 +123,57 @@ def test_refused_commands_raise_as_the_per_axis_path_and_send_nothing(bad):
     with pytest.raises(DriverError):
         drv.cycle(Command(bad))
     assert bus.sent == []
+
+
+def _estimate_payloads(rng):
+    """Get_Encoder_Estimates payloads: random, extreme and non-finite float32, cut short, longer."""
+    f = np.concatenate([rng.normal(0, 3, 100), rng.normal(0, 1e6, 30), [0.0, -0.0, 1e-45, -1e-45, 1e-40, F32_MAX,
+                                                                          -F32_MAX, np.inf, -np.inf, np.nan]])
+    out = [np.array([a, b], dtype=np.float32).tobytes() for a, b in zip(f, np.roll(f, 7))]
+    out += [p + bytes([1, 2]) for p in out[:10]] + [out[0][:k] for k in range(8)]
+    out += [bytes(rng.integers(0, 256, 8, dtype=np.uint8)) for _ in range(200)]     # NaN payloads among them
+    return out
+
+
+def test_compiled_estimates_decoding_equals_the_codecs():
+    """The driver's compiled decoding of Get_Encoder_Estimates gives the codec path's joint values
+    to the bit (both sides' mappings), and a frame the codec refuses is counted corrupt with the
+    feedback unchanged, as on the Python path."""
+    import drivers.odrive as od
+
+    drv, _ = _driver([None] * 4)
+    rng = np.random.default_rng(4)
+    n_ok = n_bad = 0
+    for data in _estimate_payloads(rng):
+        j = int(rng.integers(0, 4))
+        arb = odc.arbitration_id(j, odc.Cmd.GET_ENCODER_ESTIMATES)
+        drv._q[j] = drv._qd[j] = 7.0
+        drv._stats = drv._new_stats()
+        drv._handle_fields(0, (arb, data, 0.0, False, False, False, None))
+        got = (drv._q[j], drv._qd[j], drv._stats["corrupt"])
+        try:
+            est = odc.decode_encoder_estimates(data)
+        except od.DecodeError:
+            assert got == (7.0, 7.0, 1)
+            n_bad += 1
+            continue
+        m = drv.axes[j].mapping
+        want_q = m.sign * 2 * math.pi * est.pos_rev / m.gear_ratio + m.offset_rad
+        want_qd = m.sign * 2 * math.pi * est.vel_rev_s / m.gear_ratio
+        assert np.array([got[0], got[1]]).tobytes() == np.array([want_q, want_qd]).tobytes(), data
+        assert got[2] == 0 and drv._fresh[j]
+        n_ok += 1
+    assert n_ok > 150 and n_bad > 10
+
+
+def test_compiled_estimates_decoding_is_taken(monkeypatch):
+    """The compiled call decodes the frame (the codec is not asked for a payload it accepts)."""
+    import drivers.odrive as od
+
+    drv, _ = _driver([None] * 2)
+    monkeypatch.setattr(od.codec, "decode_encoder_estimates", lambda data: 1 / 0)
+    data = np.array([1.5, -0.25], dtype=np.float32).tobytes()
+    drv._handle_fields(0, (odc.arbitration_id(1, odc.Cmd.GET_ENCODER_ESTIMATES), data, 0.0, False, False, False,
+                           None))
+    m = drv.axes[1].mapping
+    assert drv._q[1] == m.sign * 2 * math.pi * 1.5 / m.gear_ratio + m.offset_rad
