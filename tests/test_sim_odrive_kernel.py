@@ -112,3 +112,58 @@ def test_kernel_saturates_and_refuses_nan():
     assert ok.encoder_estimates(K, np.array([1.5]), np.array([0.1]), 0, 0.0, 0.0, out)
     assert out.tolist() == [np.float32(1.5), np.float32(0.1)]
     assert not ok.encoder_estimates(K, np.array([np.nan]), np.array([0.0]), 0, 0.0, 0.0, out)
+
+
+def _torque_states(rng):
+    """(armed, input torque, torque limit, current limit, velocity limit, vel_gain, qd, torque
+    constant) cases."""
+    vals = [0.0, -0.0, 1e-320, 0.3, -0.3, 2.0, -50.0, 1e30, -3e38, np.inf]
+    out = []
+    for _ in range(600):
+        out.append((bool(rng.random() < 0.8), float(rng.choice(vals + list(rng.normal(0, 3, 4)))),
+                    float(rng.choice([np.inf, 0.5, 2.0, 1e-3])), float(rng.choice([10.0, 0.2, 1e30, 3.0])),
+                    float(rng.choice([np.inf, 0.0, 0.5, 3.0, 1e38])), rng.choice([None, 0.02, 1.0, 0.0]),
+                    float(rng.choice([0.0, -0.0, 0.3, -2.0, 1e6, -1e40, np.nan])),
+                    float(rng.choice([0.05, -0.08, 2.0]))))
+    return out
+
+
+@pytest.mark.parametrize("mapping", MAPPINGS)
+def test_compiled_applied_torque_equals_the_python_path(mapping):
+    """The torque an axis applies (the clamp to its limit, the torque-mode velocity limit, the
+    joint side) by the compiled call equals ``_apply_python``'s, the plant's held command too."""
+    plants = []
+    for _ in range(2):
+        plant, emu = _emu(mapping, 4096)
+        plants.append((plant, emu, emu._axes[5]))
+    n_limited = 0
+    for armed, t_in, tlim, cur, vl, g, qd, kt in _torque_states(np.random.default_rng(2)):
+        res = []
+        for k, (plant, emu, ax) in enumerate(plants):
+            plant._qd[1] = qd
+            ax.state = odc.AxisState.CLOSED_LOOP_CONTROL if armed else odc.AxisState.IDLE
+            ax.input_torque, ax.torque_lim, ax.current_limit_a, ax.vel_limit_rev_s = t_in, tlim, cur, vl
+            ax.kt = kt
+            ax.params.pop("set_vel_gains", None)
+            if g is not None:
+                ax.params["set_vel_gains"] = (float(g), 0.0)
+            ax.setpoint_nm = 99.0
+            try:
+                (emu._apply_python if k == 0 else emu._apply)(ax)
+                err = None
+            except DriverError as e:
+                err = str(e)
+            res.append((np.float64(ax.setpoint_nm).tobytes(), plant._tau_ff.tobytes(), err))
+        assert res[0] == res[1], (armed, t_in, tlim, cur, vl, g, qd, kt)
+        n_limited += armed and vl != np.inf and t_in != 0.0
+    assert n_limited > 100
+
+
+def test_compiled_applied_torque_is_taken(monkeypatch):
+    """The compiled call computes the torque (the Python path is not asked)."""
+    plant, emu = _emu(MAPPINGS[1], 4096)
+    ax = emu._axes[5]
+    monkeypatch.setattr(type(ax), "torque_setpoint", lambda self: 1 / 0)
+    ax.state, ax.input_torque = odc.AxisState.CLOSED_LOOP_CONTROL, 0.5
+    emu._apply(ax)
+    assert ax.setpoint_nm == 0.5 and plant._tau_ff[1] == -0.5 * 9.0 * 0.9

@@ -1,6 +1,7 @@
-"""Compiled answer path of :class:`drivers.sim.odrive_emulator.OdriveEmulator`: the payload of
-an axis' ``Get_Encoder_Estimates`` (its cyclic broadcast, or the answer to a request) on a
-plant without sensor noise.
+"""Compiled per-frame paths of :class:`drivers.sim.odrive_emulator.OdriveEmulator` on a plant
+without sensor noise: the payload of an axis' ``Get_Encoder_Estimates`` (its cyclic broadcast,
+or the answer to a request), and the torque an axis applies after a command
+(``Set_Input_Torque``, a mode, a limit...).
 
 :func:`encoder_estimates` does, in one call, what the emulator's Python path does for that
 message (``OdriveEmulator._motor_pos_vel`` then :func:`drivers.codecs.odrive.encode_encoder_estimates`),
@@ -17,6 +18,12 @@ encoder steps, mappings and position offsets):
 
 It never raises: a value the codec would refuse (a NaN) is reported by the status, and the
 caller takes the Python path, which raises the proper error.
+
+:func:`applied_torque` does what ``OdriveEmulator._apply`` computes before it hands the plant
+its command: the held input torque clamped to the axis' limit (``_Axis.torque_setpoint``), the
+firmware's torque-mode velocity limit on the motor velocity estimate, and the joint-side torque
+``sign * t_m * gear * efficiency`` (the same operations in the same order, the same values;
+``tests/test_sim_odrive_kernel.py``).
 """
 
 from __future__ import annotations
@@ -28,9 +35,10 @@ from numba import njit
 
 from dynamics._kernel_cache import stamp_package_caches
 
-#: layout of the per-axis constants K (float64): its mapping's sign, gear ratio, offset [rad]
-K_SIGN, K_GEAR, K_OFFSET = range(3)
-K_SIZE = 3
+#: layout of the per-axis constants K (float64): its mapping's sign, gear ratio, offset [rad],
+#: efficiency
+K_SIGN, K_GEAR, K_OFFSET, K_EFF = range(4)
+K_SIZE = 4
 
 #: the largest finite float32
 F32_MAX = float(np.finfo(np.float32).max)
@@ -87,3 +95,50 @@ def encoder_estimates(K, q, qd, j, quantum, pos_offset_rev, out):
     out[0] = np.float32(pos)
     out[1] = np.float32(vel)
     return True
+
+
+@njit("UniTuple(f8, 2)(f8[::1], f8[::1], i8, b1, f8, f8, f8, f8, f8, f8)", cache=True, error_model="numpy")
+def applied_torque(K, qd, j, armed, input_torque, torque_lim, current_limit_a, kt, vel_limit_rev_s, vel_gain):
+    """The motor torque an axis applies now and its joint-side value.
+
+    Parameters
+    ----------
+    K : ndarray, shape (K_SIZE,)
+        The axis' mapping (sign, gear ratio, offset, efficiency).
+    qd : ndarray, shape (n,)
+        The plant's joint velocities.
+    j : int
+        The axis' joint.
+    armed : bool
+        Closed loop in torque control (else no torque).
+    input_torque : float
+        The held input torque [N m].
+    torque_lim, current_limit_a, kt : float
+        Motor torque limit [N m] (inf: none), current limit [A], torque constant [N m / A].
+    vel_limit_rev_s : float
+        Torque-mode velocity limit [turn/s] (inf: off).
+    vel_gain : float
+        ``vel_gain`` [N m / (turn/s)].
+
+    Returns
+    -------
+    (t_m, tau_joint) : float, float
+        The motor torque [N m] and the joint torque [N m] (or force [N]) the plant is given.
+    """
+    t_m = 0.0
+    if armed:
+        lim = current_limit_a * abs(kt)
+        if not lim < torque_lim:            # min(torque_lim, lim)
+            lim = torque_lim
+        t_m = -lim if -lim > input_torque else input_torque      # max(input_torque, -lim)
+        if lim < t_m:                       # min(., lim)
+            t_m = lim
+    if t_m != 0.0 and vel_limit_rev_s - vel_limit_rev_s == 0.0:
+        v = _f32_saturate(K[K_SIGN] * qd[j] * K[K_GEAR] / (2.0 * math.pi))
+        lo = (-vel_limit_rev_s - v) * vel_gain
+        hi = (vel_limit_rev_s - v) * vel_gain
+        if lo > t_m:
+            t_m = lo
+        if hi < t_m:
+            t_m = hi
+    return t_m, K[K_SIGN] * t_m * K[K_GEAR] * K[K_EFF]

@@ -304,7 +304,8 @@ class EmulatorHost:
         host whose driver did not send or receive for that long)."""
         plant = self._plant
         devices = self._devices
-        if t - plant.t_s > STALE_BROADCAST_S and (self._inline or threading.current_thread() is self._thread):
+        t_plant = plant.t_s
+        if t - t_plant > STALE_BROADCAST_S and (self._inline or threading.current_thread() is self._thread):
             for d in devices:
                 d.drop_stale_broadcasts(t - STALE_BROADCAST_S)
         counted = self._counted
@@ -314,7 +315,8 @@ class EmulatorHost:
                 key += d.timer_epoch
             if key == self._quiet_key and t + _TIME_EPS_S < self._quiet_t:
                 # no device changed since the next event was found, and it is not due
-                if not t <= plant.t_s:
+                # (drop_stale_broadcasts does not move the plant: t_plant is its time)
+                if not t <= t_plant:
                     plant.advance_to(t)
                 return
         one = devices[0] if len(devices) == 1 else None

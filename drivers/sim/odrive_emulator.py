@@ -89,6 +89,8 @@ _TWO_PI = 2.0 * math.pi
 _F32_MAX = 3.4028234663852886e38
 #: ``controller.config.vel_gain`` default [N m / (turn/s)] (ODrive 0.5 and 0.6)
 _VEL_GAIN_DEFAULT = 1.0 / 6.0
+#: ``Set_Vel_Gains`` values before any (vel_gain, vel_integrator_gain)
+_VEL_GAINS_DEFAULT = (_VEL_GAIN_DEFAULT, 0.0)
 
 
 def _f32_saturate(x: float) -> float:
@@ -200,8 +202,8 @@ class _Axis:
         self.setpoint_nm = 0.0
         #: the compiled answer path's constants (drivers.sim._odrive_kernel, layout K_*)
         self.K = np.empty(_ok.K_SIZE)
-        self.K[_ok.K_SIGN], self.K[_ok.K_GEAR], self.K[_ok.K_OFFSET] = (
-            cfg.mapping.sign, cfg.mapping.gear_ratio, cfg.mapping.offset_rad)
+        self.K[_ok.K_SIGN], self.K[_ok.K_GEAR], self.K[_ok.K_OFFSET], self.K[_ok.K_EFF] = (
+            cfg.mapping.sign, cfg.mapping.gear_ratio, cfg.mapping.offset_rad, cfg.mapping.efficiency)
         #: the joint encoder's step [rad] (0.0: none) for the compiled path, None: the Python path
         #: (set at bind: a plant drawing sensor noise, or none bound yet)
         self.quantum: float | None = None
@@ -377,12 +379,33 @@ class OdriveEmulator(EmulatedDevice):
 
     # -- plant coupling ------------------------------------------------------------------
     def _apply(self, ax: _Axis) -> None:
+        """The torque the axis applies now, to the plant: by one call of the compiled
+        :func:`~drivers.sim._odrive_kernel.applied_torque` when the plant draws no sensor noise
+        (the same values), else :meth:`_apply_python`."""
+        if ax.quantum is None:
+            self._apply_python(ax)
+            return
+        plant = self.plant
+        with plant._lock:
+            try:
+                t_m, tau = _ok.applied_torque(
+                    ax.K, plant._qd, ax.cfg.joint,
+                    ax.state == _CL and ax.control_mode == odc.ControlMode.TORQUE_CONTROL, ax.input_torque,
+                    ax.torque_lim, ax.current_limit_a, ax.kt, ax.vel_limit_rev_s,
+                    ax.params.get("set_vel_gains", _VEL_GAINS_DEFAULT)[0])
+            except TypeError:           # the plant's state in arrays of another layout: the Python path
+                self._apply_python(ax)
+                return
+        ax.setpoint_nm = t_m
+        plant.set_joint_command(ax.cfg.joint, tau)
+
+    def _apply_python(self, ax: _Axis) -> None:
         mp = ax.cfg.mapping
         t_m = ax.torque_setpoint()
         vl = ax.vel_limit_rev_s
         if t_m != 0.0 and math.isfinite(vl):     # the firmware's limitVel (torque mode)
             v = self._motor_pos_vel(ax)[1]
-            g = ax.params.get("set_vel_gains", (_VEL_GAIN_DEFAULT, 0.0))[0]
+            g = ax.params.get("set_vel_gains", _VEL_GAINS_DEFAULT)[0]
             t_m = min(max(t_m, (-vl - v) * g), (vl - v) * g)
         ax.setpoint_nm = t_m
         self.plant.set_joint_command(ax.cfg.joint, mp.sign * t_m * mp.gear_ratio * mp.efficiency)
