@@ -524,3 +524,40 @@ def test_odrive_estimates_are_the_joint_mappings_values(mapping):
                     + emu._axes[3].pos_offset_rev, -f32), f32),
             min(max(float(mapping.joint_to_motor_velocity(plant.measure()[2][0])) / (2 * np.pi), -f32), f32))
         assert bytes(out[0].data) == want
+
+
+@pytest.mark.parametrize("firmware", ["0.6", "0.5"])
+def test_odrive_on_frame_filters_what_accepts_refuses(firmware):
+    """OdriveEmulator.on_frame_filters: the host calls on_frame without accepts(), so on_frame must
+    return None and change nothing (the axes, the watchdog feed, the timers, the counters, the
+    plant) for every frame accepts() refuses: extended and error frames, other nodes' ids."""
+    import copy
+
+    clock, plant = Clock(), _plant()
+    emu = OdriveEmulator([OdriveAxisConfig(3, 0, MAP1, watchdog_timeout_s=0.004),
+                          OdriveAxisConfig(4, 1, encoder_period_s=None)], firmware=firmware)
+    EmulatorHost(NullBus(), [emu], plant, clock, start=False)
+    assert emu.on_frame_filters
+    rng = np.random.default_rng(9)
+    refused = 0
+    for k in range(400):
+        arb = int(rng.choice([int(rng.integers(0, 0x800)), odc.arbitration_id(3, int(rng.integers(0, 32))),
+                              odc.arbitration_id(int(rng.integers(5, 64)), odc.Cmd.SET_INPUT_TORQUE)]))
+        ext = bool(rng.random() < 0.2)
+        msg = can.Message(arbitration_id=arb | (0x10000 if ext and rng.random() < 0.5 else 0), is_extended_id=ext,
+                          is_error_frame=bool(rng.random() < 0.1), is_remote_frame=bool(rng.random() < 0.3),
+                          data=b"" if rng.random() < 0.3 else bytes(rng.integers(0, 256, 8, dtype=np.uint8)))
+        if msg.is_remote_frame:
+            msg.data = bytearray()
+        if emu.accepts(msg):
+            emu.on_frame(msg, 0.001 * k)        # an accepted frame changes what it changes
+            continue
+        before = (copy.deepcopy({n: {s: getattr(a, s) for s in a.__slots__ if s not in ("cfg", "K")}
+                                 for n, a in emu._axes.items()}),
+                  emu.timer_epoch, emu._next_t, emu.frames_ignored, plant._tau_ff.tolist())
+        assert emu.on_frame(msg, 0.001 * k) is None
+        after = ({n: {s: getattr(a, s) for s in a.__slots__ if s not in ("cfg", "K")} for n, a in emu._axes.items()},
+                 emu.timer_epoch, emu._next_t, emu.frames_ignored, plant._tau_ff.tolist())
+        assert after == before, msg
+        refused += 1
+    assert refused > 100

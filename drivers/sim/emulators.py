@@ -498,7 +498,7 @@ class EmulatorHost:
                     else:
                         break
             if idle:
-                self._process(None, None, self._queue)
+                self._advance(self._now(), self._queue)        # _process of no frame
         except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like the thread's
             self._error = err
             self._failed = True

@@ -416,6 +416,10 @@ class OdriveEmulator(EmulatedDevice):
         self.plant.set_brake(True, joints=[ax.cfg.joint])
 
     # -- timed events ------------------------------------------------------------------------
+    #: on_frame returns None, changing nothing, for every frame accepts refuses (an extended
+    #: or error frame, a node id of no axis here): the host skips the pre-check
+    on_frame_filters = True
+
     def accepts(self, msg: can.Message) -> bool:
         return not msg.is_extended_id and not msg.is_error_frame and (msg.arbitration_id >> 5) in self._axes
 
