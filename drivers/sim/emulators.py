@@ -474,22 +474,14 @@ class EmulatorHost:
                     self.frames_in += 1
                     self._process(msg, b, self._queue)
                     msg = recv(0.0)
-            elif self._ends:
-                # the loop below, asking only the ends whose queue holds a frame (or that are
-                # closed: recv raises); the others' recv would return None
-                while True:
-                    for b in buses:
-                        if b._peer._tx or not b._open:
-                            msg = b.recv(0.0)
-                            if msg is not None:
-                                self.frames_in += 1
-                                self._process(msg, b, self._queue)
-                                break
-                    else:
-                        break
             else:
+                # InlineBus ends: only those whose queue holds a frame (or that are closed: recv
+                # raises) are asked; the others' recv would return None
+                ends = self._ends
                 while True:
                     for b in buses:
+                        if ends and not b._peer._tx and b._open:
+                            continue
                         msg = b.recv(0.0)
                         if msg is not None:
                             self.frames_in += 1
