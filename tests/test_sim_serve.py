@@ -72,10 +72,11 @@ def _client_cfg(bus: dict, kind="mit_can") -> dict:
 
 def _session(drv, n=30):
     fb = drv.enable()
-    assert fb.fresh.all()
-    for _ in range(n):
+    assert fb.fresh.all(), ("enable", fb.fresh, fb.info)
+    for k in range(n):
+        t0 = time.monotonic()
         fb = drv.cycle(Command(np.array([0.2, -0.1])))
-        assert fb.fresh.all()
+        assert fb.fresh.all(), (f"cycle {k}", fb.fresh, time.monotonic() - t0, fb.info)
     return fb
 
 
@@ -89,7 +90,13 @@ def test_server_builds_and_serves_in_process_on_a_virtual_bus(tmp_path):
                            now=time.monotonic)
         try:
             fb = _session(drv)
-            np.testing.assert_allclose(fb.position_rad, host.plant.state.q, atol=0.05)
+            # the serving thread steps the plant on the wall clock: stop it, then allow for the
+            # motion since the reply (a loaded machine stalled 0.1-0.5 s here while the arm swung)
+            host.stop()
+            state = host.plant.state
+            dt_s = time.monotonic() - fb.t_s
+            speed = np.maximum(abs(fb.velocity_rad_s), abs(state.qd))
+            assert np.all(abs(fb.position_rad - state.q) <= 0.05 + 1.5 * speed * dt_s), (fb, state, dt_s)
             assert host.plant.t_s > 0
         finally:
             drv.close()
