@@ -147,7 +147,7 @@ def test_a_robot_files_gear_ratio_is_plausible(tmp_path, robot, value):
     import tomli_w
 
     from dynamics.errors import ConfigError
-    from dynamics.loader import load_model
+    from dynamics import load_model
 
     data = tomllib.loads((ROBOTS / robot).read_text())
     if "drive" in data:

@@ -1276,13 +1276,15 @@ def check_brake(spec: RunSpec) -> None:
         tau = m / kd
     bad = np.flatnonzero(~(tau <= t_max))
     if bad.size:
-        j = int(bad[0])
+        j = int(bad[np.argmax(np.nan_to_num(tau[bad], nan=np.inf))])
         names = tuple(getattr(model, "joint_names", ())) or tuple(f"joint {i}" for i in range(m.size))
+        least = np.where(bad_mask := ~(tau <= t_max), m / t_max, kd)     # per joint, the least accepted
         raise ConfigError(f"{kd[j]:g} is too weak a brake for joint {names[j]!r}: its inertia at the start "
                           f"pose, {m[j]:.4g}, gives a damping time constant of {tau[j]:.3g} s, longer than the "
                           f"longest brake ({t_max:g} s): the brake would not stop the robot before the drives are "
-                          f"disabled; use at least {m[j] / t_max:.3g} on this joint", spec.file,
-                          "safety.brake_kd_nm_s_per_rad")
+                          f"disabled; use at least {float(np.max(least[bad_mask])) * 1.0005:.4g}"
+                          + (" on every joint" if np.ndim(spec.safety.brake_kd_nm_s_per_rad) == 0 else
+                             f" on joint {names[j]!r}"), spec.file, "safety.brake_kd_nm_s_per_rad")
 
 
 def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_bytes: int | None = None,
