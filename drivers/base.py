@@ -13,6 +13,7 @@ prismatic joints).  Motor-side units and gear ratios are handled by
 
 from __future__ import annotations
 
+import collections
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -420,15 +421,88 @@ class TransportDriver(Driver):
     #: never did has nothing to disable, so a run refused before it sent leaves the bus untouched
     _touched = False
 
+    #: payloads kept per (bus, arbitration id) sent, to tell a bus's echo of our own frames (as
+    #: udp_multicast hands them back) from another controller's
+    ECHO_KEEP = 8
+
+    def _master_frame(self, bus: int, arb: int, data: bytes) -> str | None:
+        """Whether a data frame (11-bit id ``arb``, payload ``data``, received on
+        ``transports[bus]``) is one only a controller sends to one of our devices (a command, an
+        RPDO, an SDO request, NMT): its description (``"command frames to motor id 2"``), or None.
+
+        The one rule of "another controller talks to our devices", before the first frame
+        (:meth:`_foreign`) and during the run (:meth:`_screen_master`).  A protocol on a shared
+        bus overrides it; the default (a port no one else can use) sees nothing."""
+        return None
+
     def _foreign(self, bus: int, frame: tuple) -> str | None:
         """What ``frame`` (:meth:`~drivers.transport.CanTransport.recv_fields`' fields, received
         on ``transports[bus]`` while this driver has asked nothing) says about another node
         talking to our devices: a description (``"command frames to motor id 2"``), or None.
 
-        A protocol on a shared bus overrides it (MIT, ODrive CANSimple, CiA 402) with the frames
-        only a controller sends for our ids (commands, requests) and the answers nobody of ours
-        asked for; the default (a port no one else can use) sees nothing."""
-        return None
+        By default the frames of :meth:`_master_frame`; a protocol adds what its devices say
+        only when someone else drives them (answers nobody of ours asked for, a drive already
+        enabled)."""
+        if frame[3] or frame[4] or frame[5]:     # error, remote, extended
+            return None
+        return self._master_frame(bus, frame[0], frame[1])
+
+    def _echo_of(self, bus: int, arb: int):
+        """The payloads lately sent with ``arb`` on ``transports[bus]`` (a deque the sender
+        appends to: :meth:`_note_sent`)."""
+        try:
+            table = self.__dict__["_echo"]
+        except KeyError:
+            table = self.__dict__["_echo"] = {}
+        d = table.get((bus, arb))
+        if d is None:
+            d = table[(bus, arb)] = collections.deque(maxlen=self.ECHO_KEEP)
+        return d
+
+    def _note_sent(self, bus: int, arb: int, data: bytes) -> None:
+        """Keep a data frame this driver sent (see :meth:`_screen_master`)."""
+        self._echo_of(bus, arb).append(bytes(data))
+
+    def _screen_master(self, bus: int, arb: int, data: bytes) -> str | None:
+        """A data frame received during the run: when it is one only a controller sends to our
+        devices (:meth:`_master_frame`) and not an echo of one this driver sent
+        (:meth:`_note_sent`), it is noted as foreign for :meth:`_check_foreign`.  Returns
+        what it was: None (not such a frame: read it as a device's), ``""`` (our own) or the
+        description noted."""
+        what = self._master_frame(bus, arb, data)
+        if what is None:
+            return None
+        recent = self._echo_of(bus, arb)
+        data = bytes(data)
+        if data in recent:                  # our own frame, echoed by the bus
+            recent.remove(data)
+            return ""
+        self.__dict__.setdefault("_foreign_seen", []).append(what)
+        return what
+
+    def _foreign_found(self) -> list[str]:
+        """What foreign traffic :meth:`_screen_master` noted since the last call (then forgotten);
+        a protocol with more signs of it (the MIT driver's unasked replies) extends it."""
+        seen = self.__dict__.get("_foreign_seen")
+        if not seen:
+            return []
+        what = sorted(set(seen))
+        seen.clear()
+        return what
+
+    def _check_foreign(self) -> None:
+        """Raise :class:`ForeignTrafficError` for the foreign traffic seen since the last check
+        (:meth:`_foreign_found`): called by every cycle and at the end of ``enable()``.
+
+        Raises
+        ------
+        ForeignTrafficError
+            Another controller's frames for our devices (the run stops in this cycle, cause
+            ``foreign_traffic``)."""
+        what = self._foreign_found()
+        if what:
+            raise ForeignTrafficError("foreign traffic on this driver's devices: " + "; ".join(what) +
+                                      " (another controller or a spoofer on the bus)")
 
     def _heard(self, bus: int, frame: tuple) -> None:
         """A frame received while listening that is not foreign (a device's own broadcast): a
@@ -446,7 +520,8 @@ class TransportDriver(Driver):
         CommsError
             A bus failed.
         """
-        if type(self)._foreign is TransportDriver._foreign:
+        if (type(self)._foreign is TransportDriver._foreign
+                and type(self)._master_frame is TransportDriver._master_frame):
             return
         import time
 
@@ -515,6 +590,8 @@ class TransportDriver(Driver):
             raise DriverError("cycle() before enable()")
         fb = self._exchange(self._request(command))
         self.cycles += 1
+        if self.__dict__.get("_foreign_seen"):
+            self._check_foreign()       # another controller's frames for our devices: stop now
         if self.follow is not None:
             self.follow.check(command.torque_nm, fb)
         return fb

@@ -175,6 +175,8 @@ class _SdoPumpBus:
         t.send(msg.arbitration_id, bytes(msg.data), msg.is_extended_id, is_remote=msg.is_remote_frame,
                dlc=msg.dlc if msg.is_remote_frame else None)
         arb = msg.arbitration_id
+        if not (msg.is_remote_frame or msg.is_extended_id):
+            d._note_sent(self._b, arb, bytes(msg.data))     # NMT, SDO requests: an echo is ours
         if 0x601 <= arb <= 0x67F:      # an SDO request: read until the response is there
             d._pump_bus(self._b, d.sdo_timeout_s, until_id=arb - 0x80)
 
@@ -305,6 +307,17 @@ class Cia402Driver(TransportDriver):
             r[codec.emcy_id(ax.node_id)] = (3, j)
             r[codec.heartbeat_id(ax.node_id)] = (4, j)
         self._rpdo_ids = [codec.rpdo_id(ax.node_id, 1) for ax in axes]
+        #: per axis, the RPDO1 payloads lately sent (an echo of them is not foreign)
+        self._rpdo_echo = [self._echo_of(self._bus_of[j], arb) for j, arb in enumerate(self._rpdo_ids)]
+        #: per bus, what only a master sends to our nodes: frame id -> its description; and our
+        #: node ids (NMT commands name the node in byte 1, 0: every node)
+        self._master_ids: list[dict[int, str]] = [{} for _ in self._buses]
+        self._nodes_of: list[frozenset[int]] = [frozenset(self._by_node[b]) for b in range(len(self._buses))]
+        for j, ax in enumerate(axes):
+            m = self._master_ids[self._bus_of[j]]
+            for k in (1, 2, 3, 4):
+                m[codec.rpdo_id(ax.node_id, k)] = f"RPDOs to node {ax.node_id}"
+            m[codec.sdo_rx_id(ax.node_id)] = f"SDO requests to node {ax.node_id}"
         u = [ax.units for ax in axes]
         m = [ax.mapping for ax in axes]
         # joint-side scale factors: q = sign*counts*rad_per_count/G + off, ...
@@ -405,6 +418,8 @@ class Cia402Driver(TransportDriver):
         arb = frame.arbitration_id
         hit = self._route[b].get(arb)
         data = frame.data
+        if hit is None and self._screen_master(b, arb, data) is not None:
+            return -1           # a master's frame to our nodes: ours looped back, or another's (noted)
         try:
             if hit is not None:
                 kind, j = hit
@@ -435,7 +450,7 @@ class Cia402Driver(TransportDriver):
         if 0x581 <= arb <= 0x5FF or hit is not None:
             # SDO responses, EMCY and heartbeats also go to canopen (SDO client, EMCY log, NMT state)
             self._networks[b].notify(arb, bytearray(data), frame.timestamp)
-        elif arb not in (codec.SYNC_ID, 0) and not (0x201 <= arb <= 0x57F or 0x601 <= arb <= 0x7FF):
+        elif arb not in (codec.SYNC_ID, codec.NMT_ID) and not (0x201 <= arb <= 0x57F or 0x601 <= arb <= 0x7FF):
             st["unexpected"] += 1
         return arb
 
@@ -477,10 +492,12 @@ class Cia402Driver(TransportDriver):
         self._got1[:] = False
         self._got2[:] = False
         self._master_heartbeat()
+        echo = self._rpdo_echo
         for b, t in enumerate(self._buses):
             for j, f in enumerate(frames):
                 if self._bus_of[j] == b:
                     t.send_frame(f)
+                    echo[j].append(f.data)
             t.send(codec.SYNC_ID, b"")
         got1, got2 = self._got1, self._got2
         self._pump(self.reply_timeout_s, lambda: bool(got1.all() and got2.all()))
@@ -644,6 +661,7 @@ class Cia402Driver(TransportDriver):
         if not self._touched:
             self.listen_before_talk()   # another master on our nodes: refused, nothing sent
         self._touched = True
+        self._foreign_found()           # what was seen before this enable is history
         self._stats = self._new_stats()
         self._pump(0.0, lambda: False)
         for j in range(self.n_joints):
@@ -689,7 +707,9 @@ class Cia402Driver(TransportDriver):
                     cw[j] = codec.CW_ENABLE_OPERATION
                 elif s == State.QUICK_STOP_ACTIVE:
                     cw[j] = codec.CW_DISABLE_VOLTAGE
-        return self._follow_start(self._exchange(self.make_commands(Command(zero))))
+        fb = self._exchange(self.make_commands(Command(zero)))
+        self._check_foreign()
+        return self._follow_start(fb)
 
     def _controlword_cycle(self, controlword: int) -> Feedback:
         return self._exchange(self.make_commands(Command(np.zeros(self.n_joints)), controlword))
@@ -739,20 +759,26 @@ class Cia402Driver(TransportDriver):
         self._enabled_cmd = False
         return fb
 
-    def _foreign(self, bus: int, frame: tuple) -> str | None:
-        """Before the first frame: another master's SYNC, RPDOs or SDO requests to our nodes, or
-        our nodes sending TPDOs (operational and synchronised by someone else)."""
-        arb, data, _, error, remote, extended = frame[:6]
-        if error or extended:
+    def _master_frame(self, bus: int, arb: int, data: bytes) -> str | None:
+        """An RPDO or an SDO request to one of our nodes, or an NMT command to one (or to every
+        node)."""
+        if arb == codec.NMT_ID:
+            if len(data) >= 2 and (data[1] == 0 or data[1] in self._nodes_of[bus]):
+                return f"NMT commands to {'every node' if data[1] == 0 else f'node {data[1]}'}"
             return None
+        return self._master_ids[bus].get(arb)
+
+    def _foreign(self, bus: int, frame: tuple) -> str | None:
+        """Before the first frame: another master's SYNC, or its frames to our nodes
+        (:meth:`_master_frame`), or our nodes sending TPDOs (operational and synchronised by
+        someone else)."""
+        what = super()._foreign(bus, frame)
+        arb, data, _, error, remote, extended = frame[:6]
+        if what is not None or error or extended:
+            return what
         if arb == codec.SYNC_ID:
             return "SYNC frames (another master)"
-        nodes = {self._axes[j].node_id for j in range(self.n_joints) if self._bus_of[j] == bus}
-        for node in nodes:
-            if arb in (codec.rpdo_id(node, 1), codec.rpdo_id(node, 2)):
-                return f"RPDOs to node {node}"
-            if arb == codec.sdo_rx_id(node):
-                return f"SDO requests to node {node}"
+        for node in self._nodes_of[bus]:
             if arb in (codec.tpdo_id(node, 1), codec.tpdo_id(node, 2)):
                 return f"TPDOs from node {node} (operational, synchronised by another master)"
         return None

@@ -61,7 +61,6 @@ from the one kept: a byte-identical duplicate is CAN's own retransmission) are n
 
 from __future__ import annotations
 
-import collections
 import math
 import time
 from dataclasses import dataclass, field
@@ -69,7 +68,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dynamics.errors import CommsError, CommsTimeoutError, DriverError, ForeignTrafficError
+from dynamics.errors import CommsError, CommsTimeoutError, DriverError
 
 from .base import TIMEOUT_MAX_S, Command, Feedback, JointMapping, TransportDriver, check_mapping, command_vector
 from . import _mit_kernels as _k
@@ -269,9 +268,9 @@ class MitCanDriver(TransportDriver):
         #: per joint, requests sent that no reply answered yet (at most _OWED_MAX)
         self._owed = [0] * n
         #: per joint, the last payloads sent (a bus that echoes our frames, as udp_multicast does,
-        #: hands them back: those are not foreign)
-        self._recent = [collections.deque(maxlen=8) for _ in range(n)]
-        self._foreign_cmd: list[str] = []           # foreign command frames seen since the last check
+        #: hands them back: those are not foreign; TransportDriver._screen_master)
+        self._recent = [self._echo_of(self._bus_of[j], jt.can_id) for j, jt in enumerate(self._joints)]
+        self._foreign_seen: list[str] = []          # foreign command frames seen since the last check
         self._foreign_replies: list[int] = []       # cycles in which a reply nobody asked for came
 
     # ------------------------------------------------------------------
@@ -502,13 +501,10 @@ class MitCanDriver(TransportDriver):
             return
         arb, data = frame[0], frame[1]
         by_id = self._by_id[b]
-        if arb in by_id:
-            recent = self._recent[by_id[arb]]
-            if data in recent:                  # our own frame, echoed by the bus
-                recent.remove(data)
-                return
-            self._foreign_cmd.append(f"command frames to motor id {arb}")
-            stats["foreign"] = stats.get("foreign", 0) + 1
+        what = self._screen_master(b, arb, data)
+        if what is not None:                    # a command frame: ours echoed, or foreign
+            if what:
+                stats["foreign"] = stats.get("foreign", 0) + 1
             return
         j = by_id.get(data[0]) if len(data) in self._reply_lengths else None
         if j is None:
@@ -526,30 +522,31 @@ class MitCanDriver(TransportDriver):
         self._foreign_replies.append(self.cycles)
         stats["foreign"] = stats.get("foreign", 0) + 1
 
-    def _check_foreign(self) -> None:
-        """Raise :class:`ForeignTrafficError` for a foreign command frame seen, or for
+    def _foreign_found(self) -> list[str]:
+        """The foreign command frames seen (:meth:`TransportDriver._foreign_found`), and
         :data:`FOREIGN_REPLIES_MAX` unasked replies within :data:`FOREIGN_WINDOW_CYCLES` cycles."""
-        cmd = self._foreign_cmd
+        what = super()._foreign_found()
         fr = self._foreign_replies
         if fr:
             fr[:] = [c for c in fr if c > self.cycles - FOREIGN_WINDOW_CYCLES]
-        if cmd or len(fr) >= FOREIGN_REPLIES_MAX:
-            what = sorted(set(cmd)) + ([f"{len(fr)} replies nobody of ours asked for in "
-                                        f"{FOREIGN_WINDOW_CYCLES} cycles"] if len(fr) >= FOREIGN_REPLIES_MAX else [])
-            cmd.clear()
-            fr.clear()
-            raise ForeignTrafficError("foreign traffic on this driver's motor ids: " + "; ".join(what) +
-                                      " (another controller or a spoofer on the bus)")
+            if len(fr) >= FOREIGN_REPLIES_MAX:
+                what.append(f"{len(fr)} replies nobody of ours asked for in {FOREIGN_WINDOW_CYCLES} cycles")
+                fr.clear()
+        return what
+
+    def _master_frame(self, bus: int, arb: int, data: bytes) -> str | None:
+        """A command frame (its id is a motor id: replies carry the id in byte 0)."""
+        if arb in self._by_id[bus]:
+            return f"command frames to motor id {arb}"
+        return None
 
     def _foreign(self, bus: int, frame: tuple) -> str | None:
         """Before the first frame: a command frame to one of our motors, or a reply from one."""
-        if frame[3] or frame[4]:
-            return None
-        by_id = self._by_id[bus]
-        if frame[0] in by_id:
-            return f"command frames to motor id {frame[0]}"
+        what = super()._foreign(bus, frame)
+        if what is not None or frame[3] or frame[4]:
+            return what
         data = frame[1]
-        if len(data) in self._reply_lengths and data[0] in by_id:
+        if len(data) in self._reply_lengths and data[0] in self._by_id[bus]:
             return f"replies from motor id {data[0]}"
         return None
 
@@ -590,7 +587,7 @@ class MitCanDriver(TransportDriver):
         if not self._touched:
             self.listen_before_talk()   # another controller on our ids: refused, nothing sent
         self._touched = True
-        self._foreign_cmd.clear()
+        self._foreign_seen.clear()
         self._foreign_replies.clear()
         stats = self._new_stats()
         answered = [False] * self.n_joints
@@ -662,7 +659,7 @@ class MitCanDriver(TransportDriver):
         self._send_encoded(encoded)
         self._collect(set(range(n)), self.reply_timeout_s, stats)
         self.cycles += 1
-        if self._foreign_cmd or self._foreign_replies:
+        if self._foreign_seen or self._foreign_replies:
             self._check_foreign()
         mon = self.monitor
         t_s = float(self._now())        # the replies' time: the follow check's and the Feedback's

@@ -227,6 +227,8 @@ class OdriveCanDriver(TransportDriver):
                                                                 "axes", "node id")
         n = len(axes)
         self._torque_ids = [codec.arbitration_id(ax.node_id, int(Cmd.SET_INPUT_TORQUE)) for ax in axes]
+        #: per axis, the Set_Input_Torque payloads lately sent (an echo of them is not foreign)
+        self._torque_echo = [self._echo_of(self._bus_of[j], arb) for j, arb in enumerate(self._torque_ids)]
         # the compiled encoder's constants and payload buffer (drivers._odrive_kernels); its
         # float32 view writes the codec's little-endian bytes only on a little-endian machine
         self._kC = np.empty((_ok.C_ROWS, n))
@@ -327,7 +329,9 @@ class OdriveCanDriver(TransportDriver):
             arb, dlc = codec.rtr_request(ax.node_id, cmd, self.firmware)
             t.send(arb, b"", is_remote=True, dlc=dlc)
         else:
-            t.send(codec.arbitration_id(ax.node_id, int(cmd)), data)
+            arb = codec.arbitration_id(ax.node_id, int(cmd))
+            t.send(arb, data)
+            self._note_sent(self._bus_of[j], arb, data)
 
     def _handle(self, b: int, frame: Frame) -> None:
         """What a frame received on bus ``b`` says (:meth:`_handle_fields` of its fields)."""
@@ -379,8 +383,8 @@ class OdriveCanDriver(TransportDriver):
                 tq = codec.decode_torques(data)
                 m = self._axes[j].mapping
                 self._tau[j] = m.sign * tq.torque_estimate_nm * m.gear_ratio * m.efficiency
-            elif cmd in (Cmd.SET_INPUT_TORQUE, Cmd.SET_AXIS_STATE, Cmd.SET_CONTROLLER_MODE, Cmd.CLEAR_ERRORS):
-                return  # another master's command (or a loop-back); not ours to read
+            elif self._screen_master(b, arb, data) is not None:
+                return  # a master's command: ours looped back, or another master's (noted)
             else:
                 st["unexpected"] += 1
         except DecodeError:
@@ -443,10 +447,12 @@ class OdriveCanDriver(TransportDriver):
         self._pump(0.0, lambda: False)  # what arrived since the last cycle
         if self.feedback == "rtr":
             self._fresh[:] = False  # only answers to this cycle's requests count
+        echo = self._torque_echo
         for b, t in enumerate(self._buses):
             for j, (arb, data) in enumerate(frames):
                 if self._bus_of[j] == b:
                     t.send(arb, data)
+                    echo[j].append(data)
         if self.feedback == "rtr":
             self._request_feedback()
         self._pump(self.reply_timeout_s, lambda: bool(self._fresh.all()))
@@ -472,6 +478,7 @@ class OdriveCanDriver(TransportDriver):
         if not self._touched:
             self.listen_before_talk()   # another master on our axes: refused, nothing sent
         self._touched = True
+        self._foreign_found()           # what was seen before this enable is history
         self._stats = self._new_stats()
         self._pump(0.0, lambda: False)
         if not self._version_ok:
@@ -550,6 +557,7 @@ class OdriveCanDriver(TransportDriver):
             # host or a slow adapter can take longer than one reply_timeout_s)
             self._pump(max(self.reply_timeout_s, deadline - time.monotonic()), lambda: bool(self._fresh.all()))
             fb = self._feedback()
+        self._check_foreign()
         return self._follow_start(fb)
 
     def _name(self, j: int) -> str:
@@ -642,19 +650,26 @@ class OdriveCanDriver(TransportDriver):
     def _heard(self, bus: int, frame: tuple) -> None:
         self._handle_fields(bus, frame)      # heartbeats, broadcasts: what the axes said counts
 
+    def _master_frame(self, bus: int, arb: int, data: bytes) -> str | None:
+        """A master's command to one of our axes (:data:`_MASTER_CMDS`)."""
+        node, cmd = arb >> 5, arb & 0x1F
+        if cmd in self._MASTER_CMDS and node in self._by_node[bus]:
+            return f"commands ({Cmd(cmd).name}) to axis node {node}"
+        return None
+
     def _foreign(self, bus: int, frame: tuple) -> str | None:
-        """Before the first frame: a master's command or request (RTR) to one of our axes, or an
-        axis of ours reporting CLOSED_LOOP_CONTROL in its heartbeat (someone else enabled it)."""
+        """Before the first frame: a master's command (:meth:`_master_frame`) or request (RTR) to
+        one of our axes, or an axis of ours reporting CLOSED_LOOP_CONTROL in its heartbeat
+        (someone else enabled it)."""
+        what = super()._foreign(bus, frame)
         arb, data, _, error, remote, extended = frame[:6]
-        if error or extended:
-            return None
+        if what is not None or error or extended:
+            return what
         node, cmd = arb >> 5, arb & 0x1F
         if node not in self._by_node[bus]:
             return None
         if remote:
             return f"requests (RTR) to axis node {node}"
-        if cmd in self._MASTER_CMDS:
-            return f"commands ({Cmd(cmd).name}) to axis node {node}"
         if cmd == Cmd.HEARTBEAT:
             try:
                 hb = codec.decode_heartbeat(data, self.firmware)

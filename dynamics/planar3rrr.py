@@ -141,7 +141,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _planar3rrr_kernels as K
-from .base import POSE_HINT_METHODS, DriveParams, JointLimits, ParallelModel, SingularityReport
+from .base import GEAR_RATIO_RANGE, POSE_HINT_METHODS, DriveParams, JointLimits, ParallelModel, SingularityReport
 from .config import Section
 from .errors import (ConfigError, ConvergenceError, KinematicsError, ModelError,
                      SingularityError, UnreachableError)
@@ -1293,8 +1293,9 @@ class Planar3RRR(ParallelModel):
 
 
 # ---------------------------------------------------------------------- loader
-def _per_leg(sec: Section, key: str, default=None, *, minimum=None, strict=False) -> np.ndarray:
-    """A number (shared by the legs) or a list of 3 numbers -> array (3,)."""
+def _per_leg(sec: Section, key: str, default=None, *, minimum=None, strict=False, maximum=None) -> np.ndarray:
+    """A number (shared by the legs) or a list of 3 numbers -> array (3,), each > ``minimum``
+    (``strict``) or >= it, and <= ``maximum`` (when given)."""
     v = sec.raw(key, default) if default is not None else sec.raw(key)
     if isinstance(v, list):
         arr = sec.as_array(key, v, (3,))
@@ -1307,6 +1308,8 @@ def _per_leg(sec: Section, key: str, default=None, *, minimum=None, strict=False
         if np.any(bad):
             op = ">" if strict else ">="
             raise sec.error(key, f"must be {op} {minimum}, got {v!r}")
+    if maximum is not None and np.any(arr > maximum):
+        raise sec.error(key, f"must be <= {maximum:g}, got {v!r}")
     return arr
 
 
@@ -1394,7 +1397,7 @@ def load_3rrr(root: Section, base_dir: str | Path | None = None) -> Planar3RRR:
     has_rotor = drv.has("rotor_inertia") or drv.has("gear_ratio")
     if has_rotor:
         rotor = _per_leg(drv, "rotor_inertia", minimum=0.0)
-        gear = _per_leg(drv, "gear_ratio", minimum=0.0, strict=True)
+        gear = _per_leg(drv, "gear_ratio", minimum=GEAR_RATIO_RANGE[0], maximum=GEAR_RATIO_RANGE[1])
         armature = rotor * gear ** 2
     else:
         armature = np.zeros(3)

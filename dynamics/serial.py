@@ -60,7 +60,7 @@ from typing import Sequence
 import numpy as np
 
 from . import _serial_kernels as _k
-from .base import DriveParams, JointLimits, Model
+from .base import GEAR_RATIO_RANGE, DriveParams, JointLimits, Model
 from .config import Section
 from .errors import ConfigError, ModelError
 
@@ -703,9 +703,7 @@ def load_serial(root: Section, base_dir=None) -> SerialModel:
             if js.has(key):
                 lim[key][i] = js.float(key, minimum=0.0, strict_min=True)
         rotor = js.float("rotor_inertia", 0.0, minimum=0.0)
-        ratio = js.float("gear_ratio", 1.0)
-        if ratio == 0.0:
-            raise js.error("gear_ratio", "must be non-zero")
+        ratio = js.float("gear_ratio", 1.0, minimum=GEAR_RATIO_RANGE[0], maximum=GEAR_RATIO_RANGE[1])
         arm[i] = rotor * ratio ** 2
         visc[i] = js.float("viscous", 0.0, minimum=0.0)
         coul[i] = js.float("coulomb", 0.0, minimum=0.0)

@@ -194,6 +194,44 @@ def _velocity_bitflip(case):
     return hook
 
 
+def other_master_frame(protocol: str, drv, joint: int, torque_nm: float = 5.0) -> tuple:
+    """A frame only a controller sends to ``joint``'s device, as another controller on the bus would
+    send it (``recv_fields``' fields): MIT a command frame of ``torque_nm`` (motor side), ODrive
+    ``Set_Input_Torque``, CiA 402 RPDO1 'enable operation' with a torque (0x6071, permille)."""
+    if protocol == "mit":
+        from drivers.codecs import mit as mitc
+        jt = drv.joints[joint]
+        data = mitc.encode_command(0.0, 0.0, 0.0, 0.0, torque_nm, jt.limits)
+        return (jt.can_id, bytes(data), 0.0, False, False, False, None)
+    if protocol == "odrive":
+        from drivers.codecs import odrive as odc
+        node = drv.axes[joint].node_id
+        return (odc.arbitration_id(node, odc.Cmd.SET_INPUT_TORQUE), odc.encode_set_input_torque(torque_nm),
+                0.0, False, False, False, None)
+    from drivers.codecs import cia402 as cc
+    node = drv.axes[joint].node_id
+    return (cc.rpdo_id(node, 1), cc.encode_rpdo1(cc.CW_ENABLE_OPERATION, 300), 0.0, False, False, False, None)
+
+
+def _other_controller(case):
+    """At cycle K another controller's command for joint 1's device arrives (on its bus, before
+    the next frame the driver reads): a second controller or a spoofer on a shared bus."""
+    drv = case.run.driver.inner
+    frame = other_master_frame(case.protocol, drv, 1)
+    tr = drv.transports[(drv._bus_of[1])]
+
+    def hook():
+        orig, queue = tr.recv_fields, [frame]
+
+        def recv_fields(timeout_s=0.0):
+            f = orig(timeout_s)
+            if f is not None and queue:
+                return queue.pop()
+            return f
+        tr.recv_fields = recv_fields
+    return hook
+
+
 def _position_limit(case):
     def hook():                                                     # joint 1 is now beyond its limit
         case.safety.q_max[1] = case.safety.q_min[1] - 1.0
@@ -283,6 +321,9 @@ class Cell:
     disconnected: tuple = ()                         # joints nobody can tell to stop
     braking: tuple = ()                              # joints in their drive's own fault reaction
     reachable: bool = True                           # False: no command reaches any device any more
+    logged_stop: bool = True                         # False: the driver's cycle raised, its row (flagged
+    #                                                  FAULT) is the last; the zero and disable went out
+    #                                                  after it, in the stop (checked on the devices)
     watchdog_s: float | None = None                  # disconnected: the devices' own protection must
     #                                                  leave no torque this long after the last row [s]
     note: str = ""
@@ -334,6 +375,11 @@ for p in CAN:
     CELLS.append(Cell("implausible feedback (a bit flipped)", p, "implausible_feedback", STALE_CYCLES,
                       _velocity_bitflip, note="a bit the frame check cannot see, from cycle K on; a single "
                       "flip is not used and counted (tests/test_feedback_plausibility.py)"))
+for p in CAN:
+    # the frame arrives in cycle K's exchange: the driver raises in that cycle, whose row is the stop
+    CELLS.append(Cell("another controller's command", p, "foreign_traffic", 0, _other_controller, logged_stop=False,
+                      note="a command frame for joint 1's device the driver did not send "
+                           "(tests/test_foreign_traffic.py: with the bus echoing ours)"))
 # the follow check of the torque-only drives (drivers.mit_health.TorqueFollow): the measured torque
 # (ODrive Iq, CiA 402 0x6077, Dynamixel Present Current) against the command; the ODrive reads Iq
 # for it (the Stewart config reads none, to keep its buses under 100 %: a warning in simulation)
@@ -387,6 +433,9 @@ NOT_APPLICABLE = {
         "the emulated servo has no corruption before its packet's CRC (a flip on the line fails the CRC: "
         "the corrupt-frames row); the plausibility check is the loop's, the same for every protocol",
     ("implausible feedback (a bit flipped)", "plant"): "no frames",
+    ("another controller's command", "dynamixel"): "a serial port has one master: a second controller "
+                                                    "cannot open it while the run holds it",
+    ("another controller's command", "plant"): "no bus",
 }
 
 FAULTS = list(dict.fromkeys(c.fault for c in CELLS))
@@ -457,8 +506,9 @@ class CellRun:
     @property
     def stop_row(self) -> int:
         """The first row commanding zero torque on every joint (unreachable devices: the first
-        row flagged FAULT, the exchange that failed)."""
-        if not self.cell.reachable:
+        row flagged FAULT, the exchange that failed; likewise for a cycle that raised, ``logged_stop``
+        False)."""
+        if not (self.cell.reachable and self.cell.logged_stop):
             flagged = np.flatnonzero(self.log["safety"] & FAULT)
             return int(flagged[0]) if flagged.size else -1
         zero = np.flatnonzero(np.all(self.log["tau_cmd"] == 0.0, axis=1))
@@ -508,7 +558,7 @@ def problems(c: CellRun) -> list[str]:
     elif np.any(np.abs(tau) > c.safety.tau_max + 1e-12):
         out.append("a torque beyond the limit was commanded")
     last = len(log) - 1
-    if c.stop_row != last or (cell.reachable and not np.all(tau[last] == 0.0)):
+    if c.stop_row != last or (cell.reachable and cell.logged_stop and not np.all(tau[last] == 0.0)):
         out.append(f"the stop is not the last row (stop row {c.stop_row}, last {last})")
     if (log["safety"][last] & (FAULT | DISABLED)) != (FAULT | DISABLED):
         out.append("last row not flagged FAULT | DISABLED")

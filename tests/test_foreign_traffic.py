@@ -435,3 +435,112 @@ def test_each_can_protocol_listens_before_it_sends(tmp_path, protocol, config):
     assert res.status == "fault" and res.n_cycles == 0
     assert res.faults[0].cause == "foreign_traffic" and "busy" in res.faults[0].message, [str(f) for f in res.faults]
     assert sent == [], sent[:5]
+
+
+# --- during the run, every CAN protocol: a bus that echoes our frames, another controller's ------
+try:
+    from tests import fault_matrix as fm
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    import fault_matrix as fm
+
+CAN_PROTOCOLS = ("mit", "odrive", "cia402")
+
+
+def _echoing(transports) -> list:
+    """Make every frame the driver sends come back to it before anything else it reads (a bus that
+    loops our own frames back, as udp_multicast does); returns the echo queues (one per bus)."""
+    queues = []
+    for t in transports:
+        queue: list = []
+        send, recv = t.send, t.recv_fields
+
+        def send_(arb, data=b"", is_extended_id=False, *, is_remote=False, dlc=None, _s=send, _q=queue):
+            _s(arb, data, is_extended_id, is_remote=is_remote, dlc=dlc)
+            _q.append((arb, bytes(data), 0.0, False, bool(is_remote), bool(is_extended_id),
+                       dlc if is_remote else None))
+
+        def recv_(timeout_s=0.0, _r=recv, _q=queue):
+            return _q.pop(0) if _q else _r(timeout_s)
+        t.send, t.recv_fields = send_, recv_
+        queues.append(queue)
+    return queues
+
+
+def _run_protocol(tmp_path, protocol, hook=None, echo=True):
+    """The fault matrix's run of ``protocol`` (lock-step), every bus echoing our frames from the
+    start; ``hook(run)`` at driver cycle K.  Returns (result, frames sent, joint 1's device id)."""
+    proto = fm.PROTOCOLS[protocol]
+    spec = load_run(fm.RUNS / proto.config, overrides={"safety.stop_reaction": "zero_disable"},
+                    duration_s=proto.duration_s)
+    r = build_run(spec, out_dir=tmp_path / "run")
+    try:
+        sent_before = [t.frames_sent for t in r.driver.inner.transports]
+        if echo:
+            _echoing(r.driver.inner.transports)
+        hooked = _Hooked(r.driver, {K: lambda: hook(r)} if hook is not None else {})
+        r.loop.driver = hooked
+        res = r.loop.run()
+        sent = sum(t.frames_sent for t in r.driver.inner.transports) - sum(sent_before)
+        drv = r.driver.inner
+        dev = drv.joints[1].can_id if protocol == "mit" else drv.axes[1].node_id
+    finally:
+        r.close()
+    return res, sent, dev
+
+
+@pytest.mark.parametrize("protocol", CAN_PROTOCOLS)
+def test_our_own_frames_looped_back_are_not_foreign(tmp_path, protocol):
+    """Every frame the driver sends (enable's configuration, SDO and NMT, the cycles' commands)
+    comes back to it, as on udp_multicast: none is taken for another controller's; the run
+    completes."""
+    res, sent, _ = _run_protocol(tmp_path, protocol)
+    assert res.status == "completed", [str(f) for f in res.faults]
+    assert sent > res.n_cycles                  # the echo had something to hand back
+
+
+def _inject_once(frame):
+    def hook(r):
+        drv = r.driver.inner
+        tr = drv.transports[drv._bus_of[1]]
+        orig, queue = tr.recv_fields, [frame(drv)]
+
+        def recv_fields(timeout_s=0.0):
+            f = orig(timeout_s)
+            return queue.pop() if (f is not None and queue) else f
+        tr.recv_fields = recv_fields
+    return hook
+
+
+def _odrive_idle(drv):
+    from drivers.codecs import odrive as odc
+    node = drv.axes[1].node_id
+    return _fields(odc.arbitration_id(node, odc.Cmd.SET_AXIS_STATE), odc.encode_set_axis_state(odc.AxisState.IDLE))
+
+
+def _cia402_nmt_stop(drv):
+    return _fields(0x000, bytes([0x02, drv.axes[1].node_id]))
+
+
+def _cia402_sdo(drv):
+    from drivers.codecs import cia402 as cc
+    return _fields(cc.sdo_rx_id(drv.axes[1].node_id), bytes([0x40, 0x41, 0x60, 0, 0, 0, 0, 0]))
+
+
+@pytest.mark.parametrize("protocol,frame,named", [
+    ("mit", lambda drv: fm.other_master_frame("mit", drv, 1), "command frames to motor id {id}"),
+    ("odrive", lambda drv: fm.other_master_frame("odrive", drv, 1), "SET_INPUT_TORQUE) to axis node {id}"),
+    ("odrive", _odrive_idle, "SET_AXIS_STATE) to axis node {id}"),
+    ("cia402", lambda drv: fm.other_master_frame("cia402", drv, 1), "RPDOs to node {id}"),
+    ("cia402", _cia402_nmt_stop, "NMT commands to node {id}"),
+    ("cia402", _cia402_sdo, "SDO requests to node {id}"),
+], ids=["mit-command", "odrive-torque", "odrive-axis-state", "cia402-rpdo", "cia402-nmt", "cia402-sdo"])
+def test_another_controllers_frame_mid_run_stops_that_cycle(tmp_path, protocol, frame, named):
+    """On a bus that echoes our own frames, one frame of another controller for joint 1's device
+    arrives in cycle K: that cycle ends in the stop, cause foreign_traffic, naming the device and
+    the kind of frame (before: MIT only; ODrive and CiA 402 listened before enable only)."""
+    res, _, dev = _run_protocol(tmp_path, protocol, _inject_once(frame))
+    assert res.status == "fault", res.status
+    f = res.faults[0]
+    assert f.cause == "foreign_traffic", [str(x) for x in res.faults]
+    assert named.format(id=dev) in f.message, f.message
+    assert res.n_cycles == K + 1                # the row of cycle K is the last one

@@ -121,6 +121,11 @@ def torque_limit_sources(spec) -> tuple[np.ndarray, list[str]]:
         ``"robot file"``, ``"[safety] torque_max"`` or ``"drive"`` (the binding one).
     """
     own = "[safety] torque_max" if spec.safety.torque_max is not None else "robot file"
+    tm, n = spec.safety.torque_max, spec.model.dof
+    if tm is not None and np.ndim(tm) >= 1 and np.size(tm) != n:
+        from dynamics.errors import ConfigError
+        raise ConfigError(f"expected a scalar or {n} values (one per joint), got {np.size(tm)}",
+                          getattr(spec, "file", None), "safety.torque_max")
     caps = spec.drive_capabilities() if hasattr(spec, "drive_capabilities") else None
     lim, drive = least_torque_limit(spec.model, spec.safety.torque_max, caps)
     return lim, ["drive" if d else own for d in drive]

@@ -373,6 +373,14 @@ def parse_run(data: Mapping[str, Any], *, file: str | None = None, base_dir: Pat
         # a value the trajectory code could not use (e.g. a huge number of turns, a string where
         # a number belongs, inside an options table): name the table
         raise ConfigError(f"{type(err).__name__}: {err}", file, tsec.path or "trajectory") from err
+    with np.errstate(all="ignore"):
+        ends = [traj.sample(t) for t in (0.0, 0.5 * traj.duration_s, traj.duration_s)]
+    if not all(np.all(np.isfinite(np.asarray(x, dtype=float))) for r in ends for x in (r.pos, r.vel, r.acc)):
+        # e.g. a path in a duration of 1e-300 s: infinite velocities
+        raise ConfigError(f"the reference is not finite (its velocity or acceleration overflows: is "
+                          f"duration_s = {traj.duration_s!r} s too short for the path?)", file,
+                          f"{tsec.path or 'trajectory'}.duration_s" if "duration_s" in (tsec.data or {}) else
+                          (tsec.path or "trajectory"))
     traj = _trajectory_for_space(traj, model, "task" if kind in _TASK_KINDS else "joint", tsec)
 
     lsec = root.section("loop", {}, doc="rate, clock and duration of the control loop: --explain loop")
@@ -1243,6 +1251,42 @@ def make_safety(spec: RunSpec, *, pose0=None) -> SafetySupervisor:
         raise ConfigError(err.message, spec.file, f"safety.{err.field}" if err.field else "safety") from err
 
 
+def check_brake(spec: RunSpec) -> None:
+    """Refuse a ``brake_disable`` brake too weak to stop this robot: on every joint the damping's
+    time constant at the start pose, ``M_jj / brake_kd_nm_s_per_rad`` (``M`` the model's mass
+    matrix [kg m^2 | kg]), may not exceed the longest brake accepted (``brake_time_s`` <= 10 s):
+    a slower brake takes less than 63 % of a joint's speed out before the drives are disabled.
+    A fixed floor on ``brake_kd`` cannot see this (the shipped robots' brakes span 0.5 to 2000).
+
+    Raises
+    ------
+    ConfigError
+        Naming the run file and ``safety.brake_kd_nm_s_per_rad``, with the least value accepted.
+    """
+    if spec.safety.stop_reaction != "brake_disable":
+        return
+    model = spec.model
+    q0, X0 = _joint_start(spec)
+    hint = X0 is not None and "mass_matrix" in getattr(model, "pose_hint_methods", ())
+    M = np.asarray(model.mass_matrix(q0, pose=X0) if hint else model.mass_matrix(q0), dtype=float)
+    m = np.diag(M)
+    kd = np.broadcast_to(np.asarray(spec.safety.brake_kd_nm_s_per_rad, dtype=float), m.shape)
+    t_max = SAFETY_RANGES["brake_time_s"][1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tau = m / kd
+    bad = np.flatnonzero(~(tau <= t_max))
+    if bad.size:
+        j = int(bad[np.argmax(np.nan_to_num(tau[bad], nan=np.inf))])
+        names = tuple(getattr(model, "joint_names", ())) or tuple(f"joint {i}" for i in range(m.size))
+        least = np.where(bad_mask := ~(tau <= t_max), m / t_max, kd)     # per joint, the least accepted
+        raise ConfigError(f"{kd[j]:g} is too weak a brake for joint {names[j]!r}: its inertia at the start "
+                          f"pose, {m[j]:.4g}, gives a damping time constant of {tau[j]:.3g} s, longer than the "
+                          f"longest brake ({t_max:g} s): the brake would not stop the robot before the drives are "
+                          f"disabled; use at least {float(np.max(least[bad_mask])) * 1.0005:.4g}"
+                          + (" on every joint" if np.ndim(spec.safety.brake_kd_nm_s_per_rad) == 0 else
+                             f" on joint {names[j]!r}"), spec.file, "safety.brake_kd_nm_s_per_rad")
+
+
 def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_bytes: int | None = None,
                  build_sim: bool = False, calibration: bool = True) -> Validation:
     """The one validation of a run before anything moves, used by ``check`` and ``run``.
@@ -1269,6 +1313,7 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
     v = Validation()
     _, X0 = _joint_start(spec)
     safety = make_safety(spec, pose0=X0)
+    check_brake(spec)
     n_ctrl = spec.model.task_dof if spec.space == "task" else spec.model.dof
     for key in ("tracking_error_max", "startup_tolerance"):
         val = getattr(spec.safety, key)

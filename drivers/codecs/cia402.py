@@ -79,6 +79,8 @@ SUPPORTED_MODE_CST = 1 << 9
 DEVICE_PROFILE_402 = 402
 
 SYNC_ID = 0x080
+#: COB-ID of NMT commands (master -> node; byte 0 the command, byte 1 the node id, 0: every node)
+NMT_ID = 0x000
 
 #: EMCY error codes (CiA 301 table 'emergency error codes') used here
 EMCY_GENERIC = 0x1000

@@ -557,7 +557,7 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
     try:
         latency = emu_sec.float("reply_latency_s", 0.0, minimum=0.0,
                                 doc="wall-clock delay of every reply and broadcast [s]")
-        wd = emu_sec.float("watchdog_timeout_s", None, minimum=0.0, strict_min=True,
+        wd = emu_sec.float("watchdog_timeout_s", None, minimum=WATCHDOG_RANGE_S[0], maximum=WATCHDOG_RANGE_S[1],
                            doc="the devices' command timeout (MIT: CAN timeout; ODrive: axis watchdog) "
                                "[s] (default: off)")
         poll = emu_sec.float("poll_s", 0.001, minimum=0.0, strict_min=True, doc=_POLL_DOC)
@@ -691,6 +691,10 @@ _TEMPERATURE_DOC = "the temperature the emulated drives report [degC]"
 
 #: plausible periods of an emulated drive's cyclic messages [s]: 10 kHz to one every 10 s
 PERIOD_RANGE_S = (1e-4, 10.0)
+#: plausible command timeouts of an emulated drive [s] (``[driver.emulator] watchdog_timeout_s``): a
+#: loop at 10 kHz can meet 0.1 ms; past 1 s a drive keeps its last torque too long to protect anyone
+#: (a value that large is the watchdog switched off)
+WATCHDOG_RANGE_S = (1e-4, 1.0)
 
 
 def build_sim_mit_can(section: Section, *, now: Callable[[], float], transports=None,
