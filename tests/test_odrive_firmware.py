@@ -240,7 +240,9 @@ def test_firmware_06_driver_against_a_05_device_names_the_setting():
 def test_firmware_05_session_on_a_wall_clock():
     t0 = time.monotonic()
     clock = lambda: time.monotonic() - t0   # noqa: E731 - a wall clock
-    drv = _build(_odrive_cfg(firmware="0.5", torque_feedback="iq"), clock)
+    # enable_timeout_s 2 s, not the table's 0.3: on the wall clock a loaded VM stalled the process
+    # long enough that node 2's closed-loop heartbeat came after 0.3 s (1 of 7 runs at load 7)
+    drv = _build(_odrive_cfg(firmware="0.5", torque_feedback="iq", enable_timeout_s=2.0), clock)
     try:
         fb = drv.enable()
         assert fb.enabled.all() and fb.fresh.all() and drv.inner.versions == [None, None]
