@@ -3,30 +3,42 @@ the generated code (common subexpressions eliminated), cached on disk by digest.
 
 The tree of joints gives the coordinates ``q`` (n, one per joint) and the frames of the bodies
 (:class:`sympy.physics.mechanics.ReferenceFrame` chained with ``orientnew`` about each joint
-axis, points chained with ``locatenew``).  The Lagrangian ``L = T - V`` of the bodies
-(:class:`~sympy.physics.mechanics.RigidBody`, inertia about the centre of mass) and the loop
-closures ``phi(q) = 0`` (m holonomic constraints) go to
-:class:`sympy.physics.mechanics.LagrangesMethod` (``hol_coneqs``), whose equations of motion
-are, with the multipliers ``lam`` (m,)::
+axis, points chained with ``locatenew``, each point's velocity from its parent's by the
+two-point / one-point theorems, so no position vector is differentiated whole).  The open
+tree's equations come from :class:`sympy.physics.mechanics.KanesMethod` (generalised speeds
+``u = qd``; bodies :class:`~sympy.physics.mechanics.RigidBody` with the inertia about the centre
+of mass, gravity as loads at the centres of mass; bodies without mass and inertia left out)::
 
-    eom(q, qd, qdd, lam) = M(q) qdd + b(q, qd) + Lc(q) lam = tau_q          (n,)
+    M(q) qdd = f(q, qd)                b(q, qd) = -f(q, qd)
 
-(``tau_q``: generalised forces of the drives, on the actuated coordinates).  ``M``, ``Lc``
-and ``b`` are read off ``eom`` by ``jacobian`` / substitution (``eom`` is linear in ``qdd`` and
-``lam``).  The masses, centres of mass and inertias stay symbols (the parameter vector ``p``),
-so one derivation serves every scaled copy of the mechanism; the geometry (joint origins and
-axes, closure points) is numeric.
+and the loop closures ``phi(q) = 0`` (m holonomic constraints) add the multipliers ``lam``
+(m,) as in Lagrange's equations of the first kind::
+
+    M(q) qdd + b(q, qd) + phi_q(q)^T lam = tau_q          (n,)
+
+(``tau_q``: generalised forces of the drives, on the actuated coordinates; ``Lc = phi_q^T``).
+The closures are not eliminated symbolically: the runtime does that numerically
+(:mod:`dynamics._mechanism_runtime`).  (Lagrange's method on the closed chain, the first
+form, took 419 s for the delta robot's 12 coordinates, 283 s of it in ``LagrangesMethod``;
+Kane's on the tree 14 s, the whole derivation 25 s.)  The masses, centres of mass and inertias
+stay symbols (the parameter vector ``p``), so one derivation serves every scaled copy of the
+mechanism; the geometry (joint origins and axes, closure points) is numeric.
 
 Generated kernels (numba, ``njit(cache=True)``; each writes its result, flattened row-major,
 into its last argument ``out``; the Python functions of :attr:`Generated.funcs` wrap them and
 return arrays of the shapes below)::
 
-    phi(q) -> (m,)            closure residuals [m or 1]
-    phi_q(q) -> (m, n)        their Jacobian
-    phi_gamma(q, qd) -> (m,)  d/dt(phi_q) qd (velocity-product part of d2phi/dt2)
-    task(q) -> (t,)           task coordinates;  task_q(q) -> (t, n);  task_gamma(q, qd) -> (t,)
-    mass(q, p) -> (n, n);  lamc(q) -> (n, m);  bias(q, qd, p) -> (n,)
+    kin(q) -> (m + m n,)                  phi(q), closure residuals [m or 1]; phi_q(q), (m, n)
+    tkin(q) -> (t + t n,)                 task coordinates task(q) (t,); task_q(q) (t, n)
+    dyn(q, qd, p) -> (m + n n + n + n m,) phi_gamma = d/dt(phi_q) qd (m,), M (n, n), b (n,), Lc (n, m)
+    task_gamma(q, qd) -> (t,)
     frame(q) -> (12,);  twist_q(q) -> (6, n);  kinetic(q, qd, p) -> ();  potential(q, p) -> ()
+
+Each fused kernel (``kin``: one Newton iteration; ``dyn``: one dynamics call) is one pass of
+common subexpressions (the sines and cosines once; ``sympy.cse`` without its optimisations,
+which cost minutes on the delta); the single quantities (``phi``, ``phi_q``, ``task``,
+``task_q``, ``phi_gamma``, ``mass``, ``bias``, ``lamc``) are Python functions of slices of
+them (``PARTS`` in the generated file; the arguments a part does not take are zeros).
 
 After them the generated file holds a copy of the entry kernels of
 :mod:`dynamics._mechanism_runtime` (the Newton solves of the closures, the velocity map,
@@ -71,7 +83,7 @@ __all__ = ["derive", "Generated", "CODEGEN_VERSION", "cache_dir"]
 PHASES: dict = {}
 
 #: changes the digest whenever the generated code's form changes
-CODEGEN_VERSION = 4
+CODEGEN_VERSION = 5
 
 
 @dataclass
@@ -162,7 +174,28 @@ def _load(path: Path) -> tuple[dict, Any]:
         del sys.modules[name]
         raise
     funcs = {k: _wrap(getattr(mod, k + "_w"), args, shape) for k, (args, shape) in mod.GENERATED.items()}
+    sizes = {"q": mod.N_Z, "qd": mod.N_Z, "p": mod.N_P}
+    for k, (src, args, start, shape) in mod.PARTS.items():
+        funcs[k] = _part(getattr(mod, src + "_w"), mod.GENERATED[src], args, start, shape, sizes)
     return funcs, mod
+
+
+def _part(kernel, src, args, start, shape, sizes):
+    """A Python function of a slice of the fused kernel ``kernel`` (its arguments and output
+    shape ``src``): the result of shape ``shape`` that starts at ``start`` of its output, the
+    arguments it does not take (e.g. ``qd`` for the mass matrix) set to zero."""
+    sargs, (total,) = src
+    size = int(np.prod(shape))
+    pos = [args.index(a) if a in args else None for a in sargs]
+    zeros = [np.zeros(sizes[a]) for a in sargs]
+
+    def f(*a):
+        full = [zeros[i] if k is None else np.asarray(a[k], dtype=float) for i, k in enumerate(pos)]
+        out = np.empty(total)
+        kernel(*(x if x.flags.c_contiguous else np.ascontiguousarray(x) for x in full), out)
+        return out[start:start + size].reshape(shape)
+    f.__name__ = kernel.__name__[:-2] + "_part"
+    return f
 
 
 def derive(spec: dict) -> Generated:
@@ -199,18 +232,24 @@ def _generate(spec: dict) -> str:
     O.set_vel(N, 0)
     frames = {"ground": N}
     origins = {"ground": O}
-    # the tree: joints are listed parent before child (checked by the loader)
+    # the tree: joints are listed parent before child (checked by the loader); each frame's
+    # angular velocity comes from orientnew, each origin's velocity from the parent's by the
+    # two-point (revolute) / one-point (prismatic) theorem, so that no position is
+    # differentiated as a whole
     for j, jt in enumerate(joints):
         P = frames[jt["parent"]]
         Op = origins[jt["parent"]]
-        ax = sum((_num(c) * e for c, e in zip(jt["axis"], (P.x, P.y, P.z))), sp.S(0) * P.x)
-        org = sum((_num(c) * e for c, e in zip(jt["origin"], (P.x, P.y, P.z))), sp.S(0) * P.x)
+        ax = _vec(jt["axis"], P)
+        org = _vec(jt["origin"], P)
         if jt["type"] == "revolute":
             C = P.orientnew(f"F{j}", "Axis", (q[j], ax))
             Oc = Op.locatenew(f"O{j}", org)
+            Oc.v2pt_theory(Op, N, P)
         else:
             C = P.orientnew(f"F{j}", "Axis", (sp.S(0), P.z))
             Oc = Op.locatenew(f"O{j}", org + q[j] * ax)
+            Oc.set_vel(P, qd[j] * ax)
+            Oc.v1pt_theory(Op, N, P)
         frames[jt["child"]] = C
         origins[jt["child"]] = Oc
 
@@ -220,37 +259,38 @@ def _generate(spec: dict) -> str:
     g = [_num(c) for c in spec["gravity"]]
     gvec = g[0] * N.x + g[1] * N.y + g[2] * N.z
     rbs = []
+    loads = []
     V = sp.S(0)
     for k, bd in enumerate(bodies):
+        if bd.get("massless"):      # no mass, no inertia: adds nothing to M, b, T or V
+            continue
         F, Ob = frames[bd["name"]], origins[bd["name"]]
         m = p[10 * k]
-        c = [_num(x) for x in bd["com"]]
-        G = Ob.locatenew(f"G{k}", c[0] * F.x + c[1] * F.y + c[2] * F.z)
-        G.set_vel(N, G.pos_from(O).dt(N))
+        G = Ob.locatenew(f"G{k}", _vec(bd["com"], F))
+        G.v2pt_theory(Ob, N, F)
         I = me.inertia(F, p[10 * k + 4], p[10 * k + 5], p[10 * k + 6],
                        p[10 * k + 7], p[10 * k + 8], p[10 * k + 9])
         rb = me.RigidBody(f"B{k}", G, F, m, (I, G))
-        rb.potential_energy = -m * gvec.dot(G.pos_from(O))
         rbs.append(rb)
-        V += rb.potential_energy
+        loads.append((G, m * gvec))
+        V += -m * gvec.dot(G.pos_from(O))
     # closures, in N components
     phi = []
     for lp in spec["loops"]:
         Fa, Fb = frames[lp["body_a"]], frames[lp["body_b"]]
-        pa = origins[lp["body_a"]].locatenew("pa", sum((_num(c) * e for c, e in zip(lp["point_a"], (Fa.x, Fa.y, Fa.z))), sp.S(0) * N.x))
-        pb = origins[lp["body_b"]].locatenew("pb", sum((_num(c) * e for c, e in zip(lp["point_b"], (Fb.x, Fb.y, Fb.z))), sp.S(0) * N.x))
+        pa = origins[lp["body_a"]].locatenew("pa", _vec(lp["point_a"], Fa))
+        pb = origins[lp["body_b"]].locatenew("pb", _vec(lp["point_b"], Fb))
         d = pa.pos_from(O) - pb.pos_from(O)
         comps = [d.dot(N.x), d.dot(N.y)] + ([] if spec["planar"] else [d.dot(N.z)])
         if lp["type"] == "revolute" and not spec["planar"]:
-            a = sum((_num(c) * e for c, e in zip(lp["axis_a"], (Fa.x, Fa.y, Fa.z))), sp.S(0) * N.x)
+            a = _vec(lp["axis_a"], Fa)
             e1, e2 = lp["perp_b"]
-            comps += [a.dot(sum((_num(c) * e for c, e in zip(e1, (Fb.x, Fb.y, Fb.z))), sp.S(0) * N.x)),
-                      a.dot(sum((_num(c) * e for c, e in zip(e2, (Fb.x, Fb.y, Fb.z))), sp.S(0) * N.x))]
+            comps += [a.dot(_vec(e1, Fb)), a.dot(_vec(e2, Fb))]
         phi += comps
     # task coordinates
     tk = spec["task"]
     Ft, Ot = frames[tk["body"]], origins[tk["body"]]
-    pt = Ot.locatenew("T", sum((_num(c) * e for c, e in zip(tk["point"], (Ft.x, Ft.y, Ft.z))), sp.S(0) * N.x))
+    pt = Ot.locatenew("T", _vec(tk["point"], Ft))
     rt = pt.pos_from(O)
     task = []
     for coord in tk["coordinates"]:
@@ -261,36 +301,32 @@ def _generate(spec: dict) -> str:
                              if joints[j]["type"] == "revolute"), sp.S(0)))
 
     marks = [("frames", time.perf_counter())]
-    L = me.Lagrangian(N, *rbs)
-    LM = me.LagrangesMethod(L, q, hol_coneqs=phi, frame=N) if phi else me.LagrangesMethod(L, q, frame=N)
-    eom = LM.form_lagranges_equations()
-    marks.append(("lagrange", time.perf_counter()))
-    lam = list(LM.lam_vec) if phi else []
+    # the open tree's equations by Kane's method (generalised speeds u = qd): M(q) qdd = f(q, qd)
+    # with the gravity loads in f; the closures add Lc lam = phi_q^T lam (the multipliers'
+    # term of the Lagrange equations with holonomic constraints), read off phi_q below
+    u = me.dynamicsymbols(f"u0:{n}")
+    KM = me.KanesMethod(N, q_ind=q, u_ind=u, kd_eqs=[qd[i] - u[i] for i in range(n)])
+    KM.kanes_equations(rbs, loads)
+    marks.append(("kane", time.perf_counter()))
+    PHASES["kane"] = round(marks[-1][1] - marks[-2][1], 3)
 
     # plain symbols for the generated code
     Q = sp.symbols(f"x0:{n}")
     U = sp.symbols(f"v0:{n}")
-    A = sp.symbols(f"a0:{n}")
-    Lm = sp.symbols(f"l0:{len(lam)}") if lam else ()
     sub = {}
     for i in range(n):
-        sub[q[i].diff(t, 2)] = A[i]
         sub[qd[i]] = U[i]
+        sub[u[i]] = U[i]
         sub[q[i]] = Q[i]
-    for i, l in enumerate(lam):
-        sub[l] = Lm[i]
 
     def plain(e):
         return me.msubs(e, sub)
 
-    eomp = plain(sp.Matrix(eom))
-    Mm = eomp.jacobian(A)
-    Lc = eomp.jacobian(Lm) if lam else sp.zeros(n, 0)
-    zero = {a: 0 for a in A}
-    zero.update({l: 0 for l in Lm})
-    b = eomp.xreplace(zero)
+    Mm = plain(KM.mass_matrix)
+    b = -plain(KM.forcing)
     phiv = sp.Matrix([plain(e) for e in phi]) if phi else sp.zeros(0, 1)
     phiq = phiv.jacobian(Q) if phi else sp.zeros(0, n)
+    Lc = phiq.T if phi else sp.zeros(n, 0)
     Uv = sp.Matrix(U)
     phig = (phiq * Uv).jacobian(Q) * Uv if phi else sp.zeros(0, 1)
     taskv = sp.Matrix([plain(e) for e in task])
@@ -299,6 +335,7 @@ def _generate(spec: dict) -> str:
     T = plain(sum((rb.kinetic_energy(N) for rb in rbs), sp.S(0)))
     Vp = plain(V)
     marks.append(("extract", time.perf_counter()))
+    PHASES["extract"] = round(marks[-1][1] - marks[-2][1], 3)
 
     m = len(phi)
     nt = len(task)
@@ -311,7 +348,7 @@ def _generate(spec: dict) -> str:
 
     def emit(name, args, exprs, shape):
         flat = [sp.sympify(e) for e in exprs]
-        reps, red = sp.cse(flat, symbols=sp.numbered_symbols("c"), optimizations="basic")
+        reps, red = sp.cse(flat, symbols=sp.numbered_symbols("c"), optimizations=None)
         pr = _printer()
         lines = ["@_kernel", f"def {name}_w({', '.join(args)}, out):"]
         unpack = {"q": Q, "qd": U, "p": p}
@@ -329,15 +366,13 @@ def _generate(spec: dict) -> str:
         out.extend(lines + [""])
         names[name] = (tuple(args), tuple(shape))
 
-    emit("phi", ["q"], list(phiv), (m,))
-    emit("phi_q", ["q"], list(phiq), (m, n))
-    emit("phi_gamma", ["q", "qd"], list(phig), (m,))
-    emit("task", ["q"], list(taskv), (nt,))
-    emit("task_q", ["q"], list(taskq), (nt, n))
+    # fused forms: one pass of common subexpressions (the sines and cosines of the angles
+    # once) for what one Newton iteration / one dynamics call needs; the single quantities
+    # are slices of them (:data:`_PARTS`), so each big expression is reduced and printed once
+    emit("kin", ["q"], list(phiv) + list(phiq), (m + m * n,))
+    emit("tkin", ["q"], list(taskv) + list(taskq), (nt + nt * n,))
+    emit("dyn", ["q", "qd", "p"], list(phig) + list(Mm) + list(b) + list(Lc), (m + n * n + n + n * m,))
     emit("task_gamma", ["q", "qd"], list(taskg), (nt,))
-    emit("mass", ["q", "p"], list(Mm), (n, n))
-    emit("lamc", ["q"], list(Lc), (n, m))
-    emit("bias", ["q", "qd", "p"], list(b), (n,))
     # the task body's frame: rotation (3, 3) and the task point (3,), and the Jacobian of its
     # twist [v; omega] (base frame) in the coordinate rates, (6, n)
     R = N.dcm(Ft)
@@ -346,19 +381,33 @@ def _generate(spec: dict) -> str:
     vt = plain(sp.Matrix([rt.dt(N).dot(e) for e in (N.x, N.y, N.z)]))
     wt = plain(sp.Matrix([Ft.ang_vel_in(N).dot(e) for e in (N.x, N.y, N.z)]))
     emit("twist_q", ["q"], list(vt.jacobian(U)) + list(wt.jacobian(U)), (6, n))
-    # fused forms for the entry kernels: one pass of common subexpressions (the sines and
-    # cosines of the angles once) for what one Newton iteration / one dynamics call needs
-    emit("kin", ["q"], list(phiv) + list(phiq), (m + m * n,))
-    emit("tkin", ["q"], list(taskv) + list(taskq), (nt + nt * n,))
-    emit("dyn", ["q", "qd", "p"], list(phig) + list(Mm) + list(b) + list(Lc), (m + n * n + n + n * m,))
     emit("kinetic", ["q", "qd", "p"], [T], ())
     emit("potential", ["q", "p"], [Vp], ())
     marks.append(("codegen", time.perf_counter()))
+    parts = {"phi": ("kin", ("q",), 0, (m,)), "phi_q": ("kin", ("q",), m, (m, n)),
+             "task": ("tkin", ("q",), 0, (nt,)), "task_q": ("tkin", ("q",), nt, (nt, n)),
+             "phi_gamma": ("dyn", ("q", "qd"), 0, (m,)),
+             "mass": ("dyn", ("q", "p"), m, (n, n)),
+             "bias": ("dyn", ("q", "qd", "p"), m + n * n, (n,)),
+             "lamc": ("dyn", ("q",), m + n * n + n, (n, m))}
     PHASES.clear()
     PHASES.update({k: round(t - marks[i][1], 3) for i, (k, t) in enumerate(marks[1:])})
     out.append(f"GENERATED = {names!r}")
+    out.append(f"PARTS = {parts!r}")
     out.append(_runtime_text())
     return "\n".join(out) + "\n"
+
+
+def _vec(c, F):
+    """The vector of components ``c`` (3,) in frame ``F`` (zero components left out)."""
+    import sympy as sp
+
+    v = sp.S(0) * F.x
+    for x, e in zip(c, (F.x, F.y, F.z)):
+        x = _num(x)
+        if x != 0:
+            v += x * e
+    return v
 
 
 def _num(c):

@@ -13,12 +13,6 @@ Names the generated module defines before this text::
 
     N_Z, N_C, N_A, N_T, N_P      full coordinates, closure equations, actuated coordinates,
                                  task coordinates, inertial parameters
-    phi_w(z, out)                (N_C,)        phi_q_w(z, out)   (N_C * N_Z,) row-major
-    phi_gamma_w(z, zd, out)      (N_C,)
-    task_w(z, out)               (N_T,)        task_q_w(z, out)  (N_T * N_Z,)
-    task_gamma_w(z, zd, out)     (N_T,)
-    mass_w(z, p, out)            (N_Z * N_Z,)  lamc_w(z, out)    (N_Z * N_C,)
-    bias_w(z, zd, p, out)        (N_Z,)        (p: the first N_P entries are read)
     kin_w(z, out), tkin_w(z, out), dyn_w(z, zd, p, out)
                                  fused forms (layouts below): one pass of common
                                  subexpressions for what a Newton iteration or a dynamics

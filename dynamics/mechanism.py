@@ -917,7 +917,10 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
     ls = root.float("length_scale", float(np.mean(nz)) if nz else 1.0, minimum=0.0, strict_min=True)
 
     symbolic = {"planar": planar, "gravity": gravity.tolist(), "joints": joints,
-                "bodies": [{"name": b[1], "com": b[3].tolist()} for b in bodies],
+                "bodies": [{"name": b[1], "com": b[3].tolist(),
+                            # a body without mass and inertia (a universal joint's cross, a
+                            # slider) is left out of the derivation: part of its digest
+                            "massless": bool(b[2] == 0 and not np.any(b[4]))} for b in bodies],
                 "loops": [lp for _, lp in loops],
                 "task": {"body": tb, "point": tpoint.tolist(), "coordinates": list(coords), "path": path[::-1]},
                 "angle_rows": angle_rows}
