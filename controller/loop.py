@@ -290,9 +290,9 @@ class ControlLoop:
         ``t = duration_s``.
     miss_threshold_fraction_of_period : float
         Deadline-miss threshold as a fraction of the period.
-    task_layout : {"planar", "spatial"}, optional
-        For task-space metrics (default from the controller: task dof 3 ->
-        planar, 6 -> spatial).
+    task_layout : {"planar", "point", "spatial"}, optional
+        For task-space metrics (default: the controller's model's
+        :attr:`~dynamics.base.ParallelModel.task_layout`, else task dof 3 -> planar, 6 -> spatial).
     handle_signals : bool
         Install SIGINT/SIGTERM handlers during :meth:`run` (main thread only).
     compiled : bool
@@ -326,7 +326,9 @@ class ControlLoop:
             raise ConfigError(f"must be finite and >= 0, got {duration_s!r}", field="duration_s")
         self.miss_threshold_fraction_of_period = float(miss_threshold_fraction_of_period)
         if task_layout is None and controller.space == "task":
-            task_layout = {3: "planar", 6: "spatial"}.get(controller.dim)
+            model = getattr(controller, "model", None)
+            task_layout = (model.task_layout if hasattr(model, "task_layout")
+                           else {3: "planar", 6: "spatial"}.get(controller.dim))
         self.task_layout = task_layout
         self.handle_signals = handle_signals
         self.compiled = bool(compiled)

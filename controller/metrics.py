@@ -8,9 +8,9 @@ Definitions (``N`` cycles of period ``dt``)
 -------------------------------------------
 * ``rms_error[i] = sqrt(mean_k e_k[i]^2)``, ``max_abs_error[i] = max_k |e_k[i]|``
   per axis of the controller's space (rad or m; task space: m and rad).
-* Task space (``task_layout`` "planar" = (x, y, phi), "spatial" = (x, y, z, 3
-  angles)): ``rms_position_error_m = sqrt(mean_k |e_pos,k|^2)``,
-  ``rms_orientation_error_rad`` likewise with the orientation error (wrapped
+* Task space (``task_layout`` "planar" = (x, y, phi), "point" = (x, y, z), "spatial" =
+  (x, y, z, 3 angles)): ``rms_position_error_m = sqrt(mean_k |e_pos,k|^2)``,
+  ``rms_orientation_error_rad`` (not for "point") likewise with the orientation error (wrapped
   angle, or rotation-vector error mapped to angle coordinates), and maxima.
 * ``peak_torque[j] = max_k |tau_k[j]|``, ``rms_torque[j]``.
 * ``energy_j[j] = sum_k tau_k[j] qd_k[j] dt`` (net mechanical work of actuator j,
@@ -33,7 +33,7 @@ from dynamics.errors import TorqueloopError
 __all__ = ["MetricsAccumulator", "metrics_from_log", "TASK_LAYOUTS"]
 
 #: task-space layouts: (position indices, orientation indices)
-TASK_LAYOUTS = {"planar": ((0, 1), (2,)), "spatial": ((0, 1, 2), (3, 4, 5))}
+TASK_LAYOUTS = {"planar": ((0, 1), (2,)), "point": ((0, 1, 2), ()), "spatial": ((0, 1, 2), (3, 4, 5))}
 
 
 class MetricsAccumulator:
@@ -207,8 +207,9 @@ class MetricsAccumulator:
         if self.task_layout is not None:
             out["rms_position_error_m"] = float(np.sqrt(self._pe2 / N))
             out["max_position_error_m"] = self._pmax
-            out["rms_orientation_error_rad"] = float(np.sqrt(self._oe2 / N))
-            out["max_orientation_error_rad"] = self._omax
+            if self._ori_ix:
+                out["rms_orientation_error_rad"] = float(np.sqrt(self._oe2 / N))
+                out["max_orientation_error_rad"] = self._omax
         return out
 
 

@@ -292,6 +292,14 @@ class ParallelModel(Model):
     def task_dof(self) -> int:
         """Number of task coordinates m."""
 
+    @property
+    def task_layout(self) -> str | None:
+        """What the task coordinates are, for reports and metrics: ``"planar"`` (x, y [m], phi
+        [rad]), ``"point"`` (x, y, z [m]), ``"spatial"`` (x, y, z [m], three angles [rad]) or
+        None (other).  The default goes by :attr:`task_dof` (3: planar, 6: spatial); a model
+        whose coordinates differ says so."""
+        return {3: "planar", 6: "spatial"}.get(self.task_dof)
+
     def task_rotation(self) -> Callable | None:
         """The function ``angles (3,) -> R (3, 3)`` of the orientation coordinates of a 6-DOF task
         pose (the model's angle convention), or None (the default: none declared)."""

@@ -253,6 +253,11 @@ class MechanismModel(ParallelModel):
         return self._na
 
     @property
+    def task_layout(self) -> str | None:
+        return {("x", "y", "phi"): "planar", ("x", "y", "z"): "point"}.get(
+            tuple(self.spec.symbolic["task"]["coordinates"]))
+
+    @property
     def task_dof(self) -> int:
         return self._nt
 

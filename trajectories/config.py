@@ -251,7 +251,7 @@ def _build(sec: Section, model: Model, kind: str) -> Trajectory:
         turns = sec.float("turns", 1.0, doc="number of turns")
         start_angle = sec.float("start_angle", 0.0, doc="angle of the start point on the circle [rad]")
         ramp = sec.float("ramp_s", None, minimum=0.0, doc=_RAMP_DOC)
-        if parallel and model.task_dof == 3:
+        if parallel and model.task_layout == "planar":
             center = sec.vector("center", 2, doc=_CENTER_DOC)
             home = np.asarray(model.home_pose, float)
             traj = planar_circle_pose(center, r, T, phi0=sec.float("phi0", float(home[2]),
@@ -264,7 +264,7 @@ def _build(sec: Section, model: Model, kind: str) -> Trajectory:
                                                            doc="3RRR: oscillations of the angle "
                                                                "(default: turns)"), turns=turns,
                                       start_angle=start_angle, ramp_s=ramp)
-        elif parallel:
+        elif parallel and model.task_layout == "spatial":
             center = sec.vector("center", 3, doc=_CENTER_DOC)
             normal = sec.vector("normal", 3, None, doc=_NORMAL_DOC)
             e = sec.vector("orientation", 3, np.asarray(model.home_pose, float)[3:],
@@ -289,7 +289,7 @@ def _build(sec: Section, model: Model, kind: str) -> Trajectory:
         else:
             traj = polygon(sec.matrix("vertices", doc="corners, one row each (K x dim) [m]"), T,
                            closed=sec.bool("closed", True, doc="return to the first vertex"), **_corner_kw(sec))
-        if parallel and model.task_dof == 3:
+        if parallel and model.task_layout == "planar":
             if traj.dim != 2:
                 raise sec.error("vertices", "3RRR polygons are 2-D (x, y)")
             phi = sec.float("phi", float(np.asarray(model.home_pose, float)[2]),

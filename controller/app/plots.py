@@ -139,7 +139,7 @@ def load_run_data(log_path) -> RunData:
         lim = lim if lim is not None else np.asarray(data.model.limits.torque_max, float).tolist()
     data.joints = joint_quantities(names[:n], (types or ["revolute"] * n)[:n])
     data.torque_limit = None if lim is None else np.asarray(lim, dtype=float)
-    data.axes = task_quantities(dim) if space == "task" else data.joints[:dim]
+    data.axes = task_quantities(dim, meta.get("task_layout")) if space == "task" else data.joints[:dim]
     data.clock = meta.get("clock") or ("wall" if np.any(log["lateness_s"] != 0.0) else "lockstep")
     return data
 

@@ -38,6 +38,7 @@ MISS_WARN_FRACTION = 0.01
 #: task coordinates per layout: (name, kind)
 TASK_AXES = {
     "planar": (("x", "linear"), ("y", "linear"), ("phi", "angular")),
+    "point": (("x", "linear"), ("y", "linear"), ("z", "linear")),
     "spatial": (("x", "linear"), ("y", "linear"), ("z", "linear"),
                 ("alpha", "angular"), ("beta", "angular"), ("gamma", "angular")),
 }
@@ -86,10 +87,13 @@ def joint_quantities(names, types) -> list[Quantity]:
     return [Quantity(str(n), "linear" if t == "prismatic" else "angular") for n, t in zip(names, types)]
 
 
-def task_quantities(dim: int) -> list[Quantity]:
-    """Quantities of a task space of dimension 3 (planar) or 6 (spatial)."""
-    layout = {3: "planar", 6: "spatial"}.get(dim)
+def task_quantities(dim: int, layout: str | None = None) -> list[Quantity]:
+    """Quantities of a task space of dimension ``dim`` and layout ``layout`` (a key of
+    :data:`TASK_AXES`, :attr:`dynamics.base.ParallelModel.task_layout`; default by the
+    dimension: 3 planar, 6 spatial)."""
     if layout is None:
+        layout = {3: "planar", 6: "spatial"}.get(dim)
+    if layout is None or len(TASK_AXES[layout]) != dim:
         return [Quantity(f"X{i}", "linear") for i in range(dim)]
     return [Quantity(n, k) for n, k in TASK_AXES[layout]]
 
@@ -97,7 +101,7 @@ def task_quantities(dim: int) -> list[Quantity]:
 def controller_quantities(model, space: str) -> list[Quantity]:
     """The controller's axes: the task coordinates (task space) or the joints (joint space)."""
     if space == "task":
-        return task_quantities(model.task_dof)
+        return task_quantities(model.task_dof, model.task_layout)
     return joint_quantities(model.joint_names, model.joint_types)
 
 
@@ -336,8 +340,9 @@ def format_summary(spec, result, metrics: dict) -> str:
     if "rms_position_error_m" in metrics:
         lines.append(f"  task position error : RMS {_num(metrics['rms_position_error_m'], 1e3)} mm, "
                      f"max {_num(metrics['max_position_error_m'], 1e3)} mm")
-        lines.append(f"  orientation error   : RMS {_num(metrics['rms_orientation_error_rad'], 1e3)} mrad, "
-                     f"max {_num(metrics['max_orientation_error_rad'], 1e3)} mrad")
+        if "rms_orientation_error_rad" in metrics:
+            lines.append(f"  orientation error   : RMS {_num(metrics['rms_orientation_error_rad'], 1e3)} mrad, "
+                         f"max {_num(metrics['max_orientation_error_rad'], 1e3)} mrad")
     if "tool_rms_position_error_m" in metrics:
         lines.append(f"  tool position error : RMS {_num(metrics['tool_rms_position_error_m'], 1e3)} mm, "
                      f"max {_num(metrics['tool_max_position_error_m'], 1e3)} mm (the task path, by forward "

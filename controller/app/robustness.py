@@ -172,8 +172,8 @@ def _analyse(spec, result, out_dir: Path | None) -> dict:
         out.update(max_error_norm=math.nan, singularity_margin_min=math.nan, _envelope=[], _envelope_t=[])
         return out
     err = np.asarray(log["err"], float)
-    if spec.space == "task" and getattr(spec.model, "task_dof", 0) in (3, 6):
-        pos = list(TASK_LAYOUTS["planar" if spec.model.task_dof == 3 else "spatial"][0])
+    if spec.space == "task" and getattr(spec.model, "task_layout", None) in TASK_LAYOUTS:
+        pos = list(TASK_LAYOUTS[spec.model.task_layout][0])
         err = err[:, pos]
     e = np.linalg.norm(err, axis=1)
     t = np.asarray(log["t"], float)

@@ -914,6 +914,7 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
                  "plant": spec.plant}
             if isinstance(spec.model, ParallelModel) and spec.space == "task":
                 m["task_dof"] = spec.model.task_dof
+                m["task_layout"] = spec.model.task_layout
             axes = controller_quantities(spec.model, spec.space)
             if calibration is not None:
                 m["calibration"] = {"file": str(calibration.path), "created_utc": calibration.created_utc,

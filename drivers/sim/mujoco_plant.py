@@ -475,7 +475,9 @@ class MujocoPlant(Plant):
             mujoco.mj_kinematics(self._m, self._d)
             p = self._d.xpos[self._tool_id].copy()
             R = self._d.xmat[self._tool_id].reshape(3, 3)
-            if self._model.task_dof == 3:
+            if self._model.task_layout == "point":
+                return p[:3].copy()
+            if self._model.task_layout == "planar":
                 return np.array([p[0], p[1], math.atan2(R[1, 0], R[0, 0])])
             beta = math.asin(max(-1.0, min(1.0, -R[2, 0])))
             return np.array([p[0], p[1], p[2], math.atan2(R[2, 1], R[2, 2]), beta,
