@@ -541,21 +541,26 @@ class MechanismModel(ParallelModel):
                                  extra={"type1_measure": m1, "type2_measure": m2})
 
     # ---------------------------------------------------------------- dynamics
-    def _mass_full(self, z):
-        M = self._f["mass"](z, self._p)
-        M[np.diag_indices(self._n)] += self._arm
+    def _mass_from(self, dy):
+        """M (n, n) with the armature, from the fused dynamics array ``dy`` (a view of it)."""
+        k, n = self._k, self._n
+        M = dy[k.O_DY_M:k.O_DY_B].reshape(n, n)
+        M[np.diag_indices(n)] += self._arm
         return M
 
     def _state(self, q, qd, pose):
-        """z, zd, G (zd = G qd) and g0 (zdd = G qdd + g0) at the actuated state."""
+        """z, zd, G (zd = G qd), g0 (zdd = G qdd + g0) and the fused dynamics array
+        ``dyn(z, zd)`` ([gamma, M, b, Lc], :mod:`dynamics._mechanism_runtime`) at the actuated
+        state."""
         qa = self._arr(q, self._na, "q")
         qda = self._arr(qd, self._na, "qd")
         n = self._n
         z, zd, g0, G = np.empty(n), np.empty(n), np.empty(n), np.empty((n, self._na))
-        st = self._k.state(self._D, qa, qda, z, zd, G, g0, np.empty(self._k.DYN_SIZE))
+        dy = np.empty(self._k.DYN_SIZE)
+        st = self._k.state(self._D, qa, qda, z, zd, G, g0, dy)
         if st:
             self._raise(st, "state", [(q, self._na, "q"), (qd, self._na, "qd")])
-        return z, zd, G, g0
+        return z, zd, G, g0, dy
 
     def _wrench_force(self, z, wrench):
         """Generalised force J_t^T w of a wrench on the task body (full coordinates)."""
@@ -570,9 +575,10 @@ class MechanismModel(ParallelModel):
                          f"task coordinates, got shape {w.shape}")
 
     def _reduced(self, q, qd, pose):
-        z, zd, G, g0 = self._state(q, qd, pose)
-        M = self._mass_full(z)
-        b = self._f["bias"](z, zd, self._p)
+        z, zd, G, g0, dy = self._state(q, qd, pose)
+        # M and b at (z, zd): computed by the state kernel (its dyn array)
+        M = self._mass_from(dy)
+        b = dy[self._k.O_DY_B:self._k.O_DY_B + self._n]
         return G.T @ M @ G, G.T @ (M @ g0 + b), z, zd, G, g0, M, b
 
     def mass_matrix(self, q, pose=None) -> np.ndarray:
@@ -600,9 +606,9 @@ class MechanismModel(ParallelModel):
         qa = np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(self.coriolis_matrix, [qa, qd], 0, pose, (self._na, self._na))
-        z, zd, G, g0 = self._state(qa, qd, pose)
+        z, zd, G, g0, dy = self._state(qa, qd, pose)
         B = self._B(z)
-        M = self._mass_full(z)
+        M = self._mass_from(dy)
         # C G: the velocity terms of Lagrange's equations are the quadratic form
         # b(z, zd) - g(z) = sum_jk c_ijk zd_j zd_k with the Christoffel symbols c_ijk symmetric in
         # j, k, so C(z, zd) v = sum_jk c_ijk v_j zd_k is its polarisation (exact, no dM/dz needed)
