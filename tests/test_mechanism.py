@@ -253,23 +253,20 @@ def test_fivebar_against_two_closed_form_2r_chains(fivebar):
         np.testing.assert_allclose(fivebar.forward_dynamics(r["q"], r["qd"], tau), r["qdd"], rtol=0, atol=1e-8)
 
 
-def test_fivebar_energy_balance_along_a_simulated_trajectory(fivebar):
-    """RK4 on the minimal state (closures re-solved at every stage): the change of T + V equals
-    the work of the drives to the integration error, and the closures stay closed."""
-    q = fivebar.home_q.copy()
-    qd = np.zeros(2)
-    g0 = fivebar.gravity(q)
-    dt, steps = 1e-3, 300
-
-    def tau_at(t):
-        return g0 + np.array([0.03 * np.sin(9 * t), -0.025 * np.sin(7 * t + 0.5)])
+def rk4_energy_balance(model, tau_at, dt=1e-3, steps=300):
+    """RK4 of the forward dynamics on the actuated state from rest at home (closures re-solved at
+    every stage), the drives' work integrated with the state (dW/dt = tau . qd), torques
+    ``tau_at(t, g0)`` (g0: the gravity torques at home).  Returns (change of T + V [J], work
+    [J], q, qd at the end)."""
+    q = model.home_q.copy()
+    qd = np.zeros(model.dof)
+    g0 = model.gravity(q)
 
     def f(t, q, qd):
-        # the drives' work W is integrated with the state: dW/dt = tau . qd
-        tau = tau_at(t)
-        return qd, fivebar.forward_dynamics(q, qd, tau), tau @ qd
+        tau = tau_at(t, g0)
+        return qd, model.forward_dynamics(q, qd, tau), tau @ qd
 
-    E0 = fivebar.kinetic_energy(q, qd) + fivebar.potential_energy(q)
+    E0 = model.kinetic_energy(q, qd) + model.potential_energy(q)
     work = 0.0
     for k in range(steps):
         t = k * dt
@@ -280,18 +277,30 @@ def test_fivebar_energy_balance_along_a_simulated_trajectory(fivebar):
         q = q + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
         qd = qd + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
         work += dt / 6 * (k1[2] + 2 * k2[2] + 2 * k3[2] + k4[2])
-    E1 = fivebar.kinetic_energy(q, qd) + fivebar.potential_energy(q)
+    return model.kinetic_energy(q, qd) + model.potential_energy(q) - E0, work, q, qd
+
+
+def test_fivebar_energy_balance_along_a_simulated_trajectory(fivebar):
+    """RK4 on the minimal state (closures re-solved at every stage): the change of T + V equals
+    the work of the drives to the integration error, and the closures stay closed."""
+    dE, work, q, qd = rk4_energy_balance(
+        fivebar, lambda t, g0: g0 + np.array([0.03 * np.sin(9 * t), -0.025 * np.sin(7 * t + 0.5)]))
     assert np.max(np.abs(qd)) > 0.3          # it moved
     assert abs(work) > 1e-3
-    assert abs((E1 - E0) - work) < 1e-8 * abs(work) + 1e-12, (E1 - E0, work)
+    assert abs(dE - work) < 1e-8 * abs(work) + 1e-12, (dE, work)
     z = fivebar.configuration(q)
     assert np.max(np.abs(fivebar.constraints(z))) < 1e-11
-    # the passivity property the controllers rely on: dM/dt - 2C is skew
+    assert_passivity(fivebar, q, qd)
+
+
+def assert_passivity(model, q, qd):
+    """The passivity property the controllers rely on: dM/dt - 2C is skew (dM/dt by central
+    differences along qd), and C qd + g = h."""
     h = 1e-6
-    Md = (fivebar.mass_matrix(q + h * qd) - fivebar.mass_matrix(q - h * qd)) / (2 * h)
-    S = Md - 2 * fivebar.coriolis_matrix(q, qd)
+    Md = (model.mass_matrix(q + h * qd) - model.mass_matrix(q - h * qd)) / (2 * h)
+    S = Md - 2 * model.coriolis_matrix(q, qd)
     np.testing.assert_allclose(S + S.T, 0, atol=1e-7)
-    np.testing.assert_allclose(fivebar.coriolis_matrix(q, qd) @ qd + fivebar.gravity(q), fivebar.bias(q, qd),
+    np.testing.assert_allclose(model.coriolis_matrix(q, qd) @ qd + model.gravity(q), model.bias(q, qd),
                                rtol=0, atol=1e-12)
 
 

@@ -25,6 +25,11 @@ import pytest
 from dynamics import load_model
 from dynamics.config import read_toml
 
+try:
+    from tests.test_mechanism import assert_passivity, rk4_energy_balance
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from test_mechanism import assert_passivity, rk4_energy_balance
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,36 +127,12 @@ def test_delta_gravity_is_the_gradient_of_the_potential_and_id_inverts_fd(delta)
 def test_delta_energy_balance_along_a_simulated_trajectory(delta):
     """RK4 on the arm angles (closures re-solved at every stage): the change of T + V equals the
     drives' work to the integration error; dM/dt - 2C is skew."""
-    q = delta.home_q.copy()
-    qd = np.zeros(3)
-    g0 = delta.gravity(q)
-    dt, steps = 1e-3, 300
-
-    def f(t, q, qd):
-        tau = g0 + np.array([0.3 * np.sin(9 * t), -0.25 * np.sin(7 * t + 0.5), 0.2 * np.sin(5 * t + 1.0)])
-        return qd, delta.forward_dynamics(q, qd, tau), tau @ qd
-
-    E0 = delta.kinetic_energy(q, qd) + delta.potential_energy(q)
-    work = 0.0
-    for k in range(steps):
-        t = k * dt
-        k1 = f(t, q, qd)
-        k2 = f(t + dt / 2, q + dt / 2 * k1[0], qd + dt / 2 * k1[1])
-        k3 = f(t + dt / 2, q + dt / 2 * k2[0], qd + dt / 2 * k2[1])
-        k4 = f(t + dt, q + dt * k3[0], qd + dt * k3[1])
-        q = q + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0])
-        qd = qd + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1])
-        work += dt / 6 * (k1[2] + 2 * k2[2] + 2 * k3[2] + k4[2])
-    E1 = delta.kinetic_energy(q, qd) + delta.potential_energy(q)
+    dE, work, q, qd = rk4_energy_balance(delta, lambda t, g0: g0 + np.array(
+        [0.3 * np.sin(9 * t), -0.25 * np.sin(7 * t + 0.5), 0.2 * np.sin(5 * t + 1.0)]))
     assert np.max(np.abs(qd)) > 0.3          # it moved
     assert abs(work) > 1e-3
-    assert abs((E1 - E0) - work) < 1e-7 * abs(work) + 1e-12, (E1 - E0, work)
-    h = 1e-6
-    Md = (delta.mass_matrix(q + h * qd) - delta.mass_matrix(q - h * qd)) / (2 * h)
-    S = Md - 2 * delta.coriolis_matrix(q, qd)
-    np.testing.assert_allclose(S + S.T, 0, atol=1e-7)
-    np.testing.assert_allclose(delta.coriolis_matrix(q, qd) @ qd + delta.gravity(q), delta.bias(q, qd),
-                               rtol=0, atol=1e-12)
+    assert abs(dE - work) < 1e-7 * abs(work) + 1e-12, (dE, work)
+    assert_passivity(delta, q, qd)
 
 
 def test_delta_pick_and_place_run_tracks_in_x_y_z():
