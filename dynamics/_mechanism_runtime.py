@@ -351,6 +351,27 @@ def velocity_map(D, z, G):
 
 
 @_kernel  # noqa: F821
+def task_jacobian(D, qa, J):
+    """J (N_T, N_A) with Xd = J qd: the task Jacobian task_z G at the configuration of qa; status."""
+    z = np.empty(N_Z)  # noqa: F821
+    st = configuration(D, qa, z)
+    if st != ST_OK:
+        return st
+    G = np.empty((N_Z, N_A))  # noqa: F821
+    if not velocity_map(D, z, G):
+        return ST_TYPE2
+    TK = np.empty(TKIN_SIZE)  # noqa: F821
+    tkin_w(z, TK)  # noqa: F821
+    for i in range(N_T):  # noqa: F821
+        for a in range(N_A):  # noqa: F821
+            s = 0.0
+            for k in range(N_Z):  # noqa: F821
+                s += TK[N_T + i * N_Z + k] * G[k, a]  # noqa: F821
+            J[i, a] = s
+    return ST_OK
+
+
+@_kernel  # noqa: F821
 def state(D, qa, qda, z, zd, G, g0, DY):
     """z, zd = G qd, G, g0 (zdd = G qdd + g0) and DY = dyn(z, zd) at the actuated state; status."""
     if not _finite(qda, N_A):  # noqa: F821
@@ -375,6 +396,43 @@ def state(D, qa, qda, z, zd, G, g0, DY):
     _lu_solve(B, perm, N_C, DY, x)  # noqa: F821  (DY[:N_C] = gamma)
     for j in range(N_C):  # noqa: F821
         g0[int(D[O_PAS + j])] = -x[j]
+    return ST_OK
+
+
+@_kernel  # noqa: F821
+def reduced(D, qa, qda, Mr, h):
+    """The actuated-space dynamics at (qa, qda): Mr (N_A, N_A) = G^T M G (armature included)
+    and h (N_A,) = G^T (M g0 + b); status."""
+    z = np.empty(N_Z)  # noqa: F821
+    zd = np.empty(N_Z)  # noqa: F821
+    G = np.empty((N_Z, N_A))  # noqa: F821
+    g0 = np.empty(N_Z)  # noqa: F821
+    DY = np.empty(DYN_SIZE)  # noqa: F821
+    st = state(D, qa, qda, z, zd, G, g0, DY)
+    if st != ST_OK:
+        return st
+    MG = np.zeros((N_Z, N_A))  # noqa: F821
+    f = np.empty(N_Z)  # noqa: F821   M g0 + b
+    for i in range(N_Z):  # noqa: F821
+        s = DY[O_DY_B + i]  # noqa: F821
+        for k in range(N_Z):  # noqa: F821
+            mik = DY[O_DY_M + i * N_Z + k]  # noqa: F821
+            if i == k:
+                mik += D[O_ARM + i]  # noqa: F821
+            s += mik * g0[k]
+            for a in range(N_A):  # noqa: F821
+                MG[i, a] += mik * G[k, a]
+        f[i] = s
+    for a in range(N_A):  # noqa: F821
+        s = 0.0
+        for i in range(N_Z):  # noqa: F821
+            s += G[i, a] * f[i]
+        h[a] = s
+        for c in range(N_A):  # noqa: F821
+            s = 0.0
+            for i in range(N_Z):  # noqa: F821
+                s += G[i, a] * MG[i, c]
+            Mr[a, c] = s
     return ST_OK
 
 

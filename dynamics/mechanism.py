@@ -211,6 +211,7 @@ class MechanismModel(ParallelModel):
                                self._home_sign1, spec.home)
         assert self._D.size == self._k.D_SIZE
         self._nowrench = np.zeros(n)
+        self._zero_qd = np.zeros(self._na)
         self._nid = self._na + self._m + n        # the inverse dynamics kernel's [tau, lam, z]
         self.warm_up()
 
@@ -231,6 +232,7 @@ class MechanismModel(ParallelModel):
         self.forward_kinematics(q)
         self.task_inverse_dynamics(X, Xz, Xz)
         self.singularity(q)
+        self.task_jacobian(q)
         self.jacobian(q)
         self.coriolis_matrix(q, z0)
         self.mass_matrix(q)
@@ -238,7 +240,8 @@ class MechanismModel(ParallelModel):
         self.potential_energy(q)
         self.constraints(self._home_z.copy())
         for fn in (self._k.configuration, self._k.forward_task, self._k.inverse_q,
-                   self._k.inverse_dynamics, self._k.forward_dynamics):
+                   self._k.inverse_dynamics, self._k.forward_dynamics, self._k.task_jacobian,
+                   self._k.reduced):
             if hasattr(fn, "disable_compile"):      # (not with NUMBA_DISABLE_JIT)
                 fn.disable_compile()
 
@@ -484,6 +487,10 @@ class MechanismModel(ParallelModel):
 
     def task_jacobian(self, q, X=None) -> np.ndarray:
         """J_x (t, n) with Xd = J_x qd."""
+        if type(q) is _ND and q.shape == (self._na,):
+            J = np.empty((self._nt, self._na))
+            if self._fast(self._k.task_jacobian, self._D, q, J):
+                return J
         z = self._z_of(self._vec(q, self._na, "q"), X)
         G = self._G(z)
         return self._f["task_q"](z) @ G
@@ -581,8 +588,21 @@ class MechanismModel(ParallelModel):
         b = dy[self._k.O_DY_B:self._k.O_DY_B + self._n]
         return G.T @ M @ G, G.T @ (M @ g0 + b), z, zd, G, g0, M, b
 
+    def _fast_reduced(self, q, qd):
+        """(G^T M G, G^T (M g0 + b)) by the compiled kernel for float arrays, or None (the
+        checked path then runs and raises what it finds)."""
+        na = self._na
+        if type(q) is _ND and type(qd) is _ND and q.shape == (na,) and qd.shape == (na,):
+            Mr, h = np.empty((na, na)), np.empty(na)
+            if self._fast(self._k.reduced, self._D, q, qd, Mr, h):
+                return Mr, h
+        return None
+
     def mass_matrix(self, q, pose=None) -> np.ndarray:
         """Reduced inertia G^T M G, (n, n) or (N, n, n) [kg m^2]."""
+        r = self._fast_reduced(q, self._zero_qd)
+        if r is not None:
+            return r[0]
         qa = np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(self.mass_matrix, [qa], 0, pose, (self._na, self._na))
@@ -590,12 +610,18 @@ class MechanismModel(ParallelModel):
 
     def bias(self, q, qd, pose=None) -> np.ndarray:
         """h(q, qd) = C qd + g, shape like q [N m | N]."""
+        r = self._fast_reduced(q, qd)
+        if r is not None:
+            return r[1]
         qa = np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(self.bias, [qa, qd], 0, pose, (self._na,))
         return self._reduced(qa, qd, pose)[1]
 
     def gravity(self, q, pose=None) -> np.ndarray:
+        r = self._fast_reduced(q, self._zero_qd)
+        if r is not None:
+            return r[1]
         qa = np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(self.gravity, [qa], 0, pose, (self._na,))
