@@ -492,6 +492,40 @@ def full_id(D, z, zd, zdd, wf, out):
 
 
 @_kernel  # noqa: F821
+def task_id(D, X, Xd, Xdd, wf, out):
+    """out = [tau (N_A,), lam (N_C,)] for the task motion (X, Xd, Xdd): the configuration by
+    inverse kinematics, zd and zdd from ``[phi_z; task_z] zd = [0; Xd]`` and its time
+    derivative, then :func:`_id_from`; status."""
+    if not (_finite(Xd, N_T) and _finite(Xdd, N_T)):  # noqa: F821
+        return ST_BADINPUT
+    z = np.empty(N_Z)  # noqa: F821
+    st = _solve(1, D, X, z)
+    if st != ST_OK:
+        return st
+    K = np.empty((N_Z, N_Z))  # noqa: F821
+    r = np.empty(N_Z)  # noqa: F821
+    perm, sgn, ok = _ik_lu(z, X, K, r)
+    if not ok:
+        return ST_SINGULAR
+    b = np.zeros(N_Z)  # noqa: F821
+    for i in range(N_T):  # noqa: F821
+        b[N_C + i] = Xd[i]  # noqa: F821
+    zd = np.empty(N_Z)  # noqa: F821
+    _lu_solve(K, perm, N_Z, b, zd)  # noqa: F821
+    DY = np.empty(DYN_SIZE)  # noqa: F821
+    dyn_w(z, zd, D, DY)  # noqa: F821
+    TG = np.empty(N_T)  # noqa: F821
+    task_gamma_w(z, zd, TG)  # noqa: F821
+    for i in range(N_C):  # noqa: F821
+        b[i] = -DY[i]     # gamma = d/dt(phi_z) zd
+    for i in range(N_T):  # noqa: F821
+        b[N_C + i] = Xdd[i] - TG[i]  # noqa: F821
+    zdd = np.empty(N_Z)  # noqa: F821
+    _lu_solve(K, perm, N_Z, b, zdd)  # noqa: F821
+    return _id_from(D, DY, zdd, wf, out)
+
+
+@_kernel  # noqa: F821
 def inverse_dynamics(D, qa, qda, qdda, wf, out):
     """out = tau (N_A,), or [tau (N_A,), lam (N_C,), z (N_Z,)], for the actuated motion; status.
     ``wf``: the generalised force of a wrench (N_Z,)."""

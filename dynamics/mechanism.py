@@ -241,7 +241,7 @@ class MechanismModel(ParallelModel):
         self.constraints(self._home_z.copy())
         for fn in (self._k.configuration, self._k.forward_task, self._k.inverse_q,
                    self._k.inverse_dynamics, self._k.forward_dynamics, self._k.task_jacobian,
-                   self._k.reduced):
+                   self._k.reduced, self._k.task_id):
             if hasattr(fn, "disable_compile"):      # (not with NUMBA_DISABLE_JIT)
                 fn.disable_compile()
 
@@ -703,6 +703,12 @@ class MechanismModel(ParallelModel):
 
         Returns ``tau`` (n,) or (N, n), or with ``full`` a dict of ``tau``, ``lam``, ``q``,
         ``qd``, ``qdd``, ``z``."""
+        nt = self._nt
+        if (wrench is None and not full and guess is None and type(X) is _ND and type(Xd) is _ND
+                and type(Xdd) is _ND and X.shape == Xd.shape == Xdd.shape == (nt,)):
+            out = np.empty(self._na + self._m)
+            if self._fast(self._k.task_id, self._D, X, Xd, Xdd, self._nowrench, out):
+                return out[:self._na]
         Xa = np.asarray(X, dtype=float)
         if Xa.ndim == 2:
             Xd = np.asarray(Xd, dtype=float); Xdd = np.asarray(Xdd, dtype=float)

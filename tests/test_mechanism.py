@@ -135,7 +135,8 @@ def test_kernels_are_compiled_at_build_and_other_arrays_take_the_checked_path(rr
     result through the checked path and compiles nothing in a control cycle."""
     hand, mech = rrr
     k = mech.generated.kernels
-    names = ("inverse_dynamics", "forward_dynamics", "configuration", "forward_task", "inverse_q")
+    names = ("inverse_dynamics", "forward_dynamics", "configuration", "forward_task", "inverse_q",
+             "task_jacobian", "reduced", "task_id")
     sigs = {n: len(getattr(k, n).signatures) for n in names}
     assert sigs == dict.fromkeys(names, 1)
     q, qd, qdd = mech.home_q + 0.05, np.array([0.1, -0.2, 0.3]), np.array([1.0, 0.5, -2.0])
@@ -151,8 +152,21 @@ def test_kernels_are_compiled_at_build_and_other_arrays_take_the_checked_path(rr
     for slow, fast in ((mech.inverse_dynamics(ro, strided, list(qdd)), tau),
                        (mech.forward_dynamics(ro, strided, list(tau)), mech.forward_dynamics(q, qd, tau)),
                        (mech.forward_kinematics_task(ro), X),
-                       (mech.inverse_kinematics(Xro), mech.inverse_kinematics(X))):
+                       (mech.inverse_kinematics(Xro), mech.inverse_kinematics(X)),
+                       (mech.task_jacobian(ro, Xro), mech.task_jacobian(q, X)),
+                       (mech.mass_matrix(ro), mech.mass_matrix(q)),
+                       (mech.bias(ro, strided), mech.bias(q, qd)),
+                       (mech.gravity(ro), mech.gravity(q)),
+                       (mech.task_inverse_dynamics(Xro, list(qd), list(qdd)),
+                        mech.task_inverse_dynamics(X, qd, qdd))):
         np.testing.assert_allclose(slow, fast, rtol=0, atol=1e-13)
+    # and the compiled paths against the hand-written model
+    Xd, Xdd = hand.task_velocity(q, X, qd), np.array([0.2, -0.1, 0.5])
+    np.testing.assert_allclose(mech.task_jacobian(q, X), hand.task_jacobian(q, X), rtol=0, atol=TOL)
+    np.testing.assert_allclose(mech.mass_matrix(q), hand.mass_matrix(q), rtol=0, atol=TOL)
+    np.testing.assert_allclose(mech.bias(q, qd), hand.bias(q, qd), rtol=0, atol=TOL)
+    np.testing.assert_allclose(mech.task_inverse_dynamics(X, Xd, Xdd), hand.task_inverse_dynamics(X, Xd, Xdd),
+                               rtol=0, atol=TOL)
     assert {n: len(getattr(k, n).signatures) for n in names} == sigs
     for bad, what in ((np.array([1.0, np.nan, 0.0]), "qdd must be finite"), (np.ones(4), r"qdd must have shape \(3,\)")):
         with pytest.raises(ModelError, match=what):
