@@ -277,17 +277,22 @@ def inverse_configuration(D, X, z):
 
 
 @_kernel  # noqa: F821
+def _task_at(D, qa, z, TK):
+    """z: the configuration at the actuated qa (:func:`configuration`), TK = tkin(z); status."""
+    st = configuration(D, qa, z)
+    if st == ST_OK:
+        tkin_w(z, TK)  # noqa: F821
+    return st
+
+
+@_kernel  # noqa: F821
 def forward_task(D, qa, X):
     """Task coordinates X (N_T,) at the actuated qa (:func:`configuration`); status."""
-    z = np.empty(N_Z)  # noqa: F821
-    st = configuration(D, qa, z)
-    if st != ST_OK:
-        return st
     TK = np.empty(TKIN_SIZE)  # noqa: F821
-    tkin_w(z, TK)  # noqa: F821
-    for i in range(N_T):  # noqa: F821
-        X[i] = TK[i]
-    return ST_OK
+    st = _task_at(D, qa, np.empty(N_Z), TK)  # noqa: F821
+    if st == ST_OK:
+        X[:] = TK[:N_T]  # noqa: F821
+    return st
 
 
 @_kernel  # noqa: F821
@@ -354,14 +359,13 @@ def velocity_map(D, z, G):
 def task_jacobian(D, qa, J):
     """J (N_T, N_A) with Xd = J qd: the task Jacobian task_z G at the configuration of qa; status."""
     z = np.empty(N_Z)  # noqa: F821
-    st = configuration(D, qa, z)
+    TK = np.empty(TKIN_SIZE)  # noqa: F821
+    st = _task_at(D, qa, z, TK)
     if st != ST_OK:
         return st
     G = np.empty((N_Z, N_A))  # noqa: F821
     if not velocity_map(D, z, G):
         return ST_TYPE2
-    TK = np.empty(TKIN_SIZE)  # noqa: F821
-    tkin_w(z, TK)  # noqa: F821
     for i in range(N_T):  # noqa: F821
         for a in range(N_A):  # noqa: F821
             s = 0.0
@@ -400,15 +404,22 @@ def state(D, qa, qda, z, zd, G, g0, DY):
 
 
 @_kernel  # noqa: F821
-def reduced(D, qa, qda, Mr, h):
-    """The actuated-space dynamics at (qa, qda): Mr (N_A, N_A) = G^T M G (armature included)
-    and h (N_A,) = G^T (M g0 + b); status."""
+def _new_state(D, qa, qda):
+    """(status, z, zd, G, g0, DY) of :func:`state`, in new arrays."""
     z = np.empty(N_Z)  # noqa: F821
     zd = np.empty(N_Z)  # noqa: F821
     G = np.empty((N_Z, N_A))  # noqa: F821
     g0 = np.empty(N_Z)  # noqa: F821
     DY = np.empty(DYN_SIZE)  # noqa: F821
     st = state(D, qa, qda, z, zd, G, g0, DY)
+    return st, z, zd, G, g0, DY
+
+
+@_kernel  # noqa: F821
+def reduced(D, qa, qda, Mr, h):
+    """The actuated-space dynamics at (qa, qda): Mr (N_A, N_A) = G^T M G (armature included)
+    and h (N_A,) = G^T (M g0 + b); status."""
+    st, z, zd, G, g0, DY = _new_state(D, qa, qda)
     if st != ST_OK:
         return st
     MG = np.zeros((N_Z, N_A))  # noqa: F821
@@ -434,18 +445,6 @@ def reduced(D, qa, qda, Mr, h):
                 s += G[i, a] * MG[i, c]
             Mr[a, c] = s
     return ST_OK
-
-
-@_kernel  # noqa: F821
-def _new_state(D, qa, qda):
-    """(status, z, zd, G, g0, DY) of :func:`state`, in new arrays."""
-    z = np.empty(N_Z)  # noqa: F821
-    zd = np.empty(N_Z)  # noqa: F821
-    G = np.empty((N_Z, N_A))  # noqa: F821
-    g0 = np.empty(N_Z)  # noqa: F821
-    DY = np.empty(DYN_SIZE)  # noqa: F821
-    st = state(D, qa, qda, z, zd, G, g0, DY)
-    return st, z, zd, G, g0, DY
 
 
 @_kernel  # noqa: F821
