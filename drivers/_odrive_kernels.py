@@ -85,7 +85,13 @@ def encode_set_input_torque(tau, C, tx):
     return saturated
 
 
-@njit(cache=True, error_model="numpy")
+#: a received payload as the transport gives it (``bytes``)
+_PAYLOAD = types.Bytes(types.uint8, 1, "C", readonly=True)
+
+
+# an explicit signature: compiled (or loaded) at import, before any clock starts
+@njit(types.boolean(_PAYLOAD, types.float64[:, ::1], types.int64, types.float64[::1], types.float64[::1]),
+      cache=True, error_model="numpy")
 def decode_encoder_estimates(data, C, j, q, qd):
     """Decode a ``Get_Encoder_Estimates`` payload of axis ``j`` into its joint's feedback.
 
