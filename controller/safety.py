@@ -201,7 +201,12 @@ SAFETY_RANGES: dict[str, tuple[float, float, bool, str]] = {
 
 #: protections that may be off in simulation but must be on (or explicitly listed in
 #: ``disabled_protections``) for a hardware run
-PROTECTIONS = ("tracking_error_max", "velocity_max", "singularity_margin_min")
+PROTECTIONS = ("tracking_error_max", "velocity_max", "singularity_margin_min", "position_margin_rad")
+
+#: the narrowest soft zone accepted other than 0 (the soft limit off) [rad|m]: a tenth of a milliradian
+#: (millimetre) is below what an encoder resolves at a joint (a 14-bit count is 0.38 mrad), so a
+#: narrower zone is never entered before the hard limit and would switch the soft limit off unsaid
+POSITION_MARGIN_MIN = 1e-4
 _INT_FIELDS = ("stale_cycles", "stale_window_cycles", "overrun_window_cycles", "singularity_every")
 
 #: cycles in a row with a joint's command clipped at its torque limit after which a tracking-error
@@ -321,6 +326,13 @@ class SafetyConfig:
                 op = ">" if strict else ">="
                 raise ConfigError(f"must be {op} {lo:g} and <= {hi:g} [{unit}] (a value outside would "
                                   f"switch the protection off or is not plausible), got {v!r}", field=name)
+        if self.position_margin_rad is not None:
+            m = np.asarray(self.position_margin_rad, dtype=float)
+            if np.any((m > 0) & (m < POSITION_MARGIN_MIN)):
+                raise ConfigError(f"a soft zone of {self.position_margin_rad!r} [rad|m] is narrower than an encoder "
+                                  f"resolves and would switch the soft limit off without saying so: use at least "
+                                  f"{POSITION_MARGIN_MIN:g}, or 0 for no soft zone (a hardware run then lists "
+                                  f"'position_margin_rad' in disabled_protections)", field="position_margin_rad")
         self.disabled_protections = tuple(self.disabled_protections)
         for p in self.disabled_protections:
             if p not in PROTECTIONS:

@@ -49,6 +49,8 @@ def test_mutated_config_is_refused_by_name_or_safe(tmp_path_factory, cfg, leaf, 
     # issue 37: values that switched a protection off and were accepted
     ("safety.singularity_margin_min", 1e-300), ("safety.brake_kd_nm_s_per_rad", 1e-300),
     ("safety.soft_kd_nm_s_per_rad", 0.0), ("safety.hold_kp_nm_per_rad", 1e-300),
+    ("safety.position_margin_rad", 1e-300),     # a soft zone no encoder resolves
+    ("safety.position_margin_rad", 0.0),        # no soft zone, unless listed in disabled_protections
 ])
 def test_values_that_switch_protection_off_are_refused(field, value):
     from controller.app.run import load_run, validate_run

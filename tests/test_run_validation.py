@@ -82,7 +82,11 @@ def test_robot_without_torque_limits_refused(tmp_path, capsys):
     assert main(["check", str(tmp_path / "run.toml"), "--set", "safety.torque_max=[600.0, 60.0]"]) == 0
 
 
-def test_hardware_run_refuses_protection_off_unless_listed(tmp_path):
+@pytest.mark.parametrize("field,off", [
+    ("tracking_error_max", "__delete__"),
+    ("position_margin_rad", 0.0),           # the soft zone before the position limits
+])
+def test_hardware_run_refuses_protection_off_unless_listed(tmp_path, field, off):
     hw = ROOT / "hil_configs" / "hardware" / "3rrr_mit_can_socketcan.toml"
     import tomllib
     from controller.app.run import parse_run
@@ -91,14 +95,17 @@ def test_hardware_run_refuses_protection_off_unless_listed(tmp_path):
     spec = parse_run(data, file=str(hw), base_dir=hw.parent)
     write_clean_calibration(spec)
     validate_run(spec)                                 # the template has every protection on
-    del data["safety"]["tracking_error_max"]
+    if off == "__delete__":
+        del data["safety"][field]
+    else:
+        data["safety"][field] = off
     spec = parse_run(data, file=str(hw), base_dir=hw.parent)
-    with pytest.raises(ConfigError, match="tracking_error_max") as ei:
+    with pytest.raises(ConfigError, match=field) as ei:
         validate_run(spec)
-    assert ei.value.file == str(hw) and ei.value.field == "safety.tracking_error_max"
-    data["safety"]["disabled_protections"] = ["tracking_error_max"]
+    assert ei.value.file == str(hw) and ei.value.field == f"safety.{field}"
+    data["safety"]["disabled_protections"] = [field]
     spec = parse_run(data, file=str(hw), base_dir=hw.parent)
-    assert "protections off: tracking_error_max" in validate_run(spec).text()
+    assert f"protections off: {field}" in validate_run(spec).text()
 
 
 def test_over_budget_bus_is_an_error_on_hardware_and_a_warning_in_simulation(tmp_path, capsys):

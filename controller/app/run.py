@@ -1344,12 +1344,18 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
         off.append("velocity_max")
     if isinstance(spec.model, ParallelModel) and spec.safety.singularity_margin_min is None:
         off.append("singularity_margin_min")
-    unlisted = [p for p in off if p not in spec.safety.disabled_protections]
-    if spec.hardware and unlisted:
+    if not np.any(safety.margin > 0):
+        off.append("position_margin_rad")
+    # a protection on by default and switched off by a value (the soft zone's 0) is refused in
+    # simulation too unless listed; the others may be off in simulation
+    unlisted = [p for p in off if p not in spec.safety.disabled_protections
+                and (spec.hardware or p == "position_margin_rad")]
+    if unlisted:
         what = {"tracking_error_max": "no tracking-error limit",
                 "velocity_max": "no velocity limit (robot file or [safety] velocity_max)",
-                "singularity_margin_min": "no singularity guard on a parallel robot"}
-        raise ConfigError(f"a hardware run needs every protection: {what[unlisted[0]]}; set it, or list "
+                "singularity_margin_min": "no singularity guard on a parallel robot",
+                "position_margin_rad": "no soft zone before the position limits (position_margin_rad = 0)"}
+        raise ConfigError(f"a {'hardware ' if spec.hardware else ''}run needs this protection: {what[unlisted[0]]}; set it, or list "
                           f"{unlisted[0]!r} in safety.disabled_protections to run without it deliberately",
                           spec.file, f"safety.{unlisted[0]}")
     if off:
