@@ -14,6 +14,7 @@ prismatic joints).  Motor-side units and gear ratios are handled by
 from __future__ import annotations
 
 import collections
+import functools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -447,16 +448,24 @@ class TransportDriver(Driver):
             return None
         return self._master_frame(bus, frame[0], frame[1])
 
+    @functools.cached_property
+    def _echo(self) -> dict:
+        """The payloads lately sent, per (bus index, arbitration id): deques of
+        :attr:`ECHO_KEEP` (made at first use: a subclass need not call an ``__init__`` here)."""
+        return {}
+
+    @functools.cached_property
+    def _foreign_seen(self) -> list:
+        """Descriptions of the foreign frames :meth:`_screen_master` noted since the last
+        :meth:`_foreign_found` (made at first use)."""
+        return []
+
     def _echo_of(self, bus: int, arb: int):
         """The payloads lately sent with ``arb`` on ``transports[bus]`` (a deque the sender
         appends to: :meth:`_note_sent`)."""
-        try:
-            table = self.__dict__["_echo"]
-        except KeyError:
-            table = self.__dict__["_echo"] = {}
-        d = table.get((bus, arb))
+        d = self._echo.get((bus, arb))
         if d is None:
-            d = table[(bus, arb)] = collections.deque(maxlen=self.ECHO_KEEP)
+            d = self._echo[(bus, arb)] = collections.deque(maxlen=self.ECHO_KEEP)
         return d
 
     def _note_sent(self, bus: int, arb: int, data: bytes) -> None:
@@ -477,13 +486,13 @@ class TransportDriver(Driver):
         if data in recent:                  # our own frame, echoed by the bus
             recent.remove(data)
             return ""
-        self.__dict__.setdefault("_foreign_seen", []).append(what)
+        self._foreign_seen.append(what)
         return what
 
     def _foreign_found(self) -> list[str]:
         """What foreign traffic :meth:`_screen_master` noted since the last call (then forgotten);
         a protocol with more signs of it (the MIT driver's unasked replies) extends it."""
-        seen = self.__dict__.get("_foreign_seen")
+        seen = self._foreign_seen
         if not seen:
             return []
         what = sorted(set(seen))
@@ -531,6 +540,14 @@ class TransportDriver(Driver):
             while (f := t.recv_fields(0.0)) is not None:
                 self._heard(b, f)
         seen: dict[str, int] = {}
+
+        def sort(bus: int, f: tuple) -> None:       # a foreign frame counted, any other heard
+            what = self._foreign(bus, f)
+            if what is not None:
+                seen[what] = seen.get(what, 0) + 1
+            else:
+                self._heard(bus, f)
+
         deadline = time.monotonic() + self.listen_s
         while True:
             remaining = deadline - time.monotonic()
@@ -539,11 +556,7 @@ class TransportDriver(Driver):
             got = recv_any_fields(buses, remaining)
             if got is None:
                 break
-            what = self._foreign(got[0], got[1])
-            if what is not None:
-                seen[what] = seen.get(what, 0) + 1
-            else:
-                self._heard(got[0], got[1])
+            sort(*got)
         # what arrived during the window but was not read in it (the process descheduled past the
         # deadline reads nothing in the loop): read now, the window counts as heard only then
         for b, t in enumerate(buses):
@@ -551,11 +564,7 @@ class TransportDriver(Driver):
                 f = t.recv_fields(0.0)
                 if f is None:
                     break
-                what = self._foreign(b, f)
-                if what is not None:
-                    seen[what] = seen.get(what, 0) + 1
-                else:
-                    self._heard(b, f)
+                sort(b, f)
         if seen:
             heard = "; ".join(f"{what} ({k} frames)" for what, k in seen.items())
             raise ForeignTrafficError(
@@ -590,7 +599,7 @@ class TransportDriver(Driver):
             raise DriverError("cycle() before enable()")
         fb = self._exchange(self._request(command))
         self.cycles += 1
-        if self.__dict__.get("_foreign_seen"):
+        if self._foreign_seen:
             self._check_foreign()       # another controller's frames for our devices: stop now
         if self.follow is not None:
             self.follow.check(command.torque_nm, fb)
