@@ -6,7 +6,10 @@
 * a second controller listens before it sends anything: it finds the ids busy and refuses
   without a single frame, and its refusal sends no EXIT_MOTOR_MODE to the first run's motors;
 * the rehearsal (another process on udp_multicast) with an intruder sending MIT command frames
-  for our ids ends in a safe stop naming the foreign traffic.
+  for our ids ends in a safe stop naming the foreign traffic;
+* mid-run on ODrive and CiA 402, the other controller's frames made by stacks we did not write
+  (ODrive's DBC through cantools, the ``canopen`` library's NMT master and SDO client) stop the
+  run in the cycle they arrive.
 
 Before this, the driver took any 6/8-byte frame whose byte 0 is a motor id as that motor's
 reply and discarded anything queued before a send unread: an intruder's 12 N m went unseen
@@ -549,3 +552,89 @@ def test_another_controllers_frame_mid_run_stops_that_cycle(tmp_path, protocol, 
     assert f.cause == "foreign_traffic", [str(x) for x in res.faults]
     assert named.format(id=dev) in f.message, f.message
     assert res.n_cycles == K + 1                # the row of cycle K is the last one
+
+
+# --- the other controller is a third-party stack, not our codec --------------------------------
+def _odrive_dbc():
+    import cantools
+    import odrive_can
+
+    return cantools.database.load_file(str(Path(odrive_can.__file__).parent / "dbc" / "odrive-cansimple-0.6.10.dbc"))
+
+
+def _third_party_odrive_torque(bus, node):
+    """ODrive's own CANSimple DBC (shipped in ``odrive-can``), encoded by cantools, sent with
+    python-can: Set_Input_Torque 0.5 N m for ``node``."""
+    msg = _odrive_dbc().get_message_by_name(f"Axis{node}_Set_Input_Torque")
+    bus.send(can.Message(arbitration_id=msg.frame_id, data=msg.encode({"Input_Torque": 0.5}),
+                         is_extended_id=False))
+
+
+def _third_party_odrive_idle(bus, node):
+    msg = _odrive_dbc().get_message_by_name(f"Axis{node}_Set_Axis_State")
+    bus.send(can.Message(arbitration_id=msg.frame_id, data=msg.encode({"Axis_Requested_State": "IDLE"}),
+                         is_extended_id=False))
+
+
+def _canopen_node(bus, node):
+    import canopen
+
+    net = canopen.Network(bus)           # canopen's own master
+    remote = canopen.RemoteNode(node, canopen.ObjectDictionary())
+    net.add_node(remote)
+    return remote
+
+
+def _third_party_nmt_stop(bus, node):
+    _canopen_node(bus, node).nmt.state = "STOPPED"        # canopen sends "stop remote node"
+
+
+def _third_party_sdo_read(bus, node):
+    remote = _canopen_node(bus, node)
+    remote.sdo.RESPONSE_TIMEOUT = 0.01
+    remote.sdo.MAX_RETRIES = 1          # one try (0 would retry for ever: canopen counts down to 0)
+    try:
+        remote.sdo.upload(0x6041, 0)                        # canopen's SDO client: read the statusword
+    except Exception:       # noqa: BLE001 - nobody answers on the capture bus: only the request matters
+        pass
+
+
+@pytest.mark.parametrize("protocol,send,named", [
+    ("odrive", _third_party_odrive_torque, "SET_INPUT_TORQUE) to axis node {id}"),
+    ("odrive", _third_party_odrive_idle, "SET_AXIS_STATE) to axis node {id}"),
+    ("cia402", _third_party_nmt_stop, "NMT commands to node {id}"),
+    ("cia402", _third_party_sdo_read, "SDO requests to node {id}"),
+], ids=["odrive-dbc-torque", "odrive-dbc-idle", "canopen-nmt-stop", "canopen-sdo-read"])
+def test_a_third_party_controllers_frame_mid_run_stops_that_cycle(tmp_path, protocol, send, named):
+    """The other controller's frame is made by a stack we did not write: ODrive's DBC encoded by
+    cantools, or the ``canopen`` library's master (its NMT and its SDO client), sent on a
+    python-can virtual bus, captured there and delivered to joint 1's bus in cycle K (the
+    simulated run's bus is the inline emulator's, which no other stack can join): that cycle
+    ends in the stop, cause foreign_traffic, naming the device (the frames of
+    ``test_another_controllers_frame_mid_run_stops_that_cycle`` are our codec's)."""
+    channel = f"third-party-{protocol}-{send.__name__}-{id(tmp_path)}"
+    tx = can.Bus(interface="virtual", channel=channel)
+    rx = can.Bus(interface="virtual", channel=channel)
+    try:
+        node = fm.PROTOCOLS[protocol]
+        spec = load_run(fm.RUNS / node.config, duration_s=node.duration_s)
+        r = build_run(spec, out_dir=tmp_path / "probe")
+        try:
+            dev = r.driver.inner.axes[1].node_id
+        finally:
+            r.close()
+        send(tx, dev)
+        frames = []
+        while (m := rx.recv(0.05)) is not None:
+            frames.append(_fields(m.arbitration_id, m.data))
+    finally:
+        tx.shutdown()
+        rx.shutdown()
+    assert frames, "the third-party stack sent nothing"
+    queue = list(frames)
+    res, _, dev = _run_protocol(tmp_path, protocol, _inject_once(lambda drv: queue.pop(0)))
+    assert res.status == "fault", res.status
+    f = res.faults[0]
+    assert f.cause == "foreign_traffic", [str(x) for x in res.faults]
+    assert named.format(id=dev) in f.message, f.message
+    assert res.n_cycles == K + 1
