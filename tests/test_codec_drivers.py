@@ -157,7 +157,8 @@ def test_mit_make_commands_mapping_and_refusals():
 def test_mit_torque_only_commands_equal_the_general_path(monkeypatch, quantization, mapping):
     """A command with only torques is encoded by the compiled encoder in ``cycle`` (every other
     field fixed); the same command with zero gains and velocities takes the general path
-    (``make_commands``): same frames, saturation count and errors."""
+    (``make_commands``): same frames, saturation count and errors. Parity test; the frames'
+    independent check is ``test_mit_thirdparty.py::test_driver_cycle_frames_and_feedback_vs_tmotor_can_mit_mode``."""
     import drivers.mit as mit_module
 
     drv, buses, _ = mit_driver(MitMotors([1, 2, 3]), n=3, mapping=mapping, quantization=quantization)

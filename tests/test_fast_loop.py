@@ -123,8 +123,11 @@ def test_integral_action_identical(tmp_path):
 
 
 def test_compiled_law_matches_numpy_law():
-    """The compiled 3RRR law against the same law written with numpy (independent summation
-    and angle wrapping): equal to rounding on random states."""
+    """Parity test: the compiled 3RRR law against the product's numpy path of the same law
+    (controller.laws with the compiled call switched off: its own summation order and angle
+    wrapping, not a test-side derivation), equal to rounding on random states. The
+    independent checks of the law are ``test_ctrl_laws.py::test_task_ct_on_real_3rrr_tracks_exactly_without_delay``
+    and ``test_ctrl_laws.py::test_task_ct_integral_removes_the_offset_of_a_heavier_plant``."""
     from controller.laws import Ref, Saturation, State, TaskComputedTorque
     from dynamics import load_model as load_robot
 

@@ -26,6 +26,11 @@ def rrr():
 
 
 def test_regular_margin_equals_the_models_to_the_bit(rrr):
+    """Parity test: the supervisor's compiled check against the model's forward kinematics and
+    ``singularity``. The independent checks of the same quantities are
+    ``test_3rrr_kinematics.py::test_ik_satisfies_constraints_and_fk_round_trip`` (the pose),
+    ``test_perf_fastpaths.py::test_closed_form_singular_values_match_lapack`` (the margin's
+    singular values against LAPACK) and ``test_3rrr_kinematics.py::test_type2_singularity``."""
     rng = np.random.default_rng(3)
     home = np.asarray(rrr.home_pose, float)
     used = 0
@@ -74,6 +79,9 @@ def _supervisor_run(spec, cycles):
 
 
 def test_supervisor_same_as_with_the_models_methods(monkeypatch):
+    """Parity test (the supervisor with and without its compiled check); the supervisor's
+    behaviour near a singularity is checked independently in
+    ``test_singularity_guard.py::test_guard_fires_before_the_torque_limit_and_the_plant_stops_short``."""
     spec = api.load_run(ROOT / "hil_configs" / "runs" / "3rrr_circle.toml", duration_s=1.0)
     model = spec.model
     cycles = []
