@@ -302,7 +302,9 @@ def test_reduced_dynamics_skip_only_structural_zeros(model, asym_model):
     """The reduced dynamics and the inverse dynamics' forces multiply only the nonzero entries
     of the redundant-coordinate matrices (dynamics._planar3rrr_kernels._leg_terms); they equal
     the dense products G^T Mf G, G^T (Mf Gdot thd + Cf qd + gf), Mf qdd + Cf qd + gf formed here
-    with numpy from the full 6x6 matrices (the entries written out, _full_mass/_coriolis/_gravity)."""
+    with numpy from the full 6x6 matrices (the entries written out, _full_mass/_coriolis/_gravity).
+    Parity test (the sparse products against dense ones of the same kernels' matrices); the
+    independent checks are ``test_matches_corrected_appendix_b`` and ``test_two_formulations_agree``."""
     from dynamics import _planar3rrr_kernels as K
 
     rng = np.random.default_rng(7)

@@ -157,7 +157,8 @@ def test_mit_make_commands_mapping_and_refusals():
 def test_mit_torque_only_commands_equal_the_general_path(monkeypatch, quantization, mapping):
     """A command with only torques is encoded by the compiled encoder in ``cycle`` (every other
     field fixed); the same command with zero gains and velocities takes the general path
-    (``make_commands``): same frames, saturation count and errors."""
+    (``make_commands``): same frames, saturation count and errors. Parity test; the frames'
+    independent check is ``test_mit_thirdparty.py::test_driver_cycle_frames_and_feedback_vs_tmotor_can_mit_mode``."""
     import drivers.mit as mit_module
 
     drv, buses, _ = mit_driver(MitMotors([1, 2, 3]), n=3, mapping=mapping, quantization=quantization)
@@ -210,8 +211,14 @@ def _plain_feedback(drv, fresh):
     ("classic6", {"follow": FollowConfig(window_cycles=2, lag_s=0.0)}, {0, 0x100})])
 def test_parity_mit_feedback_and_follow_values_equal_the_plain_construction(monkeypatch, variant, kw, codes):
     """Parity test (the compiled cycle against a numpy construction from the same kept state,
-    not against an independent expectation: the values themselves are checked against the
-    codec and the emulated motors in the MIT driver and session tests): the Feedback of every
+    not against an independent expectation). The independent checks of the same values:
+    ``test_mit_thirdparty.py::test_driver_cycle_frames_and_feedback_vs_tmotor_can_mit_mode``
+    (position, velocity, torque against tmotor-can-mit-mode's ``unpack_reply``),
+    ``test_mit_missing_corrupt_duplicate_and_faults`` below (fresh, kept values, the drive's
+    error byte), ``test_mit_faults.py::test_cubemars8_error_byte_and_temperature_reach_the_feedback``
+    (temperature, detected fault codes), ``test_mit_faults.py::test_limp_motor_fault_after_window_cycles``
+    (the follow rule's fault) and, in this test, the gear ratio and sign checked against the
+    emulated motors' own state (below). The Feedback of every
     cycle (missing replies, error bytes, detected faults, disabled) is the driver's kept state,
     each Feedback has arrays of its own, and the follow check gets what decoding the sent
     frames gives, bit for bit (compiled encoder and Python path)."""
@@ -242,6 +249,7 @@ def test_parity_mit_feedback_and_follow_values_equal_the_plain_construction(monk
         checked.append((tuple(fb.fault.tolist()), bool(fb.fresh.all()), bool(fb.enabled.all())))
 
     check(drv.enable())
+    moved = 0
     rng = np.random.default_rng(4)
     for k in range(80):
         clock[0] += 1e-3
@@ -256,10 +264,21 @@ def test_parity_mit_feedback_and_follow_values_equal_the_plain_construction(monk
         fb = drv.cycle(cmd)
         check(fb)
         assert fb.fresh.tolist() == [j + 1 not in motors.silent for j in range(3)]
+        # independent of the driver's state: each fresh joint's values are its motor's (the
+        # scripted drive's own p, v, t on the motor side) through the mapping as documented,
+        # q = sign p / gear, qd = sign v / gear, tau = sign t gear efficiency (sign -1, gear 6,
+        # efficiency 0.9), within one reply LSB (16-bit position, 12-bit velocity and torque)
+        for j in np.flatnonzero(fb.fresh):
+            st_j = motors.state[j + 1]
+            assert abs(fb.position_rad[j] - (-st_j["p"] / 6.0)) <= 2 * LIM.p_max_rad / 65535 / 6.0
+            assert abs(fb.velocity_rad_s[j] - (-st_j["v"] / 6.0)) <= 2 * LIM.v_max_rad_s / 4095 / 6.0
+            assert abs(fb.torque_nm[j] - (-st_j["t"] * 6.0 * 0.9)) <= 2 * LIM.t_max_nm / 4095 * 6.0 * 0.9
+            moved += abs(st_j["p"]) > 0.1
         fb.fresh[:] = False                     # a caller writing into its Feedback changes no other one
         fb.fault[:] = 7
         fb.enabled[:] = False
     assert len(checked) == 81 and len(sent_values) == 80 and all(sent_values)
+    assert moved > 20                     # the mapping check saw joints away from zero
     assert codes <= {f for fault, _, _ in checked for f in fault}
     assert {fresh for _, fresh, _ in checked} == {True, False}
     drv.disable()

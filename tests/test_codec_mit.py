@@ -325,6 +325,9 @@ def _field_values(L, rng):
 
 
 def test_per_drive_command_encoders_equal_the_plain_functions():
+    """Parity test (per-drive encoders against the plain codec functions); the independent
+    checks are ``test_encode_command_byte_exact`` and
+    ``test_mit_thirdparty.py::test_command_packing_byte_exact_vs_tmotor_can_mit_mode``."""
     rng = np.random.default_rng(11)
     for L in list(mit.MIT_MODELS.values()) + [_ODD]:
         per_field = _field_values(L, rng)
@@ -363,6 +366,8 @@ def test_per_drive_command_encoders_refuse_nonfinite_values_as_the_plain_one_doe
 
 
 def test_per_drive_command_values_decoder_equals_command_values():
+    """Parity test (the per-drive decoder against ``decode_command``); the independent check is
+    ``test_float_to_uint_reference_values`` with the byte-exact encoder tests."""
     rng = np.random.default_rng(13)
     for L in list(mit.MIT_MODELS.values()) + [_ODD]:
         values = mit.command_values_decoder(L)

@@ -1,6 +1,15 @@
 """The compiled PD + gravity, task-space PD + gravity and PID laws (controller._law_kernels)
 against the same laws written with numpy: equal to rounding on random states for every
 option, the numpy path still reachable, and the model's own errors still raised.
+
+Parity tests: "the same laws written with numpy" are the product's own numpy path of
+controller.laws (forced on the same objects), not a test-side derivation. The independent
+checks of the laws: ``test_ctrl_laws.py::test_pd_gravity_converges_to_setpoint``,
+``test_ctrl_laws.py::test_pid_anti_windup_bounded``,
+``test_ctrl_laws.py::test_pid_gravity_feedforward_and_shapes`` and
+``test_ctrl_laws.py::test_joint_ct_and_pd_gravity_on_real_3rrr_vertical`` (closed-loop
+behaviour on simulated plants), with the models' gravity checked against Pinocchio
+(``test_serial_pinocchio.py::test_rnea_crba_aba_gravity``).
 """
 
 from __future__ import annotations

@@ -479,7 +479,10 @@ def test_singularity_guard_is_predictive(horizon_s):
 
 def test_rule_kernel_bits_match_the_rules_stated_plainly():
     """controller._safety_rules.evaluate (the one copy of the per-cycle rules) against the rules
-    written out with numpy, on random states with NaN/inf, limits, soft zones and feedback."""
+    written out with numpy, on random states with NaN/inf, limits, soft zones and feedback.
+    Parity test against a transcription of the rules; the independent checks of each rule's
+    verdict are the scenario tests of this file (``test_singularity_margin_check`` and the
+    limit, soft-zone, feedback and tracking-error tests around it)."""
     from controller import _safety_rules as R
 
     rng = np.random.default_rng(3)

@@ -8,6 +8,7 @@ also checked against the law written with numpy (the Python path other models ta
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -122,8 +123,11 @@ def test_integral_action_identical(tmp_path):
 
 
 def test_compiled_law_matches_numpy_law():
-    """The compiled 3RRR law against the same law written with numpy (independent summation
-    and angle wrapping): equal to rounding on random states."""
+    """Parity test: the compiled 3RRR law against the product's numpy path of the same law
+    (controller.laws with the compiled call switched off: its own summation order and angle
+    wrapping, not a test-side derivation), equal to rounding on random states. The
+    independent checks of the law are ``test_ctrl_laws.py::test_task_ct_on_real_3rrr_tracks_exactly_without_delay``
+    and ``test_ctrl_laws.py::test_task_ct_integral_removes_the_offset_of_a_heavier_plant``."""
     from controller.laws import Ref, Saturation, State, TaskComputedTorque
     from dynamics import load_model as load_robot
 
@@ -192,13 +196,18 @@ def test_segment_sizes_change_nothing_but_the_calls(tmp_path, monkeypatch):
 
     calls = []
     after = []
+    outside = []            # the test's own count of cycles run and of wall time around each call
     orig = compiled.CompiledCycles.run
 
     def counted(self, k, k_end, *a, **kw):
         limit = self.limit
+        w0 = time.perf_counter()
         out = orig(self, k, k_end, *a, **kw)
+        outer_s = time.perf_counter() - w0
         calls.append((k, out[0], limit))
         after.append((self.limit, self.wall_s, self.cycles))
+        done, total_s = outside[-1] if outside else (0, 0.0)
+        outside.append((done + out[0] - k, total_s + outer_s))
         return out
 
     monkeypatch.setattr(compiled.CompiledCycles, "run", counted)
@@ -208,7 +217,10 @@ def test_segment_sizes_change_nothing_but_the_calls(tmp_path, monkeypatch):
     spans = [(b - a, lim) for a, b, lim in calls if b > a]
     assert spans[0] == (1000, 1000)
     C = compiled.CompiledCycles
-    for limit, wall_s, cycles in after:
+    for (limit, wall_s, cycles), (done, outer_s) in zip(after, outside):
+        # the loop's own bookkeeping, against the test's: the cycles it ran, and kernel time
+        # measured inside the calls the test timed from outside
+        assert cycles == done and wall_s <= outer_s
         # the next segment holds segment_s of wall time at the mean cycle so far: the most whole
         # cycles that fit, unless that is outside [min_segment, max_segment]
         mean_cycle_s = wall_s / cycles

@@ -2,6 +2,11 @@
 controller._fast_loop.serial_computed_torque_seg) against the Python loop: bit-identical logs,
 metrics and faults, also when a fault, a clip or the integrator hands the run back to Python
 part-way; and the compiled law against the law written with numpy.
+
+Parity tests: the Python loop and the numpy law are the product's other paths. The
+independent checks: the computed-torque law in ``test_ctrl_laws.py`` (poles, decay rate,
+exact tracking of a matched plant), the serial models' terms against Pinocchio in
+``test_serial_pinocchio.py::test_rnea_crba_aba_gravity``.
 """
 
 from __future__ import annotations

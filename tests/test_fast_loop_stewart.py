@@ -8,6 +8,11 @@ its compiled offline loop (controller._fast_loop_stewart).
   (whole run; a fault, a singularity or a clip handing the run back to Python part-way;
   the controller's saturation with conditional integration inside compiled segments);
 * the runs of other robots do not load the Stewart kernels.
+
+Parity tests: the numpy laws and the Python loop are the product's other paths. The
+independent checks: ``test_ctrl_laws.py::test_task_ct_on_real_stewart_tracks_and_fixes_large_orientation_error``
+(tracking, second-order decay of a large orientation error) and the Stewart model against
+its independent references in ``test_stewart_fastpath.py::test_fast_matches_independent_references``.
 """
 
 from __future__ import annotations

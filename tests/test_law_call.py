@@ -1,6 +1,11 @@
 """The compiled call of the 3RRR task-space computed torque (``controller.laws``): its constants
 in one tuple, its shape check in compiled code.  The call equals the kernel to the bit, a
 mismatched shape runs no kernel and hands the step to the numpy path as before.
+
+Parity tests (the call against the kernel, the compiled path against the numpy path). The
+independent checks of the law's torques: ``test_ctrl_laws.py::test_task_ct_on_real_3rrr_tracks_exactly_without_delay``
+(exact tracking of the matched plant) and
+``test_ctrl_laws.py::test_task_ct_integral_removes_the_offset_of_a_heavier_plant``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@
 The accumulator stores its rows by quantity and reduces along contiguous memory; every
 figure must still be bit-identical to the plain per-quantity ``np.sum`` / ``np.max`` over
 (cycles, axes) arrays it replaced (the tuning results and the logs' metrics do not change).
+
+``RowMajorReference`` is the accumulator's former reduction (a subclass sharing its state):
+those are parity tests. The figures' independent check, against their definitions written
+with numpy over the raw arrays, is
+``test_ctrl_telemetry.py::test_metrics_stream_equals_log_and_definitions``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,16 @@ functions and the follow rule written out in Python, to the bit.
   and the joint mapping written out;
 * :func:`follow_step` against the rule of :mod:`drivers.mit_health` written out in Python
   (lists, as the monitor was before it was compiled), over random cycles with faults.
+
+These are parity tests (two implementations kept equal on purpose; the follow rule's Python
+form is a transcription). The independent checks of the same values:
+``test_mit_thirdparty.py::test_driver_cycle_frames_and_feedback_vs_tmotor_can_mit_mode`` (the
+driver's frames and reported values against tmotor-can-mit-mode),
+``test_mit_thirdparty.py::test_command_packing_byte_exact_vs_tmotor_can_mit_mode`` and
+``test_codec_mit.py::test_encode_command_byte_exact`` (the codec), and for the follow rule
+``test_mit_faults.py::test_limp_motor_fault_after_window_cycles``,
+``test_mit_faults.py::test_limp_motor_below_the_tolerance_is_not_flagged`` and
+``test_mit_faults.py::test_frozen_replies_fault_after_frozen_cycles`` (emulated motors).
 """
 
 from __future__ import annotations

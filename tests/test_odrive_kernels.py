@@ -6,6 +6,11 @@ and clamp (``t_m = sign * tau / (gear * efficiency)``, clamped to ``torque_limit
 for byte, with the same saturation count; a command the codec refuses raises the same error
 and sends nothing.  The reference here is the codec's float32 packing (``struct``), and the
 same command with zero gains, which takes the driver's per-axis Python path.
+
+These are parity tests (compiled path against the codec and the driver's Python path). The
+independent checks of the same bytes: ``test_odrive_references.py::test_codec_both_directions_against_the_dbc``
+(the codec against ODrive's DBC file through cantools) and
+``test_odrive_references.py::test_our_driver_against_a_dbc_strict_peer`` (the driver's frames).
 """
 
 from __future__ import annotations

@@ -12,6 +12,15 @@ disabling the fast path on the same objects), to 1e-12 or exactly:
 * ``SafetySupervisor`` clean-cycle path vs the full checks, on random cycles
   that hit every check;
 * inline-served emulated CAN devices vs the emulator thread: identical runs.
+
+These are parity tests (fast path against the path it short-cuts), except
+``test_closed_form_singular_values_match_lapack``. The independent checks of the same
+quantities: the plant step in ``test_sim_plant.py::test_trajectory_matches_independent_ode_solution``,
+``test_sim_plant.py::test_real_parallel_model_energy_and_pose`` and
+``test_sim_plant.py::test_coulomb_sliding_stops_at_the_right_place``; the 3RRR Jacobian and
+singularity in ``test_3rrr_kinematics.py::test_jacobians_and_hessians_by_finite_differences``
+and ``test_3rrr_kinematics.py::test_type2_singularity``; the trajectory samples in
+``test_traj_profiles.py``; the safety checks in ``test_ctrl_safety.py``.
 """
 
 from __future__ import annotations

@@ -26,6 +26,11 @@ def rrr():
 
 
 def test_regular_margin_equals_the_models_to_the_bit(rrr):
+    """Parity test: the supervisor's compiled check against the model's forward kinematics and
+    ``singularity``. The independent checks of the same quantities are
+    ``test_3rrr_kinematics.py::test_ik_satisfies_constraints_and_fk_round_trip`` (the pose),
+    ``test_perf_fastpaths.py::test_closed_form_singular_values_match_lapack`` (the margin's
+    singular values against LAPACK) and ``test_3rrr_kinematics.py::test_type2_singularity``."""
     rng = np.random.default_rng(3)
     home = np.asarray(rrr.home_pose, float)
     used = 0
@@ -74,6 +79,9 @@ def _supervisor_run(spec, cycles):
 
 
 def test_supervisor_same_as_with_the_models_methods(monkeypatch):
+    """Parity test (the supervisor with and without its compiled check); the supervisor's
+    behaviour near a singularity is checked independently in
+    ``test_singularity_guard.py::test_guard_fires_before_the_torque_limit_and_the_plant_stops_short``."""
     spec = api.load_run(ROOT / "hil_configs" / "runs" / "3rrr_circle.toml", duration_s=1.0)
     model = spec.model
     cycles = []
@@ -115,11 +123,25 @@ def test_supervisor_loads_the_compiled_check_when_made():
 def test_predicted_margin_is_the_rule_as_written_in_python():
     """``_safety_rules.predicted_margin`` (the one form the supervisor and the compiled loop
     use) against the rule written out in Python: the same bits over random values, signed
-    zeros, NaN and infinities, with and without a last margin and a horizon."""
+    zeros, NaN and infinities, with and without a last margin and a horizon. That part is a
+    parity test against a transcription of the rule; the independent expectations are the
+    hand-computed predictions first (binary-exact numbers) and the supervisor's behaviour in
+    ``test_ctrl_safety.py::test_singularity_guard_is_predictive``."""
     import math
     import struct
 
     from controller._safety_rules import predicted_margin
+
+    # hand-computed (m, t, have, t0, m0, h) -> prediction:
+    # falling 0.75 -> 0.5 over dt = 0.25 s: rate -1 /s, to t + dt + h = 0.75 s on: 0.5 - 0.75
+    assert predicted_margin(0.5, 1.25, True, 1.0, 0.75, 0.5) == -0.25
+    # the same without a horizon (or a negative one, taken as none): 0.5 - 0.25
+    assert predicted_margin(0.5, 1.25, True, 1.0, 0.75, 0.0) == 0.25
+    assert predicted_margin(0.5, 1.25, True, 1.0, 0.75, -1.0) == 0.25
+    # rising 0.25 -> 0.5, no last margin, or no time between the checks: the margin itself
+    assert predicted_margin(0.5, 1.25, True, 1.0, 0.25, 0.5) == 0.5
+    assert predicted_margin(0.5, 1.25, False, 1.0, 0.75, 0.5) == 0.5
+    assert predicted_margin(0.5, 1.0, True, 1.0, 0.75, 0.5) == 0.5
 
     def ref(m, t, have, t0, m0, h):
         # to the next check (one check interval dt on) plus the horizon h
@@ -147,10 +169,27 @@ def test_singularity_code_is_the_rule_as_written_in_python():
     """``_safety_rules.singularity_code`` against the guard's rule written out in Python: below
     the minimum, predicted below it, or, while the margin falls by more than 1 % of itself,
     the torque at the predicted margin (``|tau| m / predicted``, forces growing as 1 / margin)
-    beyond 80 % of a limit; NaN never passes."""
+    beyond 80 % of a limit; NaN never passes. The random part is a parity test against a
+    transcription of the rule; the hand-computed verdicts first are the independent
+    expectations (and ``test_singularity_guard.py::test_guard_fires_before_the_torque_limit_and_the_plant_stops_short``
+    the guard's behaviour on a simulated plant)."""
     import math
 
     from controller._safety_rules import S_BELOW, S_OK, S_PREDICTED, S_TORQUE, singularity_code
+
+    lim2 = np.array([10.0, 10.0])
+    # below the minimum 0.01, or NaN: below; predicted below it: predicted
+    assert singularity_code(0.005, 0.005, 0.01, np.zeros(2), lim2) == S_BELOW
+    assert singularity_code(math.nan, 0.05, 0.01, np.zeros(2), lim2) == S_BELOW
+    assert singularity_code(0.05, 0.005, 0.01, np.zeros(2), lim2) == S_PREDICTED
+    # falling 0.05 -> 0.04 (20 %): 7 N m of 10 grows to 7 * 0.05 / 0.04 = 8.75 > 8 (80 %)
+    assert singularity_code(0.05, 0.04, 0.01, np.array([-7.0, 1.0]), lim2) == S_TORQUE
+    # 6 N m grows to 6 * 0.05 / 0.04 = 7.5 <= 8: ok
+    assert singularity_code(0.05, 0.04, 0.01, np.array([6.0, -6.0]), lim2) == S_OK
+    # falling 0.05 -> 0.0499 (0.2 %, under 1 %): 9 N m is not looked at
+    assert singularity_code(0.05, 0.0499, 0.01, np.array([9.0, 0.0]), lim2) == S_OK
+    # a NaN torque while falling never passes
+    assert singularity_code(0.05, 0.04, 0.01, np.array([math.nan, 0.0]), lim2) == S_TORQUE
 
     def ref(m, p, m_min, tau, lim):
         if not m >= m_min:

@@ -54,6 +54,10 @@ def test_cycle_applies_torque_zero_order_hold_and_feedback_time():
 
 
 def test_drive_side_pd_matches_the_plant_pd():
+    """Parity test (the direct driver's drive-side PD against the plant's own PD command); the
+    PD's values are checked independently in
+    ``test_sim_plant.py::test_stiff_drive_pd_stays_stable_and_settles`` (the hand-computed
+    equilibrium ``q_ref - m g l cos(q_ref) / kp`` of a pendulum)."""
     drv, plant, clock = _driver()
     ref = SimulatedPlant(PlanarTwoLink(), q0=[0.1, -0.2])
     drv.enable()

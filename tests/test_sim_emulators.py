@@ -397,7 +397,9 @@ def test_reply_message_is_the_keyword_construction():
 
 def test_one_device_timers_as_with_the_scan_over_devices():
     """A host serving one device finds its timers without the scan over devices: the same
-    frames, watchdog expiries and plant as a host that also serves a timer-less device."""
+    frames, watchdog expiries and plant as a host that also serves a timer-less device.
+    Parity test; the expiry times themselves are checked in
+    ``test_mit_watchdog_zeroes_torque_at_the_exact_time``."""
     from drivers.sim.emulators import EmulatedDevice
 
     runs = []
@@ -453,7 +455,10 @@ def test_odrive_next_timer_kept_between_changes_equals_the_scan():
     an inline host) is the scan's after every frame, timed event, injected error and reboot,
     and so is the host's (kept while no device counted a change): a host serving it gives the
     same frames, states and plant as one serving the scanning twin that counts nothing.  One
-    device, and two (the host's scan over devices)."""
+    device, and two (the host's scan over devices).  Parity test (kept against scanned); the
+    due times themselves are checked against hand-set periods in
+    ``test_odrive_broadcasts_at_their_due_times_with_the_state_then`` and
+    ``test_odrive_watchdog_sets_error_and_idles_at_the_exact_time``."""
     runs = []
     for cls, split in ((OdriveEmulator, False), (_UncachedOdrive, False), (OdriveEmulator, True)):
         clock, plant = Clock(), _plant()

@@ -8,6 +8,11 @@ the drive's bookkeeping must be equal.  Payloads: random, every value of each fi
 extremes; states: random, beyond the field ranges (clamped), on the encoder's half steps,
 signed zeros; every drive model, both reply variants, mappings with sign, gear, offset and
 efficiency, with and without an encoder.
+
+These are parity tests. The emulator's answers are checked independently by third-party
+clients: ``test_mit_thirdparty.py::test_tmotorcancontrol_client_enables_and_moves_the_emulated_motor``
+and ``test_mit_thirdparty.py::test_tmotor_can_mit_mode_client_enables_and_moves_the_emulated_motor``;
+its watchdog (``next_timer_s``) by ``test_mit_emulator.py::test_no_watchdog_by_default_mini_cheetah_timeout_when_set``.
 """
 
 from __future__ import annotations

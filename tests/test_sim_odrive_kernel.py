@@ -7,6 +7,9 @@ the ``Get_Encoder_Estimates`` payloads must be equal byte for byte.  States: ran
 encoder's half steps, signed zeros, subnormals, past float32's range (saturated), NaN (refused
 by both paths the same way); mappings with sign, gear and offset; position offsets; with and
 without an encoder.  Both as a request's answer and as a cyclic broadcast.
+
+These are parity tests. The emulator's answers are checked independently by a third-party
+client: ``test_odrive_references.py::test_third_party_odrive_can_client_enables_and_moves_the_emulated_axis_as_physics_predicts``.
 """
 
 from __future__ import annotations

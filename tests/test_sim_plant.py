@@ -423,7 +423,11 @@ def test_implicit_coulomb_solution_satisfies_its_optimality_conditions():
     assert sliding > 50 and sticking > 50
 
 
-def test_compiled_coulomb_step_equals_python_reference():
+def test_parity_compiled_coulomb_step_equals_python_reference():
+    """Parity test: the compiled Coulomb step against the product's Python form of the same
+    step. The independent checks are ``test_implicit_coulomb_solution_satisfies_its_optimality_conditions``
+    (the compiled step's velocities satisfy the problem's optimality conditions) and
+    ``test_coulomb_sliding_stops_at_the_right_place`` (against the hand-derived stopping point)."""
     from drivers.sim.plant import _coulomb_implicit, _coulomb_implicit_py
 
     rng = np.random.default_rng(42)

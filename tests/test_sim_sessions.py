@@ -441,7 +441,11 @@ def test_build_simulated_direct_and_config_errors():
 
 
 def test_mit_reply_quantisation_matches_codec():
-    # a single reply decoded by the real driver equals the codec's quantisation of the state
+    """A single reply decoded by the real driver equals the codec's quantisation of the state
+    (parity with the codec, which ``test_mit_thirdparty.py::test_reply_decoding_exact_vs_both_libraries``
+    checks independently), and, independent of the codec, each joint is at its plant start
+    within half a reply step: 2 * 12.5 rad / 65535 = 0.38 mrad on the motor, divided by the
+    gear ratio 6 on joint 1."""
     clock = Clock()
     drv = _build(_mit_cfg(), clock)
     try:
@@ -451,5 +455,8 @@ def test_mit_reply_quantisation_matches_codec():
         r = mitc.decode_reply(mitc.encode_reply(2, q, 0.0, 0.0, lim), lim, centered=True)
         assert fb.position_rad[1] == r.p_rad
         assert fb.velocity_rad_s[1] == r.v_rad_s and abs(r.v_rad_s) < 1e-12   # at rest: zero, not -1/2 LSB
+        step = 2 * 12.5 / 65535                     # AK80-9 position range +-12.5 rad, 16 bits
+        assert abs(fb.position_rad[0] - 0.1) <= 0.5 * step / 6.0 + 1e-12    # q0 of the run's plant
+        assert abs(fb.position_rad[1] - 0.2) <= 0.5 * step + 1e-12
     finally:
         drv.close()

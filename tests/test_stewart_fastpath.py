@@ -60,6 +60,8 @@ def close(a, b, tol=1e-10):
 
 @pytest.mark.parametrize("which", ["file", "general"])
 def test_fast_equals_checked(models, which):
+    """Parity test (the compiled paths against the checked ones, on the same model); the
+    independent check is ``test_fast_matches_independent_references``."""
     m = models[which]
     for X, q, qd, qdd, hint in states(m, 1):
         L = list  # lists take the checked path

@@ -47,11 +47,32 @@ def test_shape_derivatives_boundaries_and_peaks(kind):
     if kind != "cubic":       # cubic has acceleration steps at the ends
         np.testing.assert_allclose(s0.acc, 0, atol=1e-12)
         np.testing.assert_allclose(s1.acc, 0, atol=1e-10)
-    # documented normalised peaks
+    # normalised peaks, derived by hand (PEAKS_BY_HAND), not read from the module's table; the
+    # table (which the time scaling uses) must hold the same numbers
     law = shape_law(kind, 1.0)
     d = law.derivatives(np.linspace(0, 1, 200001))
     for k in range(3):
-        assert np.max(np.abs(d[k + 1])) == pytest.approx(SHAPE_PEAKS[kind][k], rel=1e-6)
+        assert np.max(np.abs(d[k + 1])) == pytest.approx(PEAKS_BY_HAND[kind][k], rel=1e-6)
+    assert SHAPE_PEAKS[kind] == pytest.approx(PEAKS_BY_HAND[kind], rel=1e-12)
+
+
+# Peak |v|, |a|, |j| (first, second, third derivative) of the normalised shapes on [0, 1],
+# with u = t (1 - t), so that (1 - 2t)^2 = 1 - 4u:
+# cubic 3t^2 - 2t^3: v = 6u, max 6/4 at u = 1/4; a = 6 (1 - 2t), max 6; j = -12.
+# quintic 10t^3 - 15t^4 + 6t^5: v = 30u^2, max 30/16; a = 60u (1 - 2t), stationary where
+#   (1 - 2t)^2 = 2u, i.e. u = 1/6, |1 - 2t| = 1/sqrt(3): 10/sqrt(3); j = 60 (1 - 6u), max 60 at
+#   the ends (u = 0; -30 at u = 1/4). Minimum jerk is the same polynomial.
+# cycloidal t - sin(2 pi t)/(2 pi): v = 1 - cos(2 pi t), max 2; a = 2 pi sin, j = 4 pi^2 cos.
+# septic 35t^4 - 84t^5 + 70t^6 - 20t^7: v = 140u^3, max 140/64 = 35/16; a = 420u^2 (1 - 2t),
+#   stationary where (1 - 2t)^2 = u, i.e. u = 1/5, |1 - 2t| = 1/sqrt(5): 420/(25 sqrt(5));
+#   j = 840u (1 - 5u): 42 at u = 1/10, -52.5 at u = 1/4, so 52.5.
+PEAKS_BY_HAND = {
+    "cubic": (1.5, 6.0, 12.0),
+    "quintic": (1.875, 10.0 / np.sqrt(3.0), 60.0),
+    "minimum_jerk": (1.875, 10.0 / np.sqrt(3.0), 60.0),
+    "cycloidal": (2.0, 2.0 * np.pi, 4.0 * np.pi ** 2),
+    "septic": (35.0 / 16.0, 420.0 / (25.0 * np.sqrt(5.0)), 52.5),
+}
 
 
 def test_cycloidal_is_sinusoidal_acceleration_with_inflection_ends():
