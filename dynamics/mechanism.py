@@ -4,8 +4,21 @@ with :mod:`sympy.physics.mechanics` (see :mod:`dynamics._mechanism_derive`).
 Coordinates
 -----------
 Every joint of the file's tree has one coordinate (revolute: angle [rad] of the child frame
-about the joint axis, relative to the parent; prismatic: displacement [m] along the axis); all
-of them together are the *full* configuration ``z`` (n,).  The actuated joints (``actuated =
+about the joint axis, relative to the parent; prismatic: displacement [m] along the axis), a
+universal joint two and a spherical joint three (below); all of them together, in file order,
+are the *full* configuration ``z`` (n,).  Every body frame equals its parent's (moved to the
+joint origin) at zero coordinates.
+
+* universal (passive): ``axes = [a1, a2]``, orthogonal, parent frame; the child frame is
+  ``R = Rot(a1, z1) Rot(a2, z2)`` (intrinsic: the second axis turned by the first); the
+  coordinates are named ``<joint>.1``, ``<joint>.2``.
+* spherical (passive): intrinsic Euler angles about ``axes = [a1, a2, a3]``, mutually
+  orthogonal (default ``[z, y, x]``: ZYX), ``R = Rot(a1, z1) Rot(a2, z2) Rot(a3, z3)``.  Its
+  singularity: the middle angle at +-pi/2 (a1 and the turned a3 aligned), where the passive
+  closure Jacobian loses rank (reported as type 2; :meth:`MechanismModel.singularity` adds
+  ``euler_measure``, the smallest |cos| of a middle angle, and ``euler_joint``); a home within
+  :data:`EULER_HOME_MARGIN_RAD` of it is refused.  Actuated universal and spherical joints are
+  refused (drive a chain of revolute joints).  The actuated joints (``actuated =
 true``) are the model's ``q`` (``dof`` of them, in file order); the others are passive.  The
 loop closures ``phi(z) = 0`` (m equations) tie them: the mobility ``n - m`` must equal the
 number of actuated joints, and the closures must be independent (no redundant closure).  The
@@ -76,7 +89,9 @@ Robot file::
 
     [[joints]]                       # one table per tree joint, parents before children
     name = "hip_left"
-    type = "revolute"                # or "prismatic"
+    type = "revolute"                # or "prismatic"; spatial: "universal", "spherical"
+                                     # (passive, `axes` (2 or 3 orthogonal vectors) instead of
+                                     # `axis`, `home` a list of 2 or 3 angles)
     parent = "ground"                # "ground" or a body
     child = "upper_left"
     origin = [-0.04, 0.0, 0.0]       # [m] in the parent frame
