@@ -1069,6 +1069,13 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
                          DriveParams(drv[:, 0], drv[:, 1], drv[:, 2]), tol, ls, name,
                          tuple((jn, i) for _, jn, i in euler))
 
+    # the spherical joints' Euler singularity (checked on the file's home values, before the
+    # derivation: the refinement below moves them by about closure_tolerance at most)
+    for sec, jn, i in euler:
+        if abs(math.cos(home[i])) < math.sin(EULER_HOME_MARGIN_RAD):
+            raise sec.error("home", f"the middle Euler angle {home[i]:.4g} rad of spherical joint {jn!r} is "
+                                    f"within {EULER_HOME_MARGIN_RAD} rad of +-pi/2 at home (the "
+                                    "parametrisation's singularity: choose its axes so that home is far from it)")
     from ._mechanism_derive import derive
     gen = derive(symbolic)
     f = gen.funcs
@@ -1105,11 +1112,6 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
         raise root.error("joints", "the closures cannot be solved near the home values (a type-2 "
                                    "singularity or a loop far from closing)")
     spec = MechanismSpec(**{**spec0.__dict__, "home": zh})
-    for sec, jn, i in euler:
-        if abs(math.cos(zh[i])) < math.sin(EULER_HOME_MARGIN_RAD):
-            raise sec.error("home", f"the middle Euler angle {zh[i]:.4g} rad of spherical joint {jn!r} is within "
-                                    f"{EULER_HOME_MARGIN_RAD} rad of +-pi/2 at home (the parametrisation's "
-                                    "singularity: choose its axes so that home is far from it)")
     try:
         model = MechanismModel(spec, gen, root.file)
         rep = model.singularity(model.home_q)
