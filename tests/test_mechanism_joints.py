@@ -364,3 +364,23 @@ def test_universal_axes_property_not_orthogonal_is_refused_by_name(a, b):
         with pytest.raises(ConfigError) as ei:
             load_model(d, file="crank.toml")
         assert ei.value.file == "crank.toml" and ei.value.field == "joints[2].axes", str(ei.value)
+
+
+def test_non_orthogonal_universal_axes_exit_2_from_check(tmp_path):
+    """``torqueloop check`` on the file: exit 2, the file and the field named, no traceback
+    (refused before any derivation)."""
+    import os
+    import subprocess
+    import sys
+
+    import tomli_w
+
+    d = rsur()
+    d["joints"][2]["axes"] = [[1.0, 0.0, 0.0], [0.3, 0.8, -0.6]]
+    p = tmp_path / "crank.toml"
+    p.write_text(tomli_w.dumps(d))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "controller.app.cli", "check", str(p)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert str(p) in r.stderr and "joints[2].axes" in r.stderr and "Traceback" not in r.stderr
