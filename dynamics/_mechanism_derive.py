@@ -85,6 +85,9 @@ PHASES: dict = {}
 #: changes the digest whenever the generated code's form changes
 CODEGEN_VERSION = 5
 
+#: the joint types with more than one coordinate (the others have one)
+COORDINATES = {"universal": 2, "spherical": 3}
+
 
 @dataclass
 class Generated:
@@ -223,7 +226,11 @@ def _generate(spec: dict) -> str:
 
     joints = spec["joints"]
     bodies = spec["bodies"]
-    n = len(joints)
+    # each joint's first coordinate: revolute and prismatic one, universal two, spherical three
+    first = [0]
+    for jt in joints:
+        first.append(first[-1] + COORDINATES.get(jt["type"], 1))
+    n = first[-1]
     t = me.dynamicsymbols._t
     q = me.dynamicsymbols(f"q0:{n}")
     qd = [qi.diff(t) for qi in q]
@@ -234,21 +241,41 @@ def _generate(spec: dict) -> str:
     origins = {"ground": O}
     # the tree: joints are listed parent before child (checked by the loader); each frame's
     # angular velocity comes from orientnew, each origin's velocity from the parent's by the
-    # two-point (revolute) / one-point (prismatic) theorem, so that no position is
-    # differentiated as a whole
+    # two-point (revolute, universal, spherical) / one-point (prismatic) theorem, so that no
+    # position is differentiated as a whole
     for j, jt in enumerate(joints):
         P = frames[jt["parent"]]
         Op = origins[jt["parent"]]
-        ax = _vec(jt["axis"], P)
         org = _vec(jt["origin"], P)
-        if jt["type"] == "revolute":
-            C = P.orientnew(f"F{j}", "Axis", (q[j], ax))
+        i = first[j]
+        if jt["type"] in COORDINATES:
+            # universal / spherical: intrinsic (body-fixed) rotations about the joint's axes
+            # a1, a2(, a3) by sympy's "Body" orientation in the constant frame J (axes a1, a2,
+            # a1 x a2 in the parent frame), and the child frame C fixed in the rotated frame K as
+            # the parent is in J: C = P at zero angles, R_PC = A Rx(q1) Ry(q2) Rz(s q3) A^T
+            ax = [np.asarray(a, dtype=float) for a in jt["axes"]]
+            a3 = np.cross(ax[0], ax[1])
+            A = np.column_stack([ax[0], ax[1], a3])
+            Am = sp.Matrix(3, 3, [_num(v) for v in A.ravel()])
+            J = P.orientnew(f"J{j}", "DCM", Am)
+            if jt["type"] == "universal":
+                angles = (q[i], q[i + 1], sp.S(0))
+            else:
+                angles = (q[i], q[i + 1], int(np.sign(a3 @ ax[2])) * q[i + 2])
+            K = J.orientnew(f"K{j}", "Body", angles, "XYZ")
+            C = K.orientnew(f"F{j}", "DCM", Am.T)
+            Oc = Op.locatenew(f"O{j}", org)
+            Oc.v2pt_theory(Op, N, P)
+        elif jt["type"] == "revolute":
+            ax = _vec(jt["axis"], P)
+            C = P.orientnew(f"F{j}", "Axis", (q[i], ax))
             Oc = Op.locatenew(f"O{j}", org)
             Oc.v2pt_theory(Op, N, P)
         else:
+            ax = _vec(jt["axis"], P)
             C = P.orientnew(f"F{j}", "Axis", (sp.S(0), P.z))
-            Oc = Op.locatenew(f"O{j}", org + q[j] * ax)
-            Oc.set_vel(P, qd[j] * ax)
+            Oc = Op.locatenew(f"O{j}", org + q[i] * ax)
+            Oc.set_vel(P, qd[i] * ax)
             Oc.v1pt_theory(Op, N, P)
         frames[jt["child"]] = C
         origins[jt["child"]] = Oc

@@ -4,8 +4,21 @@ with :mod:`sympy.physics.mechanics` (see :mod:`dynamics._mechanism_derive`).
 Coordinates
 -----------
 Every joint of the file's tree has one coordinate (revolute: angle [rad] of the child frame
-about the joint axis, relative to the parent; prismatic: displacement [m] along the axis); all
-of them together are the *full* configuration ``z`` (n,).  The actuated joints (``actuated =
+about the joint axis, relative to the parent; prismatic: displacement [m] along the axis), a
+universal joint two and a spherical joint three (below); all of them together, in file order,
+are the *full* configuration ``z`` (n,).  Every body frame equals its parent's (moved to the
+joint origin) at zero coordinates.
+
+* universal (passive): ``axes = [a1, a2]``, orthogonal, parent frame; the child frame is
+  ``R = Rot(a1, z1) Rot(a2, z2)`` (intrinsic: the second axis turned by the first); the
+  coordinates are named ``<joint>.1``, ``<joint>.2``.
+* spherical (passive): intrinsic Euler angles about ``axes = [a1, a2, a3]``, mutually
+  orthogonal (default ``[z, y, x]``: ZYX), ``R = Rot(a1, z1) Rot(a2, z2) Rot(a3, z3)``.  Its
+  singularity: the middle angle at +-pi/2 (a1 and the turned a3 aligned), where the passive
+  closure Jacobian loses rank (reported as type 2; :meth:`MechanismModel.singularity` adds
+  ``euler_measure``, the smallest |cos| of a middle angle, and ``euler_joint``); a home within
+  :data:`EULER_HOME_MARGIN_RAD` of it is refused.  Actuated universal and spherical joints are
+  refused (drive a chain of revolute joints).  The actuated joints (``actuated =
 true``) are the model's ``q`` (``dof`` of them, in file order); the others are passive.  The
 loop closures ``phi(z) = 0`` (m equations) tie them: the mobility ``n - m`` must equal the
 number of actuated joints, and the closures must be independent (no redundant closure).  The
@@ -76,7 +89,9 @@ Robot file::
 
     [[joints]]                       # one table per tree joint, parents before children
     name = "hip_left"
-    type = "revolute"                # or "prismatic"
+    type = "revolute"                # or "prismatic"; spatial: "universal", "spherical"
+                                     # (passive, `axes` (2 or 3 orthogonal vectors) instead of
+                                     # `axis`, `home` a list of 2 or 3 angles)
     parent = "ground"                # "ground" or a body
     child = "upper_left"
     origin = [-0.04, 0.0, 0.0]       # [m] in the parent frame
@@ -116,6 +131,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._mechanism_derive import COORDINATES as MULTI_JOINTS
 from .base import GEAR_RATIO_RANGE, POSE_HINT_METHODS, DriveParams, JointLimits, ParallelModel, SingularityReport
 from .config import Section
 from .errors import ConfigError, ConvergenceError, ModelError, SingularityError, UnreachableError
@@ -155,6 +171,7 @@ class MechanismSpec:
     singularity_tolerance: float
     length_scale: float
     name: str
+    euler: tuple = ()        # (spherical joint name, index in z of its middle Euler angle)
 
 
 def _ro(a):
@@ -198,7 +215,7 @@ class MechanismModel(ParallelModel):
         self._arm[self._act] = spec.drive.armature
         self._tol = spec.singularity_tolerance
         self._ls = spec.length_scale
-        self._rev = np.array([t == "revolute" for t in spec.joint_types])
+        self._rev = np.array([t != "prismatic" for t in spec.joint_types])      # angle coordinates
         self._task_ang = np.array([c == "phi" for c in spec.symbolic["task"]["coordinates"]])
         self._home_z = _ro(spec.home)
         self._home_sign2 = self._sign_det(self._B(spec.home))
@@ -373,9 +390,19 @@ class MechanismModel(ParallelModel):
                                    f"{np.asarray(inputs[0][0]).tolist()} not reached in the home working mode")
         if st == _ST_TYPE2:
             raise SingularityError(f"{self.name}: {what}: type-2 singularity (passive closure Jacobian "
-                                   f"singular) at q={np.asarray(inputs[0][0]).tolist()}")
+                                   f"singular) at q={np.asarray(inputs[0][0]).tolist()}{self._euler_note()}")
         raise ModelError(f"{self.name}: {what}: singular {'mass matrix' if st == _ST_SINGULAR else 'input'} "
                          f"(status {st})")
+
+    def _euler_note(self) -> str:
+        """The spherical joint nearest its Euler-angle singularity at the last forward
+        kinematics solution, when it is near (|cos| of the middle angle below 0.05)."""
+        if not self.spec.euler:
+            return ""
+        zl = self._D[-2 * self._n:-self._n]
+        c, jn = self._euler_measure(zl)
+        return (f" (spherical joint {jn!r} near its Euler-angle singularity: |cos| of the middle angle "
+                f"{c:.3g}; choose its axes so that the motion stays away from it)") if c < 0.05 else ""
 
     def configuration(self, q, pose=None) -> np.ndarray:
         """Full configuration z (n,) for actuated q (forward kinematics in the home assembly mode).
@@ -541,11 +568,21 @@ class MechanismModel(ParallelModel):
             Jx[self._task_ang] *= self._ls
             Jx[:, self._rev[self._act]] /= self._ls
             margin = self._inv_cond(Jx)
+        extra = {"type1_measure": m1, "type2_measure": m2}
+        if self.spec.euler:
+            extra["euler_measure"], extra["euler_joint"] = self._euler_measure(z)
         return SingularityReport(kind=kind, det_a=float(np.linalg.det(self._K(z))),
                                  det_b=float(np.linalg.det(self._B(z))) if self._m else 1.0,
                                  cond_a=1.0 / m1 if m1 > 0 else math.inf,
-                                 cond_b=1.0 / m2 if m2 > 0 else math.inf, margin=margin,
-                                 extra={"type1_measure": m1, "type2_measure": m2})
+                                 cond_b=1.0 / m2 if m2 > 0 else math.inf, margin=margin, extra=extra)
+
+    def _euler_measure(self, z) -> tuple[float, str]:
+        """min |cos| of the spherical joints' middle Euler angles at z, and the joint it belongs
+        to: 0 at the parametrisation's singularity (middle angle +-pi/2, first and third axes
+        aligned), where the passive closure Jacobian loses rank with it (a type-2 report
+        whose cause is the coordinates, not the mechanism)."""
+        c = [(abs(math.cos(z[i])), jn) for jn, i in self.spec.euler]
+        return min(c)
 
     # ---------------------------------------------------------------- dynamics
     def _mass_from(self, dy):
@@ -822,6 +859,41 @@ def _unit(sec: Section, key: str) -> np.ndarray:
     return a / nrm
 
 
+#: a spherical joint's default Euler axes: z, then the new y, then the new x (ZYX, intrinsic)
+SPHERICAL_AXES = ((0.0, 0.0, 1.0), (0.0, 1.0, 0.0), (1.0, 0.0, 0.0))
+#: the spherical joints' middle Euler angle at home must stay this far from +-pi/2 [rad]
+EULER_HOME_MARGIN_RAD = 0.35
+#: two axes of a universal or spherical joint count as orthogonal below this |cos| of their angle
+ORTHOGONAL_TOL = 1e-9
+
+
+def _multi_joint(sec: Section, jt: str, planar: bool) -> tuple[list, list]:
+    """The ``axes`` (k, 3), unit and mutually orthogonal, parent frame, and the ``home`` values (k,)
+    [rad] of a universal (k = 2) or spherical (k = 3) joint; both passive."""
+    k = MULTI_JOINTS[jt]
+    if planar:
+        raise sec.error("type", f"a planar mechanism has no {jt} joints (revolute and prismatic only)")
+    if sec.bool("actuated", False):
+        raise sec.error("actuated", f"a {jt} joint is passive (drive a chain of revolute joints instead)")
+    if jt == "spherical" and not sec.has("axes"):
+        A = np.array(SPHERICAL_AXES)
+    else:
+        A = sec.matrix("axes", (k, 3))
+        nrm = np.linalg.norm(A, axis=1)
+        if np.any(nrm < 1e-9):
+            raise sec.error("axes", "every axis must be a non-zero vector")
+        A = A / nrm[:, None]
+        for i in range(k):
+            for j in range(i + 1, k):
+                c = abs(float(A[i] @ A[j]))
+                if c > ORTHOGONAL_TOL:
+                    raise sec.error("axes", f"axes {i + 1} and {j + 1} are not orthogonal (|cos| = {c:.3g}); "
+                                            f"a {jt} joint's axes are mutually orthogonal")
+    h = sec.vector("home", k)
+    sec.finish()
+    return A.tolist(), h.tolist()
+
+
 def load_mechanism(root: Section, base_dir: str | Path | None = None) -> MechanismModel:
     """Build a :class:`MechanismModel` from a robot file (format in the module docstring).
 
@@ -852,12 +924,15 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
     if not jsecs:
         raise root.error("joints", "at least one joint is required")
     joints, home, act, limits, drive, jnames, jtypes = [], [], [], [], [], [], []
+    tree_names = []
+    euler = []          # (spherical joint, index of its middle Euler angle in z)
     placed = {"ground"}
     for i, sec in enumerate(jsecs):
         jn = sec.str("name")
-        if jn in jnames:
+        if jn in tree_names:
             raise sec.error("name", f"joint {jn!r} defined twice")
-        jt = sec.str("type", choices=["revolute", "prismatic"])
+        tree_names.append(jn)
+        jt = sec.str("type", choices=["revolute", "prismatic", "universal", "spherical"])
         parent = sec.str("parent")
         child = sec.str("child")
         if parent not in placed:
@@ -870,6 +945,17 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
                                      "close loops with [[loops]])")
         placed.add(child)
         origin = sec.vector("origin", 3)
+        if jt in MULTI_JOINTS:
+            axes, hs = _multi_joint(sec, jt, planar)
+            first = len(home)
+            jnames += [f"{jn}.{k + 1}" for k in range(len(hs))]
+            jtypes += [jt] * len(hs)
+            home += hs
+            joints.append({"type": jt, "parent": parent, "child": child,
+                           "origin": origin.tolist(), "axes": axes})
+            if jt == "spherical":
+                euler.append((sec, jn, first + 1))
+            continue
         axis = _unit(sec, "axis")
         if planar and jt == "revolute" and abs(abs(axis[2]) - 1.0) > 1e-12:
             raise sec.error("axis", "a planar mechanism's revolute axes are +-z")
@@ -891,13 +977,17 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
             coul = sec.float("coulomb", 0.0, minimum=0.0)
             if not pmin <= h <= pmax:
                 raise sec.error("home", f"{h} outside [{pmin}, {pmax}]")
-            act.append(i)
+            act.append(len(home))
             limits.append((pmin, pmax, vmax, tmax))
             drive.append((rotor * gear ** 2, visc, coul))
         sec.finish()
         jnames.append(jn); jtypes.append(jt); home.append(h)
         joints.append({"type": jt, "parent": parent, "child": child,
                        "origin": origin.tolist(), "axis": axis.tolist()})
+    dup = [nm for k, nm in enumerate(jnames) if nm in jnames[:k]]
+    if dup:
+        raise root.error("joints", f"coordinate name {dup[0]!r} twice (a universal or spherical joint "
+                                   "'j' names its coordinates 'j.1', 'j.2'(, 'j.3'))")
     missing = [nm for nm in names if nm not in placed]
     if missing:
         raise root.error("joints", f"body {missing[0]!r} has no parent joint")
@@ -976,13 +1066,21 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
     drv = np.array(drive)
     spec = MechanismSpec(symbolic, params, tuple(act), tuple(jnames), tuple(jtypes), np.array(home),
                          JointLimits(lim[:, 0], lim[:, 1], lim[:, 2], lim[:, 3]),
-                         DriveParams(drv[:, 0], drv[:, 1], drv[:, 2]), tol, ls, name)
+                         DriveParams(drv[:, 0], drv[:, 1], drv[:, 2]), tol, ls, name,
+                         tuple((jn, i) for _, jn, i in euler))
 
+    # the spherical joints' Euler singularity (checked on the file's home values, before the
+    # derivation: the refinement below moves them by about closure_tolerance at most)
+    for sec, jn, i in euler:
+        if abs(math.cos(home[i])) < math.sin(EULER_HOME_MARGIN_RAD):
+            raise sec.error("home", f"the middle Euler angle {home[i]:.4g} rad of spherical joint {jn!r} is "
+                                    f"within {EULER_HOME_MARGIN_RAD} rad of +-pi/2 at home (the "
+                                    "parametrisation's singularity: choose its axes so that home is far from it)")
     from ._mechanism_derive import derive
     gen = derive(symbolic)
     f = gen.funcs
     z0 = np.array(home, dtype=float)
-    n = len(joints)
+    n = len(home)
     m = len(angle_rows)
     # mobility and independence of the closures
     if n - m != len(act):

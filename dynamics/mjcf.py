@@ -17,7 +17,8 @@ imports nothing of MuJoCo, which reads the text in :mod:`drivers.sim.mujoco_plan
   prismatic actuator, its end joined to the platform joint by a ``connect`` constraint (a ball
   joint; six loop closures);
 * a mechanism file (:class:`~dynamics.mechanism.MechanismModel`): its tree of bodies with their
-  hinge and slide joints, each point loop closure a ``connect`` constraint (planar revolute and
+  hinge and slide joints (a universal joint: two hinges in one body; a spherical joint: a
+  ``ball`` joint), each point loop closure a ``connect`` constraint (planar revolute and
   spatial spherical closures; a spatial revolute closure's axis alignment has no writer).
 
 Closed chains are written in an assembled pose (the configuration at the given actuated
@@ -38,6 +39,7 @@ from xml.sax.saxutils import quoteattr
 
 import numpy as np
 
+from ._mechanism_derive import COORDINATES
 from .errors import ModelError
 
 __all__ = ["MjcfRobot", "CLOSURE_SOLREF", "CLOSURE_SOLIMP", "model_mjcf", "quat_wxyz"]
@@ -337,28 +339,47 @@ def mechanism_mjcf(model, q0=None) -> MjcfRobot:
     for j, jt in enumerate(sym["joints"]):
         children.setdefault(jt["parent"], []).append(j)
 
+    first = np.cumsum([0] + [COORDINATES.get(jt["type"], 1) for jt in sym["joints"]])
+
     def write(j) -> str:
         jt = sym["joints"][j]
         name = jt["child"]
-        axis = np.asarray(jt["axis"], dtype=float)
+        axis = np.asarray(jt.get("axis", (0.0, 0.0, 1.0)), dtype=float)
         p = body_par[name]
         Ixx, Iyy, Izz, Ixy, Iyz, Izx = p[4:10]
         if sym["planar"] and Ixx == 0.0 and Iyy == 0.0:
             Ixx = Iyy = Izz
         I = np.array([[Ixx, Ixy, Izx], [Ixy, Iyy, Iyz], [Izx, Iyz, Izz]])
         kw = {}
-        if j in act:
-            i = act.index(j)
-            kw = dict(armature=drive.armature[i], damping=drive.viscous[i], frictionloss=drive.coulomb[i],
-                      rng=_stop(lim.position_min[i], lim.position_max[i]))
-        if jt["type"] == "revolute":
-            pos, R, kind = np.asarray(jt["origin"]), _axis_angle(axis, z0[j]), "hinge"
+        if first[j] in act:
+            a = act.index(first[j])
+            kw = dict(armature=drive.armature[a], damping=drive.viscous[a], frictionloss=drive.coulomb[a],
+                      rng=_stop(lim.position_min[a], lim.position_max[a]))
+        i = first[j]
+        if jt["type"] in ("universal", "spherical"):
+            # the body written at its joint's angles: R = Rot(a1, z1) Rot(a2, z2) (Rot(a3, z3)),
+            # the axes in the parent frame (= the child frame at zero angles)
+            ax = np.asarray(jt["axes"], dtype=float)
+            Rs = [_axis_angle(a, z0[i + k]) for k, a in enumerate(ax)]
+            R = Rs[0] @ Rs[1] @ (Rs[2] if len(Rs) > 2 else np.eye(3))
+            pos = np.asarray(jt["origin"])
+            if jt["type"] == "universal":
+                # two hinges in one body, applied in order in the body's frame (MuJoCo): the
+                # first about R2^T a1 so that R Rot(R2^T a1, d1) Rot(a2, d2) = Rot(a1, z1 + d1)
+                # Rot(a2, z2 + d2); with ref = z0 the hinges' positions are the model's angles
+                joint = (_joint(spec.joint_names[i], "hinge", Rs[1].T @ ax[0], ref=z0[i])
+                         + _joint(spec.joint_names[i + 1], "hinge", ax[1], ref=z0[i + 1]))
+            else:       # MuJoCo's ball joint (a quaternion; identity at the written pose)
+                joint = f"<joint name={quoteattr(spec.joint_names[i][:-2])} type=\"ball\"/>"
         else:
-            pos, R, kind = np.asarray(jt["origin"]) + z0[j] * axis, np.eye(3), "slide"
-        # the joint axis in the child frame: R^T axis = axis (a rotation about it keeps it)
+            if jt["type"] == "revolute":
+                pos, R, kind = np.asarray(jt["origin"]), _axis_angle(axis, z0[i]), "hinge"
+            else:
+                pos, R, kind = np.asarray(jt["origin"]) + z0[i] * axis, np.eye(3), "slide"
+            # the joint axis in the child frame: R^T axis = axis (a rotation about it keeps it)
+            joint = _joint(spec.joint_names[i], kind, axis, ref=z0[i], **kw)
         body = (f"<body name={quoteattr(name)} pos={quoteattr(_f(pos))} quat={quoteattr(_f(quat_wxyz(R)))}>"
-                + _inertial(p[0], com[name], I)
-                + _joint(spec.joint_names[j], kind, axis, ref=z0[j], **kw))
+                + _inertial(p[0], com[name], I) + joint)
         if name == sym["task"]["body"]:
             body += f"<site name=\"tool\" pos={quoteattr(_f(sym['task']['point']))}/>"
         return body + "".join(write(k) for k in children.get(name, [])) + "</body>"

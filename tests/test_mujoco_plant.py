@@ -37,6 +37,7 @@ CASES = {
     "stewart.toml": (None, 0.02),
     "fivebar_leg.toml": (None, 0.001),      # a mechanism file (dynamics/mechanism.py)
     "delta_pick.toml": (None, 0.001),       # a spatial mechanism file (ball-joint closures)
+    "delta_universal.toml": (None, 0.001),  # the same with universal joints (two hinges in one body)
 }
 
 
@@ -94,7 +95,8 @@ def test_serial_arms_agree_with_the_numba_plant(name):
 
 @pytest.mark.parametrize("name, growth", [("3rrr_horizontal.toml", 10), ("3rrr_vertical.toml", 1000),
                                           ("stewart.toml", 10), ("fivebar_leg.toml", 10),
-                                          pytest.param("delta_pick.toml", 10, marks=pytest.mark.slow)])
+                                          pytest.param("delta_pick.toml", 10, marks=pytest.mark.slow),
+                                          pytest.param("delta_universal.toml", 10, marks=pytest.mark.slow)])
 def test_closed_chains_agree_within_the_constraint_softness(name, growth):
     """The closed chains: MuJoCo keeps the loops by soft equality constraints, the numba plant
     exactly.  The joint error starts at the closure error's size (the loops give under load) and
