@@ -87,7 +87,8 @@ class PageServer:
         try:
             self._httpd = ThreadingHTTPServer((HOST, int(port)), _Handler)
         except OSError as err:
-            raise ConfigError(f"cannot serve the live page on {HOST}:{int(port)} ({err})", field="telemetry.live") from err
+            raise ConfigError(f"cannot serve the live page on {HOST}:{int(port)} ({err})",
+                              field="telemetry.live") from err
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                         name="torqueloop-live-page", daemon=True)

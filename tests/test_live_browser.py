@@ -133,7 +133,7 @@ def test_headless_chromium_shows_the_run_live_with_the_logs_values(tmp_path):
                 [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--no-proxy-server", f"--user-data-dir={profile}", "--remote-debugging-port=0",
-                 "--window-size=1200,1400", page_url], stdout=log_file, stderr=subprocess.STDOUT)
+                 "--window-size=1200,1000", page_url], stdout=log_file, stderr=subprocess.STDOUT)
         cdp = Cdp(_page_target(profile, page_url, browser))
         # the page subscribes (the run starts), receives, and sees the server close at the end
         deadline = time.monotonic() + TIMEOUT_S
@@ -146,7 +146,7 @@ def test_headless_chromium_shows_the_run_live_with_the_logs_values(tmp_path):
             time.sleep(0.5)
         cli_out, cli_err = cli.communicate(timeout=TIMEOUT_S)
         ink = cdp.evaluate(INK)
-        cdp.call("Emulation.setDeviceMetricsOverride", width=1200, height=1400, deviceScaleFactor=1, mobile=False)
+        cdp.call("Emulation.setDeviceMetricsOverride", width=1200, height=1000, deviceScaleFactor=1, mobile=False)
         png = base64.b64decode(cdp.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"])
     finally:
         for proc in (browser, cli):
@@ -193,3 +193,33 @@ def test_headless_chromium_shows_the_run_live_with_the_logs_values(tmp_path):
     panels = {f"panel-axis{i}" for i in range(dim)} | {f"panel-tau{i}" for i in range(n)} | {"panel-q", "panel-tf"}
     assert set(ink) == panels, ink
     assert all(v > 500 for v in ink.values()), ink
+
+
+def test_the_page_server_serves_the_page_and_the_live_address_only():
+    """The page, its script and info.json (the WebSocket address, the names) on 127.0.0.1; any
+    other path 404; nothing served once the live server closed."""
+    from urllib.error import HTTPError, URLError
+
+    from controller.telemetry import log_dtype
+    from controller.telemetry_live import LiveServer
+
+    srv = LiveServer(log_dtype(3, 3), ["a", "b", "c"], ["x", "y", "phi"], start_ns=0, rate_hz=50.0)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    page = srv.page_address
+    try:
+        assert page.startswith("http://127.0.0.1:") and page.endswith("/") and page != srv.address
+        html = opener.open(page, timeout=60).read().decode()
+        assert '<script src="live.js">' in html and 'id="received"' in html
+        js = opener.open(page + "live.js", timeout=60)
+        assert js.headers["Content-Type"].startswith("text/javascript") and b"foxglove.sdk.v1" in js.read()
+        info = json.loads(opener.open(page + "info.json", timeout=60).read())
+        assert info["ws"] == srv.address and info["joint_names"] == ["a", "b", "c"]
+        assert info["axis_names"] == ["x", "y", "phi"]
+        for path in ("../pyproject.toml", "live.html/..", "telemetry_live.py", "web/live.js"):
+            with pytest.raises(HTTPError) as err:
+                opener.open(page + path, timeout=60)
+            assert err.value.code == 404, path
+    finally:
+        srv.close(linger_s=0.0)
+    with pytest.raises(URLError):
+        opener.open(page, timeout=60)

@@ -140,6 +140,7 @@ function onMessage(topic, msg) {
     msg.ref_pos.forEach((r, i) => { push("ref" + i, t, r); push("meas" + i, t, r - msg.err[i]); });
     msg.tau_cmd.forEach((u, i) => {
       push("cmd" + i, t, u); push("eff" + i, t, msg.tau_meas[i]); push("lim" + i, t, msg.tau_limit[i]);
+      push("-lim" + i, t, -msg.tau_limit[i]);
     });
   } else if (topic === "/rosout") {
     live.rosout = {stamp: msg.stamp, level: msg.level, name: msg.name, msg: msg.msg};
@@ -197,7 +198,7 @@ function panel(id, title) {
     div = document.createElement("div");
     div.className = "panel";
     div.id = id;
-    div.innerHTML = "<h3></h3><canvas width='560' height='170'></canvas>";
+    div.innerHTML = "<h3></h3><canvas width='560' height='180'></canvas>";
     div.querySelector("h3").textContent = title;
     document.getElementById("plots").appendChild(div);
   }
@@ -206,7 +207,7 @@ function panel(id, title) {
 
 // lines: [{name (series), label, color, dash}]
 function plot(canvas, lines) {
-  const g = canvas.getContext("2d"), W = canvas.width, H = canvas.height, L = 62, R = 8, T = 8, B = 20;
+  const g = canvas.getContext("2d"), W = canvas.width, H = canvas.height, L = 62, R = 8, T = 18, B = 20;
   g.clearRect(0, 0, W, H);
   let tmin = Infinity, tmax = -Infinity, vmin = Infinity, vmax = -Infinity;
   for (const l of lines) {
@@ -242,7 +243,7 @@ function plot(canvas, lines) {
       pen = true;
     }
     g.stroke();
-    g.fillStyle = l.color; g.fillText(l.label, lx, T + 12); lx += g.measureText(l.label).width + 14;
+    if (l.label) { g.fillStyle = l.color; g.fillText(l.label, lx, 11); lx += g.measureText(l.label).width + 14; }
   }
 }
 
@@ -258,13 +259,19 @@ function mulQuat(a, b) {
           y: a.w * b.y - a.x * b.z + a.y * b.w + a.z * b.x, z: a.w * b.z + a.x * b.y - a.y * b.x + a.z * b.w};
 }
 
-// the /tf frames seen from above (x right, y up): origins joined parent to child, x axes in red
+// the /tf frames seen from above (x right, y up).  A frame joins its parent with a solid line
+// (a link of a chain) unless the parent has more than two children (a hub such as a parallel
+// robot's base: dotted); each frame's x axis is drawn up to the next origin on it (the 3RRR's
+// proximal links reach their elbows) or as a short red tick.
 function drawFrames() {
   if (!live.tf) return;
-  const canvas = panel("panel-tf", "/tf frames, top view (x-y): origins joined parent to child, x axes red");
+  const canvas = panel("panel-tf", "/tf frames from above (x-y): links solid, x axes red");
   const g = canvas.getContext("2d"), W = canvas.width, H = canvas.height;
-  const byChild = {};
-  for (const x of live.tf.transforms) byChild[x.child] = x;
+  const byChild = {}, children = {};
+  for (const x of live.tf.transforms) {
+    byChild[x.child] = x;
+    children[x.parent] = (children[x.parent] || 0) + 1;
+  }
   const world = {};
   const pose = (name, depth) => {
     if (world[name]) return world[name];
@@ -282,16 +289,29 @@ function drawFrames() {
   const s = 0.8 * Math.min(W, H) / span, cx = (Math.max(...xs) + Math.min(...xs)) / 2,
         cy = (Math.max(...ys) + Math.min(...ys)) / 2;
   const X = (p) => W / 2 + s * (p[0] - cx), Y = (p) => H / 2 - s * (p[1] - cy);
+  const line = (a, b, color, width, dash) => {
+    g.strokeStyle = color; g.lineWidth = width; g.setLineDash(dash);
+    g.beginPath(); g.moveTo(X(a), Y(a)); g.lineTo(X(b), Y(b)); g.stroke();
+  };
   g.clearRect(0, 0, W, H);
-  g.setLineDash([]);
   for (const [child, x] of Object.entries(byChild)) {
-    const a = world[x.parent], b = world[child];
-    g.strokeStyle = "#444"; g.lineWidth = 2;
-    g.beginPath(); g.moveTo(X(a.p), Y(a.p)); g.lineTo(X(b.p), Y(b.p)); g.stroke();
-    const ax = quatRotate(b.q, [0.06 * span, 0, 0]);
-    g.strokeStyle = "#d62728"; g.lineWidth = 1;
-    g.beginPath(); g.moveTo(X(b.p), Y(b.p)); g.lineTo(X(b.p) + s * ax[0], Y(b.p) - s * ax[1]); g.stroke();
-    g.fillStyle = "#333"; g.font = "10px sans-serif"; g.fillText(child, X(b.p) + 3, Y(b.p) - 3);
+    const hub = children[x.parent] > 2;
+    line(world[x.parent].p, world[child].p, hub ? "#aaa" : "#444", hub ? 1 : 3, hub ? [2, 3] : []);
+  }
+  for (const [name, f] of Object.entries(world)) {
+    const u = quatRotate(f.q, [1, 0, 0]);
+    let reach = null;                   // the nearest other origin on the x axis (within 1 % of the view)
+    for (const o of pts) {
+      const d = [o[0] - f.p[0], o[1] - f.p[1], o[2] - f.p[2]];
+      const along = d[0] * u[0] + d[1] * u[1] + d[2] * u[2];
+      const off = Math.hypot(d[0] - along * u[0], d[1] - along * u[1], d[2] - along * u[2]);
+      if (along > 1e-9 && off < 0.01 * span && (reach === null || along < reach)) reach = along;
+    }
+    const end = (r) => [f.p[0] + r * u[0], f.p[1] + r * u[1], f.p[2] + r * u[2]];
+    if (reach !== null) line(f.p, end(reach), "#444", 3, []);
+    line(f.p, end(0.08 * span), "#d62728", 1.5, []);
+    g.fillStyle = "#222"; g.beginPath(); g.arc(X(f.p), Y(f.p), 3, 0, 2 * Math.PI); g.fill();
+    g.font = "10px sans-serif"; g.fillText(name, X(f.p) + 4, Y(f.p) - 4);
   }
 }
 
@@ -309,8 +329,9 @@ function draw() {
       const joint = (js && js.name[i]) || "joint " + (i + 1);
       plot(panel("panel-tau" + i, joint + ": torque against its limit [N m | N]"),
            [{name: "cmd" + i, label: "commanded", color: COLORS[0]},
-            {name: "eff" + i, label: "measured", color: COLORS[2]},
-            {name: "lim" + i, label: "limit", color: COLORS[1], dash: [4, 4]}]);
+            {name: "eff" + i, label: "measured", color: COLORS[2], dash: [3, 3]},
+            {name: "lim" + i, label: "limit", color: COLORS[1], dash: [4, 4]},
+            {name: "-lim" + i, label: "", color: COLORS[1], dash: [4, 4]}]);
     });
   }
   if (js) {
