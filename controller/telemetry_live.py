@@ -10,19 +10,23 @@ decimated to ``rate_hz`` of cycle time; every change of the safety state is sent
 During a run it lives in the telemetry writer process (:class:`controller.telemetry_mcap.McapRecorder`
 with ``live=``), never in the control process: a viewer that connects, stalls or disconnects
 costs the control thread nothing.  ``torqueloop replay RUN_DIR --live`` uses it in its own
-process (:func:`replay`).  Bound to 127.0.0.1 only.
+process (:func:`replay`).  Beside it, :class:`PageServer` serves the live page (plots in any
+browser) over HTTP on a second port.  Both bound to 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
 
 import numpy as np
 
 from dynamics.errors import ConfigError
 
-__all__ = ["LiveServer", "live_available", "replay", "HOST"]
+__all__ = ["LiveServer", "PageServer", "live_available", "replay", "HOST"]
 
 #: the only address the server binds to (a viewer on this machine, or through an SSH tunnel)
 HOST = "127.0.0.1"
@@ -41,8 +45,69 @@ def live_available() -> str | None:
     return missing("foxglove", "the live view", "foxglove-sdk", "live")
 
 
+class PageServer:
+    """The live page (``controller/web/live.html`` and ``live.js``, package data): an HTTP server
+    on 127.0.0.1 in threads of its own that serves the page and ``info.json`` (the WebSocket
+    address to connect to, the joint and axis names), nothing else.  The page is a Foxglove
+    WebSocket client of its own: it decodes the channels' ROS 2 CDR messages from their schema
+    texts and plots them (any browser, no internet).
+
+    Parameters
+    ----------
+    info : dict
+        Served as ``info.json`` (``ws``: the WebSocket address; ``joint_names``, ``axis_names``).
+    port : int
+        TCP port on 127.0.0.1 (0: one the OS chooses).
+    """
+
+    FILES = {"/": ("live.html", "text/html; charset=utf-8"), "/index.html": ("live.html", "text/html; charset=utf-8"),
+             "/live.js": ("live.js", "text/javascript; charset=utf-8")}
+
+    def __init__(self, info: dict, port: int = 0):
+        web = resources.files(__package__) / "web"
+        files = {path: (web.joinpath(name).read_bytes(), ctype) for path, (name, ctype) in self.FILES.items()}
+        files["/info.json"] = (json.dumps(info).encode(), "application/json")
+
+        class _Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                body, ctype = files.get(self.path.split("?")[0], (None, None))
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format, *args):  # noqa: A002 - library code does not print
+                pass
+
+        try:
+            self._httpd = ThreadingHTTPServer((HOST, int(port)), _Handler)
+        except OSError as err:
+            raise ConfigError(f"cannot serve the live page on {HOST}:{int(port)} ({err})",
+                              field="telemetry.live") from err
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="torqueloop-live-page", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        """``http://127.0.0.1:PORT/`` (open it in a browser)."""
+        return f"http://{HOST}:{self._httpd.server_address[1]}/"
+
+    def close(self) -> None:
+        """Stop serving (a page already loaded keeps what it received)."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
 class LiveServer:
-    """A Foxglove WebSocket server with the log's channels.
+    """A Foxglove WebSocket server with the log's channels, and the live page
+    (:class:`PageServer`) on a second port.
 
     Parameters
     ----------
@@ -84,7 +149,8 @@ class LiveServer:
         lim = np.full(n, np.nan) if torque_limit_nm is None else np.asarray(torque_limit_nm, float)
         self.start_ns = int(start_ns)
         self.rate_hz = float(rate_hz)
-        self._enc = RowEncoder(dtype, [str(v) for v in joint_names], [str(v) for v in axis_names],
+        joint_names, axis_names = [str(v) for v in joint_names], [str(v) for v in axis_names]
+        self._enc = RowEncoder(dtype, joint_names, axis_names,
                                np.broadcast_to(lim, (n,)).astype(float), self.start_ns)
         self._rows = Decimator(self.rate_hz)
         self._frames = frames
@@ -132,6 +198,8 @@ class LiveServer:
             self._ch_log = channel(TOPICS[2], "rcl_interfaces/msg/Log", LOG_MSG)
             self._ch_tf = None if frames is None else channel("/tf", "tf2_msgs/msg/TFMessage", TF_MSG)
             self._port = int(self._server.port)
+            self._page = PageServer({"ws": self.address, "name": name, "joint_names": joint_names,
+                                     "axis_names": axis_names})
         except BaseException:
             self._server.stop()
             raise
@@ -146,6 +214,11 @@ class LiveServer:
     def address(self) -> str:
         """``ws://127.0.0.1:PORT`` (Foxglove: Open connection, Foxglove WebSocket)."""
         return f"ws://{HOST}:{self.port}"
+
+    @property
+    def page_address(self) -> str:
+        """``http://127.0.0.1:PORT/``: the live page (:class:`PageServer`), for any browser."""
+        return self._page.address
 
     def publish(self, rows: np.ndarray) -> int:
         """Send the rows that start a new ``1 / rate_hz`` interval of cycle time, and a ``/rosout``
@@ -207,8 +280,8 @@ class LiveServer:
             self.log(ts, level, name, text)
 
     def stats(self) -> dict:
-        """``address``, ``rate_hz``, ``rows_sent``, ``messages``."""
-        return {"address": self.address, "rate_hz": self.rate_hz, "rows_sent": self.rows_sent,
+        """``address``, ``page``, ``rate_hz``, ``rows_sent``, ``messages``."""
+        return {"address": self.address, "page": self.page_address, "rate_hz": self.rate_hz, "rows_sent": self.rows_sent,
                 "messages": self.messages}
 
     def close(self, linger_s: float = 0.2) -> None:
@@ -218,6 +291,7 @@ class LiveServer:
         self.closed = True
         time.sleep(max(0.0, linger_s))
         self._server.stop()
+        self._page.close()
 
 
 def replay(log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: int, speed: float = 1.0,
@@ -242,7 +316,7 @@ def replay(log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: in
     wait_viewer_s : float
         Wait up to this long for a viewer to subscribe before the first row [s].
     on_ready : callable, optional
-        Called with the server's address once it listens (the CLI prints it).
+        Called with the server's address and the live page's once they listen (the CLI prints them).
     block_s : float
         Wall-clock time between sends [s].
     frames : controller.telemetry_ros2.FrameEncoder, optional
@@ -262,7 +336,7 @@ def replay(log: np.ndarray, meta: dict, joint_names, axis_names, *, start_ns: in
                      frames=frames)
     try:
         if on_ready is not None:
-            on_ready(srv.address)
+            on_ready(srv.address, srv.page_address)
         viewer = srv.subscribed.wait(wait_viewer_s) if wait_viewer_s > 0 else srv.subscribed.is_set()
         t = log["t"]
         t0 = float(t[0]) if t.size else 0.0

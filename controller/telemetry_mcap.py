@@ -310,6 +310,8 @@ class McapRecorder:
         self.start_ns = time.time_ns() if start_ns is None else int(start_ns)
         #: ``ws://127.0.0.1:PORT`` of the live view, or None
         self.live_address: str | None = None
+        #: ``http://127.0.0.1:PORT/``: the live page (plots in a browser), or None
+        self.live_page: str | None = None
         self.rows_dropped = 0
         self.dropped_t: list[float] = []     # [first, last] t of the dropped rows
         self.closed = False
@@ -350,6 +352,7 @@ class McapRecorder:
             if kind != "ready":
                 raise TorqueloopError(f"{self._what}: the telemetry writer could not start: {detail}")
             self.live_address = detail.get("live_address")
+            self.live_page = detail.get("live_page")
         except BaseException:
             self._release(kill=True)
             raise
@@ -546,7 +549,8 @@ def _writer_main() -> None:
     except Exception as err:  # noqa: BLE001 - reported to the parent
         _send(out, ("error", f"{type(err).__name__}: {err}"))
         return
-    _send(out, ("ready", {"live_address": None if live is None else live.address}))
+    _send(out, ("ready", {"live_address": None if live is None else live.address,
+                          "live_page": None if live is None else live.page_address}))
     error = None
     lost = 0
     closing = None

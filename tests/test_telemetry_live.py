@@ -4,7 +4,7 @@ messages decoded by ``mcap_ros2``'s CDR decoder from the schema text the server 
 receives the channels at the configured rate with the values of log.npy; a client that stalls
 or disconnects mid-run leaves the run's log bit-identical to a run without the live view.
 
-Headless Chromium (the Foxglove web app loading the stream) is not tested: no Chromium here.
+The live page in headless Chromium: tests/test_live_browser.py.
 """
 
 from __future__ import annotations
@@ -138,21 +138,28 @@ def _check_stream(client: Client, log: np.ndarray, meta: dict, rate_hz: float) -
 
 def _watch_cli(args: list[str]) -> tuple[Client, str, str]:
     """The CLI in a process of its own, a :class:`Client` on the live address it prints reading
-    until the server closes; returns the client, the address and the CLI's stdout."""
+    until the server closes; returns the client, the address and the CLI's stdout (the lines
+    up to the live page's address, which follows the live view's, and those after the run:
+    communicate() reads the pipe itself, past what the line iterator buffered)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.Popen([sys.executable, "-m", "controller.app.cli", *args], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
+    head = []
+    address = None
     try:
         for line in p.stdout:
+            head.append(line)
             if "live view at ws://" in line:
                 address = line.split("live view at ")[1].split()[0]
+            if "live page at http://" in line:
                 break
         else:
             p.wait(60)
-            pytest.fail(f"no live address printed: {p.stderr.read()}")
+            pytest.fail(f"no live addresses printed: {''.join(head)} {p.stderr.read()}")
         c = Client(address, topics=RUN_TOPICS)
         c.read()
         out, err = p.communicate(timeout=600)
+        out = "".join(head) + out
     finally:
         if p.poll() is None:
             p.kill()
@@ -165,9 +172,11 @@ def test_run_live_streams_the_channels_at_the_rate_with_the_logs_values(tmp_path
     """`run --live --wait-viewer`: the CLI prints the address; the client subscribes, the run
     starts, and the client gets ~duration x live_rate_hz rows equal to log.npy's."""
     out = tmp_path / "run"
-    c, address, _ = _watch_cli(["run", str(DEMO), "--live", "--wait-viewer", "600", "--duration", "2", "--set",
-                                "telemetry.live_rate_hz=40", "--no-plots", "--no-progress", "-o", str(out)])
+    c, address, cli_out = _watch_cli(["run", str(DEMO), "--live", "--wait-viewer", "600", "--duration", "2",
+                                      "--set", "telemetry.live_rate_hz=40", "--no-plots", "--no-progress",
+                                      "-o", str(out)])
     assert address.startswith("ws://127.0.0.1:") and not address.endswith(":0")
+    assert "live page at http://127.0.0.1:" in cli_out      # the built-in page (tests/test_live_browser.py)
     log, meta = read_log(out), read_meta(out)
     _check_stream(c, log, meta, 40.0)
     assert meta["live"]["rows_sent"] == len(c.received["/joint_states"]) and meta["live"]["error"] is None
@@ -246,6 +255,7 @@ def test_replay_live_streams_a_recorded_run_at_the_rate_with_its_values(baseline
                             "--wait-viewer", "600"])
     _check_stream(c, read_log(run_dir), read_meta(run_dir), 100.0)
     assert f"{len(c.received['/joint_states'])} rows" in out
+    assert "live page at http://127.0.0.1:" in out
 
 
 @pytest.mark.parametrize("argv", [

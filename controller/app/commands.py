@@ -239,6 +239,7 @@ def run(args) -> int:
     if rec is not None and rec.live_address is not None:
         print(f"torqueloop: live view at {rec.live_address} (Foxglove: Open connection > Foxglove "
               f"WebSocket; PlotJuggler: Foxglove WebSocket client)", flush=True)
+        print(f"torqueloop: live page at {rec.live_page} (open it in a browser)", flush=True)
         if args.wait_viewer > 0:
             print(f"torqueloop: waiting up to {args.wait_viewer:g} s for a viewer", flush=True)
             if not rec.wait_viewer(args.wait_viewer):
@@ -426,8 +427,9 @@ def replay(args) -> int:
     log = read_log(run_dir)
     duration = float(log["t"][-1] - log["t"][0]) if log.shape[0] else 0.0
 
-    def ready(address):
+    def ready(address, page):
         print(f"torqueloop: live view at {address} (Foxglove: Open connection > Foxglove WebSocket)", flush=True)
+        print(f"torqueloop: live page at {page} (open it in a browser)", flush=True)
         if args.wait_viewer > 0:
             print(f"torqueloop: waiting up to {args.wait_viewer:g} s for a viewer", flush=True)
         print(f"torqueloop: replaying {log.shape[0]} rows ({duration:.6g} s) at {args.speed:g}x", flush=True)
