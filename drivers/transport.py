@@ -397,10 +397,10 @@ def recv_any_fields(transports: Sequence[CanTransport], timeout_s: float,
 def recv_queued_fields(transports: Sequence[CanTransport]) -> list[tuple[int, tuple]]:
     """Every frame already queued on any of ``transports``, without waiting, in one pass.
 
-    What calling :func:`recv_any_fields` with no time until it returns ``None`` takes, the
-    frames of each transport in their order (a transport is read until it is empty, then the
-    next; the scan repeats until a whole pass finds nothing), without scanning the earlier
-    transports again for every frame of a later one.
+    The frames calling :func:`recv_any_fields` with no time until it returns ``None`` takes, each
+    transport's in their order (a transport is read until it is empty, then the next), without
+    scanning the earlier transports again for every frame of a later one; the pass repeats until
+    one finds nothing, so a frame that reached an earlier transport meanwhile is taken too.
 
     Returns
     -------
