@@ -90,6 +90,19 @@ def encode_set_input_torque(tau, C, tx):
 _PAYLOAD = types.Bytes(types.uint8, 1, "C", readonly=True)
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _two_floats(data):
+    """``(ok, a, b)``: the two little-endian float32 a feedback payload starts with, as float64;
+    ``ok`` False (the codec raises DecodeError) when it is shorter than 8 bytes or either value is
+    not finite."""
+    if len(data) < 8:
+        return False, 0.0, 0.0
+    v = np.frombuffer(data, dtype=np.uint8)[:8].copy().view(np.float32)
+    a = np.float64(v[0])
+    b = np.float64(v[1])
+    return a - a == 0.0 and b - b == 0.0, a, b
+
+
 # an explicit signature: compiled (or loaded) at import, before any clock starts
 @njit(types.boolean(_PAYLOAD, types.float64[:, ::1], types.int64, types.float64[::1], types.float64[::1]),
       cache=True, error_model="numpy")
@@ -114,12 +127,8 @@ def decode_encoder_estimates(data, C, j, q, qd):
         Whether ``q[j]`` and ``qd[j]`` were written (False: shorter than 8 bytes or a
         non-finite value; nothing written).
     """
-    if len(data) < 8:
-        return False
-    v = np.frombuffer(data, dtype=np.uint8)[:8].copy().view(np.float32)
-    pos = np.float64(v[0])
-    vel = np.float64(v[1])
-    if not (pos - pos == 0.0 and vel - vel == 0.0):
+    ok, pos, vel = _two_floats(data)
+    if not ok:
         return False
     s = C[C_SIGN, j]
     g = C[C_GEAR, j]
@@ -160,12 +169,8 @@ def decode_torque_feedback(data, C, j, iq, tau):
         Whether ``tau[j]`` was written (False: shorter than 8 bytes or a non-finite value in
         either field; nothing written, the codec's path raises its DecodeError).
     """
-    if len(data) < 8:
-        return False
-    v = np.frombuffer(data, dtype=np.uint8)[:8].copy().view(np.float32)
-    a = np.float64(v[0])
-    b = np.float64(v[1])
-    if not (a - a == 0.0 and b - b == 0.0):
+    ok, _a, b = _two_floats(data)
+    if not ok:
         return False
     t = C[C_SIGN, j] * b
     if iq:
