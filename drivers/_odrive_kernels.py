@@ -30,9 +30,10 @@ from numba import njit, types
 from dynamics._kernel_cache import stamp_package_caches
 
 #: rows of the per-axis constants C (float64, (C_ROWS, n)): sign, gear ratio x efficiency,
-#: motor-side torque limit [N m] (inf: none), gear ratio, offset [rad]
-C_SIGN, C_GE, C_LIM, C_GEAR, C_OFF = range(5)
-C_ROWS = 5
+#: motor-side torque limit [N m] (inf: none), gear ratio, offset [rad], torque constant [N m/A],
+#: efficiency
+C_SIGN, C_GE, C_LIM, C_GEAR, C_OFF, C_KT, C_EFF = range(7)
+C_ROWS = 7
 
 _TWO_PI = 2.0 * math.pi
 
@@ -89,6 +90,19 @@ def encode_set_input_torque(tau, C, tx):
 _PAYLOAD = types.Bytes(types.uint8, 1, "C", readonly=True)
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _two_floats(data):
+    """``(ok, a, b)``: the two little-endian float32 a feedback payload starts with, as float64;
+    ``ok`` False (the codec raises DecodeError) when it is shorter than 8 bytes or either value is
+    not finite."""
+    if len(data) < 8:
+        return False, 0.0, 0.0
+    v = np.frombuffer(data, dtype=np.uint8)[:8].copy().view(np.float32)
+    a = np.float64(v[0])
+    b = np.float64(v[1])
+    return a - a == 0.0 and b - b == 0.0, a, b
+
+
 # an explicit signature: compiled (or loaded) at import, before any clock starts
 @njit(types.boolean(_PAYLOAD, types.float64[:, ::1], types.int64, types.float64[::1], types.float64[::1]),
       cache=True, error_model="numpy")
@@ -113,15 +127,53 @@ def decode_encoder_estimates(data, C, j, q, qd):
         Whether ``q[j]`` and ``qd[j]`` were written (False: shorter than 8 bytes or a
         non-finite value; nothing written).
     """
-    if len(data) < 8:
-        return False
-    v = np.frombuffer(data, dtype=np.uint8)[:8].copy().view(np.float32)
-    pos = np.float64(v[0])
-    vel = np.float64(v[1])
-    if not (pos - pos == 0.0 and vel - vel == 0.0):
+    ok, pos, vel = _two_floats(data)
+    if not ok:
         return False
     s = C[C_SIGN, j]
     g = C[C_GEAR, j]
     q[j] = s * _TWO_PI * pos / g + C[C_OFF, j]
     qd[j] = s * _TWO_PI * vel / g
+    return True
+
+
+# an explicit signature: compiled (or loaded) at import, before any clock starts
+@njit(types.boolean(_PAYLOAD, types.float64[:, ::1], types.int64, types.boolean, types.float64[::1]),
+      cache=True, error_model="numpy")
+def decode_torque_feedback(data, C, j, iq, tau):
+    """Decode a ``Get_Iq`` (``iq``) or ``Get_Torques`` payload of axis ``j`` into its joint torque.
+
+    What the driver's Python path does with such a frame (:func:`drivers.codecs.odrive.decode_iq`
+    or :func:`~drivers.codecs.odrive.decode_torques`, then ``sign * iq_measured_a *
+    torque_constant_nm_per_a * gear_ratio * efficiency``, or ``sign * torque_estimate_nm *
+    gear_ratio * efficiency``): the same operations in the same order, the same value to the bit.
+
+    Parameters
+    ----------
+    data : bytes
+        The frame's payload (8 bytes or more: two little-endian float32; ``Get_Iq``: set-point
+        and measured current [A]; ``Get_Torques``: torque target and estimate [N m], motor side).
+    C : ndarray, shape (C_ROWS, n)
+        Per-axis constants (see the rows above).
+    j : int
+        The axis.
+    iq : bool
+        ``Get_Iq`` (the measured current times the torque constant) or ``Get_Torques`` (the
+        estimate).
+    tau : ndarray, shape (n,)
+        Out: element ``j`` gets the joint torque [N m] (prismatic: force [N]).
+
+    Returns
+    -------
+    bool
+        Whether ``tau[j]`` was written (False: shorter than 8 bytes or a non-finite value in
+        either field; nothing written, the codec's path raises its DecodeError).
+    """
+    ok, _a, b = _two_floats(data)
+    if not ok:
+        return False
+    t = C[C_SIGN, j] * b
+    if iq:
+        t = t * C[C_KT, j]
+    tau[j] = t * C[C_GEAR, j] * C[C_EFF, j]
     return True

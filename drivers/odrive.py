@@ -63,7 +63,7 @@ from .codecs import odrive as codec
 from .codecs.odrive import AxisState, Cmd
 from .serial_port import SERIAL_BAUD_MAX
 from .follow import FollowConfig, TorqueFollow, follow_config
-from .transport import CanTransport, Frame, group_by_bus, recv_any_fields
+from .transport import CanTransport, Frame, group_by_bus, recv_any_fields, recv_queued_fields
 
 __all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build_ascii", "capabilities",
            "capabilities_ascii", "deliverable_torque_nm", "DEFAULT_CURRENT_LIMIT_A"]
@@ -225,6 +225,8 @@ class OdriveCanDriver(TransportDriver):
         self._owns = owns_transports
         self._buses, self._bus_of, self._by_node = group_by_bus([(ax.transport, ax.node_id) for ax in axes],
                                                                 "axes", "node id")
+        #: per bus, its axes in joint order
+        self._axes_of_bus = [[j for j in range(len(axes)) if self._bus_of[j] == b] for b in range(len(self._buses))]
         n = len(axes)
         self._torque_ids = [codec.arbitration_id(ax.node_id, int(Cmd.SET_INPUT_TORQUE)) for ax in axes]
         #: per axis, the Set_Input_Torque payloads lately sent (an echo of them is not foreign)
@@ -238,6 +240,7 @@ class OdriveCanDriver(TransportDriver):
             self._kC[_ok.C_GE, j] = m.gear_ratio * m.efficiency
             self._kC[_ok.C_LIM, j] = math.inf if ax.torque_limit_nm is None else ax.torque_limit_nm
             self._kC[_ok.C_GEAR, j], self._kC[_ok.C_OFF, j] = m.gear_ratio, m.offset_rad
+            self._kC[_ok.C_KT, j], self._kC[_ok.C_EFF, j] = m.torque_constant_nm_per_a, m.efficiency
         self._tx = np.zeros((n, 8), dtype=np.uint8)
         self._tx_f32 = self._tx.view(np.float32) if sys.byteorder == "little" else None
         self._q = np.full(n, np.nan)
@@ -373,6 +376,9 @@ class OdriveCanDriver(TransportDriver):
                 self._axis_state[j] = int(hb.axis_state)
                 self._hb_time[j] = time.monotonic()
             elif cmd == Cmd.GET_IQ and self.torque_feedback == "iq":
+                # one compiled call (the same value); a frame it declines: the codec's DecodeError
+                if type(data) is bytes and _ok.decode_torque_feedback(data, self._kC, j, True, self._tau):
+                    return
                 iq = codec.decode_iq(data)
                 m = self._axes[j].mapping
                 self._tau[j] = m.sign * iq.iq_measured_a * m.torque_constant_nm_per_a * m.gear_ratio * m.efficiency
@@ -380,6 +386,8 @@ class OdriveCanDriver(TransportDriver):
                 # firmware 0.6 answers Get_Version; on 0.5 this id is CANopen NMT and never answered
                 self.versions[j] = codec.decode_version(data)
             elif cmd == Cmd.GET_TORQUES and self.torque_feedback == "torques":
+                if type(data) is bytes and _ok.decode_torque_feedback(data, self._kC, j, False, self._tau):
+                    return
                 tq = codec.decode_torques(data)
                 m = self._axes[j].mapping
                 self._tau[j] = m.sign * tq.torque_estimate_nm * m.gear_ratio * m.efficiency
@@ -434,30 +442,49 @@ class OdriveCanDriver(TransportDriver):
         reqs = self._rtr_requests.get(tf)
         if reqs is None:
             cmds = [Cmd.GET_ENCODER_ESTIMATES] + {"iq": [Cmd.GET_IQ], "torques": [Cmd.GET_TORQUES]}.get(tf, [])
-            reqs = self._rtr_requests[tf] = [
-                (self._buses[self._bus_of[j]],) + codec.rtr_request(ax.node_id, cmd, self.firmware)
-                for j, ax in enumerate(self._axes) for cmd in cmds]
-        for t, arb, dlc in reqs:
-            t.send(arb, b"", is_remote=True, dlc=dlc)
+            # in that order, each run of consecutive requests on one bus sent by one call
+            reqs = self._rtr_requests[tf] = []
+            for j, ax in enumerate(self._axes):
+                t = self._buses[self._bus_of[j]]
+                for cmd in cmds:
+                    arb, dlc = codec.rtr_request(ax.node_id, cmd, self.firmware)
+                    if not reqs or reqs[-1][0] is not t:
+                        reqs.append((t, []))
+                    reqs[-1][1].append((arb, b"", dlc))
+        for t, batch in reqs:
+            t.send_batch(batch)
 
     def _exchange(self, frames: Sequence[tuple[int, bytes]]) -> Feedback:
         self._stats = self._new_stats()
         self._stats["saturated"] = self.last_saturated
         self._fresh[:] = False
-        self._pump(0.0, lambda: False)  # what arrived since the last cycle
+        self._handle_queued()   # what arrived since the last cycle
         if self.feedback == "rtr":
             self._fresh[:] = False  # only answers to this cycle's requests count
+        # every axis' Set_Input_Torque, bus by bus, one call per bus; then the requests
         echo = self._torque_echo
-        for b, t in enumerate(self._buses):
-            for j, (arb, data) in enumerate(frames):
-                if self._bus_of[j] == b:
-                    t.send(arb, data)
-                    echo[j].append(data)
+        for t, axes in zip(self._buses, self._axes_of_bus):
+            batch = []
+            for j in axes:
+                arb, data = frames[j]
+                batch.append((arb, data, None))
+                echo[j].append(data)
+            t.send_batch(batch)
         if self.feedback == "rtr":
             self._request_feedback()
-        self._pump(self.reply_timeout_s, lambda: bool(self._fresh.all()))
-        self._pump(0.0, lambda: False)  # take whatever else is already queued (latest values win)
+        # every reply already queued, in one pass over the buses (latest values win); the
+        # wait only when one is missing
+        self._handle_queued()
+        if not self._fresh.all():
+            self._pump(self.reply_timeout_s, lambda: bool(self._fresh.all()))
+            self._handle_queued()   # take whatever else is already queued
         return self._feedback()
+
+    def _handle_queued(self) -> None:
+        """Handle every frame already queued on the buses (no wait; :func:`recv_queued_fields`)."""
+        handle = self._handle_fields
+        for b, f in recv_queued_fields(self._buses):
+            handle(b, f)
 
     # ------------------------------------------------------------------
     def enable(self) -> Feedback:

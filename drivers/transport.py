@@ -27,7 +27,8 @@ from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from dynamics.errors import CommsError, CommsTimeoutError, DriverError
 
-__all__ = ["Frame", "BusLike", "CanTransport", "group_by_bus", "recv_any", "recv_any_fields", "rehearsal_address"]
+__all__ = ["Frame", "BusLike", "CanTransport", "group_by_bus", "recv_any", "recv_any_fields", "recv_queued_fields",
+           "rehearsal_address"]
 
 
 @dataclass(frozen=True)
@@ -196,23 +197,60 @@ class CanTransport:
             raise CommsError(f"{self.name}: transport is closed")
         can = self._can
         try:
-            if is_remote:
-                msg = can.Message(arbitration_id=arbitration_id, is_extended_id=is_extended_id,
-                                  is_remote_frame=True, dlc=0 if dlc is None else dlc)
-            else:
-                fd = self._fd or len(data) > 8
-                # can.Message(arbitration_id=..., data=..., is_extended_id=..., is_fd=fd, bitrate_switch=...)
-                # with every argument given by position (timestamp, arbitration_id, is_extended_id,
-                # is_remote_frame, is_error_frame, channel, dlc, data, is_fd, is_rx, bitrate_switch; the
-                # others at their defaults): the same message, made faster
-                msg = can.Message(0.0, arbitration_id, is_extended_id, False, False, None, None, data, fd, True,
-                                  fd and self.data_bitrate is not None)
-            self._bus.send(msg, timeout=self.send_timeout_s)
+            self._bus.send(self._message(arbitration_id, data, is_extended_id,
+                                         (0 if dlc is None else dlc) if is_remote else None),
+                           timeout=self.send_timeout_s)
         except can.CanTimeoutError as err:
             raise CommsTimeoutError(f"{self.name}: send of id 0x{arbitration_id:X} timed out") from err
         except (can.CanError, OSError, ValueError, TypeError) as err:
             raise CommsError(f"{self.name}: send of id 0x{arbitration_id:X} failed: {err}") from err
         self.frames_sent += 1
+
+    def _message(self, arbitration_id: int, data: bytes, is_extended_id: bool, remote_dlc: int | None):
+        """The python-can message of a data frame (``remote_dlc`` None) or of a remote frame
+        requesting ``remote_dlc`` bytes."""
+        can = self._can
+        if remote_dlc is not None:
+            return can.Message(arbitration_id=arbitration_id, is_extended_id=is_extended_id,
+                               is_remote_frame=True, dlc=remote_dlc)
+        fd = self._fd or len(data) > 8
+        # can.Message(arbitration_id=..., data=..., is_extended_id=..., is_fd=fd, bitrate_switch=...)
+        # with every argument given by position (timestamp, arbitration_id, is_extended_id,
+        # is_remote_frame, is_error_frame, channel, dlc, data, is_fd, is_rx, bitrate_switch; the
+        # others at their defaults): the same message, made faster
+        return can.Message(0.0, arbitration_id, is_extended_id, False, False, None, None, data, fd, True,
+                           fd and self.data_bitrate is not None)
+
+    def send_batch(self, frames: Sequence[tuple[int, bytes, int | None]]) -> None:
+        """Send frames back to back, as :meth:`send` of each in turn (the same messages, the same
+        errors), with one call: a driver's per-cycle frames on this bus.
+
+        Parameters
+        ----------
+        frames : sequence of (arbitration_id, data, remote_dlc)
+            Standard (11-bit) identifiers; ``remote_dlc`` None for a data frame carrying ``data``,
+            else a remote frame requesting that many bytes (``data`` ignored).
+
+        Raises
+        ------
+        CommsError, CommsTimeoutError
+            As :meth:`send`, for the first frame refused (the frames before it were sent).
+        """
+        if self._closed:
+            raise CommsError(f"{self.name}: transport is closed")
+        can = self._can
+        send = self._bus.send
+        message = self._message
+        timeout = self.send_timeout_s
+        arb = 0
+        try:
+            for arb, data, remote_dlc in frames:
+                send(message(arb, data, False, remote_dlc), timeout=timeout)
+                self.frames_sent += 1
+        except can.CanTimeoutError as err:
+            raise CommsTimeoutError(f"{self.name}: send of id 0x{arb:X} timed out") from err
+        except (can.CanError, OSError, ValueError, TypeError) as err:
+            raise CommsError(f"{self.name}: send of id 0x{arb:X} failed: {err}") from err
 
     def send_frame(self, frame: Frame) -> None:
         """Send a :class:`Frame`."""
@@ -354,6 +392,32 @@ def recv_any_fields(transports: Sequence[CanTransport], timeout_s: float,
         f = transports[0].recv_fields(min(remaining, slice_s))
         if f is not None:
             return 0, f
+
+
+def recv_queued_fields(transports: Sequence[CanTransport]) -> list[tuple[int, tuple]]:
+    """Every frame already queued on any of ``transports``, without waiting, in one pass.
+
+    The frames calling :func:`recv_any_fields` with no time until it returns ``None`` takes, each
+    transport's in their order (a transport is read until it is empty, then the next), without
+    scanning the earlier transports again for every frame of a later one; the pass repeats until
+    one finds nothing, so a frame that reached an earlier transport meanwhile is taken too.
+
+    Returns
+    -------
+    list of (index, fields)
+        Index into ``transports`` and the frame as :meth:`CanTransport.recv_fields` gives it.
+    """
+    out: list[tuple[int, tuple]] = []
+    while True:
+        n = len(out)
+        for i, t in enumerate(transports):
+            recv = t.recv_fields
+            f = recv(0.0)
+            while f is not None:
+                out.append((i, f))
+                f = recv(0.0)
+        if len(out) == n:
+            return out
 
 
 def group_by_bus(devices: Sequence[tuple[Any, int]], what: str,

@@ -434,9 +434,10 @@ def test_each_can_protocol_listens_before_it_sends(tmp_path, protocol, config):
             return orig(timeout_s)
         trs[0].recv_fields = recv_fields
         for t in trs:
-            send, send_frame = t.send, t.send_frame
+            send, send_frame, send_batch = t.send, t.send_frame, t.send_batch
             t.send = lambda *a, _s=send, **k: (sent.append(a), _s(*a, **k))[1]
             t.send_frame = lambda f, _s=send_frame: (sent.append(f), _s(f))[1]
+            t.send_batch = lambda fs, _s=send_batch: (sent.extend(fs), _s(fs))[1]
         res = r.loop.run()
     finally:
         r.close()

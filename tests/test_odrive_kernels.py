@@ -182,3 +182,58 @@ def test_compiled_estimates_decoding_is_taken(monkeypatch):
                            None))
     m = drv.axes[1].mapping
     assert drv._q[1] == m.sign * 2 * math.pi * 1.5 / m.gear_ratio + m.offset_rad
+
+
+@pytest.mark.parametrize("feedback", ["iq", "torques"])
+def test_compiled_torque_feedback_decoding_equals_the_codecs(feedback):
+    """The driver's compiled decoding of Get_Iq / Get_Torques gives the codec path's joint torque
+    to the bit (``sign * iq_measured * kt * gear * efficiency``, ``sign * estimate * gear *
+    efficiency``, the reference written here from the codec's fields), and a frame the codec
+    refuses is counted corrupt with the torque unchanged."""
+    import drivers.odrive as od
+
+    bus = _Bus()
+    t = CanTransport.from_bus(bus, name="k")
+    maps = [JointMapping(torque_constant_nm_per_a=0.083), JointMapping(gear_ratio=628.3185307179587),
+            JointMapping(gear_ratio=9.0, sign=-1, offset_rad=0.3, efficiency=0.9, torque_constant_nm_per_a=0.21),
+            JointMapping(gear_ratio=1.0, sign=-1, efficiency=0.5, torque_constant_nm_per_a=1.7)]
+    drv = OdriveCanDriver([OdriveAxis(t, i, m, f"a{i}") for i, m in enumerate(maps)], now=lambda: 0.0,
+                          torque_feedback=feedback)
+    cmd = odc.Cmd.GET_IQ if feedback == "iq" else odc.Cmd.GET_TORQUES
+    rng = np.random.default_rng(5)
+    n_ok = n_bad = 0
+    for data in _estimate_payloads(rng):
+        j = int(rng.integers(0, 4))
+        drv._tau[j] = 7.0
+        drv._stats = drv._new_stats()
+        drv._handle_fields(0, (odc.arbitration_id(j, cmd), data, 0.0, False, False, False, None))
+        got = (drv._tau[j], drv._stats["corrupt"])
+        try:
+            msg = odc.decode_iq(data) if feedback == "iq" else odc.decode_torques(data)
+        except od.DecodeError:
+            assert got == (7.0, 1)
+            n_bad += 1
+            continue
+        m = maps[j]
+        if feedback == "iq":
+            want = m.sign * msg.iq_measured_a * m.torque_constant_nm_per_a * m.gear_ratio * m.efficiency
+        else:
+            want = m.sign * msg.torque_estimate_nm * m.gear_ratio * m.efficiency
+        assert np.float64(got[0]).tobytes() == np.float64(want).tobytes(), data
+        assert got[1] == 0
+        n_ok += 1
+    assert n_ok > 150 and n_bad > 10
+
+
+def test_compiled_torque_feedback_decoding_is_taken(monkeypatch):
+    """The compiled call decodes Get_Iq (the codec is not asked for a payload it accepts)."""
+    import drivers.odrive as od
+
+    bus = _Bus()
+    t = CanTransport.from_bus(bus, name="k")
+    m = JointMapping(gear_ratio=9.0, sign=-1, efficiency=0.9, torque_constant_nm_per_a=0.21)
+    drv = OdriveCanDriver([OdriveAxis(t, 3, m)], now=lambda: 0.0, torque_feedback="iq")
+    monkeypatch.setattr(od.codec, "decode_iq", lambda data: 1 / 0)
+    data = np.array([1.5, -2.25], dtype=np.float32).tobytes()
+    drv._handle_fields(0, (odc.arbitration_id(3, odc.Cmd.GET_IQ), data, 0.0, False, False, False, None))
+    assert drv._tau[0] == -1 * -2.25 * 0.21 * 9.0 * 0.9 and drv._stats["corrupt"] == 0

@@ -8,7 +8,7 @@ import can
 import pytest
 
 from drivers.serial_port import LineFramer, SerialTransport, encode_line
-from drivers.transport import BusLike, CanTransport, Frame
+from drivers.transport import BusLike, CanTransport, Frame, recv_any_fields, recv_queued_fields
 from dynamics.errors import CommsError, CommsTimeoutError, DecodeError
 
 
@@ -85,6 +85,75 @@ def test_send_makes_the_message_the_keyword_construction_makes(fd, data_bitrate)
         assert type(got) is can.Message and _slots(got) == _slots(want) and timeout == 0.003
         assert (got.data is data) == (want.data is data)
     assert t.frames_sent == len(cases)
+
+
+def test_send_batch_sends_what_send_sends_frame_by_frame():
+    """send_batch of (id, data, remote_dlc) gives the bus the messages send() gives it for each
+    frame (every slot, the same timeout, in order), counts them, and wraps a bus error."""
+    frames = [(0x0C, b"\x00\x00\x80\x3f\x00\x00\x00\x00", None), (0x09, b"", 8), (0x2C, bytes(3), None),
+              (0x7FF, b"", 0)]
+    one, many = _Keep(), _Keep()
+    a = CanTransport(bus=one, name="one", send_timeout_s=0.004)
+    b = CanTransport(bus=many, name="many", send_timeout_s=0.004)
+    for arb, data, dlc in frames:
+        a.send(arb, data, is_remote=dlc is not None, dlc=dlc)
+    b.send_batch(frames)
+    assert [(_slots(m), t) for m, t in many.sent] == [(_slots(m), t) for m, t in one.sent]
+    assert [m.is_remote_frame for m, _ in many.sent] == [False, True, False, True]
+    assert b.frames_sent == a.frames_sent == 4
+
+    class _Full(_Keep):
+        def send(self, msg, timeout=None):
+            if len(self.sent) == 1:
+                raise can.CanOperationError("TX buffer full")
+            super().send(msg, timeout)
+
+    c = CanTransport(bus=_Full(), name="full")
+    with pytest.raises(CommsError, match="0x9"):
+        c.send_batch(frames)
+    assert c.frames_sent == 1
+    c.close()
+    with pytest.raises(CommsError, match="closed"):
+        c.send_batch(frames)
+
+
+class _Queue(_Keep):
+    """A BusLike holding frames to receive; ``feed`` puts a frame on another bus when this one is
+    found empty the first time (a frame arriving meanwhile)."""
+
+    def __init__(self, ids, feed=None):
+        super().__init__()
+        self.q = [can.Message(arbitration_id=i, data=bytes([i & 0xFF])) for i in ids]
+        self.feed = feed
+
+    def recv(self, timeout=None):
+        if self.q:
+            return self.q.pop(0)
+        if self.feed is not None:
+            bus, arb = self.feed
+            self.feed = None
+            bus.q.append(can.Message(arbitration_id=arb))
+        return None
+
+
+def _buses():
+    b0, b1 = _Queue([1, 2]), _Queue([3])
+    b2 = _Queue([4, 5, 6], feed=(b0, 7))
+    return [CanTransport(bus=b, name=f"b{i}") for i, b in enumerate((b0, b1, b2))]
+
+
+def test_recv_queued_fields_takes_what_recv_any_fields_takes():
+    """Every queued frame of every bus, each bus's in order: the frames polling recv_any_fields
+    with no time takes, per bus in the same order, and a frame that came meanwhile on an earlier
+    bus (which that polling leaves for later) last."""
+    got = recv_queued_fields(_buses())
+    ts = _buses()
+    want = []
+    while (f := recv_any_fields(ts, 0.0)) is not None:
+        want.append(f)
+    assert len(want) == 6 and got[:6] == want
+    assert got[6] == (0, (7, b"", 0.0, False, False, True, None)) and len(got) == 7
+    assert recv_queued_fields(_buses()[1:2]) == [(0, (3, bytes([3]), 0.0, False, False, True, None))]
 
 
 def test_context_manager_and_wrapping_existing_bus():
