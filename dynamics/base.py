@@ -236,6 +236,33 @@ class Model(ABC):
         Rows are [v; omega] in the base frame, v of the tool frame origin.
         """
 
+    def stick_figure(self, q, pose=None) -> tuple[list[np.ndarray], np.ndarray, np.ndarray | None]:
+        """The robot drawn as polylines through its joints at actuated positions ``q``
+        (``torqueloop animate``): each family draws its own links, the application none.
+
+        Parameters
+        ----------
+        q : array_like, shape (n,)
+            Actuated joint positions [rad | m].
+        pose : array_like, optional
+            Parallel robots: a guess of the task pose for the forward kinematics.
+
+        Returns
+        -------
+        lines : list of ndarray, each (k, 3) [m]
+            Polylines in the base frame.
+        tool : ndarray, shape (3,) [m]
+            Tool (serial), platform or task point (parallel) origin.
+        X : ndarray or None
+            Parallel robots: the task pose found (to warm-start the next frame).
+
+        Raises
+        ------
+        ModelError
+            The model family has no stick figure (the default).
+        """
+        raise ModelError(f"no stick figure for a {type(self).__name__} model")
+
     # -- variants ------------------------------------------------------------
     @abstractmethod
     def scaled(self, mass_factor: float = 1.0, inertia_factor: float | None = None) -> "Model":
@@ -277,6 +304,12 @@ class Model(ABC):
 
     def __repr__(self) -> str:  # pragma: no cover - cosmetic
         return f"<{type(self).__name__} {self.name!r} dof={self.dof}>"
+
+
+def xyz(p) -> np.ndarray:
+    """Points (..., 2) of the base xy plane or (..., 3) as (..., 3) [m] (z = 0 added)."""
+    p = np.asarray(p, dtype=float)
+    return p if p.shape[-1] == 3 else np.concatenate([p, np.zeros(p.shape[:-1] + (1,))], axis=-1)
 
 
 class ParallelModel(Model):

@@ -493,6 +493,82 @@ class MechanismModel(ParallelModel):
         T[:3, 3] = fr[9:]
         return T
 
+    def body_frames(self, z) -> dict[str, np.ndarray]:
+        """World poses T_base_body (4, 4) of every body frame at the full configuration ``z`` (n,),
+        by composing the tree's joint motions in numpy (the derivation's kinematics: revolute
+        ``Rot(axis, z_i)`` about the joint origin, prismatic ``origin + z_i axis``, universal and
+        spherical ``Rot(a1, z_i) Rot(a2, z_i+1) (Rot(a3, z_i+2))``); ``"ground"`` is the identity.
+        """
+        from .mjcf import _axis_angle
+
+        zf = self._vec(z, self._n, "z")
+        frames = {"ground": np.eye(4)}
+        i = 0
+        for jt in self.spec.symbolic["joints"]:
+            rel = np.eye(4)
+            rel[:3, 3] = jt["origin"]
+            k = MULTI_JOINTS.get(jt["type"], 1)
+            if jt["type"] in MULTI_JOINTS:
+                R = np.eye(3)
+                for a, angle in zip(jt["axes"], zf[i:i + k]):
+                    R = R @ _axis_angle(a, float(angle))
+                rel[:3, :3] = R
+            elif jt["type"] == "revolute":
+                rel[:3, :3] = _axis_angle(jt["axis"], float(zf[i]))
+            else:
+                rel[:3, 3] += zf[i] * np.asarray(jt["axis"], dtype=float)
+            frames[jt["child"]] = frames[jt["parent"]] @ rel
+            i += k
+        return frames
+
+    def stick_figure(self, q, pose=None):
+        """The mechanism from the forward kinematics of all its coordinates (home assembly mode).
+
+        Every body with mass is drawn as spokes from its frame origin (its joint) to the points it
+        carries: its child joints' origins, its loop closure points and the task point; the ground
+        as the polygon of its joints' origins and loop points.  A massless body reached by a
+        prismatic joint is a virtual slider (the delta's platform coordinates): neither it nor its
+        joint's motion is drawn; other massless bodies (a universal joint's cross) are drawn as
+        the joint points they carry.  See :meth:`dynamics.base.Model.stick_figure`; ``tool`` is
+        the task point (3,) [m], ``X`` the task pose.
+        """
+        sym = self.spec.symbolic
+        z = self.configuration(q, pose)
+        T = self.body_frames(z)
+        massless = {b["name"] for b in sym["bodies"] if b.get("massless")}
+        virtual = {jt["child"] for jt in sym["joints"] if jt["type"] == "prismatic" and jt["child"] in massless}
+
+        def world(body, p):
+            return T[body][:3, :3] @ np.asarray(p, dtype=float) + T[body][:3, 3]
+
+        carried: dict[str, list[np.ndarray]] = {b: [] for b in T}
+        for jt in sym["joints"]:
+            if jt["child"] not in virtual:
+                carried[jt["parent"]].append(T[jt["child"]][:3, 3].copy())
+        for lp in sym["loops"]:
+            carried[lp["body_a"]].append(world(lp["body_a"], lp["point_a"]))
+            carried[lp["body_b"]].append(world(lp["body_b"], lp["point_b"]))
+        tk = sym["task"]
+        tool = world(tk["body"], tk["point"])
+        carried[tk["body"]].append(tool)
+        lines = []
+        for body, pts in carried.items():
+            if body in virtual:
+                continue
+            o = T[body][:3, 3]
+            seq: list[np.ndarray] = [] if body == "ground" else [o]
+            for p in pts:
+                if all(np.linalg.norm(p - r) > 1e-12 for r in seq):
+                    seq.append(p)
+            if body == "ground":
+                if len(seq) > 2:
+                    seq.append(seq[0])
+            elif len(seq) > 2:          # spokes from the joint: o p1 o p2 ...
+                seq = [v for p in seq[1:] for v in (o, p)]
+            if len(seq) >= 2:
+                lines.append(np.vstack(seq))
+        return lines, tool, self._f["task"](z)
+
     def constraints(self, z) -> np.ndarray:
         """Closure residuals phi(z), shape (m,) [m, or 1 for axis alignments]."""
         return self._f["phi"](self._vec(z, self._n, "z"))

@@ -141,7 +141,8 @@ from pathlib import Path
 import numpy as np
 
 from . import _planar3rrr_kernels as K
-from .base import GEAR_RATIO_RANGE, POSE_HINT_METHODS, DriveParams, JointLimits, ParallelModel, SingularityReport
+from .base import (GEAR_RATIO_RANGE, POSE_HINT_METHODS, DriveParams, JointLimits, ParallelModel, SingularityReport,
+                   xyz)
 from .config import Section
 from .errors import (ConfigError, ConvergenceError, KinematicsError, ModelError,
                      SingularityError, UnreachableError)
@@ -508,6 +509,14 @@ class Planar3RRR(ParallelModel):
         c, s = math.cos(X[2]), math.sin(X[2])
         R = np.array([[c, -s], [s, c]])
         return X[:2] + self._c @ R.T
+
+    def stick_figure(self, q, pose=None):
+        """The three legs (base joint, elbow, platform joint) and the platform triangle at the
+        pose found by forward kinematics from ``pose`` (see :meth:`dynamics.base.Model.stick_figure`)."""
+        X = self.forward_kinematics_task(q, guess=pose)
+        A, B, C = self.base_joints, self.elbow_positions(q), self.platform_joint_positions(X)
+        legs = [xyz(np.vstack([A[i], B[i], C[i]])) for i in range(3)]
+        return legs + [xyz(np.vstack([C, C[:1]]))], xyz(X[:2]), X
 
     def elbow_positions(self, q) -> np.ndarray:
         """Elbows B_i in the base frame, shape (3, 2) [m]."""

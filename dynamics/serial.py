@@ -528,6 +528,13 @@ class SerialModel(Model):
         T, _ = self._poses(q)
         return np.ascontiguousarray(T[..., :-1, :, :])
 
+    def stick_figure(self, q, pose=None):
+        """The chain of the link frames' origins to the tool (see :meth:`dynamics.base.Model.stick_figure`)."""
+        qa = np.asarray(q, dtype=float)
+        pts = self.link_poses(qa)[:, :3, 3]
+        tool = self.forward_kinematics(qa)[:3, 3]
+        return [np.vstack([pts, tool])], tool, None
+
     def link_poses(self, q) -> np.ndarray:
         """World poses of the link frames: index 0 is the base (link 0) frame, i the frame of link i.
 

@@ -486,6 +486,16 @@ class StewartPlatform(ParallelModel):
         self._check_cond(J, "jacobian")
         return np.linalg.inv(J)
 
+    def stick_figure(self, q, pose=None):
+        """The six legs and the base and platform hexagons at the pose found by forward
+        kinematics from ``pose`` (see :meth:`dynamics.base.Model.stick_figure`)."""
+        X = self.forward_kinematics_task(q, guess=pose)
+        T = self.forward_kinematics(q, pose=X)
+        P = self.platform_joints @ T[:3, :3].T + T[:3, 3]
+        b = self.base_joints
+        legs = [np.vstack([b[i], P[i]]) for i in range(6)]
+        return legs + [np.vstack([b, b[:1]]), np.vstack([P, P[:1]])], T[:3, 3].copy(), X
+
     def forward_kinematics_task(self, q, guess=None, *, tol: float = 1e-12, max_iter: int = 50) -> np.ndarray:
         """Pose X (6,) or (N, 6) with leg lengths q, by Newton from ``guess`` (default: home pose).
 

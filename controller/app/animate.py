@@ -1,10 +1,11 @@
 """Stick-figure animation of a robot from a run's log (``torqueloop animate RUN_DIR``).
 
 The measured joint positions of the log are drawn through the robot model named
-in the run's ``meta.json``: a serial arm as the chain of its link frames (DH or
-URDF joint frames) to the tool, the 3RRR as its three legs (base joint, elbow,
-platform joint) and platform triangle, the Stewart platform as its base and
-platform hexagons joined by the six legs.  The pose of a parallel robot comes
+in the run's ``meta.json``, by the model's own ``stick_figure`` (a serial arm: the
+chain of its link frames (DH or URDF joint frames) to the tool; the 3RRR: its three
+legs (base joint, elbow, platform joint) and platform triangle; the Stewart
+platform: its base and platform hexagons joined by the six legs; a mechanism file:
+each body from its joint to the joints, loop points and task point it carries).  The pose of a parallel robot comes
 from its forward kinematics, warm-started from the reference pose (task-space
 runs) or the previous frame.  Planar motions are drawn in their plane, others in
 3-D; lengths in metres.  The reference end-effector path is drawn dashed and the
@@ -22,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from dynamics.base import xyz as _xyz
 from dynamics.errors import ConfigError, TorqueloopError
 
 from .plots import _cols, _pyplot, load_run_data
@@ -29,18 +31,13 @@ from .plots import _cols, _pyplot, load_run_data
 __all__ = ["robot_polylines", "animate_run", "render_frames"]
 
 
-def _xyz(p: np.ndarray) -> np.ndarray:
-    p = np.asarray(p, dtype=float)
-    return p if p.shape[-1] == 3 else np.concatenate([p, np.zeros(p.shape[:-1] + (1,))], axis=-1)
-
-
 def robot_polylines(model, q, pose=None) -> tuple[list[np.ndarray], np.ndarray, np.ndarray | None]:
-    """The stick figure of ``model`` at joint positions ``q``.
+    """The stick figure of ``model`` at joint positions ``q``: the model's own
+    :meth:`~dynamics.base.Model.stick_figure` (each family draws itself).
 
     Parameters
     ----------
     model : dynamics.base.Model
-        A serial arm, a 3RRR or a Stewart platform.
     q : array_like, shape (n,)
         Actuated joint positions [rad | m].
     pose : array_like, optional
@@ -51,33 +48,11 @@ def robot_polylines(model, q, pose=None) -> tuple[list[np.ndarray], np.ndarray, 
     lines : list of ndarray, each (k, 3) [m]
         Polylines in the base frame.
     tool : ndarray, shape (3,) [m]
-        Tool (serial) or platform (parallel) origin.
+        Tool (serial) or platform / task point (parallel) origin.
     X : ndarray or None
         Parallel robots: the pose found (to warm-start the next frame).
     """
-    from dynamics.planar3rrr import Planar3RRR
-
-    # the family each model class declares (inherited: a subclass draws as its family): no
-    # import of another family's module, which would load or compile kernels it never calls
-    family = getattr(model, "family", None)
-    q = np.asarray(q, dtype=float)
-    if family == "serial":
-        pts = model.link_poses(q)[:, :3, 3]
-        tool = model.forward_kinematics(q)[:3, 3]
-        return [np.vstack([pts, tool])], tool, None
-    if isinstance(model, Planar3RRR):
-        X = model.forward_kinematics_task(q, guess=pose)
-        A, B, C = model.base_joints, model.elbow_positions(q), model.platform_joint_positions(X)
-        legs = [_xyz(np.vstack([A[i], B[i], C[i]])) for i in range(3)]
-        return legs + [_xyz(np.vstack([C, C[:1]]))], _xyz(X[:2]), X
-    if family == "stewart":
-        X = model.forward_kinematics_task(q, guess=pose)
-        T = model.forward_kinematics(q, pose=X)
-        P = model.platform_joints @ T[:3, :3].T + T[:3, 3]
-        b = model.base_joints
-        legs = [np.vstack([b[i], P[i]]) for i in range(6)]
-        return legs + [np.vstack([b, b[:1]]), np.vstack([P, P[:1]])], T[:3, 3].copy(), X
-    raise ConfigError(f"no stick figure for a {type(model).__name__} model")
+    return model.stick_figure(np.asarray(q, dtype=float), pose=pose)
 
 
 def _frame_rows(t: np.ndarray, fps: float, max_frames: int) -> np.ndarray:
