@@ -274,7 +274,7 @@ class MechanismModel(ParallelModel):
 
     @property
     def task_layout(self) -> str | None:
-        return {("x", "y", "phi"): "planar", ("x", "y", "z"): "point"}.get(
+        return {("x", "y", "phi"): "planar", ("x", "y", "z"): "point", ("x", "y"): "planar_point"}.get(
             tuple(self.spec.symbolic["task"]["coordinates"]))
 
     @property

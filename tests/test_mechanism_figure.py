@@ -7,7 +7,8 @@
 * the delta (spatial): base pivots from the file, elbows at the upper-arm length in each arm's
   vertical plane, ball joints at the platform radius from the task point, rods as long as the
   file's forearm;
-* a short five-bar run animated to HTML and GIF through the application.
+* a short five-bar run animated to HTML and GIF through the application, its (x, y) task error
+  reported as a position error (``task_layout`` "planar_point": what ``torqueloop tune`` ranks).
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ def test_fivebar_animation_of_a_short_run(tmp_path):
     spec = load_run(ROOT / "hil_configs" / "runs" / "fivebar_square.toml", overrides={"loop.duration_s": 0.05})
     res = build_run(spec, out_dir=tmp_path / "run").execute()
     assert res.status == "completed", (res.status, res.faults)
+    # the foot's (x, y) error is a position error: the metric `torqueloop tune` ranks by default
+    e = np.asarray(res.metrics["max_abs_error"])
+    assert e.shape == (2,) and 0 < res.metrics["max_position_error_m"] <= np.hypot(*e) + 1e-15
+    assert res.metrics["rms_position_error_m"] == pytest.approx(np.hypot(*res.metrics["rms_error"]), rel=1e-9)
     path, frames = animate_run(tmp_path / "run", tmp_path / "a.html", fps=40, max_frames=3)
     assert frames == 3 and path.read_text().count("data:image/png;base64") == 3
     path, frames = animate_run(tmp_path / "run", tmp_path / "a.gif", fps=40, max_frames=3)

@@ -39,6 +39,7 @@ MISS_WARN_FRACTION = 0.01
 TASK_AXES = {
     "planar": (("x", "linear"), ("y", "linear"), ("phi", "angular")),
     "point": (("x", "linear"), ("y", "linear"), ("z", "linear")),
+    "planar_point": (("x", "linear"), ("y", "linear")),
     "spatial": (("x", "linear"), ("y", "linear"), ("z", "linear"),
                 ("alpha", "angular"), ("beta", "angular"), ("gamma", "angular")),
 }

@@ -477,6 +477,8 @@ class MujocoPlant(Plant):
             R = self._d.xmat[self._tool_id].reshape(3, 3)
             if self._model.task_layout == "point":
                 return p[:3].copy()
+            if self._model.task_layout == "planar_point":
+                return p[:2].copy()
             if self._model.task_layout == "planar":
                 return np.array([p[0], p[1], math.atan2(R[1, 0], R[0, 0])])
             beta = math.asin(max(-1.0, min(1.0, -R[2, 0])))
