@@ -121,3 +121,15 @@ def test_delta_figure_is_the_files_linkage():
         want |= _segments([np.array([B, E]), np.array([E, P]), np.array([X, P])])
     want |= _segments([np.array(base + [base[0]])])
     assert segs == want
+
+
+def test_mujoco_plant_pose_is_the_task_point_of_the_planar_point_layout(fivebar):
+    """The MuJoCo plant's pose of a mechanism is its task point (the tool site, not the origin of
+    the task body) in the model's layout: (x, y) for the five-bar."""
+    pytest.importorskip("mujoco")
+    from drivers.sim.mujoco_plant import MujocoPlant
+
+    assert fivebar.task_layout == "planar_point"
+    q0 = fivebar.home_q + np.array([0.1, -0.05])
+    plant = MujocoPlant(fivebar, q0=q0)
+    np.testing.assert_allclose(plant.pose, _fivebar_points(q0)[4][:2], atol=1e-9)

@@ -32,26 +32,9 @@ __all__ = ["robot_polylines", "animate_run", "render_frames"]
 
 
 def robot_polylines(model, q, pose=None) -> tuple[list[np.ndarray], np.ndarray, np.ndarray | None]:
-    """The stick figure of ``model`` at joint positions ``q``: the model's own
-    :meth:`~dynamics.base.Model.stick_figure` (each family draws itself).
-
-    Parameters
-    ----------
-    model : dynamics.base.Model
-    q : array_like, shape (n,)
-        Actuated joint positions [rad | m].
-    pose : array_like, optional
-        Parallel robots: a guess of the task pose for the forward kinematics.
-
-    Returns
-    -------
-    lines : list of ndarray, each (k, 3) [m]
-        Polylines in the base frame.
-    tool : ndarray, shape (3,) [m]
-        Tool (serial) or platform / task point (parallel) origin.
-    X : ndarray or None
-        Parallel robots: the pose found (to warm-start the next frame).
-    """
+    """The stick figure of ``model`` at actuated positions ``q`` (n,) [rad | m]: the model's own
+    :meth:`~dynamics.base.Model.stick_figure` (each family draws itself; ``pose``, a task pose
+    guess of a parallel robot), returning ``(lines, tool, X)`` as that method does."""
     return model.stick_figure(np.asarray(q, dtype=float), pose=pose)
 
 

@@ -466,15 +466,16 @@ class MujocoPlant(Plant):
     @property
     def pose(self) -> np.ndarray | None:
         """The platform pose of a parallel robot from MuJoCo's platform body: ``(x, y, phi)`` of a
-        3RRR, ``(x, y, z, alpha, beta, gamma)`` (``R = Rz Ry Rx``) of a Stewart platform; None for a
+        3RRR, ``(x, y, z, alpha, beta, gamma)`` (``R = Rz Ry Rx``) of a Stewart platform, the task
+        point's ``(x, y, z)`` or ``(x, y)`` (task layouts "point", "planar_point"); None for a
         serial arm."""
         from dynamics.base import ParallelModel
         if not isinstance(self._model, ParallelModel) or self._tool_id < 0:
             return None
         with self._lock:
             mujoco.mj_kinematics(self._m, self._d)
-            p = self._d.xpos[self._tool_id].copy()
             R = self._d.xmat[self._tool_id].reshape(3, 3)
+            p = self._d.xpos[self._tool_id] + R @ np.asarray(self._tool_pos, dtype=float)    # the task point
             if self._model.task_layout == "point":
                 return p[:3].copy()
             if self._model.task_layout == "planar_point":
