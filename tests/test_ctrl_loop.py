@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def make(tmp_path=None, *, clock=None, period=1e-3, T=0.5, hook=None, estimator=None, plant_kw=None,
-         ctrl=None, traj=None):
+         ctrl=None, traj=None, safety=None):
     m = Arm2()
     traj = traj or SineTraj([0.3, 0.8], [0.2, -0.2], 4.0, T)
     clock = clock or LockstepClock()
@@ -37,7 +37,7 @@ def make(tmp_path=None, *, clock=None, period=1e-3, T=0.5, hook=None, estimator=
     drv = FaultyDriver(DirectPlantDriver(plant, now=clock.now), hook=hook)
     tel = None if tmp_path is None else TelemetryWriter(tmp_path, 2, 2, buffer_rows=100, meta={"seed": 1})
     ctrl = ctrl or ComputedTorque(m, 400.0, 40.0)
-    loop = ControlLoop(drv, ctrl, traj, SafetySupervisor(SafetyConfig(tracking_error_max=0.05), m.limits), clock,
+    loop = ControlLoop(drv, ctrl, traj, SafetySupervisor(safety or SafetyConfig(tracking_error_max=0.05), m.limits), clock,
                        period_s=period, telemetry=tel, velocity_estimator=estimator)
     return loop, drv
 
@@ -110,11 +110,17 @@ def test_filtered_difference():
 
 @pytest.mark.exclusive
 def test_wallclock_loop_accounting():
-    """Paced run: ordering and accounting only, no timing thresholds."""
+    """Paced run: ordering and accounting only, no timing thresholds.
+
+    The timing protections are set to the loosest values they accept (and the tracking limit
+    wide) so that a loaded machine's late cycles are counted, not stopped: with the defaults the
+    run faulted once in a clean-clone suite run beside another (2026-11-29). Holding deadlines is
+    what the wall-clock rehearsal and run tests check (``tests/serve_process.wall_clock_verdict``)."""
     clock = WallClock(spin_s=2e-4)
-    loop, drv = make(None, clock=clock, period=2e-3, T=0.1)
+    loose = SafetyConfig(tracking_error_max=0.5, overrun_fraction_max=0.89, lateness_max_s=10.0)
+    loop, drv = make(None, clock=clock, period=2e-3, T=0.1, safety=loose)
     res = loop.run()
-    assert res.status == "completed" and res.n_cycles == 52
+    assert res.status == "completed" and res.n_cycles == 52, [str(f) for f in res.faults]
     assert res.timing.lateness["p50"] >= 0 and res.timing.lateness["max"] >= res.timing.lateness["p99"]
     assert res.wall_time_s >= 0.1   # paced: cannot finish before the last deadline
     assert 0 <= res.timing.missed_deadlines <= 52
