@@ -519,7 +519,8 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
                                           else (None, None, True))
     serve = emu_sec.str("serve", "thread", choices=["thread", "inline"],
                         doc="the emulated devices answer from their own thread, or inline in the driver's "
-                            "thread on send/recv (lock-step clock and reply_latency_s = 0 only)")
+                            "thread on send/recv (reply_latency_s = 0 only; on the wall clock the devices' timed "
+                            "events and the plant are brought up to the clock at every send and receive)")
     names = _bus_names(section)
     channels = {name: f"torqueloop-sim-{uuid.uuid4().hex}" for name in names}
     device_fault = fault_kw.pop("device_fault") if fault_kw is not None else None
