@@ -682,6 +682,21 @@ class MechanismModel(ParallelModel):
             self._raise(st, "state", [(q, self._na, "q"), (qd, self._na, "qd")])
         return z, zd, G, g0, dy
 
+    def closure_state(self, q, qd):
+        """The full state at the actuated state (q, qd) (n,) each: ``z``, ``zd`` (N_Z,) each, the
+        velocity map ``G`` (N_Z, n) with ``zd = G qd`` and ``g0`` (N_Z,) with ``zdd = G qdd + g0``."""
+        z, zd, G, g0, _ = self._state(q, qd, None)
+        return z, zd, G, g0
+
+    def regressor_kinematics(self):
+        """The generated body kinematics of the parameter regressor, ``rkin(z, zd) -> (bodies, 9 +
+        6 N_Z + 6)`` (:func:`dynamics._mechanism_derive.derive_regressor`: derived on the first
+        call, 10-60 s, or loaded from the code cache; kept by the model)."""
+        if getattr(self, "_rkin", None) is None:
+            from ._mechanism_derive import derive_regressor
+            self._rkin = derive_regressor(self.spec.symbolic).funcs["rkin"]
+        return self._rkin
+
     def _wrench_force(self, z, wrench):
         """Generalised force J_t^T w of a wrench on the task body (full coordinates)."""
         if wrench is None:

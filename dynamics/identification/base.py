@@ -107,6 +107,9 @@ def random_states(model: Model, n_samples: int, rng: np.random.Generator, *,
     3RRR: platform poses uniform in a box around the home pose (+-30 % of the
     platform-joint radius, +-0.3 rad), mapped by inverse kinematics, singular
     poses skipped.
+    Mechanisms: actuated coordinates uniform within +-0.3 rad (+-0.3 ``length_scale``
+    for prismatic joints) of the home configuration, clipped to the position limits,
+    kept where forward kinematics solves (home assembly mode) and the pose is regular.
     """
     n = model.dof
     qd = rng.normal(scale=velocity_scale, size=(n_samples, n))
@@ -126,6 +129,23 @@ def random_states(model: Model, n_samples: int, rng: np.random.Generator, *,
             q.append(th)
             poses.append(X)
         return np.array(q), qd, qdd, np.array(poses)
+    if model.family == "mechanism":
+        step = np.where(np.array(model.joint_types) == "prismatic", 0.3 * model.spec.length_scale, 0.3)
+        q = []
+        tries = 0
+        while len(q) < n_samples:
+            tries += 1
+            if tries > 50 * n_samples:
+                raise ModelError(f"{model.name}: fewer than {n_samples} regular configurations near home")
+            th = np.clip(model.home_q + rng.uniform(-1.0, 1.0, n) * step, model.limits.position_min,
+                         model.limits.position_max)
+            try:
+                if model.singularity(th).kind != "regular":
+                    continue
+            except ModelError:
+                continue
+            q.append(th)
+        return np.array(q), qd, qdd, None
     lo = np.where(np.isfinite(model.limits.position_min), model.limits.position_min, -np.pi)
     hi = np.where(np.isfinite(model.limits.position_max), model.limits.position_max, np.pi)
     q = rng.uniform(np.maximum(lo, -np.pi), np.minimum(hi, np.pi), size=(n_samples, n))

@@ -23,6 +23,19 @@ then the platform ``[ZZ_P, M_P]`` (about P).  ``M_A`` moves nothing (the link
 turns about a fixed joint) and has a zero column: the identifiability report
 says so.
 
+Mechanisms (:class:`~dynamics.mechanism.MechanismModel`, ``type = "mechanism"``
+files): per body (file order, massless bodies included) the ten inertial
+parameters of the serial convention in the body's frame (the frame of its
+parent joint), about the frame origin.  The regressor comes from the generated
+body kinematics (:func:`dynamics._mechanism_derive.derive_regressor`: each
+body's rotation, twist Jacobian ``J`` (6, n) and ``Jdot zd``, sympy + cse +
+numba, cached by digest like the model's own kernels): each body's
+Newton-Euler wrench about its origin is linear in its ten parameters (as for a
+serial link), ``J^T`` maps it to the tree's generalised forces ``Y_tree`` in
+the full coordinates ``z``, and ``tau = G^T Y_tree pi`` with the closure's
+velocity map ``G`` (``zd = G qd``, ``zdd = G qdd + g0``), as the model's own
+inverse dynamics does.
+
 Drive parameters, per joint, after the inertial block: ``[Ia, Fv, Fc]``
 (armature [kg m^2], viscous [N m s/rad], Coulomb [N m]) and optionally an
 offset ``[Fo]`` [N m].  So ``Y pi`` equals ``model.inverse_dynamics(q, qd,
@@ -64,13 +77,13 @@ class ParameterSet:
     Attributes
     ----------
     kind : str
-        ``"serial"`` or ``"planar_3rrr"``.
+        ``"serial"``, ``"planar_3rrr"`` or ``"mechanism"``.
     names : tuple of str, length p
         ``"<body>.<param>"`` for inertial and ``"<joint>.<param>"`` for drive entries.
     bodies : tuple of str
         Body names in order; each owns ``body_size`` consecutive entries.
     body_size : tuple of int
-        Entries per body (10 for serial links; 3 or 2 for the 3RRR bodies).
+        Entries per body (10 for serial links and mechanism bodies; 3 or 2 for the 3RRR bodies).
     n_inertial : int
         Number of inertial entries (the drive block starts here).
     dof : int
@@ -119,6 +132,11 @@ def _is_serial(model: Model) -> bool:
     return isinstance(model, SerialModel)
 
 
+def _is_mechanism(model: Model) -> bool:
+    from ..mechanism import MechanismModel
+    return isinstance(model, MechanismModel)
+
+
 def parameter_set(model: Model, *, offset: bool = False) -> ParameterSet:
     """The standard parameter layout of ``model`` (see the module docstring).
 
@@ -131,13 +149,15 @@ def parameter_set(model: Model, *, offset: bool = False) -> ParameterSet:
     jn = list(model.joint_names)
     drive = _DRIVE + (("Fo",) if offset else ())
     dunits = {"Ia": "kg m^2", "Fv": "N m s/rad", "Fc": "N m", "Fo": "N m"}
-    if _is_serial(model):
-        bodies = tuple(f"link{j + 1}" for j in range(n))
+    if _is_serial(model) or _is_mechanism(model):
+        if _is_serial(model):
+            bodies, kind = tuple(f"link{j + 1}" for j in range(n)), "serial"
+        else:
+            bodies, kind = tuple(b["name"] for b in model.spec.symbolic["bodies"]), "mechanism"
         names = [f"{b}.{p}" for b in bodies for p in INERTIAL_NAMES]
         iu = ("kg", "kg m", "kg m", "kg m") + ("kg m^2",) * 6
-        units = list(iu) * n
-        sizes = (10,) * n
-        kind = "serial"
+        units = list(iu) * len(bodies)
+        sizes = (10,) * len(bodies)
     elif _is_3rrr(model):
         bodies = []
         for i in range(3):
@@ -154,7 +174,7 @@ def parameter_set(model: Model, *, offset: bool = False) -> ParameterSet:
         bodies, sizes, kind = tuple(bodies), tuple(sizes), "planar_3rrr"
     else:
         raise ModelError(f"{model.name}: no parameter regressor for {type(model).__name__} "
-                         "(serial arms and the planar 3RRR have one)")
+                         "(serial arms, the planar 3RRR and mechanism files have one)")
     ni = len(names)
     for j in range(n):
         names += [f"{jn[j]}.{p}" for p in drive]
@@ -166,12 +186,10 @@ def standard_parameters(model: Model, *, offset: bool = False) -> np.ndarray:
     """The model's own standard parameter vector pi, shape (p,) (offsets zero)."""
     ps = parameter_set(model, offset=offset)
     pi = np.zeros(ps.size)
-    if ps.kind == "serial":
-        m, c, Ic = model.link_inertias
-        for j in range(model.dof):
-            Io = Ic[j] + m[j] * (c[j] @ c[j] * np.eye(3) - np.outer(c[j], c[j]))
-            pi[10 * j:10 * j + 10] = [m[j], *(m[j] * c[j]), Io[0, 0], Io[0, 1], Io[1, 1], Io[0, 2],
-                                      Io[1, 2], Io[2, 2]]
+    if ps.kind in ("serial", "mechanism"):
+        for j, (m, c, Ic) in enumerate(zip(*_body_inertias(model))):
+            Io = Ic + m * (c @ c * np.eye(3) - np.outer(c, c))
+            pi[10 * j:10 * j + 10] = [m, *(m * c), Io[0, 0], Io[0, 1], Io[1, 1], Io[0, 2], Io[1, 2], Io[2, 2]]
     else:
         p, d = model.proximal, model.distal
         for i in range(3):
@@ -185,6 +203,20 @@ def standard_parameters(model: Model, *, offset: bool = False) -> np.ndarray:
         pi[ps.drive_index(j, "Fv")] = dr.viscous[j]
         pi[ps.drive_index(j, "Fc")] = dr.coulomb[j]
     return pi
+
+
+def _body_inertias(model: Model):
+    """(masses (B,) [kg], centres of mass (B, 3) [m], inertias about them (B, 3, 3) [kg m^2]) of
+    a serial model's links or a mechanism's bodies, each in its own frame."""
+    if not _is_mechanism(model):
+        return model.link_inertias
+    P = np.asarray(model.spec.params, dtype=float).reshape(-1, 10)
+    m = P[:, 0]
+    c = np.divide(P[:, 1:4], m[:, None], out=np.zeros((len(m), 3)), where=m[:, None] > 0)
+    Ixx, Iyy, Izz, Ixy, Iyz, Izx = P[:, 4:10].T
+    Ic = np.stack([np.stack([Ixx, Ixy, Izx], -1), np.stack([Ixy, Iyy, Iyz], -1),
+                   np.stack([Izx, Iyz, Izz], -1)], 1)
+    return m, c, Ic
 
 
 def _states(model: Model, q, qd, qdd):
@@ -205,7 +237,7 @@ def regressor(model: Model, q, qd, qdd, *, offset: bool = False, poses=None) -> 
 
     Parameters
     ----------
-    model : SerialModel or Planar3RRR
+    model : SerialModel, Planar3RRR or MechanismModel
         Gives the geometry, joint types and gravity (its masses are not used).
     q, qd, qdd : array_like, shape (n,) or (N, n)
         Joint positions [rad|m], velocities and accelerations.
@@ -225,6 +257,8 @@ def regressor(model: Model, q, qd, qdd, *, offset: bool = False, poses=None) -> 
     Y = np.zeros((N, n, ps.size))
     if ps.kind == "serial":
         _serial_inertial(model, q, qd, qdd, Y)
+    elif ps.kind == "mechanism":
+        _mechanism_inertial(model, q, qd, qdd, Y)
     else:
         _rrr_inertial(model, q, qd, qdd, Y, poses)
     for j in range(n):
@@ -278,6 +312,22 @@ def _lmat(w: np.ndarray) -> np.ndarray:
     return L
 
 
+def _wrench_matrix(w: np.ndarray, wd: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """A (..., 6, 10) with a body's Newton-Euler wrench about its frame origin (rows: force,
+    moment; body frame) ``= A pi_b`` for its ten standard parameters, from the angular velocity
+    ``w``, the angular acceleration ``wd`` and the origin's acceleration minus gravity ``a``
+    (..., 3), body-frame components::
+
+        f = m a + wd x h + w x (w x h),   n = I_O wd + w x (I_O w) + h x a
+    """
+    A = np.zeros(w.shape[:-1] + (6, 10))
+    A[..., 0:3, 0] = a
+    A[..., 0:3, 1:4] = _skew(wd) + _skew(w) @ _skew(w)
+    A[..., 3:6, 1:4] = -_skew(a)
+    A[..., 3:6, 4:10] = _lmat(wd) + _skew(w) @ _lmat(w)
+    return A
+
+
 def _serial_inertial(model, q, qd, qdd, Y) -> None:
     N, n = q.shape
     X = model.placements
@@ -310,12 +360,7 @@ def _serial_inertial(model, q, qd, qdd, Y) -> None:
         else:
             w, wd = w_p, wd_p
             a = a + qdd[:, i:i + 1] * z + 2.0 * _cross(w, qd[:, i:i + 1] * z)
-        # body wrench about the origin = A pi_i, A (N, 6, 10): rows force, moment
-        A = np.zeros((N, 6, 10))
-        A[:, 0:3, 0] = a
-        A[:, 0:3, 1:4] = _skew(wd) + _skew(w) @ _skew(w)
-        A[:, 3:6, 1:4] = -_skew(a)
-        A[:, 3:6, 4:10] = _lmat(wd) + _skew(w) @ _lmat(w)
+        A = _wrench_matrix(w, wd, a)
         R_all.append(R)
         p_all.append(p)
         A_all.append(A)
@@ -329,6 +374,37 @@ def _serial_inertial(model, q, qd, qdd, Y) -> None:
             f = np.einsum("nij,njk->nik", R, U[:, 0:3])
             m = np.einsum("nij,njk->nik", R, U[:, 3:6]) + _skew(p) @ f
             U = np.concatenate([f, m], axis=1)
+
+
+# ---------------------------------------------------------------------------
+# mechanisms: per-body Newton-Euler from the generated body kinematics, then G^T
+# ---------------------------------------------------------------------------
+def _mechanism_inertial(model, q, qd, qdd, Y) -> None:
+    rkin = model.regressor_kinematics()
+    N = q.shape[0]
+    n = len(model.all_joint_names)
+    nb = len(model.spec.symbolic["bodies"])
+    K = np.empty((N, nb, 9 + 6 * n + 6))
+    G = np.empty((N, n, model.dof))
+    zdd = np.empty((N, n))
+    zd = np.empty((N, n))
+    for k in range(N):
+        z, zd[k], G[k], g0 = model.closure_state(q[k], qd[k])
+        zdd[k] = G[k] @ qdd[k] + g0
+        K[k] = rkin(z, zd[k])
+    R = K[..., :9].reshape(N, nb, 3, 3)
+    J = K[..., 9:9 + 6 * n].reshape(N, nb, 6, n)
+    Rt = np.swapaxes(R, -1, -2)
+    acc = np.einsum("nbij,nj->nbi", J, zdd) + K[..., 9 + 6 * n:]
+    tw = np.einsum("nbij,nj->nbi", J, zd)
+    g = np.asarray(model.gravity_vector, dtype=float)
+    w = np.einsum("nbij,nbj->nbi", Rt, tw[..., 3:])
+    wd = np.einsum("nbij,nbj->nbi", Rt, acc[..., 3:])
+    a = np.einsum("nbij,nbj->nbi", Rt, acc[..., :3] - g)
+    A = _wrench_matrix(w, wd, a)                                    # (N, nb, 6, 10)
+    JF = np.concatenate([Rt @ J[:, :, :3], Rt @ J[:, :, 3:]], axis=2)   # body-frame twist Jacobians
+    Yt = np.einsum("nbiz,nbik->nzbk", JF, A).reshape(N, n, 10 * nb)  # tree forces, full coordinates
+    Y[:, :, :10 * nb] = np.einsum("nza,nzk->nak", G, Yt)
 
 
 # ---------------------------------------------------------------------------
