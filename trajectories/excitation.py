@@ -139,6 +139,9 @@ class _Problem:
                  criterion, task: bool):
         self.model, self.x0, self.K, self.period = model, np.asarray(x0, float), K, period_s
         self.lim, self.basis, self.criterion, self.task = limits, basis, criterion, task
+        # a closed chain excited in joint space (a mechanism file): the singularity margin is
+        # checked along the path as for the task-space excitation
+        self.closed = isinstance(model, ParallelModel) and not task
         self.t = np.linspace(0.0, period_s, n_grid, endpoint=False)
         self.dim = self.x0.size
 
@@ -149,9 +152,17 @@ class _Problem:
 
     def states(self, traj, t):
         s = traj.sample(t)
+        m = self.model
+        if self.closed:
+            worst = np.inf
+            for k in range(len(t)):
+                rep = m.singularity(s.pos[k])
+                if rep.kind != "regular":
+                    raise ModelError("singular")
+                worst = min(worst, rep.margin)
+            return s.pos, s.vel, s.acc, None, worst
         if not self.task:
             return s.pos, s.vel, s.acc, None, 0.0
-        m = self.model
         q = np.empty_like(s.pos)
         worst = np.inf
         for k in range(len(t)):
@@ -188,7 +199,7 @@ class _Problem:
             span = np.where(np.isfinite(lim.position_max - lim.position_min),
                             lim.position_max - lim.position_min, 1.0)
             v += _relu_sq((lim.position_min - q) / span) + _relu_sq((q - lim.position_max) / span)
-        if lim.singularity_margin > 0 and self.task:
+        if lim.singularity_margin > 0 and (self.task or self.closed):
             v += _relu_sq(1.0 - margin / lim.singularity_margin)
         Y = None
         if lim.torque is not None and np.any(np.isfinite(lim.torque)):
@@ -253,13 +264,13 @@ def design_excitation(model: Model, limits: ExcitationLimits, *, start=None, har
 
     Parameters
     ----------
-    model : SerialModel or Planar3RRR
+    model : SerialModel, Planar3RRR or MechanismModel
         Nominal model: geometry for the regressor, torques for the torque limit.
     limits : ExcitationLimits
         ``amplitude`` is required (dim: ``model.dof``, or the task dimension 3 for the 3RRR).
     start : array_like, optional
-        Rest pose x0: joint positions (default zeros) or, for the 3RRR, the
-        platform pose (default: the home pose).
+        Rest pose x0: joint positions (default zeros; mechanism files: the home
+        configuration) or, for the 3RRR, the platform pose (default: the home pose).
     harmonics : int
         K >= 2.
     period_s, periods : float, int
@@ -291,11 +302,15 @@ def design_excitation(model: Model, limits: ExcitationLimits, *, start=None, har
 
     if harmonics < 2:
         raise TrajectoryError(f"harmonics must be >= 2, got {harmonics}")
-    task = isinstance(model, ParallelModel)
+    # mechanism files: joint-space excitation about the home configuration (singularity margin
+    # checked along it); other parallel models: task space
+    closed = model.family == "mechanism"
+    task = isinstance(model, ParallelModel) and not closed
     if task and not hasattr(model, "joint_acceleration"):
         raise TrajectoryError(f"{model.name}: task-space excitation needs the 3RRR model")
     dim = 3 if task else model.dof
-    x0 = (model.home_pose if task else np.zeros(dim)) if start is None else np.asarray(start, float)
+    home = model.home_pose if task else model.home_q if closed else np.zeros(dim)
+    x0 = home if start is None else np.asarray(start, float)
     if x0.shape != (dim,):
         raise TrajectoryError(f"excitation start must have {dim} entries, got {x0.shape}")
     amp = np.broadcast_to(np.asarray(limits.amplitude, float), (dim,)).copy()

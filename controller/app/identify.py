@@ -9,12 +9,12 @@ reads, simulated plant or hardware) without a ``[trajectory]`` and with an
     offset = false                  # per-joint torque offset parameters
     [identify.excitation]           # trajectories.excitation.design_excitation
     start = [0.0, 0.3, -0.6]        # rest pose: joints, or the 3RRR platform pose (default
-                                    # zeros / the home pose)
+                                    # zeros / the home pose; mechanism files: the home joints)
     amplitude = [1.2, 0.6, 0.6]     # max |x - start| (3RRR: [m, m, rad] in task space)
     velocity_max = 2.0              # [rad/s] (default: limit_fraction x robot limits)
     acceleration_max = 8.0          # [rad/s^2] (default: unchecked)
     limit_fraction = 0.8            # fraction of the robot's velocity/torque limits used
-    singularity_margin = 0.05       # 3RRR: min SingularityReport.margin along the path
+    singularity_margin = 0.05       # parallel robots: min SingularityReport.margin along the path
     harmonics = 5
     period_s = 8.0
     periods = 2
@@ -56,7 +56,7 @@ from typing import Callable
 import numpy as np
 
 from dynamics import load_model
-from dynamics.base import Model
+from dynamics.base import Model, ParallelModel
 from dynamics.config import Section, read_toml, write_toml
 from dynamics.errors import ConfigError, TorqueloopError
 from dynamics.identification import parameter_set, standard_parameters
@@ -140,7 +140,7 @@ def load_identify(path, *, overrides: dict | None = None) -> IdentifySpec:
         raise rob.error("file", f"robot file not found: {robot_file}")
     if robot_file.suffix.lower() != ".toml":
         raise rob.error("file", "identify writes the identified parameters into a TOML robot file (DH "
-                                "serial or 3RRR); a URDF's regressor is available from "
+                                "serial, 3RRR or mechanism); a URDF's regressor is available from "
                                 "dynamics.identification, but not its output file")
     model = load_model(robot_file)
     try:
@@ -209,7 +209,8 @@ def design(model: Model, opts: dict, base: BaseParameters):
     tq = _fin(frac * lim.torque_max)
     limits = ExcitationLimits(amplitude=opts["amplitude"], velocity=vel, acceleration=opts.get("acceleration_max"),
                               torque=tq, position_min=_fin(lim.position_min), position_max=_fin(lim.position_max),
-                              singularity_margin=opts.get("singularity_margin", 0.05 if task else 0.0))
+                              singularity_margin=opts.get("singularity_margin",
+                                                          0.05 if isinstance(model, ParallelModel) else 0.0))
     traj, info = design_excitation(model, limits, start=opts.get("start"), harmonics=opts.get("harmonics", 5),
                                    period_s=opts.get("period_s", 10.0), periods=opts.get("periods", 1),
                                    iterations=opts.get("iterations", 40), seed=opts.get("seed", 0),
