@@ -540,8 +540,13 @@ def test_every_shipped_identify_config_loads_and_its_run_tables_validate(path):
     spec = load_identify(path)
     assert spec.name and spec.excitation["amplitude"].size > 0
     # the run tables, with a short hold at the excitation's start as the trajectory
-    start = np.asarray(spec.excitation.get("start", np.asarray(spec.model.home_pose, float)
-                                           if hasattr(spec.model, "home_pose") else np.zeros(spec.model.dof)))
+    if spec.model.family == "mechanism":        # joint-space excitation about the home joints
+        default = np.asarray(spec.model.home_q, float)
+    elif hasattr(spec.model, "home_pose"):
+        default = np.asarray(spec.model.home_pose, float)
+    else:
+        default = np.zeros(spec.model.dof)
+    start = np.asarray(spec.excitation.get("start", default))
     data = dict(spec.run_data, trajectory={"type": "hold", "position": start.tolist(), "duration_s": 0.1,
                                            "space": "task" if hasattr(spec.model, "platform_joints")
                                            else "joint"})
