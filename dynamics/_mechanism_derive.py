@@ -205,15 +205,19 @@ def derive(spec: dict) -> Generated:
     """The generated functions of the mechanism ``spec`` (see :func:`symbolic_spec` in
     :mod:`dynamics.mechanism`), from the cache or derived now."""
     dg = digest_of(spec)
-    folder = cache_dir()
-    path = folder / f"mechanism-{dg[:32]}.py"
+    return _cached(cache_dir() / f"mechanism-{dg[:32]}.py", dg, lambda: _generate(spec))
+
+
+def _cached(path: Path, dg: str, generate) -> Generated:
+    """The generated module at ``path`` loaded, or (missing or damaged) ``generate()``'s source
+    written there atomically first."""
     if path.exists():
         try:
             return Generated(*_load(path), dg, 0.0, True, str(path))
         except Exception:       # a damaged cache entry: derive again and replace it
             pass
     t0 = time.perf_counter()
-    src = _generate(spec)
+    src = generate()
     write_atomic(str(path), src.encode())
     dt = time.perf_counter() - t0
     return Generated(*_load(path), dg, dt, False, str(path))
@@ -238,17 +242,7 @@ def derive_regressor(spec: dict) -> Generated:
     (:func:`_generate_regressor`), from the cache (``<cache>/mechanism-regressor-<digest>.py``,
     written atomically like :func:`derive`'s files) or derived now."""
     dg = regressor_digest(spec)
-    path = cache_dir() / f"mechanism-regressor-{dg[:32]}.py"
-    if path.exists():
-        try:
-            return Generated(*_load(path), dg, 0.0, True, str(path))
-        except Exception:       # a damaged cache entry: derive again and replace it
-            pass
-    t0 = time.perf_counter()
-    src = _generate_regressor(spec)
-    write_atomic(str(path), src.encode())
-    dt = time.perf_counter() - t0
-    return Generated(*_load(path), dg, dt, False, str(path))
+    return _cached(cache_dir() / f"mechanism-regressor-{dg[:32]}.py", dg, lambda: _generate_regressor(spec))
 
 
 def _generate_regressor(spec: dict) -> str:
@@ -264,12 +258,7 @@ def _generate_regressor(spec: dict) -> str:
 
     q, qd, t, N, O, frames, origins = _tree(spec)
     n = len(q)
-    Q = sp.symbols(f"x0:{n}")
-    U = sp.symbols(f"v0:{n}")
-    sub = {}
-    for i in range(n):
-        sub[qd[i]] = U[i]
-        sub[q[i]] = Q[i]
+    Q, U, sub = _plain_symbols(q, qd)
     Uv = sp.Matrix(U)
     exprs = []
     for bd in spec["bodies"]:
@@ -426,13 +415,7 @@ def _generate(spec: dict) -> str:
     PHASES["kane"] = round(marks[-1][1] - marks[-2][1], 3)
 
     # plain symbols for the generated code
-    Q = sp.symbols(f"x0:{n}")
-    U = sp.symbols(f"v0:{n}")
-    sub = {}
-    for i in range(n):
-        sub[qd[i]] = U[i]
-        sub[u[i]] = U[i]
-        sub[q[i]] = Q[i]
+    Q, U, sub = _plain_symbols(q, qd, u)
 
     def plain(e):
         return me.msubs(e, sub)
@@ -494,6 +477,22 @@ def _generate(spec: dict) -> str:
     out.append(f"PARTS = {parts!r}")
     out.append(_runtime_text())
     return "\n".join(out) + "\n"
+
+
+def _plain_symbols(q, *rates):
+    """Plain symbols ``Q`` (``x0..``) and ``U`` (``v0..``) for the generated code, and the
+    substitution of the coordinates ``q`` by ``Q`` and of each list of ``rates`` by ``U``."""
+    import sympy as sp
+
+    n = len(q)
+    Q = sp.symbols(f"x0:{n}")
+    U = sp.symbols(f"v0:{n}")
+    sub = {}
+    for i in range(n):
+        for r in rates:
+            sub[r[i]] = U[i]
+        sub[q[i]] = Q[i]
+    return Q, U, sub
 
 
 def _emit(out: list, names: dict, name: str, args, exprs, shape, unpack: dict) -> None:

@@ -28,20 +28,7 @@ from dynamics import load_model
 from dynamics.config import read_toml
 from dynamics.identification import regressor, standard_parameters
 from dynamics.identification.base import base_parameters, random_states
-
-ROOT = Path(__file__).resolve().parents[1]
-ROBOTS = ROOT / "hil_configs" / "robots"
-TOL = 1e-10
-
-
-@pytest.fixture(scope="module")
-def rrr():
-    return load_model(ROBOTS / "3rrr_horizontal.toml"), load_model(ROBOTS / "3rrr_mechanism.toml")
-
-
-@pytest.fixture(scope="module")
-def fivebar():
-    return load_model(ROBOTS / "fivebar_leg.toml")
+from test_mechanism import ROBOTS, ROOT, TOL, fivebar, rrr  # noqa: F401  (the models, as fixtures)
 
 
 def _id_plus_friction(model, q, qd, qdd):
