@@ -42,6 +42,10 @@ matrix; 5 an input is not finite.
 """
 # ---- template start (everything below is copied into the generated module)
 
+# the small helpers: inlined into their callers (numba IR), so that the arrays they take cost
+# no reference counting at each call
+_inline = njit(cache=True, error_model="numpy", inline="always")  # noqa: F821
+
 ST_OK = 0
 ST_NOFK = 1
 ST_NOIK = 2
@@ -72,11 +76,13 @@ O_DY_L = O_DY_B + N_Z  # noqa: F821
 DYN_SIZE = O_DY_L + N_Z * N_C  # noqa: F821
 
 
-@_kernel  # noqa: F821
-def _lu(A, k):
-    """In-place LU with partial pivoting of the leading k x k block of A; returns
-    (perm (k,), sign of det, ok).  ok is False at an exactly zero pivot (numpy's LinAlgError)."""
-    perm = np.arange(k)  # noqa: F821
+@_inline  # noqa: F821
+def _lu(A, k, perm):
+    """In-place LU with partial pivoting of the leading k x k block of A, the row permutation
+    into perm (int64, (k,) or longer); returns (sign of det, ok).  ok is False at an exactly zero
+    pivot (numpy's LinAlgError)."""
+    for i in range(k):
+        perm[i] = i
     sgn = 1.0
     for c in range(k):
         piv = c
@@ -87,7 +93,7 @@ def _lu(A, k):
                 big = v
                 piv = r
         if big == 0.0 or not math.isfinite(big):  # noqa: F821
-            return perm, 0.0, False
+            return 0.0, False
         if piv != c:
             for j in range(k):
                 t = A[c, j]
@@ -106,10 +112,10 @@ def _lu(A, k):
             if f != 0.0:
                 for j in range(c + 1, k):
                     A[r, j] -= f * A[c, j]
-    return perm, sgn, True
+    return sgn, True
 
 
-@_kernel  # noqa: F821
+@_inline  # noqa: F821
 def _lu_solve(A, perm, k, b, x):
     """x = A^-1 b with the LU of :func:`_lu` (b, x: (k,); may not alias)."""
     for i in range(k):
@@ -124,7 +130,7 @@ def _lu_solve(A, perm, k, b, x):
         x[i] = s / A[i, i]
 
 
-@_kernel  # noqa: F821
+@_inline  # noqa: F821
 def _maxabs(r, k):
     """max |r[:k]|, NaN-propagating."""
     m = 0.0
@@ -135,17 +141,18 @@ def _maxabs(r, k):
     return m
 
 
-@_kernel  # noqa: F821
-def _kin_lu(z, D, KP, B):
-    """KP = kin(z); B = the passive columns of phi_z, LU-factored: (perm, sign, ok)."""
+@_inline  # noqa: F821
+def _kin_lu(z, D, KP, B, perm):
+    """KP = kin(z); B = the passive columns of phi_z, LU-factored (row permutation into perm):
+    (sign, ok)."""
     kin_w(z, KP)  # noqa: F821
     for i in range(N_C):  # noqa: F821
         for j in range(N_C):  # noqa: F821
             B[i, j] = KP[N_C + i * N_Z + int(D[O_PAS + j])]  # noqa: F821
-    return _lu(B, N_C)  # noqa: F821
+    return _lu(B, N_C, perm)  # noqa: F821
 
 
-@_kernel  # noqa: F821
+@_inline  # noqa: F821
 def _finite(x, k):
     """Whether x has k entries, all finite."""
     if x.shape[0] != k:
@@ -156,25 +163,28 @@ def _finite(x, k):
     return True
 
 
-@_kernel  # noqa: F821
-def _residual_lu(kind, z, target, D, r, A):
+@_inline  # noqa: F821
+def _residual_lu(kind, z, target, D, r, A, KP, TK, perm):
     """kind 0: r = phi(z) (N_C,) and A = B, the passive columns of phi_z; kind 1: r = [phi(z);
-    task(z) - target] (N_Z,) and A = K = [phi_z; task_z]; A LU-factored: (perm, sign, ok)."""
+    task(z) - target] (N_Z,) and A = K = [phi_z; task_z]; A LU-factored (row permutation into
+    perm), KP = kin(z) (and kind 1: TK = tkin(z)): (sign, ok)."""
     if kind == 1:
-        return _ik_lu(z, target, A, r)
-    KP = np.empty(KIN_SIZE)  # noqa: F821
-    perm, sgn, ok = _kin_lu(z, D, KP, A)
+        return _ik_lu(z, target, A, r, KP, TK, perm)
+    sgn, ok = _kin_lu(z, D, KP, A, perm)
     for i in range(N_C):  # noqa: F821
         r[i] = KP[i]
-    return perm, sgn, ok
+    return sgn, ok
 
 
 @_kernel  # noqa: F821
-def _newton(kind, target, z0, D, z):
+def _newton(kind, target, z0, D, z, WK):
     """Newton from z0 into z: kind 0 on phi(z) = 0 over the passive coordinates with z[act] =
     target (actuated coordinates); kind 1 on [phi(z); task(z) - target] = 0 over every
-    coordinate (target: task coordinates).  Returns the sign of det(B) (kind 0) or det(K)
-    (kind 1) at the solution, 0.0 when Newton failed."""
+    coordinate (target: task coordinates).  ``WK``: the workspace (:func:`_work`).  Returns
+    (sign of det(B) (kind 0) or det(K) (kind 1) at the solution, 0.0 when Newton failed;
+    fresh): fresh is True when WK's kin, tkin and LU-factored matrix are those of the returned z
+    (the last step changed no coordinate: the usual case, the step being ~ tol squared)."""
+    r, A, dx, KP, TK, perm = WK
     k = N_C if kind == 0 else N_Z  # noqa: F821
     tol = D[O_TOL]
     for i in range(N_Z):  # noqa: F821
@@ -182,42 +192,53 @@ def _newton(kind, target, z0, D, z):
     if kind == 0:
         for a in range(N_A):  # noqa: F821
             z[int(D[O_ACT + a])] = target[a]
-    r = np.empty(k)  # noqa: F821
-    A = np.empty((k, k))  # noqa: F821
-    dx = np.empty(k)  # noqa: F821
     for _ in range(int(D[O_ITER])):
-        perm, sgn, ok = _residual_lu(kind, z, target, D, r, A)
+        sgn, ok = _residual_lu(kind, z, target, D, r, A, KP, TK, perm)
         err = _maxabs(r, k)
         if not math.isfinite(err) or not ok:  # noqa: F821
-            return 0.0
+            return 0.0, False
         _lu_solve(A, perm, k, r, dx)
+        same = True
         for j in range(k):
-            z[int(D[O_PAS + j]) if kind == 0 else j] -= dx[j]
+            i = int(D[O_PAS + j]) if kind == 0 else j
+            old = z[i]
+            z[i] = old - dx[j]
+            if z[i] != old:
+                same = False
         if err <= tol:       # one step past the tolerance: the error is then ~ its square
-            return sgn
-    perm, sgn, ok = _residual_lu(kind, z, target, D, r, A)
+            return sgn, same
+    sgn, ok = _residual_lu(kind, z, target, D, r, A, KP, TK, perm)
     if not _maxabs(r, k) <= tol or not ok:
-        return 0.0
-    return sgn
+        return 0.0, False
+    return sgn, True
+
+
+@_inline  # noqa: F821
+def _work(kind):
+    """Workspace of :func:`_newton` for ``kind``: (r (k,), A (k, k), dx (k,), KP (KIN_SIZE,),
+    TK (TKIN_SIZE,), perm (k,) int64), k = N_C (kind 0) or N_Z (kind 1)."""
+    k = N_C if kind == 0 else N_Z  # noqa: F821
+    return (np.empty(k), np.empty((k, k)), np.empty(k), np.empty(KIN_SIZE),  # noqa: F821
+            np.empty(TKIN_SIZE), np.empty(k, np.int64))  # noqa: F821
 
 
 @_kernel  # noqa: F821
 def newton_passive(qa, z0, D, z):
     """:func:`_newton` on the closures for the actuated qa (kind 0)."""
-    return _newton(0, qa, z0, D, z)
+    return _newton(0, qa, z0, D, z, _work(0))[0]
 
 
 @_kernel  # noqa: F821
 def newton_ik(X, z0, D, z):
     """:func:`_newton` on the closures and the task for the task pose X (kind 1)."""
-    return _newton(1, X, z0, D, z)
+    return _newton(1, X, z0, D, z, _work(1))[0]
 
 
 @_kernel  # noqa: F821
-def _continue(kind, target, z0, D, z):
+def _continue(kind, target, z0, D, z, WK):
     """:func:`_newton` continued from z0 to ``target`` in steps of at most step_a (kind 0) or
     step_t (kind 1), each keeping the home sign of det(B) (kind 0: the assembly mode) or det(K)
-    (kind 1: the working mode); into z, True on success."""
+    (kind 1: the working mode); into z: (True on success, fresh of the last :func:`_newton`)."""
     k_n = N_A if kind == 0 else N_T  # noqa: F821
     start = np.empty(k_n)  # noqa: F821
     if kind == 0:
@@ -225,7 +246,7 @@ def _continue(kind, target, z0, D, z):
             start[a] = z0[int(D[O_ACT + a])]
         o_step, sign = O_STEPA, D[O_SIGN2]
     else:
-        TK = np.empty(TKIN_SIZE)  # noqa: F821
+        TK = WK[4]
         tkin_w(z0, TK)  # noqa: F821
         for i in range(N_T):  # noqa: F821
             start[i] = TK[i]
@@ -237,31 +258,42 @@ def _continue(kind, target, z0, D, z):
             big = v
     k = max(1, int(math.ceil(big)))  # noqa: F821
     if k == 1:              # (the usual case: a control cycle's step)
-        return _newton(kind, target, z0, D, z) == sign
+        sg, fresh = _newton(kind, target, z0, D, z, WK)
+        return sg == sign, fresh
     zc = z0.copy()
     xs = np.empty(k_n)  # noqa: F821
+    fresh = False
     for s in range(1, k + 1):
         for i in range(k_n):
             xs[i] = start[i] + (target[i] - start[i]) * s / k
-        if _newton(kind, xs, zc, D, z) != sign:
-            return False
+        sg, fresh = _newton(kind, xs, zc, D, z, WK)
+        if sg != sign:
+            return False, False
         zc[:] = z
-    return True
+    return True, fresh
+
+
+@_kernel  # noqa: F821
+def _solve_ws(kind, D, target, z, WK):
+    """Full configuration z for ``target`` (kind 0: actuated coordinates; 1: task coordinates):
+    :func:`_continue` from the last solution (warm or warm_ik, updated), then from the home
+    configuration, in the workspace WK (:func:`_work`); (status, fresh of :func:`_newton`)."""
+    if not _finite(target, N_A if kind == 0 else N_T):  # noqa: F821
+        return ST_BADINPUT, False
+    o_warm = O_WARM if kind == 0 else O_WARMIK
+    ok, fresh = _continue(kind, target, D[o_warm:o_warm + N_Z], D, z, WK)  # noqa: F821
+    if not ok:
+        ok, fresh = _continue(kind, target, D[O_HOME:O_HOME + N_Z], D, z, WK)  # noqa: F821
+        if not ok:
+            return (ST_NOFK if kind == 0 else ST_NOIK), False
+    D[o_warm:o_warm + N_Z] = z  # noqa: F821
+    return ST_OK, fresh
 
 
 @_kernel  # noqa: F821
 def _solve(kind, D, target, z):
-    """Full configuration z for ``target`` (kind 0: actuated coordinates; 1: task coordinates):
-    :func:`_continue` from the last solution (warm or warm_ik, updated), then from the home
-    configuration; status."""
-    if not _finite(target, N_A if kind == 0 else N_T):  # noqa: F821
-        return ST_BADINPUT
-    o_warm = O_WARM if kind == 0 else O_WARMIK
-    if not _continue(kind, target, D[o_warm:o_warm + N_Z], D, z):  # noqa: F821
-        if not _continue(kind, target, D[O_HOME:O_HOME + N_Z], D, z):  # noqa: F821
-            return ST_NOFK if kind == 0 else ST_NOIK
-    D[o_warm:o_warm + N_Z] = z  # noqa: F821
-    return ST_OK
+    """:func:`_solve_ws` in a new workspace; status."""
+    return _solve_ws(kind, D, target, z, _work(kind))[0]
 
 
 @_kernel  # noqa: F821
@@ -296,11 +328,9 @@ def forward_task(D, qa, X):
 
 
 @_kernel  # noqa: F821
-def _ik_lu(z, X, K, r):
-    """r = [phi(z); task(z) - X] and K = [phi_z; task_z] (N_Z, N_Z) at z, LU-factored:
-    (perm, sign, ok)."""
-    KP = np.empty(KIN_SIZE)  # noqa: F821
-    TK = np.empty(TKIN_SIZE)  # noqa: F821
+def _ik_lu(z, X, K, r, KP, TK, perm):
+    """r = [phi(z); task(z) - X] and K = [phi_z; task_z] (N_Z, N_Z) at z, LU-factored (row
+    permutation into perm), KP = kin(z), TK = tkin(z): (sign, ok)."""
     kin_w(z, KP)  # noqa: F821
     tkin_w(z, TK)  # noqa: F821
     for i in range(N_C):  # noqa: F821
@@ -311,7 +341,7 @@ def _ik_lu(z, X, K, r):
         r[N_C + i] = TK[i] - X[i]  # noqa: F821
         for j in range(N_Z):  # noqa: F821
             K[N_C + i, j] = TK[N_T + i * N_Z + j]  # noqa: F821
-    return _lu(K, N_Z)  # noqa: F821
+    return _lu(K, N_Z, perm)  # noqa: F821
 
 
 @_kernel  # noqa: F821
@@ -326,13 +356,11 @@ def inverse_q(D, X, q):
     return ST_OK
 
 
-@_kernel  # noqa: F821
-def _fill_g(D, KP, B, perm, G):
+@_inline  # noqa: F821
+def _fill_g(D, KP, B, perm, G, col, x):
     """G (N_Z, N_A): identity rows on the actuated coordinates, -B^-1 A on the passive ones
-    (B LU-factored)."""
+    (B LU-factored; col, x: (N_C,) scratch)."""
     G[:, :] = 0.0
-    col = np.empty(N_C)  # noqa: F821
-    x = np.empty(N_C)  # noqa: F821
     for a in range(N_A):  # noqa: F821
         ia = int(D[O_ACT + a])
         G[ia, a] = 1.0
@@ -346,12 +374,11 @@ def _fill_g(D, KP, B, perm, G):
 @_kernel  # noqa: F821
 def velocity_map(D, z, G):
     """G (N_Z, N_A) with zd = G qd at z; False at a singular B."""
-    KP = np.empty(KIN_SIZE)  # noqa: F821
-    B = np.empty((N_C, N_C))  # noqa: F821
-    perm, sgn, ok = _kin_lu(z, D, KP, B)
+    r, B, dx, KP, TK, perm = _work(0)
+    sgn, ok = _kin_lu(z, D, KP, B, perm)
     if not ok:
         return False
-    _fill_g(D, KP, B, perm, G)
+    _fill_g(D, KP, B, perm, G, r, dx)
     return True
 
 
@@ -380,15 +407,16 @@ def state(D, qa, qda, z, zd, G, g0, DY):
     """z, zd = G qd, G, g0 (zdd = G qdd + g0) and DY = dyn(z, zd) at the actuated state; status."""
     if not _finite(qda, N_A):  # noqa: F821
         return ST_BADINPUT
-    st = configuration(D, qa, z)
+    WK = _work(0)
+    st, fresh = _solve_ws(0, D, qa, z, WK)
     if st != ST_OK:
         return st
-    KP = np.empty(KIN_SIZE)  # noqa: F821
-    B = np.empty((N_C, N_C))  # noqa: F821
-    perm, sgn, ok = _kin_lu(z, D, KP, B)
-    if not ok:
-        return ST_TYPE2
-    _fill_g(D, KP, B, perm, G)
+    r, B, x, KP, TK, perm = WK
+    if not fresh:           # (else B's LU and kin are those of z: Newton's last ones)
+        sgn, ok = _kin_lu(z, D, KP, B, perm)
+        if not ok:
+            return ST_TYPE2
+    _fill_g(D, KP, B, perm, G, r, x)
     for i in range(N_Z):  # noqa: F821
         s = 0.0
         for a in range(N_A):  # noqa: F821
@@ -396,7 +424,6 @@ def state(D, qa, qda, z, zd, G, g0, DY):
         zd[i] = s
     dyn_w(z, zd, D, DY)  # noqa: F821
     g0[:] = 0.0
-    x = np.empty(N_C)  # noqa: F821
     _lu_solve(B, perm, N_C, DY, x)  # noqa: F821  (DY[:N_C] = gamma)
     for j in range(N_C):  # noqa: F821
         g0[int(D[O_PAS + j])] = -x[j]
@@ -464,7 +491,8 @@ def _id_from(D, DY, zdd, wf, out):
         Fp[i] = -F[ip]
         for j in range(N_C):  # noqa: F821
             Lp[i, j] = DY[O_DY_L + ip * N_C + j]  # noqa: F821
-    perm, sgn, ok = _lu(Lp, N_C)  # noqa: F821
+    perm = np.empty(N_C, np.int64)  # noqa: F821
+    sgn, ok = _lu(Lp, N_C, perm)  # noqa: F821
     if not ok:
         return ST_SINGULAR
     lam = np.empty(N_C)  # noqa: F821
@@ -498,14 +526,15 @@ def task_id(D, X, Xd, Xdd, wf, out):
     if not (_finite(Xd, N_T) and _finite(Xdd, N_T)):  # noqa: F821
         return ST_BADINPUT
     z = np.empty(N_Z)  # noqa: F821
-    st = _solve(1, D, X, z)
+    WK = _work(1)
+    st, fresh = _solve_ws(1, D, X, z, WK)
     if st != ST_OK:
         return st
-    K = np.empty((N_Z, N_Z))  # noqa: F821
-    r = np.empty(N_Z)  # noqa: F821
-    perm, sgn, ok = _ik_lu(z, X, K, r)
-    if not ok:
-        return ST_SINGULAR
+    r, K, dx, KP, TK, perm = WK
+    if not fresh:           # (else K's LU is that of z: Newton's last one)
+        sgn, ok = _ik_lu(z, X, K, r, KP, TK, perm)
+        if not ok:
+            return ST_SINGULAR
     b = np.zeros(N_Z)  # noqa: F821
     for i in range(N_T):  # noqa: F821
         b[N_C + i] = Xd[i]  # noqa: F821
@@ -584,7 +613,8 @@ def forward_dynamics(D, qa, qda, taua, wf, qdd):
             for i in range(N_Z):  # noqa: F821
                 s += G[i, a] * MG[i, c]
             Mr[a, c] = s
-    perm, sgn, ok = _lu(Mr, N_A)  # noqa: F821
+    perm = np.empty(N_A, np.int64)  # noqa: F821
+    sgn, ok = _lu(Mr, N_A, perm)  # noqa: F821
     if not ok:
         return ST_SINGULAR
     _lu_solve(Mr, perm, N_A, rhs, qdd)  # noqa: F821
