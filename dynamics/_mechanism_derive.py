@@ -83,7 +83,7 @@ __all__ = ["derive", "Generated", "CODEGEN_VERSION", "cache_dir"]
 PHASES: dict = {}
 
 #: changes the digest whenever the generated code's form changes
-CODEGEN_VERSION = 5
+CODEGEN_VERSION = 6
 
 #: the joint types with more than one coordinate (the others have one)
 COORDINATES = {"universal": 2, "spherical": 3}
@@ -370,6 +370,9 @@ def _generate(spec: dict) -> str:
            "import math", "from math import sin, cos, sqrt, pi", "import numpy as np",
            "from numba import njit", "",
            "_kernel = njit(cache=True, error_model=\"numpy\")",
+           "# the generated functions allocate nothing: compiled without reference counting of",
+           "# their array arguments (the atomic counts cost more than their arithmetic)",
+           "_leaf = njit(cache=True, error_model=\"numpy\", _nrt=False)",
            f"N_Z = {n}", f"N_C = {m}", f"N_A = {n - m}", f"N_T = {nt}", f"N_P = {npar}", ""]
     names = {}
 
@@ -377,7 +380,7 @@ def _generate(spec: dict) -> str:
         flat = [sp.sympify(e) for e in exprs]
         reps, red = sp.cse(flat, symbols=sp.numbered_symbols("c"), optimizations=None)
         pr = _printer()
-        lines = ["@_kernel", f"def {name}_w({', '.join(args)}, out):"]
+        lines = ["@_leaf", f"def {name}_w({', '.join(args)}, out):"]
         unpack = {"q": Q, "qd": U, "p": p}
         used = set().union(*(e.free_symbols for e in flat)) if flat else set()
         for a in args:

@@ -30,6 +30,8 @@ Python passes few arguments; offsets ``O_*`` below::
     tol, iters        Newton tolerance [m] and iteration limit
     home (N_Z,)       home configuration
     warm (N_Z,), warm_ik (N_Z,)  the last forward / inverse kinematics solutions (updated)
+    warm_g (N_Z, N_A) the velocity map G at warm when :func:`state` computed it there, else
+                      zeros: the first-order predictor of the next forward kinematics' start
 
 Dense solves: LU with partial pivoting (:func:`_lu`); an exactly zero pivot is numpy's
 ``LinAlgError``.  The sign of a determinant is read off the LU of the last Newton iteration
@@ -45,6 +47,8 @@ matrix; 5 an input is not finite.
 # the small helpers: inlined into their callers (numba IR), so that the arrays they take cost
 # no reference counting at each call
 _inline = njit(cache=True, error_model="numpy", inline="always")  # noqa: F821
+# the kernels that allocate nothing: compiled without reference counting of their arrays
+_noref = njit(cache=True, error_model="numpy", _nrt=False)  # noqa: F821
 
 ST_OK = 0
 ST_NOFK = 1
@@ -65,7 +69,8 @@ O_ITER = O_TOL + 1
 O_HOME = O_ITER + 1
 O_WARM = O_HOME + N_Z  # noqa: F821
 O_WARMIK = O_WARM + N_Z  # noqa: F821
-D_SIZE = O_WARMIK + N_Z  # noqa: F821
+O_WARMG = O_WARMIK + N_Z  # noqa: F821
+D_SIZE = O_WARMG + N_Z * N_A  # noqa: F821
 # the fused generated forms: kin = [phi (N_C), phi_z (N_C, N_Z)], tkin = [task (N_T),
 # task_z (N_T, N_Z)], dyn = [gamma (N_C), M (N_Z, N_Z), b (N_Z), Lc (N_Z, N_C)]
 KIN_SIZE = N_C + N_C * N_Z  # noqa: F821
@@ -176,7 +181,7 @@ def _residual_lu(kind, z, target, D, r, A, KP, TK, perm):
     return sgn, ok
 
 
-@_kernel  # noqa: F821
+@_noref  # noqa: F821
 def _newton(kind, target, z0, D, z, WK):
     """Newton from z0 into z: kind 0 on phi(z) = 0 over the passive coordinates with z[act] =
     target (actuated coordinates); kind 1 on [phi(z); task(z) - target] = 0 over every
@@ -184,7 +189,7 @@ def _newton(kind, target, z0, D, z, WK):
     (sign of det(B) (kind 0) or det(K) (kind 1) at the solution, 0.0 when Newton failed;
     fresh): fresh is True when WK's kin, tkin and LU-factored matrix are those of the returned z
     (the last step changed no coordinate: the usual case, the step being ~ tol squared)."""
-    r, A, dx, KP, TK, perm = WK
+    r, A, dx, KP, TK, perm, zp = WK
     k = N_C if kind == 0 else N_Z  # noqa: F821
     tol = D[O_TOL]
     for i in range(N_Z):  # noqa: F821
@@ -216,10 +221,10 @@ def _newton(kind, target, z0, D, z, WK):
 @_inline  # noqa: F821
 def _work(kind):
     """Workspace of :func:`_newton` for ``kind``: (r (k,), A (k, k), dx (k,), KP (KIN_SIZE,),
-    TK (TKIN_SIZE,), perm (k,) int64), k = N_C (kind 0) or N_Z (kind 1)."""
+    TK (TKIN_SIZE,), perm (k,) int64, zp (N_Z,)), k = N_C (kind 0) or N_Z (kind 1)."""
     k = N_C if kind == 0 else N_Z  # noqa: F821
     return (np.empty(k), np.empty((k, k)), np.empty(k), np.empty(KIN_SIZE),  # noqa: F821
-            np.empty(TKIN_SIZE), np.empty(k, np.int64))  # noqa: F821
+            np.empty(TKIN_SIZE), np.empty(k, np.int64), np.empty(N_Z))  # noqa: F821
 
 
 @_kernel  # noqa: F821
@@ -235,10 +240,13 @@ def newton_ik(X, z0, D, z):
 
 
 @_kernel  # noqa: F821
-def _continue(kind, target, z0, D, z, WK):
+def _continue(kind, target, z0, D, z, WK, pred):
     """:func:`_newton` continued from z0 to ``target`` in steps of at most step_a (kind 0) or
     step_t (kind 1), each keeping the home sign of det(B) (kind 0: the assembly mode) or det(K)
-    (kind 1: the working mode); into z: (True on success, fresh of the last :func:`_newton`)."""
+    (kind 1: the working mode); into z: (True on success, fresh of the last :func:`_newton`).
+    ``pred`` (kind 0, z0 = warm): a single step starts from the first-order prediction
+    z0 + warm_g (target - z0[act]) (two Newton iterations instead of three on a control
+    cycle's step; with warm_g zero, z0 itself)."""
     k_n = N_A if kind == 0 else N_T  # noqa: F821
     start = np.empty(k_n)  # noqa: F821
     if kind == 0:
@@ -258,7 +266,16 @@ def _continue(kind, target, z0, D, z, WK):
             big = v
     k = max(1, int(math.ceil(big)))  # noqa: F821
     if k == 1:              # (the usual case: a control cycle's step)
-        sg, fresh = _newton(kind, target, z0, D, z, WK)
+        if pred:
+            zp = WK[6]
+            for i in range(N_Z):  # noqa: F821
+                s = z0[i]
+                for a in range(N_A):  # noqa: F821
+                    s += D[O_WARMG + i * N_A + a] * (target[a] - start[a])  # noqa: F821
+                zp[i] = s
+            sg, fresh = _newton(kind, target, zp, D, z, WK)
+        else:
+            sg, fresh = _newton(kind, target, z0, D, z, WK)
         return sg == sign, fresh
     zc = z0.copy()
     xs = np.empty(k_n)  # noqa: F821
@@ -281,12 +298,14 @@ def _solve_ws(kind, D, target, z, WK):
     if not _finite(target, N_A if kind == 0 else N_T):  # noqa: F821
         return ST_BADINPUT, False
     o_warm = O_WARM if kind == 0 else O_WARMIK
-    ok, fresh = _continue(kind, target, D[o_warm:o_warm + N_Z], D, z, WK)  # noqa: F821
+    ok, fresh = _continue(kind, target, D[o_warm:o_warm + N_Z], D, z, WK, kind == 0)  # noqa: F821
     if not ok:
-        ok, fresh = _continue(kind, target, D[O_HOME:O_HOME + N_Z], D, z, WK)  # noqa: F821
+        ok, fresh = _continue(kind, target, D[O_HOME:O_HOME + N_Z], D, z, WK, False)  # noqa: F821
         if not ok:
             return (ST_NOFK if kind == 0 else ST_NOIK), False
     D[o_warm:o_warm + N_Z] = z  # noqa: F821
+    if kind == 0:           # warm_g no longer the map at warm (state() sets it again)
+        D[O_WARMG:O_WARMG + N_Z * N_A] = 0.0  # noqa: F821
     return ST_OK, fresh
 
 
@@ -327,7 +346,7 @@ def forward_task(D, qa, X):
     return st
 
 
-@_kernel  # noqa: F821
+@_noref  # noqa: F821
 def _ik_lu(z, X, K, r, KP, TK, perm):
     """r = [phi(z); task(z) - X] and K = [phi_z; task_z] (N_Z, N_Z) at z, LU-factored (row
     permutation into perm), KP = kin(z), TK = tkin(z): (sign, ok)."""
@@ -374,7 +393,7 @@ def _fill_g(D, KP, B, perm, G, col, x):
 @_kernel  # noqa: F821
 def velocity_map(D, z, G):
     """G (N_Z, N_A) with zd = G qd at z; False at a singular B."""
-    r, B, dx, KP, TK, perm = _work(0)
+    r, B, dx, KP, TK, perm, zp = _work(0)
     sgn, ok = _kin_lu(z, D, KP, B, perm)
     if not ok:
         return False
@@ -411,12 +430,15 @@ def state(D, qa, qda, z, zd, G, g0, DY):
     st, fresh = _solve_ws(0, D, qa, z, WK)
     if st != ST_OK:
         return st
-    r, B, x, KP, TK, perm = WK
+    r, B, x, KP, TK, perm, zp = WK
     if not fresh:           # (else B's LU and kin are those of z: Newton's last ones)
         sgn, ok = _kin_lu(z, D, KP, B, perm)
         if not ok:
             return ST_TYPE2
     _fill_g(D, KP, B, perm, G, r, x)
+    for i in range(N_Z):  # noqa: F821   (z is warm: the predictor of the next solve)
+        for a in range(N_A):  # noqa: F821
+            D[O_WARMG + i * N_A + a] = G[i, a]  # noqa: F821
     for i in range(N_Z):  # noqa: F821
         s = 0.0
         for a in range(N_A):  # noqa: F821
@@ -530,7 +552,7 @@ def task_id(D, X, Xd, Xdd, wf, out):
     st, fresh = _solve_ws(1, D, X, z, WK)
     if st != ST_OK:
         return st
-    r, K, dx, KP, TK, perm = WK
+    r, K, dx, KP, TK, perm, zp = WK
     if not fresh:           # (else K's LU is that of z: Newton's last one)
         sgn, ok = _ik_lu(z, X, K, r, KP, TK, perm)
         if not ok:
