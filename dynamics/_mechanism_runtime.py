@@ -79,6 +79,7 @@ O_DY_M = N_C  # noqa: F821
 O_DY_B = O_DY_M + N_Z * N_Z  # noqa: F821
 O_DY_L = O_DY_B + N_Z  # noqa: F821
 DYN_SIZE = O_DY_L + N_Z * N_C  # noqa: F821
+STATE_SIZE = 3 * N_Z + N_Z * N_A + DYN_SIZE  # noqa: F821   z, zd, g0, G, DY
 
 
 @_inline  # noqa: F821
@@ -189,7 +190,7 @@ def _newton(kind, target, z0, D, z, WK):
     (sign of det(B) (kind 0) or det(K) (kind 1) at the solution, 0.0 when Newton failed;
     fresh): fresh is True when WK's kin, tkin and LU-factored matrix are those of the returned z
     (the last step changed no coordinate: the usual case, the step being ~ tol squared)."""
-    r, A, dx, KP, TK, perm, zp = WK
+    r, A, dx, KP, TK, perm = WK[0], WK[1], WK[2], WK[3], WK[4], WK[5]
     k = N_C if kind == 0 else N_Z  # noqa: F821
     tol = D[O_TOL]
     for i in range(N_Z):  # noqa: F821
@@ -220,11 +221,17 @@ def _newton(kind, target, z0, D, z, WK):
 
 @_inline  # noqa: F821
 def _work(kind):
-    """Workspace of :func:`_newton` for ``kind``: (r (k,), A (k, k), dx (k,), KP (KIN_SIZE,),
-    TK (TKIN_SIZE,), perm (k,) int64, zp (N_Z,)), k = N_C (kind 0) or N_Z (kind 1)."""
+    """Workspace of :func:`_newton` and :func:`_continue` for ``kind``: (r (k,), A (k, k),
+    dx (k,), KP (KIN_SIZE,), TK (TKIN_SIZE,), perm (k,) int64, zp (N_Z,), zc (N_Z,),
+    sx (2 N_Z,)), k = N_C (kind 0) or N_Z (kind 1): views of one float and one int array."""
     k = N_C if kind == 0 else N_Z  # noqa: F821
-    return (np.empty(k), np.empty((k, k)), np.empty(k), np.empty(KIN_SIZE),  # noqa: F821
-            np.empty(TKIN_SIZE), np.empty(k, np.int64), np.empty(N_Z))  # noqa: F821
+    f = np.empty(3 * k + k * k + KIN_SIZE + TKIN_SIZE + 4 * N_Z)  # noqa: F821
+    o = 3 * k + k * k
+    o2 = o + KIN_SIZE  # noqa: F821
+    o3 = o2 + TKIN_SIZE  # noqa: F821
+    return (f[0:k], f[3 * k:o].reshape((k, k)), f[k:2 * k], f[o:o2], f[o2:o3],
+            np.empty(k, np.int64), f[o3:o3 + N_Z], f[o3 + N_Z:o3 + 2 * N_Z],  # noqa: F821
+            f[o3 + 2 * N_Z:o3 + 4 * N_Z])  # noqa: F821
 
 
 @_kernel  # noqa: F821
@@ -239,7 +246,7 @@ def newton_ik(X, z0, D, z):
     return _newton(1, X, z0, D, z, _work(1))[0]
 
 
-@_kernel  # noqa: F821
+@_noref  # noqa: F821
 def _continue(kind, target, z0, D, z, WK, pred):
     """:func:`_newton` continued from z0 to ``target`` in steps of at most step_a (kind 0) or
     step_t (kind 1), each keeping the home sign of det(B) (kind 0: the assembly mode) or det(K)
@@ -248,7 +255,7 @@ def _continue(kind, target, z0, D, z, WK, pred):
     z0 + warm_g (target - z0[act]) (two Newton iterations instead of three on a control
     cycle's step; with warm_g zero, z0 itself)."""
     k_n = N_A if kind == 0 else N_T  # noqa: F821
-    start = np.empty(k_n)  # noqa: F821
+    start = WK[8]
     if kind == 0:
         for a in range(N_A):  # noqa: F821
             start[a] = z0[int(D[O_ACT + a])]
@@ -277,8 +284,10 @@ def _continue(kind, target, z0, D, z, WK, pred):
         else:
             sg, fresh = _newton(kind, target, z0, D, z, WK)
         return sg == sign, fresh
-    zc = z0.copy()
-    xs = np.empty(k_n)  # noqa: F821
+    zc = WK[7]
+    xs = WK[8][N_Z:]  # noqa: F821
+    for i in range(N_Z):  # noqa: F821
+        zc[i] = z0[i]
     fresh = False
     for s in range(1, k + 1):
         for i in range(k_n):
@@ -286,11 +295,12 @@ def _continue(kind, target, z0, D, z, WK, pred):
         sg, fresh = _newton(kind, xs, zc, D, z, WK)
         if sg != sign:
             return False, False
-        zc[:] = z
+        for i in range(N_Z):  # noqa: F821
+            zc[i] = z[i]
     return True, fresh
 
 
-@_kernel  # noqa: F821
+@_noref  # noqa: F821
 def _solve_ws(kind, D, target, z, WK):
     """Full configuration z for ``target`` (kind 0: actuated coordinates; 1: task coordinates):
     :func:`_continue` from the last solution (warm or warm_ik, updated), then from the home
@@ -303,9 +313,11 @@ def _solve_ws(kind, D, target, z, WK):
         ok, fresh = _continue(kind, target, D[O_HOME:O_HOME + N_Z], D, z, WK, False)  # noqa: F821
         if not ok:
             return (ST_NOFK if kind == 0 else ST_NOIK), False
-    D[o_warm:o_warm + N_Z] = z  # noqa: F821
+    for i in range(N_Z):  # noqa: F821
+        D[o_warm + i] = z[i]
     if kind == 0:           # warm_g no longer the map at warm (state() sets it again)
-        D[O_WARMG:O_WARMG + N_Z * N_A] = 0.0  # noqa: F821
+        for i in range(N_Z * N_A):  # noqa: F821
+            D[O_WARMG + i] = 0.0  # noqa: F821
     return ST_OK, fresh
 
 
@@ -393,7 +405,8 @@ def _fill_g(D, KP, B, perm, G, col, x):
 @_kernel  # noqa: F821
 def velocity_map(D, z, G):
     """G (N_Z, N_A) with zd = G qd at z; False at a singular B."""
-    r, B, dx, KP, TK, perm, zp = _work(0)
+    WK = _work(0)
+    r, B, dx, KP, perm = WK[0], WK[1], WK[2], WK[3], WK[5]
     sgn, ok = _kin_lu(z, D, KP, B, perm)
     if not ok:
         return False
@@ -424,13 +437,18 @@ def task_jacobian(D, qa, J):
 @_kernel  # noqa: F821
 def state(D, qa, qda, z, zd, G, g0, DY):
     """z, zd = G qd, G, g0 (zdd = G qdd + g0) and DY = dyn(z, zd) at the actuated state; status."""
+    return _state_ws(D, qa, qda, z, zd, G, g0, DY, _work(0))
+
+
+@_noref  # noqa: F821
+def _state_ws(D, qa, qda, z, zd, G, g0, DY, WK):
+    """:func:`state` in the workspace WK (:func:`_work`, kind 0)."""
     if not _finite(qda, N_A):  # noqa: F821
         return ST_BADINPUT
-    WK = _work(0)
     st, fresh = _solve_ws(0, D, qa, z, WK)
     if st != ST_OK:
         return st
-    r, B, x, KP, TK, perm, zp = WK
+    r, B, x, KP, perm = WK[0], WK[1], WK[2], WK[3], WK[5]
     if not fresh:           # (else B's LU and kin are those of z: Newton's last ones)
         sgn, ok = _kin_lu(z, D, KP, B, perm)
         if not ok:
@@ -445,7 +463,8 @@ def state(D, qa, qda, z, zd, G, g0, DY):
             s += G[i, a] * qda[a]
         zd[i] = s
     dyn_w(z, zd, D, DY)  # noqa: F821
-    g0[:] = 0.0
+    for i in range(N_Z):  # noqa: F821
+        g0[i] = 0.0
     _lu_solve(B, perm, N_C, DY, x)  # noqa: F821  (DY[:N_C] = gamma)
     for j in range(N_C):  # noqa: F821
         g0[int(D[O_PAS + j])] = -x[j]
@@ -454,14 +473,18 @@ def state(D, qa, qda, z, zd, G, g0, DY):
 
 @_kernel  # noqa: F821
 def _new_state(D, qa, qda):
-    """(status, z, zd, G, g0, DY) of :func:`state`, in new arrays."""
-    z = np.empty(N_Z)  # noqa: F821
-    zd = np.empty(N_Z)  # noqa: F821
-    G = np.empty((N_Z, N_A))  # noqa: F821
-    g0 = np.empty(N_Z)  # noqa: F821
-    DY = np.empty(DYN_SIZE)  # noqa: F821
+    """(status, z, zd, G, g0, DY) of :func:`state`, views of one new array."""
+    z, zd, G, g0, DY = _state_arrays(np.empty(STATE_SIZE))  # noqa: F821
     st = state(D, qa, qda, z, zd, G, g0, DY)
     return st, z, zd, G, g0, DY
+
+
+@_inline  # noqa: F821
+def _state_arrays(f):
+    """(z, zd, G, g0, DY) of :func:`state`: views of f (STATE_SIZE,)."""
+    o = 3 * N_Z + N_Z * N_A  # noqa: F821
+    return (f[0:N_Z], f[N_Z:2 * N_Z], f[3 * N_Z:o].reshape((N_Z, N_A)),  # noqa: F821
+            f[2 * N_Z:3 * N_Z], f[o:o + DYN_SIZE])  # noqa: F821
 
 
 @_kernel  # noqa: F821
@@ -499,25 +522,31 @@ def reduced(D, qa, qda, Mr, h):
 @_kernel  # noqa: F821
 def _id_from(D, DY, zdd, wf, out):
     """out[:N_A] = tau, out[N_A:N_Z] = lam from dyn (DY) and the full acceleration zdd; status."""
-    F = np.empty(N_Z)  # noqa: F821
+    f = np.empty(N_Z + N_C * N_C + 2 * N_C)  # noqa: F821
+    return _id_from_ws(D, DY, zdd, wf, out, f, np.empty(N_C, np.int64))  # noqa: F821
+
+
+@_noref  # noqa: F821
+def _id_from_ws(D, DY, zdd, wf, out, f, perm):
+    """:func:`_id_from` in the workspace f (N_Z + N_C N_C + 2 N_C,), perm (N_C,) int64."""
+    F = f[0:N_Z]  # noqa: F821
     for i in range(N_Z):  # noqa: F821
         s = 0.0
         for j in range(N_Z):  # noqa: F821
             s += DY[O_DY_M + i * N_Z + j] * zdd[j]  # noqa: F821
         s += D[O_ARM + i] * zdd[i]
         F[i] = s + DY[O_DY_B + i] - wf[i]
-    Lp = np.empty((N_C, N_C))  # noqa: F821
-    Fp = np.empty(N_C)  # noqa: F821
+    Lp = f[N_Z:N_Z + N_C * N_C].reshape((N_C, N_C))  # noqa: F821
+    Fp = f[N_Z + N_C * N_C:N_Z + N_C * N_C + N_C]  # noqa: F821
     for i in range(N_C):  # noqa: F821
         ip = int(D[O_PAS + i])
         Fp[i] = -F[ip]
         for j in range(N_C):  # noqa: F821
             Lp[i, j] = DY[O_DY_L + ip * N_C + j]  # noqa: F821
-    perm = np.empty(N_C, np.int64)  # noqa: F821
     sgn, ok = _lu(Lp, N_C, perm)  # noqa: F821
     if not ok:
         return ST_SINGULAR
-    lam = np.empty(N_C)  # noqa: F821
+    lam = f[N_Z + N_C * N_C + N_C:N_Z + N_C * N_C + 2 * N_C]  # noqa: F821
     _lu_solve(Lp, perm, N_C, Fp, lam)  # noqa: F821
     for a in range(N_A):  # noqa: F821
         ia = int(D[O_ACT + a])
@@ -552,7 +581,7 @@ def task_id(D, X, Xd, Xdd, wf, out):
     st, fresh = _solve_ws(1, D, X, z, WK)
     if st != ST_OK:
         return st
-    r, K, dx, KP, TK, perm, zp = WK
+    r, K, KP, TK, perm = WK[0], WK[1], WK[3], WK[4], WK[5]
     if not fresh:           # (else K's LU is that of z: Newton's last one)
         sgn, ok = _ik_lu(z, X, K, r, KP, TK, perm)
         if not ok:
@@ -582,7 +611,16 @@ def inverse_dynamics(D, qa, qda, qdda, wf, out):
     if not _finite(qdda, N_A) or wf.shape[0] != N_Z or (  # noqa: F821
             out.shape[0] != N_A and out.shape[0] != N_A + N_C + N_Z):  # noqa: F821
         return ST_BADINPUT
-    st, z, zd, G, g0, DY = _new_state(D, qa, qda)
+    f = np.empty(STATE_SIZE + N_Z + N_C * N_C + 2 * N_C)  # noqa: F821
+    return _id_ws(D, qa, qda, qdda, wf, out, f, _work(0))
+
+
+@_noref  # noqa: F821
+def _id_ws(D, qa, qda, qdda, wf, out, f, WK):
+    """:func:`inverse_dynamics` in the workspaces f (STATE_SIZE + N_Z + N_C N_C + 2 N_C,) and WK
+    (:func:`_work`, kind 0)."""
+    z, zd, G, g0, DY = _state_arrays(f)
+    st = _state_ws(D, qa, qda, z, zd, G, g0, DY, WK)
     if st != ST_OK:
         return st
     for i in range(N_Z):  # noqa: F821
@@ -590,7 +628,7 @@ def inverse_dynamics(D, qa, qda, qdda, wf, out):
         for a in range(N_A):  # noqa: F821
             s += G[i, a] * qdda[a]
         g0[i] = s            # now zdd
-    st = _id_from(D, DY, g0, wf, out)
+    st = _id_from_ws(D, DY, g0, wf, out, f[STATE_SIZE:], WK[5])  # noqa: F821
     if out.shape[0] > N_A:  # noqa: F821
         for i in range(N_Z):  # noqa: F821
             out[N_Z + i] = z[i]  # noqa: F821
@@ -602,11 +640,23 @@ def forward_dynamics(D, qa, qda, taua, wf, qdd):
     """qdd (N_A,) solving G^T M G qdd = tau - G^T (M g0 + b) + G^T wf; status."""
     if not _finite(taua, N_A) or wf.shape[0] != N_Z or qdd.shape[0] != N_A:  # noqa: F821
         return ST_BADINPUT
-    st, z, zd, G, g0, DY = _new_state(D, qa, qda)
+    f = np.empty(STATE_SIZE + N_Z * N_Z + N_Z + N_Z * N_A + N_A * N_A + N_A)  # noqa: F821
+    return _fd_ws(D, qa, qda, taua, wf, qdd, f, _work(0), np.empty(N_A, np.int64))  # noqa: F821
+
+
+@_noref  # noqa: F821
+def _fd_ws(D, qa, qda, taua, wf, qdd, f, WK, perm):
+    """:func:`forward_dynamics` in the workspaces f (STATE_SIZE + N_Z N_Z + N_Z + N_Z N_A + N_A N_A
+    + N_A,), WK (:func:`_work`, kind 0) and perm (N_A,) int64."""
+    z, zd, G, g0, DY = _state_arrays(f)
+    st = _state_ws(D, qa, qda, z, zd, G, g0, DY, WK)
     if st != ST_OK:
         return st
-    M = np.empty((N_Z, N_Z))  # noqa: F821
-    b = np.empty(N_Z)  # noqa: F821
+    o = STATE_SIZE  # noqa: F821
+    M = f[o:o + N_Z * N_Z].reshape((N_Z, N_Z))  # noqa: F821
+    o += N_Z * N_Z  # noqa: F821
+    b = f[o:o + N_Z]  # noqa: F821
+    o += N_Z  # noqa: F821
     for i in range(N_Z):  # noqa: F821
         for j in range(N_Z):  # noqa: F821
             M[i, j] = DY[O_DY_M + i * N_Z + j]  # noqa: F821
@@ -616,15 +666,16 @@ def forward_dynamics(D, qa, qda, taua, wf, qdd):
         for j in range(N_Z):  # noqa: F821
             s += M[i, j] * g0[j]
         b[i] = DY[O_DY_B + i] + s - wf[i]
-    MG = np.empty((N_Z, N_A))  # noqa: F821
+    MG = f[o:o + N_Z * N_A].reshape((N_Z, N_A))  # noqa: F821
+    o += N_Z * N_A  # noqa: F821
     for i in range(N_Z):  # noqa: F821
         for a in range(N_A):  # noqa: F821
             s = 0.0
             for j in range(N_Z):  # noqa: F821
                 s += M[i, j] * G[j, a]
             MG[i, a] = s
-    Mr = np.empty((N_A, N_A))  # noqa: F821
-    rhs = np.empty(N_A)  # noqa: F821
+    Mr = f[o:o + N_A * N_A].reshape((N_A, N_A))  # noqa: F821
+    rhs = f[o + N_A * N_A:o + N_A * N_A + N_A]  # noqa: F821
     for a in range(N_A):  # noqa: F821
         s = 0.0
         for i in range(N_Z):  # noqa: F821
@@ -635,7 +686,6 @@ def forward_dynamics(D, qa, qda, taua, wf, qdd):
             for i in range(N_Z):  # noqa: F821
                 s += G[i, a] * MG[i, c]
             Mr[a, c] = s
-    perm = np.empty(N_A, np.int64)  # noqa: F821
     sgn, ok = _lu(Mr, N_A, perm)  # noqa: F821
     if not ok:
         return ST_SINGULAR
