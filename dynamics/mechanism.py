@@ -31,7 +31,10 @@ Kinematics
   coordinates, by continuation from the last solution (or the home configuration) in steps of at
   most 0.1 rad / 0.01 m of the actuated coordinates; each step must keep the sign of
   ``det(phi_p)`` (the type-2 Jacobian), so the assembly mode is the home configuration's (the
-  file's ``home`` joint values choose it).  A jump is refused as a SingularityError.
+  file's ``home`` joint values choose it).  A jump is refused as a SingularityError.  A single
+  step from the last solution starts at its first-order prediction ``z + G (q - q_last)`` when
+  the last dynamics call computed the velocity map ``G`` there (two Newton iterations a control
+  cycle instead of three).
 * Inverse kinematics (``X`` -> ``z``): Newton on ``[phi(z); task(z) - X] = 0`` over all
   coordinates, by continuation in task space from the home (or ``guess=``, a full configuration:
   the working mode chosen explicitly), keeping the sign of the determinant of that square
