@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["time_call", "time_calls", "stats"]
+__all__ = ["time_call", "time_calls", "interleaved_samples", "stats"]
 
 
 def stats(samples_us) -> tuple[float, float]:
@@ -59,9 +59,11 @@ def time_call(fn: Callable, *args: Any, repeat: int = 50, number: int = 1000,
     return stats([_sample(fn, args, number) for _ in range(repeat)])
 
 
-def time_calls(calls: dict[str, tuple[Callable, tuple]], *, repeat: int = 50, number: int = 1000,
-               warmup: int = 1) -> dict[str, tuple[float, float]]:
-    """Like :func:`time_call` for several ``name -> (fn, args)``, samples interleaved."""
+def interleaved_samples(calls: dict[str, tuple[Callable, tuple]], *, repeat: int = 50,
+                        number: int = 1000, warmup: int = 1) -> dict[str, list[float]]:
+    """Per-call samples [us] (``repeat`` each) of several ``name -> (fn, args)``, interleaved:
+    sample j of every function is taken in round j, so a ratio of two functions' samples of
+    the same round compares them under the same load."""
     for _ in range(warmup):
         for fn, args in calls.values():
             _sample(fn, args, number)
@@ -69,4 +71,12 @@ def time_calls(calls: dict[str, tuple[Callable, tuple]], *, repeat: int = 50, nu
     for _ in range(repeat):
         for k, (fn, args) in calls.items():
             samples[k].append(_sample(fn, args, number))
+    return samples
+
+
+def time_calls(calls: dict[str, tuple[Callable, tuple]], *, repeat: int = 50, number: int = 1000,
+               warmup: int = 1) -> dict[str, tuple[float, float]]:
+    """Like :func:`time_call` for several ``name -> (fn, args)``, samples interleaved
+    (:func:`interleaved_samples`)."""
+    samples = interleaved_samples(calls, repeat=repeat, number=number, warmup=warmup)
     return {k: stats(v) for k, v in samples.items()}

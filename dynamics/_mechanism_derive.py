@@ -83,7 +83,7 @@ __all__ = ["derive", "derive_regressor", "Generated", "CODEGEN_VERSION", "cache_
 PHASES: dict = {}
 
 #: changes the digest whenever the generated code's form changes
-CODEGEN_VERSION = 5
+CODEGEN_VERSION = 6
 
 #: the joint types with more than one coordinate (the others have one)
 COORDINATES = {"universal": 2, "spherical": 3}
@@ -441,11 +441,14 @@ def _generate(spec: dict) -> str:
            "import math", "from math import sin, cos, sqrt, pi", "import numpy as np",
            "from numba import njit", "",
            "_kernel = njit(cache=True, error_model=\"numpy\")",
+           "# the generated functions allocate nothing: compiled without reference counting of",
+           "# their array arguments (the atomic counts cost more than their arithmetic)",
+           "_leaf = njit(cache=True, error_model=\"numpy\", _nrt=False)",
            f"N_Z = {n}", f"N_C = {m}", f"N_A = {n - m}", f"N_T = {nt}", f"N_P = {npar}", ""]
     names = {}
 
     def emit(name, args, exprs, shape):
-        _emit(out, names, name, args, exprs, shape, {"q": Q, "qd": U, "p": p})
+        _emit(out, names, name, args, exprs, shape, {"q": Q, "qd": U, "p": p}, decorator="@_leaf")
 
     # fused forms: one pass of common subexpressions (the sines and cosines of the angles
     # once) for what one Newton iteration / one dynamics call needs; the single quantities
@@ -495,17 +498,19 @@ def _plain_symbols(q, *rates):
     return Q, U, sub
 
 
-def _emit(out: list, names: dict, name: str, args, exprs, shape, unpack: dict) -> None:
+def _emit(out: list, names: dict, name: str, args, exprs, shape, unpack: dict,
+          decorator: str = "@_kernel") -> None:
     """Append the numba kernel ``<name>_w(*args, out)`` of the expressions ``exprs`` (flattened
     row-major, shape ``shape``) to the source lines ``out`` (one pass of ``sympy.cse`` without
     its optimisations) and record its arguments and shape in ``names``; ``unpack`` maps an
-    argument's name to its symbols."""
+    argument's name to its symbols; ``decorator`` is the compile line (``@_leaf``: the model's
+    functions, compiled without reference counting)."""
     import sympy as sp
 
     flat = [sp.sympify(e) for e in exprs]
     reps, red = sp.cse(flat, symbols=sp.numbered_symbols("c"), optimizations=None)
     pr = _printer()
-    lines = ["@_kernel", f"def {name}_w({', '.join(args)}, out):"]
+    lines = [decorator, f"def {name}_w({', '.join(args)}, out):"]
     used = set().union(*(e.free_symbols for e in flat)) if flat else set()
     for a in args:
         for i, s in enumerate(unpack[a]):

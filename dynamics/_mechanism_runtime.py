@@ -30,6 +30,8 @@ Python passes few arguments; offsets ``O_*`` below::
     tol, iters        Newton tolerance [m] and iteration limit
     home (N_Z,)       home configuration
     warm (N_Z,), warm_ik (N_Z,)  the last forward / inverse kinematics solutions (updated)
+    warm_g (N_Z, N_A) the velocity map G at warm when :func:`state` computed it there, else
+                      zeros: the first-order predictor of the next forward kinematics' start
 
 Dense solves: LU with partial pivoting (:func:`_lu`); an exactly zero pivot is numpy's
 ``LinAlgError``.  The sign of a determinant is read off the LU of the last Newton iteration
@@ -41,6 +43,12 @@ Status codes: 0 ok; 1 no configuration in the home assembly mode (forward kinema
 matrix; 5 an input is not finite.
 """
 # ---- template start (everything below is copied into the generated module)
+
+# the small helpers: inlined into their callers (numba IR), so that the arrays they take cost
+# no reference counting at each call
+_inline = njit(cache=True, error_model="numpy", inline="always")  # noqa: F821
+# the kernels that allocate nothing: compiled without reference counting of their arrays
+_noref = njit(cache=True, error_model="numpy", _nrt=False)  # noqa: F821
 
 ST_OK = 0
 ST_NOFK = 1
@@ -61,7 +69,8 @@ O_ITER = O_TOL + 1
 O_HOME = O_ITER + 1
 O_WARM = O_HOME + N_Z  # noqa: F821
 O_WARMIK = O_WARM + N_Z  # noqa: F821
-D_SIZE = O_WARMIK + N_Z  # noqa: F821
+O_WARMG = O_WARMIK + N_Z  # noqa: F821
+D_SIZE = O_WARMG + N_Z * N_A  # noqa: F821
 # the fused generated forms: kin = [phi (N_C), phi_z (N_C, N_Z)], tkin = [task (N_T),
 # task_z (N_T, N_Z)], dyn = [gamma (N_C), M (N_Z, N_Z), b (N_Z), Lc (N_Z, N_C)]
 KIN_SIZE = N_C + N_C * N_Z  # noqa: F821
@@ -70,13 +79,16 @@ O_DY_M = N_C  # noqa: F821
 O_DY_B = O_DY_M + N_Z * N_Z  # noqa: F821
 O_DY_L = O_DY_B + N_Z  # noqa: F821
 DYN_SIZE = O_DY_L + N_Z * N_C  # noqa: F821
+STATE_SIZE = 3 * N_Z + N_Z * N_A + DYN_SIZE  # noqa: F821   z, zd, g0, G, DY
 
 
-@_kernel  # noqa: F821
-def _lu(A, k):
-    """In-place LU with partial pivoting of the leading k x k block of A; returns
-    (perm (k,), sign of det, ok).  ok is False at an exactly zero pivot (numpy's LinAlgError)."""
-    perm = np.arange(k)  # noqa: F821
+@_inline  # noqa: F821
+def _lu(A, k, perm):
+    """In-place LU with partial pivoting of the leading k x k block of A, the row permutation
+    into perm (int64, (k,) or longer); returns (sign of det, ok).  ok is False at an exactly zero
+    pivot (numpy's LinAlgError)."""
+    for i in range(k):
+        perm[i] = i
     sgn = 1.0
     for c in range(k):
         piv = c
@@ -87,7 +99,7 @@ def _lu(A, k):
                 big = v
                 piv = r
         if big == 0.0 or not math.isfinite(big):  # noqa: F821
-            return perm, 0.0, False
+            return 0.0, False
         if piv != c:
             for j in range(k):
                 t = A[c, j]
@@ -106,10 +118,10 @@ def _lu(A, k):
             if f != 0.0:
                 for j in range(c + 1, k):
                     A[r, j] -= f * A[c, j]
-    return perm, sgn, True
+    return sgn, True
 
 
-@_kernel  # noqa: F821
+@_inline  # noqa: F821
 def _lu_solve(A, perm, k, b, x):
     """x = A^-1 b with the LU of :func:`_lu` (b, x: (k,); may not alias)."""
     for i in range(k):
@@ -124,7 +136,7 @@ def _lu_solve(A, perm, k, b, x):
         x[i] = s / A[i, i]
 
 
-@_kernel  # noqa: F821
+@_inline  # noqa: F821
 def _maxabs(r, k):
     """max |r[:k]|, NaN-propagating."""
     m = 0.0
@@ -135,17 +147,18 @@ def _maxabs(r, k):
     return m
 
 
-@_kernel  # noqa: F821
-def _kin_lu(z, D, KP, B):
-    """KP = kin(z); B = the passive columns of phi_z, LU-factored: (perm, sign, ok)."""
+@_inline  # noqa: F821
+def _kin_lu(z, D, KP, B, perm):
+    """KP = kin(z); B = the passive columns of phi_z, LU-factored (row permutation into perm):
+    (sign, ok)."""
     kin_w(z, KP)  # noqa: F821
     for i in range(N_C):  # noqa: F821
         for j in range(N_C):  # noqa: F821
             B[i, j] = KP[N_C + i * N_Z + int(D[O_PAS + j])]  # noqa: F821
-    return _lu(B, N_C)  # noqa: F821
+    return _lu(B, N_C, perm)  # noqa: F821
 
 
-@_kernel  # noqa: F821
+@_inline  # noqa: F821
 def _finite(x, k):
     """Whether x has k entries, all finite."""
     if x.shape[0] != k:
@@ -156,25 +169,28 @@ def _finite(x, k):
     return True
 
 
-@_kernel  # noqa: F821
-def _residual_lu(kind, z, target, D, r, A):
+@_inline  # noqa: F821
+def _residual_lu(kind, z, target, D, r, A, KP, TK, perm):
     """kind 0: r = phi(z) (N_C,) and A = B, the passive columns of phi_z; kind 1: r = [phi(z);
-    task(z) - target] (N_Z,) and A = K = [phi_z; task_z]; A LU-factored: (perm, sign, ok)."""
+    task(z) - target] (N_Z,) and A = K = [phi_z; task_z]; A LU-factored (row permutation into
+    perm), KP = kin(z) (and kind 1: TK = tkin(z)): (sign, ok)."""
     if kind == 1:
-        return _ik_lu(z, target, A, r)
-    KP = np.empty(KIN_SIZE)  # noqa: F821
-    perm, sgn, ok = _kin_lu(z, D, KP, A)
+        return _ik_lu(z, target, A, r, KP, TK, perm)
+    sgn, ok = _kin_lu(z, D, KP, A, perm)
     for i in range(N_C):  # noqa: F821
         r[i] = KP[i]
-    return perm, sgn, ok
+    return sgn, ok
 
 
-@_kernel  # noqa: F821
-def _newton(kind, target, z0, D, z):
+@_noref  # noqa: F821
+def _newton(kind, target, z0, D, z, WK):
     """Newton from z0 into z: kind 0 on phi(z) = 0 over the passive coordinates with z[act] =
     target (actuated coordinates); kind 1 on [phi(z); task(z) - target] = 0 over every
-    coordinate (target: task coordinates).  Returns the sign of det(B) (kind 0) or det(K)
-    (kind 1) at the solution, 0.0 when Newton failed."""
+    coordinate (target: task coordinates).  ``WK``: the workspace (:func:`_work`).  Returns
+    (sign of det(B) (kind 0) or det(K) (kind 1) at the solution, 0.0 when Newton failed;
+    fresh): fresh is True when WK's kin, tkin and LU-factored matrix are those of the returned z
+    (the last step changed no coordinate: the usual case, the step being ~ tol squared)."""
+    r, A, dx, KP, TK, perm = WK[0], WK[1], WK[2], WK[3], WK[4], WK[5]
     k = N_C if kind == 0 else N_Z  # noqa: F821
     tol = D[O_TOL]
     for i in range(N_Z):  # noqa: F821
@@ -182,50 +198,70 @@ def _newton(kind, target, z0, D, z):
     if kind == 0:
         for a in range(N_A):  # noqa: F821
             z[int(D[O_ACT + a])] = target[a]
-    r = np.empty(k)  # noqa: F821
-    A = np.empty((k, k))  # noqa: F821
-    dx = np.empty(k)  # noqa: F821
     for _ in range(int(D[O_ITER])):
-        perm, sgn, ok = _residual_lu(kind, z, target, D, r, A)
+        sgn, ok = _residual_lu(kind, z, target, D, r, A, KP, TK, perm)
         err = _maxabs(r, k)
         if not math.isfinite(err) or not ok:  # noqa: F821
-            return 0.0
+            return 0.0, False
         _lu_solve(A, perm, k, r, dx)
+        same = True
         for j in range(k):
-            z[int(D[O_PAS + j]) if kind == 0 else j] -= dx[j]
+            i = int(D[O_PAS + j]) if kind == 0 else j
+            old = z[i]
+            z[i] = old - dx[j]
+            if z[i] != old:
+                same = False
         if err <= tol:       # one step past the tolerance: the error is then ~ its square
-            return sgn
-    perm, sgn, ok = _residual_lu(kind, z, target, D, r, A)
+            return sgn, same
+    sgn, ok = _residual_lu(kind, z, target, D, r, A, KP, TK, perm)
     if not _maxabs(r, k) <= tol or not ok:
-        return 0.0
-    return sgn
+        return 0.0, False
+    return sgn, True
+
+
+@_inline  # noqa: F821
+def _work(kind):
+    """Workspace of :func:`_newton` and :func:`_continue` for ``kind``: (r (k,), A (k, k),
+    dx (k,), KP (KIN_SIZE,), TK (TKIN_SIZE,), perm (k,) int64, zp (N_Z,), zc (N_Z,),
+    sx (2 N_Z,)), k = N_C (kind 0) or N_Z (kind 1): views of one float and one int array."""
+    k = N_C if kind == 0 else N_Z  # noqa: F821
+    f = np.empty(3 * k + k * k + KIN_SIZE + TKIN_SIZE + 4 * N_Z)  # noqa: F821
+    o = 3 * k + k * k
+    o2 = o + KIN_SIZE  # noqa: F821
+    o3 = o2 + TKIN_SIZE  # noqa: F821
+    return (f[0:k], f[3 * k:o].reshape((k, k)), f[k:2 * k], f[o:o2], f[o2:o3],
+            np.empty(k, np.int64), f[o3:o3 + N_Z], f[o3 + N_Z:o3 + 2 * N_Z],  # noqa: F821
+            f[o3 + 2 * N_Z:o3 + 4 * N_Z])  # noqa: F821
 
 
 @_kernel  # noqa: F821
 def newton_passive(qa, z0, D, z):
     """:func:`_newton` on the closures for the actuated qa (kind 0)."""
-    return _newton(0, qa, z0, D, z)
+    return _newton(0, qa, z0, D, z, _work(0))[0]
 
 
 @_kernel  # noqa: F821
 def newton_ik(X, z0, D, z):
     """:func:`_newton` on the closures and the task for the task pose X (kind 1)."""
-    return _newton(1, X, z0, D, z)
+    return _newton(1, X, z0, D, z, _work(1))[0]
 
 
-@_kernel  # noqa: F821
-def _continue(kind, target, z0, D, z):
+@_noref  # noqa: F821
+def _continue(kind, target, z0, D, z, WK, pred):
     """:func:`_newton` continued from z0 to ``target`` in steps of at most step_a (kind 0) or
     step_t (kind 1), each keeping the home sign of det(B) (kind 0: the assembly mode) or det(K)
-    (kind 1: the working mode); into z, True on success."""
+    (kind 1: the working mode); into z: (True on success, fresh of the last :func:`_newton`).
+    ``pred`` (kind 0, z0 = warm): a single step starts from the first-order prediction
+    z0 + warm_g (target - z0[act]) (two Newton iterations instead of three on a control
+    cycle's step; with warm_g zero, z0 itself)."""
     k_n = N_A if kind == 0 else N_T  # noqa: F821
-    start = np.empty(k_n)  # noqa: F821
+    start = WK[8]
     if kind == 0:
         for a in range(N_A):  # noqa: F821
             start[a] = z0[int(D[O_ACT + a])]
         o_step, sign = O_STEPA, D[O_SIGN2]
     else:
-        TK = np.empty(TKIN_SIZE)  # noqa: F821
+        TK = WK[4]
         tkin_w(z0, TK)  # noqa: F821
         for i in range(N_T):  # noqa: F821
             start[i] = TK[i]
@@ -237,31 +273,58 @@ def _continue(kind, target, z0, D, z):
             big = v
     k = max(1, int(math.ceil(big)))  # noqa: F821
     if k == 1:              # (the usual case: a control cycle's step)
-        return _newton(kind, target, z0, D, z) == sign
-    zc = z0.copy()
-    xs = np.empty(k_n)  # noqa: F821
+        if pred:
+            zp = WK[6]
+            for i in range(N_Z):  # noqa: F821
+                s = z0[i]
+                for a in range(N_A):  # noqa: F821
+                    s += D[O_WARMG + i * N_A + a] * (target[a] - start[a])  # noqa: F821
+                zp[i] = s
+            sg, fresh = _newton(kind, target, zp, D, z, WK)
+        else:
+            sg, fresh = _newton(kind, target, z0, D, z, WK)
+        return sg == sign, fresh
+    zc = WK[7]
+    xs = WK[8][N_Z:]  # noqa: F821
+    for i in range(N_Z):  # noqa: F821
+        zc[i] = z0[i]
+    fresh = False
     for s in range(1, k + 1):
         for i in range(k_n):
             xs[i] = start[i] + (target[i] - start[i]) * s / k
-        if _newton(kind, xs, zc, D, z) != sign:
-            return False
-        zc[:] = z
-    return True
+        sg, fresh = _newton(kind, xs, zc, D, z, WK)
+        if sg != sign:
+            return False, False
+        for i in range(N_Z):  # noqa: F821
+            zc[i] = z[i]
+    return True, fresh
+
+
+@_noref  # noqa: F821
+def _solve_ws(kind, D, target, z, WK):
+    """Full configuration z for ``target`` (kind 0: actuated coordinates; 1: task coordinates):
+    :func:`_continue` from the last solution (warm or warm_ik, updated), then from the home
+    configuration, in the workspace WK (:func:`_work`); (status, fresh of :func:`_newton`)."""
+    if not _finite(target, N_A if kind == 0 else N_T):  # noqa: F821
+        return ST_BADINPUT, False
+    o_warm = O_WARM if kind == 0 else O_WARMIK
+    ok, fresh = _continue(kind, target, D[o_warm:o_warm + N_Z], D, z, WK, kind == 0)  # noqa: F821
+    if not ok:
+        ok, fresh = _continue(kind, target, D[O_HOME:O_HOME + N_Z], D, z, WK, False)  # noqa: F821
+        if not ok:
+            return (ST_NOFK if kind == 0 else ST_NOIK), False
+    for i in range(N_Z):  # noqa: F821
+        D[o_warm + i] = z[i]
+    if kind == 0:           # warm_g no longer the map at warm (state() sets it again)
+        for i in range(N_Z * N_A):  # noqa: F821
+            D[O_WARMG + i] = 0.0  # noqa: F821
+    return ST_OK, fresh
 
 
 @_kernel  # noqa: F821
 def _solve(kind, D, target, z):
-    """Full configuration z for ``target`` (kind 0: actuated coordinates; 1: task coordinates):
-    :func:`_continue` from the last solution (warm or warm_ik, updated), then from the home
-    configuration; status."""
-    if not _finite(target, N_A if kind == 0 else N_T):  # noqa: F821
-        return ST_BADINPUT
-    o_warm = O_WARM if kind == 0 else O_WARMIK
-    if not _continue(kind, target, D[o_warm:o_warm + N_Z], D, z):  # noqa: F821
-        if not _continue(kind, target, D[O_HOME:O_HOME + N_Z], D, z):  # noqa: F821
-            return ST_NOFK if kind == 0 else ST_NOIK
-    D[o_warm:o_warm + N_Z] = z  # noqa: F821
-    return ST_OK
+    """:func:`_solve_ws` in a new workspace; status."""
+    return _solve_ws(kind, D, target, z, _work(kind))[0]
 
 
 @_kernel  # noqa: F821
@@ -295,12 +358,10 @@ def forward_task(D, qa, X):
     return st
 
 
-@_kernel  # noqa: F821
-def _ik_lu(z, X, K, r):
-    """r = [phi(z); task(z) - X] and K = [phi_z; task_z] (N_Z, N_Z) at z, LU-factored:
-    (perm, sign, ok)."""
-    KP = np.empty(KIN_SIZE)  # noqa: F821
-    TK = np.empty(TKIN_SIZE)  # noqa: F821
+@_noref  # noqa: F821
+def _ik_lu(z, X, K, r, KP, TK, perm):
+    """r = [phi(z); task(z) - X] and K = [phi_z; task_z] (N_Z, N_Z) at z, LU-factored (row
+    permutation into perm), KP = kin(z), TK = tkin(z): (sign, ok)."""
     kin_w(z, KP)  # noqa: F821
     tkin_w(z, TK)  # noqa: F821
     for i in range(N_C):  # noqa: F821
@@ -311,7 +372,7 @@ def _ik_lu(z, X, K, r):
         r[N_C + i] = TK[i] - X[i]  # noqa: F821
         for j in range(N_Z):  # noqa: F821
             K[N_C + i, j] = TK[N_T + i * N_Z + j]  # noqa: F821
-    return _lu(K, N_Z)  # noqa: F821
+    return _lu(K, N_Z, perm)  # noqa: F821
 
 
 @_kernel  # noqa: F821
@@ -326,13 +387,11 @@ def inverse_q(D, X, q):
     return ST_OK
 
 
-@_kernel  # noqa: F821
-def _fill_g(D, KP, B, perm, G):
+@_inline  # noqa: F821
+def _fill_g(D, KP, B, perm, G, col, x):
     """G (N_Z, N_A): identity rows on the actuated coordinates, -B^-1 A on the passive ones
-    (B LU-factored)."""
+    (B LU-factored; col, x: (N_C,) scratch)."""
     G[:, :] = 0.0
-    col = np.empty(N_C)  # noqa: F821
-    x = np.empty(N_C)  # noqa: F821
     for a in range(N_A):  # noqa: F821
         ia = int(D[O_ACT + a])
         G[ia, a] = 1.0
@@ -346,12 +405,12 @@ def _fill_g(D, KP, B, perm, G):
 @_kernel  # noqa: F821
 def velocity_map(D, z, G):
     """G (N_Z, N_A) with zd = G qd at z; False at a singular B."""
-    KP = np.empty(KIN_SIZE)  # noqa: F821
-    B = np.empty((N_C, N_C))  # noqa: F821
-    perm, sgn, ok = _kin_lu(z, D, KP, B)
+    WK = _work(0)
+    r, B, dx, KP, perm = WK[0], WK[1], WK[2], WK[3], WK[5]
+    sgn, ok = _kin_lu(z, D, KP, B, perm)
     if not ok:
         return False
-    _fill_g(D, KP, B, perm, G)
+    _fill_g(D, KP, B, perm, G, r, dx)
     return True
 
 
@@ -378,25 +437,34 @@ def task_jacobian(D, qa, J):
 @_kernel  # noqa: F821
 def state(D, qa, qda, z, zd, G, g0, DY):
     """z, zd = G qd, G, g0 (zdd = G qdd + g0) and DY = dyn(z, zd) at the actuated state; status."""
+    return _state_ws(D, qa, qda, z, zd, G, g0, DY, _work(0))
+
+
+@_noref  # noqa: F821
+def _state_ws(D, qa, qda, z, zd, G, g0, DY, WK):
+    """:func:`state` in the workspace WK (:func:`_work`, kind 0)."""
     if not _finite(qda, N_A):  # noqa: F821
         return ST_BADINPUT
-    st = configuration(D, qa, z)
+    st, fresh = _solve_ws(0, D, qa, z, WK)
     if st != ST_OK:
         return st
-    KP = np.empty(KIN_SIZE)  # noqa: F821
-    B = np.empty((N_C, N_C))  # noqa: F821
-    perm, sgn, ok = _kin_lu(z, D, KP, B)
-    if not ok:
-        return ST_TYPE2
-    _fill_g(D, KP, B, perm, G)
+    r, B, x, KP, perm = WK[0], WK[1], WK[2], WK[3], WK[5]
+    if not fresh:           # (else B's LU and kin are those of z: Newton's last ones)
+        sgn, ok = _kin_lu(z, D, KP, B, perm)
+        if not ok:
+            return ST_TYPE2
+    _fill_g(D, KP, B, perm, G, r, x)
+    for i in range(N_Z):  # noqa: F821   (z is warm: the predictor of the next solve)
+        for a in range(N_A):  # noqa: F821
+            D[O_WARMG + i * N_A + a] = G[i, a]  # noqa: F821
     for i in range(N_Z):  # noqa: F821
         s = 0.0
         for a in range(N_A):  # noqa: F821
             s += G[i, a] * qda[a]
         zd[i] = s
     dyn_w(z, zd, D, DY)  # noqa: F821
-    g0[:] = 0.0
-    x = np.empty(N_C)  # noqa: F821
+    for i in range(N_Z):  # noqa: F821
+        g0[i] = 0.0
     _lu_solve(B, perm, N_C, DY, x)  # noqa: F821  (DY[:N_C] = gamma)
     for j in range(N_C):  # noqa: F821
         g0[int(D[O_PAS + j])] = -x[j]
@@ -405,14 +473,18 @@ def state(D, qa, qda, z, zd, G, g0, DY):
 
 @_kernel  # noqa: F821
 def _new_state(D, qa, qda):
-    """(status, z, zd, G, g0, DY) of :func:`state`, in new arrays."""
-    z = np.empty(N_Z)  # noqa: F821
-    zd = np.empty(N_Z)  # noqa: F821
-    G = np.empty((N_Z, N_A))  # noqa: F821
-    g0 = np.empty(N_Z)  # noqa: F821
-    DY = np.empty(DYN_SIZE)  # noqa: F821
+    """(status, z, zd, G, g0, DY) of :func:`state`, views of one new array."""
+    z, zd, G, g0, DY = _state_arrays(np.empty(STATE_SIZE))  # noqa: F821
     st = state(D, qa, qda, z, zd, G, g0, DY)
     return st, z, zd, G, g0, DY
+
+
+@_inline  # noqa: F821
+def _state_arrays(f):
+    """(z, zd, G, g0, DY) of :func:`state`: views of f (STATE_SIZE,)."""
+    o = 3 * N_Z + N_Z * N_A  # noqa: F821
+    return (f[0:N_Z], f[N_Z:2 * N_Z], f[3 * N_Z:o].reshape((N_Z, N_A)),  # noqa: F821
+            f[2 * N_Z:3 * N_Z], f[o:o + DYN_SIZE])  # noqa: F821
 
 
 @_kernel  # noqa: F821
@@ -450,24 +522,31 @@ def reduced(D, qa, qda, Mr, h):
 @_kernel  # noqa: F821
 def _id_from(D, DY, zdd, wf, out):
     """out[:N_A] = tau, out[N_A:N_Z] = lam from dyn (DY) and the full acceleration zdd; status."""
-    F = np.empty(N_Z)  # noqa: F821
+    f = np.empty(N_Z + N_C * N_C + 2 * N_C)  # noqa: F821
+    return _id_from_ws(D, DY, zdd, wf, out, f, np.empty(N_C, np.int64))  # noqa: F821
+
+
+@_noref  # noqa: F821
+def _id_from_ws(D, DY, zdd, wf, out, f, perm):
+    """:func:`_id_from` in the workspace f (N_Z + N_C N_C + 2 N_C,), perm (N_C,) int64."""
+    F = f[0:N_Z]  # noqa: F821
     for i in range(N_Z):  # noqa: F821
         s = 0.0
         for j in range(N_Z):  # noqa: F821
             s += DY[O_DY_M + i * N_Z + j] * zdd[j]  # noqa: F821
         s += D[O_ARM + i] * zdd[i]
         F[i] = s + DY[O_DY_B + i] - wf[i]
-    Lp = np.empty((N_C, N_C))  # noqa: F821
-    Fp = np.empty(N_C)  # noqa: F821
+    Lp = f[N_Z:N_Z + N_C * N_C].reshape((N_C, N_C))  # noqa: F821
+    Fp = f[N_Z + N_C * N_C:N_Z + N_C * N_C + N_C]  # noqa: F821
     for i in range(N_C):  # noqa: F821
         ip = int(D[O_PAS + i])
         Fp[i] = -F[ip]
         for j in range(N_C):  # noqa: F821
             Lp[i, j] = DY[O_DY_L + ip * N_C + j]  # noqa: F821
-    perm, sgn, ok = _lu(Lp, N_C)  # noqa: F821
+    sgn, ok = _lu(Lp, N_C, perm)  # noqa: F821
     if not ok:
         return ST_SINGULAR
-    lam = np.empty(N_C)  # noqa: F821
+    lam = f[N_Z + N_C * N_C + N_C:N_Z + N_C * N_C + 2 * N_C]  # noqa: F821
     _lu_solve(Lp, perm, N_C, Fp, lam)  # noqa: F821
     for a in range(N_A):  # noqa: F821
         ia = int(D[O_ACT + a])
@@ -498,14 +577,15 @@ def task_id(D, X, Xd, Xdd, wf, out):
     if not (_finite(Xd, N_T) and _finite(Xdd, N_T)):  # noqa: F821
         return ST_BADINPUT
     z = np.empty(N_Z)  # noqa: F821
-    st = _solve(1, D, X, z)
+    WK = _work(1)
+    st, fresh = _solve_ws(1, D, X, z, WK)
     if st != ST_OK:
         return st
-    K = np.empty((N_Z, N_Z))  # noqa: F821
-    r = np.empty(N_Z)  # noqa: F821
-    perm, sgn, ok = _ik_lu(z, X, K, r)
-    if not ok:
-        return ST_SINGULAR
+    r, K, KP, TK, perm = WK[0], WK[1], WK[3], WK[4], WK[5]
+    if not fresh:           # (else K's LU is that of z: Newton's last one)
+        sgn, ok = _ik_lu(z, X, K, r, KP, TK, perm)
+        if not ok:
+            return ST_SINGULAR
     b = np.zeros(N_Z)  # noqa: F821
     for i in range(N_T):  # noqa: F821
         b[N_C + i] = Xd[i]  # noqa: F821
@@ -531,7 +611,16 @@ def inverse_dynamics(D, qa, qda, qdda, wf, out):
     if not _finite(qdda, N_A) or wf.shape[0] != N_Z or (  # noqa: F821
             out.shape[0] != N_A and out.shape[0] != N_A + N_C + N_Z):  # noqa: F821
         return ST_BADINPUT
-    st, z, zd, G, g0, DY = _new_state(D, qa, qda)
+    f = np.empty(STATE_SIZE + N_Z + N_C * N_C + 2 * N_C)  # noqa: F821
+    return _id_ws(D, qa, qda, qdda, wf, out, f, _work(0))
+
+
+@_noref  # noqa: F821
+def _id_ws(D, qa, qda, qdda, wf, out, f, WK):
+    """:func:`inverse_dynamics` in the workspaces f (STATE_SIZE + N_Z + N_C N_C + 2 N_C,) and WK
+    (:func:`_work`, kind 0)."""
+    z, zd, G, g0, DY = _state_arrays(f)
+    st = _state_ws(D, qa, qda, z, zd, G, g0, DY, WK)
     if st != ST_OK:
         return st
     for i in range(N_Z):  # noqa: F821
@@ -539,7 +628,7 @@ def inverse_dynamics(D, qa, qda, qdda, wf, out):
         for a in range(N_A):  # noqa: F821
             s += G[i, a] * qdda[a]
         g0[i] = s            # now zdd
-    st = _id_from(D, DY, g0, wf, out)
+    st = _id_from_ws(D, DY, g0, wf, out, f[STATE_SIZE:], WK[5])  # noqa: F821
     if out.shape[0] > N_A:  # noqa: F821
         for i in range(N_Z):  # noqa: F821
             out[N_Z + i] = z[i]  # noqa: F821
@@ -551,11 +640,23 @@ def forward_dynamics(D, qa, qda, taua, wf, qdd):
     """qdd (N_A,) solving G^T M G qdd = tau - G^T (M g0 + b) + G^T wf; status."""
     if not _finite(taua, N_A) or wf.shape[0] != N_Z or qdd.shape[0] != N_A:  # noqa: F821
         return ST_BADINPUT
-    st, z, zd, G, g0, DY = _new_state(D, qa, qda)
+    f = np.empty(STATE_SIZE + N_Z * N_Z + N_Z + N_Z * N_A + N_A * N_A + N_A)  # noqa: F821
+    return _fd_ws(D, qa, qda, taua, wf, qdd, f, _work(0), np.empty(N_A, np.int64))  # noqa: F821
+
+
+@_noref  # noqa: F821
+def _fd_ws(D, qa, qda, taua, wf, qdd, f, WK, perm):
+    """:func:`forward_dynamics` in the workspaces f (STATE_SIZE + N_Z N_Z + N_Z + N_Z N_A + N_A N_A
+    + N_A,), WK (:func:`_work`, kind 0) and perm (N_A,) int64."""
+    z, zd, G, g0, DY = _state_arrays(f)
+    st = _state_ws(D, qa, qda, z, zd, G, g0, DY, WK)
     if st != ST_OK:
         return st
-    M = np.empty((N_Z, N_Z))  # noqa: F821
-    b = np.empty(N_Z)  # noqa: F821
+    o = STATE_SIZE  # noqa: F821
+    M = f[o:o + N_Z * N_Z].reshape((N_Z, N_Z))  # noqa: F821
+    o += N_Z * N_Z  # noqa: F821
+    b = f[o:o + N_Z]  # noqa: F821
+    o += N_Z  # noqa: F821
     for i in range(N_Z):  # noqa: F821
         for j in range(N_Z):  # noqa: F821
             M[i, j] = DY[O_DY_M + i * N_Z + j]  # noqa: F821
@@ -565,15 +666,16 @@ def forward_dynamics(D, qa, qda, taua, wf, qdd):
         for j in range(N_Z):  # noqa: F821
             s += M[i, j] * g0[j]
         b[i] = DY[O_DY_B + i] + s - wf[i]
-    MG = np.empty((N_Z, N_A))  # noqa: F821
+    MG = f[o:o + N_Z * N_A].reshape((N_Z, N_A))  # noqa: F821
+    o += N_Z * N_A  # noqa: F821
     for i in range(N_Z):  # noqa: F821
         for a in range(N_A):  # noqa: F821
             s = 0.0
             for j in range(N_Z):  # noqa: F821
                 s += M[i, j] * G[j, a]
             MG[i, a] = s
-    Mr = np.empty((N_A, N_A))  # noqa: F821
-    rhs = np.empty(N_A)  # noqa: F821
+    Mr = f[o:o + N_A * N_A].reshape((N_A, N_A))  # noqa: F821
+    rhs = f[o + N_A * N_A:o + N_A * N_A + N_A]  # noqa: F821
     for a in range(N_A):  # noqa: F821
         s = 0.0
         for i in range(N_Z):  # noqa: F821
@@ -584,7 +686,7 @@ def forward_dynamics(D, qa, qda, taua, wf, qdd):
             for i in range(N_Z):  # noqa: F821
                 s += G[i, a] * MG[i, c]
             Mr[a, c] = s
-    perm, sgn, ok = _lu(Mr, N_A)  # noqa: F821
+    sgn, ok = _lu(Mr, N_A, perm)  # noqa: F821
     if not ok:
         return ST_SINGULAR
     _lu_solve(Mr, perm, N_A, rhs, qdd)  # noqa: F821

@@ -31,7 +31,10 @@ Kinematics
   coordinates, by continuation from the last solution (or the home configuration) in steps of at
   most 0.1 rad / 0.01 m of the actuated coordinates; each step must keep the sign of
   ``det(phi_p)`` (the type-2 Jacobian), so the assembly mode is the home configuration's (the
-  file's ``home`` joint values choose it).  A jump is refused as a SingularityError.
+  file's ``home`` joint values choose it).  A jump is refused as a SingularityError.  A single
+  step from the last solution starts at its first-order prediction ``z + G (q - q_last)`` when
+  the last dynamics call computed the velocity map ``G`` there (two Newton iterations a control
+  cycle instead of three).
 * Inverse kinematics (``X`` -> ``z``): Newton on ``[phi(z); task(z) - X] = 0`` over all
   coordinates, by continuation in task space from the home (or ``guess=``, a full configuration:
   the working mode chosen explicitly), keeping the sign of the determinant of that square
@@ -150,9 +153,11 @@ _ST_OK, _ST_NOFK, _ST_NOIK, _ST_TYPE2, _ST_SINGULAR, _ST_BADINPUT = range(6)
 
 def _model_array(p, act, pas, step_act, step_task, arm, sign2, sign1, home) -> np.ndarray:
     """The one array ``D`` the entry kernels take (layout in :mod:`dynamics._mechanism_runtime`):
-    the parameters, the constants, the home configuration and the two warm starts (= home)."""
+    the parameters, the constants, the home configuration, the two warm starts (= home) and the
+    velocity map at the warm start (zeros: not known yet)."""
     return np.concatenate([p, np.asarray(act, float), np.asarray(pas, float), step_act, step_task, arm,
-                           [sign2, sign1, NEWTON_TOL, NEWTON_ITER], home, home, home]).astype(float)
+                           [sign2, sign1, NEWTON_TOL, NEWTON_ITER], home, home, home,
+                           np.zeros(len(home) * len(act))]).astype(float)
 
 
 @dataclass(frozen=True)
@@ -784,9 +789,13 @@ class MechanismModel(ParallelModel):
         """Actuator torques/forces (n,) or (N, n) for the actuated motion (and a wrench on the task
         body, 6-vector or conjugate to the task coordinates)."""
         if wrench is None and type(q) is _ND and type(qd) is _ND and type(qdd) is _ND:
+            # :meth:`_fast` written out: a control cycle's call, without its extra frame
             tau = np.empty(self._na)
-            if self._fast(self._k.inverse_dynamics, self._D, q, qd, qdd, self._nowrench, tau):
-                return tau
+            try:
+                if self._k.inverse_dynamics(self._D, q, qd, qdd, self._nowrench, tau) == 0:
+                    return tau
+            except TypeError:
+                pass
         qa = q if type(q) is np.ndarray else np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(lambda a, b, c, pose: self.inverse_dynamics(a, b, c, wrench, pose),
@@ -857,9 +866,13 @@ class MechanismModel(ParallelModel):
     def forward_dynamics(self, q, qd, tau, wrench=None, pose=None) -> np.ndarray:
         """qdd (n,) or (N, n) solving M_r qdd = tau - h_r + G^T J_t^T w (closures re-solved: no drift)."""
         if wrench is None and type(q) is _ND and type(qd) is _ND and type(tau) is _ND:
+            # :meth:`_fast` written out: a control cycle's call, without its extra frame
             qdd = np.empty(self._na)
-            if self._fast(self._k.forward_dynamics, self._D, q, qd, tau, self._nowrench, qdd):
-                return qdd
+            try:
+                if self._k.forward_dynamics(self._D, q, qd, tau, self._nowrench, qdd) == 0:
+                    return qdd
+            except TypeError:
+                pass
         qa = q if type(q) is np.ndarray else np.asarray(q, dtype=float)
         if qa.ndim == 2:
             return self._batch(lambda a, b, c, pose: self.forward_dynamics(a, b, c, wrench, pose),

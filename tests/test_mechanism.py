@@ -84,6 +84,29 @@ def test_3rrr_mechanism_dynamics_match_the_hand_written_model(rrr):
                                    hand.inverse_dynamics(q, qd, qdd, wrench=w, pose=X), rtol=0, atol=TOL)
 
 
+def test_3rrr_mechanism_dynamics_along_a_control_path_match_and_do_not_depend_on_history(rrr):
+    """1 ms steps of a path, as a control loop calls: each forward kinematics is one continuation
+    step from the last solution, started at the first-order prediction from the velocity map of
+    the last dynamics call.  The results match the hand-written model, and a copy built afresh
+    (continuing from its home configuration instead) gives the same to 1e-12."""
+    hand, mech = rrr
+    t = np.arange(60) * 1e-3
+    w = 2 * np.pi
+    for k in range(t.size):
+        X = hand.home_pose + np.array([0.03 * np.cos(w * t[k]) - 0.03, 0.03 * np.sin(w * t[k]),
+                                       0.2 * np.sin(w * t[k])])
+        q = hand.inverse_kinematics(X)
+        qd, qdd, tau = np.array([0.5, -0.2, 0.3]), np.array([2.0, 1.0, -3.0]), np.array([0.1, -0.2, 0.05])
+        tau_m = mech.inverse_dynamics(q, qd, qdd)
+        qdd_m = mech.forward_dynamics(q, qd, tau)
+        np.testing.assert_allclose(tau_m, hand.inverse_dynamics(q, qd, qdd, pose=X), rtol=0, atol=TOL)
+        np.testing.assert_allclose(qdd_m, hand.forward_dynamics(q, qd, tau, pose=X), rtol=0, atol=TOL)
+        if k % 20 == 19:
+            fresh = mech.scaled(1.0)
+            np.testing.assert_allclose(fresh.inverse_dynamics(q, qd, qdd), tau_m, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(fresh.forward_dynamics(q, qd, tau), qdd_m, rtol=0, atol=1e-12)
+
+
 def test_3rrr_mechanism_multipliers_match_the_hand_written_first_kind_equations(rrr):
     """The hand model eliminates the distal links (their kinetic energy in the elbow and
     platform-joint velocities) and constrains |C_i - B_i|^2 = b^2 with multipliers lam_i; the
