@@ -225,7 +225,12 @@ def overloads():
     return out
 
 with tempfile.TemporaryDirectory() as d:
-    run = build_run(load_run(sys.argv[1], overrides={"loop.clock": "wall", "loop.duration_s": 0.02}),
+    # the loosest timing protections accepted: a loaded machine's late cycles or late first
+    # replies are counted, not stopped (this test is about what loads when, not about deadlines)
+    loose = {"safety.stale_cycles": 100, "safety.stale_fraction_max": 0.89, "safety.stale_window_cycles": 100000,
+             "safety.overrun_fraction_max": 0.89, "safety.overrun_window_cycles": 100000,
+             "safety.lateness_max_s": 10.0, "safety.tracking_error_max": 1.0}
+    run = build_run(load_run(sys.argv[1], overrides={"loop.clock": "wall", "loop.duration_s": 0.02, **loose}),
                     out_dir=Path(d) / "r")
     start = run.loop.clock.start
     seen = {}
@@ -246,7 +251,12 @@ def test_nothing_is_compiled_or_loaded_after_the_clock_starts(config):
     """A new process, a shipped run on the wall clock: every compiled kernel a cycle calls is
     loaded (or compiled) before the clock starts (real-time priority, then the drives are
     enabled), none in the first cycles, which would start late by the loading time (2-3 ms
-    a kernel from the cache; longer with real-time throttling or a compile)."""
+    a kernel from the cache; longer with real-time throttling or a compile).
+
+    The run's timing protections are the loosest accepted: with the defaults the 3RRR's run
+    stopped on stale feedback in its third cycle in a clean-clone suite run beside another
+    (2026-11-29; the emulator's serving thread starved), which says nothing about loading.
+    Holding deadlines is what the wall-clock run and rehearsal tests check."""
     import subprocess
     import sys
 
