@@ -85,6 +85,12 @@ KERNEL_FILES: tuple[str, ...] = (
 #: must drop the callers' caches too (``drivers/_mit_kernels.py`` compiles the follow rule)
 COMPILED_SOURCES: tuple[str, ...] = ("drivers/follow.py",)
 
+#: files with ``cache=True`` that are never imported and so are not in :data:`KERNEL_FILES`:
+#: templates whose text is copied into generated modules outside the package (the mechanism
+#: kernels, :mod:`dynamics._mechanism_derive`); the sha256 of that text is part of the generated
+#: file's name, so a change of a template makes a new file, never a stale cache entry
+TEMPLATE_SOURCES: tuple[str, ...] = ("dynamics/_mechanism_runtime.py",)
+
 #: name of the stamp file written next to the caches
 STAMP_NAME = "torqueloop-kernels.stamp"
 

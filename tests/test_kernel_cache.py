@@ -482,6 +482,17 @@ def _has_cache_true(path: Path) -> bool:
                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
 
 
+def _imports(path: Path, mod: str) -> bool:
+    """Whether ``path`` imports module ``mod`` (``a.b.c``: ``import a.b.c``, ``from a.b import c``,
+    ``from .c import x``...)."""
+    name = mod.rsplit(".", 1)[1]
+    return any((isinstance(n, ast.ImportFrom) and ((n.module or "") in (mod, name)
+                                                   or (n.module or "").endswith("." + name)
+                                                   or any(a.name == name for a in n.names)))
+               or (isinstance(n, ast.Import) and any(a.name == mod for a in n.names))
+               for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+
+
 def test_kernel_list_is_complete():
     found = set()
     for pkg in PACKAGES:
@@ -489,16 +500,24 @@ def test_kernel_list_is_complete():
             if _has_cache_true(path):
                 found.add(path.relative_to(ROOT).as_posix())
     assert found, "no kernel file found: the scan is broken"
+    # templates copied into generated modules: never imported by the package, read as text
+    # by the generator whose digest (the generated file's name) hashes them
+    for rel in kc.TEMPLATE_SOURCES:
+        assert rel in found, f"{rel} is listed as a template but has no cache=True: not a template"
+        mod = rel[:-3].replace("/", ".")
+        importers = [path.relative_to(ROOT).as_posix() for pkg in PACKAGES
+                     for path in (ROOT / pkg).rglob("*.py") if _imports(path, mod)]
+        assert not importers, f"{rel} is a template (copied, never imported), but {importers} import it"
+        readers = [path.relative_to(ROOT).as_posix() for pkg in PACKAGES
+                   for path in (ROOT / pkg).rglob("*.py")
+                   if path.name != Path(rel).name and f'"{Path(rel).name}"' in path.read_text(encoding="utf-8")]
+        assert readers, f"{rel} is listed as a template, but no module reads it by name"
+        found.discard(rel)
     # plain Python compiled by a kernel module: listed, and imported by one that caches
     for rel in kc.COMPILED_SOURCES:
         assert not _has_cache_true(ROOT / rel), f"{rel} has cache=True: not a compiled source"
         mod = rel[:-3].replace("/", ".")
-        pkg, name = mod.rsplit(".", 1)
-        users = [f for f in found if any(
-            (isinstance(n, ast.ImportFrom) and ((n.module or "") == name or (n.module or "").endswith("." + name)
-                                                 or any(a.name == name for a in n.names)))
-            or (isinstance(n, ast.Import) and any(a.name == mod for a in n.names))
-            for n in ast.walk(ast.parse((ROOT / f).read_text(encoding="utf-8"))))]
+        users = [f for f in found if _imports(ROOT / f, mod)]
         assert users, f"{rel} is listed as compiled by a kernel module, but no kernel module imports it"
         found.add(rel)
     listed = set(kc.KERNEL_FILES)
