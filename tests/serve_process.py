@@ -19,6 +19,21 @@ except ImportError:  # pragma: no cover - rootdir not on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 
+#: the timing protections of :class:`controller.safety.SafetyConfig` (stale feedback, overruns,
+#: lateness)
+TIMING_FIELDS = ("stale_cycles", "stale_fraction_max", "stale_window_cycles", "overrun_fraction_max",
+                 "overrun_window_cycles", "lateness_max_s")
+
+
+def loosest_timing() -> dict[str, float]:
+    """The loosest timing protections accepted (each field's upper bound in
+    :data:`controller.safety.SAFETY_RANGES`), for the wall-clock tests whose subject is not
+    deadlines (accounting, what loads when): a starved machine's late cycles are then counted,
+    not stopped.  Holding deadlines is what :func:`wall_clock_verdict`'s tests check."""
+    from controller.safety import SAFETY_RANGES
+
+    return {f: SAFETY_RANGES[f][1] for f in TIMING_FIELDS}
+
 
 def rehearsal_pair(tmp_path: Path, stem: str, robot: str, name: str) -> tuple[Path, Path]:
     """A copy of the shipped rehearsal pair ``hil_configs/rehearsal/<stem>_{server,run}.toml`` in

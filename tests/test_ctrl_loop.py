@@ -19,6 +19,8 @@ from drivers.sim.plant import SimulatedPlant
 from dynamics.errors import ConfigError, ModelError
 from trajectories.base import Hold
 
+from serve_process import loosest_timing
+
 try:
     from tests.test_ctrl_models import Arm2, FaultyDriver, SineTraj, replace_fb
 except ImportError:  # pragma: no cover
@@ -117,8 +119,13 @@ def test_wallclock_loop_accounting():
     run faulted once in a clean-clone suite run beside another (2026-11-29). Holding deadlines is
     what the wall-clock rehearsal and run tests check (``tests/serve_process.wall_clock_verdict``)."""
     clock = WallClock(spin_s=2e-4)
-    loose = SafetyConfig(tracking_error_max=0.5, overrun_fraction_max=0.89, lateness_max_s=10.0)
-    loop, drv = make(None, clock=clock, period=2e-3, T=0.1, safety=loose)
+    loose = SafetyConfig(tracking_error_max=0.5, **loosest_timing())
+    # at rest in the stable (hanging) equilibrium: the plant's wall time runs from the clock's
+    # creation, and the start-up check compares its state with the trajectory's start after the
+    # loop has loaded its kernels; a moving start (the sine, 0.8 rad/s) drifted past the 0.05 rad
+    # start tolerance when that took over 60 ms on a loaded machine (2026-11-29)
+    hang = Hold([-np.pi / 2, 0.0], 0.1)
+    loop, drv = make(None, clock=clock, period=2e-3, T=0.1, safety=loose, traj=hang)
     res = loop.run()
     assert res.status == "completed" and res.n_cycles == 52, [str(f) for f in res.faults]
     assert res.timing.lateness["p50"] >= 0 and res.timing.lateness["max"] >= res.timing.lateness["p99"]
@@ -209,7 +216,7 @@ def test_supervisor_loads_its_compiled_rules_when_made():
 
 
 _LOADS_AFTER_START = r'''
-import sys, tempfile
+import json, sys, tempfile
 from pathlib import Path
 from numba.core.dispatcher import Dispatcher
 from controller.app.run import build_run, load_run
@@ -227,9 +234,7 @@ def overloads():
 with tempfile.TemporaryDirectory() as d:
     # the loosest timing protections accepted: a loaded machine's late cycles or late first
     # replies are counted, not stopped (this test is about what loads when, not about deadlines)
-    loose = {"safety.stale_cycles": 100, "safety.stale_fraction_max": 0.89, "safety.stale_window_cycles": 100000,
-             "safety.overrun_fraction_max": 0.89, "safety.overrun_window_cycles": 100000,
-             "safety.lateness_max_s": 10.0, "safety.tracking_error_max": 1.0}
+    loose = {f"safety.{k}": v for k, v in json.loads(sys.argv[2]).items()}
     run = build_run(load_run(sys.argv[1], overrides={"loop.clock": "wall", "loop.duration_s": 0.02, **loose}),
                     out_dir=Path(d) / "r")
     start = run.loop.clock.start
@@ -257,12 +262,14 @@ def test_nothing_is_compiled_or_loaded_after_the_clock_starts(config):
     stopped on stale feedback in its third cycle in a clean-clone suite run beside another
     (2026-11-29; the emulator's serving thread starved), which says nothing about loading.
     Holding deadlines is what the wall-clock run and rehearsal tests check."""
+    import json
     import subprocess
     import sys
 
     path = str(ROOT / "hil_configs" / "runs" / f"{config}.toml")
-    r = subprocess.run([sys.executable, "-c", _LOADS_AFTER_START, path], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600)
+    loose = json.dumps({**loosest_timing(), "tracking_error_max": 1.0})
+    r = subprocess.run([sys.executable, "-c", _LOADS_AFTER_START, path, loose], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
 
 
