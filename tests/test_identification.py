@@ -593,3 +593,58 @@ def test_identify_warns_when_decimation_and_the_velocity_threshold_leave_too_few
     # enough samples: no warning
     full = {"cutoff_hz": 4.0, "trim_s": 0.3, "decimate": 1, "velocity_min": 0.0}
     assert thin_data_warning(prepare(t, q, tau, **full), n_params, full) is None
+
+
+@pytest.mark.parametrize("torque_limit", [False, True])
+def test_excitation_design_takes_a_failed_closure_solve_as_infeasible(monkeypatch, torque_limit):
+    """A mechanism's regressor solves its closures at every sample and may find no configuration
+    where the optimiser tries coefficients (the five-bar's design raised ConvergenceError in
+    L-BFGS-B's line search): such a trial is infeasible (penalised), a start whose result cannot
+    be evaluated is dropped, and the design goes on.
+    Here the seed-000 arm's regressor refuses q0 > 0.6 rad, inside the 1 rad amplitude box."""
+    import importlib
+
+    from dynamics.errors import ConvergenceError
+
+    R = importlib.import_module("dynamics.identification.regressor")   # (the package exports a function of that name)
+
+    real, refused = R.regressor, []
+
+    def regressor(model, q, qd, qdd, **kw):
+        if np.any(np.asarray(q)[..., 0] > 0.6):
+            refused.append(1)
+            raise ConvergenceError("no configuration of the home assembly mode (test)")
+        return real(model, q, qd, qdd, **kw)
+
+    from dynamics.identification.base import base_parameters
+
+    m = load_model(ROBOTS / "seed000_arm.toml")
+    bp = base_parameters(m)            # (random states: before the refusal)
+    monkeypatch.setattr(R, "regressor", regressor)
+    lim = ExcitationLimits(amplitude=np.array([1.0, 0.5, 0.6]), velocity=np.full(3, 2.0),
+                           torque=m.limits.torque_max if torque_limit else None)
+    tr, info = design_excitation(m, lim, harmonics=3, period_s=3.0, iterations=8, n_grid=30, seed=2,
+                                  base=bp)
+    assert refused, "the refusal was never reached: the test does not test"
+    assert np.isfinite(info["criterion"]) and info["starts"] == 4
+
+
+def test_excitation_design_with_no_evaluable_start_says_so(monkeypatch):
+    """Every start's path refused by the regressor: a TrajectoryError naming the robot, the starts
+    and the solver's message, not the last start's traceback."""
+    import importlib
+
+    from dynamics.errors import ConvergenceError, TrajectoryError
+    from dynamics.identification.base import base_parameters
+
+    R = importlib.import_module("dynamics.identification.regressor")
+    m = load_model(ROBOTS / "seed000_arm.toml")
+    bp = base_parameters(m)
+
+    def regressor(*a, **kw):
+        raise ConvergenceError("no configuration of the home assembly mode (test)")
+
+    monkeypatch.setattr(R, "regressor", regressor)
+    lim = ExcitationLimits(amplitude=np.array([1.0, 0.5, 0.6]))
+    with pytest.raises(TrajectoryError, match=r"no excitation design of 2 random start\(s\) \(seed 0\).*assembly mode"):
+        design_excitation(m, lim, harmonics=3, period_s=3.0, iterations=2, n_grid=30, starts=2, base=bp)

@@ -203,7 +203,10 @@ class _Problem:
             v += _relu_sq(1.0 - margin / lim.singularity_margin)
         Y = None
         if lim.torque is not None and np.any(np.isfinite(lim.torque)):
-            Y = self.basis.full(q, qd, qdd, poses)
+            try:        # a mechanism's regressor solves its closures again: may find none
+                Y = self.basis.full(q, qd, qdd, poses)
+            except ModelError:
+                return 1e6, None
             tau = Y @ self.basis.pi
             v += _relu_sq(np.abs(tau) / lim.torque - 1.0)
         return v, (q, qd, qdd, poses, Y)
@@ -213,7 +216,10 @@ class _Problem:
         v, st = self.violation(traj, self.t)
         if st is None:
             return 1e6
-        W = self.basis.base_columns(*st)     # reuses the regressor of the torque check
+        try:
+            W = self.basis.base_columns(*st)     # reuses the regressor of the torque check
+        except ModelError:                       # (no torque limit: the first regressor call)
+            return 1e6
         c = excitation_criterion(W, self.criterion)
         return (math.log(c) if self.criterion == "cond" else c) + 1e2 * v
 
@@ -328,7 +334,7 @@ def design_excitation(model: Model, limits: ExcitationLimits, *, start=None, har
     kk = np.tile(np.arange(2, harmonics + 1), dim).astype(float)
     wscale = np.repeat(amp, harmonics - 1) * prob.traj(np.zeros(2 * h)).wf
     fine = np.arange(0.0, period_s + 0.5 * check_dt_s, check_dt_s)
-    best = None
+    best, failed = None, []
     for i in range(int(starts)):
         z0 = np.concatenate([rng.normal(size=h) * wscale / kk, rng.normal(size=h) * wscale])
         z0 *= 0.8 * _feasible_scale(prob, z0, prob.t)
@@ -345,12 +351,19 @@ def design_excitation(model: Model, limits: ExcitationLimits, *, start=None, har
         sc = _feasible_scale(prob, z, fine)
         z = z * sc
         traj = prob.traj(z)
-        st = prob.states(traj, prob.t)
-        info["criterion"] = excitation_criterion(prob.basis.base_columns(*st[:4]), criterion)
+        try:
+            st = prob.states(traj, prob.t)
+            info["criterion"] = excitation_criterion(prob.basis.base_columns(*st[:4]), criterion)
+        except ModelError as err:   # (a mechanism: no configuration somewhere on the path)
+            failed.append(f"start {i}: {err}")
+            continue
         info["scale"] = sc
         info["start"] = i
         if best is None or info["criterion"] < best[1]["criterion"]:
             best = (traj, info)
+    if best is None:
+        raise TrajectoryError(f"{model.name}: no excitation design of {int(starts)} random start(s) "
+                              f"(seed {seed}) can be evaluated along its path: {'; '.join(failed)}")
     traj, info = best
     info["starts"] = int(starts)
     out = FourierSeries(x0, traj.a_free, traj.b_free, period_s, periods,
