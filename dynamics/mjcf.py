@@ -18,8 +18,20 @@ imports nothing of MuJoCo, which reads the text in :mod:`drivers.sim.mujoco_plan
   joint; six loop closures);
 * a mechanism file (:class:`~dynamics.mechanism.MechanismModel`): its tree of bodies with their
   hinge and slide joints (a universal joint: two hinges in one body; a spherical joint: a
-  ``ball`` joint), each point loop closure a ``connect`` constraint (planar revolute and
-  spatial spherical closures; a spatial revolute closure's axis alignment has no writer).
+  ``ball`` joint), each loop closure a ``connect`` constraint at its point (planar revolute and
+  spatial spherical closures: the point is all they constrain).  A spatial revolute closure (the
+  point and the axis alignment, 5 equations) is two ``connect`` constraints: ``closureK`` at
+  ``point_a`` and ``closureK_axis`` at ``point_a + length_scale * axis_a`` (body_a's frame); two
+  points of the common axis held together leave exactly the rotation about it.  MuJoCo has no
+  hinge-like equality (a ``weld`` holds all three rotations; its ``torquescale`` only weighs
+  them against the translation), so the pair is the standard construction.  Its 6 rows hold 5
+  independent equations (the two points' distance along the axis is fixed by the rigid bodies):
+  MuJoCo's soft constraints are a regularised convex problem whose solution stays unique with a
+  redundant row.  Both take the closures' ``solref``/``solimp``; the angular stiffness hardly
+  depends on the spacing ``d`` (a misalignment ``e`` [rad] is a gap ``d e`` [m], and MuJoCo's
+  reference acceleration is linear in the gap; only ``solimp``'s 1 mm width is in metres).
+  ``d = length_scale`` (the mechanism's size) makes the plant's closure error, the largest gap
+  of a ``connect``'s two points [m], the gap at the far end of a pin as long as the mechanism.
 
 Closed chains are written in an assembled pose (the configuration at the given actuated
 positions, from the model's forward kinematics), which is the MJCF's reference configuration
@@ -386,14 +398,18 @@ def mechanism_mjcf(model, q0=None) -> MjcfRobot:
 
     equality, closures = [], []
     for i, lp in enumerate(sym["loops"]):
-        if lp["type"] == "revolute" and not sym["planar"]:
-            raise ModelError(f"{model.name}: loops[{i}]: a spatial revolute closure has no MJCF writer "
-                             "(its axis alignment)")
         if lp["body_a"] == "ground":
             raise ModelError(f"{model.name}: loops[{i}]: write the ground as body_b (MJCF anchors on body1)")
-        equality.append(_connect(f"closure{i + 1}", lp["body_a"],
-                                 "world" if lp["body_b"] == "ground" else lp["body_b"], lp["point_a"]))
-        closures.append(f"closure{i + 1}")
+        b = "world" if lp["body_b"] == "ground" else lp["body_b"]
+        anchors = [("", np.asarray(lp["point_a"], dtype=float))]
+        if lp["type"] == "revolute" and not sym["planar"]:
+            # the axis alignment: a second point on the common axis, length_scale along axis_a
+            # (see the module docstring)
+            axis = np.asarray(lp["axis_a"], dtype=float)
+            anchors.append(("_axis", anchors[0][1] + spec.length_scale * axis))
+        for suffix, anchor in anchors:
+            equality.append(_connect(f"closure{i + 1}{suffix}", lp["body_a"], b, anchor))
+            closures.append(f"closure{i + 1}{suffix}")
     bodies = [write(k) for k in children.get("ground", [])]
     xml = _document(model.name, model.gravity_vector, bodies, equality, list(model.joint_names))
     return MjcfRobot(xml, tuple(model.joint_names), sym["task"]["body"],

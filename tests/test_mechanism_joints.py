@@ -10,8 +10,9 @@ dynamics/mechanism.py), checked against what does not use them:
   multipliers and energies to 1e-10 on random states;
 * energy/power balance along an RK4 trajectory, and finite differences of the task,
   geometric and closure Jacobians (the crank);
-* the MuJoCo plant runs delta_universal.toml in tests/test_mujoco_plant.py (its hinges);
-  the ball joint of the MJCF writer against the model's forward kinematics here;
+* the MuJoCo plant runs delta_universal.toml in tests/test_mujoco_plant.py (its hinges) and
+  the crank's spatial revolute closure in tests/test_mjcf_spatial_closure.py; the ball joint of
+  the MJCF writer against the model's forward kinematics here;
 * bad input: ConfigError naming the file and the field (a table of mutations and a
   hypothesis property over non-orthogonal axes).
 """
@@ -194,21 +195,12 @@ def test_spherical_euler_measure_is_reported(crank):
 def test_ball_joint_of_the_mjcf_matches_the_forward_kinematics(crank):
     """MuJoCo's own kinematics (its ball joint's quaternion and hinges) on the MJCF written at one
     crank angle, moved to others by the model's configuration: the rocker's pose equals the
-    model's forward kinematics.  (The crank's spatial revolute closure has no MJCF writer: the
-    tree is written without it, the closure is the model's.)"""
-    import types
-
+    model's forward kinematics (the loop closure's connects do not enter MuJoCo's kinematics;
+    the MuJoCo plant runs the closed loop in tests/test_mjcf_spatial_closure.py)."""
     mujoco = pytest.importorskip("mujoco")
-    from dynamics.mechanism import MechanismSpec
-    from dynamics.mjcf import mechanism_mjcf
 
-    spec = MechanismSpec(**{**crank.spec.__dict__,
-                            "symbolic": {**crank.spec.symbolic, "loops": []}})
-    tree = types.SimpleNamespace(spec=spec, configuration=crank.configuration, home_q=crank.home_q,
-                                 drive=crank.drive, limits=crank.limits, name=crank.name,
-                                 gravity_vector=crank.gravity_vector, joint_names=crank.joint_names)
     q0 = crank.home_q + 0.3
-    m = mujoco.MjModel.from_xml_string(mechanism_mjcf(tree, q0).xml)
+    m = mujoco.MjModel.from_xml_string(crank.to_mjcf(q0).xml)
     dat = mujoco.MjData(m)
     z0 = crank.configuration(q0)
     assert m.joint("ball").type == mujoco.mjtJoint.mjJNT_BALL

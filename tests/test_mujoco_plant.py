@@ -59,7 +59,15 @@ def cross_check(name: str, seconds: float = 1.0, mujoco_kw=None, **plant_kw):
     largest closure error [m], largest joint excursion)."""
     start, frac = CASES[name]
     model = _robot(name)
-    q0 = _start(model, start)
+    return cross_check_model(model, _start(model, start), frac, seconds, mujoco_kw, **plant_kw)
+
+
+def cross_check_model(model, q0, frac: float, seconds: float = 1.0, mujoco_kw=None, *,
+                      compensate: bool = True, probe=None, **plant_kw):
+    """:func:`cross_check` of a loaded model from ``q0`` (actuated positions), the sine's
+    amplitude ``frac`` of the torque limit (of 10 N m where the limit is infinite); without
+    gravity compensation if not ``compensate``; ``probe(numba_plant, mujoco_plant)`` is called
+    after every 1 ms step (to compare more than the actuated positions)."""
     kw = dict(q0=q0, coulomb=0.0) | plant_kw
     a, b = SimulatedPlant(model, **kw), MujocoPlant(model, **kw, **(mujoco_kw or {}))
     n = model.dof
@@ -71,11 +79,13 @@ def cross_check(name: str, seconds: float = 1.0, mujoco_kw=None, **plant_kw):
         t = k * 1e-3
         # gravity compensation at the numba plant's state: both engines take the same torque
         g = model.gravity(a.state.q, pose=a.pose) if a.pose is not None else model.gravity(a.state.q)
-        tau = np.asarray(g, dtype=float) + amp * np.sin(2 * np.pi * 0.7 * (1 + np.arange(n)) * t)
+        tau = compensate * np.asarray(g, dtype=float) + amp * np.sin(2 * np.pi * 0.7 * (1 + np.arange(n)) * t)
         a.set_torque(tau)
         b.set_torque(tau)
         a.advance_to(t + 1e-3)
         b.advance_to(t + 1e-3)
+        if probe is not None:
+            probe(a, b)
         e = float(np.max(np.abs(a.state.q - b.state.q)))
         late = marks >= t + 1e-3 - 1e-9
         per_s[late] = np.maximum(per_s[late], e)
