@@ -128,15 +128,17 @@ def test_actuated_universal_energy_balance(universal):
 
 
 def test_actuated_spherical_on_mujoco_matches_the_numba_plant(spherical):
-    """The MJCF of the actuated spherical joint: three hinges in the Euler order, one motor
-    each, the drives' armature, damping and stops on them; MuJoCo (its own dynamics, the strut
+    """The MJCF of the actuated spherical joint (written at non-zero angles): three hinges in the
+    Euler order, one motor each, the drives' armature, damping and stops on them; MuJoCo's
+    kinematics at the model's coordinates equal its forward kinematics; MuJoCo (its own dynamics, the strut
     closed by a soft ``connect``) and the numba plant driven open loop with the same torques
     agree within the closure's softness."""
     mujoco = pytest.importorskip("mujoco")
     from drivers.sim.mujoco_plant import MujocoPlant
     from drivers.sim.plant import SimulatedPlant
 
-    mj = spherical.to_mjcf()
+    q0 = spherical.home_q + np.array([0.2, 0.3, -0.25])      # written away from zero angles
+    mj = spherical.to_mjcf(q0)
     m = mujoco.MjModel.from_xml_string(mj.xml)
     assert mj.joints == spherical.joint_names
     for k, name in enumerate(spherical.joint_names):
@@ -146,7 +148,19 @@ def test_actuated_spherical_on_mujoco_matches_the_numba_plant(spherical):
         assert m.dof_armature[j.dofadr[0]] == pytest.approx(spherical.drive.armature[k], rel=1e-12)
         assert m.dof_damping[j.dofadr[0]] == pytest.approx(spherical.drive.viscous[k], rel=1e-12)
         np.testing.assert_allclose(j.range, [spherical.limits.position_min[k], spherical.limits.position_max[k]])
-    q0 = spherical.home_q
+    # MuJoCo's kinematics with the hinges (and the strut's joints) at the model's coordinates:
+    # the cylinder's pose and the task point equal the model's forward kinematics
+    dat = mujoco.MjData(m)
+    rng = np.random.default_rng(4153)
+    for _ in range(4):
+        q = q0 + rng.uniform(-0.2, 0.2, 3)
+        z = spherical.configuration(q)
+        for k, name in enumerate(spherical.all_joint_names):
+            dat.qpos[m.joint(name).qposadr[0]] = z[k]
+        mujoco.mj_kinematics(m, dat)
+        T = spherical.forward_kinematics(q)
+        np.testing.assert_allclose(dat.xmat[m.body("cylinder").id].reshape(3, 3), T[:3, :3], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(dat.site_xpos[m.site("tool").id], T[:3, 3], rtol=0, atol=1e-12)
     a = SimulatedPlant(spherical, q0=q0, coulomb=0.0)
     b = MujocoPlant(spherical, q0=q0, coulomb=0.0)
     amp = 5e-4 * spherical.limits.torque_max
