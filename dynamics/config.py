@@ -361,7 +361,7 @@ class KeyLog:
 
     ``tables`` maps a table path (array indices dropped: ``driver.joints``) to
     ``{key: info}``, ``info`` holding ``kind`` (``number``, ``integer``, ``bool``,
-    ``string``, ``list``, ``table``, ``tables`` or ``any``), ``required`` and, where
+    ``string``, ``list``, ``number or list``, ``table``, ``tables`` or ``any``), ``required`` and, where
     the parser gave them, ``default``, ``minimum``/``maximum`` (``strict_min``),
     ``choices`` and ``length``.
     """

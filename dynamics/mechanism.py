@@ -9,19 +9,25 @@ universal joint two and a spherical joint three (below); all of them together, i
 are the *full* configuration ``z`` (n,).  Every body frame equals its parent's (moved to the
 joint origin) at zero coordinates.
 
-* universal (passive): ``axes = [a1, a2]``, orthogonal, parent frame; the child frame is
+* universal: ``axes = [a1, a2]``, orthogonal, parent frame; the child frame is
   ``R = Rot(a1, z1) Rot(a2, z2)`` (intrinsic: the second axis turned by the first); the
   coordinates are named ``<joint>.1``, ``<joint>.2``.
-* spherical (passive): intrinsic Euler angles about ``axes = [a1, a2, a3]``, mutually
+* spherical: intrinsic Euler angles about ``axes = [a1, a2, a3]``, mutually
   orthogonal (default ``[z, y, x]``: ZYX), ``R = Rot(a1, z1) Rot(a2, z2) Rot(a3, z3)``.  Its
   singularity: the middle angle at +-pi/2 (a1 and the turned a3 aligned), where the passive
   closure Jacobian loses rank (reported as type 2; :meth:`MechanismModel.singularity` adds
   ``euler_measure``, the smallest |cos| of a middle angle, and ``euler_joint``); a home within
-  :data:`EULER_HOME_MARGIN_RAD` of it is refused.  Actuated universal and spherical joints are
-  refused (drive a chain of revolute joints).  The actuated joints (``actuated =
-true``) are the model's ``q`` (``dof`` of them, in file order); the others are passive.  The
-loop closures ``phi(z) = 0`` (m equations) tie them: the mobility ``n - m`` must equal the
-number of actuated joints, and the closures must be independent (no redundant closure).  The
+  :data:`EULER_HOME_MARGIN_RAD` of it is refused.
+* actuated universal and spherical joints: a chain of 2 or 3 motors, each coordinate an
+  actuated coordinate named ``<joint>.1``, ... (a ``"revolute"`` drive in :attr:`joint_types`);
+  each limit and drive field a number (every coordinate) or a list of one per coordinate.  The
+  home rule above holds for an actuated spherical joint too: its singularity is then its drives'
+  own (first and third motor axes aligned), a type-1 loss of rank where the task depends on it.
+
+The coordinates of the actuated joints (``actuated = true``) are the model's ``q`` (``dof`` of
+them, in file order); the others are passive.  The loop closures ``phi(z) = 0`` (m equations)
+tie them: the mobility ``n - m`` must equal the number of actuated coordinates, and the closures
+must be independent (no redundant closure).  The
 task coordinates ``X`` are the components ``x, y, z`` of a point of the task body in the base
 frame and, for a planar mechanism, its rotation ``phi`` about z.
 
@@ -93,8 +99,9 @@ Robot file::
     [[joints]]                       # one table per tree joint, parents before children
     name = "hip_left"
     type = "revolute"                # or "prismatic"; spatial: "universal", "spherical"
-                                     # (passive, `axes` (2 or 3 orthogonal vectors) instead of
-                                     # `axis`, `home` a list of 2 or 3 angles)
+                                     # (`axes` (2 or 3 orthogonal vectors) instead of `axis`,
+                                     # `home` a list of 2 or 3 angles; actuated: each field
+                                     # below a number or a list of 2 or 3, one per coordinate)
     parent = "ground"                # "ground" or a body
     child = "upper_left"
     origin = [-0.04, 0.0, 0.0]       # [m] in the parent frame

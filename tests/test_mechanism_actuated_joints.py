@@ -261,3 +261,34 @@ def test_wrong_length_exits_2_from_check(tmp_path):
                        env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert str(p) in r.stderr and "joints[0].torque_max" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_gimbal_runs_on_emulated_mit_drives(tmp_path):
+    """End to end: the universal gimbal's robot file and a run config, a quintic joint move under
+    joint-space computed torque through the MIT CAN driver to emulated drives named by the
+    joint's coordinates (``gimbal.1``, ``gimbal.2``) on a plant 10 % heavier (measured 3.8 and
+    4.9 mrad RMS, 6.3 mrad max, 2 s lockstep)."""
+    import uuid
+
+    import tomli_w
+
+    from controller.app.run import build_run, load_run
+
+    (tmp_path / "gimbal.toml").write_text(tomli_w.dumps(gimbal("universal")))
+    joints = [{"name": f"gimbal.{k}", "bus": "can0", "can_id": k, "model": "AK60-6"} for k in (1, 2)]
+    run_cfg = {"name": "gimbal_move", "robot": {"file": "gimbal.toml"},
+               "trajectory": {"type": "point_to_point", "start": [0.0, 0.0], "target": [0.3, -0.25],
+                              "profile": "quintic", "duration_s": 1.5},
+               "controller": {"kind": "computed_torque", "wn_rad_s": 30.0, "zeta": 1.0},
+               "driver": {"type": "sim_mit_can", "joints": joints,
+                          "buses": {"can0": {"interface": "virtual", "channel": f"gimbal-{uuid.uuid4().hex}"}},
+                          "plant": {"mass_factor": 1.1, "seed": 3}},
+               "loop": {"rate_hz": 1000.0, "clock": "lockstep", "duration_s": 2.0},
+               "safety": {"stop_reaction": "brake_disable", "tracking_error_max": 0.05}}
+    (tmp_path / "run.toml").write_text(tomli_w.dumps(run_cfg))
+    spec = load_run(tmp_path / "run.toml")
+    assert spec.model.joint_names == ("gimbal.1", "gimbal.2")
+    res = build_run(spec).execute()
+    assert res.status == "completed", res.faults
+    rms = np.asarray(res.metrics["rms_error"])
+    assert rms.shape == (2,) and np.all(rms < 0.015), rms
