@@ -235,6 +235,27 @@ class Section:
             return v
         return self.as_array(key, v, (length,) if length is not None else None, minimum=minimum)
 
+    def numbers(self, key: str, n: int, default: Any = _MISSING, *, minimum: float | None = None,
+                maximum: float | None = None, strict_min: bool = False, doc: str | None = None) -> np.ndarray:
+        """Read a number (shared by all ``n`` items: the legs, a joint's coordinates) or a list of
+        ``n`` numbers as a float array (n,), each >= ``minimum`` (> with ``strict_min``) and <=
+        ``maximum`` when given; a list of another length is refused naming the field."""
+        v = self.raw(key, default)
+        if isinstance(v, list):
+            arr = self.as_array(key, v, (n,))
+        else:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise self.error(key, f"expected a number or a list of {n} numbers, got {v!r}")
+            arr = self.as_array(key, [v] * n, (n,))
+        if minimum is not None:
+            bad = (arr <= minimum) if strict_min else (arr < minimum)
+            if np.any(bad):
+                op = ">" if strict_min else ">="
+                raise self.error(key, f"must be {op} {minimum}, got {v!r}")
+        if maximum is not None and np.any(arr > maximum):
+            raise self.error(key, f"must be <= {maximum:g}, got {v!r}")
+        return arr
+
     def matrix(self, key: str, shape: tuple[int, int] | None = None, default: Any = _MISSING, *,
                doc: str | None = None) -> np.ndarray:
         """Read a list of lists as a float array of the given shape."""
@@ -340,7 +361,7 @@ class KeyLog:
 
     ``tables`` maps a table path (array indices dropped: ``driver.joints``) to
     ``{key: info}``, ``info`` holding ``kind`` (``number``, ``integer``, ``bool``,
-    ``string``, ``list``, ``table``, ``tables`` or ``any``), ``required`` and, where
+    ``string``, ``list``, ``number or list``, ``table``, ``tables`` or ``any``), ``required`` and, where
     the parser gave them, ``default``, ``minimum``/``maximum`` (``strict_min``),
     ``choices`` and ``length``.
     """
@@ -419,6 +440,11 @@ class RecordingSection(Section):
     def vector(self, key, length=None, default=_MISSING, *, minimum=None, doc=None):
         self._note(key, "list", default, doc, length=length, minimum=minimum)
         return super().vector(key, length, default, minimum=minimum)
+
+    def numbers(self, key, n, default=_MISSING, *, minimum=None, maximum=None, strict_min=False, doc=None):
+        self._note(key, "number or list", default, doc, length=n, minimum=minimum, maximum=maximum,
+                   strict_min=strict_min)
+        return super().numbers(key, n, default, minimum=minimum, maximum=maximum, strict_min=strict_min)
 
     def matrix(self, key, shape=None, default=_MISSING, *, doc=None):
         self._note(key, "list", default, doc)

@@ -9,19 +9,25 @@ universal joint two and a spherical joint three (below); all of them together, i
 are the *full* configuration ``z`` (n,).  Every body frame equals its parent's (moved to the
 joint origin) at zero coordinates.
 
-* universal (passive): ``axes = [a1, a2]``, orthogonal, parent frame; the child frame is
+* universal: ``axes = [a1, a2]``, orthogonal, parent frame; the child frame is
   ``R = Rot(a1, z1) Rot(a2, z2)`` (intrinsic: the second axis turned by the first); the
   coordinates are named ``<joint>.1``, ``<joint>.2``.
-* spherical (passive): intrinsic Euler angles about ``axes = [a1, a2, a3]``, mutually
+* spherical: intrinsic Euler angles about ``axes = [a1, a2, a3]``, mutually
   orthogonal (default ``[z, y, x]``: ZYX), ``R = Rot(a1, z1) Rot(a2, z2) Rot(a3, z3)``.  Its
   singularity: the middle angle at +-pi/2 (a1 and the turned a3 aligned), where the passive
   closure Jacobian loses rank (reported as type 2; :meth:`MechanismModel.singularity` adds
   ``euler_measure``, the smallest |cos| of a middle angle, and ``euler_joint``); a home within
-  :data:`EULER_HOME_MARGIN_RAD` of it is refused.  Actuated universal and spherical joints are
-  refused (drive a chain of revolute joints).  The actuated joints (``actuated =
-true``) are the model's ``q`` (``dof`` of them, in file order); the others are passive.  The
-loop closures ``phi(z) = 0`` (m equations) tie them: the mobility ``n - m`` must equal the
-number of actuated joints, and the closures must be independent (no redundant closure).  The
+  :data:`EULER_HOME_MARGIN_RAD` of it is refused.
+* actuated universal and spherical joints: a chain of 2 or 3 motors, each coordinate an
+  actuated coordinate named ``<joint>.1``, ... (a ``"revolute"`` drive in :attr:`joint_types`);
+  each limit and drive field a number (every coordinate) or a list of one per coordinate.  The
+  home rule above holds for an actuated spherical joint too: its singularity is then its drives'
+  own (first and third motor axes aligned), a type-1 loss of rank where the task depends on it.
+
+The coordinates of the actuated joints (``actuated = true``) are the model's ``q`` (``dof`` of
+them, in file order); the others are passive.  The loop closures ``phi(z) = 0`` (m equations)
+tie them: the mobility ``n - m`` must equal the number of actuated coordinates, and the closures
+must be independent (no redundant closure).  The
 task coordinates ``X`` are the components ``x, y, z`` of a point of the task body in the base
 frame and, for a planar mechanism, its rotation ``phi`` about z.
 
@@ -93,8 +99,9 @@ Robot file::
     [[joints]]                       # one table per tree joint, parents before children
     name = "hip_left"
     type = "revolute"                # or "prismatic"; spatial: "universal", "spherical"
-                                     # (passive, `axes` (2 or 3 orthogonal vectors) instead of
-                                     # `axis`, `home` a list of 2 or 3 angles)
+                                     # (`axes` (2 or 3 orthogonal vectors) instead of `axis`,
+                                     # `home` a list of 2 or 3 angles; actuated: each field
+                                     # below a number or a list of 2 or 3, one per coordinate)
     parent = "ground"                # "ground" or a body
     child = "upper_left"
     origin = [-0.04, 0.0, 0.0]       # [m] in the parent frame
@@ -292,7 +299,9 @@ class MechanismModel(ParallelModel):
 
     @property
     def joint_types(self) -> tuple:
-        return tuple(self.spec.joint_types[i] for i in self._act)
+        """"revolute" or "prismatic" per actuated coordinate: each coordinate of an actuated
+        universal or spherical joint is driven as a revolute joint (its own motor)."""
+        return tuple("prismatic" if self.spec.joint_types[i] == "prismatic" else "revolute" for i in self._act)
 
     @property
     def all_joint_names(self) -> tuple:
@@ -402,10 +411,11 @@ class MechanismModel(ParallelModel):
     def _euler_note(self) -> str:
         """The spherical joint nearest its Euler-angle singularity at the last forward
         kinematics solution, when it is near (|cos| of the middle angle below 0.05)."""
-        if not self.spec.euler:
+        passive = [(jn, i) for jn, i in self.spec.euler if i not in self.spec.actuated]
+        if not passive:
             return ""
         zl = self._D[-2 * self._n:-self._n]
-        c, jn = self._euler_measure(zl)
+        c, jn = self._euler_measure(zl, passive)
         return (f" (spherical joint {jn!r} near its Euler-angle singularity: |cos| of the middle angle "
                 f"{c:.3g}; choose its axes so that the motion stays away from it)") if c < 0.05 else ""
 
@@ -657,12 +667,14 @@ class MechanismModel(ParallelModel):
                                  cond_a=1.0 / m1 if m1 > 0 else math.inf,
                                  cond_b=1.0 / m2 if m2 > 0 else math.inf, margin=margin, extra=extra)
 
-    def _euler_measure(self, z) -> tuple[float, str]:
-        """min |cos| of the spherical joints' middle Euler angles at z, and the joint it belongs
-        to: 0 at the parametrisation's singularity (middle angle +-pi/2, first and third axes
-        aligned), where the passive closure Jacobian loses rank with it (a type-2 report
-        whose cause is the coordinates, not the mechanism)."""
-        c = [(abs(math.cos(z[i])), jn) for jn, i in self.spec.euler]
+    def _euler_measure(self, z, joints=None) -> tuple[float, str]:
+        """min |cos| of the spherical joints' middle Euler angles at z (of ``joints``, (name,
+        index in z) pairs, default all), and the joint it belongs to: 0 at the singularity
+        (middle angle +-pi/2, first and third axes aligned), where a passive joint's closure
+        Jacobian loses rank with it (a type-2 report whose cause is the coordinates, not the
+        mechanism), and an actuated joint's drives span two rotations only (type 1 when the
+        task depends on them)."""
+        c = [(abs(math.cos(z[i])), jn) for jn, i in (self.spec.euler if joints is None else joints)]
         return min(c)
 
     # ---------------------------------------------------------------- dynamics
@@ -973,12 +985,10 @@ ORTHOGONAL_TOL = 1e-9
 
 def _multi_joint(sec: Section, jt: str, planar: bool) -> tuple[list, list]:
     """The ``axes`` (k, 3), unit and mutually orthogonal, parent frame, and the ``home`` values (k,)
-    [rad] of a universal (k = 2) or spherical (k = 3) joint; both passive."""
+    [rad] of a universal (k = 2) or spherical (k = 3) joint."""
     k = MULTI_JOINTS[jt]
     if planar:
         raise sec.error("type", f"a planar mechanism has no {jt} joints (revolute and prismatic only)")
-    if sec.bool("actuated", False):
-        raise sec.error("actuated", f"a {jt} joint is passive (drive a chain of revolute joints instead)")
     if jt == "spherical" and not sec.has("axes"):
         A = np.array(SPHERICAL_AXES)
     else:
@@ -994,8 +1004,39 @@ def _multi_joint(sec: Section, jt: str, planar: bool) -> tuple[list, list]:
                     raise sec.error("axes", f"axes {i + 1} and {j + 1} are not orthogonal (|cos| = {c:.3g}); "
                                             f"a {jt} joint's axes are mutually orthogonal")
     h = sec.vector("home", k)
-    sec.finish()
     return A.tolist(), h.tolist()
+
+
+def _actuation(sec: Section, home: list) -> list[tuple[tuple, tuple]]:
+    """Limits ``(position_min, position_max, velocity_max, torque_max)`` and drive ``(armature,
+    viscous, coulomb)`` of each coordinate of an actuated joint whose home values are ``home``
+    (k,): a revolute or prismatic joint's fields are numbers, a universal or spherical joint's a
+    number (every coordinate) or a list of k (:meth:`Section.numbers`)."""
+    k = len(home)
+    inf = math.inf
+
+    def get(key, default=None, **kw):
+        if k == 1:
+            v = sec.float(key, **({} if default is None else {"default": default}), **kw)
+            return np.array([v])
+        return sec.numbers(key, k, *(() if default is None else (default,)), **kw)
+
+    pmin = get("position_min") if sec.has("position_min") else np.full(k, -inf)
+    pmax = get("position_max") if sec.has("position_max") else np.full(k, inf)
+    vmax = get("velocity_max", minimum=0.0, strict_min=True) if sec.has("velocity_max") else np.full(k, inf)
+    tmax = get("torque_max", minimum=0.0, strict_min=True) if sec.has("torque_max") else np.full(k, inf)
+    rotor = get("rotor_inertia", 0.0, minimum=0.0)
+    gear = get("gear_ratio", 1.0, minimum=GEAR_RATIO_RANGE[0], maximum=GEAR_RATIO_RANGE[1])
+    visc = get("viscous", 0.0, minimum=0.0)
+    coul = get("coulomb", 0.0, minimum=0.0)
+    which = (lambda i: "") if k == 1 else (lambda i: f"coordinate {i + 1}: ")
+    for i, h in enumerate(home):
+        if not pmin[i] < pmax[i]:
+            raise sec.error("position_max", f"{which(i)}must exceed position_min ({pmin[i]} vs {pmax[i]})")
+        if not pmin[i] <= h <= pmax[i]:
+            raise sec.error("home", f"{which(i)}{h} outside [{pmin[i]}, {pmax[i]}]")
+    return [((pmin[i], pmax[i], vmax[i], tmax[i]), (rotor[i] * gear[i] ** 2, visc[i], coul[i]))
+            for i in range(k)]
 
 
 def load_mechanism(root: Section, base_dir: str | Path | None = None) -> MechanismModel:
@@ -1049,45 +1090,33 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
                                      "close loops with [[loops]])")
         placed.add(child)
         origin = sec.vector("origin", 3)
+        first = len(home)
         if jt in MULTI_JOINTS:
             axes, hs = _multi_joint(sec, jt, planar)
-            first = len(home)
             jnames += [f"{jn}.{k + 1}" for k in range(len(hs))]
-            jtypes += [jt] * len(hs)
-            home += hs
             joints.append({"type": jt, "parent": parent, "child": child,
                            "origin": origin.tolist(), "axes": axes})
             if jt == "spherical":
                 euler.append((sec, jn, first + 1))
-            continue
-        axis = _unit(sec, "axis")
-        if planar and jt == "revolute" and abs(abs(axis[2]) - 1.0) > 1e-12:
-            raise sec.error("axis", "a planar mechanism's revolute axes are +-z")
-        if planar and jt == "prismatic" and abs(axis[2]) > 1e-12:
-            raise sec.error("axis", "a planar mechanism's prismatic axes lie in the xy plane")
-        h = sec.float("home")
-        a = sec.bool("actuated", False)
-        if a:
-            inf = math.inf
-            pmin = sec.float("position_min") if sec.has("position_min") else -inf
-            pmax = sec.float("position_max") if sec.has("position_max") else inf
-            if not pmin < pmax:
-                raise sec.error("position_max", f"must exceed position_min ({pmin} vs {pmax})")
-            vmax = sec.float("velocity_max", minimum=0.0, strict_min=True) if sec.has("velocity_max") else inf
-            tmax = sec.float("torque_max", minimum=0.0, strict_min=True) if sec.has("torque_max") else inf
-            rotor = sec.float("rotor_inertia", 0.0, minimum=0.0)
-            gear = sec.float("gear_ratio", 1.0, minimum=GEAR_RATIO_RANGE[0], maximum=GEAR_RATIO_RANGE[1])
-            visc = sec.float("viscous", 0.0, minimum=0.0)
-            coul = sec.float("coulomb", 0.0, minimum=0.0)
-            if not pmin <= h <= pmax:
-                raise sec.error("home", f"{h} outside [{pmin}, {pmax}]")
-            act.append(len(home))
-            limits.append((pmin, pmax, vmax, tmax))
-            drive.append((rotor * gear ** 2, visc, coul))
+        else:
+            axis = _unit(sec, "axis")
+            if planar and jt == "revolute" and abs(abs(axis[2]) - 1.0) > 1e-12:
+                raise sec.error("axis", "a planar mechanism's revolute axes are +-z")
+            if planar and jt == "prismatic" and abs(axis[2]) > 1e-12:
+                raise sec.error("axis", "a planar mechanism's prismatic axes lie in the xy plane")
+            hs = [sec.float("home")]
+            jnames.append(jn)
+            joints.append({"type": jt, "parent": parent, "child": child,
+                           "origin": origin.tolist(), "axis": axis.tolist()})
+        if sec.bool("actuated", False):
+            # each coordinate of the joint an actuated coordinate of q, in file order
+            for k, (lim, drv) in enumerate(_actuation(sec, hs)):
+                act.append(first + k)
+                limits.append(lim)
+                drive.append(drv)
         sec.finish()
-        jnames.append(jn); jtypes.append(jt); home.append(h)
-        joints.append({"type": jt, "parent": parent, "child": child,
-                       "origin": origin.tolist(), "axis": axis.tolist()})
+        jtypes += [jt] * len(hs)
+        home += hs
     dup = [nm for k, nm in enumerate(jnames) if nm in jnames[:k]]
     if dup:
         raise root.error("joints", f"coordinate name {dup[0]!r} twice (a universal or spherical joint "
@@ -1136,7 +1165,7 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
             or len(set(coords)) != len(coords)):
         raise tsec.error("coordinates", f"a list of distinct names out of {allowed}, got {coords!r}")
     if len(coords) != len(act):
-        raise tsec.error("coordinates", f"{len(coords)} task coordinates for {len(act)} actuated joints "
+        raise tsec.error("coordinates", f"{len(coords)} task coordinates for {len(act)} actuated coordinates "
                                         "(they must be as many)")
     tpoint = tsec.vector("point", 3)
     tsec.finish()
@@ -1175,11 +1204,15 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
 
     # the spherical joints' Euler singularity (checked on the file's home values, before the
     # derivation: the refinement below moves them by about closure_tolerance at most)
+    # (the same rule for an actuated one: there the singularity is its drives' own, the first
+    # and third motor axes aligned, a type-1 loss of rank of the task map)
     for sec, jn, i in euler:
         if abs(math.cos(home[i])) < math.sin(EULER_HOME_MARGIN_RAD):
+            what = ("its first and third drives' axes aligned" if i in act else
+                    "the parametrisation's singularity")
             raise sec.error("home", f"the middle Euler angle {home[i]:.4g} rad of spherical joint {jn!r} is "
-                                    f"within {EULER_HOME_MARGIN_RAD} rad of +-pi/2 at home (the "
-                                    "parametrisation's singularity: choose its axes so that home is far from it)")
+                                    f"within {EULER_HOME_MARGIN_RAD} rad of +-pi/2 at home ({what}: choose "
+                                    "its axes so that home is far from it)")
     from ._mechanism_derive import derive
     gen = derive(symbolic)
     f = gen.funcs
@@ -1189,7 +1222,8 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
     # mobility and independence of the closures
     if n - m != len(act):
         raise root.error("joints", f"mobility {n} joint coordinates - {m} closure equations = {n - m}, "
-                                   f"but {len(act)} joints are actuated")
+                                   f"but {len(act)} coordinates are actuated (an actuated universal or "
+                                   "spherical joint counts 2 or 3)")
     # each loop must close at the home values (to closure_tolerance)
     r = f["phi"](z0)
     row = 0

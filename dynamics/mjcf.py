@@ -17,8 +17,9 @@ imports nothing of MuJoCo, which reads the text in :mod:`drivers.sim.mujoco_plan
   prismatic actuator, its end joined to the platform joint by a ``connect`` constraint (a ball
   joint; six loop closures);
 * a mechanism file (:class:`~dynamics.mechanism.MechanismModel`): its tree of bodies with their
-  hinge and slide joints (a universal joint: two hinges in one body; a spherical joint: a
-  ``ball`` joint), each loop closure a ``connect`` constraint at its point (planar revolute and
+  hinge and slide joints (a universal joint: two hinges in one body; a passive spherical joint:
+  a ``ball`` joint, an actuated one three hinges in one body in its Euler order, each with its
+  motor), each loop closure a ``connect`` constraint at its point (planar revolute and
   spatial spherical closures: the point is all they constrain).  A spatial revolute closure (the
   point and the axis alignment, 5 equations) is two ``connect`` constraints: ``closureK`` at
   ``point_a`` and ``closureK_axis`` at ``point_a + length_scale * axis_a`` (body_a's frame); two
@@ -362,12 +363,16 @@ def mechanism_mjcf(model, q0=None) -> MjcfRobot:
         if sym["planar"] and Ixx == 0.0 and Iyy == 0.0:
             Ixx = Iyy = Izz
         I = np.array([[Ixx, Ixy, Izx], [Ixy, Iyy, Iyz], [Izx, Iyz, Izz]])
-        kw = {}
-        if first[j] in act:
-            a = act.index(first[j])
-            kw = dict(armature=drive.armature[a], damping=drive.viscous[a], frictionloss=drive.coulomb[a],
-                      rng=_stop(lim.position_min[a], lim.position_max[a]))
         i = first[j]
+
+        def drive_kw(c):
+            """The drive's attributes of coordinate c (friction, armature, stop) when actuated."""
+            if c not in act:
+                return {}
+            a = act.index(c)
+            return dict(armature=drive.armature[a], damping=drive.viscous[a], frictionloss=drive.coulomb[a],
+                        rng=_stop(lim.position_min[a], lim.position_max[a]))
+
         if jt["type"] in ("universal", "spherical"):
             # the body written at its joint's angles: R = Rot(a1, z1) Rot(a2, z2) (Rot(a3, z3)),
             # the axes in the parent frame (= the child frame at zero angles)
@@ -375,12 +380,17 @@ def mechanism_mjcf(model, q0=None) -> MjcfRobot:
             Rs = [_axis_angle(a, z0[i + k]) for k, a in enumerate(ax)]
             R = Rs[0] @ Rs[1] @ (Rs[2] if len(Rs) > 2 else np.eye(3))
             pos = np.asarray(jt["origin"])
-            if jt["type"] == "universal":
-                # two hinges in one body, applied in order in the body's frame (MuJoCo): the
-                # first about R2^T a1 so that R Rot(R2^T a1, d1) Rot(a2, d2) = Rot(a1, z1 + d1)
-                # Rot(a2, z2 + d2); with ref = z0 the hinges' positions are the model's angles
-                joint = (_joint(spec.joint_names[i], "hinge", Rs[1].T @ ax[0], ref=z0[i])
-                         + _joint(spec.joint_names[i + 1], "hinge", ax[1], ref=z0[i + 1]))
+            if jt["type"] == "universal" or i in act:
+                # one hinge per coordinate in one body, applied in order in the body's frame
+                # (MuJoCo): hinge k about (R_k+1 ... R_last)^T a_k, so that R Rot(h1, d1) Rot(h2, d2)
+                # ... = Rot(a1, z1 + d1) Rot(a2, z2 + d2) ...; with ref = z0 the hinges'
+                # positions are the model's angles (an actuated spherical joint: its three
+                # drives, one motor each, in the Euler order, not a ball)
+                joint, tail = "", np.eye(3)
+                for k in range(len(ax) - 1, -1, -1):
+                    joint = _joint(spec.joint_names[i + k], "hinge", tail.T @ ax[k], ref=z0[i + k],
+                                   **drive_kw(i + k)) + joint
+                    tail = Rs[k] @ tail
             else:       # MuJoCo's ball joint (a quaternion; identity at the written pose)
                 joint = f"<joint name={quoteattr(spec.joint_names[i][:-2])} type=\"ball\"/>"
         else:
@@ -389,7 +399,7 @@ def mechanism_mjcf(model, q0=None) -> MjcfRobot:
             else:
                 pos, R, kind = np.asarray(jt["origin"]) + z0[i] * axis, np.eye(3), "slide"
             # the joint axis in the child frame: R^T axis = axis (a rotation about it keeps it)
-            joint = _joint(spec.joint_names[i], kind, axis, ref=z0[i], **kw)
+            joint = _joint(spec.joint_names[i], kind, axis, ref=z0[i], **drive_kw(i))
         body = (f"<body name={quoteattr(name)} pos={quoteattr(_f(pos))} quat={quoteattr(_f(quat_wxyz(R)))}>"
                 + _inertial(p[0], com[name], I) + joint)
         if name == sym["task"]["body"]:

@@ -1303,23 +1303,9 @@ class Planar3RRR(ParallelModel):
 
 # ---------------------------------------------------------------------- loader
 def _per_leg(sec: Section, key: str, default=None, *, minimum=None, strict=False, maximum=None) -> np.ndarray:
-    """A number (shared by the legs) or a list of 3 numbers -> array (3,), each > ``minimum``
-    (``strict``) or >= it, and <= ``maximum`` (when given)."""
-    v = sec.raw(key, default) if default is not None else sec.raw(key)
-    if isinstance(v, list):
-        arr = sec.as_array(key, v, (3,))
-    else:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise sec.error(key, f"expected a number or a list of 3 numbers, got {v!r}")
-        arr = sec.as_array(key, [v] * 3, (3,))
-    if minimum is not None:
-        bad = (arr <= minimum) if strict else (arr < minimum)
-        if np.any(bad):
-            op = ">" if strict else ">="
-            raise sec.error(key, f"must be {op} {minimum}, got {v!r}")
-    if maximum is not None and np.any(arr > maximum):
-        raise sec.error(key, f"must be <= {maximum:g}, got {v!r}")
-    return arr
+    """A number (shared by the legs) or a list of 3 numbers -> array (3,) (:meth:`Section.numbers`)."""
+    return sec.numbers(key, 3, *(() if default is None else (default,)), minimum=minimum, strict_min=strict,
+                       maximum=maximum)
 
 
 def _points(root: Section, list_key: str, radius_key: str, angles_key: str) -> np.ndarray:

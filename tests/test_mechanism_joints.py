@@ -77,11 +77,17 @@ def rsur():
             "task": {"body": "rocker", "point": [0.0, 0.0, 0.0], "coordinates": ["z"]}}
 
 
+#: the limits and drive fields of an actuated joint
+DRIVE_KEYS = ("position_min", "position_max", "velocity_max", "torque_max", "rotor_inertia", "gear_ratio",
+              "viscous", "coulomb")
+
+
 def as_revolute_chain(data):
     """The mechanism with each universal / spherical joint replaced by its definition: revolute
     joints about its axes (the first in the parent frame, each next one in the frame the
     previous turned, as every body frame equals its parent's at zero angles), joined by
-    massless bodies, the coordinates named ``joint.1``, ``joint.2``(, ``joint.3``)."""
+    massless bodies, the coordinates named ``joint.1``, ``joint.2``(, ``joint.3``); an actuated
+    joint's revolutes actuated, each with its coordinate's limits and drive data."""
     d = copy.deepcopy(data)
     joints = []
     for jt in d["joints"]:
@@ -96,9 +102,15 @@ def as_revolute_chain(data):
             child = jt["child"] if last else f"{jt['name']}_link{k + 1}"
             if not last:
                 d["bodies"].append({"name": child, "mass": 0.0, "com": [0.0, 0.0, 0.0], "inertia": [0.0] * 6})
-            joints.append({"name": f"{jt['name']}.{k + 1}", "type": "revolute", "parent": parent,
-                           "child": child, "origin": jt["origin"] if k == 0 else [0.0, 0.0, 0.0],
-                           "axis": list(a), "home": home[k]})
+            rev = {"name": f"{jt['name']}.{k + 1}", "type": "revolute", "parent": parent,
+                   "child": child, "origin": jt["origin"] if k == 0 else [0.0, 0.0, 0.0],
+                   "axis": list(a), "home": home[k]}
+            # an actuated joint: each revolute actuated, with its coordinate's limits and drive
+            # (a number applies to every coordinate, a list gives one each)
+            for key in ("actuated",) + DRIVE_KEYS:
+                if key in jt:
+                    rev[key] = jt[key][k] if isinstance(jt[key], list) else jt[key]
+            joints.append(rev)
             parent = child
     d["joints"] = joints
     d["name"] = d["name"] + "_chain"
@@ -271,8 +283,11 @@ def _set(j, key, value):
     (_set(1, "axes", [[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [0.0, 1.0, 1.0]]), "joints[1].axes", "not orthogonal"),
     (_set(1, "home", [0.0, 0.0]), "joints[1].home", "3"),
     (_set(2, "home", 0.0), "joints[2].home", ""),
-    (_set(1, "actuated", True), "joints[1].actuated", "passive"),
-    (_set(2, "actuated", True), "joints[2].actuated", "passive"),
+    # an actuated universal or spherical joint adds its coordinates to the actuated ones: the
+    # crank's one task coordinate is then short of them
+    (_set(1, "actuated", True), "task.coordinates", "for 4 actuated coordinates"),
+    (_set(2, "actuated", True), "task.coordinates", "for 3 actuated coordinates"),
+    (_set(2, "torque_max", 1.0), "joints[2].torque_max", "unknown field"),
     (_set(1, "axis", [0.0, 0.0, 1.0]), "joints[1].axis", "unknown field"),
     (_set(2, "position_max", 1.0), "joints[2].position_max", "unknown field"),
     (_set(1, "home", [0.0, 0.5, 0.0]), "loops[0]", "does not close"),
