@@ -9,7 +9,7 @@ Definitions (``N`` cycles of period ``dt``)
 * ``rms_error[i] = sqrt(mean_k e_k[i]^2)``, ``max_abs_error[i] = max_k |e_k[i]|``
   per axis of the controller's space (rad or m; task space: m and rad).
 * Task space (``task_layout`` "planar" = (x, y, phi), "point" = (x, y, z), "planar_point" =
-  (x, y), "spatial" = (x, y, z, 3 angles)): ``rms_position_error_m = sqrt(mean_k |e_pos,k|^2)``,
+  (x, y), "spatial" = (x, y, z, 3 angles), "orientation" = (3 angles)): ``rms_position_error_m = sqrt(mean_k |e_pos,k|^2)``,
   ``rms_orientation_error_rad`` (not for "point") likewise with the orientation error (wrapped
   angle, or rotation-vector error mapped to angle coordinates), and maxima.
 * ``peak_torque[j] = max_k |tau_k[j]|``, ``rms_torque[j]``.
@@ -34,7 +34,7 @@ __all__ = ["MetricsAccumulator", "metrics_from_log", "TASK_LAYOUTS"]
 
 #: task-space layouts: (position indices, orientation indices)
 TASK_LAYOUTS = {"planar": ((0, 1), (2,)), "point": ((0, 1, 2), ()), "planar_point": ((0, 1), ()),
-                "spatial": ((0, 1, 2), (3, 4, 5))}
+                "spatial": ((0, 1, 2), (3, 4, 5)), "orientation": ((), (0, 1, 2))}
 
 
 class MetricsAccumulator:
@@ -46,7 +46,7 @@ class MetricsAccumulator:
         Actuators and reference dimension.
     period_s : float
         Control period dt [s].
-    task_layout : {"planar", "point", "planar_point", "spatial"} or None
+    task_layout : {"planar", "point", "planar_point", "spatial", "orientation"} or None
         Splits the error into position and orientation parts (task space).
     miss_threshold_fraction_of_period : float
         Lateness above ``miss_threshold_fraction_of_period * period_s`` counts as a deadline miss.

@@ -1327,8 +1327,7 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
         c = model._task_euler_measure(model.home_configuration)
         if c < math.sin(EULER_HOME_MARGIN_RAD):
             raise tsec.error("coordinates", f"the task's beta is within {EULER_HOME_MARGIN_RAD} rad of +-pi/2 at "
-                                            f"home (|cos(beta)| = {c:.3g}): "
-                                            + model._task_euler_note(c).split(": ", 1)[1])
+                                            f"home: {model._task_euler_note(c)}")
     Mr = model.mass_matrix(model.home_q)
     if np.min(np.linalg.eigvalsh(0.5 * (Mr + Mr.T))) <= 0:
         raise root.error("bodies", "the mass matrix is not positive definite at home (massless mechanism?)")

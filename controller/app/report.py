@@ -42,6 +42,7 @@ TASK_AXES = {
     "planar_point": (("x", "linear"), ("y", "linear")),
     "spatial": (("x", "linear"), ("y", "linear"), ("z", "linear"),
                 ("alpha", "angular"), ("beta", "angular"), ("gamma", "angular")),
+    "orientation": (("alpha", "angular"), ("beta", "angular"), ("gamma", "angular")),
 }
 
 
