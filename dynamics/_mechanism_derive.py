@@ -34,6 +34,10 @@ return arrays of the shapes below)::
     task_gamma(q, qd) -> (t,)
     frame(q) -> (12,);  twist_q(q) -> (6, n);  kinetic(q, qd, p) -> ();  potential(q, p) -> ()
 
+(``frame``: the task frame's rotation (the body's times the ``[task]`` orientation offset) and
+the task point; the task's Euler angles are atan2 forms of that rotation (:func:`_euler_angle`),
+printed as ``math.atan2`` for numba, and ``T_WRAP`` marks their rows for the runtime.)
+
 Each fused kernel (``kin``: one Newton iteration; ``dyn``: one dynamics call) is one pass of
 common subexpressions (the sines and cosines once; ``sympy.cse`` without its optimisations,
 which cost minutes on the delta); the single quantities (``phi``, ``phi_q``, ``task``,

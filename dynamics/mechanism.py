@@ -28,8 +28,22 @@ The coordinates of the actuated joints (``actuated = true``) are the model's ``q
 them, in file order); the others are passive.  The loop closures ``phi(z) = 0`` (m equations)
 tie them: the mobility ``n - m`` must equal the number of actuated coordinates, and the closures
 must be independent (no redundant closure).  The
-task coordinates ``X`` are the components ``x, y, z`` of a point of the task body in the base
-frame and, for a planar mechanism, its rotation ``phi`` about z.
+task coordinates ``X`` are (any subset, in this order, :data:`TASK_COORDINATES`) the components
+``x, y, z`` of a point of the task body in the base frame and its orientation: for a planar
+mechanism its rotation ``phi`` about z, for a spatial one the Euler angles ``alpha, beta,
+gamma`` of the task frame, ``R_base_task = R_base_body R_off = Rz(gamma) Ry(beta) Rx(alpha)``
+(the Stewart platform's convention, :func:`dynamics.stewart.rotation_matrix`; ``R_off`` from the
+optional ``orientation = [a, b, g]`` of ``[task]``, identity by default), computed as
+``alpha = atan2(R32, R33)``, ``beta = atan2(-R31, hypot(R11, R21))`` in [-pi/2, pi/2],
+``gamma = atan2(R21, R11)``, alpha and gamma in (-pi, pi].  The inverse kinematics wraps the
+angles' residuals and continuation steps to (-pi, pi] (a target 2 pi away is the same pose);
+``task_layout`` is "spatial" for all six, "orientation" for the three angles.  At ``beta =
++-pi/2`` the angles have their own singularity (alpha, gamma undefined, the task Jacobian's
+angle rows growing like 1/cos(beta)): the type-1 measure falls with it, the report's
+``extra["task_euler_measure"]`` is |cos(beta)| and a singular report near it says so in
+``extra["note"]``; a home within :data:`EULER_HOME_MARGIN_RAD` of it is refused.  A wrench of
+shape (6,) is ``[f; m]`` (base frame, moment about the task point); one of the task's length
+is conjugate to the task coordinates (for the angles ``E(X)^T m``, ``omega = E Xd``).
 
 Kinematics
 ----------
@@ -130,7 +144,9 @@ Robot file::
     [task]
     body = "lower_left"
     point = [0.2, 0.0, 0.0]
-    coordinates = ["x", "y"]          # "x", "y", "z", and "phi" (planar)
+    coordinates = ["x", "y"]          # in this order: "x", "y", "phi" (planar) or
+                                      # "x", "y", "z", "alpha", "beta", "gamma" (spatial)
+    # orientation = [0.0, 0.0, 0.0]  # spatial: the task frame in the body frame, Euler angles [rad]
 """
 
 from __future__ import annotations
