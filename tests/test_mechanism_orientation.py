@@ -238,3 +238,4 @@ def test_shipped_orientation_run_tracks_alpha_beta_gamma():
     assert np.all(rms < 4e-3), rms                          # measured 1.24, 0.89, 0.75 mrad
     assert res.metrics["rms_orientation_error_rad"] == pytest.approx(np.sqrt(np.sum(rms ** 2)), rel=1e-9)
     assert res.metrics["max_orientation_error_rad"] < 6e-3   # measured 2.4 mrad
+    assert "rms_position_error_m" not in res.metrics         # no position axes
