@@ -31,9 +31,9 @@ from dynamics.errors import ConfigError, UnreachableError
 from dynamics.stewart import euler_rate_matrix, rotation_matrix
 
 try:
-    from tests.test_mechanism import assert_passivity, rk4_energy_balance
+    from tests.test_mechanism import assert_passivity, rk4_energy_balance, run_shipped_task_run
 except ImportError:  # pragma: no cover - rootdir not on sys.path
-    from test_mechanism import assert_passivity, rk4_energy_balance
+    from test_mechanism import assert_passivity, rk4_energy_balance, run_shipped_task_run
 
 pytestmark = pytest.mark.slow
 
@@ -223,19 +223,10 @@ def test_bad_task_coordinates_name_the_file_and_field(name, task, field, words):
 
 
 
-def test_shipped_orientation_run_tracks_alpha_beta_gamma():
     """hil_configs/runs/ups_orientation.toml (emulated ODrive CAN, +10 % plant, more friction)
     completes; its task axes are the three angles, reported as orientation error."""
-    from controller.app.report import controller_quantities
-    from controller.app.run import build_run, load_run
-
-    spec = load_run(ROOT / "hil_configs" / "runs" / "ups_orientation.toml")
-    assert [(a.name, a.kind) for a in controller_quantities(spec.model, "task")] == \
-        [("alpha", "angular"), ("beta", "angular"), ("gamma", "angular")]
-    res = build_run(spec).execute()
-    assert res.status == "completed", res.faults
-    rms = np.asarray(res.metrics["rms_error"])
+    metrics, rms = run_shipped_task_run("ups_orientation.toml", [(a, "angular") for a in ("alpha", "beta", "gamma")])
     assert np.all(rms < 4e-3), rms                          # measured 1.24, 0.89, 0.75 mrad
-    assert res.metrics["rms_orientation_error_rad"] == pytest.approx(np.sqrt(np.sum(rms ** 2)), rel=1e-9)
-    assert res.metrics["max_orientation_error_rad"] < 6e-3   # measured 2.4 mrad
-    assert "rms_position_error_m" not in res.metrics         # no position axes
+    assert metrics["rms_orientation_error_rad"] == pytest.approx(np.sqrt(np.sum(rms ** 2)), rel=1e-9)
+    assert metrics["max_orientation_error_rad"] < 6e-3   # measured 2.4 mrad
+    assert "rms_position_error_m" not in metrics         # no position axes
