@@ -150,10 +150,10 @@ def tilted(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("TORQUELOOP_MECHANISM_CACHE", str(tmp_path_factory.mktemp("cache")))
     mp.setattr(numba.config, "DISABLE_JIT", True)
-    try:
+    try:             # (the model keeps its plain-Python kernels; the settings end here)
         d = copy.deepcopy(read_toml(FILE))
         d["task"]["orientation"] = [0.0, np.pi / 2 - 0.4, 3.0]
-        yield load_model(d, file="tilted.toml")
+        return load_model(d, file="tilted.toml")
     finally:
         mp.undo()
 
