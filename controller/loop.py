@@ -290,7 +290,7 @@ class ControlLoop:
         ``t = duration_s``.
     miss_threshold_fraction_of_period : float
         Deadline-miss threshold as a fraction of the period.
-    task_layout : {"planar", "point", "planar_point", "spatial"}, optional
+    task_layout : {"planar", "point", "planar_point", "spatial", "orientation"}, optional
         For task-space metrics (default: the controller's model's
         :attr:`~dynamics.base.ParallelModel.task_layout`, else task dof 3 -> planar, 6 -> spatial).
     handle_signals : bool

@@ -9,9 +9,10 @@ Definitions (``N`` cycles of period ``dt``)
 * ``rms_error[i] = sqrt(mean_k e_k[i]^2)``, ``max_abs_error[i] = max_k |e_k[i]|``
   per axis of the controller's space (rad or m; task space: m and rad).
 * Task space (``task_layout`` "planar" = (x, y, phi), "point" = (x, y, z), "planar_point" =
-  (x, y), "spatial" = (x, y, z, 3 angles)): ``rms_position_error_m = sqrt(mean_k |e_pos,k|^2)``,
-  ``rms_orientation_error_rad`` (not for "point") likewise with the orientation error (wrapped
-  angle, or rotation-vector error mapped to angle coordinates), and maxima.
+  (x, y), "spatial" = (x, y, z, 3 angles), "orientation" = (3 angles); :data:`TASK_LAYOUTS`):
+  ``rms_position_error_m = sqrt(mean_k |e_pos,k|^2)`` (layouts with position axes),
+  ``rms_orientation_error_rad`` (layouts with angle axes) likewise with the orientation error
+  (wrapped angle, or rotation-vector error mapped to angle coordinates), and maxima.
 * ``peak_torque[j] = max_k |tau_k[j]|``, ``rms_torque[j]``.
 * ``energy_j[j] = sum_k tau_k[j] qd_k[j] dt`` (net mechanical work of actuator j,
   rectangle rule), ``positive_work_j = sum max(tau qd, 0) dt`` over all joints.
@@ -34,7 +35,7 @@ __all__ = ["MetricsAccumulator", "metrics_from_log", "TASK_LAYOUTS"]
 
 #: task-space layouts: (position indices, orientation indices)
 TASK_LAYOUTS = {"planar": ((0, 1), (2,)), "point": ((0, 1, 2), ()), "planar_point": ((0, 1), ()),
-                "spatial": ((0, 1, 2), (3, 4, 5))}
+                "spatial": ((0, 1, 2), (3, 4, 5)), "orientation": ((), (0, 1, 2))}
 
 
 class MetricsAccumulator:
@@ -46,7 +47,7 @@ class MetricsAccumulator:
         Actuators and reference dimension.
     period_s : float
         Control period dt [s].
-    task_layout : {"planar", "point", "planar_point", "spatial"} or None
+    task_layout : {"planar", "point", "planar_point", "spatial", "orientation"} or None
         Splits the error into position and orientation parts (task space).
     miss_threshold_fraction_of_period : float
         Lateness above ``miss_threshold_fraction_of_period * period_s`` counts as a deadline miss.
@@ -206,8 +207,9 @@ class MetricsAccumulator:
         if self._lim is not None:
             out["at_limit_fraction"] = (self._atc / N).tolist()
         if self.task_layout is not None:
-            out["rms_position_error_m"] = float(np.sqrt(self._pe2 / N))
-            out["max_position_error_m"] = self._pmax
+            if self._pos_ix:
+                out["rms_position_error_m"] = float(np.sqrt(self._pe2 / N))
+                out["max_position_error_m"] = self._pmax
             if self._ori_ix:
                 out["rms_orientation_error_rad"] = float(np.sqrt(self._oe2 / N))
                 out["max_orientation_error_rad"] = self._omax

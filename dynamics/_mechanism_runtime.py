@@ -13,6 +13,10 @@ Names the generated module defines before this text::
 
     N_Z, N_C, N_A, N_T, N_P      full coordinates, closure equations, actuated coordinates,
                                  task coordinates, inertial parameters
+    T_WRAP                       (N_T,) tuple: 1.0 for a task coordinate that is an Euler
+                                 angle (atan2, in (-pi, pi]), else 0.0: its inverse-kinematics
+                                 residual and continuation step are wrapped to (-pi, pi], so that
+                                 a target near +-pi is reached the short way
     kin_w(z, out), tkin_w(z, out), dyn_w(z, zd, p, out)
                                  fused forms (layouts below): one pass of common
                                  subexpressions for what a Newton iteration or a dynamics
@@ -137,6 +141,16 @@ def _lu_solve(A, perm, k, b, x):
 
 
 @_inline  # noqa: F821
+def _task_diff(target, value, i):
+    """target - value of task coordinate i, wrapped to (-pi, pi] where T_WRAP[i] (an Euler
+    angle: equal angles modulo 2 pi are one pose)."""
+    d = target - value
+    if T_WRAP[i] != 0.0:  # noqa: F821
+        d = math.atan2(math.sin(d), math.cos(d))  # noqa: F821
+    return d
+
+
+@_inline  # noqa: F821
 def _maxabs(r, k):
     """max |r[:k]|, NaN-propagating."""
     m = 0.0
@@ -256,19 +270,22 @@ def _continue(kind, target, z0, D, z, WK, pred):
     cycle's step; with warm_g zero, z0 itself)."""
     k_n = N_A if kind == 0 else N_T  # noqa: F821
     start = WK[8]
+    xs = WK[8][N_Z:]  # noqa: F821   (the steps' targets; first the whole move)
     if kind == 0:
         for a in range(N_A):  # noqa: F821
             start[a] = z0[int(D[O_ACT + a])]
+            xs[a] = target[a] - start[a]
         o_step, sign = O_STEPA, D[O_SIGN2]
     else:
         TK = WK[4]
         tkin_w(z0, TK)  # noqa: F821
         for i in range(N_T):  # noqa: F821
             start[i] = TK[i]
+            xs[i] = _task_diff(target[i], TK[i], i)   # (an Euler angle: the short way)
         o_step, sign = O_STEPT, D[O_SIGN1]
     big = 0.0
     for i in range(k_n):
-        v = abs(target[i] - start[i]) / D[o_step + i]
+        v = abs(xs[i]) / D[o_step + i]
         if v > big:
             big = v
     k = max(1, int(math.ceil(big)))  # noqa: F821
@@ -285,13 +302,15 @@ def _continue(kind, target, z0, D, z, WK, pred):
             sg, fresh = _newton(kind, target, z0, D, z, WK)
         return sg == sign, fresh
     zc = WK[7]
-    xs = WK[8][N_Z:]  # noqa: F821
+    dx = WK[6]      # (the whole move; WK[6] is free here: the predictor is not used)
+    for i in range(k_n):
+        dx[i] = xs[i]
     for i in range(N_Z):  # noqa: F821
         zc[i] = z0[i]
     fresh = False
     for s in range(1, k + 1):
         for i in range(k_n):
-            xs[i] = start[i] + (target[i] - start[i]) * s / k
+            xs[i] = start[i] + dx[i] * s / k
         sg, fresh = _newton(kind, xs, zc, D, z, WK)
         if sg != sign:
             return False, False
@@ -369,7 +388,7 @@ def _ik_lu(z, X, K, r, KP, TK, perm):
         for j in range(N_Z):  # noqa: F821
             K[i, j] = KP[N_C + i * N_Z + j]  # noqa: F821
     for i in range(N_T):  # noqa: F821
-        r[N_C + i] = TK[i] - X[i]  # noqa: F821
+        r[N_C + i] = -_task_diff(X[i], TK[i], i)  # noqa: F821  task(z) - X
         for j in range(N_Z):  # noqa: F821
             K[N_C + i, j] = TK[N_T + i * N_Z + j]  # noqa: F821
     return _lu(K, N_Z, perm)  # noqa: F821

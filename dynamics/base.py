@@ -329,7 +329,7 @@ class ParallelModel(Model):
     def task_layout(self) -> str | None:
         """What the task coordinates are, for reports and metrics: ``"planar"`` (x, y [m], phi
         [rad]), ``"point"`` (x, y, z [m]), ``"planar_point"`` (x, y [m]), ``"spatial"`` (x, y, z
-        [m], three angles [rad]) or None (other).  The default goes by :attr:`task_dof` (3: planar, 6: spatial); a model
+        [m], three angles [rad]), ``"orientation"`` (three angles [rad]) or None (other).  The default goes by :attr:`task_dof` (3: planar, 6: spatial); a model
         whose coordinates differ says so."""
         return {3: "planar", 6: "spatial"}.get(self.task_dof)
 

@@ -28,8 +28,22 @@ The coordinates of the actuated joints (``actuated = true``) are the model's ``q
 them, in file order); the others are passive.  The loop closures ``phi(z) = 0`` (m equations)
 tie them: the mobility ``n - m`` must equal the number of actuated coordinates, and the closures
 must be independent (no redundant closure).  The
-task coordinates ``X`` are the components ``x, y, z`` of a point of the task body in the base
-frame and, for a planar mechanism, its rotation ``phi`` about z.
+task coordinates ``X`` are (any subset, in this order, :data:`TASK_COORDINATES`) the components
+``x, y, z`` of a point of the task body in the base frame and its orientation: for a planar
+mechanism its rotation ``phi`` about z, for a spatial one the Euler angles ``alpha, beta,
+gamma`` of the task frame, ``R_base_task = R_base_body R_off = Rz(gamma) Ry(beta) Rx(alpha)``
+(the Stewart platform's convention, :func:`dynamics.stewart.rotation_matrix`; ``R_off`` from the
+optional ``orientation = [a, b, g]`` of ``[task]``, identity by default), computed as
+``alpha = atan2(R32, R33)``, ``beta = atan2(-R31, hypot(R11, R21))`` in [-pi/2, pi/2],
+``gamma = atan2(R21, R11)``, alpha and gamma in (-pi, pi].  The inverse kinematics wraps the
+angles' residuals and continuation steps to (-pi, pi] (a target 2 pi away is the same pose);
+``task_layout`` is "spatial" for all six, "orientation" for the three angles.  At ``beta =
++-pi/2`` the angles have their own singularity (alpha, gamma undefined, the task Jacobian's
+angle rows growing like 1/cos(beta)): the type-1 measure falls with it, the report's
+``extra["task_euler_measure"]`` is |cos(beta)| and a singular report near it says so in
+``extra["note"]``; a home within :data:`EULER_HOME_MARGIN_RAD` of it is refused.  A wrench of
+shape (6,) is ``[f; m]`` (base frame, moment about the task point); one of the task's length
+is conjugate to the task coordinates (for the angles ``E(X)^T m``, ``omega = E Xd``).
 
 Kinematics
 ----------
@@ -130,7 +144,9 @@ Robot file::
     [task]
     body = "lower_left"
     point = [0.2, 0.0, 0.0]
-    coordinates = ["x", "y"]          # "x", "y", "z", and "phi" (planar)
+    coordinates = ["x", "y"]          # in this order: "x", "y", "phi" (planar) or
+                                      # "x", "y", "z", "alpha", "beta", "gamma" (spatial)
+    # orientation = [0.0, 0.0, 0.0]  # spatial: the task frame in the body frame, Euler angles [rad]
 """
 
 from __future__ import annotations
@@ -142,11 +158,25 @@ from pathlib import Path
 import numpy as np
 
 from ._mechanism_derive import COORDINATES as MULTI_JOINTS
+from ._mechanism_derive import EULER as _EULER
 from .base import GEAR_RATIO_RANGE, POSE_HINT_METHODS, DriveParams, JointLimits, ParallelModel, SingularityReport
 from .config import Section
 from .errors import ConfigError, ConvergenceError, ModelError, SingularityError, UnreachableError
 
-__all__ = ["MechanismModel", "load_mechanism", "MechanismSpec"]
+__all__ = ["MechanismModel", "load_mechanism", "MechanismSpec", "TASK_COORDINATES"]
+
+#: the task coordinates a file may list (any subset, in this order): a point's components [m]
+#: and the task frame's rotation, planar ``phi`` about z, spatial the Euler angles [rad] of
+#: ``R_base_task = Rz(gamma) Ry(beta) Rx(alpha)`` (:func:`dynamics.stewart.rotation_matrix`)
+TASK_COORDINATES = {"planar": ("x", "y", "phi"), "spatial": ("x", "y", "z", "alpha", "beta", "gamma")}
+#: the task layouts (:attr:`dynamics.base.ParallelModel.task_layout`) of the coordinate lists
+#: that have one (the others: None)
+_LAYOUTS = {("x", "y", "phi"): "planar", ("x", "y", "z"): "point", ("x", "y"): "planar_point",
+            ("x", "y", "z", "alpha", "beta", "gamma"): "spatial", ("alpha", "beta", "gamma"): "orientation"}
+
+#: below this |cos| of the task's beta a singular report or an unreached pose says that the
+#: task's Euler angles are at their singularity
+EULER_NOTE_MEASURE = 0.05
 
 #: Newton tolerance of every closure solve [m]
 NEWTON_TOL = 1e-12
@@ -228,7 +258,10 @@ class MechanismModel(ParallelModel):
         self._tol = spec.singularity_tolerance
         self._ls = spec.length_scale
         self._rev = np.array([t != "prismatic" for t in spec.joint_types])      # angle coordinates
-        self._task_ang = np.array([c == "phi" for c in spec.symbolic["task"]["coordinates"]])
+        tcoords = spec.symbolic["task"]["coordinates"]
+        self._task_ang = np.array([c in ("phi",) + _EULER for c in tcoords])
+        self._task_euler = any(c in _EULER for c in tcoords)
+        self._beta = tcoords.index("beta") if "beta" in tcoords else None
         self._home_z = _ro(spec.home)
         self._home_sign2 = self._sign_det(self._B(spec.home))
         self._home_sign1 = self._sign_det(self._K(spec.home))
@@ -286,8 +319,18 @@ class MechanismModel(ParallelModel):
 
     @property
     def task_layout(self) -> str | None:
-        return {("x", "y", "phi"): "planar", ("x", "y", "z"): "point", ("x", "y"): "planar_point"}.get(
-            tuple(self.spec.symbolic["task"]["coordinates"]))
+        return _LAYOUTS.get(tuple(self.spec.symbolic["task"]["coordinates"]))
+
+    def task_rotation(self):
+        """:func:`dynamics.stewart.rotation_matrix` for a 6-DOF task (x, y, z, alpha, beta, gamma):
+        the convention of the task's Euler angles; else None."""
+        from .stewart import rotation_matrix
+        return rotation_matrix if self.task_layout == "spatial" else None
+
+    def task_rate_matrix(self):
+        """:func:`dynamics.stewart.euler_rate_matrix` for a 6-DOF task (see :meth:`task_rotation`)."""
+        from .stewart import euler_rate_matrix
+        return euler_rate_matrix if self.task_layout == "spatial" else None
 
     @property
     def task_dof(self) -> int:
@@ -400,8 +443,11 @@ class MechanismModel(ParallelModel):
             raise ConvergenceError(f"{self.name}: forward kinematics: no configuration of the home "
                                    f"assembly mode at q={np.asarray(inputs[0][0]).tolist()}")
         if st == _ST_NOIK:
+            X = np.asarray(inputs[0][0], dtype=float)
+            cb = ([abs(math.cos(X[self._beta]))] if self._beta is not None and np.isfinite(X).all() else [])
+            note = f" ({self._task_euler_note(cb[0])})" if cb and cb[0] < EULER_NOTE_MEASURE else ""
             raise UnreachableError(f"{self.name}: inverse kinematics: pose X="
-                                   f"{np.asarray(inputs[0][0]).tolist()} not reached in the home working mode")
+                                   f"{X.tolist()} not reached in the home working mode{note}")
         if st == _ST_TYPE2:
             raise SingularityError(f"{self.name}: {what}: type-2 singularity (passive closure Jacobian "
                                    f"singular) at q={np.asarray(inputs[0][0]).tolist()}{self._euler_note()}")
@@ -640,6 +686,8 @@ class MechanismModel(ParallelModel):
     def _inv_cond(Mx):
         if Mx.size == 0:
             return 1.0
+        if not np.isfinite(Mx).all():       # (the task's Euler angles at cos(beta) = 0 exactly)
+            return 0.0
         s = np.linalg.svd(Mx, compute_uv=False)
         return float(s[-1] / s[0]) if s[0] > 0 else 0.0
 
@@ -662,10 +710,27 @@ class MechanismModel(ParallelModel):
         extra = {"type1_measure": m1, "type2_measure": m2}
         if self.spec.euler:
             extra["euler_measure"], extra["euler_joint"] = self._euler_measure(z)
+        if self._task_euler:
+            extra["task_euler_measure"] = c = self._task_euler_measure(z)
+            if kind != "regular" and c < EULER_NOTE_MEASURE:
+                extra["note"] = self._task_euler_note(c)
         return SingularityReport(kind=kind, det_a=float(np.linalg.det(self._K(z))),
                                  det_b=float(np.linalg.det(self._B(z))) if self._m else 1.0,
                                  cond_a=1.0 / m1 if m1 > 0 else math.inf,
                                  cond_b=1.0 / m2 if m2 > 0 else math.inf, margin=margin, extra=extra)
+
+    def _task_euler_measure(self, z) -> float:
+        """|cos(beta)| of the task frame at z (``hypot(R11, R21)``), 0 at the Euler angles'
+        singularity (beta = +-pi/2), where alpha and gamma are not defined and the task
+        Jacobian's angle rows grow like 1/cos(beta): the type-1 measure goes to 0 with it."""
+        R = self._f["frame"](z)[:9]
+        return float(math.hypot(R[0], R[3]))
+
+    @staticmethod
+    def _task_euler_note(c: float) -> str:
+        return (f"the task's Euler angles (alpha, beta, gamma) are at their singularity: |cos(beta)| = "
+                f"{c:.3g}, beta near +-pi/2 (a singularity of the coordinates, not of the mechanism: "
+                "choose the task body's `orientation` offset so that the motion stays away from it)")
 
     def _euler_measure(self, z, joints=None) -> tuple[float, str]:
         """min |cos| of the spherical joints' middle Euler angles at z (of ``joints``, (name,
@@ -1160,14 +1225,26 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
     if tb not in names:
         raise tsec.error("body", f"{tb!r} is not a body")
     coords = tsec.raw("coordinates")
-    allowed = ["x", "y", "phi"] if planar else ["x", "y", "z"]
+    allowed = list(TASK_COORDINATES["planar" if planar else "spatial"])
     if (not isinstance(coords, list) or not coords or any(c not in allowed for c in coords)
             or len(set(coords)) != len(coords)):
-        raise tsec.error("coordinates", f"a list of distinct names out of {allowed}, got {coords!r}")
+        other = [c for c in (coords if isinstance(coords, list) else []) if c in TASK_COORDINATES["spatial"]
+                 + TASK_COORDINATES["planar"] and c not in allowed]
+        why = (f" ({other[0]!r} is a {'spatial' if planar else 'planar'} mechanism's coordinate)"
+               if other else "")
+        raise tsec.error("coordinates", f"a list of distinct names out of {allowed}, got {coords!r}{why}")
+    if coords != sorted(coords, key=allowed.index):
+        raise tsec.error("coordinates", f"{coords!r}: list them in the order {allowed}")
     if len(coords) != len(act):
         raise tsec.error("coordinates", f"{len(coords)} task coordinates for {len(act)} actuated coordinates "
                                         "(they must be as many)")
     tpoint = tsec.vector("point", 3)
+    toff = None
+    if tsec.has("orientation"):
+        if planar:
+            raise tsec.error("orientation", "a planar mechanism's task frame is its body's (phi)")
+        from .stewart import rotation_matrix
+        toff = rotation_matrix(tsec.vector("orientation", 3)).tolist()
     tsec.finish()
     # joints on the path from the ground to the task body (for "phi")
     path, b = [], tb
@@ -1188,7 +1265,8 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
                             # slider) is left out of the derivation: part of its digest
                             "massless": bool(b[2] == 0 and not np.any(b[4]))} for b in bodies],
                 "loops": [lp for _, lp in loops],
-                "task": {"body": tb, "point": tpoint.tolist(), "coordinates": list(coords), "path": path[::-1]},
+                "task": {"body": tb, "point": tpoint.tolist(), "coordinates": list(coords), "path": path[::-1],
+                         **({"offset": toff} if toff is not None else {})},
                 "angle_rows": angle_rows}
     params = np.zeros(10 * len(bodies))
     for k, b in enumerate(bodies):
@@ -1256,9 +1334,16 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
     except (ModelError, np.linalg.LinAlgError) as err:
         raise ConfigError(f"home configuration: {err}", root.file, "joints") from err
     if rep.kind != "regular":
-        raise root.error("joints", f"the home configuration is singular ({rep.kind}; type-1 measure "
-                                   f"{rep.extra['type1_measure']:.3g}, type-2 measure "
-                                   f"{rep.extra['type2_measure']:.3g})")
+        note = f": {rep.extra['note']}" if "note" in rep.extra else ""
+        raise root.error("task" if note else "joints",
+                         f"the home configuration is singular ({rep.kind}; type-1 measure "
+                         f"{rep.extra['type1_measure']:.3g}, type-2 measure "
+                         f"{rep.extra['type2_measure']:.3g}){note}")
+    if model._task_euler:
+        c = model._task_euler_measure(model.home_configuration)
+        if c < math.sin(EULER_HOME_MARGIN_RAD):
+            raise tsec.error("coordinates", f"the task's beta is within {EULER_HOME_MARGIN_RAD} rad of +-pi/2 at "
+                                            f"home: {model._task_euler_note(c)}")
     Mr = model.mass_matrix(model.home_q)
     if np.min(np.linalg.eigvalsh(0.5 * (Mr + Mr.T))) <= 0:
         raise root.error("bodies", "the mass matrix is not positive definite at home (massless mechanism?)")

@@ -330,6 +330,20 @@ def test_fivebar_energy_balance_along_a_simulated_trajectory(fivebar):
     assert_passivity(fivebar, q, qd)
 
 
+def run_shipped_task_run(name, axes):
+    """Execute hil_configs/runs/<name> (a task-space run of a mechanism file): its task axes are
+    ``axes`` ((name, kind) pairs, as reports show them) and it completes.  Returns its metrics
+    and their per-axis RMS error."""
+    from controller.app.report import controller_quantities
+    from controller.app.run import build_run, load_run
+
+    spec = load_run(ROOT / "hil_configs" / "runs" / name)
+    assert [(a.name, a.kind) for a in controller_quantities(spec.model, "task")] == list(axes)
+    res = build_run(spec).execute()
+    assert res.status == "completed", res.faults
+    return res.metrics, np.asarray(res.metrics["rms_error"])
+
+
 def assert_passivity(model, q, qd):
     """The passivity property the controllers rely on: dM/dt - 2C is skew (dM/dt by central
     differences along qd), and C qd + g = h."""

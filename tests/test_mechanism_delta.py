@@ -26,9 +26,9 @@ from dynamics import load_model
 from dynamics.config import read_toml
 
 try:
-    from tests.test_mechanism import assert_passivity, rk4_energy_balance
+    from tests.test_mechanism import assert_passivity, rk4_energy_balance, run_shipped_task_run
 except ImportError:  # pragma: no cover - rootdir not on sys.path
-    from test_mechanism import assert_passivity, rk4_energy_balance
+    from test_mechanism import assert_passivity, rk4_energy_balance, run_shipped_task_run
 
 pytestmark = pytest.mark.slow
 
@@ -139,15 +139,7 @@ def test_delta_pick_and_place_run_tracks_in_x_y_z():
     """The shipped run (hil_configs/runs/delta_pick.toml: emulated MIT drives, +10 % plant)
     completes; its task axes are the platform's x, y, z [m] (no orientation: the 3RRR's
     (x, y, phi) is not assumed for a 3-coordinate task)."""
-    from controller.app.report import controller_quantities
-    from controller.app.run import build_run, load_run
-
-    spec = load_run(ROOT / "hil_configs" / "runs" / "delta_pick.toml")
-    assert [(a.name, a.kind) for a in controller_quantities(spec.model, "task")] == \
-        [("x", "linear"), ("y", "linear"), ("z", "linear")]
-    res = build_run(spec).execute()
-    assert res.status == "completed", res.faults
-    rms = np.asarray(res.metrics["rms_error"])
+    metrics, rms = run_shipped_task_run("delta_pick.toml", [("x", "linear"), ("y", "linear"), ("z", "linear")])
     assert np.all(rms < 2e-3), rms                          # measured 0.40, 0.33, 0.35 mm
-    assert res.metrics["rms_position_error_m"] == pytest.approx(np.sqrt(np.sum(rms ** 2)), rel=1e-9)
-    assert "rms_orientation_error_rad" not in res.metrics
+    assert metrics["rms_position_error_m"] == pytest.approx(np.sqrt(np.sum(rms ** 2)), rel=1e-9)
+    assert "rms_orientation_error_rad" not in metrics

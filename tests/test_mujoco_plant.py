@@ -38,6 +38,7 @@ CASES = {
     "fivebar_leg.toml": (None, 0.001),      # a mechanism file (dynamics/mechanism.py)
     "delta_pick.toml": (None, 0.001),       # a spatial mechanism file (ball-joint closures)
     "delta_universal.toml": (None, 0.001),  # the same with universal joints (two hinges in one body)
+    "ups_orientation.toml": (None, 0.003),  # a ball-joint root, prismatic legs on universal joints
 }
 
 
@@ -106,13 +107,15 @@ def test_serial_arms_agree_with_the_numba_plant(name):
 @pytest.mark.parametrize("name, growth", [("3rrr_horizontal.toml", 10), ("3rrr_vertical.toml", 1000),
                                           ("stewart.toml", 10), ("fivebar_leg.toml", 10),
                                           pytest.param("delta_pick.toml", 10, marks=pytest.mark.slow),
-                                          pytest.param("delta_universal.toml", 10, marks=pytest.mark.slow)])
+                                          pytest.param("delta_universal.toml", 10, marks=pytest.mark.slow),
+                                          pytest.param("ups_orientation.toml", 10, marks=pytest.mark.slow)])
 def test_closed_chains_agree_within_the_constraint_softness(name, growth):
     """The closed chains: MuJoCo keeps the loops by soft equality constraints, the numba plant
     exactly.  The joint error starts at the closure error's size (the loops give under load) and
     stays there (3RRR 1.2e-9 rad over 1 s, closure 7e-10 m; Stewart 1.6e-7 m, closure 4.4e-7 m;
     the five-bar mechanism file 5.3e-8 rad, closure 2.3e-8 m; the delta mechanism file 4.8e-7
-    rad, closure 1.4e-7 m, slow: its first load derives and compiles its code),
+    rad, closure 1.4e-7 m, slow: its first load derives and compiles its code; the 3-UPS/S
+    orientation platform 4.4e-8 m, closure 7.5e-8 m, slow),
     except where the open-loop motion amplifies it: the vertical 3RRR's gravity-loaded loops give
     1.2e-7 m at once, 1.9e-7 rad after 0.1 s, 1.2e-5 rad after 1 s (the same with 8 substeps:
     the softness, not the step)."""

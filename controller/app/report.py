@@ -42,6 +42,7 @@ TASK_AXES = {
     "planar_point": (("x", "linear"), ("y", "linear")),
     "spatial": (("x", "linear"), ("y", "linear"), ("z", "linear"),
                 ("alpha", "angular"), ("beta", "angular"), ("gamma", "angular")),
+    "orientation": (("alpha", "angular"), ("beta", "angular"), ("gamma", "angular")),
 }
 
 
@@ -341,9 +342,9 @@ def format_summary(spec, result, metrics: dict) -> str:
     if "rms_position_error_m" in metrics:
         lines.append(f"  task position error : RMS {_num(metrics['rms_position_error_m'], 1e3)} mm, "
                      f"max {_num(metrics['max_position_error_m'], 1e3)} mm")
-        if "rms_orientation_error_rad" in metrics:
-            lines.append(f"  orientation error   : RMS {_num(metrics['rms_orientation_error_rad'], 1e3)} mrad, "
-                         f"max {_num(metrics['max_orientation_error_rad'], 1e3)} mrad")
+    if "rms_orientation_error_rad" in metrics:
+        lines.append(f"  orientation error   : RMS {_num(metrics['rms_orientation_error_rad'], 1e3)} mrad, "
+                     f"max {_num(metrics['max_orientation_error_rad'], 1e3)} mrad")
     if "tool_rms_position_error_m" in metrics:
         lines.append(f"  tool position error : RMS {_num(metrics['tool_rms_position_error_m'], 1e3)} mm, "
                      f"max {_num(metrics['tool_max_position_error_m'], 1e3)} mm (the task path, by forward "
