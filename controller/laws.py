@@ -830,43 +830,57 @@ def _euler_rate_matrix(rot, angles, eps=1e-7):
     return E
 
 
-def task_error(X_d, X, rotation: Callable | None = None, rate_matrix: Callable | None = None) -> np.ndarray:
-    """Pose error ``X_d (-) X`` in task coordinates.
+def task_error(X_d, X, rotation: Callable | None = None, rate_matrix: Callable | None = None,
+               layout: str | None = None) -> np.ndarray:
+    """Pose error ``X_d (-) X`` in task coordinates, by the task's layout
+    (:data:`controller.metrics.TASK_LAYOUTS`: which coordinates are positions, which angles).
 
-    * 3-DOF planar ``(x, y, phi)``: position difference and the angle
-      difference wrapped to ``(-pi, pi]``.
-    * 6-DOF ``(x, y, z, a0, a1, a2)`` with ``rotation`` the angle -> matrix
-      function: position difference; orientation error as the rotation vector
-      of ``R_d R^T`` mapped to angle coordinates with ``E(X)^-1`` (``omega = E
-      angles_dot``), which equals the Euler-angle difference to first order and
-      stays correct (geodesic direction) for large errors.  ``rate_matrix``
-      (angles -> E, closed form) is used when given, else E is obtained from
-      ``rotation`` by central differences.
-    * Any other size: plain difference.
+    * position coordinates: the plain difference [m];
+    * one angle (planar ``phi``): the difference wrapped to ``(-pi, pi]``;
+    * three angles (``"spatial"``: ``(x, y, z, a0, a1, a2)``; ``"orientation"``: ``(a0, a1,
+      a2)``) with ``rotation`` the angle -> matrix function: the rotation vector of
+      ``R_d R^T`` mapped to angle coordinates with ``E(X)^-1`` (``omega = E angles_dot``),
+      which equals the Euler-angle difference to first order and stays correct (geodesic
+      direction) for large errors.  ``rate_matrix`` (angles -> E, closed form) is used when
+      given, else E is obtained from ``rotation`` by central differences.  Without
+      ``rotation``: each angle's difference wrapped.
+    * ``layout`` None: by the size, 3 ``"planar"`` and 6 ``"spatial"`` (the 3RRR's and the
+      Stewart platform's); any other size (or a layout not in the table): the plain difference.
     """
+    from .metrics import TASK_LAYOUTS
+
     X_d = np.asarray(X_d, dtype=float)
     X = np.asarray(X, dtype=float)
     e = X_d - X
-    if X.shape == (3,):
-        e[2] = _LK.wrap_angle(e[2])
-    elif X.shape == (6,) and rotation is not None:
+    if layout is None:
+        layout = {(3,): "planar", (6,): "spatial"}.get(X.shape)
+    ang = TASK_LAYOUTS.get(layout, ((), ()))[1]
+    if len(ang) == 1:
+        e[ang[0]] = _LK.wrap_angle(e[ang[0]])
+    elif len(ang) == 3 and rotation is None:
+        if layout != "spatial":          # a 6-DOF error without its convention stays plain
+            for i in ang:
+                e[i] = _LK.wrap_angle(e[i])
+    elif len(ang) == 3:
         # the compiled orientation error (the Stewart laws' kernels compute the same)
-        E = rate_matrix(X[3:]) if rate_matrix is not None else _euler_rate_matrix(rotation, X[3:])
+        sl = slice(ang[0], ang[-1] + 1)
+        E = rate_matrix(X[sl]) if rate_matrix is not None else _euler_rate_matrix(rotation, X[sl])
         eo = np.empty(3)
-        if _LK.orientation_error(_mat3(rotation(X_d[3:])), _mat3(rotation(X[3:])), _mat3(E), eo) != 0:
+        if _LK.orientation_error(_mat3(rotation(X_d[sl])), _mat3(rotation(X[sl])), _mat3(E), eo) != 0:
             raise SingularityError("orientation error: Euler-angle rate map is singular")
-        e[3:] = eo
+        e[sl] = eo
     return e
 
 
 def _default_rotation(model) -> Callable | None:
-    """The model's angle -> rotation function for 6-DOF poses, if it declares one.
+    """The model's angle -> rotation function for 6-DOF poses (and a three-angle
+    ``"orientation"`` task), if it declares one.
 
     Looked up as a method ``rotation_matrix``/``pose_rotation``/``orientation_matrix``,
     an ``euler_convention`` string attribute, or a ``rotation_matrix`` function in
     the model's module (e.g. :func:`dynamics.stewart.rotation_matrix`).
     """
-    if getattr(model, "task_dof", 0) != 6:
+    if getattr(model, "task_dof", 0) != 6 and getattr(model, "task_layout", None) != "orientation":
         return None
     for name in ("rotation_matrix", "pose_rotation", "orientation_matrix"):
         f = getattr(model, name, None)
@@ -928,7 +942,7 @@ class _TaskBase(Controller):
 
     def tracking_error(self, ref, state):
         X = _pose_hint(self.model, state.q, self.pose)
-        return task_error(ref.pos, X, self.rotation, self.rate_matrix)
+        return task_error(ref.pos, X, self.rotation, self.rate_matrix, self.model.task_layout)
 
     def _planar3rrr(self) -> bool:
         """Whether the compiled 3RRR forms apply: an exact ``Planar3RRR`` with the planar task error."""
@@ -1080,7 +1094,7 @@ class TaskComputedTorque(_CompiledIntegralLaw, _TaskBase):
         if tau is not None:
             return tau
         X, Jx, Xd = self._measure(state.q, state.qd)
-        e = task_error(ref.pos, X, self.rotation, self.rate_matrix)
+        e = task_error(ref.pos, X, self.rotation, self.rate_matrix, self.model.task_layout)
         ed = np.asarray(ref.vel, dtype=float) - Xd
         a = np.asarray(ref.acc, dtype=float) + self.kd @ ed + self.kp @ e
         self.last_error = e
@@ -1151,7 +1165,7 @@ class TaskPDGravity(_CompiledLaw, _TaskBase):
         if tau is not None:
             return tau
         X, Jx, Xd = self._measure(state.q, state.qd)
-        e = task_error(ref.pos, X, self.rotation, self.rate_matrix)
+        e = task_error(ref.pos, X, self.rotation, self.rate_matrix, self.model.task_layout)
         ed = np.asarray(ref.vel, dtype=float) - Xd
         g = self.model.bias(state.q, np.zeros_like(state.q), pose=X)
         tau = Jx.T @ (self.kp @ e + self.kd @ ed) + np.asarray(g, dtype=float)

@@ -335,7 +335,8 @@ class ParallelModel(Model):
 
     def task_rotation(self) -> Callable | None:
         """The function ``angles (3,) -> R (3, 3)`` of the orientation coordinates of a 6-DOF task
-        pose (the model's angle convention), or None (the default: none declared)."""
+        pose or a three-angle ``"orientation"`` task (the model's angle convention), or None (the
+        default: none declared)."""
         return None
 
     def task_rate_matrix(self) -> Callable | None:

@@ -322,15 +322,15 @@ class MechanismModel(ParallelModel):
         return _LAYOUTS.get(tuple(self.spec.symbolic["task"]["coordinates"]))
 
     def task_rotation(self):
-        """:func:`dynamics.stewart.rotation_matrix` for a 6-DOF task (x, y, z, alpha, beta, gamma):
-        the convention of the task's Euler angles; else None."""
+        """:func:`dynamics.stewart.rotation_matrix` for a task with the three Euler angles (x, y, z,
+        alpha, beta, gamma, or alpha, beta, gamma alone): their convention; else None."""
         from .stewart import rotation_matrix
-        return rotation_matrix if self.task_layout == "spatial" else None
+        return rotation_matrix if self.task_layout in ("spatial", "orientation") else None
 
     def task_rate_matrix(self):
-        """:func:`dynamics.stewart.euler_rate_matrix` for a 6-DOF task (see :meth:`task_rotation`)."""
+        """:func:`dynamics.stewart.euler_rate_matrix` for the Euler angles (see :meth:`task_rotation`)."""
         from .stewart import euler_rate_matrix
-        return euler_rate_matrix if self.task_layout == "spatial" else None
+        return euler_rate_matrix if self.task_layout in ("spatial", "orientation") else None
 
     @property
     def task_dof(self) -> int:

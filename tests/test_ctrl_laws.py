@@ -199,6 +199,32 @@ def test_task_error_planar_wraps_and_spatial_small_error_matches_difference():
     assert not np.allclose(e[3:], [1.5, 0, 1.5], atol=0.05)
 
 
+def test_task_error_follows_the_layout_not_the_size():
+    """A point task (x, y, z) is three positions: z is not wrapped as the 3RRR's angle is; an
+    orientation task (alpha, beta, gamma) is three angles: each wraps (no convention given), or
+    with the convention the error is the rotation between the two orientations."""
+    e = task_error([0.0, 0.0, 4.0], [0.0, 0.0, 0.0], layout="point")
+    assert e.tolist() == [0.0, 0.0, 4.0]                 # [m]: 4 - 2 pi would be the old answer
+    e = task_error([np.pi - 0.01, 0.2, np.pi - 0.02], [-np.pi + 0.01, 0.1, -np.pi + 0.03],
+                   layout="orientation")
+    assert np.allclose(e, [-0.02, 0.1, -0.05], atol=1e-12)
+    rot = euler_rotation("zyx")
+    A = np.array([0.3, -0.2, 0.5])
+    dA = np.array([1e-5, -2e-5, 3e-5])
+    assert np.allclose(task_error(A + dA, A, rot, layout="orientation"), dA, atol=1e-9)
+    # the same orientation written with alpha and gamma 2 pi apart: no error
+    assert np.allclose(task_error(A + [2 * np.pi, 0, -2 * np.pi], A, rot, layout="orientation"), 0.0, atol=1e-9)
+    # a large error: the rotation between them (the spatial layout's angle part), not the difference
+    Ad = A + [1.5, 0.0, 1.5]
+    e6 = task_error(np.r_[0, 0, 0, Ad], np.r_[0, 0, 0, A], rot)
+    eo = task_error(Ad, A, rot, layout="orientation")
+    assert np.allclose(eo, e6[3:], atol=1e-12) and not np.allclose(eo, [1.5, 0, 1.5], atol=0.05)
+    R_err = rot(Ad) @ rot(A).T
+    angle = np.arccos(np.clip((np.trace(R_err) - 1) / 2, -1, 1))
+    from controller.laws import _euler_rate_matrix
+    assert np.linalg.norm(_euler_rate_matrix(rot, A) @ eo) == pytest.approx(angle, rel=1e-6)
+
+
 def test_task_ct_and_task_pd_on_closed_form_model():
     m = Arm2Task()
     d = ct_gains(15.0, 0.8, n=2)

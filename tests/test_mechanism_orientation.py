@@ -116,6 +116,28 @@ def test_task_inverse_dynamics_matches_joint_space_on_the_same_motion(ups):
         np.testing.assert_allclose(ups.task_inverse_dynamics(X, Xd, Xdd), out["tau"], atol=1e-9)
 
 
+def test_task_laws_take_the_orientation_error_by_the_models_convention(ups):
+    """The task-space laws on the orientation platform: its Euler convention (the Stewart
+    platform's), and a tracking error that is the rotation between the orientations, so a
+    reference 2 pi away in alpha is no error and a large one is the geodesic angle."""
+    from controller.laws import Ref, State, TaskComputedTorque
+
+    ctrl = TaskComputedTorque(ups, [100.0] * 3, [20.0] * 3)
+    assert ctrl.rotation is rotation_matrix and ctrl.rate_matrix is euler_rate_matrix
+    X = np.asarray(ups.home_pose, float) + [0.1, -0.05, 0.15]
+    q = ups.inverse_kinematics(X)
+
+    st = State(0.0, q, np.zeros(3))
+    z = np.zeros(3)
+    e = ctrl.tracking_error(Ref(X + [2 * np.pi, 0.0, 0.0], z, z), st)
+    assert np.allclose(e, 0.0, atol=1e-9)
+    Xd = X + [0.3, 0.0, 0.4]
+    e = ctrl.tracking_error(Ref(Xd, z, z), st)
+    R_err = rotation_matrix(Xd) @ rotation_matrix(X).T
+    angle = np.arccos((np.trace(R_err) - 1) / 2)
+    assert np.linalg.norm(euler_rate_matrix(X) @ e) == pytest.approx(angle, rel=1e-9)
+
+
 def test_wrench_conjugate_to_the_task_coordinates(ups):
     """A task-coordinate wrench w (3,) is the moment m with w = E(X)^T m (omega = E Xd)."""
     rng = np.random.default_rng(4204)

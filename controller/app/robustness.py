@@ -35,7 +35,7 @@ ones this module adds, except ``singularity_margin_min``, a lower bound:
   (:meth:`dynamics.base.ParallelModel.singularity` every ``SINGULARITY_EVERY`` cycles of
   the log, parallel models; NaN for serial arms) [1];
 * ``max_error_norm``: the largest norm of the tracking error (task space: its position
-  part, m; joint space: rad).
+  part, m, or the angles of an orientation-only task, rad; joint space: rad).
 
 ``identification``: the base parameters of an identification carry standard deviations.
 A friction base parameter (``theta1.Fv``, ``theta1.Fc``) gives that joint's plant
@@ -173,8 +173,8 @@ def _analyse(spec, result, out_dir: Path | None) -> dict:
         return out
     err = np.asarray(log["err"], float)
     if spec.space == "task" and getattr(spec.model, "task_layout", None) in TASK_LAYOUTS:
-        pos = list(TASK_LAYOUTS[spec.model.task_layout][0])
-        err = err[:, pos]
+        pos, ang = TASK_LAYOUTS[spec.model.task_layout]
+        err = err[:, list(pos or ang)]        # an orientation-only task: its angles
     e = np.linalg.norm(err, axis=1)
     t = np.asarray(log["t"], float)
     out["max_error_norm"] = float(np.max(e))
