@@ -520,3 +520,67 @@ def test_a_serial_arm_written_as_a_mechanism_reproduces_the_dh_model():
         np.testing.assert_allclose(mech.forward_kinematics(q)[:3, 3], T[:3, 3], rtol=0, atol=TOL)
         np.testing.assert_allclose(mech.jacobian(q), arm.jacobian(q), rtol=0, atol=TOL)
         np.testing.assert_allclose(mech.inverse_kinematics(T[:3, 3]), q, rtol=0, atol=TOL)
+
+
+def _zyx_angles(R) -> np.ndarray:
+    """(alpha, beta, gamma) with R = Rz(gamma) Ry(beta) Rx(alpha), written out here (the inverse
+    of dynamics.stewart.rotation_matrix away from beta = +-pi/2)."""
+    return np.array([np.arctan2(R[2, 1], R[2, 2]), np.arctan2(-R[2, 0], np.hypot(R[0, 0], R[1, 0])),
+                     np.arctan2(R[1, 0], R[0, 0])])
+
+
+def _gantry_with_wrist(offset_rpy):
+    """A 6-coordinate mechanism: a Cartesian gantry (three actuated prismatic joints along x, y,
+    z) carrying an actuated spherical wrist (ZYX), the task the pose of a tool point 5 cm along
+    the wrist body's x axis, the task frame turned by ``offset_rpy`` in the body."""
+    def body(name, m):
+        return {"name": name, "mass": m, "com": [0.0, 0.0, 0.0], "inertia": [1e-3, 1e-3, 1e-3, 0.0, 0.0, 0.0]}
+
+    def slide(name, parent, child, axis, home):
+        return {"name": name, "type": "prismatic", "parent": parent, "child": child, "origin": [0.0, 0.0, 0.0],
+                "axis": axis, "home": home, "actuated": True}
+
+    return {"name": "gantry_wrist", "type": "mechanism", "planar": False, "gravity": [0.0, 0.0, -9.81],
+            "bodies": [body("carriage_x", 2.0), body("carriage_y", 1.5), body("quill", 1.0),
+                       {"name": "tool", "mass": 0.4, "com": [0.03, 0.0, 0.0],
+                        "inertia": [2e-4, 4e-4, 5e-4, 1e-5, 0.0, 0.0]}],
+            "joints": [slide("x", "ground", "carriage_x", [1.0, 0.0, 0.0], 0.2),
+                       slide("y", "carriage_x", "carriage_y", [0.0, 1.0, 0.0], -0.1),
+                       slide("z", "carriage_y", "quill", [0.0, 0.0, 1.0], 0.3),
+                       {"name": "wrist", "type": "spherical", "parent": "quill", "child": "tool",
+                        "origin": [0.0, 0.0, -0.1], "home": [0.2, -0.3, 0.1], "actuated": True}],
+            "task": {"body": "tool", "point": [0.05, 0.0, 0.0], "orientation": list(offset_rpy),
+                     "coordinates": ["x", "y", "z", "alpha", "beta", "gamma"]}}
+
+
+def test_a_six_coordinate_pose_task_is_the_spatial_layout():
+    """Position and Euler angles of a task frame (x, y, z, alpha, beta, gamma): the ``spatial``
+    layout with the Stewart platform's convention (and a task-space law takes it), the pose
+    equal to the gantry's closed form (slides plus the wrist's rotation Rz Ry Rx applied to the
+    tool point, the task frame R_wrist R_offset), the task Jacobian equal to central
+    differences and to the tool's angular velocity through ``omega = E Xd``, IK returning q."""
+    from controller.laws import TaskComputedTorque
+    from dynamics.stewart import euler_rate_matrix, rotation_matrix
+
+    off = np.array([0.1, -0.2, 0.3])
+    mech = load_model(_gantry_with_wrist(off), file="gantry_wrist")
+    assert mech.task_layout == "spatial" and mech.task_dof == 6 and mech.dof == 6
+    assert mech.task_rotation() is rotation_matrix and mech.task_rate_matrix() is euler_rate_matrix
+    assert TaskComputedTorque(mech, [100.0] * 6, [20.0] * 6).rotation is rotation_matrix
+    R_off = rotation_matrix(off)
+    rng = np.random.default_rng(4107)
+    for _ in range(10):
+        q = mech.home_q + rng.uniform(-0.3, 0.3, size=6)
+        R = rotation_matrix(q[[5, 4, 3]])            # the wrist: Rz(q3) Ry(q4) Rx(q5)
+        p = np.array([q[0], q[1], q[2] - 0.1]) + R @ [0.05, 0.0, 0.0]
+        X = mech.forward_kinematics_task(q)
+        np.testing.assert_allclose(X[:3], p, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(rotation_matrix(X[3:]), R @ R_off, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(X[3:], _zyx_angles(R @ R_off), rtol=0, atol=1e-12)
+        J = mech.task_jacobian(q)
+        h = 1e-6
+        Jfd = np.column_stack([(mech.forward_kinematics_task(q + h * e) - mech.forward_kinematics_task(q - h * e))
+                               / (2 * h) for e in np.eye(6)])
+        np.testing.assert_allclose(J, Jfd, rtol=0, atol=1e-8)
+        np.testing.assert_allclose(euler_rate_matrix(X[3:]) @ J[3:], mech.jacobian(q)[3:], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(mech.inverse_kinematics(X), q, rtol=0, atol=1e-10)
