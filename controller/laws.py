@@ -43,6 +43,7 @@ from dynamics.base import Model, ParallelModel
 from dynamics.errors import ModelError, SingularityError
 
 from . import _law_kernels as _LK
+from .metrics import TASK_LAYOUTS
 
 __all__ = ["State", "Ref", "Saturation", "Controller", "ComputedTorque", "PDGravity", "PID",
            "TaskComputedTorque", "TaskPDGravity", "gravity_feedforward", "euler_rotation",
@@ -847,8 +848,6 @@ def task_error(X_d, X, rotation: Callable | None = None, rate_matrix: Callable |
     * ``layout`` None: by the size, 3 ``"planar"`` and 6 ``"spatial"`` (the 3RRR's and the
       Stewart platform's); any other size (or a layout not in the table): the plain difference.
     """
-    from .metrics import TASK_LAYOUTS
-
     X_d = np.asarray(X_d, dtype=float)
     X = np.asarray(X, dtype=float)
     e = X_d - X
@@ -922,6 +921,8 @@ class _TaskBase(Controller):
             rotation = euler_rotation(rotation)
         self.rotation = rotation if rotation is not None else _default_rotation(model)
         self.rate_matrix = _matching_rate_matrix(model, self.rotation)
+        #: the task's layout (positions and angles, :data:`controller.metrics.TASK_LAYOUTS`)
+        self.layout = model.task_layout
         if m == 6 and self.rotation is None:
             raise ModelError("6-DOF task-space control needs the orientation convention: pass "
                              "rotation='xyz'/'zyx'/... or a function angles -> R")
@@ -942,7 +943,7 @@ class _TaskBase(Controller):
 
     def tracking_error(self, ref, state):
         X = _pose_hint(self.model, state.q, self.pose)
-        return task_error(ref.pos, X, self.rotation, self.rate_matrix, self.model.task_layout)
+        return task_error(ref.pos, X, self.rotation, self.rate_matrix, self.layout)
 
     def _planar3rrr(self) -> bool:
         """Whether the compiled 3RRR forms apply: an exact ``Planar3RRR`` with the planar task error."""
@@ -1094,7 +1095,7 @@ class TaskComputedTorque(_CompiledIntegralLaw, _TaskBase):
         if tau is not None:
             return tau
         X, Jx, Xd = self._measure(state.q, state.qd)
-        e = task_error(ref.pos, X, self.rotation, self.rate_matrix, self.model.task_layout)
+        e = task_error(ref.pos, X, self.rotation, self.rate_matrix, self.layout)
         ed = np.asarray(ref.vel, dtype=float) - Xd
         a = np.asarray(ref.acc, dtype=float) + self.kd @ ed + self.kp @ e
         self.last_error = e
@@ -1165,7 +1166,7 @@ class TaskPDGravity(_CompiledLaw, _TaskBase):
         if tau is not None:
             return tau
         X, Jx, Xd = self._measure(state.q, state.qd)
-        e = task_error(ref.pos, X, self.rotation, self.rate_matrix, self.model.task_layout)
+        e = task_error(ref.pos, X, self.rotation, self.rate_matrix, self.layout)
         ed = np.asarray(ref.vel, dtype=float) - Xd
         g = self.model.bias(state.q, np.zeros_like(state.q), pose=X)
         tau = Jx.T @ (self.kp @ e + self.kd @ ed) + np.asarray(g, dtype=float)
