@@ -413,6 +413,9 @@ class TelemetryWriter:
         tells where.  None (default): no live view.
     torque_limit_nm : array_like, shape (n,), optional
         The torque limits, recorded beside the torques in the MCAP file.
+    writer_avoid_cpus : sequence of int, optional
+        CPUs the writer process must stay off (the loop's pinned CPU; see
+        :class:`controller.telemetry_mcap.McapRecorder` ``avoid_cpus``).
 
     ``meta["robot_file"]`` (and ``meta["space"]``), when given, put the robot's frames on the
     MCAP file's and the live view's ``/tf`` (computed in the writer process).
@@ -420,7 +423,7 @@ class TelemetryWriter:
 
     def __init__(self, directory, n: int, dim: int, *, buffer_rows: int = 200, meta: dict | None = None,
                  fsync: bool = False, joint_names=None, axis_names=None, mcap_ring_rows: int | None = None,
-                 live: dict | None = None, torque_limit_nm=None):
+                 live: dict | None = None, torque_limit_nm=None, writer_avoid_cpus=None):
         if buffer_rows < 1:
             raise TorqueloopError("buffer_rows must be >= 1")
         self.directory = Path(directory)
@@ -472,7 +475,7 @@ class TelemetryWriter:
                     live=None if live is None else {"rate_hz": float(live.get("rate_hz", 50.0)),
                                                     "port": int(live.get("port", 0))},
                     frames={"robot_file": str(self.meta["robot_file"]), "space": str(self.meta.get("space", "joint"))}
-                    if self.meta.get("robot_file") else None)
+                    if self.meta.get("robot_file") else None, avoid_cpus=writer_avoid_cpus)
             except BaseException:
                 self._fh.close()
                 raise
@@ -632,7 +635,11 @@ class TelemetryWriter:
         if result is not None:
             self.meta["result"] = result
         if self.recorder is not None:
-            st = self.recorder.close(_jsonable(self.meta))
+            rec = self.recorder
+            self.meta["telemetry_writer"] = {"cpus": rec.writer_cpus, "note": rec.cpus_note}
+            if rec.cpus_note:
+                self.notes.append(f"telemetry writer: {rec.cpus_note}")
+            st = rec.close(_jsonable(self.meta))
             live = st.pop("live")
             if st.get("tf_error"):
                 self.notes.append(f"/tf (the robot's frames) left out: the writer could not load the model: "

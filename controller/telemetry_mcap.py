@@ -284,6 +284,12 @@ class McapRecorder:
         "joint"|"task"}``; the writer process loads the model (its kernels from numba's cache,
         compiled by the control process moments before) before it reports ready.  A model
         that cannot be loaded leaves ``/tf`` out (``tf_error`` in :meth:`stats`).
+    avoid_cpus : sequence of int, optional
+        CPUs the writer process (and the live view's server threads in it) must not run on:
+        the control loop's pinned CPU (``[loop.realtime] cpu``), so that the writer's work
+        (and the kernel's loopback networking it causes) stays off the loop's core.  Applied
+        where the process may run on another CPU; otherwise (one CPU, or no other CPU allowed)
+        the writer keeps its CPUs and :attr:`cpus_note` says why.
     start_timeout_s : float
         How long to wait for the writer process to open the file (and load the model: a
         read-only install compiles its kernels again).
@@ -291,7 +297,8 @@ class McapRecorder:
 
     def __init__(self, path, dtype: np.dtype, joint_names, axis_names, *, torque_limit_nm=None,
                  ring_rows: int = 65536, start_ns: int | None = None, compression: str = "zstd",
-                 start_timeout_s: float = 300.0, live: dict | None = None, frames: dict | None = None):
+                 start_timeout_s: float = 300.0, live: dict | None = None, frames: dict | None = None,
+                 avoid_cpus=None):
         from multiprocessing import shared_memory
         why = mcap_available() if path is not None else None
         if why is not None:
@@ -312,6 +319,10 @@ class McapRecorder:
         self.live_address: str | None = None
         #: ``http://127.0.0.1:PORT/``: the live page (plots in a browser), or None
         self.live_page: str | None = None
+        #: the CPUs the writer process runs on (None: not known), and why it was not moved off
+        #: ``avoid_cpus`` where it was not (None: it was, or nothing asked)
+        self.writer_cpus: list[int] | None = None
+        self.cpus_note: str | None = None
         self.rows_dropped = 0
         self.dropped_t: list[float] = []     # [first, last] t of the dropped rows
         self.closed = False
@@ -339,7 +350,8 @@ class McapRecorder:
                 "path": None if self.path is None else str(self.path), "live": live,
                 "joint_names": [str(v) for v in joint_names], "axis_names": [str(v) for v in axis_names],
                 "torque_limit_nm": None if torque_limit_nm is None else np.asarray(torque_limit_nm, float),
-                "start_ns": self.start_ns, "compression": compression, "frames": frames})
+                "start_ns": self.start_ns, "compression": compression, "frames": frames,
+                "avoid_cpus": None if avoid_cpus is None else sorted({int(c) for c in avoid_cpus})})
             if not _readable(self._proc.stdout, start_timeout_s):
                 raise TorqueloopError(f"{self._what}: the telemetry writer process did not start within "
                                       f"{start_timeout_s:g} s")
@@ -353,6 +365,8 @@ class McapRecorder:
                 raise TorqueloopError(f"{self._what}: the telemetry writer could not start: {detail}")
             self.live_address = detail.get("live_address")
             self.live_page = detail.get("live_page")
+            self.writer_cpus = detail.get("cpus")
+            self.cpus_note = detail.get("cpus_note")
         except BaseException:
             self._release(kill=True)
             raise
@@ -503,6 +517,28 @@ class McapRecorder:
                 "tf_skipped": int(r.get("tf_skipped", 0)), "tf_error": r.get("tf_error")}
 
 
+def _place(avoid) -> tuple[list[int] | None, str | None]:
+    """Move this process off the CPUs ``avoid`` (before any thread starts: they inherit it).
+
+    Returns the CPUs it may run on (None where the platform does not tell) and why it was not
+    moved (None: moved, or nothing asked)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None, (None if not avoid else "CPU affinity not supported on this platform")
+    allowed = set(os.sched_getaffinity(0))
+    if not avoid:
+        return sorted(allowed), None
+    rest = allowed - set(avoid)
+    if not rest:
+        return sorted(allowed), (f"the writer may run only on CPU(s) {sorted(allowed)}, all of them the "
+                                 f"loop's ({sorted(set(avoid))}): it shares the loop's core")
+    if rest != allowed:
+        try:
+            os.sched_setaffinity(0, rest)
+        except OSError as err:
+            return sorted(allowed), f"CPU affinity {sorted(rest)} not applied: {err}"
+    return sorted(rest), None
+
+
 def _writer_main() -> None:
     """The writer process: drain the ring into an :class:`McapFile` until told to close (or
     until the control process is gone: then the file is finished with what arrived).
@@ -517,8 +553,10 @@ def _writer_main() -> None:
         os.nice(19)
     except OSError:
         pass
+    cpus = cpus_note = None
     try:
         p = _recv(inp)
+        cpus, cpus_note = _place(p.get("avoid_cpus"))
         shm = shared_memory.SharedMemory(name=p["shm"])
         try:    # the control process owns (and unlinks) it; this process's tracker must not
             resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
@@ -550,7 +588,8 @@ def _writer_main() -> None:
         _send(out, ("error", f"{type(err).__name__}: {err}"))
         return
     _send(out, ("ready", {"live_address": None if live is None else live.address,
-                          "live_page": None if live is None else live.page_address}))
+                          "live_page": None if live is None else live.page_address,
+                          "cpus": cpus, "cpus_note": cpus_note}))
     error = None
     lost = 0
     closing = None

@@ -408,3 +408,48 @@ def test_the_mcap_keys_take_their_type_and_range_or_name_file_and_field(key, val
         assert isinstance(value, bool) and spec.telemetry_mcap is value
     else:
         assert type(value) is int and 1 <= value <= 1 << 24 and spec.telemetry_mcap_rows == value
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity: Linux only")
+def test_the_writer_process_stays_off_the_loops_pinned_cpu(tmp_path):
+    """A wall-clock run that pins its loop (``[loop.realtime] cpu``) starts the MCAP writer
+    process on the other CPUs (its real affinity, read from the OS while it runs), records
+    where in meta.json, and the same run on the lock-step clock (no real-time setting) leaves
+    the writer where it was started."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip(f"environment: one CPU allowed ({allowed}): no other CPU to move the writer to")
+    loop_cpu = allowed[-1]
+    spec = load_run(DEMO, overrides={"telemetry.mcap": True, "loop.clock": "wall",
+                                     "loop.realtime.cpu": loop_cpu}, duration_s=0.05)
+    run = build_run(spec, out_dir=tmp_path / "wall")
+    rec = run.loop.telemetry.recorder
+    try:
+        real = sorted(os.sched_getaffinity(rec.pid))
+    finally:
+        run.execute()
+    assert loop_cpu not in real and real == rec.writer_cpus == [c for c in allowed if c != loop_cpu]
+    meta = read_meta(tmp_path / "wall")
+    assert meta["telemetry_writer"] == {"cpus": real, "note": None}
+    spec = load_run(DEMO, overrides={"telemetry.mcap": True}, duration_s=0.05)
+    run = build_run(spec, out_dir=tmp_path / "lockstep")
+    try:
+        assert sorted(os.sched_getaffinity(run.loop.telemetry.recorder.pid)) == allowed
+    finally:
+        run.execute()
+
+
+def test_a_writer_with_no_other_cpu_says_it_shares_the_loops_core(tmp_path):
+    """Every CPU the process may use asked off: the writer stays where it can run and says so
+    (the run's notes, meta.json), instead of failing or pretending."""
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("environment: CPU affinity is Linux only")
+    from controller.telemetry import log_dtype
+    allowed = sorted(os.sched_getaffinity(0))
+    rec = McapRecorder(tmp_path / "x.mcap", log_dtype(3, 3), ["a", "b", "c"], ["x", "y", "phi"],
+                       avoid_cpus=allowed, start_timeout_s=120)
+    try:
+        assert rec.writer_cpus == allowed and sorted(os.sched_getaffinity(rec.pid)) == allowed
+        assert "shares the loop's core" in rec.cpus_note and str(allowed) in rec.cpus_note
+    finally:
+        rec.close({})

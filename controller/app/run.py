@@ -930,7 +930,8 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
                                         mcap_ring_rows=spec.telemetry_mcap_rows if spec.telemetry_mcap else None,
                                         live=None if spec.telemetry_live is None
                                         else {**spec.telemetry_live, "ring_rows": spec.telemetry_mcap_rows},
-                                        torque_limit_nm=m["torque_limit"])
+                                        torque_limit_nm=m["torque_limit"],
+                                        writer_avoid_cpus=_loop_cpus(spec))
         _warm_up(spec, controller, plant)
         loop = ControlLoop(driver, controller, spec.trajectory, safety, clock, period_s=spec.period_s,
                            telemetry=telemetry, duration_s=spec.duration_s)
@@ -940,6 +941,16 @@ def build_run(spec: RunSpec, *, out_dir: str | Path | None = None, meta: dict | 
         if telemetry is not None and telemetry.recorder is not None:
             telemetry.recorder.close()      # its writer process and shared memory
         raise
+
+
+def _loop_cpus(spec: RunSpec) -> list[int] | None:
+    """The CPUs a wall-clock run pins its loop to (``[loop.realtime] cpu``), which the telemetry
+    writer process stays off; None when the loop is not pinned (the lock-step clock applies no
+    real-time setting)."""
+    if spec.clock != "wall" or not spec.realtime or "cpu" not in spec.realtime:
+        return None
+    cpus = spec.realtime["cpu"]
+    return [int(cpus)] if isinstance(cpus, int) else [int(c) for c in cpus]
 
 
 def _warm_up(spec: RunSpec, controller: Controller, plant) -> None:
