@@ -1,8 +1,13 @@
-"""Emulated Dynamixel X-series servos on a pseudo-terminal, driving a :class:`~drivers.sim.plant.Plant`.
+"""Emulated Dynamixel X-series servos driving a :class:`~drivers.sim.plant.Plant`, on a
+pseudo-terminal or inline.
 
 :class:`DynamixelBusEmulator` opens a pseudo-terminal pair (``os.openpty``)
-and answers on the master side; a driver (ours, or ``dynamixel_sdk``) opens
-:attr:`~DynamixelBusEmulator.port_path` like a real serial port.  Behind it,
+and answers on the master side from a thread; a driver (ours, or ``dynamixel_sdk``) opens
+:attr:`~DynamixelBusEmulator.port_path` like a real serial port.  Made with
+``serve="inline"`` it has no pseudo-terminal and no thread: its
+:meth:`~DynamixelBusEmulator.inline_port` (:class:`InlineDynamixelPort`) is the
+driver's serial port, and the servos handle the bytes written to it in the
+driver's thread (the same bytes, firmware and wire schedule).  Behind it,
 one :class:`EmulatedServo` per ID behaves like the X-series firmware
 (e-Manual, "DYNAMIXEL Protocol 2.0" and the model pages):
 
@@ -31,7 +36,8 @@ one :class:`EmulatedServo` per ID behaves like the X-series firmware
 
 Timing: replies are written to the master after the request's and reply's
 wire time at ``baudrate`` (10 bits per byte) plus the servo's Return Delay
-Time (9), one device after the other, all in wall-clock time.  The plant is
+Time (9), one device after the other, all in wall-clock time (inline: the
+port waits for that schedule, or counts it, :class:`InlineDynamixelPort`).  The plant is
 advanced on the loop clock ``now()`` when a packet has been received (timed
 events such as a watchdog expiry at their own due time), as
 :class:`~drivers.sim.emulators.EmulatorHost` does for the CAN devices.
@@ -56,10 +62,16 @@ from ..codecs import dynamixel as dx
 from ..codecs.dynamixel import Addr, Inst, StatusError
 from .plant import Plant
 
-__all__ = ["ServoConfig", "EmulatedServo", "DynamixelBusEmulator"]
+__all__ = ["ServoConfig", "EmulatedServo", "DynamixelBusEmulator", "InlineDynamixelPort", "SERVE_MODES",
+           "WIRE_TIME_MODES"]
 
 _BITS_PER_BYTE = 10    # 8N1
 _TIME_EPS_S = 1e-9
+
+#: how the servos are served: from a thread on a pseudo-terminal, or inline in the driver's thread
+SERVE_MODES = ("thread", "inline")
+#: how an inline port spends the wire time: waited in wall-clock time, or counted (InlineDynamixelPort)
+WIRE_TIME_MODES = ("wait", "count")
 
 
 @dataclass(frozen=True)
@@ -388,7 +400,8 @@ def _warm_plant(plant: Plant) -> None:
 
 
 class DynamixelBusEmulator:
-    """A Dynamixel bus on a pseudo-terminal, served from a background thread.
+    """A Dynamixel bus of emulated servos, served on a pseudo-terminal from a background thread,
+    or inline in the driver's thread through :meth:`inline_port`.
 
     Parameters
     ----------
@@ -401,6 +414,12 @@ class DynamixelBusEmulator:
         Modelled wire speed [bit/s] (8N1: 10 bits per byte).
     poll_s : float
         Longest idle wait of the serving thread [s].
+    serve : {"thread", "inline"}
+        ``"thread"``: a pseudo-terminal (:attr:`port_path`, opened by our driver's
+        :class:`~drivers.serial_port.SerialTransport` or by ``dynamixel_sdk``) answered by a
+        thread.  ``"inline"``: no pseudo-terminal and no thread; the servos are served in the
+        caller's thread when bytes are written to the port of :meth:`inline_port` (same bytes,
+        same firmware, same reply timing on the modelled wire: :class:`InlineDynamixelPort`).
 
     Fault injection: :meth:`set_supply_voltage`, :meth:`set_temperature`,
     :meth:`inject_hardware_error`, :meth:`set_silent`,
@@ -409,9 +428,11 @@ class DynamixelBusEmulator:
     """
 
     def __init__(self, servos: Sequence[ServoConfig], plant: Plant, now: Callable[[], float], *,
-                 baudrate: int = 4_000_000, poll_s: float = 0.005):
+                 baudrate: int = 4_000_000, poll_s: float = 0.005, serve: str = "thread"):
         if not (isinstance(baudrate, int) and baudrate > 0):
             raise ConfigError(f"must be a positive integer, got {baudrate!r}", field="baudrate")
+        if serve not in SERVE_MODES:
+            raise ConfigError(f"must be one of {SERVE_MODES}, got {serve!r}", field="serve")
         self._servos: dict[int, EmulatedServo] = {}
         self.plant = plant
         _warm_plant(plant)
@@ -433,10 +454,17 @@ class DynamixelBusEmulator:
         self._stop = threading.Event()
         self._idle = threading.Condition()
         self._idle_polls = 0                  # completed polls that found nothing to do
+        self._closed = False
+        self.serve = serve
+        self._failed = False                  # inline: serving stopped by an error (a dead thread)
+        if serve == "inline":
+            self._master = self._slave = -1
+            self.port_path = None
+            self._thread = None
+            return
         self._master, self._slave = os.openpty()
         tty.setraw(self._slave)
         self.port_path = os.ttyname(self._slave)
-        self._closed = False
         self._thread = threading.Thread(target=self._run, name="torqueloop-dynamixel-bus", daemon=True)
         self._thread.start()
 
@@ -499,9 +527,10 @@ class DynamixelBusEmulator:
             self._corrupt += int(n)
 
     def disconnect(self) -> None:
-        """The adapter disappears: close the pseudo-terminal (reads on the port fail from now on)."""
+        """The adapter disappears: close the pseudo-terminal (reads on the port fail from now on;
+        inline: the port's reads and writes fail)."""
         self._stop.set()
-        if self._thread is not threading.current_thread():
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(2.0)
         for fd in (self._master, self._slave):
             try:
@@ -515,7 +544,8 @@ class DynamixelBusEmulator:
 
         Waits for the serving thread to complete an idle poll (nothing to read, no
         reply pending) that started after the call, as :meth:`EmulatorHost.sync`
-        does for the CAN emulators.
+        does for the CAN emulators.  Inline, every byte was handled when it was
+        written: the servos' timers and the plant are brought up to ``now()``.
 
         Raises
         ------
@@ -527,6 +557,10 @@ class DynamixelBusEmulator:
         self.check()
         if self._stop.is_set():
             raise CommsError("Dynamixel emulator is disconnected")
+        if self._thread is None:              # inline: what an idle poll of the thread does
+            if not self._failed:
+                self.advance_to(self._now())
+            return
         deadline = time.monotonic() + timeout_s
         with self._idle:
             target = self._idle_polls + 2      # the poll running now may have started before the call
@@ -664,6 +698,51 @@ class DynamixelBusEmulator:
             # one packet built by the devices in turn: the first one's return delay starts it
             replies.append((segs[0][0], data))
 
+    def inline_port(self, timeout_s: float = 0.1, wire_time: str = "wait") -> "InlineDynamixelPort":
+        """The driver's end of an inline bus (``serve="inline"``): see :class:`InlineDynamixelPort`.
+
+        Raises
+        ------
+        DriverError
+            The bus is served by its thread (open :attr:`port_path` instead).
+        """
+        if self._thread is not None or self.serve != "inline":
+            raise DriverError("a threaded Dynamixel emulator is reached through its pseudo-terminal (port_path)")
+        return InlineDynamixelPort(self, timeout_s=timeout_s, wire_time=wire_time)
+
+    def _receive(self, data: bytes, t_start: float) -> None:
+        """Inline serving: the bytes a driver wrote, on the wire from wall time ``t_start`` [s].
+
+        What the serving thread does with bytes it reads, in the caller's thread: each packet is
+        handled when it is complete on the wire (its replies queued on the half-duplex wire,
+        :meth:`_schedule`).  An error stops the serving, as it would stop the thread: it is kept
+        and re-raised by :meth:`check`, and later bytes go unanswered.
+        """
+        if self._failed or self._closed:
+            return
+        try:
+            with self._lock:
+                t_end = t_start
+                for item in self._framer.feed(data):
+                    if not isinstance(item, DecodeError):
+                        self.packets_in += 1
+                        t_end += len(item.raw) * self._byte_s
+                    self._handle(item, t_end)
+        except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like the thread's
+            self._error = err
+            self._failed = True
+
+    def _pop_reply(self, until: float):
+        """Inline: ``(t, packet)`` of the next reply packet if it is complete on the wire by wall
+        time ``until`` [s] (taken off the wire), else None."""
+        q = self._outq
+        if not q or q[0][0] > until:
+            return None
+        with self._lock:
+            t, _, data = heapq.heappop(q)
+            self.packets_out += 1
+        return t, data
+
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
@@ -714,3 +793,155 @@ class DynamixelBusEmulator:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+class InlineDynamixelPort:
+    """The driver's serial port to a :class:`DynamixelBusEmulator` served inline (no pseudo-terminal,
+    no thread): what :class:`~drivers.serial_port.SerialTransport` is to the emulator's pty, with
+    the same methods the driver uses (:meth:`write`, :meth:`read`, :meth:`reset_input`,
+    :meth:`close`) and the same errors.
+
+    :meth:`write` hands the bytes to the servos at once: each packet is executed, in this thread,
+    at the loop time ``now()``, when it is complete on the modelled wire.  Their status packets
+    go on the half-duplex wire as the threaded emulator schedules them: a reply starts after the
+    request's last byte and the servo's Return Delay Time (9), after the replies before it, and
+    lasts its bytes' time at the baud rate (10 bits a byte).  A read gets a reply packet once its
+    last byte is on the wire.
+
+    Parameters
+    ----------
+    emulator : DynamixelBusEmulator
+        Made with ``serve="inline"`` (:meth:`DynamixelBusEmulator.inline_port`).
+    timeout_s : float
+        Default read deadline [s].
+    wire_time : {"wait", "count"}
+        ``"wait"``: reads wait for the wire in wall-clock time, as on the pty or a real bus: a
+        cycle lasts its wire time, and a read nobody answers waits its timeout out (for the
+        wall clock).  ``"count"``: the wire time is counted on a bus time the port keeps (its
+        own time line, moved by the wire alone), not waited: a read gets a reply when the reply
+        is complete on the wire before the read's deadline (the bus time plus the read's
+        timeout: the driver's deadline less the wall time it already spent), the bus time then
+        moves to the reply's end; a read nobody answers fails at once, the bus time moved by
+        its timeout.  The same answers and the same timeouts, without spending the wall time:
+        for the lock-step clock, on which no loop time passes while the driver waits.
+    """
+
+    def __init__(self, emulator: DynamixelBusEmulator, *, timeout_s: float = 0.1, wire_time: str = "wait"):
+        if wire_time not in WIRE_TIME_MODES:
+            raise ConfigError(f"must be one of {WIRE_TIME_MODES}, got {wire_time!r}", field="wire_time")
+        self.timeout_s = _timeout(timeout_s, "timeout_s")
+        self.url = "inline://dynamixel"
+        self.wire_time = wire_time
+        self._emu = emulator
+        self._count = wire_time == "count"
+        self._buf = bytearray()
+        self._bus_t = 0.0                # "count": the bus time reached [s] (the wire's own time line)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CommsError(f"serial port {self.url!r} is closed")
+        if self._emu._stop.is_set():
+            raise CommsError(f"serial port {self.url!r}: the adapter disappeared")
+
+    def _wire_now(self) -> float:
+        """The time on the wire now [s]: the monotonic clock ("wait"), or the bus time ("count")."""
+        return self._bus_t if self._count else time.monotonic()
+
+    def write(self, data: bytes) -> None:
+        """Put ``data`` on the wire: the servos handle it before this returns.
+
+        Raises
+        ------
+        CommsError
+            The port is closed or the adapter disappeared (:meth:`DynamixelBusEmulator.disconnect`).
+        """
+        self._check_open()
+        self._emu._receive(bytes(data), self._wire_now())
+
+    def read(self, n: int, timeout_s: float | None = None) -> bytes:
+        """Read exactly ``n`` bytes.
+
+        Raises
+        ------
+        CommsTimeoutError
+            Fewer than ``n`` bytes arrived before the deadline (they stay buffered).
+        CommsError
+            The port is closed or the adapter disappeared.
+        """
+        self._check_open()
+        buf = self._buf
+        if len(buf) < n:
+            t = self.timeout_s if timeout_s is None else _timeout(timeout_s, "timeout_s")
+            if self._count:
+                self._count_wire(n, t)
+            else:
+                self._wait_wire(n, t)
+        out = bytes(buf[:n])
+        del buf[:n]
+        return out
+
+    def _count_wire(self, n: int, timeout_s: float) -> None:
+        buf = self._buf
+        pop = self._emu._pop_reply
+        deadline = self._wire_now() + timeout_s
+        while len(buf) < n:
+            got = pop(deadline)
+            if got is None:
+                self._bus_t = deadline           # the timeout passed on the wire
+                raise CommsTimeoutError(f"serial port {self.url!r}: got {len(buf)} of {n} bytes in time")
+            t, data = got
+            buf += data
+            if t > self._bus_t:
+                self._bus_t = t
+
+    def _wait_wire(self, n: int, timeout_s: float) -> None:
+        buf = self._buf
+        emu = self._emu
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = time.monotonic()
+            # past the deadline what already arrived is still read, without waiting
+            while len(buf) < n:
+                got = emu._pop_reply(now)
+                if got is None:
+                    break
+                buf += got[1]
+            if len(buf) >= n:
+                return
+            if now >= deadline:
+                raise CommsTimeoutError(f"serial port {self.url!r}: got {len(buf)} of {n} bytes in time")
+            q = emu._outq
+            due = q[0][0] if q else math.inf
+            time.sleep(max(0.0, min(due, deadline) - now))
+            self._check_open()
+
+    def reset_input(self) -> None:
+        """Discard everything received so far (replies still on the wire come later)."""
+        self._check_open()
+        self._buf.clear()
+        pop = self._emu._pop_reply
+        now = self._wire_now()
+        while pop(now) is not None:
+            pass
+
+    def close(self) -> None:
+        """Close the port; safe to call more than once."""
+        self._closed = True
+
+    def __enter__(self) -> "InlineDynamixelPort":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
+
+
+def _timeout(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+        raise CommsError(f"{name} must be finite and >= 0, got {value!r}")
+    return float(value)
