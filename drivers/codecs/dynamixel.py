@@ -168,11 +168,41 @@ def _crc_table() -> tuple[int, ...]:
 _CRC_TABLE = _crc_table()
 
 
-def crc16(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
-    """CRC-16 of Protocol 2.0 (poly 0x8005, MSB first, init 0), continuing from ``crc``."""
+def _crc_table16() -> list[int]:
+    """The CRC of every 16-bit word (two bytes, the first one high) from 0: ``crc16`` then takes
+    a word per step, ``crc = T16[crc ^ word]`` (a 16-bit register shifted by 16 bits keeps
+    nothing of itself: the word XORed in is all that is left to reduce)."""
     t = _CRC_TABLE
-    for b in data:
-        crc = ((crc << 8) & 0xFFFF) ^ t[((crc >> 8) ^ b) & 0xFF]
+    out = []
+    for hi in range(256):
+        c = t[hi]
+        base, top = (c << 8) & 0xFFFF, c >> 8
+        out += [base ^ t[top ^ lo] for lo in range(256)]
+    return out
+
+
+_CRC_TABLE16 = _crc_table16()
+_WORDS = [struct.Struct(f">{k}H") for k in range(160)]      # big-endian words of packets up to 320 bytes
+
+
+def crc16(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
+    """CRC-16 of Protocol 2.0 (poly 0x8005, MSB first, init 0), continuing from ``crc``.
+
+    Two bytes a step (:data:`_CRC_TABLE16`), an odd first byte through the byte table."""
+    n = len(data)
+    if not n:
+        return crc
+    crc &= 0xFFFF                   # only the register's 16 bits take part (as the byte table's step)
+    if n & 1:
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC_TABLE[(crc >> 8) ^ data[0]]
+        start = 1
+    else:
+        start = 0
+    k = n >> 1
+    words = _WORDS[k].unpack_from(data, start) if k < 160 else struct.unpack_from(f">{k}H", data, start)
+    t = _CRC_TABLE16
+    for w in words:
+        crc = t[crc ^ w]
     return crc
 
 
@@ -492,7 +522,9 @@ def encode_fast_sync_status(segments: Sequence[tuple[int, int, bytes]]) -> bytes
         _check_id(dxl_id, broadcast=False)
         seg = bytes((err & 0xFF, dxl_id)) + bytes(data)
         crc = crc16(seg, crc)
-        pkt += seg + bytes((crc & 0xFF, crc >> 8))
+        pkt += seg
+        pkt.append(crc & 0xFF)
+        pkt.append(crc >> 8)
         crc = crc16(pkt[-2:], crc)
     return bytes(pkt)
 
@@ -521,12 +553,14 @@ def decode_fast_sync_status(packet: Packet, length: int) -> dict[int, tuple[int,
         raise DecodeError(f"Fast Sync Read status of {len(body)} bytes is not a whole number of "
                           f"{seg_len}-byte segments")
     out = {}
+    running = crc16(raw[:8])               # the running CRC, segment by segment
     for k in range(len(body) // seg_len):
         seg = body[k * seg_len:(k + 1) * seg_len]
-        end = 8 + (k + 1) * seg_len       # offset after this segment's CRC in raw
         crc = seg[-2] | seg[-1] << 8
-        if crc16(raw[:end - 2]) != crc:
+        running = crc16(seg[:-2], running)
+        if running != crc:
             raise DecodeError(f"Fast Sync Read segment {k}: inner CRC mismatch")
+        running = crc16(seg[-2:], running)
         out[seg[1]] = (seg[0], bytes(seg[2:2 + length]))
     return out
 

@@ -50,6 +50,7 @@ import itertools
 import math
 import os
 import select
+import struct
 import threading
 import time
 import tty
@@ -135,7 +136,30 @@ def _items(model: dx.DxlModel) -> dict[int, _Item]:
 
 
 _TABLE_END = 148          # reads beyond the RAM block are refused (no indirect area emulated)
-_GOALS = (Addr.GOAL_PWM, Addr.GOAL_CURRENT, Addr.GOAL_VELOCITY, Addr.GOAL_POSITION)
+_GOALS = frozenset(int(a) for a in (Addr.GOAL_PWM, Addr.GOAL_CURRENT, Addr.GOAL_VELOCITY, Addr.GOAL_POSITION))
+
+#: the little-endian struct of an item by (size, signed)
+_STRUCTS = {(1, False): struct.Struct("<B"), (1, True): struct.Struct("<b"), (2, False): struct.Struct("<H"),
+            (2, True): struct.Struct("<h"), (4, False): struct.Struct("<I"), (4, True): struct.Struct("<i")}
+_U16, _I16, _I32 = _STRUCTS[2, False], _STRUCTS[2, True], _STRUCTS[4, True]
+# the addresses the per-packet paths read, as plain ints
+_ID = int(Addr.ID)
+_OPERATING_MODE = int(Addr.OPERATING_MODE)
+_HOMING_OFFSET = int(Addr.HOMING_OFFSET)
+_TEMPERATURE_LIMIT = int(Addr.TEMPERATURE_LIMIT)
+_MAX_VOLTAGE_LIMIT = int(Addr.MAX_VOLTAGE_LIMIT)
+_MIN_VOLTAGE_LIMIT = int(Addr.MIN_VOLTAGE_LIMIT)
+_CURRENT_LIMIT = int(Addr.CURRENT_LIMIT)
+_SHUTDOWN = int(Addr.SHUTDOWN)
+_TORQUE_ENABLE = int(Addr.TORQUE_ENABLE)
+_STATUS_RETURN_LEVEL = int(Addr.STATUS_RETURN_LEVEL)
+_HW_ERROR = int(Addr.HARDWARE_ERROR_STATUS)
+_BUS_WATCHDOG = int(Addr.BUS_WATCHDOG)
+_GOAL_CURRENT = int(Addr.GOAL_CURRENT)
+_REALTIME_TICK = int(Addr.REALTIME_TICK)
+_PRESENT_CURRENT = int(Addr.PRESENT_CURRENT)
+_PRESENT_INPUT_VOLTAGE = int(Addr.PRESENT_INPUT_VOLTAGE)
+_PRESENT_TEMPERATURE = int(Addr.PRESENT_TEMPERATURE)
 
 
 @dataclass(frozen=True)
@@ -191,6 +215,9 @@ class EmulatedServo:
         self.last_instruction_t = -math.inf
         self._t0 = float(plant.t_s)
         self._tab = bytearray(_TABLE_END)
+        #: each item's little-endian struct (its size and sign)
+        self._fmt = {a: _STRUCTS[it.size, it.signed] for a, it in self.items.items()}
+        self._brake_released = None      # what the plant's brake was last told (None: nothing yet)
         self._factory()
         # the servo limits the plant joint to what its Current Limit can give
         m = cfg.mapping
@@ -229,75 +256,76 @@ class EmulatedServo:
         self._apply_output()
 
     def _put(self, addr: int, value: int) -> None:
-        it = self.items[addr]
-        self._tab[addr:addr + it.size] = int(value).to_bytes(it.size, "little", signed=it.signed)
+        self._fmt[addr].pack_into(self._tab, addr, int(value))
 
     def get(self, addr: int) -> int:
         """Value of the item at ``addr`` (as the device holds it)."""
-        it = self.items[addr]
-        return int.from_bytes(self._tab[addr:addr + it.size], "little", signed=it.signed)
+        return self._fmt[addr].unpack_from(self._tab, addr)[0]
 
     @property
     def dxl_id(self) -> int:
-        return self._tab[Addr.ID]
+        return self._tab[_ID]
 
     @property
     def torque_on(self) -> bool:
-        return self._tab[Addr.TORQUE_ENABLE] == 1
+        return self._tab[_TORQUE_ENABLE] == 1
 
     @property
     def hardware_error(self) -> int:
-        return self._tab[Addr.HARDWARE_ERROR_STATUS]
+        return self._tab[_HW_ERROR]
 
     # -- plant coupling ----------------------------------------------------------------------------
     def _apply_output(self) -> None:
         j = self.cfg.joint
+        tab = self._tab
         cur = 0.0
-        if self._tab[Addr.TORQUE_ENABLE] == 1 and self._tab[Addr.OPERATING_MODE] == 0 and self.get(Addr.BUS_WATCHDOG) >= 0:
-            cur = self.model.lsb_to_current(self.get(Addr.GOAL_CURRENT))
+        if tab[_TORQUE_ENABLE] == 1 and tab[_OPERATING_MODE] == 0 and tab[_BUS_WATCHDOG] < 0x80:
+            cur = self.model.lsb_to_current(_I16.unpack_from(tab, _GOAL_CURRENT)[0])
         # the robot's holding brake (the plant's, if it has one) follows torque enable
-        released = self._tab[Addr.TORQUE_ENABLE] == 1
-        if released != getattr(self, "_brake_released", None):
+        released = tab[_TORQUE_ENABLE] == 1
+        if released != self._brake_released:
             self._brake_released = released
             self.plant.set_brake(not released, joints=[j])
         m = self.cfg.mapping
         self.plant.set_joint_command(j, float(m.motor_to_joint_torque(cur * m.torque_constant_nm_per_a)))
 
     def _refresh_present(self, t_s: float) -> None:
-        _, q, qd, tau = self.plant.measure()
-        j = self.cfg.joint
+        q, qd, tau = self.plant.measure_joint(self.cfg.joint)
         m = self.cfg.mapping
-        pos = m.joint_to_motor_position(float(q[j])) / dx.POSITION_RAD_PER_PULSE + self.get(Addr.HOMING_OFFSET)
-        vel = m.joint_to_motor_velocity(float(qd[j])) / dx.VELOCITY_RAD_S_PER_LSB
-        cur = m.joint_to_motor_torque(float(tau[j])) / m.torque_constant_nm_per_a
-        self._tab[Addr.PRESENT_CURRENT:Addr.PRESENT_CURRENT + 10] = dx.encode_present(
+        tab = self._tab
+        pos = m.joint_to_motor_position(q) / dx.POSITION_RAD_PER_PULSE + _I32.unpack_from(tab, _HOMING_OFFSET)[0]
+        vel = m.joint_to_motor_velocity(qd) / dx.VELOCITY_RAD_S_PER_LSB
+        cur = m.joint_to_motor_torque(tau) / m.torque_constant_nm_per_a
+        tab[_PRESENT_CURRENT:_PRESENT_CURRENT + 10] = dx.encode_present(
             self.model.current_to_lsb(cur), int(round(vel)), int(math.floor(pos + 0.5)))
-        self._put(Addr.PRESENT_INPUT_VOLTAGE, max(0, min(0xFFFF, int(round(self.supply_voltage_v * 10)))))
-        self._put(Addr.PRESENT_TEMPERATURE, max(0, min(255, int(round(self.temperature_c)))))
-        self._put(Addr.REALTIME_TICK, int((t_s - self._t0) * 1000.0) % 32768)
+        _U16.pack_into(tab, _PRESENT_INPUT_VOLTAGE, max(0, min(0xFFFF, int(round(self.supply_voltage_v * 10)))))
+        tab[_PRESENT_TEMPERATURE] = max(0, min(255, int(round(self.temperature_c))))
+        _U16.pack_into(tab, _REALTIME_TICK, int((t_s - self._t0) * 1000.0) % 32768)
         self._check_hardware()
 
     def _check_hardware(self) -> None:
+        tab = self._tab
         bits = self.injected
         v = self.supply_voltage_v * 10.0
-        if v > self.get(Addr.MAX_VOLTAGE_LIMIT) or v < self.get(Addr.MIN_VOLTAGE_LIMIT):
+        if v > _U16.unpack_from(tab, _MAX_VOLTAGE_LIMIT)[0] or v < _U16.unpack_from(tab, _MIN_VOLTAGE_LIMIT)[0]:
             bits |= 0x01
-        if self.temperature_c > self.get(Addr.TEMPERATURE_LIMIT):
+        if self.temperature_c > tab[_TEMPERATURE_LIMIT]:
             bits |= 0x04
-        old = self._tab[Addr.HARDWARE_ERROR_STATUS]
-        shutdown = self._tab[Addr.SHUTDOWN]
+        old = tab[_HW_ERROR]
+        shutdown = tab[_SHUTDOWN]
         # shutdown errors latch until reboot; others follow the condition
         latched = old & shutdown
         new = bits | latched
-        self._tab[Addr.HARDWARE_ERROR_STATUS] = new
-        if new & shutdown and self._tab[Addr.TORQUE_ENABLE]:
-            self._tab[Addr.TORQUE_ENABLE] = 0
+        tab[_HW_ERROR] = new
+        if new & shutdown and tab[_TORQUE_ENABLE]:
+            tab[_TORQUE_ENABLE] = 0
             self._apply_output()
 
     # -- watchdog ----------------------------------------------------------------------------------
     def watchdog_due_s(self) -> float:
-        wd = self.get(Addr.BUS_WATCHDOG)
-        if wd <= 0 or not self.torque_on:
+        tab = self._tab
+        wd = tab[_BUS_WATCHDOG]
+        if wd == 0 or wd >= 0x80 or tab[_TORQUE_ENABLE] != 1:       # off, or -1: tripped
             return math.inf
         return self.last_instruction_t + wd * dx.BUS_WATCHDOG_S_PER_LSB
 
@@ -327,27 +355,30 @@ class EmulatedServo:
         """Apply a write of ``data`` at ``addr`` (all or nothing); return the error number."""
         end = addr + len(data)
         pending = []
+        tab = self._tab
+        items = self.items
+        torque_on = tab[_TORQUE_ENABLE] == 1
         a = addr
         while a < end:
-            it = self.items.get(a)
+            it = items.get(a)
             if it is None:
                 return StatusError.ACCESS
             if a + it.size > end:
                 return StatusError.DATA_LENGTH
-            if not it.writable or (it.eeprom and self.torque_on):
+            if not it.writable or (it.eeprom and torque_on):
                 return StatusError.ACCESS
-            v = int.from_bytes(data[a - addr:a - addr + it.size], "little", signed=it.signed)
-            if a in _GOALS and self.get(Addr.BUS_WATCHDOG) < 0:
+            v = self._fmt[a].unpack_from(data, a - addr)[0]
+            if a in _GOALS and tab[_BUS_WATCHDOG] >= 0x80:            # -1: the watchdog tripped
                 return StatusError.DATA_RANGE
-            if a == Addr.GOAL_CURRENT:
-                if abs(v) > self.get(Addr.CURRENT_LIMIT):
+            if a == _GOAL_CURRENT:
+                if abs(v) > _U16.unpack_from(tab, _CURRENT_LIMIT)[0]:
                     return StatusError.DATA_LIMIT
             elif not it.lo <= v <= it.hi:
                 return StatusError.DATA_RANGE
             pending.append((a, v))
             a += it.size
         for a, v in pending:
-            if a == Addr.TORQUE_ENABLE and v == 1 and self.hardware_error & self._tab[Addr.SHUTDOWN]:
+            if a == _TORQUE_ENABLE and v == 1 and tab[_HW_ERROR] & tab[_SHUTDOWN]:
                 return StatusError.RESULT_FAIL     # only a reboot re-enables torque after a shutdown
         for a, v in pending:
             self._put(a, v)
