@@ -703,7 +703,9 @@ def decode_present(data: bytes) -> Present:
 
 def encode_present(current_lsb: int, velocity_lsb: int, position_pulse: int) -> bytes:
     """Encode the 10-byte block at address 126 (the device side; clamps to the field ranges)."""
-    c = max(-0x8000, min(0x7FFF, int(current_lsb)))
-    v = max(-0x80000000, min(0x7FFFFFFF, int(velocity_lsb)))
-    p = max(-0x80000000, min(0x7FFFFFFF, int(position_pulse)))
-    return _PRESENT.pack(c, v, p)
+    c, v, p = int(current_lsb), int(velocity_lsb), int(position_pulse)
+    try:
+        return _PRESENT.pack(c, v, p)
+    except struct.error:                # a field out of its range: clamped
+        return _PRESENT.pack(max(-0x8000, min(0x7FFF, c)), max(-0x80000000, min(0x7FFFFFFF, v)),
+                             max(-0x80000000, min(0x7FFFFFFF, p)))

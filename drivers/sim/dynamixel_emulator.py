@@ -251,6 +251,7 @@ class EmulatedServo:
     def _reset_ram(self) -> None:
         for a in range(Addr.TORQUE_ENABLE, _TABLE_END):
             self._tab[a] = 0
+        self._env = None             # Present Input Voltage and Temperature zeroed: written at the next refresh
         self._put(Addr.STATUS_RETURN_LEVEL, 2)
         self.injected = 0
         self._apply_output()
@@ -298,8 +299,11 @@ class EmulatedServo:
         cur = m.joint_to_motor_torque(tau) / m.torque_constant_nm_per_a
         tab[_PRESENT_CURRENT:_PRESENT_CURRENT + 10] = dx.encode_present(
             self.model.current_to_lsb(cur), int(round(vel)), int(math.floor(pos + 0.5)))
-        _U16.pack_into(tab, _PRESENT_INPUT_VOLTAGE, max(0, min(0xFFFF, int(round(self.supply_voltage_v * 10)))))
-        tab[_PRESENT_TEMPERATURE] = max(0, min(255, int(round(self.temperature_c))))
+        env = (self.supply_voltage_v, self.temperature_c)
+        if env != self._env:                            # written again only when they changed
+            self._env = env
+            _U16.pack_into(tab, _PRESENT_INPUT_VOLTAGE, max(0, min(0xFFFF, int(round(self.supply_voltage_v * 10)))))
+            tab[_PRESENT_TEMPERATURE] = max(0, min(255, int(round(self.temperature_c))))
         _U16.pack_into(tab, _REALTIME_TICK, int((t_s - self._t0) * 1000.0) % 32768)
         self._check_hardware()
 
@@ -625,8 +629,12 @@ class DynamixelBusEmulator:
     def _advance(self, t: float) -> None:
         plant = self.plant
         while self._servos:
-            due, s = min(((x.watchdog_due_s(), x) for x in self._servos.values()), key=lambda v: v[0])
-            if due > t + _TIME_EPS_S:
+            due, s = math.inf, None
+            for x in self._servos.values():          # the first servo of the earliest watchdog
+                d = x.watchdog_due_s()
+                if d < due:
+                    due, s = d, x
+            if s is None or due > t + _TIME_EPS_S:
                 break
             plant.advance_to(min(max(due, plant.t_s), t))
             s.on_watchdog(due)
