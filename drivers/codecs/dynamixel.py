@@ -277,6 +277,8 @@ class Packet:
 
 
 def _check_id(dxl_id: int, *, broadcast: bool = True) -> int:
+    if type(dxl_id) is int and 0 <= dxl_id <= MAX_ID:       # the common case, at once
+        return dxl_id
     top = BROADCAST_ID if broadcast else MAX_ID
     if isinstance(dxl_id, bool) or not isinstance(dxl_id, int) or not (0 <= dxl_id <= MAX_ID or dxl_id == top):
         raise DriverError(f"Dynamixel ID must be an integer in 0..{MAX_ID}" +
@@ -553,14 +555,15 @@ def decode_fast_sync_status(packet: Packet, length: int) -> dict[int, tuple[int,
         raise DecodeError(f"Fast Sync Read status of {len(body)} bytes is not a whole number of "
                           f"{seg_len}-byte segments")
     out = {}
-    running = crc16(raw[:8])               # the running CRC, segment by segment
+    running = 0                            # the CRC of raw up to ``start``, segment by segment
+    start = 0
     for k in range(len(body) // seg_len):
-        seg = body[k * seg_len:(k + 1) * seg_len]
-        crc = seg[-2] | seg[-1] << 8
-        running = crc16(seg[:-2], running)
-        if running != crc:
+        end = 8 + (k + 1) * seg_len        # offset after this segment's CRC in raw
+        running = crc16(raw[start:end - 2], running)
+        if running != raw[end - 2] | raw[end - 1] << 8:
             raise DecodeError(f"Fast Sync Read segment {k}: inner CRC mismatch")
-        running = crc16(seg[-2:], running)
+        start = end - 2                    # the next span starts with this CRC's two bytes
+        seg = body[k * seg_len:(k + 1) * seg_len]
         out[seg[1]] = (seg[0], bytes(seg[2:2 + length]))
     return out
 
