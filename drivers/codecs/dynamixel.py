@@ -519,15 +519,17 @@ def encode_fast_sync_status(segments: Sequence[tuple[int, int, bytes]]) -> bytes
         raise DriverError("every segment must carry the same number of data bytes")
     length = 1 + sum(4 + len(d) for _, _, d in segments)
     pkt = bytearray(HEADER + bytes((BROADCAST_ID, length & 0xFF, length >> 8, Inst.STATUS)))
-    crc = crc16(pkt)
+    crc = 0
+    start = 0                           # the running CRC covers pkt[:start]
     for err, dxl_id, data in segments:
         _check_id(dxl_id, broadcast=False)
-        seg = bytes((err & 0xFF, dxl_id)) + bytes(data)
-        crc = crc16(seg, crc)
-        pkt += seg
+        pkt.append(err & 0xFF)
+        pkt.append(dxl_id)
+        pkt += data
+        crc = crc16(pkt[start:], crc)   # the previous CRC's two bytes and this segment
+        start = len(pkt)
         pkt.append(crc & 0xFF)
         pkt.append(crc >> 8)
-        crc = crc16(pkt[-2:], crc)
     return bytes(pkt)
 
 
