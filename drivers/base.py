@@ -192,23 +192,31 @@ class JointMapping:
     torque_constant_nm_per_a: float = 1.0
     efficiency: float = 1.0
 
+    # each takes a float (and returns one, computed as for an array: the same bits) or an
+    # array_like (returns an array); a float skips np.asarray, which costs more than the sum
     def joint_to_motor_position(self, q):
-        return self.sign * (np.asarray(q) - self.offset_rad) * self.gear_ratio
+        q = q if type(q) is float else np.asarray(q)
+        return self.sign * (q - self.offset_rad) * self.gear_ratio
 
     def motor_to_joint_position(self, p):
-        return self.sign * np.asarray(p) / self.gear_ratio + self.offset_rad
+        p = p if type(p) is float else np.asarray(p)
+        return self.sign * p / self.gear_ratio + self.offset_rad
 
     def joint_to_motor_velocity(self, qd):
-        return self.sign * np.asarray(qd) * self.gear_ratio
+        qd = qd if type(qd) is float else np.asarray(qd)
+        return self.sign * qd * self.gear_ratio
 
     def motor_to_joint_velocity(self, v):
-        return self.sign * np.asarray(v) / self.gear_ratio
+        v = v if type(v) is float else np.asarray(v)
+        return self.sign * v / self.gear_ratio
 
     def joint_to_motor_torque(self, tau):
-        return self.sign * np.asarray(tau) / (self.gear_ratio * self.efficiency)
+        tau = tau if type(tau) is float else np.asarray(tau)
+        return self.sign * tau / (self.gear_ratio * self.efficiency)
 
     def motor_to_joint_torque(self, t):
-        return self.sign * np.asarray(t) * self.gear_ratio * self.efficiency
+        t = t if type(t) is float else np.asarray(t)
+        return self.sign * t * self.gear_ratio * self.efficiency
 
 
 @dataclass(frozen=True)

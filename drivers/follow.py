@@ -25,6 +25,7 @@ no compiled code), compiled by :mod:`drivers._mit_kernels` for the MIT driver's 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -239,7 +240,6 @@ class FollowMonitor:
         if not self.config.enabled:
             return self.codes
         n = self.n
-        a = self.gain(t_s)
         ok = np.array([bool(fresh[j]) and replies[j] is not None for j in range(n)], dtype=bool)
         rep = np.zeros((3, n))
         raw = np.zeros(n, dtype=np.int64)
@@ -248,10 +248,16 @@ class FollowMonitor:
             rep[:, j] = p, v, t
             raw[j] = int.from_bytes(r, "big") if isinstance(r, (bytes, bytearray)) else int(r)
         cmd = np.ascontiguousarray(np.array(commands, dtype=float).reshape(n, 5).T)
-        cfg = self.config
-        self._step(self._f, self._i, a, ok, rep[0], rep[1], rep[2], raw, cmd, cfg.rel_tol, cfg.window_cycles,
-                       cfg.frozen_cycles)
+        self.step(t_s, ok, rep, raw, cmd)
         return self.codes
+
+    def step(self, t_s: float, ok, rep, raw, cmd) -> None:
+        """:meth:`update` on arrays (the rule's step at ``t_s``, the filter's gain from the last
+        call's time): ``ok`` (n,) bool, ``rep`` (3, n) the replies' position, velocity and
+        torque where ``ok``, ``raw`` (n,) int64 their raw fields, ``cmd`` (5, n) the commands."""
+        cfg = self.config
+        self._step(self._f, self._i, self.gain(t_s), ok, rep[0], rep[1], rep[2], raw, cmd, cfg.rel_tol,
+                   cfg.window_cycles, cfg.frozen_cycles)
 
 
 def follow_config(fs) -> FollowConfig:
@@ -306,7 +312,13 @@ class TorqueFollow:
             self.monitor._f[M_TOL] = [TORQUE_ONLY_TOL * t for t in tmax]
         else:
             self.monitor = FollowMonitor(t_max_nm, config)
-        self._cmd = np.zeros((self.monitor.n, 5))
+        n = self.monitor.n
+        # the step's arguments, filled in place every cycle: fresh replies, their values and raw
+        # fields, the commands (only the torque row, 4, is not zero)
+        self._ok = np.zeros(n, dtype=bool)
+        self._rep = np.zeros((3, n))
+        self._raw = np.zeros(n, dtype=np.int64)
+        self._cmd = np.zeros((5, n))
 
     @property
     def config(self) -> FollowConfig:
@@ -319,19 +331,35 @@ class TorqueFollow:
     def check(self, tau_cmd_nm, feedback) -> None:
         """Check one cycle: ``tau_cmd_nm`` (n,) the joint torques sent, ``feedback`` the cycle's
         :class:`~drivers.base.Feedback` (its ``fault`` is updated in place)."""
-        if not self.monitor.config.enabled:
+        mon = self.monitor
+        if not mon.config.enabled:
             return
-        tau = np.asarray(feedback.torque_nm, dtype=float)
-        fresh = np.asarray(feedback.fresh, dtype=bool) & np.isfinite(tau)
-        q = np.asarray(feedback.position_rad, dtype=float)
-        qd = np.nan_to_num(np.asarray(feedback.velocity_rad_s, dtype=float))
-        # "frozen" compares the whole reply (position, velocity, torque), as the MIT rule its bytes:
-        # a saturated drive repeats its torque exactly while its joint moves
-        replies = [(q[j], qd[j], tau[j], hash((float(q[j]), float(qd[j]), float(tau[j])))) if fresh[j] else None
-                   for j in range(self.monitor.n)]
-        self._cmd[:, 4] = tau_cmd_nm
-        codes = self.monitor.update(float(feedback.t_s), fresh, replies, self._cmd)
+        tau = feedback.torque_nm
+        fresh = feedback.fresh
+        q = feedback.position_rad
+        qd = feedback.velocity_rad_s
+        ok, rep, raw = self._ok, self._rep, self._raw
+        for j in range(mon.n):
+            t = float(tau[j])
+            if fresh[j] and math.isfinite(t):
+                p = float(q[j])
+                v = float(qd[j])
+                if not math.isfinite(v):                  # as numpy.nan_to_num: NaN 0, inf the largest
+                    v = 0.0 if v != v else math.copysign(sys.float_info.max, v)
+                ok[j] = True
+                rep[0, j] = p
+                rep[1, j] = v
+                rep[2, j] = t
+                # "frozen" compares the whole reply (position, velocity, torque), as the MIT rule its
+                # bytes: a saturated drive repeats its torque exactly while its joint moves
+                raw[j] = hash((p, v, t))
+            else:
+                ok[j] = False
+                rep[0, j] = rep[1, j] = rep[2, j] = 0.0
+                raw[j] = 0
+        self._cmd[4] = tau_cmd_nm
+        mon.step(float(feedback.t_s), ok, rep, raw, self._cmd)
         fault = feedback.fault
-        for j, c in enumerate(codes):
+        for j, c in enumerate(mon._i[MI_CODE].tolist()):
             if c and fault[j] == 0:
                 fault[j] = HOST_FAULT_OFFSET + c

@@ -52,10 +52,11 @@ KINDS = ("torque_none", "torque_nan", "torque_inf", "torque_short", "torque_2d",
 
 
 def _count_writes(drv, monkeypatch) -> list:
-    """Wrap what each transport writes through (a CAN bus's send, a serial port's write)."""
+    """Wrap what each transport writes through (a CAN bus's send, a serial port's write; an
+    inline port to emulated servos is its own wire)."""
     sent: list = []
     for t in drv.transports:
-        low = getattr(t, "_bus", None) or t._port
+        low = getattr(t, "_bus", None) or getattr(t, "_port", t)
         name = "send" if hasattr(t, "_bus") else "write"
         orig = getattr(low, name)
 

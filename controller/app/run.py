@@ -1004,7 +1004,8 @@ def sim_driver_section(driver: Mapping[str, Any], *, q0, clock: str, period_s: f
     ``plant.q0`` defaults to ``q0`` (plus ``plant.initial_offset``), ``plant.dt_max_s`` to
     the control period; on the lock-step clock the emulated CAN drivers get a long
     ``reply_timeout_s`` and devices served in the driver's thread (same results, no
-    thread hand-offs) unless a reply latency is modelled.
+    thread hand-offs) unless a reply latency is modelled, and the emulated Dynamixel
+    servos are served inline with their wire time counted, not waited.
 
     Parameters
     ----------
@@ -1048,6 +1049,15 @@ def sim_driver_section(driver: Mapping[str, Any], *, q0, clock: str, period_s: f
         if "serve" not in emu and not emu.get("reply_latency_s", 0.0):
             emu["serve"] = "inline"
             data["emulator"] = emu
+    if clock == "lockstep" and driver_type == "sim_dynamixel":
+        # The same for the emulated Dynamixel servos: no pseudo-terminal and no thread, the servos
+        # answer each write in the driver's thread, and the wire time is counted against the
+        # driver's read deadlines instead of slept (drivers.sim.dynamixel_emulator.InlineDynamixelPort)
+        emu = dict(data.get("emulator", {}))
+        emu.setdefault("serve", "inline")
+        if emu["serve"] == "inline":
+            emu.setdefault("wire_time", "count")
+        data["emulator"] = emu
     if driver_type == "sim_odrive_can" and "encoder_period_s" not in data.get("emulator", {}):
         # The emulated ODrives broadcast their estimates as a user sets encoder_msg_rate_ms for
         # the loop: every period, in whole milliseconds (at least 1 ms), not at 1 kHz whatever

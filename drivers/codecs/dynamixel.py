@@ -168,11 +168,41 @@ def _crc_table() -> tuple[int, ...]:
 _CRC_TABLE = _crc_table()
 
 
-def crc16(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
-    """CRC-16 of Protocol 2.0 (poly 0x8005, MSB first, init 0), continuing from ``crc``."""
+def _crc_table16() -> list[int]:
+    """The CRC of every 16-bit word (two bytes, the first one high) from 0: ``crc16`` then takes
+    a word per step, ``crc = T16[crc ^ word]`` (a 16-bit register shifted by 16 bits keeps
+    nothing of itself: the word XORed in is all that is left to reduce)."""
     t = _CRC_TABLE
-    for b in data:
-        crc = ((crc << 8) & 0xFFFF) ^ t[((crc >> 8) ^ b) & 0xFF]
+    out = []
+    for hi in range(256):
+        c = t[hi]
+        base, top = (c << 8) & 0xFFFF, c >> 8
+        out += [base ^ t[top ^ lo] for lo in range(256)]
+    return out
+
+
+_CRC_TABLE16 = _crc_table16()
+_WORDS = [struct.Struct(f">{k}H") for k in range(160)]      # big-endian words of packets up to 320 bytes
+
+
+def crc16(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
+    """CRC-16 of Protocol 2.0 (poly 0x8005, MSB first, init 0), continuing from ``crc``.
+
+    Two bytes a step (:data:`_CRC_TABLE16`), an odd first byte through the byte table."""
+    n = len(data)
+    if not n:
+        return crc
+    crc &= 0xFFFF                   # only the register's 16 bits take part (as the byte table's step)
+    if n & 1:
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC_TABLE[(crc >> 8) ^ data[0]]
+        start = 1
+    else:
+        start = 0
+    k = n >> 1
+    words = _WORDS[k].unpack_from(data, start) if k < 160 else struct.unpack_from(f">{k}H", data, start)
+    t = _CRC_TABLE16
+    for w in words:
+        crc = t[crc ^ w]
     return crc
 
 
@@ -247,6 +277,8 @@ class Packet:
 
 
 def _check_id(dxl_id: int, *, broadcast: bool = True) -> int:
+    if type(dxl_id) is int and 0 <= dxl_id <= MAX_ID:       # the common case, at once
+        return dxl_id
     top = BROADCAST_ID if broadcast else MAX_ID
     if isinstance(dxl_id, bool) or not isinstance(dxl_id, int) or not (0 <= dxl_id <= MAX_ID or dxl_id == top):
         raise DriverError(f"Dynamixel ID must be an integer in 0..{MAX_ID}" +
@@ -487,13 +519,17 @@ def encode_fast_sync_status(segments: Sequence[tuple[int, int, bytes]]) -> bytes
         raise DriverError("every segment must carry the same number of data bytes")
     length = 1 + sum(4 + len(d) for _, _, d in segments)
     pkt = bytearray(HEADER + bytes((BROADCAST_ID, length & 0xFF, length >> 8, Inst.STATUS)))
-    crc = crc16(pkt)
+    crc = 0
+    start = 0                           # the running CRC covers pkt[:start]
     for err, dxl_id, data in segments:
         _check_id(dxl_id, broadcast=False)
-        seg = bytes((err & 0xFF, dxl_id)) + bytes(data)
-        crc = crc16(seg, crc)
-        pkt += seg + bytes((crc & 0xFF, crc >> 8))
-        crc = crc16(pkt[-2:], crc)
+        pkt.append(err & 0xFF)
+        pkt.append(dxl_id)
+        pkt += data
+        crc = crc16(pkt[start:], crc)   # the previous CRC's two bytes and this segment
+        start = len(pkt)
+        pkt.append(crc & 0xFF)
+        pkt.append(crc >> 8)
     return bytes(pkt)
 
 
@@ -521,12 +557,15 @@ def decode_fast_sync_status(packet: Packet, length: int) -> dict[int, tuple[int,
         raise DecodeError(f"Fast Sync Read status of {len(body)} bytes is not a whole number of "
                           f"{seg_len}-byte segments")
     out = {}
+    running = 0                            # the CRC of raw up to ``start``, segment by segment
+    start = 0
     for k in range(len(body) // seg_len):
-        seg = body[k * seg_len:(k + 1) * seg_len]
-        end = 8 + (k + 1) * seg_len       # offset after this segment's CRC in raw
-        crc = seg[-2] | seg[-1] << 8
-        if crc16(raw[:end - 2]) != crc:
+        end = 8 + (k + 1) * seg_len        # offset after this segment's CRC in raw
+        running = crc16(raw[start:end - 2], running)
+        if running != raw[end - 2] | raw[end - 1] << 8:
             raise DecodeError(f"Fast Sync Read segment {k}: inner CRC mismatch")
+        start = end - 2                    # the next span starts with this CRC's two bytes
+        seg = body[k * seg_len:(k + 1) * seg_len]
         out[seg[1]] = (seg[0], bytes(seg[2:2 + length]))
     return out
 
@@ -669,7 +708,9 @@ def decode_present(data: bytes) -> Present:
 
 def encode_present(current_lsb: int, velocity_lsb: int, position_pulse: int) -> bytes:
     """Encode the 10-byte block at address 126 (the device side; clamps to the field ranges)."""
-    c = max(-0x8000, min(0x7FFF, int(current_lsb)))
-    v = max(-0x80000000, min(0x7FFFFFFF, int(velocity_lsb)))
-    p = max(-0x80000000, min(0x7FFFFFFF, int(position_pulse)))
-    return _PRESENT.pack(c, v, p)
+    c, v, p = int(current_lsb), int(velocity_lsb), int(position_pulse)
+    try:
+        return _PRESENT.pack(c, v, p)
+    except struct.error:                # a field out of its range: clamped
+        return _PRESENT.pack(max(-0x8000, min(0x7FFF, c)), max(-0x80000000, min(0x7FFFFFFF, v)),
+                             max(-0x80000000, min(0x7FFFFFFF, p)))

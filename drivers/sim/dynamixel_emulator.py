@@ -1,8 +1,13 @@
-"""Emulated Dynamixel X-series servos on a pseudo-terminal, driving a :class:`~drivers.sim.plant.Plant`.
+"""Emulated Dynamixel X-series servos driving a :class:`~drivers.sim.plant.Plant`, on a
+pseudo-terminal or inline.
 
 :class:`DynamixelBusEmulator` opens a pseudo-terminal pair (``os.openpty``)
-and answers on the master side; a driver (ours, or ``dynamixel_sdk``) opens
-:attr:`~DynamixelBusEmulator.port_path` like a real serial port.  Behind it,
+and answers on the master side from a thread; a driver (ours, or ``dynamixel_sdk``) opens
+:attr:`~DynamixelBusEmulator.port_path` like a real serial port.  Made with
+``serve="inline"`` it has no pseudo-terminal and no thread: its
+:meth:`~DynamixelBusEmulator.inline_port` (:class:`InlineDynamixelPort`) is the
+driver's serial port, and the servos handle the bytes written to it in the
+driver's thread (the same bytes, firmware and wire schedule).  Behind it,
 one :class:`EmulatedServo` per ID behaves like the X-series firmware
 (e-Manual, "DYNAMIXEL Protocol 2.0" and the model pages):
 
@@ -31,7 +36,8 @@ one :class:`EmulatedServo` per ID behaves like the X-series firmware
 
 Timing: replies are written to the master after the request's and reply's
 wire time at ``baudrate`` (10 bits per byte) plus the servo's Return Delay
-Time (9), one device after the other, all in wall-clock time.  The plant is
+Time (9), one device after the other, all in wall-clock time (inline: the
+port waits for that schedule, or counts it, :class:`InlineDynamixelPort`).  The plant is
 advanced on the loop clock ``now()`` when a packet has been received (timed
 events such as a watchdog expiry at their own due time), as
 :class:`~drivers.sim.emulators.EmulatorHost` does for the CAN devices.
@@ -44,6 +50,7 @@ import itertools
 import math
 import os
 import select
+import struct
 import threading
 import time
 import tty
@@ -56,10 +63,16 @@ from ..codecs import dynamixel as dx
 from ..codecs.dynamixel import Addr, Inst, StatusError
 from .plant import Plant
 
-__all__ = ["ServoConfig", "EmulatedServo", "DynamixelBusEmulator"]
+__all__ = ["ServoConfig", "EmulatedServo", "DynamixelBusEmulator", "InlineDynamixelPort", "SERVE_MODES",
+           "WIRE_TIME_MODES"]
 
 _BITS_PER_BYTE = 10    # 8N1
 _TIME_EPS_S = 1e-9
+
+#: how the servos are served: from a thread on a pseudo-terminal, or inline in the driver's thread
+SERVE_MODES = ("thread", "inline")
+#: how an inline port spends the wire time: waited in wall-clock time, or counted (InlineDynamixelPort)
+WIRE_TIME_MODES = ("wait", "count")
 
 
 @dataclass(frozen=True)
@@ -123,7 +136,30 @@ def _items(model: dx.DxlModel) -> dict[int, _Item]:
 
 
 _TABLE_END = 148          # reads beyond the RAM block are refused (no indirect area emulated)
-_GOALS = (Addr.GOAL_PWM, Addr.GOAL_CURRENT, Addr.GOAL_VELOCITY, Addr.GOAL_POSITION)
+_GOALS = frozenset(int(a) for a in (Addr.GOAL_PWM, Addr.GOAL_CURRENT, Addr.GOAL_VELOCITY, Addr.GOAL_POSITION))
+
+#: the little-endian struct of an item by (size, signed)
+_STRUCTS = {(1, False): struct.Struct("<B"), (1, True): struct.Struct("<b"), (2, False): struct.Struct("<H"),
+            (2, True): struct.Struct("<h"), (4, False): struct.Struct("<I"), (4, True): struct.Struct("<i")}
+_U16, _I16, _I32 = _STRUCTS[2, False], _STRUCTS[2, True], _STRUCTS[4, True]
+# the addresses the per-packet paths read, as plain ints
+_ID = int(Addr.ID)
+_OPERATING_MODE = int(Addr.OPERATING_MODE)
+_HOMING_OFFSET = int(Addr.HOMING_OFFSET)
+_TEMPERATURE_LIMIT = int(Addr.TEMPERATURE_LIMIT)
+_MAX_VOLTAGE_LIMIT = int(Addr.MAX_VOLTAGE_LIMIT)
+_MIN_VOLTAGE_LIMIT = int(Addr.MIN_VOLTAGE_LIMIT)
+_CURRENT_LIMIT = int(Addr.CURRENT_LIMIT)
+_SHUTDOWN = int(Addr.SHUTDOWN)
+_TORQUE_ENABLE = int(Addr.TORQUE_ENABLE)
+_STATUS_RETURN_LEVEL = int(Addr.STATUS_RETURN_LEVEL)
+_HW_ERROR = int(Addr.HARDWARE_ERROR_STATUS)
+_BUS_WATCHDOG = int(Addr.BUS_WATCHDOG)
+_GOAL_CURRENT = int(Addr.GOAL_CURRENT)
+_REALTIME_TICK = int(Addr.REALTIME_TICK)
+_PRESENT_CURRENT = int(Addr.PRESENT_CURRENT)
+_PRESENT_INPUT_VOLTAGE = int(Addr.PRESENT_INPUT_VOLTAGE)
+_PRESENT_TEMPERATURE = int(Addr.PRESENT_TEMPERATURE)
 
 
 @dataclass(frozen=True)
@@ -179,6 +215,9 @@ class EmulatedServo:
         self.last_instruction_t = -math.inf
         self._t0 = float(plant.t_s)
         self._tab = bytearray(_TABLE_END)
+        #: each item's little-endian struct (its size and sign)
+        self._fmt = {a: _STRUCTS[it.size, it.signed] for a, it in self.items.items()}
+        self._brake_released = None      # what the plant's brake was last told (None: nothing yet)
         self._factory()
         # the servo limits the plant joint to what its Current Limit can give
         m = cfg.mapping
@@ -212,80 +251,85 @@ class EmulatedServo:
     def _reset_ram(self) -> None:
         for a in range(Addr.TORQUE_ENABLE, _TABLE_END):
             self._tab[a] = 0
+        self._env = None             # Present Input Voltage and Temperature zeroed: written at the next refresh
         self._put(Addr.STATUS_RETURN_LEVEL, 2)
         self.injected = 0
         self._apply_output()
 
     def _put(self, addr: int, value: int) -> None:
-        it = self.items[addr]
-        self._tab[addr:addr + it.size] = int(value).to_bytes(it.size, "little", signed=it.signed)
+        self._fmt[addr].pack_into(self._tab, addr, int(value))
 
     def get(self, addr: int) -> int:
         """Value of the item at ``addr`` (as the device holds it)."""
-        it = self.items[addr]
-        return int.from_bytes(self._tab[addr:addr + it.size], "little", signed=it.signed)
+        return self._fmt[addr].unpack_from(self._tab, addr)[0]
 
     @property
     def dxl_id(self) -> int:
-        return self._tab[Addr.ID]
+        return self._tab[_ID]
 
     @property
     def torque_on(self) -> bool:
-        return self._tab[Addr.TORQUE_ENABLE] == 1
+        return self._tab[_TORQUE_ENABLE] == 1
 
     @property
     def hardware_error(self) -> int:
-        return self._tab[Addr.HARDWARE_ERROR_STATUS]
+        return self._tab[_HW_ERROR]
 
     # -- plant coupling ----------------------------------------------------------------------------
     def _apply_output(self) -> None:
         j = self.cfg.joint
+        tab = self._tab
         cur = 0.0
-        if self._tab[Addr.TORQUE_ENABLE] == 1 and self._tab[Addr.OPERATING_MODE] == 0 and self.get(Addr.BUS_WATCHDOG) >= 0:
-            cur = self.model.lsb_to_current(self.get(Addr.GOAL_CURRENT))
+        if tab[_TORQUE_ENABLE] == 1 and tab[_OPERATING_MODE] == 0 and tab[_BUS_WATCHDOG] < 0x80:
+            cur = self.model.lsb_to_current(_I16.unpack_from(tab, _GOAL_CURRENT)[0])
         # the robot's holding brake (the plant's, if it has one) follows torque enable
-        released = self._tab[Addr.TORQUE_ENABLE] == 1
-        if released != getattr(self, "_brake_released", None):
+        released = tab[_TORQUE_ENABLE] == 1
+        if released != self._brake_released:
             self._brake_released = released
             self.plant.set_brake(not released, joints=[j])
         m = self.cfg.mapping
         self.plant.set_joint_command(j, float(m.motor_to_joint_torque(cur * m.torque_constant_nm_per_a)))
 
     def _refresh_present(self, t_s: float) -> None:
-        _, q, qd, tau = self.plant.measure()
-        j = self.cfg.joint
+        q, qd, tau = self.plant.measure_joint(self.cfg.joint)
         m = self.cfg.mapping
-        pos = m.joint_to_motor_position(float(q[j])) / dx.POSITION_RAD_PER_PULSE + self.get(Addr.HOMING_OFFSET)
-        vel = m.joint_to_motor_velocity(float(qd[j])) / dx.VELOCITY_RAD_S_PER_LSB
-        cur = m.joint_to_motor_torque(float(tau[j])) / m.torque_constant_nm_per_a
-        self._tab[Addr.PRESENT_CURRENT:Addr.PRESENT_CURRENT + 10] = dx.encode_present(
+        tab = self._tab
+        pos = m.joint_to_motor_position(q) / dx.POSITION_RAD_PER_PULSE + _I32.unpack_from(tab, _HOMING_OFFSET)[0]
+        vel = m.joint_to_motor_velocity(qd) / dx.VELOCITY_RAD_S_PER_LSB
+        cur = m.joint_to_motor_torque(tau) / m.torque_constant_nm_per_a
+        tab[_PRESENT_CURRENT:_PRESENT_CURRENT + 10] = dx.encode_present(
             self.model.current_to_lsb(cur), int(round(vel)), int(math.floor(pos + 0.5)))
-        self._put(Addr.PRESENT_INPUT_VOLTAGE, max(0, min(0xFFFF, int(round(self.supply_voltage_v * 10)))))
-        self._put(Addr.PRESENT_TEMPERATURE, max(0, min(255, int(round(self.temperature_c)))))
-        self._put(Addr.REALTIME_TICK, int((t_s - self._t0) * 1000.0) % 32768)
+        env = (self.supply_voltage_v, self.temperature_c)
+        if env != self._env:                            # written again only when they changed
+            self._env = env
+            _U16.pack_into(tab, _PRESENT_INPUT_VOLTAGE, max(0, min(0xFFFF, int(round(self.supply_voltage_v * 10)))))
+            tab[_PRESENT_TEMPERATURE] = max(0, min(255, int(round(self.temperature_c))))
+        _U16.pack_into(tab, _REALTIME_TICK, int((t_s - self._t0) * 1000.0) % 32768)
         self._check_hardware()
 
     def _check_hardware(self) -> None:
+        tab = self._tab
         bits = self.injected
         v = self.supply_voltage_v * 10.0
-        if v > self.get(Addr.MAX_VOLTAGE_LIMIT) or v < self.get(Addr.MIN_VOLTAGE_LIMIT):
+        if v > _U16.unpack_from(tab, _MAX_VOLTAGE_LIMIT)[0] or v < _U16.unpack_from(tab, _MIN_VOLTAGE_LIMIT)[0]:
             bits |= 0x01
-        if self.temperature_c > self.get(Addr.TEMPERATURE_LIMIT):
+        if self.temperature_c > tab[_TEMPERATURE_LIMIT]:
             bits |= 0x04
-        old = self._tab[Addr.HARDWARE_ERROR_STATUS]
-        shutdown = self._tab[Addr.SHUTDOWN]
+        old = tab[_HW_ERROR]
+        shutdown = tab[_SHUTDOWN]
         # shutdown errors latch until reboot; others follow the condition
         latched = old & shutdown
         new = bits | latched
-        self._tab[Addr.HARDWARE_ERROR_STATUS] = new
-        if new & shutdown and self._tab[Addr.TORQUE_ENABLE]:
-            self._tab[Addr.TORQUE_ENABLE] = 0
+        tab[_HW_ERROR] = new
+        if new & shutdown and tab[_TORQUE_ENABLE]:
+            tab[_TORQUE_ENABLE] = 0
             self._apply_output()
 
     # -- watchdog ----------------------------------------------------------------------------------
     def watchdog_due_s(self) -> float:
-        wd = self.get(Addr.BUS_WATCHDOG)
-        if wd <= 0 or not self.torque_on:
+        tab = self._tab
+        wd = tab[_BUS_WATCHDOG]
+        if wd == 0 or wd >= 0x80 or tab[_TORQUE_ENABLE] != 1:       # off, or -1: tripped
             return math.inf
         return self.last_instruction_t + wd * dx.BUS_WATCHDOG_S_PER_LSB
 
@@ -315,27 +359,30 @@ class EmulatedServo:
         """Apply a write of ``data`` at ``addr`` (all or nothing); return the error number."""
         end = addr + len(data)
         pending = []
+        tab = self._tab
+        items = self.items
+        torque_on = tab[_TORQUE_ENABLE] == 1
         a = addr
         while a < end:
-            it = self.items.get(a)
+            it = items.get(a)
             if it is None:
                 return StatusError.ACCESS
             if a + it.size > end:
                 return StatusError.DATA_LENGTH
-            if not it.writable or (it.eeprom and self.torque_on):
+            if not it.writable or (it.eeprom and torque_on):
                 return StatusError.ACCESS
-            v = int.from_bytes(data[a - addr:a - addr + it.size], "little", signed=it.signed)
-            if a in _GOALS and self.get(Addr.BUS_WATCHDOG) < 0:
+            v = self._fmt[a].unpack_from(data, a - addr)[0]
+            if a in _GOALS and tab[_BUS_WATCHDOG] >= 0x80:            # -1: the watchdog tripped
                 return StatusError.DATA_RANGE
-            if a == Addr.GOAL_CURRENT:
-                if abs(v) > self.get(Addr.CURRENT_LIMIT):
+            if a == _GOAL_CURRENT:
+                if abs(v) > _U16.unpack_from(tab, _CURRENT_LIMIT)[0]:
                     return StatusError.DATA_LIMIT
             elif not it.lo <= v <= it.hi:
                 return StatusError.DATA_RANGE
             pending.append((a, v))
             a += it.size
         for a, v in pending:
-            if a == Addr.TORQUE_ENABLE and v == 1 and self.hardware_error & self._tab[Addr.SHUTDOWN]:
+            if a == _TORQUE_ENABLE and v == 1 and tab[_HW_ERROR] & tab[_SHUTDOWN]:
                 return StatusError.RESULT_FAIL     # only a reboot re-enables torque after a shutdown
         for a, v in pending:
             self._put(a, v)
@@ -388,7 +435,8 @@ def _warm_plant(plant: Plant) -> None:
 
 
 class DynamixelBusEmulator:
-    """A Dynamixel bus on a pseudo-terminal, served from a background thread.
+    """A Dynamixel bus of emulated servos, served on a pseudo-terminal from a background thread,
+    or inline in the driver's thread through :meth:`inline_port`.
 
     Parameters
     ----------
@@ -401,6 +449,12 @@ class DynamixelBusEmulator:
         Modelled wire speed [bit/s] (8N1: 10 bits per byte).
     poll_s : float
         Longest idle wait of the serving thread [s].
+    serve : {"thread", "inline"}
+        ``"thread"``: a pseudo-terminal (:attr:`port_path`, opened by our driver's
+        :class:`~drivers.serial_port.SerialTransport` or by ``dynamixel_sdk``) answered by a
+        thread.  ``"inline"``: no pseudo-terminal and no thread; the servos are served in the
+        caller's thread when bytes are written to the port of :meth:`inline_port` (same bytes,
+        same firmware, same reply timing on the modelled wire: :class:`InlineDynamixelPort`).
 
     Fault injection: :meth:`set_supply_voltage`, :meth:`set_temperature`,
     :meth:`inject_hardware_error`, :meth:`set_silent`,
@@ -409,9 +463,11 @@ class DynamixelBusEmulator:
     """
 
     def __init__(self, servos: Sequence[ServoConfig], plant: Plant, now: Callable[[], float], *,
-                 baudrate: int = 4_000_000, poll_s: float = 0.005):
+                 baudrate: int = 4_000_000, poll_s: float = 0.005, serve: str = "thread"):
         if not (isinstance(baudrate, int) and baudrate > 0):
             raise ConfigError(f"must be a positive integer, got {baudrate!r}", field="baudrate")
+        if serve not in SERVE_MODES:
+            raise ConfigError(f"must be one of {SERVE_MODES}, got {serve!r}", field="serve")
         self._servos: dict[int, EmulatedServo] = {}
         self.plant = plant
         _warm_plant(plant)
@@ -433,10 +489,17 @@ class DynamixelBusEmulator:
         self._stop = threading.Event()
         self._idle = threading.Condition()
         self._idle_polls = 0                  # completed polls that found nothing to do
+        self._closed = False
+        self.serve = serve
+        self._failed = False                  # inline: serving stopped by an error (a dead thread)
+        if serve == "inline":
+            self._master = self._slave = -1
+            self.port_path = None
+            self._thread = None
+            return
         self._master, self._slave = os.openpty()
         tty.setraw(self._slave)
         self.port_path = os.ttyname(self._slave)
-        self._closed = False
         self._thread = threading.Thread(target=self._run, name="torqueloop-dynamixel-bus", daemon=True)
         self._thread.start()
 
@@ -499,9 +562,10 @@ class DynamixelBusEmulator:
             self._corrupt += int(n)
 
     def disconnect(self) -> None:
-        """The adapter disappears: close the pseudo-terminal (reads on the port fail from now on)."""
+        """The adapter disappears: close the pseudo-terminal (reads on the port fail from now on;
+        inline: the port's reads and writes fail)."""
         self._stop.set()
-        if self._thread is not threading.current_thread():
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(2.0)
         for fd in (self._master, self._slave):
             try:
@@ -515,7 +579,8 @@ class DynamixelBusEmulator:
 
         Waits for the serving thread to complete an idle poll (nothing to read, no
         reply pending) that started after the call, as :meth:`EmulatorHost.sync`
-        does for the CAN emulators.
+        does for the CAN emulators.  Inline, every byte was handled when it was
+        written: the servos' timers and the plant are brought up to ``now()``.
 
         Raises
         ------
@@ -527,6 +592,10 @@ class DynamixelBusEmulator:
         self.check()
         if self._stop.is_set():
             raise CommsError("Dynamixel emulator is disconnected")
+        if self._thread is None:              # inline: what an idle poll of the thread does
+            if not self._failed:
+                self.advance_to(self._now())
+            return
         deadline = time.monotonic() + timeout_s
         with self._idle:
             target = self._idle_polls + 2      # the poll running now may have started before the call
@@ -560,8 +629,12 @@ class DynamixelBusEmulator:
     def _advance(self, t: float) -> None:
         plant = self.plant
         while self._servos:
-            due, s = min(((x.watchdog_due_s(), x) for x in self._servos.values()), key=lambda v: v[0])
-            if due > t + _TIME_EPS_S:
+            due, s = math.inf, None
+            for x in self._servos.values():          # the first servo of the earliest watchdog
+                d = x.watchdog_due_s()
+                if d < due:
+                    due, s = d, x
+            if s is None or due > t + _TIME_EPS_S:
                 break
             plant.advance_to(min(max(due, plant.t_s), t))
             s.on_watchdog(due)
@@ -664,6 +737,51 @@ class DynamixelBusEmulator:
             # one packet built by the devices in turn: the first one's return delay starts it
             replies.append((segs[0][0], data))
 
+    def inline_port(self, timeout_s: float = 0.1, wire_time: str = "wait") -> "InlineDynamixelPort":
+        """The driver's end of an inline bus (``serve="inline"``): see :class:`InlineDynamixelPort`.
+
+        Raises
+        ------
+        DriverError
+            The bus is served by its thread (open :attr:`port_path` instead).
+        """
+        if self._thread is not None or self.serve != "inline":
+            raise DriverError("a threaded Dynamixel emulator is reached through its pseudo-terminal (port_path)")
+        return InlineDynamixelPort(self, timeout_s=timeout_s, wire_time=wire_time)
+
+    def _receive(self, data: bytes, t_start: float) -> None:
+        """Inline serving: the bytes a driver wrote, on the wire from wall time ``t_start`` [s].
+
+        What the serving thread does with bytes it reads, in the caller's thread: each packet is
+        handled when it is complete on the wire (its replies queued on the half-duplex wire,
+        :meth:`_schedule`).  An error stops the serving, as it would stop the thread: it is kept
+        and re-raised by :meth:`check`, and later bytes go unanswered.
+        """
+        if self._failed or self._closed:
+            return
+        try:
+            with self._lock:
+                t_end = t_start
+                for item in self._framer.feed(data):
+                    if not isinstance(item, DecodeError):
+                        self.packets_in += 1
+                        t_end += len(item.raw) * self._byte_s
+                    self._handle(item, t_end)
+        except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like the thread's
+            self._error = err
+            self._failed = True
+
+    def _pop_reply(self, until: float):
+        """Inline: ``(t, packet)`` of the next reply packet if it is complete on the wire by wall
+        time ``until`` [s] (taken off the wire), else None."""
+        q = self._outq
+        if not q or q[0][0] > until:
+            return None
+        with self._lock:
+            t, _, data = heapq.heappop(q)
+            self.packets_out += 1
+        return t, data
+
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
@@ -714,3 +832,155 @@ class DynamixelBusEmulator:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+class InlineDynamixelPort:
+    """The driver's serial port to a :class:`DynamixelBusEmulator` served inline (no pseudo-terminal,
+    no thread): what :class:`~drivers.serial_port.SerialTransport` is to the emulator's pty, with
+    the same methods the driver uses (:meth:`write`, :meth:`read`, :meth:`reset_input`,
+    :meth:`close`) and the same errors.
+
+    :meth:`write` hands the bytes to the servos at once: each packet is executed, in this thread,
+    at the loop time ``now()``, when it is complete on the modelled wire.  Their status packets
+    go on the half-duplex wire as the threaded emulator schedules them: a reply starts after the
+    request's last byte and the servo's Return Delay Time (9), after the replies before it, and
+    lasts its bytes' time at the baud rate (10 bits a byte).  A read gets a reply packet once its
+    last byte is on the wire.
+
+    Parameters
+    ----------
+    emulator : DynamixelBusEmulator
+        Made with ``serve="inline"`` (:meth:`DynamixelBusEmulator.inline_port`).
+    timeout_s : float
+        Default read deadline [s].
+    wire_time : {"wait", "count"}
+        ``"wait"``: reads wait for the wire in wall-clock time, as on the pty or a real bus: a
+        cycle lasts its wire time, and a read nobody answers waits its timeout out (for the
+        wall clock).  ``"count"``: the wire time is counted on a bus time the port keeps (its
+        own time line, moved by the wire alone), not waited: a read gets a reply when the reply
+        is complete on the wire before the read's deadline (the bus time plus the read's
+        timeout: the driver's deadline less the wall time it already spent), the bus time then
+        moves to the reply's end; a read nobody answers fails at once, the bus time moved by
+        its timeout.  The same answers and the same timeouts, without spending the wall time:
+        for the lock-step clock, on which no loop time passes while the driver waits.
+    """
+
+    def __init__(self, emulator: DynamixelBusEmulator, *, timeout_s: float = 0.1, wire_time: str = "wait"):
+        if wire_time not in WIRE_TIME_MODES:
+            raise ConfigError(f"must be one of {WIRE_TIME_MODES}, got {wire_time!r}", field="wire_time")
+        self.timeout_s = _timeout(timeout_s, "timeout_s")
+        self.url = "inline://dynamixel"
+        self.wire_time = wire_time
+        self._emu = emulator
+        self._count = wire_time == "count"
+        self._buf = bytearray()
+        self._bus_t = 0.0                # "count": the bus time reached [s] (the wire's own time line)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CommsError(f"serial port {self.url!r} is closed")
+        if self._emu._stop.is_set():
+            raise CommsError(f"serial port {self.url!r}: the adapter disappeared")
+
+    def _wire_now(self) -> float:
+        """The time on the wire now [s]: the monotonic clock ("wait"), or the bus time ("count")."""
+        return self._bus_t if self._count else time.monotonic()
+
+    def write(self, data: bytes) -> None:
+        """Put ``data`` on the wire: the servos handle it before this returns.
+
+        Raises
+        ------
+        CommsError
+            The port is closed or the adapter disappeared (:meth:`DynamixelBusEmulator.disconnect`).
+        """
+        self._check_open()
+        self._emu._receive(bytes(data), self._wire_now())
+
+    def read(self, n: int, timeout_s: float | None = None) -> bytes:
+        """Read exactly ``n`` bytes.
+
+        Raises
+        ------
+        CommsTimeoutError
+            Fewer than ``n`` bytes arrived before the deadline (they stay buffered).
+        CommsError
+            The port is closed or the adapter disappeared.
+        """
+        self._check_open()
+        buf = self._buf
+        if len(buf) < n:
+            t = self.timeout_s if timeout_s is None else _timeout(timeout_s, "timeout_s")
+            if self._count:
+                self._count_wire(n, t)
+            else:
+                self._wait_wire(n, t)
+        out = bytes(buf[:n])
+        del buf[:n]
+        return out
+
+    def _count_wire(self, n: int, timeout_s: float) -> None:
+        buf = self._buf
+        pop = self._emu._pop_reply
+        deadline = self._wire_now() + timeout_s
+        while len(buf) < n:
+            got = pop(deadline)
+            if got is None:
+                self._bus_t = deadline           # the timeout passed on the wire
+                raise CommsTimeoutError(f"serial port {self.url!r}: got {len(buf)} of {n} bytes in time")
+            t, data = got
+            buf += data
+            if t > self._bus_t:
+                self._bus_t = t
+
+    def _wait_wire(self, n: int, timeout_s: float) -> None:
+        buf = self._buf
+        emu = self._emu
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = time.monotonic()
+            # past the deadline what already arrived is still read, without waiting
+            while len(buf) < n:
+                got = emu._pop_reply(now)
+                if got is None:
+                    break
+                buf += got[1]
+            if len(buf) >= n:
+                return
+            if now >= deadline:
+                raise CommsTimeoutError(f"serial port {self.url!r}: got {len(buf)} of {n} bytes in time")
+            q = emu._outq
+            due = q[0][0] if q else math.inf
+            time.sleep(max(0.0, min(due, deadline) - now))
+            self._check_open()
+
+    def reset_input(self) -> None:
+        """Discard everything received so far (replies still on the wire come later)."""
+        self._check_open()
+        self._buf.clear()
+        pop = self._emu._pop_reply
+        now = self._wire_now()
+        while pop(now) is not None:
+            pass
+
+    def close(self) -> None:
+        """Close the port; safe to call more than once."""
+        self._closed = True
+
+    def __enter__(self) -> "InlineDynamixelPort":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
+
+
+def _timeout(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+        raise CommsError(f"{name} must be finite and >= 0, got {value!r}")
+    return float(value)

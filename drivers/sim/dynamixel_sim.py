@@ -1,17 +1,31 @@
-"""``sim_dynamixel``: the real :class:`~drivers.dynamixel.DynamixelDriver` on a pseudo-terminal,
-talking to emulated servos (:mod:`drivers.sim.dynamixel_emulator`) that drive the simulated plant.
+"""``sim_dynamixel``: the real :class:`~drivers.dynamixel.DynamixelDriver` talking to emulated servos
+(:mod:`drivers.sim.dynamixel_emulator`) that drive the simulated plant, on a pseudo-terminal or inline.
 
 Keys: every key of ``type = "dynamixel"`` (``port`` is ignored: the driver opens the
-emulator's pseudo-terminal), ``[plant]`` as for the other simulated types
+emulator's pseudo-terminal, or its inline port), ``[plant]`` as for the other simulated types
 (:mod:`drivers.sim.build`), and optionally::
 
     [driver.emulator]
+    serve = "thread"                 # or "inline"
+    wire_time = "wait"               # inline only: or "count"
     supply_voltage_v = 12.0          # every servo's input voltage
     temperature_c = 35.0
     firmware_version = 52            # >= 45: Fast Sync Read supported
     poll_s = 0.005                   # idle wait of the serving thread
     # reversed_joints, encoder_offset_rad, torque_factor: errors planted in the servos
     #   (drivers.sim.build.device_mappings)
+
+``serve = "thread"``: the servos answer on a pseudo-terminal from their own thread (the driver's
+:class:`~drivers.serial_port.SerialTransport` opens it like a U2D2).  ``serve = "inline"``: no
+pseudo-terminal and no thread; the driver's port is an
+:class:`~drivers.sim.dynamixel_emulator.InlineDynamixelPort` whose writes the servos handle in the
+driver's thread (the same bytes, the same firmware, the same reply schedule on the modelled wire),
+and ``wire_time`` says whether its reads wait for the wire in wall-clock time (``"wait"``, as the
+pseudo-terminal does: for the wall clock) or count it (``"count"``: the same answers and
+timeouts without the wait, for the lock-step clock).  A run on the lock-step clock serves inline
+with the wire time counted unless the config says otherwise
+(:func:`controller.app.run.sim_driver_section`): the same results as the thread, several times
+faster.
 
 The modelled wire speed is the driver's ``baudrate``.
 """
@@ -30,6 +44,12 @@ from ..base import TIMEOUT_MAX_S
 
 __all__ = ["build_sim_dynamixel"]
 
+_SERVE_DOC = ("Dynamixel: the emulated servos answer on a pseudo-terminal from their own thread, or inline "
+              "in the driver's thread on each write (no pty, no thread; the same bytes and firmware)")
+_WIRE_DOC = ("Dynamixel, serve = 'inline': the port's reads wait for the modelled wire in wall-clock time "
+             "(wait: for the wall clock) or count it without waiting (count: the same answers and timeouts, "
+             "for the lock-step clock)")
+
 
 def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transports=None,
                         model: Model | None = None, rng: np.random.Generator | None = None):
@@ -38,10 +58,10 @@ def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transport
     from ..serial_port import SerialTransport
     from .build import _POLL_DOC, _TEMPERATURE_DOC, EmulatedDriver, plant_from_section
     from .planted import device_mappings
-    from .dynamixel_emulator import DynamixelBusEmulator, ServoConfig
+    from .dynamixel_emulator import SERVE_MODES, WIRE_TIME_MODES, DynamixelBusEmulator, ServoConfig
 
     if transports:
-        raise section.error("type", "sim_dynamixel opens its own pseudo-terminal; do not pass transports")
+        raise section.error("type", "sim_dynamixel opens its own port to the emulated servos; do not pass transports")
     plant = plant_from_section(section.section("plant", {}), model, now=now, rng=rng)
     emu_sec = section.section("emulator", {})
     volts = emu_sec.float("supply_voltage_v", 12.0, minimum=0.0, doc="Dynamixel: the supply voltage the servos report [V]")
@@ -49,12 +69,17 @@ def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transport
     fw = emu_sec.int("firmware_version", 52, minimum=0, maximum=255,
                      doc="Dynamixel: the firmware version the servos report")
     poll = emu_sec.float("poll_s", 0.005, minimum=0.0, strict_min=True, doc=_POLL_DOC)
+    serve = emu_sec.str("serve", "thread", choices=list(SERVE_MODES), doc=_SERVE_DOC)
+    if emu_sec.has("wire_time", doc=_WIRE_DOC) and serve != "inline":
+        raise emu_sec.error("wire_time", 'needs serve = "inline" (the thread waits for the wire)')
+    wire = emu_sec.str("wire_time", "wait", choices=list(WIRE_TIME_MODES), doc=_WIRE_DOC)
     baud = section.int("baudrate", 4_000_000, minimum=1) if section.has("baudrate") else 4_000_000
-    emu = DynamixelBusEmulator([], plant, now, baudrate=baud, poll_s=poll)
+    emu = DynamixelBusEmulator([], plant, now, baudrate=baud, poll_s=poll, serve=serve)
     try:
         rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["reply_timeout_s"]) \
             if section.has("reply_timeout_s") else 0.01
-        port = SerialTransport(emu.port_path, baudrate=baud, timeout_s=rt, max_line_bytes=1 << 20)
+        port = (emu.inline_port(timeout_s=rt, wire_time=wire) if serve == "inline" else
+                SerialTransport(emu.port_path, baudrate=baud, timeout_s=rt, max_line_bytes=1 << 20))
         try:
             driver = real.build(section, now=now, transports={"port": port})
         except BaseException:
