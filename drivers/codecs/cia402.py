@@ -57,7 +57,7 @@ __all__ = [
     "State", "NmtState", "Cia402Units", "Emcy", "RPDO1_MAP", "TPDO1_MAP", "TPDO2_MAP",
     "SYNC_ID", "rpdo_id", "tpdo_id", "emcy_id", "heartbeat_id", "sdo_rx_id", "sdo_tx_id",
     "decode_state", "statusword_for", "controlword_command",
-    "encode_rpdo1", "decode_rpdo1", "encode_tpdo1", "decode_tpdo1", "encode_tpdo2", "decode_tpdo2",
+    "encode_rpdo1", "pack_rpdo1", "decode_rpdo1", "encode_tpdo1", "decode_tpdo1", "encode_tpdo2", "decode_tpdo2",
     "encode_emcy", "decode_emcy", "encode_heartbeat", "decode_heartbeat",
     "EMCY_HEARTBEAT", "EMCY_GENERIC", "EMCY_NAMES",
 ]
@@ -283,6 +283,11 @@ def encode_rpdo1(controlword: int, target_torque_permille: int) -> bytes:
     _int_in(controlword, 0, 0xFFFF, "controlword")
     _int_in(target_torque_permille, *_I16, "target torque [per mille]")
     return _RPDO1.pack(controlword, target_torque_permille)
+
+
+#: :func:`encode_rpdo1` without its checks, for a caller whose values hold them (an int
+#: controlword in 0..0xFFFF, an int torque in the INT16 range): the same bytes
+pack_rpdo1 = _RPDO1.pack
 
 
 def decode_rpdo1(data: bytes) -> tuple[int, int]:

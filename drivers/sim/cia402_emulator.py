@@ -109,10 +109,12 @@ class Cia402DriveConfig:
 class _Outbox:
     """The 'bus' of the emulator's canopen network: collects what the nodes send."""
 
-    def __init__(self):
+    def __init__(self, emu: "Cia402Emulator"):
         self.frames: list[can.Message] = []
+        self._emu = emu
 
     def send(self, msg, timeout=None):
+        self._emu.timer_epoch += 1
         self.frames.append(can.Message(arbitration_id=msg.arbitration_id, data=bytes(msg.data),
                                        is_extended_id=False, is_remote_frame=msg.is_remote_frame))
 
@@ -132,7 +134,29 @@ class _NoTask:
         return None
 
 
+class _Timer:
+    """A drive's attribute that moves its emulator's next timed event: setting it first counts one
+    in the emulator's ``timer_epoch`` (see :attr:`EmulatedDevice.timer_epoch`)."""
+
+    __slots__ = ("key",)
+
+    def __set_name__(self, owner, name):
+        self.key = "_" + name
+
+    def __get__(self, d, owner=None):
+        return self if d is None else d.__dict__[self.key]
+
+    def __set__(self, d, value) -> None:
+        d.emu.timer_epoch += 1
+        d.__dict__[self.key] = value
+
+
 class _Drive:
+    boot_due = _Timer()
+    hb_due = _Timer()
+    next_check = _Timer()
+    consumer_last = _Timer()
+
     def __init__(self, cfg: Cia402DriveConfig, node, emu: "Cia402Emulator"):
         self.cfg = cfg
         self.node = node
@@ -224,7 +248,13 @@ class Cia402Emulator(EmulatedDevice):
         drives = list(drives)
         if not drives:
             raise ConfigError("at least one drive is required", field="drives")
-        self._out = _Outbox()
+        #: counts every change that may move the next timed event (EmulatedDevice.timer_epoch):
+        #: the drives' timers (_Timer), a frame canopen's services put in the outbox (one raised
+        #: outside on_frame / on_timer, by inject_fault, makes next_timer_s say 'now')
+        self.timer_epoch = 0
+        #: statusword of (state, internal limit active, following)
+        self._statuswords: dict[tuple, int] = {}
+        self._out = _Outbox(self)
         self.network = canopen.Network(bus=self._out)
         self._drives: dict[int, _Drive] = {}
         joints = set()
@@ -351,9 +381,13 @@ class Cia402Emulator(EmulatedDevice):
         return struct.unpack(fmt, raw)[0]
 
     def statusword(self, d: _Drive) -> int:
-        return codec.statusword_for(
-            d.state, internal_limit=d.limit_active,
-            following=d.state == State.OPERATION_ENABLED and self._mode(d) == codec.MODE_CST)
+        following = d.state == State.OPERATION_ENABLED and self._mode(d) == codec.MODE_CST
+        key = (d.state, d.limit_active, following)
+        sw = self._statuswords.get(key)
+        if sw is None:
+            sw = self._statuswords[key] = codec.statusword_for(d.state, internal_limit=d.limit_active,
+                                                                following=following)
+        return sw
 
     def _read(self, d: _Drive, index: int, sub: int):
         """The object-dictionary read callback: the drive's own values (:meth:`_reader`), None for
