@@ -85,6 +85,7 @@ GENERIC_EDS = "cia402_generic.eds"
 #: Feedback.fault code of a drive whose heartbeat is missing (CiA 301 'heartbeat error')
 FAULT_HEARTBEAT_LOST = codec.EMCY_HEARTBEAT
 _NMT_NAMES = {0x00: "BOOT-UP", 0x04: "STOPPED", 0x05: "OPERATIONAL", 0x7F: "PRE-OPERATIONAL"}
+_FAULT, _FAULT_REACTION, _OPERATION_ENABLED = int(State.FAULT), int(State.FAULT_REACTION_ACTIVE), int(State.OPERATION_ENABLED)
 
 
 def eds_path(name_or_path: str | Path | None) -> str:
@@ -326,15 +327,17 @@ class Cia402Driver(TransportDriver):
         self._ktau = [x.sign * uu.nm_per_permille * x.gear_ratio * x.efficiency for x, uu in zip(m, u)]
         self._off = [float(x.offset_rad) for x in m]
         self._limit = [ax.max_torque_permille for ax in axes]
-        self._q = np.full(n, np.nan)
-        self._qd = np.full(n, np.nan)
-        self._tau = np.full(n, np.nan)
-        self._sw = np.zeros(n, dtype=np.int64)
-        self._state = np.full(n, int(State.UNKNOWN), dtype=np.int64)
-        self._mode = np.zeros(n, dtype=np.int64)
-        self._emcy = np.zeros(n, dtype=np.int64)          # last EMCY error code (0 after 'error reset')
-        self._nmt = np.full(n, -1, dtype=np.int64)
-        self._hb_t = np.full(n, -np.inf)                    # loop time of the last heartbeat
+        # the drives' last values, per joint (Python lists: one frame writes one item; the
+        # feedback's arrays are made from them once a cycle)
+        self._q = [math.nan] * n
+        self._qd = [math.nan] * n
+        self._tau = [math.nan] * n
+        self._sw = [0] * n
+        self._state = [int(State.UNKNOWN)] * n
+        self._mode = [0] * n
+        self._emcy = [0] * n          # last EMCY error code (0 after 'error reset')
+        self._nmt = [-1] * n
+        self._hb_t = [-math.inf] * n                    # loop time of the last heartbeat
         # this cycle's TPDO1 / TPDO2 arrived, per drive, and how many of the 2 n are still missing
         self._got1 = [False] * n
         self._got2 = [False] * n
@@ -553,25 +556,30 @@ class Cia402Driver(TransportDriver):
         return self._feedback()
 
     def _feedback(self) -> Feedback:
+        """The cycle's :class:`Feedback` from the drives' last values.
+
+        ``fault``: the EMCY code (0x1000 'generic' without one) of a drive in FAULT or FAULT
+        REACTION ACTIVE, else :data:`FAULT_HEARTBEAT_LOST` when its heartbeat is older than
+        ``heartbeat_timeout_s``, else 0."""
         n = self.n_joints
         t = float(self._now())
-        fresh = np.array(self._got1) & np.array(self._got2)
-        hb_age = t - self._hb_t
-        fault = np.zeros(n, dtype=np.int64)
-        faulted = (self._state == int(State.FAULT)) | (self._state == int(State.FAULT_REACTION_ACTIVE))
-        fault[faulted] = np.where(self._emcy[faulted] != 0, self._emcy[faulted], codec.EMCY_GENERIC)
-        lost = hb_age > self.heartbeat_timeout_s
-        fault[lost & ~faulted] = FAULT_HEARTBEAT_LOST
+        fresh = [a and b for a, b in zip(self._got1, self._got2)]
+        hb_age = [t - h for h in self._hb_t]
+        lost_s = self.heartbeat_timeout_s
+        state, emcy = self._state, self._emcy
+        fault = [(e or codec.EMCY_GENERIC) if s == _FAULT or s == _FAULT_REACTION else
+                 FAULT_HEARTBEAT_LOST if a > lost_s else 0 for s, e, a in zip(state, emcy, hb_age)]
         info = dict(self._stats)
-        info["missing"] = int(n - fresh.sum())
-        info["state"] = self._state.copy()
-        info["nmt_state"] = self._nmt.copy()
-        info["heartbeat_age_s"] = hb_age
-        info["emcy_code"] = self._emcy.copy()
-        info["statusword"] = self._sw.copy()
-        return Feedback(t_s=t, position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
-                        torque_nm=self._tau.copy(), fault=fault, fresh=fresh,
-                        enabled=self._state == int(State.OPERATION_ENABLED), info=info)
+        info["missing"] = n - sum(fresh)
+        info["state"] = np.array(state, dtype=np.int64)
+        info["nmt_state"] = np.array(self._nmt, dtype=np.int64)
+        info["heartbeat_age_s"] = np.array(hb_age, dtype=float)
+        info["emcy_code"] = np.array(emcy, dtype=np.int64)
+        info["statusword"] = np.array(self._sw, dtype=np.int64)
+        return Feedback(t_s=t, position_rad=np.array(self._q, dtype=float),
+                        velocity_rad_s=np.array(self._qd, dtype=float), torque_nm=np.array(self._tau, dtype=float),
+                        fault=np.array(fault, dtype=np.int64), fresh=np.array(fresh, dtype=bool),
+                        enabled=info["state"] == _OPERATION_ENABLED, info=info)
 
     # ------------------------------------------------------------------
     def _track_sdo(self, j: int, sdo) -> None:
@@ -720,7 +728,7 @@ class Cia402Driver(TransportDriver):
         self._master_heartbeat(force=True)
         n = self.n_joints
         t0 = float(self._now())
-        self._hb_t[:] = np.maximum(self._hb_t, t0)   # heartbeat ages count from the start
+        self._hb_t = [max(h, t0) for h in self._hb_t]   # heartbeat ages count from the start
         deadline = time.monotonic() + self.enable_timeout_s
         zero = np.zeros(n)
         cw = [codec.CW_SHUTDOWN] * n

@@ -48,6 +48,7 @@ import math
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import cached_property
 
 from dynamics.errors import DecodeError, DriverError
 
@@ -396,15 +397,17 @@ class Cia402Units:
         if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise DriverError(f"velocity_counts_per_rev_s must be finite and > 0, got {v!r}")
 
-    @property
+    # the conversion factors, computed once (functools.cached_property: kept in the instance's
+    # __dict__, which the frozen dataclass's fields, equality and hash do not see)
+    @cached_property
     def rad_per_count(self) -> float:
         return 2.0 * math.pi / self.counts_per_rev
 
-    @property
+    @cached_property
     def rad_s_per_count_s(self) -> float:
         return 2.0 * math.pi / (self.velocity_counts_per_rev_s or self.counts_per_rev)
 
-    @property
+    @cached_property
     def nm_per_permille(self) -> float:
         return self.rated_torque_nm / 1000.0
 

@@ -406,17 +406,19 @@ class Cia402Emulator(EmulatedDevice):
     def _rd_error_register(self, d: _Drive) -> int:
         return d.error_register
 
+    # the actual values, motor side: JointMapping's joint_to_motor_* on the joint's floats (the
+    # same IEEE operations in the same order as its numpy scalars, without them)
     def _rd_position(self, d: _Drive) -> int:
-        q = self._sample(d)[1]
-        return d.units.position_counts(float(d.cfg.mapping.joint_to_motor_position(q)))
+        m = d.cfg.mapping
+        return d.units.position_counts(m.sign * (self._sample(d)[1] - m.offset_rad) * m.gear_ratio)
 
     def _rd_velocity(self, d: _Drive) -> int:
-        qd = self._sample(d)[2]
-        return d.units.velocity_counts_s(float(d.cfg.mapping.joint_to_motor_velocity(qd)))
+        m = d.cfg.mapping
+        return d.units.velocity_counts_s(m.sign * self._sample(d)[2] * m.gear_ratio)
 
     def _rd_torque(self, d: _Drive) -> int:
-        tau = self._sample(d)[3]
-        return self._permille(d, float(d.cfg.mapping.joint_to_motor_torque(tau)))
+        m = d.cfg.mapping
+        return self._permille(d, m.sign * self._sample(d)[3] / (m.gear_ratio * m.efficiency))
 
     def _rd_torque_demand(self, d: _Drive) -> int:
         self._sample(d)
