@@ -622,6 +622,24 @@ class Cia402Emulator(EmulatedDevice):
         d.rx_own = {p.cob_id: p for p in d.rx_plans
                     if p.trans_type <= 240 and not p.pm.callbacks and p.cob_id & 0x780 in _UNSCANNED}
 
+    def _receive_own(self, d: _Drive, arb: int, msg: can.Message, t_s: float) -> bool:
+        """Receive a synchronous RPDO of ``d`` (:attr:`_Drive.rx_own`) when its map is the only
+        subscriber of the COB-ID: what the map's ``on_message`` does (the latest payload, its time
+        stamps), applied at the next SYNC.  False: not such a frame (``Network.notify`` it)."""
+        plan = d.rx_own.get(arb)
+        if plan is None:
+            return False
+        subs = self.network.subscribers.get(arb)
+        pm = plan.pm
+        if subs is None or len(subs) != 1 or getattr(subs[0], "__self__", None) is not pm:
+            return False
+        pm.data = bytearray(msg.data)
+        if pm.timestamp is not None:
+            pm.period = t_s - pm.timestamp
+        pm.timestamp = t_s
+        pm.is_received = True
+        return True
+
     def _apply_now(self, pm) -> None:
         d = self._drives.get(pm.pdo_node.node.id)
         if d is not None and d.node.nmt.state == "OPERATIONAL" and pm in d.rpdo_ready:
@@ -657,11 +675,12 @@ class Cia402Emulator(EmulatedDevice):
         for f in plan.fields:
             raw = data[f.off:f.off + f.n] if f.aligned else bytes(f.var.get_data())
             if f.index == 0x6040:
-                ctrl = raw                       # the controlword acts after the targets are in
+                ctrl = f, raw                    # the controlword acts after the targets are in
                 continue
             self._od_write(d, f, f.index, f.sub, raw)
         if ctrl is not None:
-            self._od_write(d, None, 0x6040, 0, ctrl)
+            f, raw = ctrl
+            self._od_write(d, f if f.sub == 0 else None, 0x6040, 0, raw)
 
     def _sync(self, d: _Drive, t_s: float) -> None:
         d.sync_count += 1
@@ -725,6 +744,9 @@ class Cia402Emulator(EmulatedDevice):
     def accepts(self, msg: can.Message) -> bool:
         return not msg.is_extended_id and not msg.is_error_frame
 
+    #: on_frame refuses what accepts refuses itself (the host skips the pre-check)
+    on_frame_filters = True
+
     def _hb_period(self, d: _Drive) -> float:
         ms = self._u(d, 0x1017, 0, "<H")
         return ms / 1000.0 if ms else math.inf
@@ -778,10 +800,10 @@ class Cia402Emulator(EmulatedDevice):
             return out
 
     def on_frame(self, msg: can.Message, t_s: float) -> list[can.Message] | None:
+        if msg.is_remote_frame or msg.is_extended_id or msg.is_error_frame:
+            return None                 # the last two: what accepts refuses
         arb = msg.arbitration_id
         with self._lock:
-            if msg.is_remote_frame:
-                return None
             if arb == codec.SYNC_ID:
                 for d in self._drives.values():
                     if d.node.nmt._state == _NMT_OPERATIONAL:
@@ -818,19 +840,9 @@ class Cia402Emulator(EmulatedDevice):
                 elif 0x201 <= arb <= 0x57F:
                     if d.node.nmt._state != _NMT_OPERATIONAL:
                         return None
-                    plan = d.rx_own.get(arb)
-                    if plan is not None:
-                        subs = self.network.subscribers.get(arb)
-                        pm = plan.pm
-                        if subs is not None and len(subs) == 1 and getattr(subs[0], "__self__", None) is pm:
-                            # what the map's on_message does for a synchronous RPDO: the latest
-                            # payload, applied at the next SYNC
-                            pm.data = bytearray(msg.data)
-                            if pm.timestamp is not None:
-                                pm.period = t_s - pm.timestamp
-                            pm.timestamp = t_s
-                            pm.is_received = True
-                            return None
+                    if self._receive_own(d, arb, msg, t_s):
+                        out, self._out.frames = self._out.frames, []
+                        return out
                 self.network.notify(arb, bytearray(msg.data), t_s)
             out, self._out.frames = self._out.frames, []
             return out
