@@ -2,9 +2,16 @@
 
 Each drive is a :class:`canopen.LocalNode` (object dictionary from the same
 EDS the driver uses): canopen's SDO server answers configuration requests,
-its NMT slave follows NMT commands, its PDO maps hold the mapping the master
-wrote and decode / encode the PDOs, and its EMCY producer sends emergencies.
-The drive behaviour around it is modelled here, as a drive firmware does it:
+its NMT slave follows NMT commands, its PDO maps read the mapping the master
+wrote, and its EMCY producer sends emergencies.  The cyclic path is the
+drive's own, as in a firmware: when the node enters OPERATIONAL each mapped
+object is found once (:class:`_Field`); at each SYNC the TPDOs are packed from
+the drive's values (what its object-dictionary read callback answers) and
+the RPDOs' values are written through to the object dictionary (with its
+write callbacks, so SDO reads see them); a synchronous RPDO is received by
+the emulator itself when its map is the COB-ID's only subscriber (else by
+canopen's ``Network.notify``).  The drive behaviour around it is modelled
+here, as a drive firmware does it:
 
 * NMT: boot-up message at start, PDOs and SYNC only in OPERATIONAL, no SDO
   in STOPPED; reset node / communication returns to PRE-OPERATIONAL with a
