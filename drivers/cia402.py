@@ -76,7 +76,7 @@ from .base import TIMEOUT_MAX_S, Command, Timeout, Feedback, JointMapping, Trans
 from .codecs import cia402 as codec
 from .codecs.cia402 import Cia402Units, NmtState, State
 from .follow import FollowConfig, TorqueFollow, follow_config
-from .transport import CanTransport, Frame, group_by_bus, recv_any
+from .transport import CanTransport, Frame, group_by_bus, recv_any_fields
 
 __all__ = ["Cia402Axis", "Cia402Driver", "build", "GENERIC_EDS", "FAULT_HEARTBEAT_LOST"]
 
@@ -85,6 +85,7 @@ GENERIC_EDS = "cia402_generic.eds"
 #: Feedback.fault code of a drive whose heartbeat is missing (CiA 301 'heartbeat error')
 FAULT_HEARTBEAT_LOST = codec.EMCY_HEARTBEAT
 _NMT_NAMES = {0x00: "BOOT-UP", 0x04: "STOPPED", 0x05: "OPERATIONAL", 0x7F: "PRE-OPERATIONAL"}
+_FAULT, _FAULT_REACTION, _OPERATION_ENABLED = int(State.FAULT), int(State.FAULT_REACTION_ACTIVE), int(State.OPERATION_ENABLED)
 
 
 def eds_path(name_or_path: str | Path | None) -> str:
@@ -326,17 +327,25 @@ class Cia402Driver(TransportDriver):
         self._ktau = [x.sign * uu.nm_per_permille * x.gear_ratio * x.efficiency for x, uu in zip(m, u)]
         self._off = [float(x.offset_rad) for x in m]
         self._limit = [ax.max_torque_permille for ax in axes]
-        self._q = np.full(n, np.nan)
-        self._qd = np.full(n, np.nan)
-        self._tau = np.full(n, np.nan)
-        self._sw = np.zeros(n, dtype=np.int64)
-        self._state = np.full(n, int(State.UNKNOWN), dtype=np.int64)
-        self._mode = np.zeros(n, dtype=np.int64)
-        self._emcy = np.zeros(n, dtype=np.int64)          # last EMCY error code (0 after 'error reset')
-        self._nmt = np.full(n, -1, dtype=np.int64)
-        self._hb_t = np.full(n, -np.inf)                    # loop time of the last heartbeat
-        self._got1 = np.zeros(n, dtype=bool)
-        self._got2 = np.zeros(n, dtype=bool)
+        # the drives' last values, per joint (Python lists: one frame writes one item; the
+        # feedback's arrays are made from them once a cycle)
+        self._q = [math.nan] * n
+        self._qd = [math.nan] * n
+        self._tau = [math.nan] * n
+        self._sw = [0] * n
+        self._state = [int(State.UNKNOWN)] * n
+        self._mode = [0] * n
+        self._emcy = [0] * n          # last EMCY error code (0 after 'error reset')
+        self._nmt = [-1] * n
+        self._hb_t = [-math.inf] * n                    # loop time of the last heartbeat
+        # this cycle's TPDO1 / TPDO2 arrived, per drive, and how many of the 2 n are still missing
+        self._got1 = [False] * n
+        self._got2 = [False] * n
+        self._missing = 2 * n
+        #: joints of each bus, in joint order
+        self._joints_of_bus = [[j for j in range(n) if self._bus_of[j] == b] for b in range(len(self._buses))]
+        #: statusword -> power state (codec.decode_state), filled as statuswords come
+        self._sw_state: dict[int, int] = {}
         self._stats = self._new_stats()
         self._enabled_cmd = False
         self._controlword = codec.CW_SHUTDOWN
@@ -388,36 +397,51 @@ class Cia402Driver(TransportDriver):
         DriverError
             Wrong shape, non-finite torque, or non-zero drive-side gains (CST has none).
         """
+        return [Frame(arb, data) for arb, data in self._rpdos(command, controlword)]
+
+    def _request(self, command: Command) -> list[tuple[int, bytes]]:
+        """:meth:`make_commands`' frames as ``(arbitration_id, payload)`` pairs (what a cycle sends)."""
+        return self._rpdos(command, codec.CW_ENABLE_OPERATION)
+
+    def _rpdos(self, command: Command, controlword: int) -> list[tuple[int, bytes]]:
+        """The RPDO1 of every drive as ``(arbitration_id, payload)``: :func:`codec.encode_rpdo1`'s
+        bytes, packed unchecked where its checks hold (an int controlword and torque in range),
+        else by it (which raises)."""
         n = self.n_joints
         lst = torque_only(command, n, "CiA 402 CST")
+        if type(controlword) is not int or not 0 <= controlword <= 0xFFFF:
+            codec.encode_rpdo1(controlword, 0)      # raises DriverError
+        pack = codec.pack_rpdo1
+        ktau, limit, ids = self._ktau, self._limit, self._rpdo_ids
         frames = []
         sat = 0
         for j in range(n):
             # joint torque -> per mille: tau_m = tau / (G eff) * sign, permille = tau_m / nm_per_permille
-            x = lst[j] / self._ktau[j]
-            lim = self._limit[j]
+            x = lst[j] / ktau[j]
+            lim = limit[j]
             if x > lim:
                 p, sat = lim, sat + 1
             elif x < -lim:
                 p, sat = -lim, sat + 1
             else:
                 p = int(round(x))
-            frames.append(Frame(self._rpdo_ids[j], codec.encode_rpdo1(controlword, p)))
+            frames.append((ids[j], pack(controlword, p) if -0x8000 <= p <= 0x7FFF else codec.encode_rpdo1(controlword, p)))
         self.last_saturated = sat
         return frames
 
     # ------------------------------------------------------------------
-    def _handle(self, b: int, frame: Frame) -> int:
-        """Handle one received frame; return the CAN id it answered (for the SDO pump)."""
+    def _handle(self, b: int, f: tuple) -> int:
+        """Handle one received frame (its fields as :meth:`CanTransport.recv_fields` gives them);
+        return the CAN id it answered (for the SDO pump)."""
         st = self._stats
-        if frame.is_error_frame:
+        if f[3]:                        # an error frame
             st["error_frames"] += 1
             return -1
-        if frame.is_remote or frame.is_extended_id:
+        if f[4] or f[5]:                # remote, extended
             return -1
-        arb = frame.arbitration_id
+        arb = f[0]
+        data = f[1]
         hit = self._route[b].get(arb)
-        data = frame.data
         if hit is None and self._screen_master(b, arb, data) is not None:
             return -1           # a master's frame to our nodes: ours looped back, or another's (noted)
         try:
@@ -426,16 +450,23 @@ class Cia402Driver(TransportDriver):
                 if kind == 1:
                     sw, pos, tq = codec.decode_tpdo1(data)
                     self._sw[j] = sw
-                    self._state[j] = int(codec.decode_state(sw))
+                    state = self._sw_state.get(sw)
+                    if state is None:
+                        state = self._sw_state[sw] = int(codec.decode_state(sw))
+                    self._state[j] = state
                     self._q[j] = self._kq[j] * pos + self._off[j]
                     self._tau[j] = self._ktau[j] * tq
-                    self._got1[j] = True
+                    if not self._got1[j]:
+                        self._got1[j] = True
+                        self._missing -= 1
                     return arb
                 if kind == 2:
                     vel, mode = codec.decode_tpdo2(data)
                     self._qd[j] = self._kqd[j] * vel
                     self._mode[j] = mode
-                    self._got2[j] = True
+                    if not self._got2[j]:
+                        self._got2[j] = True
+                        self._missing -= 1
                     return arb
                 if kind == 3:
                     em = codec.decode_emcy(data)
@@ -449,7 +480,7 @@ class Cia402Driver(TransportDriver):
             return -1
         if 0x581 <= arb <= 0x5FF or hit is not None:
             # SDO responses, EMCY and heartbeats also go to canopen (SDO client, EMCY log, NMT state)
-            self._networks[b].notify(arb, bytearray(data), frame.timestamp)
+            self._networks[b].notify(arb, bytearray(data), f[2])
         elif arb not in (codec.SYNC_ID, codec.NMT_ID) and not (0x201 <= arb <= 0x57F or 0x601 <= arb <= 0x7FF):
             st["unexpected"] += 1
         return arb
@@ -460,7 +491,7 @@ class Cia402Driver(TransportDriver):
         deadline = time.monotonic() + timeout_s
         while True:
             remaining = deadline - time.monotonic()
-            f = t.recv(max(0.0, remaining))
+            f = t.recv_fields(max(0.0, remaining))
             if f is None:
                 return
             if self._handle(b, f) == until_id:
@@ -470,10 +501,23 @@ class Cia402Driver(TransportDriver):
         deadline = time.monotonic() + timeout_s
         while not until():
             remaining = deadline - time.monotonic()
-            got = recv_any(self._buses, max(0.0, remaining))
+            got = recv_any_fields(self._buses, max(0.0, remaining))
             if got is None:
                 return
             self._handle(*got)
+
+    def _take_queued(self, replies: bool) -> None:
+        """Handle the frames already queued, bus by bus, without waiting: every one (``replies``
+        False), or until no TPDO of this cycle is missing (``replies``: what follows stays queued
+        for the next cycle, as the frames after the replies always did)."""
+        handle = self._handle
+        for b, t in enumerate(self._buses):
+            recv = t.recv_fields
+            while not (replies and self._missing == 0):
+                f = recv(0.0)
+                if f is None:
+                    break
+                handle(b, f)
 
     def _master_heartbeat(self, force: bool = False) -> None:
         if self.master_node_id is None:
@@ -484,45 +528,58 @@ class Cia402Driver(TransportDriver):
                 bus.send(codec.heartbeat_id(self.master_node_id), codec.encode_heartbeat(NmtState.OPERATIONAL))
             self._hb_master_due = t + self.master_heartbeat_period_s
 
-    def _exchange(self, frames: Sequence[Frame]) -> Feedback:
-        """Send the RPDOs and one SYNC per bus, collect both TPDOs of every drive."""
+    def _exchange(self, frames: Sequence[tuple[int, bytes]]) -> Feedback:
+        """Send the RPDOs (``(arbitration_id, payload)`` per joint) and one SYNC per bus, collect
+        both TPDOs of every drive."""
         self._stats = self._new_stats()
         self._stats["saturated"] = self.last_saturated
-        self._pump(0.0, lambda: False)      # EMCY / heartbeats / late TPDOs since the last cycle
-        self._got1[:] = False
-        self._got2[:] = False
+        self._take_queued(False)        # EMCY / heartbeats / late TPDOs since the last cycle
+        n = self.n_joints
+        self._got1 = [False] * n
+        self._got2 = [False] * n
+        self._missing = 2 * n
         self._master_heartbeat()
         echo = self._rpdo_echo
-        for b, t in enumerate(self._buses):
-            for j, f in enumerate(frames):
-                if self._bus_of[j] == b:
-                    t.send_frame(f)
-                    echo[j].append(f.data)
-            t.send(codec.SYNC_ID, b"")
-        got1, got2 = self._got1, self._got2
-        self._pump(self.reply_timeout_s, lambda: bool(got1.all() and got2.all()))
+        sync = (codec.SYNC_ID, b"", None)
+        for t, joints in zip(self._buses, self._joints_of_bus):
+            batch = []
+            for j in joints:
+                arb, data = frames[j]
+                batch.append((arb, data, None))
+                echo[j].append(data)
+            batch.append(sync)
+            t.send_batch(batch)
+        # the replies already queued in one pass; the wait only when one is missing
+        self._take_queued(True)
+        if self._missing:
+            self._pump(self.reply_timeout_s, lambda: self._missing == 0)
         return self._feedback()
 
     def _feedback(self) -> Feedback:
+        """The cycle's :class:`Feedback` from the drives' last values.
+
+        ``fault``: the EMCY code (0x1000 'generic' without one) of a drive in FAULT or FAULT
+        REACTION ACTIVE, else :data:`FAULT_HEARTBEAT_LOST` when its heartbeat is older than
+        ``heartbeat_timeout_s``, else 0."""
         n = self.n_joints
         t = float(self._now())
-        fresh = self._got1 & self._got2
-        hb_age = t - self._hb_t
-        fault = np.zeros(n, dtype=np.int64)
-        faulted = (self._state == int(State.FAULT)) | (self._state == int(State.FAULT_REACTION_ACTIVE))
-        fault[faulted] = np.where(self._emcy[faulted] != 0, self._emcy[faulted], codec.EMCY_GENERIC)
-        lost = hb_age > self.heartbeat_timeout_s
-        fault[lost & ~faulted] = FAULT_HEARTBEAT_LOST
+        fresh = [a and b for a, b in zip(self._got1, self._got2)]
+        hb_age = [t - h for h in self._hb_t]
+        lost_s = self.heartbeat_timeout_s
+        state, emcy = self._state, self._emcy
+        fault = [(e or codec.EMCY_GENERIC) if s == _FAULT or s == _FAULT_REACTION else
+                 FAULT_HEARTBEAT_LOST if a > lost_s else 0 for s, e, a in zip(state, emcy, hb_age)]
         info = dict(self._stats)
-        info["missing"] = int(n - fresh.sum())
-        info["state"] = self._state.copy()
-        info["nmt_state"] = self._nmt.copy()
-        info["heartbeat_age_s"] = hb_age
-        info["emcy_code"] = self._emcy.copy()
-        info["statusword"] = self._sw.copy()
-        return Feedback(t_s=t, position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
-                        torque_nm=self._tau.copy(), fault=fault, fresh=fresh,
-                        enabled=self._state == int(State.OPERATION_ENABLED), info=info)
+        info["missing"] = n - sum(fresh)
+        info["state"] = np.array(state, dtype=np.int64)
+        info["nmt_state"] = np.array(self._nmt, dtype=np.int64)
+        info["heartbeat_age_s"] = np.array(hb_age, dtype=float)
+        info["emcy_code"] = np.array(emcy, dtype=np.int64)
+        info["statusword"] = np.array(self._sw, dtype=np.int64)
+        return Feedback(t_s=t, position_rad=np.array(self._q, dtype=float),
+                        velocity_rad_s=np.array(self._qd, dtype=float), torque_nm=np.array(self._tau, dtype=float),
+                        fault=np.array(fault, dtype=np.int64), fresh=np.array(fresh, dtype=bool),
+                        enabled=info["state"] == _OPERATION_ENABLED, info=info)
 
     # ------------------------------------------------------------------
     def _track_sdo(self, j: int, sdo) -> None:
@@ -663,7 +720,7 @@ class Cia402Driver(TransportDriver):
         self._touched = True
         self._foreign_found()           # what was seen before this enable is history
         self._stats = self._new_stats()
-        self._pump(0.0, lambda: False)
+        self._take_queued(False)
         for j in range(self.n_joints):
             self.configure(j)
         for j in range(self.n_joints):
@@ -671,14 +728,14 @@ class Cia402Driver(TransportDriver):
         self._master_heartbeat(force=True)
         n = self.n_joints
         t0 = float(self._now())
-        self._hb_t[:] = np.maximum(self._hb_t, t0)   # heartbeat ages count from the start
+        self._hb_t = [max(h, t0) for h in self._hb_t]   # heartbeat ages count from the start
         deadline = time.monotonic() + self.enable_timeout_s
         zero = np.zeros(n)
         cw = [codec.CW_SHUTDOWN] * n
         self._enabled_cmd = True
         while True:
-            frames = self.make_commands(Command(zero))
-            frames = [Frame(f.arbitration_id, codec.encode_rpdo1(cw[j], 0)) for j, f in enumerate(frames)]
+            frames = self._rpdos(Command(zero), codec.CW_ENABLE_OPERATION)
+            frames = [(arb, codec.encode_rpdo1(cw[j], 0)) for j, (arb, _) in enumerate(frames)]
             fb = self._exchange(frames)
             states = [State(int(s)) for s in self._state]
             faulted = [j for j in range(n) if fb.fresh[j] and states[j] in (State.FAULT, State.FAULT_REACTION_ACTIVE)]
@@ -707,12 +764,12 @@ class Cia402Driver(TransportDriver):
                     cw[j] = codec.CW_ENABLE_OPERATION
                 elif s == State.QUICK_STOP_ACTIVE:
                     cw[j] = codec.CW_DISABLE_VOLTAGE
-        fb = self._exchange(self.make_commands(Command(zero)))
+        fb = self._exchange(self._request(Command(zero)))
         self._check_foreign()
         return self._follow_start(fb)
 
     def _controlword_cycle(self, controlword: int) -> Feedback:
-        return self._exchange(self.make_commands(Command(np.zeros(self.n_joints)), controlword))
+        return self._exchange(self._rpdos(Command(np.zeros(self.n_joints)), controlword))
 
     def _shutdown_all(self) -> None:
         self._controlword_cycle(codec.CW_SHUTDOWN)
@@ -729,7 +786,7 @@ class Cia402Driver(TransportDriver):
         """NMT start (the controlword travels in a PDO), fault reset of every drive, then the drives
         disabled again (see :meth:`fault_reset` and :meth:`Driver.clear_faults`)."""
         self._check_open()
-        self._pump(0.0, lambda: False)
+        self._take_queued(False)
         for j in range(self.n_joints):
             self.nodes[j].nmt.state = "OPERATIONAL"
         self._master_heartbeat(force=True)

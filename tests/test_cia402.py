@@ -561,3 +561,60 @@ def test_an_sdo_abort_names_the_object(tmp_path):
         assert "aborted by the drive" in str(ei.value)
     finally:
         d.close()
+
+
+def test_the_emulators_cyclic_pdo_path_gives_canopens_bytes():
+    """The emulated drive's own PDO path (objects found once at OPERATIONAL, values packed
+    directly) against canopen's: every TPDO equals what ``LocalNode.get_data`` and
+    ``PdoVariable.set_data`` make of the same object dictionary at the same plant time, with a
+    mapping of byte-aligned and unaligned entries; the RPDO's values reach the object dictionary
+    and the controlword acts."""
+    import can
+    from drivers.base import JointMapping
+
+    model = load_model(ROBOT_2R)
+    plant = SimulatedPlant(model, q0=np.array([0.3, -0.4]), viscous=0.0, coulomb=0.0, t0_s=0.0)
+    emu = Cia402Emulator([Cia402DriveConfig(1, 1, UNITS, JointMapping(gear_ratio=GEAR, sign=-1, offset_rad=0.1))])
+    emu.bind(plant)
+    emu.on_timer(0.0)                                       # boot-up: PRE-OPERATIONAL
+    node = emu.local_node(1)
+
+    def mapping(index, entries, cob_id, trans=1):
+        node.set_data(index, 0, b"\x00")
+        for s, (obj, sub, bits) in enumerate(entries, 1):
+            node.set_data(index, s, ((obj << 16) | (sub << 8) | bits).to_bytes(4, "little"))
+        node.set_data(index, 0, bytes([len(entries)]))
+        com = index - 0x200
+        node.set_data(com, 1, cob_id.to_bytes(4, "little"))
+        node.set_data(com, 2, bytes([trans]))
+
+    mapping(0x1600, [(0x6040, 0, 16), (0x6071, 0, 16)], 0x201)
+    mapping(0x1A00, [(0x6041, 0, 16), (0x6061, 0, 8), (0x6064, 0, 32), (0x6077, 0, 8)], 0x181)
+    mapping(0x1A01, [(0x6041, 0, 12), (0x606C, 0, 32), (0x6074, 0, 16)], 0x281)   # unaligned after 12 bits
+    mapping(0x1A02, [(0x603F, 0, 16), (0x1001, 0, 8), (0x6072, 0, 16)], 0x381, trans=2)
+    mapping(0x1A03, [], 0x481 | 0x80000000)
+    node.set_data(0x6060, 0, bytes([codec.MODE_CST]))
+    msg = lambda arb, data=b"": can.Message(arbitration_id=arb, data=data, is_extended_id=False)  # noqa: E731
+    assert emu.on_frame(msg(0, bytes([1, 1])), 0.0) == []   # NMT start
+    t = 0.0
+    sent = 0
+    for k, cw in enumerate([codec.CW_SHUTDOWN, codec.CW_SWITCH_ON] + [codec.CW_ENABLE_OPERATION] * 6):
+        tq = 150 * k - 400
+        assert emu.on_frame(msg(0x201, codec.encode_rpdo1(cw, tq)), t) == []
+        t += 0.002
+        plant.advance_to(t)
+        frames = emu.on_frame(msg(codec.SYNC_ID), t)
+        assert node.data_store[0x6071][0] == codec.encode_rpdo1(0, tq)[2:]
+        assert node.data_store[0x6040][0] == codec.encode_rpdo1(cw, 0)[:2]
+        by_id = {f.arbitration_id: bytes(f.data) for f in frames}
+        assert set(by_id) == ({0x181, 0x281} if k % 2 == 0 else {0x181, 0x281, 0x381})
+        for pm in (node.tpdo[1], node.tpdo[2], node.tpdo[3]):
+            if pm.cob_id not in by_id:
+                continue
+            pm.data[:] = bytes(len(pm.data))
+            for var in pm.map:
+                var.set_data(node.get_data(var.index, var.subindex))     # canopen's path
+            assert by_id[pm.cob_id] == bytes(pm.data), (k, hex(pm.cob_id))
+            sent += 1
+    assert sent == 20
+    assert emu.state(1) == State.OPERATION_ENABLED and emu.commands_applied(1) == 6

@@ -48,6 +48,7 @@ import math
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import cached_property
 
 from dynamics.errors import DecodeError, DriverError
 
@@ -57,7 +58,7 @@ __all__ = [
     "State", "NmtState", "Cia402Units", "Emcy", "RPDO1_MAP", "TPDO1_MAP", "TPDO2_MAP",
     "SYNC_ID", "rpdo_id", "tpdo_id", "emcy_id", "heartbeat_id", "sdo_rx_id", "sdo_tx_id",
     "decode_state", "statusword_for", "controlword_command",
-    "encode_rpdo1", "decode_rpdo1", "encode_tpdo1", "decode_tpdo1", "encode_tpdo2", "decode_tpdo2",
+    "encode_rpdo1", "pack_rpdo1", "decode_rpdo1", "encode_tpdo1", "decode_tpdo1", "encode_tpdo2", "decode_tpdo2",
     "encode_emcy", "decode_emcy", "encode_heartbeat", "decode_heartbeat",
     "EMCY_HEARTBEAT", "EMCY_GENERIC", "EMCY_NAMES",
 ]
@@ -285,6 +286,11 @@ def encode_rpdo1(controlword: int, target_torque_permille: int) -> bytes:
     return _RPDO1.pack(controlword, target_torque_permille)
 
 
+#: :func:`encode_rpdo1` without its checks, for a caller whose values hold them (an int
+#: controlword in 0..0xFFFF, an int torque in the INT16 range): the same bytes
+pack_rpdo1 = _RPDO1.pack
+
+
 def decode_rpdo1(data: bytes) -> tuple[int, int]:
     """Inverse of :func:`encode_rpdo1`: ``(controlword, target_torque_permille)``."""
     if len(data) != _RPDO1.size:
@@ -391,15 +397,17 @@ class Cia402Units:
         if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise DriverError(f"velocity_counts_per_rev_s must be finite and > 0, got {v!r}")
 
-    @property
+    # the conversion factors, computed once (functools.cached_property: kept in the instance's
+    # __dict__, which the frozen dataclass's fields, equality and hash do not see)
+    @cached_property
     def rad_per_count(self) -> float:
         return 2.0 * math.pi / self.counts_per_rev
 
-    @property
+    @cached_property
     def rad_s_per_count_s(self) -> float:
         return 2.0 * math.pi / (self.velocity_counts_per_rev_s or self.counts_per_rev)
 
-    @property
+    @cached_property
     def nm_per_permille(self) -> float:
         return self.rated_torque_nm / 1000.0
 

@@ -2,9 +2,16 @@
 
 Each drive is a :class:`canopen.LocalNode` (object dictionary from the same
 EDS the driver uses): canopen's SDO server answers configuration requests,
-its NMT slave follows NMT commands, its PDO maps hold the mapping the master
-wrote and decode / encode the PDOs, and its EMCY producer sends emergencies.
-The drive behaviour around it is modelled here, as a drive firmware does it:
+its NMT slave follows NMT commands, its PDO maps read the mapping the master
+wrote, and its EMCY producer sends emergencies.  The cyclic path is the
+drive's own, as in a firmware: when the node enters OPERATIONAL each mapped
+object is found once (:class:`_Field`); at each SYNC the TPDOs are packed from
+the drive's values (what its object-dictionary read callback answers) and
+the RPDOs' values are written through to the object dictionary (with its
+write callbacks, so SDO reads see them); a synchronous RPDO is received by
+the emulator itself when its map is the COB-ID's only subscriber (else by
+canopen's ``Network.notify``).  The drive behaviour around it is modelled
+here, as a drive firmware does it:
 
 * NMT: boot-up message at start, PDOs and SYNC only in OPERATIONAL, no SDO
   in STOPPED; reset node / communication returns to PRE-OPERATIONAL with a
@@ -58,7 +65,7 @@ from ..base import JointMapping
 from ..cia402 import GENERIC_EDS, eds_path
 from ..codecs import cia402 as codec
 from ..codecs.cia402 import Cia402Units, State
-from .emulators import EmulatedDevice
+from .emulators import EmulatedDevice, _msg
 from .plant import Plant
 
 __all__ = ["Cia402DriveConfig", "Cia402Emulator"]
@@ -66,6 +73,10 @@ __all__ = ["Cia402DriveConfig", "Cia402Emulator"]
 _POWER_ON = (State.SWITCHED_ON, State.OPERATION_ENABLED, State.QUICK_STOP_ACTIVE, State.FAULT_REACTION_ACTIVE)
 _REACTION_CHECK_S = 0.001
 _NMT_OPERATIONAL, _NMT_STOPPED, _NMT_PREOP, _NMT_INIT = 5, 4, 127, 0
+_I8 = struct.Struct("<b")
+#: COB-ID function codes (bits 7-10) canopen's node scanner does not note: an RPDO frame with one
+#: of them may bypass ``Network.notify`` (which would only hand it to the PDO map and the scanner)
+_UNSCANNED = frozenset((0x200, 0x300, 0x400, 0x500))
 
 
 @dataclass(frozen=True)
@@ -105,10 +116,12 @@ class Cia402DriveConfig:
 class _Outbox:
     """The 'bus' of the emulator's canopen network: collects what the nodes send."""
 
-    def __init__(self):
+    def __init__(self, emu: "Cia402Emulator"):
         self.frames: list[can.Message] = []
+        self._emu = emu
 
     def send(self, msg, timeout=None):
+        self._emu.timer_epoch += 1
         self.frames.append(can.Message(arbitration_id=msg.arbitration_id, data=bytes(msg.data),
                                        is_extended_id=False, is_remote_frame=msg.is_remote_frame))
 
@@ -128,7 +141,29 @@ class _NoTask:
         return None
 
 
+class _Timer:
+    """A drive's attribute that moves its emulator's next timed event: setting it first counts one
+    in the emulator's ``timer_epoch`` (see :attr:`EmulatedDevice.timer_epoch`)."""
+
+    __slots__ = ("key",)
+
+    def __set_name__(self, owner, name):
+        self.key = "_" + name
+
+    def __get__(self, d, owner=None):
+        return self if d is None else d.__dict__[self.key]
+
+    def __set__(self, d, value) -> None:
+        d.emu.timer_epoch += 1
+        d.__dict__[self.key] = value
+
+
 class _Drive:
+    boot_due = _Timer()
+    hb_due = _Timer()
+    next_check = _Timer()
+    consumer_last = _Timer()
+
     def __init__(self, cfg: Cia402DriveConfig, node, emu: "Cia402Emulator"):
         self.cfg = cfg
         self.node = node
@@ -149,9 +184,58 @@ class _Drive:
         self.commands = 0
         self.sync_count = 0
         self.units = cfg.units
-        self.meas = None              # (t, q, qd, tau) sampled at the last SYNC / SDO read
+        self.meas = None              # (t, q, qd, tau) of its joint, sampled at the last SYNC / SDO read
         self.rpdo_ready: list = []
         self.tpdo_ready: list = []
+        #: the PDO maps of rpdo_ready / tpdo_ready as _PdoPlan (in the same order), and the
+        #: synchronous RPDOs the emulator receives itself by COB-ID (see _read_pdo_config)
+        self.rx_plans: list[_PdoPlan] = []
+        self.tx_plans: list[_PdoPlan] = []
+        self.rx_own: dict[int, _PdoPlan] = {}
+
+
+class _Field:
+    """One object mapped into a PDO, as the cyclic path reads and writes it.
+
+    ``aligned``: whole bytes at a byte offset, where canopen's ``PdoVariable.get_data`` /
+    ``set_data`` copy the bytes ``[off, off + n)`` (``n``: the object's size); otherwise those are
+    called.  ``bits``: the object's size in bits when LocalNode.set_data checks a value's length
+    against it (number types), else None.  ``reader``: the emulator's own value of the object
+    (what its object-dictionary read callback returns), None for a value the dictionary holds;
+    ``pack`` encodes that value as the object's ``encode_raw`` does.
+    """
+
+    __slots__ = ("var", "index", "sub", "od", "off", "n", "aligned", "bits", "reader", "pack")
+
+    def __init__(self, var, node, reader):
+        from canopen import objectdictionary as odm
+        self.var = var
+        self.index, self.sub = var.index, var.subindex
+        self.od = node._find_object(var.index, var.subindex)
+        self.off = var.offset // 8
+        self.n = len(var.od) // 8
+        self.aligned = not (var.offset % 8 or var.length % 8)
+        self.bits = len(self.od) if self.od.data_type in odm.NUMBER_TYPES else None
+        self.reader = reader
+        od = self.od
+        if (reader is not None and od.data_type in odm.INTEGER_TYPES and od.min is None
+                and od.max is None and od.data_type in od.STRUCT_TYPES):
+            self.pack = od.STRUCT_TYPES[od.data_type].pack
+        else:
+            self.pack = od.encode_raw
+
+
+class _PdoPlan:
+    """A PDO map of a drive in OPERATIONAL with its mapped objects (:class:`_Field`)."""
+
+    __slots__ = ("pm", "cob_id", "trans_type", "nbytes", "fields")
+
+    def __init__(self, pm, fields):
+        self.pm = pm
+        self.cob_id = pm.cob_id
+        self.trans_type = pm.trans_type or 0
+        self.nbytes = (pm.length + 7) // 8
+        self.fields = fields
 
 
 class Cia402Emulator(EmulatedDevice):
@@ -171,7 +255,13 @@ class Cia402Emulator(EmulatedDevice):
         drives = list(drives)
         if not drives:
             raise ConfigError("at least one drive is required", field="drives")
-        self._out = _Outbox()
+        #: counts every change that may move the next timed event (EmulatedDevice.timer_epoch):
+        #: the drives' timers (_Timer), a frame canopen's services put in the outbox (one raised
+        #: outside on_frame / on_timer, by inject_fault, makes next_timer_s say 'now')
+        self.timer_epoch = 0
+        #: statusword of (state, internal limit active, following)
+        self._statuswords: dict[tuple, int] = {}
+        self._out = _Outbox(self)
         self.network = canopen.Network(bus=self._out)
         self._drives: dict[int, _Drive] = {}
         joints = set()
@@ -204,6 +294,9 @@ class Cia402Emulator(EmulatedDevice):
             self._drives[c.node_id] = d
         self._lock = threading.RLock()
         self._limit0: dict[int, float] = {}
+        self._readers = {0x6041: self.statusword, 0x6061: self._mode, 0x603F: self._rd_error_code,
+                         0x1001: self._rd_error_register, 0x6064: self._rd_position,
+                         0x606C: self._rd_velocity, 0x6077: self._rd_torque, 0x6074: self._rd_torque_demand}
 
     # -- setup ---------------------------------------------------------------------------------
     def bind(self, plant: Plant) -> None:
@@ -270,44 +363,77 @@ class Cia402Emulator(EmulatedDevice):
 
     # -- object dictionary callbacks ----------------------------------------------------------------
     def _sample(self, d: _Drive):
-        t = self.plant.t_s
-        if d.meas is None or d.meas[0] != t:
-            d.meas = self.plant.measure()
-        return d.meas
+        """``(t, q, qd, tau)`` of the drive's joint at the plant's time (measured once per time:
+        ``Plant.measure_joint``, which draws a noisy plant's noise as ``measure`` does)."""
+        plant = self.plant
+        t = plant.t_s
+        m = d.meas
+        if m is None or m[0] != t:
+            d.meas = m = (t, *plant.measure_joint(d.cfg.joint))
+        return m
 
     def _mode(self, d: _Drive) -> int:
         try:
-            return struct.unpack("<b", d.node.data_store[0x6060][0])[0]
+            return _I8.unpack(d.node.data_store[0x6060][0])[0]
         except KeyError:
             return 0
 
     def _u(self, d: _Drive, index: int, sub: int = 0, fmt: str = "<I") -> int:
-        return struct.unpack(fmt, d.node.get_data(index, sub))[0]
+        """An object's value as ``LocalNode.get_data`` gives it, for the objects :meth:`_read` does
+        not answer: the stored value (written by SDO or PDO), else the EDS's (``get_data``)."""
+        try:
+            raw = d.node.data_store[index][sub]
+        except KeyError:
+            raw = d.node.get_data(index, sub)
+        return struct.unpack(fmt, raw)[0]
 
     def statusword(self, d: _Drive) -> int:
-        return codec.statusword_for(
-            d.state, internal_limit=d.limit_active,
-            following=d.state == State.OPERATION_ENABLED and self._mode(d) == codec.MODE_CST)
+        following = d.state == State.OPERATION_ENABLED and self._mode(d) == codec.MODE_CST
+        key = (d.state, d.limit_active, following)
+        sw = self._statuswords.get(key)
+        if sw is None:
+            sw = self._statuswords[key] = codec.statusword_for(d.state, internal_limit=d.limit_active,
+                                                                following=following)
+        return sw
 
     def _read(self, d: _Drive, index: int, sub: int):
-        if index == 0x6041:
-            return self.statusword(d)
-        if index == 0x6061:
-            return self._mode(d)
-        if index == 0x603F:
-            return d.error_code
-        if index == 0x1001:
-            return d.error_register
-        if index in (0x6064, 0x606C, 0x6077, 0x6074):
-            _, q, qd, tau = self._sample(d)
-            m, u, j = d.cfg.mapping, d.units, d.cfg.joint
-            if index == 0x6064:
-                return u.position_counts(float(m.joint_to_motor_position(q[j])))
-            if index == 0x606C:
-                return u.velocity_counts_s(float(m.joint_to_motor_velocity(qd[j])))
-            t_m = float(m.joint_to_motor_torque(tau[j])) if index == 0x6077 else self._demand_nm(d)
-            return max(-0x7FFF, min(0x7FFF, int(round(t_m / u.nm_per_permille))))
-        return None
+        """The object-dictionary read callback: the drive's own values (:meth:`_reader`), None for
+        the values the dictionary holds."""
+        f = self._readers.get(index)
+        return None if f is None else f(d)
+
+    def _reader(self, index: int):
+        """The function ``f(d) -> int`` giving object ``index``'s value the drive computes itself
+        (statusword, mode display, error code and register, the actual values), or None."""
+        return self._readers.get(index)
+
+    def _rd_error_code(self, d: _Drive) -> int:
+        return d.error_code
+
+    def _rd_error_register(self, d: _Drive) -> int:
+        return d.error_register
+
+    # the actual values, motor side: JointMapping's joint_to_motor_* on the joint's floats (the
+    # same IEEE operations in the same order as its numpy scalars, without them)
+    def _rd_position(self, d: _Drive) -> int:
+        m = d.cfg.mapping
+        return d.units.position_counts(m.sign * (self._sample(d)[1] - m.offset_rad) * m.gear_ratio)
+
+    def _rd_velocity(self, d: _Drive) -> int:
+        m = d.cfg.mapping
+        return d.units.velocity_counts_s(m.sign * self._sample(d)[2] * m.gear_ratio)
+
+    def _rd_torque(self, d: _Drive) -> int:
+        m = d.cfg.mapping
+        return self._permille(d, m.sign * self._sample(d)[3] / (m.gear_ratio * m.efficiency))
+
+    def _rd_torque_demand(self, d: _Drive) -> int:
+        self._sample(d)
+        return self._permille(d, self._demand_nm(d))
+
+    @staticmethod
+    def _permille(d: _Drive, t_m: float) -> int:
+        return max(-0x7FFF, min(0x7FFF, int(round(t_m / d.units.nm_per_permille))))
 
     def _write(self, d: _Drive, index: int, sub: int, od, data: bytes) -> None:
         SdoAbortedError = self._canopen.SdoAbortedError
@@ -368,7 +494,7 @@ class Cia402Emulator(EmulatedDevice):
     def _demand_nm(self, d: _Drive) -> float:
         if d.state != State.OPERATION_ENABLED or self._mode(d) != codec.MODE_CST:
             return 0.0
-        target = struct.unpack("<h", d.node.get_data(0x6071, 0))[0]
+        target = self._u(d, 0x6071, 0, "<h")
         lim = self._u(d, 0x6072, 0, "<H")
         d.limit_active = abs(target) > lim
         target = max(-lim, min(lim, target))
@@ -492,48 +618,108 @@ class Cia402Emulator(EmulatedDevice):
             pm.is_received = False
             if pm.trans_type is not None and pm.trans_type >= 254 and self._apply_now not in pm.callbacks:
                 pm.add_callback(self._apply_now)
+        # the cyclic path: each map's objects found once; the values the drive computes itself
+        # read from it directly while its read callback is the dictionary's only one
+        own = len(node._read_callbacks) == 1
+        d.rx_plans = [_PdoPlan(pm, [_Field(v, node, None) for v in pm.map if v.length]) for pm in d.rpdo_ready]
+        d.tx_plans = [_PdoPlan(pm, [_Field(v, node, self._reader(v.index) if own else None)
+                                    for v in pm.map if v.length]) for pm in d.tpdo_ready]
+        # synchronous RPDOs without callbacks, on a COB-ID canopen's scanner ignores: received by
+        # the emulator itself (on_frame checks that the map is the COB-ID's only subscriber)
+        d.rx_own = {p.cob_id: p for p in d.rx_plans
+                    if p.trans_type <= 240 and not p.pm.callbacks and p.cob_id & 0x780 in _UNSCANNED}
+
+    def _receive_own(self, d: _Drive, arb: int, msg: can.Message, t_s: float) -> bool:
+        """Receive a synchronous RPDO of ``d`` (:attr:`_Drive.rx_own`) when its map is the only
+        subscriber of the COB-ID: what the map's ``on_message`` does (the latest payload, its time
+        stamps), applied at the next SYNC.  False: not such a frame (``Network.notify`` it)."""
+        plan = d.rx_own.get(arb)
+        if plan is None:
+            return False
+        subs = self.network.subscribers.get(arb)
+        pm = plan.pm
+        if subs is None or len(subs) != 1 or getattr(subs[0], "__self__", None) is not pm:
+            return False
+        pm.data = bytearray(msg.data)
+        if pm.timestamp is not None:
+            pm.period = t_s - pm.timestamp
+        pm.timestamp = t_s
+        pm.is_received = True
+        return True
 
     def _apply_now(self, pm) -> None:
         d = self._drives.get(pm.pdo_node.node.id)
         if d is not None and d.node.nmt.state == "OPERATIONAL" and pm in d.rpdo_ready:
-            self._apply_rpdo(d, pm)
+            self._apply_rpdo(d, d.rx_plans[d.rpdo_ready.index(pm)])
 
-    def _apply_rpdo(self, d: _Drive, pm) -> None:
+    def _od_write(self, d: _Drive, f: _Field | None, index: int, sub: int, raw: bytes) -> None:
+        """``LocalNode.set_data(index, sub, raw)`` with the object already found (``f``; None:
+        found here): the length check of a number, the write callbacks, then the store."""
+        node = d.node
+        if f is None:
+            od = node._find_object(index, sub)
+            bits = len(od) if od.data_type in self._canopen.objectdictionary.NUMBER_TYPES else None
+        else:
+            od, bits = f.od, f.bits
+        if bits is not None and 8 * len(raw) != bits:
+            raise self._canopen.SdoAbortedError(0x06070010)
+        for callback in node._write_callbacks:
+            callback(index=index, subindex=sub, od=od, data=raw)
+        store = node.data_store.get(index)
+        if store is None:
+            store = node.data_store[index] = {}
+        store[sub] = bytes(raw)
+
+    def _apply_rpdo(self, d: _Drive, plan: _PdoPlan) -> None:
+        pm = plan.pm
         pm.is_received = False
-        if len(pm.data) < (pm.length + 7) // 8:
+        data = pm.data
+        if len(data) < plan.nbytes:
             d.node.emcy.send(0x8210, d.error_register)       # PDO not processed due to length error
             return
+        data = bytes(data)
         ctrl = None
-        for var in pm.map:
-            if not var.length:
+        for f in plan.fields:
+            raw = data[f.off:f.off + f.n] if f.aligned else bytes(f.var.get_data())
+            if f.index == 0x6040:
+                ctrl = f, raw                    # the controlword acts after the targets are in
                 continue
-            raw = bytes(var.get_data())
-            if var.index == 0x6040:
-                ctrl = raw                       # the controlword acts after the targets are in
-                continue
-            d.node.set_data(var.index, var.subindex, raw)
+            self._od_write(d, f, f.index, f.sub, raw)
         if ctrl is not None:
-            d.node.set_data(0x6040, 0, ctrl)
+            f, raw = ctrl
+            self._od_write(d, f if f.sub == 0 else None, 0x6040, 0, raw)
 
     def _sync(self, d: _Drive, t_s: float) -> None:
         d.sync_count += 1
         d.meas = None
         self._sample(d)
-        for pm in d.rpdo_ready:
-            if pm.is_received and (pm.trans_type or 0) <= 240:
-                self._apply_rpdo(d, pm)
+        for plan in d.rx_plans:
+            if plan.pm.is_received and plan.trans_type <= 240:
+                self._apply_rpdo(d, plan)
         self._output(d)
         if d.state == State.OPERATION_ENABLED and self._mode(d) == codec.MODE_CST:
             d.commands += 1
         if d.silent:
             return
-        for pm in d.tpdo_ready:
-            if d.sync_count % pm.trans_type == 0:
-                for var in pm.map:
-                    if var.length:
-                        var.set_data(d.node.get_data(var.index, var.subindex))
-                self._out.frames.append(can.Message(arbitration_id=pm.cob_id, data=bytes(pm.data),
-                                                    is_extended_id=False))
+        frames = self._out.frames
+        for plan in d.tx_plans:
+            if d.sync_count % plan.trans_type == 0:
+                data = plan.pm.data
+                for f in plan.fields:
+                    reader = f.reader
+                    if reader is None:
+                        raw = d.node.get_data(f.index, f.sub)
+                    else:
+                        v = reader(d)
+                        try:
+                            raw = f.pack(v)
+                        except struct.error:
+                            raw = f.od.encode_raw(v)        # raises what get_data raises
+                    if f.aligned:
+                        data[f.off:f.off + len(raw)] = raw
+                    else:
+                        f.var.set_data(raw)
+                frames.append(_msg(plan.cob_id, bytes(data)))
 
     def _nmt_changed(self, d: _Drive, before: int, t_s: float) -> None:
         after = d.node.nmt._state
@@ -551,10 +737,12 @@ class Cia402Emulator(EmulatedDevice):
             self._out.frames.append(can.Message(arbitration_id=codec.heartbeat_id(d.cfg.node_id),
                                                 data=b"\x00", is_extended_id=False))
             d.rpdo_ready, d.tpdo_ready = [], []
+            d.rx_plans, d.tx_plans, d.rx_own = [], [], {}
         elif after == _NMT_OPERATIONAL and before != _NMT_OPERATIONAL:
             self._read_pdo_config(d)
         elif before == _NMT_OPERATIONAL and after != _NMT_OPERATIONAL:
             d.rpdo_ready, d.tpdo_ready = [], []
+            d.rx_plans, d.tx_plans, d.rx_own = [], [], {}
             if d.state in (State.OPERATION_ENABLED, State.QUICK_STOP_ACTIVE) and d.reaction is None:
                 d.state = State.SWITCH_ON_DISABLED        # communication lost: power stage off
                 self._output(d)
@@ -562,6 +750,9 @@ class Cia402Emulator(EmulatedDevice):
     # -- EmulatedDevice ------------------------------------------------------------------------------
     def accepts(self, msg: can.Message) -> bool:
         return not msg.is_extended_id and not msg.is_error_frame
+
+    #: on_frame refuses what accepts refuses itself (the host skips the pre-check)
+    on_frame_filters = True
 
     def _hb_period(self, d: _Drive) -> float:
         ms = self._u(d, 0x1017, 0, "<H")
@@ -616,13 +807,13 @@ class Cia402Emulator(EmulatedDevice):
             return out
 
     def on_frame(self, msg: can.Message, t_s: float) -> list[can.Message] | None:
+        if msg.is_remote_frame or msg.is_extended_id or msg.is_error_frame:
+            return None                 # the last two: what accepts refuses
         arb = msg.arbitration_id
         with self._lock:
-            if msg.is_remote_frame:
-                return None
             if arb == codec.SYNC_ID:
                 for d in self._drives.values():
-                    if d.node.nmt.state == "OPERATIONAL":
+                    if d.node.nmt._state == _NMT_OPERATIONAL:
                         self._sync(d, t_s)
             elif arb == 0:
                 before = {k: d.node.nmt._state for k, d in self._drives.items()}
@@ -653,8 +844,12 @@ class Cia402Emulator(EmulatedDevice):
                     if d.node.nmt._state == _NMT_STOPPED:
                         return None
                     self._sample(d)
-                elif 0x201 <= arb <= 0x57F and d.node.nmt.state != "OPERATIONAL":
-                    return None
+                elif 0x201 <= arb <= 0x57F:
+                    if d.node.nmt._state != _NMT_OPERATIONAL:
+                        return None
+                    if self._receive_own(d, arb, msg, t_s):
+                        out, self._out.frames = self._out.frames, []
+                        return out
                 self.network.notify(arb, bytearray(msg.data), t_s)
             out, self._out.frames = self._out.frames, []
             return out
