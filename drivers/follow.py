@@ -18,20 +18,21 @@ against the torque it was sent.  Per joint, every cycle:
   reply; one told to change its torque does not).
 
 A fault latches (per joint) until :meth:`FollowMonitor.reset`.  :func:`follow_step` is the
-rule's one source: plain Python here (the torque-only drivers' :class:`TorqueFollow`, which load
-no compiled code), compiled by :mod:`drivers._mit_kernels` for the MIT driver's cycle.
+rule's one source: plain Python here (:meth:`FollowMonitor.update`), compiled by
+:mod:`drivers._mit_kernels` for the MIT driver's cycle and by :mod:`drivers._follow_kernels` for
+the torque-only drivers' :class:`TorqueFollow` (this module imports no numba: that kernel module
+loads when the first :class:`TorqueFollow` is built, not when a driver module is imported).
 """
 
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from dynamics.errors import ConfigError
+from dynamics.errors import ConfigError, DriverError
 
 __all__ = ["FollowConfig", "FollowMonitor", "TorqueFollow", "follow_config", "follow_step",
            "FAULT_NOT_FOLLOWING", "FAULT_FROZEN", "HOST_FAULT_OFFSET", "TORQUE_ONLY_TOL"]
@@ -312,13 +313,16 @@ class TorqueFollow:
             self.monitor._f[M_TOL] = [TORQUE_ONLY_TOL * t for t in tmax]
         else:
             self.monitor = FollowMonitor(t_max_nm, config)
+        # the compiled cycle (numba) loads with the first TorqueFollow, not with the driver
+        # modules: importing a torque-only driver stays free of numba's import (~0.6 s)
+        from . import _follow_kernels
+        self._kernel = _follow_kernels.torque_check
         n = self.monitor.n
-        # the step's arguments, filled in place every cycle: fresh replies, their values and raw
-        # fields, the commands (only the torque row, 4, is not zero)
-        self._ok = np.zeros(n, dtype=bool)
-        self._rep = np.zeros((3, n))
+        # the kernel's scratch, filled in place every cycle (drivers._follow_kernels.W_*), and the
+        # reply kept last for the "same reply" test
+        self._w = np.zeros((_follow_kernels.W_ROWS, n))
         self._raw = np.zeros(n, dtype=np.int64)
-        self._cmd = np.zeros((5, n))
+        self._ok = np.zeros(n, dtype=bool)
 
     @property
     def config(self) -> FollowConfig:
@@ -332,34 +336,23 @@ class TorqueFollow:
         """Check one cycle: ``tau_cmd_nm`` (n,) the joint torques sent, ``feedback`` the cycle's
         :class:`~drivers.base.Feedback` (its ``fault`` is updated in place)."""
         mon = self.monitor
-        if not mon.config.enabled:
+        cfg = mon.config
+        if not cfg.enabled:
             return
-        tau = feedback.torque_nm
-        fresh = feedback.fresh
-        q = feedback.position_rad
-        qd = feedback.velocity_rad_s
-        ok, rep, raw = self._ok, self._rep, self._raw
-        for j in range(mon.n):
-            t = float(tau[j])
-            if fresh[j] and math.isfinite(t):
-                p = float(q[j])
-                v = float(qd[j])
-                if not math.isfinite(v):                  # as numpy.nan_to_num: NaN 0, inf the largest
-                    v = 0.0 if v != v else math.copysign(sys.float_info.max, v)
-                ok[j] = True
-                rep[0, j] = p
-                rep[1, j] = v
-                rep[2, j] = t
-                # "frozen" compares the whole reply (position, velocity, torque), as the MIT rule its
-                # bytes: a saturated drive repeats its torque exactly while its joint moves
-                raw[j] = hash((p, v, t))
-            else:
-                ok[j] = False
-                rep[0, j] = rep[1, j] = rep[2, j] = 0.0
-                raw[j] = 0
-        self._cmd[4] = tau_cmd_nm
-        mon.step(float(feedback.t_s), ok, rep, raw, self._cmd)
+        args = (feedback.torque_nm, feedback.fresh, feedback.position_rad, feedback.velocity_rad_s, tau_cmd_nm)
         fault = feedback.fault
-        for j, c in enumerate(mon._i[MI_CODE].tolist()):
-            if c and fault[j] == 0:
-                fault[j] = HOST_FAULT_OFFSET + c
+        a = mon.gain(float(feedback.t_s))
+        try:
+            done = self._kernel(mon._f, mon._i, self._w, self._raw, self._ok, a, cfg.rel_tol, cfg.window_cycles,
+                         cfg.frozen_cycles, *args, fault)
+        except TypeError:
+            # numba found no compiled version for these argument types (a list, another dtype):
+            # the same values as the arrays it takes, the faults written back
+            args = [np.ascontiguousarray(x, dtype=bool if k == 1 else float) for k, x in enumerate(args)]
+            f = np.array(fault, dtype=np.int64)
+            done = self._kernel(mon._f, mon._i, self._w, self._raw, self._ok, a, cfg.rel_tol, cfg.window_cycles,
+                                cfg.frozen_cycles, *args, f)
+            fault[:] = f
+        if not done:
+            raise DriverError(f"follow check of {mon.n} joints given vectors of another length (torques sent: "
+                              f"{np.shape(tau_cmd_nm)}, feedback: {np.shape(feedback.torque_nm)})")

@@ -64,6 +64,7 @@ KERNEL_FILES: tuple[str, ...] = (
     "dynamics/_serial_kernels.py",
     "drivers/_mit_kernels.py",
     "drivers/_odrive_kernels.py",
+    "drivers/_follow_kernels.py",
     "drivers/sim/_mit_kernel.py",
     "drivers/sim/_odrive_kernel.py",
     "drivers/sim/_plant_kernels.py",
