@@ -3,7 +3,7 @@
 :func:`torque_check` does in one compiled call what the check did per joint in Python: take
 the cycle's feedback vectors and the torques sent, keep the fresh replies with a finite torque
 (their velocity as :func:`numpy.nan_to_num` would give it), tell whether each reply repeats the
-last one kept, run the rule (:func:`follow_step`, compiled from :func:`drivers.follow.follow_step`,
+last one kept, run the rule (:func:`follow_step`, compiled from :func:`drivers._follow_rule.follow_step`,
 its one source) and write the latched codes into the feedback's fault vector.
 
 Imported by :class:`~drivers.follow.TorqueFollow` when one is built, not by the driver
@@ -19,8 +19,8 @@ from numba import njit, types
 
 from dynamics._kernel_cache import stamp_package_caches
 
-from . import follow as _follow
-from .follow import HOST_FAULT_OFFSET, MI_CODE, MI_LAST
+from . import _follow_rule
+from ._follow_rule import HOST_FAULT_OFFSET, MI_CODE, MI_LAST
 
 #: rows of the scratch array W (float64, (W_ROWS, n)): the step's replies (position, velocity,
 #: torque), the commands it is given (p_des, v_des, kp, kd, t_ff: only t_ff is not zero), the
@@ -38,7 +38,7 @@ _B1 = types.Array(types.boolean, 1, "A", readonly=True)
 stamp_package_caches()
 
 #: the rule (drivers.follow.follow_step), compiled for this module's kernel
-follow_step = njit(cache=True, error_model="numpy")(_follow.follow_step)
+follow_step = njit(cache=True, error_model="numpy")(_follow_rule.follow_step)
 
 
 @njit(types.boolean(types.float64[:, ::1], types.int64[:, ::1], types.float64[:, ::1], types.int64[::1],
