@@ -48,6 +48,7 @@ import can
 
 from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DriverError,
                              TorqueloopError)
+from ..transport import message_fields
 from .plant import Plant
 
 __all__ = ["EmulatedDevice", "EmulatorHost", "InlineBus", "InlineServedBus", "LocalBus"]
@@ -117,6 +118,18 @@ class EmulatedDevice:
     #: True when :meth:`on_frame` itself returns ``None``, changing nothing, for every frame
     #: :meth:`accepts` refuses: the host then calls :meth:`on_frame` without the pre-check
     on_frame_filters: bool = False
+
+    #: True when the device answers frames given as fields (:meth:`on_fields`), the same as
+    #: :meth:`on_frame` answers them as messages: an inline host then serves the frames its
+    #: driver hands over as fields (:meth:`InlineBus.send_fields`) without a message per frame
+    fields_native: bool = False
+
+    def on_fields(self, arb: int, data: bytes, remote_dlc: int | None, t_s: float) -> list[tuple[int, bytes]] | None:
+        """:meth:`on_frame` of a classic frame with a standard id, given as its fields: a data
+        frame carrying ``data`` (``remote_dlc`` None) or a remote frame requesting ``remote_dlc``
+        bytes; the answer as ``(arbitration_id, data)`` pairs of data frames with standard ids
+        (only for a device with :attr:`fields_native`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not answer frames given as fields")
 
     #: ``None``, or an int the device increases before every change that may move its next
     #: timed event (a frame, a timed event, a fault injected): while the sum over its devices
@@ -206,12 +219,17 @@ class EmulatorHost:
         #: every bus is an InlineBus's device end: the frames waiting on each can be seen
         #: without taking them (serve_sent on a host of several buses)
         self._ends = all(isinstance(b, _InlineEnd) for b in buses)
+        #: buses (ids) served from frame fields: an InlineBus's device end whose devices are all
+        #: fields_native (serve_fields; decided here, once)
+        self._fields_buses: set[int] = set()
         self._devices: list[EmulatedDevice] = []
         self._dev_bus: list = []            # bus of each device (same order)
         self._bus_devices: dict[int, list] = {}
         for b, g in zip(buses, groups):
             if not g:
                 raise ConfigError("at least one device is required per bus", field="devices")
+            if isinstance(b, _InlineEnd) and all(getattr(d, "fields_native", False) is True for d in g):
+                self._fields_buses.add(id(b))
             self._bus_devices[id(b)] = g
             for d in g:
                 if not isinstance(d, EmulatedDevice):
@@ -528,6 +546,36 @@ class EmulatorHost:
             self._failed = True
         return True
 
+    def serve_fields(self, arb: int, data: bytes, remote_dlc: int | None, end) -> bool:
+        """:meth:`serve_sent` of a classic frame with a standard id given as its fields (see
+        :meth:`EmulatedDevice.on_fields`), sent on ``end``, an :class:`InlineBus`'s device end
+        whose devices are all :attr:`~EmulatedDevice.fields_native`: the devices answer with
+        fields, delivered without a message per frame.  Returns False, doing nothing, where
+        :meth:`serve_sent` would, or for another bus (the caller sends the frame as a message)."""
+        if not self._inline or not self._started or self._closed or self._failed:
+            return False
+        key = id(end)
+        if key not in self._fields_buses:
+            return False
+        if len(self._buses) != 1:
+            for b in self._buses:
+                if b._peer._tx:
+                    return False
+        try:
+            self.frames_in += 1
+            t = self._now()
+            self._advance(t, self._queue)
+            for d in self._bus_devices[key]:
+                r = d.on_fields(arb, data, remote_dlc, t)
+                if r:
+                    for a, dd in r:
+                        end.deliver(a, dd)
+                    self.frames_out += len(r)
+        except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like pump's
+            self._error = err
+            self._failed = True
+        return True
+
     def sync(self, timeout_s: float = 5.0) -> None:
         """Block until every frame sent to the devices before this call was processed.
 
@@ -762,6 +810,17 @@ class _InlineEnd:
         msg.is_rx = True
         peer._rx.append(msg)
 
+    def deliver(self, arb: int, data: bytes) -> None:
+        """:meth:`send` of a device's data frame with a standard id, given as its fields: queued
+        for the driver as the fields :meth:`InlineBus.recv_fields` returns (the timestamp a
+        ``virtual`` bus sets), no message made."""
+        if not self._open:
+            raise can.CanOperationError("Cannot operate on a closed bus")
+        peer = self._peer
+        if peer._is_shutdown:
+            return  # nobody listening (a virtual bus drops it too)
+        peer._rx.append((arb, data, time.time(), False, False, False, None))
+
     def shutdown(self) -> None:
         self._open = False
 
@@ -781,12 +840,22 @@ class InlineBus(can.BusABC):
     handed over as they are, stamped with the fields a ``virtual`` bus sets
     (``timestamp = time.time()``, ``channel``, ``is_rx``).
 
+    A driver's :class:`~drivers.transport.CanTransport` over this bus (not over a wrapper of
+    it) hands its frames over as fields (:meth:`send_fields`, :meth:`recv_fields`,
+    ``fields_channel``): a host whose devices answer fields (``fields_native``) serves them
+    without a python-can message per frame and queues the answers as fields; for another
+    host the message is made and sent.  A frame queued as fields is made a message when read
+    by :meth:`recv`.
+
     Only for an inline host: nothing but the host puts frames on the channel, so a
     receive that finds the queue empty after the idle poll waits its ``timeout`` out
     (as a bus nobody answers on), or until the devices' next timed event falls due
     (on a wall clock: a cyclic broadcast comes when it is due), and returns ``None``
     when nothing came.  Not thread-safe (one driver thread).
     """
+
+    #: a CanTransport may hand frames over as fields (send_fields / recv_fields)
+    fields_channel = True
 
     def __init__(self, channel: str, host: EmulatorHost | None = None, can_filters=None, **kwargs):
         self.channel_name = str(channel)
@@ -818,6 +887,47 @@ class InlineBus(can.BusABC):
             self._tx.append(msg)
             host.pump(idle=False)
 
+    def send_fields(self, arb: int, data: bytes, remote_dlc: int | None) -> None:
+        """:meth:`send` of a classic frame with a standard id, given as its fields (a data frame
+        carrying ``data`` when ``remote_dlc`` is None, else a remote frame requesting
+        ``remote_dlc`` bytes): served from the fields when the host can
+        (:meth:`EmulatorHost.serve_fields`), else sent as the message
+        :class:`~drivers.transport.CanTransport` makes of it."""
+        if self._is_shutdown:
+            raise can.CanOperationError("Cannot operate on a closed bus")
+        end = self.device_end
+        if not end._open:
+            return  # nobody listening (a virtual bus drops it too)
+        host = self.host
+        if host is not None and not self._tx and host.serve_fields(arb, data, remote_dlc, end):
+            return
+        if remote_dlc is not None:
+            msg = can.Message(arbitration_id=arb, is_extended_id=False, is_remote_frame=True, dlc=remote_dlc)
+        else:
+            msg = can.Message(0.0, arb, False, False, False, None, None, data, False, True, False)
+        self.send(msg)
+
+    def _message_of(self, f: tuple) -> can.Message:
+        """The message a device's frame queued as fields (:meth:`_InlineEnd.deliver`) is."""
+        return can.Message(f[2], f[0], False, False, False, self.channel_name, None, f[1], False, True)
+
+    def recv_fields(self, timeout: float | None = None) -> tuple | None:
+        """:meth:`recv` as the fields :meth:`drivers.transport.CanTransport.recv_fields` gives,
+        without a message for a frame queued as fields."""
+        rx = self._rx
+        if self._filters is None and not self._is_shutdown:
+            if not rx and timeout == 0.0:
+                host = self.host
+                if host is not None:
+                    host.pump()
+            if rx:
+                f = rx.popleft()
+                return f if type(f) is tuple else message_fields(f)
+            if timeout == 0.0:
+                return None
+        msg = self.recv(timeout)
+        return None if msg is None else message_fields(msg)
+
     def recv(self, timeout: float | None = None) -> can.Message | None:
         # BusABC.recv without filters is "the next frame": take it without the detour; with
         # none queued and no time to wait (a drain), its one _recv_internal call: the host's
@@ -825,12 +935,16 @@ class InlineBus(can.BusABC):
         rx = self._rx
         if self._filters is None and not self._is_shutdown:
             if rx:
-                return rx.popleft()
+                f = rx.popleft()
+                return self._message_of(f) if type(f) is tuple else f
             if timeout == 0.0:
                 host = self.host
                 if host is not None:
                     host.pump()
-                return rx.popleft() if rx else None
+                if not rx:
+                    return None
+                f = rx.popleft()
+                return self._message_of(f) if type(f) is tuple else f
         return super().recv(timeout)
 
     def _recv_internal(self, timeout: float | None):
@@ -854,9 +968,11 @@ class InlineBus(can.BusABC):
                     if host is not None:
                         host.pump()
                         if rx:
-                            return rx.popleft(), False
+                            f = rx.popleft()
+                            return (self._message_of(f) if type(f) is tuple else f), False
                 return None, False
-        return rx.popleft(), False
+        f = rx.popleft()
+        return (self._message_of(f) if type(f) is tuple else f), False
 
     def _apply_filters(self, filters) -> None:
         return None     # BusABC.recv filters in software

@@ -463,7 +463,8 @@ class OdriveEmulator(EmulatedDevice):
                         ax.count[cmd] += 1
                         ax.next_due[cmd] = ax.t0 + ax.count[cmd] * ax.periods[cmd]
                         if not ax.silent:
-                            out.extend(self._answer(ax, cmd, b""))
+                            for arb, data in self._answer(ax, cmd, b""):
+                                out.append(_msg(arb, data))
         return out
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
@@ -477,9 +478,9 @@ class OdriveEmulator(EmulatedDevice):
                         ax.next_due[cmd] = ax.t0 + ax.count[cmd] * p
 
     # -- answers ---------------------------------------------------------------------------------
-    def _reply(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
+    def _reply(self, ax: _Axis, cmd: int, data: bytes) -> list[tuple[int, bytes]]:
         # odc.arbitration_id of a node id checked at construction (0..63) and a command id (0..31)
-        return [_msg((ax.node_id << 5) | cmd, data)]
+        return [((ax.node_id << 5) | cmd, data)]
 
     def _motor_pos_vel(self, ax: _Axis) -> tuple[float, float]:
         q, qd, _tau = self.plant.measure_joint(ax.cfg.joint)
@@ -522,8 +523,9 @@ class OdriveEmulator(EmulatedDevice):
                                     encoder_error_flag=bool(e & _FLAGS_05[1]),
                                     controller_error_flag=bool(e & _FLAGS_05[2]))
 
-    def _answer(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
-        """The message ``cmd`` of axis ``ax`` (cyclic broadcast or answer to a request)."""
+    def _answer(self, ax: _Axis, cmd: int, data: bytes) -> list[tuple[int, bytes]]:
+        """The message ``cmd`` of axis ``ax`` (cyclic broadcast or answer to a request), as
+        ``(arbitration_id, data)`` pairs (no frame or one)."""
         fw06 = self.firmware == "0.6"
         if cmd == odc.Cmd.HEARTBEAT:
             return self._reply(ax, cmd, self._heartbeat(ax))
@@ -570,12 +572,26 @@ class OdriveEmulator(EmulatedDevice):
     def on_frame(self, msg: can.Message, t_s: float) -> list[can.Message] | None:
         if msg.is_extended_id or msg.is_error_frame:
             return None
-        node, cmd = msg.arbitration_id >> 5, msg.arbitration_id & 0x1F
+        remote = msg.is_remote_frame
+        r = self._on(msg.arbitration_id, b"" if remote else bytes(msg.data), remote, t_s)
+        return r if not r else [_msg(arb, data) for arb, data in r]
+
+    #: on_fields answers as on_frame does (one path, :meth:`_on`)
+    fields_native = True
+
+    def on_fields(self, arb: int, data: bytes, remote_dlc: int | None, t_s: float) -> list[tuple[int, bytes]] | None:
+        remote = remote_dlc is not None
+        return self._on(arb, b"" if remote else bytes(data), remote, t_s)
+
+    def _on(self, arb: int, data: bytes, remote: bool, t_s: float) -> list[tuple[int, bytes]] | None:
+        """A classic frame with a standard id (a data frame carrying ``data``, or a remote frame)
+        received at ``t_s``: the answer as ``(arbitration_id, data)`` pairs, ``None`` when it is
+        not addressed to an axis here (nothing changed)."""
+        node, cmd = arb >> 5, arb & 0x1F
         with self._lock:
             ax = self._axes.get(node)
             if ax is None or ax.silent:
                 return None
-            remote = msg.is_remote_frame
             # what follows may change the axes' timers; a request or a Set_Input_Torque only
             # feeds the watchdog (its expiry moves later): the kept next event stays while it
             # was not this expiry
@@ -585,7 +601,6 @@ class OdriveEmulator(EmulatedDevice):
                         and not kept < ax.last_feed_t + ax.cfg.watchdog_timeout_s)):
                 self._timers_changed()
             ax.last_feed_t = t_s           # any frame for the axis feeds the watchdog
-            data = b"" if remote else bytes(msg.data)
             try:
                 if remote:
                     return self._answer(ax, cmd, data) if cmd in self._rtr else []
@@ -624,7 +639,7 @@ class OdriveEmulator(EmulatedDevice):
             ax.commands += 1
         self._apply(ax)
 
-    def _command(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
+    def _command(self, ax: _Axis, cmd: int, data: bytes) -> list[tuple[int, bytes]]:
         C = odc.Cmd
         fw06 = self.firmware == "0.6"
         if not fw06 and not data and cmd in self._rtr:
@@ -690,7 +705,7 @@ class OdriveEmulator(EmulatedDevice):
                 self._renumber(ax, node)
         # Get_* ids as data frames, RxSdo (no endpoint table here), unknown ids: ignored
 
-    def _command_05(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
+    def _command_05(self, ax: _Axis, cmd: int, data: bytes) -> list[tuple[int, bytes]]:
         if cmd in (odc.Cmd05.GET_ADC_VOLTAGE, odc.Cmd05.GET_CONTROLLER_ERROR):
             return self._answer(ax, cmd, data)          # answered on any frame
         if cmd == odc.Cmd05.SET_LINEAR_COUNT:
