@@ -251,15 +251,10 @@ class CanTransport:
         arb = 0
         fb = self._fields_bus
         try:
-            if fb is not None and not self._fd:
-                # the same frames handed over as fields (a payload over 8 bytes: as a message)
-                send_fields = fb.send_fields
-                for arb, data, remote_dlc in frames:
-                    if remote_dlc is None and len(data) > 8:
-                        send(message(arb, data, False, None), timeout=timeout)
-                    else:
-                        send_fields(arb, data, remote_dlc)
-                    self.frames_sent += 1
+            if fb is not None and not self._fd and all(r is not None or len(d) <= 8 for _, d, r in frames):
+                # the same frames handed over as fields, in one call (classic frames only)
+                fb.send_fields(frames)
+                self.frames_sent += len(frames)
                 return
             for arb, data, remote_dlc in frames:
                 send(message(arb, data, False, remote_dlc), timeout=timeout)

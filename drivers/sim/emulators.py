@@ -124,6 +124,11 @@ class EmulatedDevice:
     #: driver hands over as fields (:meth:`InlineBus.send_fields`) without a message per frame
     fields_native: bool = False
 
+    def on_timer_fields(self, t_s: float) -> list[tuple[int, bytes]]:
+        """:meth:`on_timer` with the frames sent as ``(arbitration_id, data)`` pairs of data
+        frames with standard ids (only for a device with :attr:`fields_native`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not send frames as fields")
+
     def on_fields(self, arb: int, data: bytes, remote_dlc: int | None, t_s: float) -> list[tuple[int, bytes]] | None:
         """:meth:`on_frame` of a classic frame with a standard id, given as its fields: a data
         frame carrying ``data`` (``remote_dlc`` None) or a remote frame requesting ``remote_dlc``
@@ -249,6 +254,8 @@ class EmulatorHost:
         p = float(poll_s)
         if not math.isfinite(p) or p <= 0:
             raise ConfigError(f"must be > 0, got {poll_s!r}", field="poll_s")
+        #: per device, whether it is served from fields (its bus is one of _fields_buses)
+        self._dev_fields = [id(b) in self._fields_buses for b in self._dev_bus]
         self._plant = plant
         self._now = now
         self._latency = lat
@@ -315,11 +322,13 @@ class EmulatorHost:
         self._thread.start()
 
     # -- event processing (serving thread, or handle() when not threaded) ----------
-    def _advance(self, t: float, emit) -> None:
+    def _advance(self, t: float, emit, fields: bool = False) -> None:
         """Process every timed device event due up to ``t``, then advance the plant to ``t``
         (cyclic broadcasts more than :data:`STALE_BROADCAST_S` late are dropped, see
         :meth:`EmulatedDevice.drop_stale_broadcasts`: by the serving thread, and by an inline
-        host whose driver did not send or receive for that long)."""
+        host whose driver did not send or receive for that long).  ``fields``: inline serving,
+        whose devices on a fields bus send their timed frames as fields (to the bus at once,
+        not through ``emit``)."""
         plant = self._plant
         devices = self._devices
         t_plant = plant.t_s
@@ -360,6 +369,14 @@ class EmulatorHost:
                 break
             # an event due within _TIME_EPS_S after t is handled at t (before any frame at t)
             plant.advance_to(min(max(te, plant.t_s), t))
+            if fields and self._dev_fields[k]:
+                pairs = devices[k].on_timer_fields(te)
+                if pairs:
+                    deliver = self._dev_bus[k].deliver
+                    for a, d in pairs:
+                        deliver(a, d)
+                    self.frames_out += len(pairs)
+                continue
             frames = devices[k].on_timer(te)
             if frames:
                 emit(frames, self._dev_bus[k])
@@ -508,7 +525,7 @@ class EmulatorHost:
                     else:
                         break
             if idle:
-                self._advance(self._now(), self._queue)        # _process of no frame
+                self._advance(self._now(), self._queue, True)        # _process of no frame
         except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like the thread's
             self._error = err
             self._failed = True
@@ -546,12 +563,14 @@ class EmulatorHost:
             self._failed = True
         return True
 
-    def serve_fields(self, arb: int, data: bytes, remote_dlc: int | None, end) -> bool:
-        """:meth:`serve_sent` of a classic frame with a standard id given as its fields (see
-        :meth:`EmulatedDevice.on_fields`), sent on ``end``, an :class:`InlineBus`'s device end
-        whose devices are all :attr:`~EmulatedDevice.fields_native`: the devices answer with
-        fields, delivered without a message per frame.  Returns False, doing nothing, where
-        :meth:`serve_sent` would, or for another bus (the caller sends the frame as a message)."""
+    def serve_fields(self, frames, end) -> bool:
+        """:meth:`serve_sent` of each of ``frames``, classic frames with standard ids given as
+        ``(arbitration_id, data, remote_dlc)`` (see :meth:`EmulatedDevice.on_fields`), sent one
+        after the other on ``end``, an :class:`InlineBus`'s device end whose devices are all
+        :attr:`~EmulatedDevice.fields_native`: each frame is served at ``now()`` after the timed
+        events due, the devices answer with fields, delivered without a message per frame.
+        Returns False, doing nothing, where :meth:`serve_sent` would, or for another bus (the
+        caller sends the frames as messages)."""
         if not self._inline or not self._started or self._closed or self._failed:
             return False
         key = id(end)
@@ -561,16 +580,27 @@ class EmulatorHost:
             for b in self._buses:
                 if b._peer._tx:
                     return False
+        devices = self._bus_devices[key]
+        one = devices[0].on_fields if len(devices) == 1 else None
+        now, advance, queue, deliver = self._now, self._advance, self._queue, end.deliver
         try:
-            self.frames_in += 1
-            t = self._now()
-            self._advance(t, self._queue)
-            for d in self._bus_devices[key]:
-                r = d.on_fields(arb, data, remote_dlc, t)
-                if r:
-                    for a, dd in r:
-                        end.deliver(a, dd)
-                    self.frames_out += len(r)
+            for arb, data, remote_dlc in frames:
+                self.frames_in += 1
+                t = now()
+                advance(t, queue, True)
+                if one is not None:
+                    r = one(arb, data, remote_dlc, t)
+                    if r:
+                        for a, dd in r:
+                            deliver(a, dd)
+                        self.frames_out += len(r)
+                    continue
+                for d in devices:
+                    r = d.on_fields(arb, data, remote_dlc, t)
+                    if r:
+                        for a, dd in r:
+                            deliver(a, dd)
+                        self.frames_out += len(r)
         except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like pump's
             self._error = err
             self._failed = True
@@ -887,25 +917,26 @@ class InlineBus(can.BusABC):
             self._tx.append(msg)
             host.pump(idle=False)
 
-    def send_fields(self, arb: int, data: bytes, remote_dlc: int | None) -> None:
-        """:meth:`send` of a classic frame with a standard id, given as its fields (a data frame
-        carrying ``data`` when ``remote_dlc`` is None, else a remote frame requesting
-        ``remote_dlc`` bytes): served from the fields when the host can
-        (:meth:`EmulatorHost.serve_fields`), else sent as the message
-        :class:`~drivers.transport.CanTransport` makes of it."""
+    def send_fields(self, frames) -> None:
+        """:meth:`send` of each of ``frames``, classic frames with standard ids given as
+        ``(arbitration_id, data, remote_dlc)`` (a data frame carrying ``data`` when
+        ``remote_dlc`` is None, else a remote frame requesting ``remote_dlc`` bytes), one after
+        the other: served from the fields when the host can (:meth:`EmulatorHost.serve_fields`),
+        else each sent as the message :class:`~drivers.transport.CanTransport` makes of it."""
         if self._is_shutdown:
             raise can.CanOperationError("Cannot operate on a closed bus")
         end = self.device_end
         if not end._open:
             return  # nobody listening (a virtual bus drops it too)
         host = self.host
-        if host is not None and not self._tx and host.serve_fields(arb, data, remote_dlc, end):
+        if host is not None and not self._tx and host.serve_fields(frames, end):
             return
-        if remote_dlc is not None:
-            msg = can.Message(arbitration_id=arb, is_extended_id=False, is_remote_frame=True, dlc=remote_dlc)
-        else:
-            msg = can.Message(0.0, arb, False, False, False, None, None, data, False, True, False)
-        self.send(msg)
+        for arb, data, remote_dlc in frames:
+            if remote_dlc is not None:
+                msg = can.Message(arbitration_id=arb, is_extended_id=False, is_remote_frame=True, dlc=remote_dlc)
+            else:
+                msg = can.Message(0.0, arb, False, False, False, None, None, data, False, True, False)
+            self.send(msg)
 
     def _message_of(self, f: tuple) -> can.Message:
         """The message a device's frame queued as fields (:meth:`_InlineEnd.deliver`) is."""

@@ -101,6 +101,8 @@ def _f32_saturate(x: float) -> float:
 _CL = odc.AxisState.CLOSED_LOOP_CONTROL
 _IDLE = odc.AxisState.IDLE
 _SET_INPUT_TORQUE = int(odc.Cmd.SET_INPUT_TORQUE)
+_GET_ENCODER_ESTIMATES = int(odc.Cmd.GET_ENCODER_ESTIMATES)
+_TORQUE_CONTROL = int(odc.ControlMode.TORQUE_CONTROL)
 #: GPIOs whose ADC voltage ODrive 3.6 reports (``GPIO_COUNT``; ``Get_ADC_Voltage`` ignores others)
 _GPIO_COUNT_05 = 17
 _PERIODIC = ((odc.Cmd.HEARTBEAT, "heartbeat_period_s"),
@@ -390,7 +392,7 @@ class OdriveEmulator(EmulatedDevice):
             try:
                 t_m, tau = _ok.applied_torque(
                     ax.K, plant._qd, ax.cfg.joint,
-                    ax.state == _CL and ax.control_mode == odc.ControlMode.TORQUE_CONTROL, ax.input_torque,
+                    ax.state == _CL and ax.control_mode == _TORQUE_CONTROL, ax.input_torque,
                     ax.torque_lim, ax.current_limit_a, ax.kt, ax.vel_limit_rev_s,
                     ax.params.get("set_vel_gains", _VEL_GAINS_DEFAULT)[0])
             except TypeError:           # the plant's state in arrays of another layout: the Python path
@@ -450,7 +452,10 @@ class OdriveEmulator(EmulatedDevice):
             return t
 
     def on_timer(self, t_s: float) -> list[can.Message]:
-        out: list[can.Message] = []
+        return [_msg(arb, data) for arb, data in self.on_timer_fields(t_s)]
+
+    def on_timer_fields(self, t_s: float) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
         with self._lock:
             self._timers_changed()
             for ax in self._axes.values():
@@ -463,8 +468,7 @@ class OdriveEmulator(EmulatedDevice):
                         ax.count[cmd] += 1
                         ax.next_due[cmd] = ax.t0 + ax.count[cmd] * ax.periods[cmd]
                         if not ax.silent:
-                            for arb, data in self._answer(ax, cmd, b""):
-                                out.append(_msg(arb, data))
+                            out.extend(self._answer(ax, cmd, b""))
         return out
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
@@ -602,8 +606,16 @@ class OdriveEmulator(EmulatedDevice):
                 self._timers_changed()
             ax.last_feed_t = t_s           # any frame for the axis feeds the watchdog
             try:
+                # a cycle's frames first: the request of the estimates (both generations answer
+                # it) and Set_Input_Torque (no generation's request), what _answer and _command
+                # do for them
                 if remote:
+                    if cmd == _GET_ENCODER_ESTIMATES:
+                        return [(arb, self._estimates(ax))]
                     return self._answer(ax, cmd, data) if cmd in self._rtr else []
+                if cmd == _SET_INPUT_TORQUE:
+                    self._set_torque(ax, odc.decode_set_input_torque(data))
+                    return []
                 return self._command(ax, cmd, data)
             except (DecodeError, DriverError, ValueError, OverflowError, struct.error):
                 # a frame the firmware cannot read (or an answer that cannot be encoded): dropped
@@ -635,7 +647,7 @@ class OdriveEmulator(EmulatedDevice):
 
     def _set_torque(self, ax: _Axis, t_m: float) -> None:
         ax.input_torque = t_m
-        if ax.state == _CL and ax.control_mode == odc.ControlMode.TORQUE_CONTROL:
+        if ax.state == _CL and ax.control_mode == _TORQUE_CONTROL:
             ax.commands += 1
         self._apply(ax)
 
