@@ -468,7 +468,10 @@ class OdriveEmulator(EmulatedDevice):
                         ax.count[cmd] += 1
                         ax.next_due[cmd] = ax.t0 + ax.count[cmd] * ax.periods[cmd]
                         if not ax.silent:
-                            out.extend(self._answer(ax, cmd, b""))
+                            if cmd == _GET_ENCODER_ESTIMATES:      # what _answer does for it
+                                out.append(((ax.node_id << 5) | cmd, self._estimates(ax)))
+                            else:
+                                out.extend(self._answer(ax, cmd, b""))
         return out
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
@@ -516,7 +519,13 @@ class OdriveEmulator(EmulatedDevice):
         return odc.encode_encoder_estimates(*self._motor_pos_vel(ax))
 
     def _applied_motor_torque(self, ax: _Axis) -> float:
-        return float(ax.cfg.mapping.joint_to_motor_torque(self.plant.applied_torque_nm[ax.cfg.joint]))
+        # JointMapping.joint_to_motor_torque of the joint's applied torque (Plant.applied_torque_nm)
+        # on floats: the same operations in the same order, the same value, without the arrays
+        plant = self.plant
+        with plant._lock:
+            tau = float(plant._tau_applied[ax.cfg.joint])
+        mp = ax.cfg.mapping
+        return float(mp.sign * tau / (mp.gear_ratio * mp.efficiency))
 
     def _heartbeat(self, ax: _Axis) -> bytes:
         if self.firmware == "0.6":
