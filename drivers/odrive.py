@@ -70,6 +70,7 @@ __all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build
 
 _TWO_PI = 2.0 * math.pi
 _CLOSED_LOOP = int(AxisState.CLOSED_LOOP_CONTROL)
+_GET_ENCODER_ESTIMATES = int(Cmd.GET_ENCODER_ESTIMATES)
 _FEEDBACK_MODES = ("broadcast", "rtr")
 #: enable(): an axis still IDLE (no error) this long after Set_Axis_State gets the request again [s]
 _STATE_RETRY_S = 0.05
@@ -362,7 +363,7 @@ class OdriveCanDriver(TransportDriver):
             return
         self._seen[j] = True
         try:
-            if cmd == Cmd.GET_ENCODER_ESTIMATES:
+            if cmd == _GET_ENCODER_ESTIMATES:
                 # one compiled call (drivers._odrive_kernels: the same values); a frame it
                 # declines takes the codec's path below, which raises its DecodeError
                 if type(data) is bytes and _ok.decode_encoder_estimates(data, self._kC, j, self._q, self._qd):
