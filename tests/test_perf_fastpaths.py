@@ -766,3 +766,54 @@ def test_inline_bus_frames_queued_as_fields_read_as_messages():
     assert f == message_fields(can.Message(f[2], 0x8, False, False, False, "t", None, b"", False, True))
     assert bus.recv_fields(0.0) is None
     bus.shutdown()
+
+
+def test_plant_step_min_changes_nothing_on_the_lockstep_clock(tmp_path):
+    """``[driver.emulator] plant_step_min_s``: on a lock-step clock a cycle's frames come at one loop
+    time and the cycles a period apart, so a step below the period gives the default's log."""
+    path = RUNS / "stewart_motion.toml"
+    res_a, log_a, _ = _short_run(path, {}, tmp_path / "a", 0.05)
+    res_b, log_b, drv_b = _short_run(path, {"driver.emulator.plant_step_min_s": 2.5e-4}, tmp_path / "b", 0.05)
+    assert drv_b.hosts[0]._plant_step_min == 2.5e-4
+    assert res_a.status == res_b.status == "completed" and res_a.n_cycles == res_b.n_cycles
+    for name in log_a.dtype.names:
+        if name not in ("compute_s", "lateness_s"):
+            np.testing.assert_array_equal(log_a[name], log_b[name], err_msg=name)
+
+
+def test_plant_step_min_leaves_the_plant_behind_by_less_than_it():
+    """A frame less than plant_step_min_s after the plant's time is served on the plant where it is;
+    one at or past it brings the plant to the clock; timed events still at their due time; a bad
+    value is refused."""
+    from drivers.codecs import odrive as odc
+    from drivers.sim.emulators import EmulatorHost, InlineBus
+    from drivers.sim.odrive_emulator import OdriveAxisConfig, OdriveEmulator
+    from dynamics.errors import ConfigError
+    from dynamics.toy_models import PlanarTwoLink
+
+    plant = SimulatedPlant(PlanarTwoLink(g=0.0), q0=[0.1, -0.2])
+    emu = OdriveEmulator([OdriveAxisConfig(3, 0, heartbeat_period_s=None, encoder_period_s=0.01)])
+    clock = [0.0]
+    bus = InlineBus("t")
+    with pytest.raises(ConfigError, match="plant_step_min_s"):
+        EmulatorHost(bus.device_end, [emu], plant, lambda: clock[0], serve="inline", plant_step_min_s=-1.0)
+    host = EmulatorHost(bus.device_end, [emu], plant, lambda: clock[0], serve="inline", plant_step_min_s=2e-4)
+    bus.host = host
+    rtr = (odc.arbitration_id(3, odc.Cmd.GET_ENCODER_ESTIMATES), b"", 8)
+    bus.send_fields([rtr])
+    assert plant.t_s == 0.0 and bus.recv_fields(0.0) is not None          # the broadcast due at 0
+    while bus.recv_fields(0.0) is not None:
+        pass
+    # the broadcast due at 0.01 is sent at its time, the plant there; 0.0101 is less than the
+    # step after it
+    for t, t_plant, frames in ((1.5e-4, 0.0, 1), (1.99e-4, 0.0, 1), (2.5e-4, 2.5e-4, 1), (3e-4, 2.5e-4, 1),
+                               (0.0101, 0.01, 2), (0.0105, 0.0105, 1)):
+        clock[0] = t
+        bus.send_fields([rtr])
+        assert plant.t_s == pytest.approx(t_plant, abs=1e-12), t
+        got = []
+        while (f := bus.recv_fields(0.0)) is not None:
+            got.append(f)
+        assert len(got) == frames, t
+    host.close()
+    bus.shutdown()

@@ -175,6 +175,14 @@ class EmulatorHost:
         this often).
     own_bus : bool
         Shut the bus(es) down in :meth:`close`.
+    plant_step_min_s : float
+        0 (default): the plant is brought up to ``now()`` for every frame and idle poll.  Else a
+        frame or poll less than this [s] of loop time after the plant's time leaves the plant
+        there: the answer reads its state up to that old, a command acts from the plant's time
+        (what a drive sampling and applying on its control tick does).  Timed events are still
+        processed at their due time.  On a lock-step clock a cycle's frames come at one loop
+        time, so it changes nothing there; on a wall clock it bounds the plant steps per cycle
+        (each frame's own step otherwise: a few tens per cycle for six axes).
     start : bool
         Start the thread immediately (else call :meth:`start`).
     serve : {"thread", "inline"}
@@ -204,7 +212,7 @@ class EmulatorHost:
 
     def __init__(self, bus, devices, plant: Plant,
                  now: Callable[[], float], *, reply_latency_s: float = 0.0, poll_s: float = 0.001,
-                 own_bus: bool = False, start: bool = True, serve: str = "thread"):
+                 own_bus: bool = False, start: bool = True, serve: str = "thread", plant_step_min_s: float = 0.0):
         if serve not in ("thread", "inline"):
             raise ConfigError(f"must be 'thread' or 'inline', got {serve!r}", field="serve")
         if serve == "inline" and float(reply_latency_s) != 0.0:
@@ -254,6 +262,12 @@ class EmulatorHost:
         p = float(poll_s)
         if not math.isfinite(p) or p <= 0:
             raise ConfigError(f"must be > 0, got {poll_s!r}", field="poll_s")
+        h = float(plant_step_min_s)
+        if not math.isfinite(h) or h < 0:
+            raise ConfigError(f"must be finite and >= 0, got {plant_step_min_s!r}", field="plant_step_min_s")
+        #: a frame or an idle poll less than this after the plant's time leaves the plant where it
+        #: is (0: the plant is brought to now() at every one)
+        self._plant_step_min = h
         #: per device, whether it is served from fields (its bus is one of _fields_buses)
         self._dev_fields = [id(b) in self._fields_buses for b in self._dev_bus]
         self._plant = plant
@@ -343,7 +357,7 @@ class EmulatorHost:
             if key == self._quiet_key and t + _TIME_EPS_S < self._quiet_t:
                 # no device changed since the next event was found, and it is not due
                 # (drop_stale_broadcasts does not move the plant: t_plant is its time)
-                if not t <= t_plant:
+                if not t <= t_plant + self._plant_step_min:
                     plant.advance_to(t)
                 return
         one = devices[0] if len(devices) == 1 else None
@@ -380,7 +394,9 @@ class EmulatorHost:
             frames = devices[k].on_timer(te)
             if frames:
                 emit(frames, self._dev_bus[k])
-        if not t <= plant.t_s:       # else advance_to does nothing (NaN and inf go on: it refuses them)
+        # else advance_to does nothing (NaN and inf go on: it refuses them), or the step is shorter
+        # than plant_step_min_s
+        if not t <= plant.t_s + self._plant_step_min:
             plant.advance_to(t)
 
     def _process(self, msg: can.Message | None, bus, emit) -> None:
