@@ -817,3 +817,39 @@ def test_plant_step_min_leaves_the_plant_behind_by_less_than_it():
         assert len(got) == frames, t
     host.close()
     bus.shutdown()
+
+
+def test_inline_receive_ends_when_the_loop_clock_does_not_move():
+    """A receive with a time out on an inline bus: on a frozen (lock-step) loop clock nothing can
+    come, so it returns None after one wait instead of sleeping the time out away; on a clock that
+    moves, the broadcast falling due meanwhile is received; a host that does not serve: the whole
+    time out is waited, as on a bus nobody answers."""
+    import time as _time
+
+    from drivers.codecs import odrive as odc
+    from drivers.sim.emulators import EmulatorHost, InlineBus
+    from drivers.sim.odrive_emulator import OdriveAxisConfig, OdriveEmulator
+    from dynamics.toy_models import PlanarTwoLink
+
+    plant = SimulatedPlant(PlanarTwoLink(g=0.0), q0=[0.1, -0.2])
+    emu = OdriveEmulator([OdriveAxisConfig(3, 0, heartbeat_period_s=None, encoder_period_s=0.002)])
+    start = [None]          # None: a lock-step clock at 0; else the wall time it counts from
+
+    def now():
+        return 0.0 if start[0] is None else _time.monotonic() - start[0]
+    bus = InlineBus("t")
+    host = EmulatorHost(bus.device_end, [emu], plant, now, serve="inline")
+    bus.host = host
+    while bus.recv(0.0) is not None:          # the broadcast due at 0
+        pass
+    t0 = _time.monotonic()
+    assert bus.recv(0.5) is None
+    assert _time.monotonic() - t0 < 0.1       # one wait (the next event's delay), not 0.5 s
+    start[0] = _time.monotonic()              # a wall clock from now on
+    m = bus.recv(0.5)
+    assert m is not None and m.arbitration_id == odc.arbitration_id(3, odc.Cmd.GET_ENCODER_ESTIMATES)
+    host.close()
+    t0 = _time.monotonic()
+    assert bus.recv(0.05) is None             # not served: the time out is waited
+    assert _time.monotonic() - t0 >= 0.045
+    bus.shutdown()

@@ -546,6 +546,10 @@ class EmulatorHost:
             self._error = err
             self._failed = True
 
+    def now(self) -> float:
+        """The loop clock's time [s] (what the devices are served at)."""
+        return self._now()
+
     def next_event_delay_s(self) -> float:
         """Loop-clock time [s] until the devices' next timed event (a broadcast, a watchdog),
         ``inf`` when none; <= 0 when one is due."""
@@ -912,6 +916,8 @@ class InlineBus(can.BusABC):
         #: the serving host (``None``: not attached yet; frames wait in the channel)
         self.host = host
         self.device_end = _InlineEnd(self)
+        #: the last wait of _recv_internal found the loop clock where it was before (lock-step)
+        self._frozen = False
         super().__init__(channel=channel, can_filters=can_filters, **kwargs)
 
     def _check_open(self) -> None:
@@ -992,6 +998,19 @@ class InlineBus(can.BusABC):
                     return None
                 f = rx.popleft()
                 return self._message_of(f) if type(f) is tuple else f
+            if timeout is not None:
+                # BusABC.recv's loop over _recv_internal, ended by a wait the loop clock did not
+                # move in: a lock-step clock does not move while its loop waits here, so no timed
+                # event falls due and nothing comes; the rest of the time out would be slept in vain
+                start = time.monotonic()
+                left = timeout
+                while True:
+                    msg, _ = self._recv_internal(left)
+                    if msg is not None or self._frozen:
+                        return msg
+                    left = timeout - (time.monotonic() - start)
+                    if left <= 0:
+                        return None
         return super().recv(timeout)
 
     def _recv_internal(self, timeout: float | None):
@@ -1007,16 +1026,19 @@ class InlineBus(can.BusABC):
                 # until the next event falls due (a wall clock moves meanwhile; a lock-step
                 # clock does not, and the waits add up to the time out), and serve it then
                 # (BusABC.recv calls again while time is left)
+                self._frozen = False
                 if timeout is None or timeout > 0:
                     wait = 0.005 if timeout is None else timeout
                     if host is not None:
                         wait = min(wait, max(host.next_event_delay_s(), _INLINE_WAIT_MIN_S))
+                        t0 = host.now()
                     time.sleep(wait)
                     if host is not None:
                         host.pump()
                         if rx:
                             f = rx.popleft()
                             return (self._message_of(f) if type(f) is tuple else f), False
+                        self._frozen = host.now() == t0 and host.running
                 return None, False
         f = rx.popleft()
         return (self._message_of(f) if type(f) is tuple else f), False
