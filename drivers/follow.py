@@ -301,9 +301,11 @@ class TorqueFollow:
     t_max_nm : sequence of float
         Each joint's deliverable torque [N m | N] (joint side).
     config : FollowConfig
+    step : callable, optional
+        :func:`follow_step` compiled (a driver's kernels); default: the plain Python rule.
     """
 
-    def __init__(self, t_max_nm: Sequence[float], config: FollowConfig = FollowConfig()):
+    def __init__(self, t_max_nm: Sequence[float], config: FollowConfig = FollowConfig(), *, step=None):
         if config.tol_nm is None:
             # a drive's reported torque is finer than the MIT fields' 12 bits (ODrive float32,
             # CiA 402 per mille of the rated torque, Dynamixel ~3 mA): a quarter of their 1 %
@@ -312,6 +314,9 @@ class TorqueFollow:
             self.monitor._f[M_TOL] = [TORQUE_ONLY_TOL * t for t in tmax]
         else:
             self.monitor = FollowMonitor(t_max_nm, config)
+        if step is not None:
+            # the rule compiled by the driver's own kernels (the same function)
+            self.monitor._step = step
         n = self.monitor.n
         # the step's arguments, filled in place every cycle: fresh replies, their values and raw
         # fields, the commands (only the torque row, 4, is not zero)
