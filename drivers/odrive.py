@@ -69,6 +69,8 @@ __all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build
            "capabilities_ascii", "deliverable_torque_nm", "DEFAULT_CURRENT_LIMIT_A"]
 
 _TWO_PI = 2.0 * math.pi
+_CLOSED_LOOP = int(AxisState.CLOSED_LOOP_CONTROL)
+_GET_ENCODER_ESTIMATES = int(Cmd.GET_ENCODER_ESTIMATES)
 _FEEDBACK_MODES = ("broadcast", "rtr")
 #: enable(): an axis still IDLE (no error) this long after Set_Axis_State gets the request again [s]
 _STATE_RETRY_S = 0.05
@@ -243,9 +245,11 @@ class OdriveCanDriver(TransportDriver):
             self._kC[_ok.C_KT, j], self._kC[_ok.C_EFF, j] = m.torque_constant_nm_per_a, m.efficiency
         self._tx = np.zeros((n, 8), dtype=np.uint8)
         self._tx_f32 = self._tx.view(np.float32) if sys.byteorder == "little" else None
-        self._q = np.full(n, np.nan)
-        self._qd = np.full(n, np.nan)
-        self._tau = np.full(n, np.nan)
+        # the measurements, in one array (a cycle's Feedback copies it once): q, qd, tau
+        self._meas = np.full(3 * n, np.nan)
+        self._q = self._meas[:n]
+        self._qd = self._meas[n:2 * n]
+        self._tau = self._meas[2 * n:]
         self._axis_error = np.zeros(n, dtype=np.int64)
         self._axis_state = np.zeros(n, dtype=np.int64)       # UNDEFINED until a heartbeat
         self._hb_time = np.full(n, -np.inf)                 # monotonic time of the last heartbeat
@@ -263,7 +267,7 @@ class OdriveCanDriver(TransportDriver):
         self.cycles = 0
         follow = FollowConfig() if follow is None else follow
         if torque_feedback != "none" and follow.enabled:
-            self.follow = TorqueFollow([ax.torque_capability_nm() for ax in axes], follow)
+            self.follow = TorqueFollow([ax.torque_capability_nm() for ax in axes], follow, step=_ok.follow_step)
 
     # ------------------------------------------------------------------
     @property
@@ -359,7 +363,7 @@ class OdriveCanDriver(TransportDriver):
             return
         self._seen[j] = True
         try:
-            if cmd == Cmd.GET_ENCODER_ESTIMATES:
+            if cmd == _GET_ENCODER_ESTIMATES:
                 # one compiled call (drivers._odrive_kernels: the same values); a frame it
                 # declines takes the codec's path below, which raises its DecodeError
                 if type(data) is bytes and _ok.decode_encoder_estimates(data, self._kC, j, self._q, self._qd):
@@ -424,16 +428,20 @@ class OdriveCanDriver(TransportDriver):
                 f"({self._where('reply_timeout_s')}); {how}")
 
     def _feedback(self) -> Feedback:
+        n = self.n_joints
+        fresh = self._fresh.copy()
         info = dict(self._stats)
-        info["missing"] = int(self.n_joints - self._fresh.sum())
+        info["missing"] = n - int(np.count_nonzero(fresh))
         if info["missing"]:
             info["hint"] = self.stale_hint()
         info["axis_state"] = self._axis_state.copy()
         info["heartbeat_age_s"] = time.monotonic() - self._hb_time
-        tau = self._tau.copy() if self.torque_feedback != "none" else np.full(self.n_joints, np.nan)
-        return Feedback(t_s=float(self._now()), position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
-                        torque_nm=tau, fault=self._axis_error.copy(), fresh=self._fresh.copy(),
-                        enabled=self._axis_state == int(AxisState.CLOSED_LOOP_CONTROL), info=info)
+        # the three measurement vectors: views of one copy
+        a = self._meas.copy()
+        if self.torque_feedback == "none":
+            a[2 * n:] = np.nan
+        return Feedback(float(self._now()), a[:n], a[n:2 * n], a[2 * n:], self._axis_error.copy(), fresh,
+                        self._axis_state == _CLOSED_LOOP, info)
 
     def _request_feedback(self) -> None:
         # the requests' (transport, id, DLC), per axis Get_Encoder_Estimates then the torque

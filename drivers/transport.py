@@ -27,7 +27,7 @@ from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from dynamics.errors import CommsError, CommsTimeoutError, DriverError
 
-__all__ = ["Frame", "BusLike", "CanTransport", "group_by_bus", "recv_any", "recv_any_fields", "recv_queued_fields",
+__all__ = ["Frame", "BusLike", "CanTransport", "group_by_bus", "message_fields", "recv_any", "recv_any_fields", "recv_queued_fields",
            "rehearsal_address"]
 
 
@@ -132,10 +132,16 @@ class CanTransport:
         self.error_frames = 0
         self._closed = False
         self._can = _import_can()
+        #: the bus' channel of frame fields (``send_fields`` / ``recv_fields``, no python-can
+        #: message per frame: an in-process emulator's bus, ``fields_channel = True``), or None;
+        #: decided here, once (a bus wrapped by another, e.g. a fault injector, has none)
+        self._fields_bus = None
         if bus is not None:
             if not isinstance(bus, BusLike):
                 raise CommsError(f"{self.name}: object {bus!r} has no send/recv/shutdown")
             self._bus = bus
+            if getattr(type(bus), "fields_channel", False) is True:
+                self._fields_bus = bus
             return
         if not interface or not isinstance(interface, str):
             raise CommsError("CanTransport needs an interface name or an open bus")
@@ -243,7 +249,13 @@ class CanTransport:
         message = self._message
         timeout = self.send_timeout_s
         arb = 0
+        fb = self._fields_bus
         try:
+            if fb is not None and not self._fd and all(r is not None or len(d) <= 8 for _, d, r in frames):
+                # the same frames handed over as fields, in one call (classic frames only)
+                fb.send_fields(frames)
+                self.frames_sent += len(frames)
+                return
             for arb, data, remote_dlc in frames:
                 send(message(arb, data, False, remote_dlc), timeout=timeout)
                 self.frames_sent += 1
@@ -296,20 +308,25 @@ class CanTransport:
         """
         if self._closed:
             raise CommsError(f"{self.name}: transport is closed")
+        fb = self._fields_bus
         try:
+            if fb is not None:
+                f = fb.recv_fields(timeout_s)
+                if f is None:
+                    return None
+                self.frames_received += 1
+                if f[3]:
+                    self.error_frames += 1
+                return f
             msg = self._bus.recv(timeout=timeout_s)
         except (self._can.CanError, OSError, ValueError) as err:
             raise CommsError(f"{self.name}: receive failed: {err}") from err
         if msg is None:
             return None
         self.frames_received += 1
-        error = bool(msg.is_error_frame)
-        if error:
+        if msg.is_error_frame:
             self.error_frames += 1
-        remote = bool(msg.is_remote_frame)
-        data = msg.data
-        return (msg.arbitration_id, bytes(data) if data is not None else b"", float(msg.timestamp or 0.0),
-                error, remote, bool(msg.is_extended_id), msg.dlc if remote else None)
+        return message_fields(msg)
 
     def drain(self, max_frames: int = 100_000) -> int:
         """Discard every frame already queued; return how many were dropped."""
@@ -392,6 +409,15 @@ def recv_any_fields(transports: Sequence[CanTransport], timeout_s: float,
         f = transports[0].recv_fields(min(remaining, slice_s))
         if f is not None:
             return 0, f
+
+
+def message_fields(msg) -> tuple:
+    """A python-can message's fields as :meth:`CanTransport.recv_fields` gives them:
+    ``(arbitration_id, data, timestamp, is_error_frame, is_remote, is_extended_id, dlc)``."""
+    remote = bool(msg.is_remote_frame)
+    data = msg.data
+    return (msg.arbitration_id, bytes(data) if data is not None else b"", float(msg.timestamp or 0.0),
+            bool(msg.is_error_frame), remote, bool(msg.is_extended_id), msg.dlc if remote else None)
 
 
 def recv_queued_fields(transports: Sequence[CanTransport]) -> list[tuple[int, tuple]]:

@@ -12,6 +12,7 @@ is refused the same way.
 from __future__ import annotations
 
 import copy
+import json
 import math
 from pathlib import Path
 
@@ -216,26 +217,38 @@ def test_offset_rad_on_a_prismatic_joint_is_refused_naming_offset_m(tmp_path, ca
 # ---------------------------------------------------------------------------
 # acceptance: with gear 100 and 400 Hz it runs, on both clocks
 # ---------------------------------------------------------------------------
-#: the wall clock at 400 Hz: six emulated ODrive axes (emulator threads, Python per frame) in one
-#: process.  It completes from the shell on an idle 2-core VM (0-6 % of the 2.5 ms deadlines
-#: missed, 2026-11-29), but after one stall of the process of 10-25 ms (the VM's, measured by an
-#: idle probe) the 8 mrad tracking limit can trip in the burst of late cycles that follows; the
-#: emulated ODrive path's speed is issue 38's work.  Non-strict: an XPASS says it held
-_WALL_ODRIVE_400HZ = pytest.mark.xfail(reason="emulated 6-axis ODrive path on the wall clock at 400 Hz: a "
-                                       "10-25 ms stall of the VM trips the tracking limit (issue 38)",
-                                       strict=False)
+#: the wall clock at 400 Hz with the loop's documented real-time settings (SCHED_FIFO 80, CPU 1,
+#: frozen GC, as every shipped hardware config has): the emulated drives are then served in the
+#: loop's thread (controller.app.run.sim_driver_section), and the run held every deadline at a
+#: load of 3-4.6 on the 2-core VM (4 runs, 2026-11-29)
+REALTIME = ["--set", "loop.realtime.sched_fifo_priority=80", "--set", "loop.realtime.cpu=1",
+            "--set", "loop.realtime.freeze_gc=true"]
+#: the same without the real-time settings: the emulators in their own thread, the loop an
+#: ordinary process: it completes on an idle machine (0-6 % of the 2.5 ms deadlines missed),
+#: but at a load of 3.5 it stopped on its overrun rule in 3 of 3 runs.  Non-strict: an XPASS
+#: says it held
+_WALL_NOT_REALTIME = pytest.mark.xfail(reason="the wall clock at 400 Hz without [loop.realtime]: an ordinary "
+                                       "process on a shared 2-core machine misses deadlines", strict=False)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("clock", ["lockstep", pytest.param("wall", marks=[pytest.mark.exclusive,
-                                                                            _WALL_ODRIVE_400HZ])])
+@pytest.mark.parametrize("clock", ["lockstep", pytest.param("wall", marks=pytest.mark.exclusive),
+                                   pytest.param("wall-not-realtime", marks=[pytest.mark.exclusive,
+                                                                            _WALL_NOT_REALTIME])])
 def test_geared_ur20_completes_on_both_clocks(tmp_path, clock, capsys):
     cfg = UR20 / "ur20_odrive_geared.toml"
     assert main(["check", str(cfg)]) == 0
     out = tmp_path / clock
-    rc = main(["run", str(cfg), "-o", str(out), "--no-plots", "--no-progress", "--set", f'loop.clock="{clock}"'])
+    more = REALTIME if clock == "wall" else []
+    rc = main(["run", str(cfg), "-o", str(out), "--no-plots", "--no-progress", "--set",
+               f'loop.clock="{clock.split("-")[0]}"', *more])
     text = capsys.readouterr().out
+    if clock == "wall" and "not applied" in text:
+        pytest.skip(f"environment: a real-time setting could not be applied here: {text[-400:]}")
     assert rc == 0, text
     assert "COMPLETED" in text
+    if clock == "wall":
+        meta = json.loads((out / "meta.json").read_text())
+        assert meta["result"]["timing"]["missed_deadlines"] <= 8, meta["result"]["timing"]   # <= 1 % of 802
     log = np.load(out / "log.npy")
     assert np.max(np.abs(log["err[shoulder]"])) < 0.01         # rad: it follows, it does not fall

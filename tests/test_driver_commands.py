@@ -57,13 +57,16 @@ def _count_writes(drv, monkeypatch) -> list:
     sent: list = []
     for t in drv.transports:
         low = getattr(t, "_bus", None) or getattr(t, "_port", t)
-        name = "send" if hasattr(t, "_bus") else "write"
-        orig = getattr(low, name)
+        names = ["send"] if hasattr(t, "_bus") else ["write"]
+        if getattr(t, "_fields_bus", None) is not None:
+            names.append("send_fields")     # an in-process emulator's bus: frames handed over as fields
+        for name in names:
+            orig = getattr(low, name)
 
-        def wrapped(*a, _orig=orig, **k):
-            sent.append(a)
-            return _orig(*a, **k)
-        monkeypatch.setattr(low, name, wrapped)
+            def wrapped(*a, _orig=orig, **k):
+                sent.append(a)
+                return _orig(*a, **k)
+            monkeypatch.setattr(low, name, wrapped)
     return sent
 
 

@@ -646,3 +646,210 @@ def test_compiled_serial_plant_step_equals_python_step(robot, kw):
     a, b = drive(fast), drive(slow)
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
     assert np.ptp(a[:, :n], axis=0).max() > 5e-3          # it did move
+
+
+def test_odrive_fields_channel_equals_the_message_path(tmp_path):
+    """The inline ODrive run hands its frames to the emulator as fields (no python-can message
+    per request and reply); the same run with a fault injector that injects nothing wraps the
+    buses, so it takes the message path: the logs are equal, and so are the frames counted."""
+    path = RUNS / "stewart_motion.toml"
+    res_f, log_f, drv_f = _short_run(path, {}, tmp_path / "fields", 0.05)
+    res_m, log_m, drv_m = _short_run(path, {"driver.faults": {"seed": 1}}, tmp_path / "messages", 0.05)
+    assert all(t._fields_bus is not None for t in drv_f.inner.transports)
+    assert drv_f.hosts[0]._fields_buses
+    assert all(t._fields_bus is None for t in drv_m.inner.transports)     # a wrapped bus: messages
+    assert res_f.status == res_m.status == "completed" and res_f.n_cycles == res_m.n_cycles > 40
+    for name in log_f.dtype.names:
+        if name not in ("compute_s", "lateness_s"):
+            np.testing.assert_array_equal(log_f[name], log_m[name], err_msg=name)
+    assert drv_f.hosts[0].frames_in == drv_m.hosts[0].frames_in
+    assert drv_f.hosts[0].frames_out == drv_m.hosts[0].frames_out
+
+
+def test_mit_inline_run_keeps_the_message_path(tmp_path):
+    """A device that does not answer fields (the MIT emulator) is served from messages on the
+    same InlineBus: the transport hands the bus fields, the bus makes the messages."""
+    res, _, drv = _short_run(RUNS / "3rrr_circle.toml", {}, tmp_path / "mit", 0.05)
+    assert res.status == "completed"
+    assert all(t._fields_bus is not None for t in drv.inner.transports)
+    assert not drv.hosts[0]._fields_buses
+
+
+@pytest.mark.parametrize("firmware", ["0.6", "0.5"])
+def test_odrive_on_fields_answers_as_on_frame(firmware):
+    """Every frame the emulator may see, given as fields (on_fields) and as a message (on_frame)
+    to two identical emulators: the same answers (ids, payloads) and the same states."""
+    import can
+
+    from drivers.base import JointMapping
+    from drivers.codecs import odrive as odc
+    from drivers.sim.odrive_emulator import OdriveAxisConfig, OdriveEmulator
+    from dynamics.toy_models import PlanarTwoLink
+
+    def make():
+        plant = SimulatedPlant(PlanarTwoLink(g=0.0), q0=[0.1, -0.2], encoder_counts_per_rev=4096)
+        emu = OdriveEmulator([OdriveAxisConfig(3, 0, JointMapping(gear_ratio=9.0, sign=-1)),
+                              OdriveAxisConfig(4, 1, watchdog_timeout_s=0.05, iq_period_s=0.002)],
+                             firmware=firmware)
+        emu.bind(plant)
+        return plant, emu
+
+    (pa, a), (pb, b) = make(), make()
+    C = odc.Cmd
+    frames = [(odc.arbitration_id(3, C.SET_AXIS_STATE), odc.encode_set_axis_state(odc.AxisState.CLOSED_LOOP_CONTROL), None),
+              (odc.arbitration_id(4, C.SET_AXIS_STATE), odc.encode_set_axis_state(odc.AxisState.CLOSED_LOOP_CONTROL), None),
+              (odc.arbitration_id(3, C.SET_INPUT_TORQUE), odc.encode_set_input_torque(0.3), None),
+              (odc.arbitration_id(4, C.SET_INPUT_TORQUE), odc.encode_set_input_torque(-1e30), None),
+              (odc.arbitration_id(3, C.SET_INPUT_TORQUE), b"\x00\x00", None),              # cut short: ignored
+              (odc.arbitration_id(3, C.SET_INPUT_TORQUE), b"", None),
+              (odc.arbitration_id(3, C.GET_ENCODER_ESTIMATES), b"", 8),
+              (odc.arbitration_id(4, C.GET_ENCODER_ESTIMATES), b"", 8),
+              (odc.arbitration_id(4, C.GET_ENCODER_ESTIMATES), b"", None),                  # 0.5: a request
+              (odc.arbitration_id(3, C.GET_IQ), b"", 8),
+              (odc.arbitration_id(3, C.HEARTBEAT), b"", 8),
+              (odc.arbitration_id(3, C.SET_LIMITS), odc.encode_set_limits(2.0, 5.0), None),
+              (odc.arbitration_id(3, C.SET_INPUT_TORQUE), odc.encode_set_input_torque(0.7), None),
+              (odc.arbitration_id(9, C.SET_INPUT_TORQUE), odc.encode_set_input_torque(0.7), None),  # no such node
+              (odc.arbitration_id(4, 0x1F), b"\x01", None),
+              (odc.arbitration_id(3, C.ESTOP), b"", None),
+              (odc.arbitration_id(3, C.GET_ENCODER_ESTIMATES), b"", 8)]
+    t = 0.0
+    for k in range(3):
+        for arb, data, dlc in frames:
+            t += 0.0007
+            pa.advance_to(t)
+            pb.advance_to(t)
+            if dlc is None:
+                msg = can.Message(arbitration_id=arb, data=data, is_extended_id=False)
+            else:
+                msg = can.Message(arbitration_id=arb, is_extended_id=False, is_remote_frame=True, dlc=dlc)
+            ra = a.on_frame(msg, t)
+            rb = b.on_fields(arb, data, dlc, t)
+            assert (ra is None) == (rb is None), (arb, data, dlc)
+            if ra is not None:
+                assert [(m.arbitration_id, bytes(m.data)) for m in ra] == rb, (arb, data, dlc)
+                assert all(not m.is_extended_id and not m.is_remote_frame for m in ra)
+            assert a.next_timer_s() == b.next_timer_s()
+            te = a.next_timer_s()
+            if te <= t:
+                ta = a.on_timer(te)
+                assert [(m.arbitration_id, bytes(m.data)) for m in ta] == b.on_timer_fields(te)
+        assert [(n, a.axis_state(n), a.axis_error(n), a.commands_applied(n)) for n in a.node_ids] == \
+               [(n, b.axis_state(n), b.axis_error(n), b.commands_applied(n)) for n in b.node_ids]
+        np.testing.assert_array_equal(pa._cmd, pb._cmd)
+        assert a.frames_ignored == b.frames_ignored > 0
+
+
+def test_inline_bus_frames_queued_as_fields_read_as_messages():
+    """A device's frame queued as fields (_InlineEnd.deliver) is, read by recv(), the message
+    _InlineEnd.send would have queued; read by recv_fields, its fields."""
+    import can
+
+    from drivers.sim.emulators import InlineBus, _msg
+    from drivers.transport import message_fields
+
+    bus = InlineBus("t")
+    end = bus.device_end
+    end.send(_msg(0x123, b"\x01\x02"))
+    end.deliver(0x123, b"\x01\x02")
+    want = bus.recv(0.0)
+    got = bus.recv(0.0)
+    for slot in ("arbitration_id", "is_extended_id", "is_remote_frame", "is_error_frame", "channel", "dlc",
+                 "is_fd", "is_rx", "bitrate_switch", "error_state_indicator"):
+        assert getattr(got, slot) == getattr(want, slot), slot
+    assert bytes(got.data) == bytes(want.data) and got.timestamp >= want.timestamp > 0
+    end.deliver(0x7, b"\x09")
+    f = bus.recv_fields(0.0)
+    assert f[0] == 0x7 and f[1] == b"\x09" and f[3:] == (False, False, False, None)
+    end.send(_msg(0x8, b""))
+    f = bus.recv_fields(0.0)
+    assert f == message_fields(can.Message(f[2], 0x8, False, False, False, "t", None, b"", False, True))
+    assert bus.recv_fields(0.0) is None
+    bus.shutdown()
+
+
+def test_plant_step_min_changes_nothing_on_the_lockstep_clock(tmp_path):
+    """``[driver.emulator] plant_step_min_s``: on a lock-step clock a cycle's frames come at one loop
+    time and the cycles a period apart, so a step below the period gives the default's log."""
+    path = RUNS / "stewart_motion.toml"
+    res_a, log_a, _ = _short_run(path, {}, tmp_path / "a", 0.05)
+    res_b, log_b, drv_b = _short_run(path, {"driver.emulator.plant_step_min_s": 2.5e-4}, tmp_path / "b", 0.05)
+    assert drv_b.hosts[0]._plant_step_min == 2.5e-4
+    assert res_a.status == res_b.status == "completed" and res_a.n_cycles == res_b.n_cycles
+    for name in log_a.dtype.names:
+        if name not in ("compute_s", "lateness_s"):
+            np.testing.assert_array_equal(log_a[name], log_b[name], err_msg=name)
+
+
+def test_plant_step_min_leaves_the_plant_behind_by_less_than_it():
+    """A frame less than plant_step_min_s after the plant's time is served on the plant where it is;
+    one at or past it brings the plant to the clock; timed events still at their due time; a bad
+    value is refused."""
+    from drivers.codecs import odrive as odc
+    from drivers.sim.emulators import EmulatorHost, InlineBus
+    from drivers.sim.odrive_emulator import OdriveAxisConfig, OdriveEmulator
+    from dynamics.errors import ConfigError
+    from dynamics.toy_models import PlanarTwoLink
+
+    plant = SimulatedPlant(PlanarTwoLink(g=0.0), q0=[0.1, -0.2])
+    emu = OdriveEmulator([OdriveAxisConfig(3, 0, heartbeat_period_s=None, encoder_period_s=0.01)])
+    clock = [0.0]
+    bus = InlineBus("t")
+    with pytest.raises(ConfigError, match="plant_step_min_s"):
+        EmulatorHost(bus.device_end, [emu], plant, lambda: clock[0], serve="inline", plant_step_min_s=-1.0)
+    host = EmulatorHost(bus.device_end, [emu], plant, lambda: clock[0], serve="inline", plant_step_min_s=2e-4)
+    bus.host = host
+    rtr = (odc.arbitration_id(3, odc.Cmd.GET_ENCODER_ESTIMATES), b"", 8)
+    bus.send_fields([rtr])
+    assert plant.t_s == 0.0 and bus.recv_fields(0.0) is not None          # the broadcast due at 0
+    while bus.recv_fields(0.0) is not None:
+        pass
+    # the broadcast due at 0.01 is sent at its time, the plant there; 0.0101 is less than the
+    # step after it
+    for t, t_plant, frames in ((1.5e-4, 0.0, 1), (1.99e-4, 0.0, 1), (2.5e-4, 2.5e-4, 1), (3e-4, 2.5e-4, 1),
+                               (0.0101, 0.01, 2), (0.0105, 0.0105, 1)):
+        clock[0] = t
+        bus.send_fields([rtr])
+        assert plant.t_s == pytest.approx(t_plant, abs=1e-12), t
+        got = []
+        while (f := bus.recv_fields(0.0)) is not None:
+            got.append(f)
+        assert len(got) == frames, t
+    host.close()
+    bus.shutdown()
+
+
+def test_inline_receive_ends_when_the_loop_clock_does_not_move():
+    """A receive with a time out on an inline bus: on a frozen (lock-step) loop clock nothing can
+    come, so it returns None after one wait instead of sleeping the time out away; on a clock that
+    moves, the broadcast falling due meanwhile is received; a host that does not serve: the whole
+    time out is waited, as on a bus nobody answers."""
+    import time as _time
+
+    from drivers.codecs import odrive as odc
+    from drivers.sim.emulators import EmulatorHost, InlineBus
+    from drivers.sim.odrive_emulator import OdriveAxisConfig, OdriveEmulator
+    from dynamics.toy_models import PlanarTwoLink
+
+    plant = SimulatedPlant(PlanarTwoLink(g=0.0), q0=[0.1, -0.2])
+    emu = OdriveEmulator([OdriveAxisConfig(3, 0, heartbeat_period_s=None, encoder_period_s=0.002)])
+    start = [None]          # None: a lock-step clock at 0; else the wall time it counts from
+
+    def now():
+        return 0.0 if start[0] is None else _time.monotonic() - start[0]
+    bus = InlineBus("t")
+    host = EmulatorHost(bus.device_end, [emu], plant, now, serve="inline")
+    bus.host = host
+    while bus.recv(0.0) is not None:          # the broadcast due at 0
+        pass
+    t0 = _time.monotonic()
+    assert bus.recv(0.5) is None
+    assert _time.monotonic() - t0 < 0.1       # one wait (the next event's delay), not 0.5 s
+    start[0] = _time.monotonic()              # a wall clock from now on
+    m = bus.recv(0.5)
+    assert m is not None and m.arbitration_id == odc.arbitration_id(3, odc.Cmd.GET_ENCODER_ESTIMATES)
+    host.close()
+    t0 = _time.monotonic()
+    assert bus.recv(0.05) is None             # not served: the time out is waited
+    assert _time.monotonic() - t0 >= 0.045
+    bus.shutdown()

@@ -237,3 +237,22 @@ def test_a_rehearsal_differs_from_its_hardware_template_only_where_the_readme_sa
     hil = RUNS.parent
     got = _differing_keys(hil / "hardware" / f"{_PAIRS[rehearsal]}.toml", hil / "rehearsal" / f"{rehearsal}.toml")
     assert got == _readme_rows()[rehearsal]
+
+
+@pytest.mark.parametrize("kind", ["sim_mit_can", "sim_odrive_can", "sim_cia402_can"])
+def test_a_realtime_wall_clock_loop_serves_its_emulated_can_drives_in_its_thread(kind):
+    """Under a SCHED_FIFO loop an emulator thread of ordinary priority would answer late: the
+    devices are served inline, unless the config chooses (``serve``) or models a reply latency;
+    a wall-clock loop without real-time settings keeps the emulator thread."""
+    from controller.app.run import sim_driver_section
+
+    def serve(table, realtime):
+        sec = sim_driver_section({"type": kind, **table}, q0=[0.0], clock="wall", period_s=0.001,
+                                 realtime=realtime)
+        return sec.data.get("emulator", {}).get("serve")
+
+    fifo = {"sched_fifo_priority": 80, "cpu": 1}
+    assert serve({}, fifo) == "inline"
+    assert serve({}, None) is None and serve({}, {"cpu": 1, "freeze_gc": True}) is None
+    assert serve({"emulator": {"serve": "thread"}}, fifo) == "thread"
+    assert serve({"emulator": {"reply_latency_s": 0.0002}}, fifo) is None

@@ -562,6 +562,10 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
                            doc="the devices' command timeout (MIT: CAN timeout; ODrive: axis watchdog) "
                                "[s] (default: off)")
         poll = emu_sec.float("poll_s", 0.001, minimum=0.0, strict_min=True, doc=_POLL_DOC)
+        step_min = emu_sec.float("plant_step_min_s", 0.0, minimum=0.0, maximum=PLANT_STEP_MIN_MAX_S,
+                                 doc="a frame less than this [s] after the plant's time does not advance the plant "
+                                     "(0: every frame brings it to the clock; a drive's control tick, e.g. 1.25e-4, "
+                                     "bounds the plant steps per cycle on the wall clock)")
         if kind == "cia402_can":
             from .cia402_emulator import devices_from_driver as make
         else:
@@ -584,7 +588,8 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
         try:
             try:
                 host = EmulatorHost(buses, [[d] for d in emulators], plant, now,
-                                    reply_latency_s=latency, poll_s=poll, own_bus=True, serve=serve)
+                                    reply_latency_s=latency, poll_s=poll, own_bus=True, serve=serve,
+                                    plant_step_min_s=step_min)
             except ConfigError as err:
                 raise emu_sec.error("serve" if serve == "inline" else None, str(err)) from err
             hosts.append(host)
@@ -689,6 +694,10 @@ def _odrive_devices(driver, emu_sec: Section, wd, now) -> dict:
 #: meanings of ``[driver.emulator]`` keys several emulators read
 _POLL_DOC = "period the emulator thread polls its bus at [s]"
 _TEMPERATURE_DOC = "the temperature the emulated drives report [degC]"
+
+#: the largest ``[driver.emulator] plant_step_min_s`` [s]: a plant left behind the clock by more
+#: than a millisecond is no longer a drive's control tick
+PLANT_STEP_MIN_MAX_S = 1e-3
 
 #: plausible periods of an emulated drive's cyclic messages [s]: 10 kHz to one every 10 s
 PERIOD_RANGE_S = (1e-4, 10.0)

@@ -48,6 +48,7 @@ import can
 
 from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DriverError,
                              TorqueloopError)
+from ..transport import message_fields
 from .plant import Plant
 
 __all__ = ["EmulatedDevice", "EmulatorHost", "InlineBus", "InlineServedBus", "LocalBus"]
@@ -118,6 +119,23 @@ class EmulatedDevice:
     #: :meth:`accepts` refuses: the host then calls :meth:`on_frame` without the pre-check
     on_frame_filters: bool = False
 
+    #: True when the device answers frames given as fields (:meth:`on_fields`), the same as
+    #: :meth:`on_frame` answers them as messages: an inline host then serves the frames its
+    #: driver hands over as fields (:meth:`InlineBus.send_fields`) without a message per frame
+    fields_native: bool = False
+
+    def on_timer_fields(self, t_s: float) -> list[tuple[int, bytes]]:
+        """:meth:`on_timer` with the frames sent as ``(arbitration_id, data)`` pairs of data
+        frames with standard ids (only for a device with :attr:`fields_native`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not send frames as fields")
+
+    def on_fields(self, arb: int, data: bytes, remote_dlc: int | None, t_s: float) -> list[tuple[int, bytes]] | None:
+        """:meth:`on_frame` of a classic frame with a standard id, given as its fields: a data
+        frame carrying ``data`` (``remote_dlc`` None) or a remote frame requesting ``remote_dlc``
+        bytes; the answer as ``(arbitration_id, data)`` pairs of data frames with standard ids
+        (only for a device with :attr:`fields_native`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not answer frames given as fields")
+
     #: ``None``, or an int the device increases before every change that may move its next
     #: timed event (a frame, a timed event, a fault injected): while the sum over its devices
     #: stays the same, a host knows that event without asking :meth:`next_timer_s` again
@@ -157,6 +175,14 @@ class EmulatorHost:
         this often).
     own_bus : bool
         Shut the bus(es) down in :meth:`close`.
+    plant_step_min_s : float
+        0 (default): the plant is brought up to ``now()`` for every frame and idle poll.  Else a
+        frame or poll less than this [s] of loop time after the plant's time leaves the plant
+        there: the answer reads its state up to that old, a command acts from the plant's time
+        (what a drive sampling and applying on its control tick does).  Timed events are still
+        processed at their due time.  On a lock-step clock a cycle's frames come at one loop
+        time, so it changes nothing there; on a wall clock it bounds the plant steps per cycle
+        (each frame's own step otherwise: a few tens per cycle for six axes).
     start : bool
         Start the thread immediately (else call :meth:`start`).
     serve : {"thread", "inline"}
@@ -186,7 +212,7 @@ class EmulatorHost:
 
     def __init__(self, bus, devices, plant: Plant,
                  now: Callable[[], float], *, reply_latency_s: float = 0.0, poll_s: float = 0.001,
-                 own_bus: bool = False, start: bool = True, serve: str = "thread"):
+                 own_bus: bool = False, start: bool = True, serve: str = "thread", plant_step_min_s: float = 0.0):
         if serve not in ("thread", "inline"):
             raise ConfigError(f"must be 'thread' or 'inline', got {serve!r}", field="serve")
         if serve == "inline" and float(reply_latency_s) != 0.0:
@@ -206,12 +232,17 @@ class EmulatorHost:
         #: every bus is an InlineBus's device end: the frames waiting on each can be seen
         #: without taking them (serve_sent on a host of several buses)
         self._ends = all(isinstance(b, _InlineEnd) for b in buses)
+        #: buses (ids) served from frame fields: an InlineBus's device end whose devices are all
+        #: fields_native (serve_fields; decided here, once)
+        self._fields_buses: set[int] = set()
         self._devices: list[EmulatedDevice] = []
         self._dev_bus: list = []            # bus of each device (same order)
         self._bus_devices: dict[int, list] = {}
         for b, g in zip(buses, groups):
             if not g:
                 raise ConfigError("at least one device is required per bus", field="devices")
+            if isinstance(b, _InlineEnd) and all(getattr(d, "fields_native", False) is True for d in g):
+                self._fields_buses.add(id(b))
             self._bus_devices[id(b)] = g
             for d in g:
                 if not isinstance(d, EmulatedDevice):
@@ -231,6 +262,14 @@ class EmulatorHost:
         p = float(poll_s)
         if not math.isfinite(p) or p <= 0:
             raise ConfigError(f"must be > 0, got {poll_s!r}", field="poll_s")
+        h = float(plant_step_min_s)
+        if not math.isfinite(h) or h < 0:
+            raise ConfigError(f"must be finite and >= 0, got {plant_step_min_s!r}", field="plant_step_min_s")
+        #: a frame or an idle poll less than this after the plant's time leaves the plant where it
+        #: is (0: the plant is brought to now() at every one)
+        self._plant_step_min = h
+        #: per device, whether it is served from fields (its bus is one of _fields_buses)
+        self._dev_fields = [id(b) in self._fields_buses for b in self._dev_bus]
         self._plant = plant
         self._now = now
         self._latency = lat
@@ -297,11 +336,13 @@ class EmulatorHost:
         self._thread.start()
 
     # -- event processing (serving thread, or handle() when not threaded) ----------
-    def _advance(self, t: float, emit) -> None:
+    def _advance(self, t: float, emit, fields: bool = False) -> None:
         """Process every timed device event due up to ``t``, then advance the plant to ``t``
         (cyclic broadcasts more than :data:`STALE_BROADCAST_S` late are dropped, see
         :meth:`EmulatedDevice.drop_stale_broadcasts`: by the serving thread, and by an inline
-        host whose driver did not send or receive for that long)."""
+        host whose driver did not send or receive for that long).  ``fields``: inline serving,
+        whose devices on a fields bus send their timed frames as fields (to the bus at once,
+        not through ``emit``)."""
         plant = self._plant
         devices = self._devices
         t_plant = plant.t_s
@@ -316,7 +357,7 @@ class EmulatorHost:
             if key == self._quiet_key and t + _TIME_EPS_S < self._quiet_t:
                 # no device changed since the next event was found, and it is not due
                 # (drop_stale_broadcasts does not move the plant: t_plant is its time)
-                if not t <= t_plant:
+                if not t <= t_plant + self._plant_step_min:
                     plant.advance_to(t)
                 return
         one = devices[0] if len(devices) == 1 else None
@@ -342,10 +383,20 @@ class EmulatorHost:
                 break
             # an event due within _TIME_EPS_S after t is handled at t (before any frame at t)
             plant.advance_to(min(max(te, plant.t_s), t))
+            if fields and self._dev_fields[k]:
+                pairs = devices[k].on_timer_fields(te)
+                if pairs:
+                    deliver = self._dev_bus[k].deliver
+                    for a, d in pairs:
+                        deliver(a, d)
+                    self.frames_out += len(pairs)
+                continue
             frames = devices[k].on_timer(te)
             if frames:
                 emit(frames, self._dev_bus[k])
-        if not t <= plant.t_s:       # else advance_to does nothing (NaN and inf go on: it refuses them)
+        # else advance_to does nothing (NaN and inf go on: it refuses them), or the step is shorter
+        # than plant_step_min_s
+        if not t <= plant.t_s + self._plant_step_min:
             plant.advance_to(t)
 
     def _process(self, msg: can.Message | None, bus, emit) -> None:
@@ -490,10 +541,14 @@ class EmulatorHost:
                     else:
                         break
             if idle:
-                self._advance(self._now(), self._queue)        # _process of no frame
+                self._advance(self._now(), self._queue, True)        # _process of no frame
         except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like the thread's
             self._error = err
             self._failed = True
+
+    def now(self) -> float:
+        """The loop clock's time [s] (what the devices are served at)."""
+        return self._now()
 
     def next_event_delay_s(self) -> float:
         """Loop-clock time [s] until the devices' next timed event (a broadcast, a watchdog),
@@ -523,6 +578,49 @@ class EmulatorHost:
         try:
             self.frames_in += 1
             self._process(msg, bus, self._queue)
+        except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like pump's
+            self._error = err
+            self._failed = True
+        return True
+
+    def serve_fields(self, frames, end) -> bool:
+        """:meth:`serve_sent` of each of ``frames``, classic frames with standard ids given as
+        ``(arbitration_id, data, remote_dlc)`` (see :meth:`EmulatedDevice.on_fields`), sent one
+        after the other on ``end``, an :class:`InlineBus`'s device end whose devices are all
+        :attr:`~EmulatedDevice.fields_native`: each frame is served at ``now()`` after the timed
+        events due, the devices answer with fields, delivered without a message per frame.
+        Returns False, doing nothing, where :meth:`serve_sent` would, or for another bus (the
+        caller sends the frames as messages)."""
+        if not self._inline or not self._started or self._closed or self._failed:
+            return False
+        key = id(end)
+        if key not in self._fields_buses:
+            return False
+        if len(self._buses) != 1:
+            for b in self._buses:
+                if b._peer._tx:
+                    return False
+        devices = self._bus_devices[key]
+        one = devices[0].on_fields if len(devices) == 1 else None
+        now, advance, queue, deliver = self._now, self._advance, self._queue, end.deliver
+        try:
+            for arb, data, remote_dlc in frames:
+                self.frames_in += 1
+                t = now()
+                advance(t, queue, True)
+                if one is not None:
+                    r = one(arb, data, remote_dlc, t)
+                    if r:
+                        for a, dd in r:
+                            deliver(a, dd)
+                        self.frames_out += len(r)
+                    continue
+                for d in devices:
+                    r = d.on_fields(arb, data, remote_dlc, t)
+                    if r:
+                        for a, dd in r:
+                            deliver(a, dd)
+                        self.frames_out += len(r)
         except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like pump's
             self._error = err
             self._failed = True
@@ -762,6 +860,17 @@ class _InlineEnd:
         msg.is_rx = True
         peer._rx.append(msg)
 
+    def deliver(self, arb: int, data: bytes) -> None:
+        """:meth:`send` of a device's data frame with a standard id, given as its fields: queued
+        for the driver as the fields :meth:`InlineBus.recv_fields` returns (the timestamp a
+        ``virtual`` bus sets), no message made."""
+        if not self._open:
+            raise can.CanOperationError("Cannot operate on a closed bus")
+        peer = self._peer
+        if peer._is_shutdown:
+            return  # nobody listening (a virtual bus drops it too)
+        peer._rx.append((arb, data, time.time(), False, False, False, None))
+
     def shutdown(self) -> None:
         self._open = False
 
@@ -781,12 +890,22 @@ class InlineBus(can.BusABC):
     handed over as they are, stamped with the fields a ``virtual`` bus sets
     (``timestamp = time.time()``, ``channel``, ``is_rx``).
 
+    A driver's :class:`~drivers.transport.CanTransport` over this bus (not over a wrapper of
+    it) hands its frames over as fields (:meth:`send_fields`, :meth:`recv_fields`,
+    ``fields_channel``): a host whose devices answer fields (``fields_native``) serves them
+    without a python-can message per frame and queues the answers as fields; for another
+    host the message is made and sent.  A frame queued as fields is made a message when read
+    by :meth:`recv`.
+
     Only for an inline host: nothing but the host puts frames on the channel, so a
     receive that finds the queue empty after the idle poll waits its ``timeout`` out
     (as a bus nobody answers on), or until the devices' next timed event falls due
     (on a wall clock: a cyclic broadcast comes when it is due), and returns ``None``
     when nothing came.  Not thread-safe (one driver thread).
     """
+
+    #: a CanTransport may hand frames over as fields (send_fields / recv_fields)
+    fields_channel = True
 
     def __init__(self, channel: str, host: EmulatorHost | None = None, can_filters=None, **kwargs):
         self.channel_name = str(channel)
@@ -797,6 +916,8 @@ class InlineBus(can.BusABC):
         #: the serving host (``None``: not attached yet; frames wait in the channel)
         self.host = host
         self.device_end = _InlineEnd(self)
+        #: the last wait of _recv_internal found the loop clock where it was before (lock-step)
+        self._frozen = False
         super().__init__(channel=channel, can_filters=can_filters, **kwargs)
 
     def _check_open(self) -> None:
@@ -818,6 +939,48 @@ class InlineBus(can.BusABC):
             self._tx.append(msg)
             host.pump(idle=False)
 
+    def send_fields(self, frames) -> None:
+        """:meth:`send` of each of ``frames``, classic frames with standard ids given as
+        ``(arbitration_id, data, remote_dlc)`` (a data frame carrying ``data`` when
+        ``remote_dlc`` is None, else a remote frame requesting ``remote_dlc`` bytes), one after
+        the other: served from the fields when the host can (:meth:`EmulatorHost.serve_fields`),
+        else each sent as the message :class:`~drivers.transport.CanTransport` makes of it."""
+        if self._is_shutdown:
+            raise can.CanOperationError("Cannot operate on a closed bus")
+        end = self.device_end
+        if not end._open:
+            return  # nobody listening (a virtual bus drops it too)
+        host = self.host
+        if host is not None and not self._tx and host.serve_fields(frames, end):
+            return
+        for arb, data, remote_dlc in frames:
+            if remote_dlc is not None:
+                msg = can.Message(arbitration_id=arb, is_extended_id=False, is_remote_frame=True, dlc=remote_dlc)
+            else:
+                msg = can.Message(0.0, arb, False, False, False, None, None, data, False, True, False)
+            self.send(msg)
+
+    def _message_of(self, f: tuple) -> can.Message:
+        """The message a device's frame queued as fields (:meth:`_InlineEnd.deliver`) is."""
+        return can.Message(f[2], f[0], False, False, False, self.channel_name, None, f[1], False, True)
+
+    def recv_fields(self, timeout: float | None = None) -> tuple | None:
+        """:meth:`recv` as the fields :meth:`drivers.transport.CanTransport.recv_fields` gives,
+        without a message for a frame queued as fields."""
+        rx = self._rx
+        if self._filters is None and not self._is_shutdown:
+            if not rx and timeout == 0.0:
+                host = self.host
+                if host is not None:
+                    host.pump()
+            if rx:
+                f = rx.popleft()
+                return f if type(f) is tuple else message_fields(f)
+            if timeout == 0.0:
+                return None
+        msg = self.recv(timeout)
+        return None if msg is None else message_fields(msg)
+
     def recv(self, timeout: float | None = None) -> can.Message | None:
         # BusABC.recv without filters is "the next frame": take it without the detour; with
         # none queued and no time to wait (a drain), its one _recv_internal call: the host's
@@ -825,12 +988,29 @@ class InlineBus(can.BusABC):
         rx = self._rx
         if self._filters is None and not self._is_shutdown:
             if rx:
-                return rx.popleft()
+                f = rx.popleft()
+                return self._message_of(f) if type(f) is tuple else f
             if timeout == 0.0:
                 host = self.host
                 if host is not None:
                     host.pump()
-                return rx.popleft() if rx else None
+                if not rx:
+                    return None
+                f = rx.popleft()
+                return self._message_of(f) if type(f) is tuple else f
+            if timeout is not None:
+                # BusABC.recv's loop over _recv_internal, ended by a wait the loop clock did not
+                # move in: a lock-step clock does not move while its loop waits here, so no timed
+                # event falls due and nothing comes; the rest of the time out would be slept in vain
+                start = time.monotonic()
+                left = timeout
+                while True:
+                    msg, _ = self._recv_internal(left)
+                    if msg is not None or self._frozen:
+                        return msg
+                    left = timeout - (time.monotonic() - start)
+                    if left <= 0:
+                        return None
         return super().recv(timeout)
 
     def _recv_internal(self, timeout: float | None):
@@ -846,17 +1026,22 @@ class InlineBus(can.BusABC):
                 # until the next event falls due (a wall clock moves meanwhile; a lock-step
                 # clock does not, and the waits add up to the time out), and serve it then
                 # (BusABC.recv calls again while time is left)
+                self._frozen = False
                 if timeout is None or timeout > 0:
                     wait = 0.005 if timeout is None else timeout
                     if host is not None:
                         wait = min(wait, max(host.next_event_delay_s(), _INLINE_WAIT_MIN_S))
+                        t0 = host.now()
                     time.sleep(wait)
                     if host is not None:
                         host.pump()
                         if rx:
-                            return rx.popleft(), False
+                            f = rx.popleft()
+                            return (self._message_of(f) if type(f) is tuple else f), False
+                        self._frozen = host.now() == t0 and host.running
                 return None, False
-        return rx.popleft(), False
+        f = rx.popleft()
+        return (self._message_of(f) if type(f) is tuple else f), False
 
     def _apply_filters(self, filters) -> None:
         return None     # BusABC.recv filters in software

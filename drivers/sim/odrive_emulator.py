@@ -101,6 +101,8 @@ def _f32_saturate(x: float) -> float:
 _CL = odc.AxisState.CLOSED_LOOP_CONTROL
 _IDLE = odc.AxisState.IDLE
 _SET_INPUT_TORQUE = int(odc.Cmd.SET_INPUT_TORQUE)
+_GET_ENCODER_ESTIMATES = int(odc.Cmd.GET_ENCODER_ESTIMATES)
+_TORQUE_CONTROL = int(odc.ControlMode.TORQUE_CONTROL)
 #: GPIOs whose ADC voltage ODrive 3.6 reports (``GPIO_COUNT``; ``Get_ADC_Voltage`` ignores others)
 _GPIO_COUNT_05 = 17
 _PERIODIC = ((odc.Cmd.HEARTBEAT, "heartbeat_period_s"),
@@ -390,7 +392,7 @@ class OdriveEmulator(EmulatedDevice):
             try:
                 t_m, tau = _ok.applied_torque(
                     ax.K, plant._qd, ax.cfg.joint,
-                    ax.state == _CL and ax.control_mode == odc.ControlMode.TORQUE_CONTROL, ax.input_torque,
+                    ax.state == _CL and ax.control_mode == _TORQUE_CONTROL, ax.input_torque,
                     ax.torque_lim, ax.current_limit_a, ax.kt, ax.vel_limit_rev_s,
                     ax.params.get("set_vel_gains", _VEL_GAINS_DEFAULT)[0])
             except TypeError:           # the plant's state in arrays of another layout: the Python path
@@ -450,7 +452,10 @@ class OdriveEmulator(EmulatedDevice):
             return t
 
     def on_timer(self, t_s: float) -> list[can.Message]:
-        out: list[can.Message] = []
+        return [_msg(arb, data) for arb, data in self.on_timer_fields(t_s)]
+
+    def on_timer_fields(self, t_s: float) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
         with self._lock:
             self._timers_changed()
             for ax in self._axes.values():
@@ -463,7 +468,10 @@ class OdriveEmulator(EmulatedDevice):
                         ax.count[cmd] += 1
                         ax.next_due[cmd] = ax.t0 + ax.count[cmd] * ax.periods[cmd]
                         if not ax.silent:
-                            out.extend(self._answer(ax, cmd, b""))
+                            if cmd == _GET_ENCODER_ESTIMATES:      # what _answer does for it
+                                out.append(((ax.node_id << 5) | cmd, self._estimates(ax)))
+                            else:
+                                out.extend(self._answer(ax, cmd, b""))
         return out
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
@@ -477,9 +485,9 @@ class OdriveEmulator(EmulatedDevice):
                         ax.next_due[cmd] = ax.t0 + ax.count[cmd] * p
 
     # -- answers ---------------------------------------------------------------------------------
-    def _reply(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
+    def _reply(self, ax: _Axis, cmd: int, data: bytes) -> list[tuple[int, bytes]]:
         # odc.arbitration_id of a node id checked at construction (0..63) and a command id (0..31)
-        return [_msg((ax.node_id << 5) | cmd, data)]
+        return [((ax.node_id << 5) | cmd, data)]
 
     def _motor_pos_vel(self, ax: _Axis) -> tuple[float, float]:
         q, qd, _tau = self.plant.measure_joint(ax.cfg.joint)
@@ -511,7 +519,13 @@ class OdriveEmulator(EmulatedDevice):
         return odc.encode_encoder_estimates(*self._motor_pos_vel(ax))
 
     def _applied_motor_torque(self, ax: _Axis) -> float:
-        return float(ax.cfg.mapping.joint_to_motor_torque(self.plant.applied_torque_nm[ax.cfg.joint]))
+        # JointMapping.joint_to_motor_torque of the joint's applied torque (Plant.applied_torque_nm)
+        # on floats: the same operations in the same order, the same value, without the arrays
+        plant = self.plant
+        with plant._lock:
+            tau = float(plant._tau_applied[ax.cfg.joint])
+        mp = ax.cfg.mapping
+        return float(mp.sign * tau / (mp.gear_ratio * mp.efficiency))
 
     def _heartbeat(self, ax: _Axis) -> bytes:
         if self.firmware == "0.6":
@@ -522,8 +536,9 @@ class OdriveEmulator(EmulatedDevice):
                                     encoder_error_flag=bool(e & _FLAGS_05[1]),
                                     controller_error_flag=bool(e & _FLAGS_05[2]))
 
-    def _answer(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
-        """The message ``cmd`` of axis ``ax`` (cyclic broadcast or answer to a request)."""
+    def _answer(self, ax: _Axis, cmd: int, data: bytes) -> list[tuple[int, bytes]]:
+        """The message ``cmd`` of axis ``ax`` (cyclic broadcast or answer to a request), as
+        ``(arbitration_id, data)`` pairs (no frame or one)."""
         fw06 = self.firmware == "0.6"
         if cmd == odc.Cmd.HEARTBEAT:
             return self._reply(ax, cmd, self._heartbeat(ax))
@@ -570,12 +585,26 @@ class OdriveEmulator(EmulatedDevice):
     def on_frame(self, msg: can.Message, t_s: float) -> list[can.Message] | None:
         if msg.is_extended_id or msg.is_error_frame:
             return None
-        node, cmd = msg.arbitration_id >> 5, msg.arbitration_id & 0x1F
+        remote = msg.is_remote_frame
+        r = self._on(msg.arbitration_id, b"" if remote else bytes(msg.data), remote, t_s)
+        return r if not r else [_msg(arb, data) for arb, data in r]
+
+    #: on_fields answers as on_frame does (one path, :meth:`_on`)
+    fields_native = True
+
+    def on_fields(self, arb: int, data: bytes, remote_dlc: int | None, t_s: float) -> list[tuple[int, bytes]] | None:
+        remote = remote_dlc is not None
+        return self._on(arb, b"" if remote else bytes(data), remote, t_s)
+
+    def _on(self, arb: int, data: bytes, remote: bool, t_s: float) -> list[tuple[int, bytes]] | None:
+        """A classic frame with a standard id (a data frame carrying ``data``, or a remote frame)
+        received at ``t_s``: the answer as ``(arbitration_id, data)`` pairs, ``None`` when it is
+        not addressed to an axis here (nothing changed)."""
+        node, cmd = arb >> 5, arb & 0x1F
         with self._lock:
             ax = self._axes.get(node)
             if ax is None or ax.silent:
                 return None
-            remote = msg.is_remote_frame
             # what follows may change the axes' timers; a request or a Set_Input_Torque only
             # feeds the watchdog (its expiry moves later): the kept next event stays while it
             # was not this expiry
@@ -585,10 +614,17 @@ class OdriveEmulator(EmulatedDevice):
                         and not kept < ax.last_feed_t + ax.cfg.watchdog_timeout_s)):
                 self._timers_changed()
             ax.last_feed_t = t_s           # any frame for the axis feeds the watchdog
-            data = b"" if remote else bytes(msg.data)
             try:
+                # a cycle's frames first: the request of the estimates (both generations answer
+                # it) and Set_Input_Torque (no generation's request), what _answer and _command
+                # do for them
                 if remote:
+                    if cmd == _GET_ENCODER_ESTIMATES:
+                        return [(arb, self._estimates(ax))]
                     return self._answer(ax, cmd, data) if cmd in self._rtr else []
+                if cmd == _SET_INPUT_TORQUE:
+                    self._set_torque(ax, odc.decode_set_input_torque(data))
+                    return []
                 return self._command(ax, cmd, data)
             except (DecodeError, DriverError, ValueError, OverflowError, struct.error):
                 # a frame the firmware cannot read (or an answer that cannot be encoded): dropped
@@ -620,11 +656,11 @@ class OdriveEmulator(EmulatedDevice):
 
     def _set_torque(self, ax: _Axis, t_m: float) -> None:
         ax.input_torque = t_m
-        if ax.state == _CL and ax.control_mode == odc.ControlMode.TORQUE_CONTROL:
+        if ax.state == _CL and ax.control_mode == _TORQUE_CONTROL:
             ax.commands += 1
         self._apply(ax)
 
-    def _command(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
+    def _command(self, ax: _Axis, cmd: int, data: bytes) -> list[tuple[int, bytes]]:
         C = odc.Cmd
         fw06 = self.firmware == "0.6"
         if not fw06 and not data and cmd in self._rtr:
@@ -690,7 +726,7 @@ class OdriveEmulator(EmulatedDevice):
                 self._renumber(ax, node)
         # Get_* ids as data frames, RxSdo (no endpoint table here), unknown ids: ignored
 
-    def _command_05(self, ax: _Axis, cmd: int, data: bytes) -> list[can.Message]:
+    def _command_05(self, ax: _Axis, cmd: int, data: bytes) -> list[tuple[int, bytes]]:
         if cmd in (odc.Cmd05.GET_ADC_VOLTAGE, odc.Cmd05.GET_CONTROLLER_ERROR):
             return self._answer(ax, cmd, data)          # answered on any frame
         if cmd == odc.Cmd05.SET_LINEAR_COUNT:
