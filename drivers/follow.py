@@ -18,99 +18,31 @@ against the torque it was sent.  Per joint, every cycle:
   reply; one told to change its torque does not).
 
 A fault latches (per joint) until :meth:`FollowMonitor.reset`.  :func:`follow_step` is the
-rule's one source: plain Python here (the torque-only drivers' :class:`TorqueFollow`, which load
-no compiled code), compiled by :mod:`drivers._mit_kernels` for the MIT driver's cycle.
+rule's one source (in :mod:`drivers._follow_rule`, re-exported here): plain Python for
+:meth:`FollowMonitor.update`, compiled by :mod:`drivers._mit_kernels` for the MIT driver's cycle
+and by :mod:`drivers._follow_kernels` for the torque-only drivers' :class:`TorqueFollow` (this
+module imports no numba: that kernel module loads when the first :class:`TorqueFollow` is built,
+not when a driver module is imported).
 """
 
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from dynamics.errors import ConfigError
+from dynamics.errors import ConfigError, DriverError
+
+# the rule's step, its state's layout and its codes: drivers._follow_rule (a kernel source: the
+# compiled checks read them), re-exported here
+from ._follow_rule import (FAULT_FROZEN, FAULT_NOT_FOLLOWING, HOST_FAULT_OFFSET, M_RESID, M_ROWS,  # noqa: F401
+                           M_TMAX, M_TOL, M_U, M_X, M_XHI, M_XLO, MI_BAD, MI_CODE, MI_HAS_LAST, MI_LAST,
+                           MI_ROWS, MI_SAME, follow_step)
 
 __all__ = ["FollowConfig", "FollowMonitor", "TorqueFollow", "follow_config", "follow_step",
            "FAULT_NOT_FOLLOWING", "FAULT_FROZEN", "HOST_FAULT_OFFSET", "TORQUE_ONLY_TOL"]
-
-#: rows of the monitor's float state M (float64, (M_ROWS, n)) and int state MI (int64)
-M_X, M_U, M_XLO, M_XHI, M_RESID, M_TOL, M_TMAX = range(7)
-M_ROWS = 7
-MI_BAD, MI_SAME, MI_LAST, MI_HAS_LAST, MI_CODE = range(5)
-MI_ROWS = 5
-
-#: measured torque (current) does not follow the commanded torque
-FAULT_NOT_FOLLOWING = 0x100
-#: replies repeat while the command changes
-FAULT_FROZEN = 0x101
-
-
-def follow_step(M, MI, a, fresh, p, v, t_meas, raw, cmd, rel_tol, window, frozen):
-    """One cycle of :class:`FollowMonitor` (the module docstring states the rule); plain Python,
-    compiled as it is for the MIT driver's cycle (:data:`drivers._mit_kernels.follow_step`).
-
-    Parameters
-    ----------
-    M : ndarray, shape (M_ROWS, n)
-        The monitor's float state (expected torque, last command's clamped torque, the range of
-        the expectation over identical replies, the residual) and constants (tolerance, torque
-        range), motor side [N m].
-    MI : ndarray of int64, shape (MI_ROWS, n)
-        Its counters, the last raw reply and the latched codes.
-    a : float
-        The current loop's filter gain for this cycle's time step.
-    fresh : ndarray of bool, shape (n,)
-        Whether motor j answered this cycle.
-    p, v, t_meas : ndarray, shape (n,)
-        This cycle's replies, motor side [rad, rad/s, N m] (read where fresh).
-    raw : ndarray of int64, shape (n,)
-        The replies' raw fields (compared for equality).
-    cmd : ndarray, shape (5, n)
-        The commands sent this cycle, motor side (p_des, v_des, kp, kd, t_ff).
-    rel_tol : float
-    window, frozen : int
-    """
-    n = M.shape[1]
-    for j in range(n):
-        # the reply to this cycle's command shows the current driven by the previous one
-        x = M[M_X, j] + a * (M[M_U, j] - M[M_X, j])
-        M[M_X, j] = x
-        t_ff = cmd[4, j]
-        if not fresh[j]:
-            # no state to evaluate the drive's PD with: assume it sees the target
-            u = t_ff
-        else:
-            u = t_ff + cmd[2, j] * (cmd[0, j] - p[j]) + cmd[3, j] * (cmd[1, j] - v[j])
-            if MI[MI_CODE, j] == 0:
-                tol = M[M_TOL, j]
-                r = t_meas[j] - x
-                M[M_RESID, j] = r
-                if abs(r) > tol + rel_tol * abs(x):
-                    MI[MI_BAD, j] += 1
-                    if MI[MI_BAD, j] >= window:
-                        MI[MI_CODE, j] = FAULT_NOT_FOLLOWING
-                else:
-                    MI[MI_BAD, j] = 0
-                if MI[MI_CODE, j] == 0:
-                    if MI[MI_HAS_LAST, j] != 0 and raw[j] == MI[MI_LAST, j]:
-                        MI[MI_SAME, j] += 1
-                        if x < M[M_XLO, j]:
-                            M[M_XLO, j] = x
-                        elif x > M[M_XHI, j]:
-                            M[M_XHI, j] = x
-                        if MI[MI_SAME, j] >= frozen and M[M_XHI, j] - M[M_XLO, j] > tol:
-                            MI[MI_CODE, j] = FAULT_FROZEN
-                    else:
-                        MI[MI_LAST, j] = raw[j]
-                        MI[MI_HAS_LAST, j] = 1
-                        MI[MI_SAME, j] = 1
-                        M[M_XLO, j] = x
-                        M[M_XHI, j] = x
-        tm = M[M_TMAX, j]
-        M[M_U, j] = tm if u > tm else -tm if u < -tm else u
 
 
 @dataclass(frozen=True)
@@ -274,10 +206,6 @@ def follow_config(fs) -> FollowConfig:
     return FollowConfig(**kw)
 
 
-#: added to :data:`FAULT_NOT_FOLLOWING` / :data:`FAULT_FROZEN` in the fault word of a torque-only
-#: drive (:class:`TorqueFollow`): above every bit of the drives' own 32-bit error words (an ODrive
-#: axis error 0x100 is DC_BUS_OVER_VOLTAGE), so a code is never read as the drive's own
-HOST_FAULT_OFFSET = 1 << 32
 
 
 #: :class:`TorqueFollow`'s absolute tolerance without ``tol_nm``: this share of the deliverable torque
@@ -302,7 +230,9 @@ class TorqueFollow:
         Each joint's deliverable torque [N m | N] (joint side).
     config : FollowConfig
     step : callable, optional
-        :func:`follow_step` compiled (a driver's kernels); default: the plain Python rule.
+        :func:`follow_step` compiled (a driver's kernels) for :meth:`FollowMonitor.update` and
+        :meth:`FollowMonitor.step` of :attr:`monitor`; default: the plain Python rule.
+        :meth:`check` runs :func:`drivers._follow_kernels.torque_check` either way.
     """
 
     def __init__(self, t_max_nm: Sequence[float], config: FollowConfig = FollowConfig(), *, step=None):
@@ -315,15 +245,19 @@ class TorqueFollow:
         else:
             self.monitor = FollowMonitor(t_max_nm, config)
         if step is not None:
-            # the rule compiled by the driver's own kernels (the same function)
+            # a driver's own compiled copy of the rule, for the monitor's update()/step(); check()
+            # runs drivers._follow_kernels.torque_check, which holds the rule compiled
             self.monitor._step = step
+        # the compiled cycle (numba) loads with the first TorqueFollow, not with the driver
+        # modules: importing a torque-only driver stays free of numba's import (~0.6 s)
+        from . import _follow_kernels
+        self._kernel = _follow_kernels.torque_check
         n = self.monitor.n
-        # the step's arguments, filled in place every cycle: fresh replies, their values and raw
-        # fields, the commands (only the torque row, 4, is not zero)
-        self._ok = np.zeros(n, dtype=bool)
-        self._rep = np.zeros((3, n))
+        # the kernel's scratch, filled in place every cycle (drivers._follow_kernels.W_*), and the
+        # reply kept last for the "same reply" test
+        self._w = np.zeros((_follow_kernels.W_ROWS, n))
         self._raw = np.zeros(n, dtype=np.int64)
-        self._cmd = np.zeros((5, n))
+        self._ok = np.zeros(n, dtype=bool)
 
     @property
     def config(self) -> FollowConfig:
@@ -337,34 +271,23 @@ class TorqueFollow:
         """Check one cycle: ``tau_cmd_nm`` (n,) the joint torques sent, ``feedback`` the cycle's
         :class:`~drivers.base.Feedback` (its ``fault`` is updated in place)."""
         mon = self.monitor
-        if not mon.config.enabled:
+        cfg = mon.config
+        if not cfg.enabled:
             return
-        tau = feedback.torque_nm
-        fresh = feedback.fresh
-        q = feedback.position_rad
-        qd = feedback.velocity_rad_s
-        ok, rep, raw = self._ok, self._rep, self._raw
-        for j in range(mon.n):
-            t = float(tau[j])
-            if fresh[j] and math.isfinite(t):
-                p = float(q[j])
-                v = float(qd[j])
-                if not math.isfinite(v):                  # as numpy.nan_to_num: NaN 0, inf the largest
-                    v = 0.0 if v != v else math.copysign(sys.float_info.max, v)
-                ok[j] = True
-                rep[0, j] = p
-                rep[1, j] = v
-                rep[2, j] = t
-                # "frozen" compares the whole reply (position, velocity, torque), as the MIT rule its
-                # bytes: a saturated drive repeats its torque exactly while its joint moves
-                raw[j] = hash((p, v, t))
-            else:
-                ok[j] = False
-                rep[0, j] = rep[1, j] = rep[2, j] = 0.0
-                raw[j] = 0
-        self._cmd[4] = tau_cmd_nm
-        mon.step(float(feedback.t_s), ok, rep, raw, self._cmd)
+        args = (feedback.torque_nm, feedback.fresh, feedback.position_rad, feedback.velocity_rad_s, tau_cmd_nm)
         fault = feedback.fault
-        for j, c in enumerate(mon._i[MI_CODE].tolist()):
-            if c and fault[j] == 0:
-                fault[j] = HOST_FAULT_OFFSET + c
+        a = mon.gain(float(feedback.t_s))
+        try:
+            done = self._kernel(mon._f, mon._i, self._w, self._raw, self._ok, a, cfg.rel_tol, cfg.window_cycles,
+                         cfg.frozen_cycles, *args, fault)
+        except TypeError:
+            # numba found no compiled version for these argument types (a list, another dtype):
+            # the same values as the arrays it takes, the faults written back
+            args = [np.ascontiguousarray(x, dtype=bool if k == 1 else float) for k, x in enumerate(args)]
+            f = np.array(fault, dtype=np.int64)
+            done = self._kernel(mon._f, mon._i, self._w, self._raw, self._ok, a, cfg.rel_tol, cfg.window_cycles,
+                                cfg.frozen_cycles, *args, f)
+            fault[:] = f
+        if not done:
+            raise DriverError(f"follow check of {mon.n} joints given vectors of another length (torques sent: "
+                              f"{np.shape(tau_cmd_nm)}, feedback: {np.shape(feedback.torque_nm)})")

@@ -64,6 +64,7 @@ KERNEL_FILES: tuple[str, ...] = (
     "dynamics/_serial_kernels.py",
     "drivers/_mit_kernels.py",
     "drivers/_odrive_kernels.py",
+    "drivers/_follow_kernels.py",
     "drivers/sim/_mit_kernel.py",
     "drivers/sim/_odrive_kernel.py",
     "drivers/sim/_plant_kernels.py",
@@ -77,13 +78,14 @@ KERNEL_FILES: tuple[str, ...] = (
     "controller/safety.py",
     "controller/_law_kernels.py",
     "controller/_stewart_law_kernels.py",
-    "drivers/follow.py",
+    "drivers/_follow_rule.py",
 )
 
 #: the files of :data:`KERNEL_FILES` with no ``cache=True`` of their own: plain Python that a
 #: kernel module compiles (``njit(cache=True)(module.function)``), so that a change of theirs
-#: must drop the callers' caches too (``drivers/_mit_kernels.py`` compiles the follow rule)
-COMPILED_SOURCES: tuple[str, ...] = ("drivers/follow.py",)
+#: must drop the callers' caches too (``drivers/_mit_kernels.py`` and ``drivers/_follow_kernels.py``
+#: compile the follow rule)
+COMPILED_SOURCES: tuple[str, ...] = ("drivers/_follow_rule.py",)
 
 #: files with ``cache=True`` that are never imported and so are not in :data:`KERNEL_FILES`:
 #: templates whose text is copied into generated modules outside the package (the mechanism
