@@ -29,8 +29,6 @@ from numba import njit, types
 
 from dynamics._kernel_cache import stamp_package_caches
 
-from . import follow as _follow
-
 #: rows of the per-axis constants C (float64, (C_ROWS, n)): sign, gear ratio x efficiency,
 #: motor-side torque limit [N m] (inf: none), gear ratio, offset [rad], torque constant [N m/A],
 #: efficiency
@@ -179,13 +177,3 @@ def decode_torque_feedback(data, C, j, iq, tau):
         t = t * C[C_KT, j]
     tau[j] = t * C[C_GEAR, j] * C[C_EFF, j]
     return True
-
-
-#: the follow check's rule (:func:`drivers.follow.follow_step`, its one source) compiled for the
-#: driver's :class:`~drivers.follow.TorqueFollow` (the same operations, so the same state and
-#: codes; ``tests/test_odrive_kernels.py``), as ``drivers._mit_kernels`` compiles it for the MIT
-#: driver (whose kernels this driver does not load)
-follow_step = njit(types.void(types.float64[:, ::1], types.int64[:, ::1], types.float64, types.boolean[::1],
-                              types.float64[::1], types.float64[::1], types.float64[::1], types.int64[::1],
-                              types.float64[:, ::1], types.float64, types.int64, types.int64),
-                   cache=True, error_model="numpy")(_follow.follow_step)

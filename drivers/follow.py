@@ -229,13 +229,11 @@ class TorqueFollow:
     t_max_nm : sequence of float
         Each joint's deliverable torque [N m | N] (joint side).
     config : FollowConfig
-    step : callable, optional
-        :func:`follow_step` compiled (a driver's kernels) for :meth:`FollowMonitor.update` and
-        :meth:`FollowMonitor.step` of :attr:`monitor`; default: the plain Python rule.
-        :meth:`check` runs :func:`drivers._follow_kernels.torque_check` either way.
+
+    :meth:`check` runs :func:`drivers._follow_kernels.torque_check` (the rule compiled).
     """
 
-    def __init__(self, t_max_nm: Sequence[float], config: FollowConfig = FollowConfig(), *, step=None):
+    def __init__(self, t_max_nm: Sequence[float], config: FollowConfig = FollowConfig()):
         if config.tol_nm is None:
             # a drive's reported torque is finer than the MIT fields' 12 bits (ODrive float32,
             # CiA 402 per mille of the rated torque, Dynamixel ~3 mA): a quarter of their 1 %
@@ -244,10 +242,6 @@ class TorqueFollow:
             self.monitor._f[M_TOL] = [TORQUE_ONLY_TOL * t for t in tmax]
         else:
             self.monitor = FollowMonitor(t_max_nm, config)
-        if step is not None:
-            # a driver's own compiled copy of the rule, for the monitor's update()/step(); check()
-            # runs drivers._follow_kernels.torque_check, which holds the rule compiled
-            self.monitor._step = step
         # the compiled cycle (numba) loads with the first TorqueFollow, not with the driver
         # modules: importing a torque-only driver stays free of numba's import (~0.6 s)
         from . import _follow_kernels

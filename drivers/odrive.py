@@ -267,7 +267,7 @@ class OdriveCanDriver(TransportDriver):
         self.cycles = 0
         follow = FollowConfig() if follow is None else follow
         if torque_feedback != "none" and follow.enabled:
-            self.follow = TorqueFollow([ax.torque_capability_nm() for ax in axes], follow, step=_ok.follow_step)
+            self.follow = TorqueFollow([ax.torque_capability_nm() for ax in axes], follow)
 
     # ------------------------------------------------------------------
     @property

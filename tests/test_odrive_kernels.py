@@ -237,37 +237,3 @@ def test_compiled_torque_feedback_decoding_is_taken(monkeypatch):
     data = np.array([1.5, -2.25], dtype=np.float32).tobytes()
     drv._handle_fields(0, (odc.arbitration_id(3, odc.Cmd.GET_IQ), data, 0.0, False, False, False, None))
     assert drv._tau[0] == -1 * -2.25 * 0.21 * 9.0 * 0.9 and drv._stats["corrupt"] == 0
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_compiled_follow_step_equals_the_python_rule(seed):
-    """The ODrive driver's TorqueFollow runs drivers._odrive_kernels.follow_step, the rule of
-    drivers.follow.follow_step compiled: over random cycles (torques that follow, that do not, and
-    replies repeated while the command moves, so both faults latch), the same state and codes."""
-    from drivers import _odrive_kernels as _okf
-    from drivers.follow import FollowConfig, TorqueFollow
-    from drivers.base import Feedback
-
-    n = 4
-    cfg = FollowConfig(window_cycles=3, frozen_cycles=4)
-    tmax = [2.0, 5.0, 1.0, 3.0]
-    py, nb = TorqueFollow(tmax, cfg), TorqueFollow(tmax, cfg, step=_okf.follow_step)
-    assert nb.monitor._step is _okf.follow_step
-    rng = np.random.default_rng(seed)
-    tau_meas = np.zeros(n)
-    for k in range(300):
-        cmd = rng.normal(0.0, 2.0, n)
-        if k % 50 < 25:
-            tau_meas = np.clip(cmd, -np.array(tmax), tmax) + rng.normal(0.0, 1e-3, n)
-        elif k % 7:
-            tau_meas = rng.normal(0.0, 3.0, n)          # not following
-        # else: the last reply repeated (frozen) while the command moves
-        fresh = rng.random(n) > 0.1
-        fbs = [Feedback(k * 1e-3, np.full(n, 0.1 * k), np.zeros(n), tau_meas.copy(), np.zeros(n, dtype=np.int64),
-                        fresh.copy(), np.ones(n, dtype=bool)) for _ in range(2)]
-        py.check(cmd, fbs[0])
-        nb.check(cmd, fbs[1])
-        np.testing.assert_array_equal(py.monitor._f, nb.monitor._f)
-        np.testing.assert_array_equal(py.monitor._i, nb.monitor._i)
-        np.testing.assert_array_equal(fbs[0].fault, fbs[1].fault)
-    assert any(py.monitor.codes)
