@@ -23,7 +23,17 @@ from dynamics._kernel_cache import stamp_package_caches
 __all__ = ["evaluate", "predicted_margin", "singularity_code", "TORQUE_RESERVE", "S_OK", "S_BELOW", "S_PREDICTED",
            "S_TORQUE", "J_Q_NONFINITE", "J_QD_NONFINITE", "J_TAU_NONFINITE", "J_DEVICE_FAULT",
            "J_DISABLED", "J_NOT_FRESH", "J_POSITION", "J_VELOCITY", "J_SOFT_LO", "J_SOFT_HI", "J_CLIP",
-           "E_NONFINITE", "E_BEYOND", "G_REF_POS", "G_REF_VEL", "G_REF_ACC", "JOINT_SHIFT"]
+           "E_NONFINITE", "E_BEYOND", "G_REF_POS", "G_REF_VEL", "G_REF_ACC", "JOINT_SHIFT",
+           "implausible", "POSITION_TOL", "VELOCITY_TOL", "count_saturated", "SATURATED_FRACTION"]
+
+#: the feedback plausibility's tolerances beyond the limits' bounds (:func:`implausible`):
+#: quantisation (an MIT position step is 0.38 mrad, a velocity step 24 mrad/s) and noise
+#: [rad|m, rad/s|m/s]
+POSITION_TOL = 1e-3
+VELOCITY_TOL = 0.05
+
+#: a torque at or beyond this fraction of its limit counts as saturated (:func:`count_saturated`)
+SATURATED_FRACTION = 1.0 - 1e-9
 
 # per joint
 J_Q_NONFINITE = 1
@@ -209,3 +219,85 @@ def evaluate_inline(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, fre
         eor |= b
     return g | (eor << E_SHIFT) | (jor << JOINT_SHIFT)
 
+
+
+@njit(cache=True, error_model="numpy")
+def implausible(t_s, q, qd, fresh, va, ok, run, bad):
+    """The feedback plausibility check of one sample (the rules of
+    :mod:`controller.plausibility`, written once): which fresh joints' readings the robot's
+    limits make impossible, compared with the last accepted reading of each joint.
+
+    Parameters
+    ----------
+    t_s : float
+        The sample's time [s].
+    q, qd : (n,) float64
+        Its positions [rad|m] and velocities [rad/s|m/s] (NaN: none).
+    fresh : (n,) bool
+        Whether each joint's reading is new.
+    va : (2, n) float64
+        Rows: the plausible |velocity| and |acceleration| of each joint (inf: that check off).
+    ok : (3, n) float64
+        Rows: position, velocity and time of each joint's last accepted reading (NaN: none);
+        updated with the readings accepted now (fresh, plausible, finite position).
+    run : (n,) int64
+        Rejections in a row per joint; updated (+1 where rejected, 0 where accepted).
+    bad : (n,) bool
+        Out: rejected now.
+
+    Returns
+    -------
+    int
+        The number of joints rejected now.
+
+    Element by element as numpy's vector form computes it: ``dt = max(t_s - t_ok, 0)`` (NaN
+    where nothing was accepted yet, 0 on the lock-step clock between the start-up feedback
+    and the first cycle's) and a fresh joint is rejected when
+    ``|dq| > v dt + POSITION_TOL``, or, with both velocities finite,
+    ``|qd - qd_ok| > a dt + VELOCITY_TOL`` or
+    ``|dq - 0.5 dt (qd + qd_ok)| > 0.5 (a dt) dt + POSITION_TOL`` (``dq = q - q_ok``; a NaN
+    comparison never rejects; a NaN ``dt`` never does).
+    """
+    nbad = 0
+    for j in range(q.shape[0]):
+        qj = q[j]
+        qdj = qd[j]
+        dt = t_s - ok[2, j]
+        if dt < 0.0:
+            dt = 0.0
+        qdk = ok[1, j]
+        dq = qj - ok[0, j]
+        b = abs(dq) > va[0, j] * dt + POSITION_TOL
+        if math.isfinite(qdj) and math.isfinite(qdk):
+            a_dt = va[1, j] * dt
+            if abs(qdj - qdk) > a_dt + VELOCITY_TOL:
+                b = True
+            if abs(dq - 0.5 * dt * (qdj + qdk)) > 0.5 * a_dt * dt + POSITION_TOL:
+                b = True
+        b = b and fresh[j] and math.isfinite(dt)
+        bad[j] = b
+        if b:
+            run[j] += 1
+            nbad += 1
+        elif fresh[j] and math.isfinite(qj):
+            ok[0, j] = qj
+            ok[1, j] = qdj
+            ok[2, j] = t_s
+            run[j] = 0
+    return nbad
+
+
+@njit(cache=True, error_model="numpy")
+def count_saturated(tau, limits, clipped):
+    """Count the cycles in a row each joint's torque is at its limit: ``clipped[j]`` (int64,
+    updated) + 1 where ``|tau[j]| >= limits[5, j] * SATURATED_FRACTION``, else 0 (a NaN
+    torque is not at its limit).  ``tau`` (n,) [N m|N]; ``limits`` the supervisor's (6, n)
+    rows (row 5: the torque limits).  Returns whether some joint is at its limit."""
+    at_any = False
+    for j in range(tau.shape[0]):
+        if abs(tau[j]) >= limits[5, j] * SATURATED_FRACTION:
+            clipped[j] += 1
+            at_any = True
+        else:
+            clipped[j] = 0
+    return at_any

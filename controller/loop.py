@@ -44,6 +44,7 @@ disabled.
 from __future__ import annotations
 
 import array
+import math
 import signal
 import threading
 import time
@@ -396,6 +397,7 @@ class ControlLoop:
             CompiledCycles = None
             if self.compiled:
                 from .compiled import CompiledCycles
+            FeedbackPlausibility.load()
             messages.extend(self.clock.start())
             try:
                 fb = self.driver.enable()
@@ -655,7 +657,7 @@ def _grid_sampler(trajectory, period_s: float):
 
 def _t_meas(fb, t: float) -> float:
     """The time of a feedback sample [s]: its time stamp, else the loop time ``t`` of its cycle."""
-    return fb.t_s if np.isfinite(fb.t_s) else t
+    return fb.t_s if math.isfinite(fb.t_s) else t
 
 
 def _driver_cause(exc: BaseException) -> str:

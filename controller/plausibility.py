@@ -26,21 +26,37 @@ joint are a fault, ``"implausible_feedback"``, naming the joint and the values.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import numpy as np
 
 from dynamics.base import ParallelModel
 
+from . import _safety_rules as _rules
+from ._safety_rules import POSITION_TOL, VELOCITY_TOL
+
 __all__ = ["FeedbackPlausibility", "plausible_acceleration", "ACCEL_FACTOR", "POSITION_TOL", "VELOCITY_TOL"]
 
 #: margin of the default plausible acceleration over the model's bound at the start pose (the
 #: inertia changes with the pose, the real robot differs from its model)
 ACCEL_FACTOR = 2.0
-#: readings' tolerance beyond the limits' bounds: quantisation (an MIT position step is 0.38 mrad,
-#: a velocity step 24 mrad/s) and noise [rad|m, rad/s|m/s]
-POSITION_TOL = 1e-3
-VELOCITY_TOL = 0.05
+
+#: the argument types of :func:`controller._safety_rules.implausible` for which it is compiled
+_CHECK_SIGNATURE = ("int64(float64, float64[::1], float64[::1], boolean[::1], float64[:, ::1], float64[:, ::1], "
+                    "int64[::1], boolean[::1])")
+#: no joint (the rejected joints of a clean sample)
+_NONE = np.zeros(0, dtype=np.intp)
+_NONE.flags.writeable = False
+
+
+@functools.cache
+def _checker():
+    """:func:`controller._safety_rules.implausible`, compiled for :data:`_CHECK_SIGNATURE` alone
+    (loaded from numba's cache at the first call in a process: :meth:`FeedbackPlausibility.load`)."""
+    _rules.implausible.compile(_CHECK_SIGNATURE)
+    _rules.implausible.disable_compile()
+    return _rules.implausible
 
 
 def plausible_acceleration(model, q, tau_max) -> np.ndarray:
@@ -79,15 +95,28 @@ class FeedbackPlausibility:
     """
 
     def __init__(self, v_plausible, a_plausible, run_max: int):
-        self.v = np.asarray(v_plausible, dtype=float)
-        self.a = np.asarray(a_plausible, dtype=float)
+        v = np.asarray(v_plausible, dtype=float)
+        n = v.size
+        # the bounds as the rows of one array (one argument of the compiled check); v and a
+        # are views of its rows
+        self._va = np.stack([np.broadcast_to(v, (n,)), np.broadcast_to(np.asarray(a_plausible, dtype=float), (n,))])
         self.run_max = int(run_max)
-        n = self.v.size
         self.rejected = np.zeros(n, dtype=np.int64)       # per joint, over the run
         self._run = np.zeros(n, dtype=np.int64)           # per joint, in a row
-        self._q = np.full(n, np.nan)
-        self._qd = np.full(n, np.nan)
-        self._t = np.full(n, np.nan)
+        # the last accepted reading of each joint: position, velocity, time (rows; NaN: none)
+        self._ok = np.full((3, n), np.nan)
+        self._bad = np.zeros(n, dtype=np.bool_)           # the joints rejected by the last check
+
+    v = property(lambda self: self._va[0], doc="Largest plausible |velocity| (n,) [rad/s|m/s].")
+    a = property(lambda self: self._va[1], doc="Largest plausible |acceleration| (n,) [rad/s^2|m/s^2].")
+    _q = property(lambda self: self._ok[0], doc="Last accepted position (n,) [rad|m] (NaN: none).")
+    _qd = property(lambda self: self._ok[1], doc="Last accepted velocity (n,) [rad/s|m/s] (NaN: none).")
+    _t = property(lambda self: self._ok[2], doc="Time of the last accepted reading (n,) [s] (NaN: none).")
+
+    @staticmethod
+    def load() -> None:
+        """Load the compiled check (numba's cache) now, not in the first control cycle."""
+        _checker()
 
     @classmethod
     def for_supervisor(cls, safety, q0, accel_max=None) -> tuple["FeedbackPlausibility", str | None]:
@@ -122,9 +151,10 @@ class FeedbackPlausibility:
         q = np.asarray(fb.position_rad, dtype=float)
         qd = np.asarray(fb.velocity_rad_s, dtype=float)
         ok = fresh & np.isfinite(q)
-        self._q = np.where(ok, q, self._q)
-        self._qd = np.where(ok, qd, self._qd)
-        self._t = np.where(ok, t_s, self._t)
+        last = self._ok
+        last[0] = np.where(ok, q, last[0])
+        last[1] = np.where(ok, qd, last[1])
+        last[2] = np.where(ok, t_s, last[2])
         self._run[:] = 0
 
     def check(self, t_s: float, fb):
@@ -134,30 +164,20 @@ class FeedbackPlausibility:
         sample is plausible), the joints rejected now (int array) and those rejected
         ``run_max`` times in a row (int array, for the fault).
         """
-        fresh = np.asarray(fb.fresh, dtype=bool)
-        q = np.asarray(fb.position_rad, dtype=float)
-        qd = np.asarray(fb.velocity_rad_s, dtype=float)
-        # NaN where nothing was accepted yet; 0 on the lock-step clock between the start-up
-        # feedback and the first cycle's (no time passed: the readings must agree within tolerance)
-        dt = np.maximum(t_s - self._t, 0.0)
-        with np.errstate(invalid="ignore"):
-            dq = q - self._q
-            bad = np.abs(dq) > self.v * dt + POSITION_TOL
-            has_v = np.isfinite(qd) & np.isfinite(self._qd)
-            a_dt = self.a * dt
-            bad |= has_v & (np.abs(qd - self._qd) > a_dt + VELOCITY_TOL)
-            bad |= has_v & (np.abs(dq - 0.5 * dt * (qd + self._qd)) > 0.5 * a_dt * dt + POSITION_TOL)
-        bad &= fresh & np.isfinite(dt)
-        good = fresh & ~bad & np.isfinite(q)
-        self._q = np.where(good, q, self._q)
-        self._qd = np.where(good, qd, self._qd)
-        self._t = np.where(good, t_s, self._t)
-        self._run = np.where(bad, self._run + 1, np.where(good, 0, self._run))
+        shape = self._bad.shape
+        fresh = np.ascontiguousarray(fb.fresh, dtype=np.bool_)
+        q = np.ascontiguousarray(fb.position_rad, dtype=float)
+        qd = np.ascontiguousarray(fb.velocity_rad_s, dtype=float)
+        if fresh.shape != shape or q.shape != shape or qd.shape != shape:
+            # one value for every joint (or a shape that does not broadcast: ValueError)
+            fresh, q, qd = (np.ascontiguousarray(np.broadcast_to(x, shape)) for x in (fresh, q, qd))
+        bad = self._bad
+        if not _checker()(float(t_s), q, qd, fresh, self._va, self._ok, self._run, bad):
+            return fb, _NONE, _NONE
         idx = np.flatnonzero(bad)
-        if idx.size == 0:
-            return fb, idx, idx
         self.rejected[idx] += 1
-        keep_qd = np.where(np.isfinite(self._qd), self._qd, qd)
-        out = replace(fb, position_rad=np.where(bad, self._q, q), velocity_rad_s=np.where(bad, keep_qd, qd),
+        last_q, last_qd = self._ok[0], self._ok[1]
+        keep_qd = np.where(np.isfinite(last_qd), last_qd, qd)
+        out = replace(fb, position_rad=np.where(bad, last_q, q), velocity_rad_s=np.where(bad, keep_qd, qd),
                       fresh=fresh & ~bad, info={**(fb.info or {}), "implausible": idx.tolist()})
         return out, idx, np.flatnonzero(self._run >= self.run_max)

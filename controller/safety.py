@@ -127,6 +127,15 @@ def _evaluate_checked(q, qd, tau, pos, vel, acc, err, err_max, fault, enabled, f
 
 
 @functools.cache
+def _saturation_counter():
+    """:func:`controller._safety_rules.count_saturated`, compiled for a cycle's argument types
+    alone (loaded from numba's cache at the first call in a process: when a supervisor is made)."""
+    _rules.count_saturated.compile("boolean(float64[::1], float64[:, ::1], int64[::1])")
+    _rules.count_saturated.disable_compile()
+    return _rules.count_saturated
+
+
+@functools.cache
 def _rules_checker():
     """:func:`_evaluate_checked`, compiled for :data:`_RULES_SIGNATURE` alone (loaded from numba's
     cache at the first call in a process): arguments of other types raise TypeError (no
@@ -497,6 +506,7 @@ class SafetySupervisor:
         _rules.evaluate(v, v, v, v, v, v, v, self._em, _NO_CODES, _NO_FLAGS, _NO_FLAGS, self._limits,
                         np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
         _rules_checker()
+        _saturation_counter()
         # the same for the compiled singularity check (its first one is in the first cycle);
         # the result is not used
         if self._sing and _exact_planar3rrr(model):
@@ -525,8 +535,7 @@ class SafetySupervisor:
         self._stale = np.zeros(self.n, dtype=int)
         self._stale_any = False
         #: consecutive cycles each joint's command was clipped at its torque limit (drives saturated)
-        self._clipped = np.zeros(self.n, dtype=int)
-        self._clip_any = False
+        self._clipped = np.zeros(self.n, dtype=np.int64)
         self._jbits = np.zeros(self.n, dtype=np.int64)     # rule bits of the last cycle, per joint
         self._ebits = np.zeros(0, dtype=np.int64)          # ... per tracking-error axis
         self._k = 0
@@ -653,13 +662,7 @@ class SafetySupervisor:
         saturation or the clipping here (read by :meth:`saturation_note`)."""
         if type(tau) is not np.ndarray or tau.shape != (self.n,):
             return
-        at = np.abs(tau) >= self._limits[5] * (1.0 - 1e-9)
-        if at.any():
-            self._clipped = np.where(at, self._clipped + 1, 0)
-            self._clip_any = True
-        elif self._clip_any:
-            self._clipped[:] = 0
-            self._clip_any = False
+        _saturation_counter()(np.ascontiguousarray(tau, dtype=float), self._limits, self._clipped)
 
     def saturation_note(self) -> str:
         """``"; the drives saturated ..."`` when some joint's command was clipped at its torque limit

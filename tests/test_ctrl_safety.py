@@ -550,3 +550,31 @@ def test_limit_attributes_are_the_rules_limits():
     assert [f.cause for f in ss.new_faults] == ["velocity_limit"] and ss.new_faults[0].joint == 1
     _, ss = sup.check(0.0, state, fb, ref, np.zeros(2), error=np.zeros(2))
     assert ss.new_faults == () and sup.v_max[1] > 1e-3       # the original is untouched
+
+
+def test_saturation_runs_are_counted_per_joint_as_the_vector_rule():
+    """The cycles in a row each joint's torque is at its limit (``|tau| >= tau_max (1 - 1e-9)``,
+    NaN never), counted by the compiled counter, equal the rule in numpy's vector form over
+    random torques at, near, beyond and below the limits; the note names the joints that were
+    at it for SATURATED_CYCLES cycles and only those."""
+    from controller.safety import SATURATED_CYCLES
+
+    s = sup(tracking_error_max=1.0)
+    lim = s.tau_max.copy()
+    rng = np.random.default_rng(38)
+    want = np.zeros(2, dtype=np.int64)
+    choices = np.array([0.0, 0.5, 1.0 - 2e-9, 1.0 - 5e-10, 1.0, 1.5, np.nan])
+    for k in range(3000):
+        pick = rng.choice(len(choices), 2, p=[0.05, 0.1, 0.05, 0.1, 0.35, 0.3, 0.05])
+        tau = choices[pick] * lim * rng.choice([-1.0, 1.0], 2)
+        s._count_saturated(tau)
+        at = np.abs(tau) >= lim * (1.0 - 1e-9)
+        want = np.where(at, want + 1, 0)
+        assert s._clipped.tolist() == want.tolist(), k
+        note = s.saturation_note()
+        long = np.flatnonzero(want >= SATURATED_CYCLES)
+        assert bool(note) == bool(long.size), k
+        for j in range(2):
+            assert (f"joint {j} at" in note) == (j in long), (k, note)
+    s._count_saturated([1e9, 1e9])        # not a cycle's array: not counted
+    assert s._clipped.tolist() == want.tolist()

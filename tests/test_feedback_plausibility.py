@@ -139,3 +139,67 @@ def test_a_stale_sample_is_not_checked_and_keeps_its_values():
 def test_the_plausible_acceleration_cannot_switch_the_check_off(bad):
     with pytest.raises(ConfigError, match="feedback_accel_max"):
         load_run(DEMO, overrides={"safety.feedback_accel_max": bad})
+
+
+class _VectorCheck:
+    """The plausibility rules in numpy's vector form (as the check was written before it was
+    compiled, issue 38): the reference of the compiled check's parity test."""
+
+    def __init__(self, v, a, run_max):
+        n = len(v)
+        self.v, self.a, self.run_max = np.asarray(v, float), np.asarray(a, float), run_max
+        self.q, self.qd, self.t = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+        self.run = np.zeros(n, dtype=np.int64)
+
+    def check(self, t_s, q, qd, fresh):
+        from controller.plausibility import POSITION_TOL, VELOCITY_TOL
+        dt = np.maximum(t_s - self.t, 0.0)
+        with np.errstate(invalid="ignore"):
+            dq = q - self.q
+            bad = np.abs(dq) > self.v * dt + POSITION_TOL
+            has_v = np.isfinite(qd) & np.isfinite(self.qd)
+            a_dt = self.a * dt
+            bad |= has_v & (np.abs(qd - self.qd) > a_dt + VELOCITY_TOL)
+            bad |= has_v & (np.abs(dq - 0.5 * dt * (qd + self.qd)) > 0.5 * a_dt * dt + POSITION_TOL)
+        bad &= fresh & np.isfinite(dt)
+        good = fresh & ~bad & np.isfinite(q)
+        self.q, self.qd = np.where(good, q, self.q), np.where(good, qd, self.qd)
+        self.t = np.where(good, t_s, self.t)
+        self.run = np.where(bad, self.run + 1, np.where(good, 0, self.run))
+        return bad
+
+
+def test_the_compiled_check_is_the_vector_rules_bit_for_bit():
+    """Random samples that hit every rule (jumps of position and velocity, disagreement, NaN
+    readings, stale joints, time going back, infinite bounds): the compiled check rejects the
+    same joints, keeps the same last accepted values (bit for bit) and counts the same runs as
+    the rules in numpy's vector form."""
+    rng = np.random.default_rng(38)
+    n = 4
+    v, a = np.array([30.0, 5.0, np.inf, 30.0]), np.array([250.0, np.inf, 100.0, 40.0])
+    chk, ref = FeedbackPlausibility(v, a, 3), _VectorCheck(v, a, 3)
+    q, qd, t = np.zeros(n), np.zeros(n), 0.0
+    seen = np.zeros(n, dtype=np.int64)
+    for k in range(4000):
+        t += rng.choice([0.001, 0.0, -0.0005, 0.002])
+        q = q + 0.001 * qd + rng.normal(0.0, 1e-4, n)
+        qd = qd + rng.normal(0.0, 0.05, n)
+        qx, qdx = q.copy(), qd.copy()
+        hit = rng.random(n)
+        qx[hit < 0.03] += rng.normal(0.0, 0.05, n)[hit < 0.03]
+        qdx[(hit > 0.03) & (hit < 0.06)] += rng.normal(0.0, 3.0, n)[(hit > 0.03) & (hit < 0.06)]
+        qx[(hit > 0.06) & (hit < 0.07)] = np.nan
+        qdx[(hit > 0.07) & (hit < 0.09)] = np.nan
+        fresh = rng.random(n) > 0.05
+        out, bad, run_bad = chk.check(t, _fb(t, qx, qdx, fresh))
+        want = ref.check(t, qx, qdx, fresh)
+        assert bad.tolist() == np.flatnonzero(want).tolist(), k
+        # the runs are reported on a cycle that rejects something
+        assert run_bad.tolist() == (np.flatnonzero(ref.run >= 3).tolist() if want.any() else []), k
+        assert chk._run.tolist() == ref.run.tolist(), k
+        for mine, theirs in ((chk._q, ref.q), (chk._qd, ref.qd), (chk._t, ref.t)):
+            assert mine.tobytes() == theirs.tobytes(), k
+        assert out.fresh.tolist() == (fresh & ~want).tolist(), k
+        seen += want
+    assert chk.rejected.tolist() == seen.tolist()
+    assert seen.min() > 10, seen       # every joint's checks were hit
