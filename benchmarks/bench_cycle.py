@@ -99,6 +99,17 @@ def _record_replies(spec, out: Path):
         return m
 
     bus.recv = recording_recv
+    recv_fields = getattr(bus, "recv_fields", None)
+    if recv_fields is not None:
+        # the transport reads an inline channel's frames as fields (drivers.sim.emulators.InlineBus)
+
+        def recording_recv_fields(timeout=None):
+            f = recv_fields(timeout)
+            if f is not None:
+                replies.append((f[0], bytes(f[1])))
+            return f
+
+        bus.recv_fields = recording_recv_fields
     res = run.execute()
     return res, read_log(out), replies
 

@@ -12,7 +12,6 @@ is refused the same way.
 from __future__ import annotations
 
 import copy
-import json
 import math
 from pathlib import Path
 
@@ -27,6 +26,11 @@ from drivers.codecs import odrive as odc
 from drivers.registry import joint_capabilities
 from dynamics.config import Section, read_toml
 from dynamics.errors import ConfigError
+
+try:
+    from tests.serve_process import CpuWatch, wall_clock_verdict
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from serve_process import CpuWatch, wall_clock_verdict
 from dynamics.toy_models import PlanarTwoLink
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,15 +244,20 @@ def test_geared_ur20_completes_on_both_clocks(tmp_path, clock, capsys):
     assert main(["check", str(cfg)]) == 0
     out = tmp_path / clock
     more = REALTIME if clock == "wall" else []
+    watch = CpuWatch(probe=True) if clock == "wall" else None
     rc = main(["run", str(cfg), "-o", str(out), "--no-plots", "--no-progress", "--set",
                f'loop.clock="{clock.split("-")[0]}"', *more])
     text = capsys.readouterr().out
     if clock == "wall" and "not applied" in text:
+        watch.close()
         pytest.skip(f"environment: a real-time setting could not be applied here: {text[-400:]}")
+    if watch is not None:
+        # a failed run or more than 1 % of the deadlines missed fails the test, unless other
+        # processes or the machine's own stalls are measured to explain it (tests/serve_process.py;
+        # a SCHED_FIFO loop still waits for the interpreter lock held by a descheduled thread)
+        wall_clock_verdict(rc, out, watch, "geared UR20 at 400 Hz, real-time loop", detail=text[-600:],
+                           missed_fraction_max=0.01)
     assert rc == 0, text
     assert "COMPLETED" in text
-    if clock == "wall":
-        meta = json.loads((out / "meta.json").read_text())
-        assert meta["result"]["timing"]["missed_deadlines"] <= 8, meta["result"]["timing"]   # <= 1 % of 802
     log = np.load(out / "log.npy")
     assert np.max(np.abs(log["err[shoulder]"])) < 0.01         # rad: it follows, it does not fall

@@ -334,6 +334,7 @@ def design_excitation(model: Model, limits: ExcitationLimits, *, start=None, har
     kk = np.tile(np.arange(2, harmonics + 1), dim).astype(float)
     wscale = np.repeat(amp, harmonics - 1) * prob.traj(np.zeros(2 * h)).wf
     fine = np.arange(0.0, period_s + 0.5 * check_dt_s, check_dt_s)
+    dense = np.arange(0.0, period_s + 0.05 * check_dt_s, 0.1 * check_dt_s)
     best, failed = None, []
     for i in range(int(starts)):
         z0 = np.concatenate([rng.normal(size=h) * wscale / kk, rng.normal(size=h) * wscale])
@@ -349,6 +350,11 @@ def design_excitation(model: Model, limits: ExcitationLimits, *, start=None, har
         else:
             z = z0
         sc = _feasible_scale(prob, z, fine)
+        # between the check grid's points a limit can still be passed (by up to about the next
+        # derivative's peak x dt^2 / 8): the scaled result checked again on a grid ten times
+        # finer, and scaled down further where that finds a violation
+        if prob.violation(prob.traj(z, sc), dense)[0] != 0.0:
+            sc *= _feasible_scale(prob, z * sc, dense)
         z = z * sc
         traj = prob.traj(z)
         try:
