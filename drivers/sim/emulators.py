@@ -310,6 +310,11 @@ class EmulatorHost:
         return tuple(self._buses)
 
     @property
+    def plant_step_min_s(self) -> float:
+        """The shortest plant step a frame or poll makes [s] (0: to ``now()`` at every one)."""
+        return self._plant_step_min
+
+    @property
     def inline(self) -> bool:
         """Whether the devices are served inline by :meth:`pump` (no thread)."""
         return self._inline

@@ -123,6 +123,14 @@ def build_server(config_path: str | Path, *, now=time.monotonic, start: bool = T
     root.finish()
     plant = sim.plant
     devices = list(sim.emulators)
+    # the plant steps at most once per `plant_step_min_s` of the server's (wall) clock; the
+    # emulated ODrive axes default to the firmware's control tick, as in-process on the wall clock
+    step_min = sim.hosts[0].plant_step_min_s if sim.hosts else 0.0
+    emu = dsec.data.get("emulator", {})
+    if kind == "sim_odrive_can" and "plant_step_min_s" not in emu:
+        from .odrive_emulator import CONTROL_PERIOD_S
+
+        step_min = CONTROL_PERIOD_S
     for h in sim.hosts:
         h.close()
     for t in sim.inner.transports:
@@ -137,7 +145,8 @@ def build_server(config_path: str | Path, *, now=time.monotonic, start: bool = T
     plant.warm_up()
     # the plant starts at 0 on the server clock: time since serving started
     t_start = now()
-    host = EmulatorHost(bus, devices, plant, lambda: now() - t_start, own_bus=True, start=start)
+    host = EmulatorHost(bus, devices, plant, lambda: now() - t_start, own_bus=True, start=start,
+                        plant_step_min_s=step_min)
     return host, duration, (interface, channel, opts.get("port"))
 
 
