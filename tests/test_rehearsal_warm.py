@@ -54,7 +54,7 @@ with tempfile.TemporaryDirectory() as d:
     run = (reh / f"{stem}_run.toml").read_text().replace(f'file = "../robots/{robot}"', f'file = "{rob}"')
     run = re.sub(r'\[driver\.bus\]\n(.*?\n)*?(?=\[\[driver\.joints\]\])', '[driver.bus]\n' + virtual + '\n', run)
     (d / "run.toml").write_text(run)
-    host, _, _ = build_server(str(d / "srv.toml"))
+    host = build_server(str(d / "srv.toml")).host
     at_ready = overloads()
     # the wall clock (a hardware run), with room for the two ends sharing one process: this is
     # about what is loaded when, not about timing

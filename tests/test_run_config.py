@@ -282,7 +282,7 @@ def test_the_rehearsal_server_steps_its_odrive_plant_once_per_firmware_tick():
     from drivers.sim.odrive_emulator import CONTROL_PERIOD_S
     from drivers.sim.serve import build_server
 
-    host, _, _ = build_server(RUNS.parent / "rehearsal" / "stewart_odrive_udp_server.toml", start=False)
+    host = build_server(RUNS.parent / "rehearsal" / "stewart_odrive_udp_server.toml", start=False).host
     try:
         assert host.plant_step_min_s == CONTROL_PERIOD_S
     finally:

@@ -83,7 +83,7 @@ def _session(drv, n=30):
 def test_server_builds_and_serves_in_process_on_a_virtual_bus(tmp_path):
     ch = "srv-" + uuid.uuid4().hex
     cfg = _write(tmp_path, f'interface = "virtual"\nchannel = "{ch}"\ntoy_model = "planar_two_link"')
-    host, duration, where = build_server(cfg)
+    host, duration, where, _ = build_server(cfg)
     try:
         assert duration is None and where[:2] == ("virtual", ch)
         drv = build_driver(Section(_client_cfg({"interface": "virtual", "channel": ch}), "client"),
