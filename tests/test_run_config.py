@@ -287,3 +287,21 @@ def test_the_rehearsal_server_steps_its_odrive_plant_once_per_firmware_tick():
         assert host.plant_step_min_s == CONTROL_PERIOD_S
     finally:
         host.close()
+
+
+def test_a_realtime_wall_clock_loop_serves_its_emulated_dynamixel_servos_inline_with_the_wire_time_slept():
+    """The servos' thread answered late behind a SCHED_FIFO loop (dxl_3dof_arm at 500 Hz stopped on
+    its overrun rule): served in the loop's thread, the wire time waited on the wall clock, counted
+    on the lock-step clock; an ordinary wall-clock loop keeps the pseudo-terminal and thread."""
+    from controller.app.run import sim_driver_section
+
+    def emu(clock, realtime=None, table=None):
+        sec = sim_driver_section({"type": "sim_dynamixel", **(table or {})}, q0=[0.0], clock=clock,
+                                 period_s=0.002, realtime=realtime)
+        return sec.data.get("emulator", {})
+
+    fifo = {"sched_fifo_priority": 80, "cpu": 1}
+    assert emu("wall", fifo) == {"serve": "inline", "wire_time": "wait"}
+    assert emu("lockstep") == {"serve": "inline", "wire_time": "count"}
+    assert emu("wall") == {} and emu("wall", {"cpu": 1}) == {}
+    assert emu("wall", fifo, {"emulator": {"serve": "thread"}}) == {"serve": "thread"}
