@@ -68,6 +68,10 @@ class LockstepClock:
         Initial time [s].
     """
 
+    #: time does not move while a caller waits: an emulated device served in the caller's thread
+    #: cannot answer during a wait (drivers.sim.emulators.InlineBus does not sleep it out)
+    frozen_while_waiting = True
+
     def __init__(self, t0: float = 0.0):
         self._t = float(t0)
         self.messages: list[str] = []
@@ -112,6 +116,8 @@ class WallClock:
     """
 
     _KEYS = REALTIME_KEYS
+    #: time moves while a caller waits (see :attr:`LockstepClock.frozen_while_waiting`)
+    frozen_while_waiting = False
 
     def __init__(self, spin_s: float = 2e-4, realtime: dict | None = None):
         if not (spin_s >= 0.0):
