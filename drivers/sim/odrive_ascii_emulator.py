@@ -87,6 +87,7 @@ from typing import Callable, Sequence
 
 from dynamics.errors import CommsError, CommsTimeoutError, ConfigError, DecodeError, DriverError
 from ..base import JointMapping
+from ..serial_port import encode_line
 from .dynamixel_emulator import SERVE_MODES, WIRE_TIME_MODES, InlineDynamixelPort, _timeout
 from .plant import Plant
 
@@ -131,6 +132,8 @@ def respond_bytes(text: str, checksum: bool) -> bytes:
     buffer, cut as C cuts it), ended ``\\r\\n`` or ``*<xor>\\r\\n``."""
     raw = text.encode("latin-1")
     n = len(raw)
+    if n < _TX_BUF - 2 and not checksum:
+        return raw + b"\r\n"
     buf = raw[:_TX_BUF - 1]                # snprintf writes size - 1 bytes and a NUL
     ln = min(n, _TX_BUF)
     if ln >= _TX_BUF:
@@ -165,10 +168,66 @@ def _c_int(tok: bytes, bits_mod: int | None) -> int:
     return v % bits_mod if bits_mod else v
 
 
+_FAST: dict = {}
+_CONV_RX = {"u": rb"([+-]?\d+)", "d": rb"([+-]?\d+)",
+            "f": rb"([+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan))"}
+
+
+def _to_u32(tok: bytes) -> int:
+    return int(tok) % _U32
+
+
+def _to_i32(tok: bytes) -> int:
+    return (int(tok) + (1 << 31)) % _U32 - (1 << 31)
+
+
+def _to_f32(tok: bytes) -> float:
+    return f32(float(tok))
+
+
+_CONVERT = {"u": _to_u32, "d": _to_i32, "f": _to_f32}
+
+
+def _fast(fmt: str):
+    """``(match, converters)`` of a format made of literals, spaces, ``%u``/``%d``/``%f``: the
+    match when every conversion succeeds (:func:`scanf`'s common case at once); None for other
+    formats."""
+    if fmt in _FAST:
+        return _FAST[fmt]
+    out = b""
+    k = 0
+    fast = None
+    convs = []
+    while k < len(fmt):
+        ch = fmt[k]
+        if ch == " ":
+            out += rb"[ \t\n\v\f\r]*"
+        elif ch == "%":
+            conv = fmt[k + 1]
+            if conv not in _CONV_RX:
+                break
+            out += rb"[ \t\n\v\f\r]*" + _CONV_RX[conv]
+            convs.append(_CONVERT[conv])
+            k += 1
+        else:
+            out += re.escape(ch.encode())
+        k += 1
+    else:
+        fast = (re.compile(out, re.IGNORECASE).match, convs)
+    _FAST[fmt] = fast
+    return fast
+
+
 def scanf(s: bytes, fmt: str) -> tuple[int, list]:
     """``sscanf(s, fmt)`` for the directives the firmware uses (a literal, white space, ``%u``,
     ``%i``, ``%d``, ``%f``, ``%255s``): ``(count, values)``, count -1 (EOF) when the input ends
     before the first conversion."""
+    fast = _FAST.get(fmt) or _fast(fmt)
+    if fast is not None:
+        m = fast[0](s)
+        if m is not None:                      # every conversion succeeded: the values at once
+            vals = [f(tok) for f, tok in zip(fast[1], m.groups())]
+            return len(vals), vals
     vals: list = []
     i = 0
     n = len(s)
@@ -272,6 +331,7 @@ class _Axis:
 
     def power_on(self, t: float) -> None:
         self.conf = dict(self.saved)
+        self._wd_for = None                    # the watchdog_timeout _wd_s was computed for
         self.state = _IDLE
         self.error = 0
         self.input_torque = self.input_vel = self.input_pos = 0.0
@@ -285,9 +345,14 @@ class _Axis:
     # -- watchdog -----------------------------------------------------------------------------
     def _wd_reset(self) -> float:
         """``get_watchdog_reset()`` as a time: the ticks fed, plus the tick at zero that fires [s]."""
+        timeout = self.conf["config.watchdog_timeout"]
+        if timeout == self._wd_for:
+            return self._wd_s
+        self._wd_for = timeout
         ticks = int(min(max(self.conf["config.watchdog_timeout"], 0.0), (_U32 - 1) / (CURRENT_MEAS_HZ + 1))
                     * CURRENT_MEAS_HZ)
-        return (ticks + 1) / CURRENT_MEAS_HZ
+        self._wd_s = (ticks + 1) / CURRENT_MEAS_HZ
+        return self._wd_s
 
     def wd_run(self, t: float) -> None:
         """Count the watchdog down to ``t`` (it stands still while disabled)."""
@@ -341,6 +406,11 @@ class _Axis:
         return (f32(m.sign * (q - m.offset_rad) * m.gear_ratio / (2.0 * math.pi) + self.pos_offset_rev),
                 f32(m.sign * qd * m.gear_ratio / (2.0 * math.pi)))
 
+    def vel(self) -> float:
+        """``encoder.vel_estimate`` [turn/s] (float32), as :meth:`pos_vel`'s."""
+        m = self.cfg.mapping
+        return f32(m.sign * self.plant.measure_joint(self.cfg.joint)[1] * m.gear_ratio / (2.0 * math.pi))
+
     def apply(self) -> None:
         """The torque the controller gives now (``Controller::update``, torque control), to the plant."""
         c = self.conf
@@ -349,7 +419,7 @@ class _Axis:
             t = self.input_torque
             if c["controller.config.enable_torque_mode_vel_limit"]:
                 vl, g = c["controller.config.vel_limit"], c["controller.config.vel_gain"]
-                v = self.pos_vel()[1]
+                v = self.vel()
                 t = min(max(t, (-vl - v) * g), (vl - v) * g)
             lim = min(max(c["motor.config.current_lim"] * c["motor.config.torque_constant"], 0.0),
                       c["motor.config.torque_lim"])
@@ -450,6 +520,7 @@ class OdriveAsciiEmulator:
         self._now = now
         t0 = float(now())
         self._t0 = t0
+        self._t_adv = -math.inf                # the loop time the axes and the plant were brought to [s]
         self._axes: dict[int, _Axis] = {}
         self._lock = threading.RLock()
         self.add_axes(axes)
@@ -599,6 +670,9 @@ class OdriveAsciiEmulator:
             self._advance(float(t_s))
 
     def _advance(self, t: float) -> None:
+        if t <= self._t_adv:
+            return          # brought there already: a change since fires at the next tick, a later time
+        self._t_adv = t
         plant = self.plant
         while True:
             due, ax = math.inf, None
@@ -621,6 +695,16 @@ class OdriveAsciiEmulator:
         try:
             with self._lock:
                 t = max(self._rx_free, t_start)
+                if data[-1:] == b"\n" and len(data) <= _MAX_LINE and not self._rx and self._read_active:
+                    # the common case, whole lines none of which can fill the buffer: what the
+                    # general path below does with them
+                    end = 0
+                    for line in _LINE_END.split(data)[:-1]:
+                        end += len(line) + 1
+                        self.lines_in += 1
+                        self._line(line, t + end * self._byte_s)
+                    self._rx_free = t + len(data) * self._byte_s
+                    return
                 start = 0
                 for m in _LINE_END.finditer(data):
                     i = m.start()
@@ -653,7 +737,7 @@ class OdriveAsciiEmulator:
         self._read_active = False
 
     def _line(self, line: bytes, t_end: float) -> None:
-        tnow = float(self._now())
+        tnow = self._now()
         self._advance(tnow)
         replies = self.process_line(line, tnow)
         if not replies or self.silent:
@@ -685,7 +769,7 @@ class OdriveAsciiEmulator:
         ``t``: the reply lines' bytes (none, one, or several for ``h``/``i``)."""
         checksum = 0
         cs_start = None
-        for i, b in enumerate(line):
+        for i, b in (enumerate(line) if b";" in line or b"*" in line else ()):
             if b == 0x3B:                       # ';' starts a comment
                 line = line[:i]
                 break
@@ -1019,7 +1103,6 @@ class InlineOdriveAsciiPort(InlineDynamixelPort):
 
     def write_line(self, text: str, encoding: str = "ascii") -> None:
         """Write ``text`` and ``\\n``."""
-        from ..serial_port import encode_line
         self.write(encode_line(text, b"\n", encoding))
 
     def read_line(self, timeout_s: float | None = None, encoding: str | None = "ascii"):
@@ -1038,7 +1121,9 @@ class InlineOdriveAsciiPort(InlineDynamixelPort):
         buf = self._buf
         i = buf.find(b"\n")
         if i < 0:
-            t = self.timeout_s if timeout_s is None else _timeout(timeout_s, "timeout_s")
+            t = self.timeout_s if timeout_s is None else (
+                timeout_s if type(timeout_s) is float and 0.0 <= timeout_s < math.inf
+                else _timeout(timeout_s, "timeout_s"))
             i = self._count_line(t) if self._count else self._wait_line(t)
         line = bytes(buf[:i])
         del buf[:i + 1]
