@@ -499,7 +499,7 @@ class OdriveAsciiEmulator:
     serial_number : str
         What ``i`` reports.
 
-    Fault injection: :meth:`corrupt_replies`, :meth:`set_silent`, :meth:`inject_error`,
+    Fault injection: :meth:`corrupt_replies`, :meth:`replace_replies`, :meth:`set_silent`, :meth:`inject_error`,
     :meth:`disconnect`.
     """
 
@@ -537,6 +537,7 @@ class OdriveAsciiEmulator:
         self._outq: list = []
         self._seq = itertools.count()
         self._corrupt = 0
+        self._replace: list[bytes] = []
         self.silent = False
         self.lines_in = 0
         self.lines_out = 0
@@ -611,6 +612,11 @@ class OdriveAsciiEmulator:
         """Flip one bit in the middle of each of the next ``n`` reply lines."""
         with self._lock:
             self._corrupt += int(n)
+
+    def replace_replies(self, lines: Sequence[bytes]) -> None:
+        """Send these bytes instead of each of the next replies (garbled lines of one's choosing)."""
+        with self._lock:
+            self._replace.extend(bytes(x) for x in lines)
 
     def disconnect(self) -> None:
         """The port disappears (the pty closes; inline: the port's reads and writes fail)."""
@@ -745,7 +751,9 @@ class OdriveAsciiEmulator:
         free = max(self._tx_free, t_end + self.reply_delay_s)
         for data in replies:
             release = free + len(data) * self._byte_s
-            if self._corrupt > 0:
+            if self._replace:
+                data = self._replace.pop(0)
+            elif self._corrupt > 0:
                 self._corrupt -= 1
                 b = bytearray(data)
                 b[len(b) // 2] ^= 0x10
