@@ -49,8 +49,7 @@ def build_sim_odrive_ascii(section: Section, *, now: Callable[[], float], transp
                                     "transports")
     if section.data.get("error_property", "error") != "error":
         raise section.error("error_property", 'the emulated ODrive runs firmware 0.5.6: its axis error is "error"')
-    if "error_property" not in section.data:       # the 0.5 firmware's name, not the driver's 0.6 default
-        section = Section({**section.data, "error_property": "error"}, section.file, section.path)
+    given_errp = "error_property" in section.data
     plant = plant_from_section(section.section("plant", {}), model, now=now, rng=rng)
     emu_sec = section.section("emulator", {})
     serve = emu_sec.str("serve", "thread", choices=list(SERVE_MODES), doc=_SERVE_DOC)
@@ -81,6 +80,8 @@ def build_sim_odrive_ascii(section: Section, *, now: Callable[[], float], transp
                 SerialTransport(emu.port_path, baudrate=baud, timeout_s=rt))
         try:
             driver = real.build_ascii(section, now=now, transports={"port": port})
+            if not given_errp:
+                driver.error_property = "error"     # the 0.5 firmware's name, not the driver's 0.6 default
         except BaseException:
             port.close()
             raise
