@@ -364,3 +364,24 @@ def test_shipped_run_completes(tmp_path):
     assert res.status == "completed"
     log = np.load(tmp_path / "run" / "log.npy")
     assert log["fresh[q1]"].all() and log["fresh[q2]"].all() and not log["fault[q1]"].any()
+
+
+def test_setpoint_commands_set_modes_and_values(rig):
+    clk, plant, emu = rig
+    assert ask(emu, clk, b"q 0 1.5 3 0.3") == []
+    assert ask(emu, clk, b"r axis0.controller.config.control_mode") == [b"3\r\n"]
+    assert ask(emu, clk, b"r axis0.controller.config.vel_limit") == [b"3.000000\r\n"]
+    assert ask(emu, clk, b"r axis0.motor.config.torque_lim") == [b"0.300000\r\n"]
+    assert ask(emu, clk, b"r axis0.controller.input_pos") == [b"1.500000\r\n"]
+    assert ask(emu, clk, b"t 0 2") == []
+    assert ask(emu, clk, b"r axis0.controller.config.input_mode") == [b"5\r\n"]
+    assert ask(emu, clk, b"v 0 1 0.2") == []
+    assert ask(emu, clk, b"r axis0.controller.config.control_mode") == [b"2\r\n"]
+    assert ask(emu, clk, b"r axis0.controller.input_torque") == [b"0.200000\r\n"]
+    ask(emu, clk, b"w axis0.requested_state 8")
+    assert emu.applied_torque_nm(0) == 0.0                 # velocity control is not emulated: no torque
+    assert ask(emu, clk, b"p 0 1 2 0.1") == []
+    assert ask(emu, clk, b"r axis0.controller.input_vel") == [b"2.000000\r\n"]
+    assert ask(emu, clk, b"c 0 0.25") == [] and emu.applied_torque_nm(0) == pytest.approx(0.25)
+    assert ask(emu, clk, b"r axis0.controller.config.control_mode") == [b"1\r\n"]
+    assert ask(emu, clk, b"r axis0.motor.current_control.Iq_setpoint") == [b"3.012048\r\n"]   # 0.25 / 0.083

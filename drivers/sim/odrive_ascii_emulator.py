@@ -438,6 +438,17 @@ class _Axis:
         return f32(self.torque_nm / kt) if kt else 0.0
 
 
+#: the set-point commands: format, control mode, where each value after the axis goes (an
+#: attribute of the axis or a configuration key), the input mode set (None: kept)
+_SETPOINTS = {
+    b"c": ("c %u %f", _TORQUE_CONTROL, ("input_torque",), None),
+    b"v": ("v %u %f %f", _VELOCITY_CONTROL, ("input_vel", "input_torque"), None),
+    b"p": ("p %u %f %f %f", _POSITION_CONTROL, ("input_pos", "input_vel", "input_torque"), None),
+    b"q": ("q %u %f %f %f", _POSITION_CONTROL, ("input_pos", "controller.config.vel_limit", "motor.config.torque_lim"),
+           None),
+    b"t": ("t %u %f", _POSITION_CONTROL, ("input_pos",), _TRAP_TRAJ),
+}
+
 #: property kinds: how ``to_string`` / ``from_string`` treat them
 _FLOAT, _INT, _UINT, _BOOL = "f", "d", "u", "b"
 #: axis properties: path -> (kind, writable); config keys live in ``_Axis.conf``
@@ -828,61 +839,24 @@ class OdriveAsciiEmulator:
         self._axes[m] = ax
         return ax
 
-    def _cmd_c(self, cmd: bytes, t: float, say) -> None:
-        n, v = scanf(cmd, "c %u %f")
+    def _cmd_setpoint(self, cmd: bytes, t: float, say) -> None:
+        """``c``, ``v``, ``p``, ``q``, ``t`` (``cmd_set_torque`` ... ``cmd_set_trapezoid_trajectory``):
+        the control mode (and input mode) set, the values given stored, the watchdog fed."""
+        fmt, mode, targets, input_mode = _SETPOINTS[cmd[:1]]
+        n, v = scanf(cmd, fmt)
         ax = self._axis_arg(n, v, 2, say)
-        if ax is not None:
-            ax.conf["controller.config.control_mode"] = _TORQUE_CONTROL
-            ax.input_torque = v[1]
-            ax.feed(t)
-            ax.apply()
-
-    def _cmd_v(self, cmd: bytes, t: float, say) -> None:
-        n, v = scanf(cmd, "v %u %f %f")
-        ax = self._axis_arg(n, v, 2, say)
-        if ax is not None:
-            ax.conf["controller.config.control_mode"] = _VELOCITY_CONTROL
-            ax.input_vel = v[1]
-            if n >= 3:
-                ax.input_torque = v[2]
-            ax.feed(t)
-            ax.apply()
-
-    def _cmd_p(self, cmd: bytes, t: float, say) -> None:
-        n, v = scanf(cmd, "p %u %f %f %f")
-        ax = self._axis_arg(n, v, 2, say)
-        if ax is not None:
-            ax.conf["controller.config.control_mode"] = _POSITION_CONTROL
-            ax.input_pos = v[1]
-            if n >= 3:
-                ax.input_vel = v[2]
-            if n >= 4:
-                ax.input_torque = v[3]
-            ax.feed(t)
-            ax.apply()
-
-    def _cmd_q(self, cmd: bytes, t: float, say) -> None:
-        n, v = scanf(cmd, "q %u %f %f %f")
-        ax = self._axis_arg(n, v, 2, say)
-        if ax is not None:
-            ax.conf["controller.config.control_mode"] = _POSITION_CONTROL
-            ax.input_pos = v[1]
-            if n >= 3:
-                ax.conf["controller.config.vel_limit"] = v[2]
-            if n >= 4:
-                ax.conf["motor.config.torque_lim"] = v[3]
-            ax.feed(t)
-            ax.apply()
-
-    def _cmd_t(self, cmd: bytes, t: float, say) -> None:
-        n, v = scanf(cmd, "t %u %f")
-        ax = self._axis_arg(n, v, 2, say)
-        if ax is not None:
-            ax.conf["controller.config.input_mode"] = _TRAP_TRAJ
-            ax.conf["controller.config.control_mode"] = _POSITION_CONTROL
-            ax.input_pos = v[1]
-            ax.feed(t)
-            ax.apply()
+        if ax is None:
+            return
+        if input_mode is not None:
+            ax.conf["controller.config.input_mode"] = input_mode
+        ax.conf["controller.config.control_mode"] = mode
+        for key, x in zip(targets, v[1:n]):
+            if key in ax.conf:
+                ax.conf[key] = x
+            else:
+                setattr(ax, key, x)
+        ax.feed(t)
+        ax.apply()
 
     def _cmd_f(self, cmd: bytes, t: float, say) -> None:
         n, v = scanf(cmd, "f %u")
@@ -1027,7 +1001,8 @@ class OdriveAsciiEmulator:
         elif key == "controller.input_pos":
             ax.input_pos = x
 
-    _COMMANDS = {b"c": _cmd_c, b"v": _cmd_v, b"p": _cmd_p, b"q": _cmd_q, b"t": _cmd_t, b"f": _cmd_f,
+    _COMMANDS = {b"c": _cmd_setpoint, b"v": _cmd_setpoint, b"p": _cmd_setpoint, b"q": _cmd_setpoint,
+                 b"t": _cmd_setpoint, b"f": _cmd_f,
                  b"u": _cmd_u, b"e": _cmd_e, b"h": _cmd_h, b"i": _cmd_i, b"s": _cmd_s, b"r": _cmd_r,
                  b"w": _cmd_w}
 
