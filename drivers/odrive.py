@@ -1043,8 +1043,18 @@ class OdriveAsciiDriver(TransportDriver):
             self._poll_status(stats)
         return self._feedback(fresh, stats, missing)
 
+    @property
+    def firmware(self) -> str:
+        """The firmware generation the error property names (``error``: 0.5, ``active_errors``: 0.6)."""
+        return "0.5" if self.error_property == "error" else "0.6"
+
     def enable(self) -> Feedback:
         """Torque control, passthrough, zero torque, CLOSED_LOOP_CONTROL; wait until every axis reports it.
+
+        An idle axis whose only error is ``WATCHDOG_TIMER_EXPIRED`` has its error cleared first: the
+        firmware counts the watchdog down in every state, so an axis configured with it trips
+        while idle before any controller feeds it (firmware 0.5.6 ``Axis::watchdog_check``);
+        any other error refuses.
 
         Raises
         ------
@@ -1055,6 +1065,13 @@ class OdriveAsciiDriver(TransportDriver):
         """
         self._check_open()
         self._port.reset_input()
+        self._poll_status(None)
+        # 0.5 only: its axis error is writable (0.6 clears every axis' errors at once)
+        wd_bit = codec.WATCHDOG_ERROR_BIT["0.5"] if self.firmware == "0.5" else None
+        for j, a in enumerate(self._axes):
+            if self._err[j] == wd_bit and self._state[j] == int(AxisState.IDLE):
+                self._port.write_line(f"u {a}")         # fed, then the stale trip cleared
+                self._port.write_line(f"w axis{a}.error 0")
         for a, m, lim in zip(self._axes, self._maps, self._limits):
             if lim is not None:     # what the capability check counted on (drivers.odrive.capabilities_ascii)
                 self._port.write_line(f"w axis{a}.motor.config.current_lim {_fmt(lim['current_limit_a'])}")
@@ -1075,7 +1092,8 @@ class OdriveAsciiDriver(TransportDriver):
             if bad or time.monotonic() >= deadline:
                 self.disable()
                 if bad:
-                    desc = "; ".join(f"axis {self._axes[j]}: {'|'.join(codec.axis_error_names(int(self._err[j])))}"
+                    desc = "; ".join(f"axis {self._axes[j]}: "
+                                     f"{'|'.join(codec.axis_error_names(int(self._err[j]), self.firmware))}"
                                      for j in bad)
                     raise DeviceFaultError(f"ODrive axes refused closed loop: {desc}")
                 raise CommsTimeoutError(f"ODrive axes not in CLOSED_LOOP_CONTROL after {self.enable_timeout_s} s "

@@ -250,7 +250,8 @@ def test_driver_bytes_and_feedback(rig):
     drv = driver_on(emu, clk, port)
     fb = drv.enable()
     assert fb.enabled.all() and fb.fresh.all()
-    assert b"".join(sent).startswith(b"w axis0.motor.config.current_lim 40\nw axis0.controller.config.vel_limit "
+    assert b"".join(sent).startswith(b"r axis0.current_state\nr axis0.error\nr axis1.current_state\nr axis1.error\n"
+                                     b"w axis0.motor.config.current_lim 40\nw axis0.controller.config.vel_limit "
                                      b"3.402823e+38\nw axis0.controller.config.control_mode 1\n"
                                      b"w axis0.controller.config.input_mode 1\nc 0 0\nw axis0.requested_state 8\n")
     sent.clear()
@@ -385,3 +386,22 @@ def test_setpoint_commands_set_modes_and_values(rig):
     assert ask(emu, clk, b"c 0 0.25") == [] and emu.applied_torque_nm(0) == pytest.approx(0.25)
     assert ask(emu, clk, b"r axis0.controller.config.control_mode") == [b"1\r\n"]
     assert ask(emu, clk, b"r axis0.motor.current_control.Iq_setpoint") == [b"3.012048\r\n"]   # 0.25 / 0.083
+
+
+def test_enable_clears_a_stale_watchdog_trip_only(rig):
+    """The 0.5.6 watchdog counts in every state: an axis configured with it trips while idle
+    before anyone feeds it.  enable() clears that trip; any other error refuses, named with the
+    0.5 firmware's error names."""
+    from dynamics.errors import DeviceFaultError
+    clk, plant, emu = rig
+    clk.t += 0.5
+    emu.advance_to(clk.t)
+    assert emu.axis_error(0) == WATCHDOG_TIMER_EXPIRED and emu.axis_error(1) == WATCHDOG_TIMER_EXPIRED
+    port = emu.inline_port(timeout_s=0.01, wire_time="count")
+    drv = driver_on(emu, clk, port)
+    assert drv.enable().enabled.all()
+    drv.disable()
+    emu.inject_error(1, 0x40)                              # MOTOR_FAILED
+    with pytest.raises(DeviceFaultError, match="axis 1: MOTOR_FAILED"):
+        drv.enable()
+    drv.close()
