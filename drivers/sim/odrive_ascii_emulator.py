@@ -950,28 +950,30 @@ class OdriveAsciiEmulator:
         pos, vel = ax.pos_vel()
         return pos if key == "encoder.pos_estimate" else vel
 
-    def _cmd_r(self, cmd: bytes, t: float, say) -> None:
-        n, v = scanf(cmd, "r %255s")
+    def _property(self, cmd: bytes, fmt: str, say):
+        """``(count, values, property)`` of an ``r``/``w`` line, or None when answered already
+        (``invalid command format``, ``invalid property``)."""
+        n, v = scanf(cmd, fmt)
         if n < 1:
             say("invalid command format")
-            return
+            return None
         p = self._lookup(v[0])
         if p is None:
             say("invalid property")
-            return
-        kind, _, ax, key = p
-        say(_to_string(kind, self._get(ax, key)).decode("ascii"))
+            return None
+        return n, v, p
+
+    def _cmd_r(self, cmd: bytes, t: float, say) -> None:
+        got = self._property(cmd, "r %255s", say)
+        if got is not None:
+            kind, _, ax, key = got[2]
+            say(_to_string(kind, self._get(ax, key)).decode("ascii"))
 
     def _cmd_w(self, cmd: bytes, t: float, say) -> None:
-        n, v = scanf(cmd, "w %255s %255s")
-        if n < 1:
-            say("invalid command format")
+        got = self._property(cmd, "w %255s %255s", say)
+        if got is None:
             return
-        p = self._lookup(v[0])
-        if p is None:
-            say("invalid property")
-            return
-        kind, writable, ax, key = p
+        n, v, (kind, writable, ax, key) = got
         if not writable or n < 2:                 # no set_string; or an unset value buffer: no number
             say("not implemented")
             return
