@@ -8,7 +8,8 @@ driver's share of a cycle <= 50 us for 6 axes):
 * ``3rrr_circle_cia402.toml``: three emulated CiA 402 drives (python-canopen object dictionaries);
 * ``dxl_3dof_arm.toml``: three emulated Dynamixel servos (Protocol 2.0);
 * ``3rrr_circle.toml``: three emulated MIT drives, the reference path;
-* ``tests/data/ur20/ur20_odrive_geared.toml``: a 6-axis arm on emulated ODrive drives at 400 Hz.
+* ``tests/data/ur20/ur20_odrive_geared.toml``: a 6-axis arm on emulated ODrive drives at 400 Hz;
+* ``seed003_2r_odrive_ascii.toml``: one emulated ODrive (two axes) over the ASCII protocol at 200 Hz.
 
 Each run is built as ``torqueloop run`` builds it (telemetry on) and run warm (a short run first
 in this process), ``repeat`` times; the row gives the median wall time per cycle (``median_us``),
@@ -44,6 +45,7 @@ CASES = (
     (RUNS / "dxl_3dof_arm.toml", "Dynamixel, 3 servos, 500 Hz"),
     (RUNS / "3rrr_circle.toml", "MIT CAN, 3 drives, 1 kHz (reference)"),
     (ROOT / "tests" / "data" / "ur20" / "ur20_odrive_geared.toml", "ODrive CAN, 6 axes, 1 bus, 400 Hz"),
+    (RUNS / "seed003_2r_odrive_ascii.toml", "ODrive ASCII, 2 axes, UART 921600 bit/s, 200 Hz"),
 )
 
 
