@@ -80,6 +80,7 @@ WALL_CASES = (
     (ROOT / "tests" / "data" / "ur20" / "ur20_odrive_geared.toml", 1000.0, "6-axis arm, 6 ODrive axes, 1 kHz"),
     (RUNS / "3rrr_circle_cia402.toml", None, "CiA 402, 500 Hz"),
     (RUNS / "dxl_3dof_arm.toml", None, "Dynamixel, 500 Hz"),
+    (RUNS / "seed003_2r_odrive_ascii.toml", None, "ODrive ASCII, 200 Hz"),
     (RUNS / "3rrr_circle.toml", None, "MIT, 1 kHz"),
 )
 #: the real-time settings of every shipped hardware config

@@ -289,14 +289,15 @@ def test_the_rehearsal_server_steps_its_odrive_plant_once_per_firmware_tick():
         host.close()
 
 
-def test_a_realtime_wall_clock_loop_serves_its_emulated_dynamixel_servos_inline_with_the_wire_time_slept():
+@pytest.mark.parametrize("kind", ["sim_dynamixel", "sim_odrive_ascii"])
+def test_a_realtime_wall_clock_loop_serves_its_emulated_serial_devices_inline_with_the_wire_time_slept(kind):
     """The servos' thread answered late behind a SCHED_FIFO loop (dxl_3dof_arm at 500 Hz stopped on
     its overrun rule): served in the loop's thread, the wire time waited on the wall clock, counted
     on the lock-step clock; an ordinary wall-clock loop keeps the pseudo-terminal and thread."""
     from controller.app.run import sim_driver_section
 
     def emu(clock, realtime=None, table=None):
-        sec = sim_driver_section({"type": "sim_dynamixel", **(table or {})}, q0=[0.0], clock=clock,
+        sec = sim_driver_section({"type": kind, **(table or {})}, q0=[0.0], clock=clock,
                                  period_s=0.002, realtime=realtime)
         return sec.data.get("emulator", {})
 

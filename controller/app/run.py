@@ -1063,8 +1063,9 @@ def sim_driver_section(driver: Mapping[str, Any], *, q0, clock: str, period_s: f
         if "serve" not in emu and not emu.get("reply_latency_s", 0.0):
             emu["serve"] = "inline"
             data["emulator"] = emu
-    if (clock == "lockstep" or realtime_loop) and driver_type == "sim_dynamixel":
-        # The same for the emulated Dynamixel servos: no pseudo-terminal and no thread, the servos
+    if (clock == "lockstep" or realtime_loop) and driver_type in ("sim_dynamixel", "sim_odrive_ascii"):
+        # The same for the emulated Dynamixel servos and ODrive ASCII axes (serial devices): no
+        # pseudo-terminal and no thread, the servos
         # answer each write in the driver's thread, and the wire time is counted against the
         # driver's read deadlines instead of slept (drivers.sim.dynamixel_emulator.InlineDynamixelPort);
         # under a real-time loop on the wall clock the wire time is slept (the servos' thread
