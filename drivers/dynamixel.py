@@ -261,7 +261,7 @@ class DynamixelDriver(TransportDriver):
         (which raises for a bad command)."""
         tau = command.torque_nm
         if (self.fast and command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None
-                and type(tau) is np.ndarray and tau.dtype == np.float64):
+                and type(tau) is np.ndarray and tau.dtype == np.float64 and tau.shape == (self.n_joints,)):
             n_tx, sat = self._dk.encode_goal_current(tau, self._C, self._lim, self._ids_arr, self._tx)
             if n_tx > 0:
                 self.last_saturated = sat
