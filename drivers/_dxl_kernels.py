@@ -90,6 +90,16 @@ def le_int(buf, at, size):
     return v - 2 * top if v >= top else v
 
 
+@njit(cache=True, inline="always")
+def broadcast_header(out):
+    """The header and the broadcast ID (``FF FF FD 00 FE``) at the start of ``out``."""
+    out[0] = 0xFF
+    out[1] = 0xFF
+    out[2] = 0xFD
+    out[3] = 0x00
+    out[4] = 0xFE
+
+
 @njit(cache=True)
 def frame_body(out, n_body):
     """Stuff the instruction and parameters ``out[7:7 + n_body]`` in place (``FF FF FD`` ->
@@ -152,11 +162,7 @@ def encode_goal_current(tau, C, lim, ids, out):
     if tau.shape[0] != n:
         return -1, 0
     sat = 0
-    out[0] = 0xFF
-    out[1] = 0xFF
-    out[2] = 0xFD
-    out[3] = 0x00
-    out[4] = 0xFE
+    broadcast_header(out)
     out[7] = 0x83
     out[8] = 102
     out[9] = 0

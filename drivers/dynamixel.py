@@ -359,9 +359,9 @@ class DynamixelDriver(TransportDriver):
         return got
 
     # ------------------------------------------------------------------
-    def _feedback(self, fresh: np.ndarray, stats: dict) -> Feedback:
+    def _feedback(self, fresh: np.ndarray, stats: dict, n_fresh: int | None = None) -> Feedback:
         info = dict(stats)
-        info["missing"] = int(self.n_joints - fresh.sum())
+        info["missing"] = int(self.n_joints - (fresh.sum() if n_fresh is None else n_fresh))
         info["hardware_error"] = self._hw.copy()
         return Feedback(t_s=float(self._now()), position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
                         torque_nm=self._tau.copy(), fault=self._hw | self._flags, fresh=fresh,
@@ -422,7 +422,7 @@ class DynamixelDriver(TransportDriver):
                 if self._n_alert:
                     alerts = [j for j in self._order[:self._n_seg].tolist() if self._err[j] & 0x80 and
                               not self._err[j] & 0x7F]
-                return self._after_present(fresh, alerts, stats)
+                return self._after_present(fresh, alerts, stats, self._n_seg - stats["status_errors"])
         else:
             got = self._collect(stats, fast=self.read_mode == "fast_sync", length=dx.PRESENT_BLOCK_LEN)
         fresh = np.zeros(self.n_joints, dtype=bool)
@@ -447,9 +447,9 @@ class DynamixelDriver(TransportDriver):
             fresh[j] = True
         return self._after_present(fresh, alerts, stats)
 
-    def _after_present(self, fresh: np.ndarray, alerts: list, stats: dict) -> Feedback:
+    def _after_present(self, fresh: np.ndarray, alerts: list, stats: dict, n_fresh: int | None = None) -> Feedback:
         """The rest of a cycle after the present values: the alerted servos' Hardware Error
-        Status, the status poll when due, the feedback."""
+        Status, the status poll when due, the feedback (``n_fresh``: ``fresh.sum()`` when known)."""
         for j in alerts:
             try:
                 self._hw[j] = self._read_u(self._ids[j], Addr.HARDWARE_ERROR_STATUS, 1) or self._hw[j]
@@ -457,7 +457,7 @@ class DynamixelDriver(TransportDriver):
                 stats["status_errors"] += 1
         if self.status_every and self.cycles % self.status_every == 0 and self._enabled_cmd:
             self._poll_status(stats)
-        return self._feedback(fresh, stats)
+        return self._feedback(fresh, stats, n_fresh)
 
     def _poll_status(self, stats: dict) -> None:
         te = self._sync_read_u8(Addr.TORQUE_ENABLE, stats)

@@ -35,7 +35,8 @@ from numba import njit, types
 
 from dynamics._kernel_cache import stamp_package_caches
 
-from .._dxl_kernels import BYTES, POSITION_RAD_PER_PULSE, VELOCITY_RAD_S_PER_LSB, crc16, le_int, round_half_even
+from .._dxl_kernels import (BYTES, POSITION_RAD_PER_PULSE, VELOCITY_RAD_S_PER_LSB, broadcast_header, crc16, le_int,
+                            round_half_even)
 
 #: rows of the servos' float state F (float64, (F_ROWS, n)): supply voltage [V], temperature
 #: [degC], the voltage and temperature last written to the table, the last instruction's loop
@@ -316,11 +317,7 @@ def serve(data, P, which, T, F, I, slot_of, t1, t2, pq, pqd, pta, cmd, quant, ha
             continue
         length = 1 + n_seg * (4 + size)
         o = 8
-        out[0] = 0xFF
-        out[1] = 0xFF
-        out[2] = 0xFD
-        out[3] = 0
-        out[4] = 0xFE
+        broadcast_header(out)
         out[5] = length & 0xFF
         out[6] = (length >> 8) & 0xFF
         out[7] = 0x55

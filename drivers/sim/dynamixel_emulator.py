@@ -1133,6 +1133,8 @@ class InlineDynamixelPort:
 
 
 def _timeout(value, name: str) -> float:
+    if type(value) is float and 0.0 <= value < math.inf:      # the common case, at once
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
         raise CommsError(f"{name} must be finite and >= 0, got {value!r}")
     return float(value)
