@@ -26,6 +26,12 @@ One cycle (:meth:`DynamixelDriver.cycle`), one write and one read on the port:
    Error Status (70) at once; every ``status_every`` cycles Torque Enable (64)
    and Bus Watchdog (98) are read too.
 
+Steps 1 and 3 of a cycle are compiled (:mod:`drivers._dxl_kernels`, loaded with the first
+driver): the Sync Write of a float64 torque vector in one call, and a Fast Sync Read status
+packet read whole (header, then its length) and decoded into the joint values in one call; a
+command, a packet or a read they decline takes the Python path (the reference, the same bytes
+and values; ``fast = False`` switches them off).
+
 ``Feedback.fault`` per joint: the Hardware Error Status bits
 (:data:`~drivers.codecs.dynamixel.HW_ERROR_BITS`: 0x01 input voltage, 0x04
 overheating, 0x08 encoder, 0x10 electrical shock, 0x20 overload) |

@@ -41,6 +41,14 @@ port waits for that schedule, or counts it, :class:`InlineDynamixelPort`).  The 
 advanced on the loop clock ``now()`` when a packet has been received (timed
 events such as a watchdog expiry at their own due time), as
 :class:`~drivers.sim.emulators.EmulatorHost` does for the CAN devices.
+
+Compiled firmware: the servos' state lives in the bus's arrays (the control tables as rows of
+one array, the rest as columns; :class:`EmulatedServo`'s attributes read and write them), and
+served inline, the common healthy cycle (a Sync Write of Goal Current and/or a Fast Sync Read,
+whole and valid, to servos with nothing pending: no watchdog due, no shutdown, no brake change,
+a plant without noise) is served by two compiled calls (:mod:`drivers.sim._dxl_kernel`) around
+the plant's step; everything else takes the Python path below, the reference
+(``tests/test_dxl_kernels.py`` compares the two).  ``fast = False`` switches it off.
 """
 
 from __future__ import annotations
