@@ -920,6 +920,7 @@ class DynamixelBusEmulator:
         self.packets_in += n_pk
         self.fast_writes += 1
         if which == 1 and n_pk == 2:
+            t2 = self._now()        # the second packet's time, as the Python path takes it: after the first
             self._advance(t2)
             with plant._lock:
                 n_out, first = _dk.serve(buf, P, 2, self._T, self._F, self._I, self._slot_of, t1, t2, plant._q,
