@@ -215,7 +215,8 @@ def _cycle_bytes(rng, read_ids) -> bytes:
     sw = dx.encode_sync_write(A.GOAL_CURRENT, 2, [(i, (g & 0xFFFF).to_bytes(2, "little")) for i, g in zip(ids, goals)])
     addr, size = (dx.PRESENT_BLOCK_ADDR, 10) if rng.integers(5) else (int(rng.integers(0, 150)), int(rng.integers(1, 12)))
     fsr = dx.encode_fast_sync_read(addr, size, read_ids)
-    return {0: sw, 1: fsr}.get(int(rng.integers(6)), sw + fsr)
+    # mostly the driver's cycle; also packets in other orders (served by the Python path)
+    return {0: sw, 1: fsr, 2: fsr + sw, 3: sw + sw, 4: fsr + fsr}.get(int(rng.integers(12)), sw + fsr)
 
 
 def _firmware_steps(rng, n: int):

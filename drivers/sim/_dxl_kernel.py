@@ -8,8 +8,8 @@ properties), and the two calls here do what the Python path does with those pack
 operations in the same order, so the same tables, plant commands and status bytes:
 
 * :func:`check` (before the plant is advanced): the bytes are one or two whole packets (no
-  partial packet, no noise, valid CRCs, nothing stuffed), each a broadcast Sync Write of Goal
-  Current (102, 2 bytes a servo) or Fast Sync Read; no servo's Bus Watchdog is due at the
+  partial packet, no noise, valid CRCs, nothing stuffed): a broadcast Sync Write of Goal
+  Current (102, 2 bytes a servo), a Fast Sync Read, or the two in that order; no servo's Bus Watchdog is due at the
   packets' time; no servo taking part would turn its torque off on a hardware error (Shutdown)
   or change its holding brake; the supply voltage and temperature are finite.
 * :func:`serve` (after the plant was advanced to the packet's time, for the packets asked): the
@@ -151,6 +151,8 @@ def check(data, T, F, I, slot_of, t, P):
                     return DECLINED
         else:
             return DECLINED
+        if n_pk == 1 and (P[3] != _SYNC_WRITE or inst == _SYNC_WRITE):
+            return DECLINED         # two packets: a Sync Write, then the read (replies from the last only)
         P[1 + 3 * n_pk] = pos
         P[2 + 3 * n_pk] = total
         P[3 + 3 * n_pk] = inst
