@@ -101,36 +101,39 @@ def broadcast_header(out):
 
 
 @njit(cache=True)
-def frame_body(out, n_body):
-    """Stuff the instruction and parameters ``out[7:7 + n_body]`` in place (``FF FF FD`` ->
-    ``FF FF FD FD``), write the length field and the CRC; returns the packet's length (0: it
+def frame_body(out, at, n_body):
+    """The packet whose header and ID are at ``out[at:at + 5]`` and whose instruction and
+    parameters are ``out[at + 7:at + 7 + n_body]``: the body stuffed in place (``FF FF FD`` ->
+    ``FF FF FD FD``), the length field and the CRC written; returns the packet's length (0: it
     does not fit ``out``)."""
+    b0 = at + 7
     # count the stuffed bytes, then move the body from its end
     extra = 0
-    for k in range(7 + 2, 7 + n_body):
+    for k in range(b0 + 2, b0 + n_body):
         if out[k] == 0xFD and out[k - 1] == 0xFF and out[k - 2] == 0xFF:
             extra += 1
     total = 7 + n_body + extra + 2
-    if total > out.shape[0]:
+    if at + total > out.shape[0]:
         return 0
     if extra:
-        src = 7 + n_body - 1
+        src = b0 + n_body - 1
         dst = src + extra
-        while src >= 7:
+        while src >= b0:
             b = out[src]
             # a byte FD after FF FF in the original body gets its copy
-            if b == 0xFD and src - 2 >= 7 and out[src - 1] == 0xFF and out[src - 2] == 0xFF:
+            if b == 0xFD and src - 2 >= b0 and out[src - 1] == 0xFF and out[src - 2] == 0xFF:
                 out[dst] = 0xFD
                 dst -= 1
             out[dst] = b
             dst -= 1
             src -= 1
     length = n_body + extra + 2
-    out[5] = length & 0xFF
-    out[6] = length >> 8
-    c = crc16(out, 0, total - 2, 0)
-    out[total - 2] = c & 0xFF
-    out[total - 1] = c >> 8
+    out[at + 5] = length & 0xFF
+    out[at + 6] = length >> 8
+    end = at + total
+    c = crc16(out, at, end - 2, 0)
+    out[end - 2] = c & 0xFF
+    out[end - 1] = c >> 8
     return total
 
 
@@ -190,7 +193,7 @@ def encode_goal_current(tau, C, lim, ids, out):
         out[k + 1] = u & 0xFF
         out[k + 2] = u >> 8
         k += 3
-    total = frame_body(out, k - 7)
+    total = frame_body(out, 0, k - 7)
     if total == 0:
         return -1, 0
     return total, sat

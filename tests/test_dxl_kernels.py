@@ -8,8 +8,8 @@
   with faults (overload, silent servo, corrupted replies, damaged and unexpected packets): the
   same traffic, the same feedback bit for bit;
 * the emulated servos' compiled firmware (:mod:`drivers.sim._dxl_kernel`): twin buses, one
-  served by the Python path only, given the same random byte sequences (Sync Writes and Fast Sync
-  Reads, some to unknown IDs or beyond Current Limit, mixed with Reads, Writes, Reboots, Sync
+  served by the Python path only, given the same random byte sequences (Sync Writes, Fast Sync
+  Reads and Sync Reads, some to unknown IDs or beyond Current Limit, mixed with Reads, Writes, Reboots, Sync
   Reads, damaged, split and noisy packets) and the same faults (hardware errors, supply voltage,
   temperature, Shutdown, silent servos, torque off, the bus watchdog expiring, corrupted
   replies): after every step the same replies, control tables, servo state, plant state and wire
@@ -97,11 +97,12 @@ def test_sync_write_stuffing_and_crc_of_the_frame_helper():
     rng = np.random.default_rng(1)
     for _ in range(300):
         body = rng.choice([0xFF, 0xFD, 0x00, 0x12], int(rng.integers(1, 40))).astype(np.uint8)
-        out = np.zeros(7 + 2 * len(body) + 2, dtype=np.uint8)
-        out[:5] = (0xFF, 0xFF, 0xFD, 0, 0xFE)
-        out[7:7 + len(body)] = body
-        n = dk.frame_body(out, len(body))
-        assert out[:n].tobytes() == dx._frame(0xFE, body.tobytes())
+        at = int(rng.integers(0, 5))
+        out = np.zeros(at + 7 + 2 * len(body) + 2, dtype=np.uint8)
+        out[at:at + 5] = (0xFF, 0xFF, 0xFD, 0, 0xFE)
+        out[at + 7:at + 7 + len(body)] = body
+        n = dk.frame_body(out, at, len(body))
+        assert out[at:at + n].tobytes() == dx._frame(0xFE, body.tobytes())
 
 
 # --- the driver's Fast Sync Read decoding, in sessions ----------------------------------------------
@@ -214,7 +215,7 @@ def _cycle_bytes(rng, read_ids) -> bytes:
     goals = [int(rng.integers(-2100, 2100)) if rng.integers(6) == 0 else int(rng.integers(-400, 400)) for _ in ids]
     sw = dx.encode_sync_write(A.GOAL_CURRENT, 2, [(i, (g & 0xFFFF).to_bytes(2, "little")) for i, g in zip(ids, goals)])
     addr, size = (dx.PRESENT_BLOCK_ADDR, 10) if rng.integers(5) else (int(rng.integers(0, 150)), int(rng.integers(1, 12)))
-    fsr = dx.encode_fast_sync_read(addr, size, read_ids)
+    fsr = (dx.encode_fast_sync_read if rng.integers(3) else dx.encode_sync_read)(addr, size, read_ids)
     # mostly the driver's cycle; also packets in other orders (served by the Python path)
     return {0: sw, 1: fsr, 2: fsr + sw, 3: sw + sw, 4: fsr + fsr}.get(int(rng.integers(12)), sw + fsr)
 

@@ -1,6 +1,6 @@
 """Compiled firmware of :class:`drivers.sim.dynamixel_emulator.DynamixelBusEmulator` for the
-common healthy case of a cycle: a Sync Write of Goal Current, a Fast Sync Read, or both back to
-back, to servos whose state needs none of the Python path's side effects.
+common healthy case of a cycle: a Sync Write of Goal Current, a Fast Sync Read or a Sync Read,
+or a Sync Write then a read, to servos whose state needs none of the Python path's side effects.
 
 The bus keeps its servos' state in arrays (one column per servo, the control tables as rows of
 ``T``; :class:`~drivers.sim.dynamixel_emulator.EmulatedServo` reads and writes them through
@@ -9,14 +9,16 @@ operations in the same order, so the same tables, plant commands and status byte
 
 * :func:`check` (before the plant is advanced): the bytes are one or two whole packets (no
   partial packet, no noise, valid CRCs, nothing stuffed): a broadcast Sync Write of Goal
-  Current (102, 2 bytes a servo), a Fast Sync Read, or the two in that order; no servo's Bus Watchdog is due at the
-  packets' time; no servo taking part would turn its torque off on a hardware error (Shutdown)
-  or change its holding brake; the supply voltage and temperature are finite.
+  Current (102, 2 bytes a servo), a (Fast) Sync Read, or a Sync Write then a read; no servo's
+  Bus Watchdog is due at the packets' time; no servo taking part would turn its torque off on
+  a hardware error (Shutdown) or change its holding brake; the supply voltage and temperature
+  are finite.
 * :func:`serve` (after the plant was advanced to the packet's time, for the packets asked): the
   Sync Write per servo (instruction count, present values refreshed from the plant, the write's
-  checks: tripped watchdog, Data Limit; the goal written, the plant joint's command), the Fast
-  Sync Read per servo (refresh, read, Alert bit) and its status packet with the running CRC of
-  every segment.
+  checks: tripped watchdog, Data Limit; the goal written, the plant joint's command), the read
+  per servo (refresh, read, Access Error, Alert bit) and its status: one packet with the running
+  CRC of every segment (Fast Sync Read), or one stuffed packet per servo whose Status Return
+  Level answers it (Sync Read).
 
 A refresh is :meth:`~drivers.sim.dynamixel_emulator.EmulatedServo._refresh_present` (the
 plant's measurement without noise, its encoder step, the present block, the input voltage and
@@ -35,8 +37,8 @@ from numba import njit, types
 
 from dynamics._kernel_cache import stamp_package_caches
 
-from .._dxl_kernels import (BYTES, POSITION_RAD_PER_PULSE, VELOCITY_RAD_S_PER_LSB, broadcast_header, crc16, le_int,
-                            round_half_even)
+from .._dxl_kernels import (BYTES, POSITION_RAD_PER_PULSE, VELOCITY_RAD_S_PER_LSB, broadcast_header, crc16,
+                            frame_body, le_int, round_half_even)
 
 #: rows of the servos' float state F (float64, (F_ROWS, n)): supply voltage [V], temperature
 #: [degC], the voltage and temperature last written to the table, the last instruction's loop
@@ -56,7 +58,8 @@ _SHUTDOWN, _TORQUE, _HW, _WATCHDOG, _GOAL_CURRENT, _TICK = 63, 64, 70, 98, 102, 
 _PRESENT, _VOLTAGE, _TEMPERATURE = 126, 144, 146
 _WATCHDOG_S_PER_LSB = 0.020
 _TIME_EPS_S = 1e-9
-_SYNC_WRITE, _FAST_SYNC_READ = 0x83, 0x8A
+_SYNC_WRITE, _FAST_SYNC_READ, _SYNC_READ = 0x83, 0x8A, 0x82
+_STATUS_LEVEL = 68
 
 #: layout of the scratch P (int64) :func:`check` fills and :func:`serve` reads: the number of
 #: packets, then per packet its start, length and instruction
@@ -142,11 +145,13 @@ def check(data, T, F, I, slot_of, t, P):
                 s = slot_of[data[k]]
                 if s >= 0 and I[I_SILENT, s] == 0 and not _servo_ok(T, F, I, s):
                     return DECLINED
-        elif inst == _FAST_SYNC_READ:
+        elif inst == _FAST_SYNC_READ or inst == _SYNC_READ:
             for k in range(pos + 12, end - 2):
                 s = slot_of[data[k]]
                 if s < 0 or I[I_SILENT, s] != 0:
-                    break
+                    if inst == _FAST_SYNC_READ:
+                        break           # the chain of segments stops at a missing device
+                    continue
                 if not _servo_ok(T, F, I, s):
                     return DECLINED
         else:
@@ -218,12 +223,27 @@ def _refresh(T, F, I, s, t, pq, pqd, pta, quant, has_quant):
     T[s, _HW] = _hw_bits(T, F, I, s)
 
 
-@njit(types.UniTuple(types.int64, 2)(
+@njit(cache=True)
+def _read_segment(T, s, addr, size, out, o, gap):
+    """The error field (Access Error for a range beyond the table, the Alert bit) of a read of
+    slot ``s`` at ``out[o]`` and its data (zeros for an error) ``gap`` bytes after it."""
+    e = 0
+    bad = size < 1 or addr + size > TABLE_END
+    if bad:
+        e = 0x07
+    if T[s, _HW] != 0:
+        e |= 0x80
+    out[o] = e
+    for m in range(size):
+        out[o + 1 + gap + m] = 0 if bad else T[s, addr + m]
+
+
+@njit(types.int64(
     BYTES, types.int64[::1], types.int64, types.uint8[:, ::1], types.float64[:, ::1],
     types.int64[:, ::1], types.int64[::1], types.float64, types.float64,
     types.float64[::1], types.float64[::1], types.float64[::1], types.float64[:, ::1],
-    types.float64[::1], types.boolean, types.uint8[::1]), cache=True, error_model="numpy")
-def serve(data, P, which, T, F, I, slot_of, t1, t2, pq, pqd, pta, cmd, quant, has_quant, out):
+    types.float64[::1], types.boolean, types.uint8[::1], types.int64[::1]), cache=True, error_model="numpy")
+def serve(data, P, which, T, F, I, slot_of, t1, t2, pq, pqd, pta, cmd, quant, has_quant, out, R):
     """Serve the packets :func:`check` found whose bit is set in ``which`` (bit k: packet k, at
     loop time ``t1`` for the first, ``t2`` for the second), the plant advanced to that time.
 
@@ -240,17 +260,21 @@ def serve(data, P, which, T, F, I, slot_of, t1, t2, pq, pqd, pta, cmd, quant, ha
     quant : ndarray
         The plant's encoder step per joint (with ``has_quant``).
     out : ndarray of uint8
-        The Fast Sync Read status packet's buffer.
+        The status packets' buffer.
+    R : ndarray of int64
+        Written: per status packet, the slot of the servo that starts it and its start and end
+        in ``out`` (the last packet's replies: the one of a Fast Sync Read, one per answering
+        servo of a Sync Read).
 
     Returns
     -------
-    (int, int)
-        The status packet's length in ``out`` (0: none) and the slot of its first segment;
-        ``(DECLINED, -1)`` with nothing written when a servo's measured state is not finite.
+    int
+        The number of status packets; :data:`DECLINED` with nothing written when a servo's
+        measured state is not finite or the replies do not fit ``out`` or ``R``.
     """
     n_pk = P[P_COUNT]
-    # every measurement and the status's size first: nothing is written when one is not finite
-    # or the status does not fit ``out``
+    # every measurement and the replies' size first: nothing is written when one is not finite
+    # or the replies do not fit
     for k in range(n_pk):
         if not (which >> k) & 1:
             continue
@@ -259,6 +283,7 @@ def serve(data, P, which, T, F, I, slot_of, t1, t2, pq, pqd, pta, cmd, quant, ha
         inst = P[3 + 3 * k]
         stride = 3 if inst == _SYNC_WRITE else 1
         n_seg = 0
+        n_ans = 0
         for b in range(pos + 12, end - 2, stride):
             s = slot_of[data[b]]
             if s < 0 or I[I_SILENT, s] != 0:
@@ -266,21 +291,24 @@ def serve(data, P, which, T, F, I, slot_of, t1, t2, pq, pqd, pta, cmd, quant, ha
                     break
                 continue
             if not _measured_ok(F, I, s, pq, pqd, pta):
-                return DECLINED, -1
+                return DECLINED
             n_seg += 1
-        if inst == _FAST_SYNC_READ:
-            size = np.int64(data[pos + 10]) | (np.int64(data[pos + 11]) << 8)
-            if 8 + n_seg * (4 + size) > out.shape[0]:
-                return DECLINED, -1
-    n_out = 0
-    first = -1
+            if T[s, _STATUS_LEVEL] >= 1:
+                n_ans += 1
+        size = np.int64(data[pos + 10]) | (np.int64(data[pos + 11]) << 8)
+        if inst == _FAST_SYNC_READ and (8 + n_seg * (4 + size) > out.shape[0] or R.shape[0] < 3):
+            return DECLINED
+        if inst == _SYNC_READ and (n_ans * (11 + 2 * (2 + size)) > out.shape[0] or 3 * n_ans > R.shape[0]):
+            return DECLINED                         # (stuffing doubles a body at most)
+    n_rep = 0
     for k in range(n_pk):
         if not (which >> k) & 1:
             continue
         t = t1 if k == 0 else t2
         pos = P[1 + 3 * k]
         end = pos + P[2 + 3 * k]
-        if P[3 + 3 * k] == _SYNC_WRITE:
+        inst = P[3 + 3 * k]
+        if inst == _SYNC_WRITE:
             for b in range(pos + 12, end - 2, 3):
                 s = slot_of[data[b]]
                 if s < 0 or I[I_SILENT, s] != 0:
@@ -309,6 +337,28 @@ def serve(data, P, which, T, F, I, slot_of, t1, t2, pq, pqd, pta, cmd, quant, ha
             continue
         addr = np.int64(data[pos + 8]) | (np.int64(data[pos + 9]) << 8)
         size = np.int64(data[pos + 10]) | (np.int64(data[pos + 11]) << 8)
+        if inst == _SYNC_READ:              # one status packet per answering servo, in list order
+            o = 0
+            for b in range(pos + 12, end - 2):
+                s = slot_of[data[b]]
+                if s < 0 or I[I_SILENT, s] != 0:
+                    continue
+                I[I_INSTR, s] += 1
+                F[F_LAST_T, s] = t
+                _refresh(T, F, I, s, t, pq, pqd, pta, quant, has_quant)
+                if T[s, _STATUS_LEVEL] < 1:
+                    continue
+                broadcast_header(out[o:])
+                out[o + 4] = T[s, _ID]
+                out[o + 7] = 0x55
+                _read_segment(T, s, addr, size, out, o + 8, 0)
+                total = frame_body(out, o, 2 + size)
+                R[3 * n_rep] = s
+                R[3 * n_rep + 1] = o
+                R[3 * n_rep + 2] = o + total
+                n_rep += 1
+                o += total
+            continue
         n_seg = 0
         for b in range(pos + 12, end - 2):
             s = slot_of[data[b]]
@@ -327,26 +377,20 @@ def serve(data, P, which, T, F, I, slot_of, t1, t2, pq, pqd, pta, cmd, quant, ha
         start = 0
         for b in range(pos + 12, pos + 12 + n_seg):
             s = slot_of[data[b]]
-            if first < 0:
-                first = s
+            if n_rep == 0:
+                R[0] = s
+                n_rep = 1
             I[I_INSTR, s] += 1
             F[F_LAST_T, s] = t
             _refresh(T, F, I, s, t, pq, pqd, pta, quant, has_quant)
-            e = 0
-            bad = size < 1 or addr + size > TABLE_END
-            if bad:
-                e = 0x07                            # Access Error: zeros sent
-            if T[s, _HW] != 0:
-                e |= 0x80
-            out[o] = e
+            _read_segment(T, s, addr, size, out, o, 1)
             out[o + 1] = T[s, _ID]
-            for m in range(size):
-                out[o + 2 + m] = 0 if bad else T[s, addr + m]
             o += 2 + size
             crc = crc16(out, start, o, crc)
             start = o
             out[o] = crc & 0xFF
             out[o + 1] = crc >> 8
             o += 2
-        n_out = o
-    return n_out, first
+        R[1] = 0
+        R[2] = o
+    return n_rep

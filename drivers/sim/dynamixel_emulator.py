@@ -44,7 +44,7 @@ events such as a watchdog expiry at their own due time), as
 
 Compiled firmware: the servos' state lives in the bus's arrays (the control tables as rows of
 one array, the rest as columns; :class:`EmulatedServo`'s attributes read and write them), and
-served inline, the common healthy cycle (a Sync Write of Goal Current and/or a Fast Sync Read,
+served inline, the common healthy cycle (a Sync Write of Goal Current and/or a (Fast) Sync Read,
 whole and valid, to servos with nothing pending: no watchdog due, no shutdown, no brake change,
 a plant without noise) is served by two compiled calls (:mod:`drivers.sim._dxl_kernel`) around
 the plant's step; everything else takes the Python path below, the reference
@@ -559,6 +559,7 @@ class DynamixelBusEmulator:
         #: status packet built
         self._P = np.zeros(_dk.P_SIZE, dtype=np.int64)
         self._out = np.zeros(_FAST_OUT_MAX, dtype=np.uint8)
+        self._R = np.zeros(3 * 256, dtype=np.int64)
         #: writes served by the compiled firmware (for tests)
         self.fast_writes = 0
         #: whether writes may be served by the compiled firmware (the Python path otherwise: the
@@ -881,7 +882,7 @@ class DynamixelBusEmulator:
 
     def _serve_fast(self, data: bytes, t_start: float) -> bool:
         """Inline serving of the common healthy case in the compiled firmware
-        (:mod:`drivers.sim._dxl_kernel`): a Sync Write of Goal Current and/or a Fast Sync Read to
+        (:mod:`drivers.sim._dxl_kernel`): a Sync Write of Goal Current and/or a (Fast) Sync Read to
         servos that need nothing of the Python path; the same tables, plant commands, replies and
         wire schedule as :meth:`_handle` gives them.  Returns False (nothing done) for anything
         else: the caller takes the Python path.  Lock held."""
@@ -909,13 +910,14 @@ class DynamixelBusEmulator:
             t2 = self._now()
             if t2 != t1:                               # the wall clock moved: served packet by packet
                 which = 1
+        out, R = self._out, self._R
         with plant._lock:
             try:
-                n_out, first = _dk.serve(buf, P, which, self._T, self._F, self._I, self._slot_of, t1, t2, plant._q,
-                                         plant._qd, plant._tau_applied, plant._cmd, quant, has_quant, self._out)
+                n_rep = _dk.serve(buf, P, which, self._T, self._F, self._I, self._slot_of, t1, t2, plant._q,
+                                  plant._qd, plant._tau_applied, plant._cmd, quant, has_quant, out, R)
             except TypeError:       # the plant's state in arrays of another layout: the Python path
-                n_out = -1
-        if n_out < 0:
+                n_rep = -1
+        if n_rep < 0:
             return False            # nothing written (the plant is at t1: no watchdog was due); the Python path
         self.packets_in += n_pk
         self.fast_writes += 1
@@ -923,13 +925,15 @@ class DynamixelBusEmulator:
             t2 = self._now()        # the second packet's time, as the Python path takes it: after the first
             self._advance(t2)
             with plant._lock:
-                n_out, first = _dk.serve(buf, P, 2, self._T, self._F, self._I, self._slot_of, t1, t2, plant._q,
-                                         plant._qd, plant._tau_applied, plant._cmd, quant, has_quant, self._out)
-            if n_out < 0:                              # the plant's state went bad in between
+                n_rep = _dk.serve(buf, P, 2, self._T, self._F, self._I, self._slot_of, t1, t2, plant._q,
+                                  plant._qd, plant._tau_applied, plant._cmd, quant, has_quant, out, R)
+            if n_rep < 0:                              # the plant's state went bad in between
                 raise CommsError("Dynamixel emulator: the plant's state is not finite")
-        if n_out:
+        if n_rep:                   # the replies of the last packet, from its end on the wire
             t_end = t_end2 if n_pk == 2 else t_end1
-            self._schedule([(self._slots[first], self._out[:n_out].tobytes())], max(self._bus_free, t_end))
+            slots = self._slots
+            self._schedule([(slots[R[k]], out[R[k + 1]:R[k + 2]].tobytes()) for k in range(0, 3 * n_rep, 3)],
+                           max(self._bus_free, t_end))
         return True
 
     def _pop_reply(self, until: float):
