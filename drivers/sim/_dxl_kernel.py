@@ -223,6 +223,15 @@ def _refresh(T, F, I, s, t, pq, pqd, pta, quant, has_quant):
     T[s, _HW] = _hw_bits(T, F, I, s)
 
 
+@njit(cache=True, inline="always")
+def _instruction(T, F, I, s, t, pq, pqd, pta, quant, has_quant):
+    """What every instruction does to slot ``s`` first: counted, its time kept, the present
+    values refreshed."""
+    I[I_INSTR, s] += 1
+    F[F_LAST_T, s] = t
+    _refresh(T, F, I, s, t, pq, pqd, pta, quant, has_quant)
+
+
 @njit(cache=True)
 def _read_segment(T, s, addr, size, out, o, gap):
     """The error field (Access Error for a range beyond the table, the Alert bit) of a read of
@@ -313,9 +322,7 @@ def serve(data, P, which, T, F, I, slot_of, t1, t2, pq, pqd, pta, cmd, quant, ha
                 s = slot_of[data[b]]
                 if s < 0 or I[I_SILENT, s] != 0:
                     continue
-                I[I_INSTR, s] += 1
-                F[F_LAST_T, s] = t
-                _refresh(T, F, I, s, t, pq, pqd, pta, quant, has_quant)
+                _instruction(T, F, I, s, t, pq, pqd, pta, quant, has_quant)
                 goal = np.int64(data[b + 1]) | (np.int64(data[b + 2]) << 8)
                 if goal >= 0x8000:
                     goal -= 0x10000
@@ -343,9 +350,7 @@ def serve(data, P, which, T, F, I, slot_of, t1, t2, pq, pqd, pta, cmd, quant, ha
                 s = slot_of[data[b]]
                 if s < 0 or I[I_SILENT, s] != 0:
                     continue
-                I[I_INSTR, s] += 1
-                F[F_LAST_T, s] = t
-                _refresh(T, F, I, s, t, pq, pqd, pta, quant, has_quant)
+                _instruction(T, F, I, s, t, pq, pqd, pta, quant, has_quant)
                 if T[s, _STATUS_LEVEL] < 1:
                     continue
                 broadcast_header(out[o:])
@@ -380,9 +385,7 @@ def serve(data, P, which, T, F, I, slot_of, t1, t2, pq, pqd, pta, cmd, quant, ha
             if n_rep == 0:
                 R[0] = s
                 n_rep = 1
-            I[I_INSTR, s] += 1
-            F[F_LAST_T, s] = t
-            _refresh(T, F, I, s, t, pq, pqd, pta, quant, has_quant)
+            _instruction(T, F, I, s, t, pq, pqd, pta, quant, has_quant)
             _read_segment(T, s, addr, size, out, o, 1)
             out[o + 1] = T[s, _ID]
             o += 2 + size
