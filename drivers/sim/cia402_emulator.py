@@ -835,7 +835,10 @@ class Cia402Emulator(EmulatedDevice):
             else:
                 received.append(None)
                 inputs.append(self._u(d, 0x6071, 0, "<h"))
-            inputs.append(self._u(d, 0x6072, 0, "<H"))
+            lim = store.get(0x6072)
+            lim = None if lim is None else lim.get(0)
+            inputs.append(int.from_bytes(lim, "little") if lim is not None and len(lim) == 2
+                          else self._u(d, 0x6072, 0, "<H"))
             if fm.units is not d.units:
                 self._fast_constants(d)
         res = self._fast_res
@@ -857,8 +860,14 @@ class Cia402Emulator(EmulatedDevice):
                 pm, tg, cwb = got
                 pm.is_received = False
                 store = d.node.data_store
-                store.setdefault(0x6071, {})[0] = tg
-                store.setdefault(0x6040, {})[0] = cwb
+                obj = store.get(0x6071)
+                if obj is None:
+                    obj = store[0x6071] = {}
+                obj[0] = tg
+                obj = store.get(0x6040)
+                if obj is None:
+                    obj = store[0x6040] = {}
+                obj[0] = cwb
                 d.cw = int.from_bytes(cwb, "little")
             la = row[0] == 1
             d.limit_active = la
