@@ -10,8 +10,14 @@ the drive's values (what its object-dictionary read callback answers) and
 the RPDOs' values are written through to the object dictionary (with its
 write callbacks, so SDO reads see them); a synchronous RPDO is received by
 the emulator itself when its map is the COB-ID's only subscriber (else by
-canopen's ``Network.notify``).  The drive behaviour around it is modelled
-here, as a drive firmware does it:
+canopen's ``Network.notify``).  At a SYNC where every drive of the bus is
+in the common healthy case (OPERATIONAL, OPERATION ENABLED in CST, an RPDO
+saying 'enable operation', PDO maps of the objects it knows, a plant without
+sensor noise) the numbers of all of them are one compiled call
+(:mod:`drivers.sim._cia402_kernel`), the same values as this Python path,
+which serves every other case and stays the reference.  Frames may be given
+and answered as fields (``on_fields``, for an inline host).  The drive
+behaviour around it is modelled here, as a drive firmware does it:
 
 * NMT: boot-up message at start, PDOs and SYNC only in OPERATIONAL, no SDO
   in STOPPED; reset node / communication returns to PRE-OPERATIONAL with a
