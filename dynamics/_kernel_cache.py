@@ -65,6 +65,8 @@ KERNEL_FILES: tuple[str, ...] = (
     "drivers/_mit_kernels.py",
     "drivers/_odrive_kernels.py",
     "drivers/_follow_kernels.py",
+    "drivers/_dxl_kernels.py",
+    "drivers/sim/_dxl_kernel.py",
     "drivers/sim/_mit_kernel.py",
     "drivers/sim/_odrive_kernel.py",
     "drivers/sim/_cia402_kernel.py",
