@@ -78,6 +78,9 @@ N_PARAMS = P_COND + 1
 PIVOT_TOL = 1e-13
 #: |u x a| below which a universal joint is treated as singular
 UJOINT_TOL = 1e-9
+#: the legs' unit vectors argument of :func:`fd_twist_ws` and :func:`mass_actuated_ws` when
+#: they have none (never read)
+J_NONE = np.zeros((6, 3))
 
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
@@ -155,6 +158,12 @@ def _rot9g(e0, e1, e2):
 def _rot9(e0, e1, e2):
     """Row-major 9-tuple of R = Rz(e2) Ry(e1) Rx(e0) (float angles)."""
     return _rot9g(e0, e1, e2)
+
+
+@njit(cache=True, error_model="numpy")
+def _rot9_of(R):
+    """The row-major 9-tuple of a rotation matrix R (3, 3) (:func:`rotation`'s is :func:`_rot9`'s)."""
+    return (R[0, 0], R[0, 1], R[0, 2], R[1, 0], R[1, 1], R[1, 2], R[2, 0], R[2, 1], R[2, 2])
 
 
 @njit(cache=True, error_model="numpy")
@@ -346,7 +355,26 @@ def twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd):
     ``V1 = S1 P / L``, ``V2 = u u^T + (L - S2)/L P`` and ``A / L`` (angular).
     Returns OK or UJOINT_SINGULAR.
     """
-    R9 = _rot9(X[3], X[4], X[5])
+    return _twist_wrench(X, _rot9(X[3], X[4], X[5]), Ldd, J, False, nu, nud, legs, plat, J, rhs, Ldd)
+
+
+@njit(inline="always", error_model="numpy")
+def _leg_line(R9, r, leg, i, Lg, Ug, have):
+    """Leg ``i``'s platform joint ``R p`` (base frame), length L and unit vector u at the pose
+    (rotation R9, position r), or L and u from ``Lg`` (6,), ``Ug`` (6, 3) when ``have`` (the
+    same numbers from :func:`leg_geometry`, e.g. the forward kinematics' last iterate)."""
+    rp = _matvec(R9, 0, _vec(leg, 3))
+    if have:
+        return rp, Lg[i], (Ug[i, 0], Ug[i, 1], Ug[i, 2])
+    l = _sub(_add(r, rp), _vec(leg, 0))
+    L = np.sqrt(_dot(l, l))
+    return rp, L, _mul(1.0 / L, l)
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _twist_wrench(X, R9, Lg, Ug, have, nu, nud, legs, plat, J, rhs, Ldd):
+    """:func:`twist_wrench` at the pose X with its rotation R9 (row-major 9-tuple) and, when
+    ``have``, the legs' lengths and unit vectors ``Lg``, ``Ug`` (:func:`_leg_line`)."""
     r = (X[0], X[1], X[2])
     v = (nu[0], nu[1], nu[2])
     om = (nu[3], nu[4], nu[5])
@@ -376,10 +404,7 @@ def twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd):
         b = _vec(leg, 0)
         a = _vec(leg, 6)
         m1, S1, m2, S2 = leg[9], leg[10], leg[20], leg[21]
-        rp = _matvec(R9, 0, _vec(leg, 3))
-        l = _sub(_add(r, rp), b)
-        L = math.sqrt(_dot(l, l))
-        u = _mul(1.0 / L, l)
+        rp, L, u = _leg_line(R9, r, leg, i, Lg, Ug, have)
         vP = _add(v, _cross(om, rp))
         aP = _add(_add(acc, _cross(omd, rp)), _cross(om, _cross(om, rp)))
         Ld = _dot(u, vP)
@@ -578,7 +603,13 @@ def mass_twist(X, legs, plat, M, J):
     Generic in the scalar type: a complex X (with complex M, J) gives the complex-step
     derivative of M along the imaginary part of X (see :func:`mass_derivative_one`).
     """
-    R = _rot9g(X[3], X[4], X[5])
+    return _mass_twist(X, _rot9g(X[3], X[4], X[5]), J[0], J, False, legs, plat, M, J)
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _mass_twist(X, R, Lg, Ug, have, legs, plat, M, J):
+    """:func:`mass_twist` at the pose X with its rotation R (row-major 9-tuple) and, when
+    ``have``, the legs' lengths and unit vectors ``Lg``, ``Ug`` (float X only; :func:`_leg_line`)."""
     r = (X[0], X[1], X[2])
     m = plat[0]
     c = _matvec(R, 0, _vec(plat, 1))
@@ -606,10 +637,7 @@ def mass_twist(X, legs, plat, M, J):
         b = _vec(leg, 0)
         a = _vec(leg, 6)
         m1, S1, m2, S2 = leg[9], leg[10], leg[20], leg[21]
-        rp = _matvec(R, 0, _vec(leg, 3))
-        l = _sub(_add(r, rp), b)
-        L = np.sqrt(_dot(l, l))
-        u = _mul(1.0 / L, l)
+        rp, L, u = _leg_line(R, r, leg, i, Lg, Ug, have)
         ua = _cross(u, a)
         s = np.sqrt(_dot(ua, ua))
         if s.real < UJOINT_TOL:
@@ -669,16 +697,20 @@ def fd_twist(X, nu, F, W, has_w, legs, plat, nud, Ldd):
     Solves ``(M + J^T diag(arm) J) nu' = J^T (F - arm * J' nu) + W - h(X, nu)``.
     Returns a status.
     """
-    return fd_twist_ws(X, nu, F, W, has_w, legs, plat, nud, Ldd, np.empty(FD_WS))
+    return fd_twist_ws(X, _rot9(X[3], X[4], X[5]), Ldd, J_NONE, False, nu, F, W, has_w, legs, plat, nud, Ldd,
+                       np.empty(FD_WS))
 
 
 #: size of :func:`fd_twist_ws`'s work [floats]
 FD_WS = 96 + 36 + 6
 
 
+
 @njit(cache=True, error_model="numpy", _nrt=False)
-def fd_twist_ws(X, nu, F, W, has_w, legs, plat, nud, Ldd, wk):
-    """:func:`fd_twist` in the caller's work ``wk`` (:data:`FD_WS`,)."""
+def fd_twist_ws(X, R9, Lg, Ug, have, nu, F, W, has_w, legs, plat, nud, Ldd, wk):
+    """:func:`fd_twist` in the caller's work ``wk`` (:data:`FD_WS`,), with the pose's rotation R9
+    (row-major 9-tuple) and, when ``have``, the legs' lengths and unit vectors ``Lg`` (6,),
+    ``Ug`` (6, 3) (:func:`leg_geometry`'s at X)."""
     zero = wk[:6]
     zero[:] = 0.0
     J = wk[6:42].reshape((6, 6))
@@ -686,10 +718,10 @@ def fd_twist_ws(X, nu, F, W, has_w, legs, plat, nud, Ldd, wk):
     h = wk[78:84]
     Ldd0 = wk[84:90]
     rhs = wk[90:96]
-    st = twist_wrench(X, nu, zero, legs, plat, J, h, Ldd0)  # Ldd0 = J' nu
+    st = _twist_wrench(X, R9, Lg, Ug, have, nu, zero, legs, plat, J, h, Ldd0)  # Ldd0 = J' nu
     if st != OK:
         return st
-    st = mass_twist(X, legs, plat, M, J)
+    st = _mass_twist(X, R9, Lg, Ug, have, legs, plat, M, J)
     if st != OK:
         return st
     for k in range(6):
@@ -974,7 +1006,7 @@ def joint_fd_ws(q, qd, tau, pose, params, qdd, wk):
     st = solve6_ws(J, qd, nu, lw[0:36].reshape((6, 6)), lw[36:42])
     if st != OK:
         return st
-    st = fd_twist_ws(X, nu, tau, tau, False, legs, plat, nud, qdd, wk[o + 12:o + 12 + FD_WS])
+    st = fd_twist_ws(X, _rot9_of(R), L, U, True, nu, tau, tau, False, legs, plat, nud, qdd, wk[o + 12:o + 12 + FD_WS])
     if st == OK and not _finite6(qdd):
         return NOT_FINITE
     return st
@@ -1077,7 +1109,7 @@ def _pose_of(q, pose, legs, X):
 @njit(cache=True, error_model="numpy")
 def mass_actuated(X, params, M):
     """M (6x6) = J^{-T} M_twist J^{-1} + diag(armature), symmetrised, at the pose X. Returns a status."""
-    return mass_actuated_ws(X, params, M, np.empty(MA_WS))
+    return mass_actuated_ws(X, _rot9(X[3], X[4], X[5]), M[0], J_NONE, False, params, M, np.empty(MA_WS))
 
 
 #: size of :func:`mass_actuated_ws`'s work [floats]
@@ -1085,14 +1117,15 @@ MA_WS = 144 + 72
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
-def mass_actuated_ws(X, params, M, wk):
-    """:func:`mass_actuated` in the caller's work ``wk`` (:data:`MA_WS`,)."""
+def mass_actuated_ws(X, R9, Lg, Ug, have, params, M, wk):
+    """:func:`mass_actuated` in the caller's work ``wk`` (:data:`MA_WS`,), with the pose's rotation
+    and, when ``have``, the legs' lengths and unit vectors (as :func:`fd_twist_ws`)."""
     legs, plat = _split_ws(params)
     Mt = wk[:36].reshape((6, 6))
     J = wk[36:72].reshape((6, 6))
     Ji = wk[72:108].reshape((6, 6))
     T = wk[108:144].reshape((6, 6))
-    st = mass_twist(X, legs, plat, Mt, J)
+    st = _mass_twist(X, R9, Lg, Ug, have, legs, plat, Mt, J)
     if st != OK:
         return st
     st = inv6_ws(J, Ji, wk[144:216].reshape((6, 12)))
@@ -1139,7 +1172,7 @@ def mass_ws(q, pose, params, M, wk):
     st, X, R, J, L, U = _fk_in(q, pose, legs, wk)
     if st != OK:
         return st
-    return mass_actuated_ws(X, params, M, wk[_GEOM_WS:_GEOM_WS + MA_WS])
+    return mass_actuated_ws(X, _rot9_of(R), L, U, True, params, M, wk[_GEOM_WS:_GEOM_WS + MA_WS])
 
 
 @njit(_SIG4M, cache=True, error_model="numpy")
