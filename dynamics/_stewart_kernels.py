@@ -820,6 +820,54 @@ FK_WS = 6 + 6 + 36 + 6
 @njit(cache=True, error_model="numpy", _nrt=False)
 def fk_geom_ws(q, X0, legs, tol, maxit, X, R, J, L, U, wk):
     """:func:`fk_geom` in the caller's work ``wk`` (:data:`FK_WS`,)."""
+    return fk_geom_cached(q, X0, legs, tol, maxit, X, R, J, L, U, wk, wk, False)
+
+
+#: size of the start pose's cache of :func:`fk_geom_cached` [floats]: flag, X0, its R, J, L, U
+#: (:func:`leg_geometry`), the LU factors and row order of its Euler-rate Jacobian, their status
+FK_CACHE = 1 + 6 + 9 + 36 + 6 + 18 + 36 + 6 + 1
+_C_X, _C_R, _C_J, _C_L, _C_U, _C_LU, _C_P, _C_ST = 1, 7, 16, 52, 58, 76, 112, 118
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _euler_columns(J, X):
+    """The Euler-rate Jacobian in place: J's angular columns times E(X)."""
+    cb, sb = math.cos(X[4]), math.sin(X[4])
+    cg, sg = math.cos(X[5]), math.sin(X[5])
+    for i in range(6):
+        m0, m1, m2 = J[i, 3], J[i, 4], J[i, 5]
+        J[i, 3] = m0 * cg * cb + m1 * sg * cb - m2 * sb
+        J[i, 4] = -m0 * sg + m1 * cg
+        J[i, 5] = m2
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _start_geometry(X0, legs, cache):
+    """The cache of :func:`fk_geom_cached` at the start pose X0: :func:`leg_geometry` when the
+    cache holds another pose (or none); the LU factors are then made on first need."""
+    if cache[0] == 1.0:
+        same = True
+        for k in range(6):
+            if cache[_C_X + k] != X0[k]:
+                same = False
+        if same:
+            return
+    for k in range(6):
+        cache[_C_X + k] = X0[k]
+    leg_geometry(X0, legs, cache[_C_R:_C_J].reshape((3, 3)), cache[_C_J:_C_L].reshape((6, 6)), cache[_C_L:_C_U],
+                 cache[_C_U:_C_LU].reshape((6, 3)))
+    cache[_C_ST] = 0.0
+    cache[0] = 1.0
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def fk_geom_cached(q, X0, legs, tol, maxit, X, R, J, L, U, wk, cache, use_cache):
+    """:func:`fk_geom_ws`; with ``use_cache`` its first iteration (at the guess X0) from ``cache``
+    (:data:`FK_CACHE`,): the geometry at X0 and the LU factors of its Euler-rate Jacobian, made
+    once for every solve from the same guess (the plant's RK4 stages, its mass matrix and pose
+    all start at the step's start pose).  The same operations on the same numbers as without the
+    cache, so the same results to the last bit.  The caller clears ``cache[0]`` when the
+    parameters ``legs`` may have changed."""
     f = wk[0:6]
     dX = wk[6:12]
     LU = wk[12:48].reshape((6, 6))
@@ -827,27 +875,51 @@ def fk_geom_ws(q, X0, legs, tol, maxit, X, R, J, L, U, wk):
     for k in range(6):
         X[k] = X0[k]
     for it in range(maxit + 1):
-        leg_geometry(X, legs, R, J, L, U)
+        first = use_cache and it == 0
+        if first:
+            _start_geometry(X0, legs, cache)
+            Lg = cache[_C_L:_C_U]
+        else:
+            leg_geometry(X, legs, R, J, L, U)
+            Lg = L
         err = 0.0
         for i in range(6):
-            f[i] = q[i] - L[i]
+            f[i] = q[i] - Lg[i]
             if abs(f[i]) > err:
                 err = abs(f[i])
         if err <= tol:
+            if first:
+                for i in range(6):
+                    L[i] = cache[_C_L + i]
+                    for k in range(6):
+                        J[i, k] = cache[_C_J + 6 * i + k]
+                    for k in range(3):
+                        U[i, k] = cache[_C_U + 3 * i + k]
+                for i in range(3):
+                    for k in range(3):
+                        R[i, k] = cache[_C_R + 3 * i + k]
             return OK, it
         if it == maxit:
             break
-        # Euler-rate Jacobian: angular columns times E
-        cb, sb = math.cos(X[4]), math.sin(X[4])
-        cg, sg = math.cos(X[5]), math.sin(X[5])
-        for i in range(6):
-            m0, m1, m2 = J[i, 3], J[i, 4], J[i, 5]
-            J[i, 3] = m0 * cg * cb + m1 * sg * cb - m2 * sb
-            J[i, 4] = -m0 * sg + m1 * cg
-            J[i, 5] = m2
-        st = solve6_ws(J, f, dX, LU, perm)
-        if st != OK:
-            return SINGULAR, it
+        if first:
+            LUc = cache[_C_LU:_C_P].reshape((6, 6))
+            pc = cache[_C_P:_C_ST]
+            if cache[_C_ST] == 0.0:
+                JE = LU                       # scratch: the Euler-rate Jacobian at X0
+                for i in range(6):
+                    for k in range(6):
+                        JE[i, k] = cache[_C_J + 6 * i + k]
+                _euler_columns(JE, X0)
+                cache[_C_ST] = 1.0 if lu6(JE, LUc, pc) == OK else 2.0
+            if cache[_C_ST] != 1.0:
+                return SINGULAR, it
+            lu_solve6(LUc, pc, f, dX)
+        else:
+            # Euler-rate Jacobian: angular columns times E
+            _euler_columns(J, X)
+            st = solve6_ws(J, f, dX, LU, perm)
+            if st != OK:
+                return SINGULAR, it
         big = 0.0
         for k in range(6):
             if abs(dX[k]) > big:
@@ -974,15 +1046,16 @@ _GEOM_WS = 6 + 9 + 36 + 6 + 18
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
-def _fk_in(q, guess, legs, wk):
-    """Forward kinematics (1e-12 m, 50 iterations, :func:`fk_geom_ws`) into ``wk`` (>= _GEOM_WS +
+def _fk_in(q, guess, legs, wk, cache, use_cache):
+    """Forward kinematics (1e-12 m, 50 iterations, :func:`fk_geom_cached`) into ``wk`` (>= _GEOM_WS +
     FK_WS,): returns (status, X, R, J, L, U) (views of ``wk``)."""
     X = wk[0:6]
     R = wk[6:15].reshape((3, 3))
     J = wk[15:51].reshape((6, 6))
     L = wk[51:57]
     U = wk[57:75].reshape((6, 3))
-    st, _ = fk_geom_ws(q, guess, legs, 1e-12, 50, X, R, J, L, U, wk[_GEOM_WS:_GEOM_WS + FK_WS])
+    st, _ = fk_geom_cached(q, guess, legs, 1e-12, 50, X, R, J, L, U, wk[_GEOM_WS:_GEOM_WS + FK_WS], cache,
+                           use_cache)
     return st, X, R, J, L, U
 
 
@@ -991,12 +1064,13 @@ JFD_WS = _GEOM_WS + FK_WS + 12 + FD_WS
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
-def joint_fd_ws(q, qd, tau, pose, params, qdd, wk):
-    """:func:`joint_fd_one` in the caller's work ``wk`` (:data:`JFD_WS`,)."""
+def joint_fd_ws(q, qd, tau, pose, params, qdd, wk, cache, use_cache):
+    """:func:`joint_fd_one` in the caller's work ``wk`` (:data:`JFD_WS`,); with ``use_cache`` the
+    forward kinematics' first iteration from ``cache`` (:func:`fk_geom_cached`)."""
     if not _joint_args_ok(q, qd, tau, pose, params, qdd):
         return BAD_INPUT
     legs, plat = _split_ws(params)
-    st, X, R, J, L, U = _fk_in(q, pose, legs, wk)
+    st, X, R, J, L, U = _fk_in(q, pose, legs, wk, cache, use_cache)
     if st != OK:
         return st
     o = _GEOM_WS + FK_WS
@@ -1015,7 +1089,8 @@ def joint_fd_ws(q, qd, tau, pose, params, qdd, wk):
 @njit(_SIG6, cache=True, error_model="numpy")
 def joint_fd_one(q, qd, tau, pose, params, qdd):
     """One-state forward dynamics in leg coordinates (FK from ``pose``, no wrench). Returns a status."""
-    return joint_fd_ws(q, qd, tau, pose, params, qdd, np.empty(JFD_WS))
+    wk = np.empty(JFD_WS)
+    return joint_fd_ws(q, qd, tau, pose, params, qdd, wk, wk, False)
 
 
 # -- one-state kernels of the actuated-coordinate maps (plant and controller hot paths) -------------
@@ -1161,15 +1236,16 @@ MASS_WS = _GEOM_WS + max(FK_WS, MA_WS)
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
-def mass_ws(q, pose, params, M, wk):
-    """:func:`mass_one` in the caller's work ``wk`` (:data:`MASS_WS`,)."""
+def mass_ws(q, pose, params, M, wk, cache, use_cache):
+    """:func:`mass_one` in the caller's work ``wk`` (:data:`MASS_WS`,) (``cache``, ``use_cache``:
+    as :func:`joint_fd_ws`)."""
     if (q.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS or M.shape[0] != 6
             or M.shape[1] != 6):
         return BAD_INPUT
     if not (_finite6(q) and _finite6(pose)):
         return BAD_INPUT
     legs, _ = _split_ws(params)
-    st, X, R, J, L, U = _fk_in(q, pose, legs, wk)
+    st, X, R, J, L, U = _fk_in(q, pose, legs, wk, cache, use_cache)
     if st != OK:
         return st
     return mass_actuated_ws(X, _rot9_of(R), L, U, True, params, M, wk[_GEOM_WS:_GEOM_WS + MA_WS])
@@ -1178,7 +1254,8 @@ def mass_ws(q, pose, params, M, wk):
 @njit(_SIG4M, cache=True, error_model="numpy")
 def mass_one(q, pose, params, M):
     """Joint-space mass matrix M (6x6) [kg] at leg lengths q, FK from the hint ``pose``. Returns a status."""
-    return mass_ws(q, pose, params, M, np.empty(MASS_WS))
+    wk = np.empty(MASS_WS)
+    return mass_ws(q, pose, params, M, wk, wk, False)
 
 
 @njit(_SIG5, cache=True, error_model="numpy")
@@ -1263,8 +1340,9 @@ FKO_WS = _GEOM_WS + FK_WS
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
-def fk_ws(q, guess, params, tol, maxit, X, wk):
-    """:func:`fk_one` in the caller's work ``wk`` (:data:`FKO_WS`,)."""
+def fk_ws(q, guess, params, tol, maxit, X, wk, cache, use_cache):
+    """:func:`fk_one` in the caller's work ``wk`` (:data:`FKO_WS`,) (``cache``, ``use_cache``: as
+    :func:`joint_fd_ws`)."""
     if q.shape[0] != 6 or guess.shape[0] != 6 or params.shape[0] != N_PARAMS or X.shape[0] != 6:
         return BAD_INPUT
     if not (_finite6(q) and _finite6(guess)):
@@ -1274,7 +1352,8 @@ def fk_ws(q, guess, params, tol, maxit, X, wk):
     J = wk[15:51].reshape((6, 6))
     L = wk[51:57]
     U = wk[57:75].reshape((6, 3))
-    st, _ = fk_geom_ws(q, guess, legs, tol, maxit, X, R, J, L, U, wk[_GEOM_WS:_GEOM_WS + FK_WS])
+    st, _ = fk_geom_cached(q, guess, legs, tol, maxit, X, R, J, L, U, wk[_GEOM_WS:_GEOM_WS + FK_WS], cache,
+                           use_cache)
     return st
 
 
@@ -1282,7 +1361,8 @@ def fk_ws(q, guess, params, tol, maxit, X, wk):
       cache=True, error_model="numpy")
 def fk_one(q, guess, params, tol, maxit, X):
     """Forward kinematics of one state (:func:`fk_kernel`) from the guess. Returns a status."""
-    return fk_ws(q, guess, params, tol, maxit, X, np.empty(FKO_WS))
+    wk = np.empty(FKO_WS)
+    return fk_ws(q, guess, params, tol, maxit, X, wk, wk, False)
 
 
 @njit(cache=True, error_model="numpy")

@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 from dynamics._kernel_cache import stamp_package_caches
-from dynamics._stewart_kernels import FKO_WS, JFD_WS, MASS_WS, fk_ws, joint_fd_ws, mass_ws
+from dynamics._stewart_kernels import FK_CACHE, FKO_WS, JFD_WS, MASS_WS, fk_ws, joint_fd_ws, mass_ws
 
 from ._plant_kernels import _rk4_advance
 
@@ -24,17 +24,17 @@ stamp_package_caches()
 def _stewart_qdd(P, q, qd, tau, visc, has_visc, X, wk, rhs, out):
     for i in range(6):
         rhs[i] = tau[i] - visc[i] * qd[i] if has_visc else tau[i]
-    return joint_fd_ws(q, qd, rhs, X, P, out, wk[0])
+    return joint_fd_ws(q, qd, rhs, X, P, out, wk[0], wk[1], True)
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
 def _stewart_mass(P, q, X, wk, M):
-    return mass_ws(q, X, P, M, wk[0])
+    return mass_ws(q, X, P, M, wk[0], wk[1], True)
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
 def _stewart_pose(P, q, X, wk, Xn):
-    return fk_ws(q, X, P, 1e-12, 50, Xn, wk[0])
+    return fk_ws(q, X, P, 1e-12, 50, Xn, wk[0], wk[1], True)
 
 
 @njit(cache=True, error_model="numpy")
@@ -66,16 +66,22 @@ def stewart_advance(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out):
 #: dynamics, the Coulomb step's mass matrix, the pose after the step)
 _MODEL_WS = max(JFD_WS, MASS_WS, FKO_WS)
 _BUF = 36 + 17 * 6 + 6
-#: size of :func:`stewart_advance_ws`'s work array [floats]: M (6, 6), the step's buffer and
-#: the model kernels' work
-STEWART_WORK = _BUF + _MODEL_WS
+_CACHE = _BUF + _MODEL_WS
+#: size of :func:`stewart_advance_ws`'s work array [floats]: M (6, 6), the step's buffer, the
+#: model kernels' work and the cache of the step's start pose
+STEWART_WORK = _CACHE + FK_CACHE
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
 def stewart_advance_ws(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out, work):
     """:func:`stewart_advance` in the caller's work array ``work`` (:data:`STEWART_WORK`,),
     which it overwrites: the model's kernels in their ``*_ws`` form, which neither allocate nor
-    count references (as the 3RRR's and a serial chain's step)."""
+    count references (as the 3RRR's and a serial chain's step).  Every forward kinematics of a
+    step (four stages, the mass matrix, the pose after it) starts at the step's start pose: its
+    geometry and the LU factors of its Newton matrix are made once a step, in the work's cache
+    (:func:`dynamics._stewart_kernels.fk_geom_cached`, the same numbers)."""
     M = work[0:36].reshape((6, 6))
+    cache = work[_CACHE:STEWART_WORK]
+    cache[0] = 0.0          # empty: the parameters P may differ from the last call's
     return _rk4_advance(_stewart_qdd, _stewart_mass, _stewart_pose, P, q, qd, X, ta, cmd, par, lag, flags, h,
-                        n_steps, out, (work[_BUF:STEWART_WORK],), M, work[36:_BUF])
+                        n_steps, out, (work[_BUF:_CACHE], cache), M, work[36:_BUF])
