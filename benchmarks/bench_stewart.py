@@ -8,7 +8,9 @@ the one-state task inverse and forward dynamics and for every per-cycle call of 
 simulated plant and the controllers in leg coordinates with a pose hint (mass
 matrix, bias, gravity, inverse/forward dynamics, energies, Jacobians, warm-started
 forward kinematics); the singularity report (an SVD, every ``singularity_every``
-cycles) and the Coriolis matrix (complex-step dM/dt) are reported without a target.
+cycles), the Coriolis matrix (complex-step dM/dt) and the simulated plant's compiled step
+for one 1 kHz cycle (two RK4 steps, what ``stewart_motion_direct.toml`` runs a cycle; the
+whole run's real-time factor is in ``bench_loop``) are reported without a target.
 Times are per call from Python, including argument checks and the allocation of
 the result.
 
@@ -73,6 +75,16 @@ def run(quick: bool = False) -> list[dict]:
     Xb = X + 0.01 * rng.normal(size=(100, 6))
     Xdb, Xddb = np.tile(Xd, (100, 1)), np.tile(Xdd, (100, 1))
 
+    # the simulated plant's compiled step, one 1 kHz cycle: two RK4 steps of 0.5 ms (lag, viscous and
+    # Coulomb friction, saturation: the flags of stewart_motion_direct.toml's plant)
+    from drivers.sim._stewart_plant_kernel import STEWART_WORK, stewart_advance_ws
+
+    cmd = np.zeros((5, 6))
+    cmd[0] = F0
+    par = np.stack([np.full(6, 250.0), np.full(6, 30.0), np.full(6, 5000.0)])
+    step_out, step_work = np.empty(24), np.empty(STEWART_WORK)
+    step_args = (m._params, L, Ld, X, F0 + 10.0, cmd, par, 3e-4, 11, 5e-4, 2, step_out, step_work)
+
     ref_name = "pinocchio.rnea 6-DOF arm"
     calls = {
         "ref": (pin.rnea, (pm, pd, q, v, a)),
@@ -93,6 +105,7 @@ def run(quick: bool = False) -> list[dict]:
         "stewart.forward_kinematics_task(q moved, guess=)": (lambda: m.forward_kinematics_task(Lnext, guess=X), ()),
         "stewart.singularity(q, X)": (lambda: m.singularity(L, X), ()),
         "stewart.coriolis_matrix(q, pose=)": (lambda: m.coriolis_matrix(L, Ld, pose=X), ()),
+        "plant step, one 1 kHz cycle (2 RK4 steps)": (stewart_advance_ws, step_args),
     }
     res = time_calls(calls, repeat=repeat, number=number)
     ref_med, ref_p99 = res["ref"]
@@ -114,6 +127,9 @@ def run(quick: bool = False) -> list[dict]:
         "stewart.forward_kinematics_task(q moved, guess=)": "Newton, warm-started (1-2 steps)",
         "stewart.singularity(q, X)": "SVD condition number + det + report (safety, every N cycles)",
         "stewart.coriolis_matrix(q, pose=)": "complex-step dM/dt + bias - gravity, numba",
+        "plant step, one 1 kHz cycle (2 RK4 steps)":
+            "drivers.sim._stewart_plant_kernel.stewart_advance_ws: 8 forward dynamics (FK from the step's "
+            "start pose each), 2 mass matrices and 2 poses (the plant of stewart_motion_direct.toml)",
     }
     targeted = {"stewart.task_inverse_dynamics", "stewart.task_inverse_dynamics+wrench",
                 "stewart.forward_dynamics_task", "stewart.inverse_dynamics(q, pose=)",

@@ -78,6 +78,9 @@ N_PARAMS = P_COND + 1
 PIVOT_TOL = 1e-13
 #: |u x a| below which a universal joint is treated as singular
 UJOINT_TOL = 1e-9
+#: the legs' unit vectors argument of :func:`fd_twist_ws` and :func:`mass_actuated_ws` when
+#: they have none (never read)
+J_NONE = np.zeros((6, 3))
 
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
@@ -123,7 +126,7 @@ def _matvec(M, k, v):
             M[k + 6] * v[0] + M[k + 7] * v[1] + M[k + 8] * v[2])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def rotation(e, R):
     """Fill R (3x3) = Rz(gamma) Ry(beta) Rx(alpha) for e = (alpha, beta, gamma)."""
     ca, sa = math.cos(e[0]), math.sin(e[0])
@@ -155,6 +158,12 @@ def _rot9g(e0, e1, e2):
 def _rot9(e0, e1, e2):
     """Row-major 9-tuple of R = Rz(e2) Ry(e1) Rx(e0) (float angles)."""
     return _rot9g(e0, e1, e2)
+
+
+@njit(cache=True, error_model="numpy")
+def _rot9_of(R):
+    """The row-major 9-tuple of a rotation matrix R (3, 3) (:func:`rotation`'s is :func:`_rot9`'s)."""
+    return (R[0, 0], R[0, 1], R[0, 2], R[1, 0], R[1, 1], R[1, 2], R[2, 0], R[2, 1], R[2, 2])
 
 
 @njit(cache=True, error_model="numpy")
@@ -235,8 +244,13 @@ def solve6(A, b, x):
 
     Returns SINGULAR if a pivot is below PIVOT_TOL times the largest |A_ij|.
     """
-    LU = np.empty((6, 6))
-    perm = np.empty(6, np.int64)
+    return solve6_ws(A, b, x, np.empty((6, 6)), np.empty(6, np.int64))
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def solve6_ws(A, b, x, LU, perm):
+    """:func:`solve6` in the caller's work: LU (6, 6) and the row order ``perm`` (6,) (integers,
+    or floats holding them)."""
     st = lu6(A, LU, perm)
     if st != OK:
         return st
@@ -244,11 +258,11 @@ def solve6(A, b, x):
     return OK
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def lu6(A, LU, perm):
     """LU factorisation with partial pivoting ``P A = L U`` (6x6) into LU (unit L below the diagonal).
 
-    ``perm[i]`` is the row of A that became row i.  Same pivoting and singularity test as
+    ``perm[i]`` is the row of A that became row i (an integer array, or floats holding the integers).  Same pivoting and singularity test as
     :func:`solve6` (SINGULAR if a pivot is below PIVOT_TOL times the largest |A_ij|).
     """
     scale = 0.0
@@ -279,11 +293,11 @@ def lu6(A, LU, perm):
     return OK
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def lu_solve6(LU, perm, b, x):
     """x = A^{-1} b from :func:`lu6` (x may not alias b)."""
     for i in range(6):
-        s = b[perm[i]]
+        s = b[int(perm[i])]
         for j in range(i):
             s -= LU[i, j] * x[j]
         x[i] = s
@@ -294,7 +308,7 @@ def lu_solve6(LU, perm, b, x):
         x[i] = s / LU[i, i]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def lu_solve6_t(LU, perm, b, x, w):
     """x = A^{-T} b from :func:`lu6` (``A^T = U^T L^T P``); w is a 6-vector workspace."""
     for i in range(6):
@@ -308,10 +322,10 @@ def lu_solve6_t(LU, perm, b, x, w):
             s -= LU[j, i] * w[j]
         w[i] = s
     for i in range(6):
-        x[perm[i]] = w[i]
+        x[int(perm[i])] = w[i]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def leg_geometry(X, legs, R, J, L, U):
     """Fill R, the twist Jacobian J (rows [u_i, R p_i x u_i]), lengths L and unit vectors U (6x3)."""
     rotation(X[3:6], R)
@@ -330,7 +344,7 @@ def leg_geometry(X, legs, R, J, L, U):
             J[i, 3 + k] = m[k]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd):
     """Generalized inertia + gravity forces of platform and legs in twist coordinates.
 
@@ -341,7 +355,26 @@ def twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd):
     ``V1 = S1 P / L``, ``V2 = u u^T + (L - S2)/L P`` and ``A / L`` (angular).
     Returns OK or UJOINT_SINGULAR.
     """
-    R9 = _rot9(X[3], X[4], X[5])
+    return _twist_wrench(X, _rot9(X[3], X[4], X[5]), Ldd, J, False, nu, nud, legs, plat, J, rhs, Ldd)
+
+
+@njit(inline="always", error_model="numpy")
+def _leg_line(R9, r, leg, i, Lg, Ug, have):
+    """Leg ``i``'s platform joint ``R p`` (base frame), length L and unit vector u at the pose
+    (rotation R9, position r), or L and u from ``Lg`` (6,), ``Ug`` (6, 3) when ``have`` (the
+    same numbers from :func:`leg_geometry`, e.g. the forward kinematics' last iterate)."""
+    rp = _matvec(R9, 0, _vec(leg, 3))
+    if have:
+        return rp, Lg[i], (Ug[i, 0], Ug[i, 1], Ug[i, 2])
+    l = _sub(_add(r, rp), _vec(leg, 0))
+    L = np.sqrt(_dot(l, l))
+    return rp, L, _mul(1.0 / L, l)
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _twist_wrench(X, R9, Lg, Ug, have, nu, nud, legs, plat, J, rhs, Ldd):
+    """:func:`twist_wrench` at the pose X with its rotation R9 (row-major 9-tuple) and, when
+    ``have``, the legs' lengths and unit vectors ``Lg``, ``Ug`` (:func:`_leg_line`)."""
     r = (X[0], X[1], X[2])
     v = (nu[0], nu[1], nu[2])
     om = (nu[3], nu[4], nu[5])
@@ -371,10 +404,7 @@ def twist_wrench(X, nu, nud, legs, plat, J, rhs, Ldd):
         b = _vec(leg, 0)
         a = _vec(leg, 6)
         m1, S1, m2, S2 = leg[9], leg[10], leg[20], leg[21]
-        rp = _matvec(R9, 0, _vec(leg, 3))
-        l = _sub(_add(r, rp), b)
-        L = math.sqrt(_dot(l, l))
-        u = _mul(1.0 / L, l)
+        rp, L, u = _leg_line(R9, r, leg, i, Lg, Ug, have)
         vP = _add(v, _cross(om, rp))
         aP = _add(_add(acc, _cross(omd, rp)), _cross(om, _cross(om, rp)))
         Ld = _dot(u, vP)
@@ -462,7 +492,7 @@ def task_id_kernel(X, Xd, Xdd, W, has_w, legs, plat, F):
     return id_twist(X, nu, nud, W, has_w, legs, plat, F)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _finite6(F):
     for i in range(6):
         if not math.isfinite(F[i]):
@@ -562,7 +592,7 @@ def joint_id_batch(X, qd, qdd, W, has_w, legs, plat, F):
     return OK, -1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def mass_twist(X, legs, plat, M, J):
     """Fill M (6x6) = M_pl + sum J_i^T M_Li J_i (no armature) and J (6x6). Returns a status.
 
@@ -573,7 +603,13 @@ def mass_twist(X, legs, plat, M, J):
     Generic in the scalar type: a complex X (with complex M, J) gives the complex-step
     derivative of M along the imaginary part of X (see :func:`mass_derivative_one`).
     """
-    R = _rot9g(X[3], X[4], X[5])
+    return _mass_twist(X, _rot9g(X[3], X[4], X[5]), J[0], J, False, legs, plat, M, J)
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _mass_twist(X, R, Lg, Ug, have, legs, plat, M, J):
+    """:func:`mass_twist` at the pose X with its rotation R (row-major 9-tuple) and, when
+    ``have``, the legs' lengths and unit vectors ``Lg``, ``Ug`` (float X only; :func:`_leg_line`)."""
     r = (X[0], X[1], X[2])
     m = plat[0]
     c = _matvec(R, 0, _vec(plat, 1))
@@ -601,10 +637,7 @@ def mass_twist(X, legs, plat, M, J):
         b = _vec(leg, 0)
         a = _vec(leg, 6)
         m1, S1, m2, S2 = leg[9], leg[10], leg[20], leg[21]
-        rp = _matvec(R, 0, _vec(leg, 3))
-        l = _sub(_add(r, rp), b)
-        L = np.sqrt(_dot(l, l))
-        u = _mul(1.0 / L, l)
+        rp, L, u = _leg_line(R, r, leg, i, Lg, Ug, have)
         ua = _cross(u, a)
         s = np.sqrt(_dot(ua, ua))
         if s.real < UJOINT_TOL:
@@ -664,7 +697,20 @@ def fd_twist(X, nu, F, W, has_w, legs, plat, nud, Ldd):
     Solves ``(M + J^T diag(arm) J) nu' = J^T (F - arm * J' nu) + W - h(X, nu)``.
     Returns a status.
     """
-    wk = np.empty(96)
+    return fd_twist_ws(X, _rot9(X[3], X[4], X[5]), Ldd, J_NONE, False, nu, F, W, has_w, legs, plat, nud, Ldd,
+                       np.empty(FD_WS))
+
+
+#: size of :func:`fd_twist_ws`'s work [floats]
+FD_WS = 96 + 36 + 6
+
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def fd_twist_ws(X, R9, Lg, Ug, have, nu, F, W, has_w, legs, plat, nud, Ldd, wk):
+    """:func:`fd_twist` in the caller's work ``wk`` (:data:`FD_WS`,), with the pose's rotation R9
+    (row-major 9-tuple) and, when ``have``, the legs' lengths and unit vectors ``Lg`` (6,),
+    ``Ug`` (6, 3) (:func:`leg_geometry`'s at X)."""
     zero = wk[:6]
     zero[:] = 0.0
     J = wk[6:42].reshape((6, 6))
@@ -672,10 +718,10 @@ def fd_twist(X, nu, F, W, has_w, legs, plat, nud, Ldd):
     h = wk[78:84]
     Ldd0 = wk[84:90]
     rhs = wk[90:96]
-    st = twist_wrench(X, nu, zero, legs, plat, J, h, Ldd0)  # Ldd0 = J' nu
+    st = _twist_wrench(X, R9, Lg, Ug, have, nu, zero, legs, plat, J, h, Ldd0)  # Ldd0 = J' nu
     if st != OK:
         return st
-    st = mass_twist(X, legs, plat, M, J)
+    st = _mass_twist(X, R9, Lg, Ug, have, legs, plat, M, J)
     if st != OK:
         return st
     for k in range(6):
@@ -688,7 +734,7 @@ def fd_twist(X, nu, F, W, has_w, legs, plat, nud, Ldd):
             if arm != 0.0:
                 for q in range(6):
                     M[p, q] += arm * J[i, p] * J[i, q]
-    st = solve6(M, rhs, nud)
+    st = solve6_ws(M, rhs, nud, wk[96:132].reshape((6, 6)), wk[132:138])
     if st != OK:
         return st
     for i in range(6):
@@ -764,33 +810,116 @@ def fk_geom(q, X0, legs, tol, maxit, X, R, J, L, U):
     Jacobian J, the lengths L and unit vectors U are those of the returned X
     (:func:`leg_geometry`), so callers need not recompute them.
     """
-    wk = np.empty(12)
-    f = wk[:6]
-    dX = wk[6:]
+    return fk_geom_ws(q, X0, legs, tol, maxit, X, R, J, L, U, np.empty(FK_WS))
+
+
+#: size of :func:`fk_geom_ws`'s work [floats]: the residual, the step, the LU factors and row order
+FK_WS = 6 + 6 + 36 + 6
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def fk_geom_ws(q, X0, legs, tol, maxit, X, R, J, L, U, wk):
+    """:func:`fk_geom` in the caller's work ``wk`` (:data:`FK_WS`,)."""
+    return fk_geom_cached(q, X0, legs, tol, maxit, X, R, J, L, U, wk, wk, False)
+
+
+#: size of the start pose's cache of :func:`fk_geom_cached` [floats]: flag, X0, its R, J, L, U
+#: (:func:`leg_geometry`), the LU factors and row order of its Euler-rate Jacobian, their status
+FK_CACHE = 1 + 6 + 9 + 36 + 6 + 18 + 36 + 6 + 1
+_C_X, _C_R, _C_J, _C_L, _C_U, _C_LU, _C_P, _C_ST = 1, 7, 16, 52, 58, 76, 112, 118
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _euler_columns(J, X):
+    """The Euler-rate Jacobian in place: J's angular columns times E(X)."""
+    cb, sb = math.cos(X[4]), math.sin(X[4])
+    cg, sg = math.cos(X[5]), math.sin(X[5])
+    for i in range(6):
+        m0, m1, m2 = J[i, 3], J[i, 4], J[i, 5]
+        J[i, 3] = m0 * cg * cb + m1 * sg * cb - m2 * sb
+        J[i, 4] = -m0 * sg + m1 * cg
+        J[i, 5] = m2
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _start_geometry(X0, legs, cache):
+    """The cache of :func:`fk_geom_cached` at the start pose X0: :func:`leg_geometry` when the
+    cache holds another pose (or none); the LU factors are then made on first need."""
+    if cache[0] == 1.0:
+        same = True
+        for k in range(6):
+            if cache[_C_X + k] != X0[k]:
+                same = False
+        if same:
+            return
+    for k in range(6):
+        cache[_C_X + k] = X0[k]
+    leg_geometry(X0, legs, cache[_C_R:_C_J].reshape((3, 3)), cache[_C_J:_C_L].reshape((6, 6)), cache[_C_L:_C_U],
+                 cache[_C_U:_C_LU].reshape((6, 3)))
+    cache[_C_ST] = 0.0
+    cache[0] = 1.0
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def fk_geom_cached(q, X0, legs, tol, maxit, X, R, J, L, U, wk, cache, use_cache):
+    """:func:`fk_geom_ws`; with ``use_cache`` its first iteration (at the guess X0) from ``cache``
+    (:data:`FK_CACHE`,): the geometry at X0 and the LU factors of its Euler-rate Jacobian, made
+    once for every solve from the same guess (the plant's RK4 stages, its mass matrix and pose
+    all start at the step's start pose).  The same operations on the same numbers as without the
+    cache, so the same results to the last bit.  The caller clears ``cache[0]`` when the
+    parameters ``legs`` may have changed."""
+    f = wk[0:6]
+    dX = wk[6:12]
+    LU = wk[12:48].reshape((6, 6))
+    perm = wk[48:54]
     for k in range(6):
         X[k] = X0[k]
     for it in range(maxit + 1):
-        leg_geometry(X, legs, R, J, L, U)
+        first = use_cache and it == 0
+        if first:
+            _start_geometry(X0, legs, cache)
+            Lg = cache[_C_L:_C_U]
+        else:
+            leg_geometry(X, legs, R, J, L, U)
+            Lg = L
         err = 0.0
         for i in range(6):
-            f[i] = q[i] - L[i]
+            f[i] = q[i] - Lg[i]
             if abs(f[i]) > err:
                 err = abs(f[i])
         if err <= tol:
+            if first:
+                for i in range(6):
+                    L[i] = cache[_C_L + i]
+                    for k in range(6):
+                        J[i, k] = cache[_C_J + 6 * i + k]
+                    for k in range(3):
+                        U[i, k] = cache[_C_U + 3 * i + k]
+                for i in range(3):
+                    for k in range(3):
+                        R[i, k] = cache[_C_R + 3 * i + k]
             return OK, it
         if it == maxit:
             break
-        # Euler-rate Jacobian: angular columns times E
-        cb, sb = math.cos(X[4]), math.sin(X[4])
-        cg, sg = math.cos(X[5]), math.sin(X[5])
-        for i in range(6):
-            m0, m1, m2 = J[i, 3], J[i, 4], J[i, 5]
-            J[i, 3] = m0 * cg * cb + m1 * sg * cb - m2 * sb
-            J[i, 4] = -m0 * sg + m1 * cg
-            J[i, 5] = m2
-        st = solve6(J, f, dX)
-        if st != OK:
-            return SINGULAR, it
+        if first:
+            LUc = cache[_C_LU:_C_P].reshape((6, 6))
+            pc = cache[_C_P:_C_ST]
+            if cache[_C_ST] == 0.0:
+                JE = LU                       # scratch: the Euler-rate Jacobian at X0
+                for i in range(6):
+                    for k in range(6):
+                        JE[i, k] = cache[_C_J + 6 * i + k]
+                _euler_columns(JE, X0)
+                cache[_C_ST] = 1.0 if lu6(JE, LUc, pc) == OK else 2.0
+            if cache[_C_ST] != 1.0:
+                return SINGULAR, it
+            lu_solve6(LUc, pc, f, dX)
+        else:
+            # Euler-rate Jacobian: angular columns times E
+            _euler_columns(J, X)
+            st = solve6_ws(J, f, dX, LU, perm)
+            if st != OK:
+                return SINGULAR, it
         big = 0.0
         for k in range(6):
             if abs(dX[k]) > big:
@@ -824,7 +953,7 @@ def ik_batch(X, legs, L):
         leg_geometry(X[n], legs, R, J, L[n], U)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _joint_args_ok(q, a, b, pose, params, out):
     """Sizes (6-vectors, N_PARAMS parameters) and finite inputs of a one-state joint-space kernel."""
     if (q.shape[0] != 6 or a.shape[0] != 6 or b.shape[0] != 6 or pose.shape[0] != 6 or out.shape[0] != 6
@@ -901,22 +1030,67 @@ def joint_id_one(q, qd, qdd, pose, params, F):
     return _joint_id(q, qd, qdd, pose, params, F)
 
 
-@njit(_SIG6, cache=True, error_model="numpy")
-def joint_fd_one(q, qd, tau, pose, params, qdd):
-    """One-state forward dynamics in leg coordinates (FK from ``pose``, no wrench). Returns a status."""
+# -- the one-state kernels in the caller's work (no allocation, no reference counting): what the
+# simulated plant's compiled step calls at every RK4 stage (drivers/sim/_stewart_plant_kernel.py);
+# the allocating entries above and below are these with work of their own, so both give the
+# same numbers.
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _split_ws(params):
+    """:func:`_split` for callers without reference counting."""
+    return params[:6 * LEG_COLS].reshape((6, LEG_COLS)), params[6 * LEG_COLS:6 * LEG_COLS + PL_COLS]
+
+
+#: the pose geometry in a work array: X (6,), R (3, 3), J (6, 6), L (6,), U (6, 3)
+_GEOM_WS = 6 + 9 + 36 + 6 + 18
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _fk_in(q, guess, legs, wk, cache, use_cache):
+    """Forward kinematics (1e-12 m, 50 iterations, :func:`fk_geom_cached`) into ``wk`` (>= _GEOM_WS +
+    FK_WS,): returns (status, X, R, J, L, U) (views of ``wk``)."""
+    X = wk[0:6]
+    R = wk[6:15].reshape((3, 3))
+    J = wk[15:51].reshape((6, 6))
+    L = wk[51:57]
+    U = wk[57:75].reshape((6, 3))
+    st, _ = fk_geom_cached(q, guess, legs, 1e-12, 50, X, R, J, L, U, wk[_GEOM_WS:_GEOM_WS + FK_WS], cache,
+                           use_cache)
+    return st, X, R, J, L, U
+
+
+#: size of :func:`joint_fd_ws`'s work [floats]
+JFD_WS = _GEOM_WS + FK_WS + 12 + FD_WS
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def joint_fd_ws(q, qd, tau, pose, params, qdd, wk, cache, use_cache):
+    """:func:`joint_fd_one` in the caller's work ``wk`` (:data:`JFD_WS`,); with ``use_cache`` the
+    forward kinematics' first iteration from ``cache`` (:func:`fk_geom_cached`)."""
     if not _joint_args_ok(q, qd, tau, pose, params, qdd):
         return BAD_INPUT
-    legs, plat = _split(params)
-    st, X, nu, nud, R, J, L, U, _ = _joint_geometry(q, pose, legs, 0)
+    legs, plat = _split_ws(params)
+    st, X, R, J, L, U = _fk_in(q, pose, legs, wk, cache, use_cache)
     if st != OK:
         return st
-    st = solve6(J, qd, nu)
+    o = _GEOM_WS + FK_WS
+    nu = wk[o:o + 6]
+    nud = wk[o + 6:o + 12]
+    lw = wk[_GEOM_WS + 12:_GEOM_WS + FK_WS]     # the FK's LU work, free now
+    st = solve6_ws(J, qd, nu, lw[0:36].reshape((6, 6)), lw[36:42])
     if st != OK:
         return st
-    st = fd_twist(X, nu, tau, tau, False, legs, plat, nud, qdd)
+    st = fd_twist_ws(X, _rot9_of(R), L, U, True, nu, tau, tau, False, legs, plat, nud, qdd, wk[o + 12:o + 12 + FD_WS])
     if st == OK and not _finite6(qdd):
         return NOT_FINITE
     return st
+
+
+@njit(_SIG6, cache=True, error_model="numpy")
+def joint_fd_one(q, qd, tau, pose, params, qdd):
+    """One-state forward dynamics in leg coordinates (FK from ``pose``, no wrench). Returns a status."""
+    wk = np.empty(JFD_WS)
+    return joint_fd_ws(q, qd, tau, pose, params, qdd, wk, wk, False)
 
 
 # -- one-state kernels of the actuated-coordinate maps (plant and controller hot paths) -------------
@@ -938,7 +1112,12 @@ def inv6(A, Ai):
     Returns SINGULAR if a pivot is below PIVOT_TOL times the largest |A_ij|, else OK.
     Generic in the scalar type (float or complex A and Ai).
     """
-    M = np.empty((6, 12), A.dtype)
+    return inv6_ws(A, Ai, np.empty((6, 12), A.dtype))
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def inv6_ws(A, Ai, M):
+    """:func:`inv6` in the caller's work ``M`` (6, 12) of A's scalar type."""
     scale = 0.0
     for i in range(6):
         for j in range(6):
@@ -986,7 +1165,7 @@ def cond_bound_ok(J, Ji, char_len, limit):
     return bound <= limit
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def _finite_mat(M):
     for i in range(M.shape[0]):
         for j in range(M.shape[1]):
@@ -1005,16 +1184,26 @@ def _pose_of(q, pose, legs, X):
 @njit(cache=True, error_model="numpy")
 def mass_actuated(X, params, M):
     """M (6x6) = J^{-T} M_twist J^{-1} + diag(armature), symmetrised, at the pose X. Returns a status."""
-    legs, plat = _split(params)
-    wk = np.empty(144)
+    return mass_actuated_ws(X, _rot9(X[3], X[4], X[5]), M[0], J_NONE, False, params, M, np.empty(MA_WS))
+
+
+#: size of :func:`mass_actuated_ws`'s work [floats]
+MA_WS = 144 + 72
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def mass_actuated_ws(X, R9, Lg, Ug, have, params, M, wk):
+    """:func:`mass_actuated` in the caller's work ``wk`` (:data:`MA_WS`,), with the pose's rotation
+    and, when ``have``, the legs' lengths and unit vectors (as :func:`fd_twist_ws`)."""
+    legs, plat = _split_ws(params)
     Mt = wk[:36].reshape((6, 6))
     J = wk[36:72].reshape((6, 6))
     Ji = wk[72:108].reshape((6, 6))
-    T = wk[108:].reshape((6, 6))
-    st = mass_twist(X, legs, plat, Mt, J)
+    T = wk[108:144].reshape((6, 6))
+    st = _mass_twist(X, R9, Lg, Ug, have, legs, plat, Mt, J)
     if st != OK:
         return st
-    st = inv6(J, Ji)
+    st = inv6_ws(J, Ji, wk[144:216].reshape((6, 12)))
     if st != OK:
         return st
     if not cond_bound_ok(J, Ji, params[P_CHAR], params[P_COND]):
@@ -1042,20 +1231,31 @@ def mass_actuated(X, params, M):
     return OK
 
 
-@njit(_SIG4M, cache=True, error_model="numpy")
-def mass_one(q, pose, params, M):
-    """Joint-space mass matrix M (6x6) [kg] at leg lengths q, FK from the hint ``pose``. Returns a status."""
+#: size of :func:`mass_ws`'s work [floats]
+MASS_WS = _GEOM_WS + max(FK_WS, MA_WS)
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def mass_ws(q, pose, params, M, wk, cache, use_cache):
+    """:func:`mass_one` in the caller's work ``wk`` (:data:`MASS_WS`,) (``cache``, ``use_cache``:
+    as :func:`joint_fd_ws`)."""
     if (q.shape[0] != 6 or pose.shape[0] != 6 or params.shape[0] != N_PARAMS or M.shape[0] != 6
             or M.shape[1] != 6):
         return BAD_INPUT
     if not (_finite6(q) and _finite6(pose)):
         return BAD_INPUT
-    legs, _ = _split(params)
-    X = np.empty(6)
-    st = _pose_of(q, pose, legs, X)
+    legs, _ = _split_ws(params)
+    st, X, R, J, L, U = _fk_in(q, pose, legs, wk, cache, use_cache)
     if st != OK:
         return st
-    return mass_actuated(X, params, M)
+    return mass_actuated_ws(X, _rot9_of(R), L, U, True, params, M, wk[_GEOM_WS:_GEOM_WS + MA_WS])
+
+
+@njit(_SIG4M, cache=True, error_model="numpy")
+def mass_one(q, pose, params, M):
+    """Joint-space mass matrix M (6x6) [kg] at leg lengths q, FK from the hint ``pose``. Returns a status."""
+    wk = np.empty(MASS_WS)
+    return mass_ws(q, pose, params, M, wk, wk, False)
 
 
 @njit(_SIG5, cache=True, error_model="numpy")
@@ -1135,17 +1335,34 @@ def gravity_one(q, pose, params, F):
     return _joint_id(q, zero, zero, pose, params, F)
 
 
-@njit("int64(float64[::1], float64[::1], float64[::1], float64, int64, float64[::1])",
-      cache=True, error_model="numpy")
-def fk_one(q, guess, params, tol, maxit, X):
-    """Forward kinematics of one state (:func:`fk_kernel`) from the guess. Returns a status."""
+#: size of :func:`fk_ws`'s work [floats]
+FKO_WS = _GEOM_WS + FK_WS
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def fk_ws(q, guess, params, tol, maxit, X, wk, cache, use_cache):
+    """:func:`fk_one` in the caller's work ``wk`` (:data:`FKO_WS`,) (``cache``, ``use_cache``: as
+    :func:`joint_fd_ws`)."""
     if q.shape[0] != 6 or guess.shape[0] != 6 or params.shape[0] != N_PARAMS or X.shape[0] != 6:
         return BAD_INPUT
     if not (_finite6(q) and _finite6(guess)):
         return BAD_INPUT
-    legs, _ = _split(params)
-    st, _ = fk_kernel(q, guess, legs, tol, maxit, X)
+    legs, _ = _split_ws(params)
+    R = wk[6:15].reshape((3, 3))
+    J = wk[15:51].reshape((6, 6))
+    L = wk[51:57]
+    U = wk[57:75].reshape((6, 3))
+    st, _ = fk_geom_cached(q, guess, legs, tol, maxit, X, R, J, L, U, wk[_GEOM_WS:_GEOM_WS + FK_WS], cache,
+                           use_cache)
     return st
+
+
+@njit("int64(float64[::1], float64[::1], float64[::1], float64, int64, float64[::1])",
+      cache=True, error_model="numpy")
+def fk_one(q, guess, params, tol, maxit, X):
+    """Forward kinematics of one state (:func:`fk_kernel`) from the guess. Returns a status."""
+    wk = np.empty(FKO_WS)
+    return fk_ws(q, guess, params, tol, maxit, X, wk, wk, False)
 
 
 @njit(cache=True, error_model="numpy")
