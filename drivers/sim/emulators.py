@@ -294,6 +294,9 @@ class EmulatorHost:
         self.frames_out = 0
         self._started = False
         self._failed = False       # inline: serving stopped by an error (like a dead thread)
+        #: serve_fields: the clock stood still while a call's frames were served (True), moved
+        #: (False), not seen yet (None)
+        self._clock_still: bool | None = None
         if start:
             self.start()
 
@@ -603,10 +606,31 @@ class EmulatorHost:
         devices = self._bus_devices[key]
         one = devices[0].on_fields if len(devices) == 1 else None
         now, advance, queue, deliver = self._now, self._advance, self._queue, end.deliver
+        # a device that serves a run of frames at one time in one call (on_fields_batch): once the
+        # clock was seen standing still while a call's frames were served (a lock-step clock moves
+        # only between the driver's calls), and never after it was seen moving
+        batch = getattr(devices[0], "on_fields_batch", None) if one is not None and len(frames) > 1 else None
+        t_first = None
         try:
+            if batch is not None and self._clock_still:
+                t = now()
+                advance(t, queue, True)
+                r = batch(frames, t)
+                if r is not None:
+                    self.frames_in += len(frames)
+                    for a, dd in r:
+                        deliver(a, dd)
+                    self.frames_out += len(r)
+                    if now() != t:
+                        self._clock_still = False
+                    return True
             for arb, data, remote_dlc in frames:
                 self.frames_in += 1
                 t = now()
+                if t_first is None:
+                    t_first = t
+                elif t != t_first:
+                    self._clock_still = False
                 advance(t, queue, True)
                 if one is not None:
                     r = one(arb, data, remote_dlc, t)
@@ -621,6 +645,8 @@ class EmulatorHost:
                         for a, dd in r:
                             deliver(a, dd)
                         self.frames_out += len(r)
+            if batch is not None and self._clock_still is None and now() == t_first:
+                self._clock_still = True
         except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like pump's
             self._error = err
             self._failed = True
@@ -980,6 +1006,25 @@ class InlineBus(can.BusABC):
                 return None
         msg = self.recv(timeout)
         return None if msg is None else message_fields(msg)
+
+    def recv_queued_fields(self) -> list[tuple] | None:
+        """What calling :meth:`recv_fields` with no time until it returns ``None`` takes, in one
+        call (the host's idle poll whenever the queue is empty, as there); ``None`` (nothing
+        taken) where :meth:`recv_fields` would not take that way (receive filters, shut down)."""
+        if self._filters is not None or self._is_shutdown:
+            return None
+        rx = self._rx
+        host = self.host
+        out = []
+        while True:
+            if not rx:
+                if host is not None:
+                    host.pump()
+                if not rx:
+                    return out
+            while rx:
+                f = rx.popleft()
+                out.append(f if type(f) is tuple else message_fields(f))
 
     def recv(self, timeout: float | None = None) -> can.Message | None:
         # BusABC.recv without filters is "the next frame": take it without the detour; with
