@@ -508,11 +508,11 @@ class OdriveCanDriver(TransportDriver):
     def _handle_queued(self) -> None:
         """Handle every frame already queued on the buses (no wait; :func:`recv_queued_fields`).
 
-        What :meth:`_handle_fields` of each in turn does, with the axes' 8-byte
-        Encoder_Estimates decoded by one compiled call
-        (:func:`drivers._odrive_kernels.decode_estimates_run`, in their order: the same values);
-        they change nothing another frame reads or writes, so the other frames are handled first.
-        A payload the kernel declines (not finite) takes :meth:`_handle_fields` (its DecodeError)."""
+        What :meth:`_handle_fields` of each in turn does, with the axes' Encoder_Estimates of 8
+        bytes or more decoded by one compiled call (:func:`drivers._odrive_kernels.decode_estimates_run`,
+        in their order: the same values); they change nothing another frame reads or writes, so
+        the other frames are handled first.  A payload the kernel declines (not finite) takes
+        :meth:`_handle_fields` after them (its DecodeError: nothing written), as does a shorter one."""
         got = recv_queued_fields(self._buses)
         if not got:
             return
@@ -524,8 +524,9 @@ class OdriveCanDriver(TransportDriver):
             f = bf[1]
             arb = f[0]
             data = f[1]
-            if (arb & 0x1F) == _GET_ENCODER_ESTIMATES and type(data) is bytes and len(data) == 8 \
+            if (arb & 0x1F) == _GET_ENCODER_ESTIMATES and type(data) is bytes and len(data) >= 8 \
                     and not (f[3] or f[4] or f[5]):
+                # (a longer payload is read as the codec reads it: its first 8 bytes)
                 j = by_node[bf[0]].get(arb >> 5)
                 if j is not None:
                     est.append(bf)
@@ -538,8 +539,9 @@ class OdriveCanDriver(TransportDriver):
         done = self._est_done
         if done.shape[0] < m:
             done = self._est_done = np.zeros(2 * m, dtype=bool)
-        if _ok.decode_estimates_run(b"".join([bf[1][1] for bf in est]), np.array(axes, dtype=np.int64), self._kC,
-                                    self._q, self._qd, self._seen, self._fresh, done):
+        payload = b"".join([bf[1][1][:8] for bf in est])
+        if _ok.decode_estimates_run(payload, np.array(axes, dtype=np.int64), self._kC, self._q, self._qd, self._seen,
+                                    self._fresh, done):
             for k in range(m):
                 if not done[k]:
                     handle(*est[k])

@@ -234,3 +234,61 @@ def test_the_host_serves_a_run_in_one_call_only_on_a_clock_that_stands_still(ste
     host.check()
     assert bool(runs) is batched and len(runs) == (2 if batched else 0)   # the first call only observes
     bus.shutdown()
+
+
+def _drivers():
+    from drivers.odrive import OdriveAxis, OdriveCanDriver
+    from drivers.transport import CanTransport
+    out = []
+    for _ in range(2):
+        buses = [InlineBus(f"dec{k}") for k in range(2)]
+        ts = [CanTransport.from_bus(b, name=f"dec{k}") for k, b in enumerate(buses)]
+        axes = [OdriveAxis(ts[0], 3, JointMapping(gear_ratio=9.0, sign=-1, offset_rad=0.3)),
+                OdriveAxis(ts[1], 7, JointMapping(gear_ratio=628.3185307179587)),
+                OdriveAxis(ts[0], 4)]
+        out.append((OdriveCanDriver(axes, now=lambda: 0.0, feedback="rtr"), buses))
+    return out
+
+
+def _received(rng):
+    """A pass of received frames as an InlineBus queues them (fields), of every kind."""
+    frames = []
+    for _ in range(int(rng.integers(0, 12))):
+        node = int(rng.choice([3, 4, 7, 9]))
+        cmd = int(rng.choice([C.GET_ENCODER_ESTIMATES] * 6 + [C.HEARTBEAT, C.GET_IQ, C.SET_INPUT_TORQUE]))
+        r = rng.random()
+        if r < 0.7:
+            data = struct.pack("<ff", *rng.normal(0.0, 100.0, 2))
+        elif r < 0.8:
+            data = struct.pack("<ff", float(rng.choice([np.nan, np.inf, 1.0])), float(rng.choice([np.nan, -np.inf, 2.0])))
+        elif r < 0.9:
+            data = bytes(rng.integers(0, 256, int(rng.integers(0, 9)), dtype=np.uint8))
+        else:
+            data = struct.pack("<ff", 1.5, -2.5) + b"\x01"       # longer than 8 bytes: accepted
+        error, remote, ext = rng.random() < 0.03, rng.random() < 0.03, rng.random() < 0.03
+        frames.append((int(rng.integers(0, 2)), ((node << 5) | cmd, b"" if remote else data, 0.0, error, remote,
+                                                 ext, 8 if remote else None)))
+    return frames
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_compiled_decoding_of_a_pass_equals_the_frame_by_frame_path(seed):
+    rng = np.random.default_rng(seed)
+    (da, ba), (db, bb) = _drivers()
+    n_est = 0
+    for step in range(300):
+        frames = _received(rng)
+        for b, f in frames:
+            ba[b]._rx.append(f)
+        da._handle_queued()
+        for b, f in frames:
+            db._handle_fields(b, f)
+        n_est += sum(1 for _, f in frames if f[0] & 0x1F == int(C.GET_ENCODER_ESTIMATES))
+        for name in ("_meas", "_fresh", "_seen", "_axis_state", "_axis_error"):
+            assert getattr(da, name).tobytes() == getattr(db, name).tobytes(), (step, name, frames)
+        assert da._stats == db._stats, (step, frames)
+        if rng.random() < 0.3:
+            da._fresh[:] = db._fresh[:] = False
+    assert n_est > 500
+    for d, buses in ((da, ba), (db, bb)):
+        d.close()
