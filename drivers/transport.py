@@ -334,29 +334,6 @@ class CanTransport:
             self.error_frames += 1
         return message_fields(msg)
 
-    def recv_queued(self) -> list[tuple]:
-        """Every frame already queued: :meth:`recv_fields` with no time until it returns ``None``,
-        in one call on a bus that can hand them over so (an in-process emulator's)."""
-        take = getattr(self._fields_bus, "recv_queued_fields", None)
-        if take is not None and not self._closed:
-            try:
-                got = take()
-            except (self._can.CanError, OSError, ValueError) as err:
-                raise CommsError(f"{self.name}: receive failed: {err}") from err
-            if got is not None:
-                self.frames_received += len(got)
-                for f in got:
-                    if f[3]:
-                        self.error_frames += 1
-                return got
-        out = []
-        recv = self.recv_fields
-        f = recv(0.0)
-        while f is not None:
-            out.append(f)
-            f = recv(0.0)
-        return out
-
     def drain(self, max_frames: int = 100_000) -> int:
         """Discard every frame already queued; return how many were dropped."""
         n = 0
@@ -466,10 +443,6 @@ def recv_queued_fields(transports: Sequence[CanTransport]) -> list[tuple[int, tu
     while True:
         n = len(out)
         for i, t in enumerate(transports):
-            queued = getattr(t, "recv_queued", None)
-            if queued is not None:
-                out += [(i, f) for f in queued()]
-                continue
             recv = t.recv_fields
             f = recv(0.0)
             while f is not None:

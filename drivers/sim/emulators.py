@@ -1007,25 +1007,6 @@ class InlineBus(can.BusABC):
         msg = self.recv(timeout)
         return None if msg is None else message_fields(msg)
 
-    def recv_queued_fields(self) -> list[tuple] | None:
-        """What calling :meth:`recv_fields` with no time until it returns ``None`` takes, in one
-        call (the host's idle poll whenever the queue is empty, as there); ``None`` (nothing
-        taken) where :meth:`recv_fields` would not take that way (receive filters, shut down)."""
-        if self._filters is not None or self._is_shutdown:
-            return None
-        rx = self._rx
-        host = self.host
-        out = []
-        while True:
-            if not rx:
-                if host is not None:
-                    host.pump()
-                if not rx:
-                    return out
-            while rx:
-                f = rx.popleft()
-                out.append(f if type(f) is tuple else message_fields(f))
-
     def recv(self, timeout: float | None = None) -> can.Message | None:
         # BusABC.recv without filters is "the next frame": take it without the detour; with
         # none queued and no time to wait (a drain), its one _recv_internal call: the host's
