@@ -24,12 +24,11 @@ absolute deadline of each cycle:
 
 from __future__ import annotations
 
-import gc
-import os
 import time
 import warnings
 from typing import Protocol, runtime_checkable
 
+from drivers.realtime import REALTIME_KEYS, apply_realtime, restore_realtime
 from dynamics.errors import ConfigError
 
 __all__ = ["Clock", "LockstepClock", "WallClock", "RealtimeWarning", "SPIN_FRACTION_MAX"]
@@ -68,6 +67,10 @@ class LockstepClock:
     t0 : float
         Initial time [s].
     """
+
+    #: time does not move while a caller waits: an emulated device served in the caller's thread
+    #: cannot answer during a wait (drivers.sim.emulators.InlineBus does not sleep it out)
+    frozen_while_waiting = True
 
     def __init__(self, t0: float = 0.0):
         self._t = float(t0)
@@ -112,7 +115,9 @@ class WallClock:
         ``gc.disable()`` while running).  Applied by :meth:`start`.
     """
 
-    _KEYS = {"sched_fifo_priority", "cpu", "freeze_gc"}
+    _KEYS = REALTIME_KEYS
+    #: time moves while a caller waits (see :attr:`LockstepClock.frozen_while_waiting`)
+    frozen_while_waiting = False
 
     def __init__(self, spin_s: float = 2e-4, realtime: dict | None = None):
         if not (spin_s >= 0.0):
@@ -162,53 +167,12 @@ class WallClock:
         """Apply the real-time settings; return the messages about what was not applied."""
         self.messages = []
         self._last_target_ns = None
-        rt = self.realtime
-        if "cpu" in rt:
-            cpus = rt["cpu"]
-            cpus = {int(cpus)} if isinstance(cpus, int) else {int(c) for c in cpus}
-            if hasattr(os, "sched_setaffinity"):
-                try:
-                    self._saved["affinity"] = os.sched_getaffinity(0)
-                    os.sched_setaffinity(0, cpus)
-                except OSError as err:
-                    self._saved.pop("affinity", None)
-                    self._note(f"CPU affinity {sorted(cpus)} not applied: {err}")
-            else:
-                self._note("CPU affinity not supported on this platform")
-        prio = rt.get("sched_fifo_priority")
-        if prio is not None:
-            if hasattr(os, "sched_setscheduler"):
-                try:
-                    self._saved["sched"] = (os.sched_getscheduler(0), os.sched_getparam(0))
-                    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(int(prio)))
-                except (OSError, ValueError) as err:
-                    self._saved.pop("sched", None)
-                    self._note(f"SCHED_FIFO priority {prio} not applied (needs CAP_SYS_NICE or rtprio limit): {err}")
-            else:
-                self._note("SCHED_FIFO not supported on this platform")
-        if rt.get("freeze_gc"):
-            self._saved["gc"] = gc.isenabled()
-            gc.collect()
-            gc.freeze()
-            gc.disable()
+        self._saved, messages = apply_realtime(self.realtime)
+        for msg in messages:
+            self._note(msg)
         return list(self.messages)
 
     def stop(self) -> None:
         """Undo :meth:`start` (scheduler, affinity, garbage collector)."""
-        if "sched" in self._saved:
-            policy, param = self._saved.pop("sched")
-            try:
-                os.sched_setscheduler(0, policy, param)
-            except OSError as err:
-                self._note(f"could not restore the scheduling policy: {err}")
-        if "affinity" in self._saved:
-            cpus = self._saved.pop("affinity")
-            try:
-                os.sched_setaffinity(0, cpus)
-            except OSError as err:
-                self._note(f"could not restore the CPU affinity: {err}")
-        if "gc" in self._saved:
-            was = self._saved.pop("gc")
-            gc.unfreeze()
-            if was:
-                gc.enable()
+        for msg in restore_realtime(self._saved):
+            self._note(msg)

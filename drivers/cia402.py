@@ -569,17 +569,20 @@ class Cia402Driver(TransportDriver):
         state, emcy = self._state, self._emcy
         fault = [(e or codec.EMCY_GENERIC) if s == _FAULT or s == _FAULT_REACTION else
                  FAULT_HEARTBEAT_LOST if a > lost_s else 0 for s, e, a in zip(state, emcy, hb_age)]
+        # the vectors are rows of two arrays (views, as the MIT driver's feedback): one array
+        # made of each kind instead of one per vector
+        ints = np.array((state, self._nmt, emcy, self._sw, fault), dtype=np.int64)
+        floats = np.array((self._q, self._qd, self._tau, hb_age), dtype=float)
         info = dict(self._stats)
-        info["missing"] = n - sum(fresh)
-        info["state"] = np.array(state, dtype=np.int64)
-        info["nmt_state"] = np.array(self._nmt, dtype=np.int64)
-        info["heartbeat_age_s"] = np.array(hb_age, dtype=float)
-        info["emcy_code"] = np.array(emcy, dtype=np.int64)
-        info["statusword"] = np.array(self._sw, dtype=np.int64)
-        return Feedback(t_s=t, position_rad=np.array(self._q, dtype=float),
-                        velocity_rad_s=np.array(self._qd, dtype=float), torque_nm=np.array(self._tau, dtype=float),
-                        fault=np.array(fault, dtype=np.int64), fresh=np.array(fresh, dtype=bool),
-                        enabled=info["state"] == _OPERATION_ENABLED, info=info)
+        info["missing"] = n - fresh.count(True)
+        info["state"] = ints[0]
+        info["nmt_state"] = ints[1]
+        info["heartbeat_age_s"] = floats[3]
+        info["emcy_code"] = ints[2]
+        info["statusword"] = ints[3]
+        return Feedback(t_s=t, position_rad=floats[0], velocity_rad_s=floats[1], torque_nm=floats[2],
+                        fault=ints[4], fresh=np.array(fresh, dtype=bool), enabled=ints[0] == _OPERATION_ENABLED,
+                        info=info)
 
     # ------------------------------------------------------------------
     def _track_sdo(self, j: int, sdo) -> None:

@@ -26,6 +26,12 @@ One cycle (:meth:`DynamixelDriver.cycle`), one write and one read on the port:
    Error Status (70) at once; every ``status_every`` cycles Torque Enable (64)
    and Bus Watchdog (98) are read too.
 
+Steps 1 and 3 of a cycle are compiled (:mod:`drivers._dxl_kernels`, loaded with the first
+driver): the Sync Write of a float64 torque vector in one call, and a Fast Sync Read status
+packet read whole (header, then its length) and decoded into the joint values in one call; a
+command, a packet or a read they decline takes the Python path (the reference, the same bytes
+and values; ``fast = False`` switches them off).
+
 ``Feedback.fault`` per joint: the Hardware Error Status bits
 (:data:`~drivers.codecs.dynamixel.HW_ERROR_BITS`: 0x01 input voltage, 0x04
 overheating, 0x08 encoder, 0x10 electrical shock, 0x20 overload) |
@@ -60,6 +66,8 @@ FAULT_WATCHDOG = 0x100
 FAULT_TORQUE_OFF = 0x200
 READ_MODES = ("fast_sync", "sync")
 _RD_MAX_US = 508
+#: the first five bytes of a Fast Sync Read status packet (header, broadcast ID)
+_FSR_HEAD = dx.HEADER + bytes((dx.BROADCAST_ID,))
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,29 @@ class DynamixelDriver(TransportDriver):
         follow = FollowConfig() if follow is None else follow
         if follow.enabled:      # Present Current against Goal Current
             self.follow = TorqueFollow([s.torque_capability_nm() for s in servos], follow)
+        # the compiled cycle (drivers._dxl_kernels: numba, loaded with the first driver, not with
+        # this module): the Sync Write encoded and the Fast Sync Read status decoded in one call each
+        from . import _dxl_kernels as dk
+        self._dk = dk
+        C = np.zeros((dk.C_ROWS, n))
+        for j, s in enumerate(servos):
+            m = s.mapping
+            C[:, j] = (m.sign, m.gear_ratio, m.offset_rad, m.efficiency, m.gear_ratio * m.efficiency,
+                       m.torque_constant_nm_per_a, s.model.current_a_per_lsb)
+        self._C = C
+        self._lim = np.array(self._limit_lsb, dtype=np.int64)
+        self._ids_arr = np.array(ids, dtype=np.int64)
+        self._slot_of = np.full(256, -1, dtype=np.int64)
+        self._slot_of[ids] = np.arange(n)
+        self._tx = np.zeros(16 + 2 * (3 * n + 4), dtype=np.uint8)
+        self._fresh = np.zeros(n, dtype=bool)
+        self._err = np.zeros(n, dtype=np.int64)
+        self._order = np.zeros(n, dtype=np.int64)
+        #: whether a cycle may take the compiled encode and decode (the Python path otherwise: the
+        #: reference); cycles whose status packet the compiled decoder took (for tests)
+        self.fast = True
+        self.fast_decoded = 0
+        self._n_seg = self._n_alert = 0
 
     # ------------------------------------------------------------------
     @property
@@ -228,6 +259,20 @@ class DynamixelDriver(TransportDriver):
             items.append((s.dxl_id, (lsb & 0xFFFF).to_bytes(2, "little")))
         self.last_saturated = sat
         return dx.encode_sync_write(Addr.GOAL_CURRENT, 2, items)
+
+    def _request(self, command: Command) -> bytes:
+        """:meth:`make_commands`' Sync Write: a command of torques only (a float64 vector, no
+        gains) encoded by one compiled call (:func:`drivers._dxl_kernels.encode_goal_current`:
+        the same bytes); anything else, or a torque it declines, takes :meth:`make_commands`
+        (which raises for a bad command)."""
+        tau = command.torque_nm
+        if (self.fast and command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None
+                and type(tau) is np.ndarray and tau.dtype == np.float64 and tau.shape == (self.n_joints,)):
+            n_tx, sat = self._dk.encode_goal_current(tau, self._C, self._lim, self._ids_arr, self._tx)
+            if n_tx > 0:
+                self.last_saturated = sat
+                return self._tx[:n_tx].tobytes()
+        return self.make_commands(command)
 
     # -- port I/O ------------------------------------------------------------------------------
     def _flush(self) -> None:
@@ -293,8 +338,10 @@ class DynamixelDriver(TransportDriver):
         self._port.write(dx.encode_sync_read(addr, 1, self._ids))
         return {i: d[0] for i, (e, d) in self._collect(stats, fast=False, length=1).items() if len(d) == 1}
 
-    def _collect(self, stats: dict, *, fast: bool, length: int) -> dict[int, tuple[int, bytes]]:
-        deadline = time.monotonic() + self.reply_timeout_s
+    def _collect(self, stats: dict, *, fast: bool, length: int,
+                 deadline: float | None = None) -> dict[int, tuple[int, bytes]]:
+        if deadline is None:
+            deadline = time.monotonic() + self.reply_timeout_s
         got: dict[int, tuple[int, bytes]] = {}
         n = self.n_joints
         while len(got) < n:
@@ -318,19 +365,72 @@ class DynamixelDriver(TransportDriver):
         return got
 
     # ------------------------------------------------------------------
-    def _feedback(self, fresh: np.ndarray, stats: dict) -> Feedback:
+    def _feedback(self, fresh: np.ndarray, stats: dict, n_fresh: int | None = None) -> Feedback:
         info = dict(stats)
-        info["missing"] = int(self.n_joints - fresh.sum())
+        info["missing"] = int(self.n_joints - (fresh.sum() if n_fresh is None else n_fresh))
         info["hardware_error"] = self._hw.copy()
         return Feedback(t_s=float(self._now()), position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
                         torque_nm=self._tau.copy(), fault=self._hw | self._flags, fresh=fresh,
                         enabled=self._enabled.copy(), info=info)
 
+    def _collect_fast(self, stats: dict):
+        """A cycle's Fast Sync Read status read as one packet (its header, then the rest by its
+        length field: what :meth:`_next` reads in three steps) and decoded by one compiled call
+        (:func:`drivers._dxl_kernels.decode_fast_status`) into the joint values.  Returns None
+        when the kernel took it (``_fresh``, ``_err``, ``_order`` hold its result), else what
+        :meth:`_collect` returns for the same bytes (given to the framer: a damaged or unexpected
+        packet, noise, a short read...)."""
+        deadline = time.monotonic() + self.reply_timeout_s
+        length = dx.PRESENT_BLOCK_LEN
+        if self._ready or self._framer.pending:
+            return self._collect(stats, fast=True, length=length, deadline=deadline)
+        port = self._port
+        try:
+            head = port.read(7, max(0.0, deadline - time.monotonic()))
+        except CommsTimeoutError:
+            return {}
+        except DecodeError:
+            return self._collect(stats, fast=True, length=length, deadline=deadline)
+        size = head[5] | head[6] << 8 if len(head) == 7 else 0
+        if head[:5] != _FSR_HEAD or not 3 <= size <= self._framer.max_length:
+            self._ready.extend(self._framer.feed(head))
+            return self._collect(stats, fast=True, length=length, deadline=deadline)
+        try:
+            rest = port.read(size, max(0.0, deadline - time.monotonic()))
+        except CommsTimeoutError:
+            self._framer.feed(head)                 # held, as the framer holds a partial packet
+            return {}
+        except DecodeError:
+            self._framer.feed(head)
+            return self._collect(stats, fast=True, length=length, deadline=deadline)
+        raw = head + rest
+        k, n_err, n_alert = self._dk.decode_fast_status(np.frombuffer(raw, dtype=np.uint8), length, self._slot_of,
+                                                        self._C, self._q, self._qd, self._tau, self._fresh,
+                                                        self._err, self._order)
+        if k < 0:
+            self._ready.extend(self._framer.feed(raw))
+            return self._collect(stats, fast=True, length=length, deadline=deadline)
+        self.fast_decoded += 1
+        stats["status_errors"] += n_err
+        self._n_alert = n_alert
+        self._n_seg = k
+        return None
+
     def _exchange(self, sync_write: bytes) -> Feedback:
         stats = {"corrupt": 0, "status_errors": 0, "saturated": self.last_saturated}
         self._flush()
         self._port.write(sync_write + self._read_req)
-        got = self._collect(stats, fast=self.read_mode == "fast_sync", length=dx.PRESENT_BLOCK_LEN)
+        if self.fast and self.read_mode == "fast_sync":
+            got = self._collect_fast(stats)
+            if got is None:
+                fresh = self._fresh.copy()
+                alerts = []
+                if self._n_alert:
+                    alerts = [j for j in self._order[:self._n_seg].tolist() if self._err[j] & 0x80 and
+                              not self._err[j] & 0x7F]
+                return self._after_present(fresh, alerts, stats, self._n_seg - stats["status_errors"])
+        else:
+            got = self._collect(stats, fast=self.read_mode == "fast_sync", length=dx.PRESENT_BLOCK_LEN)
         fresh = np.zeros(self.n_joints, dtype=bool)
         alerts = []
         for i, (err, data) in got.items():
@@ -351,6 +451,11 @@ class DynamixelDriver(TransportDriver):
             self._qd[j] = m.motor_to_joint_velocity(p.velocity_lsb * dx.VELOCITY_RAD_S_PER_LSB)
             self._tau[j] = m.motor_to_joint_torque(s.model.lsb_to_current(p.current_lsb) * self._kt[j])
             fresh[j] = True
+        return self._after_present(fresh, alerts, stats)
+
+    def _after_present(self, fresh: np.ndarray, alerts: list, stats: dict, n_fresh: int | None = None) -> Feedback:
+        """The rest of a cycle after the present values: the alerted servos' Hardware Error
+        Status, the status poll when due, the feedback (``n_fresh``: ``fresh.sum()`` when known)."""
         for j in alerts:
             try:
                 self._hw[j] = self._read_u(self._ids[j], Addr.HARDWARE_ERROR_STATUS, 1) or self._hw[j]
@@ -358,7 +463,7 @@ class DynamixelDriver(TransportDriver):
                 stats["status_errors"] += 1
         if self.status_every and self.cycles % self.status_every == 0 and self._enabled_cmd:
             self._poll_status(stats)
-        return self._feedback(fresh, stats)
+        return self._feedback(fresh, stats, n_fresh)
 
     def _poll_status(self, stats: dict) -> None:
         te = self._sync_read_u8(Addr.TORQUE_ENABLE, stats)
@@ -405,6 +510,7 @@ class DynamixelDriver(TransportDriver):
             if self._read_u(i, Addr.OPERATING_MODE, 1) != 0:
                 self._write(i, Addr.OPERATING_MODE, 0, 1)
             self._limit_lsb[j] = self._clamp_lsb(s, self._read_u(i, Addr.CURRENT_LIMIT, 2))
+            self._lim[j] = self._limit_lsb[j]
             self._write(i, Addr.BUS_WATCHDOG, 0, 1)        # clears a previous watchdog error
             self._write(i, Addr.GOAL_CURRENT, 0, 2)
         for s in self._servos:

@@ -976,6 +976,13 @@ class OdriveAsciiDriver(TransportDriver):
         self._qd = np.full(n, np.nan)
         self._err = np.zeros(n, dtype=np.int64)
         self._state = np.zeros(n, dtype=np.int64)
+        self._no_torque = np.full(n, np.nan)
+        # per axis, what every cycle uses: the feedback request's bytes, the mapping's factors
+        # (the same operations on floats as JointMapping's) and the motor-side torque clamp
+        self._ask_f = [b"\nf %d\n" % a for a in axes]     # ends the torque line, then asks
+        self._fb_map = [(m.sign, m.gear_ratio, m.offset_rad) for m in mappings]
+        self._sign_ge = [(m.sign, m.gear_ratio * m.efficiency) for m in mappings]
+        self._clamps = [None if lim is None else lim.get("torque_limit_nm") for lim in self._limits]
         self._enabled_cmd = False
         self._closed = False
         self.cycles = 0
@@ -996,9 +1003,8 @@ class OdriveAsciiDriver(TransportDriver):
         tau = torque_only(command, self.n_joints, "ODrive driver")
         out = []
         sat = 0
-        for a, m, t, lim in zip(self._axes, self._maps, tau, self._limits):
-            t_m = float(m.joint_to_motor_torque(t))
-            clamp = None if lim is None else lim.get("torque_limit_nm")
+        for a, (sign, ge), t, clamp in zip(self._axes, self._sign_ge, tau, self._clamps):
+            t_m = sign * t / ge                 # JointMapping.joint_to_motor_torque on a float
             if clamp is not None and abs(t_m) > clamp:
                 t_m = math.copysign(clamp, t_m)
                 sat += 1
@@ -1040,22 +1046,35 @@ class OdriveAsciiDriver(TransportDriver):
             if err is not None:
                 self._err[j] = err
 
-    def _feedback(self, fresh: np.ndarray, stats: dict) -> Feedback:
-        info = dict(stats)
-        info["missing"] = int(self.n_joints - fresh.sum())
+    def _feedback(self, fresh: np.ndarray, stats: dict, missing: int | None = None) -> Feedback:
+        info = stats
+        info["missing"] = int(self.n_joints - fresh.sum()) if missing is None else missing
         info["axis_state"] = self._state.copy()
         return Feedback(t_s=float(self._now()), position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
-                        torque_nm=np.full(self.n_joints, np.nan), fault=self._err.copy(), fresh=fresh,
-                        enabled=self._state == int(AxisState.CLOSED_LOOP_CONTROL), info=info)
+                        torque_nm=self._no_torque.copy(), fault=self._err.copy(), fresh=fresh,
+                        enabled=self._state == _CLOSED_LOOP, info=info)
 
     def _exchange(self, lines: Sequence[str]) -> Feedback:
         stats = {"timeouts": 0, "corrupt": 0}
-        self._port.reset_input()
+        port = self._port
+        port.reset_input()
         fresh = np.zeros(self.n_joints, dtype=bool)
-        for j, (a, line) in enumerate(zip(self._axes, lines)):
-            self._port.write_line(line)
-            ans = self._query(f"f {a}", stats)
-            if ans is None:
+        timeout = self.reply_timeout_s
+        q, qd = self._q, self._qd
+        missing = self.n_joints
+        for j, (line, ask, (sign, gear, off)) in enumerate(zip(lines, self._ask_f, self._fb_map)):
+            # the torque line and the feedback request in one write: the same bytes on the line as
+            # write_line(c) then write_line(f), one call less (the answer is still awaited per axis)
+            port.write(line.encode("ascii") + ask)
+            try:
+                ans = port.read_line(timeout)
+            except CommsTimeoutError:
+                stats["timeouts"] += 1
+                port.reset_input()
+                continue
+            except DecodeError:
+                stats["corrupt"] += 1
+                port.reset_input()
                 continue
             parts = ans.split()
             try:
@@ -1066,18 +1085,28 @@ class OdriveAsciiDriver(TransportDriver):
                     raise ValueError(ans)
             except ValueError:
                 stats["corrupt"] += 1
-                self._port.reset_input()
+                port.reset_input()
                 continue
-            m = self._maps[j]
-            self._q[j] = m.sign * _TWO_PI * pos / m.gear_ratio + m.offset_rad
-            self._qd[j] = m.sign * _TWO_PI * vel / m.gear_ratio
+            q[j] = sign * _TWO_PI * pos / gear + off
+            qd[j] = sign * _TWO_PI * vel / gear
             fresh[j] = True
+            missing -= 1
         if self.status_every and self.cycles % self.status_every == 0:
             self._poll_status(stats)
-        return self._feedback(fresh, stats)
+        return self._feedback(fresh, stats, missing)
+
+    @property
+    def firmware(self) -> str:
+        """The firmware generation the error property names (``error``: 0.5, ``active_errors``: 0.6)."""
+        return "0.5" if self.error_property == "error" else "0.6"
 
     def enable(self) -> Feedback:
         """Torque control, passthrough, zero torque, CLOSED_LOOP_CONTROL; wait until every axis reports it.
+
+        An idle axis whose only error is ``WATCHDOG_TIMER_EXPIRED`` has its error cleared first: the
+        firmware counts the watchdog down in every state, so an axis configured with it trips
+        while idle before any controller feeds it (firmware 0.5.6 ``Axis::watchdog_check``);
+        any other error refuses.
 
         Raises
         ------
@@ -1088,6 +1117,13 @@ class OdriveAsciiDriver(TransportDriver):
         """
         self._check_open()
         self._port.reset_input()
+        self._poll_status(None)
+        # 0.5 only: its axis error is writable (0.6 clears every axis' errors at once)
+        wd_bit = codec.WATCHDOG_ERROR_BIT["0.5"] if self.firmware == "0.5" else None
+        for j, a in enumerate(self._axes):
+            if self._err[j] == wd_bit and self._state[j] == int(AxisState.IDLE):
+                self._port.write_line(f"u {a}")         # fed, then the stale trip cleared
+                self._port.write_line(f"w axis{a}.error 0")
         for a, m, lim in zip(self._axes, self._maps, self._limits):
             if lim is not None:     # what the capability check counted on (drivers.odrive.capabilities_ascii)
                 self._port.write_line(f"w axis{a}.motor.config.current_lim {_fmt(lim['current_limit_a'])}")
@@ -1108,7 +1144,8 @@ class OdriveAsciiDriver(TransportDriver):
             if bad or time.monotonic() >= deadline:
                 self.disable()
                 if bad:
-                    desc = "; ".join(f"axis {self._axes[j]}: {'|'.join(codec.axis_error_names(int(self._err[j])))}"
+                    desc = "; ".join(f"axis {self._axes[j]}: "
+                                     f"{'|'.join(codec.axis_error_names(int(self._err[j]), self.firmware))}"
                                      for j in bad)
                     raise DeviceFaultError(f"ODrive axes refused closed loop: {desc}")
                 raise CommsTimeoutError(f"ODrive axes not in CLOSED_LOOP_CONTROL after {self.enable_timeout_s} s "

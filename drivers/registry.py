@@ -82,6 +82,7 @@ DRIVER_TYPES: dict[str, str] = {
     "sim_mit_can": "drivers.sim.build:build_sim_mit_can",
     "sim_odrive_can": "drivers.sim.build:build_sim_odrive_can",
     "sim_dynamixel": "drivers.sim.dynamixel_sim:build_sim_dynamixel",
+    "sim_odrive_ascii": "drivers.sim.odrive_ascii_sim:build_sim_odrive_ascii",
     "cia402_can": "drivers.cia402:build",
     "sim_cia402_can": "drivers.sim.build:build_sim_cia402_can",
 }

@@ -174,6 +174,14 @@ class CanTransport:
         return self._fields_bus is not None
 
     @property
+    def wait_is_futile(self) -> bool:
+        """Whether waiting for a frame cannot bring one: a fields channel whose devices are served
+        in this thread on a clock that stands still while the driver waits (its ``wait_futile``,
+        :class:`drivers.sim.emulators.InlineBus` on the lock-step clock).  False for any other bus."""
+        fb = self._fields_bus
+        return fb is not None and bool(fb.wait_futile)
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
@@ -409,6 +417,8 @@ def recv_any_fields(transports: Sequence[CanTransport], timeout_s: float,
             f = t.recv_fields(0.0)
             if f is not None:
                 return i, f
+        if all(t.wait_is_futile for t in transports):
+            return None     # nothing can come while this waits (a lock-step clock, devices inline)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None

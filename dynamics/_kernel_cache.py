@@ -67,6 +67,7 @@ KERNEL_FILES: tuple[str, ...] = (
     "drivers/_follow_kernels.py",
     "drivers/sim/_mit_kernel.py",
     "drivers/sim/_odrive_kernel.py",
+    "drivers/sim/_cia402_kernel.py",
     "drivers/sim/_plant_kernels.py",
     "drivers/sim/_stewart_plant_kernel.py",
     "drivers/sim/_friction_kernel.py",

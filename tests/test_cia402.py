@@ -563,6 +563,18 @@ def test_an_sdo_abort_names_the_object(tmp_path):
         d.close()
 
 
+def write_pdo_map(node, index, entries, cob_id, trans=1) -> None:
+    """Write a PDO map (mapping ``index`` 0x1600.. / 0x1A00.., its communication parameters at
+    ``index - 0x200``) into an emulated drive's object dictionary, as a master's SDO writes do."""
+    node.set_data(index, 0, b"\x00")
+    for s, (obj, sub, bits) in enumerate(entries, 1):
+        node.set_data(index, s, ((obj << 16) | (sub << 8) | bits).to_bytes(4, "little"))
+    node.set_data(index, 0, bytes([len(entries)]))
+    com = index - 0x200
+    node.set_data(com, 1, cob_id.to_bytes(4, "little"))
+    node.set_data(com, 2, bytes([trans]))
+
+
 def test_the_emulators_cyclic_pdo_path_gives_canopens_bytes():
     """The emulated drive's own PDO path (objects found once at OPERATIONAL, values packed
     directly) against canopen's: every TPDO equals what ``LocalNode.get_data`` and
@@ -580,13 +592,7 @@ def test_the_emulators_cyclic_pdo_path_gives_canopens_bytes():
     node = emu.local_node(1)
 
     def mapping(index, entries, cob_id, trans=1):
-        node.set_data(index, 0, b"\x00")
-        for s, (obj, sub, bits) in enumerate(entries, 1):
-            node.set_data(index, s, ((obj << 16) | (sub << 8) | bits).to_bytes(4, "little"))
-        node.set_data(index, 0, bytes([len(entries)]))
-        com = index - 0x200
-        node.set_data(com, 1, cob_id.to_bytes(4, "little"))
-        node.set_data(com, 2, bytes([trans]))
+        write_pdo_map(node, index, entries, cob_id, trans)
 
     mapping(0x1600, [(0x6040, 0, 16), (0x6071, 0, 16)], 0x201)
     mapping(0x1A00, [(0x6041, 0, 16), (0x6061, 0, 8), (0x6064, 0, 32), (0x6077, 0, 8)], 0x181)

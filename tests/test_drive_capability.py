@@ -261,3 +261,36 @@ def test_geared_ur20_completes_on_both_clocks(tmp_path, clock, capsys):
     assert "COMPLETED" in text
     log = np.load(out / "log.npy")
     assert np.max(np.abs(log["err[shoulder]"])) < 0.01         # rad: it follows, it does not fall
+
+
+#: shipped emulated runs on the wall clock with the real-time settings: (config, an error column,
+#: its bound).  Issue 38: the Stewart platform on six emulated ODrive axes holds 1 kHz (its axes
+#: step the plant once per firmware control tick there, 8 kHz: a plant step for every frame made
+#: it stop on its overrun rule within a second, 114 of 977 deadlines missed, load 5; with the tick
+#: 0, 1 and 4 of 9 502 missed at loads of 2.1-3.7); the Dynamixel arm at 500 Hz (its servos served
+#: in the loop's thread: their own thread answered late behind the SCHED_FIFO loop, 113 of 219
+#: missed; inline 2 and 4 of 1 252 at a load of 10.5); CiA 402 at 500 Hz (0 of 1 002); the ODrive
+#: ASCII arm at 200 Hz, its UART time waited (0 of 1 002 at a load of 14.6)
+_WALL_RUNS = [("stewart_motion", "err[z]", 0.005), ("dxl_3dof_arm", "err[shoulder]", 0.05),
+              ("3rrr_circle_cia402", "err[x]", 0.005), ("seed003_2r_odrive_ascii", "err[q1]", 0.05)]
+
+
+@pytest.mark.slow
+@pytest.mark.exclusive
+@pytest.mark.parametrize("name, column, bound", _WALL_RUNS, ids=[r[0] for r in _WALL_RUNS])
+def test_emulated_runs_hold_their_rate_on_the_wall_clock_with_the_real_time_settings(tmp_path, capsys, name,
+                                                                                     column, bound):
+    cfg = ROOT / "hil_configs" / "runs" / f"{name}.toml"
+    out = tmp_path / "wall"
+    watch = CpuWatch(probe=True)
+    rc = main(["run", str(cfg), "-o", str(out), "--no-plots", "--no-progress", "--duration", "2",
+               "--set", 'loop.clock="wall"', *REALTIME])
+    text = capsys.readouterr().out
+    if "not applied" in text:
+        watch.close()
+        pytest.skip(f"environment: a real-time setting could not be applied here: {text[-400:]}")
+    wall_clock_verdict(rc, out, watch, f"{name} on the wall clock, real-time loop", detail=text[-600:],
+                       missed_fraction_max=0.01)
+    assert rc == 0 and "COMPLETED" in text, text
+    log = np.load(out / "log.npy")
+    assert np.max(np.abs(log[column])) < bound      # it tracks

@@ -106,8 +106,9 @@ def test_cli_explain():
                               capture_output=True, text=True, timeout=120)
     r = tl("check", "--explain", "driver.joints")
     assert r.returncode == 0, r.stderr
-    for kinds in ('"mit_can", "sim_mit_can"', '"odrive_can", "sim_odrive_can"', '"odrive_ascii"',
-                  '"dynamixel", "sim_dynamixel"', '"cia402_can", "sim_cia402_can"'):
+    for kinds in ('"mit_can", "sim_mit_can"', '"odrive_can", "sim_odrive_can"',
+                  '"odrive_ascii", "sim_odrive_ascii"', '"dynamixel", "sim_dynamixel"',
+                  '"cia402_can", "sim_cia402_can"'):
         assert f'(type = {kinds}; one table per actuator)' in r.stdout
     assert "node_id" in r.stdout and "can_id" in r.stdout and "axis" in r.stdout
     r = tl("check", "--explain", "bogus")

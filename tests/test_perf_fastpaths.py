@@ -853,3 +853,42 @@ def test_inline_receive_ends_when_the_loop_clock_does_not_move():
     assert bus.recv(0.05) is None             # not served: the time out is waited
     assert _time.monotonic() - t0 >= 0.045
     bus.shutdown()
+
+
+@pytest.mark.parametrize("clock_kind", ["lockstep", "wall"])
+def test_an_inline_bus_on_the_lockstep_clock_does_not_sleep_a_wait_out(monkeypatch, clock_kind):
+    """On a clock that stands still while the driver waits, devices served inline cannot answer
+    during a wait (the MIT driver's 50 ms listen before its first frame was slept in vain, in
+    every offline run): a receive with a time out returns at once, for one bus and for several
+    (drivers.transport.recv_any_fields); on the wall clock the wait is still waited."""
+    import time
+
+    from controller.clock import LockstepClock, WallClock
+    from drivers.sim.emulators import EmulatorHost, InlineBus
+    from drivers.sim.odrive_emulator import OdriveAxisConfig, OdriveEmulator
+    from drivers.transport import CanTransport, recv_any_fields
+    from dynamics.toy_models import PlanarTwoLink
+
+    clock = LockstepClock() if clock_kind == "lockstep" else WallClock()
+    buses, hosts = [], []
+    for k in range(2):
+        plant = SimulatedPlant(PlanarTwoLink(g=0.0), q0=[0.1, -0.2])
+        bus = InlineBus(f"t{k}")
+        emu = OdriveEmulator([OdriveAxisConfig(3, 0, heartbeat_period_s=None, encoder_period_s=None)])
+        hosts.append(EmulatorHost(bus.device_end, [emu], plant, clock.now, serve="inline"))
+        bus.host = hosts[-1]
+        buses.append(bus)
+    trs = [CanTransport.from_bus(b, name=b.channel_name) for b in buses]
+    frozen = clock_kind == "lockstep"
+    assert all(h.frozen_clock is frozen for h in hosts)
+    assert all(t.wait_is_futile is frozen for t in trs)
+    slept = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: (slept.append(s), real_sleep(min(s, 0.001)))[1])
+    assert trs[0].recv_fields(0.05) is None
+    assert recv_any_fields(trs, 0.01) is None
+    assert (slept == []) is frozen, slept
+    for h in hosts:
+        h.close()
+    for b in buses:
+        b.shutdown()

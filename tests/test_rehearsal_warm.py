@@ -53,8 +53,11 @@ with tempfile.TemporaryDirectory() as d:
     (d / "srv.toml").write_text(srv)
     run = (reh / f"{stem}_run.toml").read_text().replace(f'file = "../robots/{robot}"', f'file = "{rob}"')
     run = re.sub(r'\[driver\.bus\]\n(.*?\n)*?(?=\[\[driver\.joints\]\])', '[driver.bus]\n' + virtual + '\n', run)
+    # both ends share this process: no [loop.realtime] (a SCHED_FIFO loop thread would starve the
+    # serving thread of the interpreter; across processes each has its own CPU and priority)
+    run = re.sub(r'\[loop\.realtime\][^\n]*\n(?:[a-z_]+ *= *[^\n]*\n)*', '', run)
     (d / "run.toml").write_text(run)
-    host, _, _ = build_server(str(d / "srv.toml"))
+    host = build_server(str(d / "srv.toml")).host
     at_ready = overloads()
     # the wall clock (a hardware run), with room for the two ends sharing one process: this is
     # about what is loaded when, not about timing

@@ -256,3 +256,53 @@ def test_a_realtime_wall_clock_loop_serves_its_emulated_can_drives_in_its_thread
     assert serve({}, None) is None and serve({}, {"cpu": 1, "freeze_gc": True}) is None
     assert serve({"emulator": {"serve": "thread"}}, fifo) == "thread"
     assert serve({"emulator": {"reply_latency_s": 0.0002}}, fifo) is None
+
+
+def test_emulated_odrive_axes_step_the_plant_once_per_firmware_tick_on_the_wall_clock():
+    """On the wall clock every frame would otherwise bring the plant to the clock (a plant step
+    each: the Stewart platform on six axes stopped on its overrun rule at 1 kHz); the ODrive
+    firmware's control loop runs at 8 kHz and the emulated axes step the plant at most once a
+    tick.  The lock-step clock, another protocol and a value of the config's own are unchanged."""
+    from controller.app.run import sim_driver_section
+    from drivers.sim.odrive_emulator import CONTROL_PERIOD_S
+
+    def step_min(kind, clock, table=None):
+        sec = sim_driver_section({"type": kind, **(table or {})}, q0=[0.0], clock=clock, period_s=0.001)
+        return sec.data.get("emulator", {}).get("plant_step_min_s")
+
+    assert CONTROL_PERIOD_S == 1.25e-4
+    assert step_min("sim_odrive_can", "wall") == CONTROL_PERIOD_S
+    assert step_min("sim_odrive_can", "lockstep") is None
+    assert step_min("sim_mit_can", "wall") is None and step_min("sim_cia402_can", "wall") is None
+    assert step_min("sim_odrive_can", "wall", {"emulator": {"plant_step_min_s": 0.0}}) == 0.0
+
+
+def test_the_rehearsal_server_steps_its_odrive_plant_once_per_firmware_tick():
+    """The two-process rehearsal's server runs on the wall clock: the same firmware-tick default."""
+    from drivers.sim.odrive_emulator import CONTROL_PERIOD_S
+    from drivers.sim.serve import build_server
+
+    host = build_server(RUNS.parent / "rehearsal" / "stewart_odrive_udp_server.toml", start=False).host
+    try:
+        assert host.plant_step_min_s == CONTROL_PERIOD_S
+    finally:
+        host.close()
+
+
+@pytest.mark.parametrize("kind", ["sim_dynamixel", "sim_odrive_ascii"])
+def test_a_realtime_wall_clock_loop_serves_its_emulated_serial_devices_inline_with_the_wire_time_slept(kind):
+    """The servos' thread answered late behind a SCHED_FIFO loop (dxl_3dof_arm at 500 Hz stopped on
+    its overrun rule): served in the loop's thread, the wire time waited on the wall clock, counted
+    on the lock-step clock; an ordinary wall-clock loop keeps the pseudo-terminal and thread."""
+    from controller.app.run import sim_driver_section
+
+    def emu(clock, realtime=None, table=None):
+        sec = sim_driver_section({"type": kind, **(table or {})}, q0=[0.0], clock=clock,
+                                 period_s=0.002, realtime=realtime)
+        return sec.data.get("emulator", {})
+
+    fifo = {"sched_fifo_priority": 80, "cpu": 1}
+    assert emu("wall", fifo) == {"serve": "inline", "wire_time": "wait"}
+    assert emu("lockstep") == {"serve": "inline", "wire_time": "count"}
+    assert emu("wall") == {} and emu("wall", {"cpu": 1}) == {}
+    assert emu("wall", fifo, {"emulator": {"serve": "thread"}}) == {"serve": "thread"}

@@ -17,6 +17,7 @@ from dynamics.errors import CommsError
 from drivers.base import Command
 from drivers.registry import build_driver
 from drivers.sim.serve import build_server
+from dynamics.errors import ConfigError
 
 try:
     from tests.serve_process import served
@@ -83,7 +84,7 @@ def _session(drv, n=30):
 def test_server_builds_and_serves_in_process_on_a_virtual_bus(tmp_path):
     ch = "srv-" + uuid.uuid4().hex
     cfg = _write(tmp_path, f'interface = "virtual"\nchannel = "{ch}"\ntoy_model = "planar_two_link"')
-    host, duration, where = build_server(cfg)
+    host, duration, where, _ = build_server(cfg)
     try:
         assert duration is None and where[:2] == ("virtual", ch)
         drv = build_driver(Section(_client_cfg({"interface": "virtual", "channel": ch}), "client"),
@@ -137,3 +138,26 @@ def test_cross_process_udp_multicast_session(tmp_path, kind):
         finally:
             drv.close()
     assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("table, error", [
+    ("sched_fifo_priority = 70\ncpu = 0", None),
+    ("sched_fifo_priority = 0", "server.realtime.sched_fifo_priority"),
+    ("sched_fifo_priority = 100", "server.realtime.sched_fifo_priority"),
+    ("cpu = -1", "server.realtime.cpu"),
+    ("priority = 70", "server.realtime"),
+])
+def test_server_realtime_settings_are_read_and_bad_ones_named(tmp_path, table, error):
+    ch = f"srv-rt-{os.getpid()}"
+    cfg = _write(tmp_path, f'interface = "virtual"\nchannel = "{ch}"\ntoy_model = "planar_two_link"\n'
+                           f'[server.realtime]\n{table}')
+    if error is not None:
+        with pytest.raises(ConfigError) as exc:
+            build_server(cfg, start=False)
+        assert error in str(exc.value) and str(cfg) in str(exc.value)
+        return
+    srv = build_server(cfg, start=False)
+    try:
+        assert srv.realtime == {"sched_fifo_priority": 70, "cpu": 0}
+    finally:
+        srv.host.close()

@@ -48,6 +48,8 @@ def _examples() -> dict[str, dict]:
         "sim_odrive_can": {"type": "sim_odrive_can", "joints": [{"node_id": 0}],
                            "plant": {}, "emulator": {}, "faults": {"seed": 1}},
         "dynamixel": {"type": "dynamixel", "port": "loop://", "joints": [{"id": 1, "model": "XM430-W350"}]},
+        "sim_odrive_ascii": {"type": "sim_odrive_ascii", "port": "/dev/null", "joints": [{"axis": 0}],
+                             "plant": {}, "emulator": {"serve": "inline"}},
         "sim_dynamixel": {"type": "sim_dynamixel", "port": "/dev/null",
                           "joints": [{"id": 1, "model": "XM430-W350"}], "plant": {}},
         "cia402_can": {"type": "cia402_can", "bus": bus(),

@@ -1011,7 +1011,11 @@ def sim_driver_section(driver: Mapping[str, Any], *, q0, clock: str, period_s: f
     drivers' devices are served in the loop's thread too, unless a reply latency is modelled
     or ``serve`` is given: an emulator thread of ordinary priority waits behind a SCHED_FIFO
     loop and answers late (the UR20 at 400 Hz: 47 of 802 deadlines missed with the thread,
-    0 inline, at a load of 3).
+    0 inline, at a load of 3); so are the emulated Dynamixel servos, their wire time slept.
+    On the wall clock the emulated ODrive axes step the plant at most once per firmware
+    control tick (``emulator.plant_step_min_s`` defaults to 1/8000 s, the firmware's 8 kHz
+    loop): the Stewart platform at 1 kHz then holds its deadlines (1 and 4 of 9 502 missed at
+    a load of 3-3.7, against a stop on the overrun rule with a plant step for every frame).
 
     Parameters
     ----------
@@ -1059,15 +1063,27 @@ def sim_driver_section(driver: Mapping[str, Any], *, q0, clock: str, period_s: f
         if "serve" not in emu and not emu.get("reply_latency_s", 0.0):
             emu["serve"] = "inline"
             data["emulator"] = emu
-    if clock == "lockstep" and driver_type == "sim_dynamixel":
-        # The same for the emulated Dynamixel servos: no pseudo-terminal and no thread, the servos
+    if (clock == "lockstep" or realtime_loop) and driver_type in ("sim_dynamixel", "sim_odrive_ascii"):
+        # The same for the emulated Dynamixel servos and ODrive ASCII axes (serial devices): no
+        # pseudo-terminal and no thread, the servos
         # answer each write in the driver's thread, and the wire time is counted against the
-        # driver's read deadlines instead of slept (drivers.sim.dynamixel_emulator.InlineDynamixelPort)
+        # driver's read deadlines instead of slept (drivers.sim.dynamixel_emulator.InlineDynamixelPort);
+        # under a real-time loop on the wall clock the wire time is slept (the servos' thread
+        # answered late behind the SCHED_FIFO loop: dxl_3dof_arm at 500 Hz stopped on its overrun
+        # rule, 113 of 219 deadlines missed; inline 2 and 4 of 1252 at a load of 10.5)
         emu = dict(data.get("emulator", {}))
         emu.setdefault("serve", "inline")
         if emu["serve"] == "inline":
-            emu.setdefault("wire_time", "count")
+            emu.setdefault("wire_time", "count" if clock == "lockstep" else "wait")
         data["emulator"] = emu
+    if clock == "wall" and driver_type == "sim_odrive_can" and "plant_step_min_s" not in data.get("emulator", {}):
+        # On the wall clock every frame and poll would bring the plant up to the clock: a plant
+        # step each (one RK4 step of the Stewart platform ~40 us, a dozen frames a cycle for six
+        # axes: 0.8 ms a 1 kHz cycle); the ODrive firmware applies a command and updates the
+        # estimate it reports once per control tick (8 kHz), and so do its emulated axes
+        from drivers.sim.odrive_emulator import CONTROL_PERIOD_S
+
+        data["emulator"] = dict(data.get("emulator", {})) | {"plant_step_min_s": CONTROL_PERIOD_S}
     if driver_type == "sim_odrive_can" and "encoder_period_s" not in data.get("emulator", {}):
         # The emulated ODrives broadcast their estimates as a user sets encoder_msg_rate_ms for
         # the loop: every period, in whole milliseconds (at least 1 ms), not at 1 kHz whatever

@@ -10,8 +10,14 @@ the drive's values (what its object-dictionary read callback answers) and
 the RPDOs' values are written through to the object dictionary (with its
 write callbacks, so SDO reads see them); a synchronous RPDO is received by
 the emulator itself when its map is the COB-ID's only subscriber (else by
-canopen's ``Network.notify``).  The drive behaviour around it is modelled
-here, as a drive firmware does it:
+canopen's ``Network.notify``).  At a SYNC where every drive of the bus is
+in the common healthy case (OPERATIONAL, OPERATION ENABLED in CST, an RPDO
+saying 'enable operation', PDO maps of the objects it knows, a plant without
+sensor noise) the numbers of all of them are one compiled call
+(:mod:`drivers.sim._cia402_kernel`), the same values as this Python path,
+which serves every other case and stays the reference.  Frames may be given
+and answered as fields (``on_fields``, for an inline host).  The drive
+behaviour around it is modelled here, as a drive firmware does it:
 
 * NMT: boot-up message at start, PDOs and SYNC only in OPERATIONAL, no SDO
   in STOPPED; reset node / communication returns to PRE-OPERATIONAL with a
@@ -53,18 +59,21 @@ per mille of the rated torque.
 from __future__ import annotations
 
 import math
+import operator
 import struct
 import threading
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import can
+import numpy as np
 
 from dynamics.errors import ConfigError, DriverError
 from ..base import JointMapping
 from ..cia402 import GENERIC_EDS, eds_path
 from ..codecs import cia402 as codec
 from ..codecs.cia402 import Cia402Units, State
+from . import _cia402_kernel as _ck
 from .emulators import EmulatedDevice, _msg
 from .plant import Plant
 
@@ -114,10 +123,13 @@ class Cia402DriveConfig:
 
 
 class _Outbox:
-    """The 'bus' of the emulator's canopen network: collects what the nodes send."""
+    """The 'bus' of the emulator's canopen network: collects what the nodes send (messages), and
+    the TPDOs the drives send at a SYNC, as ``(arbitration_id, data)`` pairs of data frames (in
+    the order they were sent; :meth:`Cia402Emulator._take_messages` and ``_take_pairs`` hand them
+    over in one form)."""
 
     def __init__(self, emu: "Cia402Emulator"):
-        self.frames: list[can.Message] = []
+        self.frames: list = []
         self._emu = emu
 
     def send(self, msg, timeout=None):
@@ -192,6 +204,11 @@ class _Drive:
         self.rx_plans: list[_PdoPlan] = []
         self.tx_plans: list[_PdoPlan] = []
         self.rx_own: dict[int, _PdoPlan] = {}
+        #: the compiled SYNC's view of the PDO maps (_FastMaps), None when they are not ones it
+        #: handles (see _fast_maps)
+        self.fast: _FastMaps | None = None
+        self.brake_released: bool | None = None
+        self.own_writes: list = []
 
 
 class _Field:
@@ -236,6 +253,80 @@ class _PdoPlan:
         self.trans_type = pm.trans_type or 0
         self.nbytes = (pm.length + 7) // 8
         self.fields = fields
+
+
+#: the objects a TPDO of the compiled SYNC may map: index -> (its place in the values the SYNC
+#: packs, the canopen data type it must have, its struct format)
+_FAST_TX = {0x6041: (0, "UNSIGNED16", "H"), 0x6064: (1, "INTEGER32", "i"), 0x606C: (2, "INTEGER32", "i"),
+            0x6077: (3, "INTEGER16", "h"), 0x6074: (4, "INTEGER16", "h"), 0x6061: (5, "INTEGER8", "b"),
+            0x603F: (6, "UNSIGNED16", "H"), 0x1001: (7, "UNSIGNED8", "B")}
+_CST_RAW = bytes([codec.MODE_CST])
+#: a controlword's bytes -> its command (codec.controlword_command), filled as controlwords come
+_CW_COMMAND: dict[bytes, str | None] = {}
+_OE = State.OPERATION_ENABLED
+
+
+class _FastMaps:
+    """The PDO maps of a drive in the form the compiled SYNC (:meth:`Cia402Emulator._sync_fast`)
+    uses: one synchronous RPDO mapping exactly the controlword 0x6040 and the target torque 0x6071
+    (their byte offsets), and TPDOs of whole objects the drive computes itself (:data:`_FAST_TX`),
+    back to back from byte 0: each packed with one struct from the values in its order."""
+
+    __slots__ = ("rx", "cw_off", "tg_off", "tx", "quantum", "units")
+
+    def __init__(self, rx: _PdoPlan, cw_off: int, tg_off: int, tx: list):
+        self.rx = rx
+        self.cw_off = cw_off
+        self.tg_off = tg_off
+        #: per TPDO: (plan, struct, the function taking its values, in its order, from the
+        #: values the SYNC computes: statusword, position, velocity, torque, torque demand, mode
+        #: display, error code, error register)
+        self.tx = tx
+        #: the joint encoder's step [rad] (0: none), None: the plant draws sensor noise (the
+        #: Python path measures); set by Cia402Emulator._read_pdo_config
+        self.quantum: float | None = None
+        #: the units the emulator's row of constants was made of (None: not made yet)
+        self.units = None
+
+
+def _taker(places):
+    """``f(values) -> tuple`` of the values at ``places``, in their order."""
+    if len(places) == 1:
+        k = places[0]
+        return lambda values: (values[k],)
+    return operator.itemgetter(*places)
+
+
+def _fast_maps(d: _Drive, odm) -> _FastMaps | None:
+    """:class:`_FastMaps` of a drive's PDO maps (just read), None when they are not of that form
+    (the Python path serves such a drive)."""
+    if len(d.rx_plans) != 1 or len(d.node._read_callbacks) != 1:
+        return None
+    rx = d.rx_plans[0]
+    offs = {}
+    for f in rx.fields:
+        if not (f.aligned and f.sub == 0 and f.var.length == 16 and f.n == 2 and f.index in (0x6040, 0x6071)):
+            return None
+        offs[f.index] = f.off
+    if rx.trans_type > 240 or len(offs) != 2 or len(rx.fields) != 2:
+        return None
+    tx = []
+    for plan in d.tx_plans:
+        fmt, places, off = "<", [], 0
+        for f in plan.fields:
+            spec = _FAST_TX.get(f.index)
+            if (spec is None or f.reader is None or f.sub != 0 or not f.aligned or f.off != off
+                    or f.var.length != 8 * f.n or f.od.data_type != getattr(odm, spec[1])
+                    or f.od.min is not None or f.od.max is not None):
+                return None
+            places.append(spec[0])
+            fmt += spec[2]
+            off += f.n
+        st = struct.Struct(fmt)
+        if not places or st.size != off or off != plan.nbytes or len(plan.pm.data) != off:
+            return None
+        tx.append((plan, st, _taker(places)))
+    return _FastMaps(rx, offs[0x6040], offs[0x6071], tx)
 
 
 class Cia402Emulator(EmulatedDevice):
@@ -287,6 +378,9 @@ class Cia402Emulator(EmulatedDevice):
             d.boot_due = float(t0_s)
             node.add_read_callback(lambda index, subindex, od, d=d: self._read(d, index, subindex))
             node.add_write_callback(lambda index, subindex, od, data, d=d: self._write(d, index, subindex, od, data))
+            #: the write callbacks the drive's firmware has (canopen's NMT slave's and the emulator's):
+            #: another one added later takes the Python path (_sync_fast)
+            d.own_writes = list(node._write_callbacks)
             # the drive's own identity: units and rated torque in its object dictionary
             node.set_data(0x608F, 1, struct.pack("<I", int(round(c.units.counts_per_rev))))
             node.set_data(0x608F, 2, struct.pack("<I", 1))
@@ -294,6 +388,16 @@ class Cia402Emulator(EmulatedDevice):
             self._drives[c.node_id] = d
         self._lock = threading.RLock()
         self._limit0: dict[int, float] = {}
+        # the compiled SYNC's arrays (_sync_fast), one row per drive in node order
+        self._drive_list = list(self._drives.values())
+        nd = len(self._drive_list)
+        self._fast_K = np.zeros((nd, _ck.K_SIZE))
+        self._fast_joints = np.array([d.cfg.joint for d in self._drive_list], dtype=np.int64)
+        self._fast_res = np.zeros((nd, _ck.R_SIZE), dtype=np.int64)
+        self._fast_tau = np.zeros(nd)
+        #: the statusword in OPERATION ENABLED, CST, without and with the internal limit active
+        self._sw_fast = tuple(codec.statusword_for(State.OPERATION_ENABLED, internal_limit=la, following=True)
+                              for la in (False, True))
         self._readers = {0x6041: self.statusword, 0x6061: self._mode, 0x603F: self._rd_error_code,
                          0x1001: self._rd_error_register, 0x6064: self._rd_position,
                          0x606C: self._rd_velocity, 0x6077: self._rd_torque, 0x6074: self._rd_torque_demand}
@@ -628,8 +732,11 @@ class Cia402Emulator(EmulatedDevice):
         # the emulator itself (on_frame checks that the map is the COB-ID's only subscriber)
         d.rx_own = {p.cob_id: p for p in d.rx_plans
                     if p.trans_type <= 240 and not p.pm.callbacks and p.cob_id & 0x780 in _UNSCANNED}
+        d.fast = fm = _fast_maps(d, self._canopen.objectdictionary)
+        if fm is not None:
+            fm.quantum = None if self.plant is None else self.plant._joint_quantum(d.cfg.joint)
 
-    def _receive_own(self, d: _Drive, arb: int, msg: can.Message, t_s: float) -> bool:
+    def _receive_own(self, d: _Drive, arb: int, data, t_s: float) -> bool:
         """Receive a synchronous RPDO of ``d`` (:attr:`_Drive.rx_own`) when its map is the only
         subscriber of the COB-ID: what the map's ``on_message`` does (the latest payload, its time
         stamps), applied at the next SYNC.  False: not such a frame (``Network.notify`` it)."""
@@ -640,7 +747,7 @@ class Cia402Emulator(EmulatedDevice):
         pm = plan.pm
         if subs is None or len(subs) != 1 or getattr(subs[0], "__self__", None) is not pm:
             return False
-        pm.data = bytearray(msg.data)
+        pm.data = bytearray(data)
         if pm.timestamp is not None:
             pm.period = t_s - pm.timestamp
         pm.timestamp = t_s
@@ -689,6 +796,109 @@ class Cia402Emulator(EmulatedDevice):
             f, raw = ctrl
             self._od_write(d, f if f.sub == 0 else None, 0x6040, 0, raw)
 
+    def _sync_fast(self, t_s: float) -> bool:
+        """The SYNC of every drive of the bus in one call of the compiled
+        :func:`~drivers.sim._cia402_kernel.cia402_sync`, when each is in the common healthy case:
+        OPERATIONAL, OPERATION ENABLED in CST, no reaction running, connected, its PDO maps of
+        the form :class:`_FastMaps`, an RPDO (if one came) of full length whose controlword says
+        'enable operation' (no state change), only the firmware's object-dictionary callbacks,
+        on a plant without sensor noise, drive-side gains or stuck joints.  Then does what
+        :meth:`_sync` does for each (the values, the object dictionary, the counters and the
+        TPDOs, in the same order).  False, having changed nothing: :meth:`_sync` serves the bus."""
+        plant = self.plant
+        if plant._pd or plant._stuck:
+            return False
+        drives = self._drive_list
+        inputs = []             # target torque 0x6071, max torque 0x6072 of each drive
+        received = []
+        for d in drives:
+            fm = d.fast
+            node = d.node
+            if (fm is None or d.state != _OE or d.reaction is not None or d.silent or d.brake_released is not True
+                    or node.nmt._state != _NMT_OPERATIONAL or node._write_callbacks != d.own_writes
+                    or fm.quantum is None):
+                return False
+            store = node.data_store
+            mode = store.get(0x6060)
+            if mode is None or mode.get(0) != _CST_RAW:
+                return False
+            pm = fm.rx.pm
+            if pm.is_received:
+                data = pm.data
+                if len(data) < fm.rx.nbytes:
+                    return False                            # not processed: EMCY (the Python path)
+                o = fm.cw_off
+                cwb = bytes(data[o:o + 2])
+                cmd = _CW_COMMAND.get(cwb)
+                if cmd is None:
+                    cmd = _CW_COMMAND[cwb] = codec.controlword_command(int.from_bytes(cwb, "little"))
+                if cmd != "enable_operation":
+                    return False
+                o = fm.tg_off
+                tg = bytes(data[o:o + 2])
+                received.append((pm, tg, cwb))
+                inputs.append(int.from_bytes(tg, "little", signed=True))
+            else:
+                received.append(None)
+                inputs.append(self._u(d, 0x6071, 0, "<h"))
+            lim = store.get(0x6072)
+            lim = None if lim is None else lim.get(0)
+            inputs.append(int.from_bytes(lim, "little") if lim is not None and len(lim) == 2
+                          else self._u(d, 0x6072, 0, "<H"))
+            if fm.units is not d.units:
+                self._fast_constants(d)
+        res = self._fast_res
+        tl = np.array(inputs, dtype=np.int64)
+        with plant._lock:
+            try:
+                status = _ck.cia402_sync(self._fast_K, self._fast_joints, tl, plant._cmd, plant._q, plant._qd,
+                                         plant._tau_applied, res, self._fast_tau)
+            except TypeError:           # the plant's state in arrays of another layout: the Python path
+                return False
+        if status != _ck.ST_OK:
+            return False
+        frames = self._out.frames
+        sws = self._sw_fast
+        for d, got, row in zip(drives, received, res.tolist()):
+            d.sync_count += 1
+            d.meas = None
+            if got is not None:
+                pm, tg, cwb = got
+                pm.is_received = False
+                store = d.node.data_store
+                obj = store.get(0x6071)
+                if obj is None:
+                    obj = store[0x6071] = {}
+                obj[0] = tg
+                obj = store.get(0x6040)
+                if obj is None:
+                    obj = store[0x6040] = {}
+                obj[0] = cwb
+                d.cw = int.from_bytes(cwb, "little")
+            la = row[0] == 1
+            d.limit_active = la
+            d.commands += 1
+            row[0] = sws[la]
+            row += (codec.MODE_CST, d.error_code, d.error_register)
+            n = d.sync_count
+            for plan, st, take in d.fast.tx:
+                if n % plan.trans_type == 0:
+                    raw = st.pack(*take(row))
+                    plan.pm.data[:] = raw
+                    frames.append((plan.cob_id, raw))
+        return True
+
+    def _fast_constants(self, d: _Drive) -> None:
+        """The drive's row of the compiled SYNC's constants (:data:`~drivers.sim._cia402_kernel.K_SIZE`)
+        from its units and mapping."""
+        i = self._drive_list.index(d)
+        K, u, m = self._fast_K, d.units, d.cfg.mapping
+        K[i, _ck.K_SIGN], K[i, _ck.K_GEAR], K[i, _ck.K_EFF] = m.sign, m.gear_ratio, m.efficiency
+        K[i, _ck.K_OFFSET], K[i, _ck.K_RAD_PER_COUNT] = m.offset_rad, u.rad_per_count
+        K[i, _ck.K_RAD_S_PER_COUNT_S], K[i, _ck.K_NM_PER_PERMILLE] = u.rad_s_per_count_s, u.nm_per_permille
+        K[i, _ck.K_QUANTUM] = d.fast.quantum
+        d.fast.units = u
+
     def _sync(self, d: _Drive, t_s: float) -> None:
         d.sync_count += 1
         d.meas = None
@@ -719,7 +929,7 @@ class Cia402Emulator(EmulatedDevice):
                         data[f.off:f.off + len(raw)] = raw
                     else:
                         f.var.set_data(raw)
-                frames.append(_msg(plan.cob_id, bytes(data)))
+                frames.append((plan.cob_id, bytes(data)))
 
     def _nmt_changed(self, d: _Drive, before: int, t_s: float) -> None:
         after = d.node.nmt._state
@@ -737,12 +947,12 @@ class Cia402Emulator(EmulatedDevice):
             self._out.frames.append(can.Message(arbitration_id=codec.heartbeat_id(d.cfg.node_id),
                                                 data=b"\x00", is_extended_id=False))
             d.rpdo_ready, d.tpdo_ready = [], []
-            d.rx_plans, d.tx_plans, d.rx_own = [], [], {}
+            d.rx_plans, d.tx_plans, d.rx_own, d.fast = [], [], {}, None
         elif after == _NMT_OPERATIONAL and before != _NMT_OPERATIONAL:
             self._read_pdo_config(d)
         elif before == _NMT_OPERATIONAL and after != _NMT_OPERATIONAL:
             d.rpdo_ready, d.tpdo_ready = [], []
-            d.rx_plans, d.tx_plans, d.rx_own = [], [], {}
+            d.rx_plans, d.tx_plans, d.rx_own, d.fast = [], [], {}, None
             if d.state in (State.OPERATION_ENABLED, State.QUICK_STOP_ACTIVE) and d.reaction is None:
                 d.state = State.SWITCH_ON_DISABLED        # communication lost: power stage off
                 self._output(d)
@@ -775,84 +985,128 @@ class Cia402Emulator(EmulatedDevice):
 
     def on_timer(self, t_s: float) -> list[can.Message]:
         with self._lock:
-            for d in self._drives.values():
-                if d.boot_due <= t_s:
-                    d.boot_due = math.inf
-                    d.node.nmt.send_command(0x80)           # INITIALISING -> PRE-OPERATIONAL
-                    if not d.silent:
-                        self._out.frames.append(can.Message(arbitration_id=codec.heartbeat_id(d.cfg.node_id),
-                                                            data=b"\x00", is_extended_id=False))
-                    d.hb_due = t_s + self._hb_period(d)
-                if d.hb_due <= t_s:
-                    d.hb_due = t_s + self._hb_period(d)
-                    if not d.silent:
-                        self._out.frames.append(can.Message(arbitration_id=codec.heartbeat_id(d.cfg.node_id),
-                                                            data=codec.encode_heartbeat(d.node.nmt._state),
-                                                            is_extended_id=False))
-                node_c, tc = self._consumer(d)
-                if node_c and tc > 0 and math.isfinite(d.consumer_last) and d.consumer_last + tc <= t_s:
-                    d.consumer_last = -math.inf          # disarmed until the next heartbeat
-                    if d.state in _POWER_ON:
-                        self._fault(d, codec.EMCY_HEARTBEAT, t_s)
-                    elif not d.silent:
-                        d.node.emcy.send(codec.EMCY_HEARTBEAT, d.error_register | 0x10)
-                if d.next_check <= t_s:
-                    _, _, qd, _ = self.plant.measure()
-                    if abs(float(qd[d.cfg.joint])) < d.cfg.standstill_rad_s or \
-                            t_s - d.reaction_t0 >= d.cfg.max_brake_s:
-                        self._end_reaction(d)
-                    else:
-                        d.next_check = t_s + _REACTION_CHECK_S
-            out, self._out.frames = self._out.frames, []
-            return out
+            self._timers(t_s)
+            return self._take_messages()
+
+    def _timers(self, t_s: float) -> None:
+        """The drives' timed events due at ``t_s`` (the lock held; what they send stays in the
+        outbox)."""
+        for d in self._drives.values():
+            if d.boot_due <= t_s:
+                d.boot_due = math.inf
+                d.node.nmt.send_command(0x80)           # INITIALISING -> PRE-OPERATIONAL
+                if not d.silent:
+                    self._out.frames.append(can.Message(arbitration_id=codec.heartbeat_id(d.cfg.node_id),
+                                                        data=b"\x00", is_extended_id=False))
+                d.hb_due = t_s + self._hb_period(d)
+            if d.hb_due <= t_s:
+                d.hb_due = t_s + self._hb_period(d)
+                if not d.silent:
+                    self._out.frames.append(can.Message(arbitration_id=codec.heartbeat_id(d.cfg.node_id),
+                                                        data=codec.encode_heartbeat(d.node.nmt._state),
+                                                        is_extended_id=False))
+            node_c, tc = self._consumer(d)
+            if node_c and tc > 0 and math.isfinite(d.consumer_last) and d.consumer_last + tc <= t_s:
+                d.consumer_last = -math.inf          # disarmed until the next heartbeat
+                if d.state in _POWER_ON:
+                    self._fault(d, codec.EMCY_HEARTBEAT, t_s)
+                elif not d.silent:
+                    d.node.emcy.send(codec.EMCY_HEARTBEAT, d.error_register | 0x10)
+            if d.next_check <= t_s:
+                _, _, qd, _ = self.plant.measure()
+                if abs(float(qd[d.cfg.joint])) < d.cfg.standstill_rad_s or \
+                        t_s - d.reaction_t0 >= d.cfg.max_brake_s:
+                    self._end_reaction(d)
+                else:
+                    d.next_check = t_s + _REACTION_CHECK_S
 
     def on_frame(self, msg: can.Message, t_s: float) -> list[can.Message] | None:
         if msg.is_remote_frame or msg.is_extended_id or msg.is_error_frame:
             return None                 # the last two: what accepts refuses
-        arb = msg.arbitration_id
         with self._lock:
-            if arb == codec.SYNC_ID:
+            if not self._frame(msg.arbitration_id, msg.data, t_s):
+                return None
+            return self._take_messages()
+
+    #: on_fields answers as on_frame, with (arbitration_id, data) pairs (EmulatedDevice.fields_native)
+    fields_native = True
+
+    def on_fields(self, arb: int, data: bytes, remote_dlc: int | None, t_s: float) -> list[tuple[int, bytes]] | None:
+        if remote_dlc is not None:
+            return None                 # a remote frame: on_frame ignores it too
+        with self._lock:
+            if not self._frame(arb, data, t_s):
+                return None
+            return self._take_pairs()
+
+    def on_timer_fields(self, t_s: float) -> list[tuple[int, bytes]]:
+        with self._lock:
+            self._timers(t_s)
+            return self._take_pairs()
+
+    def _take_messages(self) -> list[can.Message]:
+        """What the drives sent since the last call, as messages (the outbox emptied)."""
+        out, self._out.frames = self._out.frames, []
+        return [_msg(*m) if type(m) is tuple else m for m in out]
+
+    def _take_pairs(self) -> list[tuple[int, bytes]]:
+        """What the drives sent since the last call, as ``(arbitration_id, data)`` pairs (the
+        outbox emptied); every frame a drive sends is a data frame with a standard id."""
+        out, self._out.frames = self._out.frames, []
+        pairs = []
+        for m in out:
+            if type(m) is not tuple:
+                if m.is_remote_frame:
+                    raise DriverError(f"an emulated CiA 402 drive sent a remote frame (id 0x{m.arbitration_id:X}): "
+                                      "not a frame of its firmware")
+                m = (m.arbitration_id, bytes(m.data))
+            pairs.append(m)
+        return pairs
+
+    def _frame(self, arb: int, data, t_s: float) -> bool:
+        """Handle one data frame with a standard id (the lock held); False: not for these drives
+        (nothing changed, what the outbox holds stays there)."""
+        if arb == codec.SYNC_ID:
+            if not self._sync_fast(t_s):
                 for d in self._drives.values():
                     if d.node.nmt._state == _NMT_OPERATIONAL:
                         self._sync(d, t_s)
-            elif arb == 0:
-                before = {k: d.node.nmt._state for k, d in self._drives.items()}
-                silent = {k for k, d in self._drives.items() if d.silent}
-                for k in silent:
-                    before.pop(k)
-                for k in silent:      # a disconnected drive does not hear the command
-                    self.network.unsubscribe(0, self._drives[k].node.nmt.on_command)
-                self.network.notify(arb, bytearray(msg.data), t_s)
-                for k in silent:
-                    self.network.subscribe(0, self._drives[k].node.nmt.on_command)
-                for k, b in before.items():
-                    d = self._drives[k]
-                    if d.node.nmt._state != b:
-                        self._nmt_changed(d, b, t_s)
-                        if d.silent:
-                            self._out.frames.clear()
-            elif 0x701 <= arb <= 0x77F:
-                for d in self._drives.values():
-                    node_c, tc = self._consumer(d)
-                    if node_c == arb - 0x700 and not d.silent:
-                        d.consumer_last = t_s
-            else:
-                d = self._drives.get(arb & 0x7F)
-                if d is None or d.silent:
-                    return None
-                if 0x601 <= arb <= 0x67F:
-                    if d.node.nmt._state == _NMT_STOPPED:
-                        return None
-                    self._sample(d)
-                elif 0x201 <= arb <= 0x57F:
-                    if d.node.nmt._state != _NMT_OPERATIONAL:
-                        return None
-                    if self._receive_own(d, arb, msg, t_s):
-                        out, self._out.frames = self._out.frames, []
-                        return out
-                self.network.notify(arb, bytearray(msg.data), t_s)
-            out, self._out.frames = self._out.frames, []
-            return out
+        elif arb == 0:
+            before = {k: d.node.nmt._state for k, d in self._drives.items()}
+            silent = {k for k, d in self._drives.items() if d.silent}
+            for k in silent:
+                before.pop(k)
+            for k in silent:      # a disconnected drive does not hear the command
+                self.network.unsubscribe(0, self._drives[k].node.nmt.on_command)
+            self.network.notify(arb, bytearray(data), t_s)
+            for k in silent:
+                self.network.subscribe(0, self._drives[k].node.nmt.on_command)
+            for k, b in before.items():
+                d = self._drives[k]
+                if d.node.nmt._state != b:
+                    self._nmt_changed(d, b, t_s)
+                    if d.silent:
+                        self._out.frames.clear()
+        elif 0x701 <= arb <= 0x77F:
+            for d in self._drives.values():
+                node_c, tc = self._consumer(d)
+                if node_c == arb - 0x700 and not d.silent:
+                    d.consumer_last = t_s
+        else:
+            d = self._drives.get(arb & 0x7F)
+            if d is None or d.silent:
+                return False
+            if 0x601 <= arb <= 0x67F:
+                if d.node.nmt._state == _NMT_STOPPED:
+                    return False
+                self._sample(d)
+            elif 0x201 <= arb <= 0x57F:
+                if d.node.nmt._state != _NMT_OPERATIONAL:
+                    return False
+                if self._receive_own(d, arb, data, t_s):
+                    return True
+            self.network.notify(arb, bytearray(data), t_s)
+        return True
 
 
 def devices_from_driver(driver, emu_sec, wd, now) -> dict:

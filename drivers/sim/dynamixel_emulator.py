@@ -41,6 +41,14 @@ port waits for that schedule, or counts it, :class:`InlineDynamixelPort`).  The 
 advanced on the loop clock ``now()`` when a packet has been received (timed
 events such as a watchdog expiry at their own due time), as
 :class:`~drivers.sim.emulators.EmulatorHost` does for the CAN devices.
+
+Compiled firmware: the servos' state lives in the bus's arrays (the control tables as rows of
+one array, the rest as columns; :class:`EmulatedServo`'s attributes read and write them), and
+served inline, the common healthy cycle (a Sync Write of Goal Current and/or a (Fast) Sync Read,
+whole and valid, to servos with nothing pending: no watchdog due, no shutdown, no brake change,
+a plant without noise) is served by two compiled calls (:mod:`drivers.sim._dxl_kernel`) around
+the plant's step; everything else takes the Python path below, the reference
+(``tests/test_dxl_kernels.py`` compares the two).  ``fast = False`` switches it off.
 """
 
 from __future__ import annotations
@@ -57,10 +65,13 @@ import tty
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import numpy as np
+
 from dynamics.errors import CommsError, CommsTimeoutError, ConfigError, DecodeError, DriverError
 from ..base import JointMapping
 from ..codecs import dynamixel as dx
 from ..codecs.dynamixel import Addr, Inst, StatusError
+from . import _dxl_kernel as _dk
 from .plant import Plant
 
 __all__ = ["ServoConfig", "EmulatedServo", "DynamixelBusEmulator", "InlineDynamixelPort", "SERVE_MODES",
@@ -135,7 +146,8 @@ def _items(model: dx.DxlModel) -> dict[int, _Item]:
     }
 
 
-_TABLE_END = 148          # reads beyond the RAM block are refused (no indirect area emulated)
+_TABLE_END = _dk.TABLE_END    # reads beyond the RAM block are refused (no indirect area emulated)
+_FAST_OUT_MAX = 4096          # the compiled firmware's longest status packet (longer: the Python path)
 _GOALS = frozenset(int(a) for a in (Addr.GOAL_PWM, Addr.GOAL_CURRENT, Addr.GOAL_VELOCITY, Addr.GOAL_POSITION))
 
 #: the little-endian struct of an item by (size, signed)
@@ -207,6 +219,18 @@ class EmulatedServo:
         self.model = model
         self.plant = plant
         self.items = _items(model)
+        # the servo's state in arrays (columns of the bus's arrays once on a bus, its own before:
+        # _adopt), read and written through the properties below and by the compiled firmware
+        # (drivers.sim._dxl_kernel)
+        self._F = np.zeros((_dk.F_ROWS, 1))
+        self._I = np.zeros((_dk.I_ROWS, 1), dtype=np.int64)
+        self._k = 0
+        m = cfg.mapping
+        for row, v in ((_dk.F_SIGN, m.sign), (_dk.F_GEAR, m.gear_ratio), (_dk.F_OFF, m.offset_rad),
+                       (_dk.F_EFF, m.efficiency), (_dk.F_KT, m.torque_constant_nm_per_a),
+                       (_dk.F_ALSB, model.current_a_per_lsb)):
+            self._F[row, 0] = v
+        self._I[_dk.I_JOINT, 0] = cfg.joint
         self.supply_voltage_v = float(cfg.supply_voltage_v)
         self.temperature_c = float(cfg.temperature_c)
         self.injected = 0            # injected hardware error bits (kept until reboot)
@@ -214,7 +238,7 @@ class EmulatedServo:
         self.instructions = 0        # instruction packets executed (for tests)
         self.last_instruction_t = -math.inf
         self._t0 = float(plant.t_s)
-        self._tab = bytearray(_TABLE_END)
+        self._tab = memoryview(np.zeros(_TABLE_END, dtype=np.uint8))
         #: each item's little-endian struct (its size and sign)
         self._fmt = {a: _STRUCTS[it.size, it.signed] for a, it in self.items.items()}
         self._brake_released = None      # what the plant's brake was last told (None: nothing yet)
@@ -223,6 +247,66 @@ class EmulatedServo:
         m = cfg.mapping
         lim = abs(m.motor_to_joint_torque(model.current_limit_a * m.torque_constant_nm_per_a))
         plant.set_torque_limit([min(float(plant.torque_limit_nm[cfg.joint]), float(lim))], joints=[cfg.joint])
+
+    def _adopt(self, T: np.ndarray, F: np.ndarray, I: np.ndarray, k: int) -> None:
+        """Move this servo's state into column ``k`` of a bus's arrays (and its table into row
+        ``k`` of ``T``): the values are copied, the servo reads and writes them there from now on."""
+        T[k] = np.frombuffer(self._tab, dtype=np.uint8)
+        F[:, k] = self._F[:, self._k]
+        I[:, k] = self._I[:, self._k]
+        self._tab = memoryview(T[k])
+        self._F, self._I, self._k = F, I, k
+
+    def _f(row: int, doc: str):          # noqa: N805 - a property factory of the class body
+        def get(self) -> float:
+            return float(self._F[row, self._k])
+
+        def put(self, value) -> None:
+            self._F[row, self._k] = value
+        return property(get, put, doc=doc)
+
+    def _i(row: int, doc: str, kind=int):  # noqa: N805
+        def get(self):
+            return kind(self._I[row, self._k])
+
+        def put(self, value) -> None:
+            self._I[row, self._k] = int(value)
+        return property(get, put, doc=doc)
+
+    supply_voltage_v = _f(_dk.F_VOLTS, "Input voltage the servo sees [V].")
+    temperature_c = _f(_dk.F_TEMP, "Internal temperature [degC].")
+    last_instruction_t = _f(_dk.F_LAST_T, "Loop time of the last instruction executed [s].")
+    _t0 = _f(_dk.F_T0, "Loop time of power on [s] (the realtime tick's origin).")
+    injected = _i(_dk.I_INJECTED, "Injected hardware error bits (kept until reboot).")
+    silent = _i(_dk.I_SILENT, "Whether the servo is off the bus (answers nothing, executes nothing).", bool)
+    instructions = _i(_dk.I_INSTR, "Instruction packets executed (for tests).")
+    del _f, _i
+
+    @property
+    def _brake_released(self) -> bool | None:
+        """What the plant's brake was last told: released (True), engaged (False), nothing yet (None)."""
+        b = self._I[_dk.I_BRAKE, self._k]
+        return None if b < 0 else bool(b)
+
+    @_brake_released.setter
+    def _brake_released(self, value: bool | None) -> None:
+        self._I[_dk.I_BRAKE, self._k] = -1 if value is None else int(bool(value))
+
+    @property
+    def _env(self) -> tuple[float, float] | None:
+        """The input voltage and temperature last written to the table (None: not yet)."""
+        if not self._I[_dk.I_ENV_SET, self._k]:
+            return None
+        return float(self._F[_dk.F_ENV_V, self._k]), float(self._F[_dk.F_ENV_T, self._k])
+
+    @_env.setter
+    def _env(self, value: tuple[float, float] | None) -> None:
+        k = self._k
+        if value is None:
+            self._I[_dk.I_ENV_SET, k] = 0
+        else:
+            self._I[_dk.I_ENV_SET, k] = 1
+            self._F[_dk.F_ENV_V, k], self._F[_dk.F_ENV_T, k] = value
 
     # -- table -------------------------------------------------------------------------------------
     def _factory(self) -> None:
@@ -469,7 +553,18 @@ class DynamixelBusEmulator:
         if serve not in SERVE_MODES:
             raise ConfigError(f"must be one of {SERVE_MODES}, got {serve!r}", field="serve")
         self._servos: dict[int, EmulatedServo] = {}
+        self._slots: list[EmulatedServo] = []
         self.plant = plant
+        #: the compiled firmware's scratch (drivers.sim._dxl_kernel): what check() found, the
+        #: status packet built
+        self._P = np.zeros(_dk.P_SIZE, dtype=np.int64)
+        self._out = np.zeros(_FAST_OUT_MAX, dtype=np.uint8)
+        self._R = np.zeros(3 * 256, dtype=np.int64)
+        #: writes served by the compiled firmware (for tests)
+        self.fast_writes = 0
+        #: whether writes may be served by the compiled firmware (the Python path otherwise: the
+        #: reference, :meth:`_serve_fast`)
+        self.fast = True
         _warm_plant(plant)
         self._lock = threading.RLock()
         self.add_servos(servos)
@@ -520,6 +615,18 @@ class DynamixelBusEmulator:
                 joints.add(c.joint)
                 new[c.dxl_id] = EmulatedServo(c, self.plant)
             self._servos.update(new)
+            # every servo's state in the bus's arrays, one column (a table row) per servo
+            slots = list(self._servos.values())
+            n = len(slots)
+            T = np.zeros((n, _TABLE_END), dtype=np.uint8)
+            F = np.zeros((_dk.F_ROWS, n))
+            I = np.zeros((_dk.I_ROWS, n), dtype=np.int64)
+            slot_of = np.full(256, -1, dtype=np.int64)
+            for k, (i, s) in enumerate(self._servos.items()):
+                s._adopt(T, F, I, k)
+                slot_of[i] = k
+            self._slots = slots
+            self._T, self._F, self._I, self._slot_of = T, F, I, slot_of
 
     # -- access --------------------------------------------------------------------------------------
     def servo(self, dxl_id: int) -> EmulatedServo:
@@ -761,6 +868,8 @@ class DynamixelBusEmulator:
             return
         try:
             with self._lock:
+                if self.fast and not self._framer.pending and self._serve_fast(data, t_start):
+                    return
                 t_end = t_start
                 for item in self._framer.feed(data):
                     if not isinstance(item, DecodeError):
@@ -770,6 +879,62 @@ class DynamixelBusEmulator:
         except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like the thread's
             self._error = err
             self._failed = True
+
+    def _serve_fast(self, data: bytes, t_start: float) -> bool:
+        """Inline serving of the common healthy case in the compiled firmware
+        (:mod:`drivers.sim._dxl_kernel`): a Sync Write of Goal Current and/or a (Fast) Sync Read to
+        servos that need nothing of the Python path; the same tables, plant commands, replies and
+        wire schedule as :meth:`_handle` gives them.  Returns False (nothing done) for anything
+        else: the caller takes the Python path.  Lock held."""
+        plant = self.plant
+        if plant._noisy or plant._tau_noisy or plant._stuck or plant._pd or not self._slots:
+            return False
+        buf = np.frombuffer(data, dtype=np.uint8)
+        P = self._P
+        t1 = self._now()
+        if _dk.check(buf, self._T, self._F, self._I, self._slot_of, t1, P) != _dk.OK:
+            return False
+        n_pk = int(P[_dk.P_COUNT])
+        # the encoder step per joint (measure_joint's _quantum_f holds the same values)
+        quant = plant._quantum
+        has_quant = quant is not None
+        if not has_quant:
+            quant = self._F[_dk.F_GEAR]              # not read
+        plant.advance_to(t1)                          # no watchdog due (check): what _advance does
+        byte_s = self._byte_s
+        t_end1 = t_start + int(P[2]) * byte_s
+        t2 = t1
+        which = (1 << n_pk) - 1
+        if n_pk == 2:
+            t_end2 = t_end1 + int(P[5]) * byte_s
+            t2 = self._now()
+            if t2 != t1:                               # the wall clock moved: served packet by packet
+                which = 1
+        out, R = self._out, self._R
+        with plant._lock:
+            try:
+                n_rep = _dk.serve(buf, P, which, self._T, self._F, self._I, self._slot_of, t1, t2, plant._q,
+                                  plant._qd, plant._tau_applied, plant._cmd, quant, has_quant, out, R)
+            except TypeError:       # the plant's state in arrays of another layout: the Python path
+                n_rep = -1
+        if n_rep < 0:
+            return False            # nothing written (the plant is at t1: no watchdog was due); the Python path
+        self.packets_in += n_pk
+        self.fast_writes += 1
+        if which == 1 and n_pk == 2:
+            t2 = self._now()        # the second packet's time, as the Python path takes it: after the first
+            self._advance(t2)
+            with plant._lock:
+                n_rep = _dk.serve(buf, P, 2, self._T, self._F, self._I, self._slot_of, t1, t2, plant._q,
+                                  plant._qd, plant._tau_applied, plant._cmd, quant, has_quant, out, R)
+            if n_rep < 0:                              # the plant's state went bad in between
+                raise CommsError("Dynamixel emulator: the plant's state is not finite")
+        if n_rep:                   # the replies of the last packet, from its end on the wire
+            t_end = t_end2 if n_pk == 2 else t_end1
+            slots = self._slots
+            self._schedule([(slots[R[k]], out[R[k + 1]:R[k + 2]].tobytes()) for k in range(0, 3 * n_rep, 3)],
+                           max(self._bus_free, t_end))
+        return True
 
     def _pop_reply(self, until: float):
         """Inline: ``(t, packet)`` of the next reply packet if it is complete on the wire by wall
@@ -981,6 +1146,8 @@ class InlineDynamixelPort:
 
 
 def _timeout(value, name: str) -> float:
+    if type(value) is float and 0.0 <= value < math.inf:      # the common case, at once
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
         raise CommsError(f"{name} must be finite and >= 0, got {value!r}")
     return float(value)

@@ -272,6 +272,7 @@ class EmulatorHost:
         self._dev_fields = [id(b) in self._fields_buses for b in self._dev_bus]
         self._plant = plant
         self._now = now
+        self._frozen_clock = bool(getattr(getattr(now, "__self__", None), "frozen_while_waiting", False))
         self._latency = lat
         self._poll = p
         self._own_bus = own_bus
@@ -311,6 +312,11 @@ class EmulatorHost:
     @property
     def buses(self) -> tuple:
         return tuple(self._buses)
+
+    @property
+    def plant_step_min_s(self) -> float:
+        """The shortest plant step a frame or poll makes [s] (0: to ``now()`` at every one)."""
+        return self._plant_step_min
 
     @property
     def inline(self) -> bool:
@@ -552,6 +558,14 @@ class EmulatorHost:
     def now(self) -> float:
         """The loop clock's time [s] (what the devices are served at)."""
         return self._now()
+
+    @property
+    def frozen_clock(self) -> bool:
+        """Whether the loop clock stands still while the driver waits: ``now`` is the method of a
+        clock whose ``frozen_while_waiting`` is true (:class:`controller.clock.LockstepClock`).
+        An inline host's devices then cannot answer during a wait: :class:`InlineBus` does not
+        sleep a receive's time out."""
+        return self._frozen_clock
 
     def next_event_delay_s(self) -> float:
         """Loop-clock time [s] until the devices' next timed event (a broadcast, a watchdog),
@@ -950,6 +964,13 @@ class InlineBus(can.BusABC):
         if self._is_shutdown:
             raise can.CanOperationError("Cannot operate on a closed bus")
 
+    @property
+    def wait_futile(self) -> bool:
+        """Whether a receive's wait cannot bring a frame: the serving host runs on a clock that
+        stands still while the driver waits (:attr:`EmulatorHost.frozen_clock`)."""
+        host = self.host
+        return host is not None and host.frozen_clock and host.running
+
     def send(self, msg: can.Message, timeout: float | None = None) -> None:
         if self._is_shutdown:
             raise can.CanOperationError("Cannot operate on a closed bus")
@@ -1053,6 +1074,10 @@ class InlineBus(can.BusABC):
                 # clock does not, and the waits add up to the time out), and serve it then
                 # (BusABC.recv calls again while time is left)
                 self._frozen = False
+                if self.wait_futile:
+                    # a lock-step clock: nothing falls due and nothing comes while this waits
+                    self._frozen = True
+                    return None, False
                 if timeout is None or timeout > 0:
                     wait = 0.005 if timeout is None else timeout
                     if host is not None:

@@ -89,6 +89,13 @@ _TWO_PI = 2.0 * math.pi
 _F32_MAX = 3.4028234663852886e38
 #: a little-endian float32 (a Set_Input_Torque's torque, as the codec reads it)
 _F1 = struct.Struct("<f")
+#: the firmware's control tick [s]: the control loop runs in the current-measurement callback at
+#: ``CURRENT_MEAS_HZ`` = 168 MHz / (2 x 3500 x 3) = 8 kHz (ODrive 3.x board header: TIM_1_8 at
+#: 168 MHz, ``TIM_1_8_PERIOD_CLOCKS`` 3500, ``TIM_1_8_RCR`` 2); a command takes effect, and the
+#: encoder estimate a request reads is updated, once per tick.  The emulated axes' plant step on
+#: the wall clock defaults to it (``[driver.emulator] plant_step_min_s``).
+CONTROL_PERIOD_S = 1.0 / 8000.0
+
 #: ``controller.config.vel_gain`` default [N m / (turn/s)] (ODrive 0.5 and 0.6)
 _VEL_GAIN_DEFAULT = 1.0 / 6.0
 #: ``Set_Vel_Gains`` values before any (vel_gain, vel_integrator_gain)

@@ -28,9 +28,14 @@ so no lock-step is possible across processes.
     robot = "arm.toml"              # robot file of the controller's model (relative to CONFIG)
     toy_model = "planar_two_link"   # ... or a closed-form toy model: "pendulum", "planar_two_link"
     duration_s = 60.0               # optional: stop after this long
+    [server.realtime]               # optional, as the loop's [loop.realtime] (where permitted)
+    sched_fifo_priority = 70        # SCHED_FIFO: the emulated robot answers at once however
+    #                               # busy the machine (below a real-time loop's 80)
+    cpu = 0                         # pinned to another CPU than the loop's
 
 The process prints one line ``READY <interface> <channel> <port>`` to stdout
-once it serves, and exits with 0 after SIGINT/SIGTERM or ``duration_s``,
+once it serves (after a line ``note: ...`` on stderr for each real-time setting the
+operating system refused), and exits with 0 after SIGINT/SIGTERM or ``duration_s``,
 2 on a configuration error, 3 when the bus cannot be opened.
 """
 
@@ -44,14 +49,25 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
+from drivers.realtime import apply_realtime, restore_realtime
 from dynamics.config import Section, read_toml
 from dynamics.errors import CommsError, ConfigError, TorqueloopError
 
-__all__ = ["main", "build_server", "TOY_MODELS"]
+__all__ = ["main", "build_server", "Server", "TOY_MODELS"]
 
 #: closed-form models selectable with ``toy_model``
 TOY_MODELS = {"pendulum": "Pendulum", "planar_two_link": "PlanarTwoLink"}
+
+class Server(NamedTuple):
+    """What :func:`build_server` builds."""
+
+    host: object            #: the EmulatorHost on the server bus
+    duration_s: float | None
+    where: tuple            #: (interface, channel, port)
+    realtime: dict          #: ``[server.realtime]`` (:func:`drivers.realtime.apply_realtime`'s keys)
+
 
 EXIT_CONFIG = 2
 EXIT_COMMS = 3
@@ -69,10 +85,11 @@ def _server_model(srv: Section, base_dir: Path):
     return getattr(toy_models, TOY_MODELS[name])()
 
 
-def build_server(config_path: str | Path, *, now=time.monotonic, start: bool = True):
-    """Read ``CONFIG`` and return ``(host, duration_s, (interface, channel, port))``: an
-    EmulatorHost on the server bus, serving from its thread (``start=False``: not yet serving;
-    :func:`main` serves it in the main thread with ``host.serve_until``).
+def build_server(config_path: str | Path, *, now=time.monotonic, start: bool = True) -> Server:
+    """Read ``CONFIG`` and return a :class:`Server` ``(host, duration_s, (interface, channel,
+    port), realtime)``: an EmulatorHost on the server bus, serving from its thread
+    (``start=False``: not yet serving; :func:`main` serves it in the main thread with
+    ``host.serve_until``, under the ``[server.realtime]`` settings).
 
     Raises
     ------
@@ -111,6 +128,15 @@ def build_server(config_path: str | Path, *, now=time.monotonic, start: bool = T
     else:
         channel = srv.raw("channel", None)
     duration = srv.float("duration_s", None, minimum=0.0, strict_min=True)
+    realtime = {}
+    if srv.has("realtime", doc="real-time settings of the serving process"):
+        rsec = srv.section("realtime")
+        if rsec.has("sched_fifo_priority"):
+            realtime["sched_fifo_priority"] = rsec.int("sched_fifo_priority", minimum=1, maximum=99,
+                                                       doc="SCHED_FIFO priority (needs CAP_SYS_NICE)")
+        if rsec.has("cpu"):
+            realtime["cpu"] = rsec.int("cpu", minimum=0, doc="the CPU the server is pinned to")
+        rsec.finish()
     model = _server_model(srv, path.parent)
     srv.finish()
     dsec = root.section("driver")
@@ -123,6 +149,14 @@ def build_server(config_path: str | Path, *, now=time.monotonic, start: bool = T
     root.finish()
     plant = sim.plant
     devices = list(sim.emulators)
+    # the plant steps at most once per `plant_step_min_s` of the server's (wall) clock; the
+    # emulated ODrive axes default to the firmware's control tick, as in-process on the wall clock
+    step_min = sim.hosts[0].plant_step_min_s if sim.hosts else 0.0
+    emu = dsec.data.get("emulator", {})
+    if kind == "sim_odrive_can" and "plant_step_min_s" not in emu:
+        from .odrive_emulator import CONTROL_PERIOD_S
+
+        step_min = CONTROL_PERIOD_S
     for h in sim.hosts:
         h.close()
     for t in sim.inner.transports:
@@ -137,8 +171,9 @@ def build_server(config_path: str | Path, *, now=time.monotonic, start: bool = T
     plant.warm_up()
     # the plant starts at 0 on the server clock: time since serving started
     t_start = now()
-    host = EmulatorHost(bus, devices, plant, lambda: now() - t_start, own_bus=True, start=start)
-    return host, duration, (interface, channel, opts.get("port"))
+    host = EmulatorHost(bus, devices, plant, lambda: now() - t_start, own_bus=True, start=start,
+                        plant_step_min_s=step_min)
+    return Server(host, duration, (interface, channel, opts.get("port")), realtime)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration-s", type=float, default=None, help="stop after this many seconds")
     args = ap.parse_args(argv)
     try:
-        host, duration, where = build_server(args.config, start=False)
+        host, duration, where, realtime = build_server(args.config, start=False)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_CONFIG
@@ -170,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     # milliseconds), as the control loop's freeze_gc does on its side
     gc.collect()
     gc.freeze()
+    saved, notes = apply_realtime(realtime)
+    for note in notes:
+        print(f"note: [server.realtime] {note}", file=sys.stderr, flush=True)
     print("READY " + " ".join(str(x) for x in where), flush=True)
     t_end = math.inf if duration is None else time.monotonic() + duration
     try:
@@ -178,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     except TorqueloopError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_COMMS
+    finally:
+        restore_realtime(saved)
     return 0
 
 

@@ -1,0 +1,258 @@
+"""The emulated CiA 402 drives' compiled SYNC (``Cia402Emulator._sync_fast``,
+:mod:`drivers.sim._cia402_kernel`) against their Python path (``Cia402Emulator._sync``, the
+reference).
+
+Two emulators of the same drives on two equal plants get the same frames: one takes the
+compiled SYNC where it applies, the other always the Python path.  Over seeded random sessions
+(the state machine walked, random target torques beyond the max torque, max torques changed by
+SDO, the plant's joints moved anywhere: positions that wrap the 32-bit counter, speeds and
+torques beyond their fields, values half a count apart; and faults: injected drive faults,
+fault resets, quick stops, a disconnected drive, a short RPDO, an unknown controlword, mode
+changes, NMT stop / reset, a stuck joint, non-finite plant values) every answer (the frames'
+bytes, or the error raised), the plant's held command, the drives' state, counters, object
+dictionaries and PDO buffers must be equal after every frame.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from drivers.base import JointMapping
+from drivers.codecs import cia402 as codec
+from drivers.codecs.cia402 import Cia402Units, State
+from drivers.sim import cia402_emulator as ce
+from drivers.sim.cia402_emulator import Cia402DriveConfig, Cia402Emulator
+from drivers.sim.plant import SimulatedPlant
+from dynamics import load_model
+from test_cia402 import write_pdo_map     # a master's SDO writes of a PDO map
+
+ROOT = Path(__file__).resolve().parents[1]
+ROBOT_2R = ROOT / "hil_configs" / "robots" / "seed003_2r.toml"
+UNITS = (Cia402Units(counts_per_rev=1 << 20, rated_torque_nm=0.5),
+         Cia402Units(counts_per_rev=131072, rated_torque_nm=1.0, velocity_counts_per_rev_s=1000.0))
+MAPS = (JointMapping(gear_ratio=6.0, sign=-1, offset_rad=0.1, efficiency=0.9), JointMapping(gear_ratio=9.0))
+
+
+class _PythonOnly(Cia402Emulator):
+    """The reference: every SYNC through the Python path."""
+
+    def _sync_fast(self, t_s):
+        return False
+
+
+class _Counted(Cia402Emulator):
+    """The emulator under test, counting the SYNCs its compiled path served."""
+
+    fast_syncs = 0
+
+    def _sync_fast(self, t_s):
+        done = super()._sync_fast(t_s)
+        self.fast_syncs += done
+        return done
+
+
+def _pair():
+    model = load_model(ROBOT_2R)
+    out = []
+    for cls in (_Counted, _PythonOnly):
+        plant = SimulatedPlant(model, q0=np.array([0.3, -0.4]), viscous=0.01, coulomb=0.0, t0_s=0.0,
+                               encoder_counts_per_rev=16384)
+        emu = cls([Cia402DriveConfig(n + 1, n, UNITS[n], MAPS[n], brake_kd_nm_s_per_rad=2.0, max_brake_s=0.02) for n in range(2)],
+                  t0_s=0.0)
+        emu.bind(plant)
+        out.append((emu, plant))
+    return out
+
+
+def _state(emu: Cia402Emulator, plant) -> tuple:
+    drives = []
+    for d in emu._drives.values():
+        node = d.node
+        drives.append((int(d.state), d.cw, d.limit_active, d.commands, d.sync_count, d.error_code,
+                       d.error_register, d.reaction, d.brake_released, node.nmt._state,
+                       {k: dict(v) for k, v in node.data_store.items()},
+                       [bytes(p.pm.data) for p in d.tx_plans], [p.pm.is_received for p in d.rx_plans]))
+    out = [m if type(m) is tuple else (m.arbitration_id, bytes(m.data), m.is_remote_frame) for m in emu._out.frames]
+    return (plant._cmd.tobytes(), plant._tau_max.tobytes(), drives, out)
+
+
+def _answer(emu, arb, data, t, fields):
+    try:
+        if fields:
+            r = emu.on_fields(arb, data, None, t)
+        else:
+            import can
+            r = emu.on_frame(can.Message(arbitration_id=arb, data=data, is_extended_id=False), t)
+            r = None if r is None else [(m.arbitration_id, bytes(m.data)) for m in r]
+        return ("ok", r)
+    except Exception as err:  # noqa: BLE001 - the two paths must raise the same error
+        return ("raised", type(err).__name__, str(err))
+
+
+def _map(emus, node_id, index, entries, cob_id, trans):
+    """Write a PDO map into the emulators' drive (what a master's SDO writes do)."""
+    for emu in emus:
+        write_pdo_map(emu.local_node(node_id), index, entries, cob_id, trans)
+
+
+def _session(seed: int) -> int:
+    """One random session; returns the number of SYNCs the compiled path served."""
+    rng = np.random.default_rng(seed)
+    (fast, pf), (ref, pr) = _pair()
+    t = 0.0
+    step = 0
+
+    def both(arb, data=b""):
+        nonlocal step
+        step += 1
+        fields = bool(rng.integers(0, 4))           # mostly the inline host's fields path
+        a = _answer(fast, arb, data, t, fields)
+        b = _answer(ref, arb, data, t, fields)
+        assert a == b, (seed, step, hex(arb), data, a, b)
+        assert _state(fast, pf) == _state(ref, pr), (seed, step, hex(arb), data)
+        return a
+
+    def timers():
+        pf.advance_to(t)
+        pr.advance_to(t)
+        while True:
+            te = fast.next_timer_s()
+            assert te == ref.next_timer_s(), (seed, step)
+            if te > t:
+                return
+            a = [(m.arbitration_id, bytes(m.data)) for m in fast.on_timer(t)]
+            b = [(m.arbitration_id, bytes(m.data)) for m in ref.on_timer(t)]
+            assert a == b, (seed, step)
+
+    def sdo_write(node_id, index, sub, raw):
+        for emu in (fast, ref):
+            try:
+                emu.local_node(node_id).set_data(index, sub, raw)
+            except Exception:  # noqa: BLE001 - an abort on both (compared below)
+                pass
+        assert _state(fast, pf) == _state(ref, pr), (seed, step, "sdo", hex(index))
+
+    timers()
+    for node, tx in ((1, [codec.TPDO1_MAP, codec.TPDO2_MAP]),
+                     # node 2: every object the compiled SYNC packs, one TPDO every other SYNC
+                     (2, [((0x6041, 0, 16), (0x6074, 0, 16), (0x6064, 0, 32)),
+                          ((0x606C, 0, 32), (0x6061, 0, 8), (0x603F, 0, 16), (0x1001, 0, 8))])):
+        _map((fast, ref), node, 0x1600, codec.RPDO1_MAP, codec.rpdo_id(node, 1), 1)
+        for k, entries in enumerate(tx):
+            _map((fast, ref), node, 0x1A00 + k, entries, codec.tpdo_id(node, k + 1), 1 + k * (node - 1))
+    for node in (1, 2):
+        sdo_write(node, 0x6060, 0, bytes([codec.MODE_CST]))
+        sdo_write(node, 0x6072, 0, int(rng.integers(200, 3000)).to_bytes(2, "little"))
+        sdo_write(node, 0x1017, 0, (20).to_bytes(2, "little"))
+    both(0, bytes([1, 0]))                          # NMT start every node
+    cws = {1: codec.CW_SHUTDOWN, 2: codec.CW_SHUTDOWN}
+    for k in range(400):
+        t += 0.002
+        timers()
+        r = rng.random()
+        # faults and other events (about one every 12 SYNCs)
+        r = rng.random() * 2
+        node = int(rng.integers(1, 3))
+        if r < 0.02:
+            code, persistent = int(rng.choice([0x2310, 0x4310, 0x8130])), bool(rng.random() < 0.3)
+            for emu in (fast, ref):
+                emu.inject_fault(node, code, persistent=persistent)
+        elif r < 0.03:
+            for emu in (fast, ref):
+                emu.clear_fault_cause(node)
+        elif r < 0.04:
+            for emu in (fast, ref):
+                emu.set_silent(node, True)
+        elif r < 0.05:
+            sdo_write(node, 0x6072, 0, int(rng.integers(0, 4000)).to_bytes(2, "little"))
+        elif r < 0.055:
+            sdo_write(node, 0x6060, 0, bytes([int(rng.choice([0, codec.MODE_CST]))]))
+        elif r < 0.06:
+            both(0, bytes([int(rng.choice([0x01, 0x02, 0x80, 0x81, 0x82])), int(rng.choice([0, node]))]))
+        elif r < 0.065:
+            for p in (pf, pr):
+                p.set_stuck(node - 1, True)
+        elif rng.random() < 0.3:                    # a disconnected drive or a stuck joint comes back,
+            for emu, p in ((fast, pf), (ref, pr)):  # the master starts a stopped one, sets CST again
+                emu.set_silent(node, False)
+                p.set_stuck(node - 1, False)
+            if fast.nmt_state(node) != "OPERATIONAL":
+                both(0, bytes([1, node]))
+            if fast.local_node(node).data_store[0x6060][0] != bytes([codec.MODE_CST]):
+                sdo_write(node, 0x6060, 0, bytes([codec.MODE_CST]))
+        # the controlwords: the walk to OPERATION ENABLED, mostly 'enable operation'
+        for n in (1, 2):
+            s = fast.state(n)
+            if s == State.FAULT:
+                cws[n] = codec.CW_FAULT_RESET if cws[n] != codec.CW_FAULT_RESET else codec.CW_DISABLE_VOLTAGE
+            elif s == State.SWITCH_ON_DISABLED:
+                cws[n] = codec.CW_SHUTDOWN
+            elif s == State.READY_TO_SWITCH_ON:
+                cws[n] = codec.CW_SWITCH_ON
+            else:
+                cws[n] = codec.CW_ENABLE_OPERATION
+            x = rng.random()
+            cw = cws[n]
+            if x < 0.005:
+                cw = codec.CW_QUICK_STOP
+            elif x < 0.01:
+                cw = int(rng.integers(0, 0x10000))
+            elif x < 0.015:
+                cw = codec.CW_SHUTDOWN
+            tq = int(rng.integers(-0x8000, 0x8000)) if rng.random() < 0.2 else int(rng.normal(0, 800))
+            tq = max(-0x8000, min(0x7FFF, tq))
+            data = codec.pack_rpdo1(cw, tq)
+            if rng.random() < 0.005:
+                data = data[:3]                    # shorter than its mapping: EMCY 0x8210
+            if rng.random() < 0.95:
+                both(codec.rpdo_id(n, 1), data)
+        # the plant's measured state anywhere at this SYNC, now and then (both plants alike; put
+        # back afterwards, so the physics goes on from finite values)
+        saved = [(p, p._q.copy(), p._qd.copy(), p._tau_applied.copy()) for p in (pf, pr)]
+        r = rng.random()
+        j = int(rng.integers(0, 2))
+        if r < 0.1:
+            which = int(rng.integers(0, 6))
+            q = [rng.normal(0, 3), rng.normal(0, 1e6), (int(rng.integers(-50, 50)) + 0.5) * 2 * math.pi / 16384,
+                 rng.normal(0, 1e9), 0.0, -0.0][which]
+            qd = rng.normal(0, 10) if rng.random() < 0.8 else rng.normal(0, 1e12)
+            tau = rng.normal(0, 3) if rng.random() < 0.8 else rng.normal(0, 1e5)
+            for p in (pf, pr):
+                p._q[j], p._qd[j], p._tau_applied[j] = q, qd, tau
+        elif r < 0.12:
+            bad = [math.nan, math.inf, -math.inf][int(rng.integers(0, 3))]
+            arr = int(rng.integers(0, 3))
+            for p in (pf, pr):
+                [p._q, p._qd, p._tau_applied][arr][j] = bad
+        both(codec.SYNC_ID)
+        for p, q, qd, tau in saved:
+            p._q[:], p._qd[:], p._tau_applied[:] = q, qd, tau
+    return fast.fast_syncs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_sync_equals_the_python_path(seed):
+    served = _session(seed)
+    assert served > 100, f"the compiled SYNC served only {served} SYNCs: the comparison saw too little of it"
+
+
+def test_the_compiled_path_declines_what_it_does_not_cover():
+    """A drive in another state, a mapping it does not know, a plant with sensor noise: the
+    Python path (and the same bytes)."""
+    (fast, pf), _ = _pair()
+    assert all(d.fast is None for d in fast._drives.values())       # not OPERATIONAL yet
+    model = load_model(ROBOT_2R)
+    noisy = SimulatedPlant(model, q0=np.array([0.3, -0.4]), position_noise_std_rad=1e-4,
+                           rng=np.random.default_rng(1))
+    emu = Cia402Emulator([Cia402DriveConfig(1, 0, UNITS[0], MAPS[0])])
+    emu.bind(noisy)
+    emu.on_timer(0.0)
+    _map([emu], 1, 0x1600, codec.RPDO1_MAP, codec.rpdo_id(1, 1), 1)
+    _map([emu], 1, 0x1A00, codec.TPDO1_MAP, codec.tpdo_id(1, 1), 1)
+    emu.on_fields(0, bytes([1, 1]), None, 0.0)
+    assert emu._drives[1].fast is not None and emu._drives[1].fast.quantum is None
+    assert emu._sync_fast(0.0) is False
