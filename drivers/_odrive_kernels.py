@@ -177,3 +177,52 @@ def decode_torque_feedback(data, C, j, iq, tau):
         t = t * C[C_KT, j]
     tau[j] = t * C[C_GEAR, j] * C[C_EFF, j]
     return True
+
+
+# an explicit signature: compiled (or loaded) at import, before any clock starts
+@njit(types.int64(_PAYLOAD, types.int64[::1], types.float64[:, ::1], types.float64[::1], types.float64[::1],
+                  types.boolean[::1], types.boolean[::1], types.boolean[::1]), cache=True, error_model="numpy")
+def decode_estimates_run(data, axes, C, q, qd, seen, fresh, done):
+    """:func:`decode_encoder_estimates` of a run of 8-byte ``Get_Encoder_Estimates`` payloads, in
+    order (a later frame of an axis overwrites an earlier one), by one call.
+
+    Parameters
+    ----------
+    data : bytes
+        The payloads one after the other (8 bytes each).
+    axes : ndarray of int, shape (m,)
+        Each payload's axis.
+    C, q, qd :
+        As for :func:`decode_encoder_estimates`.
+    seen : ndarray of bool, shape (n,)
+        Out: ``True`` for each payload's axis (a frame came from it, decoded or not).
+    fresh : ndarray of bool, shape (n,)
+        Out: ``True`` for each axis written.
+    done : ndarray of bool, shape (m,) or longer
+        Out: whether each payload was decoded (False: not finite, nothing written for it; the
+        caller takes the codec's path for it, which raises its DecodeError).
+
+    Returns
+    -------
+    int
+        The number of payloads not decoded.
+    """
+    m = axes.shape[0]
+    v = np.frombuffer(data, dtype=np.uint8)[:8 * m].copy().view(np.float32)
+    declined = 0
+    for k in range(m):
+        seen[axes[k]] = True
+        pos = np.float64(v[2 * k])
+        vel = np.float64(v[2 * k + 1])
+        if not (pos - pos == 0.0 and vel - vel == 0.0):
+            done[k] = False
+            declined += 1
+            continue
+        j = axes[k]
+        s = C[C_SIGN, j]
+        g = C[C_GEAR, j]
+        q[j] = s * _TWO_PI * pos / g + C[C_OFF, j]
+        qd[j] = s * _TWO_PI * vel / g
+        fresh[j] = True
+        done[k] = True
+    return declined

@@ -258,8 +258,13 @@ class OdriveCanDriver(TransportDriver):
         self.versions: list[codec.Version | None] = [None] * n
         self._version_ok = False
         self._fresh = np.zeros(n, dtype=bool)
+        #: per Encoder_Estimates of a pass of _handle_queued, whether the compiled call decoded it
+        self._est_done = np.zeros(2 * n, dtype=bool)
         #: the feedback requests of a cycle by torque feedback (_request_feedback)
         self._rtr_requests: dict[str, list] = {}
+        #: a cycle's requests sent with its torques, one call per bus (_exchange)
+        self._merge_requests = len(self._buses) == 1 or all(getattr(t, "fields_channel", False) is True
+                                                                     for t in self._buses)
         self._stats = self._new_stats()
         self._enabled_cmd = False
         self._closed = False
@@ -443,43 +448,55 @@ class OdriveCanDriver(TransportDriver):
         return Feedback(float(self._now()), a[:n], a[n:2 * n], a[2 * n:], self._axis_error.copy(), fresh,
                         self._axis_state == _CLOSED_LOOP, info)
 
-    def _request_feedback(self) -> None:
-        # the requests' (transport, id, DLC), per axis Get_Encoder_Estimates then the torque
-        # feedback's message, as _send makes them (codec.rtr_request), found once per torque feedback
+    def _feedback_requests(self) -> tuple[list, list]:
+        """A cycle's feedback requests (RTR) as ``send_batch`` takes them: per axis in joint order
+        Get_Encoder_Estimates, then the torque feedback's message, as :meth:`_send` makes them
+        (``codec.rtr_request``); found once per torque feedback.  Returns them per bus (a list
+        per bus), and as the runs of consecutive requests on one bus in that order
+        (``(transport, batch)`` pairs)."""
         tf = self.torque_feedback
         reqs = self._rtr_requests.get(tf)
         if reqs is None:
             cmds = [Cmd.GET_ENCODER_ESTIMATES] + {"iq": [Cmd.GET_IQ], "torques": [Cmd.GET_TORQUES]}.get(tf, [])
-            # in that order, each run of consecutive requests on one bus sent by one call
-            reqs = self._rtr_requests[tf] = []
+            per_bus = [[] for _ in self._buses]
+            runs = []
             for j, ax in enumerate(self._axes):
                 t = self._buses[self._bus_of[j]]
                 for cmd in cmds:
                     arb, dlc = codec.rtr_request(ax.node_id, cmd, self.firmware)
-                    if not reqs or reqs[-1][0] is not t:
-                        reqs.append((t, []))
-                    reqs[-1][1].append((arb, b"", dlc))
-        for t, batch in reqs:
-            t.send_batch(batch)
+                    per_bus[self._bus_of[j]].append((arb, b"", dlc))
+                    if not runs or runs[-1][0] is not t:
+                        runs.append((t, []))
+                    runs[-1][1].append((arb, b"", dlc))
+            reqs = self._rtr_requests[tf] = (per_bus, runs)
+        return reqs
 
     def _exchange(self, frames: Sequence[tuple[int, bytes]]) -> Feedback:
         self._stats = self._new_stats()
         self._stats["saturated"] = self.last_saturated
         self._fresh[:] = False
         self._handle_queued()   # what arrived since the last cycle
-        if self.feedback == "rtr":
+        rtr = self.feedback == "rtr"
+        if rtr:
             self._fresh[:] = False  # only answers to this cycle's requests count
-        # every axis' Set_Input_Torque, bus by bus, one call per bus; then the requests
+            per_bus, runs = self._feedback_requests()
+        # every axis' Set_Input_Torque, bus by bus, one call per bus; then the requests.  With one
+        # bus, or in-process buses (no fault injector drawing from a shared stream), the requests
+        # go with the torques, one call per bus (on each bus the same frames in the same order)
         echo = self._torque_echo
-        for t, axes in zip(self._buses, self._axes_of_bus):
+        merged = rtr and self._merge_requests
+        for b, (t, axes) in enumerate(zip(self._buses, self._axes_of_bus)):
             batch = []
             for j in axes:
                 arb, data = frames[j]
                 batch.append((arb, data, None))
                 echo[j].append(data)
+            if merged:
+                batch += per_bus[b]
             t.send_batch(batch)
-        if self.feedback == "rtr":
-            self._request_feedback()
+        if rtr and not merged:
+            for t, batch in runs:
+                t.send_batch(batch)
         # every reply already queued, in one pass over the buses (latest values win); the
         # wait only when one is missing
         self._handle_queued()
@@ -489,10 +506,45 @@ class OdriveCanDriver(TransportDriver):
         return self._feedback()
 
     def _handle_queued(self) -> None:
-        """Handle every frame already queued on the buses (no wait; :func:`recv_queued_fields`)."""
+        """Handle every frame already queued on the buses (no wait; :func:`recv_queued_fields`).
+
+        What :meth:`_handle_fields` of each in turn does, with the axes' Encoder_Estimates of 8
+        bytes or more decoded by one compiled call (:func:`drivers._odrive_kernels.decode_estimates_run`,
+        in their order: the same values); they change nothing another frame reads or writes, so
+        the other frames are handled first.  A payload the kernel declines (not finite) takes
+        :meth:`_handle_fields` after them (its DecodeError: nothing written), as does a shorter one."""
+        got = recv_queued_fields(self._buses)
+        if not got:
+            return
         handle = self._handle_fields
-        for b, f in recv_queued_fields(self._buses):
-            handle(b, f)
+        by_node = self._by_node
+        est = []
+        axes = []
+        for bf in got:
+            f = bf[1]
+            arb = f[0]
+            data = f[1]
+            if (arb & 0x1F) == _GET_ENCODER_ESTIMATES and type(data) is bytes and len(data) >= 8 \
+                    and not (f[3] or f[4] or f[5]):
+                # (a longer payload is read as the codec reads it: its first 8 bytes)
+                j = by_node[bf[0]].get(arb >> 5)
+                if j is not None:
+                    est.append(bf)
+                    axes.append(j)
+                    continue
+            handle(*bf)
+        if not est:
+            return
+        m = len(est)
+        done = self._est_done
+        if done.shape[0] < m:
+            done = self._est_done = np.zeros(2 * m, dtype=bool)
+        payload = b"".join([bf[1][1][:8] for bf in est])
+        if _ok.decode_estimates_run(payload, np.array(axes, dtype=np.int64), self._kC, self._q, self._qd, self._seen,
+                                    self._fresh, done):
+            for k in range(m):
+                if not done[k]:
+                    handle(*est[k])
 
     # ------------------------------------------------------------------
     def enable(self) -> Feedback:

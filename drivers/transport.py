@@ -168,6 +168,12 @@ class CanTransport:
         return self._bus
 
     @property
+    def fields_channel(self) -> bool:
+        """Whether frames are handed over as fields (an in-process emulator's bus), not as
+        python-can messages."""
+        return self._fields_bus is not None
+
+    @property
     def wait_is_futile(self) -> bool:
         """Whether waiting for a frame cannot bring one: a fields channel whose devices are served
         in this thread on a clock that stands still while the driver waits (its ``wait_futile``,

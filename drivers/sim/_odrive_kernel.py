@@ -142,3 +142,74 @@ def applied_torque(K, qd, j, armed, input_torque, torque_lim, current_limit_a, k
         if hi < t_m:
             t_m = hi
     return t_m, K[K_SIGN] * t_m * K[K_GEAR] * K[K_EFF]
+
+
+#: rows of the per-axis state P (float64, (n_axes, P_SIZE)) of :func:`serve_frames`: the axis'
+#: joint, encoder step [rad], armed (1.0: closed loop in torque control), motor torque limit
+#: [N m], current limit [A], torque constant [N m/A], velocity limit [turn/s] (inf: off),
+#: ``vel_gain`` [N m/(turn/s)], position offset [turn]
+P_JOINT, P_QUANTUM, P_ARMED, P_TLIM, P_CLIM, P_KT, P_VLIM, P_VGAIN, P_POSOFF = range(9)
+P_SIZE = 9
+
+#: what a frame of :func:`serve_frames` is: a ``Set_Input_Torque`` data frame, or a request
+#: (RTR) of ``Get_Encoder_Estimates``
+KIND_TORQUE, KIND_ESTIMATES = 0, 1
+
+
+@njit("i8(i8[::1], i8[::1], f8[::1], f8[:, ::1], f8[:, ::1], f8[::1], f8[::1], f8[:, ::1], f8[:, ::1], "
+      "f4[:, ::1])", cache=True, error_model="numpy")
+def serve_frames(kind, axis, val, KK, P, q, qd, cmd, res, est):
+    """A run of frames served at one loop time: what ``OdriveEmulator._on`` does for each, in
+    order, by one call (:func:`applied_torque` and :func:`encoder_estimates` of each frame).
+
+    Nothing is written to the plant unless every frame is served as the Python path serves it: a
+    joint torque that is not finite (``Plant.set_joint_command`` refuses it) or an estimate that
+    cannot be encoded returns -1 with ``cmd`` untouched (the caller takes the Python path).
+
+    Parameters
+    ----------
+    kind, axis : ndarray of int, shape (m,)
+        Per frame: ``KIND_TORQUE`` or ``KIND_ESTIMATES``, and the axis (row of ``KK`` and ``P``).
+    val : ndarray, shape (m,)
+        Per frame: the input torque a ``Set_Input_Torque`` carries [N m] (unused for a request).
+    KK : ndarray, shape (n_axes, K_SIZE)
+        The axes' mapping constants (each row as :func:`applied_torque`'s ``K``).
+    P : ndarray, shape (n_axes, P_SIZE)
+        The axes' state (see the rows above).
+    q, qd : ndarray, shape (n,)
+        The plant's joint positions and velocities.
+    cmd : ndarray, shape (5, n)
+        The plant's held command (rows tau_ff, kp, kd, q_ref, qd_ref): column ``j`` of a torque
+        frame's joint gets ``(tau_joint, 0, 0, 0, 0)`` (what ``set_joint_command`` writes).
+    res : ndarray, shape (m, 2)
+        Out: per torque frame, the applied motor torque [N m] and the joint torque.
+    est : ndarray of float32, shape (m, 2)
+        Out: per request, the payload (a view of an (m, 8) uint8 buffer on a little-endian machine).
+
+    Returns
+    -------
+    int
+        0, or -1 (nothing written to ``cmd``; ``res`` and ``est`` are not to be used).
+    """
+    m = kind.shape[0]
+    for f in range(m):
+        i = axis[f]
+        j = np.int64(P[i, P_JOINT])
+        if kind[f] == KIND_TORQUE:
+            t_m, tau = applied_torque(KK[i], qd, j, P[i, P_ARMED] != 0.0, val[f], P[i, P_TLIM], P[i, P_CLIM],
+                                      P[i, P_KT], P[i, P_VLIM], P[i, P_VGAIN])
+            if not tau - tau == 0.0:
+                return -1
+            res[f, 0] = t_m
+            res[f, 1] = tau
+        elif not encoder_estimates(KK[i], q, qd, j, P[i, P_QUANTUM], P[i, P_POSOFF], est[f]):
+            return -1
+    for f in range(m):
+        if kind[f] == KIND_TORQUE:
+            j = np.int64(P[axis[f], P_JOINT])
+            cmd[0, j] = res[f, 1]
+            cmd[1, j] = 0.0
+            cmd[2, j] = 0.0
+            cmd[3, j] = 0.0
+            cmd[4, j] = 0.0
+    return 0

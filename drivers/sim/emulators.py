@@ -295,6 +295,9 @@ class EmulatorHost:
         self.frames_out = 0
         self._started = False
         self._failed = False       # inline: serving stopped by an error (like a dead thread)
+        #: serve_fields: the clock stood still while a call's frames were served (True), moved
+        #: (False), not seen yet (None)
+        self._clock_still: bool | None = None
         if start:
             self.start()
 
@@ -617,10 +620,31 @@ class EmulatorHost:
         devices = self._bus_devices[key]
         one = devices[0].on_fields if len(devices) == 1 else None
         now, advance, queue, deliver = self._now, self._advance, self._queue, end.deliver
+        # a device that serves a run of frames at one time in one call (on_fields_batch): once the
+        # clock was seen standing still while a call's frames were served (a lock-step clock moves
+        # only between the driver's calls), and never after it was seen moving
+        batch = getattr(devices[0], "on_fields_batch", None) if one is not None and len(frames) > 1 else None
+        t_first = None
         try:
+            if batch is not None and self._clock_still:
+                t = now()
+                advance(t, queue, True)
+                r = batch(frames, t)
+                if r is not None:
+                    self.frames_in += len(frames)
+                    for a, dd in r:
+                        deliver(a, dd)
+                    self.frames_out += len(r)
+                    if now() != t:
+                        self._clock_still = False
+                    return True
             for arb, data, remote_dlc in frames:
                 self.frames_in += 1
                 t = now()
+                if t_first is None:
+                    t_first = t
+                elif t != t_first:
+                    self._clock_still = False
                 advance(t, queue, True)
                 if one is not None:
                     r = one(arb, data, remote_dlc, t)
@@ -635,6 +659,8 @@ class EmulatorHost:
                         for a, dd in r:
                             deliver(a, dd)
                         self.frames_out += len(r)
+            if batch is not None and self._clock_still is None and now() == t_first:
+                self._clock_still = True
         except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like pump's
             self._error = err
             self._failed = True

@@ -87,6 +87,8 @@ __all__ = ["OdriveAxisConfig", "OdriveEmulator"]
 
 _TWO_PI = 2.0 * math.pi
 _F32_MAX = 3.4028234663852886e38
+#: a little-endian float32 (a Set_Input_Torque's torque, as the codec reads it)
+_F1 = struct.Struct("<f")
 #: the firmware's control tick [s]: the control loop runs in the current-measurement callback at
 #: ``CURRENT_MEAS_HZ`` = 168 MHz / (2 x 3500 x 3) = 8 kHz (ODrive 3.x board header: TIM_1_8 at
 #: 168 MHz, ``TIM_1_8_PERIOD_CLOCKS`` 3500, ``TIM_1_8_RCR`` 2); a command takes effect, and the
@@ -182,7 +184,7 @@ class _Axis:
     __slots__ = ("cfg", "node_id", "state", "control_mode", "input_mode", "input_torque", "axis_error",
                  "procedure_result", "last_feed_t", "periods", "next_due", "count", "t0", "silent", "commands",
                  "current_limit_a", "vel_limit_rev_s", "params", "pos_offset_rev", "serial", "kt", "torque_lim",
-                 "setpoint_nm", "K", "quantum")
+                 "setpoint_nm", "K", "quantum", "index")
 
     def __init__(self, cfg: OdriveAxisConfig, t0: float):
         self.cfg = cfg
@@ -216,6 +218,8 @@ class _Axis:
         #: the joint encoder's step [rad] (0.0: none) for the compiled path, None: the Python path
         #: (set at bind: a plant drawing sensor noise, or none bound yet)
         self.quantum: float | None = None
+        #: the axis' row in the emulator's arrays of the compiled run of frames (OdriveEmulator._KK, _P)
+        self.index = 0
 
     def limit_nm(self) -> float:
         """Effective motor torque limit [N m]."""
@@ -268,6 +272,20 @@ class OdriveEmulator(EmulatedDevice):
         for i, a in enumerate(axes):
             self._check_axis(i, a, joints)
             self._axes[a.node_id] = _Axis(a, float(t0_s))
+        # the compiled run of frames (on_fields_batch): every axis' mapping constants in one array
+        # (each axis' K a view of its row) and its state in another, refreshed after any change
+        # of the axes (_P_ok False) but those the run makes itself
+        self._KK = np.empty((len(axes), _ok.K_SIZE))
+        for i, ax in enumerate(self._axes.values()):
+            ax.index = i
+            self._KK[i] = ax.K
+            ax.K = self._KK[i]
+        self._P = np.zeros((len(axes), _ok.P_SIZE))
+        self._P_ok = False
+        #: node id -> axis of every axis the compiled run serves (found with _P)
+        self._fast_axes: dict[int, _Axis] = {}
+        #: the run's buffers by its number of frames
+        self._runs: dict[int, tuple] = {}
         self._wd_bit = odc.WATCHDOG_ERROR_BIT[firmware]
         self._estop_bit = odc.ESTOP_ERROR_BIT[firmware]
         self._rtr = odc.RTR_COMMANDS if firmware == "0.6" else odc.RTR_COMMANDS_05
@@ -317,6 +335,7 @@ class OdriveEmulator(EmulatedDevice):
     # -- setup and inspection ---------------------------------------------------------
     def bind(self, plant: Plant) -> None:
         super().bind(plant)
+        self._P_ok = False
         for ax in self._axes.values():
             j = ax.cfg.joint
             if not 0 <= j < plant.n_joints:
@@ -385,6 +404,7 @@ class OdriveEmulator(EmulatedDevice):
     def set_silent(self, node_id: int, silent: bool = True) -> None:
         with self._lock:
             self._axis(node_id).silent = bool(silent)
+            self._P_ok = False
 
     # -- plant coupling ------------------------------------------------------------------
     def _apply(self, ax: _Axis) -> None:
@@ -420,6 +440,7 @@ class OdriveEmulator(EmulatedDevice):
         self.plant.set_joint_command(ax.cfg.joint, mp.sign * t_m * mp.gear_ratio * mp.efficiency)
 
     def _disarm(self, ax: _Axis) -> None:
+        self._P_ok = False
         ax.state = _IDLE
         self._apply(ax)
         self.plant.set_brake(True, joints=[ax.cfg.joint])
@@ -638,7 +659,116 @@ class OdriveEmulator(EmulatedDevice):
                 self.frames_ignored += 1
                 return []
 
+    def _refresh_run_state(self) -> None:
+        """The compiled run's state of every axis (``_P``) from the axes, and the axes it serves:
+        those answering (not silent) whose plant draws no sensor noise (holding the lock)."""
+        P = self._P
+        fast = {}
+        for ax in self._axes.values():
+            if ax.silent or ax.quantum is None:
+                continue
+            r = P[ax.index]
+            r[_ok.P_JOINT] = ax.cfg.joint
+            r[_ok.P_QUANTUM] = ax.quantum
+            r[_ok.P_ARMED] = 1.0 if ax.state == _CL and ax.control_mode == _TORQUE_CONTROL else 0.0
+            r[_ok.P_TLIM], r[_ok.P_CLIM], r[_ok.P_KT] = ax.torque_lim, ax.current_limit_a, ax.kt
+            r[_ok.P_VLIM] = ax.vel_limit_rev_s
+            r[_ok.P_VGAIN] = ax.params.get("set_vel_gains", _VEL_GAINS_DEFAULT)[0]
+            r[_ok.P_POSOFF] = ax.pos_offset_rev
+            fast[ax.node_id] = ax
+        self._fast_axes = fast
+        self._P_ok = True
+
+    def _run_buffers(self, m: int) -> tuple:
+        bufs = self._runs.get(m)
+        if bufs is None:
+            est = np.zeros((m, 8), dtype=np.uint8)
+            bufs = self._runs[m] = (np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64), np.zeros(m),
+                                    np.zeros((m, 2)), est, est.view(np.float32))
+        return bufs
+
+    def on_fields_batch(self, frames, t_s: float) -> list[tuple[int, bytes]] | None:
+        """:meth:`on_fields` of each of ``frames`` in turn, all received at ``t_s``, by one call of the
+        compiled :func:`~drivers.sim._odrive_kernel.serve_frames`: the same answers, the same axes'
+        state and plant command after it, for a cycle's frames (``Set_Input_Torque`` data frames
+        and requests of the encoder estimates) to answering axes on a plant without sensor noise.
+
+        Returns ``None``, having changed nothing, for anything else (another command, a frame
+        the firmware would drop, an axis not served so, a stuck actuator, a torque or an estimate
+        the Python path refuses): the caller serves the frames one by one (:meth:`on_fields`, the
+        reference).  Only for frames that would be served at one loop time with no timed event
+        due between them (:meth:`EmulatorHost.serve_fields` decides).
+        """
+        if self._est_f32 is None:
+            return None
+        plant = self.plant
+        if plant._stuck:
+            return None
+        m = len(frames)
+        with self._lock:
+            if not self._P_ok:
+                self._refresh_run_state()
+            fast = self._fast_axes
+            kind, axis, val, res, est, est_f32 = self._run_buffers(m)
+            axes = []
+            vals = []
+            for f, (arb, data, remote_dlc) in enumerate(frames):
+                ax = fast.get(arb >> 5)
+                if ax is None:
+                    return None
+                cmd = arb & 0x1F
+                v = 0.0
+                if remote_dlc is not None:
+                    if cmd != _GET_ENCODER_ESTIMATES:
+                        return None
+                    kind[f] = _ok.KIND_ESTIMATES
+                else:
+                    if cmd != _SET_INPUT_TORQUE:
+                        return None
+                    n = len(data)
+                    if n >= 4:
+                        v = _F1.unpack_from(data)[0]
+                        if not v - v == 0.0:
+                            return None         # the codec's DecodeError: dropped (frames_ignored)
+                    elif n:
+                        return None
+                    kind[f] = _ok.KIND_TORQUE
+                    val[f] = v
+                axis[f] = ax.index
+                axes.append(ax)
+                vals.append(v)
+            with plant._lock:
+                try:
+                    if _ok.serve_frames(kind, axis, val, self._KK, self._P, plant._q, plant._qd, plant._cmd, res,
+                                        est_f32) < 0:
+                        return None
+                except TypeError:       # the plant's state in arrays of another layout: the Python path
+                    return None
+                if plant._pd:
+                    plant._gains_updated()      # what set_joint_command does after its write
+            # the axes' own state, frame by frame, as _on and _set_torque leave it
+            applied = res.tolist()
+            payloads = est.tobytes()
+            out = []
+            for f, (arb, data, remote_dlc) in enumerate(frames):
+                ax = axes[f]
+                kept = self._next_t
+                wd = ax.cfg.watchdog_timeout_s
+                if (kept is None or not t_s >= ax.last_feed_t
+                        or (ax.state == _CL and wd is not None and not kept < ax.last_feed_t + wd)):
+                    self._timers_changed()
+                ax.last_feed_t = t_s
+                if remote_dlc is not None:
+                    out.append((arb, payloads[8 * f:8 * f + 8]))
+                else:
+                    ax.input_torque = vals[f]
+                    if ax.state == _CL and ax.control_mode == _TORQUE_CONTROL:
+                        ax.commands += 1
+                    ax.setpoint_nm = applied[f][0]
+            return out
+
     def _set_state(self, ax: _Axis, req: int) -> None:
+        self._P_ok = False
         fw06 = self.firmware == "0.6"
         if req == odc.AxisState.UNDEFINED:
             return
@@ -668,6 +798,7 @@ class OdriveEmulator(EmulatedDevice):
         self._apply(ax)
 
     def _command(self, ax: _Axis, cmd: int, data: bytes) -> list[tuple[int, bytes]]:
+        self._P_ok = False          # a mode, a limit, a state, an offset, a node id...: the run's state anew
         C = odc.Cmd
         fw06 = self.firmware == "0.6"
         if not fw06 and not data and cmd in self._rtr:
