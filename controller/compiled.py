@@ -364,7 +364,7 @@ class CompiledCycle:
         ctrl, s = loop.controller, loop.safety
         c = self._c = ctrl.compiled_args
         # what the compiled arguments are built from (as the law compares them: by identity)
-        self._key = ctrl._inputs_of(ctrl)
+        self._key = ctrl._compiled_inputs()
         self.kind = c["kind"]
         module = _segment_module(c["kind"])
         name = LAW_KERNELS[type(ctrl), c["kind"]]
@@ -465,7 +465,7 @@ class CompiledCycle:
                 or not s._clean_path or s._em_of is not s.err_max):
             return False
         ctrl = self.loop.controller
-        if not all(map(operator.is_, ctrl._inputs_of(ctrl), self._key)) and ctrl.compiled_args is not self._c:
+        if not all(map(operator.is_, ctrl._compiled_inputs(), self._key)) and ctrl.compiled_args is not self._c:
             return False        # the law's model, gains or limits were replaced: Python from here
         if not self.held:
             self.acquire()
