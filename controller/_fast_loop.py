@@ -61,7 +61,9 @@ from drivers.sim._plant_kernels import rrr_advance_ws, serial_advance_ws
 
 from ._law_kernels import (RRR_TCT_WS, pid, rrr_pd_gravity, rrr_task_computed_torque_ws, rrr_task_pd_gravity,
                            serial_computed_torque, serial_pd_gravity)
-from ._safety_rules import _all_finite, evaluate_inline, predicted_margin, singularity_code
+from ._safety_rules import (_all_finite, count_saturated, evaluate_inline, implausible, predicted_margin,
+                            singularity_code)
+from .telemetry import _write_row
 
 #: the law's workspace in :func:`_cycles`'s work [floats] (the largest a law cycle takes:
 #: :func:`_rrr_task_computed_torque_cycle`'s)
@@ -435,4 +437,305 @@ SEGMENTS = {
     "serial_computed_torque": (serial_computed_torque_seg, ("P",) + _CT),
     "serial_pd_gravity": (serial_pd_gravity_seg, _PD),
     "pid": (pid_seg, ("P", "has_grav", "kp", "ki", "kd", "back_calc", "tt", "i_limit", "has_sat", "sat_lim")),
+}
+
+
+# --- one cycle between two exchanges of a driver ------------------------------------------------
+#
+# A loop with a real (or emulated) driver cannot hand a segment of cycles to a kernel: each
+# cycle's command goes out through ``driver.cycle`` in Python.  What lies between two exchanges
+# (the feedback plausibility, the law, the safety rules, the saturation count, the metrics row and
+# the log row) is one call of a ``*_one`` entry below (:class:`controller.compiled.CompiledCycle`),
+# committed only when the cycle is clean, as a segment's cycle is.
+
+#: the statuses of :func:`_one_cycle` (0: the cycle is clean and committed; any other: nothing
+#: was changed, and the Python loop runs the cycle)
+ONE_CLEAN = 0
+ONE_NO_REF = 1          # the cycle's reference is not in the rows given
+ONE_SHAPE = 2           # the feedback or the rows do not have the run's lengths
+ONE_IMPLAUSIBLE = 3     # some joint's feedback is implausible
+ONE_NONFINITE = 4       # the measured state is not finite
+ONE_LAW = 5             # the law reports a model status
+ONE_RULES = 6           # some safety rule is set
+ONE_SINGULARITY = 7     # the singularity check is not clean
+ONE_LOG = 8             # the log row could not be written by the compiled writer
+
+
+def one_layout(n: int, dim: int, n_state: int, n_pose: int) -> dict:
+    """The float work array of :func:`_one_cycle`: ``{name: slice}`` of the command (n,), the
+    law's state (n_state,), the last checked pose (n_pose,) and the last checked margin
+    ``[have, t, margin]`` (3,), which the caller sets and reads, and ``"size"``: its length (the
+    rest is scratch)."""
+    out = {}
+    o = 0
+    for name, size in (("cmd", n), ("state", n_state), ("state_new", n_state), ("pose", n_pose),
+                       ("Xs", n_pose), ("margin_prev", 3), ("ok_save", 3 * n), ("q", n), ("qd", n),
+                       ("tau", n), ("e", dim), ("e_last", dim), ("law_ws", LAW_WS), ("check_ws", CHECK_WS)):
+        out[name] = slice(o, o + size)
+        o += size
+    out["size"] = o
+    return out
+
+
+def one_work(n: int, dim: int, n_state: int, n_pose: int):
+    """The work arrays of :func:`_one_cycle`: ``(floats (see :func:`one_layout`), ints (n,),
+    bools (4 n,: the last committed cycle's saturation mask of the law in the last n), sizes
+    (n_state, n_pose))``, made once by the caller."""
+    size = one_layout(n, dim, n_state, n_pose)["size"]
+    return (np.zeros(size), np.zeros(n, dtype=np.int64), np.zeros(4 * n, dtype=np.bool_),
+            (int(n_state), int(n_pose)))
+
+
+@njit(inline="always", error_model="numpy")
+def _one_cycle(law, check, k, t, late, s_k, consts, sing, safety, plaus, fb, ref, rec, work):
+    """Cycle ``k`` (time ``t`` [s], started ``late`` [s] after its deadline) of
+    :class:`controller.loop.ControlLoop` between two driver exchanges, as the Python loop runs a
+    clean one; returns :data:`ONE_CLEAN` when it was clean and is committed, else another status
+    (nothing changed).
+
+    Parameters
+    ----------
+    law, check : the law's cycle function and the robot's singularity check (as :func:`_cycles`).
+    k : the cycle; t, late [s]; s_k : the supervisor's cycle counter before it (``_k``).
+    consts : the law's constant arguments.
+    sing : (on, every, P, tol, margin_min, horizon [s]): the singularity check's settings (its
+        last pose and margin are in ``work``).
+    safety : (limits (6, n), err_max (1,) | (dim,), jbits (n,), ebits (dim,), clipped (n,)): the
+        supervisor's arrays; ``clipped`` (its saturation counter) and the rule bits are updated.
+    plaus : (va (2, n), ok (3, n), run (n,)): the feedback plausibility's bounds, last accepted
+        readings and rejection runs (updated as :func:`~controller._safety_rules.implausible` does).
+    fb : (t_s [s], q, qd, tau, fault, fresh, enabled): the feedback the cycle reads (its time
+        stamp ``t_s``, or ``t`` where that is not finite, is the plausibility's time).
+    ref : (rows (R, 4, dim), j): the cycle's reference is ``rows[j]`` (pos, vel, acc, jerk).
+    rec : (raw, ri, q_rows, m_sat, m_late, mi): the log buffer's bytes and the row to write
+        (``ri`` < 0: no log), the metrics' block (:meth:`controller.metrics.MetricsAccumulator.block`)
+        and its column.  The caller advances both after a committed cycle (and sets the row's
+        ``compute_s``).
+    work : :func:`one_work`'s arrays.
+    """
+    limits, err_max, jbits, ebits, clipped = safety
+    va, ok, run = plaus
+    t_fb, fq, fqd, ftau, ffault, ffresh, fen = fb
+    t_meas = t_fb if math.isfinite(t_fb) else t     # the loop's _t_meas
+    rows, j = ref
+    raw, ri, q_rows, m_sat, m_late, mi = rec
+    fw, iw, bw, sizes = work
+    ns, npose = sizes
+    n = limits.shape[1]
+    dim = ebits.shape[0]
+    if not 0 <= j < rows.shape[0]:
+        return ONE_NO_REF
+    if (fq.shape[0] != n or fqd.shape[0] != n or ftau.shape[0] != n or ffault.shape[0] != n
+            or ffresh.shape[0] != n or fen.shape[0] != n or rows.shape[2] != dim or va.shape[1] != n
+            or ok.shape[1] != n or run.shape[0] != n or jbits.shape[0] != n or clipped.shape[0] != n
+            or not (err_max.shape[0] == 1 or err_max.shape[0] == dim)):
+        return ONE_SHAPE
+    cmd = fw[0:n]
+    o = n
+    state = fw[o:o + ns]
+    o += ns
+    state_new = fw[o:o + ns]
+    o += ns
+    pose_s = fw[o:o + npose]
+    o += npose
+    Xs = fw[o:o + npose]
+    o += npose
+    margin_prev = fw[o:o + 3]
+    o += 3
+    ok_save = fw[o:o + 3 * n]
+    o += 3 * n
+    q = fw[o:o + n]
+    o += n
+    qd = fw[o:o + n]
+    o += n
+    tau = fw[o:o + n]
+    o += n
+    e = fw[o:o + dim]
+    o += dim
+    e_last = fw[o:o + dim]
+    o += dim
+    law_ws = fw[o:o + LAW_WS]
+    o += LAW_WS
+    check_ws = fw[o:o + CHECK_WS]
+    run_save = iw
+    bad = bw[0:n]
+    mask = bw[n:2 * n]
+    no_sat = bw[2 * n:3 * n]
+    mask_last = bw[3 * n:4 * n]
+    # --- the feedback plausibility (the Python loop's ``plaus.check``, from the second cycle) ----
+    if k > 0:
+        for i in range(n):
+            ok_save[i] = ok[0, i]
+            ok_save[n + i] = ok[1, i]
+            ok_save[2 * n + i] = ok[2, i]
+            run_save[i] = run[i]
+        if implausible(t_meas, fq, fqd, ffresh, va, ok, run, bad) != 0:
+            _restore(ok, run, ok_save, run_save)
+            return ONE_IMPLAUSIBLE
+    status, checked, m = _one_rest(law, check, k, t, s_k, consts, sing, limits, err_max, jbits, ebits, fq, fqd,
+                                   ffault, ffresh, fen, rows[j], state, state_new, pose_s, Xs, margin_prev, q, qd,
+                                   tau, e, mask, law_ws, check_ws)
+    if status == ONE_CLEAN and ri >= 0:
+        if not _write_row(raw, ri, n, dim, t, q, qd, rows[j, 0], rows[j, 1], rows[j, 2], e, tau, tau, ftau, 0,
+                          no_sat, late, 0.0, ffresh, ffault, fen):
+            status = ONE_LOG
+    if status != ONE_CLEAN:
+        if k > 0:
+            _restore(ok, run, ok_save, run_save)
+        return status
+    # --- commit ---------------------------------------------------------------------------------
+    count_saturated(tau, limits, clipped)
+    for i in range(n):
+        cmd[i] = tau[i]
+        q_rows[dim + i, mi] = tau[i]
+        q_rows[dim + n + i, mi] = qd[i]
+        m_sat[mi, i] = False
+        mask_last[i] = mask[i]
+    for i in range(dim):
+        q_rows[i, mi] = e[i]
+        e_last[i] = e[i]
+    m_late[mi] = late
+    for i in range(ns):
+        state[i] = state_new[i]
+    if checked:
+        for i in range(npose):
+            pose_s[i] = Xs[i]
+        margin_prev[0] = 1.0
+        margin_prev[1] = t
+        margin_prev[2] = m
+    return ONE_CLEAN
+
+
+@njit(cache=True, error_model="numpy")
+def _restore(ok, run, ok_save, run_save):
+    """Put back the plausibility's last accepted readings and runs saved before the check."""
+    n = run.shape[0]
+    for i in range(n):
+        ok[0, i] = ok_save[i]
+        ok[1, i] = ok_save[n + i]
+        ok[2, i] = ok_save[2 * n + i]
+        run[i] = run_save[i]
+
+
+@njit(inline="always", error_model="numpy")
+def _one_rest(law, check, k, t, s_k, consts, sing, limits, err_max, jbits, ebits, fq, fqd, ffault, ffresh, fen,
+              r, state, state_new, pose_s, Xs, margin_prev, q, qd, tau, e, mask, law_ws, check_ws):
+    """The state read, the law, the safety rules and the singularity check of :func:`_one_cycle`
+    (nothing committed): ``(status, checked, margin)``, ``checked`` when the check was due (its
+    pose in ``Xs``)."""
+    if not _read_state(fq, fqd, q, qd):
+        return ONE_NONFINITE, False, 0.0
+    pos, vel, acc = r[0], r[1], r[2]
+    if law(consts, q, qd, pos, vel, acc, t, state, state_new, e, tau, mask, law_ws) != 0:
+        return ONE_LAW, False, 0.0
+    if evaluate_inline(q, qd, tau, pos, vel, acc, e, err_max, ffault, fen, ffresh, limits, jbits, ebits) != 0:
+        return ONE_RULES, False, 0.0
+    sing_on, sing_every, P, tol, m_min, horizon_s = sing
+    if sing_on and s_k % sing_every == 0:
+        clean, m = check((sing_on, sing_every, P, tol, pose_s, margin_prev, m_min, horizon_s), q, tau, limits[5], t,
+                         Xs, check_ws)
+        if not clean:
+            return ONE_SINGULARITY, False, 0.0
+        return ONE_CLEAN, True, m
+    return ONE_CLEAN, False, 0.0
+
+
+# --- the per-cycle entries: ``one(*ONE_ARGS, c0, .., c10) -> status`` --------------------------------
+#
+# The arguments one by one, arrays and scalars only (numba's dispatcher types those in C; a tuple
+# argument is typed in Python, element by element: 28 us a call with the tuples of _one_cycle's
+# signature against ~3 us flat; the entries build those tuples, a call of over 30 arguments
+# being a call with ``*args`` in CPython's bytecode, which numba cannot inline).  ``c0 .. c10`` are the law's constant arguments (its SEGMENTS
+# keys in order; the unused ones 0).
+
+#: the arguments of a per-cycle entry before the law's constants, in order (see :func:`_one_cycle`)
+ONE_ARGS = ("k", "t", "late", "s_k", "fb_t", "fq", "fqd", "ftau", "ffault", "ffresh", "fen", "rows", "j", "raw", "ri",
+            "q_rows", "m_sat", "m_late", "mi", "limits", "err_max", "jbits", "ebits", "clipped", "va", "ok", "run",
+            "fw", "iw", "bw", "ns", "npose", "sing_on", "sing_every", "P", "tol", "m_min", "horizon")
+
+
+@njit(cache=True, error_model="numpy")
+def rrr_task_computed_torque_one(k, t, late, s_k, fb_t, fq, fqd, ftau, ffault, ffresh, fen, rows, j, raw, ri, q_rows,
+                                 m_sat, m_late, mi, limits, err_max, jbits, ebits, clipped, va, ok, run, fw, iw, bw,
+                                 ns, npose, sing_on, sing_every, P, tol, m_min, horizon, c0, c1, c2, c3, c4, c5, c6,
+                                 c7, c8, c9, c10):
+    """:func:`_one_cycle` of a 3RRR under :class:`controller.laws.TaskComputedTorque`."""
+    return _one_cycle(_rrr_task_computed_torque_cycle, _rrr_singularity, k, t, late, s_k, (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10),
+                      (sing_on, sing_every, P, tol, m_min, horizon),
+                      (limits, err_max, jbits, ebits, clipped), (va, ok, run),
+                      (fb_t, fq, fqd, ftau, ffault, ffresh, fen), (rows, j), (raw, ri, q_rows, m_sat, m_late, mi),
+                      (fw, iw, bw, (ns, npose)))
+
+
+@njit(cache=True, error_model="numpy")
+def rrr_task_pd_gravity_one(k, t, late, s_k, fb_t, fq, fqd, ftau, ffault, ffresh, fen, rows, j, raw, ri, q_rows,
+                            m_sat, m_late, mi, limits, err_max, jbits, ebits, clipped, va, ok, run, fw, iw, bw, ns,
+                            npose, sing_on, sing_every, P, tol, m_min, horizon, c0, c1, c2, c3, c4, c5, c6, c7, c8,
+                            c9, c10):
+    """:func:`_one_cycle` of a 3RRR under :class:`controller.laws.TaskPDGravity`."""
+    return _one_cycle(_rrr_task_pd_gravity_cycle, _rrr_singularity, k, t, late, s_k, (c0, c1, c2, c3, c4, c5, c6),
+                      (sing_on, sing_every, P, tol, m_min, horizon),
+                      (limits, err_max, jbits, ebits, clipped), (va, ok, run),
+                      (fb_t, fq, fqd, ftau, ffault, ffresh, fen), (rows, j), (raw, ri, q_rows, m_sat, m_late, mi),
+                      (fw, iw, bw, (ns, npose)))
+
+
+@njit(cache=True, error_model="numpy")
+def rrr_pd_gravity_one(k, t, late, s_k, fb_t, fq, fqd, ftau, ffault, ffresh, fen, rows, j, raw, ri, q_rows, m_sat,
+                       m_late, mi, limits, err_max, jbits, ebits, clipped, va, ok, run, fw, iw, bw, ns, npose,
+                       sing_on, sing_every, P, tol, m_min, horizon, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10):
+    """:func:`_one_cycle` of a 3RRR under :class:`controller.laws.PDGravity`."""
+    return _one_cycle(_rrr_pd_gravity_cycle, _rrr_singularity, k, t, late, s_k, (c0, c1, c2, c3, c4, c5, c6),
+                      (sing_on, sing_every, P, tol, m_min, horizon),
+                      (limits, err_max, jbits, ebits, clipped), (va, ok, run),
+                      (fb_t, fq, fqd, ftau, ffault, ffresh, fen), (rows, j), (raw, ri, q_rows, m_sat, m_late, mi),
+                      (fw, iw, bw, (ns, npose)))
+
+
+@njit(cache=True, error_model="numpy")
+def serial_computed_torque_one(k, t, late, s_k, fb_t, fq, fqd, ftau, ffault, ffresh, fen, rows, j, raw, ri, q_rows,
+                               m_sat, m_late, mi, limits, err_max, jbits, ebits, clipped, va, ok, run, fw, iw, bw, ns,
+                               npose, sing_on, sing_every, P, tol, m_min, horizon, c0, c1, c2, c3, c4, c5, c6, c7, c8,
+                               c9, c10):
+    """:func:`_one_cycle` of a serial chain under :class:`controller.laws.ComputedTorque`."""
+    return _one_cycle(_serial_computed_torque_cycle, _no_singularity, k, t, late, s_k,
+                      (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9), (sing_on, sing_every, P, tol, m_min, horizon),
+                      (limits, err_max, jbits, ebits, clipped), (va, ok, run),
+                      (fb_t, fq, fqd, ftau, ffault, ffresh, fen), (rows, j), (raw, ri, q_rows, m_sat, m_late, mi),
+                      (fw, iw, bw, (ns, npose)))
+
+
+@njit(cache=True, error_model="numpy")
+def serial_pd_gravity_one(k, t, late, s_k, fb_t, fq, fqd, ftau, ffault, ffresh, fen, rows, j, raw, ri, q_rows, m_sat,
+                          m_late, mi, limits, err_max, jbits, ebits, clipped, va, ok, run, fw, iw, bw, ns, npose,
+                          sing_on, sing_every, P, tol, m_min, horizon, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10):
+    """:func:`_one_cycle` of a serial chain under :class:`controller.laws.PDGravity`."""
+    return _one_cycle(_serial_pd_gravity_cycle, _no_singularity, k, t, late, s_k, (c0, c1, c2, c3, c4, c5, c6),
+                      (sing_on, sing_every, P, tol, m_min, horizon),
+                      (limits, err_max, jbits, ebits, clipped), (va, ok, run),
+                      (fb_t, fq, fqd, ftau, ffault, ffresh, fen), (rows, j), (raw, ri, q_rows, m_sat, m_late, mi),
+                      (fw, iw, bw, (ns, npose)))
+
+
+@njit(cache=True, error_model="numpy")
+def pid_one(k, t, late, s_k, fb_t, fq, fqd, ftau, ffault, ffresh, fen, rows, j, raw, ri, q_rows, m_sat, m_late, mi,
+            limits, err_max, jbits, ebits, clipped, va, ok, run, fw, iw, bw, ns, npose, sing_on, sing_every, P, tol,
+            m_min, horizon, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10):
+    """:func:`_one_cycle` of a serial chain under :class:`controller.laws.PID`."""
+    return _one_cycle(_pid_cycle, _no_singularity, k, t, late, s_k, (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9),
+                      (sing_on, sing_every, P, tol, m_min, horizon),
+                      (limits, err_max, jbits, ebits, clipped), (va, ok, run),
+                      (fb_t, fq, fqd, ftau, ffault, ffresh, fen), (rows, j), (raw, ri, q_rows, m_sat, m_late, mi),
+                      (fw, iw, bw, (ns, npose)))
+
+
+#: the per-cycle entry of each law kernel (the keys of :data:`SEGMENTS`, whose ``consts`` keys
+#: they take)
+ONE_CYCLE = {
+    "rrr_task_computed_torque": rrr_task_computed_torque_one,
+    "rrr_task_pd_gravity": rrr_task_pd_gravity_one,
+    "rrr_pd_gravity": rrr_pd_gravity_one,
+    "serial_computed_torque": serial_computed_torque_one,
+    "serial_pd_gravity": serial_pd_gravity_one,
+    "pid": pid_one,
 }

@@ -31,7 +31,7 @@ from dynamics._kernel_cache import stamp_package_caches
 from dynamics._stewart_kernels import OK, fk_one, singularity_one
 from drivers.sim._stewart_plant_kernel import stewart_advance_ws
 
-from ._fast_loop import _CT, _PD, _cycles, _margin_clean, _since
+from ._fast_loop import _CT, _PD, _cycles, _margin_clean, _one_cycle, _since
 from ._stewart_law_kernels import stewart_task_computed_torque, stewart_task_pd_gravity
 
 
@@ -111,4 +111,40 @@ def stewart_task_pd_gravity_seg(k0, k_end, period_s, t0, consts, state, safety, 
 SEGMENTS = {
     "stewart_task_computed_torque": (stewart_task_computed_torque_seg, ("P",) + _CT),
     "stewart_task_pd_gravity": (stewart_task_pd_gravity_seg, _PD),
+}
+
+
+
+@njit(cache=True, error_model="numpy")
+def stewart_task_computed_torque_one(k, t, late, s_k, fb_t, fq, fqd, ftau, ffault, ffresh, fen, rows, j, raw, ri,
+                                     q_rows, m_sat, m_late, mi, limits, err_max, jbits, ebits, clipped, va, ok, run,
+                                     fw, iw, bw, ns, npose, sing_on, sing_every, P, tol, m_min, horizon, c0, c1, c2,
+                                     c3, c4, c5, c6, c7, c8, c9, c10):
+    """:func:`controller._fast_loop._one_cycle` of a Stewart platform under
+    :class:`controller.laws.TaskComputedTorque` (arguments: ``controller._fast_loop.ONE_ARGS``)."""
+    return _one_cycle(_stewart_task_computed_torque_cycle, _stewart_singularity, k, t, late, s_k, (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9),
+                      (sing_on, sing_every, P, tol, m_min, horizon),
+                      (limits, err_max, jbits, ebits, clipped), (va, ok, run),
+                      (fb_t, fq, fqd, ftau, ffault, ffresh, fen), (rows, j), (raw, ri, q_rows, m_sat, m_late, mi),
+                      (fw, iw, bw, (ns, npose)))
+
+
+@njit(cache=True, error_model="numpy")
+def stewart_task_pd_gravity_one(k, t, late, s_k, fb_t, fq, fqd, ftau, ffault, ffresh, fen, rows, j, raw, ri, q_rows,
+                                m_sat, m_late, mi, limits, err_max, jbits, ebits, clipped, va, ok, run, fw, iw, bw, ns,
+                                npose, sing_on, sing_every, P, tol, m_min, horizon, c0, c1, c2, c3, c4, c5, c6, c7, c8,
+                                c9, c10):
+    """:func:`controller._fast_loop._one_cycle` of a Stewart platform under
+    :class:`controller.laws.TaskPDGravity`."""
+    return _one_cycle(_stewart_task_pd_gravity_cycle, _stewart_singularity, k, t, late, s_k, (c0, c1, c2, c3, c4, c5, c6),
+                      (sing_on, sing_every, P, tol, m_min, horizon),
+                      (limits, err_max, jbits, ebits, clipped), (va, ok, run),
+                      (fb_t, fq, fqd, ftau, ffault, ffresh, fen), (rows, j), (raw, ri, q_rows, m_sat, m_late, mi),
+                      (fw, iw, bw, (ns, npose)))
+
+
+#: the per-cycle entry of each Stewart law kernel (as :data:`controller._fast_loop.ONE_CYCLE`)
+ONE_CYCLE = {
+    "stewart_task_computed_torque": stewart_task_computed_torque_one,
+    "stewart_task_pd_gravity": stewart_task_pd_gravity_one,
 }

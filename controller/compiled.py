@@ -24,11 +24,17 @@ reports in the result's messages how many cycles ran compiled.
 
 The Stewart platform's segments are in :mod:`controller._fast_loop_stewart`, imported only
 for a Stewart run (its kernels take ~0.3 s to load).
+
+:class:`CompiledCycle` serves every other driver (a real or emulated bus, any clock): the cycle
+between two ``driver.cycle`` calls (feedback plausibility, law, safety rules, saturation count,
+metrics row, log row) in one compiled call when it is clean, the Python cycle otherwise
+(``tests/test_loop_compiled_cycle.py``).
 """
 
 from __future__ import annotations
 
 import importlib
+import operator
 import time
 
 import numpy as np
@@ -40,7 +46,7 @@ from .clock import LockstepClock
 from .laws import PID, ComputedTorque, PDGravity, TaskComputedTorque, TaskPDGravity
 from . import _fast_loop
 
-__all__ = ["CompiledCycles", "LAW_KERNELS"]
+__all__ = ["CompiledCycles", "CompiledCycle", "LAW_KERNELS"]
 
 #: the law kernel (a key of :data:`controller._fast_loop.SEGMENTS`) of each law class with a
 #: compiled form, by (class, robot kind of its ``compiled_args``)
@@ -73,6 +79,28 @@ def _checks_singularity_of(kind: str, model) -> bool:
     """Whether the segments of robot ``kind`` check the singularity of ``model`` (its exact
     class: :func:`dynamics.exact_model_kind`)."""
     return kind in _SINGULARITY_KINDS and exact_model_kind(model) == kind
+
+
+def _law_why_not(loop, traj, estimator) -> str:
+    """Why the law, the velocities, the reference or the safety rules of ``loop`` have no compiled
+    form (the reference sampled by ``traj``, the velocities estimated by ``estimator`` or None), or
+    "" when they have."""
+    from trajectories.base import GridCache
+
+    c = loop.controller
+    ca = getattr(c, "compiled_args", None)
+    if ca is None or (type(c), ca["kind"]) not in LAW_KERNELS:
+        return "the control law has no compiled form for this model"
+    if estimator is not None:
+        return "velocities are estimated in Python"
+    if not isinstance(traj, GridCache):
+        return "the trajectory is not sampled on the loop's grid"
+    s = loop.safety
+    if s._sing and not _checks_singularity_of(ca["kind"], s.model):
+        return "the singularity check has no compiled form for this model"
+    if s.err_max.reshape(-1).shape[0] not in (1, c.dim):
+        return "tracking_error_max does not match the controller's dimension"
+    return ""
 
 
 class CompiledCycles:
@@ -116,29 +144,27 @@ class CompiledCycles:
             self._Ps, self._tol = module.NO_CHECK_PARAMS, 0.0      # no check (never read)
         self._em = np.ascontiguousarray(s.err_max.reshape(-1), dtype=float)
 
+    @staticmethod
+    def may_apply(loop) -> bool:
+        """Whether the compiled offline loop may apply to ``loop`` (its clock and driver; the rest
+        is known once the drives are enabled: :meth:`for_loop`)."""
+        from drivers.sim.direct import DirectPlantDriver
+
+        return type(loop.clock) is LockstepClock and type(loop.driver) is DirectPlantDriver
+
     @classmethod
     def for_loop(cls, loop, traj, estimator):
         """``(CompiledCycles, "")`` when the compiled loop applies to ``loop``, else ``(None, why)``."""
         from drivers.sim.direct import DirectPlantDriver
-        from trajectories.base import GridCache
 
         if type(loop.clock) is not LockstepClock:
             return None, "the clock is not the lock-step clock"
         if type(loop.driver) is not DirectPlantDriver:
             return None, "the driver is not the in-process plant (sim_direct)"
+        why = _law_why_not(loop, traj, estimator)
+        if why:
+            return None, why
         c = loop.controller
-        ca = getattr(c, "compiled_args", None)
-        if ca is None or (type(c), ca["kind"]) not in LAW_KERNELS:
-            return None, "the control law has no compiled form for this model"
-        if estimator is not None:
-            return None, "velocities are estimated in Python"
-        if not isinstance(traj, GridCache):
-            return None, "the trajectory is not sampled on the loop's grid"
-        s = loop.safety
-        if s._sing and not _checks_singularity_of(ca["kind"], s.model):
-            return None, "the singularity check has no compiled form for this model"
-        if s.err_max.reshape(-1).shape[0] not in (1, c.dim):
-            return None, "tracking_error_max does not match the controller's dimension"
         args, why = loop.driver.plant.compiled_step_args()
         if args is None:
             return None, why
@@ -307,3 +333,213 @@ class CompiledCycles:
         """Nothing ran: try again later (doubling the wait while it keeps failing)."""
         self.next_k = k + self._backoff
         self._backoff = min(2 * self._backoff, 256)
+
+
+class CompiledCycle:
+    """One cycle of a :class:`~controller.loop.ControlLoop` between two driver exchanges, compiled.
+
+    With a driver that is not the in-process plant (a real or emulated bus) every cycle's command
+    goes out through ``driver.cycle`` in Python, so no segment of cycles can run in a kernel; what
+    lies between two exchanges can: the feedback plausibility, the law, the safety rules, the
+    saturation count, the metrics row and the log row are one call of the law's per-cycle entry
+    (:data:`controller._fast_loop.ONE_CYCLE`, :func:`controller._fast_loop._one_cycle`), the same
+    compiled functions the Python objects call.  A cycle is committed only when it is clean (as a
+    segment's cycle); otherwise nothing changed and the loop runs it in Python, where every rule
+    and reaction exists once.
+
+    While it runs cycles it holds the law's state, the supervisor's last checked pose and margin
+    (:meth:`acquire`); :meth:`release` hands them back before any cycle runs in Python and when
+    the loop ends.  Build with :meth:`for_loop`.
+    """
+
+    def __init__(self, loop, traj):
+        from ._fast_loop import one_layout, one_work
+
+        self.loop, self.traj = loop, traj
+        self.plaus = self.metrics = None     # attach() gives them
+        self.cycles = 0          # cycles run compiled
+        #: why the entry could not be compiled or called (every cycle then runs in Python), or None
+        self.unavailable: str | None = None
+        self.held = False
+        ctrl, s = loop.controller, loop.safety
+        c = self._c = ctrl.compiled_args
+        # what the compiled arguments are built from (as the law compares them: by identity)
+        self._key = ctrl._compiled_inputs()
+        self.kind = c["kind"]
+        module = _segment_module(c["kind"])
+        name = LAW_KERNELS[type(ctrl), c["kind"]]
+        self._entry = module.ONE_CYCLE[name]
+        consts = tuple(c[key] for key in module.SEGMENTS[name][1])
+        self._consts = consts + (0,) * (11 - len(consts))     # the entries take c0 .. c10
+        sing = bool(s._sing)
+        if sing and self.kind == "stewart":
+            P, tol = s.model._params, 0.0       # the margin is the model's 1 / cond
+        elif sing:
+            P, tol = s.model._P, float(s.model._tol_sing)
+        else:
+            P, tol = module.NO_CHECK_PARAMS, 0.0       # no check (never read)
+        cfg = s.config
+        self._sing = (sing, int(cfg.singularity_every), P, tol,
+                      float(cfg.singularity_margin_min) if sing else 0.0, float(cfg.singularity_horizon_s))
+        n, dim = ctrl.n, ctrl.dim
+        ns = ctrl.compiled_state().shape[0]
+        npose = np.asarray(s.pose).shape[0] if sing else 0
+        self._work = one_work(n, dim, ns, npose)
+        lay = one_layout(n, dim, ns, npose)
+        fw = self._work[0]
+        self._cmd, self._state, self._pose = fw[lay["cmd"]], fw[lay["state"]], fw[lay["pose"]]
+        self._margin, self._e_last = fw[lay["margin_prev"]], fw[lay["e_last"]]
+        self._mask_last = self._work[2][3 * n:4 * n]
+        # the entry's arguments from its float work array to the singularity settings
+        self._flat = (fw, self._work[1], self._work[2], ns, npose) + self._sing
+        self._plaus = None
+        self._safety = None
+        self._tel = loop.telemetry
+        self._no_log = (np.zeros((0, 1), dtype=np.uint8), -1)
+
+    @classmethod
+    def for_loop(cls, loop, traj, estimator):
+        """``(CompiledCycle, "")`` when the compiled cycle may apply to ``loop`` (then
+        :meth:`attach` decides, with the first feedback), else ``(None, why)``."""
+        from .telemetry import TelemetryWriter
+
+        why = _law_why_not(loop, traj, estimator)
+        if why:
+            return None, why
+        tel = loop.telemetry
+        if tel is not None and (type(tel) is not TelemetryWriter or tel.next_row() is None):
+            return None, "the telemetry writer has no compiled row writer"
+        return cls(loop, traj), ""
+
+    #: the types of the feedback's vectors the entry is loaded for (:meth:`load`, :meth:`attach`)
+    FEEDBACK_TYPES = (("position_rad", np.float64), ("velocity_rad_s", np.float64), ("torque_nm", np.float64),
+                      ("fault", np.int64), ("fresh", np.bool_), ("enabled", np.bool_))
+
+    def attach(self, fb, estimator, plaus, metrics) -> str:
+        """Take the loop's feedback check ``plaus`` and metrics: "" when the compiled cycle applies
+        to the run whose first feedback is ``fb`` (vectors of :data:`FEEDBACK_TYPES`) and velocity
+        estimator ``estimator``, else why not."""
+        from .plausibility import FeedbackPlausibility
+
+        if estimator is not None:
+            return "velocities are estimated in Python"
+        if type(plaus) is not FeedbackPlausibility:
+            return "the feedback check is not the compiled plausibility check"
+        n = self.loop.controller.n
+        for name, dtype in self.FEEDBACK_TYPES:
+            a = getattr(fb, name, None)
+            if not (type(a) is np.ndarray and a.dtype == dtype and a.shape == (n,) and a.flags.c_contiguous):
+                return f"the driver's feedback {name} is not a contiguous {np.dtype(dtype).name} vector"
+        self.plaus, self.metrics = plaus, metrics
+        self._plaus = (plaus._va, plaus._ok, plaus._run)
+        return ""
+
+    def load(self) -> None:
+        """Load the entry's machine code now (numba's cache, or a compile on a cold cache) by a
+        call that changes nothing (no reference row), with arguments of a cycle's types: before
+        the clock starts and the drives are enabled, so no cycle waits for it."""
+        from drivers.base import Feedback
+
+        from .metrics import MetricsAccumulator
+
+        ctrl = self.loop.controller
+        n, dim = ctrl.n, ctrl.dim
+        fb = Feedback(0.0, *(np.zeros(n, dtype=d) for _, d in self.FEEDBACK_TYPES))
+        plaus, metrics = self._plaus, self.metrics
+        self._plaus = (np.zeros((2, n)), np.zeros((3, n)), np.zeros(n, dtype=np.int64))
+        self.metrics = MetricsAccumulator(n, dim, 1.0, block=1)
+        self.acquire()
+        try:
+            self._call(0, 0.0, 0.0, fb, np.zeros((0, 4, dim)), -1)
+        except (NumbaError, TypeError) as err:
+            self.unavailable = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        finally:
+            self.release()
+            self._plaus, self.metrics = plaus, metrics
+
+    def ready(self) -> bool:
+        """Whether the next cycle may run compiled (nothing pending in Python); acquires the
+        state when it may."""
+        s = self.loop.safety
+        if (self.unavailable is not None or s.latched or s.stop_reason is not None or s._pending or s._stale_any
+                or not s._clean_path or s._em_of is not s.err_max):
+            return False
+        ctrl = self.loop.controller
+        if not all(map(operator.is_, ctrl._compiled_inputs(), self._key)) and ctrl.compiled_args is not self._c:
+            return False        # the law's model, gains or limits were replaced: Python from here
+        if not self.held:
+            self.acquire()
+        return True
+
+    def acquire(self) -> None:
+        """Take the law's state and the supervisor's last checked pose and margin from the Python
+        objects (where the last cycles ran)."""
+        ctrl, s = self.loop.controller, self.loop.safety
+        self._state[:] = ctrl.compiled_state()
+        if s._ebits.shape[0] != ctrl.dim:
+            s._ebits = np.zeros(ctrl.dim, dtype=np.int64)
+        self._safety = (s._limits, s._em, s._jbits, s._ebits, s._clipped)
+        self._margin[:] = 0.0
+        if self._sing[0]:
+            self._pose[:] = s.pose
+            mp = s._margin_prev
+            if mp is not None:
+                self._margin[:] = (1.0, mp[0], mp[1])
+        self._committed = False
+        self.held = True
+
+    def release(self) -> None:
+        """Hand the state back to the Python objects (nothing when not held)."""
+        if not self.held:
+            return
+        self.held = False
+        if not self._committed:
+            return
+        ctrl, s = self.loop.controller, self.loop.safety
+        ctrl.set_compiled_state(self._state.copy())
+        ctrl.last_error = self._e_last.copy()
+        ctrl.last_saturated = self._mask_last.copy()
+        if self._sing[0] and self._margin[0] != 0.0:
+            s.pose = self._pose.copy()
+            s._margin_prev = (float(self._margin[1]), float(self._margin[2]))
+            s.last_margin = float(self._margin[2])
+
+    def _call(self, k, t, late, fb, rows, j):
+        m_rows, m_sat, m_late, mi = self.metrics.block()
+        tel = self._tel
+        raw, ri = self._no_log if tel is None or self.loop._tel_failed else tel.next_row()
+        return self._entry(k, t, late, self.loop.safety._k, fb.t_s, fb.position_rad, fb.velocity_rad_s, fb.torque_nm,
+                           fb.fault, fb.fresh, fb.enabled, rows, j, raw, ri, m_rows, m_sat, m_late, mi, *self._safety,
+                           *self._plaus, *self._flat, *self._consts)
+
+    def cycle(self, k: int, t: float, fb, late: float) -> bool:
+        """Run cycle ``k`` (time ``t`` [s], ``late`` [s]) on the feedback ``fb``: True when it was
+        clean and is committed (the command in :meth:`command`, its rows written: :meth:`record`
+        takes them), False when the loop must run it in Python (nothing changed)."""
+        traj = self.traj
+        k0 = traj._k0
+        try:
+            st = self._call(k, t, late, fb, traj._rows, k - k0 if k0 >= 0 else -1)
+        except (NumbaError, TypeError) as err:
+            # the feedback's types changed to ones the entry cannot take: nothing ran (typing
+            # comes first), the cycles from here on run in Python (the run's messages say why)
+            self.unavailable = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            return False
+        if st != 0:
+            return False
+        self.loop.safety._k += 1
+        self._committed = True
+        self.cycles += 1
+        return True
+
+    def command(self) -> np.ndarray:
+        """The torque command of the last committed cycle (a new array)."""
+        return self._cmd.copy()
+
+    def record(self, compute_s: float) -> None:
+        """Take the committed cycle's metrics row and log row (its ``compute_s`` [s]), as the
+        loop's ``_record`` takes them; a flush's error is raised as there."""
+        self.metrics.advance()
+        tel = self._tel
+        if tel is not None and not self.loop._tel_failed:
+            tel.take_row(compute_s)

@@ -62,7 +62,7 @@ from .estimation import FilteredDifference
 from .laws import Controller, State
 from .metrics import MetricsAccumulator
 from .plausibility import FeedbackPlausibility
-from .safety import DISABLED, FAULT, Fault, SafetyState, SafetySupervisor
+from .safety import DISABLED, FAULT, OK, Fault, SafetyState, SafetySupervisor
 from .telemetry import TelemetryWriter
 
 __all__ = ["ControlLoop", "RunResult", "TimingStats", "terminating_signals", "ignored_stop_signals",
@@ -299,8 +299,11 @@ class ControlLoop:
     compiled : bool
         Run the clean cycles in the compiled offline loop where it applies
         (:mod:`controller.compiled`: lock-step clock, in-process plant, a law with a
-        compiled form); bit-identical results, only the timing columns differ.
-        ``False`` runs every cycle in Python.
+        compiled form), and with any other driver what lies between two of its exchanges
+        (plausibility, law, safety rules, metrics and log row) in one compiled call per clean
+        cycle (:class:`~controller.compiled.CompiledCycle`: a law with a compiled form, the
+        reference on the loop's grid, the feedback's velocities measured); bit-identical
+        results, only the timing columns differ.  ``False`` runs every cycle in Python.
     """
 
     def __init__(self, driver: Driver, controller: Controller, trajectory, safety: SafetySupervisor,
@@ -387,6 +390,7 @@ class ControlLoop:
         self.safety.reset()
         self.controller.reset()
         self._tel_failed = False
+        one = None          # the compiled cycle, when it applies
         saved = self._install_signals()
         try:
             # what costs time once (the reference's grid table, loading compiled code) comes
@@ -396,7 +400,11 @@ class ControlLoop:
             ref0 = traj.sample(0.0)
             CompiledCycles = None
             if self.compiled:
-                from .compiled import CompiledCycles
+                from .compiled import CompiledCycle, CompiledCycles
+                # the compiled cycle's machine code, in case no compiled offline loop applies
+                one, _why = CompiledCycle.for_loop(self, traj, self.velocity_estimator)
+                if one is not None and not CompiledCycles.may_apply(self):
+                    one.load()
             FeedbackPlausibility.load()
             messages.extend(self.clock.start())
             try:
@@ -441,6 +449,9 @@ class ControlLoop:
                 fast, _why = CompiledCycles.for_loop(self, traj, est)
                 if fast is not None:
                     fast.load()     # its machine code, before the first cycle's timing
+                    one = None
+                elif one is not None and one.attach(fb, est, plaus, metrics):
+                    one = None
             series = (lat, starts, comp, cyc)
             watchdog_s = getattr(self.driver, "watchdog_s", None)
             t0 = self.clock.now()
@@ -450,6 +461,41 @@ class ControlLoop:
                     plaus.accept(_t_meas(fb, k * P), fb)     # the in-process plant's exact state
                     continue
                 t = k * P
+                late = c0 = None
+                if one is not None:
+                    if k < self.n_planned and one.ready():
+                        # the cycle between two exchanges in one compiled call, when it is clean
+                        late = self.clock.wait_until(t0 + t)
+                        if late <= miss_s:
+                            c0 = time.perf_counter()
+                            now = self.clock.now()
+                            if one.cycle(k, t, fb, late):
+                                c1 = time.perf_counter()
+                                starts.append(now)
+                                comp.append(c1 - c0)
+                                lat.append(late)
+                                fb_used = fb
+                                try:
+                                    fb = self.driver.cycle(Command(one.command()))
+                                except Exception as exc:  # noqa: BLE001 - as in the Python cycle below
+                                    one.release()
+                                    # the cycle's values as the Python cycle has them (the law's
+                                    # output is the command: the cycle was clean)
+                                    cmd = one.command()
+                                    state = State(t, np.asarray(fb_used.position_rad, dtype=float),
+                                                  np.asarray(fb_used.velocity_rad_s, dtype=float))
+                                    ss = SafetyState(OK, "run", np.zeros(n, dtype=bool))
+                                    enabled = self._exchange_failed(t, exc, tel, metrics, state, traj.sample(t),
+                                                          self.controller.last_error, cmd.copy(), cmd, fb_used, ss,
+                                                          late, c1 - c0)
+                                    cyc.append(time.perf_counter() - c0)
+                                    k += 1
+                                    break
+                                self._record_compiled(one, t, c1 - c0)
+                                cyc.append(time.perf_counter() - c0)
+                                k += 1
+                                continue
+                    one.release()       # the Python cycle below uses the objects' state
                 if k:
                     # the feedback of the last exchange, before anything uses it
                     fb, bad, run_bad = plaus.check(_t_meas(fb, t), fb)
@@ -458,7 +504,8 @@ class ControlLoop:
                                           f"{int(plaus._run[j])} implausible samples in a row (jumps or position "
                                           "and velocity that the robot's limits make impossible)", joint=int(j),
                                           q=float(fb.position_rad[j]), qd=float(fb.velocity_rad_s[j]))
-                late = self.clock.wait_until(t0 + t)
+                if late is None:
+                    late = self.clock.wait_until(t0 + t)
                 if late > miss_s:
                     self.safety.note_overrun(t, late)
                     if watchdog_s is not None and late > watchdog_s and not self.safety.latched:
@@ -467,7 +514,8 @@ class ControlLoop:
                         self.safety.fault(t, "overrun", f"the loop stalled {late * 1e3:.1f} ms, longer than the "
                                           f"drives' watchdog ({watchdog_s * 1e3:g} ms): stopped, not resumed",
                                           late_s=float(late), watchdog_s=watchdog_s)
-                c0 = time.perf_counter()
+                if c0 is None:
+                    c0 = time.perf_counter()
                 starts.append(self.clock.now())
                 q = np.asarray(fb.position_rad, dtype=float)
                 qd = np.asarray(fb.velocity_rad_s, dtype=float)
@@ -509,10 +557,7 @@ class ControlLoop:
                 try:
                     fb = self.driver.cycle(Command(cmd))
                 except Exception as exc:  # noqa: BLE001 - any error of the exchange: safe stop
-                    self.safety.fault(t, _driver_cause(exc), f"{type(exc).__name__}: {exc}")
-                    enabled = not self._disable(t)
-                    ss.code |= FAULT | DISABLED
-                    self._record(tel, metrics, t, state, ref, err, tau, cmd, fb_used, ss, late, c1 - c0)
+                    enabled = self._exchange_failed(t, exc, tel, metrics, state, ref, err, tau, cmd, fb_used, ss, late, c1 - c0)
                     cyc.append(time.perf_counter() - c0)
                     k += 1
                     break
@@ -521,6 +566,13 @@ class ControlLoop:
                 k += 1
             else:
                 status = "completed"
+            if one is not None:
+                one.release()
+                if one.cycles:
+                    messages.append(f"compiled cycle: {one.cycles} of {k} cycles between the driver's exchanges")
+                if one.unavailable:
+                    messages.append(f"compiled cycle unavailable, the cycles from there on ran in Python "
+                                    f"(same results): {one.unavailable}")
             if status == "completed":
                 # the final disable is a cycle of its own in the log: zero torque, drives off
                 t = k * P
@@ -564,6 +616,8 @@ class ControlLoop:
             result.compiled_cycles = fast.cycles if fast is not None else 0
             return result
         except BaseException as exc:
+            if one is not None:
+                one.release()
             # anything raised between enable and the end of the run, of any type (a bug, an
             # OverflowError, KeyboardInterrupt outside the main thread): the drives are stopped
             # (zero torque, disable: best effort, each failure recorded) before anything else
@@ -585,6 +639,16 @@ class ControlLoop:
         finally:
             self._restore_signals(saved)
             self.clock.stop()
+
+    def _exchange_failed(self, t, exc, tel, metrics, state, ref, err, tau, cmd, fb_used, ss, late, compute_s):
+        """The driver's exchange of cycle ``t`` [s] raised ``exc``: a fault, the drives disabled,
+        the cycle's row recorded (flagged fault and disabled).  Returns whether the drives are still
+        enabled (the disable failed)."""
+        self.safety.fault(t, _driver_cause(exc), f"{type(exc).__name__}: {exc}")
+        enabled = not self._disable(t)
+        ss.code |= FAULT | DISABLED
+        self._record(tel, metrics, t, state, ref, err, tau, cmd, fb_used, ss, late, compute_s)
+        return enabled
 
     def _stop_drives(self, t) -> None:
         """One zero-torque command, then disable; every failure (of any type) is recorded as a fault."""
@@ -612,15 +676,27 @@ class ControlLoop:
             try:
                 tel.record(t, state.q, state.qd, ref.pos, ref.vel, ref.acc, err, tau, cmd, fb.torque_nm,
                            ss.code, ss.saturated, late, compute_s, fb.fresh, fb.fault, fb.enabled)
-            except OSError as exc:
-                # the disk is full or failing: the writer keeps the rows in memory (and
-                # keeps taking them); stop the robot (safe stop at the next cycle)
-                self.safety.fault(t, "telemetry", f"log write failed, rows kept in memory: "
-                                                  f"{type(exc).__name__}: {exc}")
-            except ValueError as exc:
-                # cannot log any more: stop the robot (safe stop at the next cycle)
-                self._tel_failed = True
-                self.safety.fault(t, "telemetry", f"{type(exc).__name__}: {exc}")
+            except (OSError, ValueError) as exc:
+                self._log_failed(t, exc)
+
+    def _record_compiled(self, one, t, compute_s):
+        """:meth:`_record` of a cycle the compiled cycle ran (its rows written by it)."""
+        try:
+            one.record(compute_s)
+        except (OSError, ValueError) as exc:
+            self._log_failed(t, exc)
+
+    def _log_failed(self, t, exc):
+        """A log write of cycle ``t`` [s] failed: a fault (safe stop at the next cycle)."""
+        if isinstance(exc, OSError):
+            # the disk is full or failing: the writer keeps the rows in memory (and
+            # keeps taking them); stop the robot
+            self.safety.fault(t, "telemetry", f"log write failed, rows kept in memory: "
+                                              f"{type(exc).__name__}: {exc}")
+        else:
+            # cannot log any more: stop the robot
+            self._tel_failed = True
+            self.safety.fault(t, "telemetry", f"{type(exc).__name__}: {exc}")
 
     def _finish(self, status, k, messages, lat, starts, comp, cyc, metrics, wall0) -> RunResult:
         timing = TimingStats.from_arrays(self.period_s, lat.values(), starts.values(), comp.values(), cyc.values(),

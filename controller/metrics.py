@@ -105,6 +105,18 @@ class MetricsAccumulator:
         if self._i == self._e.shape[0]:
             self._reduce()
 
+    def block(self) -> tuple:
+        """The buffers the next row goes to, for a compiled writer: ``(rows (dim + 2 n, B) by
+        quantity (error, commanded torque, velocity), sat (B, n), lateness (B,), column)``; the
+        row is column ``column`` of each, and :meth:`advance` takes it (as :meth:`add` would)."""
+        return self._q_rows, self._sat, self._late, self._i
+
+    def advance(self) -> None:
+        """Take the row written at the column of :meth:`block` (a block reduction when full)."""
+        self._i += 1
+        if self._i == self._late.shape[0]:
+            self._reduce()
+
     def add_rows(self, err, tau, qd, sat, lateness_s) -> None:
         """Add N cycles (leading axis N; ``sat`` and ``lateness_s`` may be scalars) with the
         same block reductions as N calls of :meth:`add` (identical results)."""

@@ -506,6 +506,24 @@ class TelemetryWriter:
         if self._i == self._buf.shape[0]:
             self.flush()
 
+    def next_row(self):
+        """``(raw, i)``: the buffer's bytes and the row the next record goes to, for a compiled
+        writer of :func:`_write_row`'s layout (its ``compute_s`` then set by :meth:`take_row`), or
+        None (closed, or a big-endian machine: rows are assigned as tuples there)."""
+        return None if self._raw is None or self.closed else (self._raw, self._i)
+
+    def take_row(self, compute_s: float) -> None:
+        """Take the row written at :meth:`next_row`'s place, with its ``compute_s`` [s], as
+        :meth:`record` takes one (the buffer is flushed when full: its errors are
+        :meth:`flush`'s)."""
+        if self.closed:
+            raise TorqueloopError("telemetry writer is closed")
+        i = self._i
+        self._v["compute_s"][i] = compute_s
+        self._i = i + 1
+        if self._i == self._buf.shape[0]:
+            self.flush()
+
     @property
     def room(self) -> int:
         """Rows that :meth:`record_rows` can take before the next flush."""

@@ -1,0 +1,165 @@
+"""The compiled cycle between two driver exchanges (controller.compiled.CompiledCycle) against the
+Python cycle.
+
+With a driver other than the in-process plant the loop runs each clean cycle's plausibility
+check, law, safety rules, saturation count, metrics row and log row in one compiled call and
+every other cycle in Python.  Over seeded random sequences of feedback disturbances (rejected
+samples, stale joints, clipped torques, drive faults, non-finite readings, failed exchanges, stop
+requests) the run must equal the all-Python run to the last bit: log, metrics, faults, status,
+and the state the objects are left with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.telemetry import read_log
+from dynamics.errors import CommsError
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "hil_configs" / "runs"
+
+
+class _Relay:
+    """A driver that passes another's exchanges through and disturbs the feedback of chosen
+    cycles (``events``: cycle -> list of (kind, joint)).  Not the in-process plant's class, so the
+    loop takes the compiled cycle, not the compiled offline loop."""
+
+    def __init__(self, inner, events, safety):
+        self._inner = inner
+        self._events = events
+        self._safety = safety
+        self._k = 0
+        #: per exchange: the command and the supervisor's state the cycle left
+        self.seen = []
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def enable(self):
+        return self._inner.enable()
+
+    def disable(self):
+        return self._inner.disable()
+
+    def cycle(self, cmd):
+        s = self._safety
+        self.seen.append((cmd.torque_nm.tobytes(), s._k, s._clipped.tobytes(), s.latched))
+        fb = self._inner.cycle(cmd)
+        k = self._k
+        self._k += 1
+        ev = self._events.get(k, ())
+        if not ev:
+            return fb
+        q, qd, tau = fb.position_rad.copy(), fb.velocity_rad_s.copy(), fb.torque_nm.copy()
+        fault, fresh, enabled = fb.fault.copy(), fb.fresh.copy(), fb.enabled.copy()
+        for kind, j in ev:
+            if kind == "jump":          # implausible: rejected, stale for the rules
+                q[j] += 0.3
+            elif kind == "vjump":
+                qd[j] += 40.0
+            elif kind == "stale":
+                fresh[j] = False
+            elif kind == "fault":
+                fault[j] = 7
+            elif kind == "disabled":
+                enabled[j] = False
+            elif kind == "nan":
+                qd[j] = np.nan
+            elif kind == "stop":
+                self._safety.request_stop("test")
+            elif kind == "comms":
+                raise CommsError("the test's bus is gone")
+        return replace(fb, position_rad=q, velocity_rad_s=qd, torque_nm=tau, fault=fault, fresh=fresh,
+                       enabled=enabled)
+
+
+#: disturbances that do not stop the run, and those that do (latched faults, a stop request)
+_MILD = ("jump", "vjump", "stale")
+_STOPS = ("fault", "disabled", "nan", "stop", "comms")
+
+
+def _events(seed: int, n_cycles: int, n: int) -> dict:
+    rng = np.random.default_rng(seed)
+    ev: dict = {}
+    for k in rng.choice(np.arange(5, n_cycles - 5), size=rng.integers(5, 25), replace=False):
+        ev.setdefault(int(k), []).append((str(rng.choice(_MILD)), int(rng.integers(n))))
+        if rng.random() < 0.3:      # a jump held for a second sample (rejected again)
+            ev.setdefault(int(k) + 1, []).append(ev[int(k)][-1])
+        if rng.random() < 0.3:      # a run of stale samples (a fault after stale_cycles in a row)
+            for d in range(1, int(rng.integers(2, 5))):
+                ev.setdefault(int(k) + d, []).append(("stale", int(rng.integers(n))))
+    if seed % 3:                    # two seeds of three end on a stop
+        k = int(rng.integers(n_cycles // 2, n_cycles - 5))
+        ev.setdefault(k, []).append((str(rng.choice(_STOPS)), int(rng.integers(n))))
+    return ev
+
+
+def _run(tmp_path, config, compiled, seed, overrides):
+    from controller.app.run import build_run, load_run
+
+    spec = load_run(RUNS / config, overrides=overrides)
+    out = tmp_path / f"{config}-{seed}-{compiled}"
+    run = build_run(spec, out_dir=out)
+    loop = run.loop
+    loop.compiled = compiled
+    loop.handle_signals = False
+    relay = loop.driver = _Relay(loop.driver, _events(seed, loop.n_planned, loop.driver.n_joints), loop.safety)
+    res = run.execute()
+    state = {"seen": relay.seen, "law": loop.controller.compiled_state(), "last_error": loop.controller.last_error,
+             "k": loop.safety._k, "clipped": loop.safety._clipped.copy(), "pose": loop.safety.pose,
+             "margin_prev": loop.safety._margin_prev, "last_margin": loop.safety.last_margin}
+    return res, read_log(out), state
+
+
+def _cycles(res) -> int:
+    for m in res.messages:
+        if m.startswith("compiled cycle:"):
+            return int(m.split(":")[1].split()[0])
+    return 0
+
+
+def _assert_same(a, b):
+    (ra, la, sa), (rb, lb, sb) = a, b
+    assert ra.status == rb.status
+    assert ra.n_cycles == rb.n_cycles
+    assert [(f.t_s, f.cause, f.joint, f.message, f.values) for f in ra.faults] == \
+        [(f.t_s, f.cause, f.joint, f.message, f.values) for f in rb.faults]
+    assert ra.metrics == rb.metrics
+    assert la.dtype == lb.dtype and la.shape == lb.shape
+    for name in la.dtype.names:
+        if name in ("compute_s", "lateness_s"):      # wall time
+            continue
+        assert np.array_equal(la[name], lb[name], equal_nan=la[name].dtype.kind == "f"), name
+    for key in sa:
+        x, y = sa[key], sb[key]
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            assert np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True), key
+        else:
+            assert x == y or (x != x and y != y), key
+
+
+#: the 3RRR over the in-process plant behind the relay (task computed torque, singularity check
+#: every 3rd cycle, torque limits that clip some cycles), and the serial Dynamixel arm (joint computed torque)
+_CASES = [
+    ("3rrr_circle_direct.toml", {"loop.duration_s": 0.8, "safety.singularity_every": 3,
+                                 "safety.torque_max": [0.16, 0.16, 0.16]}),
+    ("seed000_slow.toml", {"loop.duration_s": 0.8}),
+]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("config, overrides", _CASES, ids=["3rrr", "serial"])
+def test_compiled_cycle_equals_python(tmp_path, config, overrides, seed):
+    py = _run(tmp_path, config, False, seed, overrides)
+    fast = _run(tmp_path, config, True, seed, overrides)
+    _assert_same(py, fast)
+    assert _cycles(py[0]) == 0
+    # both paths ran: the clean cycles compiled, the disturbed ones (and a stop reaction) in Python
+    assert 0 < _cycles(fast[0]) < fast[0].n_cycles
+    if config.startswith("3rrr"):
+        assert np.any(py[1]["sat"])     # some cycles clipped (Python), the others not
