@@ -103,6 +103,7 @@ def wall_rows(duration_s: float = 2.0) -> list[dict]:
             n = int(t["n_cycles"])
             missed = int(t["missed_deadlines"])
             notes = [m for m in res.messages if "not applied" in m]
+            notes += [f"fault: {f}" for f in res.faults[:2]]
             rows.append({"case": f"wall: {path.name}: {what}", "median_us": t["cycle"]["p50"] * 1e6,
                          "p99_us": t["lateness"]["p99"] * 1e6, "missed": missed, "cycles": n,
                          "status": res.status,
