@@ -95,6 +95,10 @@ def _law_why_not(loop, traj, estimator) -> str:
         return "velocities are estimated in Python"
     if not isinstance(traj, GridCache):
         return "the trajectory is not sampled on the loop's grid"
+    if traj.period_s != loop.period_s:
+        # the compiled cycle reads the grid's row k for cycle k: a grid of another step would
+        # feed the law a time-warped reference (GridCache.sample(t) off its grid is still right)
+        return "the trajectory's grid step is not the loop's period"
     s = loop.safety
     if s._sing and not _checks_singularity_of(ca["kind"], s.model):
         return "the singularity check has no compiled form for this model"
@@ -518,6 +522,15 @@ class CompiledCycle:
         takes them), False when the loop must run it in Python (nothing changed)."""
         traj = self.traj
         k0 = traj._k0
+        # the feedback's vectors of the types the entry was loaded for: numba would compile a new
+        # version for others, in the middle of the run (a stall while the drives hold the last
+        # torque), not refuse them; such a cycle runs in Python
+        if not isinstance(fb.t_s, float):
+            return False
+        for name, dtype in self.FEEDBACK_TYPES:
+            a = getattr(fb, name)
+            if type(a) is not np.ndarray or a.dtype != dtype or a.ndim != 1 or not a.flags.c_contiguous:
+                return False
         try:
             st = self._call(k, t, late, fb, traj._rows, k - k0 if k0 >= 0 else -1)
         except (NumbaError, TypeError) as err:

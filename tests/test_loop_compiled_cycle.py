@@ -74,6 +74,8 @@ class _Relay:
                 self._safety.request_stop("test")
             elif kind == "comms":
                 raise CommsError("the test's bus is gone")
+            elif kind == "strided":     # the same values in a strided view: another numba type
+                q = np.repeat(q, 2)[::2]
         return replace(fb, position_rad=q, velocity_rad_s=qd, torque_nm=tau, fault=fault, fresh=fresh,
                        enabled=enabled)
 
@@ -163,3 +165,63 @@ def test_compiled_cycle_equals_python(tmp_path, config, overrides, seed):
     assert 0 < _cycles(fast[0]) < fast[0].n_cycles
     if config.startswith("3rrr"):
         assert np.any(py[1]["sat"])     # some cycles clipped (Python), the others not
+
+
+def test_feedback_of_another_type_runs_in_python_without_compiling_mid_run(tmp_path):
+    """A driver whose feedback vectors come in another type for a while (here a strided view of
+    the same values): those cycles run in Python, the results equal the all-Python run's, and no
+    machine code is compiled during the run (numba would compile a version for the new type
+    instead of refusing it: a stall while the drives hold the last torque)."""
+    from controller import _fast_loop
+
+    from controller.app.run import build_run, load_run
+
+    config, overrides = _CASES[1]
+    events = {k: [("strided", 0)] for k in (40, 41, 42, 300)}
+
+    def one(compiled, ev, tag):
+        spec = load_run(RUNS / config, overrides=overrides)
+        out = tmp_path / tag
+        run = build_run(spec, out_dir=out)
+        loop = run.loop
+        loop.compiled = compiled
+        loop.handle_signals = False
+        loop.driver = _Relay(loop.driver, ev, loop.safety)
+        return run.execute(), read_log(out)
+
+    one(True, {}, "warm")           # the entry's machine code loaded for this run's types
+    sigs = {name: len(d.signatures) for name, d in _fast_loop.ONE_CYCLE.items()}
+    rp, lp = one(False, events, "python")
+    rf, lf = one(True, events, "compiled")
+    assert {name: len(d.signatures) for name, d in _fast_loop.ONE_CYCLE.items()} == sigs
+    assert rp.status == rf.status == "completed" and rp.n_cycles == rf.n_cycles
+    # only the cycles after those feedbacks ran in Python: the entry was not tried on the new
+    # type (typing it is a compile: a stall, then a TypingError that sent the rest to Python)
+    assert not [m for m in rf.messages if "unavailable" in m], rf.messages
+    assert rf.n_cycles // 2 < _cycles(rf) <= rf.n_cycles - 1 - 3
+    for name in lp.dtype.names:
+        if name not in ("compute_s", "lateness_s"):
+            assert np.array_equal(lp[name], lf[name], equal_nan=lp[name].dtype.kind == "f"), name
+
+
+def test_a_reference_grid_of_another_step_is_not_run_compiled(tmp_path):
+    """The compiled cycles read the grid's row k for cycle k: a trajectory cached on a grid of
+    another step than the loop's period (a user's GridCache) would feed the law a time-warped
+    reference; such a loop runs its cycles in Python, which samples the base trajectory."""
+    from controller.app.run import build_run, load_run
+    from controller.compiled import CompiledCycle, CompiledCycles
+    from trajectories.base import GridCache
+
+    config, overrides = _CASES[1]
+    run = build_run(load_run(RUNS / config, overrides=overrides), out_dir=tmp_path / "grid")
+    try:
+        loop = run.loop
+        base = loop.trajectory.base if isinstance(loop.trajectory, GridCache) else loop.trajectory
+        same = GridCache(base, loop.period_s)
+        other = GridCache(base, loop.period_s / 2)
+        assert CompiledCycle.for_loop(loop, same, None)[0] is not None
+        for cls in (CompiledCycle, CompiledCycles):
+            obj, why = cls.for_loop(loop, other, None)
+            assert obj is None and "grid step" in why
+    finally:
+        run.close()

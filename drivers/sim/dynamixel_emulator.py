@@ -919,16 +919,20 @@ class DynamixelBusEmulator:
                 n_rep = -1
         if n_rep < 0:
             return False            # nothing written (the plant is at t1: no watchdog was due); the Python path
-        self.packets_in += n_pk
         self.fast_writes += 1
         if which == 1 and n_pk == 2:
-            t2 = self._now()        # the second packet's time, as the Python path takes it: after the first
-            self._advance(t2)
-            with plant._lock:
-                n_rep = _dk.serve(buf, P, 2, self._T, self._F, self._I, self._slot_of, t1, t2, plant._q,
-                                  plant._qd, plant._tau_applied, plant._cmd, quant, has_quant, out, R)
-            if n_rep < 0:                              # the plant's state went bad in between
-                raise CommsError("Dynamixel emulator: the plant's state is not finite")
+            # the wall clock moved between the two packets: the second one (the read) goes the
+            # Python path at its own time, which looks at the servos again (a Bus Watchdog may
+            # have expired, a Shutdown happened, meanwhile: the check above was at t1)
+            self.packets_in += 1
+            t_end = t_end1
+            for item in self._framer.feed(data[int(P[2]):]):
+                if not isinstance(item, DecodeError):
+                    self.packets_in += 1
+                    t_end += len(item.raw) * self._byte_s
+                self._handle(item, t_end)
+            return True
+        self.packets_in += n_pk
         if n_rep:                   # the replies of the last packet, from its end on the wire
             t_end = t_end2 if n_pk == 2 else t_end1
             slots = self._slots

@@ -592,15 +592,18 @@ class OdriveAsciiEmulator:
 
     # -- inspection and fault injection -----------------------------------------------------------
     def axis(self, k: int) -> _Axis:
+        """The emulated axis ``k`` (0 or 1); :class:`~dynamics.errors.DriverError` when there is none."""
         try:
             return self._axes[k]
         except KeyError as err:
             raise DriverError(f"no emulated ODrive axis {k}") from err
 
     def axis_state(self, k: int) -> int:
+        """Axis ``k``'s ``current_state`` (the firmware's AxisState number)."""
         return self.axis(k).state
 
     def axis_error(self, k: int) -> int:
+        """Axis ``k``'s ``error`` bits (firmware 0.5.6 names)."""
         return self.axis(k).error
 
     def applied_torque_nm(self, k: int) -> float:
@@ -1047,6 +1050,7 @@ class OdriveAsciiEmulator:
                         self._idle.notify_all()
         except BaseException as err:  # re-raised by check(); the thread must not die silently
             self._error = err
+            self._failed = True         # serving stopped: later lines go unanswered, as inline
 
     def _poll_wait(self) -> float:
         if self._outq:
