@@ -61,7 +61,7 @@ BYTES = types.Array(types.uint8, 1, "C", readonly=True)
 stamp_package_caches()
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def crc16(buf, start, end, crc):
     """CRC-16 of Protocol 2.0 over ``buf[start:end]``, continuing from ``crc``."""
     t = CRC_TABLE
@@ -70,7 +70,7 @@ def crc16(buf, start, end, crc):
     return crc
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def round_half_even(x):
     """Python's ``round(x)`` of a finite float as a float (half to even)."""
     r = math.floor(x)
@@ -80,7 +80,7 @@ def round_half_even(x):
     return r
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def le_int(buf, at, size):
     """The signed little-endian integer of ``size`` bytes (1, 2 or 4) at ``buf[at]``."""
     v = np.int64(0)
@@ -90,7 +90,7 @@ def le_int(buf, at, size):
     return v - 2 * top if v >= top else v
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def broadcast_header(out):
     """The header and the broadcast ID (``FF FF FD 00 FE``) at the start of ``out``."""
     out[0] = 0xFF
@@ -100,7 +100,7 @@ def broadcast_header(out):
     out[4] = 0xFE
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def frame_body(out, at, n_body):
     """The packet whose header and ID are at ``out[at:at + 5]`` and whose instruction and
     parameters are ``out[at + 7:at + 7 + n_body]``: the body stuffed in place (``FF FF FD`` ->

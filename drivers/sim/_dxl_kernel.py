@@ -74,18 +74,18 @@ DECLINED = -1
 stamp_package_caches()
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _u16(T, s, a):
     return np.int64(T[s, a]) | (np.int64(T[s, a + 1]) << 8)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _put(T, s, a, v, size):
     for k in range(size):
         T[s, a + k] = (v >> (8 * k)) & 0xFF
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _hw_bits(T, F, I, s):
     """The Hardware Error Status ``_check_hardware`` would write for slot ``s``."""
     bits = I[I_INJECTED, s]
@@ -97,7 +97,7 @@ def _hw_bits(T, F, I, s):
     return bits | (np.int64(T[s, _HW]) & np.int64(T[s, _SHUTDOWN]))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _servo_ok(T, F, I, s):
     """Whether a refresh and a goal write of slot ``s`` need nothing of the Python path."""
     if not (math.isfinite(F[F_VOLTS, s]) and math.isfinite(F[F_TEMP, s])):
@@ -175,13 +175,13 @@ def check(data, T, F, I, slot_of, t, P):
     return OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _measured_ok(F, I, s, pq, pqd, pta):
     j = I[I_JOINT, s]
     return math.isfinite(pq[j]) and math.isfinite(pqd[j]) and math.isfinite(pta[j])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _refresh(T, F, I, s, t, pq, pqd, pta, quant, has_quant):
     """``EmulatedServo._refresh_present`` of slot ``s`` at loop time ``t`` (finite state)."""
     j = I[I_JOINT, s]
@@ -223,7 +223,7 @@ def _refresh(T, F, I, s, t, pq, pqd, pta, quant, has_quant):
     T[s, _HW] = _hw_bits(T, F, I, s)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _instruction(T, F, I, s, t, pq, pqd, pta, quant, has_quant):
     """What every instruction does to slot ``s`` first: counted, its time kept, the present
     values refreshed."""
@@ -232,7 +232,7 @@ def _instruction(T, F, I, s, t, pq, pqd, pta, quant, has_quant):
     _refresh(T, F, I, s, t, pq, pqd, pta, quant, has_quant)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _read_segment(T, s, addr, size, out, o, gap):
     """The error field (Access Error for a range beyond the table, the Alert bit) of a read of
     slot ``s`` at ``out[o]`` and its data (zeros for an error) ``gap`` bytes after it."""
