@@ -691,6 +691,86 @@ class MechanismModel(ParallelModel):
         s = np.linalg.svd(Mx, compute_uv=False)
         return float(s[-1] / s[0]) if s[0] > 0 else 0.0
 
+    @staticmethod
+    def _inv_conds(stack: np.ndarray) -> np.ndarray:
+        """:meth:`_inv_cond` of each matrix of ``stack`` (N, r, c), in one SVD call (numpy's
+        stacked SVD runs the same LAPACK routine on each matrix: the same numbers)."""
+        N = stack.shape[0]
+        if stack[0].size == 0:
+            return np.ones(N)
+        finite = np.isfinite(stack).all(axis=(1, 2))
+        safe = np.where(finite[:, None, None], stack, 0.0)
+        s = np.linalg.svd(safe, compute_uv=False)
+        out = np.zeros(N)
+        ok = finite & (s[:, 0] > 0)
+        out[ok] = s[ok, -1] / s[ok, 0]
+        return out
+
+    def singularity_margins(self, Q) -> np.ndarray:
+        """:meth:`singularity`'s margin at each row of ``Q`` (N, na) [rad or m], the rows in order,
+        for a path's check (an excitation's design evaluates thousands of them).
+
+        The same numbers as ``[singularity(q).margin for q in Q]`` with the forward kinematics
+        called row after row as that loop does (its continuation from the last solution), the
+        singular-value ratios of all rows in one stacked SVD; the determinants and notes of
+        :class:`SingularityReport` are not computed.
+
+        Raises
+        ------
+        SingularityError
+            At the first row whose kind is not ``"regular"`` (type 1, type 2 or both), naming
+            it; the model's continuation is then where the loop, stopping there, leaves it.
+        ConvergenceError
+            When the forward kinematics of a row (with no singular row before it) fails, as
+            :meth:`singularity` raises it.
+        """
+        Q = np.asarray(Q, dtype=float)
+        if Q.ndim != 2 or Q.shape[1] != self._na:
+            raise ModelError(f"{self.name}: Q must have shape (N, {self._na}), got {Q.shape}")
+        N, n, m = Q.shape[0], self._n, self._m
+        Z = np.empty((N, n))
+        K = np.empty((N, m + self._nt, n))
+        failed, err = N, None
+        for k in range(N):
+            try:
+                Z[k] = self._z_of(self._vec(Q[k], self._na, "q"), None)
+            except ModelError as e:
+                failed, err = k, e
+                break
+            K[k] = self._K(Z[k])
+        Ks = K[:failed].copy()
+        Ks[:, :, self._rev] *= self._ls
+        rows = np.concatenate([self._closure_angle_rows(), self._task_ang])
+        Ks[:, rows] *= self._ls
+        m1 = self._inv_conds(Ks)
+        m2 = self._inv_conds(Ks[:, :m][:, :, self._pas])
+        irregular = np.flatnonzero((m1 < self._tol) | (m2 < self._tol))
+        if irregular.size:
+            k = int(irregular[0])
+            self._rewind_continuation(Z[k])
+            raise SingularityError(f"{self.name}: singular (type-1 measure {m1[k]:.3g}, type-2 measure "
+                                   f"{m2[k]:.3g}, tolerance {self._tol}) at row {k} of the path, q={Q[k].tolist()}")
+        Jx = np.empty((failed, self._nt, self._na))
+        for k in range(failed):
+            try:
+                G = self._G(Z[k])
+            except SingularityError:
+                self._rewind_continuation(Z[k])
+                raise
+            Jx[k] = K[k, m:] @ G
+        if err is not None:
+            raise err
+        Jx[:, self._task_ang] *= self._ls
+        Jx[:, :, self._rev[self._act]] /= self._ls
+        return self._inv_conds(Jx)
+
+    def _rewind_continuation(self, z) -> None:
+        """The forward kinematics' last solution set to ``z`` (the state a row-by-row loop that
+        stopped at z leaves; :func:`dynamics._mechanism_runtime._solve_ws`)."""
+        k = self._k
+        self._D[k.O_WARM:k.O_WARM + self._n] = z
+        self._D[k.O_WARMG:k.O_WARMG + self._n * self._na] = 0.0
+
     def singularity(self, q, X=None) -> SingularityReport:
         """Singularity measures at (q, X) (see the module docstring for the rule)."""
         z = self._z_of(self._vec(q, self._na, "q"), X)

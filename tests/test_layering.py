@@ -120,10 +120,16 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 MODULES = _modules()
-GRAPH = import_graph(MODULES)
 
 
-def test_no_import_cycle():
+@pytest.fixture(scope="module")
+def GRAPH():
+    """The package's import graph, built when a test of this file runs (not at collection:
+    every xdist worker collects every file)."""
+    return import_graph(MODULES)
+
+
+def test_no_import_cycle(GRAPH):
     found = cycles(GRAPH)
     detail = [{m: sorted(GRAPH[m] & set(c)) for m in c} for c in found]
     assert not found, detail
@@ -135,13 +141,13 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 @pytest.mark.parametrize("pkg", PACKAGES)
-def test_the_floors(pkg):
+def test_the_floors(pkg, GRAPH):
     bad = sorted((m, d) for m, deps in GRAPH.items() if m.split(".")[0] == pkg
                  for d in deps if d.split(".")[0] not in ALLOWED[pkg] | {pkg})
     assert not bad, bad
 
 
-def test_codecs_are_pure_and_real_drivers_do_not_import_the_simulation():
+def test_codecs_are_pure_and_real_drivers_do_not_import_the_simulation(GRAPH):
     transports = {"drivers.transport", "drivers.serial_port"}
     bad = []
     for m, deps in GRAPH.items():
@@ -158,7 +164,7 @@ PROTOCOL_DRIVERS = {"drivers.mit", "drivers.mit_health", "drivers.odrive", "driv
 SAME_PROTOCOL = {("drivers.mit", "drivers.mit_health")}
 
 
-def test_no_protocol_driver_imports_another():
+def test_no_protocol_driver_imports_another(GRAPH):
     bad = sorted((m, d) for m in PROTOCOL_DRIVERS for d in GRAPH[m]
                  if d in PROTOCOL_DRIVERS and d != m and (m, d) not in SAME_PROTOCOL)
     assert not bad, bad
@@ -207,7 +213,7 @@ def core_imports_of_the_application(graph: dict[str, set[str]], modules: dict[st
     return sorted(bad)
 
 
-def test_the_control_core_does_not_import_the_application():
+def test_the_control_core_does_not_import_the_application(GRAPH):
     controller = {m for m in GRAPH if m.split(".")[0] == "controller"} - {"controller"}
     core = {m for m in controller if not _is_app(m)}
     app = controller - core

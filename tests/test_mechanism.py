@@ -26,7 +26,7 @@ import pytest
 
 from dynamics import load_model
 from dynamics.config import read_toml
-from dynamics.errors import ConfigError, ModelError
+from dynamics.errors import ConfigError, ModelError, SingularityError
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ROOT / "hil_configs" / "robots"
@@ -387,6 +387,59 @@ def test_fivebar_stretched_leg_is_a_type1_singularity(fivebar):
     rep = fivebar.singularity(np.array([q1, qR[0]]))
     assert rep.kind == "type1" and rep.margin == 0.0
     assert fivebar.singularity(fivebar.home_q).kind == "regular"
+
+
+def _singularity_loop(model, Q):
+    """What a row-by-row loop of ``singularity`` gives: (margins, the error it stopped on)."""
+    out = []
+    for q in Q:
+        try:
+            rep = model.singularity(q)
+        except ModelError as e:
+            return out, e
+        if rep.kind != "regular":
+            return out, rep.kind
+        out.append(rep.margin)
+    return out, None
+
+
+@pytest.mark.parametrize("case", ["regular", "through_type1", "out_of_reach", "nan"])
+def test_fivebar_path_margins_in_one_pass_equal_the_row_by_row_reports(fivebar, case):
+    """``singularity_margins`` (an excitation design checks thousands of paths) gives the
+    margins of ``singularity`` row by row bit for bit, stops at the same row for the same
+    reason, and leaves the forward kinematics' continuation (which later calls start from)
+    where the loop leaves it."""
+    d, B, Jn = _fivebar_params()
+    hipL, hipR = np.array(Jn["hip_left"]["origin"][:2]), np.array(Jn["hip_right"]["origin"][:2])
+    foot = hipL + 0.28 * np.array([np.cos(-1.4), np.sin(-1.4)])
+    q_sing = np.array([-1.4, _chain_ik(hipR, 0.1, 0.18, -1.0, foot, np.zeros(2), np.zeros(2))[0][0]])
+    t = np.linspace(0.0, 1.0, 40)[:, None]
+    home = np.asarray(fivebar.home_q, dtype=float)
+    end = {"regular": home + [0.4, -0.3], "through_type1": q_sing, "out_of_reach": np.array([0.4, -3.5]),
+           "nan": home + [0.2, 0.2]}[case]
+    Q = home + t * (end - home)
+    if case == "through_type1":
+        Q = np.vstack([Q, Q[-2::-1]])     # to the stretched leg and back
+    if case == "nan":
+        Q[25, 1] = np.nan
+    D0 = fivebar._D.copy()
+    want, stop = _singularity_loop(fivebar, Q)
+    D_loop = fivebar._D.copy()
+    fivebar._D[:] = D0
+    if stop is None:
+        got = fivebar.singularity_margins(Q)
+        np.testing.assert_array_equal(got, want)
+        assert case == "regular" and got.min() > 0.05
+    else:
+        with pytest.raises(ModelError) as ei:
+            fivebar.singularity_margins(Q)
+        if isinstance(stop, str):
+            assert case == "through_type1" and stop == "type1" and isinstance(ei.value, SingularityError)
+            assert f"row {len(want)} " in str(ei.value)
+        else:
+            assert type(ei.value) is type(stop) and str(ei.value) == str(stop)
+    np.testing.assert_array_equal(fivebar._D, D_loop)
+    fivebar._D[:] = D0
 
 
 # ------------------------------------------------------------------------------ bad files

@@ -154,6 +154,9 @@ class _Problem:
         s = traj.sample(t)
         m = self.model
         if self.closed:
+            rows = getattr(m, "singularity_margins", None)
+            if callable(rows):  # the same margins on all rows at once (a mechanism file)
+                return s.pos, s.vel, s.acc, None, float(np.min(rows(s.pos), initial=np.inf))
             worst = np.inf
             for k in range(len(t)):
                 rep = m.singularity(s.pos[k])
