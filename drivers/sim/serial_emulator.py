@@ -314,8 +314,6 @@ class InlineSerialPort:
 
     #: the port's name in messages
     URL = "inline://serial"
-    #: the line terminator of :meth:`write_line` / :meth:`read_line`
-    TERMINATOR = b"\n"
 
     def __init__(self, emulator: SerialDeviceEmulator, *, timeout_s: float = 0.1, wire_time: str = "wait"):
         if wire_time not in WIRE_TIME_MODES:
@@ -355,8 +353,8 @@ class InlineSerialPort:
         self._emu._receive(bytes(data), self._wire_now())
 
     def write_line(self, text: str, encoding: str = "ascii") -> None:
-        """Write ``text`` and the terminator."""
-        self.write(encode_line(text, self.TERMINATOR, encoding))
+        """Write ``text`` and ``\\n``."""
+        self.write(encode_line(text, b"\n", encoding))
 
     def read(self, n: int, timeout_s: float | None = None) -> bytes:
         """Read exactly ``n`` bytes.
@@ -377,8 +375,7 @@ class InlineSerialPort:
         return out
 
     def read_line(self, timeout_s: float | None = None, encoding: str | None = "ascii"):
-        """One line (the terminator and a ``\\r`` before it stripped), as ``str`` (``bytes`` with
-        ``encoding=None``).
+        """One line (``\\r\\n`` or ``\\n`` stripped), as ``str`` (``bytes`` with ``encoding=None``).
 
         Raises
         ------
@@ -391,15 +388,14 @@ class InlineSerialPort:
         """
         self._check_open()
         buf = self._buf
-        term = self.TERMINATOR
-        i = buf.find(term)
+        i = buf.find(b"\n")
         if i < 0:
             i = self._fill(None, self.timeout_s if timeout_s is None else check_timeout(timeout_s, "timeout_s"))
         line = bytes(buf[:i])
-        del buf[:i + len(term)]
+        del buf[:i + 1]
         if line.endswith(b"\r"):
             line = line[:-1]
-        return decode_line(line, encoding, self.url)
+        return line if encoding is None else decode_line(line, encoding, self.url)
 
     def _fill(self, n: int | None, timeout_s: float) -> int:
         """Take replies off the wire into the buffer until it holds ``n`` bytes (``n`` None: a
@@ -411,7 +407,6 @@ class InlineSerialPort:
             Not in time (what arrived stays buffered).
         """
         buf = self._buf
-        term = self.TERMINATOR
         emu = self._emu
         pop = emu._pop_reply
         if self._count:
@@ -427,7 +422,7 @@ class InlineSerialPort:
                 if t > self._bus_t:
                     self._bus_t = t
                 if n is None:
-                    i = buf.find(term, max(0, n0 - len(term) + 1))
+                    i = buf.find(b"\n", n0)
                     if i >= 0:
                         return i
                 elif len(buf) >= n:
@@ -440,7 +435,7 @@ class InlineSerialPort:
                 n0 = len(buf)
                 while (got := pop(now)) is not None:
                     buf += got[1]
-                i = buf.find(term, max(0, n0 - len(term) + 1))
+                i = buf.find(b"\n", n0)
                 if i >= 0:
                     return i
             else:
