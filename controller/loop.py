@@ -414,6 +414,8 @@ class ControlLoop:
                 self.safety.fault(0.0, _driver_cause(err), f"enable failed: {type(err).__name__}: {err}")
                 self._disable(0.0)
                 return self._finish("fault", 0, messages, lat, starts, comp, cyc, metrics, wall0)
+            # what enable cleared on the drives (a stale trip it acknowledged): in the run's messages
+            messages.extend(getattr(self.driver, "enable_notes", None) or ())
             est = self.velocity_estimator
             qd0 = np.asarray(fb.velocity_rad_s, dtype=float)
             if est is None and np.any(np.isnan(qd0)):

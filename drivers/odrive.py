@@ -61,7 +61,7 @@ from .base import TIMEOUT_MAX_S, Command, Feedback, JointMapping, TransportDrive
 from . import _odrive_kernels as _ok
 from .codecs import odrive as codec
 from .codecs.odrive import AxisState, Cmd
-from .serial_port import SERIAL_BAUD_MAX
+from .serial_port import SERIAL_BAUD_MAX, encode_line
 from .follow import FollowConfig, TorqueFollow, follow_config
 from .transport import CanTransport, Frame, group_by_bus, recv_any_fields, recv_queued_fields
 
@@ -902,6 +902,13 @@ def _fmt(x: float) -> str:
     return format(float(x), ".7g")
 
 
+#: what firmware 0.5.6 answers a ``w``/``r`` line it refuses (``ascii_protocol.cpp``:
+#: ``cmd_write_property`` answers nothing when the value was set, else one of these;
+#: ``cmd_read_property`` answers the value or one of these); 0.5.1-0.5.3 answered
+#: ``not implemented`` to some valid writes (``w axis0.requested_state``: their release notes)
+_REFUSALS = frozenset({"invalid property", "not implemented", "invalid command format"})
+
+
 class OdriveAsciiDriver(TransportDriver):
     """ODrive axes over the ODrive ASCII protocol (USB CDC or UART), torque control.
 
@@ -915,6 +922,15 @@ class OdriveAsciiDriver(TransportDriver):
     A missing or malformed answer leaves that joint ``fresh=False`` (counted in
     ``info``); the input buffer is then flushed so a late answer cannot be
     taken for the next request.  Torque feedback is not available (NaN).
+
+    :meth:`enable` checks its writes: the firmware answers a ``w`` line only when it refuses
+    it (``invalid property``, ``not implemented``, ``invalid command format``), so each
+    ``w <property> <value>`` is followed by ``r <property>``, whose one answer marks the end of
+    what the write could answer; an ``r`` the firmware refuses (an ``error_property`` of
+    the other firmware generation) raises too.  Every line :meth:`enable` sends is preceded by
+    ``u <axis>`` for every axis (the firmware's watchdog feed, which answers nothing): an axis
+    with a short watchdog does not trip while enable works, however slowly the host runs.
+    What enable clears on the drives is listed in :attr:`enable_notes`.
 
     Parameters
     ----------
@@ -983,10 +999,13 @@ class OdriveAsciiDriver(TransportDriver):
         self._fb_map = [(m.sign, m.gear_ratio, m.offset_rad) for m in mappings]
         self._sign_ge = [(m.sign, m.gear_ratio * m.efficiency) for m in mappings]
         self._clamps = [None if lim is None else lim.get("torque_limit_nm") for lim in self._limits]
+        self._feed = b"".join(b"u %d\n" % a for a in axes)   # every axis' watchdog fed (enable)
         self._enabled_cmd = False
         self._closed = False
         self.cycles = 0
         self.last_saturated = 0
+        #: what the last :meth:`enable` cleared on the drives (a stale watchdog trip), one line each
+        self.enable_notes: list[str] = []
 
     @property
     def n_joints(self) -> int:
@@ -1012,9 +1031,13 @@ class OdriveAsciiDriver(TransportDriver):
         self.last_saturated = sat
         return out
 
-    def _query(self, line: str, stats: dict | None = None) -> str | None:
-        """Write ``line`` and return the answer, or None (and flush input) on timeout / bad bytes."""
-        self._port.write_line(line)
+    def _query(self, line: str, stats: dict | None = None, feed: bool = False) -> str | None:
+        """Write ``line`` (after the watchdog feeds with ``feed``) and return the answer, or None
+        (and flush input) on timeout / bad bytes."""
+        if feed:
+            self._port.write(self._feed + encode_line(line))
+        else:
+            self._port.write_line(line)
         try:
             return self._port.read_line(self.reply_timeout_s)
         except CommsTimeoutError:
@@ -1026,25 +1049,67 @@ class OdriveAsciiDriver(TransportDriver):
         self._port.reset_input()
         return None
 
-    def _read_int(self, prop: str, stats: dict | None = None) -> int | None:
-        ans = self._query(f"r {prop}", stats)
+    def _read_int(self, prop: str, stats: dict | None = None, feed: bool = False) -> int | None:
+        """The integer property ``prop``, or None (timeout, bad bytes: counted in ``stats``).
+
+        Raises
+        ------
+        DriverError
+            The firmware refuses the read (no such property).
+        """
+        ans = self._query(f"r {prop}", stats, feed)
         if ans is None:
             return None
         try:
             return int(ans.strip())
         except ValueError:
+            if ans.strip() in _REFUSALS:
+                self._port.reset_input()
+                raise DriverError(f"the ODrive answered 'r {prop}' with {ans.strip()!r}"
+                                  f"{self._property_hint(prop)}") from None
             if stats is not None:
                 stats["corrupt"] += 1
             return None
 
-    def _poll_status(self, stats: dict | None) -> None:
+    def _property_hint(self, prop: str) -> str:
+        if prop.endswith("." + self.error_property):
+            return (f" (error_property = {self.error_property!r}: firmware 0.5 names the axis error 'error', "
+                    f"0.6 'active_errors')")
+        return ""
+
+    def _poll_status(self, stats: dict | None, feed: bool = False) -> None:
         for j, a in enumerate(self._axes):
-            st = self._read_int(f"axis{a}.current_state", stats)
+            st = self._read_int(f"axis{a}.current_state", stats, feed)
             if st is not None:
                 self._state[j] = st
-            err = self._read_int(f"axis{a}.{self.error_property}", stats)
+            err = self._read_int(f"axis{a}.{self.error_property}", stats, feed)
             if err is not None:
                 self._err[j] = err
+
+    def _write_checked(self, prop: str, value) -> None:
+        """``w prop value`` after the watchdog feeds, then ``r prop``: the firmware answers the
+        write only to refuse it, the read always, once (the class docstring).
+
+        Raises
+        ------
+        DeviceFaultError
+            The firmware refused the write (its answer named).
+        CommsTimeoutError, DecodeError
+            No answer in time, or not text.
+        """
+        port = self._port
+        w = f"w {prop} {value}"
+        port.write(self._feed + encode_line(w) + encode_line(f"r {prop}"))
+        first = port.read_line(self.reply_timeout_s).strip()
+        if first not in _REFUSALS:
+            return                                  # the read's answer: the write was taken
+        why = f"the ODrive refused '{w}': {first!r}{self._property_hint(prop)}"
+        try:
+            port.read_line(self.reply_timeout_s)   # the read's own answer, off the line
+        except (CommsTimeoutError, DecodeError) as err:
+            port.reset_input()
+            raise DeviceFaultError(f"{why}; then {type(err).__name__}: {err}") from err
+        raise DeviceFaultError(why)
 
     def _feedback(self, fresh: np.ndarray, stats: dict, missing: int | None = None) -> Feedback:
         info = stats
@@ -1106,38 +1171,45 @@ class OdriveAsciiDriver(TransportDriver):
         An idle axis whose only error is ``WATCHDOG_TIMER_EXPIRED`` has its error cleared first: the
         firmware counts the watchdog down in every state, so an axis configured with it trips
         while idle before any controller feeds it (firmware 0.5.6 ``Axis::watchdog_check``);
-        any other error refuses.
+        the clearing is listed in :attr:`enable_notes` (the loop adds it to the run's messages).
+        Any other error refuses.  The writes are checked and the watchdogs fed throughout (the
+        class docstring).
 
         Raises
         ------
         DeviceFaultError
-            An axis reports an error instead.
+            An axis reports an error instead, or the firmware refused a write.
+        DriverError
+            The firmware refused a status read (``error_property`` of the other generation).
         CommsTimeoutError
-            Not in closed loop within ``enable_timeout_s``.
+            Not in closed loop within ``enable_timeout_s``, or no answer to a checked write.
         """
         self._check_open()
+        self.enable_notes = []
         self._port.reset_input()
-        self._poll_status(None)
+        self._poll_status(None, feed=True)
         # 0.5 only: its axis error is writable (0.6 clears every axis' errors at once)
         wd_bit = codec.WATCHDOG_ERROR_BIT["0.5"] if self.firmware == "0.5" else None
         for j, a in enumerate(self._axes):
             if self._err[j] == wd_bit and self._state[j] == int(AxisState.IDLE):
-                self._port.write_line(f"u {a}")         # fed, then the stale trip cleared
-                self._port.write_line(f"w axis{a}.error 0")
+                self._write_checked(f"axis{a}.error", 0)      # fed (the feeds first), then the stale trip cleared
+                self.enable_notes.append(
+                    f"ODrive axis {a}: cleared its {'|'.join(codec.axis_error_names(int(wd_bit), self.firmware))} "
+                    f"error (the watchdog tripped while the axis was idle, before enable) with 'w axis{a}.error 0'")
         for a, m, lim in zip(self._axes, self._maps, self._limits):
             if lim is not None:     # what the capability check counted on (drivers.odrive.capabilities_ascii)
-                self._port.write_line(f"w axis{a}.motor.config.current_lim {_fmt(lim['current_limit_a'])}")
-                self._port.write_line(f"w axis{a}.controller.config.vel_limit "
-                                      f"{_fmt(_vel_limit_rev_s(m, lim.get('velocity_limit_rad_s')))}")
-            self._port.write_line(f"w axis{a}.controller.config.control_mode {int(codec.ControlMode.TORQUE_CONTROL)}")
-            self._port.write_line(f"w axis{a}.controller.config.input_mode {int(codec.InputMode.PASSTHROUGH)}")
+                self._write_checked(f"axis{a}.motor.config.current_lim", _fmt(lim["current_limit_a"]))
+                self._write_checked(f"axis{a}.controller.config.vel_limit",
+                                    _fmt(_vel_limit_rev_s(m, lim.get("velocity_limit_rad_s"))))
+            self._write_checked(f"axis{a}.controller.config.control_mode", int(codec.ControlMode.TORQUE_CONTROL))
+            self._write_checked(f"axis{a}.controller.config.input_mode", int(codec.InputMode.PASSTHROUGH))
             self._port.write_line(f"c {a} 0")
-            self._port.write_line(f"w axis{a}.requested_state {int(AxisState.CLOSED_LOOP_CONTROL)}")
+            self._write_checked(f"axis{a}.requested_state", int(AxisState.CLOSED_LOOP_CONTROL))
         self._enabled_cmd = True
         deadline = time.monotonic() + self.enable_timeout_s
         closed = int(AxisState.CLOSED_LOOP_CONTROL)
         while True:
-            self._poll_status(None)
+            self._poll_status(None, feed=True)
             if (self._state == closed).all():
                 break
             bad = [j for j in range(self.n_joints) if self._err[j] != 0 and self._state[j] != closed]

@@ -17,7 +17,7 @@ import time
 
 from dynamics.errors import CommsError, CommsTimeoutError, DecodeError
 
-__all__ = ["LineFramer", "SerialTransport", "encode_line", "SERIAL_BAUD_MAX"]
+__all__ = ["LineFramer", "SerialTransport", "encode_line", "decode_line", "check_timeout", "SERIAL_BAUD_MAX"]
 
 try:  # POSIX: pyserial's port (re)configuration raises termios.error, which is no OSError
     import termios as _termios
@@ -41,6 +41,37 @@ def encode_line(text: str, terminator: bytes = b"\n", encoding: str = "ascii") -
     if terminator in raw:
         raise CommsError(f"line {text!r} contains the terminator {terminator!r}")
     return raw + terminator
+
+
+def decode_line(line: bytes, encoding: str | None, url) -> str | bytes:
+    """A received line (its terminator stripped) as ``str``, or ``bytes`` with ``encoding=None``.
+
+    Raises
+    ------
+    DecodeError
+        The line is not ``encoding`` (names the port ``url``).
+    """
+    if encoding is None:
+        return line
+    try:
+        return line.decode(encoding)
+    except UnicodeDecodeError as err:
+        raise DecodeError(f"serial port {url!r}: line {line!r} is not {encoding}") from err
+
+
+def check_timeout(value, name: str) -> float:
+    """``value`` as a timeout [s]: a finite number >= 0 (not a bool).
+
+    Raises
+    ------
+    CommsError
+        Anything else (names ``name``).
+    """
+    if type(value) is float and 0.0 <= value < math.inf:      # the common case, at once
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+        raise CommsError(f"{name} must be finite and >= 0, got {value!r}")
+    return float(value)
 
 
 #: the fastest serial line a USB adapter runs [bit/s] (FTDI high-speed parts: 12 Mbaud)
@@ -138,11 +169,9 @@ class SerialTransport:
                  port=None):
         if isinstance(baudrate, bool) or not isinstance(baudrate, int) or not 1 <= baudrate <= SERIAL_BAUD_MAX:
             raise CommsError(f"baudrate must be an integer in 1..{SERIAL_BAUD_MAX} bit/s, got {baudrate!r}")
-        for name, v in (("timeout_s", timeout_s), ("write_timeout_s", write_timeout_s)):
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise CommsError(f"{name} must be finite and >= 0, got {v!r}")
         self.url = url
-        self.timeout_s = float(timeout_s)
+        self.timeout_s = check_timeout(timeout_s, "timeout_s")
+        write_timeout_s = check_timeout(write_timeout_s, "write_timeout_s")
         self._framer = LineFramer(terminator, max_line_bytes)
         self._lines: list[bytes] = []
         self._closed = False
@@ -211,10 +240,7 @@ class SerialTransport:
             raise CommsError(f"serial port {self.url!r}: read failed: {err}") from err
 
     def _deadline(self, timeout_s: float | None) -> float:
-        t = self.timeout_s if timeout_s is None else float(timeout_s)
-        if not (math.isfinite(t) and t >= 0):
-            raise CommsError(f"timeout_s must be finite and >= 0, got {timeout_s!r}")
-        return time.monotonic() + t
+        return time.monotonic() + (self.timeout_s if timeout_s is None else check_timeout(timeout_s, "timeout_s"))
 
     def read(self, n: int, timeout_s: float | None = None) -> bytes:
         """Read exactly ``n`` bytes (line-buffered data is consumed first).
@@ -266,13 +292,7 @@ class SerialTransport:
                 self._lines.extend(self._framer.feed(chunk))
             elif time.monotonic() >= deadline:
                 raise CommsTimeoutError(f"serial port {self.url!r}: no complete line in time")
-        line = self._lines.pop(0)
-        if encoding is None:
-            return line
-        try:
-            return line.decode(encoding)
-        except UnicodeDecodeError as err:
-            raise DecodeError(f"serial port {self.url!r}: line {line!r} is not {encoding}") from err
+        return decode_line(self._lines.pop(0), encoding, self.url)
 
     def write_line(self, text: str, encoding: str = "ascii") -> None:
         """Write ``text`` plus the terminator."""

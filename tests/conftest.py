@@ -34,6 +34,36 @@ except ImportError:  # pragma: no cover - not POSIX: no lock, tests run as sched
 INTERFERENCE = "interference:"
 
 
+class Recorder:
+    """A serial port that records what a driver writes and reads through it (``("w", bytes)``,
+    ``("r", bytes)``, ``("timeout", n)``), for the tests of the serial drivers."""
+
+    def __init__(self, port):
+        self.port = port
+        self.url = port.url
+        self.log: list = []
+
+    def write(self, data):
+        self.log.append(("w", bytes(data)))
+        self.port.write(data)
+
+    def read(self, n, timeout_s=None):
+        from dynamics.errors import CommsTimeoutError
+        try:
+            out = self.port.read(n, timeout_s)
+        except CommsTimeoutError:
+            self.log.append(("timeout", n))
+            raise
+        self.log.append(("r", out))
+        return out
+
+    def reset_input(self):
+        self.port.reset_input()
+
+    def close(self):
+        self.port.close()
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "exclusive: timing-sensitive (wall clock, reply timeouts, another process); "

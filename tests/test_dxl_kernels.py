@@ -31,6 +31,11 @@ from drivers.sim.plant import SimulatedPlant
 from dynamics import load_model
 from dynamics.errors import CommsTimeoutError, DriverError
 
+try:
+    from tests.conftest import Recorder
+except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from conftest import Recorder
+
 ROBOT = Path(__file__).resolve().parents[1] / "hil_configs" / "robots" / "dxl_3dof_arm.toml"
 MODELS = ("XM430-W350", "XM540-W270", "XH430-W350")
 A = dx.Addr
@@ -106,30 +111,6 @@ def test_sync_write_stuffing_and_crc_of_the_frame_helper():
 
 
 # --- the driver's Fast Sync Read decoding, in sessions ----------------------------------------------
-class Recorder:
-    def __init__(self, port):
-        self.port, self.url, self.log = port, port.url, []
-
-    def write(self, data):
-        self.log.append(("w", bytes(data)))
-        self.port.write(data)
-
-    def read(self, n, timeout_s=None):
-        try:
-            out = self.port.read(n, timeout_s)
-        except CommsTimeoutError:
-            self.log.append(("timeout", n))
-            raise
-        self.log.append(("r", out))
-        return out
-
-    def reset_input(self):
-        self.port.reset_input()
-
-    def close(self):
-        self.port.close()
-
-
 def _bus(model, clock, maps, *, fast: bool, baud: int = 1_000_000) -> DynamixelBusEmulator:
     plant = SimulatedPlant(model, q0=np.array([0.1, -0.2, 0.3]), t0_s=0.0, encoder_counts_per_rev=4096)
     emu = DynamixelBusEmulator([ServoConfig(i + 1, i, m, maps[i]) for i, m in enumerate(MODELS)], plant, clock,

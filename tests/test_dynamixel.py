@@ -33,8 +33,10 @@ from dynamics.config import Section
 from dynamics.errors import CommsError, CommsTimeoutError, ConfigError, DeviceFaultError, DriverError
 
 try:
+    from tests.conftest import Recorder
     from tests.serve_process import CpuWatch, interfered
 except ImportError:  # pragma: no cover - rootdir not on sys.path
+    from conftest import Recorder
     from serve_process import CpuWatch, interfered
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -406,34 +408,6 @@ def _emulator(model, clock, *, serve: str, baud: int = 1_000_000) -> DynamixelBu
     plant = SimulatedPlant(model, q0=np.array([0.1, -0.2, 0.3]), t0_s=0.0)
     cfgs = [ServoConfig(i + 1, i, m, _mapping(m)) for i, m in enumerate(MODELS)]
     return DynamixelBusEmulator(cfgs, plant, clock, baudrate=baud, serve=serve)
-
-
-class Recorder:
-    """A port that records what the driver writes and reads through it."""
-
-    def __init__(self, port):
-        self.port = port
-        self.url = port.url
-        self.log: list = []
-
-    def write(self, data):
-        self.log.append(("w", bytes(data)))
-        self.port.write(data)
-
-    def read(self, n, timeout_s=None):
-        try:
-            out = self.port.read(n, timeout_s)
-        except CommsTimeoutError:
-            self.log.append(("timeout", n))
-            raise
-        self.log.append(("r", out))
-        return out
-
-    def reset_input(self):
-        self.port.reset_input()
-
-    def close(self):
-        self.port.close()
 
 
 def _session(model, serve: str, read_mode: str):

@@ -94,41 +94,49 @@ def test_feedback_reply_and_checksums(rig):
 
 def test_errors_of_the_command_layer(rig):
     clk, plant, emu = rig
-    assert ask(emu, clk, b"x 0") == [b"unknown command\r\n"]
-    assert ask(emu, clk, b"") == [b"unknown command\r\n"]    # an empty line is processed too
-    assert ask(emu, clk, b"c 0") == [b"invalid command format\r\n"]
-    assert ask(emu, clk, b"c 2 1.0") == [b"invalid motor 2\r\n"]
-    assert ask(emu, clk, b"c -1 0") == [b"invalid motor 4294967295\r\n"]     # %u takes the sign, wraps
-    assert ask(emu, clk, b"f") == [b"invalid command format\r\n"]
-    assert ask(emu, clk, b"c 0 1.5") == []                  # commands answer nothing
-    assert ask(emu, clk, b"u 0") == []
-    assert ask(emu, clk, b"e 0") == [b"invalid command format\r\n"]
-    assert ask(emu, clk, b"esl 0 8192") == [b"encoder set to 8192\r\n"]
-    assert ask(emu, clk, b"r axis0.encoder.pos_estimate") == [b"1.000000\r\n"]
-    assert ask(emu, clk, b"esl 0 -1") == [b"encoder set to 4294967295\r\n"]
+    # (line, the firmware's answer), in order (some lines change the state the next ones read)
+    for line, want in [
+        (b"x 0", [b"unknown command\r\n"]),
+        (b"", [b"unknown command\r\n"]),  # an empty line is processed too
+        (b"c 0", [b"invalid command format\r\n"]),
+        (b"c 2 1.0", [b"invalid motor 2\r\n"]),
+        (b"c -1 0", [b"invalid motor 4294967295\r\n"]),  # %u takes the sign, wraps
+        (b"f", [b"invalid command format\r\n"]),
+        (b"c 0 1.5", []),  # commands answer nothing
+        (b"u 0", []),
+        (b"e 0", [b"invalid command format\r\n"]),
+        (b"esl 0 8192", [b"encoder set to 8192\r\n"]),
+        (b"r axis0.encoder.pos_estimate", [b"1.000000\r\n"]),
+        (b"esl 0 -1", [b"encoder set to 4294967295\r\n"]),
+    ]:
+        assert ask(emu, clk, line) == want, line
 
 
 def test_properties_read_and_write(rig):
     clk, plant, emu = rig
-    assert ask(emu, clk, b"r axis0.current_state") == [b"1\r\n"]
-    assert ask(emu, clk, b"r axis1.error") == [b"0\r\n"]
-    assert ask(emu, clk, b"r axis0.motor.config.current_lim") == [b"10.000000\r\n"]
-    assert ask(emu, clk, b"r axis0.config.enable_watchdog") == [b"1\r\n"]
-    assert ask(emu, clk, b"r vbus_voltage") == [b"24.000000\r\n"]
-    assert ask(emu, clk, b"r fw_version_minor") == [b"5\r\n"]
-    assert ask(emu, clk, b"w axis0.motor.config.current_lim 100") == []
-    assert ask(emu, clk, b"r axis0.motor.config.current_lim") == [b"100.00000\r\n"]   # 10-byte buffer: cut
-    assert ask(emu, clk, b"r axis0.nonsense") == [b"invalid property\r\n"]
-    assert ask(emu, clk, b"r axis0") == [b"invalid property\r\n"]
-    assert ask(emu, clk, b"r axis2.error") == [b"invalid property\r\n"]
-    assert ask(emu, clk, b"r") == [b"invalid command format\r\n"]
-    assert ask(emu, clk, b"w axis0.current_state 8") == [b"not implemented\r\n"]     # read-only
-    assert ask(emu, clk, b"w axis0.controller.input_torque abc") == [b"not implemented\r\n"]
-    assert ask(emu, clk, b"w axis0.nonsense 1") == [b"invalid property\r\n"]
-    assert ask(emu, clk, b"w axis0.requested_state 8") == []
-    assert ask(emu, clk, b"r axis0.current_state") == [b"8\r\n"]
-    assert ask(emu, clk, b"r axis0.requested_state") == [b"0\r\n"]        # consumed
-    assert ask(emu, clk, b"r axis0.motor.is_armed") == [b"1\r\n"]
+    # (line, the firmware's answer), in order (some lines change the state the next ones read)
+    for line, want in [
+        (b"r axis0.current_state", [b"1\r\n"]),
+        (b"r axis1.error", [b"0\r\n"]),
+        (b"r axis0.motor.config.current_lim", [b"10.000000\r\n"]),
+        (b"r axis0.config.enable_watchdog", [b"1\r\n"]),
+        (b"r vbus_voltage", [b"24.000000\r\n"]),
+        (b"r fw_version_minor", [b"5\r\n"]),
+        (b"w axis0.motor.config.current_lim 100", []),
+        (b"r axis0.motor.config.current_lim", [b"100.00000\r\n"]),  # 10-byte buffer: cut
+        (b"r axis0.nonsense", [b"invalid property\r\n"]),
+        (b"r axis0", [b"invalid property\r\n"]),
+        (b"r axis2.error", [b"invalid property\r\n"]),
+        (b"r", [b"invalid command format\r\n"]),
+        (b"w axis0.current_state 8", [b"not implemented\r\n"]),  # read-only
+        (b"w axis0.controller.input_torque abc", [b"not implemented\r\n"]),
+        (b"w axis0.nonsense 1", [b"invalid property\r\n"]),
+        (b"w axis0.requested_state 8", []),
+        (b"r axis0.current_state", [b"8\r\n"]),
+        (b"r axis0.requested_state", [b"0\r\n"]),  # consumed
+        (b"r axis0.motor.is_armed", [b"1\r\n"]),
+    ]:
+        assert ask(emu, clk, line) == want, line
 
 
 def test_help_info_and_reply_buffer(rig):
@@ -241,6 +249,13 @@ def driver_on(emu, clk, port, status_every=5):
                              error_property="error", limits=lims)
 
 
+def enabled(emu, clk, status_every=5):
+    """Our driver on an inline port (wire time counted), enabled."""
+    drv = driver_on(emu, clk, emu.inline_port(timeout_s=0.01, wire_time="count"), status_every)
+    drv.enable()
+    return drv
+
+
 def test_driver_bytes_and_feedback(rig):
     clk, plant, emu = rig
     port = emu.inline_port(timeout_s=0.01, wire_time="count")
@@ -250,10 +265,15 @@ def test_driver_bytes_and_feedback(rig):
     drv = driver_on(emu, clk, port)
     fb = drv.enable()
     assert fb.enabled.all() and fb.fresh.all()
-    assert b"".join(sent).startswith(b"r axis0.current_state\nr axis0.error\nr axis1.current_state\nr axis1.error\n"
-                                     b"w axis0.motor.config.current_lim 40\nw axis0.controller.config.vel_limit "
-                                     b"3.402823e+38\nw axis0.controller.config.control_mode 1\n"
-                                     b"w axis0.controller.config.input_mode 1\nc 0 0\nw axis0.requested_state 8\n")
+    # every enable line after both axes' watchdog feeds; each write followed by a read of its
+    # property (the firmware answers a write only to refuse it)
+    feed = b"u 0\nu 1\n"
+    checked = [(b"axis0.motor.config.current_lim", b"40"), (b"axis0.controller.config.vel_limit", b"3.402823e+38"),
+               (b"axis0.controller.config.control_mode", b"1"), (b"axis0.controller.config.input_mode", b"1")]
+    assert sent[:4 + len(checked)] == (
+        [feed + b"r axis%d.%s\n" % (a, p) for a in (0, 1) for p in (b"current_state", b"error")]
+        + [feed + b"w %s %s\nr %s\n" % (p, v, p) for p, v in checked])
+    assert sent[8:10] == [b"c 0 0\n", feed + b"w axis0.requested_state 8\nr axis0.requested_state\n"]
     sent.clear()
     clk.t += 0.005
     fb = drv.cycle(Command(np.array([10.0, 1.8])))
@@ -270,9 +290,7 @@ def test_driver_bytes_and_feedback(rig):
 
 def test_garbled_replies_never_taken(rig):
     clk, plant, emu = rig
-    port = emu.inline_port(timeout_s=0.01, wire_time="count")
-    drv = driver_on(emu, clk, port, status_every=0)
-    drv.enable()
+    drv = enabled(emu, clk, status_every=0)
     clk.t += 0.005
     good = drv.cycle(Command(np.zeros(2)))
     for bad in (b"0.12\xff45 0.0\r\n", b"0.1 0.2 0.3\r\n", b"nan 0.0\r\n", b"unknown command\r\n"):
@@ -296,9 +314,7 @@ def test_garbled_replies_never_taken(rig):
 
 def test_driver_sees_the_watchdog_trip(rig):
     clk, plant, emu = rig
-    port = emu.inline_port(timeout_s=0.01, wire_time="count")
-    drv = driver_on(emu, clk, port, status_every=1)
-    drv.enable()
+    drv = enabled(emu, clk, status_every=1)
     for _ in range(10):
         clk.t += 0.005
         fb = drv.cycle(Command(np.array([4.0, 1.0])))
@@ -314,9 +330,7 @@ def test_driver_sees_the_watchdog_trip(rig):
 
 def test_dead_port_raises(rig):
     clk, plant, emu = rig
-    port = emu.inline_port(timeout_s=0.01, wire_time="count")
-    drv = driver_on(emu, clk, port)
-    drv.enable()
+    drv = enabled(emu, clk)
     emu.disconnect()
     clk.t += 0.005
     with pytest.raises(CommsError):
@@ -404,4 +418,89 @@ def test_enable_clears_a_stale_watchdog_trip_only(rig):
     emu.inject_error(1, 0x40)                              # MOTOR_FAILED
     with pytest.raises(DeviceFaultError, match="axis 1: MOTOR_FAILED"):
         drv.enable()
+    drv.close()
+
+
+def test_enable_records_the_cleared_trip_in_the_run(tmp_path):
+    """The stale trip enable clears is listed in the driver's enable_notes and in the run's
+    messages (and so in meta.json), one line per axis."""
+    from controller.app.run import build_run, load_run
+    path = os.path.join(os.path.dirname(__file__), "..", "hil_configs", "runs", "seed003_2r_odrive_ascii.toml")
+    run = build_run(load_run(path, duration_s=0.05), out_dir=tmp_path / "run")
+    (emu,) = run.driver.emulators
+    for k in (0, 1):                     # idle axes whose watchdog tripped before anyone fed it
+        emu.inject_error(k, WATCHDOG_TIMER_EXPIRED)
+    res = run.execute()
+    assert res.status == "completed"
+    notes = [m for m in res.messages if "WATCHDOG_TIMER_EXPIRED" in m]
+    assert len(notes) == 2 and "axis 0" in notes[0] and "w axis0.error 0" in notes[0] and "axis 1" in notes[1]
+    assert emu.axis_error(0) == 0 and emu.axis_error(1) == 0
+
+
+class StalledHost:
+    """The driver's port on a host that stalls ``stall_s`` of loop time before each write."""
+
+    def __init__(self, port, clk, stall_s):
+        self.port, self.clk, self.stall_s, self.url = port, clk, stall_s, port.url
+
+    def write(self, data):
+        self.clk.t += self.stall_s
+        self.port.write(data)
+
+    def write_line(self, text):
+        self.clk.t += self.stall_s
+        self.port.write_line(text)
+
+    def __getattr__(self, name):
+        return getattr(self.port, name)
+
+
+def test_enable_feeds_the_watchdog_while_it_works(rig):
+    """A 0.1 s watchdog and a host that stalls 20 ms before each write: enable takes far longer
+    than the watchdog, which it feeds (``u``) with every line, so no axis trips (the old enable
+    fed nothing until its requests: the idle axes tripped while it set them up, and the
+    request to closed loop was refused)."""
+    clk, plant, emu = rig
+    port = StalledHost(emu.inline_port(timeout_s=0.01, wire_time="count"), clk, 0.02)
+    drv = driver_on(emu, clk, port)
+    fb = drv.enable()
+    assert clk.t > 0.3                                      # enable took three watchdog periods
+    assert fb.enabled.all() and not fb.fault.any() and drv.enable_notes == []
+    assert emu.axis_error(0) == 0 and emu.axis_error(1) == 0
+    drv.close()
+
+
+@pytest.mark.parametrize("prop, answer", [
+    ("requested_state", "not implemented"),             # as 0.5.1-0.5.3 answered it (their release notes)
+    ("controller.config.input_mode", "invalid property"),  # a firmware without the property
+])
+def test_enable_checks_what_the_firmware_answers_its_writes(rig, monkeypatch, prop, answer):
+    """The firmware answers a ``w`` only to refuse it: enable names the refused write (the old
+    enable ignored the answer, which the next status read then took for its own)."""
+    from drivers.sim import odrive_ascii_emulator as oae
+    from dynamics.errors import DeviceFaultError
+    props = dict(oae._AXIS_PROPS)
+    if answer == "not implemented":
+        props[prop] = (props[prop][0], False)               # read-only: no set_string
+    else:
+        del props[prop]
+    monkeypatch.setattr(oae, "_AXIS_PROPS", props)
+    clk, plant, emu = rig
+    drv = driver_on(emu, clk, emu.inline_port(timeout_s=0.01, wire_time="count"))
+    with pytest.raises(DeviceFaultError, match=f"refused 'w axis0.{prop} [0-9]+': '{answer}'"):
+        drv.enable()
+    assert emu.axis_state(0) == 1 and emu.axis_state(1) == 1
+    drv.close()
+
+
+def test_enable_refuses_a_status_property_the_firmware_does_not_have(rig):
+    """error_property "active_errors" (0.6) on a 0.5.6 ODrive: the firmware answers ``invalid
+    property``, which the old driver took for a garbled reply, never seeing an axis error."""
+    from dynamics.errors import DriverError
+    clk, plant, emu = rig
+    port = emu.inline_port(timeout_s=0.01, wire_time="count")
+    drv = OdriveAsciiDriver(port, [0, 1], MAPS, now=clk.now, reply_timeout_s=0.01, error_property="active_errors")
+    with pytest.raises(DriverError, match="'r axis0.active_errors'.*'invalid property'.*error_property"):
+        drv.enable()
+    assert emu.axis_state(0) == 1
     drv.close()

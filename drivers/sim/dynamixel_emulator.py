@@ -37,7 +37,9 @@ one :class:`EmulatedServo` per ID behaves like the X-series firmware
 Timing: replies are written to the master after the request's and reply's
 wire time at ``baudrate`` (10 bits per byte) plus the servo's Return Delay
 Time (9), one device after the other, all in wall-clock time (inline: the
-port waits for that schedule, or counts it, :class:`InlineDynamixelPort`).  The plant is
+port waits for that schedule, or counts it, :class:`InlineDynamixelPort`).  The pty, the
+serving thread, the inline port and the byte time are every serial device's
+(:mod:`drivers.sim.serial_emulator`); this module holds the servos' firmware.  The plant is
 advanced on the loop clock ``now()`` when a packet has been received (timed
 events such as a watchdog expiry at their own due time), as
 :class:`~drivers.sim.emulators.EmulatorHost` does for the CAN devices.
@@ -53,37 +55,22 @@ the plant's step; everything else takes the Python path below, the reference
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
-import os
-import select
 import struct
-import threading
-import time
-import tty
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
-from dynamics.errors import CommsError, CommsTimeoutError, ConfigError, DecodeError, DriverError
+from dynamics.errors import ConfigError, DecodeError, DriverError
 from ..base import JointMapping
 from ..codecs import dynamixel as dx
 from ..codecs.dynamixel import Addr, Inst, StatusError
 from . import _dxl_kernel as _dk
 from .plant import Plant
+from .serial_emulator import TIME_EPS_S as _TIME_EPS_S, InlineSerialPort, SerialDeviceEmulator
 
-__all__ = ["ServoConfig", "EmulatedServo", "DynamixelBusEmulator", "InlineDynamixelPort", "SERVE_MODES",
-           "WIRE_TIME_MODES"]
-
-_BITS_PER_BYTE = 10    # 8N1
-_TIME_EPS_S = 1e-9
-
-#: how the servos are served: from a thread on a pseudo-terminal, or inline in the driver's thread
-SERVE_MODES = ("thread", "inline")
-#: how an inline port spends the wire time: waited in wall-clock time, or counted (InlineDynamixelPort)
-WIRE_TIME_MODES = ("wait", "count")
+__all__ = ["ServoConfig", "EmulatedServo", "DynamixelBusEmulator", "InlineDynamixelPort"]
 
 
 @dataclass(frozen=True)
@@ -518,7 +505,7 @@ def _warm_plant(plant: Plant) -> None:
     plant.warm_up()
 
 
-class DynamixelBusEmulator:
+class DynamixelBusEmulator(SerialDeviceEmulator):
     """A Dynamixel bus of emulated servos, served on a pseudo-terminal from a background thread,
     or inline in the driver's thread through :meth:`inline_port`.
 
@@ -546,12 +533,11 @@ class DynamixelBusEmulator:
     the controller side), :meth:`disconnect` (the port disappears).
     """
 
+    NAME = "Dynamixel"
+
     def __init__(self, servos: Sequence[ServoConfig], plant: Plant, now: Callable[[], float], *,
                  baudrate: int = 4_000_000, poll_s: float = 0.005, serve: str = "thread"):
-        if not (isinstance(baudrate, int) and baudrate > 0):
-            raise ConfigError(f"must be a positive integer, got {baudrate!r}", field="baudrate")
-        if serve not in SERVE_MODES:
-            raise ConfigError(f"must be one of {SERVE_MODES}, got {serve!r}", field="serve")
+        self._serial_init(now, baudrate, serve, poll_s)
         self._servos: dict[int, EmulatedServo] = {}
         self._slots: list[EmulatedServo] = []
         self.plant = plant
@@ -566,37 +552,12 @@ class DynamixelBusEmulator:
         #: reference, :meth:`_serve_fast`)
         self.fast = True
         _warm_plant(plant)
-        self._lock = threading.RLock()
         self.add_servos(servos)
-        self._now = now
-        self.baudrate = int(baudrate)
-        self._byte_s = _BITS_PER_BYTE / self.baudrate
-        self._poll = float(poll_s)
         self._framer = dx.PacketFramer()
-        self._outq: list = []
-        self._seq = itertools.count()
         self._bus_free = 0.0
-        self._corrupt = 0
         self.packets_in = 0
-        self.packets_out = 0
         self.crc_errors_in = 0
-        self._error: BaseException | None = None
-        self._stop = threading.Event()
-        self._idle = threading.Condition()
-        self._idle_polls = 0                  # completed polls that found nothing to do
-        self._closed = False
-        self.serve = serve
-        self._failed = False                  # inline: serving stopped by an error (a dead thread)
-        if serve == "inline":
-            self._master = self._slave = -1
-            self.port_path = None
-            self._thread = None
-            return
-        self._master, self._slave = os.openpty()
-        tty.setraw(self._slave)
-        self.port_path = os.ttyname(self._slave)
-        self._thread = threading.Thread(target=self._run, name="torqueloop-dynamixel-bus", daemon=True)
-        self._thread.start()
+        self._start("torqueloop-dynamixel-bus")
 
     def add_servos(self, servos: Sequence[ServoConfig]) -> None:
         """Connect servos to the bus (distinct IDs and joints; may be called while serving)."""
@@ -663,75 +624,6 @@ class DynamixelBusEmulator:
         with self._lock:
             self.servo(dxl_id).silent = bool(silent)
 
-    def corrupt_replies(self, n: int = 1) -> None:
-        """Flip one bit in each of the next ``n`` reply packets (the controller sees CRC errors)."""
-        with self._lock:
-            self._corrupt += int(n)
-
-    def disconnect(self) -> None:
-        """The adapter disappears: close the pseudo-terminal (reads on the port fail from now on;
-        inline: the port's reads and writes fail)."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(2.0)
-        for fd in (self._master, self._slave):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._master = self._slave = -1
-
-    def sync(self, timeout_s: float = 5.0) -> None:
-        """Block until every byte written to the port before this call was handled.
-
-        Waits for the serving thread to complete an idle poll (nothing to read, no
-        reply pending) that started after the call, as :meth:`EmulatorHost.sync`
-        does for the CAN emulators.  Inline, every byte was handled when it was
-        written: the servos' timers and the plant are brought up to ``now()``.
-
-        Raises
-        ------
-        CommsError
-            The serving thread stopped (with its error) or the port was disconnected.
-        CommsTimeoutError
-            Not synchronised within ``timeout_s`` (wall clock).
-        """
-        self.check()
-        if self._stop.is_set():
-            raise CommsError("Dynamixel emulator is disconnected")
-        if self._thread is None:              # inline: what an idle poll of the thread does
-            if not self._failed:
-                self.advance_to(self._now())
-            return
-        deadline = time.monotonic() + timeout_s
-        with self._idle:
-            target = self._idle_polls + 2      # the poll running now may have started before the call
-            while self._idle_polls < target:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._thread.is_alive():
-                    break
-                self._idle.wait(min(left, 0.05))
-        self.check()
-        if self._idle_polls < target:
-            raise CommsTimeoutError(f"Dynamixel emulator not idle within {timeout_s} s")
-
-    def advance_to(self, t_s: float) -> None:
-        """Run the servos' timed events (the bus watchdog) due up to loop time ``t_s`` [s], then
-        advance the plant to ``t_s``, in the caller's thread.
-
-        The serving thread does this on every packet and idle poll; after :meth:`disconnect`
-        there is no thread, but the servos are still powered and their watchdogs still run: this
-        is how loop time passes for them then.
-        """
-        with self._lock:
-            self._advance(float(t_s))
-
-    def check(self) -> None:
-        """Re-raise an error that stopped the serving thread."""
-        err, self._error = self._error, None
-        if err is not None:
-            raise CommsError(f"Dynamixel emulator stopped: {err}") from err
-
     # -- serving ----------------------------------------------------------------------------------
     def _advance(self, t: float) -> None:
         plant = self.plant
@@ -753,12 +645,7 @@ class DynamixelBusEmulator:
         for s, data in replies:
             start = max(free, t_request_end + s.get(Addr.RETURN_DELAY_TIME) * dx.RETURN_DELAY_S_PER_LSB)
             release = start + len(data) * self._byte_s
-            if self._corrupt > 0:
-                self._corrupt -= 1
-                b = bytearray(data)
-                b[len(b) // 2] ^= 0x10
-                data = bytes(b)
-            heapq.heappush(self._outq, (release, next(self._seq), data))
+            self._push_reply(release, data)
             free = release
         self._bus_free = free
 
@@ -844,18 +731,6 @@ class DynamixelBusEmulator:
             # one packet built by the devices in turn: the first one's return delay starts it
             replies.append((segs[0][0], data))
 
-    def inline_port(self, timeout_s: float = 0.1, wire_time: str = "wait") -> "InlineDynamixelPort":
-        """The driver's end of an inline bus (``serve="inline"``): see :class:`InlineDynamixelPort`.
-
-        Raises
-        ------
-        DriverError
-            The bus is served by its thread (open :attr:`port_path` instead).
-        """
-        if self._thread is not None or self.serve != "inline":
-            raise DriverError("a threaded Dynamixel emulator is reached through its pseudo-terminal (port_path)")
-        return InlineDynamixelPort(self, timeout_s=timeout_s, wire_time=wire_time)
-
     def _receive(self, data: bytes, t_start: float) -> None:
         """Inline serving: the bytes a driver wrote, on the wire from wall time ``t_start`` [s].
 
@@ -940,74 +815,20 @@ class DynamixelBusEmulator:
                            max(self._bus_free, t_end))
         return True
 
-    def _pop_reply(self, until: float):
-        """Inline: ``(t, packet)`` of the next reply packet if it is complete on the wire by wall
-        time ``until`` [s] (taken off the wire), else None."""
-        q = self._outq
-        if not q or q[0][0] > until:
-            return None
+    def _serve_read(self, data: bytes, t_read: float) -> None:
+        """The thread: each packet of bytes read at wall time ``t_read`` [s] is complete on the
+        wire its own bytes' time later (no compiled path: the thread serves in Python)."""
         with self._lock:
-            t, _, data = heapq.heappop(q)
-            self.packets_out += 1
-        return t, data
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                wait = self._poll
-                if self._outq:
-                    wait = max(0.0, min(wait, self._outq[0][0] - time.monotonic()))
-                r, _, _ = select.select([self._master], [], [], wait)
-                now = time.monotonic()
-                if r:
-                    try:
-                        data = os.read(self._master, 4096)
-                    except OSError:
-                        data = b""
-                    if data:
-                        with self._lock:
-                            for item in self._framer.feed(data):
-                                if not isinstance(item, DecodeError):
-                                    self.packets_in += 1
-                                # the request is complete on the wire one byte time per byte later
-                                self._handle(item, now + len(getattr(item, "raw", b"")) * self._byte_s)
-                while self._outq and self._outq[0][0] <= time.monotonic():
-                    _, _, out = heapq.heappop(self._outq)
-                    os.write(self._master, out)
-                    self.packets_out += 1
-                if self._outq:
-                    delay = self._outq[0][0] - time.monotonic()
-                    if 0 < delay < 0.0005:
-                        time.sleep(delay)
-                elif not r:
-                    with self._lock:           # the servos' timers run without packets too
-                        self._advance(self._now())
-                    with self._idle:
-                        self._idle_polls += 1
-                        self._idle.notify_all()
-        except BaseException as err:  # re-raised by check(); the thread must not die silently
-            self._error = err
-
-    def close(self) -> None:
-        """Stop the thread and close the pseudo-terminal; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        self.disconnect()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
+            for item in self._framer.feed(data):
+                if not isinstance(item, DecodeError):
+                    self.packets_in += 1
+                self._handle(item, t_read + len(getattr(item, "raw", b"")) * self._byte_s)
 
 
-class InlineDynamixelPort:
+class InlineDynamixelPort(InlineSerialPort):
     """The driver's serial port to a :class:`DynamixelBusEmulator` served inline (no pseudo-terminal,
-    no thread): what :class:`~drivers.serial_port.SerialTransport` is to the emulator's pty, with
-    the same methods the driver uses (:meth:`write`, :meth:`read`, :meth:`reset_input`,
-    :meth:`close`) and the same errors.
+    no thread): an :class:`~drivers.sim.serial_emulator.InlineSerialPort` (``wire_time``
+    ``"wait"`` or ``"count"``).
 
     :meth:`write` hands the bytes to the servos at once: each packet is executed, in this thread,
     at the loop time ``now()``, when it is complete on the modelled wire.  Their status packets
@@ -1015,143 +836,9 @@ class InlineDynamixelPort:
     request's last byte and the servo's Return Delay Time (9), after the replies before it, and
     lasts its bytes' time at the baud rate (10 bits a byte).  A read gets a reply packet once its
     last byte is on the wire.
-
-    Parameters
-    ----------
-    emulator : DynamixelBusEmulator
-        Made with ``serve="inline"`` (:meth:`DynamixelBusEmulator.inline_port`).
-    timeout_s : float
-        Default read deadline [s].
-    wire_time : {"wait", "count"}
-        ``"wait"``: reads wait for the wire in wall-clock time, as on the pty or a real bus: a
-        cycle lasts its wire time, and a read nobody answers waits its timeout out (for the
-        wall clock).  ``"count"``: the wire time is counted on a bus time the port keeps (its
-        own time line, moved by the wire alone), not waited: a read gets a reply when the reply
-        is complete on the wire before the read's deadline (the bus time plus the read's
-        timeout: the driver's deadline less the wall time it already spent), the bus time then
-        moves to the reply's end; a read nobody answers fails at once, the bus time moved by
-        its timeout.  The same answers and the same timeouts, without spending the wall time:
-        for the lock-step clock, on which no loop time passes while the driver waits.
     """
 
-    def __init__(self, emulator: DynamixelBusEmulator, *, timeout_s: float = 0.1, wire_time: str = "wait"):
-        if wire_time not in WIRE_TIME_MODES:
-            raise ConfigError(f"must be one of {WIRE_TIME_MODES}, got {wire_time!r}", field="wire_time")
-        self.timeout_s = _timeout(timeout_s, "timeout_s")
-        self.url = "inline://dynamixel"
-        self.wire_time = wire_time
-        self._emu = emulator
-        self._count = wire_time == "count"
-        self._buf = bytearray()
-        self._bus_t = 0.0                # "count": the bus time reached [s] (the wire's own time line)
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise CommsError(f"serial port {self.url!r} is closed")
-        if self._emu._stop.is_set():
-            raise CommsError(f"serial port {self.url!r}: the adapter disappeared")
-
-    def _wire_now(self) -> float:
-        """The time on the wire now [s]: the monotonic clock ("wait"), or the bus time ("count")."""
-        return self._bus_t if self._count else time.monotonic()
-
-    def write(self, data: bytes) -> None:
-        """Put ``data`` on the wire: the servos handle it before this returns.
-
-        Raises
-        ------
-        CommsError
-            The port is closed or the adapter disappeared (:meth:`DynamixelBusEmulator.disconnect`).
-        """
-        self._check_open()
-        self._emu._receive(bytes(data), self._wire_now())
-
-    def read(self, n: int, timeout_s: float | None = None) -> bytes:
-        """Read exactly ``n`` bytes.
-
-        Raises
-        ------
-        CommsTimeoutError
-            Fewer than ``n`` bytes arrived before the deadline (they stay buffered).
-        CommsError
-            The port is closed or the adapter disappeared.
-        """
-        self._check_open()
-        buf = self._buf
-        if len(buf) < n:
-            t = self.timeout_s if timeout_s is None else _timeout(timeout_s, "timeout_s")
-            if self._count:
-                self._count_wire(n, t)
-            else:
-                self._wait_wire(n, t)
-        out = bytes(buf[:n])
-        del buf[:n]
-        return out
-
-    def _count_wire(self, n: int, timeout_s: float) -> None:
-        buf = self._buf
-        pop = self._emu._pop_reply
-        deadline = self._wire_now() + timeout_s
-        while len(buf) < n:
-            got = pop(deadline)
-            if got is None:
-                self._bus_t = deadline           # the timeout passed on the wire
-                raise CommsTimeoutError(f"serial port {self.url!r}: got {len(buf)} of {n} bytes in time")
-            t, data = got
-            buf += data
-            if t > self._bus_t:
-                self._bus_t = t
-
-    def _wait_wire(self, n: int, timeout_s: float) -> None:
-        buf = self._buf
-        emu = self._emu
-        deadline = time.monotonic() + timeout_s
-        while True:
-            now = time.monotonic()
-            # past the deadline what already arrived is still read, without waiting
-            while len(buf) < n:
-                got = emu._pop_reply(now)
-                if got is None:
-                    break
-                buf += got[1]
-            if len(buf) >= n:
-                return
-            if now >= deadline:
-                raise CommsTimeoutError(f"serial port {self.url!r}: got {len(buf)} of {n} bytes in time")
-            q = emu._outq
-            due = q[0][0] if q else math.inf
-            time.sleep(max(0.0, min(due, deadline) - now))
-            self._check_open()
-
-    def reset_input(self) -> None:
-        """Discard everything received so far (replies still on the wire come later)."""
-        self._check_open()
-        self._buf.clear()
-        pop = self._emu._pop_reply
-        now = self._wire_now()
-        while pop(now) is not None:
-            pass
-
-    def close(self) -> None:
-        """Close the port; safe to call more than once."""
-        self._closed = True
-
-    def __enter__(self) -> "InlineDynamixelPort":
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self.close()
-        return False
+    URL = "inline://dynamixel"
 
 
-def _timeout(value, name: str) -> float:
-    if type(value) is float and 0.0 <= value < math.inf:      # the common case, at once
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
-        raise CommsError(f"{name} must be finite and >= 0, got {value!r}")
-    return float(value)
+DynamixelBusEmulator.PORT = InlineDynamixelPort

@@ -40,25 +40,17 @@ from dynamics.base import Model
 from dynamics.config import Section
 from dynamics.errors import ConfigError
 
-from ..base import TIMEOUT_MAX_S
-
 __all__ = ["build_sim_dynamixel"]
-
-_SERVE_DOC = ("Dynamixel: the emulated servos answer on a pseudo-terminal from their own thread, or inline "
-              "in the driver's thread on each write (no pty, no thread; the same bytes and firmware)")
-_WIRE_DOC = ("Dynamixel, serve = 'inline': the port's reads wait for the modelled wire in wall-clock time "
-             "(wait: for the wall clock) or count it without waiting (count: the same answers and timeouts, "
-             "for the lock-step clock)")
 
 
 def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transports=None,
                         model: Model | None = None, rng: np.random.Generator | None = None):
     """Registry builder of ``type = "sim_dynamixel"`` (see module docstring)."""
     from .. import dynamixel as real
-    from ..serial_port import SerialTransport
     from .build import _POLL_DOC, _TEMPERATURE_DOC, EmulatedDriver, plant_from_section
     from .planted import device_mappings
-    from .dynamixel_emulator import SERVE_MODES, WIRE_TIME_MODES, DynamixelBusEmulator, ServoConfig
+    from .dynamixel_emulator import DynamixelBusEmulator, ServoConfig
+    from .serial_emulator import driver_on_port, serve_keys
 
     if transports:
         raise section.error("type", "sim_dynamixel opens its own port to the emulated servos; do not pass transports")
@@ -69,22 +61,12 @@ def build_sim_dynamixel(section: Section, *, now: Callable[[], float], transport
     fw = emu_sec.int("firmware_version", 52, minimum=0, maximum=255,
                      doc="Dynamixel: the firmware version the servos report")
     poll = emu_sec.float("poll_s", 0.005, minimum=0.0, strict_min=True, doc=_POLL_DOC)
-    serve = emu_sec.str("serve", "thread", choices=list(SERVE_MODES), doc=_SERVE_DOC)
-    if emu_sec.has("wire_time", doc=_WIRE_DOC) and serve != "inline":
-        raise emu_sec.error("wire_time", 'needs serve = "inline" (the thread waits for the wire)')
-    wire = emu_sec.str("wire_time", "wait", choices=list(WIRE_TIME_MODES), doc=_WIRE_DOC)
+    serve, wire = serve_keys(emu_sec, "Dynamixel", "servos answer")
     baud = section.int("baudrate", 4_000_000, minimum=1) if section.has("baudrate") else 4_000_000
     emu = DynamixelBusEmulator([], plant, now, baudrate=baud, poll_s=poll, serve=serve)
     try:
-        rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["reply_timeout_s"]) \
-            if section.has("reply_timeout_s") else 0.01
-        port = (emu.inline_port(timeout_s=rt, wire_time=wire) if serve == "inline" else
-                SerialTransport(emu.port_path, baudrate=baud, timeout_s=rt, max_line_bytes=1 << 20))
-        try:
-            driver = real.build(section, now=now, transports={"port": port})
-        except BaseException:
-            port.close()
-            raise
+        driver = driver_on_port(emu, section, lambda sec, transports: real.build(sec, now=now, transports=transports),
+                                baudrate=baud, wire_time=wire, max_line_bytes=1 << 20)
         try:
             maps = device_mappings(emu_sec, [s.mapping for s in driver.servos])
             emu_sec.finish()

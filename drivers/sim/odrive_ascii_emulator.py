@@ -63,8 +63,9 @@ first brought to that time); its reply starts ``reply_delay_s`` later (an assump
 firmware's processing time is not in its source) or when the transmit line is free (UART is
 full duplex: replies and requests overlap) and takes its bytes' time.  Inline
 (:class:`InlineOdriveAsciiPort`) the same schedule is waited for (``wire_time="wait"``) or
-counted (``"count"``, for the lock-step clock), as :class:`~drivers.sim.dynamixel_emulator.
-InlineDynamixelPort` does for the Dynamixel bus.
+counted (``"count"``, for the lock-step clock).  The pty, the serving thread, the inline port
+and the byte time are every serial device's (:mod:`drivers.sim.serial_emulator`); this module
+holds the firmware.
 
 Units: the firmware's (turns and turn/s at the motor, N m at the motor); the joint mapping
 (sign, gear ratio, offset, efficiency) of each axis turns them into the plant's joint values.
@@ -73,26 +74,19 @@ Units: the firmware's (turns and turn/s at the motor, N m at the motor); the joi
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
-import os
 import re
-import select
 import struct
-import threading
-import time
-import tty
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from dynamics.errors import CommsError, CommsTimeoutError, ConfigError, DecodeError, DriverError
+from dynamics.errors import ConfigError, DriverError
 from ..base import JointMapping
-from ..serial_port import encode_line
-from .dynamixel_emulator import SERVE_MODES, WIRE_TIME_MODES, InlineDynamixelPort, _timeout
 from .plant import Plant
+from .serial_emulator import TIME_EPS_S as _TIME_EPS_S, InlineSerialPort, SerialDeviceEmulator
 
 __all__ = ["OdriveAsciiAxisConfig", "OdriveAsciiEmulator", "InlineOdriveAsciiPort", "respond_bytes",
-           "AXIS_COUNT", "WATCHDOG_TIMER_EXPIRED", "INVALID_STATE", "SERVE_MODES", "WIRE_TIME_MODES"]
+           "AXIS_COUNT", "WATCHDOG_TIMER_EXPIRED", "INVALID_STATE"]
 
 #: axes of an ODrive 3.x (``AXIS_COUNT``)
 AXIS_COUNT = 2
@@ -104,8 +98,6 @@ INVALID_STATE = 0x1
 _MAX_LINE = 256                # MAX_LINE_LENGTH, the receive buffer
 _TX_BUF = 64                   # respond()'s tx_buf
 _PROP_BUF = 10                 # cmd_read_property's response[10]
-_BITS_PER_BYTE = 10
-_TIME_EPS_S = 1e-9
 _IDLE, _CLOSED_LOOP = 1, 8
 _TORQUE_CONTROL, _VELOCITY_CONTROL, _POSITION_CONTROL = 1, 2, 3
 _PASSTHROUGH, _TRAP_TRAJ = 1, 5
@@ -485,7 +477,7 @@ def _to_string(kind: str, v) -> bytes:
     return s[:_PROP_BUF - 1]
 
 
-class OdriveAsciiEmulator:
+class OdriveAsciiEmulator(SerialDeviceEmulator):
     """An ODrive 3.x (firmware 0.5.6) on a serial line: see the module docstring.
 
     Parameters
@@ -515,28 +507,22 @@ class OdriveAsciiEmulator:
     """
 
     fw_version = (0, 5, 6)
+    NAME = "ODrive ASCII"
 
     def __init__(self, axes: Sequence[OdriveAsciiAxisConfig], plant: Plant, now: Callable[[], float], *,
                  baudrate: int = 115200, reply_delay_s: float = 1e-4, serve: str = "thread", poll_s: float = 0.005,
                  vbus_voltage_v: float = 24.0, hw_version: tuple[int, int, int] = (3, 6, 56),
                  serial_number: str = "2087377E3548"):
-        if isinstance(baudrate, bool) or not isinstance(baudrate, int) or baudrate <= 0:
-            raise ConfigError(f"must be a positive integer, got {baudrate!r}", field="baudrate")
-        if serve not in SERVE_MODES:
-            raise ConfigError(f"must be one of {SERVE_MODES}, got {serve!r}", field="serve")
+        self._serial_init(now, baudrate, serve, poll_s)
         if not (math.isfinite(reply_delay_s) and reply_delay_s >= 0):
             raise ConfigError(f"must be finite and >= 0, got {reply_delay_s!r}", field="reply_delay_s")
         self.plant = plant
         plant.warm_up()
-        self._now = now
         t0 = float(now())
         self._t0 = t0
         self._t_adv = -math.inf                # the loop time the axes and the plant were brought to [s]
         self._axes: dict[int, _Axis] = {}
-        self._lock = threading.RLock()
         self.add_axes(axes)
-        self.baudrate = int(baudrate)
-        self._byte_s = _BITS_PER_BYTE / self.baudrate
         self.reply_delay_s = float(reply_delay_s)
         self.vbus_voltage_v = float(vbus_voltage_v)
         self.hw_version = tuple(hw_version)
@@ -545,30 +531,10 @@ class OdriveAsciiEmulator:
         self._read_active = True
         self._rx_free = 0.0                    # the receive line is busy until then (wire time) [s]
         self._tx_free = 0.0
-        self._outq: list = []
-        self._seq = itertools.count()
-        self._corrupt = 0
         self._replace: list[bytes] = []
         self.silent = False
         self.lines_in = 0
-        self.lines_out = 0
-        self._error: BaseException | None = None
-        self._failed = False
-        self._closed = False
-        self._stop = threading.Event()
-        self._idle = threading.Condition()
-        self._idle_polls = 0
-        self.serve = serve
-        if serve == "inline":
-            self._master = self._slave = -1
-            self.port_path = None
-            self._thread = None
-            return
-        self._master, self._slave = os.openpty()
-        tty.setraw(self._slave)
-        self.port_path = os.ttyname(self._slave)
-        self._thread = threading.Thread(target=self._run, name="torqueloop-odrive-ascii", daemon=True)
-        self._thread.start()
+        self._start("torqueloop-odrive-ascii")
 
     def add_axes(self, axes: Sequence[OdriveAsciiAxisConfig]) -> None:
         """Wire axes to plant joints (distinct axis numbers 0/1 and joints; before serving)."""
@@ -622,72 +588,10 @@ class OdriveAsciiEmulator:
         with self._lock:
             self.silent = bool(silent)
 
-    def corrupt_replies(self, n: int = 1) -> None:
-        """Flip one bit in the middle of each of the next ``n`` reply lines."""
-        with self._lock:
-            self._corrupt += int(n)
-
     def replace_replies(self, lines: Sequence[bytes]) -> None:
         """Send these bytes instead of each of the next replies (garbled lines of one's choosing)."""
         with self._lock:
             self._replace.extend(bytes(x) for x in lines)
-
-    def disconnect(self) -> None:
-        """The port disappears (the pty closes; inline: the port's reads and writes fail)."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(2.0)
-        for fd in (self._master, self._slave):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._master = self._slave = -1
-
-    def close(self) -> None:
-        """Stop serving; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        self.disconnect()
-
-    def check(self) -> None:
-        """Re-raise an error that stopped the serving."""
-        err, self._error = self._error, None
-        if err is not None:
-            raise CommsError(f"ODrive ASCII emulator stopped: {err}") from err
-
-    def sync(self, timeout_s: float = 5.0) -> None:
-        """Every byte written so far handled (inline: at once; the thread: after an idle poll),
-        then the watchdogs and the plant brought to ``now()``.
-
-        Raises
-        ------
-        CommsError
-            Serving stopped or the port was disconnected.
-        CommsTimeoutError
-            The thread was not idle within ``timeout_s``.
-        """
-        self.check()
-        if self._stop.is_set():
-            raise CommsError("ODrive ASCII emulator is disconnected")
-        if self._thread is None:
-            if not self._failed:
-                self.advance_to(self._now())
-            return
-        deadline = time.monotonic() + timeout_s
-        with self._idle:
-            target = self._idle_polls + 2
-            while self._idle_polls < target and time.monotonic() < deadline and self._thread.is_alive():
-                self._idle.wait(0.05)
-        self.check()
-        if self._idle_polls < target:
-            raise CommsTimeoutError(f"ODrive ASCII emulator not idle within {timeout_s} s")
-
-    def advance_to(self, t_s: float) -> None:
-        """Watchdog expiries due by loop time ``t_s``, then the plant, brought to ``t_s``."""
-        with self._lock:
-            self._advance(float(t_s))
 
     def _advance(self, t: float) -> None:
         if t <= self._t_adv:
@@ -766,25 +670,11 @@ class OdriveAsciiEmulator:
         for data in replies:
             release = free + len(data) * self._byte_s
             if self._replace:
-                data = self._replace.pop(0)
-            elif self._corrupt > 0:
-                self._corrupt -= 1
-                b = bytearray(data)
-                b[len(b) // 2] ^= 0x10
-                data = bytes(b)
-            heapq.heappush(self._outq, (release, next(self._seq), data))
+                heapq.heappush(self._outq, (release, next(self._seq), self._replace.pop(0)))
+            else:
+                self._push_reply(release, data)
             free = release
         self._tx_free = free
-
-    def _pop_reply(self, until: float):
-        """Inline: ``(t, bytes)`` of the next reply line complete on the wire by ``until``, else None."""
-        q = self._outq
-        if not q or q[0][0] > until:
-            return None
-        with self._lock:
-            t, _, data = heapq.heappop(q)
-            self.lines_out += 1
-        return t, data
 
     def process_line(self, line: bytes, t: float) -> list[bytes]:
         """``AsciiProtocol::process_line`` of one received line (without its end) at loop time
@@ -1011,60 +901,6 @@ class OdriveAsciiEmulator:
                  b"u": _cmd_u, b"e": _cmd_e, b"h": _cmd_h, b"i": _cmd_i, b"s": _cmd_s, b"r": _cmd_r,
                  b"w": _cmd_w}
 
-    # -- serving -------------------------------------------------------------------------------------
-    def inline_port(self, timeout_s: float = 0.1, wire_time: str = "wait") -> "InlineOdriveAsciiPort":
-        """The host's end of the serial line when served inline (:class:`InlineOdriveAsciiPort`).
-
-        Raises
-        ------
-        DriverError
-            The emulator is served by its thread (open :attr:`port_path`).
-        """
-        if self._thread is not None:
-            raise DriverError("a threaded ODrive ASCII emulator is reached through its pseudo-terminal (port_path)")
-        return InlineOdriveAsciiPort(self, timeout_s=timeout_s, wire_time=wire_time)
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                wait = self._poll_wait()
-                r, _, _ = select.select([self._master], [], [], wait)
-                if r:
-                    try:
-                        data = os.read(self._master, 4096)
-                    except OSError:
-                        data = b""
-                    if data:
-                        self._receive(data, time.monotonic())
-                        if self._failed:
-                            return
-                while self._outq and self._outq[0][0] <= time.monotonic():
-                    _, _, out = heapq.heappop(self._outq)
-                    os.write(self._master, out)
-                    self.lines_out += 1
-                if not r and not self._outq:
-                    with self._lock:
-                        self._advance(float(self._now()))
-                    with self._idle:
-                        self._idle_polls += 1
-                        self._idle.notify_all()
-        except BaseException as err:  # re-raised by check(); the thread must not die silently
-            self._error = err
-            self._failed = True         # serving stopped: later lines go unanswered, as inline
-
-    def _poll_wait(self) -> float:
-        if self._outq:
-            return max(0.0, min(0.005, self._outq[0][0] - time.monotonic()))
-        return 0.005
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-
 class _NoPlant:
     """The plant of an axis wired to no joint: nothing moves."""
 
@@ -1078,85 +914,14 @@ class _NoPlant:
         pass
 
 
-class InlineOdriveAsciiPort(InlineDynamixelPort):
-    """The host's serial port to an :class:`OdriveAsciiEmulator` served inline: what
-    :class:`~drivers.serial_port.SerialTransport` is on the pseudo-terminal, for the methods a
-    line-protocol driver uses (:meth:`write_line`, :meth:`read_line`, :meth:`reset_input`,
-    :meth:`write`, :meth:`close`), with the same errors.  The wire schedule (``wire_time``
-    ``"wait"`` or ``"count"``) as :class:`~drivers.sim.dynamixel_emulator.InlineDynamixelPort`:
-    a reply line is read once its last byte is on the wire."""
+class InlineOdriveAsciiPort(InlineSerialPort):
+    """The host's serial port to an :class:`OdriveAsciiEmulator` served inline: an
+    :class:`~drivers.sim.serial_emulator.InlineSerialPort` (``wire_time`` ``"wait"`` or
+    ``"count"``) for the methods a line-protocol driver uses (:meth:`write_line`,
+    :meth:`read_line`, :meth:`reset_input`, :meth:`write`, :meth:`close`): a reply line is
+    read once its last byte is on the wire."""
 
-    def __init__(self, emulator: OdriveAsciiEmulator, *, timeout_s: float = 0.1, wire_time: str = "wait"):
-        super().__init__(emulator, timeout_s=timeout_s, wire_time=wire_time)
-        self.url = "inline://odrive-ascii"
+    URL = "inline://odrive-ascii"
 
-    def write_line(self, text: str, encoding: str = "ascii") -> None:
-        """Write ``text`` and ``\\n``."""
-        self.write(encode_line(text, b"\n", encoding))
 
-    def read_line(self, timeout_s: float | None = None, encoding: str | None = "ascii"):
-        """One line (``\\r\\n`` or ``\\n`` stripped), as ``str`` (``bytes`` with ``encoding=None``).
-
-        Raises
-        ------
-        CommsTimeoutError
-            No complete line in time (what arrived stays buffered).
-        DecodeError
-            The line is not ``encoding``.
-        CommsError
-            Closed, or the port disappeared.
-        """
-        self._check_open()
-        buf = self._buf
-        i = buf.find(b"\n")
-        if i < 0:
-            t = self.timeout_s if timeout_s is None else (
-                timeout_s if type(timeout_s) is float and 0.0 <= timeout_s < math.inf
-                else _timeout(timeout_s, "timeout_s"))
-            i = self._count_line(t) if self._count else self._wait_line(t)
-        line = bytes(buf[:i])
-        del buf[:i + 1]
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        if encoding is None:
-            return line
-        try:
-            return line.decode(encoding)
-        except UnicodeDecodeError as err:
-            raise DecodeError(f"serial port {self.url!r}: line {line!r} is not {encoding}") from err
-
-    def _count_line(self, timeout_s: float) -> int:
-        buf = self._buf
-        pop = self._emu._pop_reply
-        deadline = self._bus_t + timeout_s
-        while True:
-            got = pop(deadline)
-            if got is None:
-                self._bus_t = deadline
-                raise CommsTimeoutError(f"serial port {self.url!r}: no complete line in time")
-            t, data = got
-            n0 = len(buf)
-            buf += data
-            if t > self._bus_t:
-                self._bus_t = t
-            i = buf.find(b"\n", n0)
-            if i >= 0:
-                return i
-
-    def _wait_line(self, timeout_s: float) -> int:
-        buf = self._buf
-        emu = self._emu
-        deadline = time.monotonic() + timeout_s
-        while True:
-            now = time.monotonic()
-            while (got := emu._pop_reply(now)) is not None:
-                buf += got[1]
-            i = buf.find(b"\n")
-            if i >= 0:
-                return i
-            if now >= deadline:
-                raise CommsTimeoutError(f"serial port {self.url!r}: no complete line in time")
-            q = emu._outq
-            due = q[0][0] if q else math.inf
-            time.sleep(max(0.0, min(due, deadline) - now))
-            self._check_open()
+OdriveAsciiEmulator.PORT = InlineOdriveAsciiPort

@@ -25,24 +25,17 @@ from dynamics.base import Model
 from dynamics.config import Section
 from dynamics.errors import ConfigError
 
-from ..base import TIMEOUT_MAX_S
-
 __all__ = ["build_sim_odrive_ascii"]
-
-_SERVE_DOC = ("ODrive ASCII: the emulated ODrive answers on a pseudo-terminal from its own thread, or inline "
-              "in the driver's thread on each write (no pty, no thread; the same bytes and firmware)")
-_WIRE_DOC = ("ODrive ASCII, serve = 'inline': the port's reads wait for the modelled UART in wall-clock time "
-             "(wait: for the wall clock) or count it (count: the same answers and timeouts, for the lock-step clock)")
 
 
 def build_sim_odrive_ascii(section: Section, *, now: Callable[[], float], transports=None,
                            model: Model | None = None, rng: np.random.Generator | None = None):
     """Registry builder of ``type = "sim_odrive_ascii"`` (see module docstring)."""
     from .. import odrive as real
-    from ..serial_port import SerialTransport
     from .build import _POLL_DOC, WATCHDOG_RANGE_S, EmulatedDriver, plant_from_section
     from .planted import device_mappings
-    from .odrive_ascii_emulator import SERVE_MODES, WIRE_TIME_MODES, OdriveAsciiAxisConfig, OdriveAsciiEmulator
+    from .odrive_ascii_emulator import OdriveAsciiAxisConfig, OdriveAsciiEmulator
+    from .serial_emulator import driver_on_port, serve_keys
 
     if transports:
         raise section.error("type", "sim_odrive_ascii opens its own port to the emulated ODrive; do not pass "
@@ -52,10 +45,7 @@ def build_sim_odrive_ascii(section: Section, *, now: Callable[[], float], transp
     given_errp = "error_property" in section.data
     plant = plant_from_section(section.section("plant", {}), model, now=now, rng=rng)
     emu_sec = section.section("emulator", {})
-    serve = emu_sec.str("serve", "thread", choices=list(SERVE_MODES), doc=_SERVE_DOC)
-    if emu_sec.has("wire_time", doc=_WIRE_DOC) and serve != "inline":
-        raise emu_sec.error("wire_time", 'needs serve = "inline" (the thread waits for the wire)')
-    wire = emu_sec.str("wire_time", "wait", choices=list(WIRE_TIME_MODES), doc=_WIRE_DOC)
+    serve, wire = serve_keys(emu_sec, "ODrive ASCII", "ODrive answers")
     delay = emu_sec.float("reply_delay_s", 1e-4, minimum=0.0, maximum=0.1,
                           doc="ODrive ASCII: from a request's last byte to its reply's first [s] (the firmware's "
                               "processing time: an assumption, not in its source)")
@@ -68,23 +58,17 @@ def build_sim_odrive_ascii(section: Section, *, now: Callable[[], float], transp
     vbus = emu_sec.float("vbus_voltage_v", 24.0, minimum=0.0, doc="ODrive ASCII: what vbus_voltage reads [V]")
     poll = emu_sec.float("poll_s", 0.005, minimum=0.0, strict_min=True, doc=_POLL_DOC)
     baud = section.int("baudrate", 115200, minimum=1) if section.has("baudrate") else 115200
-    rt = section.float("reply_timeout_s", 0.01, minimum=0.0, strict_min=True, maximum=TIMEOUT_MAX_S["reply_timeout_s"]) \
-        if section.has("reply_timeout_s") else 0.01
     try:
         emu = OdriveAsciiEmulator([], plant, now, baudrate=baud, reply_delay_s=delay, serve=serve, poll_s=poll,
                                   vbus_voltage_v=vbus)
     except ConfigError as err:
         raise emu_sec.error(err.field, err.message) from err
     try:
-        port = (emu.inline_port(timeout_s=rt, wire_time=wire) if serve == "inline" else
-                SerialTransport(emu.port_path, baudrate=baud, timeout_s=rt))
-        try:
-            driver = real.build_ascii(section, now=now, transports={"port": port})
-            if not given_errp:
-                driver.error_property = "error"     # the 0.5 firmware's name, not the driver's 0.6 default
-        except BaseException:
-            port.close()
-            raise
+        driver = driver_on_port(emu, section,
+                                lambda sec, transports: real.build_ascii(sec, now=now, transports=transports),
+                                baudrate=baud, wire_time=wire)
+        if not given_errp:
+            driver.error_property = "error"     # the 0.5 firmware's name, not the driver's 0.6 default
         try:
             maps = device_mappings(emu_sec, list(driver._maps))
             emu_sec.finish()
