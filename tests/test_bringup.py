@@ -219,3 +219,28 @@ def write_clean_calibration(config) -> Path:
     return write_calibration(BringupResult([str(x) for x in spec.model.joint_names], np.zeros(n), np.zeros(n),
                                            np.zeros(n), np.ones(n), np.zeros(n), np.zeros(n), np.ones(n),
                                            calibration_file=calibration_path(spec)), spec)
+
+
+def test_a_calibrated_driver_keeps_the_drives_watchdog_for_the_overrun_rule(tmp_path):
+    """The loop compares a late cycle with ``driver.watchdog_s`` (the drives' command timeout);
+    the calibration's wrapper must pass the inner driver's on, not the base class's ``None``."""
+    from types import SimpleNamespace
+
+    from controller.app.calibration import CalibratedDriver
+
+    inner = SimpleNamespace(n_joints=2, watchdog_s=0.05)
+    drv = CalibratedDriver(inner, [0.0, 0.1], [-1.0, -1.0], [1.0, 1.0], "cal.toml")
+    assert drv.watchdog_s == 0.05
+    drv.watchdog_s = 0.02
+    assert inner.watchdog_s == 0.02
+    # and in a run built after a bring-up: the loop's driver is the wrapper
+    data = _data("mit", "wrong_offset", tmp_path)
+    data["driver"]["drive_watchdog_s"] = 0.05
+    spec = _spec(data, tmp_path)
+    bringup(spec)
+    run = build_run(spec)
+    try:
+        assert isinstance(run.loop.driver, CalibratedDriver)
+        assert run.loop.driver.watchdog_s == run.loop.driver.inner.watchdog_s == 0.05
+    finally:
+        run.close()

@@ -279,6 +279,17 @@ class CalibratedDriver(Driver):
     def close(self) -> None:
         self.inner.close()
 
+    @property
+    def watchdog_s(self) -> float | None:
+        """The inner driver's :attr:`~drivers.base.Driver.watchdog_s` (the drives' command
+        timeout, which the loop's overrun rule compares a late cycle with): the base class's
+        ``None`` would otherwise hide it, and a calibrated run would lose that check."""
+        return self.inner.watchdog_s
+
+    @watchdog_s.setter
+    def watchdog_s(self, value) -> None:
+        self.inner.watchdog_s = value
+
     def __getattr__(self, name):
         if name == "inner":
             raise AttributeError(name)
