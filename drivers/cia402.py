@@ -608,7 +608,6 @@ class Cia402Driver(TransportDriver):
         ``fault``: the EMCY code (0x1000 'generic' without one) of a drive in FAULT or FAULT
         REACTION ACTIVE, else :data:`FAULT_HEARTBEAT_LOST` when its heartbeat is older than
         ``heartbeat_timeout_s``, else 0."""
-        n = self.n_joints
         t = float(self._now())
         fresh = [a and b for a, b in zip(self._got1, self._got2)]
         hb_age = [t - h for h in self._hb_t]
@@ -616,20 +615,14 @@ class Cia402Driver(TransportDriver):
         state, emcy = self._state, self._emcy
         fault = [(e or codec.EMCY_GENERIC) if s == _FAULT or s == _FAULT_REACTION else
                  FAULT_HEARTBEAT_LOST if a > lost_s else 0 for s, e, a in zip(state, emcy, hb_age)]
-        # the vectors are rows of two arrays (views, as the MIT driver's feedback): one array
+        # the vectors are rows of three arrays (views, as the MIT driver's feedback): one array
         # made of each kind instead of one per vector
         ints = np.array((state, self._nmt, emcy, self._sw, fault), dtype=np.int64)
         floats = np.array((self._q, self._qd, self._tau, hb_age), dtype=float)
-        info = dict(self._stats)
-        info["missing"] = n - fresh.count(True)
-        info["state"] = ints[0]
-        info["nmt_state"] = ints[1]
-        info["heartbeat_age_s"] = floats[3]
-        info["emcy_code"] = ints[2]
-        info["statusword"] = ints[3]
-        return Feedback(t_s=t, position_rad=floats[0], velocity_rad_s=floats[1], torque_nm=floats[2],
-                        fault=ints[4], fresh=np.array(fresh, dtype=bool), enabled=ints[0] == _OPERATION_ENABLED,
-                        info=info)
+        flags = np.array((fresh, [s == _OPERATION_ENABLED for s in state]), dtype=bool)
+        info = {**self._stats, "missing": len(fresh) - fresh.count(True), "state": ints[0], "nmt_state": ints[1],
+                "heartbeat_age_s": floats[3], "emcy_code": ints[2], "statusword": ints[3]}
+        return Feedback(t, floats[0], floats[1], floats[2], ints[4], flags[0], flags[1], info)
 
     # ------------------------------------------------------------------
     def _track_sdo(self, j: int, sdo) -> None:

@@ -138,8 +138,11 @@ class _Outbox:
             # raised between bus events (inject_fault): next_timer_s says 'now' for it; a frame
             # sent while a frame or timer is served is handed over when that call returns
             emu.timer_epoch += 1
-        self.frames.append(can.Message(arbitration_id=msg.arbitration_id, data=bytes(msg.data),
-                                       is_extended_id=False, is_remote_frame=msg.is_remote_frame))
+        if msg.is_remote_frame:
+            self.frames.append(can.Message(arbitration_id=msg.arbitration_id, data=bytes(msg.data),
+                                           is_extended_id=False, is_remote_frame=True))
+        else:
+            self.frames.append((msg.arbitration_id, bytes(msg.data)))      # a data frame, standard id
 
     def send_periodic(self, msg, period, *args, **kwargs):
         # heartbeats are produced on the loop clock by the emulator (on_timer), not by a thread
