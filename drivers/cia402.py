@@ -173,9 +173,13 @@ class _SdoPumpBus:
     def send(self, msg, timeout: float | None = None) -> None:
         d = self._driver
         t = d._buses[self._b]
-        t.send(msg.arbitration_id, bytes(msg.data), msg.is_extended_id, is_remote=msg.is_remote_frame,
-               dlc=msg.dlc if msg.is_remote_frame else None)
         arb = msg.arbitration_id
+        if msg.is_extended_id:
+            t.send(arb, bytes(msg.data), True, is_remote=msg.is_remote_frame,
+                   dlc=msg.dlc if msg.is_remote_frame else None)
+        else:
+            # the same frame as send() makes (an in-process emulator's bus takes it as fields)
+            t.send_batch(((arb, bytes(msg.data), msg.dlc if msg.is_remote_frame else None),))
         if not (msg.is_remote_frame or msg.is_extended_id):
             d._note_sent(self._b, arb, bytes(msg.data))     # NMT, SDO requests: an echo is ours
         if 0x601 <= arb <= 0x67F:      # an SDO request: read until the response is there
@@ -307,6 +311,8 @@ class Cia402Driver(TransportDriver):
             r[codec.tpdo_id(ax.node_id, 2)] = (2, j)
             r[codec.emcy_id(ax.node_id)] = (3, j)
             r[codec.heartbeat_id(ax.node_id)] = (4, j)
+        #: the TPDO entries of _route (the replies of a cycle, _handle_replies)
+        self._tpdo_route = [{arb: hit for arb, hit in r.items() if hit[0] in (1, 2)} for r in self._route]
         self._rpdo_ids = [codec.rpdo_id(ax.node_id, 1) for ax in axes]
         #: per axis, the RPDO1 payloads lately sent (an echo of them is not foreign)
         self._rpdo_echo = [self._echo_of(self._bus_of[j], arb) for j, arb in enumerate(self._rpdo_ids)]
@@ -448,30 +454,18 @@ class Cia402Driver(TransportDriver):
             if hit is not None:
                 kind, j = hit
                 if kind == 1:
-                    sw, pos, tq = codec.decode_tpdo1(data)
-                    self._sw[j] = sw
-                    state = self._sw_state.get(sw)
-                    if state is None:
-                        state = self._sw_state[sw] = int(codec.decode_state(sw))
-                    self._state[j] = state
-                    self._q[j] = self._kq[j] * pos + self._off[j]
-                    self._tau[j] = self._ktau[j] * tq
-                    if not self._got1[j]:
-                        self._got1[j] = True
-                        self._missing -= 1
+                    self._tpdo1(j, *codec.decode_tpdo1(data))
                     return arb
                 if kind == 2:
-                    vel, mode = codec.decode_tpdo2(data)
-                    self._qd[j] = self._kqd[j] * vel
-                    self._mode[j] = mode
-                    if not self._got2[j]:
-                        self._got2[j] = True
-                        self._missing -= 1
+                    self._tpdo2(j, *codec.decode_tpdo2(data))
                     return arb
                 if kind == 3:
                     em = codec.decode_emcy(data)
                     self._emcy[j] = em.code
                     st["emcy"] += 1
+                    # canopen's EMCY consumer unpacks 8 bytes: a shorter EMCY (accepted, padded, by
+                    # decode_emcy) goes to it padded as well, not as a struct.error out of the cycle
+                    data = bytes(data).ljust(8, b"\0")
                 elif kind == 4:
                     self._nmt[j] = codec.decode_heartbeat(data)
                     self._hb_t[j] = float(self._now())
@@ -484,6 +478,48 @@ class Cia402Driver(TransportDriver):
         elif arb not in (codec.SYNC_ID, codec.NMT_ID) and not (0x201 <= arb <= 0x57F or 0x601 <= arb <= 0x7FF):
             st["unexpected"] += 1
         return arb
+
+    def _tpdo1(self, j: int, sw: int, pos: int, tq: int) -> None:
+        """Drive ``j``'s TPDO1 (statusword, position, torque actual) arrived."""
+        self._sw[j] = sw
+        state = self._sw_state.get(sw)
+        if state is None:
+            state = self._sw_state[sw] = int(codec.decode_state(sw))
+        self._state[j] = state
+        self._q[j] = self._kq[j] * pos + self._off[j]
+        self._tau[j] = self._ktau[j] * tq
+        if not self._got1[j]:
+            self._got1[j] = True
+            self._missing -= 1
+
+    def _tpdo2(self, j: int, vel: int, mode: int) -> None:
+        """Drive ``j``'s TPDO2 (velocity, modes of operation display) arrived."""
+        self._qd[j] = self._kqd[j] * vel
+        self._mode[j] = mode
+        if not self._got2[j]:
+            self._got2[j] = True
+            self._missing -= 1
+
+    def _handle_replies(self, b: int, frames: list) -> None:
+        """:meth:`_handle` of each of ``frames`` (of bus ``b``) in turn: a TPDO1 / TPDO2 of one of
+        our drives, a classic data frame of its length, decoded here (what :meth:`_handle` does
+        with it), any other frame by :meth:`_handle`."""
+        tpdo = self._tpdo_route[b]
+        unpack1, unpack2 = codec.TPDO1_STRUCT.unpack, codec.TPDO2_STRUCT.unpack
+        n1, n2 = codec.TPDO1_STRUCT.size, codec.TPDO2_STRUCT.size
+        tpdo1, tpdo2 = self._tpdo1, self._tpdo2
+        for f in frames:
+            hit = tpdo.get(f[0])
+            if hit is not None and not (f[3] or f[4] or f[5]):
+                data = f[1]
+                kind, j = hit
+                if kind == 1 and len(data) == n1:
+                    tpdo1(j, *unpack1(data))
+                    continue
+                if kind == 2 and len(data) == n2:
+                    tpdo2(j, *unpack2(data))
+                    continue
+            self._handle(b, f)
 
     def _pump_bus(self, b: int, timeout_s: float, until_id: int) -> None:
         """Handle frames of bus ``b`` until one with ``until_id`` arrived or ``timeout_s`` passed."""
@@ -512,8 +548,19 @@ class Cia402Driver(TransportDriver):
         for the next cycle, as the frames after the replies always did)."""
         handle = self._handle
         for b, t in enumerate(self._buses):
+            if replies:
+                # at most as many frames as TPDOs are missing at a time (what follows the last
+                # one stays queued), taken from the bus in one call
+                take = t.recv_fields_upto
+                while self._missing:
+                    want = self._missing
+                    got = take(want)
+                    self._handle_replies(b, got)
+                    if len(got) < want:         # the queue ran dry (fewer frames than missing
+                        break                   # TPDOs: some still missing after them)
+                continue
             recv = t.recv_fields
-            while not (replies and self._missing == 0):
+            while True:
                 f = recv(0.0)
                 if f is None:
                     break
@@ -561,7 +608,6 @@ class Cia402Driver(TransportDriver):
         ``fault``: the EMCY code (0x1000 'generic' without one) of a drive in FAULT or FAULT
         REACTION ACTIVE, else :data:`FAULT_HEARTBEAT_LOST` when its heartbeat is older than
         ``heartbeat_timeout_s``, else 0."""
-        n = self.n_joints
         t = float(self._now())
         fresh = [a and b for a, b in zip(self._got1, self._got2)]
         hb_age = [t - h for h in self._hb_t]
@@ -569,20 +615,14 @@ class Cia402Driver(TransportDriver):
         state, emcy = self._state, self._emcy
         fault = [(e or codec.EMCY_GENERIC) if s == _FAULT or s == _FAULT_REACTION else
                  FAULT_HEARTBEAT_LOST if a > lost_s else 0 for s, e, a in zip(state, emcy, hb_age)]
-        # the vectors are rows of two arrays (views, as the MIT driver's feedback): one array
+        # the vectors are rows of three arrays (views, as the MIT driver's feedback): one array
         # made of each kind instead of one per vector
         ints = np.array((state, self._nmt, emcy, self._sw, fault), dtype=np.int64)
         floats = np.array((self._q, self._qd, self._tau, hb_age), dtype=float)
-        info = dict(self._stats)
-        info["missing"] = n - fresh.count(True)
-        info["state"] = ints[0]
-        info["nmt_state"] = ints[1]
-        info["heartbeat_age_s"] = floats[3]
-        info["emcy_code"] = ints[2]
-        info["statusword"] = ints[3]
-        return Feedback(t_s=t, position_rad=floats[0], velocity_rad_s=floats[1], torque_nm=floats[2],
-                        fault=ints[4], fresh=np.array(fresh, dtype=bool), enabled=ints[0] == _OPERATION_ENABLED,
-                        info=info)
+        flags = np.array((fresh, [s == _OPERATION_ENABLED for s in state]), dtype=bool)
+        info = {**self._stats, "missing": len(fresh) - fresh.count(True), "state": ints[0], "nmt_state": ints[1],
+                "heartbeat_age_s": floats[3], "emcy_code": ints[2], "statusword": ints[3]}
+        return Feedback(t, floats[0], floats[1], floats[2], ints[4], flags[0], flags[1], info)
 
     # ------------------------------------------------------------------
     def _track_sdo(self, j: int, sdo) -> None:

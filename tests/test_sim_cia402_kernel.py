@@ -75,7 +75,8 @@ def _state(emu: Cia402Emulator, plant) -> tuple:
         drives.append((int(d.state), d.cw, d.limit_active, d.commands, d.sync_count, d.error_code,
                        d.error_register, d.reaction, d.brake_released, node.nmt._state,
                        {k: dict(v) for k, v in node.data_store.items()},
-                       [bytes(p.pm.data) for p in d.tx_plans], [p.pm.is_received for p in d.rx_plans]))
+                       [bytes(p.pm.data) for p in d.tx_plans],
+                       [(p.pm.is_received, bytes(p.pm.data), p.pm.timestamp, p.pm.period) for p in d.rx_plans]))
     out = [m if type(m) is tuple else (m.arbitration_id, bytes(m.data), m.is_remote_frame) for m in emu._out.frames]
     return (plant._cmd.tobytes(), plant._tau_max.tobytes(), drives, out)
 
@@ -99,16 +100,44 @@ def _map(emus, node_id, index, entries, cob_id, trans):
         write_pdo_map(emu.local_node(node_id), index, entries, cob_id, trans)
 
 
-def _session(seed: int) -> int:
-    """One random session; returns the number of SYNCs the compiled path served."""
+def _session(seed: int, batch: bool = False) -> int:
+    """One random session; returns the number of SYNCs the compiled path served (``batch``: the
+    number of cycles ``on_fields_batch`` served).
+
+    ``batch``: each cycle's RPDOs and its SYNC go to the emulator under test in one
+    ``on_fields_batch`` call (one by one where it declines), to the reference one by one."""
     rng = np.random.default_rng(seed)
     (fast, pf), (ref, pr) = _pair()
     t = 0.0
     step = 0
+    pending = []            # batch: the cycle's frames, sent at its SYNC
+    batched = 0
 
     def both(arb, data=b""):
-        nonlocal step
+        nonlocal step, batched
         step += 1
+        if batch and (0x201 <= arb <= 0x57F or arb == codec.SYNC_ID):
+            pending.append((arb, data, None))
+            if arb != codec.SYNC_ID:
+                return None
+            frames = list(pending)
+            pending.clear()
+            a = _answer_batch(fast, frames, t)
+            if a[0] == "batch":
+                batched += 1
+                a = ("ok", a[1])
+            b = []
+            for f_arb, f_data, _ in frames:
+                r = _answer(ref, f_arb, f_data, t, True)
+                if r[0] != "ok":
+                    b = r
+                    break
+                b.extend(r[1] or [])
+            else:
+                b = ("ok", b)
+            assert a == b, (seed, step, frames, a, b)
+            assert _state(fast, pf) == _state(ref, pr), (seed, step, frames)
+            return a
         fields = bool(rng.integers(0, 4))           # mostly the inline host's fields path
         a = _answer(fast, arb, data, t, fields)
         b = _answer(ref, arb, data, t, fields)
@@ -231,7 +260,65 @@ def _session(seed: int) -> int:
         both(codec.SYNC_ID)
         for p, q, qd, tau in saved:
             p._q[:], p._qd[:], p._tau_applied[:] = q, qd, tau
-    return fast.fast_syncs
+    return batched if batch else fast.fast_syncs
+
+
+def _answer_batch(emu, frames, t):
+    """A cycle's frames to ``emu`` in one ``on_fields_batch`` call, one by one where it declines:
+    ``("batch" or "ok", the answers of all, in order)``, or the error raised."""
+    try:
+        r = emu.on_fields_batch(frames, t)
+        if r is not None:
+            return ("batch", r)
+        out = []
+        for arb, data, _ in frames:
+            out.extend(emu.on_fields(arb, data, None, t) or [])
+        return ("ok", out)
+    except Exception as err:  # noqa: BLE001 - the two paths must raise the same error
+        return ("raised", type(err).__name__, str(err))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_cycle_served_in_one_call_equals_its_frames_one_by_one(seed):
+    """``Cia402Emulator.on_fields_batch`` (an inline host's cycle: the RPDOs then the SYNC in one
+    call) against the frames served one by one, over the random sessions with faults: the same
+    answers and the same drives' state after every cycle."""
+    served = _session(100 + seed, batch=True)
+    assert served > 200, f"on_fields_batch served only {served} cycles: the comparison saw too little of it"
+
+
+def test_a_cycle_in_one_call_declines_what_is_not_a_cycle():
+    """Not RPDOs then one SYNC, or an RPDO canopen's network must deliver: None, nothing changed."""
+    (fast, pf), (ref, pr) = _pair()
+    fast.on_timer(0.0)
+    ref.on_timer(0.0)
+    for emu in (fast, ref):
+        _map([emu], 1, 0x1600, codec.RPDO1_MAP, codec.rpdo_id(1, 1), 1)
+        _map([emu], 1, 0x1A00, codec.TPDO1_MAP, codec.tpdo_id(1, 1), 1)
+        emu.on_fields(0, bytes([1, 0]), None, 0.0)
+    rpdo = (codec.rpdo_id(1, 1), codec.pack_rpdo1(codec.CW_SHUTDOWN, 0), None)
+    sync = (codec.SYNC_ID, b"", None)
+    sdo = (0x601, bytes([0x40, 0x41, 0x60, 0, 0, 0, 0, 0]), None)
+    for frames in ([rpdo], [sync, rpdo], [rpdo, sdo, sync], [rpdo, (codec.SYNC_ID, b"", 0)], [sync, sync]):
+        assert fast.on_fields_batch(frames, 0.0) is None, frames
+        assert _state(fast, pf) == _state(ref, pr), frames
+    # another subscriber of the RPDO's COB-ID (canopen's network delivers it): one by one
+    fast.network.subscribe(rpdo[0], lambda *a: None)
+    ref.network.subscribe(rpdo[0], lambda *a: None)
+    assert fast.on_fields_batch([rpdo, sync], 0.0) is None
+    assert _state(fast, pf) == _state(ref, pr)
+    # a cycle: served, the same as one by one
+    fast2, ref2 = _pair()
+    for emu, _p in (fast2, ref2):
+        emu.on_timer(0.0)
+        _map([emu], 1, 0x1600, codec.RPDO1_MAP, codec.rpdo_id(1, 1), 1)
+        _map([emu], 1, 0x1A00, codec.TPDO1_MAP, codec.tpdo_id(1, 1), 1)
+        emu.on_fields(0, bytes([1, 0]), None, 0.0)
+    a = fast2[0].on_fields_batch([rpdo, (codec.rpdo_id(5, 1), b"\x00\x00\x00\x00", None), sync], 0.002)
+    b = (ref2[0].on_fields(*rpdo, 0.002) or []) + (ref2[0].on_fields(codec.rpdo_id(5, 1), b"\x00" * 4, None, 0.002) or []) \
+        + (ref2[0].on_fields(*sync, 0.002) or [])
+    assert a == b and a
+    assert _state(*fast2) == _state(*ref2)
 
 
 @pytest.mark.parametrize("seed", range(6))

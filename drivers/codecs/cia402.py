@@ -266,6 +266,8 @@ TPDO2_MAP = ((0x606C, 0, 32), (0x6061, 0, 8))
 _RPDO1 = struct.Struct("<Hh")
 _TPDO1 = struct.Struct("<Hih")
 _TPDO2 = struct.Struct("<ib")
+#: the layouts of TPDO1 (statusword, position, torque) and TPDO2 (velocity, mode display)
+TPDO1_STRUCT, TPDO2_STRUCT = _TPDO1, _TPDO2
 _EMCY = struct.Struct("<HB5s")
 _I16 = (-0x8000, 0x7FFF)
 _I32 = (-0x80000000, 0x7FFFFFFF)

@@ -133,9 +133,16 @@ class _Outbox:
         self._emu = emu
 
     def send(self, msg, timeout=None):
-        self._emu.timer_epoch += 1
-        self.frames.append(can.Message(arbitration_id=msg.arbitration_id, data=bytes(msg.data),
-                                       is_extended_id=False, is_remote_frame=msg.is_remote_frame))
+        emu = self._emu
+        if not emu._serving:
+            # raised between bus events (inject_fault): next_timer_s says 'now' for it; a frame
+            # sent while a frame or timer is served is handed over when that call returns
+            emu.timer_epoch += 1
+        if msg.is_remote_frame:
+            self.frames.append(can.Message(arbitration_id=msg.arbitration_id, data=bytes(msg.data),
+                                           is_extended_id=False, is_remote_frame=True))
+        else:
+            self.frames.append((msg.arbitration_id, bytes(msg.data)))      # a data frame, standard id
 
     def send_periodic(self, msg, period, *args, **kwargs):
         # heartbeats are produced on the loop clock by the emulator (on_timer), not by a thread
@@ -143,6 +150,29 @@ class _Outbox:
 
     def __bool__(self):
         return True
+
+
+class _Serving:
+    """``with emu._served:`` the emulator's lock held while a frame or its timers are served
+    (``emu._serving``, a depth, non-zero meanwhile: what the drives send is handed over when the
+    call returns)."""
+
+    __slots__ = ("_emu",)
+
+    def __init__(self, emu: "Cia402Emulator"):
+        self._emu = emu
+
+    def __enter__(self):
+        emu = self._emu
+        emu._lock.acquire()
+        emu._serving += 1
+        return self
+
+    def __exit__(self, *exc):
+        emu = self._emu
+        emu._serving -= 1
+        emu._lock.release()
+        return False
 
 
 class _NoTask:
@@ -350,6 +380,9 @@ class Cia402Emulator(EmulatedDevice):
         #: the drives' timers (_Timer), a frame canopen's services put in the outbox (one raised
         #: outside on_frame / on_timer, by inject_fault, makes next_timer_s say 'now')
         self.timer_epoch = 0
+        #: a frame or the timers are being served (on_frame, on_fields, on_fields_batch, on_timer,
+        #: on_timer_fields): what the drives send meanwhile is taken when that call returns
+        self._serving = 0
         #: statusword of (state, internal limit active, following)
         self._statuswords: dict[tuple, int] = {}
         self._out = _Outbox(self)
@@ -387,6 +420,7 @@ class Cia402Emulator(EmulatedDevice):
             node.set_data(0x6076, 0, struct.pack("<I", c.units.rated_torque_mnm))
             self._drives[c.node_id] = d
         self._lock = threading.RLock()
+        self._served = _Serving(self)
         self._limit0: dict[int, float] = {}
         # the compiled SYNC's arrays (_sync_fast), one row per drive in node order
         self._drive_list = list(self._drives.values())
@@ -736,22 +770,34 @@ class Cia402Emulator(EmulatedDevice):
         if fm is not None:
             fm.quantum = None if self.plant is None else self.plant._joint_quantum(d.cfg.joint)
 
-    def _receive_own(self, d: _Drive, arb: int, data, t_s: float) -> bool:
-        """Receive a synchronous RPDO of ``d`` (:attr:`_Drive.rx_own`) when its map is the only
-        subscriber of the COB-ID: what the map's ``on_message`` does (the latest payload, its time
-        stamps), applied at the next SYNC.  False: not such a frame (``Network.notify`` it)."""
+    def _own_rpdo(self, d: _Drive, arb: int) -> _PdoPlan | None:
+        """The synchronous RPDO of ``d`` with COB-ID ``arb`` the emulator receives itself
+        (:attr:`_Drive.rx_own`, its map the COB-ID's only subscriber), or None (``Network.notify``
+        it)."""
         plan = d.rx_own.get(arb)
         if plan is None:
-            return False
+            return None
         subs = self.network.subscribers.get(arb)
-        pm = plan.pm
-        if subs is None or len(subs) != 1 or getattr(subs[0], "__self__", None) is not pm:
-            return False
+        if subs is None or len(subs) != 1 or getattr(subs[0], "__self__", None) is not plan.pm:
+            return None
+        return plan
+
+    @staticmethod
+    def _received(pm, data, t_s: float) -> None:
+        """What a PDO map's ``on_message`` does with a frame: the latest payload, its time stamps."""
         pm.data = bytearray(data)
         if pm.timestamp is not None:
             pm.period = t_s - pm.timestamp
         pm.timestamp = t_s
         pm.is_received = True
+
+    def _receive_own(self, d: _Drive, arb: int, data, t_s: float) -> bool:
+        """Receive a synchronous RPDO of ``d`` (:meth:`_own_rpdo`): what the map's ``on_message``
+        does, applied at the next SYNC.  False: not such a frame (``Network.notify`` it)."""
+        plan = self._own_rpdo(d, arb)
+        if plan is None:
+            return False
+        self._received(plan.pm, data, t_s)
         return True
 
     def _apply_now(self, pm) -> None:
@@ -811,10 +857,11 @@ class Cia402Emulator(EmulatedDevice):
         drives = self._drive_list
         inputs = []             # target torque 0x6071, max torque 0x6072 of each drive
         received = []
+        cw_command = _CW_COMMAND
         for d in drives:
             fm = d.fast
             node = d.node
-            if (fm is None or d.state != _OE or d.reaction is not None or d.silent or d.brake_released is not True
+            if (fm is None or d.state is not _OE or d.reaction is not None or d.silent or d.brake_released is not True
                     or node.nmt._state != _NMT_OPERATIONAL or node._write_callbacks != d.own_writes
                     or fm.quantum is None):
                 return False
@@ -829,9 +876,9 @@ class Cia402Emulator(EmulatedDevice):
                     return False                            # not processed: EMCY (the Python path)
                 o = fm.cw_off
                 cwb = bytes(data[o:o + 2])
-                cmd = _CW_COMMAND.get(cwb)
+                cmd = cw_command.get(cwb)
                 if cmd is None:
-                    cmd = _CW_COMMAND[cwb] = codec.controlword_command(int.from_bytes(cwb, "little"))
+                    cmd = cw_command[cwb] = codec.controlword_command(int.from_bytes(cwb, "little"))
                 if cmd != "enable_operation":
                     return False
                 o = fm.tg_off
@@ -858,9 +905,11 @@ class Cia402Emulator(EmulatedDevice):
         if status != _ck.ST_OK:
             return False
         frames = self._out.frames
+        append = frames.append
         sws = self._sw_fast
+        mode_cst = codec.MODE_CST
         for d, got, row in zip(drives, received, res.tolist()):
-            d.sync_count += 1
+            n = d.sync_count = d.sync_count + 1
             d.meas = None
             if got is not None:
                 pm, tg, cwb = got
@@ -879,13 +928,12 @@ class Cia402Emulator(EmulatedDevice):
             d.limit_active = la
             d.commands += 1
             row[0] = sws[la]
-            row += (codec.MODE_CST, d.error_code, d.error_register)
-            n = d.sync_count
+            row += (mode_cst, d.error_code, d.error_register)
             for plan, st, take in d.fast.tx:
                 if n % plan.trans_type == 0:
                     raw = st.pack(*take(row))
                     plan.pm.data[:] = raw
-                    frames.append((plan.cob_id, raw))
+                    append((plan.cob_id, raw))
         return True
 
     def _fast_constants(self, d: _Drive) -> None:
@@ -984,7 +1032,7 @@ class Cia402Emulator(EmulatedDevice):
             return t
 
     def on_timer(self, t_s: float) -> list[can.Message]:
-        with self._lock:
+        with self._served:
             self._timers(t_s)
             return self._take_messages()
 
@@ -1023,7 +1071,7 @@ class Cia402Emulator(EmulatedDevice):
     def on_frame(self, msg: can.Message, t_s: float) -> list[can.Message] | None:
         if msg.is_remote_frame or msg.is_extended_id or msg.is_error_frame:
             return None                 # the last two: what accepts refuses
-        with self._lock:
+        with self._served:
             if not self._frame(msg.arbitration_id, msg.data, t_s):
                 return None
             return self._take_messages()
@@ -1034,13 +1082,50 @@ class Cia402Emulator(EmulatedDevice):
     def on_fields(self, arb: int, data: bytes, remote_dlc: int | None, t_s: float) -> list[tuple[int, bytes]] | None:
         if remote_dlc is not None:
             return None                 # a remote frame: on_frame ignores it too
-        with self._lock:
+        with self._served:
             if not self._frame(arb, data, t_s):
                 return None
             return self._take_pairs()
 
+    def on_fields_batch(self, frames, t_s: float) -> list[tuple[int, bytes]] | None:
+        """:meth:`on_fields` of each of ``frames`` in turn, all received at ``t_s``, in one call: the
+        same answers, in the same order, and the same drives' state after it, for a cycle's frames
+        on this bus: synchronous RPDOs then one SYNC, the last frame.
+
+        An RPDO the emulator receives itself (:meth:`_own_rpdo`) is taken as its map's
+        ``on_message`` takes it; one the drives ignore (no such node, a disconnected drive, a
+        node not OPERATIONAL) changes nothing, as on :meth:`on_fields`; then the SYNC
+        (:meth:`_sync_fast`, else the Python path).  Returns ``None``, having changed nothing,
+        for any other run (another frame, an RPDO canopen's network must deliver): the caller
+        serves the frames one by one.  Only for frames served at one loop time with no timed
+        event due between them (:meth:`EmulatorHost.serve_fields` decides): receiving an RPDO
+        moves no timer, so the host's poll before each frame finds nothing due.
+        """
+        arb, _, remote_dlc = frames[-1]
+        if arb != codec.SYNC_ID or remote_dlc is not None:
+            return None
+        drives = self._drives
+        own = []
+        for k in range(len(frames) - 1):
+            arb, data, remote_dlc = frames[k]
+            if remote_dlc is not None or not 0x201 <= arb <= 0x57F:
+                return None
+            d = drives.get(arb & 0x7F)
+            if d is None or d.silent or d.node.nmt._state != _NMT_OPERATIONAL:
+                continue                    # ignored (_frame returns False)
+            plan = self._own_rpdo(d, arb)
+            if plan is None:
+                return None
+            own.append((plan.pm, data))
+        with self._served:
+            received = self._received
+            for pm, data in own:
+                received(pm, data, t_s)
+            self._frame(codec.SYNC_ID, b"", t_s)
+            return self._take_pairs()
+
     def on_timer_fields(self, t_s: float) -> list[tuple[int, bytes]]:
-        with self._lock:
+        with self._served:
             self._timers(t_s)
             return self._take_pairs()
 

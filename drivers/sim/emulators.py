@@ -1028,6 +1028,23 @@ class InlineBus(can.BusABC):
         msg = self.recv(timeout)
         return None if msg is None else message_fields(msg)
 
+    def recv_fields_upto(self, n: int) -> list[tuple]:
+        """Up to ``n`` frames: :meth:`recv_fields` with no time called ``n`` times or until it
+        returns ``None``, the frames queued as fields taken in one pass."""
+        rx = self._rx
+        out: list[tuple] = []
+        if self._filters is None and not self._is_shutdown:
+            while rx and len(out) < n:
+                f = rx.popleft()
+                out.append(f if type(f) is tuple else message_fields(f))
+        recv = self.recv_fields
+        while len(out) < n:
+            f = recv(0.0)               # an empty queue: the host's idle poll first
+            if f is None:
+                break
+            out.append(f)
+        return out
+
     def recv(self, timeout: float | None = None) -> can.Message | None:
         # BusABC.recv without filters is "the next frame": take it without the detour; with
         # none queued and no time to wait (a drain), its one _recv_internal call: the host's
