@@ -396,7 +396,7 @@ class ControlLoop:
             # what costs time once (the reference's grid table, loading compiled code) comes
             # before the drives are enabled: nothing holds the robot between enable and the
             # first cycle, and on the wall clock the first cycles would start late
-            traj = _grid_sampler(self.trajectory, P)
+            traj = _grid_sampler(self.trajectory, P, self.duration_s)
             ref0 = traj.sample(0.0)
             CompiledCycles = None
             if self.compiled:
@@ -721,15 +721,17 @@ class ControlLoop:
         return res
 
 
-def _grid_sampler(trajectory, period_s: float):
+def _grid_sampler(trajectory, period_s: float, horizon_s: float | None = None):
     """``trajectory`` behind a :class:`trajectories.base.GridCache` when that is exact.
 
-    The loop samples at ``t = k * period_s``; a trajectory using the standard
-    :meth:`Trajectory.sample` (vectorised, element-wise identical to scalar
-    sampling) is then evaluated in blocks.  Anything else is used as it is.
+    The loop samples at ``t = k * period_s`` up to its duration ``horizon_s``; a trajectory
+    using the standard :meth:`Trajectory.sample` (vectorised, element-wise identical to scalar
+    sampling) is then evaluated in blocks, its table up to the run's end only (a 2 s run of
+    a 9.5 s trajectory evaluated all of it: most of the Stewart run's start).  Anything else is
+    used as it is.
     """
     if isinstance(trajectory, Trajectory) and type(trajectory).sample is Trajectory.sample:
-        return GridCache(trajectory, period_s)
+        return GridCache(trajectory, period_s, horizon_s=horizon_s)
     return trajectory
 
 

@@ -345,6 +345,45 @@ def test_grid_rows_table_is_shared_and_exact():
     assert GridCache(_FailsAfter(0.5), P).rows(450, 100) is None
 
 
+def test_grid_table_stops_at_the_run_horizon():
+    """A run shorter than its trajectory tabulates its own grid only (the 2 s Stewart run of a
+    9.5 s trajectory evaluated all of it: 28 of its 40 ms of start), with the rows of the whole
+    table bit for bit; a later run with a longer horizon extends the kept table, a shorter one
+    reuses it; a bad horizon is refused; the loop passes its duration."""
+    from controller.loop import _grid_sampler
+
+    traj = load_run(RUNS / "stewart_motion_direct.toml").trajectory
+    P = 1e-3
+    n_all = int(traj.duration_s / P) + 1
+    whole = GridCache(traj, P)._table().copy()          # kept with the trajectory
+    del traj.__dict__["_grid_tables"]
+    short = _grid_sampler(traj, P, 2.0)
+    assert isinstance(short, GridCache)
+    calls = []
+    orig = type(traj).sample
+    type(traj).sample = lambda self, t: (calls.append(np.size(t)), orig(self, t))[1]
+    try:
+        rows = short.rows(0, 2001)
+        assert calls == [2001]
+        for k, r in enumerate(rows):
+            np.testing.assert_array_equal(r, whole[:2001, k])
+        for k in (0, 1234, 2000, 2001, 5000):            # past the horizon: blocks, same numbers
+            for x, y in zip(short.sample(k * P), whole[k]):
+                np.testing.assert_array_equal(x, y)
+        GridCache(traj, P, horizon_s=1.0).rows(0, 1001)   # shorter: the kept table serves it
+        assert calls.count(2001) == 1 and 1001 not in calls
+        longer = GridCache(traj, P, horizon_s=5.0).rows(0, 5001)
+        assert calls.count(5001) == 1
+        np.testing.assert_array_equal(longer[0], whole[:5001, 0])
+        GridCache(traj, P).rows(0, 10)                     # no horizon: the whole trajectory
+        assert calls.count(n_all) == 1
+    finally:
+        type(traj).sample = orig
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(TrajectoryError):
+            GridCache(traj, P, horizon_s=bad)
+
+
 def test_grid_samples_from_the_table_equal_the_blocks():
     """GridCache.sample serves the whole run from the one table evaluation, with the numbers
     of the block evaluation (the path of a trajectory longer than the table), bit for bit;

@@ -349,9 +349,14 @@ class GridCache(Trajectory):
     block : int
         Grid times evaluated per block past the whole-grid table (memory ``4 * block * dim``
         floats).
+    horizon_s : float, optional
+        The last time the caller samples on the grid (a run shorter than its trajectory): the
+        table then stops there (``min(duration_s, horizon_s)``), rather than evaluating grid
+        times nobody reads; later times are evaluated in blocks as past the table.  The rows
+        are the same numbers either way (each time's evaluation does not depend on the others).
     """
 
-    def __init__(self, base: Trajectory, period_s: float, block: int = 256):
+    def __init__(self, base: Trajectory, period_s: float, block: int = 256, horizon_s: float | None = None):
         if not isinstance(base, Trajectory):
             raise TrajectoryError(f"base must be a Trajectory, got {type(base).__name__}")
         self.base = base
@@ -359,6 +364,9 @@ class GridCache(Trajectory):
         if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
             raise TrajectoryError(f"block must be an integer >= 1, got {block!r}")
         self._block = int(block)
+        if horizon_s is not None and not (float(horizon_s) >= 0.0 and math.isfinite(float(horizon_s))):
+            raise TrajectoryError(f"horizon_s must be finite and >= 0, got {horizon_s!r}")
+        self._horizon_s = None if horizon_s is None else float(horizon_s)
         self._k0 = -1           # first grid index of the cached rows (-1: none)
         self._rows = np.empty((0, 4, base.dim))   # the table or a block: pos, vel, acc, jerk per grid time
         self.names = base.names
@@ -413,19 +421,22 @@ class GridCache(Trajectory):
 
     def _table(self):
         """Position, velocity, acceleration and jerk at every grid time of the trajectory
-        (``k * period_s <= duration_s``), shape (rows, 4, dim), or None (too long, or some
-        time fails to evaluate).
+        (``k * period_s <= duration_s``, and ``<= horizon_s`` when given), shape (rows, 4, dim),
+        or None (too long, or some time fails to evaluate).
 
         Evaluated once per trajectory object and period (the same vectorised evaluation as
         the blocks) and kept with the trajectory, so the runs of a sweep that share their
-        trajectory (``controller.app.run.parse_run``'s ``trajectory_cache``) evaluate it once.
+        trajectory (``controller.app.run.parse_run``'s ``trajectory_cache``) evaluate it once
+        (a run with a longer horizon than the kept table's extends it).
         """
         store = getattr(self.base, "__dict__", None)
         if store is None:           # a trajectory class with __slots__: nothing to keep it in
             return None
         memo = store.setdefault("_grid_tables", {})
-        if self.period_s not in memo:
-            n = int(math.floor(self.base.duration_s / self.period_s)) + 1
+        end = self.base.duration_s if self._horizon_s is None else min(self.base.duration_s, self._horizon_s)
+        n = int(math.floor(end / self.period_s)) + 1
+        kept = memo.get(self.period_s, False)
+        if kept is False or (kept is not None and kept.shape[0] < n):
             tab = None
             if n <= self.table_rows_max:
                 try:
@@ -433,8 +444,10 @@ class GridCache(Trajectory):
                     tab = np.stack((s.pos, s.vel, s.acc, s.jerk), axis=1)
                 except Exception:  # noqa: BLE001 - not swallowed: rows() and sample() then evaluate per range
                     tab = None
-            memo[self.period_s] = tab
-        return memo[self.period_s]
+            if tab is not None or kept is False:
+                memo[self.period_s] = tab
+            kept = tab
+        return kept
 
     def _fill(self, k: int) -> bool:
         """Cache the rows that hold grid index ``k``: the whole-grid table when it does,
