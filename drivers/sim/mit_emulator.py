@@ -101,30 +101,54 @@ class MitMotorConfig:
     temperature_c: float = 35.0
 
 
-class _MitState:
-    __slots__ = ("cfg", "limits", "motor_mode", "zero_m", "last_cmd_t", "fault", "silent",
-                 "temperature_c", "commands", "armed", "map", "device_fault", "scheduled",
-                 "last_reply", "received", "joint", "g2e", "ge", "values", "enc_p", "enc_v", "enc_t",
-                 "reply_head", "reply8", "K", "quantum", "index")
+def _array_slot(arr: str, row: int, kind):
+    """A :class:`_MitState` attribute kept in the emulator's per-motor array ``arr`` (column ``row``
+    of the motor's row ``index``), where the compiled batch path reads and writes it."""
+    def get(st):
+        return kind(getattr(st, arr)[st.index, row])
 
-    def __init__(self, cfg: MitMotorConfig, limits: mitc.MitLimits):
+    def put(st, value):
+        getattr(st, arr)[st.index, row] = value
+    return property(get, put)
+
+
+class _MitState:
+    __slots__ = ("cfg", "limits", "motor_mode", "silent", "map", "device_fault", "scheduled",
+                 "joint", "g2e", "ge", "values", "enc_p", "enc_v", "enc_t", "reply_head", "reply8", "K",
+                 "index", "_V", "_W", "_R")
+
+    # the state the compiled batch path (drivers.sim._mit_kernel.mit_command_batch) reads or
+    # writes lives in the emulator's arrays V, W, R (row ``index``)
+    zero_m = _array_slot("_V", _mk.V_ZERO, float)            # raw motor position at the last "set zero"
+    temperature_c = _array_slot("_V", _mk.V_TEMP, float)
+    last_cmd_t = _array_slot("_V", _mk.V_LAST_T, float)
+    fault = _array_slot("_W", _mk.W_FAULT, int)
+    commands = _array_slot("_W", _mk.W_COMMANDS, int)        # commands applied to the plant (for tests)
+    received = _array_slot("_W", _mk.W_RECEIVED, int)        # command frames received in motor mode
+    armed = _array_slot("_W", _mk.W_ARMED, bool)             # watchdog armed (a command is being held)
+
+    def __init__(self, cfg: MitMotorConfig, limits: mitc.MitLimits, index: int, V: np.ndarray, W: np.ndarray,
+                 R: np.ndarray, K: np.ndarray):
         self.cfg = cfg
+        #: the motor's place in MitEmulator._states (and _dues) and its row of V, W, R, K
+        self.index = index
+        self._V, self._W, self._R = V, W, R
         m = cfg.mapping
         # (sign, gear ratio, offset, efficiency) as floats for the hot path
         self.map = (float(m.sign), float(m.gear_ratio), float(m.offset_rad), float(m.efficiency))
         self.limits = limits
         self.motor_mode = False
-        self.zero_m = 0.0          # raw motor position at the last "set zero"
+        self.zero_m = 0.0
         self.last_cmd_t = -math.inf
         self.fault = 0
         self.silent = False
         self.temperature_c = float(cfg.temperature_c)
-        self.commands = 0          # commands applied to the plant (for tests)
-        self.received = 0          # command frames received in motor mode (applied or not)
-        self.armed = False         # watchdog armed (a command is being held)
+        self.commands = 0
+        self.received = 0
+        self.armed = False
         self.device_fault: str | None = None       # "limp" / "frozen" (not reported)
         self.scheduled: tuple[float, str] | None = None
-        self.last_reply: bytes | None = None
+        self.last_reply = None
         # the per-frame path's constants and this drive's codec (drivers.codecs.mit's
         # per-drive functions: the values of decode_command_values / encode_reply, bit for bit)
         self.joint = cfg.joint
@@ -139,18 +163,43 @@ class _MitState:
         # [, temperature, error (8 each)]
         self.reply_head = cfg.can_id << 40
         self.reply8 = mitc.reply_length(cfg.variant) == 8
-        # the compiled per-frame path's constants (drivers.sim._mit_kernel, layout K_*)
-        K = np.empty(_mk.K_SIZE)
+        W[index, _mk.W_ID] = cfg.can_id
+        W[index, _mk.W_LEN] = 8 if self.reply8 else 6
+        W[index, _mk.W_JOINT] = cfg.joint
+        # the compiled paths' constants (drivers.sim._mit_kernel, layout K_*): row ``index`` of K
+        K = K[index]
         K[_mk.K_P_MAX], K[_mk.K_V_MAX], K[_mk.K_KP_MAX] = limits.p_max_rad, limits.v_max_rad_s, limits.kp_max
         K[_mk.K_KD_MAX], K[_mk.K_T_MAX] = limits.kd_max, limits.t_max_nm
         K[_mk.K_SIGN], K[_mk.K_GEAR], K[_mk.K_OFFSET], K[_mk.K_EFF] = self.map
         K[_mk.K_G2E], K[_mk.K_GE] = self.g2e, self.ge
         self.K = K
-        #: the joint encoder's step for the compiled path [rad] (0: none); None: the plant
-        #: draws sensor noise, so the Python path measures (set by MitEmulator.bind)
-        self.quantum: float | None = None
-        #: the motor's place in MitEmulator._states (and _dues)
-        self.index = 0
+        self.quantum = None
+
+    @property
+    def quantum(self) -> float | None:
+        """The joint encoder's step for the compiled paths [rad] (0: none); None: the plant draws
+        sensor noise, so the Python path measures (set by MitEmulator.bind)."""
+        v = self._V[self.index, _mk.V_QUANTUM]
+        return None if v < 0 else float(v)
+
+    @quantum.setter
+    def quantum(self, value: float | None) -> None:
+        self._V[self.index, _mk.V_QUANTUM] = -1.0 if value is None else value
+
+    @property
+    def last_reply(self) -> bytes | None:
+        """The last reply's payload (what a frozen drive repeats), None before one."""
+        r = self._R[self.index]
+        return None if r[0] == 0 else bytes(r[1:1 + r[0]])
+
+    @last_reply.setter
+    def last_reply(self, reply: bytes | None) -> None:
+        r = self._R[self.index]
+        if reply is None:
+            r[0] = 0
+        else:
+            r[0] = len(reply)
+            r[1:1 + len(reply)] = np.frombuffer(reply, dtype=np.uint8)
 
 
 class MitEmulator(EmulatedDevice):
@@ -173,6 +222,13 @@ class MitEmulator(EmulatedDevice):
         if not motors:
             raise ConfigError("at least one motor is required", field="motors")
         self._by_id: dict[int, _MitState] = {}
+        # the motors' state the compiled batch path reads and writes (drivers.sim._mit_kernel
+        # layouts V_*, W_*, R_STRIDE, K_*), one row per motor
+        nm = len(motors)
+        self._V = np.zeros((nm, _mk.V_ROWS))
+        self._W = np.zeros((nm, _mk.W_ROWS), dtype=np.int64)
+        self._R = np.zeros((nm, _mk.R_STRIDE), dtype=np.uint8)
+        self._K = np.zeros((nm, _mk.K_SIZE))
         joints = set()
         for i, m in enumerate(motors):
             if not isinstance(m, MitMotorConfig):
@@ -196,10 +252,13 @@ class MitEmulator(EmulatedDevice):
                 mitc.reply_length(m.variant)
             except (DriverError, KeyError) as err:
                 raise ConfigError(str(err), field=f"motors[{i}].variant") from err
-            self._by_id[m.can_id] = _MitState(m, lim)
+            self._by_id[m.can_id] = _MitState(m, lim, i, self._V, self._W, self._R, self._K)
         self._states = tuple(self._by_id.values())
-        for i, st in enumerate(self._states):
-            st.index = i
+        #: increased by every change of what decides whether a frame goes the batch path (motor
+        #: mode, silence, device faults, their schedule, the encoder step): on_batch's cache key
+        self._generation = 0
+        #: on_batch's last preparation: (generation, ids, rows, states, earliest scheduled fault)
+        self._batch_prep: tuple | None = None
         #: each motor's watchdog due time on the loop clock [s] (``last_cmd_t + watchdog``
         #: while armed, else inf), kept by _arm and _zero_output: next_timer_s is their minimum
         self._dues = [math.inf] * len(self._states)
@@ -226,6 +285,7 @@ class MitEmulator(EmulatedDevice):
             cur = plant.torque_limit_nm[j]
             plant.set_torque_limit([min(cur, lim)], joints=[j])
             st.quantum = plant._joint_quantum(j)
+        self._generation += 1
 
     @property
     def can_ids(self) -> tuple[int, ...]:
@@ -260,6 +320,7 @@ class MitEmulator(EmulatedDevice):
                 st.temperature_c = float(temperature_c)
             self._zero_output(st)
             st.motor_mode = False
+            self._generation += 1
             self.plant.set_brake(True, joints=[st.cfg.joint])
 
     def reboot(self, can_id: int) -> None:
@@ -275,12 +336,14 @@ class MitEmulator(EmulatedDevice):
             st.device_fault = None
             st.scheduled = None
             st.last_reply = None
+            self._generation += 1
             self.plant.set_brake(True, joints=[st.cfg.joint])
 
     def set_silent(self, can_id: int, silent: bool = True) -> None:
         """Disconnect (``True``) or reconnect a motor from the bus."""
         with self._lock:
             self._state(can_id).silent = bool(silent)
+            self._generation += 1
 
     def set_temperature(self, can_id: int, temperature_c: float) -> None:
         """Set the driver temperature a motor reports (8-byte replies) [degC]."""
@@ -308,6 +371,7 @@ class MitEmulator(EmulatedDevice):
             raise DriverError(f"fault time must be finite, got {t_s!r}")
         with self._lock:
             self._state(can_id).scheduled = (t, kind)
+            self._generation += 1
 
     def device_fault(self, can_id: int) -> str | None:
         """The unreported device fault active on a motor (``None``: healthy)."""
@@ -315,6 +379,7 @@ class MitEmulator(EmulatedDevice):
 
     def _start_device_fault(self, st: _MitState, kind: str | None) -> None:
         st.device_fault = kind
+        self._generation += 1
         if kind == "limp" and self.plant is not None:
             self._zero_output(st)
 
@@ -372,6 +437,8 @@ class MitEmulator(EmulatedDevice):
                 reply = self._command(st, data, t_s)
                 st.last_reply = reply
                 return [_msg(self._reply_id, reply)]
+            # not the usual frame: the motor's mode, its faults may change
+            self._generation += 1
             frozen = device_fault == "frozen"
             kind = mitc.classify_command(data) if data[0] == 0xFF else "command"
             cfg = st.cfg
@@ -407,6 +474,75 @@ class MitEmulator(EmulatedDevice):
                 st.last_reply = reply
             return [_msg(self._reply_id, reply)]
 
+    def on_batch(self, arbs: tuple, payloads: np.ndarray, t_s: float, out_arb: np.ndarray,
+                 out: np.ndarray) -> int | None:
+        """Serve a run of command frames sent one after the other at loop time ``t_s`` in one call
+        (:meth:`EmulatedDevice.on_batch`): when every one is the usual frame (a command, its first
+        byte not 0xFF, without drive-side gains, to a motor of this emulator in motor mode,
+        connected, without a device fault or one due, on a plant without sensor noise, drive-side
+        gains held or a stuck actuator), all of them by one call of the compiled
+        :func:`~drivers.sim._mit_kernel.mit_command_batch`, with what :meth:`on_frame` does for
+        each in turn (the command held, the watchdog armed, the counters, the reply's bytes);
+        else None, having changed nothing.
+
+        Parameters
+        ----------
+        arbs : tuple of int
+            The frames' arbitration ids (classic data frames, 11-bit ids, 8 data bytes).
+        payloads : ndarray of uint8, shape (m, 8)
+        t_s : float
+        out_arb : ndarray of int64, shape (>= m,)
+            Out: each reply's arbitration id (the replies in the frames' order, one per frame).
+        out : ndarray of uint8, shape (>= m, 9)
+            Out: each reply's length, then its payload.
+
+        Returns
+        -------
+        int or None
+            The number of replies written (m).
+        """
+        with self._lock:
+            plant = self.plant
+            if plant is None or plant._pd or plant._stuck:
+                return None
+            prep = self._batch_prep
+            if prep is None or prep[0] != self._generation or (prep[1] is not arbs and prep[1] != arbs):
+                prep = self._prepare_batch(arbs)
+                if prep is None:
+                    return None
+            if t_s >= prep[4]:
+                return None                         # a device fault starts with one of these frames
+            with plant._lock:
+                try:
+                    m = _mk.mit_command_batch(self._K, self._V, self._W, self._R, prep[2], payloads, t_s,
+                                              plant._cmd, plant._q, plant._qd, plant._tau_applied, out)
+                except TypeError:       # the plant's state in arrays of another layout: frame by frame
+                    return None
+            if m < 0:
+                return None
+            if self._wd is not None:
+                due = t_s + self._wd
+                dues = self._dues
+                for i in prep[3]:
+                    dues[i] = due
+            out_arb[:m] = self._reply_id
+            return m
+
+    def _prepare_batch(self, arbs: tuple) -> tuple | None:
+        """What :meth:`on_batch` needs of the motors ``arbs`` name, kept until one of them changes
+        (``_generation``): None when one of them cannot take the batch path now."""
+        rows = []
+        sched = math.inf
+        for a in arbs:
+            st = self._by_id.get(a)
+            if st is None or st.silent or not st.motor_mode or st.device_fault is not None or st.quantum is None:
+                return None
+            if st.scheduled is not None:
+                sched = min(sched, st.scheduled[0])
+            rows.append(st.index)
+        self._batch_prep = (self._generation, arbs, np.array(rows, dtype=np.int64), tuple(rows), sched)
+        return self._batch_prep
+
     def _apply(self, st: _MitState, data: bytes, t_s: float) -> None:
         """Apply a command payload (kind ``"command"``) received at ``t_s`` to the motor's joint:
         ``mitc.decode_command_values`` through the motor's per-drive decoder, mapped to the
@@ -424,13 +560,14 @@ class MitEmulator(EmulatedDevice):
     def _command(self, st: _MitState, data: bytes, t_s: float) -> bytes:
         """:meth:`_apply` then :meth:`_reply` (the same command held, the same reply bytes), in
         one call of the compiled :func:`~drivers.sim._mit_kernel.mit_command_frame` when the
-        plant draws no sensor noise; the Python path otherwise, and for a value the kernel
-        declines (it raises the proper error)."""
+        plant draws no sensor noise and the joint's actuator is not stuck; the Python path
+        otherwise, and for a value the kernel declines (it raises the proper error)."""
         quantum = st.quantum
-        if quantum is None:
+        plant = self.plant
+        if quantum is None or (plant._stuck and st.joint in plant._stuck):
+            # a stuck actuator keeps its command: set_joint_command (in _apply) knows
             self._apply(st, data, t_s)
             return self._reply(st)
-        plant = self.plant
         x = int.from_bytes(data, "big")
         with plant._lock:
             try:
