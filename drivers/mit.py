@@ -409,17 +409,19 @@ class MitCanDriver(TransportDriver):
         r = self._buses[0].serve_batch(self._batch_ids, self._tx, self._batch_arb, self._batch_rep)
         if r is None:
             return False
-        tx = self._tx_buf
-        self._sent(range(len(self._joints)), [tx[8 * j:8 * j + 8] for j in range(len(self._joints))])
+        tb = bytes(self._tx_buf)
         length = _k.take_replies(r, self._batch_arb, self._batch_rep, self._id_joint, self._len_ok, self._rx)
-        owed = self._owed
         if length:
-            # what _collect does for each of them: every joint answered once
+            # what _sent, then _collect for each reply do: every joint was sent a request and
+            # answered it (a count at the cap, which _sent leaves, one less), its payload kept
             self._reply_len = length
-            for j, o in enumerate(owed):
-                if o:
-                    owed[j] = o - 1
+            for j, recent in enumerate(self._recent):
+                recent.append(tb[8 * j:8 * j + 8])
+            owed = self._owed
+            if _OWED_MAX in owed:
+                owed[:] = [min(o, _OWED_MAX - 1) for o in owed]
         else:
+            self._sent(range(len(self._joints)), [tb[8 * j:8 * j + 8] for j in range(len(self._joints))])
             rep = self._batch_rep
             now = time.time()
             self._carry.extend((int(a), bytes(rep[i, 1:1 + rep[i, 0]]), now, False, False, False, None)

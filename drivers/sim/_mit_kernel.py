@@ -171,8 +171,8 @@ R_STRIDE = 9
 
 
 @njit("i8(f8[:, ::1], f8[:, ::1], i8[:, ::1], u1[:, ::1], i8[::1], u1[:, ::1], f8, f8[:, ::1], f8[::1],"
-      " f8[::1], f8[::1], u1[:, ::1])", cache=True, error_model="numpy")
-def mit_command_batch(K, V, W, R, idx, payloads, t_s, cmd, q, qd, tau, out):
+      " f8[::1], f8[::1], i8, i8[::1], u1[:, ::1])", cache=True, error_model="numpy")
+def mit_command_batch(K, V, W, R, idx, payloads, t_s, cmd, q, qd, tau, reply_id, out_arb, out):
     """Serve ``m`` command frames at one time, each to a healthy drive in motor mode on a plant
     without sensor noise and without drive-side gains held: what :func:`mit_command_frame` and the
     emulator's bookkeeping do frame by frame, or nothing.
@@ -193,6 +193,10 @@ def mit_command_batch(K, V, W, R, idx, payloads, t_s, cmd, q, qd, tau, out):
         The loop time the frames are served at [s].
     cmd, q, qd, tau : ndarray
         The plant's held command and state (:func:`mit_command_frame`'s).
+    reply_id : int
+        The replies' arbitration id.
+    out_arb : ndarray of int64, shape (m,)
+        Out: per frame its reply's arbitration id.
     out : ndarray of uint8, shape (m, R_STRIDE)
         Out: per frame its reply's length, then the reply.
 
@@ -256,6 +260,7 @@ def mit_command_batch(K, V, W, R, idx, payloads, t_s, cmd, q, qd, tau, out):
         cmd[2, j] = cv[i, 2]
         cmd[3, j] = cv[i, 3]
         cmd[4, j] = cv[i, 4]
+        out_arb[i] = reply_id
         W[r, W_RECEIVED] += 1
         W[r, W_COMMANDS] += 1
         W[r, W_ARMED] = 1

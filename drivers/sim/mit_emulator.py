@@ -515,7 +515,8 @@ class MitEmulator(EmulatedDevice):
             with plant._lock:
                 try:
                     m = _mk.mit_command_batch(self._K, self._V, self._W, self._R, prep[2], payloads, t_s,
-                                              plant._cmd, plant._q, plant._qd, plant._tau_applied, out)
+                                              plant._cmd, plant._q, plant._qd, plant._tau_applied, self._reply_id,
+                                              out_arb, out)
                 except TypeError:       # the plant's state in arrays of another layout: frame by frame
                     return None
             if m < 0:
@@ -525,7 +526,6 @@ class MitEmulator(EmulatedDevice):
                 dues = self._dues
                 for i in prep[3]:
                     dues[i] = due
-            out_arb[:m] = self._reply_id
             return m
 
     def _prepare_batch(self, arbs: tuple) -> tuple | None:
