@@ -26,6 +26,15 @@ Feedback's vectors by one call.  Python does the frames' I/O (python-can needs a
 unexpected, duplicate).  The results equal the codec's plain functions to the bit
 (``tests/test_mit_kernels.py``).
 
+On one bus whose emulated drives are served in this thread on a lock-step clock (an
+offline run: :meth:`~drivers.transport.CanTransport.serve_batch`), a command of torques
+only is exchanged in one call: nothing queued, the frames served by the drives at once
+(one compiled call in the emulator), their ordinary replies put in the receive buffer by
+one compiled call (:func:`drivers._mit_kernels.take_replies`), any other reply read frame
+by frame as below; the same frames, state and Feedback as frame by frame
+(``tests/test_mit_batch.py``).  On a real bus, a wall clock or a thread-served emulator
+nothing changes.
+
 Gains: the drive's PD acts on motor-side quantities, so joint gains are
 mapped as ``kp_motor = kp_joint / (gear_ratio**2 * efficiency)`` (same for
 kd), which makes the joint-side torque ``kp_joint * (q_des - q)``.

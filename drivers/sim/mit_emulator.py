@@ -29,6 +29,10 @@ power mode, p. 48-51), and B. Katz' mini cheetah motor-controller firmware
   ``watchdog_timeout_s`` emulates the mini cheetah firmware's optional CAN timeout
   (``CAN_TIMEOUT``): no command for that long and the motor holds zero torque and
   zero gains (still in motor mode) until the next command.
+* **A run of commands at one time** (:meth:`MitEmulator.on_batch`, an inline host on a
+  lock-step clock): served by one compiled call exactly as frame by frame, or declined
+  (then served frame by frame) for anything but plain torque commands to healthy drives
+  in motor mode.
 * **Never stops serving**: nothing a frame can contain raises out of
   :meth:`MitEmulator.on_frame` (fuzzed in the suite and by
   ``benchmarks/bench_mit_emulator_fuzz.py``).
