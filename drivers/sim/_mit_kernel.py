@@ -163,9 +163,9 @@ V_ZERO, V_QUANTUM, V_TEMP, V_LAST_T = range(4)
 V_ROWS = 4
 #: rows of the per-motor int state W (int64, (motors, W_ROWS)): CAN id, reply length (6 or 8),
 #: latched error byte, command frames received in motor mode, commands applied, watchdog armed,
-#: plant joint
-W_ID, W_LEN, W_FAULT, W_RECEIVED, W_COMMANDS, W_ARMED, W_JOINT = range(7)
-W_ROWS = 7
+#: plant joint, whether R holds the last reply (else the emulator's Python path kept it)
+W_ID, W_LEN, W_FAULT, W_RECEIVED, W_COMMANDS, W_ARMED, W_JOINT, W_R_NEWER = range(8)
+W_ROWS = 8
 #: bytes per motor of the last reply R (uint8, (motors, R_STRIDE)): its length (0: none), then it
 R_STRIDE = 9
 
@@ -184,7 +184,7 @@ def mit_command_batch(K, V, W, R, idx, payloads, t_s, cmd, q, qd, tau, reply_id,
     V, W, R : ndarray
         The motors' float, int and last-reply state (layouts above); rows ``idx`` are read and,
         when the frames are served, written (``V_LAST_T``, ``W_RECEIVED``, ``W_COMMANDS``,
-        ``W_ARMED``, ``R``).
+        ``W_ARMED``, ``W_R_NEWER``, ``R``).
     idx : ndarray of int64, shape (m,)
         The motor (row) of each frame, in the order the frames were sent.
     payloads : ndarray of uint8, shape (m, 8)
@@ -264,6 +264,7 @@ def mit_command_batch(K, V, W, R, idx, payloads, t_s, cmd, q, qd, tau, reply_id,
         W[r, W_RECEIVED] += 1
         W[r, W_COMMANDS] += 1
         W[r, W_ARMED] = 1
+        W[r, W_R_NEWER] = 1
         V[r, V_LAST_T] = t_s
         for b in range(R_STRIDE):
             R[r, b] = out[i, b]

@@ -105,38 +105,39 @@ class MitMotorConfig:
     temperature_c: float = 35.0
 
 
-def _array_slot(arr: str, row: int, kind):
-    """A :class:`_MitState` attribute kept in the emulator's per-motor array ``arr`` (column ``row``
-    of the motor's row ``index``), where the compiled batch path reads and writes it."""
-    def get(st):
-        return kind(getattr(st, arr)[st.index, row])
-
-    def put(st, value):
-        getattr(st, arr)[st.index, row] = value
-    return property(get, put)
+def _array_slot(arr: str, col: int, kind):
+    """A :class:`_MitState` attribute kept in column ``col`` of the motor's row of the emulator's
+    per-motor array (``arr`` the state's view of that row), where the compiled batch path reads
+    and writes it."""
+    if arr == "_v":
+        return property(lambda st: kind(st._v[col]), lambda st, value: st._v.__setitem__(col, value))
+    return property(lambda st: kind(st._w[col]), lambda st, value: st._w.__setitem__(col, value))
 
 
 class _MitState:
     __slots__ = ("cfg", "limits", "motor_mode", "silent", "map", "device_fault", "scheduled",
                  "joint", "g2e", "ge", "values", "enc_p", "enc_v", "enc_t", "reply_head", "reply8", "K",
-                 "index", "_V", "_W", "_R")
+                 "index", "_v", "_w", "_r", "_last_reply")
 
     # the state the compiled batch path (drivers.sim._mit_kernel.mit_command_batch) reads or
     # writes lives in the emulator's arrays V, W, R (row ``index``)
-    zero_m = _array_slot("_V", _mk.V_ZERO, float)            # raw motor position at the last "set zero"
-    temperature_c = _array_slot("_V", _mk.V_TEMP, float)
-    last_cmd_t = _array_slot("_V", _mk.V_LAST_T, float)
-    fault = _array_slot("_W", _mk.W_FAULT, int)
-    commands = _array_slot("_W", _mk.W_COMMANDS, int)        # commands applied to the plant (for tests)
-    received = _array_slot("_W", _mk.W_RECEIVED, int)        # command frames received in motor mode
-    armed = _array_slot("_W", _mk.W_ARMED, bool)             # watchdog armed (a command is being held)
+    zero_m = _array_slot("_v", _mk.V_ZERO, float)            # raw motor position at the last "set zero"
+    temperature_c = _array_slot("_v", _mk.V_TEMP, float)
+    last_cmd_t = _array_slot("_v", _mk.V_LAST_T, float)
+    fault = _array_slot("_w", _mk.W_FAULT, int)
+    commands = _array_slot("_w", _mk.W_COMMANDS, int)        # commands applied to the plant (for tests)
+    received = _array_slot("_w", _mk.W_RECEIVED, int)        # command frames received in motor mode
+    armed = _array_slot("_w", _mk.W_ARMED, bool)             # watchdog armed (a command is being held)
 
     def __init__(self, cfg: MitMotorConfig, limits: mitc.MitLimits, index: int, V: np.ndarray, W: np.ndarray,
                  R: np.ndarray, K: np.ndarray):
         self.cfg = cfg
         #: the motor's place in MitEmulator._states (and _dues) and its row of V, W, R, K
         self.index = index
-        self._V, self._W, self._R = V, W, R
+        # memoryviews of the motor's rows: an item read or written is a Python float or int, at
+        # a fraction of a numpy scalar's cost (the per-frame path touches several per frame)
+        self._v, self._w, self._r = memoryview(V[index]), memoryview(W[index]), memoryview(R[index])
+        self._last_reply: bytes | None = None
         m = cfg.mapping
         # (sign, gear ratio, offset, efficiency) as floats for the hot path
         self.map = (float(m.sign), float(m.gear_ratio), float(m.offset_rad), float(m.efficiency))
@@ -183,27 +184,26 @@ class _MitState:
     def quantum(self) -> float | None:
         """The joint encoder's step for the compiled paths [rad] (0: none); None: the plant draws
         sensor noise, so the Python path measures (set by MitEmulator.bind)."""
-        v = self._V[self.index, _mk.V_QUANTUM]
+        v = self._v[_mk.V_QUANTUM]
         return None if v < 0 else float(v)
 
     @quantum.setter
     def quantum(self, value: float | None) -> None:
-        self._V[self.index, _mk.V_QUANTUM] = -1.0 if value is None else value
+        self._v[_mk.V_QUANTUM] = -1.0 if value is None else value
 
     @property
     def last_reply(self) -> bytes | None:
-        """The last reply's payload (what a frozen drive repeats), None before one."""
-        r = self._R[self.index]
-        return None if r[0] == 0 else bytes(r[1:1 + r[0]])
+        """The last reply's payload (what a frozen drive repeats), None before one: the one the
+        batch path wrote in R when it is newer (``W_R_NEWER``) than the one kept here."""
+        if self._w[_mk.W_R_NEWER]:
+            r = self._r
+            return bytes(r[1:1 + r[0]])
+        return self._last_reply
 
     @last_reply.setter
     def last_reply(self, reply: bytes | None) -> None:
-        r = self._R[self.index]
-        if reply is None:
-            r[0] = 0
-        else:
-            r[0] = len(reply)
-            r[1:1 + len(reply)] = np.frombuffer(reply, dtype=np.uint8)
+        self._last_reply = reply
+        self._w[_mk.W_R_NEWER] = 0
 
 
 class MitEmulator(EmulatedDevice):
@@ -394,9 +394,10 @@ class MitEmulator(EmulatedDevice):
         self._dues[st.index] = math.inf
 
     def _arm(self, st: _MitState, t_s: float) -> None:
-        """A command applied at ``t_s``: the watchdog restarts from it."""
-        st.last_cmd_t = t_s
-        st.armed = True
+        """A command applied at ``t_s``: the watchdog restarts from it (st.last_cmd_t = t_s,
+        st.armed = True, in the motor's rows)."""
+        st._v[_mk.V_LAST_T] = t_s
+        st._w[_mk.W_ARMED] = 1
         if self._wd is not None:
             self._dues[st.index] = t_s + self._wd
 
@@ -437,9 +438,12 @@ class MitEmulator(EmulatedDevice):
             if device_fault is None and data[0] != 0xFF and st.motor_mode:
                 # the usual frame, a command to a healthy drive in motor mode: what the branches
                 # below do for it (kind "command", neither frozen nor limp), without the tests
-                st.received += 1
+                # (the state in the motor's rows: st.received += 1, st.last_reply = reply)
+                w = st._w
+                w[_mk.W_RECEIVED] += 1
                 reply = self._command(st, data, t_s)
-                st.last_reply = reply
+                st._last_reply = reply
+                w[_mk.W_R_NEWER] = 0
                 return [_msg(self._reply_id, reply)]
             # not the usual frame: the motor's mode, its faults may change
             self._generation += 1
@@ -566,9 +570,10 @@ class MitEmulator(EmulatedDevice):
         one call of the compiled :func:`~drivers.sim._mit_kernel.mit_command_frame` when the
         plant draws no sensor noise and the joint's actuator is not stuck; the Python path
         otherwise, and for a value the kernel declines (it raises the proper error)."""
-        quantum = st.quantum
+        v = st._v
+        quantum = v[_mk.V_QUANTUM]                  # st.quantum, -1 for None
         plant = self.plant
-        if quantum is None or (plant._stuck and st.joint in plant._stuck):
+        if quantum < 0 or (plant._stuck and st.joint in plant._stuck):
             # a stuck actuator keeps its command: set_joint_command (in _apply) knows
             self._apply(st, data, t_s)
             return self._reply(st)
@@ -576,7 +581,7 @@ class MitEmulator(EmulatedDevice):
         with plant._lock:
             try:
                 status, fields = _mk.mit_command_frame(st.K, plant._cmd, plant._q, plant._qd, plant._tau_applied,
-                                                       st.joint, x >> 32, x & 0xFFFFFFFF, st.zero_m, quantum)
+                                                       st.joint, x >> 32, x & 0xFFFFFFFF, v[_mk.V_ZERO], quantum)
             except TypeError:           # the plant's state in arrays of another layout: the Python path
                 status = _mk.ST_BAD_COMMAND
             if status & _mk.ST_BAD_COMMAND:
@@ -586,7 +591,7 @@ class MitEmulator(EmulatedDevice):
             if status & _mk.ST_GAINS or plant._pd:
                 plant._gains_updated()
         self._arm(st, t_s)
-        st.commands += 1
+        st._w[_mk.W_COMMANDS] += 1                  # st.commands += 1
         if status & _mk.ST_BAD_MEASUREMENT:
             return self._reply(st)                  # raises
         return self._pack(st, st.reply_head | fields)
