@@ -239,3 +239,52 @@ def after_collect(rx, C, S, I, M, MI, mode, centered, temperature_max_c, a, rel_
             f = I[I_FAULT, j]
             out_fault[j] = f if f != 0 else I[I_DETECTED, j]
     return missing
+
+
+@njit("i8(i8, i8[::1], u1[:, ::1], i8[::1], b1[::1], u1[::1])", cache=True, error_model="numpy")
+def take_replies(r, arb, rep, id_joint, len_ok, rx):
+    """The replies of a batch exchange (:meth:`drivers.transport.CanTransport.serve_batch`: one
+    command frame per joint, in joint order, on one bus) put in the receive buffer as the
+    driver's ``_collect`` puts them, when they are the ordinary ones: one per joint, in that
+    order, each a reply of an accepted length from that joint's motor, none on an id of ours.
+
+    Parameters
+    ----------
+    r : int
+        Number of replies.
+    arb : ndarray of int64, shape (>= r,)
+        Their arbitration ids.
+    rep : ndarray of uint8, shape (>= r, RX_STRIDE)
+        Per reply its length, then its payload.
+    id_joint : ndarray of int64, shape (256,)
+        The joint of each motor id (-1: none of ours).
+    len_ok : ndarray of bool, shape (9,)
+        The reply lengths accepted (the driver's ``reply_variant``).
+    rx : ndarray of uint8, shape (n * RX_STRIDE,)
+        Out: the receive buffer (:func:`after_collect`'s ``rx``).
+
+    Returns
+    -------
+    int
+        The last reply's length, or 0, nothing written, when they are not the ordinary replies
+        (the caller reads them frame by frame).
+    """
+    n = rx.shape[0] // RX_STRIDE
+    if r != n:
+        return 0
+    for i in range(n):
+        a = arb[i]
+        if 0 <= a < 256 and id_joint[a] >= 0:
+            return 0            # a command frame's id: screened frame by frame
+        length = rep[i, 0]
+        if length > 8 or not len_ok[length]:
+            return 0
+        if id_joint[rep[i, 1]] != i:
+            return 0
+    for i in range(n):
+        k = i * RX_STRIDE
+        length = rep[i, 0]
+        rx[k] = length
+        for b in range(length):
+            rx[k + 1 + b] = rep[i, 1 + b]
+    return rep[n - 1, 0]

@@ -26,6 +26,15 @@ Feedback's vectors by one call.  Python does the frames' I/O (python-can needs a
 unexpected, duplicate).  The results equal the codec's plain functions to the bit
 (``tests/test_mit_kernels.py``).
 
+On one bus whose emulated drives are served in this thread on a lock-step clock (an
+offline run: :meth:`~drivers.transport.CanTransport.serve_batch`), a command of torques
+only is exchanged in one call: nothing queued, the frames served by the drives at once
+(one compiled call in the emulator), their ordinary replies put in the receive buffer by
+one compiled call (:func:`drivers._mit_kernels.take_replies`), any other reply read frame
+by frame as below; the same frames, state and Feedback as frame by frame
+(``tests/test_mit_batch.py``).  On a real bus, a wall clock or a thread-served emulator
+nothing changes.
+
 Gains: the drive's PD acts on motor-side quantities, so joint gains are
 mapped as ``kp_motor = kp_joint / (gear_ratio**2 * efficiency)`` (same for
 kd), which makes the joint-side torque ``kp_joint * (q_des - q)``.
@@ -61,6 +70,7 @@ from the one kept: a byte-identical duplicate is CAN's own retransmission) are n
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 from dataclasses import dataclass, field
@@ -272,6 +282,19 @@ class MitCanDriver(TransportDriver):
         self._recent = [self._echo_of(self._bus_of[j], jt.can_id) for j, jt in enumerate(self._joints)]
         self._foreign_seen: list[str] = []          # foreign command frames seen since the last check
         self._foreign_replies: list[int] = []       # cycles in which a reply nobody asked for came
+        # the batch exchange (one bus whose devices are served in this thread on a lock-step clock:
+        # CanTransport.serve_batch): the commands' ids in joint order, the replies' buffers, each
+        # motor id's joint, the reply lengths accepted
+        self._batch_ids = tuple(jt.can_id for jt in joints) if len(self._buses) == 1 else None
+        self._batch_arb = np.zeros(n, dtype=np.int64)
+        self._batch_rep = np.zeros((n, _k.RX_STRIDE), dtype=np.uint8)
+        self._id_joint = np.full(256, -1, dtype=np.int64)
+        for j, jt in enumerate(joints):
+            self._id_joint[jt.can_id] = j
+        self._len_ok = np.zeros(9, dtype=np.bool_)
+        self._len_ok[list(self._reply_lengths)] = True
+        #: frames a batch exchange took off the bus that were not read yet (read before the bus)
+        self._carry: collections.deque = collections.deque()
 
     # ------------------------------------------------------------------
     @property
@@ -385,6 +408,36 @@ class MitCanDriver(TransportDriver):
                         t.send(e[0], e[1])
         self._sent(range(len(encoded)), [e[1] for e in encoded])
 
+    def _serve_batch(self, stats: dict) -> bool:
+        """The encoded frames (``_tx``) sent and their replies received in one call where the bus
+        serves its devices in this thread on a lock-step clock (:meth:`CanTransport.serve_batch`):
+        what :meth:`_drain`, :meth:`_send_encoded` and :meth:`_collect` do then (nothing is queued
+        before the send: the bus declines otherwise), the ordinary replies put in the receive
+        buffer by one compiled call (:func:`drivers._mit_kernels.take_replies`), any other
+        read frame by frame.  False, nothing sent, where the bus declines."""
+        r = self._buses[0].serve_batch(self._batch_ids, self._tx, self._batch_arb, self._batch_rep)
+        if r is None:
+            return False
+        tb = bytes(self._tx_buf)
+        length = _k.take_replies(r, self._batch_arb, self._batch_rep, self._id_joint, self._len_ok, self._rx)
+        if length:
+            # what _sent, then _collect for each reply do: every joint was sent a request and
+            # answered it (a count at the cap, which _sent leaves, one less), its payload kept
+            self._reply_len = length
+            for j, recent in enumerate(self._recent):
+                recent.append(tb[8 * j:8 * j + 8])
+            owed = self._owed
+            if _OWED_MAX in owed:
+                owed[:] = [min(o, _OWED_MAX - 1) for o in owed]
+        else:
+            self._sent(range(len(self._joints)), [tb[8 * j:8 * j + 8] for j in range(len(self._joints))])
+            rep = self._batch_rep
+            now = time.time()
+            self._carry.extend((int(a), bytes(rep[i, 1:1 + rep[i, 0]]), now, False, False, False, None)
+                               for i, a in enumerate(self._batch_arb[:r].tolist()))
+            self._collect(set(range(len(self._joints))), self.reply_timeout_s, stats)
+        return True
+
     def _collect(self, pending: set[int], timeout_s: float, stats: dict) -> None:
         """Receive replies until every joint in ``pending`` answered or the time is up, and put
         each joint's reply (its length, then its payload) in the receive buffer, where the
@@ -397,6 +450,7 @@ class MitCanDriver(TransportDriver):
         one = buses[0].recv_fields if len(buses) == 1 else None
         lengths = self._reply_lengths
         by_id = self._by_id
+        carry = self._carry
         late = 0
         while pending:
             # past the deadline, what is already queued is still read (a reply that arrived in
@@ -408,7 +462,10 @@ class MitCanDriver(TransportDriver):
                 late += 1
                 if late > _LATE_FRAMES_MAX:
                     break
-            if one is not None:
+            if carry:
+                # a batch exchange's replies, taken off the (one) bus before it is read again
+                b, frame = 0, carry.popleft()
+            elif one is not None:
                 # recv_any_fields with one transport
                 b, frame = 0, one(remaining)
                 if frame is None:
@@ -554,6 +611,10 @@ class MitCanDriver(TransportDriver):
         """Take every frame queued before a send (each screened by :meth:`_screen`); how many."""
         st = stats if stats is not None else self._new_stats()
         n = 0
+        carry = self._carry
+        while carry:
+            n += 1
+            self._screen(0, carry.popleft(), st)
         for b, t in enumerate(self._buses):
             recv = t.recv_fields
             while n < 100_000:
@@ -647,17 +708,21 @@ class MitCanDriver(TransportDriver):
                 saturated = _k.encode_torque(tau, self._C, self._fixed, self._tx, self._S, self._half)
         if saturated >= 0:
             self.last_saturated = saturated
-            tx = self._tx_buf
-            encoded = [(jt.can_id, tx[8 * j:8 * j + 8], None) for j, jt in enumerate(self._joints)]
+            stats = self._new_stats(0, saturated)
+            if self._batch_ids is None or self._carry or not self._serve_batch(stats):
+                tx = self._tx_buf
+                self._drain(stats)
+                self._send_encoded([(jt.can_id, tx[8 * j:8 * j + 8], None) for j, jt in enumerate(self._joints)])
+                self._collect(set(range(n)), self.reply_timeout_s, stats)
         else:
             encoded = self._encode(command)
             # the commands' values, as decoding the frames gives them, for the follow check
             self._S[_k.S_CP:_k.S_CT + 1] = np.array([values(*f) for values, (_, _, f)
                                                       in zip(self._cmd_values, encoded)]).T
-        stats = self._new_stats(0, self.last_saturated)
-        self._drain(stats)
-        self._send_encoded(encoded)
-        self._collect(set(range(n)), self.reply_timeout_s, stats)
+            stats = self._new_stats(0, self.last_saturated)
+            self._drain(stats)
+            self._send_encoded(encoded)
+            self._collect(set(range(n)), self.reply_timeout_s, stats)
         self.cycles += 1
         if self._foreign_seen or self._foreign_replies:
             self._check_foreign()

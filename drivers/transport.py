@@ -278,6 +278,29 @@ class CanTransport:
         except (can.CanError, OSError, ValueError, TypeError) as err:
             raise CommsError(f"{self.name}: send of id 0x{arb:X} failed: {err}") from err
 
+    def serve_batch(self, arbs: tuple, payloads, out_arb, out) -> int | None:
+        """Send classic data frames with standard ids ``arbs`` and 8 data bytes (``payloads``,
+        (m, 8) uint8) back to back and receive the devices' answers at once, in one call, where the
+        bus serves its devices in this thread on a clock that stands still meanwhile
+        (``serve_batch`` of an :class:`~drivers.sim.emulators.InlineBus`): what :meth:`send_batch`
+        then :meth:`recv_fields` until the queue is empty give, the answers written to ``out_arb``
+        (arbitration ids) and ``out`` (rows of the length, then the data), counted as sent and
+        received.  Returns their number, or None, nothing sent: any other bus, an FD bus, a
+        transport whose ``send``/``recv_fields`` were replaced on the instance (a tap that must see
+        every frame)."""
+        serve = getattr(self._fields_bus, "serve_batch", None)
+        if serve is None or self._closed or self._fd or "recv_fields" in self.__dict__ or "send" in self.__dict__ \
+                or "send_batch" in self.__dict__:
+            return None
+        try:
+            r = serve(arbs, payloads, out_arb, out)
+        except (self._can.CanError, OSError, ValueError) as err:
+            raise CommsError(f"{self.name}: exchange failed: {err}") from err
+        if r is not None:
+            self.frames_sent += len(arbs)
+            self.frames_received += r
+        return r
+
     def send_frame(self, frame: Frame) -> None:
         """Send a :class:`Frame`."""
         self.send(frame.arbitration_id, frame.data, frame.is_extended_id,

@@ -136,6 +136,15 @@ class EmulatedDevice:
         (only for a device with :attr:`fields_native`)."""
         raise NotImplementedError(f"{type(self).__name__} does not answer frames given as fields")
 
+    def on_batch(self, arbs: tuple, payloads, t_s: float, out_arb, out) -> int | None:
+        """Serve, in one call, frames sent one after the other at loop time ``t_s`` (classic data
+        frames with standard ids ``arbs`` and 8 data bytes, ``payloads`` a (m, 8) uint8 array),
+        the same as :meth:`on_frame` of each in turn, and write the frames the device sends in
+        answer (its replies, in order) to ``out_arb`` (arbitration ids) and ``out`` (rows of the
+        length, then the data); the number written.  None, having changed nothing, when it
+        cannot (the caller sends the frames one by one): the default."""
+        return None
+
     #: ``None``, or an int the device increases before every change that may move its next
     #: timed event (a frame, a timed event, a fault injected): while the sum over its devices
     #: stays the same, a host knows that event without asking :meth:`next_timer_s` again
@@ -666,6 +675,37 @@ class EmulatorHost:
             self._failed = True
         return True
 
+    def serve_batch(self, end, arbs: tuple, payloads, out_arb, out) -> int | None:
+        """Frames sent one after the other on ``end``, the host's only bus (an :class:`InlineBus`'s
+        device end) with its only device, served in one call on a clock that stands still while
+        the driver waits (:attr:`frozen_clock`: every frame would be served at the same ``now()``):
+        the timed events due and the plant brought to ``now()`` (what a drain's idle pump does),
+        then, when nothing is queued for the driver, the device answers them all
+        (:meth:`EmulatedDevice.on_batch`) and its answers are written to ``out_arb`` / ``out``
+        instead of the driver's queue.  Returns the number of answers, or None when the frames
+        were not served (the caller drains its queue and sends them one by one: the pump it makes
+        finds nothing more to do at this time)."""
+        if (not self._inline or not self._started or self._closed or self._failed or not self._frozen_clock
+                or end is not self._bus or len(self._buses) != 1):
+            return None
+        devices = self._bus_devices[id(end)]
+        if len(devices) != 1:
+            return None
+        try:
+            t = self._now()
+            self._advance(t, self._queue, True)
+            if end._peer._rx:
+                return None             # frames for the driver (a timed event's): it reads them first
+            r = devices[0].on_batch(arbs, payloads, t, out_arb, out)
+        except Exception as err:  # noqa: BLE001 - kept and re-raised by check(), like pump's
+            self._error = err
+            self._failed = True
+            return None
+        if r is not None:
+            self.frames_in += len(arbs)
+            self.frames_out += r
+        return r
+
     def sync(self, timeout_s: float = 5.0) -> None:
         """Block until every frame sent to the devices before this call was processed.
 
@@ -1006,6 +1046,21 @@ class InlineBus(can.BusABC):
             else:
                 msg = can.Message(0.0, arb, False, False, False, None, None, data, False, True, False)
             self.send(msg)
+
+    def serve_batch(self, arbs: tuple, payloads, out_arb, out) -> int | None:
+        """Classic data frames with standard ids ``arbs`` and 8 data bytes (``payloads``, (m, 8)
+        uint8), sent one after the other and served at once by the host in one call
+        (:meth:`EmulatorHost.serve_batch`), the devices' answers written to ``out_arb`` / ``out``
+        (arbitration ids; rows of the length, then the data) as if received, not queued.  Returns
+        their number, or None, nothing sent, where the host cannot (no frame may be waiting, no
+        receive filter set): the caller sends the frames."""
+        if self._is_shutdown or self._filters is not None or self._tx:
+            return None
+        end = self.device_end
+        host = self.host
+        if host is None or not end._open:
+            return None
+        return host.serve_batch(end, arbs, payloads, out_arb, out)
 
     def _message_of(self, f: tuple) -> can.Message:
         """The message a device's frame queued as fields (:meth:`_InlineEnd.deliver`) is."""

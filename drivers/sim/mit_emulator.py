@@ -29,6 +29,10 @@ power mode, p. 48-51), and B. Katz' mini cheetah motor-controller firmware
   ``watchdog_timeout_s`` emulates the mini cheetah firmware's optional CAN timeout
   (``CAN_TIMEOUT``): no command for that long and the motor holds zero torque and
   zero gains (still in motor mode) until the next command.
+* **A run of commands at one time** (:meth:`MitEmulator.on_batch`, an inline host on a
+  lock-step clock): served by one compiled call exactly as frame by frame, or declined
+  (then served frame by frame) for anything but plain torque commands to healthy drives
+  in motor mode.
 * **Never stops serving**: nothing a frame can contain raises out of
   :meth:`MitEmulator.on_frame` (fuzzed in the suite and by
   ``benchmarks/bench_mit_emulator_fuzz.py``).
@@ -101,30 +105,55 @@ class MitMotorConfig:
     temperature_c: float = 35.0
 
 
-class _MitState:
-    __slots__ = ("cfg", "limits", "motor_mode", "zero_m", "last_cmd_t", "fault", "silent",
-                 "temperature_c", "commands", "armed", "map", "device_fault", "scheduled",
-                 "last_reply", "received", "joint", "g2e", "ge", "values", "enc_p", "enc_v", "enc_t",
-                 "reply_head", "reply8", "K", "quantum", "index")
+def _array_slot(arr: str, col: int, kind):
+    """A :class:`_MitState` attribute kept in column ``col`` of the motor's row of the emulator's
+    per-motor array (``arr`` the state's view of that row), where the compiled batch path reads
+    and writes it."""
+    if arr == "_v":
+        return property(lambda st: kind(st._v[col]), lambda st, value: st._v.__setitem__(col, value))
+    return property(lambda st: kind(st._w[col]), lambda st, value: st._w.__setitem__(col, value))
 
-    def __init__(self, cfg: MitMotorConfig, limits: mitc.MitLimits):
+
+class _MitState:
+    __slots__ = ("cfg", "limits", "motor_mode", "silent", "map", "device_fault", "scheduled",
+                 "joint", "g2e", "ge", "values", "enc_p", "enc_v", "enc_t", "reply_head", "reply8", "K",
+                 "index", "_v", "_w", "_r", "_last_reply")
+
+    # the state the compiled batch path (drivers.sim._mit_kernel.mit_command_batch) reads or
+    # writes lives in the emulator's arrays V, W, R (row ``index``)
+    zero_m = _array_slot("_v", _mk.V_ZERO, float)            # raw motor position at the last "set zero"
+    temperature_c = _array_slot("_v", _mk.V_TEMP, float)
+    last_cmd_t = _array_slot("_v", _mk.V_LAST_T, float)
+    fault = _array_slot("_w", _mk.W_FAULT, int)
+    commands = _array_slot("_w", _mk.W_COMMANDS, int)        # commands applied to the plant (for tests)
+    received = _array_slot("_w", _mk.W_RECEIVED, int)        # command frames received in motor mode
+    armed = _array_slot("_w", _mk.W_ARMED, bool)             # watchdog armed (a command is being held)
+
+    def __init__(self, cfg: MitMotorConfig, limits: mitc.MitLimits, index: int, V: np.ndarray, W: np.ndarray,
+                 R: np.ndarray, K: np.ndarray):
         self.cfg = cfg
+        #: the motor's place in MitEmulator._states (and _dues) and its row of V, W, R, K
+        self.index = index
+        # memoryviews of the motor's rows: an item read or written is a Python float or int, at
+        # a fraction of a numpy scalar's cost (the per-frame path touches several per frame)
+        self._v, self._w, self._r = memoryview(V[index]), memoryview(W[index]), memoryview(R[index])
+        self._last_reply: bytes | None = None
         m = cfg.mapping
         # (sign, gear ratio, offset, efficiency) as floats for the hot path
         self.map = (float(m.sign), float(m.gear_ratio), float(m.offset_rad), float(m.efficiency))
         self.limits = limits
         self.motor_mode = False
-        self.zero_m = 0.0          # raw motor position at the last "set zero"
+        self.zero_m = 0.0
         self.last_cmd_t = -math.inf
         self.fault = 0
         self.silent = False
         self.temperature_c = float(cfg.temperature_c)
-        self.commands = 0          # commands applied to the plant (for tests)
-        self.received = 0          # command frames received in motor mode (applied or not)
-        self.armed = False         # watchdog armed (a command is being held)
+        self.commands = 0
+        self.received = 0
+        self.armed = False
         self.device_fault: str | None = None       # "limp" / "frozen" (not reported)
         self.scheduled: tuple[float, str] | None = None
-        self.last_reply: bytes | None = None
+        self.last_reply = None
         # the per-frame path's constants and this drive's codec (drivers.codecs.mit's
         # per-drive functions: the values of decode_command_values / encode_reply, bit for bit)
         self.joint = cfg.joint
@@ -139,18 +168,42 @@ class _MitState:
         # [, temperature, error (8 each)]
         self.reply_head = cfg.can_id << 40
         self.reply8 = mitc.reply_length(cfg.variant) == 8
-        # the compiled per-frame path's constants (drivers.sim._mit_kernel, layout K_*)
-        K = np.empty(_mk.K_SIZE)
+        W[index, _mk.W_ID] = cfg.can_id
+        W[index, _mk.W_LEN] = 8 if self.reply8 else 6
+        W[index, _mk.W_JOINT] = cfg.joint
+        # the compiled paths' constants (drivers.sim._mit_kernel, layout K_*): row ``index`` of K
+        K = K[index]
         K[_mk.K_P_MAX], K[_mk.K_V_MAX], K[_mk.K_KP_MAX] = limits.p_max_rad, limits.v_max_rad_s, limits.kp_max
         K[_mk.K_KD_MAX], K[_mk.K_T_MAX] = limits.kd_max, limits.t_max_nm
         K[_mk.K_SIGN], K[_mk.K_GEAR], K[_mk.K_OFFSET], K[_mk.K_EFF] = self.map
         K[_mk.K_G2E], K[_mk.K_GE] = self.g2e, self.ge
         self.K = K
-        #: the joint encoder's step for the compiled path [rad] (0: none); None: the plant
-        #: draws sensor noise, so the Python path measures (set by MitEmulator.bind)
-        self.quantum: float | None = None
-        #: the motor's place in MitEmulator._states (and _dues)
-        self.index = 0
+        self.quantum = None
+
+    @property
+    def quantum(self) -> float | None:
+        """The joint encoder's step for the compiled paths [rad] (0: none); None: the plant draws
+        sensor noise, so the Python path measures (set by MitEmulator.bind)."""
+        v = self._v[_mk.V_QUANTUM]
+        return None if v < 0 else float(v)
+
+    @quantum.setter
+    def quantum(self, value: float | None) -> None:
+        self._v[_mk.V_QUANTUM] = -1.0 if value is None else value
+
+    @property
+    def last_reply(self) -> bytes | None:
+        """The last reply's payload (what a frozen drive repeats), None before one: the one the
+        batch path wrote in R when it is newer (``W_R_NEWER``) than the one kept here."""
+        if self._w[_mk.W_R_NEWER]:
+            r = self._r
+            return bytes(r[1:1 + r[0]])
+        return self._last_reply
+
+    @last_reply.setter
+    def last_reply(self, reply: bytes | None) -> None:
+        self._last_reply = reply
+        self._w[_mk.W_R_NEWER] = 0
 
 
 class MitEmulator(EmulatedDevice):
@@ -173,6 +226,13 @@ class MitEmulator(EmulatedDevice):
         if not motors:
             raise ConfigError("at least one motor is required", field="motors")
         self._by_id: dict[int, _MitState] = {}
+        # the motors' state the compiled batch path reads and writes (drivers.sim._mit_kernel
+        # layouts V_*, W_*, R_STRIDE, K_*), one row per motor
+        nm = len(motors)
+        self._V = np.zeros((nm, _mk.V_ROWS))
+        self._W = np.zeros((nm, _mk.W_ROWS), dtype=np.int64)
+        self._R = np.zeros((nm, _mk.R_STRIDE), dtype=np.uint8)
+        self._K = np.zeros((nm, _mk.K_SIZE))
         joints = set()
         for i, m in enumerate(motors):
             if not isinstance(m, MitMotorConfig):
@@ -196,10 +256,13 @@ class MitEmulator(EmulatedDevice):
                 mitc.reply_length(m.variant)
             except (DriverError, KeyError) as err:
                 raise ConfigError(str(err), field=f"motors[{i}].variant") from err
-            self._by_id[m.can_id] = _MitState(m, lim)
+            self._by_id[m.can_id] = _MitState(m, lim, i, self._V, self._W, self._R, self._K)
         self._states = tuple(self._by_id.values())
-        for i, st in enumerate(self._states):
-            st.index = i
+        #: increased by every change of what decides whether a frame goes the batch path (motor
+        #: mode, silence, device faults, their schedule, the encoder step): on_batch's cache key
+        self._generation = 0
+        #: on_batch's last preparation: (generation, ids, rows, states, earliest scheduled fault)
+        self._batch_prep: tuple | None = None
         #: each motor's watchdog due time on the loop clock [s] (``last_cmd_t + watchdog``
         #: while armed, else inf), kept by _arm and _zero_output: next_timer_s is their minimum
         self._dues = [math.inf] * len(self._states)
@@ -226,6 +289,7 @@ class MitEmulator(EmulatedDevice):
             cur = plant.torque_limit_nm[j]
             plant.set_torque_limit([min(cur, lim)], joints=[j])
             st.quantum = plant._joint_quantum(j)
+        self._generation += 1
 
     @property
     def can_ids(self) -> tuple[int, ...]:
@@ -260,6 +324,7 @@ class MitEmulator(EmulatedDevice):
                 st.temperature_c = float(temperature_c)
             self._zero_output(st)
             st.motor_mode = False
+            self._generation += 1
             self.plant.set_brake(True, joints=[st.cfg.joint])
 
     def reboot(self, can_id: int) -> None:
@@ -275,12 +340,14 @@ class MitEmulator(EmulatedDevice):
             st.device_fault = None
             st.scheduled = None
             st.last_reply = None
+            self._generation += 1
             self.plant.set_brake(True, joints=[st.cfg.joint])
 
     def set_silent(self, can_id: int, silent: bool = True) -> None:
         """Disconnect (``True``) or reconnect a motor from the bus."""
         with self._lock:
             self._state(can_id).silent = bool(silent)
+            self._generation += 1
 
     def set_temperature(self, can_id: int, temperature_c: float) -> None:
         """Set the driver temperature a motor reports (8-byte replies) [degC]."""
@@ -308,6 +375,7 @@ class MitEmulator(EmulatedDevice):
             raise DriverError(f"fault time must be finite, got {t_s!r}")
         with self._lock:
             self._state(can_id).scheduled = (t, kind)
+            self._generation += 1
 
     def device_fault(self, can_id: int) -> str | None:
         """The unreported device fault active on a motor (``None``: healthy)."""
@@ -315,6 +383,7 @@ class MitEmulator(EmulatedDevice):
 
     def _start_device_fault(self, st: _MitState, kind: str | None) -> None:
         st.device_fault = kind
+        self._generation += 1
         if kind == "limp" and self.plant is not None:
             self._zero_output(st)
 
@@ -325,9 +394,10 @@ class MitEmulator(EmulatedDevice):
         self._dues[st.index] = math.inf
 
     def _arm(self, st: _MitState, t_s: float) -> None:
-        """A command applied at ``t_s``: the watchdog restarts from it."""
-        st.last_cmd_t = t_s
-        st.armed = True
+        """A command applied at ``t_s``: the watchdog restarts from it (st.last_cmd_t = t_s,
+        st.armed = True, in the motor's rows)."""
+        st._v[_mk.V_LAST_T] = t_s
+        st._w[_mk.W_ARMED] = 1
         if self._wd is not None:
             self._dues[st.index] = t_s + self._wd
 
@@ -368,10 +438,15 @@ class MitEmulator(EmulatedDevice):
             if device_fault is None and data[0] != 0xFF and st.motor_mode:
                 # the usual frame, a command to a healthy drive in motor mode: what the branches
                 # below do for it (kind "command", neither frozen nor limp), without the tests
-                st.received += 1
+                # (the state in the motor's rows: st.received += 1, st.last_reply = reply)
+                w = st._w
+                w[_mk.W_RECEIVED] += 1
                 reply = self._command(st, data, t_s)
-                st.last_reply = reply
+                st._last_reply = reply
+                w[_mk.W_R_NEWER] = 0
                 return [_msg(self._reply_id, reply)]
+            # not the usual frame: the motor's mode, its faults may change
+            self._generation += 1
             frozen = device_fault == "frozen"
             kind = mitc.classify_command(data) if data[0] == 0xFF else "command"
             cfg = st.cfg
@@ -407,6 +482,75 @@ class MitEmulator(EmulatedDevice):
                 st.last_reply = reply
             return [_msg(self._reply_id, reply)]
 
+    def on_batch(self, arbs: tuple, payloads: np.ndarray, t_s: float, out_arb: np.ndarray,
+                 out: np.ndarray) -> int | None:
+        """Serve a run of command frames sent one after the other at loop time ``t_s`` in one call
+        (:meth:`EmulatedDevice.on_batch`): when every one is the usual frame (a command, its first
+        byte not 0xFF, without drive-side gains, to a motor of this emulator in motor mode,
+        connected, without a device fault or one due, on a plant without sensor noise, drive-side
+        gains held or a stuck actuator), all of them by one call of the compiled
+        :func:`~drivers.sim._mit_kernel.mit_command_batch`, with what :meth:`on_frame` does for
+        each in turn (the command held, the watchdog armed, the counters, the reply's bytes);
+        else None, having changed nothing.
+
+        Parameters
+        ----------
+        arbs : tuple of int
+            The frames' arbitration ids (classic data frames, 11-bit ids, 8 data bytes).
+        payloads : ndarray of uint8, shape (m, 8)
+        t_s : float
+        out_arb : ndarray of int64, shape (>= m,)
+            Out: each reply's arbitration id (the replies in the frames' order, one per frame).
+        out : ndarray of uint8, shape (>= m, 9)
+            Out: each reply's length, then its payload.
+
+        Returns
+        -------
+        int or None
+            The number of replies written (m).
+        """
+        with self._lock:
+            plant = self.plant
+            if plant is None or plant._pd or plant._stuck:
+                return None
+            prep = self._batch_prep
+            if prep is None or prep[0] != self._generation or (prep[1] is not arbs and prep[1] != arbs):
+                prep = self._prepare_batch(arbs)
+                if prep is None:
+                    return None
+            if t_s >= prep[4]:
+                return None                         # a device fault starts with one of these frames
+            with plant._lock:
+                try:
+                    m = _mk.mit_command_batch(self._K, self._V, self._W, self._R, prep[2], payloads, t_s,
+                                              plant._cmd, plant._q, plant._qd, plant._tau_applied, self._reply_id,
+                                              out_arb, out)
+                except TypeError:       # the plant's state in arrays of another layout: frame by frame
+                    return None
+            if m < 0:
+                return None
+            if self._wd is not None:
+                due = t_s + self._wd
+                dues = self._dues
+                for i in prep[3]:
+                    dues[i] = due
+            return m
+
+    def _prepare_batch(self, arbs: tuple) -> tuple | None:
+        """What :meth:`on_batch` needs of the motors ``arbs`` name, kept until one of them changes
+        (``_generation``): None when one of them cannot take the batch path now."""
+        rows = []
+        sched = math.inf
+        for a in arbs:
+            st = self._by_id.get(a)
+            if st is None or st.silent or not st.motor_mode or st.device_fault is not None or st.quantum is None:
+                return None
+            if st.scheduled is not None:
+                sched = min(sched, st.scheduled[0])
+            rows.append(st.index)
+        self._batch_prep = (self._generation, arbs, np.array(rows, dtype=np.int64), tuple(rows), sched)
+        return self._batch_prep
+
     def _apply(self, st: _MitState, data: bytes, t_s: float) -> None:
         """Apply a command payload (kind ``"command"``) received at ``t_s`` to the motor's joint:
         ``mitc.decode_command_values`` through the motor's per-drive decoder, mapped to the
@@ -424,18 +568,20 @@ class MitEmulator(EmulatedDevice):
     def _command(self, st: _MitState, data: bytes, t_s: float) -> bytes:
         """:meth:`_apply` then :meth:`_reply` (the same command held, the same reply bytes), in
         one call of the compiled :func:`~drivers.sim._mit_kernel.mit_command_frame` when the
-        plant draws no sensor noise; the Python path otherwise, and for a value the kernel
-        declines (it raises the proper error)."""
-        quantum = st.quantum
-        if quantum is None:
+        plant draws no sensor noise and the joint's actuator is not stuck; the Python path
+        otherwise, and for a value the kernel declines (it raises the proper error)."""
+        v = st._v
+        quantum = v[_mk.V_QUANTUM]                  # st.quantum, -1 for None
+        plant = self.plant
+        if quantum < 0 or (plant._stuck and st.joint in plant._stuck):
+            # a stuck actuator keeps its command: set_joint_command (in _apply) knows
             self._apply(st, data, t_s)
             return self._reply(st)
-        plant = self.plant
         x = int.from_bytes(data, "big")
         with plant._lock:
             try:
                 status, fields = _mk.mit_command_frame(st.K, plant._cmd, plant._q, plant._qd, plant._tau_applied,
-                                                       st.joint, x >> 32, x & 0xFFFFFFFF, st.zero_m, quantum)
+                                                       st.joint, x >> 32, x & 0xFFFFFFFF, v[_mk.V_ZERO], quantum)
             except TypeError:           # the plant's state in arrays of another layout: the Python path
                 status = _mk.ST_BAD_COMMAND
             if status & _mk.ST_BAD_COMMAND:
@@ -445,7 +591,7 @@ class MitEmulator(EmulatedDevice):
             if status & _mk.ST_GAINS or plant._pd:
                 plant._gains_updated()
         self._arm(st, t_s)
-        st.commands += 1
+        st._w[_mk.W_COMMANDS] += 1                  # st.commands += 1
         if status & _mk.ST_BAD_MEASUREMENT:
             return self._reply(st)                  # raises
         return self._pack(st, st.reply_head | fields)
