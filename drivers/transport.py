@@ -342,6 +342,42 @@ class CanTransport:
             self.error_frames += 1
         return message_fields(msg)
 
+    def recv_queued(self) -> list[tuple]:
+        """Every frame already queued, without waiting: what :meth:`recv_fields` with no time to
+        wait returns until it returns ``None``, as a list, the same frames in the same order and
+        the same counts; one call of the bus' ``take_fields`` on a fields channel that has it (an
+        :class:`drivers.sim.emulators.InlineBus`), else :meth:`recv_fields` frame by frame.
+
+        Raises
+        ------
+        CommsError
+            The bus failed.
+        """
+        if self._closed:
+            raise CommsError(f"{self.name}: transport is closed")
+        fb = self._fields_bus
+        take = getattr(fb, "take_fields", None) if fb is not None else None
+        if take is None:
+            out = []
+            recv = self.recv_fields
+            while (f := recv(0.0)) is not None:
+                out.append(f)
+            return out
+        try:
+            out = take()
+        except (self._can.CanError, OSError, ValueError) as err:
+            raise CommsError(f"{self.name}: receive failed: {err}") from err
+        if out:
+            self._count_received(out)
+        return out
+
+    def _count_received(self, frames) -> None:
+        """Count received frames (as fields) and the error frames among them."""
+        self.frames_received += len(frames)
+        for f in frames:
+            if f[3]:
+                self.error_frames += 1
+
     def drain(self, max_frames: int = 100_000) -> int:
         """Discard every frame already queued; return how many were dropped."""
         n = 0
@@ -453,11 +489,9 @@ def recv_queued_fields(transports: Sequence[CanTransport]) -> list[tuple[int, tu
     while True:
         n = len(out)
         for i, t in enumerate(transports):
-            recv = t.recv_fields
-            f = recv(0.0)
-            while f is not None:
-                out.append((i, f))
-                f = recv(0.0)
+            got = t.recv_queued()
+            if got:
+                out += [(i, f) for f in got]
         if len(out) == n:
             return out
 

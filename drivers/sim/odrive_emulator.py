@@ -111,6 +111,11 @@ _CL = odc.AxisState.CLOSED_LOOP_CONTROL
 _IDLE = odc.AxisState.IDLE
 _SET_INPUT_TORQUE = int(odc.Cmd.SET_INPUT_TORQUE)
 _GET_ENCODER_ESTIMATES = int(odc.Cmd.GET_ENCODER_ESTIMATES)
+_HEARTBEAT = int(odc.Cmd.HEARTBEAT)
+_GET_TORQUES = int(odc.Cmd.GET_TORQUES)
+#: the compiled broadcasts' kind of each cyclic message but the heartbeat (_timer_compiled)
+_BC_KIND = {_GET_ENCODER_ESTIMATES: _ok.KIND_BC_ESTIMATES, int(odc.Cmd.GET_IQ): _ok.KIND_BC_IQ,
+            _GET_TORQUES: _ok.KIND_BC_TORQUES}
 _TORQUE_CONTROL = int(odc.ControlMode.TORQUE_CONTROL)
 #: GPIOs whose ADC voltage ODrive 3.6 reports (``GPIO_COUNT``; ``Get_ADC_Voltage`` ignores others)
 _GPIO_COUNT_05 = 17
@@ -286,6 +291,8 @@ class OdriveEmulator(EmulatedDevice):
         self._fast_axes: dict[int, _Axis] = {}
         #: the run's buffers by its number of frames
         self._runs: dict[int, tuple] = {}
+        #: the compiled broadcasts' buffers by their number of messages (_timer_compiled)
+        self._bc: dict[int, tuple] = {}
         self._wd_bit = odc.WATCHDOG_ERROR_BIT[firmware]
         self._estop_bit = odc.ESTOP_ERROR_BIT[firmware]
         self._rtr = odc.RTR_COMMANDS if firmware == "0.6" else odc.RTR_COMMANDS_05
@@ -485,6 +492,9 @@ class OdriveEmulator(EmulatedDevice):
     def on_timer_fields(self, t_s: float) -> list[tuple[int, bytes]]:
         out: list[tuple[int, bytes]] = []
         with self._lock:
+            fast = self._timer_compiled(t_s)
+            if fast is not None:
+                return fast
             self._timers_changed()
             for ax in self._axes.values():
                 wd = ax.cfg.watchdog_timeout_s
@@ -501,6 +511,75 @@ class OdriveEmulator(EmulatedDevice):
                             else:
                                 out.extend(self._answer(ax, cmd, b""))
         return out
+
+    def _timer_compiled(self, t_s: float) -> list[tuple[int, bytes]] | None:
+        """:meth:`on_timer_fields` (holding the lock) with the payloads of the cyclic estimates, Iq and
+        Torques made by one call of the compiled
+        :func:`~drivers.sim._odrive_kernel.broadcast_payloads` (the same bytes), heartbeats as
+        :meth:`_answer` makes them: the same frames in the same order, the same schedule after it.
+        ``None``, having changed nothing, where the Python path is taken: a watchdog expiring at
+        ``t_s`` (the axis disarms before its messages), an axis not served by the compiled run
+        (silent, a plant drawing sensor noise), a value the codec refuses (it raises there)."""
+        if self._est_f32 is None:
+            return None
+        if not self._P_ok:
+            self._refresh_run_state()
+        axes = self._axes
+        if len(self._fast_axes) != len(axes):
+            return None
+        due = []
+        n_payload = 0
+        for ax in axes.values():
+            wd = ax.cfg.watchdog_timeout_s
+            if wd is not None and ax.state == _CL and ax.last_feed_t + wd <= t_s:
+                return None
+            for cmd, d in ax.next_due.items():
+                if d <= t_s:
+                    if cmd != _HEARTBEAT:
+                        if cmd == _GET_TORQUES and self.firmware != "0.6":
+                            return None
+                        n_payload += 1
+                    due.append((ax, cmd))
+        if n_payload:
+            kind, axis, setpoint, est, est_f32 = self._bc_buffers(n_payload)
+            f = 0
+            for ax, cmd in due:
+                if cmd != _HEARTBEAT:
+                    kind[f] = _BC_KIND[cmd]
+                    axis[f] = ax.index
+                    f += 1
+            for ax in axes.values():
+                setpoint[ax.index] = ax.setpoint_nm
+            plant = self.plant
+            with plant._lock:
+                try:
+                    if _ok.broadcast_payloads(kind, axis, self._KK, self._P, setpoint, plant._q, plant._qd,
+                                              plant._tau_applied, est_f32) < 0:
+                        return None
+                except TypeError:       # the plant's state in arrays of another layout: the Python path
+                    return None
+            payloads = est.tobytes()
+        # what on_timer_fields does, with the payloads made above
+        self._timers_changed()
+        out = []
+        f = 0
+        for ax, cmd in due:
+            ax.count[cmd] += 1
+            ax.next_due[cmd] = ax.t0 + ax.count[cmd] * ax.periods[cmd]
+            if cmd == _HEARTBEAT:
+                out.append(((ax.node_id << 5) | cmd, self._heartbeat(ax)))
+            else:
+                out.append(((ax.node_id << 5) | cmd, payloads[8 * f:8 * f + 8]))
+                f += 1
+        return out
+
+    def _bc_buffers(self, m: int) -> tuple:
+        bufs = self._bc.get(m)
+        if bufs is None:
+            est = np.zeros((m, 8), dtype=np.uint8)
+            bufs = self._bc[m] = (np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64),
+                                  np.zeros(len(self._axes)), est, est.view(np.float32))
+        return bufs
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
         with self._lock:
