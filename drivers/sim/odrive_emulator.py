@@ -113,6 +113,8 @@ _SET_INPUT_TORQUE = int(odc.Cmd.SET_INPUT_TORQUE)
 _GET_ENCODER_ESTIMATES = int(odc.Cmd.GET_ENCODER_ESTIMATES)
 _HEARTBEAT = int(odc.Cmd.HEARTBEAT)
 _GET_TORQUES = int(odc.Cmd.GET_TORQUES)
+#: the sets of due messages whose compiled inputs an emulator keeps (_timer_compiled)
+_BC_SETS_KEPT = 64
 #: the compiled broadcasts' kind of each cyclic message but the heartbeat (_timer_compiled)
 _BC_KIND = {_GET_ENCODER_ESTIMATES: _ok.KIND_BC_ESTIMATES, int(odc.Cmd.GET_IQ): _ok.KIND_BC_IQ,
             _GET_TORQUES: _ok.KIND_BC_TORQUES}
@@ -291,8 +293,11 @@ class OdriveEmulator(EmulatedDevice):
         self._fast_axes: dict[int, _Axis] = {}
         #: the run's buffers by its number of frames
         self._runs: dict[int, tuple] = {}
-        #: the compiled broadcasts' buffers by their number of messages (_timer_compiled)
-        self._bc: dict[int, tuple] = {}
+        #: the compiled broadcasts' inputs and buffers by the set of messages due (_timer_compiled):
+        #: kinds, axes, payload buffer and its float32 view, whether a torque is read
+        self._bc: dict[tuple, tuple] = {}
+        #: the axes' torque set-points for the compiled broadcasts of Iq and Torques
+        self._setpoints = np.zeros(len(axes))
         self._wd_bit = odc.WATCHDOG_ERROR_BIT[firmware]
         self._estop_bit = odc.ESTOP_ERROR_BIT[firmware]
         self._rtr = odc.RTR_COMMANDS if firmware == "0.6" else odc.RTR_COMMANDS_05
@@ -528,28 +533,34 @@ class OdriveEmulator(EmulatedDevice):
         if len(self._fast_axes) != len(axes):
             return None
         due = []
-        n_payload = 0
         for ax in axes.values():
             wd = ax.cfg.watchdog_timeout_s
             if wd is not None and ax.state == _CL and ax.last_feed_t + wd <= t_s:
                 return None
             for cmd, d in ax.next_due.items():
                 if d <= t_s:
-                    if cmd != _HEARTBEAT:
-                        if cmd == _GET_TORQUES and self.firmware != "0.6":
-                            return None
-                        n_payload += 1
                     due.append((ax, cmd))
-        if n_payload:
-            kind, axis, setpoint, est, est_f32 = self._bc_buffers(n_payload)
-            f = 0
-            for ax, cmd in due:
-                if cmd != _HEARTBEAT:
-                    kind[f] = _BC_KIND[cmd]
-                    axis[f] = ax.index
-                    f += 1
-            for ax in axes.values():
-                setpoint[ax.index] = ax.setpoint_nm
+        # the kernel's inputs of this set of messages, found once (a run's events repeat one set)
+        key = tuple([(ax.index, cmd) for ax, cmd in due])
+        bufs = self._bc.get(key)
+        if bufs is None:
+            if self.firmware != "0.6" and any(cmd == _GET_TORQUES for _, cmd in key):
+                return None
+            if len(self._bc) >= _BC_SETS_KEPT:
+                self._bc.clear()
+            kinds = [_BC_KIND[cmd] for _, cmd in key if cmd != _HEARTBEAT]
+            m = len(kinds)
+            est = np.zeros((m, 8), dtype=np.uint8)
+            bufs = self._bc[key] = (np.array(kinds, dtype=np.int64),
+                                    np.array([i for i, cmd in key if cmd != _HEARTBEAT], dtype=np.int64),
+                                    est, est.view(np.float32), any(k != _ok.KIND_BC_ESTIMATES for k in kinds))
+        kind, axis, est, est_f32, torques = bufs
+        payloads = b""
+        if kind.shape[0]:
+            setpoint = self._setpoints
+            if torques:
+                for ax in axes.values():
+                    setpoint[ax.index] = ax.setpoint_nm
             plant = self.plant
             with plant._lock:
                 try:
@@ -572,14 +583,6 @@ class OdriveEmulator(EmulatedDevice):
                 out.append(((ax.node_id << 5) | cmd, payloads[8 * f:8 * f + 8]))
                 f += 1
         return out
-
-    def _bc_buffers(self, m: int) -> tuple:
-        bufs = self._bc.get(m)
-        if bufs is None:
-            est = np.zeros((m, 8), dtype=np.uint8)
-            bufs = self._bc[m] = (np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64),
-                                  np.zeros(len(self._axes)), est, est.view(np.float32))
-        return bufs
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
         with self._lock:
