@@ -291,8 +291,8 @@ class OdriveEmulator(EmulatedDevice):
         self._P_ok = False
         #: node id -> axis of every axis the compiled run serves (found with _P)
         self._fast_axes: dict[int, _Axis] = {}
-        #: the run's buffers by its number of frames
-        self._runs: dict[int, tuple] = {}
+        #: the run's inputs and buffers by its frames' (arbitration_id, remote_dlc) (_run_pattern)
+        self._runs: dict[tuple, tuple] = {}
         #: the compiled broadcasts' inputs and buffers by the set of messages due (_timer_compiled):
         #: kinds, axes, payload buffer and its float32 view, whether a torque is read
         self._bc: dict[tuple, tuple] = {}
@@ -759,15 +759,35 @@ class OdriveEmulator(EmulatedDevice):
             r[_ok.P_POSOFF] = ax.pos_offset_rev
             fast[ax.node_id] = ax
         self._fast_axes = fast
+        self._runs.clear()          # the runs' patterns name the axes served
         self._P_ok = True
 
-    def _run_buffers(self, m: int) -> tuple:
-        bufs = self._runs.get(m)
-        if bufs is None:
-            est = np.zeros((m, 8), dtype=np.uint8)
-            bufs = self._runs[m] = (np.zeros(m, dtype=np.int64), np.zeros(m, dtype=np.int64), np.zeros(m),
-                                    np.zeros((m, 2)), est, est.view(np.float32))
-        return bufs
+    def _run_pattern(self, key: tuple) -> tuple | None:
+        """The compiled run's inputs of a run of frames with these ``(arbitration_id, remote_dlc)``
+        (kinds, axes, buffers; see :meth:`on_fields_batch`), found once per pattern while the
+        served axes stay (``_refresh_run_state`` forgets them); None: a frame the run does not serve."""
+        pat = self._runs.get(key)
+        if pat is not None:
+            return pat
+        fast = self._fast_axes
+        kinds, rows, axes, torques = [], [], [], []
+        for f, (arb, remote_dlc) in enumerate(key):
+            ax = fast.get(arb >> 5)
+            cmd = arb & 0x1F
+            if ax is None or cmd != (_GET_ENCODER_ESTIMATES if remote_dlc is not None else _SET_INPUT_TORQUE):
+                return None
+            kinds.append(_ok.KIND_ESTIMATES if remote_dlc is not None else _ok.KIND_TORQUE)
+            if remote_dlc is None:
+                torques.append(f)
+            rows.append(ax.index)
+            axes.append(ax)
+        m = len(key)
+        if len(self._runs) >= _BC_SETS_KEPT:
+            self._runs.clear()
+        est = np.zeros((m, 8), dtype=np.uint8)
+        pat = self._runs[key] = (np.array(kinds, dtype=np.int64), np.array(rows, dtype=np.int64), np.zeros(m),
+                                 np.zeros((m, 2)), est, est.view(np.float32), axes, torques)
+        return pat
 
     def on_fields_batch(self, frames, t_s: float) -> list[tuple[int, bytes]] | None:
         """:meth:`on_fields` of each of ``frames`` in turn, all received at ``t_s``, by one call of the
@@ -786,39 +806,25 @@ class OdriveEmulator(EmulatedDevice):
         plant = self.plant
         if plant._stuck:
             return None
-        m = len(frames)
         with self._lock:
             if not self._P_ok:
                 self._refresh_run_state()
-            fast = self._fast_axes
-            kind, axis, val, res, est, est_f32 = self._run_buffers(m)
-            axes = []
-            vals = []
-            for f, (arb, data, remote_dlc) in enumerate(frames):
-                ax = fast.get(arb >> 5)
-                if ax is None:
-                    return None
-                cmd = arb & 0x1F
+            pat = self._run_pattern(tuple([(f[0], f[2]) for f in frames]))
+            if pat is None:
+                return None
+            kind, axis, val, res, est, est_f32, axes, torques = pat
+            vals = {}
+            for f in torques:
+                data = frames[f][1]
+                n = len(data)
                 v = 0.0
-                if remote_dlc is not None:
-                    if cmd != _GET_ENCODER_ESTIMATES:
-                        return None
-                    kind[f] = _ok.KIND_ESTIMATES
-                else:
-                    if cmd != _SET_INPUT_TORQUE:
-                        return None
-                    n = len(data)
-                    if n >= 4:
-                        v = _F1.unpack_from(data)[0]
-                        if not v - v == 0.0:
-                            return None         # the codec's DecodeError: dropped (frames_ignored)
-                    elif n:
-                        return None
-                    kind[f] = _ok.KIND_TORQUE
-                    val[f] = v
-                axis[f] = ax.index
-                axes.append(ax)
-                vals.append(v)
+                if n >= 4:
+                    v = _F1.unpack_from(data)[0]
+                    if not v - v == 0.0:
+                        return None         # the codec's DecodeError: dropped (frames_ignored)
+                elif n:
+                    return None
+                val[f] = vals[f] = v
             with plant._lock:
                 try:
                     if _ok.serve_frames(kind, axis, val, self._KK, self._P, plant._q, plant._qd, plant._cmd, res,
@@ -832,18 +838,18 @@ class OdriveEmulator(EmulatedDevice):
             applied = res.tolist()
             payloads = est.tobytes()
             out = []
-            for f, (arb, data, remote_dlc) in enumerate(frames):
-                ax = axes[f]
+            for f, ax in enumerate(axes):
                 kept = self._next_t
                 wd = ax.cfg.watchdog_timeout_s
                 if (kept is None or not t_s >= ax.last_feed_t
                         or (ax.state == _CL and wd is not None and not kept < ax.last_feed_t + wd)):
                     self._timers_changed()
                 ax.last_feed_t = t_s
-                if remote_dlc is not None:
-                    out.append((arb, payloads[8 * f:8 * f + 8]))
+                v = vals.get(f)
+                if v is None:
+                    out.append((frames[f][0], payloads[8 * f:8 * f + 8]))
                 else:
-                    ax.input_torque = vals[f]
+                    ax.input_torque = v
                     if ax.state == _CL and ax.control_mode == _TORQUE_CONTROL:
                         ax.commands += 1
                     ax.setpoint_nm = applied[f][0]
