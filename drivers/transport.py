@@ -136,12 +136,15 @@ class CanTransport:
         #: message per frame: an in-process emulator's bus, ``fields_channel = True``), or None;
         #: decided here, once (a bus wrapped by another, e.g. a fault injector, has none)
         self._fields_bus = None
+        #: the fields channel's take_fields (recv_queued), or None
+        self._take_fields = None
         if bus is not None:
             if not isinstance(bus, BusLike):
                 raise CommsError(f"{self.name}: object {bus!r} has no send/recv/shutdown")
             self._bus = bus
             if getattr(type(bus), "fields_channel", False) is True:
                 self._fields_bus = bus
+                self._take_fields = getattr(bus, "take_fields", None)
             return
         if not interface or not isinstance(interface, str):
             raise CommsError("CanTransport needs an interface name or an open bus")
@@ -356,10 +359,9 @@ class CanTransport:
         """
         if self._closed:
             raise CommsError(f"{self.name}: transport is closed")
-        fb = self._fields_bus
         # (a recv_fields replaced on this transport, e.g. by a test's echoing bus, is what a
         # receive calls: then frame by frame through it)
-        take = getattr(fb, "take_fields", None) if fb is not None and "recv_fields" not in self.__dict__ else None
+        take = self._take_fields if "recv_fields" not in self.__dict__ else None
         if take is None:
             out = []
             recv = self.recv_fields

@@ -528,8 +528,9 @@ class OdriveEmulator(EmulatedDevice):
         :meth:`_answer` makes them: the same frames in the same order, the same schedule after it.
         ``None``, having changed nothing, where the Python path is taken: a watchdog expiring at
         ``t_s`` (the axis disarms before its messages), an axis not served by the compiled run
-        (silent, a plant drawing sensor noise), a value the codec refuses (it raises there), fewer
-        than :data:`_BC_COMPILED_MIN` messages due."""
+        (silent, a plant drawing sensor noise), a value the codec refuses (it raises there).  Fewer
+        than :data:`_BC_COMPILED_MIN` messages due are made frame by frame here (the Python
+        path's answers, its schedule walked once)."""
         if self._est_f32 is None:
             return None
         if not self._P_ok:
@@ -545,14 +546,40 @@ class OdriveEmulator(EmulatedDevice):
             for cmd, d in ax.next_due.items():
                 if d <= t_s:
                     due.append((ax, cmd))
-        if len(due) < _BC_COMPILED_MIN:
+        payloads = None if len(due) < _BC_COMPILED_MIN else self._bc_payloads(due)
+        if payloads is False:
             return None
+        # what on_timer_fields does when no watchdog expires and every axis answers, with the
+        # payloads made above (None: fewer than _BC_COMPILED_MIN, made as the Python path makes them)
+        self._timers_changed()
+        out = []
+        f = 0
+        for ax, cmd in due:
+            ax.count[cmd] += 1
+            ax.next_due[cmd] = ax.t0 + ax.count[cmd] * ax.periods[cmd]
+            if payloads is None:
+                if cmd == _GET_ENCODER_ESTIMATES:
+                    out.append(((ax.node_id << 5) | cmd, self._estimates(ax)))
+                else:
+                    out.extend(self._answer(ax, cmd, b""))
+            elif cmd == _HEARTBEAT:
+                out.append(((ax.node_id << 5) | cmd, self._heartbeat(ax)))
+            else:
+                out.append(((ax.node_id << 5) | cmd, payloads[8 * f:8 * f + 8]))
+                f += 1
+        return out
+
+    def _bc_payloads(self, due: list) -> bytes | bool:
+        """The payloads of the due messages but heartbeats, one after the other, by one call of
+        :func:`~drivers.sim._odrive_kernel.broadcast_payloads` (holding the lock); False: not
+        made (the Python path is taken)."""
+        axes = self._axes
         # the kernel's inputs of this set of messages, found once (a run's events repeat one set)
         key = tuple([(ax.index, cmd) for ax, cmd in due])
         bufs = self._bc.get(key)
         if bufs is None:
             if self.firmware != "0.6" and any(cmd == _GET_TORQUES for _, cmd in key):
-                return None
+                return False
             if len(self._bc) >= _BC_SETS_KEPT:
                 self._bc.clear()
             kinds = [_BC_KIND[cmd] for _, cmd in key if cmd != _HEARTBEAT]
@@ -573,23 +600,11 @@ class OdriveEmulator(EmulatedDevice):
                 try:
                     if _ok.broadcast_payloads(kind, axis, self._KK, self._P, setpoint, plant._q, plant._qd,
                                               plant._tau_applied, est_f32) < 0:
-                        return None
+                        return False
                 except TypeError:       # the plant's state in arrays of another layout: the Python path
-                    return None
+                    return False
             payloads = est.tobytes()
-        # what on_timer_fields does, with the payloads made above
-        self._timers_changed()
-        out = []
-        f = 0
-        for ax, cmd in due:
-            ax.count[cmd] += 1
-            ax.next_due[cmd] = ax.t0 + ax.count[cmd] * ax.periods[cmd]
-            if cmd == _HEARTBEAT:
-                out.append(((ax.node_id << 5) | cmd, self._heartbeat(ax)))
-            else:
-                out.append(((ax.node_id << 5) | cmd, payloads[8 * f:8 * f + 8]))
-                f += 1
-        return out
+        return payloads
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
         with self._lock:
