@@ -265,6 +265,8 @@ class OdriveCanDriver(TransportDriver):
         self._fresh = np.zeros(n, dtype=bool)
         #: per Encoder_Estimates of a pass of _handle_queued, whether the compiled call decoded it
         self._est_done = np.zeros(2 * n, dtype=bool)
+        #: as many KIND_ESTIMATES (0) as _est_done has elements
+        self._est_kinds = np.zeros(2 * n, dtype=np.int64)
         #: the feedback requests of a cycle by torque feedback (_request_feedback)
         self._rtr_requests: dict[str, list] = {}
         #: a cycle's requests sent with its torques, one call per bus (_exchange)
@@ -548,8 +550,11 @@ class OdriveCanDriver(TransportDriver):
         done = self._est_done
         if done.shape[0] < m:
             done = self._est_done = np.zeros(2 * m, dtype=bool)
+            self._est_kinds = np.zeros(2 * m, dtype=np.int64)
         payload = b"".join([bf[1][1][:8] for bf in est])
-        if _ok.decode_feedback_run(payload, np.array(axes, dtype=np.int64), np.array(kinds, dtype=np.int64), self._kC,
+        # (estimates only: the kinds are the zeros kept, KIND_ESTIMATES)
+        kind = self._est_kinds[:m] if len(run_kind) == 1 else np.array(kinds, dtype=np.int64)
+        if _ok.decode_feedback_run(payload, np.array(axes, dtype=np.int64), kind, self._kC,
                                    self._q, self._qd, self._tau, self._seen, self._fresh, done):
             for k in range(m):
                 if not done[k]:

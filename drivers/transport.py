@@ -373,15 +373,9 @@ class CanTransport:
         except (self._can.CanError, OSError, ValueError) as err:
             raise CommsError(f"{self.name}: receive failed: {err}") from err
         if out:
-            self._count_received(out)
+            self.frames_received += len(out)
+            self.error_frames += [f[3] for f in out].count(True)
         return out
-
-    def _count_received(self, frames) -> None:
-        """Count received frames (as fields) and the error frames among them."""
-        self.frames_received += len(frames)
-        for f in frames:
-            if f[3]:
-                self.error_frames += 1
 
     def drain(self, max_frames: int = 100_000) -> int:
         """Discard every frame already queued; return how many were dropped."""
