@@ -136,15 +136,12 @@ class CanTransport:
         #: message per frame: an in-process emulator's bus, ``fields_channel = True``), or None;
         #: decided here, once (a bus wrapped by another, e.g. a fault injector, has none)
         self._fields_bus = None
-        #: the fields channel's take_fields (recv_queued), or None
-        self._take_fields = None
         if bus is not None:
             if not isinstance(bus, BusLike):
                 raise CommsError(f"{self.name}: object {bus!r} has no send/recv/shutdown")
             self._bus = bus
             if getattr(type(bus), "fields_channel", False) is True:
                 self._fields_bus = bus
-                self._take_fields = getattr(bus, "take_fields", None)
             return
         if not interface or not isinstance(interface, str):
             raise CommsError("CanTransport needs an interface name or an open bus")
@@ -345,38 +342,6 @@ class CanTransport:
             self.error_frames += 1
         return message_fields(msg)
 
-    def recv_queued(self) -> list[tuple]:
-        """Every frame already queued, without waiting: what :meth:`recv_fields` with no time to
-        wait returns until it returns ``None``, as a list, the same frames in the same order and
-        the same counts; one call of the bus' ``take_fields`` on a fields channel that has it (an
-        :class:`drivers.sim.emulators.InlineBus`), else :meth:`recv_fields` frame by frame (also
-        when ``recv_fields`` was replaced on this transport).
-
-        Raises
-        ------
-        CommsError
-            The bus failed.
-        """
-        if self._closed:
-            raise CommsError(f"{self.name}: transport is closed")
-        # (a recv_fields replaced on this transport, e.g. by a test's echoing bus, is what a
-        # receive calls: then frame by frame through it)
-        take = self._take_fields if "recv_fields" not in self.__dict__ else None
-        if take is None:
-            out = []
-            recv = self.recv_fields
-            while (f := recv(0.0)) is not None:
-                out.append(f)
-            return out
-        try:
-            out = take()
-        except (self._can.CanError, OSError, ValueError) as err:
-            raise CommsError(f"{self.name}: receive failed: {err}") from err
-        if out:
-            self.frames_received += len(out)
-            self.error_frames += [f[3] for f in out].count(True)
-        return out
-
     def drain(self, max_frames: int = 100_000) -> int:
         """Discard every frame already queued; return how many were dropped."""
         n = 0
@@ -488,9 +453,11 @@ def recv_queued_fields(transports: Sequence[CanTransport]) -> list[tuple[int, tu
     while True:
         n = len(out)
         for i, t in enumerate(transports):
-            got = t.recv_queued()
-            if got:
-                out += [(i, f) for f in got]
+            recv = t.recv_fields
+            f = recv(0.0)
+            while f is not None:
+                out.append((i, f))
+                f = recv(0.0)
         if len(out) == n:
             return out
 

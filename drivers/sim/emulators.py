@@ -1028,29 +1028,6 @@ class InlineBus(can.BusABC):
         msg = self.recv(timeout)
         return None if msg is None else message_fields(msg)
 
-    def take_fields(self) -> list[tuple]:
-        """Every frame :meth:`recv_fields` with no time to wait returns until it returns ``None``,
-        as a list, by one call: the queued frames, then, when the queue is empty, the host's idle
-        poll (:meth:`EmulatorHost.pump`) and what it queued, until a poll queues nothing (the same
-        frames in the same order, the same polls; for a driver reading a cycle's frames at once)."""
-        if self._filters is not None or self._is_shutdown:
-            out = []
-            while (f := self.recv_fields(0.0)) is not None:
-                out.append(f)
-            return out
-        rx = self._rx
-        host = self.host
-        out = []
-        while True:
-            while rx:
-                f = rx.popleft()
-                out.append(f if type(f) is tuple else message_fields(f))
-            if host is None:
-                return out
-            host.pump()
-            if not rx:
-                return out
-
     def recv(self, timeout: float | None = None) -> can.Message | None:
         # BusABC.recv without filters is "the next frame": take it without the detour; with
         # none queued and no time to wait (a drain), its one _recv_internal call: the host's
