@@ -179,28 +179,37 @@ def decode_torque_feedback(data, C, j, iq, tau):
     return True
 
 
+#: what a payload of :func:`decode_feedback_run` is: ``Get_Encoder_Estimates``, ``Get_Iq``,
+#: ``Get_Torques``
+KIND_ESTIMATES, KIND_IQ, KIND_TORQUES = 0, 1, 2
+
+
 # an explicit signature: compiled (or loaded) at import, before any clock starts
-@njit(types.int64(_PAYLOAD, types.int64[::1], types.float64[:, ::1], types.float64[::1], types.float64[::1],
-                  types.boolean[::1], types.boolean[::1], types.boolean[::1]), cache=True, error_model="numpy")
-def decode_estimates_run(data, axes, C, q, qd, seen, fresh, done):
-    """:func:`decode_encoder_estimates` of a run of 8-byte ``Get_Encoder_Estimates`` payloads, in
-    order (a later frame of an axis overwrites an earlier one), by one call.
+@njit(types.int64(_PAYLOAD, types.int64[::1], types.int64[::1], types.float64[:, ::1], types.float64[::1],
+                  types.float64[::1], types.float64[::1], types.boolean[::1], types.boolean[::1],
+                  types.boolean[::1]), cache=True, error_model="numpy")
+def decode_feedback_run(data, axes, kinds, C, q, qd, tau, seen, fresh, done):
+    """:func:`decode_encoder_estimates` (``KIND_ESTIMATES``) and :func:`decode_torque_feedback`
+    (``KIND_IQ``: a ``Get_Iq``, ``KIND_TORQUES``: a ``Get_Torques``) of a run of 8-byte payloads, in
+    order (a later frame of an axis overwrites an earlier one of its kind), by one call: the same
+    values.
 
     Parameters
     ----------
     data : bytes
         The payloads one after the other (8 bytes each).
-    axes : ndarray of int, shape (m,)
-        Each payload's axis.
+    axes, kinds : ndarray of int, shape (m,)
+        Each payload's axis and ``KIND_*``.
     C, q, qd :
         As for :func:`decode_encoder_estimates`.
     seen : ndarray of bool, shape (n,)
         Out: ``True`` for each payload's axis (a frame came from it, decoded or not).
     fresh : ndarray of bool, shape (n,)
-        Out: ``True`` for each axis written.
+        Out: ``True`` for each axis whose estimates were written.
+    tau : ndarray, shape (n,)
+        Out: the joint torque of each torque feedback decoded.
     done : ndarray of bool, shape (m,) or longer
-        Out: whether each payload was decoded (False: not finite, nothing written for it; the
-        caller takes the codec's path for it, which raises its DecodeError).
+        Out: whether each payload was decoded (False: not finite, nothing written for it).
 
     Returns
     -------
@@ -211,18 +220,25 @@ def decode_estimates_run(data, axes, C, q, qd, seen, fresh, done):
     v = np.frombuffer(data, dtype=np.uint8)[:8 * m].copy().view(np.float32)
     declined = 0
     for k in range(m):
-        seen[axes[k]] = True
-        pos = np.float64(v[2 * k])
-        vel = np.float64(v[2 * k + 1])
-        if not (pos - pos == 0.0 and vel - vel == 0.0):
+        j = axes[k]
+        seen[j] = True
+        a = np.float64(v[2 * k])
+        b = np.float64(v[2 * k + 1])
+        if not (a - a == 0.0 and b - b == 0.0):
             done[k] = False
             declined += 1
             continue
-        j = axes[k]
-        s = C[C_SIGN, j]
-        g = C[C_GEAR, j]
-        q[j] = s * _TWO_PI * pos / g + C[C_OFF, j]
-        qd[j] = s * _TWO_PI * vel / g
-        fresh[j] = True
         done[k] = True
+        kind = kinds[k]
+        if kind == KIND_ESTIMATES:
+            s = C[C_SIGN, j]
+            g = C[C_GEAR, j]
+            q[j] = s * _TWO_PI * a / g + C[C_OFF, j]
+            qd[j] = s * _TWO_PI * b / g
+            fresh[j] = True
+        else:
+            t = C[C_SIGN, j] * b
+            if kind == KIND_IQ:
+                t = t * C[C_KT, j]
+            tau[j] = t * C[C_GEAR, j] * C[C_EFF, j]
     return declined

@@ -82,6 +82,11 @@ _VERSION_RETRY_S = 0.02
 DEFAULT_CURRENT_LIMIT_A = 10.0
 #: the highest ``current_limit_a`` accepted [A] (the ODrive Pro is rated 120 A peak)
 CURRENT_LIMIT_MAX_A = 200.0
+#: per torque feedback, the messages OdriveCanDriver._handle_queued decodes by one compiled call:
+#: command id -> kind of drivers._odrive_kernels.decode_feedback_run
+_RUN_KINDS = {"none": {_GET_ENCODER_ESTIMATES: _ok.KIND_ESTIMATES},
+              "iq": {_GET_ENCODER_ESTIMATES: _ok.KIND_ESTIMATES, int(Cmd.GET_IQ): _ok.KIND_IQ},
+              "torques": {_GET_ENCODER_ESTIMATES: _ok.KIND_ESTIMATES, int(Cmd.GET_TORQUES): _ok.KIND_TORQUES}}
 #: the largest float32: Set_Limits' velocity field when no velocity limit is configured
 _F32_MAX = 3.4028234663852886e38
 
@@ -260,6 +265,8 @@ class OdriveCanDriver(TransportDriver):
         self._fresh = np.zeros(n, dtype=bool)
         #: per Encoder_Estimates of a pass of _handle_queued, whether the compiled call decoded it
         self._est_done = np.zeros(2 * n, dtype=bool)
+        #: as many KIND_ESTIMATES (0) as _est_done has elements
+        self._est_kinds = np.zeros(2 * n, dtype=np.int64)
         #: the feedback requests of a cycle by torque feedback (_request_feedback)
         self._rtr_requests: dict[str, list] = {}
         #: a cycle's requests sent with its torques, one call per bus (_exchange)
@@ -508,29 +515,33 @@ class OdriveCanDriver(TransportDriver):
     def _handle_queued(self) -> None:
         """Handle every frame already queued on the buses (no wait; :func:`recv_queued_fields`).
 
-        What :meth:`_handle_fields` of each in turn does, with the axes' Encoder_Estimates of 8
-        bytes or more decoded by one compiled call (:func:`drivers._odrive_kernels.decode_estimates_run`,
-        in their order: the same values); they change nothing another frame reads or writes, so
-        the other frames are handled first.  A payload the kernel declines (not finite) takes
+        What :meth:`_handle_fields` of each in turn does, with the axes' Encoder_Estimates and
+        torque feedback (the Iq or Torques message ``torque_feedback`` reads) of 8 bytes or more
+        decoded by one compiled call (:func:`drivers._odrive_kernels.decode_feedback_run`, in their
+        order: the same values); they change nothing another frame reads or writes, so the other
+        frames are handled first.  A payload the kernel declines (not finite) takes
         :meth:`_handle_fields` after them (its DecodeError: nothing written), as does a shorter one."""
         got = recv_queued_fields(self._buses)
         if not got:
             return
         handle = self._handle_fields
         by_node = self._by_node
+        run_kind = _RUN_KINDS[self.torque_feedback]
         est = []
         axes = []
+        kinds = []
         for bf in got:
             f = bf[1]
             arb = f[0]
             data = f[1]
-            if (arb & 0x1F) == _GET_ENCODER_ESTIMATES and type(data) is bytes and len(data) >= 8 \
-                    and not (f[3] or f[4] or f[5]):
+            kind = run_kind.get(arb & 0x1F)
+            if kind is not None and type(data) is bytes and len(data) >= 8 and not (f[3] or f[4] or f[5]):
                 # (a longer payload is read as the codec reads it: its first 8 bytes)
                 j = by_node[bf[0]].get(arb >> 5)
                 if j is not None:
                     est.append(bf)
                     axes.append(j)
+                    kinds.append(kind)
                     continue
             handle(*bf)
         if not est:
@@ -539,9 +550,12 @@ class OdriveCanDriver(TransportDriver):
         done = self._est_done
         if done.shape[0] < m:
             done = self._est_done = np.zeros(2 * m, dtype=bool)
+            self._est_kinds = np.zeros(2 * m, dtype=np.int64)
         payload = b"".join([bf[1][1][:8] for bf in est])
-        if _ok.decode_estimates_run(payload, np.array(axes, dtype=np.int64), self._kC, self._q, self._qd, self._seen,
-                                    self._fresh, done):
+        # (estimates only: the kinds are the zeros kept, KIND_ESTIMATES)
+        kind = self._est_kinds[:m] if len(run_kind) == 1 else np.array(kinds, dtype=np.int64)
+        if _ok.decode_feedback_run(payload, np.array(axes, dtype=np.int64), kind, self._kC,
+                                   self._q, self._qd, self._tau, self._seen, self._fresh, done):
             for k in range(m):
                 if not done[k]:
                     handle(*est[k])

@@ -213,3 +213,58 @@ def serve_frames(kind, axis, val, KK, P, q, qd, cmd, res, est):
             cmd[3, j] = 0.0
             cmd[4, j] = 0.0
     return 0
+
+
+#: what a broadcast of :func:`broadcast_payloads` is: ``Get_Encoder_Estimates``, ``Get_Iq``,
+#: ``Get_Torques``
+KIND_BC_ESTIMATES, KIND_BC_IQ, KIND_BC_TORQUES = 0, 1, 2
+
+
+@njit("i8(i8[::1], i8[::1], f8[:, ::1], f8[:, ::1], f8[::1], f8[::1], f8[::1], f8[::1], f4[:, ::1])",
+      cache=True, error_model="numpy")
+def broadcast_payloads(kind, axis, KK, P, setpoint, q, qd, tau_applied, out):
+    """The payloads of a timed event's cyclic messages, by one call: what
+    ``OdriveEmulator._answer`` makes of each (``Get_Encoder_Estimates``: :func:`encoder_estimates`;
+    ``Get_Iq``: ``encode_iq(setpoint / kt, applied / kt)``; ``Get_Torques``:
+    ``encode_torques(setpoint, applied)``, with ``applied = sign * tau_applied[j] / (gear *
+    efficiency)`` the motor side of the joint's applied torque), the same operations in the same
+    order, the same bytes.
+
+    Parameters
+    ----------
+    kind, axis : ndarray of int, shape (m,)
+        Per message: ``KIND_BC_*`` and the axis (row of ``KK`` and ``P``).
+    KK, P : as for :func:`serve_frames`.
+    setpoint : ndarray, shape (n_axes,)
+        Each axis' applied motor torque set-point [N m] (``_Axis.setpoint_nm``).
+    q, qd, tau_applied : ndarray, shape (n,)
+        The plant's joint positions, velocities and applied torques.
+    out : ndarray of float32, shape (m, 2)
+        Out: the payloads (a view of an (m, 8) uint8 buffer on a little-endian machine).
+
+    Returns
+    -------
+    int
+        0, or -1 when a value cannot be encoded (not finite, or past float32's range: the codec
+        raises; the caller takes the Python path).
+    """
+    m = kind.shape[0]
+    for f in range(m):
+        i = axis[f]
+        j = np.int64(P[i, P_JOINT])
+        if kind[f] == KIND_BC_ESTIMATES:
+            if not encoder_estimates(KK[i], q, qd, j, P[i, P_QUANTUM], P[i, P_POSOFF], out[f]):
+                return -1
+            continue
+        applied = KK[i, K_SIGN] * tau_applied[j] / (KK[i, K_GEAR] * KK[i, K_EFF])
+        a = setpoint[i]
+        b = applied
+        if kind[f] == KIND_BC_IQ:
+            kt = P[i, P_KT]
+            a = a / kt
+            b = b / kt
+        if not (a - a == 0.0 and b - b == 0.0) or abs(a) > F32_MAX or abs(b) > F32_MAX:
+            return -1
+        out[f, 0] = np.float32(a)
+        out[f, 1] = np.float32(b)
+    return 0
