@@ -412,6 +412,7 @@ class ControlLoop:
                 enabled = True
             except Exception as err:  # noqa: BLE001 - of any type: some drives may be on already
                 self.safety.fault(0.0, _driver_cause(err), f"enable failed: {type(err).__name__}: {err}")
+                messages.extend(getattr(self.driver, "enable_notes", None) or ())
                 self._disable(0.0)
                 return self._finish("fault", 0, messages, lat, starts, comp, cyc, metrics, wall0)
             # what enable cleared on the drives (a stale trip it acknowledged): in the run's messages

@@ -1077,7 +1077,11 @@ class OdriveAsciiDriver(TransportDriver):
         try:
             return int(ans.strip())
         except ValueError:
-            if ans.strip() in _REFUSALS:
+            if stats is None and ans.strip() in _REFUSALS:
+                # at enable (no cycle statistics): a refused status read is the wrong
+                # ``error_property`` for this firmware; in a cycle's poll the same text is a
+                # garbled line on a noisy UART, counted as corrupt like any other (enable
+                # already proved the property exists)
                 self._port.reset_input()
                 raise DriverError(f"the ODrive answered 'r {prop}' with {ans.strip()!r}"
                                   f"{self._property_hint(prop)}") from None
@@ -1114,7 +1118,11 @@ class OdriveAsciiDriver(TransportDriver):
         port = self._port
         w = f"w {prop} {value}"
         port.write(self._feed + encode_line(w) + encode_line(f"r {prop}"))
-        first = port.read_line(self.reply_timeout_s).strip()
+        try:
+            first = port.read_line(self.reply_timeout_s).strip()
+        except (CommsTimeoutError, DecodeError):
+            port.reset_input()                      # a late answer must not pass for the next one
+            raise
         if first not in _REFUSALS:
             return                                  # the read's answer: the write was taken
         why = f"the ODrive refused '{w}': {first!r}{self._property_hint(prop)}"
@@ -1187,7 +1195,9 @@ class OdriveAsciiDriver(TransportDriver):
         while idle before any controller feeds it (firmware 0.5.6 ``Axis::watchdog_check``);
         the clearing is listed in :attr:`enable_notes` (the loop adds it to the run's messages).
         Any other error refuses.  The writes are checked and the watchdogs fed throughout (the
-        class docstring).
+        class docstring); firmware 0.5.1-0.5.3, which answered ``not implemented`` to some writes
+        they did apply (the vendor's 0.5.4 release notes), are refused here.  Whatever fails after
+        the first write sends :meth:`disable` (zero torque, IDLE) before the error is raised.
 
         Raises
         ------
@@ -1197,11 +1207,34 @@ class OdriveAsciiDriver(TransportDriver):
             The firmware refused a status read (``error_property`` of the other generation).
         CommsTimeoutError
             Not in closed loop within ``enable_timeout_s``, or no answer to a checked write.
+        DecodeError
+            An answer that is not text.
         """
         self._check_open()
         self.enable_notes = []
         self._port.reset_input()
         self._poll_status(None, feed=True)
+        try:
+            return self._enable_axes()
+        except BaseException as err:
+            if self._port_usable():
+                try:
+                    self.disable()
+                except Exception as derr:       # the enable's error stays the one raised
+                    err.add_note(f"disable after the failed enable failed too: {type(derr).__name__}: {derr}")
+            raise
+
+    def _port_usable(self) -> bool:
+        """Whether :meth:`disable` can still be sent (the port not closed or gone)."""
+        try:
+            self._check_open()
+        except DriverError:
+            return False
+        return True
+
+    def _enable_axes(self) -> Feedback:
+        """:meth:`enable` after its first status poll: the stale trips cleared, the axes
+        configured and put in closed loop, the first exchange."""
         # 0.5 only: its axis error is writable (0.6 clears every axis' errors at once)
         wd_bit = codec.WATCHDOG_ERROR_BIT["0.5"] if self.firmware == "0.5" else None
         for j, a in enumerate(self._axes):
@@ -1227,8 +1260,7 @@ class OdriveAsciiDriver(TransportDriver):
             if (self._state == closed).all():
                 break
             bad = [j for j in range(self.n_joints) if self._err[j] != 0 and self._state[j] != closed]
-            if bad or time.monotonic() >= deadline:
-                self.disable()
+            if bad or time.monotonic() >= deadline:      # (enable disables the axes)
                 if bad:
                     desc = "; ".join(f"axis {self._axes[j]}: "
                                      f"{'|'.join(codec.axis_error_names(int(self._err[j]), self.firmware))}"

@@ -696,7 +696,9 @@ class MechanismModel(ParallelModel):
         """:meth:`_inv_cond` of each matrix of ``stack`` (N, r, c), in one SVD call (numpy's
         stacked SVD runs the same LAPACK routine on each matrix: the same numbers)."""
         N = stack.shape[0]
-        if stack[0].size == 0:
+        if N == 0:
+            return np.empty(0)
+        if stack.shape[1] == 0 or stack.shape[2] == 0:
             return np.ones(N)
         finite = np.isfinite(stack).all(axis=(1, 2))
         safe = np.where(finite[:, None, None], stack, 0.0)

@@ -403,7 +403,7 @@ def _singularity_loop(model, Q):
     return out, None
 
 
-@pytest.mark.parametrize("case", ["regular", "through_type1", "out_of_reach", "nan"])
+@pytest.mark.parametrize("case", ["regular", "through_type1", "out_of_reach", "nan", "nan_first", "empty"])
 def test_fivebar_path_margins_in_one_pass_equal_the_row_by_row_reports(fivebar, case):
     """``singularity_margins`` (an excitation design checks thousands of paths) gives the
     margins of ``singularity`` row by row bit for bit, stops at the same row for the same
@@ -416,12 +416,16 @@ def test_fivebar_path_margins_in_one_pass_equal_the_row_by_row_reports(fivebar, 
     t = np.linspace(0.0, 1.0, 40)[:, None]
     home = np.asarray(fivebar.home_q, dtype=float)
     end = {"regular": home + [0.4, -0.3], "through_type1": q_sing, "out_of_reach": np.array([0.4, -3.5]),
-           "nan": home + [0.2, 0.2]}[case]
+           "nan": home + [0.2, 0.2], "nan_first": home + [0.2, 0.2], "empty": home}[case]
     Q = home + t * (end - home)
     if case == "through_type1":
         Q = np.vstack([Q, Q[-2::-1]])     # to the stretched leg and back
     if case == "nan":
         Q[25, 1] = np.nan
+    if case == "nan_first":         # the first row already fails: nothing to take margins of
+        Q[0, 1] = np.nan
+    if case == "empty":
+        Q = Q[:0]
     D0 = fivebar._D.copy()
     want, stop = _singularity_loop(fivebar, Q)
     D_loop = fivebar._D.copy()
@@ -429,7 +433,7 @@ def test_fivebar_path_margins_in_one_pass_equal_the_row_by_row_reports(fivebar, 
     if stop is None:
         got = fivebar.singularity_margins(Q)
         np.testing.assert_array_equal(got, want)
-        assert case == "regular" and got.min() > 0.05
+        assert (case == "regular" and got.min() > 0.05) or (case == "empty" and got.shape == (0,))
     else:
         with pytest.raises(ModelError) as ei:
             fivebar.singularity_margins(Q)

@@ -504,3 +504,56 @@ def test_enable_refuses_a_status_property_the_firmware_does_not_have(rig):
         drv.enable()
     assert emu.axis_state(0) == 1
     drv.close()
+
+
+class _ScriptedPort:
+    """A serial port answering a fixed script of lines (what a noisy UART can deliver)."""
+
+    def __init__(self, answers):
+        self.answers, self.sent = list(answers), []
+
+    def write(self, data):
+        self.sent.append(data)
+
+    def write_line(self, line):
+        self.sent.append(line)
+
+    def read_line(self, timeout_s):
+        from dynamics.errors import CommsTimeoutError
+        if not self.answers:
+            raise CommsTimeoutError("no answer")
+        return self.answers.pop(0)
+
+    def reset_input(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_refusal_text_in_a_cycles_status_poll_is_counted_not_fatal():
+    """In a run, a status read answered ``invalid property`` is a garbled line (enable already
+    proved the property exists): counted as corrupt, the poll goes on; at enable (no cycle
+    statistics) the same answer is the wrong property for the firmware and refuses."""
+    from dynamics.errors import DriverError
+    port = _ScriptedPort(["invalid property", "0", "8", "0"])
+    drv = OdriveAsciiDriver(port, [0, 1], MAPS, now=lambda: 0.0, error_property="error")
+    stats = {"timeouts": 0, "corrupt": 0}
+    drv._poll_status(stats)
+    assert stats == {"timeouts": 0, "corrupt": 1}
+    port.answers = ["invalid property"]
+    with pytest.raises(DriverError, match="invalid property"):
+        drv._poll_status(None)
+
+
+def test_a_failed_enable_disables_the_axes_it_configured():
+    """A write refused halfway through enable (after other axes' writes were taken): enable
+    sends zero torque and IDLE to every axis before it raises."""
+    from dynamics.errors import DeviceFaultError
+    # status poll: state, error for both axes (idle, no error); then the checked writes' read-backs
+    port = _ScriptedPort(["1", "0", "1", "0"] + ["0"] * 4 + ["not implemented", "0"])
+    drv = OdriveAsciiDriver(port, [0, 1], MAPS, now=lambda: 0.0, error_property="error")
+    with pytest.raises(DeviceFaultError, match="not implemented"):
+        drv.enable()
+    tail = [s for s in port.sent if isinstance(s, str)][-4:]
+    assert tail == ["c 0 0", "w axis0.requested_state 1", "c 1 0", "w axis1.requested_state 1"], tail

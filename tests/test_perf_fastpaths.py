@@ -377,6 +377,12 @@ def test_grid_table_stops_at_the_run_horizon():
         np.testing.assert_array_equal(longer[0], whole[:5001, 0])
         GridCache(traj, P).rows(0, 10)                     # no horizon: the whole trajectory
         assert calls.count(n_all) == 1
+        # a horizon whose cycle count floor(h / P) rounds one short (0.7 / 1e-3 = 699.99...):
+        # the table has the loop's 701 rows (ControlLoop.n_planned), not 700
+        del traj.__dict__["_grid_tables"]
+        calls.clear()
+        GridCache(traj, P, horizon_s=0.7).rows(0, 701)
+        assert calls == [701], calls
     finally:
         type(traj).sample = orig
     for bad in (-1.0, float("nan"), float("inf")):

@@ -433,8 +433,9 @@ class GridCache(Trajectory):
         if store is None:           # a trajectory class with __slots__: nothing to keep it in
             return None
         memo = store.setdefault("_grid_tables", {})
-        end = self.base.duration_s if self._horizon_s is None else min(self.base.duration_s, self._horizon_s)
-        n = int(math.floor(end / self.period_s)) + 1
+        n = int(math.floor(self.base.duration_s / self.period_s)) + 1
+        if self._horizon_s is not None:     # the loop's count of cycles (ControlLoop.n_planned)
+            n = min(n, int(math.floor(self._horizon_s / self.period_s + 1e-9)) + 1)
         kept = memo.get(self.period_s, False)
         if kept is False or (kept is not None and kept.shape[0] < n):
             tab = None
