@@ -955,6 +955,11 @@ class _InlineEnd:
         self._open = False
 
 
+#: methods of an :class:`InlineBus` that a tap (a test's frame counter, a recorder) replaces on
+#: the instance to see every frame: the batched exchange declines then
+_TAPS = frozenset({"send", "send_fields", "recv", "recv_fields"})
+
+
 class InlineBus(can.BusABC):
     """The driver's end of an in-process channel served inline by an :class:`EmulatorHost`.
 
@@ -1053,8 +1058,10 @@ class InlineBus(can.BusABC):
         (:meth:`EmulatorHost.serve_batch`), the devices' answers written to ``out_arb`` / ``out``
         (arbitration ids; rows of the length, then the data) as if received, not queued.  Returns
         their number, or None, nothing sent, where the host cannot (no frame may be waiting, no
-        receive filter set): the caller sends the frames."""
-        if self._is_shutdown or self._filters is not None or self._tx:
+        receive filter set) or where this bus' ``send``/``send_fields``/``recv``/``recv_fields``
+        were replaced on the instance (a tap that records or counts every frame): the caller
+        sends the frames."""
+        if self._is_shutdown or self._filters is not None or self._tx or not _TAPS.isdisjoint(self.__dict__):
             return None
         end = self.device_end
         host = self.host
