@@ -372,6 +372,45 @@ def test_the_batch_is_declined_on_a_wall_clock_a_tap_and_a_thread():
     t2.close()
 
 
+@pytest.mark.parametrize("tap", ["send", "send_fields", "recv", "recv_fields"])
+def test_the_batch_is_declined_on_an_inline_bus_with_a_tap(tap):
+    """A bus whose ``send``/``send_fields``/``recv``/``recv_fields`` was replaced on the instance
+    (a test's or a user's recorder) sees every frame of every cycle: the batch must not bypass it."""
+    clock, plant, emu, bus, host, tr, drv = _rig(True)
+    drv.enable()
+    clock.advance(0.001)
+    args = (drv._batch_ids, drv._tx, drv._batch_arb, drv._batch_rep)
+    assert bus.serve_batch(*args) == 2                           # untapped, it serves
+    seen = [0]
+    orig = getattr(bus, tap)
+
+    def counted(*a, **k):
+        seen[0] += 1
+        return orig(*a, **k)
+    setattr(bus, tap, counted)
+    assert bus.serve_batch(*args) is None
+    batches = [0]
+    host_batch = host.serve_batch
+
+    def host_counted(*a):
+        batches[0] += 1
+        return host_batch(*a)
+    host.serve_batch = host_counted
+    frames_in = host.frames_in
+    for _ in range(3):
+        clock.advance(0.001)
+        fb = drv.cycle(Command(np.array([0.5, -0.5])))
+        assert fb.fresh.all()
+    assert batches[0] == 0                                       # the cycles went frame by frame
+    assert host.frames_in - frames_in == 6
+    if tap in ("send", "recv_fields"):                            # what the frame-by-frame path calls
+        assert seen[0] >= 6
+    del host.serve_batch
+    delattr(bus, tap)
+    assert bus.serve_batch(*args) == 2
+    drv.close()
+
+
 def test_the_shipped_run_takes_the_batch_exchange(tmp_path, monkeypatch):
     """3rrr_circle: every cycle but the enable/disable exchanges goes the batch path."""
     from pathlib import Path
