@@ -630,10 +630,13 @@ class OdriveCanDriver(TransportDriver):
                                         f"{self.enable_timeout_s} s (enable_timeout_s, "
                                         f"{self._where('enable_timeout_s')}): {desc}{hint}")
             for j in range(self.n_joints):
+                # every axis is fed (zero torque) while we wait: one already in closed loop would
+                # otherwise trip its watchdog while another takes longer (a lost request, a slow
+                # start-up sequence)
+                self._send(j, Cmd.SET_INPUT_TORQUE, codec.encode_set_input_torque(0.0))
                 if not ok[j]:
                     if self.firmware == "0.6":   # 0.5 answers no heartbeat request (cyclic only)
                         self._send(j, Cmd.HEARTBEAT, remote=True)
-                    self._send(j, Cmd.SET_INPUT_TORQUE, codec.encode_set_input_torque(0.0))
                     # still IDLE without an error well after the request: the Set_Axis_State frame
                     # was lost (CAN has no end-to-end acknowledgement); ask again.  Only from IDLE:
                     # a request during a calibration/start-up sequence would restart it.

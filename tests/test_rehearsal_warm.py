@@ -50,6 +50,10 @@ with tempfile.TemporaryDirectory() as d:
     d = Path(d)
     srv = (reh / f"{stem}_server.toml").read_text().replace(f'robot = "../robots/{robot}"', f'robot = "{rob}"')
     srv = re.sub(r'\[server\]\n(.*?\n)*?(?=robot)', '[server]\n' + virtual, srv)
+    # the drives' watchdog at its longest: the two ends share the GIL of one process, and on a
+    # loaded machine a stall of 50-100 ms (the shipped timeouts) trips the drives mid-run, which
+    # the run rightly stops for; this test is about what is loaded when
+    srv = re.sub(r'(?m)^watchdog_timeout_s *= *[^\n#]*', 'watchdog_timeout_s = 1.0 ', srv)
     (d / "srv.toml").write_text(srv)
     run = (reh / f"{stem}_run.toml").read_text().replace(f'file = "../robots/{robot}"', f'file = "{rob}"')
     run = re.sub(r'\[driver\.bus\]\n(.*?\n)*?(?=\[\[driver\.joints\]\])', '[driver.bus]\n' + virtual + '\n', run)

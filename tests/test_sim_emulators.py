@@ -566,3 +566,47 @@ def test_odrive_on_frame_filters_what_accepts_refuses(firmware):
         assert after == before, msg
         refused += 1
     assert refused > 100
+
+
+class _SentBus(NullBus):
+    def __init__(self):
+        self.sent = []
+
+    def send(self, msg, timeout=None):
+        self.sent.append(msg)
+
+
+@pytest.mark.parametrize("late_s, tripped", [(0.04, False), (None, True), (5.0, True)])
+def test_a_serving_thread_handles_a_frame_at_the_time_it_arrived(late_s, tripped):
+    """A serving thread the OS let wait (a loaded machine, the GIL) handles a frame queued on the
+    bus at its arrival time (its timestamp), as firmware handles a frame when it comes: a drive
+    fed in time keeps its watchdog.  No timestamp, or one older than ARRIVAL_LATE_MAX_S: now()."""
+    import time
+
+    from drivers.sim import emulators as em
+
+    clock, plant = Clock(), _plant()
+    emu = OdriveEmulator([OdriveAxisConfig(3, 0, MAP1, watchdog_timeout_s=0.03, heartbeat_period_s=None,
+                                           encoder_period_s=None)])
+    bus = _SentBus()
+    host = EmulatorHost(bus, [emu], plant, clock, start=False)
+    cl = _frame(odc.arbitration_id(3, odc.Cmd.SET_AXIS_STATE),
+                odc.encode_set_axis_state(odc.AxisState.CLOSED_LOOP_CONTROL))
+    clock.t = 0.03
+    host._serve_frame(cl, bus)
+    clock.t = 0.05
+    host._serve_frame(_frame(odc.arbitration_id(3, odc.Cmd.SET_INPUT_TORQUE), odc.encode_set_input_torque(0.1)), bus)
+    assert emu.axis_state(3) == odc.AxisState.CLOSED_LOOP_CONTROL and emu.axis_error(3) == 0
+    feed = _frame(odc.arbitration_id(3, odc.Cmd.SET_INPUT_TORQUE), odc.encode_set_input_torque(0.2))
+    feed.timestamp = 0.0 if late_s is None else time.time() - late_s
+    clock.t = 0.1                       # the thread gets to the frame 40 ms after it came
+    host._serve_frame(feed, bus)
+    assert (emu.axis_error(3) != 0) == tripped
+    assert plant.t_s <= 0.1
+    if not tripped:
+        assert plant.t_s < 0.065        # the plant was advanced to the arrival, then the command applied
+        assert host._t_served == pytest.approx(0.06, abs=5e-3)
+        clock.t = 0.2                   # nothing more came: the watchdog expires as it should
+        host._serve_frame(None, bus)
+        assert emu.axis_error(3) != 0
+    assert em.ARRIVAL_LATE_MAX_S < 5.0

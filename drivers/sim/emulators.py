@@ -74,6 +74,11 @@ _INLINE_WAIT_MIN_S = 2e-4
 #: drops the cyclic broadcasts due before (:meth:`EmulatedDevice.drop_stale_broadcasts`)
 STALE_BROADCAST_S = 0.05
 
+#: a host serving in its own thread on a wall clock handles a frame at the time it arrived on the
+#: bus (its ``timestamp``, ``time.time()`` as python-can's interfaces set it) when it gets to it
+#: up to this late [s]; later (or no timestamp), at ``now()``
+ARRIVAL_LATE_MAX_S = 1.0
+
 
 class EmulatedDevice:
     """Interface of a device served by :class:`EmulatorHost`.
@@ -282,6 +287,7 @@ class EmulatorHost:
         self._plant = plant
         self._now = now
         self._frozen_clock = bool(getattr(getattr(now, "__self__", None), "frozen_while_waiting", False))
+        self._t_served = -math.inf        # the loop-clock time the last frame or poll was handled at [s]
         self._latency = lat
         self._poll = p
         self._own_bus = own_bus
@@ -417,8 +423,10 @@ class EmulatorHost:
         if not t <= plant.t_s + self._plant_step_min:
             plant.advance_to(t)
 
-    def _process(self, msg: can.Message | None, bus, emit) -> None:
-        t = self._now()
+    def _process(self, msg: can.Message | None, bus, emit, t: float | None = None) -> None:
+        if t is None:
+            t = self._now()
+        self._t_served = t
         self._advance(t, emit)
         if msg is not None:
             for d in self._bus_devices[id(bus)]:
@@ -505,9 +513,7 @@ class EmulatorHost:
                 if self._outq:
                     wait = max(0.0, min(wait, self._outq[0][0] - time.monotonic()))
                 msg, bus = self._recv(wait)
-                if msg is not None:
-                    self.frames_in += 1
-                self._process(msg, bus, self._queue)
+                self._serve_frame(msg, bus)
                 self._send_due()
                 if msg is None:
                     with self._idle:
@@ -518,6 +524,30 @@ class EmulatorHost:
         finally:
             with self._idle:
                 self._idle.notify_all()
+
+    def _serve_frame(self, msg: can.Message | None, bus) -> None:
+        """What the serving thread does with what one receive gave (``None``: an idle poll)."""
+        t = None
+        if msg is not None:
+            self.frames_in += 1
+            t = self._arrival_t(msg)
+        self._process(msg, bus, self._queue, t)
+
+    def _arrival_t(self, msg: can.Message) -> float:
+        """The loop-clock time [s] at which the serving thread handles ``msg``: when it arrived on
+        the bus, as firmware handles a frame when it comes (a thread the OS let wait would
+        otherwise see a watchdog expire that a fed drive never sees).  ``now()`` on a clock
+        that stands still while the loop waits, for a frame with no timestamp or one more than
+        :data:`ARRIVAL_LATE_MAX_S` old; never before the last time served (time runs forward)."""
+        now = self._now()
+        ts = msg.timestamp
+        if self._frozen_clock or not ts:
+            return now
+        late = time.time() - ts
+        if 0.0 < late < ARRIVAL_LATE_MAX_S:
+            t = now - late
+            return t if t > self._t_served else self._t_served
+        return now
 
     def pump(self, idle: bool = True) -> None:
         """Inline serving: process every frame pending on the devices' buses, then the timers due.
