@@ -1040,6 +1040,7 @@ class OdriveAsciiDriver(TransportDriver):
         self._qd = np.full(n, np.nan)
         self._err = np.zeros(n, dtype=np.int64)
         self._state = np.zeros(n, dtype=np.int64)
+        self._in_closed_loop = np.zeros(n, dtype=bool)      # _state == CLOSED_LOOP_CONTROL, kept with it
         self._no_torque = np.full(n, np.nan)
         # per axis, what every cycle uses: the feedback request's bytes, the mapping's factors
         # (the same operations on floats as JointMapping's) and the motor-side torque clamp
@@ -1164,6 +1165,7 @@ class OdriveAsciiDriver(TransportDriver):
             st = self._read_int(f"axis{a}.current_state", stats, feed)
             if st is not None:
                 self._state[j] = st
+                self._in_closed_loop[j] = st == _CLOSED_LOOP
             err = self._read_int(f"axis{a}.{self.error_property}", stats, feed)
             if err is not None:
                 self._err[j] = err
@@ -1201,9 +1203,11 @@ class OdriveAsciiDriver(TransportDriver):
         info = stats
         info["missing"] = int(self.n_joints - fresh.sum()) if missing is None else missing
         info["axis_state"] = self._state.copy()
-        return Feedback(t_s=float(self._now()), position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
-                        torque_nm=self._no_torque.copy(), fault=self._err.copy(), fresh=fresh,
-                        enabled=self._state == _CLOSED_LOOP, info=info)
+        # positional (t_s, position, velocity, torque, fault, fresh, enabled, info): a keyword call
+        # costs more than the rest of this; enabled copied from the mask kept with _state (an
+        # array compared with a Python int costs several copies)
+        return Feedback(float(self._now()), self._q.copy(), self._qd.copy(), self._no_torque.copy(),
+                        self._err.copy(), fresh, self._in_closed_loop.copy(), info)
 
     def _exchange(self, requests: Sequence[bytes]) -> Feedback:
         """One cycle's I/O: per axis its torque line and feedback request (:meth:`_request`) in one

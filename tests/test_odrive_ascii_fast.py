@@ -119,6 +119,8 @@ def _session(seed: int, reference: bool, monkeypatch):
             continue
         finally:
             emu.set_silent(False)
+        # enabled is the axes' last polled state, CLOSED_LOOP_CONTROL (8)
+        assert fb.enabled.tolist() == [int(s) == 8 for s in fb.info["axis_state"]]
         out.append((b"".join(sent), fb.position_rad.tolist(), fb.velocity_rad_s.tolist(), fb.fresh.tolist(),
                     fb.fault.tolist(), fb.enabled.tolist(), {k: v.tolist() if hasattr(v, "tolist") else v
                                                             for k, v in fb.info.items()}, drv.last_saturated))
@@ -138,3 +140,4 @@ def test_seeded_sessions_with_faults_match_the_reference_path(seed, monkeypatch)
     assert sum(1 for x in fast if x[0] == "refused") > 5
     assert sum(x[6]["corrupt"] for x in fast if x[0] != "refused") > 5
     assert sum(x[6]["timeouts"] for x in fast if x[0] != "refused") > 2
+    assert any(not all(x[5]) for x in fast if x[0] != "refused")      # an axis left closed loop
