@@ -9,14 +9,22 @@ driver's share of a cycle <= 50 us for 6 axes):
 * ``dxl_3dof_arm.toml``: three emulated Dynamixel servos (Protocol 2.0);
 * ``3rrr_circle.toml``: three emulated MIT drives, the reference path;
 * ``tests/data/ur20/ur20_odrive_geared.toml``: a 6-axis arm on emulated ODrive drives at 400 Hz;
-* ``seed003_2r_odrive_ascii.toml``: one emulated ODrive (two axes) over the ASCII protocol at 200 Hz.
+* ``seed003_2r_odrive_ascii.toml``: one emulated ODrive (two axes) over the ASCII protocol at 200 Hz;
+* ``tests/data/ur20/ur20_dynamixel6.toml``: the 6-axis arm on six emulated Dynamixel servos at 400 Hz
+  (the six-axis case of the driver-share target; an ODrive has two axes, so six ODrive ASCII axes
+  are three boards on three UARTs, each a ``seed003_2r_odrive_ascii`` board: the row of that run
+  gives the per-board figure and three times it).
 
 Each run is built as ``torqueloop run`` builds it (telemetry on) and run warm (a short run first
 in this process), ``repeat`` times; the row gives the median wall time per cycle (``median_us``),
 the real-time factor (period / that), and the median of the driver's ``cycle`` call (encode,
 exchange with the emulated devices, which run in the driver's thread on the lock-step clock,
 decode, the follow check, feedback: ``driver_us``) timed around each call, and the loop's own
-time outside it (``loop_us``).  ``ref``: the MIT run's figures measured in the same process.
+time outside it (``loop_us``).  For the serial protocols (Dynamixel, ODrive ASCII) ``driver_us`` is
+split into the emulated devices' share (``device_us``: the emulators handling what the driver wrote,
+their firmware, timers and the plant step; on hardware not our CPU) and the driver's own
+(``own_us``: encode, the port, reading and decoding the replies, feedback), medians per cycle.
+``ref``: the MIT run's figures measured in the same process.
 
 Without ``--quick`` it also runs each case on the **wall clock** with the real-time settings a
 hardware run has (``[loop.realtime]``: SCHED_FIFO 80, CPU 1, frozen GC; the emulated devices then
@@ -46,11 +54,24 @@ CASES = (
     (RUNS / "3rrr_circle.toml", "MIT CAN, 3 drives, 1 kHz (reference)"),
     (ROOT / "tests" / "data" / "ur20" / "ur20_odrive_geared.toml", "ODrive CAN, 6 axes, 1 bus, 400 Hz"),
     (RUNS / "seed003_2r_odrive_ascii.toml", "ODrive ASCII, 2 axes, UART 921600 bit/s, 200 Hz"),
+    (ROOT / "tests" / "data" / "ur20" / "ur20_dynamixel6.toml", "Dynamixel, 6 servos, 4 Mbit/s, 400 Hz"),
 )
 
 
+def _serial_emulators(driver) -> list:
+    """The emulated serial devices (Dynamixel, ODrive ASCII) behind a run's driver (none for
+    the CAN protocols, whose devices are served by emulator hosts)."""
+    from drivers.sim.serial_emulator import SerialDeviceEmulator
+
+    while not hasattr(driver, "emulators") and hasattr(driver, "inner"):
+        driver = driver.inner
+    return [e for e in getattr(driver, "emulators", ()) if isinstance(e, SerialDeviceEmulator)]
+
+
 def _one(path: Path, tmp: Path, duration_s: float, tag: str):
-    """One run as the CLI builds it, with ``driver.cycle`` timed; (spec, result, cycle times [s])."""
+    """One run as the CLI builds it, with ``driver.cycle`` timed and, inside it, the emulated
+    serial devices' share (their ``_receive`` and ``_advance``); (spec, result, cycle times [s],
+    device times [s] or None)."""
     from controller.app.run import build_run, load_run
 
     spec = load_run(path, duration_s=duration_s)
@@ -58,20 +79,34 @@ def _one(path: Path, tmp: Path, duration_s: float, tag: str):
     driver = run.loop.driver
     cycle = driver.cycle
     times: list[float] = []
+    device: list[float] = []
+    spent = [0.0]
     clock = time.perf_counter
+    emulators = _serial_emulators(driver)
+    for emu in emulators:
+        for name in ("_receive", "_advance"):
+            def counted(*args, _f=getattr(emu, name)):
+                t0 = clock()
+                try:
+                    return _f(*args)
+                finally:
+                    spent[0] += clock() - t0
+            setattr(emu, name, counted)
 
     def timed(command):
+        spent[0] = 0.0
         t0 = clock()
         try:
             return cycle(command)
         finally:
             times.append(clock() - t0)
+            device.append(spent[0])
 
     driver.cycle = timed
     res = run.execute()
     if res.status != "completed":
         raise RuntimeError(f"benchmark run {spec.name!r} ended with {res.status}: {[str(f) for f in res.faults[:2]]}")
-    return spec, res, np.asarray(times)
+    return spec, res, np.asarray(times), (np.asarray(device) if emulators else None)
 
 
 #: the wall-clock cases: (config, rate [Hz] or None for the config's own, what)
@@ -124,25 +159,38 @@ def run(quick: bool = False) -> list[dict]:
         measured = []
         for path, what in CASES:
             _one(path, tmp, 0.2, "-warm")
-            walls, drivers = [], []
+            walls, drivers, devices, owns = [], [], [], []
             for r in range(repeat):
-                spec, res, times = _one(path, tmp, duration_s, f"-{r}")
+                spec, res, times, device = _one(path, tmp, duration_s, f"-{r}")
                 walls.append(res.wall_time_s / res.n_cycles)
                 drivers.append(float(np.median(times)))
+                if device is not None:
+                    devices.append(float(np.median(device)))
+                    owns.append(float(np.median(times - device)))
             w, drv = float(np.median(walls)), float(np.median(drivers))
-            measured.append((path, what, spec, res, w, drv))
+            split = (float(np.median(devices)), float(np.median(owns))) if devices else None
+            measured.append((path, what, spec, res, w, drv, split))
             if path.name == "3rrr_circle.toml":
                 ref = w
-        for path, what, spec, res, w, drv in measured:
+        for path, what, spec, res, w, drv, split in measured:
             rtf = spec.period_s / w
+            share = ""
+            if split is not None:
+                share = (f"; of driver.cycle the emulated devices {split[0] * 1e6:.0f} us, the driver's own "
+                         f"{split[1] * 1e6:.0f} us")
+                if "odrive_ascii" in path.name:
+                    share += f" (six axes are three such boards: {3 * split[1] * 1e6:.0f} us)"
             rows.append({"case": f"{path.name}: {what}", "median_us": w * 1e6, "rtf": rtf,
                          "driver_us": drv * 1e6, "loop_us": w * 1e6 - drv * 1e6,
+                         "device_us": None if split is None else split[0] * 1e6,
+                         "own_us": None if split is None else split[1] * 1e6,
                          "ref": "3rrr_circle.toml (MIT)", "ref_median_us": None if ref is None else ref * 1e6,
                          "ratio": None if ref is None else w / ref,
                          "note": f"lock-step, warm, median of {repeat} runs of {duration_s:g} s ({res.n_cycles} "
                                  f"cycles): real-time factor {rtf:.1f}x (target >= 15x); driver.cycle median "
-                                 f"{drv * 1e6:.0f} us (target <= 50 us for 6 axes); wall time per cycle includes "
-                                 "the run's start (enable, listening before the first frame) spread over its cycles"})
+                                 f"{drv * 1e6:.0f} us (target <= 50 us for 6 axes){share}; wall time per cycle "
+                                 "includes the run's start (enable, listening before the first frame) spread over "
+                                 "its cycles"})
     if not quick:
         rows += wall_rows()
     return rows

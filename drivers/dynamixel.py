@@ -369,9 +369,10 @@ class DynamixelDriver(TransportDriver):
         info = dict(stats)
         info["missing"] = int(self.n_joints - (fresh.sum() if n_fresh is None else n_fresh))
         info["hardware_error"] = self._hw.copy()
-        return Feedback(t_s=float(self._now()), position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
-                        torque_nm=self._tau.copy(), fault=self._hw | self._flags, fresh=fresh,
-                        enabled=self._enabled.copy(), info=info)
+        # positional (t_s, position, velocity, torque, fault, fresh, enabled, info): a keyword call
+        # costs a few microseconds more, every cycle
+        return Feedback(float(self._now()), self._q.copy(), self._qd.copy(), self._tau.copy(), self._hw | self._flags,
+                        fresh, self._enabled.copy(), info)
 
     def _collect_fast(self, stats: dict):
         """A cycle's Fast Sync Read status read as one packet (its header, then the rest by its

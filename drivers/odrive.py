@@ -926,6 +926,40 @@ def _fmt(x: float) -> str:
 _REFUSALS = frozenset({"invalid property", "not implemented", "invalid command format"})
 
 
+def _pos_vel_text(raw: bytes) -> tuple[float, float] | None:
+    """An ``f`` answer's position and velocity [turns, turns/s] read as text: the line decoded
+    (ASCII), split at whitespace, two finite numbers; None for anything else."""
+    try:
+        parts = raw.decode("ascii").split()
+        if len(parts) != 2:
+            return None
+        pos, vel = float(parts[0]), float(parts[1])
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not (math.isfinite(pos) and math.isfinite(vel)):
+        return None
+    return pos, vel
+
+
+def _pos_vel(raw: bytes) -> tuple[float, float] | None:
+    """What :func:`_pos_vel_text` reads of ``raw``, read off the bytes without decoding first.
+
+    Two tokens split at ASCII whitespace that ``float`` takes as bytes are ASCII (``float`` of
+    bytes refuses any other byte and strips only ASCII whitespace), and split the same as the
+    decoded text; any other line (a garbled one: non-ASCII bytes, ``\\x1c``-``\\x1f``, which
+    ``str.split`` also splits at) is read by :func:`_pos_vel_text` itself."""
+    parts = raw.split()
+    if len(parts) == 2:
+        try:
+            pos, vel = float(parts[0]), float(parts[1])
+        except ValueError:
+            return _pos_vel_text(raw)
+        if math.isfinite(pos) and math.isfinite(vel):
+            return pos, vel
+        return None
+    return _pos_vel_text(raw)
+
+
 class OdriveAsciiDriver(TransportDriver):
     """ODrive axes over the ODrive ASCII protocol (USB CDC or UART), torque control.
 
@@ -1009,6 +1043,7 @@ class OdriveAsciiDriver(TransportDriver):
         self._qd = np.full(n, np.nan)
         self._err = np.zeros(n, dtype=np.int64)
         self._state = np.zeros(n, dtype=np.int64)
+        self._in_closed_loop = np.zeros(n, dtype=bool)      # _state == CLOSED_LOOP_CONTROL, kept with it
         self._no_torque = np.full(n, np.nan)
         # per axis, what every cycle uses: the feedback request's bytes, the mapping's factors
         # (the same operations on floats as JointMapping's) and the motor-side torque clamp
@@ -1016,6 +1051,10 @@ class OdriveAsciiDriver(TransportDriver):
         self._fb_map = [(m.sign, m.gear_ratio, m.offset_rad) for m in mappings]
         self._sign_ge = [(m.sign, m.gear_ratio * m.efficiency) for m in mappings]
         self._clamps = [None if lim is None else lim.get("torque_limit_nm") for lim in self._limits]
+        # what _request formats per axis: the torque line's head, the ask, the factors, the clamp
+        self._per_axis = [(b"c %d " % a, ask, sign, ge, clamp) for a, ask, (sign, ge), clamp in
+                          zip(axes, self._ask_f, self._sign_ge, self._clamps)]
+        self._shape = (len(axes),)
         self._feed = b"".join(b"u %d\n" % a for a in axes)   # every axis' watchdog fed (enable)
         self._enabled_cmd = False
         self._closed = False
@@ -1047,6 +1086,32 @@ class OdriveAsciiDriver(TransportDriver):
             out.append(f"c {a} {_fmt(t_m)}")
         self.last_saturated = sat
         return out
+
+    def _request(self, command: Command) -> list[bytes]:
+        """What a cycle writes per axis: :meth:`make_commands`' ``c`` line, encoded, and the
+        ``f <axis>`` request after it (``c <axis> <torque>\\nf <axis>\\n``).  A command of torques
+        only (a float64 vector of the joints' shape, no gains), all finite, is formatted here
+        directly (``b"%.7g"``: the same text as :func:`_fmt`, the same operations on the same
+        floats as :meth:`make_commands`); anything else takes :meth:`make_commands` (which raises
+        for a bad command, so nothing is sent then)."""
+        tau = command.torque_nm
+        if (command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None and type(tau) is np.ndarray
+                and tau.dtype == np.float64 and tau.shape == self._shape):
+            out = []
+            sat = 0
+            isfinite = math.isfinite
+            for t, (head, ask, sign, ge, clamp) in zip(tau.tolist(), self._per_axis):
+                if not isfinite(t):
+                    break                       # make_commands raises for it
+                t_m = sign * t / ge
+                if clamp is not None and abs(t_m) > clamp:
+                    t_m = math.copysign(clamp, t_m)
+                    sat += 1
+                out.append(head + b"%.7g" % t_m + ask)
+            else:
+                self.last_saturated = sat
+                return out
+        return [line.encode("ascii") + ask for line, ask in zip(self.make_commands(command), self._ask_f)]
 
     def _query(self, line: str, stats: dict | None = None, feed: bool = False) -> str | None:
         """Write ``line`` (after the watchdog feeds with ``feed``) and return the answer, or None
@@ -1103,6 +1168,7 @@ class OdriveAsciiDriver(TransportDriver):
             st = self._read_int(f"axis{a}.current_state", stats, feed)
             if st is not None:
                 self._state[j] = st
+                self._in_closed_loop[j] = st == _CLOSED_LOOP
             err = self._read_int(f"axis{a}.{self.error_property}", stats, feed)
             if err is not None:
                 self._err[j] = err
@@ -1140,11 +1206,15 @@ class OdriveAsciiDriver(TransportDriver):
         info = stats
         info["missing"] = int(self.n_joints - fresh.sum()) if missing is None else missing
         info["axis_state"] = self._state.copy()
-        return Feedback(t_s=float(self._now()), position_rad=self._q.copy(), velocity_rad_s=self._qd.copy(),
-                        torque_nm=self._no_torque.copy(), fault=self._err.copy(), fresh=fresh,
-                        enabled=self._state == _CLOSED_LOOP, info=info)
+        # positional (t_s, position, velocity, torque, fault, fresh, enabled, info): a keyword call
+        # costs more than the rest of this; enabled copied from the mask kept with _state (an
+        # array compared with a Python int costs several copies)
+        return Feedback(float(self._now()), self._q.copy(), self._qd.copy(), self._no_torque.copy(),
+                        self._err.copy(), fresh, self._in_closed_loop.copy(), info)
 
-    def _exchange(self, lines: Sequence[str]) -> Feedback:
+    def _exchange(self, requests: Sequence[bytes]) -> Feedback:
+        """One cycle's I/O: per axis its torque line and feedback request (:meth:`_request`) in one
+        write, then the answer awaited and parsed (:func:`_pos_vel`); the status poll when due."""
         stats = {"timeouts": 0, "corrupt": 0}
         port = self._port
         port.reset_input()
@@ -1152,12 +1222,13 @@ class OdriveAsciiDriver(TransportDriver):
         timeout = self.reply_timeout_s
         q, qd = self._q, self._qd
         missing = self.n_joints
-        for j, (line, ask, (sign, gear, off)) in enumerate(zip(lines, self._ask_f, self._fb_map)):
+        write, read_line = port.write, port.read_line
+        for j, (req, (sign, gear, off)) in enumerate(zip(requests, self._fb_map)):
             # the torque line and the feedback request in one write: the same bytes on the line as
             # write_line(c) then write_line(f), one call less (the answer is still awaited per axis)
-            port.write(line.encode("ascii") + ask)
+            write(req)
             try:
-                ans = port.read_line(timeout)
+                ans = read_line(timeout, None)
             except CommsTimeoutError:
                 stats["timeouts"] += 1
                 port.reset_input()
@@ -1166,17 +1237,12 @@ class OdriveAsciiDriver(TransportDriver):
                 stats["corrupt"] += 1
                 port.reset_input()
                 continue
-            parts = ans.split()
-            try:
-                if len(parts) != 2:
-                    raise ValueError(ans)
-                pos, vel = float(parts[0]), float(parts[1])
-                if not (math.isfinite(pos) and math.isfinite(vel)):
-                    raise ValueError(ans)
-            except ValueError:
+            pv = _pos_vel(ans)
+            if pv is None:
                 stats["corrupt"] += 1
                 port.reset_input()
                 continue
+            pos, vel = pv
             q[j] = sign * _TWO_PI * pos / gear + off
             qd[j] = sign * _TWO_PI * vel / gear
             fresh[j] = True
@@ -1272,7 +1338,7 @@ class OdriveAsciiDriver(TransportDriver):
                 raise CommsTimeoutError(f"ODrive axes not in CLOSED_LOOP_CONTROL after {self.enable_timeout_s} s "
                                         f"(states {self._state.tolist()})")
             time.sleep(0.005)
-        return self._exchange(self.make_commands(Command(np.zeros(self.n_joints))))
+        return self._exchange(self._request(Command(np.zeros(self.n_joints))))
 
     def disable(self) -> None:
         """Zero torque, then IDLE for every axis."""
