@@ -373,6 +373,11 @@ class CompiledCycle:
         module = _segment_module(c["kind"])
         name = LAW_KERNELS[type(ctrl), c["kind"]]
         self._entry = module.ONE_CYCLE[name]
+        # the entry's machine code called without the dispatcher (:meth:`_call`): set when the
+        # arguments' types were checked against its one signature, for the array objects in
+        # ``_seen`` (the same objects cycle after cycle: the next row is an index into them)
+        self._direct = None
+        self._seen = ()
         consts = tuple(c[key] for key in module.SEGMENTS[name][1])
         self._consts = consts + (0,) * (11 - len(consts))     # the entries take c0 .. c10
         sing = bool(s._sing)
@@ -512,9 +517,50 @@ class CompiledCycle:
         m_rows, m_sat, m_late, mi = self.metrics.block()
         tel = self._tel
         raw, ri = self._no_log if tel is None or self.loop._tel_failed else tel.next_row()
-        return self._entry(k, t, late, self.loop.safety._k, fb.t_s, fb.position_rad, fb.velocity_rad_s, fb.torque_nm,
-                           fb.fault, fb.fresh, fb.enabled, rows, j, raw, ri, m_rows, m_sat, m_late, mi, *self._safety,
-                           *self._plaus, *self._flat, *self._consts)
+        safety = self._safety
+        seen = self._seen
+        entry = self._direct
+        if (entry is None or rows is not seen[0] or raw is not seen[1] or m_rows is not seen[2]
+                or m_sat is not seen[3] or m_late is not seen[4] or safety is not seen[5]
+                or self._plaus is not seen[6]):
+            entry = self._checked_entry(rows, raw, m_rows, m_sat, m_late, safety)
+        return entry(k, t, late, self.loop.safety._k, fb.t_s, fb.position_rad, fb.velocity_rad_s, fb.torque_nm,
+                     fb.fault, fb.fresh, fb.enabled, rows, j, raw, ri, m_rows, m_sat, m_late, mi, *safety,
+                     *self._plaus, *self._flat, *self._consts)
+
+    #: positions of the entry's arguments :meth:`_call` passes (numba types checked once per set
+    #: of array objects): rows, raw, the metrics block, the supervisor's arrays, then the rest
+    _ARRAYS_AT = (11, 13, 15, 16, 17, 19, 20, 21, 22, 23)
+
+    def _checked_entry(self, rows, raw, m_rows, m_sat, m_late, safety):
+        """The entry to call with these array objects: its machine code without the dispatcher
+        (numba's ``entry_point``: it unboxes the arguments as its signature says, with no type
+        matching) when the entry has one compiled signature and every array argument that is not
+        a cycle's feedback (checked in :meth:`cycle`) has exactly its type; else the dispatcher
+        (which compiles for other types, as before).  The dispatcher's matching took about half
+        the call's time (49 arguments)."""
+        from numba import typeof
+
+        self._direct, self._seen = None, ()
+        entry = self._entry
+        sigs = list(entry.overloads)
+        if len(sigs) != 1:
+            return entry
+        sig = sigs[0]
+        fixed = (*self._plaus, *self._flat, *self._consts)
+        base = 19 + len(safety)
+        if len(sig) != base + len(fixed):
+            return entry
+        args = dict(zip(self._ARRAYS_AT, (rows, raw, m_rows, m_sat, m_late, *safety)))
+        args.update((base + i, a) for i, a in enumerate(fixed))
+        try:
+            if any(typeof(a) != sig[i] for i, a in args.items()):
+                return entry
+        except ValueError:          # a value numba cannot type
+            return entry
+        self._direct = entry.overloads[sig].entry_point
+        self._seen = (rows, raw, m_rows, m_sat, m_late, safety, self._plaus)
+        return self._direct
 
     def cycle(self, k: int, t: float, fb, late: float) -> bool:
         """Run cycle ``k`` (time ``t`` [s], ``late`` [s]) on the feedback ``fb``: True when it was
@@ -527,9 +573,12 @@ class CompiledCycle:
         # torque), not refuse them; such a cycle runs in Python
         if not isinstance(fb.t_s, float):
             return False
-        for name, dtype in self.FEEDBACK_TYPES:
-            a = getattr(fb, name)
-            if type(a) is not np.ndarray or a.dtype != dtype or a.ndim != 1 or not a.flags.c_contiguous:
+        # (C-contiguous, aligned and writeable: the entry may be called without the dispatcher,
+        # which would compile another version for a read-only or unaligned vector; a dtype is
+        # compared by identity first, numpy's dtype objects of the native types being shared)
+        nd = np.ndarray
+        for a, dt in zip(_FEEDBACK_VECTORS(fb), _FEEDBACK_DTYPES):
+            if type(a) is not nd or (a.dtype is not dt and a.dtype != dt) or a.ndim != 1 or not a.flags.carray:
                 return False
         try:
             st = self._call(k, t, late, fb, traj._rows, k - k0 if k0 >= 0 else -1)
@@ -556,3 +605,9 @@ class CompiledCycle:
         tel = self._tel
         if tel is not None and not self.loop._tel_failed:
             tel.take_row(compute_s)
+
+
+#: the feedback's vectors :meth:`CompiledCycle.cycle` checks (one call) and their dtypes, in the
+#: order of :attr:`CompiledCycle.FEEDBACK_TYPES`
+_FEEDBACK_VECTORS = operator.attrgetter(*(name for name, _ in CompiledCycle.FEEDBACK_TYPES))
+_FEEDBACK_DTYPES = tuple(np.dtype(d) for _, d in CompiledCycle.FEEDBACK_TYPES)

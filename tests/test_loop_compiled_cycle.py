@@ -76,6 +76,10 @@ class _Relay:
                 raise CommsError("the test's bus is gone")
             elif kind == "strided":     # the same values in a strided view: another numba type
                 q = np.repeat(q, 2)[::2]
+            elif kind == "unaligned":   # the values at an odd address: another type
+                u = np.empty(q.size * q.itemsize + 1, dtype=np.uint8)[1:].view(q.dtype)
+                u[:] = q
+                q = u
         return replace(fb, position_rad=q, velocity_rad_s=qd, torque_nm=tau, fault=fault, fresh=fresh,
                        enabled=enabled)
 
@@ -167,17 +171,19 @@ def test_compiled_cycle_equals_python(tmp_path, config, overrides, seed):
         assert np.any(py[1]["sat"])     # some cycles clipped (Python), the others not
 
 
-def test_feedback_of_another_type_runs_in_python_without_compiling_mid_run(tmp_path):
-    """A driver whose feedback vectors come in another type for a while (here a strided view of
-    the same values): those cycles run in Python, the results equal the all-Python run's, and no
-    machine code is compiled during the run (numba would compile a version for the new type
-    instead of refusing it: a stall while the drives hold the last torque)."""
+@pytest.mark.parametrize("kind", ["strided", "unaligned"])
+def test_feedback_of_another_type_runs_in_python_without_compiling_mid_run(tmp_path, kind):
+    """A driver whose feedback vectors come in another type for a while (a strided view of the
+    same values, an unaligned copy): those cycles run in Python, the results equal
+    the all-Python run's, and no machine code is compiled during the run (numba would compile a
+    version for the new type instead of refusing it: a stall while the drives hold the last
+    torque; the entry called without the dispatcher would read it as the type it was loaded for)."""
     from controller import _fast_loop
 
     from controller.app.run import build_run, load_run
 
     config, overrides = _CASES[1]
-    events = {k: [("strided", 0)] for k in (40, 41, 42, 300)}
+    events = {k: [(kind, 0)] for k in (40, 41, 42, 300)}
 
     def one(compiled, ev, tag):
         spec = load_run(RUNS / config, overrides=overrides)
@@ -225,3 +231,35 @@ def test_a_reference_grid_of_another_step_is_not_run_compiled(tmp_path):
             assert obj is None and "grid step" in why
     finally:
         run.close()
+
+
+def test_the_entry_is_called_without_the_dispatcher_once_its_arguments_were_checked(tmp_path, monkeypatch):
+    """The clean cycles call the entry's machine code directly (numba's ``entry_point``: the
+    dispatcher's type matching of 49 arguments took about half the call), after one check of the
+    array arguments' types per set of array objects; an array of another type there goes through
+    the dispatcher; the run's log is the all-Python run's, bit for bit."""
+    from controller import compiled as cc
+
+    calls = {"checked": 0, "direct": 0, "odd": []}
+    orig = cc.CompiledCycle._checked_entry
+
+    def counted(self, rows, raw, m_rows, m_sat, m_late, safety):
+        calls["checked"] += 1
+        if len(self._entry.overloads) == 1 and not calls["odd"]:
+            # the same call with the lateness block in float32 (its signature has float64)
+            calls["odd"].append(orig(self, rows, raw, m_rows, m_sat, m_late.astype(np.float32), safety)
+                                is self._entry and self._direct is None)
+        e = orig(self, rows, raw, m_rows, m_sat, m_late, safety)
+        calls["direct"] += e is not self._entry
+        return e
+    monkeypatch.setattr(cc.CompiledCycle, "_checked_entry", counted)
+    config, overrides = _CASES[0]
+    res, log, _ = _run(tmp_path, config, True, 0, overrides)
+    assert _cycles(res) > 100
+    assert calls["odd"] == [True]
+    # the load (nothing compiled yet: the dispatcher), the first cycle, once per hand-back to Python
+    assert calls["direct"] >= 1 and calls["checked"] < _cycles(res) // 4
+    ref, log_ref, _ = _run(tmp_path, config, False, 0, overrides)
+    for name in log.dtype.names:
+        if name not in ("compute_s", "lateness_s"):
+            assert np.array_equal(log[name], log_ref[name], equal_nan=log[name].dtype.kind == "f"), name
