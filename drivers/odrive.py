@@ -257,6 +257,9 @@ class OdriveCanDriver(TransportDriver):
         self._tau = self._meas[2 * n:]
         self._axis_error = np.zeros(n, dtype=np.int64)
         self._axis_state = np.zeros(n, dtype=np.int64)       # UNDEFINED until a heartbeat
+        # CLOSED_LOOP_CONTROL per axis: the feedback's enabled compares two arrays (an array
+        # with a Python int costs numpy 2's scalar promotion, about twice as long)
+        self._closed_loop = np.full(n, _CLOSED_LOOP, dtype=np.int64)
         self._hb_time = np.full(n, -np.inf)                 # monotonic time of the last heartbeat
         self._seen = np.zeros(n, dtype=bool)                # any frame from the axis since start-up
         #: Get_Version answer per axis (None: none yet)
@@ -453,7 +456,7 @@ class OdriveCanDriver(TransportDriver):
         if self.torque_feedback == "none":
             a[2 * n:] = np.nan
         return Feedback(float(self._now()), a[:n], a[n:2 * n], a[2 * n:], self._axis_error.copy(), fresh,
-                        self._axis_state == _CLOSED_LOOP, info)
+                        self._axis_state == self._closed_loop, info)
 
     def _feedback_requests(self) -> tuple[list, list]:
         """A cycle's feedback requests (RTR) as ``send_batch`` takes them: per axis in joint order
