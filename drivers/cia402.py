@@ -85,6 +85,8 @@ GENERIC_EDS = "cia402_generic.eds"
 #: Feedback.fault code of a drive whose heartbeat is missing (CiA 301 'heartbeat error')
 FAULT_HEARTBEAT_LOST = codec.EMCY_HEARTBEAT
 _NMT_NAMES = {0x00: "BOOT-UP", 0x04: "STOPPED", 0x05: "OPERATIONAL", 0x7F: "PRE-OPERATIONAL"}
+#: COB-ID bits of a PDO's communication parameter (CiA 301): not valid, no RTR allowed
+_PDO_NOT_VALID, _PDO_RTR_NOT_ALLOWED = 0x80000000, 0x40000000
 _FAULT, _FAULT_REACTION, _OPERATION_ENABLED = int(State.FAULT), int(State.FAULT_REACTION_ACTIVE), int(State.OPERATION_ENABLED)
 
 
@@ -736,10 +738,18 @@ class Cia402Driver(TransportDriver):
                             pm.add_variable(idx, sub, bits)
                         pm.trans_type = 1
                         pm.enabled = True
+                        pm.save()
                     else:
+                        # a PDO made not valid (COB-ID bit 31, CiA 301) is neither sent nor
+                        # received, and its transmission type and mapping are not used until a
+                        # master makes it valid again, which writes them first: only the write
+                        # that makes it not valid (the one canopen's save() starts with; its
+                        # transmission type, empty mapping and count writes were 3 of the 56
+                        # SDO transfers of a drive's enable each)
                         pm.trans_type = 255
                         pm.enabled = False
-                    pm.save()
+                        pm.com_record[1].raw = (pm.cob_id | _PDO_NOT_VALID
+                                                | (0 if pm.rtr_allowed else _PDO_RTR_NOT_ALLOWED))
         self._sdo(j, "PDO mapping", pdos)
         mode = self._sdo(j, "read 0x6061", lambda nd: nd.sdo[0x6061].raw)
         if mode != codec.MODE_CST:

@@ -665,8 +665,28 @@ def test_the_enable_sends_the_same_frames_inline_and_on_a_virtual_bus():
     inline, _ = _recorded_enable("inline")
     thread, _ = _recorded_enable("thread")
     sdo = [f for f in inline if 0x601 <= f[0] <= 0x67F]
-    assert len(sdo) > 100                           # the configuration by SDO was seen
+    assert len(sdo) == 2 * 41                       # the configuration by SDO was seen
     assert inline == thread
+
+
+def test_enable_makes_the_unused_pdos_not_valid_with_one_write_each():
+    """RPDO2-4 and TPDO3-4 are made not valid by their COB-ID alone (bit 31 set, the write
+    canopen's ``save`` starts with): no transmission type or mapping written for them; the used
+    PDOs get canopen's whole procedure (not valid, transmission type, count 0, entries, count,
+    valid)."""
+    seen, _ = _recorded_enable("inline")
+    for node in (1, 2):
+        writes = [(int.from_bytes(data[1:3], "little"), data[3], int.from_bytes(data[4:8], "little"))
+                  for arb, data, _ in seen if arb == 0x600 + node and data[0] & 0xE0 == 0x20]
+        for com in (0x1401, 0x1402, 0x1403, 0x1802, 0x1803):
+            mine = [w for w in writes if w[0] in (com, com + 0x200)]
+            assert len(mine) == 1 and mine[0][:2] == (com, 1) and mine[0][2] & 0x80000000, (hex(com), mine)
+        for com, n in ((0x1400, 2), (0x1800, 3), (0x1801, 2)):
+            mine = [w for w in writes if w[0] in (com, com + 0x200)]
+            assert [w[:2] for w in mine] == ([(com, 1), (com, 2), (com + 0x200, 0)]
+                                             + [(com + 0x200, s) for s in range(1, n + 1)]
+                                             + [(com + 0x200, 0), (com, 1)])
+            assert mine[0][2] & 0x80000000 and not mine[-1][2] & 0x80000000 and mine[-2][2] == n
 
 
 def test_a_cycles_replies_decoded_in_one_pass_equal_the_frame_by_frame_handling():
