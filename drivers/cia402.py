@@ -611,7 +611,8 @@ class Cia402Driver(TransportDriver):
         REACTION ACTIVE, else :data:`FAULT_HEARTBEAT_LOST` when its heartbeat is older than
         ``heartbeat_timeout_s``, else 0."""
         t = float(self._now())
-        fresh = [a and b for a, b in zip(self._got1, self._got2)]
+        # _missing counts the TPDOs not arrived (_tpdo1, _tpdo2): none, every drive fresh
+        fresh = [a and b for a, b in zip(self._got1, self._got2)] if self._missing else [True] * len(self._got1)
         hb_age = [t - h for h in self._hb_t]
         lost_s = self.heartbeat_timeout_s
         state, emcy = self._state, self._emcy
