@@ -24,7 +24,7 @@ configuration; SDO writes of max torque (0x6072), quick stop and fault
 reaction option codes (0x605A, 0x605E), SYNC COB-ID, producer heartbeat
 (0x1017), consumer heartbeat of the master (0x1016), modes of operation = 10
 and target torque 0; the PDO mapping of :mod:`drivers.codecs.cia402` (RPDO1,
-TPDO1, TPDO2 synchronous; the others disabled) through canopen's PDO maps;
+TPDO1, TPDO2 synchronous; the others made not valid by their COB-ID) through canopen's PDO maps;
 NMT operational; then the power state machine is walked with controlwords in
 RPDO1 and one SYNC per step (shutdown -> switch on -> enable operation) until
 every statusword says OPERATION ENABLED.  A drive in FAULT is not reset here
@@ -744,9 +744,9 @@ class Cia402Driver(TransportDriver):
                         # a PDO made not valid (COB-ID bit 31, CiA 301) is neither sent nor
                         # received, and its transmission type and mapping are not used until a
                         # master makes it valid again, which writes them first: only the write
-                        # that makes it not valid (the one canopen's save() starts with; its
-                        # transmission type, empty mapping and count writes were 3 of the 56
-                        # SDO transfers of a drive's enable each)
+                        # that makes it not valid, the one canopen's save() starts with (its
+                        # transmission type and mapping count writes after it: 15 of a drive's
+                        # 56 SDO transfers)
                         pm.trans_type = 255
                         pm.enabled = False
                         pm.com_record[1].raw = (pm.cob_id | _PDO_NOT_VALID

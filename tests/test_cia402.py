@@ -295,6 +295,30 @@ def test_missing_drive_heartbeat_is_a_fault(sim):
     assert not fb.fresh[1]
 
 
+def test_one_tpdo_lost_makes_only_its_drive_not_fresh(sim):
+    """A cycle in which one TPDO of one drive does not arrive (TPDO2 of node 2 lost on the bus):
+    that drive is not fresh, the other is, one TPDO is counted missing; the next whole cycle is
+    fresh again."""
+    d, clock, _ = sim
+    d.enable()
+    emu = d.emulators[0]
+    lost = codec.tpdo_id(2, 2)
+    drop = [True]
+    batch, one = emu.on_fields_batch, emu.on_fields
+
+    def keep(r):
+        return r if r is None or not drop[0] else [p for p in r if p[0] != lost]
+
+    emu.on_fields_batch = lambda frames, t: keep(batch(frames, t))
+    emu.on_fields = lambda arb, data, remote, t: keep(one(arb, data, remote, t))
+    d.inner.reply_timeout_s = 0.001
+    fb = _run(d, clock, 3)
+    assert fb.fresh.tolist() == [True, False] and fb.info["missing"] == 1
+    drop[0] = False
+    fb = _run(d, clock, 1)
+    assert fb.fresh.all() and fb.info["missing"] == 0
+
+
 def test_lost_master_heartbeat_makes_the_drive_run_its_fault_reaction(sim):
     """The drives consume the master's heartbeat (0x1016): when the host stops cycling, they
     brake and go to FAULT with EMCY 0x8130 on their own."""
