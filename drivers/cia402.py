@@ -73,6 +73,7 @@ from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeE
                              DriverError, TorqueloopError)
 
 from .base import TIMEOUT_MAX_S, Command, Timeout, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
+from . import _cia402_kernels as _kernels
 from .codecs import cia402 as codec
 from .codecs.cia402 import Cia402Units, NmtState, State
 from .follow import FollowConfig, TorqueFollow, follow_config
@@ -335,6 +336,10 @@ class Cia402Driver(TransportDriver):
         self._ktau = [x.sign * uu.nm_per_permille * x.gear_ratio * x.efficiency for x, uu in zip(m, u)]
         self._off = [float(x.offset_rad) for x in m]
         self._limit = [ax.max_torque_permille for ax in axes]
+        # the compiled encoder's (_request) constants and payload buffer
+        self._ktau_a = np.array(self._ktau, dtype=float)
+        self._limit_a = np.array(self._limit, dtype=np.int64)
+        self._tx = np.zeros((n, 4), dtype=np.uint8)
         # the drives' last values, per joint (Python lists: one frame writes one item; the
         # feedback's arrays are made from them once a cycle)
         self._q = [math.nan] * n
@@ -408,7 +413,22 @@ class Cia402Driver(TransportDriver):
         return [Frame(arb, data) for arb, data in self._rpdos(command, controlword)]
 
     def _request(self, command: Command) -> list[tuple[int, bytes]]:
-        """:meth:`make_commands`' frames as ``(arbitration_id, payload)`` pairs (what a cycle sends)."""
+        """:meth:`make_commands`' frames as ``(arbitration_id, payload)`` pairs (what a cycle sends):
+        a command of torques only (an array of n floats, no gains) by one compiled call
+        (:func:`drivers._cia402_kernels.encode_torques`, the same bytes), any other, or a value
+        the compiled encoder declines, by :meth:`_rpdos` (which raises the proper error)."""
+        tau = command.torque_nm
+        if command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None and type(tau) is np.ndarray:
+            tx = self._tx
+            try:
+                sat = _kernels.encode_torques(tau, self._ktau_a, self._limit_a, codec.CW_ENABLE_OPERATION, tx) \
+                    if tau.shape == (tx.shape[0],) else -1
+            except TypeError:       # another dtype or layout (numba has no version for it)
+                sat = -1
+            if sat >= 0:
+                self.last_saturated = sat
+                raw = tx.tobytes()
+                return [(arb, raw[k:k + 4]) for k, arb in zip(range(0, len(raw), 4), self._rpdo_ids)]
         return self._rpdos(command, codec.CW_ENABLE_OPERATION)
 
     def _rpdos(self, command: Command, controlword: int) -> list[tuple[int, bytes]]:

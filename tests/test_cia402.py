@@ -803,3 +803,61 @@ def test_frames_taken_in_one_call_equal_the_frames_taken_one_by_one():
     assert len(ta.recv_fields_upto(4)) == 1 and seen[0][0] == 0x181
     ta.close()
     tb.close()
+
+
+def test_a_cycles_compiled_rpdo_encoding_equals_the_python_encoder():
+    """``Cia402Driver._request`` (a command of torques, one compiled call) against ``_rpdos``
+    (the Python encoder, the reference) on random torques: within the max torque, beyond it,
+    exactly half a per mille apart, signed zeros; drives of both signs, an efficiency, a max
+    torque beyond INT16; non-finite torques, other dtypes, layouts and shapes, gains: the same
+    payloads and saturation count, or the same error."""
+    joints = [{"node_id": 1, "counts_per_rev": 4096, "rated_torque_nm": 0.5, "gear_ratio": 6.0,
+               "torque_limit_nm": 1.0},
+              {"node_id": 2, "counts_per_rev": 4096, "rated_torque_nm": 0.4, "gear_ratio": 9.0, "sign": -1,
+               "efficiency": 0.9, "torque_limit_nm": 0.3},
+              {"node_id": 3, "counts_per_rev": 4096, "rated_torque_nm": 0.1, "gear_ratio": 1.0,
+               "torque_limit_nm": 4.0}]          # 40 000 per mille: beyond INT16 when clamped to it
+    d = build_driver(_driver_section(joints=joints, plant={"viscous": 0.0, "coulomb": 0.0}),
+                     now=_Clock(), model=load_model(ROOT / "hil_configs" / "robots" / "3rrr_horizontal.toml"))
+    try:
+        drv = d.inner
+        ktau = np.array(drv._ktau)
+        rng = np.random.default_rng(11)
+        compiled = 0
+
+        def both(command):
+            out = []
+            for f in (drv._request, lambda c: drv._rpdos(c, codec.CW_ENABLE_OPERATION)):
+                drv.last_saturated = -7
+                try:
+                    out.append(("ok", f(command), drv.last_saturated))
+                except DriverError as err:
+                    out.append(("raised", str(err)))
+            assert out[0] == out[1], (command, out)
+            return out[0]
+
+        for k in range(3000):
+            kind = rng.integers(0, 6)
+            if kind == 0:
+                tau = rng.normal(0, 2, 3)
+            elif kind == 1:
+                tau = rng.normal(0, 200, 3)                             # beyond the max torques
+            elif kind == 2:
+                tau = (rng.integers(-3000, 3000, 3) + 0.5) * ktau       # half a per mille apart
+            elif kind == 3:
+                tau = rng.choice([0.0, -0.0, 1e-300, -1e300], 3)
+            elif kind == 4:
+                tau = rng.normal(0, 0.05, 3)
+                tau[rng.integers(0, 3)] = rng.choice([math.nan, math.inf, -math.inf])
+            else:
+                tau = rng.normal(0, 0.3, 3) * [1.0, 1.0, 0.01]          # the third drive within INT16
+            r = both(Command(tau))
+            compiled += r[0] == "ok"
+        for command in (Command(np.array([0.1, 0.2, 0.001], dtype=np.float32)), Command([0.1, 0.2, 0.001]),
+                        Command(np.array([0.1, 9.0, 0.2, 9.0, 0.001, 9.0])[::2]), Command(np.zeros(2)),
+                        Command(np.zeros(3), kp_nm_per_rad=np.ones(3)), Command(np.zeros(3), kp_nm_per_rad=np.zeros(3)),
+                        Command(np.zeros((3, 1)))):
+            both(command)
+        assert compiled > 1500
+    finally:
+        d.close()
