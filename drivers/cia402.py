@@ -24,7 +24,7 @@ configuration; SDO writes of max torque (0x6072), quick stop and fault
 reaction option codes (0x605A, 0x605E), SYNC COB-ID, producer heartbeat
 (0x1017), consumer heartbeat of the master (0x1016), modes of operation = 10
 and target torque 0; the PDO mapping of :mod:`drivers.codecs.cia402` (RPDO1,
-TPDO1, TPDO2 synchronous; the others disabled) through canopen's PDO maps;
+TPDO1, TPDO2 synchronous; the others made not valid by their COB-ID) through canopen's PDO maps;
 NMT operational; then the power state machine is walked with controlwords in
 RPDO1 and one SYNC per step (shutdown -> switch on -> enable operation) until
 every statusword says OPERATION ENABLED.  A drive in FAULT is not reset here
@@ -73,6 +73,7 @@ from dynamics.errors import (CommsError, CommsTimeoutError, ConfigError, DecodeE
                              DriverError, TorqueloopError)
 
 from .base import TIMEOUT_MAX_S, Command, Timeout, Feedback, JointMapping, TransportDriver, check_mapping, torque_only
+from . import _cia402_kernels as _kernels
 from .codecs import cia402 as codec
 from .codecs.cia402 import Cia402Units, NmtState, State
 from .follow import FollowConfig, TorqueFollow, follow_config
@@ -85,6 +86,8 @@ GENERIC_EDS = "cia402_generic.eds"
 #: Feedback.fault code of a drive whose heartbeat is missing (CiA 301 'heartbeat error')
 FAULT_HEARTBEAT_LOST = codec.EMCY_HEARTBEAT
 _NMT_NAMES = {0x00: "BOOT-UP", 0x04: "STOPPED", 0x05: "OPERATIONAL", 0x7F: "PRE-OPERATIONAL"}
+#: COB-ID bits of a PDO's communication parameter (CiA 301): not valid, no RTR allowed
+_PDO_NOT_VALID, _PDO_RTR_NOT_ALLOWED = 0x80000000, 0x40000000
 _FAULT, _FAULT_REACTION, _OPERATION_ENABLED = int(State.FAULT), int(State.FAULT_REACTION_ACTIVE), int(State.OPERATION_ENABLED)
 
 
@@ -333,6 +336,10 @@ class Cia402Driver(TransportDriver):
         self._ktau = [x.sign * uu.nm_per_permille * x.gear_ratio * x.efficiency for x, uu in zip(m, u)]
         self._off = [float(x.offset_rad) for x in m]
         self._limit = [ax.max_torque_permille for ax in axes]
+        # the compiled encoder's (_request) constants and payload buffer
+        self._ktau_a = np.array(self._ktau, dtype=float)
+        self._limit_a = np.array(self._limit, dtype=np.int64)
+        self._tx = np.zeros((n, 4), dtype=np.uint8)
         # the drives' last values, per joint (Python lists: one frame writes one item; the
         # feedback's arrays are made from them once a cycle)
         self._q = [math.nan] * n
@@ -406,7 +413,22 @@ class Cia402Driver(TransportDriver):
         return [Frame(arb, data) for arb, data in self._rpdos(command, controlword)]
 
     def _request(self, command: Command) -> list[tuple[int, bytes]]:
-        """:meth:`make_commands`' frames as ``(arbitration_id, payload)`` pairs (what a cycle sends)."""
+        """:meth:`make_commands`' frames as ``(arbitration_id, payload)`` pairs (what a cycle sends):
+        a command of torques only (an array of n floats, no gains) by one compiled call
+        (:func:`drivers._cia402_kernels.encode_torques`, the same bytes), any other, or a value
+        the compiled encoder declines, by :meth:`_rpdos` (which raises the proper error)."""
+        tau = command.torque_nm
+        if command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None and type(tau) is np.ndarray:
+            tx = self._tx
+            try:
+                sat = _kernels.encode_torques(tau, self._ktau_a, self._limit_a, codec.CW_ENABLE_OPERATION, tx) \
+                    if tau.shape == (tx.shape[0],) else -1
+            except TypeError:       # another dtype or layout (numba has no version for it)
+                sat = -1
+            if sat >= 0:
+                self.last_saturated = sat
+                raw = tx.tobytes()
+                return [(arb, raw[k:k + 4]) for k, arb in zip(range(0, len(raw), 4), self._rpdo_ids)]
         return self._rpdos(command, codec.CW_ENABLE_OPERATION)
 
     def _rpdos(self, command: Command, controlword: int) -> list[tuple[int, bytes]]:
@@ -609,7 +631,8 @@ class Cia402Driver(TransportDriver):
         REACTION ACTIVE, else :data:`FAULT_HEARTBEAT_LOST` when its heartbeat is older than
         ``heartbeat_timeout_s``, else 0."""
         t = float(self._now())
-        fresh = [a and b for a, b in zip(self._got1, self._got2)]
+        # _missing counts the TPDOs not arrived (_tpdo1, _tpdo2): none, every drive fresh
+        fresh = [a and b for a, b in zip(self._got1, self._got2)] if self._missing else [True] * len(self._got1)
         hb_age = [t - h for h in self._hb_t]
         lost_s = self.heartbeat_timeout_s
         state, emcy = self._state, self._emcy
@@ -736,10 +759,18 @@ class Cia402Driver(TransportDriver):
                             pm.add_variable(idx, sub, bits)
                         pm.trans_type = 1
                         pm.enabled = True
+                        pm.save()
                     else:
+                        # a PDO made not valid (COB-ID bit 31, CiA 301) is neither sent nor
+                        # received, and its transmission type and mapping are not used until a
+                        # master makes it valid again, which writes them first: only the write
+                        # that makes it not valid, the one canopen's save() starts with (its
+                        # transmission type and mapping count writes after it: 15 of a drive's
+                        # 56 SDO transfers)
                         pm.trans_type = 255
                         pm.enabled = False
-                    pm.save()
+                        pm.com_record[1].raw = (pm.cob_id | _PDO_NOT_VALID
+                                                | (0 if pm.rtr_allowed else _PDO_RTR_NOT_ALLOWED))
         self._sdo(j, "PDO mapping", pdos)
         mode = self._sdo(j, "read 0x6061", lambda nd: nd.sdo[0x6061].raw)
         if mode != codec.MODE_CST:

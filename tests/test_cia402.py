@@ -295,6 +295,30 @@ def test_missing_drive_heartbeat_is_a_fault(sim):
     assert not fb.fresh[1]
 
 
+def test_one_tpdo_lost_makes_only_its_drive_not_fresh(sim):
+    """A cycle in which one TPDO of one drive does not arrive (TPDO2 of node 2 lost on the bus):
+    that drive is not fresh, the other is, one TPDO is counted missing; the next whole cycle is
+    fresh again."""
+    d, clock, _ = sim
+    d.enable()
+    emu = d.emulators[0]
+    lost = codec.tpdo_id(2, 2)
+    drop = [True]
+    batch, one = emu.on_fields_batch, emu.on_fields
+
+    def keep(r):
+        return r if r is None or not drop[0] else [p for p in r if p[0] != lost]
+
+    emu.on_fields_batch = lambda frames, t: keep(batch(frames, t))
+    emu.on_fields = lambda arb, data, remote, t: keep(one(arb, data, remote, t))
+    d.inner.reply_timeout_s = 0.001
+    fb = _run(d, clock, 3)
+    assert fb.fresh.tolist() == [True, False] and fb.info["missing"] == 1
+    drop[0] = False
+    fb = _run(d, clock, 1)
+    assert fb.fresh.all() and fb.info["missing"] == 0
+
+
 def test_lost_master_heartbeat_makes_the_drive_run_its_fault_reaction(sim):
     """The drives consume the master's heartbeat (0x1016): when the host stops cycling, they
     brake and go to FAULT with EMCY 0x8130 on their own."""
@@ -665,8 +689,28 @@ def test_the_enable_sends_the_same_frames_inline_and_on_a_virtual_bus():
     inline, _ = _recorded_enable("inline")
     thread, _ = _recorded_enable("thread")
     sdo = [f for f in inline if 0x601 <= f[0] <= 0x67F]
-    assert len(sdo) > 100                           # the configuration by SDO was seen
+    assert len(sdo) == 2 * 41                       # the configuration by SDO was seen
     assert inline == thread
+
+
+def test_enable_makes_the_unused_pdos_not_valid_with_one_write_each():
+    """RPDO2-4 and TPDO3-4 are made not valid by their COB-ID alone (bit 31 set, the write
+    canopen's ``save`` starts with): no transmission type or mapping written for them; the used
+    PDOs get canopen's whole procedure (not valid, transmission type, count 0, entries, count,
+    valid)."""
+    seen, _ = _recorded_enable("inline")
+    for node in (1, 2):
+        writes = [(int.from_bytes(data[1:3], "little"), data[3], int.from_bytes(data[4:8], "little"))
+                  for arb, data, _ in seen if arb == 0x600 + node and data[0] & 0xE0 == 0x20]
+        for com in (0x1401, 0x1402, 0x1403, 0x1802, 0x1803):
+            mine = [w for w in writes if w[0] in (com, com + 0x200)]
+            assert len(mine) == 1 and mine[0][:2] == (com, 1) and mine[0][2] & 0x80000000, (hex(com), mine)
+        for com, n in ((0x1400, 2), (0x1800, 3), (0x1801, 2)):
+            mine = [w for w in writes if w[0] in (com, com + 0x200)]
+            assert [w[:2] for w in mine] == ([(com, 1), (com, 2), (com + 0x200, 0)]
+                                             + [(com + 0x200, s) for s in range(1, n + 1)]
+                                             + [(com + 0x200, 0), (com, 1)])
+            assert mine[0][2] & 0x80000000 and not mine[-1][2] & 0x80000000 and mine[-2][2] == n
 
 
 def test_a_cycles_replies_decoded_in_one_pass_equal_the_frame_by_frame_handling():
@@ -759,3 +803,61 @@ def test_frames_taken_in_one_call_equal_the_frames_taken_one_by_one():
     assert len(ta.recv_fields_upto(4)) == 1 and seen[0][0] == 0x181
     ta.close()
     tb.close()
+
+
+def test_a_cycles_compiled_rpdo_encoding_equals_the_python_encoder():
+    """``Cia402Driver._request`` (a command of torques, one compiled call) against ``_rpdos``
+    (the Python encoder, the reference) on random torques: within the max torque, beyond it,
+    exactly half a per mille apart, signed zeros; drives of both signs, an efficiency, a max
+    torque beyond INT16; non-finite torques, other dtypes, layouts and shapes, gains: the same
+    payloads and saturation count, or the same error."""
+    joints = [{"node_id": 1, "counts_per_rev": 4096, "rated_torque_nm": 0.5, "gear_ratio": 6.0,
+               "torque_limit_nm": 1.0},
+              {"node_id": 2, "counts_per_rev": 4096, "rated_torque_nm": 0.4, "gear_ratio": 9.0, "sign": -1,
+               "efficiency": 0.9, "torque_limit_nm": 0.3},
+              {"node_id": 3, "counts_per_rev": 4096, "rated_torque_nm": 0.1, "gear_ratio": 1.0,
+               "torque_limit_nm": 4.0}]          # 40 000 per mille: beyond INT16 when clamped to it
+    d = build_driver(_driver_section(joints=joints, plant={"viscous": 0.0, "coulomb": 0.0}),
+                     now=_Clock(), model=load_model(ROOT / "hil_configs" / "robots" / "3rrr_horizontal.toml"))
+    try:
+        drv = d.inner
+        ktau = np.array(drv._ktau)
+        rng = np.random.default_rng(11)
+        compiled = 0
+
+        def both(command):
+            out = []
+            for f in (drv._request, lambda c: drv._rpdos(c, codec.CW_ENABLE_OPERATION)):
+                drv.last_saturated = -7
+                try:
+                    out.append(("ok", f(command), drv.last_saturated))
+                except DriverError as err:
+                    out.append(("raised", str(err)))
+            assert out[0] == out[1], (command, out)
+            return out[0]
+
+        for k in range(3000):
+            kind = rng.integers(0, 6)
+            if kind == 0:
+                tau = rng.normal(0, 2, 3)
+            elif kind == 1:
+                tau = rng.normal(0, 200, 3)                             # beyond the max torques
+            elif kind == 2:
+                tau = (rng.integers(-3000, 3000, 3) + 0.5) * ktau       # half a per mille apart
+            elif kind == 3:
+                tau = rng.choice([0.0, -0.0, 1e-300, -1e300], 3)
+            elif kind == 4:
+                tau = rng.normal(0, 0.05, 3)
+                tau[rng.integers(0, 3)] = rng.choice([math.nan, math.inf, -math.inf])
+            else:
+                tau = rng.normal(0, 0.3, 3) * [1.0, 1.0, 0.01]          # the third drive within INT16
+            r = both(Command(tau))
+            compiled += r[0] == "ok"
+        for command in (Command(np.array([0.1, 0.2, 0.001], dtype=np.float32)), Command([0.1, 0.2, 0.001]),
+                        Command(np.array([0.1, 9.0, 0.2, 9.0, 0.001, 9.0])[::2]), Command(np.zeros(2)),
+                        Command(np.zeros(3), kp_nm_per_rad=np.ones(3)), Command(np.zeros(3), kp_nm_per_rad=np.zeros(3)),
+                        Command(np.zeros((3, 1)))):
+            both(command)
+        assert compiled > 1500
+    finally:
+        d.close()

@@ -171,15 +171,16 @@ def test_no_protocol_driver_imports_another(GRAPH):
 
 
 @pytest.mark.parametrize("module,own", [("drivers.odrive", ["drivers._odrive_kernels", "numba"]),
-                                        ("drivers.cia402", []), ("drivers.dynamixel", [])])
+                                        ("drivers.cia402", ["drivers._cia402_kernels", "numba"]),
+                                        ("drivers.dynamixel", [])])
 def test_a_driver_loads_only_its_own_compiled_kernels(module, own):
     """Importing a protocol's driver loads no other protocol's kernels, and numba only when the
-    driver has compiled kernels of its own (MIT, ODrive CAN's torque encoder): an import of
+    driver has compiled kernels of its own (MIT, ODrive CAN's and CiA 402's torque encoders): an import of
     numba costs about 0.6 s."""
     import subprocess
     import sys
 
-    kernels = ("numba", "drivers.mit", "drivers._mit_kernels", "drivers._odrive_kernels")
+    kernels = ("numba", "drivers.mit", "drivers._mit_kernels", "drivers._odrive_kernels", "drivers._cia402_kernels")
     code = (f"import sys; import {module}; "
             f"print(sorted(m for m in sys.modules if m in {kernels!r}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -232,6 +232,8 @@ def _session(seed: int, batch: bool = False) -> int:
                 cw = int(rng.integers(0, 0x10000))
             elif x < 0.015:
                 cw = codec.CW_SHUTDOWN
+            elif x < 0.02:
+                cw = codec.CW_SWITCH_ON             # 'disable operation' in OPERATION ENABLED
             tq = int(rng.integers(-0x8000, 0x8000)) if rng.random() < 0.2 else int(rng.normal(0, 800))
             tq = max(-0x8000, min(0x7FFF, tq))
             data = codec.pack_rpdo1(cw, tq)
@@ -311,13 +313,38 @@ def test_a_cycle_in_one_call_declines_what_is_not_a_cycle():
     fast2, ref2 = _pair()
     for emu, _p in (fast2, ref2):
         emu.on_timer(0.0)
-        _map([emu], 1, 0x1600, codec.RPDO1_MAP, codec.rpdo_id(1, 1), 1)
-        _map([emu], 1, 0x1A00, codec.TPDO1_MAP, codec.tpdo_id(1, 1), 1)
+        for node in (1, 2):
+            _map([emu], node, 0x1600, codec.RPDO1_MAP, codec.rpdo_id(node, 1), 1)
+            _map([emu], node, 0x1A00, codec.TPDO1_MAP, codec.tpdo_id(node, 1), 1)
         emu.on_fields(0, bytes([1, 0]), None, 0.0)
     a = fast2[0].on_fields_batch([rpdo, (codec.rpdo_id(5, 1), b"\x00\x00\x00\x00", None), sync], 0.002)
     b = (ref2[0].on_fields(*rpdo, 0.002) or []) + (ref2[0].on_fields(codec.rpdo_id(5, 1), b"\x00" * 4, None, 0.002) or []) \
         + (ref2[0].on_fields(*sync, 0.002) or [])
     assert a == b and a
+    assert _state(*fast2) == _state(*ref2)
+    # a message left in the outbox before the call (the drives' timed events run, not taken):
+    # handed over first, as a pair, as one by one, also by the compiled SYNC
+    t = 0.002
+    for emu, _p in (fast2, ref2):
+        for node in (1, 2):
+            emu.local_node(node).set_data(0x6060, 0, bytes([codec.MODE_CST]))
+        emu.local_node(1).set_data(0x1017, 0, (20).to_bytes(2, "little"))      # heartbeats every 20 ms
+    for cw in (codec.CW_SHUTDOWN, codec.CW_SWITCH_ON, codec.CW_ENABLE_OPERATION, codec.CW_ENABLE_OPERATION):
+        t += 0.002
+        frames = [(codec.rpdo_id(node, 1), codec.pack_rpdo1(cw, 100), None) for node in (1, 2)] + [sync]
+        assert fast2[0].on_fields_batch(frames, t) == ref2[0].on_fields_batch(frames, t)
+    assert fast2[0].state(1) == State.OPERATION_ENABLED and fast2[0].fast_syncs == 1
+    t = 0.05
+    for emu, p in (fast2, ref2):
+        p.advance_to(t)
+        emu._timers(t)
+        assert any(type(m) is not tuple for m in emu._out.frames)
+    frames = [(codec.rpdo_id(node, 1), codec.pack_rpdo1(codec.CW_ENABLE_OPERATION, -50), None) for node in (1, 2)]
+    frames.append(sync)
+    a = fast2[0].on_fields_batch(frames, t)
+    b = [m for f in frames for m in ref2[0].on_fields(*f, t) or []]
+    assert a == b and len(a) > 1 and all(type(m) is tuple for m in a), (a, b)
+    assert fast2[0].fast_syncs == 2
     assert _state(*fast2) == _state(*ref2)
 
 

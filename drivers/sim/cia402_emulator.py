@@ -291,8 +291,9 @@ _FAST_TX = {0x6041: (0, "UNSIGNED16", "H"), 0x6064: (1, "INTEGER32", "i"), 0x606
             0x6077: (3, "INTEGER16", "h"), 0x6074: (4, "INTEGER16", "h"), 0x6061: (5, "INTEGER8", "b"),
             0x603F: (6, "UNSIGNED16", "H"), 0x1001: (7, "UNSIGNED8", "B")}
 _CST_RAW = bytes([codec.MODE_CST])
-#: a controlword's bytes -> its command (codec.controlword_command), filled as controlwords come
-_CW_COMMAND: dict[bytes, str | None] = {}
+#: a controlword's bytes -> its value when its command (codec.controlword_command) is 'enable
+#: operation', else -1; filled as controlwords come
+_CW_ENABLE: dict[bytes, int] = {}
 _OE = State.OPERATION_ENABLED
 
 
@@ -856,8 +857,9 @@ class Cia402Emulator(EmulatedDevice):
             return False
         drives = self._drive_list
         inputs = []             # target torque 0x6071, max torque 0x6072 of each drive
-        received = []
-        cw_command = _CW_COMMAND
+        received = []           # per drive: None, or (its RPDO map, target bytes, controlword bytes, value)
+        cw_enable = _CW_ENABLE
+        from_bytes = int.from_bytes
         for d in drives:
             fm = d.fast
             node = d.node
@@ -871,26 +873,27 @@ class Cia402Emulator(EmulatedDevice):
                 return False
             pm = fm.rx.pm
             if pm.is_received:
-                data = pm.data
+                data = bytes(pm.data)
                 if len(data) < fm.rx.nbytes:
                     return False                            # not processed: EMCY (the Python path)
                 o = fm.cw_off
-                cwb = bytes(data[o:o + 2])
-                cmd = cw_command.get(cwb)
-                if cmd is None:
-                    cmd = cw_command[cwb] = codec.controlword_command(int.from_bytes(cwb, "little"))
-                if cmd != "enable_operation":
+                cwb = data[o:o + 2]
+                cw = cw_enable.get(cwb)
+                if cw is None:
+                    cw = from_bytes(cwb, "little")
+                    cw = cw_enable[cwb] = cw if codec.controlword_command(cw) == "enable_operation" else -1
+                if cw < 0:
                     return False
                 o = fm.tg_off
-                tg = bytes(data[o:o + 2])
-                received.append((pm, tg, cwb))
-                inputs.append(int.from_bytes(tg, "little", signed=True))
+                tg = data[o:o + 2]
+                received.append((pm, tg, cwb, cw))
+                inputs.append(from_bytes(tg, "little", signed=True))
             else:
                 received.append(None)
                 inputs.append(self._u(d, 0x6071, 0, "<h"))
             lim = store.get(0x6072)
             lim = None if lim is None else lim.get(0)
-            inputs.append(int.from_bytes(lim, "little") if lim is not None and len(lim) == 2
+            inputs.append(from_bytes(lim, "little") if lim is not None and len(lim) == 2
                           else self._u(d, 0x6072, 0, "<H"))
             if fm.units is not d.units:
                 self._fast_constants(d)
@@ -904,15 +907,14 @@ class Cia402Emulator(EmulatedDevice):
                 return False
         if status != _ck.ST_OK:
             return False
-        frames = self._out.frames
-        append = frames.append
+        append = self._out.frames.append
         sws = self._sw_fast
         mode_cst = codec.MODE_CST
         for d, got, row in zip(drives, received, res.tolist()):
             n = d.sync_count = d.sync_count + 1
             d.meas = None
             if got is not None:
-                pm, tg, cwb = got
+                pm, tg, cwb, d.cw = got
                 pm.is_received = False
                 store = d.node.data_store
                 obj = store.get(0x6071)
@@ -923,7 +925,6 @@ class Cia402Emulator(EmulatedDevice):
                 if obj is None:
                     obj = store[0x6040] = {}
                 obj[0] = cwb
-                d.cw = int.from_bytes(cwb, "little")
             la = row[0] == 1
             d.limit_active = la
             d.commands += 1
@@ -978,6 +979,12 @@ class Cia402Emulator(EmulatedDevice):
                     else:
                         f.var.set_data(raw)
                 frames.append((plan.cob_id, bytes(data)))
+
+    def _sync_each(self, t_s: float) -> None:
+        """The SYNC by the Python path: :meth:`_sync` of every drive in OPERATIONAL."""
+        for d in self._drives.values():
+            if d.node.nmt._state == _NMT_OPERATIONAL:
+                self._sync(d, t_s)
 
     def _nmt_changed(self, d: _Drive, before: int, t_s: float) -> None:
         after = d.node.nmt._state
@@ -1121,7 +1128,15 @@ class Cia402Emulator(EmulatedDevice):
             received = self._received
             for pm, data in own:
                 received(pm, data, t_s)
-            self._frame(codec.SYNC_ID, b"", t_s)
+            out = self._out
+            clean = not out.frames
+            if self._sync_fast(t_s):
+                if clean:
+                    # only the TPDOs the compiled SYNC sent: pairs already
+                    pairs, out.frames = out.frames, []
+                    return pairs
+            else:
+                self._sync_each(t_s)
             return self._take_pairs()
 
     def on_timer_fields(self, t_s: float) -> list[tuple[int, bytes]]:
@@ -1153,9 +1168,7 @@ class Cia402Emulator(EmulatedDevice):
         (nothing changed, what the outbox holds stays there)."""
         if arb == codec.SYNC_ID:
             if not self._sync_fast(t_s):
-                for d in self._drives.values():
-                    if d.node.nmt._state == _NMT_OPERATIONAL:
-                        self._sync(d, t_s)
+                self._sync_each(t_s)
         elif arb == 0:
             before = {k: d.node.nmt._state for k, d in self._drives.items()}
             silent = {k for k, d in self._drives.items() if d.silent}
