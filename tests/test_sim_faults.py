@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import can
@@ -133,8 +134,12 @@ def test_delay_on_the_loop_clock():
         clock.t = 0.004
         assert fb.recv(0.0) is None
         clock.t = 0.005
+        sent = time.time()
         m = fb.recv(0.0)
         assert m is not None and m.arbitration_id == 1
+        # stamped when it came out of the delay: a receiver handling frames at their arrival time
+        # (an emulator host's serving thread) sees the latency added
+        assert m.timestamp >= sent
     finally:
         fb.shutdown()
         a.shutdown()

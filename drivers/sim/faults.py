@@ -125,7 +125,12 @@ class _Lane:
 
     def pop_due(self) -> can.Message | None:
         if self.pending and self.pending[0][0] <= self.o._now():
-            return self.pending.popleft()[1]
+            m = self.pending.popleft()[1]
+            if self.o._delay > 0 and m.timestamp and self is self.o._rx:
+                # it reaches the other end now: a receiver that handles a frame at its arrival
+                # (drivers.sim.emulators.EmulatorHost's serving thread) sees the added latency
+                m.timestamp = time.time()
+            return m
         return None
 
 
