@@ -89,6 +89,9 @@ _RUN_KINDS = {"none": {_GET_ENCODER_ESTIMATES: _ok.KIND_ESTIMATES},
               "torques": {_GET_ENCODER_ESTIMATES: _ok.KIND_ESTIMATES, int(Cmd.GET_TORQUES): _ok.KIND_TORQUES}}
 #: the largest float32: Set_Limits' velocity field when no velocity limit is configured
 _F32_MAX = 3.4028234663852886e38
+_F64 = np.dtype(np.float64)
+#: how many patterns of a receive pass' decoded frames OdriveCanDriver._handle_queued keeps
+_RUNS_KEPT = 16
 
 
 @dataclass(frozen=True)
@@ -249,6 +252,8 @@ class OdriveCanDriver(TransportDriver):
             self._kC[_ok.C_GEAR, j], self._kC[_ok.C_OFF, j] = m.gear_ratio, m.offset_rad
             self._kC[_ok.C_KT, j], self._kC[_ok.C_EFF, j] = m.torque_constant_nm_per_a, m.efficiency
         self._tx = np.zeros((n, 8), dtype=np.uint8)
+        #: per axis, its Set_Input_Torque id and the offset of its payload in self._tx's bytes
+        self._torque_rows = [(arb, 8 * j) for j, arb in enumerate(self._torque_ids)]
         self._tx_f32 = self._tx.view(np.float32) if sys.byteorder == "little" else None
         # the measurements, in one array (a cycle's Feedback copies it once): q, qd, tau
         self._meas = np.full(3 * n, np.nan)
@@ -266,10 +271,16 @@ class OdriveCanDriver(TransportDriver):
         self.versions: list[codec.Version | None] = [None] * n
         self._version_ok = False
         self._fresh = np.zeros(n, dtype=bool)
+        #: self._fresh's bytes when every axis is fresh (numpy's bool is one byte, 0 or 1): the
+        #: cycle's test compares them (ndarray.all() costs about nine times as much)
+        self._all_fresh = np.ones(n, dtype=bool).tobytes()
         #: per Encoder_Estimates of a pass of _handle_queued, whether the compiled call decoded it
         self._est_done = np.zeros(2 * n, dtype=bool)
-        #: as many KIND_ESTIMATES (0) as _est_done has elements
-        self._est_kinds = np.zeros(2 * n, dtype=np.int64)
+        #: _handle_queued's runs: the axes and kinds arrays per tuple of them (a run's frames
+        #: repeat a few patterns; kept up to _RUNS_KEPT), and decode_feedback_run's entry for
+        #: these arrays (_ok.direct_entry: found again when _est_done grows)
+        self._run_arrays: dict[tuple, tuple] = {}
+        self._decode_run = None
         #: the feedback requests of a cycle by torque feedback (_request_feedback)
         self._rtr_requests: dict[str, list] = {}
         #: a cycle's requests sent with its torques, one call per bus (_exchange)
@@ -323,13 +334,13 @@ class OdriveCanDriver(TransportDriver):
         tau = command.torque_nm
         tx = self._tx_f32
         if (tx is not None and command.kp_nm_per_rad is None and command.kd_nm_s_per_rad is None
-                and type(tau) is np.ndarray and tau.dtype == np.float64 and tau.shape == (n,)):
+                and type(tau) is np.ndarray and (tau.dtype is _F64 or tau.dtype == _F64) and tau.shape == (n,)):
             sat = _ok.encode_set_input_torque(tau, self._kC, tx)
             if sat >= 0:
                 self.last_saturated = sat
-                payload = self._tx
-                ids = self._torque_ids
-                return [(ids[j], payload[j].tobytes()) for j in range(n)]
+                # each axis' row of the payloads: its 8 bytes of their one copy
+                payload = self._tx.tobytes()
+                return [(arb, payload[k:k + 8]) for arb, k in self._torque_rows]
         tau = torque_only(command, n, "ODrive driver")
         frames = []
         sat = 0
@@ -446,7 +457,8 @@ class OdriveCanDriver(TransportDriver):
         n = self.n_joints
         fresh = self._fresh.copy()
         info = dict(self._stats)
-        info["missing"] = n - int(np.count_nonzero(fresh))
+        # (a bool array's bytes are 0 or 1: its count of ones, without np.count_nonzero's call)
+        info["missing"] = n - fresh.tobytes().count(1)
         if info["missing"]:
             info["hint"] = self.stale_hint()
         info["axis_state"] = self._axis_state.copy()
@@ -484,11 +496,11 @@ class OdriveCanDriver(TransportDriver):
     def _exchange(self, frames: Sequence[tuple[int, bytes]]) -> Feedback:
         self._stats = self._new_stats()
         self._stats["saturated"] = self.last_saturated
-        self._fresh[:] = False
+        self._fresh.fill(False)
         self._handle_queued()   # what arrived since the last cycle
         rtr = self.feedback == "rtr"
         if rtr:
-            self._fresh[:] = False  # only answers to this cycle's requests count
+            self._fresh.fill(False)  # only answers to this cycle's requests count
             per_bus, runs = self._feedback_requests()
         # every axis' Set_Input_Torque, bus by bus, one call per bus; then the requests.  With one
         # bus, or in-process buses (no fault injector drawing from a shared stream), the requests
@@ -510,7 +522,7 @@ class OdriveCanDriver(TransportDriver):
         # every reply already queued, in one pass over the buses (latest values win); the
         # wait only when one is missing
         self._handle_queued()
-        if not self._fresh.all():
+        if self._fresh.tobytes() != self._all_fresh:
             self._pump(self.reply_timeout_s, lambda: bool(self._fresh.all()))
             self._handle_queued()   # take whatever else is already queued
         return self._feedback()
@@ -553,12 +565,22 @@ class OdriveCanDriver(TransportDriver):
         done = self._est_done
         if done.shape[0] < m:
             done = self._est_done = np.zeros(2 * m, dtype=bool)
-            self._est_kinds = np.zeros(2 * m, dtype=np.int64)
+            self._decode_run = None
         payload = b"".join([bf[1][1][:8] for bf in est])
-        # (estimates only: the kinds are the zeros kept, KIND_ESTIMATES)
-        kind = self._est_kinds[:m] if len(run_kind) == 1 else np.array(kinds, dtype=np.int64)
-        if _ok.decode_feedback_run(payload, np.array(axes, dtype=np.int64), kind, self._kC,
-                                   self._q, self._qd, self._tau, self._seen, self._fresh, done):
+        # the run's axes and kinds as arrays, made once per pattern (int64, C-contiguous, writeable:
+        # what the entry below was found for)
+        key = (*axes, *kinds)
+        arrays = self._run_arrays.get(key)
+        if arrays is None:
+            if len(self._run_arrays) >= _RUNS_KEPT:
+                self._run_arrays.clear()
+            arrays = self._run_arrays[key] = (np.array(axes, dtype=np.int64), np.array(kinds, dtype=np.int64))
+        decode = self._decode_run
+        if decode is None:
+            decode = self._decode_run = _ok.direct_entry(_ok.decode_feedback_run, payload, *arrays, self._kC,
+                                                         self._q, self._qd, self._tau, self._seen, self._fresh, done)
+        if decode(payload, arrays[0], arrays[1], self._kC, self._q, self._qd, self._tau, self._seen, self._fresh,
+                  done):
             for k in range(m):
                 if not done[k]:
                     handle(*est[k])

@@ -265,11 +265,16 @@ class CanTransport:
         arb = 0
         fb = self._fields_bus
         try:
-            if fb is not None and not self._fd and all(r is not None or len(d) <= 8 for _, d, r in frames):
-                # the same frames handed over as fields, in one call (classic frames only)
-                fb.send_fields(frames)
-                self.frames_sent += len(frames)
-                return
+            if fb is not None and not self._fd:
+                # the same frames handed over as fields, in one call (classic frames only; a loop,
+                # not all() of a generator: a third of its time)
+                for _, d, r in frames:
+                    if r is None and len(d) > 8:
+                        break
+                else:
+                    fb.send_fields(frames)
+                    self.frames_sent += len(frames)
+                    return
             for arb, data, remote_dlc in frames:
                 send(message(arb, data, False, remote_dlc), timeout=timeout)
                 self.frames_sent += 1
@@ -497,8 +502,9 @@ def recv_queued_fields(transports: Sequence[CanTransport]) -> list[tuple[int, tu
 
     The frames calling :func:`recv_any_fields` with no time until it returns ``None`` takes, each
     transport's in their order (a transport is read until it is empty, then the next), without
-    scanning the earlier transports again for every frame of a later one; the pass repeats until
-    one finds nothing, so a frame that reached an earlier transport meanwhile is taken too.
+    scanning the earlier transports again for every frame of a later one; with several, the pass
+    repeats until one finds nothing, so a frame that reached an earlier transport meanwhile is taken
+    too (one transport is read until it is empty, once: what that polling takes).
 
     Returns
     -------
@@ -506,6 +512,14 @@ def recv_queued_fields(transports: Sequence[CanTransport]) -> list[tuple[int, tu
         Index into ``transports`` and the frame as :meth:`CanTransport.recv_fields` gives it.
     """
     out: list[tuple[int, tuple]] = []
+    if len(transports) == 1:
+        # one transport: read until it is empty (no earlier transport a frame may reach meanwhile)
+        recv = transports[0].recv_fields
+        f = recv(0.0)
+        while f is not None:
+            out.append((0, f))
+            f = recv(0.0)
+        return out
     while True:
         n = len(out)
         for i, t in enumerate(transports):

@@ -237,3 +237,57 @@ def test_compiled_torque_feedback_decoding_is_taken(monkeypatch):
     data = np.array([1.5, -2.25], dtype=np.float32).tobytes()
     drv._handle_fields(0, (odc.arbitration_id(3, odc.Cmd.GET_IQ), data, 0.0, False, False, False, None))
     assert drv._tau[0] == -1 * -2.25 * 0.21 * 9.0 * 0.9 and drv._stats["corrupt"] == 0
+
+
+def test_direct_entry_only_for_the_compiled_types():
+    """``direct_entry`` gives the machine code (numba's ``entry_point``) only for arguments of the
+    kernel's one compiled signature, and it computes what the dispatcher computes; for an array of
+    another dtype or layout, or a kernel without exactly one signature, the dispatcher itself."""
+    from numba import njit
+
+    from drivers import _odrive_kernels as ok
+
+    n = 3
+    C = np.ones((ok.C_ROWS, n))
+    C[ok.C_GEAR] = [2.0, 3.0, 5.0]
+    bufs = [np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool),
+            np.zeros(4, dtype=bool)]
+    payload = np.array([1.5, -0.25, 2.0, 4.0], dtype=np.float32).tobytes()
+    axes, kinds = np.array([2, 0], dtype=np.int64), np.array([ok.KIND_ESTIMATES, ok.KIND_IQ], dtype=np.int64)
+    f = ok.decode_feedback_run
+    entry = ok.direct_entry(f, payload, axes, kinds, C, *bufs)
+    assert entry is not f and entry is f.overloads[list(f.overloads)[0]].entry_point
+    other = [b.copy() for b in bufs]
+    assert entry(payload, axes, kinds, C, *bufs) == f(payload, axes, kinds, C, *other) == 0
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(bufs, other)) and bufs[0][2] != 0.0
+    assert ok.direct_entry(f, payload, axes.astype(np.int32), kinds, C, *bufs) is f       # another dtype
+    assert ok.direct_entry(f, payload, axes, kinds, np.asfortranarray(C), *bufs) is f    # another layout
+    ro = bufs[0].copy()
+    ro.flags.writeable = False
+    assert ok.direct_entry(f, payload, axes, kinds, C, ro, *bufs[1:]) is f               # read-only
+    assert ok.direct_entry(f, payload, axes, kinds, C, *bufs[:-1]) is f                  # an argument short
+
+    @njit
+    def twice(x):
+        return 2 * x
+
+    twice(1)
+    twice(1.0)
+    assert ok.direct_entry(twice, 1.0) is twice                                          # two signatures
+
+
+def test_cycle_waits_only_while_an_axis_is_not_fresh_and_counts_the_missing(monkeypatch):
+    """The cycle's test of every axis fresh (the bytes of ``_fresh``) and the feedback's count of
+    missing axes (its bytes' ones) against ``ndarray.all`` and ``count_nonzero``, for every pattern
+    of three axes: the wait (``_pump``) is asked exactly when one is not fresh."""
+    import itertools
+
+    drv, _ = _driver([None] * 3)
+    for pattern in itertools.product([False, True], repeat=3):
+        pumped = []
+        monkeypatch.setattr(drv, "_handle_queued", lambda p=pattern: drv._fresh.__setitem__(slice(None), p))
+        monkeypatch.setattr(drv, "_pump", lambda timeout_s, until: pumped.append(until()))
+        fb = drv._exchange(drv._request(Command(np.zeros(3))))
+        fresh = np.array(pattern)
+        assert pumped == ([] if fresh.all() else [False]), pattern
+        assert fb.info["missing"] == 3 - np.count_nonzero(fresh) and fb.fresh.tobytes() == fresh.tobytes()

@@ -546,36 +546,43 @@ class OdriveEmulator(EmulatedDevice):
             for cmd, d in ax.next_due.items():
                 if d <= t_s:
                     due.append((ax, cmd))
-        payloads = None if len(due) < _BC_COMPILED_MIN else self._bc_payloads(due)
-        if payloads is False:
-            return None
-        # what on_timer_fields does when no watchdog expires and every axis answers, with the
-        # payloads made above (None: fewer than _BC_COMPILED_MIN, made as the Python path makes them)
+        if len(due) >= _BC_COMPILED_MIN:
+            made = self._bc_payloads(due)
+            if made is False:
+                return None
+            payloads, offsets = made
+            # what on_timer_fields does when no watchdog expires and every axis answers, with the
+            # payloads made above: each message's at its offset (None: a heartbeat, made here)
+            self._timers_changed()
+            out = []
+            for (ax, cmd), k in zip(due, offsets):
+                count = ax.count
+                c = count[cmd] + 1
+                count[cmd] = c
+                ax.next_due[cmd] = ax.t0 + c * ax.periods[cmd]
+                out.append(((ax.node_id << 5) | cmd,
+                            self._heartbeat(ax) if k is None else payloads[k:k + 8]))
+            return out
+        # fewer than _BC_COMPILED_MIN: made as the Python path makes them
         self._timers_changed()
         out = []
-        f = 0
         for ax, cmd in due:
             ax.count[cmd] += 1
             ax.next_due[cmd] = ax.t0 + ax.count[cmd] * ax.periods[cmd]
-            if payloads is None:
-                if cmd == _GET_ENCODER_ESTIMATES:
-                    out.append(((ax.node_id << 5) | cmd, self._estimates(ax)))
-                else:
-                    out.extend(self._answer(ax, cmd, b""))
-            elif cmd == _HEARTBEAT:
-                out.append(((ax.node_id << 5) | cmd, self._heartbeat(ax)))
+            if cmd == _GET_ENCODER_ESTIMATES:
+                out.append(((ax.node_id << 5) | cmd, self._estimates(ax)))
             else:
-                out.append(((ax.node_id << 5) | cmd, payloads[8 * f:8 * f + 8]))
-                f += 1
+                out.extend(self._answer(ax, cmd, b""))
         return out
 
-    def _bc_payloads(self, due: list) -> bytes | bool:
+    def _bc_payloads(self, due: list) -> tuple[bytes, list] | bool:
         """The payloads of the due messages but heartbeats, one after the other, by one call of
-        :func:`~drivers.sim._odrive_kernel.broadcast_payloads` (holding the lock); False: not
-        made (the Python path is taken)."""
+        :func:`~drivers.sim._odrive_kernel.broadcast_payloads` (holding the lock), and each due
+        message's offset in them (None: a heartbeat); False: not made (the Python path is taken)."""
         axes = self._axes
-        # the kernel's inputs of this set of messages, found once (a run's events repeat one set)
-        key = tuple([(ax.index, cmd) for ax, cmd in due])
+        # the kernel's inputs of this set of messages, found once (a run's events repeat one set;
+        # the key's axes are the objects, hashed by identity: an axis keeps its index)
+        key = tuple(due)
         bufs = self._bc.get(key)
         if bufs is None:
             if self.firmware != "0.6" and any(cmd == _GET_TORQUES for _, cmd in key):
@@ -585,10 +592,19 @@ class OdriveEmulator(EmulatedDevice):
             kinds = [_BC_KIND[cmd] for _, cmd in key if cmd != _HEARTBEAT]
             m = len(kinds)
             est = np.zeros((m, 8), dtype=np.uint8)
+            offsets = []
+            f = 0
+            for _, cmd in key:
+                if cmd == _HEARTBEAT:
+                    offsets.append(None)
+                else:
+                    offsets.append(8 * f)
+                    f += 1
             bufs = self._bc[key] = (np.array(kinds, dtype=np.int64),
-                                    np.array([i for i, cmd in key if cmd != _HEARTBEAT], dtype=np.int64),
-                                    est, est.view(np.float32), any(k != _ok.KIND_BC_ESTIMATES for k in kinds))
-        kind, axis, est, est_f32, torques = bufs
+                                    np.array([ax.index for ax, cmd in key if cmd != _HEARTBEAT], dtype=np.int64),
+                                    est, est.view(np.float32), any(k != _ok.KIND_BC_ESTIMATES for k in kinds),
+                                    offsets)
+        kind, axis, est, est_f32, torques, offsets = bufs
         payloads = b""
         if kind.shape[0]:
             setpoint = self._setpoints
@@ -604,7 +620,7 @@ class OdriveEmulator(EmulatedDevice):
                 except TypeError:       # the plant's state in arrays of another layout: the Python path
                     return False
             payloads = est.tobytes()
-        return payloads
+        return payloads, offsets
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
         with self._lock:
