@@ -280,6 +280,8 @@ class OdriveCanDriver(TransportDriver):
         #: repeat a few patterns; kept up to _RUNS_KEPT), and decode_feedback_run's entry for
         #: these arrays (_ok.direct_entry: found again when _est_done grows)
         self._run_arrays: dict[tuple, tuple] = {}
+        #: per torque feedback, _run_ids_of its _RUN_KINDS
+        self._run_ids: dict[str, list] = {}
         self._decode_run = None
         #: the feedback requests of a cycle by torque feedback (_request_feedback)
         self._rtr_requests: dict[str, list] = {}
@@ -527,6 +529,13 @@ class OdriveCanDriver(TransportDriver):
             self._handle_queued()   # take whatever else is already queued
         return self._feedback()
 
+    def _run_ids_of(self, run_kind: dict) -> list[dict]:
+        """Per bus, each arbitration id :meth:`_handle_queued` decodes by the compiled call (a
+        command of ``run_kind`` from one of the bus's axes) -> ``(axis, kind)``: the command id's
+        kind and the node id's axis, found together."""
+        return [{(node << 5) | cmd: (j, kind) for node, j in by_node.items() for cmd, kind in run_kind.items()}
+                for by_node in self._by_node]
+
     def _handle_queued(self) -> None:
         """Handle every frame already queued on the buses (no wait; :func:`recv_queued_fields`).
 
@@ -540,24 +549,21 @@ class OdriveCanDriver(TransportDriver):
         if not got:
             return
         handle = self._handle_fields
-        by_node = self._by_node
-        run_kind = _RUN_KINDS[self.torque_feedback]
+        tf = self.torque_feedback
+        by_arb = self._run_ids.get(tf)
+        if by_arb is None:
+            by_arb = self._run_ids[tf] = self._run_ids_of(_RUN_KINDS[tf])
         est = []
-        axes = []
-        kinds = []
+        hits = []
         for bf in got:
             f = bf[1]
-            arb = f[0]
             data = f[1]
-            kind = run_kind.get(arb & 0x1F)
-            if kind is not None and type(data) is bytes and len(data) >= 8 and not (f[3] or f[4] or f[5]):
+            hit = by_arb[bf[0]].get(f[0])
+            if hit is not None and type(data) is bytes and len(data) >= 8 and not (f[3] or f[4] or f[5]):
                 # (a longer payload is read as the codec reads it: its first 8 bytes)
-                j = by_node[bf[0]].get(arb >> 5)
-                if j is not None:
-                    est.append(bf)
-                    axes.append(j)
-                    kinds.append(kind)
-                    continue
+                est.append(bf)
+                hits.append(hit)
+                continue
             handle(*bf)
         if not est:
             return
@@ -569,12 +575,13 @@ class OdriveCanDriver(TransportDriver):
         payload = b"".join([bf[1][1][:8] for bf in est])
         # the run's axes and kinds as arrays, made once per pattern (int64, C-contiguous, writeable:
         # what the entry below was found for)
-        key = (*axes, *kinds)
+        key = tuple(hits)
         arrays = self._run_arrays.get(key)
         if arrays is None:
             if len(self._run_arrays) >= _RUNS_KEPT:
                 self._run_arrays.clear()
-            arrays = self._run_arrays[key] = (np.array(axes, dtype=np.int64), np.array(kinds, dtype=np.int64))
+            arrays = self._run_arrays[key] = (np.array([j for j, _ in hits], dtype=np.int64),
+                                              np.array([k for _, k in hits], dtype=np.int64))
         decode = self._decode_run
         if decode is None:
             decode = self._decode_run = _ok.direct_entry(_ok.decode_feedback_run, payload, *arrays, self._kC,
