@@ -610,3 +610,29 @@ def test_a_serving_thread_handles_a_frame_at_the_time_it_arrived(late_s, tripped
         host._serve_frame(None, bus)
         assert emu.axis_error(3) != 0
     assert em.ARRIVAL_LATE_MAX_S < 5.0
+
+
+def test_inline_end_deliver_all_queues_what_deliver_queues():
+    """``_InlineEnd.deliver_all`` of device frames: what ``deliver`` of each in turn queues for the
+    driver (the same fields in the same order, each stamped in turn), nothing once the driver's end
+    is shut down, and a closed device end raises as ``deliver`` does."""
+    from drivers.sim.emulators import InlineBus
+
+    pairs = [(0x29, bytes(range(8))), (0x2A, b"\x01\x02"), (0x49, b"")]
+    got, want = InlineBus("all"), InlineBus("each")
+    t0 = time.time()
+    got.device_end.deliver_all(pairs)
+    for arb, data in pairs:
+        want.device_end.deliver(arb, data)
+    a, b = list(got._rx), list(want._rx)
+    assert [f[:2] + f[3:] for f in a] == [f[:2] + f[3:] for f in b] == [(arb, d, False, False, False, None)
+                                                                         for arb, d in pairs]
+    stamps = [f[2] for f in a]
+    assert t0 <= stamps[0] <= stamps[1] <= stamps[2] <= time.time()
+    got.shutdown()
+    got.device_end.deliver_all(pairs)
+    assert len(got._rx) == 3
+    want.device_end.shutdown()
+    with pytest.raises(can.CanOperationError):
+        want.device_end.deliver_all(pairs)
+    want.shutdown()

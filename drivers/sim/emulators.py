@@ -410,9 +410,7 @@ class EmulatorHost:
             if fields and self._dev_fields[k]:
                 pairs = devices[k].on_timer_fields(te)
                 if pairs:
-                    deliver = self._dev_bus[k].deliver
-                    for a, d in pairs:
-                        deliver(a, d)
+                    self._dev_bus[k].deliver_all(pairs)
                     self.frames_out += len(pairs)
                 continue
             frames = devices[k].on_timer(te)
@@ -671,8 +669,8 @@ class EmulatorHost:
                 r = batch(frames, t)
                 if r is not None:
                     self.frames_in += len(frames)
-                    for a, dd in r:
-                        deliver(a, dd)
+                    if r:
+                        end.deliver_all(r)
                     self.frames_out += len(r)
                     if now() != t:
                         self._clock_still = False
@@ -980,6 +978,19 @@ class _InlineEnd:
         if peer._is_shutdown:
             return  # nobody listening (a virtual bus drops it too)
         peer._rx.append((arb, data, time.time(), False, False, False, None))
+
+    def deliver_all(self, pairs) -> None:
+        """:meth:`deliver` of each ``(arbitration_id, data)`` pair in turn (each stamped when it is
+        queued), the end's state looked at once (nothing changes it meanwhile: one thread)."""
+        if not self._open:
+            raise can.CanOperationError("Cannot operate on a closed bus")
+        peer = self._peer
+        if peer._is_shutdown:
+            return  # nobody listening (a virtual bus drops it too)
+        append = peer._rx.append
+        stamp = time.time
+        for arb, data in pairs:
+            append((arb, data, stamp(), False, False, False, None))
 
     def shutdown(self) -> None:
         self._open = False
