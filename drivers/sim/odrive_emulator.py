@@ -550,16 +550,15 @@ class OdriveEmulator(EmulatedDevice):
             made = self._bc_payloads(due)
             if made is False:
                 return None
-            payloads, offsets = made
+            payloads, plan = made
             # what on_timer_fields does when no watchdog expires and every axis answers, with the
             # payloads made above: each message's at its offset (None: a heartbeat, made here)
             self._timers_changed()
             out = []
-            for (ax, cmd), k in zip(due, offsets):
-                count = ax.count
+            for (ax, cmd), (count, next_due, t0, period, k) in zip(due, plan):
                 c = count[cmd] + 1
                 count[cmd] = c
-                ax.next_due[cmd] = ax.t0 + c * ax.periods[cmd]
+                next_due[cmd] = t0 + c * period
                 out.append(((ax.node_id << 5) | cmd,
                             self._heartbeat(ax) if k is None else payloads[k:k + 8]))
             return out
@@ -577,8 +576,11 @@ class OdriveEmulator(EmulatedDevice):
 
     def _bc_payloads(self, due: list) -> tuple[bytes, list] | bool:
         """The payloads of the due messages but heartbeats, one after the other, by one call of
-        :func:`~drivers.sim._odrive_kernel.broadcast_payloads` (holding the lock), and each due
-        message's offset in them (None: a heartbeat); False: not made (the Python path is taken)."""
+        :func:`~drivers.sim._odrive_kernel.broadcast_payloads` (holding the lock), and per due
+        message what its schedule's update reads (its axis' ``count`` and ``next_due``, which an
+        axis keeps and changes in place, ``t0`` and the message's period, neither of which changes)
+        and its payload's offset in them (None: a heartbeat); False: not made (the Python path is
+        taken)."""
         axes = self._axes
         # the kernel's inputs of this set of messages, found once (a run's events repeat one set;
         # the key's axes are the objects, hashed by identity: an axis keeps its index)
@@ -592,19 +594,19 @@ class OdriveEmulator(EmulatedDevice):
             kinds = [_BC_KIND[cmd] for _, cmd in key if cmd != _HEARTBEAT]
             m = len(kinds)
             est = np.zeros((m, 8), dtype=np.uint8)
-            offsets = []
+            plan = []
             f = 0
-            for _, cmd in key:
-                if cmd == _HEARTBEAT:
-                    offsets.append(None)
-                else:
-                    offsets.append(8 * f)
+            for ax, cmd in key:
+                k = None
+                if cmd != _HEARTBEAT:
+                    k = 8 * f
                     f += 1
+                plan.append((ax.count, ax.next_due, ax.t0, ax.periods[cmd], k))
             bufs = self._bc[key] = (np.array(kinds, dtype=np.int64),
                                     np.array([ax.index for ax, cmd in key if cmd != _HEARTBEAT], dtype=np.int64),
                                     est, est.view(np.float32), any(k != _ok.KIND_BC_ESTIMATES for k in kinds),
-                                    offsets)
-        kind, axis, est, est_f32, torques, offsets = bufs
+                                    plan)
+        kind, axis, est, est_f32, torques, plan = bufs
         payloads = b""
         if kind.shape[0]:
             setpoint = self._setpoints
@@ -620,7 +622,7 @@ class OdriveEmulator(EmulatedDevice):
                 except TypeError:       # the plant's state in arrays of another layout: the Python path
                     return False
             payloads = est.tobytes()
-        return payloads, offsets
+        return payloads, plan
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
         with self._lock:
