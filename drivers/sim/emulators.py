@@ -16,10 +16,12 @@ real drivers can be run, unchanged, against a simulated robot:
 
 Time and determinism
 --------------------
-The host reads the control loop's clock ``now()`` when a frame arrives,
-processes every timed device event due up to then (watchdog expiries,
-cyclic broadcasts) *at its own due time*, advances the plant to ``now()``,
-applies the command and replies.  The plant is therefore only ever advanced
+The host reads the control loop's clock ``now()`` when a frame arrives (a
+serving thread on a clock that runs at wall rate: the frame's arrival on that
+clock, from its timestamp, however late the thread gets to it), processes
+every timed device event due up to then (watchdog expiries, cyclic
+broadcasts) *at its own due time*, advances the plant to that time, applies
+the command and replies.  The plant is therefore only ever advanced
 to event times on the loop's clock; with a lock-step clock the physics is
 deterministic given the command sequence, whatever the thread scheduling.
 Reply latency is wall-clock time (it models the bus and the drive's
@@ -199,13 +201,21 @@ class EmulatorHost:
         (each frame's own step otherwise: a few tens per cycle for six axes).
     start : bool
         Start the thread immediately (else call :meth:`start`).
+    wall_rate : bool, optional
+        Whether ``now()`` runs at the rate of the wall clock (``time.time()``, the
+        frames' timestamps), so that a frame's arrival can be placed on it.
+        Default: ``now`` is ``time.monotonic`` or a method of a clock whose
+        ``frozen_while_waiting`` is False (:class:`controller.clock.WallClock`).
     serve : {"thread", "inline"}
-        ``"thread"``: a background thread serves the devices (any clock).  It
-        processes a frame at ``now()`` when it gets to it: with a lock-step
-        clock the result is deterministic only while the driver waits for each
-        cycle's replies before the clock moves on (a driver reading broadcasts
-        does not, and a starved thread can miss a reply timeout): serve inline
-        for reproducible lock-step runs.
+        ``"thread"``: a background thread serves the devices (any clock).  On a
+        clock that runs at wall rate (``wall_rate``) it handles a frame at the
+        time it arrived on the bus (its ``timestamp``), as firmware does, even
+        when the OS let the thread wait (:meth:`_arrival_t`); on any other clock
+        at ``now()`` when it gets to it: with a lock-step clock the result is
+        deterministic only while the driver waits for each cycle's replies
+        before the clock moves on (a driver reading broadcasts does not, and a
+        starved thread can miss a reply timeout): serve inline for reproducible
+        lock-step runs.
         ``"inline"``: no thread; the devices are served in the caller's thread
         by :meth:`pump`, which :class:`InlineServedBus` (the driver's side of
         the bus) calls on every send and receive; ``reply_latency_s = 0`` only.
@@ -226,7 +236,8 @@ class EmulatorHost:
 
     def __init__(self, bus, devices, plant: Plant,
                  now: Callable[[], float], *, reply_latency_s: float = 0.0, poll_s: float = 0.001,
-                 own_bus: bool = False, start: bool = True, serve: str = "thread", plant_step_min_s: float = 0.0):
+                 own_bus: bool = False, start: bool = True, serve: str = "thread", plant_step_min_s: float = 0.0,
+                 wall_rate: bool | None = None):
         if serve not in ("thread", "inline"):
             raise ConfigError(f"must be 'thread' or 'inline', got {serve!r}", field="serve")
         if serve == "inline" and float(reply_latency_s) != 0.0:
@@ -286,7 +297,12 @@ class EmulatorHost:
         self._dev_fields = [id(b) in self._fields_buses for b in self._dev_bus]
         self._plant = plant
         self._now = now
-        self._frozen_clock = bool(getattr(getattr(now, "__self__", None), "frozen_while_waiting", False))
+        owner = getattr(now, "__self__", None)
+        self._frozen_clock = bool(getattr(owner, "frozen_while_waiting", False))
+        if wall_rate is None:
+            wall_rate = now is time.monotonic or getattr(owner, "frozen_while_waiting", None) is False
+        #: the loop clock runs at wall rate: a threaded host places a frame at its arrival (_arrival_t)
+        self._wall_rate = bool(wall_rate)
         self._t_served = -math.inf        # the loop-clock time the last frame or poll was handled at [s]
         self._latency = lat
         self._poll = p
@@ -536,17 +552,28 @@ class EmulatorHost:
     def _arrival_t(self, msg: can.Message) -> float:
         """The loop-clock time [s] at which the serving thread handles ``msg``: when it arrived on
         the bus, as firmware handles a frame when it comes (a thread the OS let wait would
-        otherwise see a watchdog expire that a fed drive never sees).  ``now()`` on a clock
-        that stands still while the loop waits, for a frame with no timestamp or one more than
-        :data:`ARRIVAL_LATE_MAX_S` old; never before the last time served (time runs forward)."""
+        otherwise see a watchdog expire that a fed drive never sees).  ``now()`` on a clock that
+        does not run at wall rate (``wall_rate``), for a frame with no timestamp or one more
+        than :data:`ARRIVAL_LATE_MAX_S` old; never before the last time served or the plant's
+        time (time runs forward).  A frame more than :data:`STALE_BROADCAST_S` late drops the
+        cyclic broadcasts due before ``now() - STALE_BROADCAST_S`` first, as a poll after a
+        starved wait does (:meth:`EmulatedDevice.drop_stale_broadcasts`): they do not come as a
+        burst ahead of the answers."""
         now = self._now()
         ts = msg.timestamp
-        if self._frozen_clock or not ts:
+        if not self._wall_rate or not ts:
             return now
         late = time.time() - ts
         if 0.0 < late < ARRIVAL_LATE_MAX_S:
+            if late > STALE_BROADCAST_S:
+                for d in self._devices:
+                    d.drop_stale_broadcasts(now - STALE_BROADCAST_S)
             t = now - late
-            return t if t > self._t_served else self._t_served
+            lo = self._t_served
+            tp = self._plant.t_s
+            if tp > lo:
+                lo = tp
+            return t if t > lo else lo
         return now
 
     def pump(self, idle: bool = True) -> None:
