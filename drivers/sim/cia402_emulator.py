@@ -454,6 +454,8 @@ class Cia402Emulator(EmulatedDevice):
         self._fast_joints = np.array([d.cfg.joint for d in self._drive_list], dtype=np.int64)
         self._fast_res = np.zeros((nd, _ck.R_SIZE), dtype=np.int64)
         self._fast_tau = np.zeros(nd)
+        #: the compiled SYNC's inputs: target torque 0x6071, max torque 0x6072 of each drive
+        self._fast_in = np.zeros(2 * nd, dtype=np.int64)
         #: the TPDOs of every drive packed by one struct (_combined_tx), with the drives' _FastMaps
         #: it was made of: (maps, packer or None)
         self._fast_combo: tuple | None = None
@@ -927,7 +929,8 @@ class Cia402Emulator(EmulatedDevice):
             if fm.units is not d.units:
                 self._fast_constants(d)
         res = self._fast_res
-        tl = np.array(inputs, dtype=np.int64)
+        tl = self._fast_in
+        tl[:] = inputs
         with plant._lock:
             try:
                 status = _ck.cia402_sync(self._fast_K, self._fast_joints, tl, plant._cmd, plant._q, plant._qd,
