@@ -666,14 +666,17 @@ class EmulatorHost:
             self._failed = True
         return True
 
-    def serve_fields(self, frames, end) -> bool:
+    def serve_fields(self, frames, end, into: list | None = None) -> bool:
         """:meth:`serve_sent` of each of ``frames``, classic frames with standard ids given as
         ``(arbitration_id, data, remote_dlc)`` (see :meth:`EmulatedDevice.on_fields`), sent one
         after the other on ``end``, an :class:`InlineBus`'s device end whose devices are all
         :attr:`~EmulatedDevice.fields_native`: each frame is served at ``now()`` after the timed
         events due, the devices answer with fields, delivered without a message per frame.
         Returns False, doing nothing, where :meth:`serve_sent` would, or for another bus (the
-        caller sends the frames as messages)."""
+        caller sends the frames as messages).  ``into``: a list the answers of a run served in
+        one call (``on_fields_batch``) are appended to, as the fields :meth:`_InlineEnd.deliver`
+        queues, instead of the driver's queue, when that queue is empty then (the caller takes
+        them as the first frames received)."""
         if not self._inline or not self._started or self._closed or self._failed:
             return False
         key = id(end)
@@ -698,8 +701,11 @@ class EmulatorHost:
                 r = batch(frames, t)
                 if r is not None:
                     self.frames_in += len(frames)
-                    for a, dd in r:
-                        deliver(a, dd)
+                    if into is not None and not end._peer._rx:
+                        end.deliver_to(into, r)
+                    else:
+                        for a, dd in r:
+                            deliver(a, dd)
                     self.frames_out += len(r)
                     if now() != t:
                         self._clock_still = False
@@ -1008,6 +1014,16 @@ class _InlineEnd:
             return  # nobody listening (a virtual bus drops it too)
         peer._rx.append((arb, data, time.time(), False, False, False, None))
 
+    def deliver_to(self, out: list, pairs) -> None:
+        """:meth:`deliver` of each of ``pairs`` (``(arbitration_id, data)``), the fields appended
+        to ``out`` instead of the driver's queue (:meth:`InlineBus.exchange_fields`)."""
+        if not self._open:
+            raise can.CanOperationError("Cannot operate on a closed bus")
+        if self._peer._is_shutdown:
+            return  # nobody listening (a virtual bus drops it too)
+        clock = time.time
+        out += [(a, d, clock(), False, False, False, None) for a, d in pairs]
+
     def shutdown(self) -> None:
         self._open = False
 
@@ -1108,6 +1124,34 @@ class InlineBus(can.BusABC):
             else:
                 msg = can.Message(0.0, arb, False, False, False, None, None, data, False, True, False)
             self.send(msg)
+
+    def exchange_fields(self, frames, n: int) -> list[tuple] | None:
+        """:meth:`send_fields` of ``frames`` then :meth:`recv_fields_upto` of ``n``, in one call,
+        where the host serves the frames from their fields and nothing is queued for the driver
+        before: the same frames received (the answers of a run the device serves in one call
+        taken without a pass through the queue; what follows the first ``n`` stays queued).
+        Returns None, nothing sent, where frames are queued, a receive filter is set or a tap
+        replaced this bus' ``send``/``send_fields``/``recv``/``recv_fields`` on the instance, or
+        the host does not serve the frames from their fields (the caller sends them)."""
+        rx = self._rx
+        if self._is_shutdown or self._filters is not None or self._tx or rx or not _TAPS.isdisjoint(self.__dict__):
+            return None
+        end = self.device_end
+        host = self.host
+        if host is None or not end._open:
+            return None
+        got: list[tuple] = []
+        if not host.serve_fields(frames, end, got):
+            return None
+        if rx:                          # answered one by one, or a timed event's frames first
+            rx.extend(got)
+            return self.recv_fields_upto(n)
+        if len(got) > n:
+            rx.extend(got[n:])
+            del got[n:]
+        elif len(got) < n:
+            got += self.recv_fields_upto(n - len(got))      # an empty queue: the host's idle poll
+        return got
 
     def serve_batch(self, arbs: tuple, payloads, out_arb, out) -> int | None:
         """Classic data frames with standard ids ``arbs`` and 8 data bytes (``payloads``, (m, 8)
