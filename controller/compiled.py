@@ -437,8 +437,9 @@ class CompiledCycle:
         n = self.loop.controller.n
         for name, dtype in self.FEEDBACK_TYPES:
             a = getattr(fb, name, None)
-            if not (type(a) is np.ndarray and a.dtype == dtype and a.shape == (n,) and a.flags.c_contiguous):
-                return f"the driver's feedback {name} is not a contiguous {np.dtype(dtype).name} vector"
+            if not (type(a) is np.ndarray and a.dtype == dtype and a.shape == (n,) and a.flags.carray):
+                return (f"the driver's feedback {name} is not a contiguous, aligned and writeable "
+                        f"{np.dtype(dtype).name} vector")
         self.plaus, self.metrics = plaus, metrics
         self._plaus = (plaus._va, plaus._ok, plaus._run)
         return ""

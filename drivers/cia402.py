@@ -529,17 +529,35 @@ class Cia402Driver(TransportDriver):
         tpdo = self._tpdo_route[b]
         unpack1, unpack2 = codec.TPDO1_STRUCT.unpack, codec.TPDO2_STRUCT.unpack
         n1, n2 = codec.TPDO1_STRUCT.size, codec.TPDO2_STRUCT.size
-        tpdo1, tpdo2 = self._tpdo1, self._tpdo2
+        # _tpdo1 / _tpdo2 written out here (a statusword not seen before: _tpdo1 itself)
+        sw_state, got1, got2 = self._sw_state, self._got1, self._got2
+        sw_, state_, q_, tau_, qd_, mode_ = self._sw, self._state, self._q, self._tau, self._qd, self._mode
+        kq, off, ktau, kqd = self._kq, self._off, self._ktau, self._kqd
         for f in frames:
             hit = tpdo.get(f[0])
             if hit is not None and not (f[3] or f[4] or f[5]):
                 data = f[1]
                 kind, j = hit
                 if kind == 1 and len(data) == n1:
-                    tpdo1(j, *unpack1(data))
+                    sw, pos, tq = unpack1(data)
+                    state = sw_state.get(sw)
+                    if state is None:
+                        self._tpdo1(j, sw, pos, tq)
+                        continue
+                    sw_[j] = sw
+                    state_[j] = state
+                    q_[j] = kq[j] * pos + off[j]
+                    tau_[j] = ktau[j] * tq
+                    if not got1[j]:
+                        got1[j] = True
+                        self._missing -= 1
                     continue
                 if kind == 2 and len(data) == n2:
-                    tpdo2(j, *unpack2(data))
+                    vel, mode_[j] = unpack2(data)
+                    qd_[j] = kqd[j] * vel
+                    if not got2[j]:
+                        got2[j] = True
+                        self._missing -= 1
                     continue
             self._handle(b, f)
 
@@ -610,16 +628,27 @@ class Cia402Driver(TransportDriver):
         self._master_heartbeat()
         echo = self._rpdo_echo
         sync = (codec.SYNC_ID, b"", None)
-        for t, joints in zip(self._buses, self._joints_of_bus):
+        buses = self._buses
+        got = None
+        for t, joints in zip(buses, self._joints_of_bus):
             batch = []
             for j in joints:
                 arb, data = frames[j]
                 batch.append((arb, data, None))
                 echo[j].append(data)
             batch.append(sync)
+            if len(buses) == 1:
+                # one bus: the send and _take_queued's first take of the replies in one call
+                # where the bus can
+                got = t.exchange_fields(batch, 2 * n)
+                if got is not None:
+                    self._handle_replies(0, got)
+                    break
             t.send_batch(batch)
-        # the replies already queued in one pass; the wait only when one is missing
-        self._take_queued(True)
+        # the replies already queued in one pass (what the exchange did not take: it took fewer
+        # than it asked for when the queue ran dry); the wait only when one is missing
+        if got is None or (len(got) == 2 * n and self._missing):
+            self._take_queued(True)
         if self._missing:
             self._pump(self.reply_timeout_s, lambda: self._missing == 0)
         return self._feedback()
@@ -640,9 +669,11 @@ class Cia402Driver(TransportDriver):
                  FAULT_HEARTBEAT_LOST if a > lost_s else 0 for s, e, a in zip(state, emcy, hb_age)]
         # the vectors are rows of three arrays (views, as the MIT driver's feedback): one array
         # made of each kind instead of one per vector
-        ints = np.array((state, self._nmt, emcy, self._sw, fault), dtype=np.int64)
-        floats = np.array((self._q, self._qd, self._tau, hb_age), dtype=float)
-        flags = np.array((fresh, [s == _OPERATION_ENABLED for s in state]), dtype=bool)
+        # (each array made of one flat list: numpy converts it faster than a list of rows)
+        n = len(state)
+        ints = np.array(state + self._nmt + emcy + self._sw + fault, dtype=np.int64).reshape(5, n)
+        floats = np.array(self._q + self._qd + self._tau + hb_age, dtype=float).reshape(4, n)
+        flags = np.array(fresh + [s == _OPERATION_ENABLED for s in state], dtype=bool).reshape(2, n)
         info = {**self._stats, "missing": len(fresh) - fresh.count(True), "state": ints[0], "nmt_state": ints[1],
                 "heartbeat_age_s": floats[3], "emcy_code": ints[2], "statusword": ints[3]}
         return Feedback(t, floats[0], floats[1], floats[2], ints[4], flags[0], flags[1], info)

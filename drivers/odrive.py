@@ -1112,6 +1112,11 @@ class OdriveAsciiDriver(TransportDriver):
         sat = 0
         for a, (sign, ge), t, clamp in zip(self._axes, self._sign_ge, tau, self._clamps):
             t_m = sign * t / ge                 # JointMapping.joint_to_motor_torque on a float
+            if not math.isfinite(t_m):
+                # a finite joint torque beyond the float range on the motor side (a gear ratio
+                # times efficiency below 1): "c <axis> inf" would be a full-current command
+                raise DriverError(f"ODrive driver: joint {a}'s torque {t!r} N m is {t_m!r} N m on the motor "
+                                  f"side, not a finite number; nothing sent")
             if clamp is not None and abs(t_m) > clamp:
                 t_m = math.copysign(clamp, t_m)
                 sat += 1
@@ -1136,6 +1141,8 @@ class OdriveAsciiDriver(TransportDriver):
                 if not isfinite(t):
                     break                       # make_commands raises for it
                 t_m = sign * t / ge
+                if not isfinite(t_m):
+                    break                       # make_commands raises for it
                 if clamp is not None and abs(t_m) > clamp:
                     t_m = math.copysign(clamp, t_m)
                     sat += 1

@@ -283,6 +283,36 @@ class CanTransport:
         except (can.CanError, OSError, ValueError, TypeError) as err:
             raise CommsError(f"{self.name}: send of id 0x{arb:X} failed: {err}") from err
 
+    def exchange_fields(self, frames: Sequence[tuple[int, bytes, int | None]], n: int) -> list[tuple] | None:
+        """:meth:`send_batch` of ``frames`` then :meth:`recv_fields_upto` of ``n``, in one call,
+        where the bus does both at once (``exchange_fields`` of an
+        :class:`~drivers.sim.emulators.InlineBus`: its devices' answers to a run they serve in one
+        call handed over without a pass through its queue): the same frames sent and received,
+        the same counters.  Returns None, nothing sent, for any other bus, classic frames of more
+        than 8 bytes, an FD bus, or a transport whose ``send``/``send_batch``/``recv_fields``
+        were replaced on the instance (a tap that must see every frame): the caller sends them.
+
+        Raises
+        ------
+        CommsError
+            The bus failed.
+        """
+        ex = getattr(self._fields_bus, "exchange_fields", None)
+        if ex is None or self._closed or self._fd or "recv_fields" in self.__dict__ or "send" in self.__dict__ \
+                or "send_batch" in self.__dict__ or not all(r is not None or len(d) <= 8 for _, d, r in frames):
+            return None
+        try:
+            out = ex(frames, n)
+        except (self._can.CanError, OSError, ValueError) as err:
+            raise CommsError(f"{self.name}: exchange failed: {err}") from err
+        if out is not None:
+            self.frames_sent += len(frames)
+            self.frames_received += len(out)
+            for f in out:
+                if f[3]:
+                    self.error_frames += 1
+        return out
+
     def serve_batch(self, arbs: tuple, payloads, out_arb, out) -> int | None:
         """Send classic data frames with standard ids ``arbs`` and 8 data bytes (``payloads``,
         (m, 8) uint8) back to back and receive the devices' answers at once, in one call, where the

@@ -65,6 +65,28 @@ def test_request_bytes_are_make_commands_bytes():
     emu.close()
 
 
+def test_a_torque_that_overflows_on_the_motor_side_is_refused_on_both_paths():
+    """A finite joint torque that is not finite on the motor side (a gear ratio times efficiency
+    below 1, no torque limit): "c <axis> inf" would be a full-current command; both paths raise
+    and nothing is formatted."""
+    from drivers.base import JointMapping
+    from tests.test_odrive_ascii import OdriveAsciiDriver
+
+    clk, plant, emu = make()
+    maps = [JointMapping(gear_ratio=0.5, efficiency=0.9), JointMapping()]
+    drv = OdriveAsciiDriver(emu.inline_port(timeout_s=0.01, wire_time="count"), [0, 1], maps, now=clk.now,
+                            reply_timeout_s=0.01, error_property="error",
+                            limits=[{"current_limit_a": 40.0, "velocity_limit_rad_s": None, "torque_limit_nm": None}] * 2)
+    for tau in (np.array([1.0e308, 0.0]), np.array([-1.0e308, 0.0])):
+        with pytest.raises(DriverError, match="motor side"):
+            drv._request(Command(tau))
+        with pytest.raises(DriverError, match="motor side"):
+            drv.make_commands(Command(tau))
+    assert drv._request(Command(np.array([1.0, 0.0])))[0].startswith(b"c 0 2.2222")
+    drv.close()
+    emu.close()
+
+
 _ALPHABET = [b"0", b"1", b"7", b"9", b".", b"-", b"+", b"e", b"E", b"_", b"n", b"a", b"i", b"f", b" ", b" ",
              b"\t", b"\x0b", b"\x0c", b"\r", b"\x1c", b"\x1f", b"\x85", b"\xa0", b"\xff", b"x"]
 

@@ -53,7 +53,8 @@ with tempfile.TemporaryDirectory() as d:
     # the drives' watchdog at its longest: the two ends share the GIL of one process, and on a
     # loaded machine a stall of 50-100 ms (the shipped timeouts) trips the drives mid-run, which
     # the run rightly stops for; this test is about what is loaded when
-    srv = re.sub(r'(?m)^watchdog_timeout_s *= *[^\n#]*', 'watchdog_timeout_s = 1.0 ', srv)
+    srv, found = re.subn(r'(?m)^watchdog_timeout_s *= *[^\n#]*', 'watchdog_timeout_s = 1.0 ', srv)
+    assert found == 1, "the server config's watchdog_timeout_s line moved"
     (d / "srv.toml").write_text(srv)
     run = (reh / f"{stem}_run.toml").read_text().replace(f'file = "../robots/{robot}"', f'file = "{rob}"')
     run = re.sub(r'\[driver\.bus\]\n(.*?\n)*?(?=\[\[driver\.joints\]\])', '[driver.bus]\n' + virtual + '\n', run)

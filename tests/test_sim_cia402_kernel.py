@@ -100,12 +100,14 @@ def _map(emus, node_id, index, entries, cob_id, trans):
         write_pdo_map(emu.local_node(node_id), index, entries, cob_id, trans)
 
 
-def _session(seed: int, batch: bool = False) -> int:
+def _session(seed: int, batch: bool = False, every_sync: bool = False) -> int:
     """One random session; returns the number of SYNCs the compiled path served (``batch``: the
     number of cycles ``on_fields_batch`` served).
 
     ``batch``: each cycle's RPDOs and its SYNC go to the emulator under test in one
-    ``on_fields_batch`` call (one by one where it declines), to the reference one by one."""
+    ``on_fields_batch`` call (one by one where it declines), to the reference one by one.
+    ``every_sync``: every TPDO is sent at every SYNC (transmission type 1: the compiled SYNC packs
+    all drives' TPDOs at once), else node 2's second TPDO every other SYNC."""
     rng = np.random.default_rng(seed)
     (fast, pf), (ref, pr) = _pair()
     t = 0.0
@@ -168,11 +170,13 @@ def _session(seed: int, batch: bool = False) -> int:
     timers()
     for node, tx in ((1, [codec.TPDO1_MAP, codec.TPDO2_MAP]),
                      # node 2: every object the compiled SYNC packs, one TPDO every other SYNC
+                     # (every_sync: at every SYNC)
                      (2, [((0x6041, 0, 16), (0x6074, 0, 16), (0x6064, 0, 32)),
                           ((0x606C, 0, 32), (0x6061, 0, 8), (0x603F, 0, 16), (0x1001, 0, 8))])):
         _map((fast, ref), node, 0x1600, codec.RPDO1_MAP, codec.rpdo_id(node, 1), 1)
         for k, entries in enumerate(tx):
-            _map((fast, ref), node, 0x1A00 + k, entries, codec.tpdo_id(node, k + 1), 1 + k * (node - 1))
+            _map((fast, ref), node, 0x1A00 + k, entries, codec.tpdo_id(node, k + 1),
+                 1 if every_sync else 1 + k * (node - 1))
     for node in (1, 2):
         sdo_write(node, 0x6060, 0, bytes([codec.MODE_CST]))
         sdo_write(node, 0x6072, 0, int(rng.integers(200, 3000)).to_bytes(2, "little"))
@@ -287,6 +291,15 @@ def test_a_cycle_served_in_one_call_equals_its_frames_one_by_one(seed):
     answers and the same drives' state after every cycle."""
     served = _session(100 + seed, batch=True)
     assert served > 200, f"on_fields_batch served only {served} cycles: the comparison saw too little of it"
+
+
+@pytest.mark.parametrize("batch", (False, True))
+def test_every_tpdo_packed_at_once_equals_the_python_path(batch):
+    """Every drive's TPDOs sent at every SYNC: the compiled SYNC packs them all with one struct
+    (``_combined_tx``); the same frames and PDO buffers as the Python path, over a random session
+    with faults (each cycle in one ``on_fields_batch`` call, or frame by frame)."""
+    served = _session(200 + batch, batch=batch, every_sync=True)
+    assert served > 100, f"only {served} SYNCs or cycles served fast: the comparison saw too little of it"
 
 
 def test_a_cycle_in_one_call_declines_what_is_not_a_cycle():

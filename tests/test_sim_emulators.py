@@ -577,19 +577,19 @@ class _SentBus(NullBus):
 
 
 @pytest.mark.parametrize("late_s, tripped", [(0.04, False), (None, True), (5.0, True)])
-def test_a_serving_thread_handles_a_frame_at_the_time_it_arrived(late_s, tripped):
+def test_a_serving_thread_handles_a_frame_at_the_time_it_arrived(late_s, tripped, monkeypatch):
     """A serving thread the OS let wait (a loaded machine, the GIL) handles a frame queued on the
     bus at its arrival time (its timestamp), as firmware handles a frame when it comes: a drive
     fed in time keeps its watchdog.  No timestamp, or one older than ARRIVAL_LATE_MAX_S: now()."""
-    import time
-
     from drivers.sim import emulators as em
 
     clock, plant = Clock(), _plant()
     emu = OdriveEmulator([OdriveAxisConfig(3, 0, MAP1, watchdog_timeout_s=0.03, heartbeat_period_s=None,
                                            encoder_period_s=None)])
     bus = _SentBus()
-    host = EmulatorHost(bus, [emu], plant, clock, start=False)
+    host = EmulatorHost(bus, [emu], plant, clock, start=False, wall_rate=True)    # the test's clock stands for one
+    wall = 1.0e9
+    monkeypatch.setattr(em.time, "time", lambda: wall)     # the lateness exact, whatever the scheduling
     cl = _frame(odc.arbitration_id(3, odc.Cmd.SET_AXIS_STATE),
                 odc.encode_set_axis_state(odc.AxisState.CLOSED_LOOP_CONTROL))
     clock.t = 0.03
@@ -598,14 +598,14 @@ def test_a_serving_thread_handles_a_frame_at_the_time_it_arrived(late_s, tripped
     host._serve_frame(_frame(odc.arbitration_id(3, odc.Cmd.SET_INPUT_TORQUE), odc.encode_set_input_torque(0.1)), bus)
     assert emu.axis_state(3) == odc.AxisState.CLOSED_LOOP_CONTROL and emu.axis_error(3) == 0
     feed = _frame(odc.arbitration_id(3, odc.Cmd.SET_INPUT_TORQUE), odc.encode_set_input_torque(0.2))
-    feed.timestamp = 0.0 if late_s is None else time.time() - late_s
+    feed.timestamp = 0.0 if late_s is None else wall - late_s
     clock.t = 0.1                       # the thread gets to the frame 40 ms after it came
     host._serve_frame(feed, bus)
     assert (emu.axis_error(3) != 0) == tripped
     assert plant.t_s <= 0.1
     if not tripped:
         assert plant.t_s < 0.065        # the plant was advanced to the arrival, then the command applied
-        assert host._t_served == pytest.approx(0.06, abs=5e-3)
+        assert host._t_served == pytest.approx(0.06, abs=1e-6)
         clock.t = 0.2                   # nothing more came: the watchdog expires as it should
         host._serve_frame(None, bus)
         assert emu.axis_error(3) != 0
@@ -636,3 +636,44 @@ def test_inline_end_deliver_all_queues_what_deliver_queues():
     with pytest.raises(can.CanOperationError):
         want.device_end.deliver_all(pairs)
     want.shutdown()
+
+
+def test_a_starved_serving_thread_sends_no_burst_of_stale_broadcasts_and_never_goes_back(monkeypatch):
+    """Frames handled at their arrival after a long stall of the serving thread: the broadcasts
+    due before now() - STALE_BROADCAST_S are dropped (a real device's went into a queue nobody
+    read), not sent as a burst ahead of the answers; no frame is handled before the plant's time;
+    a clock that does not run at wall rate handles frames at now()."""
+    from drivers.sim import emulators as em
+
+    wall = [1.0e9]
+    monkeypatch.setattr(em.time, "time", lambda: wall[0])
+    clock, plant = Clock(), _plant()
+    emu = OdriveEmulator([OdriveAxisConfig(3, 0, MAP1, heartbeat_period_s=None, encoder_period_s=0.001)])
+    bus = _SentBus()
+    host = EmulatorHost(bus, [emu], plant, clock, start=False, wall_rate=True)
+    host._serve_frame(None, bus)
+    n0 = len(bus.sent)
+    # the thread stalls 300 ms while the driver sends a torque frame every 2 ms
+    frames = []
+    for k in range(150):
+        f = _frame(odc.arbitration_id(3, odc.Cmd.SET_INPUT_TORQUE), odc.encode_set_input_torque(0.0))
+        f.timestamp = wall[0] + 0.002 * k
+        frames.append(f)
+    clock.t = 0.3
+    wall[0] += 0.3
+    for f in frames:
+        host._serve_frame(f, bus)
+    enc = [m for m in bus.sent[n0:] if m.arbitration_id == odc.arbitration_id(3, odc.Cmd.GET_ENCODER_ESTIMATES)]
+    assert len(enc) <= 1000 * em.STALE_BROADCAST_S + 5          # not the 300 due during the stall
+    # a first frame late beyond the plant's start is handled at the plant's time, not before it
+    clock2, plant2 = Clock(), _plant()
+    host2 = EmulatorHost(_SentBus(), [OdriveEmulator([OdriveAxisConfig(3, 0, MAP1)])], plant2, clock2,
+                         start=False, wall_rate=True)
+    f = _frame(odc.arbitration_id(3, odc.Cmd.SET_INPUT_TORQUE), odc.encode_set_input_torque(0.0))
+    f.timestamp = wall[0] - 0.3
+    assert host2._arrival_t(f) == 0.0
+    # a hand-driven clock (no wall rate): now()
+    host3 = EmulatorHost(_SentBus(), [OdriveEmulator([OdriveAxisConfig(3, 0, MAP1)])], _plant(), Clock(0.5),
+                         start=False)
+    f.timestamp = wall[0] - 0.01
+    assert host3._arrival_t(f) == 0.5

@@ -396,7 +396,7 @@ def test_odrive_enable_asks_again_when_the_state_request_is_lost():
 
 def test_odrive_enable_feeds_the_axes_already_in_closed_loop_while_it_waits_for_the_others():
     """An axis that reached closed loop keeps getting frames while enable() waits for another
-    (here four lost Set_Axis_State frames, each asked again after 50 ms of heartbeats): with a
+    (here eight lost Set_Axis_State frames, each asked again after 50 ms of heartbeats): with a
     watchdog shorter than that wait, an unfed first axis tripped and enable() failed on a
     healthy drive."""
     import time as _time
@@ -412,7 +412,7 @@ def test_odrive_enable_feeds_the_axes_already_in_closed_loop_while_it_waits_for_
     def clock():                                   # loop time passes during enable (a wall clock)
         return 0.0 if t0[0] is None else _time.monotonic() - t0[0]
     # a coarse plant step: its Python model must keep up with the wall clock on a loaded machine
-    drv = _build(_odrive_cfg(enable_timeout_s=2.0, emulator={"watchdog_timeout_s": 0.1},
+    drv = _build(_odrive_cfg(enable_timeout_s=4.0, emulator={"watchdog_timeout_s": 0.25},
                              plant={"substeps": 1, "dt_max_s": 0.01}), clock)
     t0[0] = _time.monotonic()
     emu = drv.emulators[0]
@@ -421,16 +421,16 @@ def test_odrive_enable_feeds_the_axes_already_in_closed_loop_while_it_waits_for_
     dropped = []
 
     def lossy(j, cmd, data=b"", *, remote=False):
-        if cmd == odc.Cmd.SET_AXIS_STATE and j == 1 and len(dropped) < 4:
-            dropped.append(clock())   # the second axis' first four requests never arrive
+        if cmd == odc.Cmd.SET_AXIS_STATE and j == 1 and len(dropped) < 8:
+            dropped.append(clock())   # the second axis' first eight requests never arrive
             return
         send(j, cmd, data, remote=remote)
 
     inner._send = lossy
     try:
         fb = drv.enable()
-        assert len(dropped) == 4 and inner.state_requests_resent >= 4
-        assert clock() > 0.15                      # longer than the watchdog: the first axis was fed
+        assert len(dropped) == 8 and inner.state_requests_resent >= 8
+        assert clock() > 0.35                      # longer than the watchdog: the first axis was fed
         assert fb.enabled.all() and not fb.fault.any()
         assert emu.axis_error(1) == 0 and emu.axis_state(1) == odc.AxisState.CLOSED_LOOP_CONTROL
     finally:

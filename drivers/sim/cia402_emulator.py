@@ -360,6 +360,30 @@ def _fast_maps(d: _Drive, odm) -> _FastMaps | None:
     return _FastMaps(rx, offs[0x6040], offs[0x6071], tx)
 
 
+def _combined_tx(fms: list) -> tuple | None:
+    """The TPDOs of drives whose PDO maps are ``fms`` (:class:`_FastMaps`, in drive order) packed
+    by one struct: ``(struct, the function taking its values from every drive's 8 SYNC values
+    (statusword, position, velocity, torque, torque demand, mode display, error code, error
+    register) one drive after the other, ((plan, start, end) of each TPDO in the packed bytes,
+    in drive order))``; None when a TPDO is not sent at every SYNC (transmission type 1)."""
+    fmt, places, spans, off = "<", [], [], 0
+    for i, fm in enumerate(fms):
+        for plan, st, _take in fm.tx:
+            if plan.trans_type != 1:
+                return None
+            for f in plan.fields:
+                places.append(8 * i + _FAST_TX[f.index][0])
+            fmt += st.format[1:]
+            spans.append((plan, off, off + st.size))
+            off += st.size
+    if not places:
+        return None
+    st = struct.Struct(fmt)
+    if st.size != off:
+        return None
+    return st, _taker(places), spans
+
+
 class Cia402Emulator(EmulatedDevice):
     """CiA 402 drives on one CAN bus (see the module docstring).
 
@@ -430,6 +454,11 @@ class Cia402Emulator(EmulatedDevice):
         self._fast_joints = np.array([d.cfg.joint for d in self._drive_list], dtype=np.int64)
         self._fast_res = np.zeros((nd, _ck.R_SIZE), dtype=np.int64)
         self._fast_tau = np.zeros(nd)
+        #: the compiled SYNC's inputs: target torque 0x6071, max torque 0x6072 of each drive
+        self._fast_in = np.zeros(2 * nd, dtype=np.int64)
+        #: the TPDOs of every drive packed by one struct (_combined_tx), with the drives' _FastMaps
+        #: it was made of: (maps, packer or None)
+        self._fast_combo: tuple | None = None
         #: the statusword in OPERATION ENABLED, CST, without and with the internal limit active
         self._sw_fast = tuple(codec.statusword_for(State.OPERATION_ENABLED, internal_limit=la, following=True)
                               for la in (False, True))
@@ -860,9 +889,11 @@ class Cia402Emulator(EmulatedDevice):
         received = []           # per drive: None, or (its RPDO map, target bytes, controlword bytes, value)
         cw_enable = _CW_ENABLE
         from_bytes = int.from_bytes
+        fms = []                # each drive's _FastMaps
         for d in drives:
             fm = d.fast
             node = d.node
+            fms.append(fm)
             if (fm is None or d.state is not _OE or d.reaction is not None or d.silent or d.brake_released is not True
                     or node.nmt._state != _NMT_OPERATIONAL or node._write_callbacks != d.own_writes
                     or fm.quantum is None):
@@ -898,7 +929,8 @@ class Cia402Emulator(EmulatedDevice):
             if fm.units is not d.units:
                 self._fast_constants(d)
         res = self._fast_res
-        tl = np.array(inputs, dtype=np.int64)
+        tl = self._fast_in
+        tl[:] = inputs
         with plant._lock:
             try:
                 status = _ck.cia402_sync(self._fast_K, self._fast_joints, tl, plant._cmd, plant._q, plant._qd,
@@ -907,6 +939,11 @@ class Cia402Emulator(EmulatedDevice):
                 return False
         if status != _ck.ST_OK:
             return False
+        combo = self._fast_combo
+        if combo is None or combo[0] != fms:
+            combo = self._fast_combo = (fms, _combined_tx(fms))
+        packer = combo[1]
+        values = []             # packer: every drive's values, in drive order
         append = self._out.frames.append
         sws = self._sw_fast
         mode_cst = codec.MODE_CST
@@ -930,11 +967,22 @@ class Cia402Emulator(EmulatedDevice):
             d.commands += 1
             row[0] = sws[la]
             row += (mode_cst, d.error_code, d.error_register)
+            if packer is not None:
+                values += row
+                continue
             for plan, st, take in d.fast.tx:
                 if n % plan.trans_type == 0:
                     raw = st.pack(*take(row))
                     plan.pm.data[:] = raw
                     append((plan.cob_id, raw))
+        if packer is not None:
+            # every TPDO due at every SYNC: all packed at once, each one's bytes a slice
+            st, take, places = packer
+            raw_all = st.pack(*take(values))
+            for plan, a, b in places:
+                raw = raw_all[a:b]
+                plan.pm.data[:] = raw
+                append((plan.cob_id, raw))
         return True
 
     def _fast_constants(self, d: _Drive) -> None:

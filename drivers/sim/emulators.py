@@ -16,10 +16,12 @@ real drivers can be run, unchanged, against a simulated robot:
 
 Time and determinism
 --------------------
-The host reads the control loop's clock ``now()`` when a frame arrives,
-processes every timed device event due up to then (watchdog expiries,
-cyclic broadcasts) *at its own due time*, advances the plant to ``now()``,
-applies the command and replies.  The plant is therefore only ever advanced
+The host reads the control loop's clock ``now()`` when a frame arrives (a
+serving thread on a clock that runs at wall rate: the frame's arrival on that
+clock, from its timestamp, however late the thread gets to it), processes
+every timed device event due up to then (watchdog expiries, cyclic
+broadcasts) *at its own due time*, advances the plant to that time, applies
+the command and replies.  The plant is therefore only ever advanced
 to event times on the loop's clock; with a lock-step clock the physics is
 deterministic given the command sequence, whatever the thread scheduling.
 Reply latency is wall-clock time (it models the bus and the drive's
@@ -199,13 +201,21 @@ class EmulatorHost:
         (each frame's own step otherwise: a few tens per cycle for six axes).
     start : bool
         Start the thread immediately (else call :meth:`start`).
+    wall_rate : bool, optional
+        Whether ``now()`` runs at the rate of the wall clock (``time.time()``, the
+        frames' timestamps), so that a frame's arrival can be placed on it.
+        Default: ``now`` is ``time.monotonic`` or a method of a clock whose
+        ``frozen_while_waiting`` is False (:class:`controller.clock.WallClock`).
     serve : {"thread", "inline"}
-        ``"thread"``: a background thread serves the devices (any clock).  It
-        processes a frame at ``now()`` when it gets to it: with a lock-step
-        clock the result is deterministic only while the driver waits for each
-        cycle's replies before the clock moves on (a driver reading broadcasts
-        does not, and a starved thread can miss a reply timeout): serve inline
-        for reproducible lock-step runs.
+        ``"thread"``: a background thread serves the devices (any clock).  On a
+        clock that runs at wall rate (``wall_rate``) it handles a frame at the
+        time it arrived on the bus (its ``timestamp``), as firmware does, even
+        when the OS let the thread wait (:meth:`_arrival_t`); on any other clock
+        at ``now()`` when it gets to it: with a lock-step clock the result is
+        deterministic only while the driver waits for each cycle's replies
+        before the clock moves on (a driver reading broadcasts does not, and a
+        starved thread can miss a reply timeout): serve inline for reproducible
+        lock-step runs.
         ``"inline"``: no thread; the devices are served in the caller's thread
         by :meth:`pump`, which :class:`InlineServedBus` (the driver's side of
         the bus) calls on every send and receive; ``reply_latency_s = 0`` only.
@@ -226,7 +236,8 @@ class EmulatorHost:
 
     def __init__(self, bus, devices, plant: Plant,
                  now: Callable[[], float], *, reply_latency_s: float = 0.0, poll_s: float = 0.001,
-                 own_bus: bool = False, start: bool = True, serve: str = "thread", plant_step_min_s: float = 0.0):
+                 own_bus: bool = False, start: bool = True, serve: str = "thread", plant_step_min_s: float = 0.0,
+                 wall_rate: bool | None = None):
         if serve not in ("thread", "inline"):
             raise ConfigError(f"must be 'thread' or 'inline', got {serve!r}", field="serve")
         if serve == "inline" and float(reply_latency_s) != 0.0:
@@ -286,7 +297,12 @@ class EmulatorHost:
         self._dev_fields = [id(b) in self._fields_buses for b in self._dev_bus]
         self._plant = plant
         self._now = now
-        self._frozen_clock = bool(getattr(getattr(now, "__self__", None), "frozen_while_waiting", False))
+        owner = getattr(now, "__self__", None)
+        self._frozen_clock = bool(getattr(owner, "frozen_while_waiting", False))
+        if wall_rate is None:
+            wall_rate = now is time.monotonic or getattr(owner, "frozen_while_waiting", None) is False
+        #: the loop clock runs at wall rate: a threaded host places a frame at its arrival (_arrival_t)
+        self._wall_rate = bool(wall_rate)
         self._t_served = -math.inf        # the loop-clock time the last frame or poll was handled at [s]
         self._latency = lat
         self._poll = p
@@ -534,17 +550,28 @@ class EmulatorHost:
     def _arrival_t(self, msg: can.Message) -> float:
         """The loop-clock time [s] at which the serving thread handles ``msg``: when it arrived on
         the bus, as firmware handles a frame when it comes (a thread the OS let wait would
-        otherwise see a watchdog expire that a fed drive never sees).  ``now()`` on a clock
-        that stands still while the loop waits, for a frame with no timestamp or one more than
-        :data:`ARRIVAL_LATE_MAX_S` old; never before the last time served (time runs forward)."""
+        otherwise see a watchdog expire that a fed drive never sees).  ``now()`` on a clock that
+        does not run at wall rate (``wall_rate``), for a frame with no timestamp or one more
+        than :data:`ARRIVAL_LATE_MAX_S` old; never before the last time served or the plant's
+        time (time runs forward).  A frame more than :data:`STALE_BROADCAST_S` late drops the
+        cyclic broadcasts due before ``now() - STALE_BROADCAST_S`` first, as a poll after a
+        starved wait does (:meth:`EmulatedDevice.drop_stale_broadcasts`): they do not come as a
+        burst ahead of the answers."""
         now = self._now()
         ts = msg.timestamp
-        if self._frozen_clock or not ts:
+        if not self._wall_rate or not ts:
             return now
         late = time.time() - ts
         if 0.0 < late < ARRIVAL_LATE_MAX_S:
+            if late > STALE_BROADCAST_S:
+                for d in self._devices:
+                    d.drop_stale_broadcasts(now - STALE_BROADCAST_S)
             t = now - late
-            return t if t > self._t_served else self._t_served
+            lo = self._t_served
+            tp = self._plant.t_s
+            if tp > lo:
+                lo = tp
+            return t if t > lo else lo
         return now
 
     def pump(self, idle: bool = True) -> None:
@@ -637,14 +664,17 @@ class EmulatorHost:
             self._failed = True
         return True
 
-    def serve_fields(self, frames, end) -> bool:
+    def serve_fields(self, frames, end, into: list | None = None) -> bool:
         """:meth:`serve_sent` of each of ``frames``, classic frames with standard ids given as
         ``(arbitration_id, data, remote_dlc)`` (see :meth:`EmulatedDevice.on_fields`), sent one
         after the other on ``end``, an :class:`InlineBus`'s device end whose devices are all
         :attr:`~EmulatedDevice.fields_native`: each frame is served at ``now()`` after the timed
         events due, the devices answer with fields, delivered without a message per frame.
         Returns False, doing nothing, where :meth:`serve_sent` would, or for another bus (the
-        caller sends the frames as messages)."""
+        caller sends the frames as messages).  ``into``: a list the answers of a run served in
+        one call (``on_fields_batch``) are appended to, as the fields :meth:`_InlineEnd.deliver`
+        queues, instead of the driver's queue, when that queue is empty then (the caller takes
+        them as the first frames received)."""
         if not self._inline or not self._started or self._closed or self._failed:
             return False
         key = id(end)
@@ -669,7 +699,9 @@ class EmulatorHost:
                 r = batch(frames, t)
                 if r is not None:
                     self.frames_in += len(frames)
-                    if r:
+                    if into is not None and not end._peer._rx:
+                        end.deliver_to(into, r)
+                    elif r:
                         end.deliver_all(r)
                     self.frames_out += len(r)
                     if now() != t:
@@ -980,17 +1012,20 @@ class _InlineEnd:
         peer._rx.append((arb, data, time.time(), False, False, False, None))
 
     def deliver_all(self, pairs) -> None:
-        """:meth:`deliver` of each ``(arbitration_id, data)`` pair in turn (each stamped when it is
-        queued), the end's state looked at once (nothing changes it meanwhile: one thread)."""
+        """:meth:`deliver` of each ``(arbitration_id, data)`` pair in turn (each stamped in turn),
+        the end's state looked at once (nothing changes it meanwhile: one thread): :meth:`deliver_to`
+        the driver's queue."""
+        self.deliver_to(self._peer._rx, pairs)
+
+    def deliver_to(self, out: list, pairs) -> None:
+        """:meth:`deliver` of each of ``pairs`` (``(arbitration_id, data)``), the fields appended
+        to ``out`` instead of the driver's queue (:meth:`InlineBus.exchange_fields`)."""
         if not self._open:
             raise can.CanOperationError("Cannot operate on a closed bus")
-        peer = self._peer
-        if peer._is_shutdown:
+        if self._peer._is_shutdown:
             return  # nobody listening (a virtual bus drops it too)
-        append = peer._rx.append
-        stamp = time.time
-        for arb, data in pairs:
-            append((arb, data, stamp(), False, False, False, None))
+        clock = time.time
+        out += [(a, d, clock(), False, False, False, None) for a, d in pairs]
 
     def shutdown(self) -> None:
         self._open = False
@@ -1092,6 +1127,34 @@ class InlineBus(can.BusABC):
             else:
                 msg = can.Message(0.0, arb, False, False, False, None, None, data, False, True, False)
             self.send(msg)
+
+    def exchange_fields(self, frames, n: int) -> list[tuple] | None:
+        """:meth:`send_fields` of ``frames`` then :meth:`recv_fields_upto` of ``n``, in one call,
+        where the host serves the frames from their fields and nothing is queued for the driver
+        before: the same frames received (the answers of a run the device serves in one call
+        taken without a pass through the queue; what follows the first ``n`` stays queued).
+        Returns None, nothing sent, where frames are queued, a receive filter is set or a tap
+        replaced this bus' ``send``/``send_fields``/``recv``/``recv_fields`` on the instance, or
+        the host does not serve the frames from their fields (the caller sends them)."""
+        rx = self._rx
+        if self._is_shutdown or self._filters is not None or self._tx or rx or not _TAPS.isdisjoint(self.__dict__):
+            return None
+        end = self.device_end
+        host = self.host
+        if host is None or not end._open:
+            return None
+        got: list[tuple] = []
+        if not host.serve_fields(frames, end, got):
+            return None
+        if rx:                          # answered one by one, or a timed event's frames first
+            rx.extend(got)
+            return self.recv_fields_upto(n)
+        if len(got) > n:
+            rx.extend(got[n:])
+            del got[n:]
+        elif len(got) < n:
+            got += self.recv_fields_upto(n - len(got))      # an empty queue: the host's idle poll
+        return got
 
     def serve_batch(self, arbs: tuple, payloads, out_arb, out) -> int | None:
         """Classic data frames with standard ids ``arbs`` and 8 data bytes (``payloads``, (m, 8)

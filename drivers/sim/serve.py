@@ -172,7 +172,7 @@ def build_server(config_path: str | Path, *, now=time.monotonic, start: bool = T
     # the plant starts at 0 on the server clock: time since serving started
     t_start = now()
     host = EmulatorHost(bus, devices, plant, lambda: now() - t_start, own_bus=True, start=start,
-                        plant_step_min_s=step_min)
+                        plant_step_min_s=step_min, wall_rate=now is time.monotonic)
     return Server(host, duration, (interface, channel, opts.get("port")), realtime)
 
 
