@@ -66,6 +66,7 @@ KERNEL_FILES: tuple[str, ...] = (
     "drivers/_odrive_kernels.py",
     "drivers/_follow_kernels.py",
     "drivers/_dxl_kernels.py",
+    "drivers/_cia402_kernels.py",
     "drivers/sim/_dxl_kernel.py",
     "drivers/sim/_mit_kernel.py",
     "drivers/sim/_odrive_kernel.py",
