@@ -64,11 +64,13 @@ read a half-written one; ``<cache>`` is ``$TORQUELOOP_MECHANISM_CACHE`` or
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import sys
 import tempfile
+import threading
 import time
 import types
 from dataclasses import dataclass
@@ -79,7 +81,12 @@ import numpy as np
 
 from ._kernel_cache import write_atomic
 
-__all__ = ["derive", "derive_regressor", "Generated", "CODEGEN_VERSION", "cache_dir"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no lock between processes
+    fcntl = None
+
+__all__ = ["derive", "derive_regressor", "Generated", "CODEGEN_VERSION", "cache_dir", "compile_lock"]
 
 #: seconds of each phase of the last derivation in this process (frames -> lagrange: the
 #: Lagrangian and LagrangesMethod; -> extract: M, Lc, b, the closures' and task's derivatives;
@@ -119,6 +126,65 @@ def cache_dir() -> Path:
         except OSError:
             continue
     raise OSError("no writable folder for the mechanism code cache")
+
+
+#: seconds a process waits for another one compiling the same mechanism before it compiles too
+COMPILE_LOCK_WAIT_S = 900.0
+
+_locks: dict = {}           # digest -> the threads' RLock
+_depth: dict = {}           # digest -> nesting depth of its holder (changed only by the holder)
+_locks_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def compile_lock(dg: str):
+    """Held while one process derives and compiles the mechanism of digest ``dg``.
+
+    Deriving and compiling a mechanism's kernels costs 10-70 s of CPU; numba then loads them
+    from its cache in about a second.  Processes that build the same mechanism at the same time
+    (the workers of a parameter sweep or of a test run) would each compile all of it; with this
+    lock (``fcntl.flock`` on ``<cache>/mechanism-<digest>.lock``) the first compiles and the
+    others wait, then load its caches.  Reentrant in a thread; the threads of one process queue
+    on a lock of their own.  After :data:`COMPILE_LOCK_WAIT_S` (a process stuck holding it) or
+    without ``fcntl`` or a writable cache folder, the caller goes on unlocked: the lock saves
+    time, it never guards correctness (the files are written atomically).
+    """
+    with _locks_guard:
+        lk = _locks.setdefault(dg, threading.RLock())
+    with lk:
+        outer = _depth.get(dg, 0) == 0
+        _depth[dg] = _depth.get(dg, 0) + 1
+        fd = None
+        try:
+            if outer and fcntl is not None:
+                fd = _flock(cache_dir() / f"mechanism-{dg[:32]}.lock")
+            yield
+        finally:
+            _depth[dg] -= 1
+            if fd is not None:
+                os.close(fd)        # releases the flock
+
+
+def _flock(path: Path) -> int | None:
+    """An open descriptor of ``path`` holding its exclusive ``flock``, or None (see
+    :func:`compile_lock`: no folder, or the wait ran out)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    deadline = time.monotonic() + COMPILE_LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+        except OSError:
+            os.close(fd)
+            return None
 
 
 _RUNTIME_MARK = "# ---- template start (everything below is copied into the generated module)\n"

@@ -237,12 +237,19 @@ class MechanismModel(ParallelModel):
     pose_hint_methods = POSE_HINT_METHODS
 
     def __init__(self, spec: MechanismSpec, generated=None, source: str | None = None):
-        from ._mechanism_derive import derive
+        from ._mechanism_derive import compile_lock, derive, digest_of
 
+        if generated is None:       # (a copy in another process: see load_mechanism's lock)
+            with compile_lock(digest_of(spec.symbolic)):
+                self._build(spec, derive(spec.symbolic), source)
+        else:
+            self._build(spec, generated, source)
+
+    def _build(self, spec: MechanismSpec, generated, source: str | None) -> None:
         self.spec = spec
         self.name = spec.name
         self.source = source
-        self.generated = generated if generated is not None else derive(spec.symbolic)
+        self.generated = generated
         f = self.generated.funcs
         self._f = f
         self._p = np.array(spec.params, dtype=float)
@@ -1373,48 +1380,50 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
             raise sec.error("home", f"the middle Euler angle {home[i]:.4g} rad of spherical joint {jn!r} is "
                                     f"within {EULER_HOME_MARGIN_RAD} rad of +-pi/2 at home ({what}: choose "
                                     "its axes so that home is far from it)")
-    from ._mechanism_derive import derive
-    gen = derive(symbolic)
-    f = gen.funcs
-    z0 = np.array(home, dtype=float)
-    n = len(home)
-    m = len(angle_rows)
-    # mobility and independence of the closures
-    if n - m != len(act):
-        raise root.error("joints", f"mobility {n} joint coordinates - {m} closure equations = {n - m}, "
-                                   f"but {len(act)} coordinates are actuated (an actuated universal or "
-                                   "spherical joint counts 2 or 3)")
-    # each loop must close at the home values (to closure_tolerance)
-    r = f["phi"](z0)
-    row = 0
-    for sec, lp in loops:
-        k = 2 if planar else 3
-        gap = float(np.linalg.norm(r[row:row + k]))
-        if gap > gap_tol:
-            raise sec.error(None, f"the loop does not close at the joints' home values: gap {gap:.4g} m "
-                                  f"> closure_tolerance {gap_tol:g} m")
-        row += k + (2 if (lp["type"] == "revolute" and not planar) else 0)
-    if m:
-        Pz = f["phi_q"](z0)
-        sv = np.linalg.svd(Pz, compute_uv=False)
-        if sv[-1] < 1e-9 * max(sv[0], 1.0):
-            raise root.error("loops", f"redundant closures: {m} equations of rank "
-                                      f"{int(np.sum(sv > 1e-9 * max(sv[0], 1.0)))} at the home values "
-                                      "(remove the closure equations that repeat others)")
-    spec0 = MechanismSpec(**{**spec.__dict__, "home": z0})
-    # refine the home configuration (actuated values held) to the Newton tolerance
-    pas = [i for i in range(n) if i not in set(act)]
-    zh = np.empty(n)
-    D = _model_array(params, act, pas, np.zeros(len(act)), np.zeros(len(coords)), np.zeros(n), 0.0, 0.0, z0)
-    if not gen.kernels.newton_passive(z0[list(act)], z0.copy(), D, zh):
-        raise root.error("joints", "the closures cannot be solved near the home values (a type-2 "
-                                   "singularity or a loop far from closing)")
-    spec = MechanismSpec(**{**spec0.__dict__, "home": zh})
-    try:
-        model = MechanismModel(spec, gen, root.file)
-        rep = model.singularity(model.home_q)
-    except (ModelError, np.linalg.LinAlgError) as err:
-        raise ConfigError(f"home configuration: {err}", root.file, "joints") from err
+    from ._mechanism_derive import compile_lock, derive, digest_of
+    # one process at a time derives and compiles a mechanism (the others then load its caches)
+    with compile_lock(digest_of(symbolic)):
+        gen = derive(symbolic)
+        f = gen.funcs
+        z0 = np.array(home, dtype=float)
+        n = len(home)
+        m = len(angle_rows)
+        # mobility and independence of the closures
+        if n - m != len(act):
+            raise root.error("joints", f"mobility {n} joint coordinates - {m} closure equations = {n - m}, "
+                                       f"but {len(act)} coordinates are actuated (an actuated universal or "
+                                       "spherical joint counts 2 or 3)")
+        # each loop must close at the home values (to closure_tolerance)
+        r = f["phi"](z0)
+        row = 0
+        for sec, lp in loops:
+            k = 2 if planar else 3
+            gap = float(np.linalg.norm(r[row:row + k]))
+            if gap > gap_tol:
+                raise sec.error(None, f"the loop does not close at the joints' home values: gap {gap:.4g} m "
+                                      f"> closure_tolerance {gap_tol:g} m")
+            row += k + (2 if (lp["type"] == "revolute" and not planar) else 0)
+        if m:
+            Pz = f["phi_q"](z0)
+            sv = np.linalg.svd(Pz, compute_uv=False)
+            if sv[-1] < 1e-9 * max(sv[0], 1.0):
+                raise root.error("loops", f"redundant closures: {m} equations of rank "
+                                          f"{int(np.sum(sv > 1e-9 * max(sv[0], 1.0)))} at the home values "
+                                          "(remove the closure equations that repeat others)")
+        spec0 = MechanismSpec(**{**spec.__dict__, "home": z0})
+        # refine the home configuration (actuated values held) to the Newton tolerance
+        pas = [i for i in range(n) if i not in set(act)]
+        zh = np.empty(n)
+        D = _model_array(params, act, pas, np.zeros(len(act)), np.zeros(len(coords)), np.zeros(n), 0.0, 0.0, z0)
+        if not gen.kernels.newton_passive(z0[list(act)], z0.copy(), D, zh):
+            raise root.error("joints", "the closures cannot be solved near the home values (a type-2 "
+                                       "singularity or a loop far from closing)")
+        spec = MechanismSpec(**{**spec0.__dict__, "home": zh})
+        try:
+            model = MechanismModel(spec, gen, root.file)
+            rep = model.singularity(model.home_q)
+        except (ModelError, np.linalg.LinAlgError) as err:
+            raise ConfigError(f"home configuration: {err}", root.file, "joints") from err
     if rep.kind != "regular":
         note = f": {rep.extra['note']}" if "note" in rep.extra else ""
         raise root.error("task" if note else "joints",
