@@ -28,7 +28,7 @@ import math
 import numpy as np
 from numba import njit, types
 
-from dynamics._kernel_cache import stamp_package_caches
+from dynamics._kernel_cache import CompileGate, stamp_package_caches
 
 #: rows of the per-servo constants C (float64, (C_ROWS, n)): sign, gear ratio, offset [rad],
 #: efficiency, gear ratio x efficiency, torque constant [N m/A], current per LSB [A]
@@ -59,6 +59,8 @@ BYTES = types.Array(types.uint8, 1, "C", readonly=True)
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -292,3 +294,6 @@ def decode_fast_status(raw, seg_data, slot_of, C, q, qd, tau, fresh, err, order)
         tau[j] = sign * (c * C[C_ALSB, j] * C[C_KT, j]) * gear * C[C_EFF, j]
         fresh[j] = True
     return k_seg, n_err, n_alert
+
+
+_gate.release()

@@ -27,7 +27,7 @@ import math
 import numpy as np
 from numba import njit, types
 
-from dynamics._kernel_cache import stamp_package_caches
+from dynamics._kernel_cache import CompileGate, stamp_package_caches
 
 # ---------------------------------------------------------------------------
 # layouts
@@ -75,6 +75,8 @@ _TAU = types.Array(types.float64, 1, "A", readonly=True)
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @njit(types.int64(_TAU, types.float64[:, ::1], types.uint8[:, ::1], types.uint8[:, ::1], types.float64[:, ::1],
@@ -288,3 +290,6 @@ def take_replies(r, arb, rep, id_joint, len_ok, rx):
         for b in range(length):
             rx[k + 1 + b] = rep[i, 1 + b]
     return rep[n - 1, 0]
+
+
+_gate.release()

@@ -53,7 +53,13 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import time
 from collections.abc import Iterable
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no gate between processes
+    fcntl = None
 
 #: every module of the package with ``@njit(cache=True)``, relative to the folder that holds
 #: the packages, '/'-separated (``tests/test_kernel_cache.py`` checks the list is complete)
@@ -140,6 +146,75 @@ def stamp_package_caches() -> None:
     _stamped = True
     if _fingerprint is not None:
         stamp_caches(_ROOT, KERNEL_FILES, _fingerprint)
+
+
+#: seconds a process waits for another one compiling the same kernel module before it compiles
+#: too (:class:`CompileGate`, and the mechanisms' :func:`dynamics._mechanism_derive.compile_lock`)
+COMPILE_WAIT_S = 900.0
+
+
+class CompileGate:
+    """Held by the one process that imports (and so compiles) a kernel module at a time.
+
+    A kernel module with signatures in its ``@njit(..., cache=True)`` compiles them when it is
+    imported: up to a minute of CPU for the largest (:mod:`dynamics._stewart_kernels`), where
+    loading them from numba's cache takes well under a second.  Processes importing it at the
+    same time from a cold cache (the workers of a test run or a sweep) would each compile all of
+    it; the module takes this gate after :func:`stamp_package_caches` and calls
+    :meth:`release` at its end, so the others wait and then load the first one's caches.  The
+    gate is an exclusive ``fcntl.flock`` on ``<module>.compile.lock`` in the folder numba keeps
+    the module's caches in (the first writable one of :func:`cache_dirs`).  Without ``fcntl``
+    or such a folder, or after :data:`COMPILE_WAIT_S` (a process stuck holding it), the import
+    goes on ungated: the gate saves time, it never guards correctness (numba writes its cache
+    files atomically).  Imports of one process are serialised by Python's own import lock.
+    """
+
+    def __init__(self, module_file: str):
+        self._fd = None
+        folder, name = os.path.split(os.path.abspath(module_file))
+        for d in cache_dirs(folder):
+            if os.path.isdir(d) and os.access(d, os.W_OK):
+                self._fd = flock_wait(os.path.join(d, os.path.splitext(name)[0] + ".compile.lock"),
+                                      COMPILE_WAIT_S)
+                break
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Let the next process in (idempotent)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)        # releases the flock
+
+    def __del__(self):          # a module whose import failed half-way
+        self.release()
+
+
+def flock_wait(path: str, wait_s: float) -> int | None:
+    """An open descriptor of ``path`` (created when missing) holding its exclusive
+    ``fcntl.flock``, waited for up to ``wait_s`` s; None without ``fcntl``, when the file cannot
+    be opened, or when the wait runs out.  Closing the descriptor releases the lock."""
+    if fcntl is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+        except OSError:
+            os.close(fd)
+            return None
 
 
 def stamp_caches(root: str, files: Iterable[str], stamp: str) -> None:

@@ -79,12 +79,8 @@ from typing import Any
 
 import numpy as np
 
-from ._kernel_cache import write_atomic
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX: no lock between processes
-    fcntl = None
+from . import _kernel_cache
+from ._kernel_cache import flock_wait, write_atomic
 
 __all__ = ["derive", "derive_regressor", "Generated", "CODEGEN_VERSION", "cache_dir", "compile_lock"]
 
@@ -128,9 +124,6 @@ def cache_dir() -> Path:
     raise OSError("no writable folder for the mechanism code cache")
 
 
-#: seconds a process waits for another one compiling the same mechanism before it compiles too
-COMPILE_LOCK_WAIT_S = 900.0
-
 _locks: dict = {}           # digest -> the threads' RLock
 _depth: dict = {}           # digest -> nesting depth of its holder (changed only by the holder)
 _locks_guard = threading.Lock()
@@ -145,9 +138,10 @@ def compile_lock(dg: str):
     (the workers of a parameter sweep or of a test run) would each compile all of it; with this
     lock (``fcntl.flock`` on ``<cache>/mechanism-<digest>.lock``) the first compiles and the
     others wait, then load its caches.  Reentrant in a thread; the threads of one process queue
-    on a lock of their own.  After :data:`COMPILE_LOCK_WAIT_S` (a process stuck holding it) or
-    without ``fcntl`` or a writable cache folder, the caller goes on unlocked: the lock saves
-    time, it never guards correctness (the files are written atomically).
+    on a lock of their own.  After :data:`dynamics._kernel_cache.COMPILE_WAIT_S` (a process
+    stuck holding it) or without ``fcntl`` or a writable cache folder, the caller goes on
+    unlocked: the lock saves time, it never guards correctness (the files are written
+    atomically).
     """
     with _locks_guard:
         lk = _locks.setdefault(dg, threading.RLock())
@@ -156,35 +150,14 @@ def compile_lock(dg: str):
         _depth[dg] = _depth.get(dg, 0) + 1
         fd = None
         try:
-            if outer and fcntl is not None:
-                fd = _flock(cache_dir() / f"mechanism-{dg[:32]}.lock")
+            if outer:
+                fd = flock_wait(str(cache_dir() / f"mechanism-{dg[:32]}.lock"),
+                                _kernel_cache.COMPILE_WAIT_S)
             yield
         finally:
             _depth[dg] -= 1
             if fd is not None:
                 os.close(fd)        # releases the flock
-
-
-def _flock(path: Path) -> int | None:
-    """An open descriptor of ``path`` holding its exclusive ``flock``, or None (see
-    :func:`compile_lock`: no folder, or the wait ran out)."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
-        return None
-    deadline = time.monotonic() + COMPILE_LOCK_WAIT_S
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                os.close(fd)
-                return None
-            time.sleep(0.05)
-        except OSError:
-            os.close(fd)
-            return None
 
 
 _RUNTIME_MARK = "# ---- template start (everything below is copied into the generated module)\n"

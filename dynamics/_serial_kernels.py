@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from ._kernel_cache import stamp_package_caches
+from ._kernel_cache import CompileGate, stamp_package_caches
 from ._serial_core import (HDR, JB, NW, STACK_JOINTS, _coriolis_core, _crba_core, _energy_core, _fd_core, _finite1,
                            _finite2, _jac_core, _poses_core, _rnea_core, pack, stack_rows)
 
@@ -37,6 +37,8 @@ __all__ = ["HDR", "JB", "STACK_JOINTS", "pack"]
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @njit(inline="always", error_model="numpy")
@@ -374,3 +376,6 @@ def coriolis(P, Q, QD):
             raise ValueError("non-finite input")
         _coriolis_core(P, Q[k], QD[k], out[k], T, Rl, S, Sd, V, Isp, IS, t6, u6, w6, Iv)
     return out
+
+
+_gate.release()

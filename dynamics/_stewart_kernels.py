@@ -44,7 +44,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ._kernel_cache import stamp_package_caches
+from ._kernel_cache import CompileGate, stamp_package_caches
 
 LEG_B = slice(0, 3)
 LEG_P = slice(3, 6)
@@ -85,6 +85,8 @@ J_NONE = np.zeros((6, 3))
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 # -- 3-vector helpers on tuples -----------------------------------------------
@@ -1731,3 +1733,6 @@ def leg_lengths_one(X, params, L):
         l = _sub(_add(r, _matvec(R9, 0, _vec(leg, 3))), _vec(leg, 0))
         L[i] = math.sqrt(_dot(l, l))
     return OK
+
+
+_gate.release()

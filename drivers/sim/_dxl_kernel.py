@@ -35,7 +35,7 @@ import math
 import numpy as np
 from numba import njit, types
 
-from dynamics._kernel_cache import stamp_package_caches
+from dynamics._kernel_cache import CompileGate, stamp_package_caches
 
 from .._dxl_kernels import (BYTES, POSITION_RAD_PER_PULSE, VELOCITY_RAD_S_PER_LSB, broadcast_header, crc16,
                             frame_body, le_int, round_half_even)
@@ -72,6 +72,8 @@ DECLINED = -1
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -397,3 +399,6 @@ def serve(data, P, which, T, F, I, slot_of, t1, t2, pq, pqd, pta, cmd, quant, ha
         R[1] = 0
         R[2] = o
     return n_rep
+
+
+_gate.release()

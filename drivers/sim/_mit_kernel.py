@@ -29,7 +29,7 @@ import math
 import numpy as np
 from numba import njit
 
-from dynamics._kernel_cache import stamp_package_caches
+from dynamics._kernel_cache import CompileGate, stamp_package_caches
 
 #: status bits of :func:`mit_command_frame`
 ST_OK = 0
@@ -44,6 +44,8 @@ K_SIZE = 11
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -269,3 +271,6 @@ def mit_command_batch(K, V, W, R, idx, payloads, t_s, cmd, q, qd, tau, reply_id,
         for b in range(R_STRIDE):
             R[r, b] = out[i, b]
     return m
+
+
+_gate.release()
