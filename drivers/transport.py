@@ -21,6 +21,7 @@ import errno
 import hashlib
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
@@ -541,25 +542,24 @@ def recv_queued_fields(transports: Sequence[CanTransport]) -> list[tuple[int, tu
     list of (index, fields)
         Index into ``transports`` and the frame as :meth:`CanTransport.recv_fields` gives it.
     """
-    out: list[tuple[int, tuple]] = []
+    # a transport read until it is empty: CanTransport.recv_fields_upto of every frame (the same
+    # frames and counters, taken in one call where the bus hands several over at once)
     if len(transports) == 1:
         # one transport: read until it is empty (no earlier transport a frame may reach meanwhile)
-        recv = transports[0].recv_fields
-        f = recv(0.0)
-        while f is not None:
-            out.append((0, f))
-            f = recv(0.0)
-        return out
+        return [(0, f) for f in transports[0].recv_fields_upto(_ALL)]
+    out: list[tuple[int, tuple]] = []
     while True:
         n = len(out)
         for i, t in enumerate(transports):
-            recv = t.recv_fields
-            f = recv(0.0)
-            while f is not None:
-                out.append((i, f))
-                f = recv(0.0)
+            got = t.recv_fields_upto(_ALL)
+            if got:
+                out += [(i, f) for f in got]
         if len(out) == n:
             return out
+
+
+#: :func:`recv_queued_fields`' count of frames to take: every frame queued
+_ALL = sys.maxsize
 
 
 def group_by_bus(devices: Sequence[tuple[Any, int]], what: str,
