@@ -582,17 +582,17 @@ class OdriveEmulator(EmulatedDevice):
             made = self._bc_payloads(due)
             if made is False:
                 return None
-            payloads, arbs, offsets, heartbeats = made
+            payloads, arbs, heartbeats = made
             # what on_timer_fields does when no watchdog expires and every axis answers, with the
-            # payloads made above: each message's at its offset, heartbeats made here
+            # payloads made above (in the order of their messages), heartbeats made here
             self._timers_changed()
             for i in due:
                 c = cnt[i] + 1
                 cnt[i] = c
                 due_t[i] = t0[i] + c * period[i]
-            out = [(a, payloads[k:k + 8]) for a, k in zip(arbs, offsets)]
-            for f, ax in heartbeats:
-                out[f] = (arbs[f], self._heartbeat(ax))
+            out = list(zip(arbs, payloads))
+            for f, arb, ax in heartbeats:           # (in their order: each goes where it was due)
+                out.insert(f, (arb, self._heartbeat(ax)))
             return out
         # fewer than _BC_COMPILED_MIN: made as the Python path makes them
         self._timers_changed()
@@ -610,11 +610,10 @@ class OdriveEmulator(EmulatedDevice):
         return out
 
     def _bc_payloads(self, due: tuple) -> tuple | bool:
-        """The payloads of the due messages (slots of the schedule) but heartbeats, one after the
-        other, by one call of :func:`~drivers.sim._odrive_kernel.broadcast_payloads` (holding the
-        lock), with per due message its arbitration id and its payload's offset in them (a
-        heartbeat's: 0, its frame made by the caller), and the heartbeats' positions among them
-        and axes; False: not made (the Python path is taken)."""
+        """The payloads of the due messages (slots of the schedule) but heartbeats, in their order,
+        by one call of :func:`~drivers.sim._odrive_kernel.broadcast_payloads` (holding the lock),
+        with their arbitration ids, and per heartbeat its position among the due messages, its
+        arbitration id and its axis; False: not made (the Python path is taken)."""
         axes = self._axes
         # the kernel's inputs of this set of slots, found once (a run's events repeat one set;
         # forgotten when an axis gets another node id)
@@ -628,22 +627,16 @@ class OdriveEmulator(EmulatedDevice):
             kinds = [_BC_KIND[cmds[i]] for i in due if cmds[i] != _HEARTBEAT]
             m = len(kinds)
             est = np.zeros((m, 8), dtype=np.uint8)
-            offsets, heartbeats = [], []
-            f = 0
-            for n, i in enumerate(due):
-                if cmds[i] == _HEARTBEAT:
-                    offsets.append(0)
-                    heartbeats.append((n, slot_ax[i]))
-                else:
-                    offsets.append(8 * f)
-                    f += 1
+            arb = [(slot_ax[i].node_id << 5) | cmds[i] for i in due]
+            heartbeats = [(n, arb[n], slot_ax[i]) for n, i in enumerate(due) if cmds[i] == _HEARTBEAT]
             bufs = self._bc[due] = (np.array(kinds, dtype=np.int64),
                                     np.array([slot_ax[i].index for i in due if cmds[i] != _HEARTBEAT],
                                              dtype=np.int64),
                                     est, est.view(np.float32), any(k != _ok.KIND_BC_ESTIMATES for k in kinds),
-                                    [(slot_ax[i].node_id << 5) | cmds[i] for i in due], offsets, heartbeats)
-        kind, axis, est, est_f32, torques, arbs, offsets, heartbeats = bufs
-        payloads = b""
+                                    [a for a, i in zip(arb, due) if cmds[i] != _HEARTBEAT], heartbeats,
+                                    struct.Struct("8s" * m))
+        kind, axis, est, est_f32, torques, arbs, heartbeats, split = bufs
+        payloads = ()
         if kind.shape[0]:
             setpoint = self._setpoints
             if torques:
@@ -657,8 +650,9 @@ class OdriveEmulator(EmulatedDevice):
                         return False
                 except TypeError:       # the plant's state in arrays of another layout: the Python path
                     return False
-            payloads = est.tobytes()
-        return payloads, arbs, offsets, heartbeats
+            # each message's 8 bytes (one call)
+            payloads = split.unpack(est.tobytes())
+        return payloads, arbs, heartbeats
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
         with self._lock:
