@@ -429,9 +429,9 @@ class CanTransport:
         except (self._can.CanError, OSError, ValueError) as err:
             raise CommsError(f"{self.name}: receive failed: {err}") from err
         self.frames_received += len(out)
-        for f in out:
-            if f[3]:
-                self.error_frames += 1
+        errors = [f for f in out if f[3]]
+        if errors:
+            self.error_frames += len(errors)
         return out
 
     def drain(self, max_frames: int = 100_000) -> int:

@@ -1205,9 +1205,14 @@ class InlineBus(can.BusABC):
                 # emptied, then the host's idle poll, until it queues nothing (or n are taken)
                 host = self.host
                 while True:
-                    while rx and len(out) < n:
-                        f = rx.popleft()
-                        out.append(f if type(f) is tuple else message_fields(f))
+                    if len(rx) <= n - len(out):         # all of them
+                        got = list(rx)
+                        rx.clear()
+                        out += [f if type(f) is tuple else message_fields(f) for f in got]
+                    else:
+                        while len(out) < n:
+                            f = rx.popleft()
+                            out.append(f if type(f) is tuple else message_fields(f))
                     if host is None or len(out) >= n:
                         return out
                     host.pump()
