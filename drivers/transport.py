@@ -428,10 +428,11 @@ class CanTransport:
             out = take(n)
         except (self._can.CanError, OSError, ValueError) as err:
             raise CommsError(f"{self.name}: receive failed: {err}") from err
-        self.frames_received += len(out)
-        errors = [f for f in out if f[3]]
-        if errors:
-            self.error_frames += len(errors)
+        if out:
+            self.frames_received += len(out)
+            errors = [f for f in out if f[3]]
+            if errors:
+                self.error_frames += len(errors)
         return out
 
     def drain(self, max_frames: int = 100_000) -> int:
@@ -542,18 +543,21 @@ def recv_queued_fields(transports: Sequence[CanTransport]) -> list[tuple[int, tu
     list of (index, fields)
         Index into ``transports`` and the frame as :meth:`CanTransport.recv_fields` gives it.
     """
-    # a transport read until it is empty: CanTransport.recv_fields_upto of every frame (the same
-    # frames and counters, taken in one call where the bus hands several over at once)
     if len(transports) == 1:
-        # one transport: read until it is empty (no earlier transport a frame may reach meanwhile)
+        # one transport: read until it is empty (no earlier transport a frame may reach meanwhile):
+        # CanTransport.recv_fields_upto of every frame (the same frames and counters, taken in one
+        # call where the bus hands several over at once)
         return [(0, f) for f in transports[0].recv_fields_upto(_ALL)]
+    # several: a few frames on each, most often none (a call per frame costs less there)
     out: list[tuple[int, tuple]] = []
     while True:
         n = len(out)
         for i, t in enumerate(transports):
-            got = t.recv_fields_upto(_ALL)
-            if got:
-                out += [(i, f) for f in got]
+            recv = t.recv_fields
+            f = recv(0.0)
+            while f is not None:
+                out.append((i, f))
+                f = recv(0.0)
         if len(out) == n:
             return out
 

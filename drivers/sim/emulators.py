@@ -1205,14 +1205,14 @@ class InlineBus(can.BusABC):
                 # emptied, then the host's idle poll, until it queues nothing (or n are taken)
                 host = self.host
                 while True:
-                    if len(rx) <= n - len(out):         # all of them
-                        got = list(rx)
-                        rx.clear()
-                        out += [f if type(f) is tuple else message_fields(f) for f in got]
-                    else:
+                    if len(rx) > n - len(out):
                         while len(out) < n:
                             f = rx.popleft()
                             out.append(f if type(f) is tuple else message_fields(f))
+                    elif rx:                            # all of them
+                        got = list(rx)
+                        rx.clear()
+                        out += [f if type(f) is tuple else message_fields(f) for f in got]
                     if host is None or len(out) >= n:
                         return out
                     host.pump()
