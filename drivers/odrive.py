@@ -553,30 +553,20 @@ class OdriveCanDriver(TransportDriver):
         by_arb = self._run_ids.get(tf)
         if by_arb is None:
             by_arb = self._run_ids[tf] = self._run_ids_of(_RUN_KINDS[tf])
-        est = None
-        if len(by_arb) == 1:
-            # one bus: every frame a data frame with a standard id, 8 bytes, of a command the run
-            # decodes (a cycle's feedback) is what the loop below finds, in two passes
-            get = by_arb[0].get
-            hits = [get(f[0]) for _, f in got]
-            if None not in hits and len([1 for _, f in got if type(f[1]) is bytes and len(f[1]) == 8
-                                         and not (f[3] or f[4] or f[5])]) == len(got):
-                est = got
-        if est is None:
-            est = []
-            hits = []
-            for bf in got:
-                f = bf[1]
-                data = f[1]
-                hit = by_arb[bf[0]].get(f[0])
-                if hit is not None and type(data) is bytes and len(data) >= 8 and not (f[3] or f[4] or f[5]):
-                    # (a longer payload is read as the codec reads it: its first 8 bytes)
-                    est.append(bf)
-                    hits.append(hit)
-                    continue
-                handle(*bf)
-            if not est:
-                return
+        est = []
+        hits = []
+        for bf in got:
+            f = bf[1]
+            data = f[1]
+            hit = by_arb[bf[0]].get(f[0])
+            if hit is not None and type(data) is bytes and len(data) >= 8 and not (f[3] or f[4] or f[5]):
+                # (a longer payload is read as the codec reads it: its first 8 bytes)
+                est.append(bf)
+                hits.append(hit)
+                continue
+            handle(*bf)
+        if not est:
+            return
         m = len(est)
         done = self._est_done
         if done.shape[0] < m:

@@ -260,27 +260,23 @@ def test_the_host_serves_a_run_in_one_call_only_on_a_clock_that_stands_still(ste
     bus.shutdown()
 
 
-def _drivers(n_buses=2):
+def _drivers():
     from drivers.odrive import OdriveAxis, OdriveCanDriver
     from drivers.transport import CanTransport
     out = []
     for _ in range(2):
-        buses = [InlineBus(f"dec{k}") for k in range(n_buses)]
+        buses = [InlineBus(f"dec{k}") for k in range(2)]
         ts = [CanTransport.from_bus(b, name=f"dec{k}") for k, b in enumerate(buses)]
         axes = [OdriveAxis(ts[0], 3, JointMapping(gear_ratio=9.0, sign=-1, offset_rad=0.3)),
-                OdriveAxis(ts[n_buses - 1], 7, JointMapping(gear_ratio=628.3185307179587)),
+                OdriveAxis(ts[1], 7, JointMapping(gear_ratio=628.3185307179587)),
                 OdriveAxis(ts[0], 4)]
         out.append((OdriveCanDriver(axes, now=lambda: 0.0, feedback="rtr"), buses))
     return out
 
 
-def _received(rng, n_buses=2):
-    """A pass of received frames as an InlineBus queues them (fields), of every kind; on one bus
-    half of them a cycle's feedback only (estimates of 8 bytes)."""
+def _received(rng):
+    """A pass of received frames as an InlineBus queues them (fields), of every kind."""
     frames = []
-    if n_buses == 1 and rng.random() < 0.5:
-        return [(0, ((int(node) << 5) | int(C.GET_ENCODER_ESTIMATES), struct.pack("<ff", *rng.normal(0.0, 100.0, 2)),
-                     0.0, False, False, False, None)) for node in rng.choice([3, 4, 7], int(rng.integers(1, 8)))]
     for _ in range(int(rng.integers(0, 12))):
         node = int(rng.choice([3, 4, 7, 9]))
         cmd = int(rng.choice([C.GET_ENCODER_ESTIMATES] * 6 + [C.HEARTBEAT, C.GET_IQ, C.SET_INPUT_TORQUE]))
@@ -294,18 +290,18 @@ def _received(rng, n_buses=2):
         else:
             data = struct.pack("<ff", 1.5, -2.5) + b"\x01"       # longer than 8 bytes: accepted
         error, remote, ext = rng.random() < 0.03, rng.random() < 0.03, rng.random() < 0.03
-        frames.append((int(rng.integers(0, n_buses)), ((node << 5) | cmd, b"" if remote else data, 0.0, error, remote,
+        frames.append((int(rng.integers(0, 2)), ((node << 5) | cmd, b"" if remote else data, 0.0, error, remote,
                                                  ext, 8 if remote else None)))
     return frames
 
 
-@pytest.mark.parametrize("seed, n_buses", [(5, 2), (6, 2), (7, 1)])
-def test_compiled_decoding_of_a_pass_equals_the_frame_by_frame_path(seed, n_buses):
+@pytest.mark.parametrize("seed", [5, 6])
+def test_compiled_decoding_of_a_pass_equals_the_frame_by_frame_path(seed):
     rng = np.random.default_rng(seed)
-    (da, ba), (db, bb) = _drivers(n_buses)
+    (da, ba), (db, bb) = _drivers()
     n_est = 0
     for step in range(300):
-        frames = _received(rng, n_buses)
+        frames = _received(rng)
         for b, f in frames:
             ba[b]._rx.append(f)
         da._handle_queued()
