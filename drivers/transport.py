@@ -21,7 +21,6 @@ import errno
 import hashlib
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
@@ -428,11 +427,10 @@ class CanTransport:
             out = take(n)
         except (self._can.CanError, OSError, ValueError) as err:
             raise CommsError(f"{self.name}: receive failed: {err}") from err
-        if out:
-            self.frames_received += len(out)
-            errors = [f for f in out if f[3]]
-            if errors:
-                self.error_frames += len(errors)
+        self.frames_received += len(out)
+        for f in out:
+            if f[3]:
+                self.error_frames += 1
         return out
 
     def drain(self, max_frames: int = 100_000) -> int:
@@ -543,13 +541,15 @@ def recv_queued_fields(transports: Sequence[CanTransport]) -> list[tuple[int, tu
     list of (index, fields)
         Index into ``transports`` and the frame as :meth:`CanTransport.recv_fields` gives it.
     """
-    if len(transports) == 1:
-        # one transport: read until it is empty (no earlier transport a frame may reach meanwhile):
-        # CanTransport.recv_fields_upto of every frame (the same frames and counters, taken in one
-        # call where the bus hands several over at once)
-        return [(0, f) for f in transports[0].recv_fields_upto(_ALL)]
-    # several: a few frames on each, most often none (a call per frame costs less there)
     out: list[tuple[int, tuple]] = []
+    if len(transports) == 1:
+        # one transport: read until it is empty (no earlier transport a frame may reach meanwhile)
+        recv = transports[0].recv_fields
+        f = recv(0.0)
+        while f is not None:
+            out.append((0, f))
+            f = recv(0.0)
+        return out
     while True:
         n = len(out)
         for i, t in enumerate(transports):
@@ -560,10 +560,6 @@ def recv_queued_fields(transports: Sequence[CanTransport]) -> list[tuple[int, tu
                 f = recv(0.0)
         if len(out) == n:
             return out
-
-
-#: :func:`recv_queued_fields`' count of frames to take: every frame queued
-_ALL = sys.maxsize
 
 
 def group_by_bus(devices: Sequence[tuple[Any, int]], what: str,

@@ -29,7 +29,6 @@ from drivers.codecs import odrive as odc
 from drivers.sim.emulators import EmulatorHost, InlineBus
 from drivers.sim.odrive_emulator import OdriveAxisConfig, OdriveEmulator
 from drivers.sim.plant import SimulatedPlant
-from drivers.transport import CanTransport, recv_queued_fields
 from dynamics.toy_models import PlanarTwoLink
 
 C = odc.Cmd
@@ -316,60 +315,3 @@ def test_compiled_decoding_of_a_pass_equals_the_frame_by_frame_path(seed):
     assert n_est > 500
     for d, buses in ((da, ba), (db, bb)):
         d.close()
-
-
-
-def _inline_axes(seed):
-    """An inline host serving two emulated axes that broadcast (estimates, Iq, heartbeats, a watchdog)
-    on a lock-step clock, and a transport over its bus; the clock's time in a list."""
-    plant = SimulatedPlant(PlanarTwoLink(g=0.0), q0=[0.1, -0.2])
-    emu = OdriveEmulator([OdriveAxisConfig(n, j, heartbeat_period_s=0.01, encoder_period_s=0.002,
-                                           iq_period_s=0.003, watchdog_timeout_s=0.02)
-                          for j, n in enumerate(NODES)])
-    clock = [0.0]
-    bus = InlineBus(f"bulk-{seed}")
-    host = EmulatorHost(bus.device_end, [emu], plant, lambda: clock[0], serve="inline")
-    bus.host = host
-    return CanTransport(bus=bus), bus, host, emu, clock
-
-
-@pytest.mark.parametrize("seed", [5, 6])
-def test_frames_taken_in_one_pass_equal_the_frames_taken_one_by_one(seed):
-    """``recv_queued_fields`` over an inline bus takes every frame queued and every frame the host's
-    idle polls queue in one pass (``InlineBus.recv_fields_upto``): the same frames, counters, plant
-    and emulator state as reading them one by one (``recv_fields`` with no time until ``None``), over
-    seeded random time steps, torques, states, faults and silent axes."""
-    rng = np.random.default_rng(seed)
-    a, b = _inline_axes(seed), _inline_axes(seed)
-    ta, tb = a[0], b[0]
-    tb.recv_fields = tb.recv_fields     # an instance attribute: a tap, read frame by frame
-    taken = 0
-    for step in range(150):
-        t = a[4][0] + float(rng.choice([0.0, 0.001, 0.0025, 0.01]))
-        frames = []
-        for node in NODES:
-            if rng.random() < 0.8:
-                frames.append(((node << 5) | int(C.SET_INPUT_TORQUE), _torque_payload(rng), None))
-        if rng.random() < 0.1:
-            frames.append(_other_frame(rng, "0.6"))
-        k = int(rng.integers(0, 20))
-        node = int(rng.choice(NODES))
-        for tr, bus, host, emu, clock in (a, b):
-            clock[0] = t
-            if k == 0:
-                emu.inject_error(node)
-            elif k == 1:
-                emu.set_silent(node, not emu._axes[node].silent)
-            if frames:
-                tr.send_batch(frames)
-        got = recv_queued_fields([ta])
-        want = recv_queued_fields([tb])
-        strip = lambda fs: [(i, f[:2] + f[3:]) for i, f in fs]      # (not the wall-clock timestamp)
-        assert strip(got) == strip(want), step
-        assert (ta.frames_received, ta.error_frames) == (tb.frames_received, tb.error_frames)
-        assert _state(a[2].plant, a[3]) == _state(b[2].plant, b[3]), step
-        taken += len(got)
-    assert taken > 150
-    for tr, bus, host, emu, clock in (a, b):
-        host.check()
-        bus.shutdown()

@@ -1200,24 +1200,6 @@ class InlineBus(can.BusABC):
         rx = self._rx
         out: list[tuple] = []
         if self._filters is None and not self._is_shutdown:
-            if "recv_fields" not in self.__dict__:
-                # what the calls below take, each pump's frames taken in one pass: the queue is
-                # emptied, then the host's idle poll, until it queues nothing (or n are taken)
-                host = self.host
-                while True:
-                    if len(rx) > n - len(out):
-                        while len(out) < n:
-                            f = rx.popleft()
-                            out.append(f if type(f) is tuple else message_fields(f))
-                    elif rx:                            # all of them
-                        got = list(rx)
-                        rx.clear()
-                        out += [f if type(f) is tuple else message_fields(f) for f in got]
-                    if host is None or len(out) >= n:
-                        return out
-                    host.pump()
-                    if not rx:
-                        return out
             while rx and len(out) < n:
                 f = rx.popleft()
                 out.append(f if type(f) is tuple else message_fields(f))
