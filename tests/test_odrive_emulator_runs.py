@@ -35,7 +35,7 @@ C = odc.Cmd
 F32_MAX = float(np.finfo(np.float32).max)
 NODES = (3, 7)
 _SLOTS = ("node_id", "state", "control_mode", "input_mode", "input_torque", "axis_error", "procedure_result",
-          "last_feed_t", "next_due", "count", "silent", "commands", "current_limit_a", "vel_limit_rev_s",
+          "last_feed_t", "silent", "commands", "current_limit_a", "vel_limit_rev_s",
           "params", "pos_offset_rev", "setpoint_nm")
 
 
@@ -136,7 +136,9 @@ def _run(rng, firmware):
 
 def _state(plant, emu):
     axes = {n: tuple(repr(getattr(ax, s)) for s in _SLOTS) for n, ax in emu._axes.items()}
-    return (axes, plant._cmd.tobytes(), plant._pd, emu.frames_ignored, repr(emu.next_timer_s()))
+    # the cyclic messages' schedule: each slot's time due and count, the order they go out in
+    schedule = (repr(emu._due), repr(emu._cnt), repr(emu._order))
+    return (axes, schedule, plant._cmd.tobytes(), plant._pd, emu.frames_ignored, repr(emu.next_timer_s()))
 
 
 def _event(rng, pairs, t):
@@ -313,4 +315,3 @@ def test_compiled_decoding_of_a_pass_equals_the_frame_by_frame_path(seed):
     assert n_est > 500
     for d, buses in ((da, ba), (db, bb)):
         d.close()
-

@@ -193,7 +193,7 @@ class OdriveAxisConfig:
 
 class _Axis:
     __slots__ = ("cfg", "node_id", "state", "control_mode", "input_mode", "input_torque", "axis_error",
-                 "procedure_result", "last_feed_t", "periods", "next_due", "count", "t0", "silent", "commands",
+                 "procedure_result", "last_feed_t", "periods", "slots", "t0", "silent", "commands",
                  "current_limit_a", "vel_limit_rev_s", "params", "pos_offset_rev", "serial", "kt", "torque_lim",
                  "setpoint_nm", "K", "quantum", "index")
 
@@ -209,8 +209,9 @@ class _Axis:
         self.last_feed_t = -math.inf
         self.periods = {cmd: float(getattr(cfg, name)) for cmd, name in _PERIODIC if getattr(cfg, name) is not None}
         self.t0 = t0
-        self.count = {cmd: 0 for cmd in self.periods}
-        self.next_due = {cmd: t0 for cmd in self.periods}
+        #: the axis' cyclic messages' slots in its emulator's schedule (OdriveEmulator._due, _cnt), in
+        #: the order of ``periods``
+        self.slots: list[int] = []
         self.silent = False
         self.commands = 0
         self.current_limit_a = float(cfg.current_limit_a)
@@ -283,6 +284,29 @@ class OdriveEmulator(EmulatedDevice):
         for i, a in enumerate(axes):
             self._check_axis(i, a, joints)
             self._axes[a.node_id] = _Axis(a, float(t0_s))
+        # the cyclic messages' schedule, one slot per message of an axis: its time due (the k-th is
+        # due at t0 + k * period), its count of those sent, and what is constant (axis, command id,
+        # t0, period); _order lists the slots axis by axis in the order of _axes, each axis' in
+        # the order of its periods (the order the messages of one event go out in)
+        self._due: list[float] = []
+        self._cnt: list[int] = []
+        self._slot_ax: list[_Axis] = []
+        self._slot_cmd: list[int] = []
+        self._slot_t0: list[float] = []
+        self._slot_period: list[float] = []
+        for ax in self._axes.values():
+            for cmd, period in ax.periods.items():
+                ax.slots.append(len(self._due))
+                self._due.append(ax.t0)
+                self._cnt.append(0)
+                self._slot_ax.append(ax)
+                self._slot_cmd.append(int(cmd))
+                self._slot_t0.append(ax.t0)
+                self._slot_period.append(period)
+        self._order: list[int] = []
+        self._order_slots()
+        #: an axis has a watchdog (else no timed event is a watchdog's expiry)
+        self._any_wd = any(ax.cfg.watchdog_timeout_s is not None for ax in self._axes.values())
         # the compiled run of frames (on_fields_batch): every axis' mapping constants in one array
         # (each axis' K a view of its row) and its state in another, refreshed after any change
         # of the axes (_P_ok False) but those the run makes itself
@@ -484,16 +508,20 @@ class OdriveEmulator(EmulatedDevice):
             # anything, and a value is computed and stored only holding it
             return t
         with self._lock:
-            t = math.inf
-            for ax in self._axes.values():
-                for due in ax.next_due.values():
-                    if due < t:
-                        t = due
-                wd = ax.cfg.watchdog_timeout_s
-                if wd is not None and ax.state == _CL:
-                    t = min(t, ax.last_feed_t + wd)
+            due = self._due
+            t = min(due) if due else math.inf
+            if self._any_wd:
+                for ax in self._axes.values():
+                    wd = ax.cfg.watchdog_timeout_s
+                    if wd is not None and ax.state == _CL:
+                        t = min(t, ax.last_feed_t + wd)
             self._next_t = t
             return t
+
+    def _order_slots(self) -> None:
+        """The schedule's slots axis by axis in the order of ``_axes`` (at construction, and after
+        an axis got another node id: it moved to the end)."""
+        self._order = [i for ax in self._axes.values() for i in ax.slots]
 
     def on_timer(self, t_s: float) -> list[can.Message]:
         return [_msg(arb, data) for arb, data in self.on_timer_fields(t_s)]
@@ -505,16 +533,19 @@ class OdriveEmulator(EmulatedDevice):
             if fast is not None:
                 return fast
             self._timers_changed()
+            due, cnt, t0, period, cmds = self._due, self._cnt, self._slot_t0, self._slot_period, self._slot_cmd
             for ax in self._axes.values():
                 wd = ax.cfg.watchdog_timeout_s
                 if wd is not None and ax.state == _CL and ax.last_feed_t + wd <= t_s:
                     ax.axis_error |= self._wd_bit
                     self._disarm(ax)
-                for cmd, due in ax.next_due.items():
-                    if due <= t_s:
-                        ax.count[cmd] += 1
-                        ax.next_due[cmd] = ax.t0 + ax.count[cmd] * ax.periods[cmd]
+                for i in ax.slots:
+                    if due[i] <= t_s:
+                        c = cnt[i] + 1
+                        cnt[i] = c
+                        due[i] = t0[i] + c * period[i]
                         if not ax.silent:
+                            cmd = cmds[i]
                             if cmd == _GET_ENCODER_ESTIMATES:      # what _answer does for it
                                 out.append(((ax.node_id << 5) | cmd, self._estimates(ax)))
                             else:
@@ -538,76 +569,74 @@ class OdriveEmulator(EmulatedDevice):
         axes = self._axes
         if len(self._fast_axes) != len(axes):
             return None
-        due = []
-        for ax in axes.values():
-            wd = ax.cfg.watchdog_timeout_s
-            if wd is not None and ax.state == _CL and ax.last_feed_t + wd <= t_s:
-                return None
-            for cmd, d in ax.next_due.items():
-                if d <= t_s:
-                    due.append((ax, cmd))
+        if self._any_wd:
+            for ax in axes.values():
+                wd = ax.cfg.watchdog_timeout_s
+                if wd is not None and ax.state == _CL and ax.last_feed_t + wd <= t_s:
+                    return None
+        due_t = self._due
+        # the slots due, in the order their messages go out (_order)
+        due = tuple([i for i in self._order if due_t[i] <= t_s])
+        cnt, t0, period = self._cnt, self._slot_t0, self._slot_period
         if len(due) >= _BC_COMPILED_MIN:
             made = self._bc_payloads(due)
             if made is False:
                 return None
-            payloads, plan = made
+            payloads, arbs, heartbeats = made
             # what on_timer_fields does when no watchdog expires and every axis answers, with the
-            # payloads made above: each message's at its offset (None: a heartbeat, made here)
+            # payloads made above (in the order of their messages), heartbeats made here
             self._timers_changed()
-            out = []
-            for (ax, cmd), (count, next_due, t0, period, k) in zip(due, plan):
-                c = count[cmd] + 1
-                count[cmd] = c
-                next_due[cmd] = t0 + c * period
-                out.append(((ax.node_id << 5) | cmd,
-                            self._heartbeat(ax) if k is None else payloads[k:k + 8]))
+            for i in due:
+                c = cnt[i] + 1
+                cnt[i] = c
+                due_t[i] = t0[i] + c * period[i]
+            out = list(zip(arbs, payloads))
+            for f, arb, ax in heartbeats:           # (in their order: each goes where it was due)
+                out.insert(f, (arb, self._heartbeat(ax)))
             return out
         # fewer than _BC_COMPILED_MIN: made as the Python path makes them
         self._timers_changed()
         out = []
-        for ax, cmd in due:
-            ax.count[cmd] += 1
-            ax.next_due[cmd] = ax.t0 + ax.count[cmd] * ax.periods[cmd]
+        slot_ax, cmds = self._slot_ax, self._slot_cmd
+        for i in due:
+            c = cnt[i] + 1
+            cnt[i] = c
+            due_t[i] = t0[i] + c * period[i]
+            ax, cmd = slot_ax[i], cmds[i]
             if cmd == _GET_ENCODER_ESTIMATES:
                 out.append(((ax.node_id << 5) | cmd, self._estimates(ax)))
             else:
                 out.extend(self._answer(ax, cmd, b""))
         return out
 
-    def _bc_payloads(self, due: list) -> tuple[bytes, list] | bool:
-        """The payloads of the due messages but heartbeats, one after the other, by one call of
-        :func:`~drivers.sim._odrive_kernel.broadcast_payloads` (holding the lock), and per due
-        message what its schedule's update reads (its axis' ``count`` and ``next_due``, which an
-        axis keeps and changes in place, ``t0`` and the message's period, neither of which changes)
-        and its payload's offset in them (None: a heartbeat); False: not made (the Python path is
-        taken)."""
+    def _bc_payloads(self, due: tuple) -> tuple | bool:
+        """The payloads of the due messages (slots of the schedule) but heartbeats, in their order,
+        by one call of :func:`~drivers.sim._odrive_kernel.broadcast_payloads` (holding the lock),
+        with their arbitration ids, and per heartbeat its position among the due messages, its
+        arbitration id and its axis; False: not made (the Python path is taken)."""
         axes = self._axes
-        # the kernel's inputs of this set of messages, found once (a run's events repeat one set;
-        # the key's axes are the objects, hashed by identity: an axis keeps its index)
-        key = tuple(due)
-        bufs = self._bc.get(key)
+        # the kernel's inputs of this set of slots, found once (a run's events repeat one set;
+        # forgotten when an axis gets another node id)
+        bufs = self._bc.get(due)
         if bufs is None:
-            if self.firmware != "0.6" and any(cmd == _GET_TORQUES for _, cmd in key):
+            slot_ax, cmds = self._slot_ax, self._slot_cmd
+            if self.firmware != "0.6" and any(cmds[i] == _GET_TORQUES for i in due):
                 return False
             if len(self._bc) >= _BC_SETS_KEPT:
                 self._bc.clear()
-            kinds = [_BC_KIND[cmd] for _, cmd in key if cmd != _HEARTBEAT]
+            kinds = [_BC_KIND[cmds[i]] for i in due if cmds[i] != _HEARTBEAT]
             m = len(kinds)
             est = np.zeros((m, 8), dtype=np.uint8)
-            plan = []
-            f = 0
-            for ax, cmd in key:
-                k = None
-                if cmd != _HEARTBEAT:
-                    k = 8 * f
-                    f += 1
-                plan.append((ax.count, ax.next_due, ax.t0, ax.periods[cmd], k))
-            bufs = self._bc[key] = (np.array(kinds, dtype=np.int64),
-                                    np.array([ax.index for ax, cmd in key if cmd != _HEARTBEAT], dtype=np.int64),
+            arb = [(slot_ax[i].node_id << 5) | cmds[i] for i in due]
+            heartbeats = [(n, arb[n], slot_ax[i]) for n, i in enumerate(due) if cmds[i] == _HEARTBEAT]
+            bufs = self._bc[due] = (np.array(kinds, dtype=np.int64),
+                                    np.array([slot_ax[i].index for i in due if cmds[i] != _HEARTBEAT],
+                                             dtype=np.int64),
                                     est, est.view(np.float32), any(k != _ok.KIND_BC_ESTIMATES for k in kinds),
-                                    plan)
-        kind, axis, est, est_f32, torques, plan = bufs
-        payloads = b""
+                                    [a for a, i in zip(arb, due) if cmds[i] != _HEARTBEAT], heartbeats,
+                                    struct.Struct("8s" * m))
+        kind, axis, est, est_f32, torques, arbs, heartbeats, split = bufs
+        payloads = ()
         if kind.shape[0]:
             setpoint = self._setpoints
             if torques:
@@ -621,18 +650,19 @@ class OdriveEmulator(EmulatedDevice):
                         return False
                 except TypeError:       # the plant's state in arrays of another layout: the Python path
                     return False
-            payloads = est.tobytes()
-        return payloads, plan
+            # each message's 8 bytes (one call)
+            payloads = split.unpack(est.tobytes())
+        return payloads, arbs, heartbeats
 
     def drop_stale_broadcasts(self, t_s: float) -> None:
         with self._lock:
             self._timers_changed()
-            for ax in self._axes.values():
-                for cmd, due in ax.next_due.items():
-                    if due < t_s:
-                        p = ax.periods[cmd]
-                        ax.count[cmd] = int((t_s - ax.t0) / p)
-                        ax.next_due[cmd] = ax.t0 + ax.count[cmd] * p
+            due, cnt, t0, period = self._due, self._cnt, self._slot_t0, self._slot_period
+            for i in range(len(due)):
+                if due[i] < t_s:
+                    p = period[i]
+                    cnt[i] = int((t_s - t0[i]) / p)
+                    due[i] = t0[i] + cnt[i] * p
 
     # -- answers ---------------------------------------------------------------------------------
     def _reply(self, ax: _Axis, cmd: int, data: bytes) -> list[tuple[int, bytes]]:
@@ -1008,6 +1038,8 @@ class OdriveEmulator(EmulatedDevice):
         del self._axes[ax.node_id]
         ax.node_id = node
         self._axes[node] = ax
+        self._order_slots()         # its messages go out last now, under its new id
+        self._bc.clear()
 
     def _leave_cansimple(self, ax: _Axis) -> None:
         ax.input_torque = 0.0
