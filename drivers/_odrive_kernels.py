@@ -27,7 +27,7 @@ import math
 import numpy as np
 from numba import njit, types
 
-from dynamics._kernel_cache import stamp_package_caches
+from dynamics._kernel_cache import CompileGate, stamp_package_caches
 
 #: rows of the per-axis constants C (float64, (C_ROWS, n)): sign, gear ratio x efficiency,
 #: motor-side torque limit [N m] (inf: none), gear ratio, offset [rad], torque constant [N m/A],
@@ -45,6 +45,8 @@ _TAU = types.Array(types.float64, 1, "A", readonly=True)
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @njit(types.int64(_TAU, types.float64[:, ::1], types.float32[:, ::1]), cache=True, error_model="numpy")
@@ -266,3 +268,6 @@ def direct_entry(kernel, *args):
     except ValueError:          # a value numba cannot type
         return kernel
     return kernel.overloads[sig].entry_point
+
+
+_gate.release()

@@ -64,7 +64,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ._kernel_cache import stamp_package_caches
+from ._kernel_cache import CompileGate, stamp_package_caches
 
 NL = 13
 NG = 5
@@ -83,6 +83,8 @@ WS_SIZE = 192
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @njit(cache=True, error_model="numpy")
@@ -1375,3 +1377,6 @@ def regular_margin_ws(P, th, guess, tol_sing, X, ws, out):
     if abs(out[1]) < tol_sing:
         return ST_TYPE2
     return OK
+
+
+_gate.release()

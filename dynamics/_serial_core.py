@@ -59,7 +59,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import populate_array
 
-from ._kernel_cache import stamp_package_caches
+from ._kernel_cache import CompileGate, stamp_package_caches
 
 HDR = 16
 JB = 27
@@ -111,6 +111,8 @@ def pack(gravity, tool_R, tool_p, R, p, jtype, mass, h, Io, armature) -> np.ndar
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @intrinsic
@@ -700,3 +702,6 @@ def _coriolis_core(P, q, qd, Cm, T, Rl, S, Sd, V, Isp, IS, t6, u6, w6, Iv):
                 for r in range(6):
                     s += S[j, r] * IS[k, r]
                 Cm[j, k] += s
+
+
+_gate.release()

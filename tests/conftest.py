@@ -16,11 +16,23 @@ time other processes took during the test.  Only a measured interference may tur
 into a skip (``tests.serve_process.skip_if_interfered``); the skips are counted and printed
 at the end of the run ("interference skips: N of M exclusive tests"), so a run that skipped
 often says so.
+
+**Kernel caches before the workers.**  Every ``pytest-xdist`` worker collects the whole suite,
+and collecting imports the kernel modules, which compile their signatures when numba's cache
+has none (a clean clone: about a minute of CPU, half of it :mod:`dynamics._stewart_kernels`).
+The workers would each compile all of it at the same time.  So before the workers start, the
+controller has one process per worker import the kernel modules in turns of the list (the
+first from its start, the second from its end, ...): a module one of them is compiling, another
+waits for (:class:`dynamics._kernel_cache.CompileGate`) and then loads from the cache.  With
+warm caches this costs the imports alone (a few seconds, in parallel); a failed import is left
+for the workers to report.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,6 +155,30 @@ _config = None
 def pytest_sessionstart(session):
     global _config
     _config = session.config
+    _warm_kernel_caches(session.config)
+
+
+def _warm_kernel_caches(config) -> None:
+    """The module docstring's "kernel caches before the workers": in xdist's controller only
+    (it starts the workers after this hook), with two workers or more."""
+    n = getattr(config.option, "numprocesses", None)
+    if os.environ.get("PYTEST_XDIST_WORKER") or not isinstance(n, int) or n < 2:
+        return
+    root = Path(__file__).resolve().parents[1]
+    from dynamics._kernel_cache import KERNEL_FILES
+    mods = [f[:-3].replace("/", ".") for f in KERNEL_FILES]
+    m = min(n, 4)
+    # process k goes through the list from its (k/m)-th element on, or (odd k) backwards from
+    # just before its ((k+1)/m)-th: for two, one from the list's start and one from its end
+    def turn(k):            # the list from its (k/m)-th element on, going round
+        i = k * len(mods) // m % len(mods)
+        return mods[i:] + mods[:i]
+    orders = [turn(k) if k % 2 == 0 else turn(k + 1)[::-1] for k in range(m)]
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
+    procs = [subprocess.Popen([sys.executable, "-c", code, *order], cwd=root, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for order in orders]
+    for p in procs:
+        p.wait()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -28,7 +28,7 @@ import math
 import numpy as np
 from numba import njit
 
-from dynamics._kernel_cache import stamp_package_caches
+from dynamics._kernel_cache import CompileGate, stamp_package_caches
 
 #: status of :func:`cia402_sync`
 ST_OK = 0
@@ -47,6 +47,8 @@ _I32_MAX = 0x7FFFFFFF
 _I64_SAFE = 9.0e18
 
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -167,3 +169,6 @@ def cia402_sync(K, joints, tl, cmd, q, qd, tau, res, tau_cmd):
         cmd[3, j] = 0.0
         cmd[4, j] = 0.0
     return ST_OK
+
+
+_gate.release()

@@ -7,11 +7,13 @@ import math
 import numba
 import numpy as np
 
-from dynamics._kernel_cache import stamp_package_caches
+from dynamics._kernel_cache import CompileGate, stamp_package_caches
 
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -67,3 +69,6 @@ def coulomb_pgs(M, v_star, impulse, rtol, max_iter):  # pragma: no cover - compi
     v = np.empty(v_star.shape[0])
     coulomb_pgs_into(M, v_star, impulse, rtol, max_iter, v)
     return v
+
+
+_gate.release()

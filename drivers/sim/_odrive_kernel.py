@@ -33,7 +33,7 @@ import math
 import numpy as np
 from numba import njit
 
-from dynamics._kernel_cache import stamp_package_caches
+from dynamics._kernel_cache import CompileGate, stamp_package_caches
 
 #: layout of the per-axis constants K (float64): its mapping's sign, gear ratio, offset [rad],
 #: efficiency
@@ -45,6 +45,8 @@ F32_MAX = float(np.finfo(np.float32).max)
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -268,3 +270,6 @@ def broadcast_payloads(kind, axis, KK, P, setpoint, q, qd, tau_applied, out):
         out[f, 0] = np.float32(a)
         out[f, 1] = np.float32(b)
     return 0
+
+
+_gate.release()

@@ -27,7 +27,7 @@ import math
 import numpy as np
 from numba import njit
 
-from dynamics._kernel_cache import stamp_package_caches
+from dynamics._kernel_cache import CompileGate, stamp_package_caches
 from dynamics._planar3rrr_kernels import fd_hint_ws, fk_newton_memo_ws, reduced_hint_ws, WS_SIZE
 from dynamics._serial_core import NW, _crba_core, _fd_core
 
@@ -43,6 +43,8 @@ ST_NOT_FINITE = 41
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @njit(cache=True, error_model="numpy")
@@ -347,3 +349,6 @@ def serial_advance_ws(P, q, qd, ta, cmd, par, lag, flags, h, n_steps, out, work)
     buf = work[n * n + n * NW:n * n + n * NW + 17 * n]
     return _rk4_advance(_serial_qdd, _serial_mass, _no_extra_state, P, q, qd, buf[0:0], ta, cmd, par, lag,
                         flags, h, n_steps, out, (M, Rl), M, buf)
+
+
+_gate.release()

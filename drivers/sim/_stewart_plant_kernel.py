@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dynamics._kernel_cache import stamp_package_caches
+from dynamics._kernel_cache import CompileGate, stamp_package_caches
 from dynamics._stewart_kernels import FK_CACHE, FKO_WS, JFD_WS, MASS_WS, fk_ws, joint_fd_ws, mass_ws
 
 from ._plant_kernels import _rk4_advance
@@ -18,6 +18,8 @@ from ._plant_kernels import _rk4_advance
 
 # numba takes a function's cache locator when it is decorated: the kernel files' stamp first
 stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
@@ -85,3 +87,6 @@ def stewart_advance_ws(P, q, qd, X, ta, cmd, par, lag, flags, h, n_steps, out, w
     cache[0] = 0.0          # empty: the parameters P may differ from the last call's
     return _rk4_advance(_stewart_qdd, _stewart_mass, _stewart_pose, P, q, qd, X, ta, cmd, par, lag, flags, h,
                         n_steps, out, (work[_BUF:_CACHE], cache), M, work[36:_BUF])
+
+
+_gate.release()
