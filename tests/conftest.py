@@ -158,6 +158,10 @@ def pytest_sessionstart(session):
     _warm_kernel_caches(session.config)
 
 
+#: seconds the warming processes may take (a cold cache takes about a minute on two cores)
+WARM_TIMEOUT_S = 900.0
+
+
 def _warm_kernel_caches(config) -> None:
     """The module docstring's "kernel caches before the workers": in xdist's controller only
     (it starts the workers after this hook), with two workers or more."""
@@ -178,7 +182,11 @@ def _warm_kernel_caches(config) -> None:
     procs = [subprocess.Popen([sys.executable, "-c", code, *order], cwd=root, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL) for order in orders]
     for p in procs:
-        p.wait()
+        try:
+            p.wait(timeout=WARM_TIMEOUT_S)
+        except subprocess.TimeoutExpired:       # never hold the run: the workers compile instead
+            p.kill()
+            p.wait()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -177,3 +177,38 @@ def test_stall_probe_sees_a_planted_stall():
     assert st["window_s"] >= 0.3
     w.close()       # idempotent
     assert w.stalls() is st
+
+
+def test_the_kernel_caches_are_warmed_from_both_ends_before_the_workers(monkeypatch):
+    """tests/conftest.py: with two workers or more, the controller runs one process per worker
+    (at most four) importing every kernel module, the second from the list's end; never in a
+    worker nor without xdist."""
+    from types import SimpleNamespace
+
+    import conftest
+    from dynamics._kernel_cache import KERNEL_FILES
+
+    started = []
+
+    class Proc:
+        def __init__(self, args, **kw):
+            started.append(args[3:])
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(conftest.subprocess, "Popen", Proc)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    mods = [f[:-3].replace("/", ".") for f in KERNEL_FILES]
+    conftest._warm_kernel_caches(SimpleNamespace(option=SimpleNamespace(numprocesses=2)))
+    assert started == [mods, mods[::-1]]
+    started.clear()
+    conftest._warm_kernel_caches(SimpleNamespace(option=SimpleNamespace(numprocesses=8)))
+    assert len(started) == 4 and all(sorted(o) == sorted(mods) for o in started)
+    assert len({o[0] for o in started}) == 4                 # four different starts
+    started.clear()
+    for n in (None, 0, 1):
+        conftest._warm_kernel_caches(SimpleNamespace(option=SimpleNamespace(numprocesses=n)))
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    conftest._warm_kernel_caches(SimpleNamespace(option=SimpleNamespace(numprocesses=2)))
+    assert started == []
