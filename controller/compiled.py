@@ -41,6 +41,7 @@ import numpy as np
 from numba.core.errors import NumbaError
 
 from dynamics import exact_model_kind
+from dynamics._numba_entry import entry_for
 
 from .clock import LockstepClock
 from .laws import PID, ComputedTorque, PDGravity, TaskComputedTorque, TaskPDGravity
@@ -540,26 +541,16 @@ class CompiledCycle:
         a cycle's feedback (checked in :meth:`cycle`) has exactly its type; else the dispatcher
         (which compiles for other types, as before).  The dispatcher's matching took about half
         the call's time (49 arguments)."""
-        from numba import typeof
-
         self._direct, self._seen = None, ()
         entry = self._entry
-        sigs = list(entry.overloads)
-        if len(sigs) != 1:
-            return entry
-        sig = sigs[0]
         fixed = (*self._plaus, *self._flat, *self._consts)
         base = 19 + len(safety)
-        if len(sig) != base + len(fixed):
+        typed = [*zip(self._ARRAYS_AT, (rows, raw, m_rows, m_sat, m_late, *safety)),
+                 *((base + i, a) for i, a in enumerate(fixed))]
+        direct = entry_for(entry, base + len(fixed), typed)
+        if direct is entry:
             return entry
-        args = dict(zip(self._ARRAYS_AT, (rows, raw, m_rows, m_sat, m_late, *safety)))
-        args.update((base + i, a) for i, a in enumerate(fixed))
-        try:
-            if any(typeof(a) != sig[i] for i, a in args.items()):
-                return entry
-        except ValueError:          # a value numba cannot type
-            return entry
-        self._direct = entry.overloads[sig].entry_point
+        self._direct = direct
         self._seen = (rows, raw, m_rows, m_sat, m_late, safety, self._plaus)
         return self._direct
 

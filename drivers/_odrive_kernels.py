@@ -28,6 +28,7 @@ import numpy as np
 from numba import njit, types
 
 from dynamics._kernel_cache import CompileGate, stamp_package_caches
+from dynamics._numba_entry import direct_entry  # noqa: F401 (the driver calls it as _ok.direct_entry)
 
 #: rows of the per-axis constants C (float64, (C_ROWS, n)): sign, gear ratio x efficiency,
 #: motor-side torque limit [N m] (inf: none), gear ratio, offset [rad], torque constant [N m/A],
@@ -244,30 +245,6 @@ def decode_feedback_run(data, axes, kinds, C, q, qd, tau, seen, fresh, done):
                 t = t * C[C_KT, j]
             tau[j] = t * C[C_GEAR, j] * C[C_EFF, j]
     return declined
-
-
-def direct_entry(kernel, *args):
-    """The machine code of ``kernel`` (a numba dispatcher) to call with arguments of exactly the
-    types of ``args``, without the dispatcher's matching of every argument's type (numba's
-    ``entry_point``: it unboxes each argument as its one compiled signature says, checking
-    nothing); ``kernel`` itself where it has not exactly one compiled signature or an argument
-    is not of its type (the dispatcher then matches, or compiles, as before).
-
-    Only for calls whose array arguments are the objects given here (or arrays made the same
-    way: the same dtype, dimensions, layout, writeability) and whose other arguments have the
-    types given here: the caller keeps that true (the entry does not check it)."""
-    from numba import typeof
-
-    sigs = list(kernel.overloads)
-    if len(sigs) != 1:
-        return kernel
-    sig = sigs[0]
-    try:
-        if len(sig) != len(args) or any(typeof(a) != s for a, s in zip(args, sig)):
-            return kernel
-    except ValueError:          # a value numba cannot type
-        return kernel
-    return kernel.overloads[sig].entry_point
 
 
 _gate.release()
