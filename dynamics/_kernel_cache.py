@@ -62,9 +62,15 @@ except ImportError:  # pragma: no cover - not POSIX: no gate between processes
     fcntl = None
 
 #: every module of the package with ``@njit(cache=True)``, relative to the folder that holds
-#: the packages, '/'-separated (``tests/test_kernel_cache.py`` checks the list is complete)
+#: the packages, '/'-separated (``tests/test_kernel_cache.py`` checks the list is complete).
+#: The costliest to compile comes first and the modules importing it right after it: the test
+#: suite warms the caches with one process going through the list from its start and another
+#: from its end (``tests/conftest.py``), which must not meet at the first one's gate early
 KERNEL_FILES: tuple[str, ...] = (
     "dynamics/_stewart_kernels.py",
+    "drivers/sim/_stewart_plant_kernel.py",
+    "controller/_fast_loop_stewart.py",
+    "controller/_stewart_law_kernels.py",
     "dynamics/_planar3rrr_kernels.py",
     "dynamics/_serial_core.py",
     "dynamics/_serial_kernels.py",
@@ -78,16 +84,13 @@ KERNEL_FILES: tuple[str, ...] = (
     "drivers/sim/_odrive_kernel.py",
     "drivers/sim/_cia402_kernel.py",
     "drivers/sim/_plant_kernels.py",
-    "drivers/sim/_stewart_plant_kernel.py",
     "drivers/sim/_friction_kernel.py",
     "controller/telemetry.py",
-    "controller/_fast_loop_stewart.py",
     "controller/_fast_loop.py",
     "controller/laws.py",
     "controller/_safety_rules.py",
     "controller/safety.py",
     "controller/_law_kernels.py",
-    "controller/_stewart_law_kernels.py",
     "drivers/_follow_rule.py",
 )
 

@@ -212,3 +212,17 @@ def test_the_kernel_caches_are_warmed_from_both_ends_before_the_workers(monkeypa
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
     conftest._warm_kernel_caches(SimpleNamespace(option=SimpleNamespace(numprocesses=2)))
     assert started == []
+
+
+def test_the_kernel_modules_importing_the_first_come_right_after_it():
+    """The warming's second process goes through KERNEL_FILES from its end: a module there that
+    imports the first (costliest) module would hold it at that module's gate from the start."""
+    import re
+
+    from dynamics._kernel_cache import KERNEL_FILES
+
+    first = KERNEL_FILES[0][:-3].replace("/", ".")
+    root = Path(__file__).resolve().parents[1]
+    users = [i for i, f in enumerate(KERNEL_FILES)
+             if re.search(rf"^\s*(from|import)\s+{re.escape(first)}\b", (root / f).read_text(), re.M)]
+    assert users and users == list(range(1, len(users) + 1)), [KERNEL_FILES[i] for i in users]
