@@ -154,7 +154,8 @@ class _Outbox:
 class _Serving:
     """``with emu._served:`` the emulator's lock held while a frame or its timers are served
     (``emu._serving``, a depth, non-zero meanwhile: what the drives send is handed over when the
-    call returns)."""
+    call returns); the drives' state the batch path owes is brought up to date first
+    (:meth:`Cia402Emulator._settle`)."""
 
     __slots__ = ("_emu",)
 
@@ -165,6 +166,8 @@ class _Serving:
         emu = self._emu
         emu._lock.acquire()
         emu._serving += 1
+        if emu._owed:
+            emu._settle()
         return self
 
     def __exit__(self, *exc):
@@ -455,6 +458,13 @@ class Cia402Emulator(EmulatedDevice):
         #: a drive disconnected, a subscription of the network, the PDO maps read
         #: on_batch's last preparation (_prepare_batch)
         self._batch_prep: tuple | None = None
+        #: cycles on_batch served whose drives' own state (counters, controlword, internal limit,
+        #: TPDO buffers: nothing of the object dictionary) is not written yet (_settle), with the
+        #: preparation they were served with, the last one's kernel results and TPDO rows
+        self._owed = 0
+        self._owed_prep: tuple | None = None
+        self._owed_res: list = []
+        self._owed_tx = (b"", 9)
         #: the statusword in OPERATION ENABLED, CST, without and with the internal limit active
         self._sw_fast = tuple(codec.statusword_for(State.OPERATION_ENABLED, internal_limit=la, following=True)
                               for la in (False, True))
@@ -488,6 +498,8 @@ class Cia402Emulator(EmulatedDevice):
         return tuple(self._drives)
 
     def _drive(self, node_id: int) -> _Drive:
+        if self._owed:
+            self._settle()
         try:
             return self._drives[node_id]
         except KeyError as err:
@@ -562,6 +574,8 @@ class Cia402Emulator(EmulatedDevice):
         return struct.unpack(fmt, raw)[0]
 
     def statusword(self, d: _Drive) -> int:
+        if self._owed:
+            self._settle()
         following = d.state == State.OPERATION_ENABLED and self._mode(d) == codec.MODE_CST
         key = (d.state, d.limit_active, following)
         sw = self._statuswords.get(key)
@@ -1244,11 +1258,13 @@ class Cia402Emulator(EmulatedDevice):
                 return None
             prep = self._batch_prep
             if prep is None or prep[0] != self._generation or (prep[1] is not arbs and prep[1] != arbs):
+                if self._owed:
+                    self._settle()
                 prep = self._prepare_batch(arbs)
                 if prep is None:
                     return None
-            _, _, drives, rx_pms, rows, tl, errs, lay, tx, wcs = prep
-            for d, n in wcs:
+            _, _, per, tl, errs, lay, tx = prep
+            for d, n, _, _, _, _ in per:
                 if len(d.node._write_callbacks) != n:
                     return None             # a callback added: the Python path calls it
             sw0, sw1 = self._sw_fast
@@ -1263,28 +1279,42 @@ class Cia402Emulator(EmulatedDevice):
             if status != _ck.ST_OK:
                 return None
             raw = payloads.tobytes()
-            for d, pm, k, row in zip(drives, rx_pms, rows, res.tolist()):
+            for _, _, pm, target, control, a in per:
                 # the RPDO received (PdoMap.on_message) and applied at the SYNC (_apply_rpdo)
-                a = 4 * k
                 pm.data = bytearray(raw[a:a + 4])
-                if pm.timestamp is not None:
-                    pm.period = t_s - pm.timestamp
+                ts = pm.timestamp
+                if ts is not None:
+                    pm.period = t_s - ts
                 pm.timestamp = t_s
                 pm.is_received = False
-                ds = d.node.data_store
-                ds[0x6071][0] = raw[a + 2:a + 4]
-                ds[0x6040][0] = raw[a:a + 2]
-                d.cw = row[_ck.R_CW]
-                d.sync_count += 1
-                d.meas = None
-                d.limit_active = row[0] == 1
-                d.commands += 1
+                target[0] = raw[a + 2:a + 4]
+                control[0] = raw[a:a + 2]
+            # the rest (nothing the object dictionary holds) when anything but this path looks
+            self._owed += 1
+            self._owed_prep = prep
+            self._owed_res = res.tolist()
             m = len(tx)
-            w = out.shape[1]
-            raw = out[:m].tobytes()
-            for k, (pm, nb) in enumerate(tx):
-                pm.data[:] = raw[w * k + 1:w * k + 1 + nb]
+            self._owed_tx = (out[:m].tobytes(), out.shape[1])
             return m
+
+    def _settle(self) -> None:
+        """What the :attr:`_owed` cycles :meth:`on_batch` served did to the drives' own state and
+        did not write: each drive's SYNCs and commands counted, the last cycle's controlword,
+        internal limit and TPDO buffers (``PdoMap.data``), its measurement cache cleared.  Called
+        wherever anything but :meth:`on_batch` reads them: every frame or timer served, the
+        accessors of a drive (:meth:`_drive`, :meth:`local_node`), :meth:`statusword`, a new
+        preparation."""
+        n, self._owed = self._owed, 0
+        prep = self._owed_prep
+        for (d, *_), row in zip(prep[2], self._owed_res):
+            d.cw = row[_ck.R_CW]
+            d.sync_count += n
+            d.meas = None
+            d.limit_active = row[_ck.R_LIMIT] == 1
+            d.commands += n
+        raw, w = self._owed_tx
+        for k, (pm, nb) in enumerate(prep[6]):
+            pm.data[:] = raw[w * k + 1:w * k + 1 + nb]
 
     def _prepare_batch(self, arbs: tuple) -> tuple | None:
         """What :meth:`on_batch` needs for the COB-IDs ``arbs``, kept until :attr:`_generation`
@@ -1319,9 +1349,12 @@ class Cia402Emulator(EmulatedDevice):
             return None
         tl = np.array([(k, 0, lim) for k, lim in zip(rows, lims)], dtype=np.int64).reshape(len(rows), _ck.T_SIZE)
         errs = np.array([(d.error_code, d.error_register) for d in drives], dtype=np.int64).reshape(len(rows), 2)
-        self._batch_prep = (self._generation, arbs, tuple(drives), tuple(fm.rx.pm for fm in fms), tuple(rows), tl,
-                            errs, lay, tuple((plan.pm, plan.nbytes) for plan, _ in plans),
-                            tuple((d, len(d.node._write_callbacks)) for d in drives))
+        # per drive: its write callbacks' number, RPDO map, the stored 0x6071 and 0x6040 (the
+        # dictionaries LocalNode.set_data writes into) and its payload's offset in the RPDOs' bytes
+        per = tuple((d, len(d.node._write_callbacks), fm.rx.pm, d.node.data_store[0x6071],
+                     d.node.data_store[0x6040], 4 * k) for d, fm, k in zip(drives, fms, rows))
+        self._batch_prep = (self._generation, arbs, per, tl, errs, lay,
+                            tuple((plan.pm, plan.nbytes) for plan, _ in plans))
         return self._batch_prep
 
     def on_timer_fields(self, t_s: float) -> list[tuple[int, bytes]]:
