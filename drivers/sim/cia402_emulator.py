@@ -288,10 +288,10 @@ class _PdoPlan:
 
 
 #: the objects a TPDO of the compiled SYNC may map: index -> (its place in the values the SYNC
-#: packs, the canopen data type it must have, its struct format)
-_FAST_TX = {0x6041: (0, "UNSIGNED16", "H"), 0x6064: (1, "INTEGER32", "i"), 0x606C: (2, "INTEGER32", "i"),
-            0x6077: (3, "INTEGER16", "h"), 0x6074: (4, "INTEGER16", "h"), 0x6061: (5, "INTEGER8", "b"),
-            0x603F: (6, "UNSIGNED16", "H"), 0x1001: (7, "UNSIGNED8", "B")}
+#: packs, the canopen data type it must have)
+_FAST_TX = {0x6041: (0, "UNSIGNED16"), 0x6064: (1, "INTEGER32"), 0x606C: (2, "INTEGER32"),
+            0x6077: (3, "INTEGER16"), 0x6074: (4, "INTEGER16"), 0x6061: (5, "INTEGER8"),
+            0x603F: (6, "UNSIGNED16"), 0x1001: (7, "UNSIGNED8")}
 _CST_RAW = bytes([codec.MODE_CST])
 #: a controlword's bytes -> its value when its command (codec.controlword_command) is 'enable
 #: operation', else -1; filled as controlwords come
