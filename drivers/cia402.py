@@ -37,6 +37,10 @@ target torque) is sent, then one SYNC; TPDO1 and TPDO2 of every drive are
 collected until all arrived or ``reply_timeout_s`` (wall clock) passed.  The
 drives apply the RPDO and sample the TPDO values at the SYNC.  The master
 heartbeat (consumed by the drives, 0x1016) is sent when due on the loop clock.
+On one bus whose drives are served in this thread on a lock-step clock (an
+offline run: :meth:`~drivers.transport.CanTransport.serve_batch`), the RPDOs'
+bytes the encoder wrote and the SYNC are handed over and the TPDOs received in
+one call, the same frames and values (``tests/test_sim_cia402_kernel.py``).
 
 Faults, through the driver interface (the safety supervisor stops):
 

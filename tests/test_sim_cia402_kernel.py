@@ -11,6 +11,11 @@ fault resets, quick stops, a disconnected drive, a short RPDO, an unknown contro
 changes, NMT stop / reset, a stuck joint, non-finite plant values) every answer (the frames'
 bytes, or the error raised), the plant's held command, the drives' state, counters, object
 dictionaries and PDO buffers must be equal after every frame.
+
+The batch path of a cycle (``Cia402Emulator.on_batch``: the RPDOs' bytes in, the TPDOs' bytes out,
+what decides it kept behind ``_generation``) is compared the same way, and the driver with its
+batch exchange (``Cia402Driver`` -> ``CanTransport.serve_batch`` -> ``on_batch``) against the same
+driver sending and reading frame by frame, over a seeded session with faults.
 """
 
 from __future__ import annotations

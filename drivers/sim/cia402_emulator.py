@@ -16,8 +16,12 @@ saying 'enable operation', PDO maps of the objects it knows, a plant without
 sensor noise) the numbers of all of them are one compiled call
 (:mod:`drivers.sim._cia402_kernel`), the same values as this Python path,
 which serves every other case and stays the reference.  Frames may be given
-and answered as fields (``on_fields``, for an inline host).  The drive
-behaviour around it is modelled here, as a drive firmware does it:
+and answered as fields (``on_fields``, for an inline host), and a whole cycle
+(an RPDO to each drive, then the SYNC) served on a lock-step clock in one call
+(``on_batch``: the RPDOs' bytes as the master's driver encoded them in, the
+TPDOs' bytes written to its reply buffer, the object dictionary written as the
+frames would write it, the drives' other state when anything else looks).  The
+drive behaviour around it is modelled here, as a drive firmware does it:
 
 * NMT: boot-up message at start, PDOs and SYNC only in OPERATIONAL, no SDO
   in STOPPED; reset node / communication returns to PRE-OPERATIONAL with a
