@@ -37,6 +37,10 @@ target torque) is sent, then one SYNC; TPDO1 and TPDO2 of every drive are
 collected until all arrived or ``reply_timeout_s`` (wall clock) passed.  The
 drives apply the RPDO and sample the TPDO values at the SYNC.  The master
 heartbeat (consumed by the drives, 0x1016) is sent when due on the loop clock.
+On one bus whose drives are served in this thread on a lock-step clock (an
+offline run: :meth:`~drivers.transport.CanTransport.serve_batch`), the RPDOs'
+bytes the encoder wrote and the SYNC are handed over and the TPDOs received in
+one call, the same frames and values (``tests/test_sim_cia402_kernel.py``).
 
 Faults, through the driver interface (the safety supervisor stops):
 
@@ -61,6 +65,7 @@ pre-operational.
 from __future__ import annotations
 
 import math
+import struct
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -340,6 +345,21 @@ class Cia402Driver(TransportDriver):
         self._ktau_a = np.array(self._ktau, dtype=float)
         self._limit_a = np.array(self._limit, dtype=np.int64)
         self._tx = np.zeros((n, 4), dtype=np.uint8)
+        #: the frames _request made of _tx (the batch exchange sends _tx itself)
+        self._tx_frames: list | None = None
+        # the batch exchange (one bus whose drives are served in this thread on a lock-step clock:
+        # CanTransport.serve_batch): the RPDOs' ids then the SYNC's, the replies' buffers (room for
+        # more TPDOs than ours), the replies expected (TPDO1, TPDO2 of each drive in joint order),
+        # unpacked by one struct (rows of the length then the payload, 9 bytes)
+        self._batch_arbs = tuple(self._rpdo_ids) + (codec.SYNC_ID,) if len(self._buses) == 1 else None
+        self._batch_arb = np.zeros(4 * n, dtype=np.int64)
+        self._batch_rep = np.zeros((4 * n, 9), dtype=np.uint8)
+        self._batch_expect = [arb for ax in axes for arb in (codec.tpdo_id(ax.node_id, 1), codec.tpdo_id(ax.node_id, 2))]
+        self._batch_struct = struct.Struct("<" + ("B" + codec.TPDO1_STRUCT.format[1:] + "B"
+                                                  + codec.TPDO2_STRUCT.format[1:] + "3x") * n)
+        self._batch_lens = (codec.TPDO1_STRUCT.size,) * n + (codec.TPDO2_STRUCT.size,) * n
+        #: replies a batch exchange took off the bus that the cycle did not read (read before the bus)
+        self._carry: list[tuple] = []
         # the drives' last values, per joint (Python lists: one frame writes one item; the
         # feedback's arrays are made from them once a cycle)
         self._q = [math.nan] * n
@@ -428,7 +448,9 @@ class Cia402Driver(TransportDriver):
             if sat >= 0:
                 self.last_saturated = sat
                 raw = tx.tobytes()
-                return [(arb, raw[k:k + 4]) for k, arb in zip(range(0, len(raw), 4), self._rpdo_ids)]
+                frames = self._tx_frames = [(arb, raw[k:k + 4]) for k, arb in zip(range(0, len(raw), 4), self._rpdo_ids)]
+                return frames
+        self._tx_frames = None
         return self._rpdos(command, codec.CW_ENABLE_OPERATION)
 
     def _rpdos(self, command: Command, controlword: int) -> list[tuple[int, bytes]]:
@@ -561,8 +583,57 @@ class Cia402Driver(TransportDriver):
                     continue
             self._handle(b, f)
 
+    def _take_carry(self, until_id: int | None = None) -> bool:
+        """Handle the replies a batch exchange took off the bus that its cycle did not read (they
+        come before what the bus holds), up to one with ``until_id``; True when that one came."""
+        while self._carry:
+            if self._handle(0, self._carry.pop(0)) == until_id:
+                return True
+        return False
+
+    def _take_batch(self, r: int) -> None:
+        """The ``r`` replies of a batch exchange (``_batch_arb`` / ``_batch_rep``): what
+        :meth:`_take_queued` (``replies``) does with them as they came off the bus; the usual
+        cycle (both TPDOs of every drive, in joint order) decoded by one struct."""
+        arbs = self._batch_arb[:r].tolist()
+        if arbs == self._batch_expect:
+            vals = self._batch_struct.unpack(self._batch_rep[:r].tobytes())
+            if vals[0::7] + vals[4::7] == self._batch_lens:
+                # _handle_replies of each, written out (a statusword not seen before: _tpdo1)
+                sw_state, sw_, state_, mode_ = self._sw_state, self._sw, self._state, self._mode
+                q_, tau_, qd_ = self._q, self._tau, self._qd
+                kq, off, ktau, kqd = self._kq, self._off, self._ktau, self._kqd
+                it = iter(vals)
+                for j, _, sw, pos, tq, _, vel, mode in zip(range(len(kq)), it, it, it, it, it, it, it):
+                    state = sw_state.get(sw)
+                    if state is None:
+                        self._tpdo1(j, sw, pos, tq)
+                    else:
+                        sw_[j] = sw
+                        state_[j] = state
+                        q_[j] = kq[j] * pos + off[j]
+                        tau_[j] = ktau[j] * tq
+                    qd_[j] = kqd[j] * vel
+                    mode_[j] = mode
+                n = len(kq)
+                self._got1 = [True] * n
+                self._got2 = [True] * n
+                self._missing = 0
+                return
+        rep = self._batch_rep
+        now = time.time()
+        got = [(a, bytes(rep[i, 1:1 + rep[i, 0]]), now, False, False, False, None) for i, a in enumerate(arbs)]
+        k = 0
+        while self._missing and k < len(got):
+            want = self._missing
+            self._handle_replies(0, got[k:k + want])
+            k += want
+        self._carry = got[k:]
+
     def _pump_bus(self, b: int, timeout_s: float, until_id: int) -> None:
         """Handle frames of bus ``b`` until one with ``until_id`` arrived or ``timeout_s`` passed."""
+        if self._take_carry(until_id):
+            return
         t = self._buses[b]
         deadline = time.monotonic() + timeout_s
         while True:
@@ -574,6 +645,7 @@ class Cia402Driver(TransportDriver):
                 return
 
     def _pump(self, timeout_s: float, until: Callable[[], bool]) -> None:
+        self._take_carry()
         deadline = time.monotonic() + timeout_s
         while not until():
             remaining = deadline - time.monotonic()
@@ -587,6 +659,7 @@ class Cia402Driver(TransportDriver):
         False), or until no TPDO of this cycle is missing (``replies``: what follows stays queued
         for the next cycle, as the frames after the replies always did)."""
         handle = self._handle
+        self._take_carry()
         for b, t in enumerate(self._buses):
             if replies:
                 # at most as many frames as TPDOs are missing at a time (what follows the last
@@ -627,8 +700,19 @@ class Cia402Driver(TransportDriver):
         self._missing = 2 * n
         self._master_heartbeat()
         echo = self._rpdo_echo
-        sync = (codec.SYNC_ID, b"", None)
         buses = self._buses
+        if self._batch_arbs is not None and frames is self._tx_frames and not self._carry:
+            # the RPDOs (_tx) and the SYNC sent, the TPDOs received, in one call where the bus
+            # serves its drives in this thread on a lock-step clock (nothing queued: it declines)
+            r = buses[0].serve_batch(self._batch_arbs, self._tx, self._batch_arb, self._batch_rep)
+            if r is not None:
+                for j in range(n):
+                    echo[j].append(frames[j][1])
+                self._take_batch(r)
+                if self._missing:
+                    self._pump(self.reply_timeout_s, lambda: self._missing == 0)
+                return self._feedback()
+        sync = (codec.SYNC_ID, b"", None)
         got = None
         for t, joints in zip(buses, self._joints_of_bus):
             batch = []

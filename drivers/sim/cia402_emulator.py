@@ -16,8 +16,12 @@ saying 'enable operation', PDO maps of the objects it knows, a plant without
 sensor noise) the numbers of all of them are one compiled call
 (:mod:`drivers.sim._cia402_kernel`), the same values as this Python path,
 which serves every other case and stays the reference.  Frames may be given
-and answered as fields (``on_fields``, for an inline host).  The drive
-behaviour around it is modelled here, as a drive firmware does it:
+and answered as fields (``on_fields``, for an inline host), and a whole cycle
+(an RPDO to each drive, then the SYNC) served on a lock-step clock in one call
+(``on_batch``: the RPDOs' bytes as the master's driver encoded them in, the
+TPDOs' bytes written to its reply buffer, the object dictionary written as the
+frames would write it, the drives' other state when anything else looks).  The
+drive behaviour around it is modelled here, as a drive firmware does it:
 
 * NMT: boot-up message at start, PDOs and SYNC only in OPERATIONAL, no SDO
   in STOPPED; reset node / communication returns to PRE-OPERATIONAL with a
@@ -59,7 +63,6 @@ per mille of the rated torque.
 from __future__ import annotations
 
 import math
-import operator
 import struct
 import threading
 from dataclasses import dataclass, field
@@ -155,7 +158,8 @@ class _Outbox:
 class _Serving:
     """``with emu._served:`` the emulator's lock held while a frame or its timers are served
     (``emu._serving``, a depth, non-zero meanwhile: what the drives send is handed over when the
-    call returns)."""
+    call returns); the drives' state the batch path owes is brought up to date first
+    (:meth:`Cia402Emulator._settle`)."""
 
     __slots__ = ("_emu",)
 
@@ -166,6 +170,8 @@ class _Serving:
         emu = self._emu
         emu._lock.acquire()
         emu._serving += 1
+        if emu._owed:
+            emu._settle()
         return self
 
     def __exit__(self, *exc):
@@ -286,10 +292,10 @@ class _PdoPlan:
 
 
 #: the objects a TPDO of the compiled SYNC may map: index -> (its place in the values the SYNC
-#: packs, the canopen data type it must have, its struct format)
-_FAST_TX = {0x6041: (0, "UNSIGNED16", "H"), 0x6064: (1, "INTEGER32", "i"), 0x606C: (2, "INTEGER32", "i"),
-            0x6077: (3, "INTEGER16", "h"), 0x6074: (4, "INTEGER16", "h"), 0x6061: (5, "INTEGER8", "b"),
-            0x603F: (6, "UNSIGNED16", "H"), 0x1001: (7, "UNSIGNED8", "B")}
+#: packs, the canopen data type it must have)
+_FAST_TX = {0x6041: (0, "UNSIGNED16"), 0x6064: (1, "INTEGER32"), 0x606C: (2, "INTEGER32"),
+            0x6077: (3, "INTEGER16"), 0x6074: (4, "INTEGER16"), 0x6061: (5, "INTEGER8"),
+            0x603F: (6, "UNSIGNED16"), 0x1001: (7, "UNSIGNED8")}
 _CST_RAW = bytes([codec.MODE_CST])
 #: a controlword's bytes -> its value when its command (codec.controlword_command) is 'enable
 #: operation', else -1; filled as controlwords come
@@ -301,7 +307,7 @@ class _FastMaps:
     """The PDO maps of a drive in the form the compiled SYNC (:meth:`Cia402Emulator._sync_fast`)
     uses: one synchronous RPDO mapping exactly the controlword 0x6040 and the target torque 0x6071
     (their byte offsets), and TPDOs of whole objects the drive computes itself (:data:`_FAST_TX`),
-    back to back from byte 0: each packed with one struct from the values in its order."""
+    back to back from byte 0: each packed by the compiled SYNC from the values in its order."""
 
     __slots__ = ("rx", "cw_off", "tg_off", "tx", "quantum", "units")
 
@@ -309,23 +315,15 @@ class _FastMaps:
         self.rx = rx
         self.cw_off = cw_off
         self.tg_off = tg_off
-        #: per TPDO: (plan, struct, the function taking its values, in its order, from the
-        #: values the SYNC computes: statusword, position, velocity, torque, torque demand, mode
-        #: display, error code, error register)
+        #: per TPDO: (plan, ((place, size [bytes]) of each object, in its order)), the place
+        #: among the values the SYNC computes: statusword, position, velocity, torque, torque
+        #: demand, mode display, error code, error register
         self.tx = tx
         #: the joint encoder's step [rad] (0: none), None: the plant draws sensor noise (the
         #: Python path measures); set by Cia402Emulator._read_pdo_config
         self.quantum: float | None = None
         #: the units the emulator's row of constants was made of (None: not made yet)
         self.units = None
-
-
-def _taker(places):
-    """``f(values) -> tuple`` of the values at ``places``, in their order."""
-    if len(places) == 1:
-        k = places[0]
-        return lambda values: (values[k],)
-    return operator.itemgetter(*places)
 
 
 def _fast_maps(d: _Drive, odm) -> _FastMaps | None:
@@ -343,45 +341,36 @@ def _fast_maps(d: _Drive, odm) -> _FastMaps | None:
         return None
     tx = []
     for plan in d.tx_plans:
-        fmt, places, off = "<", [], 0
+        places, off = [], 0
         for f in plan.fields:
             spec = _FAST_TX.get(f.index)
             if (spec is None or f.reader is None or f.sub != 0 or not f.aligned or f.off != off
                     or f.var.length != 8 * f.n or f.od.data_type != getattr(odm, spec[1])
                     or f.od.min is not None or f.od.max is not None):
                 return None
-            places.append(spec[0])
-            fmt += spec[2]
+            places.append((spec[0], f.n))
             off += f.n
-        st = struct.Struct(fmt)
-        if not places or st.size != off or off != plan.nbytes or len(plan.pm.data) != off:
+        if not places or off != plan.nbytes or len(plan.pm.data) != off or off > 8:
             return None
-        tx.append((plan, st, _taker(places)))
+        tx.append((plan, tuple(places)))
     return _FastMaps(rx, offs[0x6040], offs[0x6071], tx)
 
 
-def _combined_tx(fms: list) -> tuple | None:
-    """The TPDOs of drives whose PDO maps are ``fms`` (:class:`_FastMaps`, in drive order) packed
-    by one struct: ``(struct, the function taking its values from every drive's 8 SYNC values
-    (statusword, position, velocity, torque, torque demand, mode display, error code, error
-    register) one drive after the other, ((plan, start, end) of each TPDO in the packed bytes,
-    in drive order))``; None when a TPDO is not sent at every SYNC (transmission type 1)."""
-    fmt, places, spans, off = "<", [], [], 0
+def _layout(fms: list) -> tuple:
+    """The TPDOs of drives whose PDO maps are ``fms`` (:class:`_FastMaps`, in drive order) as the
+    compiled SYNC writes them: ``(its layout, an (m, L_SIZE) int64 array (see
+    :func:`~drivers.sim._cia402_kernel.cia402_sync`), ((plan, drive's place) of each row),
+    whether every one is sent at every SYNC)``."""
+    rows, plans = [], []
     for i, fm in enumerate(fms):
-        for plan, st, _take in fm.tx:
-            if plan.trans_type != 1:
-                return None
-            for f in plan.fields:
-                places.append(8 * i + _FAST_TX[f.index][0])
-            fmt += st.format[1:]
-            spans.append((plan, off, off + st.size))
-            off += st.size
-    if not places:
-        return None
-    st = struct.Struct(fmt)
-    if st.size != off:
-        return None
-    return st, _taker(places), spans
+        for plan, places in fm.tx:
+            row = [plan.cob_id, i, plan.nbytes, len(places)] + [0] * 16
+            for k, (place, size) in enumerate(places):
+                row[_ck.L_FIELDS + 2 * k], row[_ck.L_FIELDS + 2 * k + 1] = place, size
+            rows.append(row)
+            plans.append((plan, i))
+    lay = np.array(rows, dtype=np.int64).reshape(len(rows), _ck.L_SIZE)
+    return lay, tuple(plans), all(plan.trans_type == 1 for plan, _ in plans)
 
 
 class Cia402Emulator(EmulatedDevice):
@@ -412,6 +401,10 @@ class Cia402Emulator(EmulatedDevice):
         self._statuswords: dict[tuple, int] = {}
         self._out = _Outbox(self)
         self.network = canopen.Network(bus=self._out)
+        self._generation = 0
+        for name in ("subscribe", "unsubscribe"):
+            # who hears a COB-ID decides whether an RPDO may take the batch path (on_batch)
+            setattr(self.network, name, self._counted(getattr(self.network, name)))
         self._drives: dict[int, _Drive] = {}
         joints = set()
         ods = {}
@@ -454,11 +447,28 @@ class Cia402Emulator(EmulatedDevice):
         self._fast_joints = np.array([d.cfg.joint for d in self._drive_list], dtype=np.int64)
         self._fast_res = np.zeros((nd, _ck.R_SIZE), dtype=np.int64)
         self._fast_tau = np.zeros(nd)
-        #: the compiled SYNC's inputs: target torque 0x6071, max torque 0x6072 of each drive
-        self._fast_in = np.zeros(2 * nd, dtype=np.int64)
-        #: the TPDOs of every drive packed by one struct (_combined_tx), with the drives' _FastMaps
-        #: it was made of: (maps, packer or None)
+        #: the compiled SYNC's inputs (_ck.T_SIZE a drive: the RPDO's row, target torque 0x6071,
+        #: max torque 0x6072), error code and register of each drive; no RPDO bytes (_sync_fast)
+        self._fast_in = np.zeros((nd, _ck.T_SIZE), dtype=np.int64)
+        self._fast_errs = np.zeros((nd, 2), dtype=np.int64)
+        self._no_rx = np.zeros((0, 4), dtype=np.uint8)
+        #: the drives' TPDOs as the compiled SYNC writes them (_layout), with the drives'
+        #: _FastMaps it was made of and the buffers _sync_fast has them written to:
+        #: (maps, layout, plans, every one at every SYNC, COB-IDs, rows of length then bytes)
         self._fast_combo: tuple | None = None
+        #: counts every change of what decides whether a cycle goes the batch path (on_batch's
+        #: cache key): a write to a drive's object dictionary through its callbacks (SDO, an RPDO
+        #: applied by the Python path), a power state or NMT state change, a fault, a reaction,
+        #: a drive disconnected, a subscription of the network, the PDO maps read
+        #: on_batch's last preparation (_prepare_batch)
+        self._batch_prep: tuple | None = None
+        #: cycles on_batch served whose drives' own state (counters, controlword, internal limit,
+        #: TPDO buffers: nothing of the object dictionary) is not written yet (_settle), with the
+        #: preparation they were served with, the last one's kernel results and TPDO rows
+        self._owed = 0
+        self._owed_prep: tuple | None = None
+        self._owed_res: list = []
+        self._owed_tx = (b"", 9)
         #: the statusword in OPERATION ENABLED, CST, without and with the internal limit active
         self._sw_fast = tuple(codec.statusword_for(State.OPERATION_ENABLED, internal_limit=la, following=True)
                               for la in (False, True))
@@ -466,9 +476,17 @@ class Cia402Emulator(EmulatedDevice):
                          0x1001: self._rd_error_register, 0x6064: self._rd_position,
                          0x606C: self._rd_velocity, 0x6077: self._rd_torque, 0x6074: self._rd_torque_demand}
 
+    def _counted(self, f):
+        """``f`` that first counts one in :attr:`_generation`."""
+        def counted(*args, **kwargs):
+            self._generation += 1
+            return f(*args, **kwargs)
+        return counted
+
     # -- setup ---------------------------------------------------------------------------------
     def bind(self, plant: Plant) -> None:
         super().bind(plant)
+        self._generation += 1
         for d in self._drives.values():
             j = d.cfg.joint
             if not 0 <= j < plant.n_joints:
@@ -484,6 +502,8 @@ class Cia402Emulator(EmulatedDevice):
         return tuple(self._drives)
 
     def _drive(self, node_id: int) -> _Drive:
+        if self._owed:
+            self._settle()
         try:
             return self._drives[node_id]
         except KeyError as err:
@@ -523,11 +543,13 @@ class Cia402Emulator(EmulatedDevice):
     def clear_fault_cause(self, node_id: int) -> None:
         with self._lock:
             self._drive(node_id).cause = False
+            self._generation += 1
 
     def set_silent(self, node_id: int, silent: bool = True) -> None:
         """Disconnect (``True``) or reconnect a drive from the bus (it keeps running its reactions)."""
         with self._lock:
             self._drive(node_id).silent = bool(silent)
+            self._generation += 1
 
     # -- object dictionary callbacks ----------------------------------------------------------------
     def _sample(self, d: _Drive):
@@ -556,6 +578,8 @@ class Cia402Emulator(EmulatedDevice):
         return struct.unpack(fmt, raw)[0]
 
     def statusword(self, d: _Drive) -> int:
+        if self._owed:
+            self._settle()
         following = d.state == State.OPERATION_ENABLED and self._mode(d) == codec.MODE_CST
         key = (d.state, d.limit_active, following)
         sw = self._statuswords.get(key)
@@ -604,6 +628,7 @@ class Cia402Emulator(EmulatedDevice):
         return max(-0x7FFF, min(0x7FFF, int(round(t_m / d.units.nm_per_permille))))
 
     def _write(self, d: _Drive, index: int, sub: int, od, data: bytes) -> None:
+        self._generation += 1
         SdoAbortedError = self._canopen.SdoAbortedError
         if index == 0x6060:
             mode = struct.unpack("<b", data)[0]
@@ -670,6 +695,7 @@ class Cia402Emulator(EmulatedDevice):
 
     def _output(self, d: _Drive) -> None:
         """Put the drive's current output on the plant joint (and work its holding brake)."""
+        self._generation += 1
         j = d.cfg.joint
         m = d.cfg.mapping
         # the drive's brake output: released while the power stage holds the axis
@@ -713,6 +739,7 @@ class Cia402Emulator(EmulatedDevice):
         self._output(d)
 
     def _fault(self, d: _Drive, code: int, t_s: float) -> None:
+        self._generation += 1
         if d.state in (State.FAULT, State.FAULT_REACTION_ACTIVE) and d.error_code:
             return
         d.error_code = code
@@ -777,6 +804,7 @@ class Cia402Emulator(EmulatedDevice):
 
     def _read_pdo_config(self, d: _Drive) -> None:
         """Take the PDO mapping from the object dictionary (on entering OPERATIONAL)."""
+        self._generation += 1
         node = d.node
         node.rpdo.read(from_od=False)
         node.tpdo.read(from_od=False)
@@ -885,22 +913,16 @@ class Cia402Emulator(EmulatedDevice):
         if plant._pd or plant._stuck:
             return False
         drives = self._drive_list
-        inputs = []             # target torque 0x6071, max torque 0x6072 of each drive
+        inputs = []             # no RPDO row, target torque 0x6071, max torque 0x6072 of each drive
         received = []           # per drive: None, or (its RPDO map, target bytes, controlword bytes, value)
         cw_enable = _CW_ENABLE
         from_bytes = int.from_bytes
         fms = []                # each drive's _FastMaps
+        fast_case = self._fast_case
         for d in drives:
             fm = d.fast
-            node = d.node
             fms.append(fm)
-            if (fm is None or d.state is not _OE or d.reaction is not None or d.silent or d.brake_released is not True
-                    or node.nmt._state != _NMT_OPERATIONAL or node._write_callbacks != d.own_writes
-                    or fm.quantum is None):
-                return False
-            store = node.data_store
-            mode = store.get(0x6060)
-            if mode is None or mode.get(0) != _CST_RAW:
+            if not fast_case(d):
                 return False
             pm = fm.rx.pm
             if pm.is_received:
@@ -918,37 +940,32 @@ class Cia402Emulator(EmulatedDevice):
                 o = fm.tg_off
                 tg = data[o:o + 2]
                 received.append((pm, tg, cwb, cw))
-                inputs.append(from_bytes(tg, "little", signed=True))
+                inputs += (-1, from_bytes(tg, "little", signed=True))
             else:
                 received.append(None)
-                inputs.append(self._u(d, 0x6071, 0, "<h"))
-            lim = store.get(0x6072)
-            lim = None if lim is None else lim.get(0)
-            inputs.append(from_bytes(lim, "little") if lim is not None and len(lim) == 2
-                          else self._u(d, 0x6072, 0, "<H"))
+                inputs += (-1, self._u(d, 0x6071, 0, "<h"))
+            inputs.append(self._max_torque(d))
             if fm.units is not d.units:
                 self._fast_constants(d)
+        combo = self._fast_combo
+        if combo is None or combo[0] != fms:
+            combo = self._fast_combo = self._combo(fms)
+        _, lay, plans, _, out_arb, out = combo
         res = self._fast_res
-        tl = self._fast_in
-        tl[:] = inputs
+        self._fast_in.reshape(-1)[:] = inputs
+        self._fast_errs.reshape(-1)[:] = [x for d in drives for x in (d.error_code, d.error_register)]
+        sw0, sw1 = self._sw_fast
         with plant._lock:
             try:
-                status = _ck.cia402_sync(self._fast_K, self._fast_joints, tl, plant._cmd, plant._q, plant._qd,
-                                         plant._tau_applied, res, self._fast_tau)
+                status = _ck.cia402_sync(self._fast_K, self._fast_joints, self._no_rx, self._fast_in, self._fast_errs,
+                                         lay, sw0, sw1, codec.MODE_CST, plant._cmd, plant._q, plant._qd,
+                                         plant._tau_applied, res, self._fast_tau, out_arb, out)
             except TypeError:           # the plant's state in arrays of another layout: the Python path
                 return False
         if status != _ck.ST_OK:
             return False
-        combo = self._fast_combo
-        if combo is None or combo[0] != fms:
-            combo = self._fast_combo = (fms, _combined_tx(fms))
-        packer = combo[1]
-        values = []             # packer: every drive's values, in drive order
-        append = self._out.frames.append
-        sws = self._sw_fast
-        mode_cst = codec.MODE_CST
         for d, got, row in zip(drives, received, res.tolist()):
-            n = d.sync_count = d.sync_count + 1
+            d.sync_count += 1
             d.meas = None
             if got is not None:
                 pm, tg, cwb, d.cw = got
@@ -962,28 +979,45 @@ class Cia402Emulator(EmulatedDevice):
                 if obj is None:
                     obj = store[0x6040] = {}
                 obj[0] = cwb
-            la = row[0] == 1
-            d.limit_active = la
+            d.limit_active = row[0] == 1
             d.commands += 1
-            row[0] = sws[la]
-            row += (mode_cst, d.error_code, d.error_register)
-            if packer is not None:
-                values += row
-                continue
-            for plan, st, take in d.fast.tx:
-                if n % plan.trans_type == 0:
-                    raw = st.pack(*take(row))
-                    plan.pm.data[:] = raw
-                    append((plan.cob_id, raw))
-        if packer is not None:
-            # every TPDO due at every SYNC: all packed at once, each one's bytes a slice
-            st, take, places = packer
-            raw_all = st.pack(*take(values))
-            for plan, a, b in places:
-                raw = raw_all[a:b]
-                plan.pm.data[:] = raw
-                append((plan.cob_id, raw))
+        append = self._out.frames.append
+        raw = out.tobytes()
+        w = out.shape[1]
+        for k, (plan, i) in enumerate(plans):
+            if drives[i].sync_count % plan.trans_type == 0:
+                data = raw[w * k + 1:w * k + 1 + plan.nbytes]
+                plan.pm.data[:] = data
+                append((plan.cob_id, data))
         return True
+
+    @staticmethod
+    def _combo(fms: list) -> tuple:
+        """:attr:`_fast_combo` of the drives' PDO maps ``fms``."""
+        lay, plans, every = _layout(fms)
+        m = len(plans)
+        return fms, lay, plans, every, np.zeros(m, dtype=np.int64), np.zeros((m, 9), dtype=np.uint8)
+
+    @staticmethod
+    def _fast_case(d: _Drive) -> bool:
+        """The drive is in the case the compiled SYNC serves: PDO maps of the form
+        :class:`_FastMaps` on a plant without sensor noise, OPERATIONAL, OPERATION ENABLED in CST,
+        no reaction running, its brake released, connected, only the firmware's write callbacks."""
+        fm = d.fast
+        node = d.node
+        if (fm is None or d.state is not _OE or d.reaction is not None or d.silent or d.brake_released is not True
+                or node.nmt._state != _NMT_OPERATIONAL or node._write_callbacks != d.own_writes
+                or fm.quantum is None):
+            return False
+        mode = node.data_store.get(0x6060)
+        return mode is not None and mode.get(0) == _CST_RAW
+
+    def _max_torque(self, d: _Drive) -> int:
+        """The drive's max torque 0x6072 [per mille] (what ``_u`` gives, the stored value read
+        directly)."""
+        lim = d.node.data_store.get(0x6072)
+        lim = None if lim is None else lim.get(0)
+        return int.from_bytes(lim, "little") if lim is not None and len(lim) == 2 else self._u(d, 0x6072, 0, "<H")
 
     def _fast_constants(self, d: _Drive) -> None:
         """The drive's row of the compiled SYNC's constants (:data:`~drivers.sim._cia402_kernel.K_SIZE`)
@@ -1035,6 +1069,7 @@ class Cia402Emulator(EmulatedDevice):
                 self._sync(d, t_s)
 
     def _nmt_changed(self, d: _Drive, before: int, t_s: float) -> None:
+        self._generation += 1
         after = d.node.nmt._state
         if after == _NMT_INIT:
             # reset node / communication: back to pre-operational with a boot-up message
@@ -1096,6 +1131,7 @@ class Cia402Emulator(EmulatedDevice):
         outbox)."""
         for d in self._drives.values():
             if d.boot_due <= t_s:
+                self._generation += 1
                 d.boot_due = math.inf
                 d.node.nmt.send_command(0x80)           # INITIALISING -> PRE-OPERATIONAL
                 if not d.silent:
@@ -1187,6 +1223,144 @@ class Cia402Emulator(EmulatedDevice):
                 self._sync_each(t_s)
             return self._take_pairs()
 
+    def on_batch(self, arbs: tuple, payloads: np.ndarray, t_s: float, out_arb: np.ndarray,
+                 out: np.ndarray) -> int | None:
+        """A cycle on this bus served in one call (:meth:`EmulatedDevice.on_batch`, an inline host on
+        a lock-step clock): one RPDO to each drive then the SYNC, the RPDOs' bytes as the master's
+        driver encoded them (``payloads``), the TPDOs written to its reply buffer; the same as
+        :meth:`on_fields` of each frame in turn (the RPDOs received as their maps' ``on_message``
+        takes them, applied at the SYNC: the object dictionary's 0x6071 / 0x6040, the controlword,
+        the counters, the PDO buffers; the plant's command; the TPDOs' bytes), where every drive is
+        in the case :meth:`_sync_fast` serves and each RPDO maps the controlword then the target
+        torque (4 bytes), its controlword 'enable operation', every TPDO sent at every SYNC,
+        nothing in the outbox.  Else None, having changed nothing: the caller sends the frames.
+
+        What decides it is checked once per :attr:`_generation`; a write to the object
+        dictionary by its callbacks (an SDO download, an RPDO the Python path applies), a state,
+        NMT, fault or subscription change counts one there.
+
+        Parameters
+        ----------
+        arbs : tuple of int
+            The RPDOs' COB-IDs, then the SYNC's.
+        payloads : ndarray of uint8, shape (>= len(arbs) - 1, 4)
+            The RPDOs' payloads, in the order of ``arbs``.
+        t_s : float
+        out_arb : ndarray of int64, shape (>= m,)
+            Out: the TPDOs' COB-IDs, in the order :meth:`on_fields` of the SYNC sends them.
+        out : ndarray of uint8, shape (>= m, >= 9)
+            Out: each TPDO's length, then its bytes.
+
+        Returns
+        -------
+        int or None
+            The number of TPDOs written (m).
+        """
+        with self._lock:
+            plant = self.plant
+            if plant is None or plant._pd or plant._stuck or self._out.frames:
+                return None
+            prep = self._batch_prep
+            if prep is None or prep[0] != self._generation or (prep[1] is not arbs and prep[1] != arbs):
+                if self._owed:
+                    self._settle()
+                prep = self._prepare_batch(arbs)
+                if prep is None:
+                    return None
+            _, _, per, tl, errs, lay, tx = prep
+            for d, n, _, _, _, _ in per:
+                if len(d.node._write_callbacks) != n:
+                    return None             # a callback added: the Python path calls it
+            sw0, sw1 = self._sw_fast
+            res = self._fast_res
+            with plant._lock:
+                try:
+                    status = _ck.cia402_sync(self._fast_K, self._fast_joints, payloads, tl, errs, lay, sw0, sw1,
+                                             codec.MODE_CST, plant._cmd, plant._q, plant._qd, plant._tau_applied,
+                                             res, self._fast_tau, out_arb, out)
+                except TypeError:       # arrays of another layout: frame by frame
+                    return None
+            if status != _ck.ST_OK:
+                return None
+            raw = payloads.tobytes()
+            for _, _, pm, target, control, a in per:
+                # the RPDO received (PdoMap.on_message) and applied at the SYNC (_apply_rpdo)
+                pm.data = bytearray(raw[a:a + 4])
+                ts = pm.timestamp
+                if ts is not None:
+                    pm.period = t_s - ts
+                pm.timestamp = t_s
+                pm.is_received = False
+                target[0] = raw[a + 2:a + 4]
+                control[0] = raw[a:a + 2]
+            # the rest (nothing the object dictionary holds) when anything but this path looks
+            self._owed += 1
+            self._owed_prep = prep
+            self._owed_res = res.tolist()
+            m = len(tx)
+            self._owed_tx = (out[:m].tobytes(), out.shape[1])
+            return m
+
+    def _settle(self) -> None:
+        """What the :attr:`_owed` cycles :meth:`on_batch` served did to the drives' own state and
+        did not write: each drive's SYNCs and commands counted, the last cycle's controlword,
+        internal limit and TPDO buffers (``PdoMap.data``), its measurement cache cleared.  Called
+        wherever anything but :meth:`on_batch` reads them: every frame or timer served, the
+        accessors of a drive (:meth:`_drive`, :meth:`local_node`), :meth:`statusword`, a new
+        preparation."""
+        n, self._owed = self._owed, 0
+        prep = self._owed_prep
+        for (d, *_), row in zip(prep[2], self._owed_res):
+            d.cw = row[_ck.R_CW]
+            d.sync_count += n
+            d.meas = None
+            d.limit_active = row[_ck.R_LIMIT] == 1
+            d.commands += n
+        raw, w = self._owed_tx
+        for k, (pm, nb) in enumerate(prep[6]):
+            pm.data[:] = raw[w * k + 1:w * k + 1 + nb]
+
+    def _prepare_batch(self, arbs: tuple) -> tuple | None:
+        """What :meth:`on_batch` needs for the COB-IDs ``arbs``, kept until :attr:`_generation`
+        moves: None when a drive cannot take the batch path now."""
+        drives = self._drive_list
+        if len(arbs) != len(drives) + 1 or arbs[-1] != codec.SYNC_ID:
+            return None
+        rows, lims, fms = [], [], []
+        for d in drives:
+            fm = d.fast
+            if not self._fast_case(d):
+                return None
+            ds = d.node.data_store
+            rx = fm.rx
+            if (0 not in ds.get(0x6071, ()) or 0 not in ds.get(0x6040, ())
+                    or rx.nbytes != 4 or fm.cw_off != 0 or fm.tg_off != 2 or arbs.count(rx.cob_id) != 1
+                    or self._own_rpdo(d, rx.cob_id) is not rx):
+                return None
+            k = arbs.index(rx.cob_id)
+            if k == len(drives):
+                return None
+            rows.append(k)
+            lims.append(self._max_torque(d))
+            if fm.units is not d.units:
+                self._fast_constants(d)
+            fms.append(fm)
+        combo = self._fast_combo
+        if combo is None or combo[0] != fms:
+            combo = self._fast_combo = self._combo(fms)
+        _, lay, plans, every, _, _ = combo
+        if not every:
+            return None
+        tl = np.array([(k, 0, lim) for k, lim in zip(rows, lims)], dtype=np.int64).reshape(len(rows), _ck.T_SIZE)
+        errs = np.array([(d.error_code, d.error_register) for d in drives], dtype=np.int64).reshape(len(rows), 2)
+        # per drive: its write callbacks' number, RPDO map, the stored 0x6071 and 0x6040 (the
+        # dictionaries LocalNode.set_data writes into) and its payload's offset in the RPDOs' bytes
+        per = tuple((d, len(d.node._write_callbacks), fm.rx.pm, d.node.data_store[0x6071],
+                     d.node.data_store[0x6040], 4 * k) for d, fm, k in zip(drives, fms, rows))
+        self._batch_prep = (self._generation, arbs, per, tl, errs, lay,
+                            tuple((plan.pm, plan.nbytes) for plan, _ in plans))
+        return self._batch_prep
+
     def on_timer_fields(self, t_s: float) -> list[tuple[int, bytes]]:
         with self._served:
             self._timers(t_s)
@@ -1218,6 +1392,7 @@ class Cia402Emulator(EmulatedDevice):
             if not self._sync_fast(t_s):
                 self._sync_each(t_s)
         elif arb == 0:
+            self._generation += 1
             before = {k: d.node.nmt._state for k, d in self._drives.items()}
             silent = {k for k, d in self._drives.items() if d.silent}
             for k in silent:
