@@ -174,12 +174,18 @@ class CompileGate:
 
     def __init__(self, module_file: str):
         self._fd = None
-        folder, name = os.path.split(os.path.abspath(module_file))
+        # the module taking it (the caller): while it is being imported it is in sys.modules
+        name = sys._getframe(1).f_globals.get("__name__")
+        self._module = (name, sys.modules.get(name))
+        _release_failed()
+        folder, base = os.path.split(os.path.abspath(module_file))
         for d in cache_dirs(folder):
             if os.path.isdir(d) and os.access(d, os.W_OK):
-                self._fd = flock_wait(os.path.join(d, os.path.splitext(name)[0] + ".compile.lock"),
+                self._fd = flock_wait(os.path.join(d, os.path.splitext(base)[0] + ".compile.lock"),
                                       COMPILE_WAIT_S)
                 break
+        if self._fd is not None:
+            _held.add(self)
 
     @property
     def held(self) -> bool:
@@ -188,11 +194,28 @@ class CompileGate:
     def release(self) -> None:
         """Let the next process in (idempotent)."""
         fd, self._fd = self._fd, None
+        _held.discard(self)
         if fd is not None:
             os.close(fd)        # releases the flock
 
-    def __del__(self):          # a module whose import failed half-way
+    def __del__(self):
         self.release()
+
+
+#: the gates this process holds.  A module whose import failed half-way never reaches its
+#: ``release()``, and its globals (the gate) outlive the failure (the traceback, numba's
+#: dispatchers): its gate would hold the other processes, and this one's next import of the
+#: module (a flock of another descriptor of the same file), for COMPILE_WAIT_S.
+_held: set = set()
+
+
+def _release_failed() -> None:
+    """Release the gates of modules whose import failed: Python took them out of sys.modules
+    (a module being imported is in it)."""
+    for g in list(_held):
+        name, module = g._module
+        if module is not None and sys.modules.get(name) is not module:
+            g.release()
 
 
 def flock_wait(path: str, wait_s: float) -> int | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -181,12 +182,21 @@ def _warm_kernel_caches(config) -> None:
     code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
     procs = [subprocess.Popen([sys.executable, "-c", code, *order], cwd=root, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL) for order in orders]
-    for p in procs:
-        try:
-            p.wait(timeout=WARM_TIMEOUT_S)
-        except subprocess.TimeoutExpired:       # never hold the run: the workers compile instead
-            p.kill()
-            p.wait()
+    # one deadline for all of them (each its own would hold the run up to m times as long); the
+    # ones still running then (or when the controller is interrupted) are killed: the workers
+    # compile instead
+    deadline = time.monotonic() + WARM_TIMEOUT_S
+    try:
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -119,3 +119,45 @@ def test_every_gated_kernel_module_releases_its_gate_at_its_end():
             assert text.rstrip().splitlines()[-1] == "_gate.release()", rel
             assert text.index("stamp_package_caches()") < text.index("CompileGate(__file__)"), rel
     assert "dynamics/_stewart_kernels.py" in gated and len(gated) >= 6, gated
+
+
+def test_a_kernel_module_whose_import_failed_does_not_keep_its_gate(tmp_path, monkeypatch):
+    """A kernel module whose import raised (a typing error of a signature) never reaches its
+    ``_gate.release()``; its globals outlive the failure (here the kept exception): its next
+    import in this process must not wait for its own stale gate, nor another process for it."""
+    monkeypatch.setattr(_kernel_cache, "COMPILE_WAIT_S", 5.0)
+    pkg = tmp_path / "gatepkg"
+    (pkg / "__pycache__").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kbad.py").write_text(textwrap.dedent("""
+        from dynamics._kernel_cache import CompileGate
+        _gate = CompileGate(__file__)
+        def kernel():                       # the module's globals in a cycle, as any module's
+            return kernel
+        raise RuntimeError("a signature that does not compile")
+        _gate.release()
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kept = []
+    for _ in range(2):
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError) as ei:
+            __import__("gatepkg.kbad")
+        kept.append(ei)                     # the failure's traceback keeps the module's globals
+        assert time.monotonic() - t0 < 2.0
+    # the last failure's gate is released by this process' next gate (its collection goes on
+    # importing kernel modules): then another process gets it at once
+    (pkg / "kgood.py").write_text("from dynamics._kernel_cache import CompileGate\n"
+                                  "_gate = CompileGate(__file__)\n_gate.release()\n")
+    __import__("gatepkg.kgood")
+    code = textwrap.dedent(f"""
+        import time
+        from dynamics import _kernel_cache
+        _kernel_cache.COMPILE_WAIT_S = 5.0
+        t0 = time.monotonic()
+        g = _kernel_cache.CompileGate({str(pkg / "kbad.py")!r})
+        print(g.held, round(time.monotonic() - t0, 1))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    held, waited = out.stdout.split()
+    assert held == "True" and float(waited) < 2.0, out

@@ -315,3 +315,35 @@ def test_compiled_decoding_of_a_pass_equals_the_frame_by_frame_path(seed):
     assert n_est > 500
     for d, buses in ((da, ba), (db, bb)):
         d.close()
+
+
+@pytest.mark.parametrize("firmware", ["0.5", "0.6"])
+def test_cyclic_messages_go_out_under_a_new_node_id_at_once(firmware):
+    """After Set_Axis_Node_ID (0.5) or Address (0.6) every cyclic message of the axis carries its
+    new node id, also from the compiled broadcast plans made before (cached per due set)."""
+    sent = []
+    for python in (False, True):
+        plant = SimulatedPlant(PlanarTwoLink(g=0.0), q0=[0.1, -0.2], encoder_counts_per_rev=16384)
+        emu = OdriveEmulator([OdriveAxisConfig(3, 0, JointMapping(), heartbeat_period_s=0.004,
+                                               encoder_period_s=0.002, iq_period_s=0.002)], firmware=firmware)
+        emu.bind(plant)
+        if python:
+            _python_only(emu)
+        out = []
+        for _ in range(4):                 # due sets of three messages: the compiled plans
+            t = emu.next_timer_s()
+            out += emu.on_timer_fields(t)
+        if firmware == "0.6":
+            (addr,) = emu.on_fields((3 << 5) | int(C.ADDRESS), b"", 8, t)
+            serial = odc.decode_address(addr[1])[1]
+            emu.on_fields((3 << 5) | int(C.ADDRESS), odc.encode_address(12, serial), None, t)
+        else:
+            emu.on_fields((3 << 5) | int(odc.Cmd05.SET_AXIS_NODE_ID), odc.encode_set_axis_node_id(12), None, t)
+        assert emu.node_ids == (12,)
+        after = []
+        for _ in range(4):
+            t = emu.next_timer_s()
+            after += emu.on_timer_fields(t)
+        assert len(after) >= 8 and {arb >> 5 for arb, _ in after} == {12}, after
+        sent.append([(arb, bytes(d)) for arb, d in out + after])
+    assert sent[0] == sent[1]

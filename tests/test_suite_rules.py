@@ -197,6 +197,9 @@ def test_the_kernel_caches_are_warmed_from_both_ends_before_the_workers(monkeypa
         def wait(self, timeout=None):
             return 0
 
+        def poll(self):
+            return 0
+
     monkeypatch.setattr(conftest.subprocess, "Popen", Proc)
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     mods = [f[:-3].replace("/", ".") for f in KERNEL_FILES]
@@ -226,3 +229,27 @@ def test_the_kernel_modules_importing_the_first_come_right_after_it():
     users = [i for i, f in enumerate(KERNEL_FILES)
              if re.search(rf"^\s*(from|import)\s+{re.escape(first)}\b", (root / f).read_text(), re.M)]
     assert users and users == list(range(1, len(users) + 1)), [KERNEL_FILES[i] for i in users]
+
+
+def test_stuck_kernel_cache_warmers_hold_the_run_once_for_all(monkeypatch):
+    """tests/conftest.py: the warming processes share one deadline (WARM_TIMEOUT_S) and are
+    killed when it passes."""
+    import subprocess
+    import time
+    from types import SimpleNamespace
+
+    import conftest
+
+    real, started = subprocess.Popen, []
+
+    def popen(args, **kw):
+        started.append(real([sys.executable, "-c", "import time; time.sleep(60)"], **kw))
+        return started[-1]
+
+    monkeypatch.setattr(conftest.subprocess, "Popen", popen)
+    monkeypatch.setattr(conftest, "WARM_TIMEOUT_S", 0.5)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    t0 = time.monotonic()
+    conftest._warm_kernel_caches(SimpleNamespace(option=SimpleNamespace(numprocesses=4)))
+    assert time.monotonic() - t0 < 1.5
+    assert len(started) == 4 and all(p.poll() is not None for p in started)
