@@ -138,10 +138,12 @@ def compile_lock(dg: str):
     (the workers of a parameter sweep or of a test run) would each compile all of it; with this
     lock (``fcntl.flock`` on ``<cache>/mechanism-<digest>.lock``) the first compiles and the
     others wait, then load its caches.  Reentrant in a thread; the threads of one process queue
-    on a lock of their own.  After :data:`dynamics._kernel_cache.COMPILE_WAIT_S` (a process
-    stuck holding it) or without ``fcntl`` or a writable cache folder, the caller goes on
-    unlocked: the lock saves time, it never guards correctness (the files are written
-    atomically).
+    on a lock of their own (without a timeout: they are one process).  After
+    :data:`dynamics._kernel_cache.COMPILE_WAIT_S` (a process stuck holding it), without
+    ``fcntl``, or when the lock file cannot be opened or locked, the caller goes on unlocked:
+    the lock saves time, it never guards correctness (the files are written atomically).
+    Raises OSError only as :func:`cache_dir` does (no writable folder at all, where
+    :func:`derive` could not write either).
     """
     with _locks_guard:
         lk = _locks.setdefault(dg, threading.RLock())
