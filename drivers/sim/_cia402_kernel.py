@@ -80,7 +80,7 @@ def _permille(t_m, npp):
     return p, True
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, error_model="numpy", inline="always")
 def _put(out, k, off, v, size):
     """``v`` (two's complement) little endian in ``size`` bytes at ``out[k, off:]``."""
     for b in range(size):
