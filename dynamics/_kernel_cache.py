@@ -71,6 +71,7 @@ KERNEL_FILES: tuple[str, ...] = (
     "drivers/sim/_stewart_plant_kernel.py",
     "controller/_fast_loop_stewart.py",
     "controller/_stewart_law_kernels.py",
+    "dynamics/_mechanism_runtime.py",
     "dynamics/_planar3rrr_kernels.py",
     "dynamics/_serial_core.py",
     "dynamics/_serial_kernels.py",
@@ -101,10 +102,10 @@ KERNEL_FILES: tuple[str, ...] = (
 COMPILED_SOURCES: tuple[str, ...] = ("drivers/_follow_rule.py",)
 
 #: files with ``cache=True`` that are never imported and so are not in :data:`KERNEL_FILES`:
-#: templates whose text is copied into generated modules outside the package (the mechanism
-#: kernels, :mod:`dynamics._mechanism_derive`); the sha256 of that text is part of the generated
-#: file's name, so a change of a template makes a new file, never a stale cache entry
-TEMPLATE_SOURCES: tuple[str, ...] = ("dynamics/_mechanism_runtime.py",)
+#: templates whose text would be copied into generated modules outside the package (none now:
+#: the mechanism kernels, :mod:`dynamics._mechanism_runtime`, are imported by the generated
+#: modules, and the sha256 of their file is part of a generated file's name)
+TEMPLATE_SOURCES: tuple[str, ...] = ()
 
 #: name of the stamp file written next to the caches
 STAMP_NAME = "torqueloop-kernels.stamp"

@@ -1,30 +1,38 @@
-"""Compiled entry kernels of a mechanism model: the text of this file below its template mark
-is copied into every generated mechanism module (:mod:`dynamics._mechanism_derive`), after the
-generated functions, and compiled there with numba (``_kernel``: ``njit(cache=True)``).  This
-file is never imported to run (its names ``N_Z``, ``phi_w``... are the generated module's).
+"""Compiled entry kernels of a mechanism model, compiled once for every mechanism.
 
-Why a copy and not an import: numba's on-disk cache checks a cached function against its own
-source file only (see :mod:`dynamics._kernel_cache`).  With the entry kernels and the generated
-functions they call in ONE file, that file is the whole source of every cache entry it has, and
-the sha256 of this text is part of the generated file's digest (its name): a change of this
-file makes a new generated file, never a stale cache entry.
+A mechanism's generated module (:mod:`dynamics._mechanism_derive`) holds its generated
+functions (``kin_w``, ``tkin_w``, ``dyn_w``, ``task_gamma_w``: the fused forms, layouts below)
+and thin kernels (:data:`WRAPPERS`) that call the entry kernels of this module with those four
+functions as first-class function values (numba's ``FunctionType``: a call through their
+address).  The entry kernels are compiled for that type with explicit signatures, when this
+module is first imported on a machine (then loaded from numba's cache), and not again for
+each mechanism: a new mechanism compiles only its generated functions and the thin kernels.
+The sizes of a mechanism are read from its model array ``D`` (the last five entries), not
+compiled in.
 
-Names the generated module defines before this text::
+The sha256 of this file is part of a generated file's digest (its name,
+:func:`dynamics._mechanism_derive.digest_of`): the thin kernels' cache entries hold the machine
+code of these kernels, and numba checks a cache entry against its own file only, so a change of
+this file names a new generated file, never a stale cache entry.
+
+Names the generated module defines::
 
     N_Z, N_C, N_A, N_T, N_P      full coordinates, closure equations, actuated coordinates,
                                  task coordinates, inertial parameters
     T_WRAP                       (N_T,) tuple: 1.0 for a task coordinate that is an Euler
                                  angle (atan2, in (-pi, pi]), else 0.0: its inverse-kinematics
                                  residual and continuation step are wrapped to (-pi, pi], so that
-                                 a target near +-pi is reached the short way
-    kin_w(z, out), tkin_w(z, out), dyn_w(z, zd, p, out)
-                                 fused forms (layouts below): one pass of common
-                                 subexpressions for what a Newton iteration or a dynamics
-                                 call needs (each sine and cosine once)
+                                 a target near +-pi is reached the short way (``D``'s ``twrap``)
+    kin_w(z, out), tkin_w(z, out), dyn_w(z, zd, p, out), task_gamma_w(z, zd, out)
+                                 fused forms: one pass of common subexpressions for what a
+                                 Newton iteration or a dynamics call needs (each sine and
+                                 cosine once): kin = [phi (N_C), phi_z (N_C, N_Z)], tkin =
+                                 [task (N_T), task_z (N_T, N_Z)], dyn = [gamma (N_C),
+                                 M (N_Z, N_Z), b (N_Z), Lc (N_Z, N_C)]
     _kernel                      the decorator (numba.njit(cache=True, error_model="numpy"))
 
 ``D`` is the model's one array (:func:`dynamics.mechanism._model_array`), so that a call from
-Python passes few arguments; offsets ``O_*`` below::
+Python passes few arguments; offsets ``O_*`` of :class:`Layout`::
 
     p (N_P,)          inertial parameters (first: the generated functions read D as p)
     act (N_A,), pas (N_C,)      indices of the actuated and passive coordinates, as floats
@@ -36,6 +44,8 @@ Python passes few arguments; offsets ``O_*`` below::
     warm (N_Z,), warm_ik (N_Z,)  the last forward / inverse kinematics solutions (updated)
     warm_g (N_Z, N_A) the velocity map G at warm when :func:`state` computed it there, else
                       zeros: the first-order predictor of the next forward kinematics' start
+    twrap (N_T,)      T_WRAP
+    N_Z, N_C, N_A, N_T, N_P      the sizes, as floats (the last five entries)
 
 Dense solves: LU with partial pivoting (:func:`_lu`); an exactly zero pivot is numpy's
 ``LinAlgError``.  The sign of a determinant is read off the LU of the last Newton iteration
@@ -46,13 +56,35 @@ Status codes: 0 ok; 1 no configuration in the home assembly mode (forward kinema
 (singular B where the velocities are mapped); 4 singular multiplier block or reduced mass
 matrix; 5 an input is not finite.
 """
-# ---- template start (everything below is copied into the generated module)
 
+from __future__ import annotations
+
+import math
+import warnings
+from collections import namedtuple
+from pathlib import Path
+from types import ModuleType
+
+import numba
+import numpy as np
+from numba import njit, types
+from numba.core import cgutils
+from numba.core.errors import NumbaExperimentalFeatureWarning
+from numba.extending import intrinsic
+
+from ._kernel_cache import CompileGate, stamp_package_caches
+
+# numba takes a function's cache locator when it is decorated: the kernel files' stamp first
+stamp_package_caches()
+#: one process at a time compiles this module's kernels (released at the end of the module)
+_gate = CompileGate(__file__)
+
+_kernel = njit(cache=True, error_model="numpy")
 # the small helpers: inlined into their callers (numba IR), so that the arrays they take cost
 # no reference counting at each call
-_inline = njit(cache=True, error_model="numpy", inline="always")  # noqa: F821
+_inline = njit(cache=True, error_model="numpy", inline="always")
 # the kernels that allocate nothing: compiled without reference counting of their arrays
-_noref = njit(cache=True, error_model="numpy", _nrt=False)  # noqa: F821
+_noref = njit(cache=True, error_model="numpy", _nrt=False)
 
 ST_OK = 0
 ST_NOFK = 1
@@ -61,32 +93,87 @@ ST_TYPE2 = 3
 ST_SINGULAR = 4
 ST_BADINPUT = 5
 
-O_ACT = N_P  # noqa: F821
-O_PAS = O_ACT + N_A  # noqa: F821
-O_STEPA = O_PAS + N_C  # noqa: F821
-O_STEPT = O_STEPA + N_A  # noqa: F821
-O_ARM = O_STEPT + N_T  # noqa: F821
-O_SIGN2 = O_ARM + N_Z  # noqa: F821
-O_SIGN1 = O_SIGN2 + 1
-O_TOL = O_SIGN1 + 1
-O_ITER = O_TOL + 1
-O_HOME = O_ITER + 1
-O_WARM = O_HOME + N_Z  # noqa: F821
-O_WARMIK = O_WARM + N_Z  # noqa: F821
-O_WARMG = O_WARMIK + N_Z  # noqa: F821
-D_SIZE = O_WARMG + N_Z * N_A  # noqa: F821
-# the fused generated forms: kin = [phi (N_C), phi_z (N_C, N_Z)], tkin = [task (N_T),
-# task_z (N_T, N_Z)], dyn = [gamma (N_C), M (N_Z, N_Z), b (N_Z), Lc (N_Z, N_C)]
-KIN_SIZE = N_C + N_C * N_Z  # noqa: F821
-TKIN_SIZE = N_T + N_T * N_Z  # noqa: F821
-O_DY_M = N_C  # noqa: F821
-O_DY_B = O_DY_M + N_Z * N_Z  # noqa: F821
-O_DY_L = O_DY_B + N_Z  # noqa: F821
-DYN_SIZE = O_DY_L + N_Z * N_C  # noqa: F821
-STATE_SIZE = 3 * N_Z + N_Z * N_A + DYN_SIZE  # noqa: F821   z, zd, g0, G, DY
+#: the offsets and sizes of a mechanism (the module docstring); ``*_SIZE`` of the fused forms'
+#: outputs and of :func:`state`'s arrays
+Layout = namedtuple("Layout", [
+    "N_Z", "N_C", "N_A", "N_T", "N_P", "O_ACT", "O_PAS", "O_STEPA", "O_STEPT", "O_ARM", "O_SIGN2",
+    "O_SIGN1", "O_TOL", "O_ITER", "O_HOME", "O_WARM", "O_WARMIK", "O_WARMG", "O_TWRAP", "D_SIZE",
+    "KIN_SIZE", "TKIN_SIZE", "O_DY_M", "O_DY_B", "O_DY_L", "DYN_SIZE", "STATE_SIZE"])
 
 
-@_inline  # noqa: F821
+def layout_of(N_Z, N_C, N_A, N_T, N_P):
+    """The :class:`Layout` of a mechanism of these sizes (plain Python; compiled as
+    :func:`_layout_of`)."""
+    O_ACT = N_P
+    O_PAS = O_ACT + N_A
+    O_STEPA = O_PAS + N_C
+    O_STEPT = O_STEPA + N_A
+    O_ARM = O_STEPT + N_T
+    O_SIGN2 = O_ARM + N_Z
+    O_SIGN1 = O_SIGN2 + 1
+    O_TOL = O_SIGN1 + 1
+    O_ITER = O_TOL + 1
+    O_HOME = O_ITER + 1
+    O_WARM = O_HOME + N_Z
+    O_WARMIK = O_WARM + N_Z
+    O_WARMG = O_WARMIK + N_Z
+    O_TWRAP = O_WARMG + N_Z * N_A
+    D_SIZE = O_TWRAP + N_T + 5
+    KIN_SIZE = N_C + N_C * N_Z
+    TKIN_SIZE = N_T + N_T * N_Z
+    O_DY_M = N_C
+    O_DY_B = O_DY_M + N_Z * N_Z
+    O_DY_L = O_DY_B + N_Z
+    DYN_SIZE = O_DY_L + N_Z * N_C
+    STATE_SIZE = 3 * N_Z + N_Z * N_A + DYN_SIZE      # z, zd, g0, G, DY
+    return Layout(N_Z, N_C, N_A, N_T, N_P, O_ACT, O_PAS, O_STEPA, O_STEPT, O_ARM, O_SIGN2, O_SIGN1,
+                  O_TOL, O_ITER, O_HOME, O_WARM, O_WARMIK, O_WARMG, O_TWRAP, D_SIZE, KIN_SIZE, TKIN_SIZE,
+                  O_DY_M, O_DY_B, O_DY_L, DYN_SIZE, STATE_SIZE)
+
+
+_layout_of = _inline(layout_of)
+
+
+@_inline
+def _layout(D):
+    """The :class:`Layout` of the model array ``D`` (its sizes: the last five entries)."""
+    n = D.shape[0]
+    return _layout_of(int(D[n - 5]), int(D[n - 4]), int(D[n - 3]), int(D[n - 2]), int(D[n - 1]))
+
+
+# --- the entry kernels' types: the generated functions as first-class function values ---------
+
+_A1 = types.float64[::1]
+_A2 = types.float64[:, ::1]
+#: the types of the generated functions: kin_w and tkin_w (z, out), dyn_w (z, zd, p, out),
+#: task_gamma_w (z, zd, out)
+KIN = types.FunctionType(types.none(_A1, _A1))
+DYN = types.FunctionType(types.none(_A1, _A1, _A1, _A1))
+TGAM = types.FunctionType(types.none(_A1, _A1, _A1))
+#: the type of the entry kernels' first argument ``F``: (kin_w, tkin_w, dyn_w, task_gamma_w)
+#: (numba warns that first-class function types are experimental, at each use of them in a
+#: type or a compilation: here and in :func:`_entry`, the uses the tests run)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", NumbaExperimentalFeatureWarning)
+    FNS = types.Tuple((KIN, KIN, DYN, TGAM))
+_I64, _F64, _B = types.int64, types.float64, types.boolean
+
+
+#: the entry kernels and their signatures, compiled at the end of the module (:func:`_entry`)
+_ENTRIES: list = []
+
+
+def _entry(ret, *arrays):
+    """An entry kernel for ``F`` (:data:`FNS`), then ``arrays``: compiled for that signature at
+    the end of the module (once every function it calls is defined), and for no other."""
+    def decorate(fn):
+        kernel = _kernel(fn)
+        _ENTRIES.append((kernel, ret(FNS, *arrays)))
+        return kernel
+    return decorate
+
+
+@_inline
 def _lu(A, k, perm):
     """In-place LU with partial pivoting of the leading k x k block of A, the row permutation
     into perm (int64, (k,) or longer); returns (sign of det, ok).  ok is False at an exactly zero
@@ -102,7 +189,7 @@ def _lu(A, k, perm):
             if v > big:
                 big = v
                 piv = r
-        if big == 0.0 or not math.isfinite(big):  # noqa: F821
+        if big == 0.0 or not math.isfinite(big):
             return 0.0, False
         if piv != c:
             for j in range(k):
@@ -125,7 +212,7 @@ def _lu(A, k, perm):
     return sgn, True
 
 
-@_inline  # noqa: F821
+@_inline
 def _lu_solve(A, perm, k, b, x):
     """x = A^-1 b with the LU of :func:`_lu` (b, x: (k,); may not alias)."""
     for i in range(k):
@@ -140,17 +227,17 @@ def _lu_solve(A, perm, k, b, x):
         x[i] = s / A[i, i]
 
 
-@_inline  # noqa: F821
-def _task_diff(target, value, i):
-    """target - value of task coordinate i, wrapped to (-pi, pi] where T_WRAP[i] (an Euler
+@_inline
+def _task_diff(D, S, target, value, i):
+    """target - value of task coordinate i, wrapped to (-pi, pi] where the task row is an Euler
     angle: equal angles modulo 2 pi are one pose)."""
     d = target - value
-    if T_WRAP[i] != 0.0:  # noqa: F821
-        d = math.atan2(math.sin(d), math.cos(d))  # noqa: F821
+    if D[S.O_TWRAP + i] != 0.0:
+        d = math.atan2(math.sin(d), math.cos(d))
     return d
 
 
-@_inline  # noqa: F821
+@_inline
 def _maxabs(r, k):
     """max |r[:k]|, NaN-propagating."""
     m = 0.0
@@ -161,552 +248,679 @@ def _maxabs(r, k):
     return m
 
 
-@_inline  # noqa: F821
-def _kin_lu(z, D, KP, B, perm):
+@_inline
+def _kin_lu(F, S, z, D, KP, B, perm):
     """KP = kin(z); B = the passive columns of phi_z, LU-factored (row permutation into perm):
     (sign, ok)."""
-    kin_w(z, KP)  # noqa: F821
-    for i in range(N_C):  # noqa: F821
-        for j in range(N_C):  # noqa: F821
-            B[i, j] = KP[N_C + i * N_Z + int(D[O_PAS + j])]  # noqa: F821
-    return _lu(B, N_C, perm)  # noqa: F821
+    F[0](z, KP)
+    for i in range(S.N_C):
+        for j in range(S.N_C):
+            B[i, j] = KP[S.N_C + i * S.N_Z + int(D[S.O_PAS + j])]
+    return _lu(B, S.N_C, perm)
 
 
-@_inline  # noqa: F821
+@_inline
 def _finite(x, k):
     """Whether x has k entries, all finite."""
     if x.shape[0] != k:
         return False
     for i in range(k):
-        if not math.isfinite(x[i]):  # noqa: F821
+        if not math.isfinite(x[i]):
             return False
     return True
 
 
-@_inline  # noqa: F821
-def _residual_lu(kind, z, target, D, r, A, KP, TK, perm):
+@_inline
+def _residual_lu(F, S, kind, z, target, D, r, A, KP, TK, perm):
     """kind 0: r = phi(z) (N_C,) and A = B, the passive columns of phi_z; kind 1: r = [phi(z);
     task(z) - target] (N_Z,) and A = K = [phi_z; task_z]; A LU-factored (row permutation into
     perm), KP = kin(z) (and kind 1: TK = tkin(z)): (sign, ok)."""
     if kind == 1:
-        return _ik_lu(z, target, A, r, KP, TK, perm)
-    sgn, ok = _kin_lu(z, D, KP, A, perm)
-    for i in range(N_C):  # noqa: F821
+        return _ik_lu(F, S, D, z, target, A, r, KP, TK, perm)
+    sgn, ok = _kin_lu(F, S, z, D, KP, A, perm)
+    for i in range(S.N_C):
         r[i] = KP[i]
     return sgn, ok
 
 
-@_noref  # noqa: F821
-def _newton(kind, target, z0, D, z, WK):
+@_noref
+def _newton(F, kind, target, z0, D, z, WK):
     """Newton from z0 into z: kind 0 on phi(z) = 0 over the passive coordinates with z[act] =
     target (actuated coordinates); kind 1 on [phi(z); task(z) - target] = 0 over every
     coordinate (target: task coordinates).  ``WK``: the workspace (:func:`_work`).  Returns
     (sign of det(B) (kind 0) or det(K) (kind 1) at the solution, 0.0 when Newton failed;
     fresh): fresh is True when WK's kin, tkin and LU-factored matrix are those of the returned z
     (the last step changed no coordinate: the usual case, the step being ~ tol squared)."""
+    S = _layout(D)
     r, A, dx, KP, TK, perm = WK[0], WK[1], WK[2], WK[3], WK[4], WK[5]
-    k = N_C if kind == 0 else N_Z  # noqa: F821
-    tol = D[O_TOL]
-    for i in range(N_Z):  # noqa: F821
+    k = S.N_C if kind == 0 else S.N_Z
+    tol = D[S.O_TOL]
+    for i in range(S.N_Z):
         z[i] = z0[i]
     if kind == 0:
-        for a in range(N_A):  # noqa: F821
-            z[int(D[O_ACT + a])] = target[a]
-    for _ in range(int(D[O_ITER])):
-        sgn, ok = _residual_lu(kind, z, target, D, r, A, KP, TK, perm)
+        for a in range(S.N_A):
+            z[int(D[S.O_ACT + a])] = target[a]
+    for _ in range(int(D[S.O_ITER])):
+        sgn, ok = _residual_lu(F, S, kind, z, target, D, r, A, KP, TK, perm)
         err = _maxabs(r, k)
-        if not math.isfinite(err) or not ok:  # noqa: F821
+        if not math.isfinite(err) or not ok:
             return 0.0, False
         _lu_solve(A, perm, k, r, dx)
         same = True
         for j in range(k):
-            i = int(D[O_PAS + j]) if kind == 0 else j
+            i = int(D[S.O_PAS + j]) if kind == 0 else j
             old = z[i]
             z[i] = old - dx[j]
             if z[i] != old:
                 same = False
         if err <= tol:       # one step past the tolerance: the error is then ~ its square
             return sgn, same
-    sgn, ok = _residual_lu(kind, z, target, D, r, A, KP, TK, perm)
+    sgn, ok = _residual_lu(F, S, kind, z, target, D, r, A, KP, TK, perm)
     if not _maxabs(r, k) <= tol or not ok:
         return 0.0, False
     return sgn, True
 
 
-@_inline  # noqa: F821
-def _work(kind):
+@_inline
+def _work(S, kind):
     """Workspace of :func:`_newton` and :func:`_continue` for ``kind``: (r (k,), A (k, k),
     dx (k,), KP (KIN_SIZE,), TK (TKIN_SIZE,), perm (k,) int64, zp (N_Z,), zc (N_Z,),
     sx (2 N_Z,)), k = N_C (kind 0) or N_Z (kind 1): views of one float and one int array."""
-    k = N_C if kind == 0 else N_Z  # noqa: F821
-    f = np.empty(3 * k + k * k + KIN_SIZE + TKIN_SIZE + 4 * N_Z)  # noqa: F821
+    k = S.N_C if kind == 0 else S.N_Z
+    f = np.empty(3 * k + k * k + S.KIN_SIZE + S.TKIN_SIZE + 4 * S.N_Z)
     o = 3 * k + k * k
-    o2 = o + KIN_SIZE  # noqa: F821
-    o3 = o2 + TKIN_SIZE  # noqa: F821
+    o2 = o + S.KIN_SIZE
+    o3 = o2 + S.TKIN_SIZE
     return (f[0:k], f[3 * k:o].reshape((k, k)), f[k:2 * k], f[o:o2], f[o2:o3],
-            np.empty(k, np.int64), f[o3:o3 + N_Z], f[o3 + N_Z:o3 + 2 * N_Z],  # noqa: F821
-            f[o3 + 2 * N_Z:o3 + 4 * N_Z])  # noqa: F821
+            np.empty(k, np.int64), f[o3:o3 + S.N_Z], f[o3 + S.N_Z:o3 + 2 * S.N_Z],
+            f[o3 + 2 * S.N_Z:o3 + 4 * S.N_Z])
 
 
-@_kernel  # noqa: F821
-def newton_passive(qa, z0, D, z):
+@_entry(_F64, _A1, _A1, _A1, _A1)
+def newton_passive(F, qa, z0, D, z):
     """:func:`_newton` on the closures for the actuated qa (kind 0)."""
-    return _newton(0, qa, z0, D, z, _work(0))[0]
+    return _newton(F, 0, qa, z0, D, z, _work(_layout(D), 0))[0]
 
 
-@_kernel  # noqa: F821
-def newton_ik(X, z0, D, z):
+@_entry(_F64, _A1, _A1, _A1, _A1)
+def newton_ik(F, X, z0, D, z):
     """:func:`_newton` on the closures and the task for the task pose X (kind 1)."""
-    return _newton(1, X, z0, D, z, _work(1))[0]
+    return _newton(F, 1, X, z0, D, z, _work(_layout(D), 1))[0]
 
 
-@_noref  # noqa: F821
-def _continue(kind, target, z0, D, z, WK, pred):
+@_noref
+def _continue(F, kind, target, z0, D, z, WK, pred):
     """:func:`_newton` continued from z0 to ``target`` in steps of at most step_a (kind 0) or
     step_t (kind 1), each keeping the home sign of det(B) (kind 0: the assembly mode) or det(K)
     (kind 1: the working mode); into z: (True on success, fresh of the last :func:`_newton`).
     ``pred`` (kind 0, z0 = warm): a single step starts from the first-order prediction
     z0 + warm_g (target - z0[act]) (two Newton iterations instead of three on a control
     cycle's step; with warm_g zero, z0 itself)."""
-    k_n = N_A if kind == 0 else N_T  # noqa: F821
+    S = _layout(D)
+    k_n = S.N_A if kind == 0 else S.N_T
     start = WK[8]
-    xs = WK[8][N_Z:]  # noqa: F821   (the steps' targets; first the whole move)
+    xs = WK[8][S.N_Z:]  # (the steps' targets; first the whole move)
     if kind == 0:
-        for a in range(N_A):  # noqa: F821
-            start[a] = z0[int(D[O_ACT + a])]
+        for a in range(S.N_A):
+            start[a] = z0[int(D[S.O_ACT + a])]
             xs[a] = target[a] - start[a]
-        o_step, sign = O_STEPA, D[O_SIGN2]
+        o_step, sign = S.O_STEPA, D[S.O_SIGN2]
     else:
         TK = WK[4]
-        tkin_w(z0, TK)  # noqa: F821
-        for i in range(N_T):  # noqa: F821
+        F[1](z0, TK)
+        for i in range(S.N_T):
             start[i] = TK[i]
-            xs[i] = _task_diff(target[i], TK[i], i)   # (an Euler angle: the short way)
-        o_step, sign = O_STEPT, D[O_SIGN1]
+            xs[i] = _task_diff(D, S, target[i], TK[i], i)   # (an Euler angle: the short way)
+        o_step, sign = S.O_STEPT, D[S.O_SIGN1]
     big = 0.0
     for i in range(k_n):
         v = abs(xs[i]) / D[o_step + i]
         if v > big:
             big = v
-    k = max(1, int(math.ceil(big)))  # noqa: F821
+    k = max(1, int(math.ceil(big)))
     if k == 1:              # (the usual case: a control cycle's step)
         if pred:
             zp = WK[6]
-            for i in range(N_Z):  # noqa: F821
+            for i in range(S.N_Z):
                 s = z0[i]
-                for a in range(N_A):  # noqa: F821
-                    s += D[O_WARMG + i * N_A + a] * (target[a] - start[a])  # noqa: F821
+                for a in range(S.N_A):
+                    s += D[S.O_WARMG + i * S.N_A + a] * (target[a] - start[a])
                 zp[i] = s
-            sg, fresh = _newton(kind, target, zp, D, z, WK)
+            sg, fresh = _newton(F, kind, target, zp, D, z, WK)
         else:
-            sg, fresh = _newton(kind, target, z0, D, z, WK)
+            sg, fresh = _newton(F, kind, target, z0, D, z, WK)
         return sg == sign, fresh
     zc = WK[7]
     dx = WK[6]      # (the whole move; WK[6] is free here: the predictor is not used)
     for i in range(k_n):
         dx[i] = xs[i]
-    for i in range(N_Z):  # noqa: F821
+    for i in range(S.N_Z):
         zc[i] = z0[i]
     fresh = False
     for s in range(1, k + 1):
         for i in range(k_n):
             xs[i] = start[i] + dx[i] * s / k
-        sg, fresh = _newton(kind, xs, zc, D, z, WK)
+        sg, fresh = _newton(F, kind, xs, zc, D, z, WK)
         if sg != sign:
             return False, False
-        for i in range(N_Z):  # noqa: F821
+        for i in range(S.N_Z):
             zc[i] = z[i]
     return True, fresh
 
 
-@_noref  # noqa: F821
-def _solve_ws(kind, D, target, z, WK):
+@_noref
+def _solve_ws(F, kind, D, target, z, WK):
     """Full configuration z for ``target`` (kind 0: actuated coordinates; 1: task coordinates):
     :func:`_continue` from the last solution (warm or warm_ik, updated), then from the home
     configuration, in the workspace WK (:func:`_work`); (status, fresh of :func:`_newton`)."""
-    if not _finite(target, N_A if kind == 0 else N_T):  # noqa: F821
+    S = _layout(D)
+    if not _finite(target, S.N_A if kind == 0 else S.N_T):
         return ST_BADINPUT, False
-    o_warm = O_WARM if kind == 0 else O_WARMIK
-    ok, fresh = _continue(kind, target, D[o_warm:o_warm + N_Z], D, z, WK, kind == 0)  # noqa: F821
+    o_warm = S.O_WARM if kind == 0 else S.O_WARMIK
+    ok, fresh = _continue(F, kind, target, D[o_warm:o_warm + S.N_Z], D, z, WK, kind == 0)
     if not ok:
-        ok, fresh = _continue(kind, target, D[O_HOME:O_HOME + N_Z], D, z, WK, False)  # noqa: F821
+        ok, fresh = _continue(F, kind, target, D[S.O_HOME:S.O_HOME + S.N_Z], D, z, WK, False)
         if not ok:
             return (ST_NOFK if kind == 0 else ST_NOIK), False
-    for i in range(N_Z):  # noqa: F821
+    for i in range(S.N_Z):
         D[o_warm + i] = z[i]
     if kind == 0:           # warm_g no longer the map at warm (state() sets it again)
-        for i in range(N_Z * N_A):  # noqa: F821
-            D[O_WARMG + i] = 0.0  # noqa: F821
+        for i in range(S.N_Z * S.N_A):
+            D[S.O_WARMG + i] = 0.0
     return ST_OK, fresh
 
 
-@_kernel  # noqa: F821
-def _solve(kind, D, target, z):
+@_kernel
+def _solve(F, kind, D, target, z):
     """:func:`_solve_ws` in a new workspace; status."""
-    return _solve_ws(kind, D, target, z, _work(kind))[0]
+    return _solve_ws(F, kind, D, target, z, _work(_layout(D), kind))[0]
 
 
-@_kernel  # noqa: F821
-def configuration(D, qa, z):
+@_entry(_I64, _A1, _A1, _A1)
+def configuration(F, D, qa, z):
     """Full configuration z for the actuated qa in the home assembly mode; status."""
-    return _solve(0, D, qa, z)
+    return _solve(F, 0, D, qa, z)
 
 
-@_kernel  # noqa: F821
-def inverse_configuration(D, X, z):
+@_entry(_I64, _A1, _A1, _A1)
+def inverse_configuration(F, D, X, z):
     """Full configuration z for the task pose X in the home working mode; status."""
-    return _solve(1, D, X, z)
+    return _solve(F, 1, D, X, z)
 
 
-@_kernel  # noqa: F821
-def _task_at(D, qa, z, TK):
+@_kernel
+def _task_at(F, D, qa, z, TK):
     """z: the configuration at the actuated qa (:func:`configuration`), TK = tkin(z); status."""
-    st = configuration(D, qa, z)
+    st = configuration(F, D, qa, z)
     if st == ST_OK:
-        tkin_w(z, TK)  # noqa: F821
+        F[1](z, TK)
     return st
 
 
-@_kernel  # noqa: F821
-def forward_task(D, qa, X):
+@_entry(_I64, _A1, _A1, _A1)
+def forward_task(F, D, qa, X):
     """Task coordinates X (N_T,) at the actuated qa (:func:`configuration`); status."""
-    TK = np.empty(TKIN_SIZE)  # noqa: F821
-    st = _task_at(D, qa, np.empty(N_Z), TK)  # noqa: F821
+    S = _layout(D)
+    TK = np.empty(S.TKIN_SIZE)
+    st = _task_at(F, D, qa, np.empty(S.N_Z), TK)
     if st == ST_OK:
-        X[:] = TK[:N_T]  # noqa: F821
+        X[:] = TK[:S.N_T]
     return st
 
 
-@_noref  # noqa: F821
-def _ik_lu(z, X, K, r, KP, TK, perm):
+@_noref
+def _ik_lu(F, S, D, z, X, K, r, KP, TK, perm):
     """r = [phi(z); task(z) - X] and K = [phi_z; task_z] (N_Z, N_Z) at z, LU-factored (row
     permutation into perm), KP = kin(z), TK = tkin(z): (sign, ok)."""
-    kin_w(z, KP)  # noqa: F821
-    tkin_w(z, TK)  # noqa: F821
-    for i in range(N_C):  # noqa: F821
+    F[0](z, KP)
+    F[1](z, TK)
+    for i in range(S.N_C):
         r[i] = KP[i]
-        for j in range(N_Z):  # noqa: F821
-            K[i, j] = KP[N_C + i * N_Z + j]  # noqa: F821
-    for i in range(N_T):  # noqa: F821
-        r[N_C + i] = -_task_diff(X[i], TK[i], i)  # noqa: F821  task(z) - X
-        for j in range(N_Z):  # noqa: F821
-            K[N_C + i, j] = TK[N_T + i * N_Z + j]  # noqa: F821
-    return _lu(K, N_Z, perm)  # noqa: F821
+        for j in range(S.N_Z):
+            K[i, j] = KP[S.N_C + i * S.N_Z + j]
+    for i in range(S.N_T):
+        r[S.N_C + i] = -_task_diff(D, S, X[i], TK[i], i)  # task(z) - X
+        for j in range(S.N_Z):
+            K[S.N_C + i, j] = TK[S.N_T + i * S.N_Z + j]
+    return _lu(K, S.N_Z, perm)
 
 
-@_kernel  # noqa: F821
-def inverse_q(D, X, q):
+@_entry(_I64, _A1, _A1, _A1)
+def inverse_q(F, D, X, q):
     """Actuated coordinates q (N_A,) for the task pose X (:func:`inverse_configuration`); status."""
-    z = np.empty(N_Z)  # noqa: F821
-    st = inverse_configuration(D, X, z)
+    S = _layout(D)
+    z = np.empty(S.N_Z)
+    st = inverse_configuration(F, D, X, z)
     if st != ST_OK:
         return st
-    for a in range(N_A):  # noqa: F821
-        q[a] = z[int(D[O_ACT + a])]
+    for a in range(S.N_A):
+        q[a] = z[int(D[S.O_ACT + a])]
     return ST_OK
 
 
-@_inline  # noqa: F821
+@_inline
 def _fill_g(D, KP, B, perm, G, col, x):
     """G (N_Z, N_A): identity rows on the actuated coordinates, -B^-1 A on the passive ones
     (B LU-factored; col, x: (N_C,) scratch)."""
+    S = _layout(D)
     G[:, :] = 0.0
-    for a in range(N_A):  # noqa: F821
-        ia = int(D[O_ACT + a])
+    for a in range(S.N_A):
+        ia = int(D[S.O_ACT + a])
         G[ia, a] = 1.0
-        for i in range(N_C):  # noqa: F821
-            col[i] = KP[N_C + i * N_Z + ia]  # noqa: F821
-        _lu_solve(B, perm, N_C, col, x)  # noqa: F821
-        for j in range(N_C):  # noqa: F821
-            G[int(D[O_PAS + j]), a] = -x[j]
+        for i in range(S.N_C):
+            col[i] = KP[S.N_C + i * S.N_Z + ia]
+        _lu_solve(B, perm, S.N_C, col, x)
+        for j in range(S.N_C):
+            G[int(D[S.O_PAS + j]), a] = -x[j]
 
 
-@_kernel  # noqa: F821
-def velocity_map(D, z, G):
+@_entry(_B, _A1, _A1, _A2)
+def velocity_map(F, D, z, G):
     """G (N_Z, N_A) with zd = G qd at z; False at a singular B."""
-    WK = _work(0)
+    S = _layout(D)
+    WK = _work(S, 0)
     r, B, dx, KP, perm = WK[0], WK[1], WK[2], WK[3], WK[5]
-    sgn, ok = _kin_lu(z, D, KP, B, perm)
+    sgn, ok = _kin_lu(F, S, z, D, KP, B, perm)
     if not ok:
         return False
     _fill_g(D, KP, B, perm, G, r, dx)
     return True
 
 
-@_kernel  # noqa: F821
-def task_jacobian(D, qa, J):
+@_entry(_I64, _A1, _A1, _A2)
+def task_jacobian(F, D, qa, J):
     """J (N_T, N_A) with Xd = J qd: the task Jacobian task_z G at the configuration of qa; status."""
-    z = np.empty(N_Z)  # noqa: F821
-    TK = np.empty(TKIN_SIZE)  # noqa: F821
-    st = _task_at(D, qa, z, TK)
+    S = _layout(D)
+    z = np.empty(S.N_Z)
+    TK = np.empty(S.TKIN_SIZE)
+    st = _task_at(F, D, qa, z, TK)
     if st != ST_OK:
         return st
-    G = np.empty((N_Z, N_A))  # noqa: F821
-    if not velocity_map(D, z, G):
+    G = np.empty((S.N_Z, S.N_A))
+    if not velocity_map(F, D, z, G):
         return ST_TYPE2
-    for i in range(N_T):  # noqa: F821
-        for a in range(N_A):  # noqa: F821
+    for i in range(S.N_T):
+        for a in range(S.N_A):
             s = 0.0
-            for k in range(N_Z):  # noqa: F821
-                s += TK[N_T + i * N_Z + k] * G[k, a]  # noqa: F821
+            for k in range(S.N_Z):
+                s += TK[S.N_T + i * S.N_Z + k] * G[k, a]
             J[i, a] = s
     return ST_OK
 
 
-@_kernel  # noqa: F821
-def state(D, qa, qda, z, zd, G, g0, DY):
+@_entry(_I64, _A1, _A1, _A1, _A1, _A1, _A2, _A1, _A1)
+def state(F, D, qa, qda, z, zd, G, g0, DY):
     """z, zd = G qd, G, g0 (zdd = G qdd + g0) and DY = dyn(z, zd) at the actuated state; status."""
-    return _state_ws(D, qa, qda, z, zd, G, g0, DY, _work(0))
+    return _state_ws(F, D, qa, qda, z, zd, G, g0, DY, _work(_layout(D), 0))
 
 
-@_noref  # noqa: F821
-def _state_ws(D, qa, qda, z, zd, G, g0, DY, WK):
+@_noref
+def _state_ws(F, D, qa, qda, z, zd, G, g0, DY, WK):
     """:func:`state` in the workspace WK (:func:`_work`, kind 0)."""
-    if not _finite(qda, N_A):  # noqa: F821
+    S = _layout(D)
+    if not _finite(qda, S.N_A):
         return ST_BADINPUT
-    st, fresh = _solve_ws(0, D, qa, z, WK)
+    st, fresh = _solve_ws(F, 0, D, qa, z, WK)
     if st != ST_OK:
         return st
     r, B, x, KP, perm = WK[0], WK[1], WK[2], WK[3], WK[5]
     if not fresh:           # (else B's LU and kin are those of z: Newton's last ones)
-        sgn, ok = _kin_lu(z, D, KP, B, perm)
+        sgn, ok = _kin_lu(F, S, z, D, KP, B, perm)
         if not ok:
             return ST_TYPE2
     _fill_g(D, KP, B, perm, G, r, x)
-    for i in range(N_Z):  # noqa: F821   (z is warm: the predictor of the next solve)
-        for a in range(N_A):  # noqa: F821
-            D[O_WARMG + i * N_A + a] = G[i, a]  # noqa: F821
-    for i in range(N_Z):  # noqa: F821
+    for i in range(S.N_Z):  # (z is warm: the predictor of the next solve)
+        for a in range(S.N_A):
+            D[S.O_WARMG + i * S.N_A + a] = G[i, a]
+    for i in range(S.N_Z):
         s = 0.0
-        for a in range(N_A):  # noqa: F821
+        for a in range(S.N_A):
             s += G[i, a] * qda[a]
         zd[i] = s
-    dyn_w(z, zd, D, DY)  # noqa: F821
-    for i in range(N_Z):  # noqa: F821
+    F[2](z, zd, D, DY)
+    for i in range(S.N_Z):
         g0[i] = 0.0
-    _lu_solve(B, perm, N_C, DY, x)  # noqa: F821  (DY[:N_C] = gamma)
-    for j in range(N_C):  # noqa: F821
-        g0[int(D[O_PAS + j])] = -x[j]
+    _lu_solve(B, perm, S.N_C, DY, x)  # (DY[:N_C] = gamma)
+    for j in range(S.N_C):
+        g0[int(D[S.O_PAS + j])] = -x[j]
     return ST_OK
 
 
-@_kernel  # noqa: F821
-def _new_state(D, qa, qda):
+@_kernel
+def _new_state(F, D, qa, qda):
     """(status, z, zd, G, g0, DY) of :func:`state`, views of one new array."""
-    z, zd, G, g0, DY = _state_arrays(np.empty(STATE_SIZE))  # noqa: F821
-    st = state(D, qa, qda, z, zd, G, g0, DY)
+    S = _layout(D)
+    z, zd, G, g0, DY = _state_arrays(S, np.empty(S.STATE_SIZE))
+    st = state(F, D, qa, qda, z, zd, G, g0, DY)
     return st, z, zd, G, g0, DY
 
 
-@_inline  # noqa: F821
-def _state_arrays(f):
+@_inline
+def _state_arrays(S, f):
     """(z, zd, G, g0, DY) of :func:`state`: views of f (STATE_SIZE,)."""
-    o = 3 * N_Z + N_Z * N_A  # noqa: F821
-    return (f[0:N_Z], f[N_Z:2 * N_Z], f[3 * N_Z:o].reshape((N_Z, N_A)),  # noqa: F821
-            f[2 * N_Z:3 * N_Z], f[o:o + DYN_SIZE])  # noqa: F821
+    o = 3 * S.N_Z + S.N_Z * S.N_A
+    return (f[0:S.N_Z], f[S.N_Z:2 * S.N_Z], f[3 * S.N_Z:o].reshape((S.N_Z, S.N_A)),
+            f[2 * S.N_Z:3 * S.N_Z], f[o:o + S.DYN_SIZE])
 
 
-@_kernel  # noqa: F821
-def reduced(D, qa, qda, Mr, h):
+@_entry(_I64, _A1, _A1, _A1, _A2, _A1)
+def reduced(F, D, qa, qda, Mr, h):
     """The actuated-space dynamics at (qa, qda): Mr (N_A, N_A) = G^T M G (armature included)
     and h (N_A,) = G^T (M g0 + b); status."""
-    st, z, zd, G, g0, DY = _new_state(D, qa, qda)
+    S = _layout(D)
+    st, z, zd, G, g0, DY = _new_state(F, D, qa, qda)
     if st != ST_OK:
         return st
-    MG = np.zeros((N_Z, N_A))  # noqa: F821
-    f = np.empty(N_Z)  # noqa: F821   M g0 + b
-    for i in range(N_Z):  # noqa: F821
-        s = DY[O_DY_B + i]  # noqa: F821
-        for k in range(N_Z):  # noqa: F821
-            mik = DY[O_DY_M + i * N_Z + k]  # noqa: F821
+    MG = np.zeros((S.N_Z, S.N_A))
+    f = np.empty(S.N_Z)  # M g0 + b
+    for i in range(S.N_Z):
+        s = DY[S.O_DY_B + i]
+        for k in range(S.N_Z):
+            mik = DY[S.O_DY_M + i * S.N_Z + k]
             if i == k:
-                mik += D[O_ARM + i]  # noqa: F821
+                mik += D[S.O_ARM + i]
             s += mik * g0[k]
-            for a in range(N_A):  # noqa: F821
+            for a in range(S.N_A):
                 MG[i, a] += mik * G[k, a]
         f[i] = s
-    for a in range(N_A):  # noqa: F821
+    for a in range(S.N_A):
         s = 0.0
-        for i in range(N_Z):  # noqa: F821
+        for i in range(S.N_Z):
             s += G[i, a] * f[i]
         h[a] = s
-        for c in range(N_A):  # noqa: F821
+        for c in range(S.N_A):
             s = 0.0
-            for i in range(N_Z):  # noqa: F821
+            for i in range(S.N_Z):
                 s += G[i, a] * MG[i, c]
             Mr[a, c] = s
     return ST_OK
 
 
-@_kernel  # noqa: F821
+@_kernel
 def _id_from(D, DY, zdd, wf, out):
     """out[:N_A] = tau, out[N_A:N_Z] = lam from dyn (DY) and the full acceleration zdd; status."""
-    f = np.empty(N_Z + N_C * N_C + 2 * N_C)  # noqa: F821
-    return _id_from_ws(D, DY, zdd, wf, out, f, np.empty(N_C, np.int64))  # noqa: F821
+    S = _layout(D)
+    f = np.empty(S.N_Z + S.N_C * S.N_C + 2 * S.N_C)
+    return _id_from_ws(D, DY, zdd, wf, out, f, np.empty(S.N_C, np.int64))
 
 
-@_noref  # noqa: F821
+@_noref
 def _id_from_ws(D, DY, zdd, wf, out, f, perm):
     """:func:`_id_from` in the workspace f (N_Z + N_C N_C + 2 N_C,), perm (N_C,) int64."""
-    F = f[0:N_Z]  # noqa: F821
-    for i in range(N_Z):  # noqa: F821
+    S = _layout(D)
+    Fz = f[0:S.N_Z]
+    for i in range(S.N_Z):
         s = 0.0
-        for j in range(N_Z):  # noqa: F821
-            s += DY[O_DY_M + i * N_Z + j] * zdd[j]  # noqa: F821
-        s += D[O_ARM + i] * zdd[i]
-        F[i] = s + DY[O_DY_B + i] - wf[i]
-    Lp = f[N_Z:N_Z + N_C * N_C].reshape((N_C, N_C))  # noqa: F821
-    Fp = f[N_Z + N_C * N_C:N_Z + N_C * N_C + N_C]  # noqa: F821
-    for i in range(N_C):  # noqa: F821
-        ip = int(D[O_PAS + i])
-        Fp[i] = -F[ip]
-        for j in range(N_C):  # noqa: F821
-            Lp[i, j] = DY[O_DY_L + ip * N_C + j]  # noqa: F821
-    sgn, ok = _lu(Lp, N_C, perm)  # noqa: F821
+        for j in range(S.N_Z):
+            s += DY[S.O_DY_M + i * S.N_Z + j] * zdd[j]
+        s += D[S.O_ARM + i] * zdd[i]
+        Fz[i] = s + DY[S.O_DY_B + i] - wf[i]
+    Lp = f[S.N_Z:S.N_Z + S.N_C * S.N_C].reshape((S.N_C, S.N_C))
+    Fp = f[S.N_Z + S.N_C * S.N_C:S.N_Z + S.N_C * S.N_C + S.N_C]
+    for i in range(S.N_C):
+        ip = int(D[S.O_PAS + i])
+        Fp[i] = -Fz[ip]
+        for j in range(S.N_C):
+            Lp[i, j] = DY[S.O_DY_L + ip * S.N_C + j]
+    sgn, ok = _lu(Lp, S.N_C, perm)
     if not ok:
         return ST_SINGULAR
-    lam = f[N_Z + N_C * N_C + N_C:N_Z + N_C * N_C + 2 * N_C]  # noqa: F821
-    _lu_solve(Lp, perm, N_C, Fp, lam)  # noqa: F821
-    for a in range(N_A):  # noqa: F821
-        ia = int(D[O_ACT + a])
-        s = F[ia]
-        for j in range(N_C):  # noqa: F821
-            s += DY[O_DY_L + ia * N_C + j] * lam[j]  # noqa: F821
+    lam = f[S.N_Z + S.N_C * S.N_C + S.N_C:S.N_Z + S.N_C * S.N_C + 2 * S.N_C]
+    _lu_solve(Lp, perm, S.N_C, Fp, lam)
+    for a in range(S.N_A):
+        ia = int(D[S.O_ACT + a])
+        s = Fz[ia]
+        for j in range(S.N_C):
+            s += DY[S.O_DY_L + ia * S.N_C + j] * lam[j]
         out[a] = s
-    if out.shape[0] > N_A:  # noqa: F821
-        for j in range(N_C):  # noqa: F821
-            out[N_A + j] = lam[j]  # noqa: F821
+    if out.shape[0] > S.N_A:
+        for j in range(S.N_C):
+            out[S.N_A + j] = lam[j]
     return ST_OK
 
 
-@_kernel  # noqa: F821
-def full_id(D, z, zd, zdd, wf, out):
+@_entry(_I64, _A1, _A1, _A1, _A1, _A1, _A1)
+def full_id(F, D, z, zd, zdd, wf, out):
     """out = [tau (N_A,), lam (N_C,)] for the full motion (z, zd, zdd) and the generalised force
     ``wf`` (N_Z,) of a wrench; status."""
-    DY = np.empty(DYN_SIZE)  # noqa: F821
-    dyn_w(z, zd, D, DY)  # noqa: F821
+    DY = np.empty(_layout(D).DYN_SIZE)
+    F[2](z, zd, D, DY)
     return _id_from(D, DY, zdd, wf, out)
 
 
-@_kernel  # noqa: F821
-def task_id(D, X, Xd, Xdd, wf, out):
+@_entry(_I64, _A1, _A1, _A1, _A1, _A1, _A1)
+def task_id(F, D, X, Xd, Xdd, wf, out):
     """out = [tau (N_A,), lam (N_C,)] for the task motion (X, Xd, Xdd): the configuration by
     inverse kinematics, zd and zdd from ``[phi_z; task_z] zd = [0; Xd]`` and its time
     derivative, then :func:`_id_from`; status."""
-    if not (_finite(Xd, N_T) and _finite(Xdd, N_T)):  # noqa: F821
+    S = _layout(D)
+    if not (_finite(Xd, S.N_T) and _finite(Xdd, S.N_T)):
         return ST_BADINPUT
-    z = np.empty(N_Z)  # noqa: F821
-    WK = _work(1)
-    st, fresh = _solve_ws(1, D, X, z, WK)
+    z = np.empty(S.N_Z)
+    WK = _work(S, 1)
+    st, fresh = _solve_ws(F, 1, D, X, z, WK)
     if st != ST_OK:
         return st
     r, K, KP, TK, perm = WK[0], WK[1], WK[3], WK[4], WK[5]
     if not fresh:           # (else K's LU is that of z: Newton's last one)
-        sgn, ok = _ik_lu(z, X, K, r, KP, TK, perm)
+        sgn, ok = _ik_lu(F, S, D, z, X, K, r, KP, TK, perm)
         if not ok:
             return ST_SINGULAR
-    b = np.zeros(N_Z)  # noqa: F821
-    for i in range(N_T):  # noqa: F821
-        b[N_C + i] = Xd[i]  # noqa: F821
-    zd = np.empty(N_Z)  # noqa: F821
-    _lu_solve(K, perm, N_Z, b, zd)  # noqa: F821
-    DY = np.empty(DYN_SIZE)  # noqa: F821
-    dyn_w(z, zd, D, DY)  # noqa: F821
-    TG = np.empty(N_T)  # noqa: F821
-    task_gamma_w(z, zd, TG)  # noqa: F821
-    for i in range(N_C):  # noqa: F821
+    b = np.zeros(S.N_Z)
+    for i in range(S.N_T):
+        b[S.N_C + i] = Xd[i]
+    zd = np.empty(S.N_Z)
+    _lu_solve(K, perm, S.N_Z, b, zd)
+    DY = np.empty(S.DYN_SIZE)
+    F[2](z, zd, D, DY)
+    TG = np.empty(S.N_T)
+    F[3](z, zd, TG)
+    for i in range(S.N_C):
         b[i] = -DY[i]     # gamma = d/dt(phi_z) zd
-    for i in range(N_T):  # noqa: F821
-        b[N_C + i] = Xdd[i] - TG[i]  # noqa: F821
-    zdd = np.empty(N_Z)  # noqa: F821
-    _lu_solve(K, perm, N_Z, b, zdd)  # noqa: F821
+    for i in range(S.N_T):
+        b[S.N_C + i] = Xdd[i] - TG[i]
+    zdd = np.empty(S.N_Z)
+    _lu_solve(K, perm, S.N_Z, b, zdd)
     return _id_from(D, DY, zdd, wf, out)
 
 
-@_kernel  # noqa: F821
-def inverse_dynamics(D, qa, qda, qdda, wf, out):
+@_entry(_I64, _A1, _A1, _A1, _A1, _A1, _A1)
+def inverse_dynamics(F, D, qa, qda, qdda, wf, out):
     """out = tau (N_A,), or [tau (N_A,), lam (N_C,), z (N_Z,)], for the actuated motion; status.
     ``wf``: the generalised force of a wrench (N_Z,)."""
-    if not _finite(qdda, N_A) or wf.shape[0] != N_Z or (  # noqa: F821
-            out.shape[0] != N_A and out.shape[0] != N_A + N_C + N_Z):  # noqa: F821
+    S = _layout(D)
+    if not _finite(qdda, S.N_A) or wf.shape[0] != S.N_Z or (
+            out.shape[0] != S.N_A and out.shape[0] != S.N_A + S.N_C + S.N_Z):
         return ST_BADINPUT
-    f = np.empty(STATE_SIZE + N_Z + N_C * N_C + 2 * N_C)  # noqa: F821
-    return _id_ws(D, qa, qda, qdda, wf, out, f, _work(0))
+    f = np.empty(S.STATE_SIZE + S.N_Z + S.N_C * S.N_C + 2 * S.N_C)
+    return _id_ws(F, D, qa, qda, qdda, wf, out, f, _work(S, 0))
 
 
-@_noref  # noqa: F821
-def _id_ws(D, qa, qda, qdda, wf, out, f, WK):
+@_noref
+def _id_ws(F, D, qa, qda, qdda, wf, out, f, WK):
     """:func:`inverse_dynamics` in the workspaces f (STATE_SIZE + N_Z + N_C N_C + 2 N_C,) and WK
     (:func:`_work`, kind 0)."""
-    z, zd, G, g0, DY = _state_arrays(f)
-    st = _state_ws(D, qa, qda, z, zd, G, g0, DY, WK)
+    S = _layout(D)
+    z, zd, G, g0, DY = _state_arrays(S, f)
+    st = _state_ws(F, D, qa, qda, z, zd, G, g0, DY, WK)
     if st != ST_OK:
         return st
-    for i in range(N_Z):  # noqa: F821
+    for i in range(S.N_Z):
         s = g0[i]
-        for a in range(N_A):  # noqa: F821
+        for a in range(S.N_A):
             s += G[i, a] * qdda[a]
         g0[i] = s            # now zdd
-    st = _id_from_ws(D, DY, g0, wf, out, f[STATE_SIZE:], WK[5])  # noqa: F821
-    if out.shape[0] > N_A:  # noqa: F821
-        for i in range(N_Z):  # noqa: F821
-            out[N_Z + i] = z[i]  # noqa: F821
+    st = _id_from_ws(D, DY, g0, wf, out, f[S.STATE_SIZE:], WK[5])
+    if out.shape[0] > S.N_A:
+        for i in range(S.N_Z):
+            out[S.N_Z + i] = z[i]
     return st
 
 
-@_kernel  # noqa: F821
-def forward_dynamics(D, qa, qda, taua, wf, qdd):
+@_entry(_I64, _A1, _A1, _A1, _A1, _A1, _A1)
+def forward_dynamics(F, D, qa, qda, taua, wf, qdd):
     """qdd (N_A,) solving G^T M G qdd = tau - G^T (M g0 + b) + G^T wf; status."""
-    if not _finite(taua, N_A) or wf.shape[0] != N_Z or qdd.shape[0] != N_A:  # noqa: F821
+    S = _layout(D)
+    if not _finite(taua, S.N_A) or wf.shape[0] != S.N_Z or qdd.shape[0] != S.N_A:
         return ST_BADINPUT
-    f = np.empty(STATE_SIZE + N_Z * N_Z + N_Z + N_Z * N_A + N_A * N_A + N_A)  # noqa: F821
-    return _fd_ws(D, qa, qda, taua, wf, qdd, f, _work(0), np.empty(N_A, np.int64))  # noqa: F821
+    f = np.empty(S.STATE_SIZE + S.N_Z * S.N_Z + S.N_Z + S.N_Z * S.N_A + S.N_A * S.N_A + S.N_A)
+    return _fd_ws(F, D, qa, qda, taua, wf, qdd, f, _work(S, 0), np.empty(S.N_A, np.int64))
 
 
-@_noref  # noqa: F821
-def _fd_ws(D, qa, qda, taua, wf, qdd, f, WK, perm):
+@_noref
+def _fd_ws(F, D, qa, qda, taua, wf, qdd, f, WK, perm):
     """:func:`forward_dynamics` in the workspaces f (STATE_SIZE + N_Z N_Z + N_Z + N_Z N_A + N_A N_A
     + N_A,), WK (:func:`_work`, kind 0) and perm (N_A,) int64."""
-    z, zd, G, g0, DY = _state_arrays(f)
-    st = _state_ws(D, qa, qda, z, zd, G, g0, DY, WK)
+    S = _layout(D)
+    z, zd, G, g0, DY = _state_arrays(S, f)
+    st = _state_ws(F, D, qa, qda, z, zd, G, g0, DY, WK)
     if st != ST_OK:
         return st
-    o = STATE_SIZE  # noqa: F821
-    M = f[o:o + N_Z * N_Z].reshape((N_Z, N_Z))  # noqa: F821
-    o += N_Z * N_Z  # noqa: F821
-    b = f[o:o + N_Z]  # noqa: F821
-    o += N_Z  # noqa: F821
-    for i in range(N_Z):  # noqa: F821
-        for j in range(N_Z):  # noqa: F821
-            M[i, j] = DY[O_DY_M + i * N_Z + j]  # noqa: F821
-        M[i, i] += D[O_ARM + i]
-    for i in range(N_Z):  # noqa: F821
+    o = S.STATE_SIZE
+    M = f[o:o + S.N_Z * S.N_Z].reshape((S.N_Z, S.N_Z))
+    o += S.N_Z * S.N_Z
+    b = f[o:o + S.N_Z]
+    o += S.N_Z
+    for i in range(S.N_Z):
+        for j in range(S.N_Z):
+            M[i, j] = DY[S.O_DY_M + i * S.N_Z + j]
+        M[i, i] += D[S.O_ARM + i]
+    for i in range(S.N_Z):
         s = 0.0
-        for j in range(N_Z):  # noqa: F821
+        for j in range(S.N_Z):
             s += M[i, j] * g0[j]
-        b[i] = DY[O_DY_B + i] + s - wf[i]
-    MG = f[o:o + N_Z * N_A].reshape((N_Z, N_A))  # noqa: F821
-    o += N_Z * N_A  # noqa: F821
-    for i in range(N_Z):  # noqa: F821
-        for a in range(N_A):  # noqa: F821
+        b[i] = DY[S.O_DY_B + i] + s - wf[i]
+    MG = f[o:o + S.N_Z * S.N_A].reshape((S.N_Z, S.N_A))
+    o += S.N_Z * S.N_A
+    for i in range(S.N_Z):
+        for a in range(S.N_A):
             s = 0.0
-            for j in range(N_Z):  # noqa: F821
+            for j in range(S.N_Z):
                 s += M[i, j] * G[j, a]
             MG[i, a] = s
-    Mr = f[o:o + N_A * N_A].reshape((N_A, N_A))  # noqa: F821
-    rhs = f[o + N_A * N_A:o + N_A * N_A + N_A]  # noqa: F821
-    for a in range(N_A):  # noqa: F821
+    Mr = f[o:o + S.N_A * S.N_A].reshape((S.N_A, S.N_A))
+    rhs = f[o + S.N_A * S.N_A:o + S.N_A * S.N_A + S.N_A]
+    for a in range(S.N_A):
         s = 0.0
-        for i in range(N_Z):  # noqa: F821
+        for i in range(S.N_Z):
             s += G[i, a] * b[i]
         rhs[a] = taua[a] - s
-        for c in range(N_A):  # noqa: F821
+        for c in range(S.N_A):
             s = 0.0
-            for i in range(N_Z):  # noqa: F821
+            for i in range(S.N_Z):
                 s += G[i, a] * MG[i, c]
             Mr[a, c] = s
-    sgn, ok = _lu(Mr, N_A, perm)  # noqa: F821
+    sgn, ok = _lu(Mr, S.N_A, perm)
     if not ok:
         return ST_SINGULAR
-    _lu_solve(Mr, perm, N_A, rhs, qdd)  # noqa: F821
+    _lu_solve(Mr, perm, S.N_A, rhs, qdd)
     return ST_OK
+
+
+#: the entry kernels a model calls (:attr:`dynamics.mechanism.MechanismModel._k`, through the
+#: generated module's thin kernels) and their arguments after ``F``
+ENTRIES = {
+    "newton_passive": "qa, z0, D, z", "newton_ik": "X, z0, D, z", "configuration": "D, qa, z",
+    "inverse_configuration": "D, X, z", "forward_task": "D, qa, X", "inverse_q": "D, X, q",
+    "velocity_map": "D, z, G", "task_jacobian": "D, qa, J", "state": "D, qa, qda, z, zd, G, g0, DY",
+    "reduced": "D, qa, qda, Mr, h", "full_id": "D, z, zd, zdd, wf, out", "task_id": "D, X, Xd, Xdd, wf, out",
+    "inverse_dynamics": "D, qa, qda, qdda, wf, out", "forward_dynamics": "D, qa, qda, taua, wf, qdd",
+}
+
+
+def function_value(dispatcher, fntype):
+    """An intrinsic ``value()`` whose value is ``dispatcher`` compiled for ``fntype``'s signature,
+    as the first-class function value the entry kernels take (``fntype``: one of :data:`KIN`,
+    :data:`DYN`, :data:`TGAM`).
+
+    What numba does when it casts a jit function to its ``FunctionType`` (the function's C
+    wrapper and numba entry declared by their symbol names, its library linked in), without the
+    address of the Python object, which numba's cast keeps for a call through the interpreter
+    when there is no compiled version and which makes a kernel impossible to cache ("dynamic
+    globals").  There is always a compiled version here: the signature is compiled first."""
+
+    if numba.config.DISABLE_JIT:        # (plain Python: the function itself)
+        return lambda: dispatcher
+
+    @intrinsic
+    def value(typingctx):
+        def codegen(context, builder, signature, args):
+            toty = fntype.get_precise()
+            cres = dispatcher.get_compile_result(toty.signature)
+            voidptr = context.get_value_type(types.voidptr)
+            fn = cgutils.create_struct_proxy(toty)(context, builder)
+            fnty = context.get_value_type(toty.ftype).pointee
+            cwrap = cgutils.get_or_insert_function(builder.module, fnty, cres.fndesc.llvm_cfunc_wrapper_name)
+            fn.c_addr = builder.bitcast(cwrap, voidptr)
+            fn.py_addr = cgutils.get_null_value(voidptr)
+            fn.jit_addr = builder.bitcast(context.declare_function(builder.module, cres.fndesc), voidptr)
+            context.active_code_library.add_linking_library(cres.library)
+            return fn._getvalue()
+        return fntype(), codegen
+
+    return value
+
+
+#: the plain-Python copy of this module (:func:`kernels`), made once per process when needed
+_plain = None
+
+
+def kernels(module):
+    """This module (``module``) as a generated module calls it: the module itself, or while
+    numba's JIT is disabled (``NUMBA_DISABLE_JIT``, ``numba.config.DISABLE_JIT``) a copy whose
+    decorators did nothing (this file run again then), since this module's compiled kernels
+    take only compiled generated functions."""
+    global _plain
+    if not numba.config.DISABLE_JIT:
+        return module
+    if _plain is None:
+        mod = ModuleType(__name__ + "_plain")
+        mod.__file__, mod.__package__ = __file__, __package__
+        exec(compile(Path(__file__).read_text(encoding="utf-8"), __file__, "exec"), mod.__dict__)
+        _plain = mod
+    return _plain
+
+
+def compile_thin(namespace: dict) -> None:
+    """Compile a generated module's thin kernels (``namespace``: its globals) for their one
+    signature each, the entry kernel's arrays, and for no other (a call with other arrays raises
+    TypeError: :meth:`dynamics.mechanism.MechanismModel._fast`); without numba's warning that
+    first-class function values are experimental.  Nothing to do while numba's JIT is disabled."""
+    if numba.config.DISABLE_JIT:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumbaExperimentalFeatureWarning)
+        for kernel, sig in _ENTRIES:
+            thin = namespace[kernel.py_func.__name__]
+            thin.compile(sig.args[1:])
+            thin.disable_compile()
+
+
+def wrappers_source() -> str:
+    """The text the code generator appends to a generated module: its layout constants and one
+    thin kernel per entry, calling this module's with the module's own generated functions."""
+    lines = ["from dynamics import _mechanism_runtime as _rt", "", "_rt = _rt.kernels(_rt)",
+             "_L = _rt.layout_of(N_Z, N_C, N_A, N_T, N_P)",
+             "D_SIZE, DYN_SIZE, O_DY_M, O_DY_B, O_DY_L = _L.D_SIZE, _L.DYN_SIZE, _L.O_DY_M, _L.O_DY_B, _L.O_DY_L",
+             "O_WARM, O_WARMIK, O_WARMG = _L.O_WARM, _L.O_WARMIK, _L.O_WARMG",
+             "# the generated functions as the first-class function values the entry kernels take",
+             "_kin = _rt.function_value(kin_w, _rt.KIN)",
+             "_tkin = _rt.function_value(tkin_w, _rt.KIN)",
+             "_dyn = _rt.function_value(dyn_w, _rt.DYN)",
+             "_tgam = _rt.function_value(task_gamma_w, _rt.TGAM)", ""]
+    for name, args in ENTRIES.items():
+        lines += ["", "@_kernel", f"def {name}({args}):",
+                  f"    return _rt.{name}((_kin(), _tkin(), _dyn(), _tgam()), {args})", ""]
+    lines += ["", "_rt.compile_thin(globals())"]
+    return "\n".join(lines)
+
+
+if not numba.config.DISABLE_JIT:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumbaExperimentalFeatureWarning)
+        for _k, _sig in _ENTRIES:
+            _k.compile(_sig)
+            _k.disable_compile()
+    del _k, _sig
+
+_gate.release()

@@ -188,13 +188,18 @@ _ND = np.ndarray
 _ST_OK, _ST_NOFK, _ST_NOIK, _ST_TYPE2, _ST_SINGULAR, _ST_BADINPUT = range(6)
 
 
-def _model_array(p, act, pas, step_act, step_task, arm, sign2, sign1, home) -> np.ndarray:
+def _model_array(k, p, act, pas, step_act, step_task, arm, sign2, sign1, home) -> np.ndarray:
     """The one array ``D`` the entry kernels take (layout in :mod:`dynamics._mechanism_runtime`):
-    the parameters, the constants, the home configuration, the two warm starts (= home) and the
-    velocity map at the warm start (zeros: not known yet)."""
-    return np.concatenate([p, np.asarray(act, float), np.asarray(pas, float), step_act, step_task, arm,
-                           [sign2, sign1, NEWTON_TOL, NEWTON_ITER], home, home, home,
-                           np.zeros(len(home) * len(act))]).astype(float)
+    the parameters, the constants, the home configuration, the two warm starts (= home), the
+    velocity map at the warm start (zeros: not known yet), the Euler rows of the task and the
+    sizes of the generated module ``k``."""
+    D = np.concatenate([p, np.asarray(act, float), np.asarray(pas, float), step_act, step_task, arm,
+                        [sign2, sign1, NEWTON_TOL, NEWTON_ITER], home, home, home,
+                        np.zeros(len(home) * len(act)), np.asarray(k.T_WRAP, float),
+                        [k.N_Z, k.N_C, k.N_A, k.N_T, k.N_P]]).astype(float)
+    if D.size != k.D_SIZE:
+        raise AssertionError(f"model array of {D.size} entries, the kernels' layout has {k.D_SIZE}")
+    return D
 
 
 @dataclass(frozen=True)
@@ -275,10 +280,9 @@ class MechanismModel(ParallelModel):
         self._k = self.generated.kernels
         # the kernels' array: parameters, constants, and the last forward / inverse kinematics
         # solutions, continued from by the next call (the kernels update them in place)
-        self._D = _model_array(self._p, self._act, self._pas, np.where(self._rev[self._act], 0.1, 0.01),
+        self._D = _model_array(self._k, self._p, self._act, self._pas, np.where(self._rev[self._act], 0.1, 0.01),
                                np.where(self._task_ang, 0.1, 0.01), self._arm, self._home_sign2,
                                self._home_sign1, spec.home)
-        assert self._D.size == self._k.D_SIZE
         self._nowrench = np.zeros(n)
         self._zero_qd = np.zeros(self._na)
         self._nid = self._na + self._m + n        # the inverse dynamics kernel's [tau, lam, z]
@@ -995,7 +999,9 @@ class MechanismModel(ParallelModel):
 
     def _full_id(self, z, zd, zdd, wrench):
         out = np.empty(self._na + self._m)
-        st = self._k.full_id(self._D, z, zd, zdd, self._wrench_force(z, wrench), out)
+        z, zd, zdd = (np.ascontiguousarray(x, dtype=float) for x in (z, zd, zdd))
+        st = self._k.full_id(self._D, z, zd, zdd, np.ascontiguousarray(self._wrench_force(z, wrench), dtype=float),
+                             out)
         if st:
             self._raise(st, "inverse dynamics", [(z[self._act], self._na, "q")])
         return out[:self._na], out[self._na:]
@@ -1414,7 +1420,7 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
         # refine the home configuration (actuated values held) to the Newton tolerance
         pas = [i for i in range(n) if i not in set(act)]
         zh = np.empty(n)
-        D = _model_array(params, act, pas, np.zeros(len(act)), np.zeros(len(coords)), np.zeros(n), 0.0, 0.0, z0)
+        D = _model_array(gen.kernels, params, act, pas, np.zeros(len(act)), np.zeros(len(coords)), np.zeros(n), 0.0, 0.0, z0)
         if not gen.kernels.newton_passive(z0[list(act)], z0.copy(), D, zh):
             raise root.error("joints", "the closures cannot be solved near the home values (a type-2 "
                                        "singularity or a loop far from closing)")

@@ -496,6 +496,24 @@ def test_bad_mechanism_file_exits_2_from_check(tmp_path):
 
 
 # ------------------------------------------------------------------------------ the code cache
+def test_the_entry_kernels_are_compiled_once_for_every_mechanism(rrr, fivebar):
+    """A generated file holds its own functions and thin kernels only: the Newton solves and
+    dynamics are dynamics._mechanism_runtime's, one compiled version (for the generated
+    functions as first-class function values) that every mechanism calls, so that a new
+    geometry does not compile them again (~25 s each)."""
+    from dynamics import _mechanism_runtime as rt
+
+    mech = rrr[1]
+    for m in (mech, fivebar):
+        src = Path(m.generated.kernels.__file__).read_text(encoding="utf-8")
+        assert "def _newton(" not in src and "def _lu(" not in src
+        assert m.generated.kernels._rt is rt
+    assert mech.generated.digest != fivebar.generated.digest
+    for name in rt.ENTRIES:
+        kernel = getattr(rt, name)
+        assert len(kernel.signatures) == 1 and kernel.signatures[0][0] == rt.FNS, name
+
+
 def test_generated_code_is_cached_by_digest_and_a_damaged_entry_is_replaced(tmp_path, monkeypatch):
     import numba
 
