@@ -44,19 +44,17 @@ which cost minutes on the delta); the single quantities (``phi``, ``phi_q``, ``t
 ``task_q``, ``phi_gamma``, ``mass``, ``bias``, ``lamc``) are Python functions of slices of
 them (``PARTS`` in the generated file; the arguments a part does not take are zeros).
 
-After them the generated file holds its layout constants and one thin kernel per entry kernel
-of :mod:`dynamics._mechanism_runtime` (the Newton solves of the closures, the velocity map,
-inverse and forward dynamics), which calls it with the file's ``kin``, ``tkin``, ``dyn`` and
-``task_gamma`` as first-class function values: the entry kernels are compiled once per machine
-(when that module is first imported), not for each mechanism.  numba keeps the generated file's
-cache entries in ``<cache>/__pycache__`` and checks them against the file; the thin kernels'
-entries hold the entry kernels' machine code, so the digest (the file's name) covers the code
-generator's version, the geometry and the runtime's text: a change of any of them names a new
-file, never a stale cache entry.  The file is loaded as a module registered in ``sys.modules``
-under a name given by the digest (numba finds a cached function's module by name).  On this
-project's 2-core machine the entry kernels compile in about 55 s, once; a new mechanism's file
-then compiles in 21 s (the delta robot's; 47 s when each file compiled its own copy of the entry
-kernels); loading from numba's cache takes about 1 s.
+The Newton solves of the closures, the velocity map, inverse and forward dynamics are the entry
+kernels of :mod:`dynamics._mechanism_runtime`, compiled once per machine (when that module is
+first imported), not for each mechanism: they call a model's ``kin``, ``tkin``, ``dyn`` and
+``task_gamma`` through their addresses.  numba keeps the generated file's cache entries in
+``<cache>/__pycache__`` and checks them against the file; the digest (the file's name) covers the
+code generator's version and the geometry: a change of either names a new file, never a stale
+cache entry.  The file is loaded as a module registered in ``sys.modules`` under a name given by
+the digest (numba finds a cached function's module by name).  On this project's 2-core machine
+the entry kernels compile in about 40 s, once; a new mechanism's file then compiles its functions
+in about 10 s (the delta robot's; 47 s when each file compiled its own copy of the entry kernels);
+loading from numba's cache takes about 1 s.
 
 The source is written to ``<cache>/mechanism-<digest>.py`` atomically
 (:func:`dynamics._kernel_cache.write_atomic`: a temporary file in the same folder, then
@@ -93,7 +91,7 @@ __all__ = ["derive", "derive_regressor", "Generated", "CODEGEN_VERSION", "cache_
 PHASES: dict = {}
 
 #: changes the digest whenever the generated code's form changes
-CODEGEN_VERSION = 8
+CODEGEN_VERSION = 9
 
 #: the joint types with more than one coordinate (the others have one)
 COORDINATES = {"universal": 2, "spherical": 3}
@@ -165,20 +163,13 @@ def compile_lock(dg: str):
                 os.close(fd)        # releases the flock
 
 
-def _runtime_text() -> str:
-    """The entry kernels' source (:mod:`dynamics._mechanism_runtime`): part of every generated
-    file's digest, since the generated file's thin kernels keep their machine code."""
-    return (Path(__file__).with_name("_mechanism_runtime.py")).read_text(encoding="utf-8")
-
-
 def digest_of(spec: dict) -> str:
-    """sha256 of the derivation's input (structure and geometry, not the inertial values), the
-    code generator's version and the entry kernels' source (:mod:`dynamics._mechanism_runtime`):
-    a change of any of them names a new generated file, so numba's cache of a generated file
-    (checked against that file alone) never outlives its sources."""
-    blob = json.dumps({"v": CODEGEN_VERSION, "spec": spec,
-                       "runtime": hashlib.sha256(_runtime_text().encode()).hexdigest()},
-                      sort_keys=True, separators=(",", ":"))
+    """sha256 of the derivation's input (structure and geometry, not the inertial values) and the
+    code generator's version: a change of either names a new generated file, so numba's cache of
+    a generated file (checked against that file alone) never outlives its sources.  (The entry
+    kernels, :mod:`dynamics._mechanism_runtime`, are not in the file: they call its functions
+    through their addresses, and their own cache is kept with the package's kernels.)"""
+    blob = json.dumps({"v": CODEGEN_VERSION, "spec": spec}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -531,9 +522,6 @@ def _generate(spec: dict) -> str:
     PHASES.update({k: round(t - marks[i][1], 3) for i, (k, t) in enumerate(marks[1:])})
     out.append(f"GENERATED = {names!r}")
     out.append(f"PARTS = {parts!r}")
-    from ._mechanism_runtime import wrappers_source
-
-    out.append(wrappers_source())
     return "\n".join(out) + "\n"
 
 

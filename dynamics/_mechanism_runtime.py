@@ -1,19 +1,15 @@
 """Compiled entry kernels of a mechanism model, compiled once for every mechanism.
 
 A mechanism's generated module (:mod:`dynamics._mechanism_derive`) holds its generated
-functions (``kin_w``, ``tkin_w``, ``dyn_w``, ``task_gamma_w``: the fused forms, layouts below)
-and thin kernels (:data:`WRAPPERS`) that call the entry kernels of this module with those four
-functions as first-class function values (numba's ``FunctionType``: a call through their
-address).  The entry kernels are compiled for that type with explicit signatures, when this
-module is first imported on a machine (then loaded from numba's cache), and not again for
-each mechanism: a new mechanism compiles only its generated functions and the thin kernels.
-The sizes of a mechanism are read from its model array ``D`` (the last five entries), not
-compiled in.
-
-The sha256 of this file is part of a generated file's digest (its name,
-:func:`dynamics._mechanism_derive.digest_of`): the thin kernels' cache entries hold the machine
-code of these kernels, and numba checks a cache entry against its own file only, so a change of
-this file names a new generated file, never a stale cache entry.
+functions (``kin_w``, ``tkin_w``, ``dyn_w``, ``task_gamma_w``: the fused forms, layouts below).
+The entry kernels here call them as first-class function values made from their numba entry
+points, which the model passes in an int64 array ``P`` (:func:`addresses`), and read the sizes
+of the mechanism from its model array ``D`` (the last five entries): nothing of a particular
+mechanism is compiled in.  So the entry kernels are compiled once per machine, with explicit
+signatures, when this module is first imported (then loaded from numba's cache), and a new
+mechanism compiles only its generated functions.  ``P`` holds addresses of this process: a
+model makes it when it is built (a pickled model is built again, see
+:meth:`dynamics.mechanism.MechanismModel.__reduce__`).
 
 Names the generated module defines::
 
@@ -150,27 +146,80 @@ _A2 = types.float64[:, ::1]
 KIN = types.FunctionType(types.none(_A1, _A1))
 DYN = types.FunctionType(types.none(_A1, _A1, _A1, _A1))
 TGAM = types.FunctionType(types.none(_A1, _A1, _A1))
-#: the type of the entry kernels' first argument ``F``: (kin_w, tkin_w, dyn_w, task_gamma_w)
-#: (numba warns that first-class function types are experimental, at each use of them in a
-#: type or a compilation: here and in :func:`_entry`, the uses the tests run)
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", NumbaExperimentalFeatureWarning)
-    FNS = types.Tuple((KIN, KIN, DYN, TGAM))
+#: (numba warns that first-class function types are experimental, at each use of them in a type
+#: or a compilation: here and where the entry kernels are compiled, the uses the tests run)
 _I64, _F64, _B = types.int64, types.float64, types.boolean
-
+_P = types.int64[::1]
 
 #: the entry kernels and their signatures, compiled at the end of the module (:func:`_entry`)
 _ENTRIES: list = []
 
 
 def _entry(ret, *arrays):
-    """An entry kernel for ``F`` (:data:`FNS`), then ``arrays``: compiled for that signature at
-    the end of the module (once every function it calls is defined), and for no other."""
+    """An entry kernel for ``P`` (the generated functions' addresses: :func:`addresses`), then
+    ``arrays``: compiled for that signature at the end of the module (once every function it
+    calls is defined), and for no other."""
     def decorate(fn):
         kernel = _kernel(fn)
-        _ENTRIES.append((kernel, ret(FNS, *arrays)))
+        _ENTRIES.append((kernel, ret(_P, *arrays)))
         return kernel
     return decorate
+
+
+def _function_at(fntype):
+    """An intrinsic ``at(addr)``: the generated function whose numba entry point is at ``addr``
+    (int64, :func:`addresses`) as a first-class function value of type ``fntype`` (what numba
+    builds when it casts a jit function to its ``FunctionType``, the address taken at run time:
+    nothing of a particular mechanism is compiled in)."""
+
+    @intrinsic
+    def at(typingctx, addr):
+        if addr != types.int64:
+            return None
+
+        def codegen(context, builder, signature, args):
+            toty = fntype.get_precise()
+            voidptr = context.get_value_type(types.voidptr)
+            fn = cgutils.create_struct_proxy(toty)(context, builder)
+            fn.c_addr = cgutils.get_null_value(voidptr)
+            fn.py_addr = cgutils.get_null_value(voidptr)
+            fn.jit_addr = builder.inttoptr(args[0], voidptr)
+            return fn._getvalue()
+        return fntype(types.int64), codegen
+
+    return at
+
+
+if numba.config.DISABLE_JIT:
+    #: (plain Python: the generated functions by the ids :func:`addresses` gives them)
+    _BY_ID: dict = {}
+
+    def _kin_at(addr):
+        return _BY_ID[int(addr)]
+
+    _dyn_at = _tgam_at = _kin_at
+else:
+    _kin_at, _dyn_at, _tgam_at = _function_at(KIN), _function_at(DYN), _function_at(TGAM)
+
+
+def addresses(kin_w, tkin_w, dyn_w, task_gamma_w) -> np.ndarray:
+    """``P``, the entry kernels' first argument: the numba entry points of a generated module's
+    ``kin_w``, ``tkin_w``, ``dyn_w`` and ``task_gamma_w``, compiled for their types (:data:`KIN`,
+    :data:`DYN`, :data:`TGAM`) first (int64 (4,)); valid in this process only, while the functions
+    live (the model keeps its generated module).  While numba's JIT is disabled: ids of the plain
+    functions, which this (plain) module keeps."""
+    fns = (kin_w, tkin_w, dyn_w, task_gamma_w)
+    if numba.config.DISABLE_JIT:
+        for f in fns:
+            _BY_ID[id(f)] = f
+        return np.array([id(f) for f in fns], dtype=np.int64)
+    out = np.empty(4, dtype=np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumbaExperimentalFeatureWarning)
+        for i, (f, ft) in enumerate(zip(fns, (KIN, KIN, DYN, TGAM))):
+            cres = f.get_compile_result(ft.signature)
+            out[i] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+    return out
 
 
 @_inline
@@ -249,10 +298,10 @@ def _maxabs(r, k):
 
 
 @_inline
-def _kin_lu(F, S, z, D, KP, B, perm):
+def _kin_lu(P, S, z, D, KP, B, perm):
     """KP = kin(z); B = the passive columns of phi_z, LU-factored (row permutation into perm):
     (sign, ok)."""
-    F[0](z, KP)
+    _kin_at(P[0])(z, KP)
     for i in range(S.N_C):
         for j in range(S.N_C):
             B[i, j] = KP[S.N_C + i * S.N_Z + int(D[S.O_PAS + j])]
@@ -271,20 +320,20 @@ def _finite(x, k):
 
 
 @_inline
-def _residual_lu(F, S, kind, z, target, D, r, A, KP, TK, perm):
+def _residual_lu(P, S, kind, z, target, D, r, A, KP, TK, perm):
     """kind 0: r = phi(z) (N_C,) and A = B, the passive columns of phi_z; kind 1: r = [phi(z);
     task(z) - target] (N_Z,) and A = K = [phi_z; task_z]; A LU-factored (row permutation into
     perm), KP = kin(z) (and kind 1: TK = tkin(z)): (sign, ok)."""
     if kind == 1:
-        return _ik_lu(F, S, D, z, target, A, r, KP, TK, perm)
-    sgn, ok = _kin_lu(F, S, z, D, KP, A, perm)
+        return _ik_lu(P, S, D, z, target, A, r, KP, TK, perm)
+    sgn, ok = _kin_lu(P, S, z, D, KP, A, perm)
     for i in range(S.N_C):
         r[i] = KP[i]
     return sgn, ok
 
 
 @_noref
-def _newton(F, kind, target, z0, D, z, WK):
+def _newton(P, kind, target, z0, D, z, WK):
     """Newton from z0 into z: kind 0 on phi(z) = 0 over the passive coordinates with z[act] =
     target (actuated coordinates); kind 1 on [phi(z); task(z) - target] = 0 over every
     coordinate (target: task coordinates).  ``WK``: the workspace (:func:`_work`).  Returns
@@ -301,7 +350,7 @@ def _newton(F, kind, target, z0, D, z, WK):
         for a in range(S.N_A):
             z[int(D[S.O_ACT + a])] = target[a]
     for _ in range(int(D[S.O_ITER])):
-        sgn, ok = _residual_lu(F, S, kind, z, target, D, r, A, KP, TK, perm)
+        sgn, ok = _residual_lu(P, S, kind, z, target, D, r, A, KP, TK, perm)
         err = _maxabs(r, k)
         if not math.isfinite(err) or not ok:
             return 0.0, False
@@ -315,7 +364,7 @@ def _newton(F, kind, target, z0, D, z, WK):
                 same = False
         if err <= tol:       # one step past the tolerance: the error is then ~ its square
             return sgn, same
-    sgn, ok = _residual_lu(F, S, kind, z, target, D, r, A, KP, TK, perm)
+    sgn, ok = _residual_lu(P, S, kind, z, target, D, r, A, KP, TK, perm)
     if not _maxabs(r, k) <= tol or not ok:
         return 0.0, False
     return sgn, True
@@ -337,19 +386,19 @@ def _work(S, kind):
 
 
 @_entry(_F64, _A1, _A1, _A1, _A1)
-def newton_passive(F, qa, z0, D, z):
+def newton_passive(P, qa, z0, D, z):
     """:func:`_newton` on the closures for the actuated qa (kind 0)."""
-    return _newton(F, 0, qa, z0, D, z, _work(_layout(D), 0))[0]
+    return _newton(P, 0, qa, z0, D, z, _work(_layout(D), 0))[0]
 
 
 @_entry(_F64, _A1, _A1, _A1, _A1)
-def newton_ik(F, X, z0, D, z):
+def newton_ik(P, X, z0, D, z):
     """:func:`_newton` on the closures and the task for the task pose X (kind 1)."""
-    return _newton(F, 1, X, z0, D, z, _work(_layout(D), 1))[0]
+    return _newton(P, 1, X, z0, D, z, _work(_layout(D), 1))[0]
 
 
 @_noref
-def _continue(F, kind, target, z0, D, z, WK, pred):
+def _continue(P, kind, target, z0, D, z, WK, pred):
     """:func:`_newton` continued from z0 to ``target`` in steps of at most step_a (kind 0) or
     step_t (kind 1), each keeping the home sign of det(B) (kind 0: the assembly mode) or det(K)
     (kind 1: the working mode); into z: (True on success, fresh of the last :func:`_newton`).
@@ -367,7 +416,7 @@ def _continue(F, kind, target, z0, D, z, WK, pred):
         o_step, sign = S.O_STEPA, D[S.O_SIGN2]
     else:
         TK = WK[4]
-        F[1](z0, TK)
+        _kin_at(P[1])(z0, TK)
         for i in range(S.N_T):
             start[i] = TK[i]
             xs[i] = _task_diff(D, S, target[i], TK[i], i)   # (an Euler angle: the short way)
@@ -386,9 +435,9 @@ def _continue(F, kind, target, z0, D, z, WK, pred):
                 for a in range(S.N_A):
                     s += D[S.O_WARMG + i * S.N_A + a] * (target[a] - start[a])
                 zp[i] = s
-            sg, fresh = _newton(F, kind, target, zp, D, z, WK)
+            sg, fresh = _newton(P, kind, target, zp, D, z, WK)
         else:
-            sg, fresh = _newton(F, kind, target, z0, D, z, WK)
+            sg, fresh = _newton(P, kind, target, z0, D, z, WK)
         return sg == sign, fresh
     zc = WK[7]
     dx = WK[6]      # (the whole move; WK[6] is free here: the predictor is not used)
@@ -400,7 +449,7 @@ def _continue(F, kind, target, z0, D, z, WK, pred):
     for s in range(1, k + 1):
         for i in range(k_n):
             xs[i] = start[i] + dx[i] * s / k
-        sg, fresh = _newton(F, kind, xs, zc, D, z, WK)
+        sg, fresh = _newton(P, kind, xs, zc, D, z, WK)
         if sg != sign:
             return False, False
         for i in range(S.N_Z):
@@ -409,7 +458,7 @@ def _continue(F, kind, target, z0, D, z, WK, pred):
 
 
 @_noref
-def _solve_ws(F, kind, D, target, z, WK):
+def _solve_ws(P, kind, D, target, z, WK):
     """Full configuration z for ``target`` (kind 0: actuated coordinates; 1: task coordinates):
     :func:`_continue` from the last solution (warm or warm_ik, updated), then from the home
     configuration, in the workspace WK (:func:`_work`); (status, fresh of :func:`_newton`)."""
@@ -417,9 +466,9 @@ def _solve_ws(F, kind, D, target, z, WK):
     if not _finite(target, S.N_A if kind == 0 else S.N_T):
         return ST_BADINPUT, False
     o_warm = S.O_WARM if kind == 0 else S.O_WARMIK
-    ok, fresh = _continue(F, kind, target, D[o_warm:o_warm + S.N_Z], D, z, WK, kind == 0)
+    ok, fresh = _continue(P, kind, target, D[o_warm:o_warm + S.N_Z], D, z, WK, kind == 0)
     if not ok:
-        ok, fresh = _continue(F, kind, target, D[S.O_HOME:S.O_HOME + S.N_Z], D, z, WK, False)
+        ok, fresh = _continue(P, kind, target, D[S.O_HOME:S.O_HOME + S.N_Z], D, z, WK, False)
         if not ok:
             return (ST_NOFK if kind == 0 else ST_NOIK), False
     for i in range(S.N_Z):
@@ -431,49 +480,49 @@ def _solve_ws(F, kind, D, target, z, WK):
 
 
 @_kernel
-def _solve(F, kind, D, target, z):
+def _solve(P, kind, D, target, z):
     """:func:`_solve_ws` in a new workspace; status."""
-    return _solve_ws(F, kind, D, target, z, _work(_layout(D), kind))[0]
+    return _solve_ws(P, kind, D, target, z, _work(_layout(D), kind))[0]
 
 
 @_entry(_I64, _A1, _A1, _A1)
-def configuration(F, D, qa, z):
+def configuration(P, D, qa, z):
     """Full configuration z for the actuated qa in the home assembly mode; status."""
-    return _solve(F, 0, D, qa, z)
+    return _solve(P, 0, D, qa, z)
 
 
 @_entry(_I64, _A1, _A1, _A1)
-def inverse_configuration(F, D, X, z):
+def inverse_configuration(P, D, X, z):
     """Full configuration z for the task pose X in the home working mode; status."""
-    return _solve(F, 1, D, X, z)
+    return _solve(P, 1, D, X, z)
 
 
 @_kernel
-def _task_at(F, D, qa, z, TK):
+def _task_at(P, D, qa, z, TK):
     """z: the configuration at the actuated qa (:func:`configuration`), TK = tkin(z); status."""
-    st = configuration(F, D, qa, z)
+    st = configuration(P, D, qa, z)
     if st == ST_OK:
-        F[1](z, TK)
+        _kin_at(P[1])(z, TK)
     return st
 
 
 @_entry(_I64, _A1, _A1, _A1)
-def forward_task(F, D, qa, X):
+def forward_task(P, D, qa, X):
     """Task coordinates X (N_T,) at the actuated qa (:func:`configuration`); status."""
     S = _layout(D)
     TK = np.empty(S.TKIN_SIZE)
-    st = _task_at(F, D, qa, np.empty(S.N_Z), TK)
+    st = _task_at(P, D, qa, np.empty(S.N_Z), TK)
     if st == ST_OK:
         X[:] = TK[:S.N_T]
     return st
 
 
 @_noref
-def _ik_lu(F, S, D, z, X, K, r, KP, TK, perm):
+def _ik_lu(P, S, D, z, X, K, r, KP, TK, perm):
     """r = [phi(z); task(z) - X] and K = [phi_z; task_z] (N_Z, N_Z) at z, LU-factored (row
     permutation into perm), KP = kin(z), TK = tkin(z): (sign, ok)."""
-    F[0](z, KP)
-    F[1](z, TK)
+    _kin_at(P[0])(z, KP)
+    _kin_at(P[1])(z, TK)
     for i in range(S.N_C):
         r[i] = KP[i]
         for j in range(S.N_Z):
@@ -486,11 +535,11 @@ def _ik_lu(F, S, D, z, X, K, r, KP, TK, perm):
 
 
 @_entry(_I64, _A1, _A1, _A1)
-def inverse_q(F, D, X, q):
+def inverse_q(P, D, X, q):
     """Actuated coordinates q (N_A,) for the task pose X (:func:`inverse_configuration`); status."""
     S = _layout(D)
     z = np.empty(S.N_Z)
-    st = inverse_configuration(F, D, X, z)
+    st = inverse_configuration(P, D, X, z)
     if st != ST_OK:
         return st
     for a in range(S.N_A):
@@ -515,12 +564,12 @@ def _fill_g(D, KP, B, perm, G, col, x):
 
 
 @_entry(_B, _A1, _A1, _A2)
-def velocity_map(F, D, z, G):
+def velocity_map(P, D, z, G):
     """G (N_Z, N_A) with zd = G qd at z; False at a singular B."""
     S = _layout(D)
     WK = _work(S, 0)
     r, B, dx, KP, perm = WK[0], WK[1], WK[2], WK[3], WK[5]
-    sgn, ok = _kin_lu(F, S, z, D, KP, B, perm)
+    sgn, ok = _kin_lu(P, S, z, D, KP, B, perm)
     if not ok:
         return False
     _fill_g(D, KP, B, perm, G, r, dx)
@@ -528,16 +577,16 @@ def velocity_map(F, D, z, G):
 
 
 @_entry(_I64, _A1, _A1, _A2)
-def task_jacobian(F, D, qa, J):
+def task_jacobian(P, D, qa, J):
     """J (N_T, N_A) with Xd = J qd: the task Jacobian task_z G at the configuration of qa; status."""
     S = _layout(D)
     z = np.empty(S.N_Z)
     TK = np.empty(S.TKIN_SIZE)
-    st = _task_at(F, D, qa, z, TK)
+    st = _task_at(P, D, qa, z, TK)
     if st != ST_OK:
         return st
     G = np.empty((S.N_Z, S.N_A))
-    if not velocity_map(F, D, z, G):
+    if not velocity_map(P, D, z, G):
         return ST_TYPE2
     for i in range(S.N_T):
         for a in range(S.N_A):
@@ -549,23 +598,23 @@ def task_jacobian(F, D, qa, J):
 
 
 @_entry(_I64, _A1, _A1, _A1, _A1, _A1, _A2, _A1, _A1)
-def state(F, D, qa, qda, z, zd, G, g0, DY):
+def state(P, D, qa, qda, z, zd, G, g0, DY):
     """z, zd = G qd, G, g0 (zdd = G qdd + g0) and DY = dyn(z, zd) at the actuated state; status."""
-    return _state_ws(F, D, qa, qda, z, zd, G, g0, DY, _work(_layout(D), 0))
+    return _state_ws(P, D, qa, qda, z, zd, G, g0, DY, _work(_layout(D), 0))
 
 
 @_noref
-def _state_ws(F, D, qa, qda, z, zd, G, g0, DY, WK):
+def _state_ws(P, D, qa, qda, z, zd, G, g0, DY, WK):
     """:func:`state` in the workspace WK (:func:`_work`, kind 0)."""
     S = _layout(D)
     if not _finite(qda, S.N_A):
         return ST_BADINPUT
-    st, fresh = _solve_ws(F, 0, D, qa, z, WK)
+    st, fresh = _solve_ws(P, 0, D, qa, z, WK)
     if st != ST_OK:
         return st
     r, B, x, KP, perm = WK[0], WK[1], WK[2], WK[3], WK[5]
     if not fresh:           # (else B's LU and kin are those of z: Newton's last ones)
-        sgn, ok = _kin_lu(F, S, z, D, KP, B, perm)
+        sgn, ok = _kin_lu(P, S, z, D, KP, B, perm)
         if not ok:
             return ST_TYPE2
     _fill_g(D, KP, B, perm, G, r, x)
@@ -577,7 +626,7 @@ def _state_ws(F, D, qa, qda, z, zd, G, g0, DY, WK):
         for a in range(S.N_A):
             s += G[i, a] * qda[a]
         zd[i] = s
-    F[2](z, zd, D, DY)
+    _dyn_at(P[2])(z, zd, D, DY)
     for i in range(S.N_Z):
         g0[i] = 0.0
     _lu_solve(B, perm, S.N_C, DY, x)  # (DY[:N_C] = gamma)
@@ -587,11 +636,11 @@ def _state_ws(F, D, qa, qda, z, zd, G, g0, DY, WK):
 
 
 @_kernel
-def _new_state(F, D, qa, qda):
+def _new_state(P, D, qa, qda):
     """(status, z, zd, G, g0, DY) of :func:`state`, views of one new array."""
     S = _layout(D)
     z, zd, G, g0, DY = _state_arrays(S, np.empty(S.STATE_SIZE))
-    st = state(F, D, qa, qda, z, zd, G, g0, DY)
+    st = state(P, D, qa, qda, z, zd, G, g0, DY)
     return st, z, zd, G, g0, DY
 
 
@@ -604,11 +653,11 @@ def _state_arrays(S, f):
 
 
 @_entry(_I64, _A1, _A1, _A1, _A2, _A1)
-def reduced(F, D, qa, qda, Mr, h):
+def reduced(P, D, qa, qda, Mr, h):
     """The actuated-space dynamics at (qa, qda): Mr (N_A, N_A) = G^T M G (armature included)
     and h (N_A,) = G^T (M g0 + b); status."""
     S = _layout(D)
-    st, z, zd, G, g0, DY = _new_state(F, D, qa, qda)
+    st, z, zd, G, g0, DY = _new_state(P, D, qa, qda)
     if st != ST_OK:
         return st
     MG = np.zeros((S.N_Z, S.N_A))
@@ -680,16 +729,16 @@ def _id_from_ws(D, DY, zdd, wf, out, f, perm):
 
 
 @_entry(_I64, _A1, _A1, _A1, _A1, _A1, _A1)
-def full_id(F, D, z, zd, zdd, wf, out):
+def full_id(P, D, z, zd, zdd, wf, out):
     """out = [tau (N_A,), lam (N_C,)] for the full motion (z, zd, zdd) and the generalised force
     ``wf`` (N_Z,) of a wrench; status."""
     DY = np.empty(_layout(D).DYN_SIZE)
-    F[2](z, zd, D, DY)
+    _dyn_at(P[2])(z, zd, D, DY)
     return _id_from(D, DY, zdd, wf, out)
 
 
 @_entry(_I64, _A1, _A1, _A1, _A1, _A1, _A1)
-def task_id(F, D, X, Xd, Xdd, wf, out):
+def task_id(P, D, X, Xd, Xdd, wf, out):
     """out = [tau (N_A,), lam (N_C,)] for the task motion (X, Xd, Xdd): the configuration by
     inverse kinematics, zd and zdd from ``[phi_z; task_z] zd = [0; Xd]`` and its time
     derivative, then :func:`_id_from`; status."""
@@ -698,12 +747,12 @@ def task_id(F, D, X, Xd, Xdd, wf, out):
         return ST_BADINPUT
     z = np.empty(S.N_Z)
     WK = _work(S, 1)
-    st, fresh = _solve_ws(F, 1, D, X, z, WK)
+    st, fresh = _solve_ws(P, 1, D, X, z, WK)
     if st != ST_OK:
         return st
     r, K, KP, TK, perm = WK[0], WK[1], WK[3], WK[4], WK[5]
     if not fresh:           # (else K's LU is that of z: Newton's last one)
-        sgn, ok = _ik_lu(F, S, D, z, X, K, r, KP, TK, perm)
+        sgn, ok = _ik_lu(P, S, D, z, X, K, r, KP, TK, perm)
         if not ok:
             return ST_SINGULAR
     b = np.zeros(S.N_Z)
@@ -712,9 +761,9 @@ def task_id(F, D, X, Xd, Xdd, wf, out):
     zd = np.empty(S.N_Z)
     _lu_solve(K, perm, S.N_Z, b, zd)
     DY = np.empty(S.DYN_SIZE)
-    F[2](z, zd, D, DY)
+    _dyn_at(P[2])(z, zd, D, DY)
     TG = np.empty(S.N_T)
-    F[3](z, zd, TG)
+    _tgam_at(P[3])(z, zd, TG)
     for i in range(S.N_C):
         b[i] = -DY[i]     # gamma = d/dt(phi_z) zd
     for i in range(S.N_T):
@@ -725,7 +774,7 @@ def task_id(F, D, X, Xd, Xdd, wf, out):
 
 
 @_entry(_I64, _A1, _A1, _A1, _A1, _A1, _A1)
-def inverse_dynamics(F, D, qa, qda, qdda, wf, out):
+def inverse_dynamics(P, D, qa, qda, qdda, wf, out):
     """out = tau (N_A,), or [tau (N_A,), lam (N_C,), z (N_Z,)], for the actuated motion; status.
     ``wf``: the generalised force of a wrench (N_Z,)."""
     S = _layout(D)
@@ -733,16 +782,16 @@ def inverse_dynamics(F, D, qa, qda, qdda, wf, out):
             out.shape[0] != S.N_A and out.shape[0] != S.N_A + S.N_C + S.N_Z):
         return ST_BADINPUT
     f = np.empty(S.STATE_SIZE + S.N_Z + S.N_C * S.N_C + 2 * S.N_C)
-    return _id_ws(F, D, qa, qda, qdda, wf, out, f, _work(S, 0))
+    return _id_ws(P, D, qa, qda, qdda, wf, out, f, _work(S, 0))
 
 
 @_noref
-def _id_ws(F, D, qa, qda, qdda, wf, out, f, WK):
+def _id_ws(P, D, qa, qda, qdda, wf, out, f, WK):
     """:func:`inverse_dynamics` in the workspaces f (STATE_SIZE + N_Z + N_C N_C + 2 N_C,) and WK
     (:func:`_work`, kind 0)."""
     S = _layout(D)
     z, zd, G, g0, DY = _state_arrays(S, f)
-    st = _state_ws(F, D, qa, qda, z, zd, G, g0, DY, WK)
+    st = _state_ws(P, D, qa, qda, z, zd, G, g0, DY, WK)
     if st != ST_OK:
         return st
     for i in range(S.N_Z):
@@ -758,22 +807,22 @@ def _id_ws(F, D, qa, qda, qdda, wf, out, f, WK):
 
 
 @_entry(_I64, _A1, _A1, _A1, _A1, _A1, _A1)
-def forward_dynamics(F, D, qa, qda, taua, wf, qdd):
+def forward_dynamics(P, D, qa, qda, taua, wf, qdd):
     """qdd (N_A,) solving G^T M G qdd = tau - G^T (M g0 + b) + G^T wf; status."""
     S = _layout(D)
     if not _finite(taua, S.N_A) or wf.shape[0] != S.N_Z or qdd.shape[0] != S.N_A:
         return ST_BADINPUT
     f = np.empty(S.STATE_SIZE + S.N_Z * S.N_Z + S.N_Z + S.N_Z * S.N_A + S.N_A * S.N_A + S.N_A)
-    return _fd_ws(F, D, qa, qda, taua, wf, qdd, f, _work(S, 0), np.empty(S.N_A, np.int64))
+    return _fd_ws(P, D, qa, qda, taua, wf, qdd, f, _work(S, 0), np.empty(S.N_A, np.int64))
 
 
 @_noref
-def _fd_ws(F, D, qa, qda, taua, wf, qdd, f, WK, perm):
+def _fd_ws(P, D, qa, qda, taua, wf, qdd, f, WK, perm):
     """:func:`forward_dynamics` in the workspaces f (STATE_SIZE + N_Z N_Z + N_Z + N_Z N_A + N_A N_A
     + N_A,), WK (:func:`_work`, kind 0) and perm (N_A,) int64."""
     S = _layout(D)
     z, zd, G, g0, DY = _state_arrays(S, f)
-    st = _state_ws(F, D, qa, qda, z, zd, G, g0, DY, WK)
+    st = _state_ws(P, D, qa, qda, z, zd, G, g0, DY, WK)
     if st != ST_OK:
         return st
     o = S.STATE_SIZE
@@ -817,8 +866,8 @@ def _fd_ws(F, D, qa, qda, taua, wf, qdd, f, WK, perm):
     return ST_OK
 
 
-#: the entry kernels a model calls (:attr:`dynamics.mechanism.MechanismModel._k`, through the
-#: generated module's thin kernels) and their arguments after ``F``
+#: the entry kernels a model calls (:class:`dynamics.mechanism.MechanismModel`) and their arguments
+#: after ``P``
 ENTRIES = {
     "newton_passive": "qa, z0, D, z", "newton_ik": "X, z0, D, z", "configuration": "D, qa, z",
     "inverse_configuration": "D, X, z", "forward_task": "D, qa, X", "inverse_q": "D, X, q",
@@ -828,48 +877,15 @@ ENTRIES = {
 }
 
 
-def function_value(dispatcher, fntype):
-    """An intrinsic ``value()`` whose value is ``dispatcher`` compiled for ``fntype``'s signature,
-    as the first-class function value the entry kernels take (``fntype``: one of :data:`KIN`,
-    :data:`DYN`, :data:`TGAM`).
-
-    What numba does when it casts a jit function to its ``FunctionType`` (the function's C
-    wrapper and numba entry declared by their symbol names, its library linked in), without the
-    address of the Python object, which numba's cast keeps for a call through the interpreter
-    when there is no compiled version and which makes a kernel impossible to cache ("dynamic
-    globals").  There is always a compiled version here: the signature is compiled first."""
-
-    if numba.config.DISABLE_JIT:        # (plain Python: the function itself)
-        return lambda: dispatcher
-
-    @intrinsic
-    def value(typingctx):
-        def codegen(context, builder, signature, args):
-            toty = fntype.get_precise()
-            cres = dispatcher.get_compile_result(toty.signature)
-            voidptr = context.get_value_type(types.voidptr)
-            fn = cgutils.create_struct_proxy(toty)(context, builder)
-            fnty = context.get_value_type(toty.ftype).pointee
-            cwrap = cgutils.get_or_insert_function(builder.module, fnty, cres.fndesc.llvm_cfunc_wrapper_name)
-            fn.c_addr = builder.bitcast(cwrap, voidptr)
-            fn.py_addr = cgutils.get_null_value(voidptr)
-            fn.jit_addr = builder.bitcast(context.declare_function(builder.module, cres.fndesc), voidptr)
-            context.active_code_library.add_linking_library(cres.library)
-            return fn._getvalue()
-        return fntype(), codegen
-
-    return value
-
-
 #: the plain-Python copy of this module (:func:`kernels`), made once per process when needed
 _plain = None
 
 
 def kernels(module):
-    """This module (``module``) as a generated module calls it: the module itself, or while
-    numba's JIT is disabled (``NUMBA_DISABLE_JIT``, ``numba.config.DISABLE_JIT``) a copy whose
-    decorators did nothing (this file run again then), since this module's compiled kernels
-    take only compiled generated functions."""
+    """This module (``module``) as a model calls it: the module itself, or while numba's JIT is
+    disabled (``NUMBA_DISABLE_JIT``, ``numba.config.DISABLE_JIT``) a copy whose decorators did
+    nothing (this file run again then), since this module's compiled kernels call only compiled
+    generated functions."""
     global _plain
     if not numba.config.DISABLE_JIT:
         return module
@@ -879,40 +895,6 @@ def kernels(module):
         exec(compile(Path(__file__).read_text(encoding="utf-8"), __file__, "exec"), mod.__dict__)
         _plain = mod
     return _plain
-
-
-def compile_thin(namespace: dict) -> None:
-    """Compile a generated module's thin kernels (``namespace``: its globals) for their one
-    signature each, the entry kernel's arrays, and for no other (a call with other arrays raises
-    TypeError: :meth:`dynamics.mechanism.MechanismModel._fast`); without numba's warning that
-    first-class function values are experimental.  Nothing to do while numba's JIT is disabled."""
-    if numba.config.DISABLE_JIT:
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NumbaExperimentalFeatureWarning)
-        for kernel, sig in _ENTRIES:
-            thin = namespace[kernel.py_func.__name__]
-            thin.compile(sig.args[1:])
-            thin.disable_compile()
-
-
-def wrappers_source() -> str:
-    """The text the code generator appends to a generated module: its layout constants and one
-    thin kernel per entry, calling this module's with the module's own generated functions."""
-    lines = ["from dynamics import _mechanism_runtime as _rt", "", "_rt = _rt.kernels(_rt)",
-             "_L = _rt.layout_of(N_Z, N_C, N_A, N_T, N_P)",
-             "D_SIZE, DYN_SIZE, O_DY_M, O_DY_B, O_DY_L = _L.D_SIZE, _L.DYN_SIZE, _L.O_DY_M, _L.O_DY_B, _L.O_DY_L",
-             "O_WARM, O_WARMIK, O_WARMG = _L.O_WARM, _L.O_WARMIK, _L.O_WARMG",
-             "# the generated functions as the first-class function values the entry kernels take",
-             "_kin = _rt.function_value(kin_w, _rt.KIN)",
-             "_tkin = _rt.function_value(tkin_w, _rt.KIN)",
-             "_dyn = _rt.function_value(dyn_w, _rt.DYN)",
-             "_tgam = _rt.function_value(task_gamma_w, _rt.TGAM)", ""]
-    for name, args in ENTRIES.items():
-        lines += ["", "@_kernel", f"def {name}({args}):",
-                  f"    return _rt.{name}((_kin(), _tkin(), _dyn(), _tgam()), {args})", ""]
-    lines += ["", "_rt.compile_thin(globals())"]
-    return "\n".join(lines)
 
 
 if not numba.config.DISABLE_JIT:

@@ -193,13 +193,26 @@ def _model_array(k, p, act, pas, step_act, step_task, arm, sign2, sign1, home) -
     the parameters, the constants, the home configuration, the two warm starts (= home), the
     velocity map at the warm start (zeros: not known yet), the Euler rows of the task and the
     sizes of the generated module ``k``."""
+    from ._mechanism_runtime import layout_of
+
     D = np.concatenate([p, np.asarray(act, float), np.asarray(pas, float), step_act, step_task, arm,
                         [sign2, sign1, NEWTON_TOL, NEWTON_ITER], home, home, home,
                         np.zeros(len(home) * len(act)), np.asarray(k.T_WRAP, float),
                         [k.N_Z, k.N_C, k.N_A, k.N_T, k.N_P]]).astype(float)
-    if D.size != k.D_SIZE:
-        raise AssertionError(f"model array of {D.size} entries, the kernels' layout has {k.D_SIZE}")
+    size = layout_of(k.N_Z, k.N_C, k.N_A, k.N_T, k.N_P).D_SIZE
+    if D.size != size:
+        raise AssertionError(f"model array of {D.size} entries, the kernels' layout has {size}")
     return D
+
+
+def _kernels(k):
+    """(the entry kernels, their ``P`` for the generated module ``k``, the layout of its model
+    array): :mod:`dynamics._mechanism_runtime`."""
+    from . import _mechanism_runtime as rt
+
+    rt = rt.kernels(rt)
+    return (rt, rt.addresses(k.kin_w, k.tkin_w, k.dyn_w, k.task_gamma_w),
+            rt.layout_of(k.N_Z, k.N_C, k.N_A, k.N_T, k.N_P))
 
 
 @dataclass(frozen=True)
@@ -277,10 +290,10 @@ class MechanismModel(ParallelModel):
         self._home_z = _ro(spec.home)
         self._home_sign2 = self._sign_det(self._B(spec.home))
         self._home_sign1 = self._sign_det(self._K(spec.home))
-        self._k = self.generated.kernels
+        self._k, self._P, self._L = _kernels(self.generated.kernels)
         # the kernels' array: parameters, constants, and the last forward / inverse kinematics
         # solutions, continued from by the next call (the kernels update them in place)
-        self._D = _model_array(self._k, self._p, self._act, self._pas, np.where(self._rev[self._act], 0.1, 0.01),
+        self._D = _model_array(self.generated.kernels, self._p, self._act, self._pas, np.where(self._rev[self._act], 0.1, 0.01),
                                np.where(self._task_ang, 0.1, 0.01), self._arm, self._home_sign2,
                                self._home_sign1, spec.home)
         self._nowrench = np.zeros(n)
@@ -312,11 +325,6 @@ class MechanismModel(ParallelModel):
         self.kinetic_energy(q, z0)
         self.potential_energy(q)
         self.constraints(self._home_z.copy())
-        for fn in (self._k.configuration, self._k.forward_task, self._k.inverse_q,
-                   self._k.inverse_dynamics, self._k.forward_dynamics, self._k.task_jacobian,
-                   self._k.reduced, self._k.task_id):
-            if hasattr(fn, "disable_compile"):      # (not with NUMBA_DISABLE_JIT)
-                fn.disable_compile()
 
     def __reduce__(self):
         # the generated functions do not pickle: a copy in another process (a tuning worker)
@@ -490,10 +498,10 @@ class MechanismModel(ParallelModel):
             singularity).
         """
         z = np.empty(self._n)
-        if type(q) is _ND and self._fast(self._k.configuration, self._D, q, z):
+        if type(q) is _ND and self._fast(self._k.configuration, self._P, self._D, q, z):
             return z
         qa = self._arr(q, self._na, "q")
-        st = self._k.configuration(self._D, qa, z)
+        st = self._k.configuration(self._P, self._D, qa, z)
         if st:
             self._raise(st, "forward kinematics", [(q, self._na, "q")])
         return z
@@ -513,9 +521,9 @@ class MechanismModel(ParallelModel):
         if guess is not None:
             z0 = self._vec(guess, self._n, "guess (a full configuration)")
             self._vec(Xa, self._nt, "X")
-            st = _ST_OK if self._k.newton_ik(Xa, np.array(z0), self._D, z) else _ST_NOIK
+            st = _ST_OK if self._k.newton_ik(self._P, Xa, np.array(z0), self._D, z) else _ST_NOIK
         else:
-            st = self._k.inverse_configuration(self._D, Xa, z)
+            st = self._k.inverse_configuration(self._P, self._D, Xa, z)
         if st:
             self._raise(st, "inverse kinematics", [(X, self._nt, "X")])
         return z
@@ -535,7 +543,7 @@ class MechanismModel(ParallelModel):
         :meth:`inverse_configuration`."""
         if guess is None and type(X) is _ND:
             q = np.empty(self._na)
-            if self._fast(self._k.inverse_q, self._D, X, q):
+            if self._fast(self._k.inverse_q, self._P, self._D, X, q):
                 return q
         Xa = np.asarray(X, dtype=float)
         if Xa.ndim == 2:
@@ -547,7 +555,7 @@ class MechanismModel(ParallelModel):
         interface (see :meth:`configuration`)."""
         if type(q) is _ND:
             X = np.empty(self._nt)
-            if self._fast(self._k.forward_task, self._D, q, X):
+            if self._fast(self._k.forward_task, self._P, self._D, q, X):
                 return X
         qa = np.asarray(q, dtype=float)
         if qa.ndim == 2:
@@ -651,7 +659,7 @@ class MechanismModel(ParallelModel):
 
     def _G(self, z):
         G = np.empty((self._n, self._na))
-        if not self._k.velocity_map(self._D, z, G):
+        if not self._k.velocity_map(self._P, self._D, z, G):
             raise SingularityError(f"{self.name}: type-2 singularity (passive closure Jacobian "
                                    f"singular) at z={z.tolist()}")
         return G
@@ -664,7 +672,7 @@ class MechanismModel(ParallelModel):
         """J_x (t, n) with Xd = J_x qd."""
         if type(q) is _ND and q.shape == (self._na,):
             J = np.empty((self._nt, self._na))
-            if self._fast(self._k.task_jacobian, self._D, q, J):
+            if self._fast(self._k.task_jacobian, self._P, self._D, q, J):
                 return J
         z = self._z_of(self._vec(q, self._na, "q"), X)
         G = self._G(z)
@@ -780,7 +788,7 @@ class MechanismModel(ParallelModel):
     def _rewind_continuation(self, z) -> None:
         """The forward kinematics' last solution set to ``z`` (the state a row-by-row loop that
         stopped at z leaves; :func:`dynamics._mechanism_runtime._solve_ws`)."""
-        k = self._k
+        k = self._L
         self._D[k.O_WARM:k.O_WARM + self._n] = z
         self._D[k.O_WARMG:k.O_WARMG + self._n * self._na] = 0.0
 
@@ -838,7 +846,7 @@ class MechanismModel(ParallelModel):
     # ---------------------------------------------------------------- dynamics
     def _mass_from(self, dy):
         """M (n, n) with the armature, from the fused dynamics array ``dy`` (a view of it)."""
-        k, n = self._k, self._n
+        k, n = self._L, self._n
         M = dy[k.O_DY_M:k.O_DY_B].reshape(n, n)
         M[np.diag_indices(n)] += self._arm
         return M
@@ -851,8 +859,8 @@ class MechanismModel(ParallelModel):
         qda = self._arr(qd, self._na, "qd")
         n = self._n
         z, zd, g0, G = np.empty(n), np.empty(n), np.empty(n), np.empty((n, self._na))
-        dy = np.empty(self._k.DYN_SIZE)
-        st = self._k.state(self._D, qa, qda, z, zd, G, g0, dy)
+        dy = np.empty(self._L.DYN_SIZE)
+        st = self._k.state(self._P, self._D, qa, qda, z, zd, G, g0, dy)
         if st:
             self._raise(st, "state", [(q, self._na, "q"), (qd, self._na, "qd")])
         return z, zd, G, g0, dy
@@ -888,7 +896,7 @@ class MechanismModel(ParallelModel):
         z, zd, G, g0, dy = self._state(q, qd, pose)
         # M and b at (z, zd): computed by the state kernel (its dyn array)
         M = self._mass_from(dy)
-        b = dy[self._k.O_DY_B:self._k.O_DY_B + self._n]
+        b = dy[self._L.O_DY_B:self._L.O_DY_B + self._n]
         return G.T @ M @ G, G.T @ (M @ g0 + b), z, zd, G, g0, M, b
 
     def _fast_reduced(self, q, qd):
@@ -897,7 +905,7 @@ class MechanismModel(ParallelModel):
         na = self._na
         if type(q) is _ND and type(qd) is _ND and q.shape == (na,) and qd.shape == (na,):
             Mr, h = np.empty((na, na)), np.empty(na)
-            if self._fast(self._k.reduced, self._D, q, qd, Mr, h):
+            if self._fast(self._k.reduced, self._P, self._D, q, qd, Mr, h):
                 return Mr, h
         return None
 
@@ -962,7 +970,7 @@ class MechanismModel(ParallelModel):
             # :meth:`_fast` written out: a control cycle's call, without its extra frame
             tau = np.empty(self._na)
             try:
-                if self._k.inverse_dynamics(self._D, q, qd, qdd, self._nowrench, tau) == 0:
+                if self._k.inverse_dynamics(self._P, self._D, q, qd, qdd, self._nowrench, tau) == 0:
                     return tau
             except TypeError:
                 pass
@@ -992,7 +1000,7 @@ class MechanismModel(ParallelModel):
         qa, qda, qdda = self._arr(q, na, "q"), self._arr(qd, na, "qd"), self._arr(qdd, na, "qdd")
         wf = self._nowrench if wrench is None else self._wrench_force(self.configuration(qa), wrench)
         out = np.empty(self._nid)
-        st = self._k.inverse_dynamics(self._D, qa, qda, qdda, wf, out)
+        st = self._k.inverse_dynamics(self._P, self._D, qa, qda, qdda, wf, out)
         if st:
             self._raise(st, "inverse dynamics", [(q, na, "q"), (qd, na, "qd"), (qdd, na, "qdd")])
         return out
@@ -1000,7 +1008,7 @@ class MechanismModel(ParallelModel):
     def _full_id(self, z, zd, zdd, wrench):
         out = np.empty(self._na + self._m)
         z, zd, zdd = (np.ascontiguousarray(x, dtype=float) for x in (z, zd, zdd))
-        st = self._k.full_id(self._D, z, zd, zdd, np.ascontiguousarray(self._wrench_force(z, wrench), dtype=float),
+        st = self._k.full_id(self._P, self._D, z, zd, zdd, np.ascontiguousarray(self._wrench_force(z, wrench), dtype=float),
                              out)
         if st:
             self._raise(st, "inverse dynamics", [(z[self._act], self._na, "q")])
@@ -1016,7 +1024,7 @@ class MechanismModel(ParallelModel):
         if (wrench is None and not full and guess is None and type(X) is _ND and type(Xd) is _ND
                 and type(Xdd) is _ND and X.shape == Xd.shape == Xdd.shape == (nt,)):
             out = np.empty(self._na + self._m)
-            if self._fast(self._k.task_id, self._D, X, Xd, Xdd, self._nowrench, out):
+            if self._fast(self._k.task_id, self._P, self._D, X, Xd, Xdd, self._nowrench, out):
                 return out[:self._na]
         Xa = np.asarray(X, dtype=float)
         if Xa.ndim == 2:
@@ -1041,7 +1049,7 @@ class MechanismModel(ParallelModel):
             # :meth:`_fast` written out: a control cycle's call, without its extra frame
             qdd = np.empty(self._na)
             try:
-                if self._k.forward_dynamics(self._D, q, qd, tau, self._nowrench, qdd) == 0:
+                if self._k.forward_dynamics(self._P, self._D, q, qd, tau, self._nowrench, qdd) == 0:
                     return qdd
             except TypeError:
                 pass
@@ -1053,7 +1061,7 @@ class MechanismModel(ParallelModel):
         qa, qda, ta = self._arr(qa, na, "q"), self._arr(qd, na, "qd"), self._arr(tau, na, "tau")
         wf = self._nowrench if wrench is None else self._wrench_force(self.configuration(qa), wrench)
         qdd = np.empty(na)
-        st = self._k.forward_dynamics(self._D, qa, qda, ta, wf, qdd)
+        st = self._k.forward_dynamics(self._P, self._D, qa, qda, ta, wf, qdd)
         if st:
             self._raise(st, "forward dynamics", [(q, na, "q"), (qd, na, "qd"), (tau, na, "tau")])
         return qdd
@@ -1421,7 +1429,8 @@ def load_mechanism(root: Section, base_dir: str | Path | None = None) -> Mechani
         pas = [i for i in range(n) if i not in set(act)]
         zh = np.empty(n)
         D = _model_array(gen.kernels, params, act, pas, np.zeros(len(act)), np.zeros(len(coords)), np.zeros(n), 0.0, 0.0, z0)
-        if not gen.kernels.newton_passive(z0[list(act)], z0.copy(), D, zh):
+        rt, P, _ = _kernels(gen.kernels)
+        if not rt.newton_passive(P, z0[list(act)], z0.copy(), D, zh):
             raise root.error("joints", "the closures cannot be solved near the home values (a type-2 "
                                        "singularity or a loop far from closing)")
         spec = MechanismSpec(**{**spec0.__dict__, "home": zh})

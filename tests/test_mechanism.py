@@ -157,7 +157,7 @@ def test_kernels_are_compiled_at_build_and_other_arrays_take_the_checked_path(rr
     is built; a call with arrays of another kind (read-only, strided, a list) gets the same
     result through the checked path and compiles nothing in a control cycle."""
     hand, mech = rrr
-    k = mech.generated.kernels
+    from dynamics import _mechanism_runtime as k
     names = ("inverse_dynamics", "forward_dynamics", "configuration", "forward_task", "inverse_q",
              "task_jacobian", "reduced", "task_id")
     sigs = {n: len(getattr(k, n).signatures) for n in names}
@@ -497,21 +497,28 @@ def test_bad_mechanism_file_exits_2_from_check(tmp_path):
 
 # ------------------------------------------------------------------------------ the code cache
 def test_the_entry_kernels_are_compiled_once_for_every_mechanism(rrr, fivebar):
-    """A generated file holds its own functions and thin kernels only: the Newton solves and
-    dynamics are dynamics._mechanism_runtime's, one compiled version (for the generated
-    functions as first-class function values) that every mechanism calls, so that a new
-    geometry does not compile them again (~25 s each)."""
+    """A generated file holds its own functions only: the Newton solves and dynamics are
+    dynamics._mechanism_runtime's, compiled once for every mechanism (they call a model's
+    generated functions through the addresses in its ``P``), so that a new geometry does not
+    compile them again (~25 s each)."""
     from dynamics import _mechanism_runtime as rt
 
     mech = rrr[1]
+    assert mech.generated.digest != fivebar.generated.digest
     for m in (mech, fivebar):
         src = Path(m.generated.kernels.__file__).read_text(encoding="utf-8")
-        assert "def _newton(" not in src and "def _lu(" not in src
-        assert m.generated.kernels._rt is rt
-    assert mech.generated.digest != fivebar.generated.digest
+        assert "def _newton(" not in src and "def _lu(" not in src and "_mechanism_runtime" not in src
+        assert m._k is rt and m._P.dtype == np.int64 and m._P.shape == (4,)
+    assert not np.array_equal(mech._P, fivebar._P)
     for name in rt.ENTRIES:
         kernel = getattr(rt, name)
-        assert len(kernel.signatures) == 1 and kernel.signatures[0][0] == rt.FNS, name
+        assert len(kernel.signatures) == 1 and kernel.signatures[0][0] == rt._P, name
+    # the entry kernel called with the model's own P and D: the model's result
+    q, qd, qdd = fivebar.home_q + 0.02, np.array([0.3, -0.2]), np.array([1.0, 0.5])
+    tau = fivebar.inverse_dynamics(q, qd, qdd)
+    out = np.empty(2)
+    assert rt.inverse_dynamics(fivebar._P, fivebar._D, q, qd, qdd, np.zeros(fivebar._n), out) == 0
+    np.testing.assert_allclose(out, tau, rtol=0, atol=1e-12)
 
 
 def test_generated_code_is_cached_by_digest_and_a_damaged_entry_is_replaced(tmp_path, monkeypatch):
