@@ -13,8 +13,9 @@ same way for every CAN protocol:
 2. the same run's loop is built with the **hardware** driver of the protocol (``odrive_can``,
    ``cia402_can``, ``mit_can``: :func:`drivers.registry.build_driver`'s builder, the section the
    emulated run gave it) on a minimal python-can bus (:class:`can.BusABC`) per transport, which
-   counts the frames sent and gives a recorded frame once the driver has sent as many frames as
-   it had then and the loop clock has reached its time: causality and timing as recorded;
+   checks every frame sent against the recorded one of its rank and gives a recorded frame once
+   the driver has sent as many frames as it had then and the loop clock has reached its time:
+   causality and timing as recorded (the frames recorded must be every frame received);
 3. the replayed run's log must equal the emulated run's (every column but the timing), else the
    benchmark fails: the same commands went out and the same feedback came back.
 
@@ -43,9 +44,11 @@ CASES = (
 )
 
 
-def _replay_bus(frames, sent_before, now):
+def _replay_bus(frames, sent_before, sent_frames, now):
     """A python-can bus giving the recorded ``frames`` (fields) in order, each once the frames
-    sent on it reach its ``sent_before`` count and the loop clock ``now()`` its time."""
+    sent on it reach its ``sent_before`` count and the loop clock ``now()`` its time; every frame
+    sent must be the recorded one of its rank (``sent_frames``: (id, data, remote)), else
+    RuntimeError: the replay is then not the recorded run."""
     import can
 
     class ReplayBus(can.BusABC):
@@ -56,7 +59,12 @@ def _replay_bus(frames, sent_before, now):
             super().__init__(channel="replay")
 
         def send(self, msg, timeout=None):
-            self.sent += 1
+            k = self.sent
+            got = (msg.arbitration_id, b"" if msg.is_remote_frame else bytes(msg.data), bool(msg.is_remote_frame))
+            if k >= len(sent_frames) or sent_frames[k] != got:
+                want = sent_frames[k] if k < len(sent_frames) else "nothing"
+                raise RuntimeError(f"replay: frame {k} sent is {got}, the recorded run sent {want}")
+            self.sent = k + 1
 
         def _recv_internal(self, timeout):
             i = self._i
@@ -109,40 +117,40 @@ def _record(spec, module, out: Path):
     finally:
         real.build = build
     clock = run.clock
-    records = {}
+    records, sent_frames, start = {}, {}, {}
     for t in run.driver.transports:
         rec = records[t.name] = []
-        sent = [0]
-        send, send_batch, recv_fields, upto = t.send, t.send_batch, t.recv_fields, t.recv_fields_upto
+        sent = sent_frames[t.name] = []
+        start[t.name] = t.frames_received
+        send, send_batch, recv_fields = t.send, t.send_batch, t.recv_fields
 
-        def c_send(*a, _send=send, _sent=sent, **k):
-            _send(*a, **k)
-            _sent[0] += 1
+        def c_send(arb, data=b"", is_extended_id=False, *, is_remote=False, dlc=None, _send=send, _out=sent):
+            _send(arb, data, is_extended_id, is_remote=is_remote, dlc=dlc)
+            _out.append((arb, b"" if is_remote else bytes(data), bool(is_remote)))
 
-        def c_send_batch(frames, _send_batch=send_batch, _sent=sent):
+        def c_send_batch(frames, _send_batch=send_batch, _out=sent):
             _send_batch(frames)
-            _sent[0] += len(frames)
+            _out.extend((arb, b"" if r is not None else bytes(d), r is not None) for arb, d, r in frames)
 
-        def c_recv_fields(timeout_s=0.0, _recv=recv_fields, _rec=rec, _sent=sent):
+        def c_recv_fields(timeout_s=0.0, _recv=recv_fields, _rec=rec, _out=sent):
             f = _recv(timeout_s)
             if f is not None:
-                _rec.append((_sent[0], clock.now(), f))
+                _rec.append((len(_out), clock.now(), f))
             return f
 
-        def c_upto(n, _upto=upto, _rec=rec, _sent=sent):
-            fs = _upto(n)
-            for f in fs:
-                _rec.append((_sent[0], clock.now(), f))
-            return fs
-
-        t.send, t.send_batch, t.recv_fields, t.recv_fields_upto = c_send, c_send_batch, c_recv_fields, c_upto
+        # (recv_fields_upto reads through the instance's recv_fields, this one, once it is set)
+        t.send, t.send_batch, t.recv_fields = c_send, c_send_batch, c_recv_fields
         # the batch exchanges (an inline bus's: CiA 402, MIT) declined: the frame-by-frame path
         t.exchange_fields = lambda frames, n: None
         t.serve_batch = lambda arbs, payloads, out_arb, out: None
     acc = []
     _timed_cycle(run.loop.driver, acc)
     res = run.execute()
-    return res, read_log(out), got["section"], records, np.array(acc)
+    for t in run.driver.transports:
+        if len(records[t.name]) != t.frames_received - start[t.name]:
+            raise RuntimeError(f"{spec.name}: {len(records[t.name])} frames recorded on {t.name}, "
+                               f"{t.frames_received - start[t.name]} received")
+    return res, read_log(out), got["section"], (records, sent_frames), np.array(acc)
 
 
 def _replayed(spec, module, section, records, out: Path):
@@ -159,8 +167,9 @@ def _replayed(spec, module, section, records, out: Path):
     real = importlib.import_module(f"drivers.{module}")
     clock = LockstepClock()
     transports = {}
+    records, sent_frames = records
     for name, rec in records.items():
-        bus = _replay_bus([(t, f) for _, t, f in rec], [n for n, _, _ in rec], clock.now)
+        bus = _replay_bus([(t, f) for _, t, f in rec], [n for n, _, _ in rec], sent_frames[name], clock.now)
         transports[name] = CanTransport.from_bus(bus, name=name)
     driver = real.build(section, now=clock.now, transports=transports)
     _, X0 = api._joint_start(spec)
@@ -219,7 +228,7 @@ def run(quick: bool = False) -> list[dict]:
                          "ref": "driver.cycle in the emulated run (devices and plant inside)", "ref_median_us": ref,
                          "ratio": med / ref, "per_axis_us": med / axes,
                          "note": f"{path.name}, {n} cycles x {repeat} runs; hardware driver "
-                                 f"drivers.{module} on {len(records)} python-can replay bus(es); "
+                                 f"drivers.{module} on {len(records[0])} python-can replay bus(es); "
                                  f"log equal to the emulated run's; target for 6 axes <= 50 us"})
     return rows
 

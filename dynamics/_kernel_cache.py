@@ -103,8 +103,8 @@ COMPILED_SOURCES: tuple[str, ...] = ("drivers/_follow_rule.py",)
 
 #: files with ``cache=True`` that are never imported and so are not in :data:`KERNEL_FILES`:
 #: templates whose text would be copied into generated modules outside the package (none now:
-#: the mechanism kernels, :mod:`dynamics._mechanism_runtime`, are imported by the generated
-#: modules, and the sha256 of their file is part of a generated file's name)
+#: the mechanism kernels, :mod:`dynamics._mechanism_runtime`, are a kernel module of their own,
+#: which calls a generated module's functions through their addresses)
 TEMPLATE_SOURCES: tuple[str, ...] = ()
 
 #: name of the stamp file written next to the caches

@@ -49,9 +49,9 @@ kernels of :mod:`dynamics._mechanism_runtime`, compiled once per machine (when t
 first imported), not for each mechanism: they call a model's ``kin``, ``tkin``, ``dyn`` and
 ``task_gamma`` through their addresses.  numba keeps the generated file's cache entries in
 ``<cache>/__pycache__`` and checks them against the file; the digest (the file's name) covers the
-code generator's version and the geometry: a change of either names a new file, never a stale
-cache entry.  The file is loaded as a module registered in ``sys.modules`` under a name given by
-the digest (numba finds a cached function's module by name).  On this project's 2-core machine
+code generator's version, the geometry and the entry kernels' source: a change of any of them
+names a new file, never a stale cache entry.  The file is loaded as a module registered in
+``sys.modules`` under a name given by the digest (numba finds a cached function's module by name).  On this project's 2-core machine
 the entry kernels compile in about 40 s, once; a new mechanism's file then compiles its functions
 in about 10 s (the delta robot's; 47 s when each file compiled its own copy of the entry kernels);
 loading from numba's cache takes about 1 s.
@@ -102,7 +102,7 @@ class Generated:
     """The compiled functions of one mechanism (see the module docstring) and how they came."""
 
     funcs: dict
-    kernels: Any             # the generated module (its numba kernels, :mod:`dynamics._mechanism_runtime`)
+    kernels: Any             # the generated module (its numba functions, called by :mod:`dynamics._mechanism_runtime`)
     digest: str
     derive_s: float          # time spent deriving and generating (0 when loaded from the cache)
     from_cache: bool
@@ -163,13 +163,21 @@ def compile_lock(dg: str):
                 os.close(fd)        # releases the flock
 
 
+def _runtime_text() -> str:
+    """The entry kernels' source (:mod:`dynamics._mechanism_runtime`)."""
+    return (Path(__file__).with_name("_mechanism_runtime.py")).read_text(encoding="utf-8")
+
+
 def digest_of(spec: dict) -> str:
-    """sha256 of the derivation's input (structure and geometry, not the inertial values) and the
-    code generator's version: a change of either names a new generated file, so numba's cache of
-    a generated file (checked against that file alone) never outlives its sources.  (The entry
-    kernels, :mod:`dynamics._mechanism_runtime`, are not in the file: they call its functions
-    through their addresses, and their own cache is kept with the package's kernels.)"""
-    blob = json.dumps({"v": CODEGEN_VERSION, "spec": spec}, sort_keys=True, separators=(",", ":"))
+    """sha256 of the derivation's input (structure and geometry, not the inertial values), the
+    code generator's version and the entry kernels' source (:mod:`dynamics._mechanism_runtime`):
+    a change of any of them names a new generated file, so numba's cache of a generated file
+    (checked against that file alone) never outlives its sources.  (The entry kernels are not in
+    the file, they call its functions through their addresses; but they read its outputs in the
+    layouts above, which a change of theirs may change.)"""
+    blob = json.dumps({"v": CODEGEN_VERSION, "spec": spec,
+                       "runtime": hashlib.sha256(_runtime_text().encode()).hexdigest()},
+                      sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

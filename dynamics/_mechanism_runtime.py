@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from collections import namedtuple
 from pathlib import Path
 from types import ModuleType
@@ -190,9 +191,12 @@ def _function_at(fntype):
     return at
 
 
-if numba.config.DISABLE_JIT:
-    #: (plain Python: the generated functions by the ids :func:`addresses` gives them)
-    _BY_ID: dict = {}
+#: whether this module's kernels are plain Python (numba's JIT was disabled when it was run)
+_PLAIN = bool(numba.config.DISABLE_JIT)
+
+if _PLAIN:
+    #: (plain Python: the generated functions by the ids :func:`addresses` gives them, while they live)
+    _BY_ID = weakref.WeakValueDictionary()
 
     def _kin_at(addr):
         return _BY_ID[int(addr)]
@@ -202,24 +206,40 @@ else:
     _kin_at, _dyn_at, _tgam_at = _function_at(KIN), _function_at(DYN), _function_at(TGAM)
 
 
-def addresses(kin_w, tkin_w, dyn_w, task_gamma_w) -> np.ndarray:
-    """``P``, the entry kernels' first argument: the numba entry points of a generated module's
-    ``kin_w``, ``tkin_w``, ``dyn_w`` and ``task_gamma_w``, compiled for their types (:data:`KIN`,
-    :data:`DYN`, :data:`TGAM`) first (int64 (4,)); valid in this process only, while the functions
-    live (the model keeps its generated module).  While numba's JIT is disabled: ids of the plain
-    functions, which this (plain) module keeps."""
-    fns = (kin_w, tkin_w, dyn_w, task_gamma_w)
-    if numba.config.DISABLE_JIT:
-        for f in fns:
+def addresses(generated) -> np.ndarray:
+    """``P``, the entry kernels' first argument, for the generated module ``generated``: the numba
+    entry points of its ``kin_w``, ``tkin_w``, ``dyn_w`` and ``task_gamma_w`` (compiled for their
+    types :data:`KIN`, :data:`DYN`, :data:`TGAM` first), then its sizes ``N_Z, N_C, N_A, N_T, N_P``
+    (int64 (9,)); the entry kernels refuse a model array ``D`` of other sizes (status 5, or False /
+    0.0).  Valid in this process only, while the functions live (a model keeps its generated
+    module).  While numba's JIT is disabled: ids of the plain functions, which this (plain) module
+    keeps while they live."""
+    g = generated
+    fns = (g.kin_w, g.tkin_w, g.dyn_w, g.task_gamma_w)
+    out = np.empty(9, dtype=np.int64)
+    out[4:] = (g.N_Z, g.N_C, g.N_A, g.N_T, g.N_P)
+    if _PLAIN:
+        for i, f in enumerate(fns):
             _BY_ID[id(f)] = f
-        return np.array([id(f) for f in fns], dtype=np.int64)
-    out = np.empty(4, dtype=np.int64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NumbaExperimentalFeatureWarning)
-        for i, (f, ft) in enumerate(zip(fns, (KIN, KIN, DYN, TGAM))):
-            cres = f.get_compile_result(ft.signature)
-            out[i] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+            out[i] = id(f)
+        return out
+    for i, (f, ft) in enumerate(zip(fns, (KIN, KIN, DYN, TGAM))):
+        cres = f.get_compile_result(ft.signature)
+        out[i] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
     return out
+
+
+@_inline
+def _pair(P, D):
+    """Whether the model array ``D`` has the sizes ``P`` was made for (:func:`addresses`): the
+    generated functions of ``P`` write only within the layout of ``D``."""
+    n = D.shape[0]
+    if P.shape[0] != 9 or n < 5:
+        return False
+    for i in range(5):
+        if D[n - 5 + i] != P[4 + i]:
+            return False
+    return True
 
 
 @_inline
@@ -388,12 +408,16 @@ def _work(S, kind):
 @_entry(_F64, _A1, _A1, _A1, _A1)
 def newton_passive(P, qa, z0, D, z):
     """:func:`_newton` on the closures for the actuated qa (kind 0)."""
+    if not _pair(P, D):
+        return 0.0
     return _newton(P, 0, qa, z0, D, z, _work(_layout(D), 0))[0]
 
 
 @_entry(_F64, _A1, _A1, _A1, _A1)
 def newton_ik(P, X, z0, D, z):
     """:func:`_newton` on the closures and the task for the task pose X (kind 1)."""
+    if not _pair(P, D):
+        return 0.0
     return _newton(P, 1, X, z0, D, z, _work(_layout(D), 1))[0]
 
 
@@ -488,12 +512,16 @@ def _solve(P, kind, D, target, z):
 @_entry(_I64, _A1, _A1, _A1)
 def configuration(P, D, qa, z):
     """Full configuration z for the actuated qa in the home assembly mode; status."""
+    if not _pair(P, D):
+        return ST_BADINPUT
     return _solve(P, 0, D, qa, z)
 
 
 @_entry(_I64, _A1, _A1, _A1)
 def inverse_configuration(P, D, X, z):
     """Full configuration z for the task pose X in the home working mode; status."""
+    if not _pair(P, D):
+        return ST_BADINPUT
     return _solve(P, 1, D, X, z)
 
 
@@ -509,6 +537,8 @@ def _task_at(P, D, qa, z, TK):
 @_entry(_I64, _A1, _A1, _A1)
 def forward_task(P, D, qa, X):
     """Task coordinates X (N_T,) at the actuated qa (:func:`configuration`); status."""
+    if not _pair(P, D):
+        return ST_BADINPUT
     S = _layout(D)
     TK = np.empty(S.TKIN_SIZE)
     st = _task_at(P, D, qa, np.empty(S.N_Z), TK)
@@ -537,6 +567,8 @@ def _ik_lu(P, S, D, z, X, K, r, KP, TK, perm):
 @_entry(_I64, _A1, _A1, _A1)
 def inverse_q(P, D, X, q):
     """Actuated coordinates q (N_A,) for the task pose X (:func:`inverse_configuration`); status."""
+    if not _pair(P, D):
+        return ST_BADINPUT
     S = _layout(D)
     z = np.empty(S.N_Z)
     st = inverse_configuration(P, D, X, z)
@@ -566,6 +598,8 @@ def _fill_g(D, KP, B, perm, G, col, x):
 @_entry(_B, _A1, _A1, _A2)
 def velocity_map(P, D, z, G):
     """G (N_Z, N_A) with zd = G qd at z; False at a singular B."""
+    if not _pair(P, D):
+        return False
     S = _layout(D)
     WK = _work(S, 0)
     r, B, dx, KP, perm = WK[0], WK[1], WK[2], WK[3], WK[5]
@@ -579,6 +613,8 @@ def velocity_map(P, D, z, G):
 @_entry(_I64, _A1, _A1, _A2)
 def task_jacobian(P, D, qa, J):
     """J (N_T, N_A) with Xd = J qd: the task Jacobian task_z G at the configuration of qa; status."""
+    if not _pair(P, D):
+        return ST_BADINPUT
     S = _layout(D)
     z = np.empty(S.N_Z)
     TK = np.empty(S.TKIN_SIZE)
@@ -600,6 +636,8 @@ def task_jacobian(P, D, qa, J):
 @_entry(_I64, _A1, _A1, _A1, _A1, _A1, _A2, _A1, _A1)
 def state(P, D, qa, qda, z, zd, G, g0, DY):
     """z, zd = G qd, G, g0 (zdd = G qdd + g0) and DY = dyn(z, zd) at the actuated state; status."""
+    if not _pair(P, D):
+        return ST_BADINPUT
     return _state_ws(P, D, qa, qda, z, zd, G, g0, DY, _work(_layout(D), 0))
 
 
@@ -656,6 +694,8 @@ def _state_arrays(S, f):
 def reduced(P, D, qa, qda, Mr, h):
     """The actuated-space dynamics at (qa, qda): Mr (N_A, N_A) = G^T M G (armature included)
     and h (N_A,) = G^T (M g0 + b); status."""
+    if not _pair(P, D):
+        return ST_BADINPUT
     S = _layout(D)
     st, z, zd, G, g0, DY = _new_state(P, D, qa, qda)
     if st != ST_OK:
@@ -732,6 +772,8 @@ def _id_from_ws(D, DY, zdd, wf, out, f, perm):
 def full_id(P, D, z, zd, zdd, wf, out):
     """out = [tau (N_A,), lam (N_C,)] for the full motion (z, zd, zdd) and the generalised force
     ``wf`` (N_Z,) of a wrench; status."""
+    if not _pair(P, D):
+        return ST_BADINPUT
     DY = np.empty(_layout(D).DYN_SIZE)
     _dyn_at(P[2])(z, zd, D, DY)
     return _id_from(D, DY, zdd, wf, out)
@@ -742,6 +784,8 @@ def task_id(P, D, X, Xd, Xdd, wf, out):
     """out = [tau (N_A,), lam (N_C,)] for the task motion (X, Xd, Xdd): the configuration by
     inverse kinematics, zd and zdd from ``[phi_z; task_z] zd = [0; Xd]`` and its time
     derivative, then :func:`_id_from`; status."""
+    if not _pair(P, D):
+        return ST_BADINPUT
     S = _layout(D)
     if not (_finite(Xd, S.N_T) and _finite(Xdd, S.N_T)):
         return ST_BADINPUT
@@ -777,6 +821,8 @@ def task_id(P, D, X, Xd, Xdd, wf, out):
 def inverse_dynamics(P, D, qa, qda, qdda, wf, out):
     """out = tau (N_A,), or [tau (N_A,), lam (N_C,), z (N_Z,)], for the actuated motion; status.
     ``wf``: the generalised force of a wrench (N_Z,)."""
+    if not _pair(P, D):
+        return ST_BADINPUT
     S = _layout(D)
     if not _finite(qdda, S.N_A) or wf.shape[0] != S.N_Z or (
             out.shape[0] != S.N_A and out.shape[0] != S.N_A + S.N_C + S.N_Z):
@@ -809,6 +855,8 @@ def _id_ws(P, D, qa, qda, qdda, wf, out, f, WK):
 @_entry(_I64, _A1, _A1, _A1, _A1, _A1, _A1)
 def forward_dynamics(P, D, qa, qda, taua, wf, qdd):
     """qdd (N_A,) solving G^T M G qdd = tau - G^T (M g0 + b) + G^T wf; status."""
+    if not _pair(P, D):
+        return ST_BADINPUT
     S = _layout(D)
     if not _finite(taua, S.N_A) or wf.shape[0] != S.N_Z or qdd.shape[0] != S.N_A:
         return ST_BADINPUT
@@ -881,15 +929,29 @@ ENTRIES = {
 _plain = None
 
 
-def kernels(module):
-    """This module (``module``) as a model calls it: the module itself, or while numba's JIT is
-    disabled (``NUMBA_DISABLE_JIT``, ``numba.config.DISABLE_JIT``) a copy whose decorators did
-    nothing (this file run again then), since this module's compiled kernels call only compiled
-    generated functions."""
+def kernels(module, plain: bool):
+    """This module (``module``) for a generated module whose functions are compiled (``plain``
+    false): the module itself; for one whose functions are plain Python (loaded while numba's JIT
+    was disabled: ``NUMBA_DISABLE_JIT``, ``numba.config.DISABLE_JIT``), a copy whose decorators
+    did nothing, this file run again while the JIT is disabled (once per process), since this
+    module's compiled kernels call only compiled functions.
+
+    Raises
+    ------
+    RuntimeError
+        Plain functions while the JIT is enabled and no plain copy was made before, or compiled
+        functions while this module is plain (the JIT was disabled when it was imported).
+    """
     global _plain
-    if not numba.config.DISABLE_JIT:
+    if plain == module._PLAIN:
         return module
+    if not plain:
+        raise RuntimeError("a mechanism's generated functions are compiled, and the mechanism kernels were "
+                           "imported while numba's JIT was disabled: run with the JIT enabled throughout")
     if _plain is None:
+        if not numba.config.DISABLE_JIT:
+            raise RuntimeError("a mechanism's generated functions are plain Python (loaded while numba's JIT "
+                               "was disabled), and the JIT is enabled now: load the mechanism again")
         mod = ModuleType(__name__ + "_plain")
         mod.__file__, mod.__package__ = __file__, __package__
         exec(compile(Path(__file__).read_text(encoding="utf-8"), __file__, "exec"), mod.__dict__)
@@ -897,7 +959,7 @@ def kernels(module):
     return _plain
 
 
-if not numba.config.DISABLE_JIT:
+if not _PLAIN:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NumbaExperimentalFeatureWarning)
         for _k, _sig in _ENTRIES:

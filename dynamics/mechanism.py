@@ -80,9 +80,10 @@ Dynamics
   as in :meth:`dynamics.planar3rrr.Planar3RRR.rk4_step`.
 
 Compiled kernels: the Newton solves, the velocity map ``G``, the inverse and forward dynamics
-run in numba kernels generated for the mechanism (:mod:`dynamics._mechanism_runtime`, copied
-into the generated file; dense solves by LU with partial pivoting), compiled or loaded from
-numba's cache when the model is built (before any control cycle).  Measured per call from
+run in numba kernels compiled once for every mechanism (:mod:`dynamics._mechanism_runtime`;
+dense solves by LU with partial pivoting), which call the mechanism's generated functions
+through their addresses; those are compiled or loaded from numba's cache when the model is
+built (before any control cycle).  Measured per call from
 Python on the 3RRR file against the hand-written 3RRR: ``benchmarks/bench_mechanism.py``.
 The model keeps its last forward and inverse kinematics solutions as the next starts (updated
 in place by the kernels): one instance is not safe to share across threads.
@@ -207,12 +208,30 @@ def _model_array(k, p, act, pas, step_act, step_task, arm, sign2, sign1, home) -
 
 def _kernels(k):
     """(the entry kernels, their ``P`` for the generated module ``k``, the layout of its model
-    array): :mod:`dynamics._mechanism_runtime`."""
+    array): :mod:`dynamics._mechanism_runtime` (its plain copy for plain functions, loaded while
+    numba's JIT was disabled).
+
+    Raises
+    ------
+    ModelError
+        The generated functions do not compile for the entry kernels' types (a damaged or
+        foreign generated file: deleting it derives it again), or numba's JIT was switched on or
+        off between loading the generated module and the entry kernels.
+    """
+    from numba.core.errors import NumbaError
+
     from . import _mechanism_runtime as rt
 
-    rt = rt.kernels(rt)
-    return (rt, rt.addresses(k.kin_w, k.tkin_w, k.dyn_w, k.task_gamma_w),
-            rt.layout_of(k.N_Z, k.N_C, k.N_A, k.N_T, k.N_P))
+    try:
+        rt = rt.kernels(rt, plain=not hasattr(k.kin_w, "get_compile_result"))
+    except RuntimeError as err:
+        raise ModelError(str(err)) from err
+    try:
+        P = rt.addresses(k)
+    except (NumbaError, TypeError, ValueError) as err:
+        raise ModelError(f"the generated mechanism file {k.__file__} does not compile for the mechanism kernels "
+                         f"(delete it to derive it again): {type(err).__name__}: {err}") from err
+    return rt, P, rt.layout_of(k.N_Z, k.N_C, k.N_A, k.N_T, k.N_P)
 
 
 @dataclass(frozen=True)
@@ -479,7 +498,7 @@ class MechanismModel(ParallelModel):
         passive = [(jn, i) for jn, i in self.spec.euler if i not in self.spec.actuated]
         if not passive:
             return ""
-        zl = self._D[-2 * self._n:-self._n]
+        zl = self._D[self._L.O_WARM:self._L.O_WARM + self._n]
         c, jn = self._euler_measure(zl, passive)
         return (f" (spherical joint {jn!r} near its Euler-angle singularity: |cos| of the middle angle "
                 f"{c:.3g}; choose its axes so that the motion stays away from it)") if c < 0.05 else ""

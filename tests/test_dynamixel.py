@@ -498,9 +498,15 @@ def test_wait_mode_spends_the_wire_time(model):
         wire = (len(req) + 21) * 10 / baud                     # Return Delay Time 500 us (factory)
         t0 = time.perf_counter()
         port.write(req)
-        with pytest.raises(CommsTimeoutError):
-            port.read(21, wire / 2)
-        assert dx.decode_packet(port.read(21)).id == 1
+        try:
+            first = port.read(21, wire / 2)
+        except CommsTimeoutError:
+            first = None                                       # the reply is still on the wire
+        t_first = time.perf_counter() - t0
+        if first is not None:
+            # only a process held up past the reply's wire time (a loaded machine) may read it here
+            assert t_first >= wire + 500e-6, t_first
+        assert dx.decode_packet(port.read(21) if first is None else first).id == 1
         assert time.perf_counter() - t0 >= wire + 500e-6
         t0 = time.perf_counter()
         with pytest.raises(CommsTimeoutError):

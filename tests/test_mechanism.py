@@ -508,8 +508,8 @@ def test_the_entry_kernels_are_compiled_once_for_every_mechanism(rrr, fivebar):
     for m in (mech, fivebar):
         src = Path(m.generated.kernels.__file__).read_text(encoding="utf-8")
         assert "def _newton(" not in src and "def _lu(" not in src and "_mechanism_runtime" not in src
-        assert m._k is rt and m._P.dtype == np.int64 and m._P.shape == (4,)
-    assert not np.array_equal(mech._P, fivebar._P)
+        assert m._k is rt and m._P.dtype == np.int64 and m._P.shape == (9,)
+    assert not np.array_equal(mech._P[:4], fivebar._P[:4])
     for name in rt.ENTRIES:
         kernel = getattr(rt, name)
         assert len(kernel.signatures) == 1 and kernel.signatures[0][0] == rt._P, name
@@ -519,6 +519,12 @@ def test_the_entry_kernels_are_compiled_once_for_every_mechanism(rrr, fivebar):
     out = np.empty(2)
     assert rt.inverse_dynamics(fivebar._P, fivebar._D, q, qd, qdd, np.zeros(fivebar._n), out) == 0
     np.testing.assert_allclose(out, tau, rtol=0, atol=1e-12)
+    # one model's functions with another's array (other sizes): refused, nothing written
+    out[:] = np.nan
+    D = fivebar._D.copy()
+    assert rt.inverse_dynamics(mech._P, D, q, qd, qdd, np.zeros(fivebar._n), out) == 5
+    assert np.isnan(out).all() and np.array_equal(D, fivebar._D)
+    assert rt.newton_passive(mech._P, q, fivebar._home_z.copy(), D, np.empty(fivebar._n)) == 0.0
 
 
 def test_generated_code_is_cached_by_digest_and_a_damaged_entry_is_replaced(tmp_path, monkeypatch):

@@ -208,6 +208,23 @@ def test_orientation_offset_and_the_euler_singularity(ups, tilted):
     assert rep.extra["task_euler_measure"] < 1e-5
 
 
+def test_the_type2_note_names_a_spherical_joint_near_its_euler_singularity(ups):
+    """A type-2 error's note reads the passive spherical joints' middle Euler angles at the last
+    forward kinematics solution (the warm start kept in the model array)."""
+    L, n = ups._L, ups._n
+    ups.configuration(ups.home_q + 0.05)
+    z0 = ups._D[L.O_WARM:L.O_WARM + n].copy()
+    name, i = next((jn, i) for jn, i in ups.spec.euler if i not in ups.spec.actuated)
+    assert ups._euler_note() == ""
+    z = z0.copy()
+    z[i] = np.pi / 2 - 0.01                    # |cos| = 0.01 < 0.05
+    try:
+        ups._rewind_continuation(z)
+        assert repr(name) in ups._euler_note()
+    finally:
+        ups._rewind_continuation(z0)
+
+
 def test_euler_singularity_at_home_is_refused(tmp_path, monkeypatch):
     import numba
 
