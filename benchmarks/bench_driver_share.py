@@ -225,7 +225,7 @@ def run(quick: bool = False) -> list[dict]:
                              float(np.median(emu_all)) * 1e6)
             axes = spec.model.dof
             rows.append({"case": f"{label}: driver.cycle, replayed bus", "median_us": med, "p99_us": p99,
-                         "ref": "driver.cycle in the emulated run (devices and plant inside)", "ref_median_us": ref,
+                         "ref": "driver.cycle, emulated run on its frame path (devices and plant inside)", "ref_median_us": ref,
                          "ratio": med / ref, "per_axis_us": med / axes,
                          "note": f"{path.name}, {n} cycles x {repeat} runs; hardware driver "
                                  f"drivers.{module} on {len(records[0])} python-can replay bus(es); "
