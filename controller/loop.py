@@ -465,11 +465,19 @@ class ControlLoop:
                     continue
                 t = k * P
                 late = c0 = None
+                noted = False
                 if one is not None:
                     if k < self.n_planned and one.ready():
                         # the cycle between two exchanges in one compiled call, when it is clean
                         late = self.clock.wait_until(t0 + t)
-                        if late <= miss_s:
+                        if late > miss_s:
+                            # a late cycle is counted here, and runs compiled unless the count
+                            # raised a fault: the Python cycle is slower, and sending late cycles
+                            # there made one stall miss deadline after deadline until the overrun
+                            # rule stopped the run (the Stewart platform on six ODrive axes)
+                            self._overran(t, late, watchdog_s)
+                            noted = True
+                        if late <= miss_s or one.ready():
                             c0 = time.perf_counter()
                             now = self.clock.now()
                             if one.cycle(k, t, fb, late):
@@ -509,14 +517,8 @@ class ControlLoop:
                                           q=float(fb.position_rad[j]), qd=float(fb.velocity_rad_s[j]))
                 if late is None:
                     late = self.clock.wait_until(t0 + t)
-                if late > miss_s:
-                    self.safety.note_overrun(t, late)
-                    if watchdog_s is not None and late > watchdog_s and not self.safety.latched:
-                        # the drives' own timeout ran out meanwhile: their torque is off, the state has
-                        # moved on without control; resuming would command the whole error at once
-                        self.safety.fault(t, "overrun", f"the loop stalled {late * 1e3:.1f} ms, longer than the "
-                                          f"drives' watchdog ({watchdog_s * 1e3:g} ms): stopped, not resumed",
-                                          late_s=float(late), watchdog_s=watchdog_s)
+                if late > miss_s and not noted:
+                    self._overran(t, late, watchdog_s)
                 if c0 is None:
                     c0 = time.perf_counter()
                 starts.append(self.clock.now())
@@ -681,6 +683,18 @@ class ControlLoop:
                            ss.code, ss.saturated, late, compute_s, fb.fresh, fb.fault, fb.enabled)
             except (OSError, ValueError) as exc:
                 self._log_failed(t, exc)
+
+    def _overran(self, t, late, watchdog_s) -> None:
+        """Count cycle ``t`` [s] that started ``late`` [s] after its deadline (the safety's overrun
+        rules), and stop when the drives' own watchdog (``watchdog_s`` [s], None: none) ran out
+        meanwhile."""
+        self.safety.note_overrun(t, late)
+        if watchdog_s is not None and late > watchdog_s and not self.safety.latched:
+            # the drives' own timeout ran out meanwhile: their torque is off, the state has
+            # moved on without control; resuming would command the whole error at once
+            self.safety.fault(t, "overrun", f"the loop stalled {late * 1e3:.1f} ms, longer than the "
+                              f"drives' watchdog ({watchdog_s * 1e3:g} ms): stopped, not resumed",
+                              late_s=float(late), watchdog_s=watchdog_s)
 
     def _record_compiled(self, one, t, compute_s):
         """:meth:`_record` of a cycle the compiled cycle ran (its rows written by it)."""

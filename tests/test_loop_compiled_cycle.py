@@ -122,6 +122,23 @@ def _run(tmp_path, config, compiled, seed, overrides):
     return res, read_log(out), state
 
 
+def _serial_run(out, compiled, events, late=None):
+    """The serial arm's case of :data:`_CASES` behind a :class:`_Relay` disturbing ``events``,
+    its clock late by ``late(period_s, lateness_max_s)`` (a :class:`_LateClock`'s table) when
+    given: (result, log, loop)."""
+    from controller.app.run import build_run, load_run
+
+    config, overrides = _CASES[1]
+    run = build_run(load_run(RUNS / config, overrides=overrides), out_dir=out)
+    loop = run.loop
+    loop.compiled = compiled
+    loop.handle_signals = False
+    loop.driver = _Relay(loop.driver, events, loop.safety)
+    if late is not None:
+        loop.clock = _LateClock(loop.clock, loop.period_s, late(loop.period_s, loop.safety.config.lateness_max_s))
+    return run.execute(), read_log(out), loop
+
+
 def _cycles(res) -> int:
     for m in res.messages:
         if m.startswith("compiled cycle:"):
@@ -180,20 +197,10 @@ def test_feedback_of_another_type_runs_in_python_without_compiling_mid_run(tmp_p
     torque; the entry called without the dispatcher would read it as the type it was loaded for)."""
     from controller import _fast_loop
 
-    from controller.app.run import build_run, load_run
-
-    config, overrides = _CASES[1]
     events = {k: [(kind, 0)] for k in (40, 41, 42, 300)}
 
     def one(compiled, ev, tag):
-        spec = load_run(RUNS / config, overrides=overrides)
-        out = tmp_path / tag
-        run = build_run(spec, out_dir=out)
-        loop = run.loop
-        loop.compiled = compiled
-        loop.handle_signals = False
-        loop.driver = _Relay(loop.driver, ev, loop.safety)
-        return run.execute(), read_log(out)
+        return _serial_run(tmp_path / tag, compiled, ev)[:2]
 
     one(True, {}, "warm")           # the entry's machine code loaded for this run's types
     sigs = {name: len(d.signatures) for name, d in _fast_loop.ONE_CYCLE.items()}
@@ -263,3 +270,53 @@ def test_the_entry_is_called_without_the_dispatcher_once_its_arguments_were_chec
     for name in log.dtype.names:
         if name not in ("compute_s", "lateness_s"):
             assert np.array_equal(log[name], log_ref[name], equal_nan=log[name].dtype.kind == "f"), name
+
+
+class _LateClock:
+    """The run's lock-step clock, with the cycles of ``late`` (cycle -> seconds) starting that
+    much after their deadline, as a stalled process's would on the wall clock."""
+
+    def __init__(self, inner, period_s, late):
+        self._inner = inner
+        self._p = period_s
+        self._late = late
+        self._t0 = None
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def wait_until(self, t_s):
+        if self._t0 is None:
+            self._t0 = t_s
+        return self._inner.wait_until(t_s) + self._late.get(round((t_s - self._t0) / self._p), 0.0)
+
+
+#: late cycles that the rules let pass (0.7 periods: missed deadlines, no fault), and one later
+#: than safety.lateness_max_s (a fault, the stop reaction in Python)
+_LATE = {"missed": lambda p, lmax: {k: 0.7 * p for k in (120, 121, 122, 123, 124, 400)},
+         "too_late": lambda p, lmax: {200: 0.7 * p, 201: 1.5 * lmax}}
+
+
+@pytest.mark.parametrize("case", sorted(_LATE))
+def test_late_cycles_are_counted_and_run_compiled(tmp_path, case):
+    """A cycle that starts after its deadline is counted (missed deadlines, the overrun rules) and
+    runs compiled unless that count raised a fault: the Python cycle is slower, and a late cycle
+    sent there made the Stewart platform on six emulated ODrive axes miss deadline after
+    deadline after one stall until the overrun rule stopped it (2 of 6 wall-clock runs).
+    Faults, metrics and log equal the all-Python run's."""
+    rp, lp, loop = _serial_run(tmp_path / "python", False, {}, _LATE[case])
+    rf, lf, _ = _serial_run(tmp_path / "compiled", True, {}, _LATE[case])
+    period_s = loop.period_s
+    late = _LATE[case](period_s, loop.safety.config.lateness_max_s)
+    for name in lp.dtype.names:
+        if name != "compute_s":
+            assert np.array_equal(lp[name], lf[name], equal_nan=lp[name].dtype.kind == "f"), name
+    assert [(f.t_s, f.cause, f.message) for f in rp.faults] == [(f.t_s, f.cause, f.message) for f in rf.faults]
+    assert rp.metrics == rf.metrics
+    missed = int(np.sum(lf["lateness_s"] > 0.5 * period_s))
+    if case == "missed":
+        assert rf.status == "completed" and missed == len(late)
+        assert _cycles(rf) == rf.n_cycles - 1          # every cycle compiled, the late ones too
+    else:
+        assert rf.status != "completed" and [f.cause for f in rf.faults][:1] == ["overrun"]
+        assert _cycles(rf) == 201                      # the cycles before the fault's
