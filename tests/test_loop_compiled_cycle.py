@@ -300,10 +300,9 @@ _LATE = {"missed": lambda p, lmax: {k: 0.7 * p for k in (120, 121, 122, 123, 124
 @pytest.mark.parametrize("case", sorted(_LATE))
 def test_late_cycles_are_counted_and_run_compiled(tmp_path, case):
     """A cycle that starts after its deadline is counted (missed deadlines, the overrun rules) and
-    runs compiled unless that count raised a fault: the Python cycle is slower, and a late cycle
-    sent there made the Stewart platform on six emulated ODrive axes miss deadline after
-    deadline after one stall until the overrun rule stopped it (2 of 6 wall-clock runs).
-    Faults, metrics and log equal the all-Python run's."""
+    runs compiled unless that count raised a fault: the Python cycle is slower, and late cycles
+    are the ones that must catch up (they all ran in Python before).  Faults, metrics and log
+    equal the all-Python run's."""
     rp, lp, loop = _serial_run(tmp_path / "python", False, {}, _LATE[case])
     rf, lf, _ = _serial_run(tmp_path / "compiled", True, {}, _LATE[case])
     period_s = loop.period_s
