@@ -85,22 +85,57 @@ def served(config: Path, *args: str):
 
 
 #: the stall probe: a process that waits 1 ms at a time on its stdin and reports, when stdin
-#: closes, how often and how long the machine kept it from running on time (no imports beyond
-#: the standard library: it starts in tens of milliseconds and takes almost no CPU)
+#: closes, how often and how long the machine kept it from running on time, and when (its stalls'
+#: intervals on the monotonic clock, which every process shares).  With a CPU and a priority
+#: (argv 2 and 3) it runs on that CPU only at that SCHED_FIFO priority, where permitted, else it
+#: runs anywhere at ordinary priority and says so.  No imports beyond the standard library: it
+#: starts in tens of milliseconds and takes almost no CPU.
 _PROBE = r"""
-import json, select, sys, time
+import json, os, select, sys, time
 wait_s, min_s = 0.001, float(sys.argv[1])
-n = events = 0; total = worst = 0.0
+where = "any CPU, ordinary priority"
+if len(sys.argv) > 3:
+    cpu, prio = int(sys.argv[2]), int(sys.argv[3])
+    try:
+        allowed = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))
+            where = f"CPU {cpu}, SCHED_FIFO {prio}"
+        except (OSError, ValueError):
+            # pinned at ordinary priority, a probe would wait behind the real-time work on its CPU
+            # and report the product's own time as the machine's
+            os.sched_setaffinity(0, allowed)
+    except (OSError, ValueError):
+        pass
+n = 0; spans = []
 while True:
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     if select.select([sys.stdin], [], [], wait_s)[0]:
         break
-    over = time.perf_counter() - t0 - wait_s
+    t1 = time.monotonic()
     n += 1
-    if over > min_s:
-        events += 1; total += over; worst = max(worst, over)
-print(json.dumps({"waits": n, "events": events, "stall_s": total, "max_s": worst}), flush=True)
+    if t1 - t0 - wait_s > min_s:
+        spans.append((t0 + wait_s, t1))
+print(json.dumps({"waits": n, "where": where, "spans": spans[-100000:]}), flush=True)
 """
+
+#: the probes' SCHED_FIFO priority where permitted: above the runs' real-time loops (80) and the
+#: emulator servers (70), so that nothing the tests run delays a probe on its CPU: what does is
+#: the machine (the hypervisor, the kernel)
+PROBE_PRIORITY = 90
+
+
+def merge_spans(spans) -> list[tuple[float, float]]:
+    """The union of time intervals ``(start, end)`` as disjoint intervals, in order."""
+    out: list[list[float]] = []
+    for a, b in sorted((float(a), float(b)) for a, b in spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
 
 #: a 1 ms wait of the probe that ends this much later counts as a stall of the machine
 STALL_MIN_S = 0.002
@@ -116,28 +151,41 @@ class CpuWatch:
       that lags a burst of other work by tens of seconds), it covers exactly the test's window.
       None where ``/proc/stat`` is missing.
     * ``stalls()``: how often and how long the machine itself kept an idle process from running
-      on time (a probe process waiting 1 ms at a time, see :data:`_PROBE`), and the steal time
+      on time (probe processes waiting 1 ms at a time, see :data:`_PROBE`), and the steal time
       the hypervisor reported.  On a virtual machine the host takes the virtual CPUs away for
       milliseconds several times a second (measured on the 2-core CI machines: a 1 ms sleep
       ended 4-11 ms late about three times a second on an otherwise idle machine, and the
       steal time was 2 % of each CPU): a wall-clock run cannot hold its deadlines through
-      that, whatever the product does.  The probe is stopped by the first ``stalls()`` call
-      or ``close()``.
+      that, whatever the product does.  One probe runs on each of ``cpus`` (default: every CPU
+      this process may use) at SCHED_FIFO :data:`PROBE_PRIORITY` where permitted, above the
+      loops and servers the tests run, so that it sees a stall on that CPU (an ordinary probe
+      runs on a CPU the real-time loop leaves idle, and missed a 15 ms stall of the loop's CPU,
+      2026-11-30); where not permitted, one probe runs anywhere at ordinary priority.  A stall
+      is the time during which at least one probe was kept waiting.  The probes are stopped by
+      the first ``stalls()`` call or ``close()``.
     """
 
-    def __init__(self, probe: bool = False):
+    def __init__(self, probe: bool = False, cpus=None):
         self.t0 = time.monotonic()
         self.busy0 = self._busy_s()
         self.steal0 = self._steal_s()
         self.own0 = self._own_s()
         self._stalls = None
-        self._probe = None
+        self._probes = []
         if probe:
-            try:
-                self._probe = subprocess.Popen([sys.executable, "-S", "-c", _PROBE, str(STALL_MIN_S)],
-                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            except OSError:
-                self._probe = None
+            if cpus is None:
+                try:
+                    cpus = sorted(os.sched_getaffinity(0))
+                except (AttributeError, OSError):
+                    cpus = ()
+            argv = [[str(c), str(PROBE_PRIORITY)] for c in cpus] or [[]]
+            for extra in argv:
+                try:
+                    self._probes.append(subprocess.Popen([sys.executable, "-S", "-c", _PROBE, str(STALL_MIN_S),
+                                                          *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                         text=True))
+                except OSError:
+                    pass
 
     @staticmethod
     def _stat() -> list[int] | None:
@@ -176,19 +224,28 @@ class CpuWatch:
         return max(0.0, (busy - self.busy0) - (self._own_s() - self.own0)) / wall
 
     def stalls(self) -> dict:
-        """The machine's stalls over the window: ``events`` (waits of the probe that ended more
-        than :data:`STALL_MIN_S` late), ``stall_s`` (their lateness summed), ``max_s``,
-        ``steal_s`` (hypervisor steal time, all CPUs; None where not reported) and
-        ``window_s``.  Stops the probe; later calls return the same figures."""
+        """The machine's stalls over the window: ``events`` (the stalls: times during which a
+        probe's wait ended more than :data:`STALL_MIN_S` late, the probes' taken together),
+        ``stall_s`` (their length summed), ``max_s``, ``where`` (each probe's CPU and priority),
+        ``steal_s`` (hypervisor steal time, all CPUs; None where not reported) and ``window_s``.
+        Stops the probes; later calls return the same figures."""
         if self._stalls is None:
-            got = {"events": 0, "stall_s": 0.0, "max_s": 0.0, "probe": False}
-            if self._probe is not None:
+            got = {"events": 0, "stall_s": 0.0, "max_s": 0.0, "probe": False, "where": []}
+            spans = []
+            for proc in self._probes:
                 try:
-                    out, _ = self._probe.communicate(input="", timeout=10)
-                    got.update(json.loads(out), probe=True)
+                    out, _ = proc.communicate(input="", timeout=10)
+                    rep = json.loads(out)
                 except (subprocess.TimeoutExpired, ValueError, OSError):
-                    self._probe.kill()
-                    self._probe.wait()
+                    proc.kill()
+                    proc.wait()
+                    continue
+                got["probe"] = True
+                got["where"].append(rep["where"])
+                spans += rep["spans"]
+            merged = merge_spans(spans)
+            lengths = [b - a for a, b in merged]
+            got.update(events=len(merged), stall_s=sum(lengths, 0.0), max_s=max(lengths, default=0.0))
             steal = self._steal_s()
             got["steal_s"] = None if steal is None or self.steal0 is None else steal - self.steal0
             got["window_s"] = time.monotonic() - self.t0
@@ -217,8 +274,7 @@ def stall_budget(st: dict, period_s: float, cycle_s: float) -> int:
 
     A stall of S seconds leaves the loop S late; it catches up ``period_s - cycle_s`` a cycle,
     so about ``S / (period_s - cycle_s)`` cycles start late, plus the one hit.  The stalled time
-    is what the probe saw plus the steal time the hypervisor reported (the probe sees only the
-    CPU it runs on).  Only meaningful for a loop whose median cycle fits in half a period
+    is what the probes saw plus the steal time the hypervisor reported.  Only meaningful for a loop whose median cycle fits in half a period
     (:func:`wall_clock_verdict` checks that first): a slow product must not borrow the
     machine's stalls; the catch-up is taken as at least half a period, so the budget is at most
     two late cycles per period stalled.
@@ -276,8 +332,9 @@ def wall_clock_verdict(returncode: int, out: Path, watch: CpuWatch, what: str = 
     cycle = float((timing.get("cycle") or {}).get("p50") or 0.0)
     lat = timing.get("lateness") or {}
     steal = "n/a" if st.get("steal_s") is None else f"{st['steal_s'] * 1e3:.0f} ms"
-    seen = (f"the machine stalled an idle probe {st['events']} times ({st['stall_s'] * 1e3:.0f} ms in all, "
-            f"longest {st['max_s'] * 1e3:.1f} ms; hypervisor steal {steal}) in {st['window_s']:.1f} s")
+    seen = (f"the machine stalled idle probes ({'; '.join(st.get('where') or ['none ran'])}) {st['events']} times "
+            f"({st['stall_s'] * 1e3:.0f} ms in all, longest {st['max_s'] * 1e3:.1f} ms; hypervisor steal {steal}) in "
+            f"{st['window_s']:.1f} s")
     if period > 0 and st.get("probe"):
         budget = stall_budget(st, period, cycle)
         # the timing rules, and the stop reaction that follows a fault

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,9 +82,9 @@ def test_exclusive_tests_overlap_no_other_test_and_skips_are_counted(tmp_path):
 # -- the wall-clock verdict (tests/serve_process.py) ------------------------------------------
 
 try:
-    from tests.serve_process import CpuWatch, stall_budget, wall_clock_verdict
+    from tests.serve_process import PROBE_PRIORITY, CpuWatch, merge_spans, stall_budget, wall_clock_verdict
 except ImportError:  # pragma: no cover - rootdir not on sys.path
-    from serve_process import CpuWatch, stall_budget, wall_clock_verdict
+    from serve_process import PROBE_PRIORITY, CpuWatch, merge_spans, stall_budget, wall_clock_verdict
 
 
 class _Watch:
@@ -160,20 +161,27 @@ def test_stall_budget_counts_catch_up():
 
 
 def test_stall_probe_sees_a_planted_stall():
-    """The probe process reports a stall it did not make: stopped (SIGSTOP) for 60 ms."""
+    """The probe processes report a stall they did not make: every probe stopped (SIGSTOP) for
+    60 ms together, then the first alone for 60 ms: two stalls (the probes' taken together)."""
     import signal
-    import time
 
     w = CpuWatch(probe=True)
     try:
         time.sleep(0.2)
-        os.kill(w._probe.pid, signal.SIGSTOP)
+        for pr in w._probes:
+            os.kill(pr.pid, signal.SIGSTOP)
         time.sleep(0.06)
-        os.kill(w._probe.pid, signal.SIGCONT)
+        for pr in w._probes:
+            os.kill(pr.pid, signal.SIGCONT)
+        time.sleep(0.1)
+        os.kill(w._probes[0].pid, signal.SIGSTOP)
+        time.sleep(0.06)
+        os.kill(w._probes[0].pid, signal.SIGCONT)
         time.sleep(0.1)
     finally:
         st = w.stalls()
-    assert st["probe"] and st["events"] >= 1 and st["max_s"] >= 0.05, st
+    assert st["probe"] and len(st["where"]) == len(w._probes) >= 1
+    assert st["events"] >= 2 and st["max_s"] >= 0.05 and 0.1 <= st["stall_s"] < 0.2, st
     assert st["window_s"] >= 0.3
     w.close()       # idempotent
     assert w.stalls() is st
@@ -253,3 +261,49 @@ def test_stuck_kernel_cache_warmers_hold_the_run_once_for_all(monkeypatch):
     conftest._warm_kernel_caches(SimpleNamespace(option=SimpleNamespace(numprocesses=4)))
     assert time.monotonic() - t0 < 1.5
     assert len(started) == 4 and all(p.poll() is not None for p in started)
+
+
+def test_merge_spans():
+    assert merge_spans([]) == []
+    assert merge_spans([(3.0, 4.0), (1.0, 2.0), (1.5, 2.5), (2.5, 2.75), (5, 6)]) == [(1.0, 2.75), (3.0, 4.0),
+                                                                                      (5.0, 6.0)]
+
+
+#: a process busy on CPU 1 three times 60 ms, at a SCHED_FIFO priority: (case, priority, seen):
+#: above the probes it is the machine taking the CPU (a hypervisor, the kernel) and must be seen;
+#: at a real-time loop's priority (80, below the probes) it is the product's own work, which must
+#: not be seen (it would let a slow product borrow its own time as the machine's stalls)
+_BUSY = r"""
+import os, sys, time
+os.sched_setaffinity(0, {1})
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(int(sys.argv[1])))
+for _ in range(3):
+    time.sleep(0.1)
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.06:
+        pass
+"""
+_PROBED = [("the machine, above the probes", PROBE_PRIORITY + 5, True),
+           ("a real-time loop's own work", 80, False)]
+
+
+@pytest.mark.exclusive
+@pytest.mark.parametrize("case, priority, seen", _PROBED, ids=[c[0] for c in _PROBED])
+def test_the_stall_probe_on_a_loops_cpu_sees_the_machine_not_the_loop(case, priority, seen):
+    """The probe on the CPU a real-time loop is pinned to (the wall-clock tests' CPU 1) sees a
+    stall of that CPU, which a probe left to the scheduler missed (it runs on the CPU the loop
+    leaves idle), and not the loop's own work."""
+    probe = subprocess.run([sys.executable, "-c", "import os; os.sched_setaffinity(0, {1}); "
+                            f"os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param({PROBE_PRIORITY + 5}))"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"environment: SCHED_FIFO on CPU 1 not available here: {probe.stderr.strip()[-200:]}")
+    watch = CpuWatch(probe=True, cpus=(1,))
+    time.sleep(0.2)             # the probe started
+    subprocess.run([sys.executable, "-c", _BUSY, str(priority)], check=True, timeout=30)
+    st = watch.stalls()
+    assert st["where"] == [f"CPU 1, SCHED_FIFO {PROBE_PRIORITY}"]
+    if seen:
+        assert st["events"] >= 3 and st["stall_s"] >= 0.15, st
+    else:
+        assert st["stall_s"] < 0.05, st        # 180 ms busy; a few ms of the machine's own allowed
