@@ -366,8 +366,13 @@ def _predicted_doublet(model, q0: np.ndarray, j: int, u: float, n: int, P: float
     for c in range(3 * n):          # the doublet, then as long again coasting
         tau[j] = u if c < n else (-u if c < 2 * n else 0.0)
         pl.set_torque(tau)
-        pl.advance_to(pl.t_s + P)
-        fr.advance_to(fr.t_s + P)
+        try:
+            pl.advance_to(pl.t_s + P)
+            fr.advance_to(fr.t_s + P)
+        except TorqueloopError:
+            # the predicted motion left the robot's poses (a parallel robot whose other joints,
+            # on gravity only, let the platform go): far too much
+            return math.inf, math.inf, math.inf
         v_peak = max(v_peak, float(np.max(np.abs(np.asarray(pl.state.qd) - np.asarray(fr.state.qd)))))
         dq = np.abs(np.asarray(pl.state.q) - np.asarray(fr.state.q))
         x_other = max(x_other, float(np.max(dq[others], initial=0.0)))
@@ -388,9 +393,18 @@ def _plan_doublet(model, q0: np.ndarray, j: int, cap: float, bs: BringupSpec, P:
     # well clear of the model's Coulomb friction (and a drive's torque resolution), within the cap
     coulomb = float(np.broadcast_to(np.asarray(model.drive.coulomb, dtype=float), q0.shape)[j])
     u_min = min(cap, max(5.0 * coulomb, 0.2 * cap))
+    predicted = None            # the last doublet whose prediction stayed among the robot's poses
     for _ in range(16):
         n = max(1, int(round(T / P)))
         d, v, x = _predicted_doublet(model, q0, j, u, n, P)
+        if not math.isfinite(d):
+            # no prediction (it left the robot's poses): a shorter doublet, at the shortest less torque
+            if n > 1:
+                T = max(P, 0.5 * n * P)
+            else:
+                u *= 0.5
+            continue
+        predicted = (u, n * P)
         if d <= 0:
             return u, bs.pulse_max_s
         if x > 0.25 * bs.travel_max_rad and d > 0.1 * bs.pulse_rad:
@@ -405,7 +419,13 @@ def _plan_doublet(model, q0: np.ndarray, j: int, cap: float, bs: BringupSpec, P:
             u *= target / d                 # the shortest doublet is still too far: less torque
             continue
         T = min(T * math.sqrt(target / d), bs.pulse_max_s)
-    return u, max(1, int(round(T / P))) * P
+    n = max(1, int(round(T / P)))
+    if math.isfinite(_predicted_doublet(model, q0, j, u, n, P)[0]):
+        return u, n * P
+    if predicted is None:
+        raise SafetyError(f"joint {j}: no test pulse under its cap keeps the model's predicted motion among the "
+                          f"robot's poses; bring it up with a lower bringup.torque_cap_nm or pulse_max_s")
+    return predicted
 
 
 def _hold_and_disable(sess: _Session, driver: Driver) -> None:
@@ -510,11 +530,31 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
     g_home = np.asarray(model.gravity(bs.home_rad), dtype=float)
     heavy = np.flatnonzero(np.abs(g_home) > HOLD_FRACTION_MAX * bs.torque_cap_nm)
     if heavy.size:
-        j = int(heavy[0])
-        raise ConfigError(f"{names[j]} needs {abs(g_home[j]):.3g} to hold against gravity at the reference pose, "
-                          f"over {HOLD_FRACTION_MAX:.0%} of its bring-up cap {bs.torque_cap_nm[j]:.3g}: raise "
-                          f"bringup.torque_cap_nm (at most {CAP_FRACTION_MAX:.0%} of the limit), choose a reference "
-                          f"pose with less gravity load (bringup.home_rad), or support the joint",
+        from .report import torque_limit_sources
+
+        limit, source = torque_limit_sources(spec)
+        need = np.abs(g_home)
+        top = CAP_FRACTION_MAX * np.asarray(limit, dtype=float)
+        # the joint named: one that no accepted cap holds (the worst), else the heaviest; the cap
+        # asked for holds every joint (a bring-up stopped at the next joint helps nobody)
+        short = [int(i) for i in heavy if need[i] > HOLD_FRACTION_MAX * top[i]]
+        j = max(short or heavy.tolist(), key=lambda i: need[i] / top[i] if short else need[i])
+        others = [f"{names[i]} {need[i]:.3g}" for i in heavy if i != j]
+        also = f" (also over half their caps: {', '.join(others)})" if others else ""
+        if short:
+            # raising the cap cannot help: say so, and what sets the limit the cap is a fraction of
+            whence = {"drive": f"what its drive delivers: driver.joints[{j}].current_limit_a x torque constant x "
+                               f"gear ratio", "[safety] torque_max": "safety.torque_max"}.get(source[j],
+                                                                                          "the robot file's limit")
+            how = (f"the largest cap accepted, {top[j]:.3g} ({CAP_FRACTION_MAX:.0%} of its torque limit "
+                   f"{limit[j]:.3g}, {whence}), holds at most {HOLD_FRACTION_MAX * top[j]:.3g}: choose a reference "
+                   f"pose with less gravity load (bringup.home_rad), or a higher limit where the hardware allows it")
+        else:
+            how = (f"raise bringup.torque_cap_nm to at least {max(need[heavy]) / HOLD_FRACTION_MAX:.3g} (at most "
+                   f"{min(top[heavy]):.3g}, {CAP_FRACTION_MAX:.0%} of the torque limit), or choose a reference pose "
+                   f"with less gravity load (bringup.home_rad)")
+        raise ConfigError(f"{names[j]} needs {need[j]:.3g} to hold against gravity at the reference pose{also}, "
+                          f"over {HOLD_FRACTION_MAX:.0%} of its bring-up cap {bs.torque_cap_nm[j]:.3g}: {how}",
                           spec.file, "bringup.torque_cap_nm")
     # the doublets, planned with the model at the reference pose before anything is enabled (the
     # pulse rides on the gravity feed-forward: room for both under the cap, since clipping one
