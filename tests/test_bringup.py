@@ -205,6 +205,13 @@ def test_a_gravity_loaded_reference_pose_is_refused_with_the_fix_that_works(case
         assert [f.check for f in res.findings] == ["ids answer"] and "no answer (test)" in res.findings[0].message
 
 
+def test_the_cap_asked_for_is_rounded_up():
+    from controller.app.bringup import _ceil3
+
+    assert [_ceil3(x) for x in (121.4, 122.0, 99.95, 1234.5)] == [122, 122, 100, 1240]
+    assert f"{_ceil3(0.1231):g}" == "0.124" and _ceil3(0.1231) >= 0.1231
+
+
 @pytest.mark.parametrize("config", ["hardware/stewart_odrive_can_socketcan.toml",
                                     "rehearsal/stewart_odrive_udp_run.toml"])
 def test_the_shipped_stewart_templates_pass_the_checks_before_enable(config):

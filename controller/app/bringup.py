@@ -428,6 +428,13 @@ def _plan_doublet(model, q0: np.ndarray, j: int, cap: float, bs: BringupSpec, P:
     return predicted
 
 
+def _ceil3(x: float) -> float:
+    """``x`` > 0 rounded up to three significant digits (a cap asked for must pass the check it
+    is asked for: 121.4 is printed 122, not 121)."""
+    e = math.floor(math.log10(x)) - 2
+    return math.ceil(round(x / 10.0 ** e, 9)) * 10.0 ** e if e < 0 else float(math.ceil(x / 10 ** e) * 10 ** e)
+
+
 def _hold_and_disable(sess: _Session, driver: Driver) -> None:
     """A few cycles on gravity only (the last command of a test is not left held), then the drives
     disabled."""
@@ -550,7 +557,7 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                    f"{limit[j]:.3g}, {whence}), holds at most {HOLD_FRACTION_MAX * top[j]:.3g}: choose a reference "
                    f"pose with less gravity load (bringup.home_rad), or a higher limit where the hardware allows it")
         else:
-            how = (f"raise bringup.torque_cap_nm to at least {max(need[heavy]) / HOLD_FRACTION_MAX:.3g} (at most "
+            how = (f"raise bringup.torque_cap_nm to at least {_ceil3(max(need[heavy]) / HOLD_FRACTION_MAX):g} (at most "
                    f"{min(top[heavy]):.3g}, {CAP_FRACTION_MAX:.0%} of the torque limit), or choose a reference pose "
                    f"with less gravity load (bringup.home_rad)")
         raise ConfigError(f"{names[j]} needs {need[j]:.3g} to hold against gravity at the reference pose{also}, "
