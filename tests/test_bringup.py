@@ -198,6 +198,10 @@ def test_a_gravity_loaded_reference_pose_is_refused_with_the_fix_that_works(case
     for text in says:
         assert text in str(ei.value), str(ei.value)
     assert not_says not in str(ei.value)
+    # `torqueloop check` says so too, before the user gets to the bring-up
+    from controller.app.run import check_run_config
+    assert f"`torqueloop bringup` refuses this config before it enables anything: {ei.value}" in \
+        check_run_config(path, overrides={"bringup.torque_cap_nm": cap})
     if current_a:
         # the cap the message asks for passes the check: the bring-up goes on to enable the drives
         spec = load_run(path, overrides={"bringup.torque_cap_nm": 122.0})
@@ -225,6 +229,9 @@ def test_the_shipped_stewart_templates_pass_the_checks_before_enable(config):
     res = bringup(spec, write=False, driver=_Refuses())
     assert [f.check for f in res.findings] == ["ids answer"]
     assert res.lines[1:] == [], res.lines       # nothing done after the refused enable
+    from controller.app.run import check_run_config
+    report = check_run_config(Path(__file__).resolve().parents[1] / "hil_configs" / config)
+    assert "no calibration for this hardware run" in report and "`torqueloop bringup` refuses" not in report
 
 
 def test_mit_set_zero_needs_confirmation_and_sets_the_zero(tmp_path):

@@ -1439,6 +1439,11 @@ def validate_run(spec: RunSpec, *, out_dir: str | Path | None = None, min_free_b
             raise
         v.warnings.append(f"{err} (a hardware run refuses to start without it)")
         cal = None
+        # and what that bring-up would refuse before it enables anything
+        from .bringup import reference_pose_refusal
+        refused = reference_pose_refusal(spec, BringupSpec.from_spec(spec, _joint_start(spec)[0]))
+        if refused is not None:
+            v.warnings.append(f"`torqueloop bringup` refuses this config before it enables anything: {refused}")
     if cal is not None:
         v.lines.append(f"calibration: {cal.path} (written {cal.created_utc}), offset corrections "
                        f"{[round(float(c), 6) for c in cal.offset_correction_rad]}")
