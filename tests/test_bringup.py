@@ -210,7 +210,7 @@ def test_a_gravity_loaded_reference_pose_is_refused_with_the_fix_that_works(case
 
 
 def test_the_cap_asked_for_is_rounded_up():
-    from controller.app.bringup import _ceil3
+    from controller.app.calibration import _ceil3
 
     assert [_ceil3(x) for x in (121.4, 122.0, 99.95, 1234.5)] == [122, 122, 100, 1240]
     assert f"{_ceil3(0.1231):g}" == "0.124" and _ceil3(0.1231) >= 0.1231
@@ -232,6 +232,22 @@ def test_the_shipped_stewart_templates_pass_the_checks_before_enable(config):
     from controller.app.run import check_run_config
     report = check_run_config(Path(__file__).resolve().parents[1] / "hil_configs" / config)
     assert "no calibration for this hardware run" in report and "`torqueloop bringup` refuses" not in report
+
+
+def test_check_reports_a_reference_pose_it_could_not_check(monkeypatch):
+    """``check`` goes on, with a warning, when the bring-up's reference-pose check itself fails
+    (a model that cannot evaluate the pose)."""
+    import controller.app.calibration as cal
+    from controller.app.run import check_run_config
+    from dynamics.errors import ConvergenceError
+
+    def fails(spec, bs):
+        raise ConvergenceError("planted")
+
+    monkeypatch.setattr(cal, "reference_pose_refusal", fails)
+    report = check_run_config(Path(__file__).resolve().parents[1] / "hil_configs" / "rehearsal" /
+                              "stewart_odrive_udp_run.toml")
+    assert "the bring-up's reference pose could not be checked: ConvergenceError: planted" in report
 
 
 def test_mit_set_zero_needs_confirmation_and_sets_the_zero(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -18,7 +19,7 @@ from dynamics.config import Section, read_toml
 from dynamics.errors import ConfigError, SafetyError, TorqueloopError
 
 __all__ = ["BringupSpec", "CAP_FRACTION_DEFAULT", "CAP_FRACTION_MAX", "Calibration", "CalibratedDriver", "calibration_path", "check_calibration", "hardware_digest",
-           "hardware_tables", "SIM_ONLY_TABLES", "CALIBRATION_VERSION"]
+           "hardware_tables", "SIM_ONLY_TABLES", "CALIBRATION_VERSION", "HOLD_FRACTION_MAX", "reference_pose_refusal"]
 
 #: sub-tables of ``[driver]`` that only the simulation reads (not part of the hardware digest)
 SIM_ONLY_TABLES = ("plant", "emulator", "faults")
@@ -30,6 +31,9 @@ CALIBRATION_VERSION = 1
 CAP_FRACTION_DEFAULT = 0.05
 #: the largest torque cap accepted, as a fraction of the effective torque limit
 CAP_FRACTION_MAX = 0.2
+#: the largest gravity torque at the reference pose, as a fraction of the bring-up cap (the rest
+#: moves the joint): a pose needing more is refused before anything is enabled
+HOLD_FRACTION_MAX = 0.5
 
 
 @dataclass
@@ -294,3 +298,49 @@ class CalibratedDriver(Driver):
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+
+def _ceil3(x: float) -> float:
+    """``x`` > 0 rounded up to three significant digits (a cap asked for must pass the check it
+    is asked for: 121.4 is printed 122, not 121)."""
+    e = math.floor(math.log10(x)) - 2
+    return math.ceil(round(x / 10.0 ** e, 9)) * 10.0 ** e if e < 0 else float(math.ceil(x / 10 ** e) * 10 ** e)
+
+
+def reference_pose_refusal(spec, bs: BringupSpec) -> ConfigError | None:
+    """Why a bring-up of run spec ``spec`` with ``[bringup]`` settings ``bs`` is refused before
+    anything is enabled, or None: a joint needing more than :data:`HOLD_FRACTION_MAX` of its cap to
+    hold against gravity at the reference pose.  The error names the cap that holds every joint, or
+    says that no accepted cap can and what sets the limit.  :func:`controller.app.bringup.bringup`
+    raises it; ``torqueloop check`` reports it as a warning."""
+    names = [str(x) for x in spec.model.joint_names]
+    g_home = np.asarray(spec.model.gravity(bs.home_rad), dtype=float)
+    heavy = np.flatnonzero(np.abs(g_home) > HOLD_FRACTION_MAX * bs.torque_cap_nm)
+    if not heavy.size:
+        return None
+    from .report import torque_limit_sources
+
+    limit, source = torque_limit_sources(spec)
+    need = np.abs(g_home)
+    top = CAP_FRACTION_MAX * np.asarray(limit, dtype=float)
+    # the joint named: one that no accepted cap holds (the worst), else the heaviest; the cap
+    # asked for holds every joint (a bring-up stopped at the next joint helps nobody)
+    short = [int(i) for i in heavy if need[i] > HOLD_FRACTION_MAX * top[i]]
+    j = max(short or heavy.tolist(), key=lambda i: need[i] / top[i] if short else need[i])
+    others = [f"{names[i]} {need[i]:.3g}" for i in heavy if i != j]
+    also = f" (also over half their caps: {', '.join(others)})" if others else ""
+    if short:
+        # raising the cap cannot help: say so, and what sets the limit the cap is a fraction of
+        whence = {"drive": f"what its drive delivers: driver.joints[{j}].current_limit_a x torque constant x "
+                           f"gear ratio", "[safety] torque_max": "safety.torque_max"}.get(source[j],
+                                                                                          "the robot file's limit")
+        how = (f"the largest cap accepted, {top[j]:.3g} ({CAP_FRACTION_MAX:.0%} of its torque limit "
+               f"{limit[j]:.3g}, {whence}), holds at most {HOLD_FRACTION_MAX * top[j]:.3g}: choose a reference "
+               f"pose with less gravity load (bringup.home_rad), or a higher limit where the hardware allows it")
+    else:
+        how = (f"raise bringup.torque_cap_nm to at least {_ceil3(max(need[heavy]) / HOLD_FRACTION_MAX):g} (at most "
+               f"{min(top[heavy]):.3g}, {CAP_FRACTION_MAX:.0%} of the torque limit), or choose a reference pose "
+               f"with less gravity load (bringup.home_rad)")
+    return ConfigError(f"{names[j]} needs {need[j]:.3g} to hold against gravity at the reference pose{also}, "
+                       f"over {HOLD_FRACTION_MAX:.0%} of its bring-up cap {bs.torque_cap_nm[j]:.3g}: {how}",
+                       spec.file, "bringup.torque_cap_nm")
