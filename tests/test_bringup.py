@@ -12,6 +12,7 @@ factor from the inertia.  ODrive ASCII has no emulator, so it is not in the tabl
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 
@@ -232,6 +233,28 @@ def test_the_shipped_stewart_templates_pass_the_checks_before_enable(config):
     from controller.app.run import check_run_config
     report = check_run_config(Path(__file__).resolve().parents[1] / "hil_configs" / config)
     assert "no calibration for this hardware run" in report and "`torqueloop bringup` refuses" not in report
+
+
+def test_a_test_pulse_whose_every_prediction_fails_is_refused_before_enable(monkeypatch, tmp_path):
+    """The planning shortens a pulse whose predicted motion leaves the robot's poses; where no
+    prediction succeeds at all the bring-up stops with a SafetyError naming the joint, before
+    anything is enabled (the driver below would record an enable)."""
+    import controller.app.bringup as bu
+    from dynamics.errors import SafetyError
+
+    calls = []
+    monkeypatch.setattr(bu, "_predicted_doublet", lambda *a: calls.append(a) or (math.inf, math.inf, math.inf))
+    enabled = []
+
+    class _Records(_Refuses):
+        def enable(self):
+            enabled.append(True)
+            return super().enable()
+
+    spec = _spec(_data("mit", "clean", tmp_path), tmp_path)
+    with pytest.raises(SafetyError, match="joint 0: no test pulse under its cap"):
+        bringup(spec, write=False, driver=_Records())
+    assert not enabled and len(calls) == 17      # 16 shorter or weaker tries, then the last plan's check
 
 
 def test_check_reports_a_reference_pose_it_could_not_check(monkeypatch):
