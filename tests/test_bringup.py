@@ -257,6 +257,20 @@ def test_a_test_pulse_whose_every_prediction_fails_is_refused_before_enable(monk
     assert not enabled and len(calls) == 17      # 16 shorter or weaker tries, then the last plan's check
 
 
+def test_a_reversed_stewart_leg_is_named_as_a_pose_the_robot_cannot_take(tmp_path):
+    """A reversed leg of the emulated Stewart platform reads a length no pose of the platform
+    has: the bring-up stops (drives disabled) with a finding that sends the user to the joints'
+    signs and offsets, not to the bus."""
+    from controller.app.run import load_run
+
+    cfg = Path(__file__).resolve().parents[1] / "hil_configs" / "runs" / "stewart_motion.toml"
+    spec = load_run(cfg, overrides={"bringup.torque_cap_nm": 125.0, "driver.emulator.reversed_joints": [2]})
+    res = bringup(spec, write=False)
+    assert [f.check for f in res.findings] == ["stopped"], res.findings
+    assert "not a pose of this robot" in res.findings[0].fix and "sign" in res.findings[0].fix
+    assert "bus" not in res.findings[0].fix
+
+
 def test_check_reports_a_reference_pose_it_could_not_check(monkeypatch):
     """``check`` goes on, with a warning, when the bring-up's reference-pose check itself fails
     (a model that cannot evaluate the pose)."""

@@ -77,7 +77,7 @@ import numpy as np
 
 from drivers.base import Command, Driver, Feedback
 from dynamics.config import write_toml
-from dynamics.errors import ConfigError, SafetyError, TorqueloopError
+from dynamics.errors import ConfigError, KinematicsError, SafetyError, TorqueloopError
 
 from .calibration import (CAP_FRACTION_DEFAULT, CAP_FRACTION_MAX, CALIBRATION_VERSION, BringupSpec,
                           hardware_digest, hardware_tables, reference_pose_refusal)
@@ -682,6 +682,12 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                                        "low torque constant is not held by the model's gravity feed-forward: bring "
                                        "it up supported, or from a reference pose without gravity load"
                                        if loaded else "")))
+    except KinematicsError as err:          # the model at the readings: not a pose of this robot
+        res.findings.append(Finding(-1, "drives", "stopped", f"{type(err).__name__}: {err}",
+                                    "the joints' readings are not a pose of this robot (a parallel robot's "
+                                    "closure fails): check each joint's sign, offset and gear ratio "
+                                    "(driver.joints[i].sign, offset, gear_ratio), then run bringup again; the "
+                                    "drives were disabled"))
     except TorqueloopError as err:          # a bus or port that failed, a drive that refused a command
         res.findings.append(Finding(-1, "drives", "stopped", f"{type(err).__name__}: {err}",
                                     "check the bus/port and the drives, then run bringup again; the drives "
