@@ -374,3 +374,36 @@ def test_a_calibrated_driver_keeps_the_drives_watchdog_for_the_overrun_rule(tmp_
         assert run.loop.driver.watchdog_s == run.loop.driver.inner.watchdog_s == 0.05
     finally:
         run.close()
+
+
+@pytest.mark.parametrize("protocol", ["mit", "odrive_can", "cia402"])
+def test_corrupt_feedback_stops_the_bringup_as_corrupt_not_as_motion(protocol, tmp_path):
+    """A drive or gateway that flips bits in its replies (CAN's CRC passes them: they are framed
+    afresh) gives readings no motion of the robot can make.  The run does not use them
+    (controller.plausibility); the bring-up used to take one for motion and stop with "moved at
+    781 rad/s ... check that joint (its sign, wiring, brake)".  It now stops at the first one,
+    drives disabled, with a finding that names it as corrupt feedback."""
+    data = _data(protocol, "clean", tmp_path)
+    data["driver"]["faults"] = {"seed": 3, "corrupt_prob": 0.05, "corrupt_mode": "bitflip", "side": "recv",
+                                "during_enable": False}
+    res = bringup(_spec(data, tmp_path))
+    assert [f.check for f in res.findings] == ["stopped"], res.report()
+    f = res.findings[0]
+    assert "no motion under the robot's limits can make" in f.message and "corrupt feedback" in f.message, f.message
+    assert "encoder" in f.fix and "sign" not in f.fix and "drives disabled" in f.fix, f.fix
+
+
+def test_the_bringup_uses_the_runs_plausibility_bounds(tmp_path):
+    """The bound is the run's (twice the velocity limit, twice the acceleration the torque limits
+    give at the reference pose): the clean bring-up of every protocol above passes it, so it does
+    not stop a real motion; here the same check on the 3RRR demo."""
+    from controller.app.run import load_run
+
+    cfg = Path(__file__).resolve().parents[1] / "hil_configs" / "runs" / "3rrr_circle.toml"
+    spec = load_run(cfg, overrides={"bringup.calibration_file": str(tmp_path / "cal.toml")})
+    res = bringup(spec, write=False)
+    assert res.findings == [], res.report()
+    bad = load_run(cfg, overrides={"bringup.calibration_file": str(tmp_path / "cal.toml"),
+                                   "driver.faults": {"seed": 3, "corrupt_prob": 0.02, "corrupt_mode": "bitflip"}})
+    res = bringup(bad, write=False)
+    assert [f.check for f in res.findings] == ["stopped"] and "corrupt feedback" in res.findings[0].message

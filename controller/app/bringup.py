@@ -35,7 +35,10 @@ anything is enabled.  The checks:
 
 A bring-up stops at once (zero torque, drives disabled) when a joint moves faster than
 ``velocity_max_rad_s``, travels farther than ``travel_max_rad`` from the reference pose,
-reports a fault, its feedback goes stale or the bus fails; the finding names the joint.
+reports a fault, its feedback goes stale or the bus fails; the finding names the joint.  A
+reading that no motion under the robot's limits can make (the run's feedback plausibility,
+:mod:`controller.plausibility`: a drive or gateway corrupting values) stops it too, as
+corrupt feedback: no measurement is taken through it.
 
 It writes the calibration file (TOML): a SHA-256 digest of the hardware-relevant config (the
 ``[driver]`` table without the simulation's ``plant``/``emulator``/``faults`` tables, and the
@@ -79,9 +82,10 @@ from drivers.base import Command, Driver, Feedback
 from dynamics.config import write_toml
 from dynamics.errors import ConfigError, KinematicsError, SafetyError, TorqueloopError
 
+from ..plausibility import FeedbackPlausibility
 from .calibration import (CAP_FRACTION_DEFAULT, CAP_FRACTION_MAX, CALIBRATION_VERSION, BringupSpec,
                           hardware_digest, hardware_tables, reference_pose_refusal)
-from .run import _joint_start, sim_driver_section
+from .run import _joint_start, make_safety, sim_driver_section
 
 __all__ = ["BringupSpec", "BringupResult", "Finding", "bringup", "write_calibration", "CAP_FRACTION_DEFAULT",
            "CAP_FRACTION_MAX"]
@@ -174,9 +178,12 @@ class _Session:
     the cap, every feedback checked (faults, staleness, speed, travel)."""
 
     def __init__(self, driver: Driver, clock, period_s: float, bs: BringupSpec, names: list, gravity,
-                 stale_cycles: int):
+                 stale_cycles: int, plausibility: FeedbackPlausibility | None = None):
         self.driver, self.clock, self.P, self.bs, self.names = driver, clock, period_s, bs, names
         self.stale_cycles = int(stale_cycles)
+        #: the run's feedback plausibility (controller.plausibility): a reading no motion under the
+        #: robot's limits can make is not used (None: every reading is)
+        self.plaus = plausibility
         #: q (n,) -> the model's gravity torque (n,) [N m | N], fed forward on every joint
         self.gravity = gravity
         self.last_sent = None
@@ -198,6 +205,33 @@ class _Session:
         self.q_last = np.asarray(fb.position_rad, dtype=float).copy()
         if self.home_measured is None:      # the travel guard's reference: the first reading
             self.home_measured = self.q_last.copy()
+        if self.plaus is not None:
+            self.plaus.accept(self._t_meas(fb), fb)
+
+    def _t_meas(self, fb: Feedback) -> float:
+        """The time of a reading [s]: its time stamp, else the time its cycle's command was sent."""
+        t = float(fb.t_s)
+        return t if math.isfinite(t) else float(self.t_sent)
+
+    def _plausible(self, fb: Feedback) -> Feedback:
+        """``fb``, once every joint's reading is one that a motion under the robot's limits can make
+        (the run's rule, :class:`~controller.plausibility.FeedbackPlausibility`).  The first
+        reading that is not stops the bring-up, naming it: a bus that passes corrupt values (CAN's
+        CRC stops the wire's errors; a drive's or a gateway's are framed afresh) cannot be
+        measured through, and a value the run would discard is not a motion to stop for."""
+        if self.plaus is None:
+            return fb
+        q_ok, qd_ok = self.plaus._q.copy(), self.plaus._qd.copy()
+        _, bad, _ = self.plaus.check(self._t_meas(fb), fb)
+        if bad.size:
+            j = int(bad[0])
+            raise _Abort(f"{self.names[j]}: a reading no motion under the robot's limits can make "
+                         f"({float(fb.position_rad[j]):.6g} at {float(fb.velocity_rad_s[j]):.6g}/s, "
+                         f"{float(self.t_sent - self.t0):.3f} s in, after {q_ok[j]:.6g} at {qd_ok[j]:.6g}/s): "
+                         f"corrupt feedback, not a motion",
+                         "check that joint's encoder and the values on its bus (a drive or gateway corrupting "
+                         "them, another node sending on its id), then run bringup again")
+        return fb
 
     def step(self, tau: np.ndarray) -> Feedback:
         """Send the model's gravity torque at the last reading plus ``tau``, clipped to the cap, in
@@ -215,7 +249,7 @@ class _Session:
         self.clock.wait_until(self.t0 + self.k * self.P)
         t = self.clock.now()
         self.dt_last, self.t_sent = max(t - self.t_sent, 1e-6), t     # a late cycle on the wall clock
-        fb = self.driver.cycle(Command(tau))
+        fb = self._plausible(self.driver.cycle(Command(tau)))
         self._guard(fb)
         self.fb = fb
         return fb
@@ -557,7 +591,8 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
     def gravity(q):
         return np.asarray(model.gravity(q), dtype=float)
 
-    sess = _Session(driver, clock, P, bs, names, gravity, spec.safety.stale_cycles)
+    sess = _Session(driver, clock, P, bs, names, gravity, spec.safety.stale_cycles,
+                    _plausibility(spec, bs.home_rad, res))
     joints_cfg = spec.driver_section.data.get("joints", [])
     enabled = False
     try:
@@ -706,6 +741,17 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
         if own:
             driver.close()
     return _finish(res, spec, write)
+
+
+def _plausibility(spec, home_rad: np.ndarray, res: BringupResult) -> FeedbackPlausibility:
+    """The run's feedback plausibility check (:meth:`FeedbackPlausibility.for_supervisor` of the
+    run's safety supervisor, at the reference pose): what it could not derive goes in the report."""
+    check, note = FeedbackPlausibility.for_supervisor(make_safety(spec), home_rad, spec.safety.feedback_accel_max)
+    check.run_max = 1       # (the bring-up stops at the first: _Session._plausible)
+    if note:
+        res.lines.append(f"feedback plausibility: {note}")
+    FeedbackPlausibility.load()
+    return check
 
 
 def _joint_key(joints_cfg, j: int, key: str, default):
