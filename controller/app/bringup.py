@@ -84,7 +84,7 @@ from dynamics.errors import ConfigError, KinematicsError, SafetyError, Torqueloo
 
 from ..plausibility import FeedbackPlausibility
 from .calibration import (CAP_FRACTION_DEFAULT, CAP_FRACTION_MAX, CALIBRATION_VERSION, BringupSpec,
-                          hardware_digest, hardware_tables, reference_pose_refusal)
+                          HOLD_FRACTION_MAX, _ceil3, hardware_digest, hardware_tables, reference_pose_refusal)
 from .run import _joint_start, make_safety, sim_driver_section
 
 __all__ = ["BringupSpec", "BringupResult", "Finding", "bringup", "write_calibration", "CAP_FRACTION_DEFAULT",
@@ -194,6 +194,8 @@ class _Session:
         self.k = 0
         self.t0 = None
         self.stale = np.zeros(self.n, dtype=int)
+        #: per joint, the cycles in a row its gravity torque was over its cap
+        self.unheld = np.zeros(self.n, dtype=int)
         self.fb: Feedback | None = None
         self.q_last = None
 
@@ -238,6 +240,7 @@ class _Session:
         the next cycle (kept in :attr:`last_sent`) and return its feedback."""
         q = np.asarray(self.fb.position_rad, dtype=float)
         g = self.gravity(q)
+        self._held(q, g)
         if self.damp is not None:
             v = np.asarray(self.fb.velocity_rad_s, dtype=float)
             v = np.where(np.isfinite(v), v, self.v_est)
@@ -253,6 +256,22 @@ class _Session:
         self._guard(fb)
         self.fb = fb
         return fb
+
+    def _held(self, q: np.ndarray, g: np.ndarray) -> None:
+        """Stop when a joint's gravity torque alone has been over its cap for :data:`HOLD_CYCLES`
+        cycles in a row: the cap cannot hold it there, and it is falling (the reference pose was
+        checked, but the test pulses' coupling can carry a joint to where it is not held)."""
+        cap = self.bs.torque_cap_nm
+        over = np.abs(g) > cap
+        self.unheld = np.where(over, self.unheld + 1, 0)
+        j = int(np.argmax(self.unheld))
+        if self.unheld[j] >= HOLD_CYCLES:
+            raise _Abort(f"{self.names[j]}: its gravity torque {g[j]:.3g} at {q[j]:.4g} (the joints at "
+                         f"{np.array2string(q, precision=4, separator=', ')}) has been over its bring-up cap "
+                         f"{cap[j]:.3g} for {HOLD_CYCLES} cycles: the cap cannot hold it there",
+                         f"raise bringup.torque_cap_nm for {self.names[j]} to at least {_ceil3(abs(g[j]) / HOLD_FRACTION_MAX):g} "
+                         f"(at most {CAP_FRACTION_MAX:.0%} of its limit), or bring it up supported, or from a "
+                         f"reference pose where the test pulses leave it less loaded (bringup.home_rad)")
 
     def _guard(self, fb: Feedback) -> None:
         fresh = np.asarray(fb.fresh, dtype=bool)
@@ -362,11 +381,24 @@ def _torque_factor(model, exps: list, P: float, s: np.ndarray, off: np.ndarray, 
     return float(np.exp(-b / (2 * a))) if a > 0 else float(ks[i])
 
 
-def _directions(model, exps: list, P: float, off: np.ndarray) -> tuple[np.ndarray, list]:
+#: cycles in a row a joint's gravity torque may be over its cap before the bring-up stops
+HOLD_CYCLES = 10
+
+#: a sign hypothesis whose replay residual is within this fraction of the best one's fits the
+#: doublets as well: the data cannot tell them apart
+TIE_FRACTION = 0.02
+
+
+def _directions(model, exps: list, P: float, off: np.ndarray) -> tuple[np.ndarray, list, np.ndarray]:
     """The joints' directions that explain the doublets best: for every sign pattern (the first
     joint's fixed when the model is symmetric under reversing every joint), the model's replay
     of every experiment against every joint's reading; returns (best s (n,), [(residual, s)...]
-    sorted)."""
+    sorted, unobservable (n,) bool).
+
+    A joint whose reversal fits within :data:`TIE_FRACTION` of the best is not observable from
+    these doublets (it couples to no other joint's reading and carries no gravity torque at this
+    pose, as the base yaw of an arm does: a reversed motor and encoder are self-consistent); it
+    is taken as configured and flagged."""
     import itertools
 
     n = len(off)
@@ -383,9 +415,19 @@ def _directions(model, exps: list, P: float, off: np.ndarray) -> tuple[np.ndarra
     # reversing every joint mirrors a robot without gravity torque on its joints: the same
     # motion, so the data cannot tell the two apart; take the one with fewer reversed joints
     mirror_r = next(r for r, sv in scores if np.all(sv == -best))
-    if np.sum(-best < 0) < np.sum(best < 0) and np.isfinite(mirror_r) and mirror_r <= 1.02 * best_r:
+    if np.sum(-best < 0) < np.sum(best < 0) and np.isfinite(mirror_r) and mirror_r <= (1 + TIE_FRACTION) * best_r:
         best = -best
-    return best, scores
+    by_pattern = {tuple(sv): r for r, sv in scores}
+    unobservable = np.zeros(n, dtype=bool)
+    for j in range(n):
+        flip = best.copy()
+        flip[j] = -flip[j]
+        r_flip = by_pattern.get(tuple(flip), math.inf)
+        if np.isfinite(r_flip) and r_flip <= (1 + TIE_FRACTION) * by_pattern[tuple(best)]:
+            unobservable[j] = True
+    if unobservable.any():
+        best = np.where(unobservable, 1.0, best)
+    return best, scores, unobservable
 
 
 def _predicted_doublet(model, q0: np.ndarray, j: int, u: float, n: int, P: float) -> tuple[float, float, float]:
@@ -441,10 +483,14 @@ def _plan_doublet(model, q0: np.ndarray, j: int, cap: float, bs: BringupSpec, P:
             return u, bs.pulse_max_s
         if x > 0.25 * bs.travel_max_rad and d > 0.1 * bs.pulse_rad:
             target = min(target, d * 0.25 * bs.travel_max_rad / x)
-        if v > v_lim * 1.05 and u > u_min:
-            # at the target displacement the peak speed goes as sqrt(u)
-            u = max(u_min, u * (v_lim / v) ** 2)
-            continue
+        if v > v_lim * 1.05:
+            if u > u_min:
+                # at the target displacement the peak speed goes as sqrt(u)
+                u = max(u_min, u * (v_lim / v) ** 2)
+                continue
+            # the least torque is still too fast (a light joint): a shorter displacement, whose
+            # peak speed goes as its square root at this torque
+            target = min(target, d * (v_lim / v) ** 2)
         if abs(d - target) < 0.1 * target or (d < target and T >= bs.pulse_max_s):
             return u, n * P
         if d > target and n == 1:
@@ -636,8 +682,10 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
         _hold_and_disable(sess, driver)
         enabled = False
         off = np.array([float(_joint_key(joints_cfg, j, "offset_rad", 0.0)) for j in range(n)])
-        s_best, scores = _directions(model, exps, P, off)
-        res.lines.append("direction: " + ", ".join(f"{names[j]} {'as configured' if s_best[j] > 0 else 'REVERSED'}"
+        s_best, scores, unobservable = _directions(model, exps, P, off)
+        res.lines.append("direction: " + ", ".join(f"{names[j]} " + ("not observable (taken as configured)"
+                                                                     if unobservable[j] else "as configured"
+                                                                     if s_best[j] > 0 else "REVERSED")
                                                    for j in range(n))
                          + f" (model replay residual {scores[0][0]:.3g} rad^2; as configured "
                            f"{next(r for r, sv in scores if np.all(sv > 0)):.3g})")
@@ -656,6 +704,15 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                                         f"the model, fits with it reversed (residual {scores[0][0]:.3g} rad^2 "
                                         f"against {as_cfg:.3g} as configured): the sign is reversed",
                                         f"driver.joints[{j}].sign = {-sign}"))
+        for j in np.flatnonzero(unobservable):
+            res.findings.append(Finding(int(j), names[j], "direction", "the doublets cannot tell its direction: "
+                                        "reversing it fits them as well (at the reference pose it moves no other "
+                                        "joint and carries no gravity torque), so it is taken as configured and "
+                                        "its friction ramp is not damped",
+                                        f"check by eye that a positive torque on {names[j]} turns it the way the "
+                                        f"robot file's positive direction does (else driver.joints[{j}].sign), or "
+                                        f"bring it up from a reference pose where it carries gravity torque "
+                                        f"(bringup.home_rad)", blocking=False))
         for j in range(n):
             if not np.isfinite(k[j]) or k[j] < 0.05:
                 res.findings.append(Finding(j, names[j], "direction", f"the joint did not follow the torque pulses "
@@ -687,15 +744,15 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                                         blocking=False))
         # (4) friction breakaway, on joints whose direction is right; those are damped meanwhile
         # (critically for a 0.1 s time constant, with the model's inertia at the reference pose)
-        good = np.array([j not in reversed_ and np.isfinite(k[j]) and 0.5 <= k[j] <= 2.0 for j in range(n)])
+        good = np.array([j not in reversed_ and not unobservable[j] and np.isfinite(k[j]) and 0.5 <= k[j] <= 2.0
+                         for j in range(n)])
         M = np.asarray(model.mass_matrix(bs.home_rad), dtype=float)
         damp = np.where(good, np.diag(M) / 0.1, 0.0)
-        if np.any(good):
+        ramped = [j for j in range(n) if j not in reversed_ and np.isfinite(k[j]) and k[j] >= 0.05]
+        if ramped:
             sess.start(driver.enable())
             enabled = True
-        for j in range(n):
-            if j in reversed_ or not np.isfinite(k[j]) or k[j] < 0.05:
-                continue
+        for j in ramped:
             b = []
             for d in (1.0, -1.0):
                 sess.damp = damp.copy()
