@@ -227,6 +227,27 @@ def test_every_axis_has_a_unit(runs, figs, name):
         assert bottom, key
 
 
+def test_a_run_without_torque_feedback_plots_without_a_warning(runs, figs, tmp_path):
+    """A drive that reports no torque (ODrive CAN's ``torque_feedback = "none"``, as the shipped
+    Stewart run on ODrive axes) logs NaN throughout: its torque figure used to print numpy's
+    "Mean of empty slice" RuntimeWarning into the user's terminal; it now says so in the legend."""
+    import shutil
+    import warnings
+
+    out = tmp_path / "run"
+    shutil.copytree(runs["rrr"][3], out)
+    log = np.load(out / "log.npy")
+    for name in log.dtype.names:
+        if name.startswith("tau_meas["):
+            log[name] = np.nan
+    np.save(out / "log.npy", log)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f = figs(out)
+    labels = [t.get_text() for ax in f["torque"].axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert any("no torque feedback" in t for t in labels), labels
+
+
 def test_stewart_torque_plot_is_in_newton_with_the_safety_limit(runs, figs):
     f = figs(runs["stewart"][3])
     fig = f["torque"]

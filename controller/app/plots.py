@@ -260,9 +260,13 @@ def _torque(plt, d: RunData):
                 label=f"controller - commanded (safety clipping, {share:.1f} % of cycles)")
         # the feedback of row k answers the command of row k - 1 (controller.loop)
         gap = tau_m[1:, j] - tau_c[:-1, j]
-        rms = float(np.sqrt(np.nanmean(gap ** 2))) if gap.size else 0.0
-        dx.plot(t[1:], gap, lw=0.8, color="tab:green", alpha=0.8,
-                label=f"measured - previous command (drive lag, quantisation; RMS {rms:.3g} {q.effort_unit})")
+        seen = np.isfinite(gap)
+        if seen.any():
+            rms = float(np.sqrt(np.mean(gap[seen] ** 2)))
+            what = f"measured - previous command (drive lag, quantisation; RMS {rms:.3g} {q.effort_unit})"
+        else:       # a drive without torque feedback (ODrive's torque_feedback = "none"): NaN throughout
+            what = "measured - previous command: no torque feedback"
+        dx.plot(t[1:], gap, lw=0.8, color="tab:green", alpha=0.8, label=what)
         dx.set_ylabel(f"{q.name} diff. [{q.effort_unit}]")
         for a in (ax, dx):
             a.grid(alpha=0.3)
