@@ -201,10 +201,10 @@ class _Session:
 
     def start(self, fb: Feedback) -> None:
         self.t0 = self.t_sent = self.clock.now()
-        self.dt_last = self.P
         self.k = 0
         self.fb = fb
         self.q_last = np.asarray(fb.position_rad, dtype=float).copy()
+        self.t_fresh = np.full(self.n, self.t_sent)
         if self.home_measured is None:      # the travel guard's reference: the first reading
             self.home_measured = self.q_last.copy()
         if self.plaus is not None:
@@ -251,7 +251,7 @@ class _Session:
         self.k += 1
         self.clock.wait_until(self.t0 + self.k * self.P)
         t = self.clock.now()
-        self.dt_last, self.t_sent = max(t - self.t_sent, 1e-6), t     # a late cycle on the wall clock
+        self.t_sent = t
         fb = self._plausible(self.driver.cycle(Command(tau)))
         self._guard(fb)
         self.fb = fb
@@ -288,9 +288,14 @@ class _Session:
         q = np.asarray(fb.position_rad, dtype=float)
         if not np.all(np.isfinite(q)):
             raise _Abort(f"{self.names[int(np.flatnonzero(~np.isfinite(q))[0])]}: non-finite position")
-        self.v_est = (q - self.q_last) / self.dt_last
+        # each joint's speed since its last fresh reading: a lost reply holds the last reading,
+        # and the next one is two cycles' motion, not a double speed
+        fresh = np.asarray(fb.fresh, dtype=bool)
+        dt = np.maximum(self.t_sent - self.t_fresh, 1e-6)
+        self.v_est = np.where(fresh, (q - self.q_last) / dt, self.v_est)
         v = np.abs(self.v_est)
-        self.q_last = q.copy()
+        self.q_last = np.where(fresh, q, self.q_last)
+        self.t_fresh = np.where(fresh, self.t_sent, self.t_fresh)
         fast = np.flatnonzero(v > self.bs.velocity_max_rad_s)
         if fast.size:
             raise _Abort(f"{self.names[fast[0]]}: moved at {v[fast[0]]:.3g} rad/s, over velocity_max_rad_s = "
@@ -796,7 +801,10 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                 res.lines.append(f"disable failed: {type(err).__name__}: {err}")
         clock.stop()
         if own:
-            driver.close()
+            try:
+                driver.close()
+            except TorqueloopError as err:      # a bus already failed: the findings still count
+                res.lines.append(f"close failed: {type(err).__name__}: {err}")
     return _finish(res, spec, write)
 
 
