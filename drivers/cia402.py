@@ -88,6 +88,9 @@ __all__ = ["Cia402Axis", "Cia402Driver", "build", "GENERIC_EDS", "FAULT_HEARTBEA
 
 #: the generic CiA 402 object dictionary shipped with the package
 GENERIC_EDS = "cia402_generic.eds"
+#: SDO requests sent in all per transfer step before it is aborted (python-canopen's
+#: ``SdoClient.MAX_RETRIES``, which counts the first): a lost response is asked for again
+SDO_ATTEMPTS = 3
 #: Feedback.fault code of a drive whose heartbeat is missing (CiA 301 'heartbeat error')
 FAULT_HEARTBEAT_LOST = codec.EMCY_HEARTBEAT
 _NMT_NAMES = {0x00: "BOOT-UP", 0x04: "STOPPED", 0x05: "OPERATIONAL", 0x7F: "PRE-OPERATIONAL"}
@@ -182,6 +185,8 @@ class _SdoPumpBus:
         d = self._driver
         t = d._buses[self._b]
         arb = msg.arbitration_id
+        if 0x601 <= arb <= 0x67F and not msg.is_extended_id:
+            d._flush_before_request(self._b, arb - 0x80)
         if msg.is_extended_id:
             t.send(arb, bytes(msg.data), True, is_remote=msg.is_remote_frame,
                    dlc=msg.dlc if msg.is_remote_frame else None)
@@ -265,6 +270,9 @@ class Cia402Driver(TransportDriver):
         self.reply_timeout_s = float(reply_timeout_s)
         self.enable_timeout_s = float(enable_timeout_s)
         self.sdo_timeout_s = float(sdo_timeout_s)
+        #: SDO responses received before the request they would answer was sent, dropped
+        #: (:meth:`_flush_before_request`)
+        self.sdo_responses_dropped = 0
         self.heartbeat_period_s = float(heartbeat_period_s)
         self.heartbeat_timeout_s = float(heartbeat_timeout_s if heartbeat_timeout_s is not None
                                          else 3.0 * heartbeat_period_s)
@@ -307,6 +315,12 @@ class Cia402Driver(TransportDriver):
             except Exception as err:  # noqa: BLE001 - any parse failure of a vendor file
                 raise ConfigError(f"cannot read EDS {path}: {type(err).__name__}: {err}") from err
             node.sdo.RESPONSE_TIMEOUT = self.sdo_timeout_s
+            # python-canopen's MAX_RETRIES counts the first request (its default, 1, never
+            # repeats one): a request whose response was lost (a receive queue that overflowed)
+            # is sent again, up to SDO_ATTEMPTS in all, before the transfer is aborted.  Every
+            # SDO this driver sends writes a value or a level-triggered controlword, so a repeat
+            # changes nothing a first one did not
+            node.sdo.MAX_RETRIES = SDO_ATTEMPTS
             self._track_sdo(j, node.sdo)
             self._networks[self._bus_of[j]].add_node(node)
             self.nodes.append(node)
@@ -629,6 +643,30 @@ class Cia402Driver(TransportDriver):
             self._handle_replies(0, got[k:k + want])
             k += want
         self._carry = got[k:]
+
+    def _flush_before_request(self, b: int, response_id: int) -> None:
+        """Handle the frames already received on bus ``b`` before an SDO request goes out, but
+        drop the SDO responses on ``response_id`` among them: none answers a request not yet
+        sent.  A response received twice (CAN's double reception, when the sender missed the
+        acknowledgement and sent it again) would otherwise be taken for the answer to the next
+        request: "Unexpected response 0x60" (python-canopen clears its own queue before a request,
+        but frames still on our bus reach it only after)."""
+        def stale(f) -> bool:
+            return f[0] == response_id and not (f[3] or f[4] or f[5])
+
+        if b == 0 and self._carry:
+            carried, self._carry = self._carry, []
+            for f in carried:
+                if stale(f):
+                    self.sdo_responses_dropped += 1
+                else:
+                    self._handle(0, f)
+        t = self._buses[b]
+        while (f := t.recv_fields(0.0)) is not None:
+            if stale(f):
+                self.sdo_responses_dropped += 1
+            else:
+                self._handle(b, f)
 
     def _pump_bus(self, b: int, timeout_s: float, until_id: int) -> None:
         """Handle frames of bus ``b`` until one with ``until_id`` arrived or ``timeout_s`` passed."""
