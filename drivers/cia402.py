@@ -91,6 +91,10 @@ GENERIC_EDS = "cia402_generic.eds"
 #: SDO requests sent in all per transfer step before it is aborted (python-canopen's
 #: ``SdoClient.MAX_RETRIES``, which counts the first): a lost response is asked for again
 SDO_ATTEMPTS = 3
+#: a drive's NMT Start Remote Node is sent again after 2 of the enable walk's cycles in a row
+#: without its TPDOs, then every this many (NMT is not acknowledged: a lost one leaves the drive
+#: pre-operational; counted in cycles, so a lock-step run stays deterministic)
+NMT_START_REPEAT_CYCLES = 20
 #: Feedback.fault code of a drive whose heartbeat is missing (CiA 301 'heartbeat error')
 FAULT_HEARTBEAT_LOST = codec.EMCY_HEARTBEAT
 _NMT_NAMES = {0x00: "BOOT-UP", 0x04: "STOPPED", 0x05: "OPERATIONAL", 0x7F: "PRE-OPERATIONAL"}
@@ -959,11 +963,18 @@ class Cia402Driver(TransportDriver):
         deadline = time.monotonic() + self.enable_timeout_s
         zero = np.zeros(n)
         cw = [codec.CW_SHUTDOWN] * n
+        silent = [0] * n        # per drive, the walk's cycles in a row without its TPDOs
         self._enabled_cmd = True
         while True:
             frames = self._rpdos(Command(zero), codec.CW_ENABLE_OPERATION)
             frames = [(arb, codec.encode_rpdo1(cw[j], 0)) for j, (arb, _) in enumerate(frames)]
             fb = self._exchange(frames)
+            for j in range(n):
+                silent[j] = 0 if fb.fresh[j] else silent[j] + 1
+                if silent[j] >= 2 and (silent[j] - 2) % NMT_START_REPEAT_CYCLES == 0:
+                    # NMT commands are not acknowledged: a lost Start Remote Node leaves the drive
+                    # pre-operational, without PDOs.  Starting a started node changes nothing
+                    self.nodes[j].nmt.state = "OPERATIONAL"
             states = [State(int(s)) for s in self._state]
             faulted = [j for j in range(n) if fb.fresh[j] and states[j] in (State.FAULT, State.FAULT_REACTION_ACTIVE)]
             if faulted:

@@ -319,6 +319,53 @@ def test_one_tpdo_lost_makes_only_its_drive_not_fresh(sim):
     assert fb.fresh.all() and fb.info["missing"] == 0
 
 
+def test_enable_rides_out_a_lost_nmt_start_and_a_lost_sdo_response(sim):
+    """Neither NMT nor a lost SDO response is acknowledged on the bus: node 2 does not hear its
+    Start Remote Node (it stays pre-operational, without PDOs), and the response to its first
+    write of the mode of operation (0x6060) is lost.  The enable used to fail on either ("No SDO
+    response received"; "not OPERATION ENABLED ... (no TPDO)"); the SDO request is now sent again
+    and so is the NMT start, while the drive stays silent in the walk."""
+    d, clock, _ = sim
+    emu = d.emulators[0]
+    batch, one = emu.on_fields_batch, emu.on_fields
+    lost = {"nmt": 0, "sdo": 0}
+
+    def deliver(frames):
+        out = []
+        for arb, data, *rest in frames:
+            if arb == 0 and bytes(data[:2]) == b"\x01\x02" and not lost["nmt"]:
+                lost["nmt"] += 1            # node 2 does not hear it
+                continue
+            out.append((arb, data, *rest))
+        return out
+
+    def keep(frames, r):
+        if r is None:
+            return r
+        wrote_mode = any(arb == 0x602 and bytes(data[1:4]) == b"\x60\x60\x00" and data[0] & 0xE0 == 0x20
+                         for arb, data, *_ in frames)
+        if wrote_mode and not lost["sdo"]:
+            lost["sdo"] += 1
+            return [p for p in r if p[0] != 0x582]
+        return r
+
+    def on_batch(frames, t):
+        frames = deliver(frames)
+        return keep(frames, batch(frames, t))
+
+    def on_one(arb, data, remote, t):
+        if not deliver([(arb, data)]):
+            return None
+        return keep([(arb, data)], one(arb, data, remote, t))
+
+    emu.on_fields_batch, emu.on_fields = on_batch, on_one
+    d.inner.reply_timeout_s = 0.001
+    fb = d.enable()
+    assert lost == {"nmt": 1, "sdo": 1}
+    assert fb.enabled.all() and fb.fresh.all()
+    assert emu.nmt_state(2) == "OPERATIONAL" and emu.state(2) == State.OPERATION_ENABLED
+
+
 def test_lost_master_heartbeat_makes_the_drive_run_its_fault_reaction(sim):
     """The drives consume the master's heartbeat (0x1016): when the host stops cycling, they
     brake and go to FAULT with EMCY 0x8130 on their own."""
