@@ -177,9 +177,13 @@ class CanTransport:
     def wait_is_futile(self) -> bool:
         """Whether waiting for a frame cannot bring one: a fields channel whose devices are served
         in this thread on a clock that stands still while the driver waits (its ``wait_futile``,
-        :class:`drivers.sim.emulators.InlineBus` on the lock-step clock).  False for any other bus."""
+        :class:`drivers.sim.emulators.InlineBus` on the lock-step clock), or a bus that says so
+        itself (a fault injector around one).  False for any other bus."""
         fb = self._fields_bus
-        return fb is not None and bool(fb.wait_futile)
+        if fb is not None:
+            return bool(fb.wait_futile)
+        # a wrapper that knows (drivers.sim.faults.FaultInjectingBus around an InlineBus)
+        return bool(getattr(self._bus, "wait_futile", False))
 
     @property
     def closed(self) -> bool:

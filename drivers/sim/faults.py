@@ -255,6 +255,15 @@ class FaultInjectingBus:
         return self._inner
 
     @property
+    def wait_futile(self) -> bool:
+        """Whether waiting for a frame cannot bring one: the wrapped bus serves its devices in
+        this thread on a clock that stands still while the driver waits (an
+        :class:`~drivers.sim.emulators.InlineBus` on the lock-step clock: its own ``recv`` returns
+        at once) and no delayed frame is in the pipeline (read by
+        :attr:`drivers.transport.CanTransport.wait_is_futile`)."""
+        return bool(getattr(self._inner, "wait_futile", False)) and not (self._rx.pending or self._tx.pending)
+
+    @property
     def channel_info(self) -> str:
         return f"faults({getattr(self._inner, 'channel_info', '?')})"
 
@@ -377,12 +386,8 @@ class FaultInjectingBus:
                 continue
             if deadline is not None and time.monotonic() >= deadline:
                 return None
-            if getattr(self._inner, "wait_futile", False) and not (self._rx.pending or self._tx.pending):
-                # the wrapped bus serves its devices in this thread on a clock that stands still
-                # while this waits (an InlineBus on the lock-step clock: its own recv returns at
-                # once), and no delayed frame is in the pipeline: nothing can arrive, so the rest
-                # of the time out would be spent in vain (the inner bus's own rule)
-                return None
+            if self.wait_futile:
+                return None     # nothing can arrive: the rest of the time out would be spent in vain
 
     def shutdown(self) -> None:
         """Shut the wrapped bus down (idempotent)."""
