@@ -37,8 +37,9 @@ A bring-up stops at once (zero torque, drives disabled) when a joint moves faste
 ``velocity_max_rad_s``, travels farther than ``travel_max_rad`` from the reference pose,
 reports a fault, its feedback goes stale or the bus fails; the finding names the joint.  A
 reading that no motion under the robot's limits can make (the run's feedback plausibility,
-:mod:`controller.plausibility`: a drive or gateway corrupting values) stops it too, as
-corrupt feedback: no measurement is taken through it.
+:mod:`controller.plausibility`: a drive or gateway corrupting values) is not used, as in the
+run; ``stale_cycles`` of them in a row on a joint, or more than :data:`IMPLAUSIBLE_MAX` over
+the bring-up, stop it as corrupt feedback.
 
 It writes the calibration file (TOML): a SHA-256 digest of the hardware-relevant config (the
 ``[driver]`` table without the simulation's ``plant``/``emulator``/``faults`` tables, and the
@@ -196,6 +197,10 @@ class _Session:
         self.stale = np.zeros(self.n, dtype=int)
         #: per joint, the cycles in a row its gravity torque was over its cap
         self.unheld = np.zeros(self.n, dtype=int)
+        #: readings not used (implausible) so far
+        self.implausible = 0
+        #: how late the last few cycles' feedback was in hand [s]
+        self.late_s: list = []
         self.fb: Feedback | None = None
         self.q_last = None
 
@@ -216,24 +221,40 @@ class _Session:
         return t if math.isfinite(t) else float(self.t_sent)
 
     def _plausible(self, fb: Feedback) -> Feedback:
-        """``fb``, once every joint's reading is one that a motion under the robot's limits can make
-        (the run's rule, :class:`~controller.plausibility.FeedbackPlausibility`).  The first
-        reading that is not stops the bring-up, naming it: a bus that passes corrupt values (CAN's
-        CRC stops the wire's errors; a drive's or a gateway's are framed afresh) cannot be
-        measured through, and a value the run would discard is not a motion to stop for."""
+        """``fb`` with every joint whose reading no motion under the robot's limits can make
+        marked not fresh and given its last accepted reading (the run's rule,
+        :class:`~controller.plausibility.FeedbackPlausibility`): such a value is not a motion to
+        stop for, nor one to measure.  As in the run, ``stale_cycles`` of them in a row on one
+        joint stop the bring-up; so do more than :data:`IMPLAUSIBLE_MAX` over the bring-up: a
+        bus that keeps passing corrupt values (CAN's CRC stops the wire's errors; a drive's or a
+        gateway's are framed afresh) cannot be measured through."""
         if self.plaus is None:
             return fb
         q_ok, qd_ok = self.plaus._q.copy(), self.plaus._qd.copy()
-        _, bad, _ = self.plaus.check(self._t_meas(fb), fb)
-        if bad.size:
-            j = int(bad[0])
-            raise _Abort(f"{self.names[j]}: a reading no motion under the robot's limits can make "
-                         f"({float(fb.position_rad[j]):.6g} at {float(fb.velocity_rad_s[j]):.6g}/s, "
-                         f"{float(self.t_sent - self.t0):.3f} s in, after {q_ok[j]:.6g} at {qd_ok[j]:.6g}/s): "
-                         f"corrupt feedback, not a motion",
-                         "check that joint's encoder and the values on its bus (a drive or gateway corrupting "
-                         "them, another node sending on its id), then run bringup again")
-        return fb
+        out, bad, faulted = self.plaus.check(self._t_meas(fb), fb)
+        if not bad.size:
+            return out
+        self.implausible += bad.size
+        j = int(faulted[0]) if faulted.size else int(bad[0])
+        if faulted.size:
+            what = f"{self.plaus.run_max} readings in a row"
+        elif self.implausible > IMPLAUSIBLE_MAX:
+            what = f"{self.implausible} readings over the bring-up (the last on this joint)"
+        else:
+            return out
+        late = max(self.late_s, default=0.0)
+        seen = (f"{self.names[j]}: {what} that no motion under the robot's limits can make "
+                f"({float(fb.position_rad[j]):.6g} at {float(fb.velocity_rad_s[j]):.6g}/s, "
+                f"{float(self.t_sent - self.t0):.3f} s in, after {q_ok[j]:.6g} at {qd_ok[j]:.6g}/s)")
+        corrupt = ("check that joint's encoder and the values on its bus (a drive or gateway corrupting "
+                   "them, another node sending on its id), then run bringup again")
+        if late > 0.5 * self.P:
+            # a reading handled late is timed late: its motion looks like a jump
+            raise _Abort(f"{seen}, while this computer was {late * 1e3:.3g} ms late with a cycle of "
+                         f"{self.P * 1e3:.3g} ms: a loop that does not keep up, or corrupt feedback",
+                         "keep up with loop.rate_hz (the real-time settings [loop.realtime], fewer other "
+                         "processes, or a lower rate); if it was on time: " + corrupt)
+        raise _Abort(f"{seen}: corrupt feedback, not a motion", corrupt)
 
     def step(self, tau: np.ndarray) -> Feedback:
         """Send the model's gravity torque at the last reading plus ``tau``, clipped to the cap, in
@@ -249,10 +270,16 @@ class _Session:
                       self.bs.torque_cap_nm)
         self.last_sent = tau
         self.k += 1
-        self.clock.wait_until(self.t0 + self.k * self.P)
+        due = self.t0 + self.k * self.P
+        self.clock.wait_until(due)
         t = self.clock.now()
         self.t_sent = t
-        fb = self._plausible(self.driver.cycle(Command(tau)))
+        fb = self.driver.cycle(Command(tau))
+        # how late this cycle's feedback is in hand (the wall clock: a process that is not kept
+        # up with; 0 on the lock-step clock), the last few kept
+        self.late_s.append(max(0.0, self.clock.now() - due))
+        del self.late_s[:-4]
+        fb = self._plausible(fb)
         self._guard(fb)
         self.fb = fb
         return fb
@@ -388,6 +415,8 @@ def _torque_factor(model, exps: list, P: float, s: np.ndarray, off: np.ndarray, 
 
 #: cycles in a row a joint's gravity torque may be over its cap before the bring-up stops
 HOLD_CYCLES = 10
+#: implausible readings (not used) over a bring-up beyond which it stops as corrupt feedback
+IMPLAUSIBLE_MAX = 10
 
 #: a sign hypothesis whose replay residual is within this fraction of the best one's fits the
 #: doublets as well: the data cannot tell them apart
@@ -805,6 +834,11 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                 driver.close()
             except TorqueloopError as err:      # a bus already failed: the findings still count
                 res.lines.append(f"close failed: {type(err).__name__}: {err}")
+        rejected = sess.plaus.rejected if sess.plaus is not None else ()
+        if np.any(rejected):
+            res.lines.append("feedback plausibility: " + ", ".join(
+                f"{names[j]} {int(c)}" for j, c in enumerate(rejected) if c)
+                + " reading(s) no motion under the robot's limits can make, not used")
     return _finish(res, spec, write)
 
 
@@ -812,7 +846,6 @@ def _plausibility(spec, home_rad: np.ndarray, res: BringupResult) -> FeedbackPla
     """The run's feedback plausibility check (:meth:`FeedbackPlausibility.for_supervisor` of the
     run's safety supervisor, at the reference pose): what it could not derive goes in the report."""
     check, note = FeedbackPlausibility.for_supervisor(make_safety(spec), home_rad, spec.safety.feedback_accel_max)
-    check.run_max = 1       # (the bring-up stops at the first: _Session._plausible)
     if note:
         res.lines.append(f"feedback plausibility: {note}")
     FeedbackPlausibility.load()
