@@ -210,6 +210,7 @@ class _Session:
         self.fb = fb
         self.q_last = np.asarray(fb.position_rad, dtype=float).copy()
         self.t_fresh = np.full(self.n, self.t_sent)
+        self.over_last = np.zeros(self.n)       # per joint, the sign of its last over-speed estimate
         if self.home_measured is None:      # the travel guard's reference: the first reading
             self.home_measured = self.q_last.copy()
         if self.plaus is not None:
@@ -284,6 +285,17 @@ class _Session:
         self.fb = fb
         return fb
 
+    def hold_after_enable(self) -> Feedback:
+        """Gravity only for :data:`ENABLE_SETTLE_S` (at least 5 cycles) after an enable: a joint's
+        holding brake lets go some time after its drive is enabled (50 ms on the arm rehearsal's
+        emulated brakes; tens of ms on real spring-applied ones), and a test against a brake
+        still holding reads as a weak drive (the arm's first doublet gave 0.54 x the torque) or a
+        high breakaway.  Returns the last feedback."""
+        fb = self.fb
+        for _ in range(max(5, int(math.ceil(ENABLE_SETTLE_S / self.P)))):
+            fb = self.step(np.zeros(self.n))
+        return fb
+
     def _held(self, q: np.ndarray, g: np.ndarray) -> None:
         """Stop when a joint's gravity torque alone has been over its cap for :data:`HOLD_CYCLES`
         cycles in a row: the cap cannot hold it there, and it is falling (the reference pose was
@@ -323,7 +335,11 @@ class _Session:
         v = np.abs(self.v_est)
         self.q_last = np.where(fresh, q, self.q_last)
         self.t_fresh = np.where(fresh, self.t_sent, self.t_fresh)
-        fast = np.flatnonzero(v > self.bs.velocity_max_rad_s)
+        # over the speed limit in two fresh readings in a row, the same way: a motion (one wrong
+        # reading makes one estimate out and the next one back, of opposite signs)
+        over = np.where(v > self.bs.velocity_max_rad_s, np.sign(self.v_est), 0.0)
+        fast = np.flatnonzero((over != 0) & (over == self.over_last))
+        self.over_last = np.where(fresh, over, self.over_last)
         if fast.size:
             raise _Abort(f"{self.names[fast[0]]}: moved at {v[fast[0]]:.3g} rad/s, over velocity_max_rad_s = "
                          f"{self.bs.velocity_max_rad_s:g}")
@@ -415,6 +431,8 @@ def _torque_factor(model, exps: list, P: float, s: np.ndarray, off: np.ndarray, 
 
 #: cycles in a row a joint's gravity torque may be over its cap before the bring-up stops
 HOLD_CYCLES = 10
+#: gravity only this long after each enable before a test [s] (_Session.hold_after_enable)
+ENABLE_SETTLE_S = 0.25
 #: implausible readings (not used) over a bring-up beyond which it stops as corrupt feedback
 IMPLAUSIBLE_MAX = 10
 
@@ -686,8 +704,7 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                                         "check the ids, wiring, bus and power named above, then run bringup again"))
             return _finish(res, spec, write)
         sess.start(fb)
-        for _ in range(5):
-            fb = sess.step(np.zeros(n))
+        fb = sess.hold_after_enable()
         res.lines.append(f"ids answer: {n} joint(s) enabled, fresh feedback, no device fault")
         # (2) zero at the reference pose, before anything moves
         q_home = np.asarray(fb.position_rad, dtype=float).copy()
@@ -701,8 +718,7 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
             enabled = True
             sess.home_measured = None       # the readings moved with the zero
             sess.start(fb)
-            for _ in range(5):
-                fb = sess.step(np.zeros(n))
+            fb = sess.hold_after_enable()
             q_home = np.asarray(fb.position_rad, dtype=float).copy()
             sess.home_measured = q_home
         # (3) direction and torque constant: a doublet out and one back, per joint
@@ -786,6 +802,8 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
         if ramped:
             sess.start(driver.enable())
             enabled = True
+            sess.damp = damp.copy()         # (the joints whose direction is verified)
+            sess.hold_after_enable()
         for j in ramped:
             b = []
             for d in (1.0, -1.0):
