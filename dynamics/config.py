@@ -29,7 +29,7 @@ import numpy as np
 
 from .errors import ConfigError
 
-__all__ = ["Section", "RecordingSection", "KeyLog", "read_toml", "apply_overrides"]
+__all__ = ["Section", "RecordingSection", "KeyLog", "read_toml", "apply_overrides", "parse_sets"]
 
 _MISSING = object()
 
@@ -457,6 +457,27 @@ class RecordingSection(Section):
     def sections(self, key, default=_MISSING, *, doc=None):
         self._note(key, "tables", _MISSING if default is _MISSING else None, doc)
         return super().sections(key, default)
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """Command-line ``--set`` items -> dotted keys and values for :func:`apply_overrides`:
+    ``["controller.kind=pd_gravity", "plant.mass_scale=1.2"]`` -> dict (values parsed as TOML, a
+    value that is not TOML taken as a bare string)."""
+    import tomllib
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set needs KEY=VALUE, got {item!r}")
+        key, _, val = item.partition("=")
+        key = key.strip()
+        try:
+            out[key] = tomllib.loads(f"v = {val}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = val  # bare string
+        except RecursionError as err:
+            raise ConfigError(f"--set {key}: value nested too deeply") from err
+    return out
 
 
 def apply_overrides(data: dict, overrides: dict[str, Any], *, file: str | None = None) -> dict:

@@ -9,8 +9,8 @@ start on the wall clock in process and in the hardware rehearsal across processe
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -238,22 +238,43 @@ def test_stewart_rehearsal_on_the_wall_clock_starts_and_runs(tmp_path):
     assert max(abs(log[k]).max() for k in log.dtype.names if k.startswith("err[") and k[4:-1] in ("x", "y", "z")) < 0.005
 
 
+#: the arm's bring-up reference pose, upright (gravity needs nothing there): the run config's
+#: [bringup] home_rad, where its server is started for the bring-up
+ARM6_UPRIGHT = "driver.plant.q0=[0.0, -1.5707963, 0.0, -1.5707963, 0.0, 0.0]"
+
+
 @pytest.mark.slow
 @pytest.mark.exclusive
-def test_the_stewart_rehearsal_is_brought_up_then_run_as_the_readme_says(tmp_path):
-    """The README's path for the shipped Stewart pair: the robot side served, ``torqueloop
-    bringup`` on the run config (no calibration written by the test), the robot side served
-    afresh (the plant stays where the bring-up left it), then the run with the calibration the
-    bring-up wrote.  With the drives' default 10 A its bring-up was refused (each leg holds
+@pytest.mark.parametrize("stem,robot,bringup_server,error", [
+    ("stewart_odrive_udp", "stewart.toml", (), ("x", "y", "z")),
+    ("arm6_mit_udp", "arm6_demo.toml", ("--set", ARM6_UPRIGHT), None),
+], ids=["stewart", "arm6"])
+def test_the_rehearsal_is_brought_up_then_run_as_the_readme_says(tmp_path, stem, robot, bringup_server, error):
+    """The README's path for a shipped gravity-loaded pair: the robot side served (the arm at its
+    bring-up reference pose, upright), ``torqueloop bringup`` on the run config (no calibration
+    written by the test), the robot side served afresh at the run's start pose, then the run with
+    the calibration the bring-up wrote.
+
+    The Stewart pair: with the drives' default 10 A its bring-up was refused (each leg holds
     56-61 N, over half of the largest cap, 104 N), and a leg's test pulse, predicted with the other
-    legs on gravity only, left the platform's poses and stopped the planning (2026-11-30)."""
-    srv, run = rehearsal_pair(tmp_path, "stewart_odrive_udp", "stewart.toml", f"stewart-bringup-{os.getpid()}")
-    with served(srv, "--duration-s", "200") as server:
+    legs on gravity only, left the platform's poses and stopped the planning (2026-11-30).  The
+    arm pair: refused at its start pose (the shoulder holds 30 N m), and from upright its
+    shoulder's pulse tipped it past travel_max_rad; with the caps its config now sets the bring-up
+    holds it, and once it waits for the brakes to let go after enabling (its first doublet ran
+    against the shoulder_pan's brake: 0.54 x the torque, a blocking finding) it passes with only
+    the directions it cannot tell (the wrists' 2 and 3) to check by eye (2026-11-30)."""
+    srv, run = rehearsal_pair(tmp_path, stem, robot, f"{stem}-bringup-{os.getpid()}")
+    with served(srv, "--duration-s", "200", *bringup_server) as server:
         b = _tl("bringup", run, "--yes-hardware", timeout=300)
         if b.returncode != 0:
             interfered(server.watch, f"bring-up exit {b.returncode}")
     assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-1000:]
-    assert "findings: none" in b.stdout and "calibration:" in b.stdout
+    assert "calibration:" in b.stdout and "open findings" not in b.stdout, b.stdout[-3000:]
+    if stem == "stewart_odrive_udp":
+        assert "findings: none" in b.stdout, b.stdout[-3000:]
+    else:
+        assert re.findall(r"^  (\w+): (\w[\w ]*):", b.stdout, re.M) == [("wrist_2", "direction"),
+                                                                     ("wrist_3", "direction")], b.stdout[-3000:]
     assert (tmp_path / "run.calibration.toml").exists()
     out = tmp_path / "out"
     with served(srv, "--duration-s", "120") as server:
@@ -261,7 +282,8 @@ def test_the_stewart_rehearsal_is_brought_up_then_run_as_the_readme_says(tmp_pat
     wall_clock_verdict(r.returncode, out, server.watch, "wall-clock rehearsal after its bring-up", _outcome(r, out))
     assert "COMPLETED" in r.stdout and "(hardware)" in r.stdout
     log = np.load(out / "log.npy")
-    assert max(abs(log[k]).max() for k in log.dtype.names if k.startswith("err[") and k[4:-1] in ("x", "y", "z")) < 0.005
+    errs = [k for k in log.dtype.names if k.startswith("err[") and (error is None or k[4:-1] in error)]
+    assert max(abs(log[k]).max() for k in errs) < (0.005 if error else 0.03)
 
 
 @pytest.mark.exclusive

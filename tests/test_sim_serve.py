@@ -118,6 +118,22 @@ def test_cli_config_error_exit_code(tmp_path):
     assert "server.bogus" in r.stderr and str(cfg) in r.stderr
 
 
+def test_set_overrides_the_server_config_and_a_bad_one_is_named(tmp_path):
+    """``--set`` (the pose a bring-up's robot waits in: the arm rehearsal's upright reference pose)
+    reaches the plant; a bad one exits with the config error code, naming the key."""
+    ch = "srv-" + uuid.uuid4().hex
+    cfg = _write(tmp_path, f'interface = "virtual"\nchannel = "{ch}"\ntoy_model = "planar_two_link"')
+    host, *_ = build_server(cfg, start=False, overrides={"driver.plant.q0": [0.25, -0.5]})
+    try:
+        assert np.allclose(host.plant.state.q, [0.25, -0.5])
+    finally:
+        host.close()
+    r = _run_cli(str(cfg), "--set", "driver.plant.q0")
+    assert r.returncode == 2 and "--set needs KEY=VALUE" in r.stderr
+    r = _run_cli(str(cfg), "--set", "driver.plant.q0=[1.0]")
+    assert r.returncode == 2 and "driver.plant.q0" in r.stderr and str(cfg) in r.stderr, r.stderr
+
+
 @pytest.mark.exclusive     # a wall-clock session against another process (tests/conftest.py)
 @pytest.mark.parametrize("kind", ["mit_can", "odrive_can"])
 def test_cross_process_udp_multicast_session(tmp_path, kind):

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dynamics import load_model
-from dynamics.config import read_toml, write_toml
+from dynamics.config import parse_sets, read_toml, write_toml
 from dynamics.errors import ConfigError, SafetyError, TorqueloopError
 
 __all__ = ["check", "run", "plot", "export", "animate", "tune", "robustness", "identify", "bringup", "parse_sets",
@@ -39,25 +39,6 @@ def check(path: str, overrides: dict | None = None) -> str:
         return load_model(p).summary()
     from .run import check_run_config
     return check_run_config(p, overrides=overrides)
-
-
-def parse_sets(items: list[str]) -> dict[str, Any]:
-    """``["controller.kind=pd_gravity", "plant.mass_scale=1.2"]`` -> dict (values parsed as TOML)."""
-    import tomllib
-
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise ConfigError(f"--set needs KEY=VALUE, got {item!r}")
-        key, _, val = item.partition("=")
-        key = key.strip()
-        try:
-            out[key] = tomllib.loads(f"v = {val}")["v"]
-        except tomllib.TOMLDecodeError:
-            out[key] = val  # bare string
-        except RecursionError as err:
-            raise ConfigError(f"--set {key}: value nested too deeply") from err
-    return out
 
 
 def _bars_on(stream) -> bool:

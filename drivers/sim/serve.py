@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m drivers.sim.serve CONFIG.toml [--duration-s SECONDS]
+    python -m drivers.sim.serve CONFIG.toml [--duration-s SECONDS] [--set KEY=VALUE ...]
 
 The process builds the plant and the emulated devices described by the
 ``[driver]`` table of ``CONFIG`` (a ``sim_mit_can`` or ``sim_odrive_can``
@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from drivers.realtime import apply_realtime, restore_realtime
-from dynamics.config import Section, read_toml
+from dynamics.config import Section, apply_overrides, parse_sets, read_toml
 from dynamics.errors import CommsError, ConfigError, TorqueloopError
 
 __all__ = ["main", "build_server", "Server", "TOY_MODELS"]
@@ -85,11 +85,13 @@ def _server_model(srv: Section, base_dir: Path):
     return getattr(toy_models, TOY_MODELS[name])()
 
 
-def build_server(config_path: str | Path, *, now=time.monotonic, start: bool = True) -> Server:
-    """Read ``CONFIG`` and return a :class:`Server` ``(host, duration_s, (interface, channel,
-    port), realtime)``: an EmulatorHost on the server bus, serving from its thread
-    (``start=False``: not yet serving; :func:`main` serves it in the main thread with
-    ``host.serve_until``, under the ``[server.realtime]`` settings).
+def build_server(config_path: str | Path, *, now=time.monotonic, start: bool = True,
+                 overrides: dict | None = None) -> Server:
+    """Read ``CONFIG`` (with ``overrides``: dotted keys -> values, as ``--set`` gives them) and
+    return a :class:`Server` ``(host, duration_s, (interface, channel, port), realtime)``: an
+    EmulatorHost on the server bus, serving from its thread (``start=False``: not yet serving;
+    :func:`main` serves it in the main thread with ``host.serve_until``, under the
+    ``[server.realtime]`` settings).
 
     Raises
     ------
@@ -104,7 +106,10 @@ def build_server(config_path: str | Path, *, now=time.monotonic, start: bool = T
     from .emulators import EmulatorHost
 
     path = Path(config_path)
-    root = Section(read_toml(path), str(path))
+    data = read_toml(path)
+    if overrides:
+        data = apply_overrides(data, overrides, file=str(path))
+    root = Section(data, str(path))
     srv = root.section("server")
     interface = srv.str("interface", "udp_multicast")
     opts = {}
@@ -182,9 +187,13 @@ def main(argv: list[str] | None = None) -> int:
                                  description="Serve emulated CAN devices on a simulated plant.")
     ap.add_argument("config", help="TOML file with [server] and [driver] tables")
     ap.add_argument("--duration-s", type=float, default=None, help="stop after this many seconds")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config value, e.g. --set 'driver.plant.q0=[0.0, -1.5708]' (the pose the "
+                         "robot waits in: a bring-up's reference pose)")
     args = ap.parse_args(argv)
     try:
-        host, duration, where, realtime = build_server(args.config, start=False)
+        host, duration, where, realtime = build_server(args.config, start=False,
+                                                       overrides=parse_sets(args.set) if args.set else None)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_CONFIG
