@@ -286,11 +286,12 @@ class _Session:
         return fb
 
     def hold_after_enable(self) -> Feedback:
-        """Gravity only for :data:`ENABLE_SETTLE_S` (at least 5 cycles) after an enable: a joint's
-        holding brake lets go some time after its drive is enabled (50 ms on the arm rehearsal's
-        emulated brakes; tens of ms on real spring-applied ones), and a test against a brake
-        still holding reads as a weak drive (the arm's first doublet gave 0.54 x the torque) or a
-        high breakaway.  Returns the last feedback."""
+        """No test torque for :data:`ENABLE_SETTLE_S` (at least 5 cycles) after an enable: the
+        gravity feed-forward, and the damping :attr:`damp` where set (the joints whose direction
+        is verified).  A joint's holding brake lets go some time after its drive is enabled
+        (50 ms on the arm rehearsal's emulated brakes; tens of ms on real spring-applied ones),
+        and a test against a brake still holding reads as a weak drive (the arm's first doublet
+        gave 0.54 x the torque) or a high breakaway.  Returns the last feedback."""
         fb = self.fb
         for _ in range(max(5, int(math.ceil(ENABLE_SETTLE_S / self.P)))):
             fb = self.step(np.zeros(self.n))
