@@ -136,12 +136,17 @@ class CanTransport:
         #: message per frame: an in-process emulator's bus, ``fields_channel = True``), or None;
         #: decided here, once (a bus wrapped by another, e.g. a fault injector, has none)
         self._fields_bus = None
+        #: the bus that says whether waiting is futile (:attr:`wait_is_futile`): the fields bus, or
+        #: a wrapper with a ``wait_futile`` property (a fault injector around one); decided once
+        self._futile_bus = None
         if bus is not None:
             if not isinstance(bus, BusLike):
                 raise CommsError(f"{self.name}: object {bus!r} has no send/recv/shutdown")
             self._bus = bus
             if getattr(type(bus), "fields_channel", False) is True:
                 self._fields_bus = bus
+            if hasattr(type(bus), "wait_futile"):
+                self._futile_bus = bus
             return
         if not interface or not isinstance(interface, str):
             raise CommsError("CanTransport needs an interface name or an open bus")
@@ -179,11 +184,8 @@ class CanTransport:
         in this thread on a clock that stands still while the driver waits (its ``wait_futile``,
         :class:`drivers.sim.emulators.InlineBus` on the lock-step clock), or a bus that says so
         itself (a fault injector around one).  False for any other bus."""
-        fb = self._fields_bus
-        if fb is not None:
-            return bool(fb.wait_futile)
-        # a wrapper that knows (drivers.sim.faults.FaultInjectingBus around an InlineBus)
-        return bool(getattr(self._bus, "wait_futile", False))
+        fb = self._futile_bus
+        return fb is not None and bool(fb.wait_futile)
 
     @property
     def closed(self) -> bool:

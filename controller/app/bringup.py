@@ -197,8 +197,6 @@ class _Session:
         self.stale = np.zeros(self.n, dtype=int)
         #: per joint, the cycles in a row its gravity torque was over its cap
         self.unheld = np.zeros(self.n, dtype=int)
-        #: readings not used (implausible) so far
-        self.implausible = 0
         #: how late the last few cycles' feedback was in hand [s]
         self.late_s: list = []
         self.fb: Feedback | None = None
@@ -235,12 +233,12 @@ class _Session:
         out, bad, faulted = self.plaus.check(self._t_meas(fb), fb)
         if not bad.size:
             return out
-        self.implausible += bad.size
+        n_bad = int(self.plaus.rejected.sum())     # readings not used so far
         j = int(faulted[0]) if faulted.size else int(bad[0])
         if faulted.size:
             what = f"{self.plaus.run_max} readings in a row"
-        elif self.implausible > IMPLAUSIBLE_MAX:
-            what = f"{self.implausible} readings over the bring-up (the last on this joint)"
+        elif n_bad > IMPLAUSIBLE_MAX:
+            what = f"{n_bad} readings over the bring-up (the last on this joint)"
         else:
             return out
         late = max(self.late_s, default=0.0)
