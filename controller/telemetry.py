@@ -552,7 +552,8 @@ class TelemetryWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Write buffered rows, then rewrite the header with the new row count.
+        """Write buffered rows, then rewrite the header with the new row count, then hand the
+        rows to the MCAP recorder (if any; also after a write error).
 
         On a write error (a full disk) the rows are kept in memory
         (:meth:`unwritten`), the file keeps a valid header for the rows that
@@ -563,10 +564,17 @@ class TelemetryWriter:
             return
         # the buffer's rows as they are (a view, written from its memory): nothing records into
         # the buffer before this returns, and rows kept after an error are copied
-        rows = self._buf[: self._i]
+        rows = block = self._buf[: self._i]
         self._i = 0
-        if self.recorder is not None:
-            self.recorder.push(rows)        # a copy into its ring, never a wait
+        try:
+            self._write(rows)
+        finally:
+            # the recorder gets the block only after log.npy's header counts it: a process killed
+            # in between leaves the MCAP recording a prefix of the log, never a block ahead of it
+            if self.recorder is not None:
+                self.recorder.push(block)       # a copy into its ring, never a wait
+
+    def _write(self, rows: np.ndarray) -> None:
         if self._held:
             rows = np.concatenate(self._held + [rows])
             self._held = []

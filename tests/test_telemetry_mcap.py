@@ -243,6 +243,25 @@ def test_the_recording_is_finished_when_the_control_process_is_killed(tmp_path):
     assert _equal([m.position for m in js], log["q"][:len(js)])
 
 
+def test_a_block_reaches_the_recorder_only_once_the_logs_header_counts_it(tmp_path, monkeypatch):
+    """The order the kill test above relies on, checked at every block rather than at a random
+    kill: when a block is handed to the MCAP recorder, log.npy on disk already counts it (a
+    process killed between the two leaves the recording a prefix of the log)."""
+    seen = []
+    original = McapRecorder.push
+
+    def push(self, rows):
+        seen.append((self.rows_pushed + rows.shape[0], read_log(tmp_path / "run").shape[0]))
+        self.rows_pushed += rows.shape[0]
+        return original(self, rows)
+
+    monkeypatch.setattr(McapRecorder, "rows_pushed", 0, raising=False)
+    monkeypatch.setattr(McapRecorder, "push", push)
+    result = _run(tmp_path / "run", {"telemetry.mcap": True, "telemetry.buffer_rows": 50}, duration_s=0.3)
+    assert len(seen) >= result.n_cycles // 50
+    assert all(pushed <= on_disk for pushed, on_disk in seen), seen
+
+
 def test_tf_read_back_by_rosbags_is_the_measured_pose_and_the_robots_geometry(recorded):
     """/tf (tf2_msgs/msg/TFMessage from rosbags' own type store): one message per 1/50 s of cycle
     time, the platform at the pose the controller measured, the links where the robot file's
