@@ -225,7 +225,7 @@ def run(args) -> int:
             print(f"torqueloop: waiting up to {args.wait_viewer:g} s for a viewer", flush=True)
             if not rec.wait_viewer(args.wait_viewer):
                 print("torqueloop: no viewer subscribed; running anyway", file=sys.stderr)
-    print(f"torqueloop: running '{spec.name}' -> {out}")
+    print(f"torqueloop: running '{spec.name}' -> {out}", flush=True)
     recover = None
     if getattr(args, "recover", False) or getattr(args, "yes_recover", False):
         hold_s = getattr(args, "hold_s", 2.0)
@@ -619,7 +619,7 @@ def identify(args) -> int:
 
     spec = load_identify(args.config, overrides=parse_sets(args.set) if args.set else None)
     out = Path(args.out) if args.out else new_out_dir(f"identify-{spec.name}")
-    print(f"torqueloop identify: '{spec.name}' -> {out}")
+    print(f"torqueloop identify: '{spec.name}' -> {out}", flush=True)
     confirmed = []
 
     def confirm(run_spec):          # asked once, before anything is built or moves
