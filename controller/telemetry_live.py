@@ -34,6 +34,10 @@ HOST = "127.0.0.1"
 TOPICS = ("/joint_states", "/torqueloop/cycle", "/rosout")
 #: how long after a viewer's first subscription the data start when it did not subscribe to all
 SUBSCRIBE_GRACE_S = 0.5
+#: how long the server stays up after the last message when a viewer is subscribed [s]: the
+#: SDK cannot say when its queues have left, and it runs in the MCAP writer's process at the
+#: lowest priority (a loaded machine starves it for a while); nobody subscribed, no wait
+LINGER_S = 1.0
 #: seconds of messages (two channels at the decimated rate) buffered per viewer before the
 #: oldest are dropped
 BACKLOG_S = 4.0
@@ -166,9 +170,14 @@ class LiveServer:
         wanted = set(TOPICS) | ({"/tf"} if frames is not None else set())
         lock = threading.Lock()
 
+        #: subscriptions open now (every viewer's, every channel's)
+        self.subscriptions = 0
+        server = self
+
         class _Listener(ServerListener):
             def on_subscribe(self, client, channel):    # noqa: ARG002 - the SDK's signature
                 with lock:
+                    server.subscriptions += 1
                     first = not topics
                     topics.add(str(getattr(channel, "topic", channel)))
                     if topics >= wanted:
@@ -177,6 +186,10 @@ class LiveServer:
                         t = threading.Timer(SUBSCRIBE_GRACE_S, ev.set)
                         t.daemon = True
                         t.start()
+
+            def on_unsubscribe(self, client, channel):  # noqa: ARG002 - the SDK's signature
+                with lock:
+                    server.subscriptions = max(0, server.subscriptions - 1)
 
         self._ctx = foxglove.Context()
         backlog = max(1024, int(np.ceil(BACKLOG_S * (2.0 if frames is None else 3.0) * self.rate_hz * max(float(speed), 1.0))) + 64)
@@ -284,12 +297,14 @@ class LiveServer:
         return {"address": self.address, "page": self.page_address, "rate_hz": self.rate_hz, "rows_sent": self.rows_sent,
                 "messages": self.messages}
 
-    def close(self, linger_s: float = 0.2) -> None:
-        """Stop the server (after ``linger_s`` for the last messages to leave). Idempotent."""
+    def close(self, linger_s: float = LINGER_S) -> None:
+        """Stop the server, after ``linger_s`` [s] for the last messages to leave when a viewer
+        is subscribed (at once when none is). Idempotent."""
         if self.closed:
             return
         self.closed = True
-        time.sleep(max(0.0, linger_s))
+        if self.subscriptions > 0:
+            time.sleep(max(0.0, linger_s))
         self._server.stop()
         self._page.close()
 
