@@ -53,6 +53,20 @@ except ImportError:  # pragma: no cover - not POSIX: no lock, tests run as sched
 #: reason prefix of a skip for measured interference (tests.serve_process)
 INTERFERENCE = "interference:"
 
+try:
+    from hypothesis import HealthCheck
+    from hypothesis import settings as _hyp_settings
+except ImportError:  # pragma: no cover - hypothesis is in the test extra
+    pass
+else:
+    # Property tests check values, never time: no per-example deadline (Hypothesis' 200 ms fails
+    # an example a stalled machine or a garbage collection happened to slow) and no health check
+    # on how fast examples are made (the same stall fails it).  Each test's own @settings adds
+    # to this profile.
+    _hyp_settings.register_profile("torqueloop", deadline=None,
+                                   suppress_health_check=[HealthCheck.too_slow])
+    _hyp_settings.load_profile("torqueloop")
+
 
 class Recorder:
     """A serial port that records what a driver writes and reads through it (``("w", bytes)``,

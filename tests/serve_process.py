@@ -35,6 +35,14 @@ def loosest_timing() -> dict[str, float]:
     return {f: SAFETY_RANGES[f][1] for f in TIMING_FIELDS}
 
 
+def loosest_timing_sets() -> list[str]:
+    """:func:`loosest_timing` as ``torqueloop run`` arguments (``--set safety.<field>=<value>``)."""
+    out = []
+    for k, v in loosest_timing().items():
+        out += ["--set", f"safety.{k}={v!r}"]
+    return out
+
+
 def rehearsal_pair(tmp_path: Path, stem: str, robot: str, name: str) -> tuple[Path, Path]:
     """A copy of the shipped rehearsal pair ``hil_configs/rehearsal/<stem>_{server,run}.toml`` in
     ``tmp_path`` with the robot file's absolute path and a rehearsal ``name`` of its own (its bus:

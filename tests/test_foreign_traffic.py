@@ -161,6 +161,11 @@ def test_a_second_controller_finds_the_ids_busy_and_sends_nothing():
     other.start()
     try:
         tr = CanTransport("virtual", channel)
+        # one of the other controller's frames is queued for the driver before it listens (a
+        # thread starved through the whole 50 ms window would send nothing in it: not this test)
+        while sniffer.recv(0.0) is not None:
+            pass
+        assert sniffer.recv(10.0) is not None
         drv = MitCanDriver([MitJoint(tr, i, AK80_9) for i in (1, 2)], now=time.monotonic)
         with pytest.raises(ForeignTrafficError, match="command frames to motor id"):
             drv.enable()
