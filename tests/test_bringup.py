@@ -535,3 +535,81 @@ def test_bus_faults_during_bringup(protocol, fault, tmp_path):
         assert [f.check for f in res.findings] == ["stopped"], res.report()
         assert res.findings[0].message.startswith(expect), res.report()
         assert "drives were disabled" in res.findings[0].fix or "drives disabled" in res.findings[0].fix
+
+
+#: bring-up protocol name -> the fault matrix's (tests/fault_matrix.py other_master_frame)
+_FM_PROTOCOL = {"mit": "mit", "odrive_can": "odrive", "cia402": "cia402"}
+
+
+@pytest.mark.parametrize("when", ["before_enable", "mid_bringup"])
+@pytest.mark.parametrize("protocol", ["mit", "odrive_can", "cia402"])
+def test_another_controller_on_the_bus_stops_the_bringup(protocol, when, tmp_path, monkeypatch):
+    """Another master's command frame for joint 2's device (fault x protocol): while the driver
+    listens before its first frame, the bring-up sends nothing and says the ids are busy; in the
+    middle of the doublets, it stops in that cycle, disables, and names the node.  Either way the
+    fix says to stop the other master (before: "check the ids, wiring, bus and power", which a
+    busy bus is not)."""
+    from controller.app import bringup as bu
+    from drivers import registry
+    from drivers.transport import CanTransport
+
+    try:
+        from tests import fault_matrix as fm
+    except ImportError:  # pragma: no cover - rootdir not on sys.path
+        import fault_matrix as fm
+
+    built = {}
+    real_build = registry.build_driver
+
+    def build(*args, **kwargs):
+        drv = built["driver"] = real_build(*args, **kwargs)
+        inner = drv.inner
+        frame = fm.other_master_frame(_FM_PROTOCOL[protocol], inner, 1)
+        tr = inner.transports[inner._bus_of[1]]
+        orig = tr.recv_fields
+        sent = built["sent"] = []
+        for t in inner.transports:
+            send_frame, send_batch = t.send_frame, t.send_batch
+            t.send_frame = lambda f, _s=send_frame: (sent.append(f), _s(f))[1]
+            t.send_batch = lambda fs, _s=send_batch: (sent.extend(fs), _s(fs))[1]
+            t.send = lambda *a, _s=t.send, **k: (sent.append(a), _s(*a, **k))[1]
+        if when == "before_enable":
+            # a wait can bring the other node's frames (the emulated devices alone, served inline
+            # on the lock-step clock, cannot: CanTransport.wait_is_futile)
+            monkeypatch.setattr(CanTransport, "wait_is_futile", property(lambda self: False))
+            queue = [frame]
+
+            def recv_fields(timeout_s=0.0):
+                if queue and (timeout_s is None or timeout_s > 0):
+                    return queue.pop()
+                return orig(timeout_s)
+            tr.recv_fields = recv_fields
+        else:
+            cycle, count = drv.cycle, [0]
+
+            def cycle_(command):
+                count[0] += 1
+                if count[0] == 60:          # in the first joint's doublets
+                    queue = [frame]
+
+                    def recv_fields(timeout_s=0.0):
+                        f = orig(timeout_s)
+                        return queue.pop() if (f is not None and queue) else f
+                    tr.recv_fields = recv_fields
+                return cycle(command)
+            drv.cycle = cycle_
+        return drv
+
+    monkeypatch.setattr(registry, "build_driver", build)      # (bringup imports it when called)
+    res = bringup(_spec(_data(protocol, "clean", tmp_path), tmp_path), write=False)
+    assert len(res.findings) == 1, res.report()
+    f = res.findings[0]
+    dev = {"mit": "motor id 2", "odrive_can": "axis node 1", "cia402": "node 2"}[protocol]
+    assert f.message.startswith("enable failed: ForeignTrafficError" if when == "before_enable"
+                                else "ForeignTrafficError"), res.report()
+    assert dev in f.message and f.fix.startswith(bu.FOREIGN_FIX), res.report()
+    if when == "before_enable":
+        assert f.check == "ids answer" and "busy" in f.message and built["sent"] == [], res.report()
+    else:
+        assert f.check == "stopped" and "drives were disabled" in f.fix, res.report()
+        assert "doublets" not in res.report().split("direction/torque: j2")[-1]

@@ -81,7 +81,7 @@ import numpy as np
 
 from drivers.base import Command, Driver, Feedback
 from dynamics.config import write_toml
-from dynamics.errors import ConfigError, KinematicsError, SafetyError, TorqueloopError
+from dynamics.errors import ConfigError, ForeignTrafficError, KinematicsError, SafetyError, TorqueloopError
 
 from ..plausibility import FeedbackPlausibility
 from .calibration import (CAP_FRACTION_DEFAULT, CAP_FRACTION_MAX, CALIBRATION_VERSION, BringupSpec,
@@ -92,6 +92,11 @@ __all__ = ["BringupSpec", "BringupResult", "Finding", "bringup", "write_calibrat
            "CAP_FRACTION_MAX"]
 
 
+
+#: what to do when another node sends to the drives' ids (the driver's listen before its first
+#: frame, or its check in every cycle): retrying cannot help while that node runs
+FOREIGN_FIX = ("another controller (or a spoofer) sends to these drives: stop it, or find which node on the bus "
+               "it is, so that this is the drives' only master, then run bringup again")
 
 @dataclass
 class Finding:
@@ -700,6 +705,7 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
             enabled = True
         except TorqueloopError as err:
             res.findings.append(Finding(-1, "drives", "ids answer", f"enable failed: {type(err).__name__}: {err}",
+                                        FOREIGN_FIX if isinstance(err, ForeignTrafficError) else
                                         "check the ids, wiring, bus and power named above, then run bringup again"))
             return _finish(res, spec, write)
         sess.start(fb)
@@ -831,6 +837,9 @@ def bringup(spec, *, clock=None, confirm_set_zero: Callable[[str], bool] | None 
                                     "closure fails): check each joint's sign, offset and gear ratio "
                                     "(driver.joints[i].sign, offset, gear_ratio), then run bringup again; the "
                                     "drives were disabled"))
+    except ForeignTrafficError as err:      # another master on the drives' ids: not ours to fix by retrying
+        res.findings.append(Finding(-1, "drives", "stopped", f"{type(err).__name__}: {err}",
+                                    f"{FOREIGN_FIX}; the drives were disabled (best effort)"))
     except TorqueloopError as err:          # a bus or port that failed, a drive that refused a command
         res.findings.append(Finding(-1, "drives", "stopped", f"{type(err).__name__}: {err}",
                                     "check the bus/port and the drives, then run bringup again; the drives "
