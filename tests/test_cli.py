@@ -249,3 +249,24 @@ def test_a_reader_that_goes_away_does_not_break_the_command(tmp_path, command):
     assert r.returncode == 0, r.stderr
     if command == "run":
         assert json.loads((tmp_path / "out" / "summary.json").read_text())
+
+
+def test_a_librarys_warnings_are_printed_named_by_their_source(tmp_path):
+    """canopen warns through logging when a CiA 402 drive's SDO response is lost: the command
+    prints it on stderr as "torqueloop: canopen...: WARNING: ...", not bare through logging's
+    last resort ("No SDO response received", from nobody)."""
+    try:
+        from tests.test_bringup import _data
+    except ImportError:  # pragma: no cover - rootdir not on sys.path
+        from test_bringup import _data
+    from dynamics.config import write_toml
+
+    data = _data("cia402", "clean", tmp_path)
+    data["driver"]["faults"] = {"seed": 3, "drop_prob": 0.3}     # SDO responses lost
+    write_toml(tmp_path / "run.toml", data)
+    r = tl("bringup", tmp_path / "run.toml")
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.splitlines()
+    assert any(ln.startswith("torqueloop: canopen.") and ": WARNING: No SDO response received" in ln
+               for ln in lines), r.stderr
+    assert not any(ln.startswith("No SDO response") for ln in lines), r.stderr

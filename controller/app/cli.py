@@ -22,6 +22,7 @@ as one line on stderr with exit code 2; only this module prints or exits.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from importlib import metadata
 
@@ -284,11 +285,29 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     stdout = sys.stdout
     sys.stdout = tolerant = _ClosedPipeTolerant(stdout)
+    handler = _log_handler()
     try:
         return _dispatch(args)
     finally:
         tolerant.flush()  # buffered output meets the closed pipe here, not at interpreter exit
         sys.stdout = stdout
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
+
+
+def _log_handler() -> logging.Handler | None:
+    """Where nobody configured logging: the libraries' warnings (python-can, canopen: "No SDO
+    response received") go to stderr named by their source, as the command's own lines are,
+    instead of bare through logging's last resort.  Returns the handler added (None: logging was
+    configured by the caller, and is left as it is)."""
+    root = logging.getLogger()
+    if root.handlers:
+        return None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("torqueloop: %(name)s: %(levelname)s: %(message)s"))
+    root.addHandler(handler)
+    return handler
 
 
 def _dispatch(args) -> int:
