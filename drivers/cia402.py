@@ -101,6 +101,7 @@ _NMT_NAMES = {0x00: "BOOT-UP", 0x04: "STOPPED", 0x05: "OPERATIONAL", 0x7F: "PRE-
 #: COB-ID bits of a PDO's communication parameter (CiA 301): not valid, no RTR allowed
 _PDO_NOT_VALID, _PDO_RTR_NOT_ALLOWED = 0x80000000, 0x40000000
 _FAULT, _FAULT_REACTION, _OPERATION_ENABLED = int(State.FAULT), int(State.FAULT_REACTION_ACTIVE), int(State.OPERATION_ENABLED)
+_SWITCH_ON_DISABLED, _NMT_BOOT_UP = int(State.SWITCH_ON_DISABLED), int(NmtState.BOOT_UP)
 
 
 def eds_path(name_or_path: str | Path | None) -> str:
@@ -529,8 +530,13 @@ class Cia402Driver(TransportDriver):
                     # decode_emcy) goes to it padded as well, not as a struct.error out of the cycle
                     data = bytes(data).ljust(8, b"\0")
                 elif kind == 4:
-                    self._nmt[j] = codec.decode_heartbeat(data)
+                    nmt = self._nmt[j] = codec.decode_heartbeat(data)
                     self._hb_t[j] = float(self._now())
+                    if nmt == _NMT_BOOT_UP:
+                        # the drive (re)started: a power-on leaves CiA 402's state machine in
+                        # SWITCH ON DISABLED (NOT READY TO SWITCH ON passes on its own), and the
+                        # drive in PRE-OPERATIONAL sends no TPDO that would say so
+                        self._state[j] = _SWITCH_ON_DISABLED
         except DecodeError:
             st["corrupt"] += 1
             return -1
@@ -1021,15 +1027,25 @@ class Cia402Driver(TransportDriver):
         return fb
 
     def clear_faults(self) -> None:
-        """NMT start (the controlword travels in a PDO), fault reset of every drive, then the drives
-        disabled again (see :meth:`fault_reset` and :meth:`Driver.clear_faults`)."""
+        """Every drive configured again (:meth:`configure`: a drive that rebooted lost its PDO
+        maps, mode and timeouts, and would start with its defaults' maps, which this driver's
+        frames do not fit), NMT start (the controlword travels in a PDO), fault reset of every
+        drive, then the drives disabled again (see :meth:`fault_reset` and
+        :meth:`Driver.clear_faults`)."""
         self._check_open()
         self._take_queued(False)
+        for j in range(self.n_joints):
+            self.configure(j)
         for j in range(self.n_joints):
             self.nodes[j].nmt.state = "OPERATIONAL"
         self._master_heartbeat(force=True)
         self.fault_reset()
         self.disable()
+
+    def _nmt_text(self, j: int) -> str:
+        """Drive ``j``'s NMT state as its last heartbeat said it."""
+        v = int(self._nmt[j])
+        return "no heartbeat" if v < 0 else f"NMT {_NMT_NAMES.get(v, hex(v))}"
 
     def fault_reset(self, timeout_s: float | None = None) -> Feedback:
         """Acknowledge drive faults: controlword bit 7 rising edge (FAULT -> SWITCH ON DISABLED).
@@ -1041,7 +1057,8 @@ class Cia402Driver(TransportDriver):
         """
         self._check_open()
         self._controlword_cycle(codec.CW_DISABLE_VOLTAGE)
-        deadline = time.monotonic() + (self.enable_timeout_s if timeout_s is None else timeout_s)
+        limit_s = self.enable_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit_s
         while True:
             fb = self._controlword_cycle(codec.CW_FAULT_RESET)
             still = [j for j in range(self.n_joints) if self._state[j] in (int(State.FAULT),
@@ -1049,7 +1066,11 @@ class Cia402Driver(TransportDriver):
             if not still and fb.fresh.all():
                 break
             if time.monotonic() > deadline:
-                raise DeviceFaultError("fault reset not accepted by " + ", ".join(self._name(j) for j in still))
+                if still:
+                    raise DeviceFaultError("fault reset not accepted by " + ", ".join(self._name(j) for j in still))
+                raise CommsTimeoutError("fault reset: no TPDO from " + ", ".join(
+                    f"{self._name(j)} ({self._nmt_text(j)})"
+                    for j in range(self.n_joints) if not fb.fresh[j]) + f" within {limit_s} s")
             self._controlword_cycle(codec.CW_DISABLE_VOLTAGE)
         self._enabled_cmd = False
         return fb

@@ -592,6 +592,60 @@ def test_canopens_basenode402_drives_the_emulated_drive():
         host.close()
 
 
+def test_a_rebooted_drive_is_seen_rebooted_by_canopens_master():
+    """A power-cycled drive (Cia402Emulator.reboot) as the firmware behaves, read by a CANopen stack
+    we did not write (canopen's RemoteNode): its boot-up message (canopen's NMT master hears
+    state 0 and takes it PRE-OPERATIONAL), what was written since power-on gone (the mode 0x6060 and
+    the heartbeat time 0x1017 read back as the EDS has them), its power stage off (statusword
+    SWITCH ON DISABLED) and no fault; a command RPDO does nothing before it is started again."""
+    import can
+
+    model = load_model(ROBOT_2R)
+    clock = _Clock()
+    plant = SimulatedPlant(model, q0=np.array([0.3, -0.4]), viscous=0.0, coulomb=0.0, t0_s=0.0)
+    emu = Cia402Emulator([Cia402DriveConfig(4, 0, UNITS)], t0_s=0.0)
+    chan = f"cia402-reboot-{time.monotonic_ns()}"
+    host = EmulatorHost(can.Bus(interface="virtual", channel=chan), [emu], plant, clock, own_bus=True)
+    net = canopen.Network()
+    net.connect(interface="virtual", channel=chan)
+    try:
+        node = canopen.RemoteNode(4, EDS)
+        net.add_node(node)
+        node.sdo.RESPONSE_TIMEOUT = 10 * node.sdo.RESPONSE_TIMEOUT     # a loaded machine
+        od = node.object_dictionary
+        node.sdo[0x6060].raw = codec.MODE_CST
+        node.sdo[0x1017].raw = 20
+        assert node.sdo[0x6060].raw == codec.MODE_CST != od[0x6060].default
+        node.nmt.state = "OPERATIONAL"
+        host.sync()
+        assert emu.nmt_state(4) == "OPERATIONAL"
+        emu.inject_fault(4, 0x2310)
+        assert emu.state(4) == State.FAULT
+        heard = []
+        node.nmt.add_heartbeat_callback(heard.append)
+        emu.reboot(4)
+        deadline = time.monotonic() + 10.0
+        while 0 not in heard:
+            assert time.monotonic() < deadline, f"no boot-up message: {heard}"
+            host.sync()
+            time.sleep(0.01)
+        assert node.nmt.state == "PRE-OPERATIONAL" and emu.nmt_state(4) == "PRE-OPERATIONAL"
+        assert node.sdo[0x6060].raw == od[0x6060].default
+        assert node.sdo[0x1017].raw == (od[0x1017].default or 0)
+        mask, value = State402.SW_MASK["SWITCH ON DISABLED"]       # canopen's statusword table
+        assert node.sdo[0x6041].raw & mask == value
+        assert node.sdo[0x603F].raw == 0 and emu.error_code(4) == 0
+        applied = emu.commands_applied(4)
+        net.send_message(codec.rpdo_id(4, 1), codec.encode_rpdo1(codec.CW_ENABLE_OPERATION, 300))
+        net.sync.transmit()
+        host.sync()
+        assert emu.commands_applied(4) == applied and emu.state(4) == State.SWITCH_ON_DISABLED
+        assert plant.applied_torque_nm[0] == 0.0
+    finally:
+        net.disconnect()
+        host.close()
+
+
 def _eds_without(tmp_path, drop_sections, sub0: dict[str, int] | None = None):
     """The shipped EDS with some objects / sub-indices removed (a drive that lacks optional objects)."""
     import re

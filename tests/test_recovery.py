@@ -56,6 +56,7 @@ CELLS = {
     ("bus_off", "cia402"): (_bus_off, "comms"),
     ("drive_reboot", "mit"): (_reboot, "device_fault"),
     ("drive_reboot", "odrive_can"): (_reboot, "drive_disabled"),
+    ("drive_reboot", "cia402"): (_reboot, "drive_disabled"),
     ("latched_fault", "cia402"): (_latched_fault, "device_fault"),
     ("latched_fault", "dynamixel"): (_latched_fault, "device_fault"),
 }

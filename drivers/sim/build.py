@@ -489,7 +489,7 @@ def _schedule_device_reboots(faults_sec: Section, spec, emulators: list, now) ->
     for did in ids:
         emu = next((e for e in emulators if did in (getattr(e, "can_ids", ()) or getattr(e, "node_ids", ()))), None)
         if emu is None or not hasattr(emu, "reboot"):
-            raise faults_sec.error("device_reboot_ids", f"no emulated MIT motor or ODrive axis with id {did}")
+            raise faults_sec.error("device_reboot_ids", f"no emulated MIT motor, ODrive axis or CiA 402 drive with id {did}")
         out.append((t, emu, did))
     return out
 

@@ -432,10 +432,7 @@ class Cia402Emulator(EmulatedDevice):
             #: the write callbacks the drive's firmware has (canopen's NMT slave's and the emulator's):
             #: another one added later takes the Python path (_sync_fast)
             d.own_writes = list(node._write_callbacks)
-            # the drive's own identity: units and rated torque in its object dictionary
-            node.set_data(0x608F, 1, struct.pack("<I", int(round(c.units.counts_per_rev))))
-            node.set_data(0x608F, 2, struct.pack("<I", 1))
-            node.set_data(0x6076, 0, struct.pack("<I", c.units.rated_torque_mnm))
+            self._identity(d)
             self._drives[c.node_id] = d
         self._lock = threading.RLock()
         self._served = _Serving(self)
@@ -539,6 +536,43 @@ class Cia402Emulator(EmulatedDevice):
             d = self._drive(node_id)
             d.cause = bool(persistent)
             self._fault(d, code, self.plant.t_s)
+
+    def reboot(self, node_id: int) -> None:
+        """Power-cycle one drive (a brown-out, an e-stop that cut its supply): what was written to
+        its object dictionary since power-on (by SDO or PDO: the PDO maps, the mode, the target
+        torque, the heartbeat times) is lost, it comes back with no fault, its power stage off
+        (NOT READY TO SWITCH ON, then SWITCH ON DISABLED; brake engaged) and in NMT
+        PRE-OPERATIONAL, announced by its boot-up message at the next timed event (CiA 301: a
+        heartbeat with state 0).  Its position reads as before (an absolute encoder).  Commands
+        do nothing until it is configured, started and enabled again."""
+        with self._lock:
+            d = self._drive(node_id)          # (the batch path's owed state written first)
+            node = d.node
+            node.data_store.clear()
+            d.state = State.SWITCH_ON_DISABLED        # NOT READY TO SWITCH ON passes on its own
+            d.cw = 0
+            d.error_code = 0
+            d.error_register = 0
+            d.cause = False
+            d.reaction = None
+            d.next_check = math.inf
+            d.limit_active = False
+            d.hb_due = math.inf
+            d.consumer_last = -math.inf
+            node.nmt._state = _NMT_INIT
+            self._identity(d)
+            d.rpdo_ready, d.tpdo_ready = [], []
+            d.rx_plans, d.tx_plans, d.rx_own, d.fast = [], [], {}, None
+            self._set_plant_limit(d)
+            self._output(d)
+            d.boot_due = self.plant.t_s if self.plant is not None else 0.0
+
+    def _identity(self, d: _Drive) -> None:
+        """The drive's own identity in its object dictionary: units and rated torque."""
+        c = d.cfg
+        d.node.set_data(0x608F, 1, struct.pack("<I", int(round(c.units.counts_per_rev))))
+        d.node.set_data(0x608F, 2, struct.pack("<I", 1))
+        d.node.set_data(0x6076, 0, struct.pack("<I", c.units.rated_torque_mnm))
 
     def clear_fault_cause(self, node_id: int) -> None:
         with self._lock:
