@@ -322,6 +322,8 @@ class ControlLoop:
             raise ConfigError(f"safety supervisor is set up for {safety.n} joints, driver has {n}")
         self.driver, self.controller, self.trajectory = driver, controller, trajectory
         self.safety, self.clock = safety, clock
+        if safety.fault_text is None:
+            safety.fault_text = getattr(driver, "fault_text", None)     # names a device fault
         self.period_s = float(period_s)
         self.telemetry = telemetry
         self.velocity_estimator = velocity_estimator

@@ -447,11 +447,22 @@ class SafetySupervisor:
     #: full path, which gives the same command and state)
     _clean_path = True
 
+    def _fault_text(self, joint: int, code: int) -> str:
+        if self.fault_text is not None:
+            try:
+                return str(self.fault_text(joint, code))
+            except Exception:  # noqa: BLE001 - a message must not lose the stop: the number then
+                pass
+        return f"fault code {code}"
+
     def __init__(self, config: SafetyConfig, model_limits: JointLimits, *, model: Model | None = None,
                  pose0=None):
         self.config = config
         n = np.asarray(model_limits.position_min).size
         self.n = n
+        #: ``(joint, code) -> str``, what a device fault code means in a fault's message (the
+        #: loop sets the driver's :meth:`~drivers.base.Driver.fault_text`); None: the number
+        self.fault_text = None
 
         def vec(name, value):
             a = np.asarray(value, dtype=float)
@@ -837,7 +848,7 @@ class SafetySupervisor:
         if feedback is not None:
             for j in _set_in(jb, jor, _rules.J_DEVICE_FAULT):
                 new.append(Fault(t_s, "device_fault", int(j), {"code": int(fault[j])},
-                                 f"device reports fault code {int(fault[j])}"))
+                                 f"device reports {self._fault_text(int(j), int(fault[j]))}"))
             for j in _set_in(jb, jor, _rules.J_DISABLED):
                 new.append(Fault(t_s, "drive_disabled", int(j), {}, "drive not enabled"))
             if not jor & _rules.J_NOT_FRESH:

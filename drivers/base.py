@@ -378,6 +378,16 @@ class Driver(ABC):
     def close(self) -> None:
         """Disable (best effort) and release ports/buses; safe to call twice."""
 
+    def fault_text(self, joint: int, code: int) -> str:
+        """What ``Feedback.fault`` code ``code`` of joint ``joint`` means, for a message: the
+        protocol's name of it where the driver knows one (an MIT error byte, ODrive axis error
+        bits, a CiA 402 EMCY code, Dynamixel hardware error bits) or the host's own check
+        (:func:`drivers.follow.host_fault_text`), always with the number."""
+        from .follow import host_fault_text
+
+        text = host_fault_text(int(code))
+        return text if text is not None else f"fault code {int(code)}"
+
     def clear_faults(self) -> None:
         """Acknowledge the drives' latched faults after a stop, leaving them disabled; :meth:`enable`
         then brings them back (the recovery path, :meth:`controller.app.run.Run.recover`).

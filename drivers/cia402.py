@@ -939,6 +939,13 @@ class Cia402Driver(TransportDriver):
         if mode != codec.MODE_CST:
             raise DeviceFaultError(f"{self._name(j)}: modes of operation display is {mode}, not 10 (CST)")
 
+    def fault_text(self, joint: int, code: int) -> str:
+        """The EMCY code's name (CiA 301 / 402), or the host's own check."""
+        code = int(code)
+        if 0 < code <= 0xFFFF:
+            return f"EMCY 0x{code:04X} ({codec.EMCY_NAMES.get(code, 'unknown')})"
+        return super().fault_text(joint, code)
+
     def enable(self) -> Feedback:
         """Configure every drive, start it (NMT) and walk the power state machine to OPERATION ENABLED.
 

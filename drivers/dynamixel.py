@@ -535,6 +535,19 @@ class DynamixelDriver(TransportDriver):
         self._enabled_cmd = False
         self._enabled[:] = False
 
+    def fault_text(self, joint: int, code: int) -> str:
+        """The Hardware Error Status bits' names, the Bus Watchdog, torque found off, or the
+        host's own check."""
+        code = int(code)
+        if 0 < code < 0x400:
+            parts = dx.hw_error_names(code & 0xFF)
+            if code & FAULT_WATCHDOG:
+                parts.append("bus watchdog tripped")
+            if code & FAULT_TORQUE_OFF:
+                parts.append("torque found off")
+            return f"{', '.join(parts)} (0x{code:X})"
+        return super().fault_text(joint, code)
+
     def clear_faults(self) -> None:
         """Torque off, then a Reboot (0x08) of every servo that reports a hardware error (the
         Dynamixel's only way to clear one; the operator confirmed it in the recovery path,

@@ -41,9 +41,25 @@ from ._follow_rule import (FAULT_FROZEN, FAULT_NOT_FOLLOWING, HOST_FAULT_OFFSET,
                            M_TMAX, M_TOL, M_U, M_X, M_XHI, M_XLO, MI_BAD, MI_CODE, MI_HAS_LAST, MI_LAST,
                            MI_ROWS, MI_SAME, follow_step)
 
-__all__ = ["FollowConfig", "FollowMonitor", "TorqueFollow", "follow_config", "follow_step",
+__all__ = ["FollowConfig", "FollowMonitor", "TorqueFollow", "follow_config", "follow_step", "host_fault_text",
            "FAULT_NOT_FOLLOWING", "FAULT_FROZEN", "HOST_FAULT_OFFSET", "TORQUE_ONLY_TOL"]
 
+
+#: the rule's fault codes -> what they mean
+FAULT_NAMES = {
+    FAULT_NOT_FOLLOWING: "the measured torque does not follow the command (a limp or saturated drive?)",
+    FAULT_FROZEN: "the replies repeat while the command changes (the drive's control loop stopped? "
+                  "a drive that rebooted and ignores commands?)",
+}
+
+
+def host_fault_text(code: int) -> str | None:
+    """What a torque-only driver's ``HOST_FAULT_OFFSET + code`` fault means (this rule's checks,
+    made by the host, not reported by the drive), or None for any other code."""
+    if code < HOST_FAULT_OFFSET:
+        return None
+    c = code - HOST_FAULT_OFFSET
+    return f"{FAULT_NAMES.get(c, 'a host check')} (the host's check, code 0x{c:X})"
 
 @dataclass(frozen=True)
 class FollowConfig:

@@ -636,6 +636,19 @@ class MitCanDriver(TransportDriver):
         return self._fresh()
 
     # ------------------------------------------------------------------
+    def fault_text(self, joint: int, code: int) -> str:
+        """The CubeMars error byte's name, or the fault the driver detected itself
+        (:data:`drivers.mit_health.DETECTED_FAULTS`)."""
+        from .codecs.mit import MIT_ERROR_CODES
+        from .mit_health import DETECTED_FAULTS
+
+        code = int(code)
+        if 0 < code <= 0xFF:
+            return f"{MIT_ERROR_CODES.get(code, 'unknown error')} (the drive's error byte {code})"
+        if code in DETECTED_FAULTS:
+            return f"{DETECTED_FAULTS[code]} (the driver's check, code 0x{code:X})"
+        return super().fault_text(joint, code)
+
     def enable(self) -> Feedback:
         """Send ENTER_MOTOR_MODE to every motor and wait for each one's reply.
 

@@ -29,8 +29,10 @@ __all__ = ["FollowConfig", "FollowMonitor", "FAULT_NOT_FOLLOWING", "FAULT_FROZEN
 
 #: Fault codes the MIT driver detects itself -> description.
 DETECTED_FAULTS: dict[int, str] = {
-    FAULT_NOT_FOLLOWING: "measured torque does not follow the command (limp motor?)",
-    FAULT_FROZEN: "replies frozen while the command changes (drive control loop stopped?)",
+    FAULT_NOT_FOLLOWING: "measured torque does not follow the command (a limp motor, or one that rebooted out of "
+                         "motor mode?)",
+    FAULT_FROZEN: "replies frozen while the command changes (the drive's control loop stopped, or it rebooted "
+                  "out of motor mode?)",
     FAULT_OVER_TEMPERATURE: "reported temperature above temperature_max_c",
 }
 

@@ -62,7 +62,7 @@ from . import _odrive_kernels as _ok
 from .codecs import odrive as codec
 from .codecs.odrive import AxisState, Cmd
 from .serial_port import SERIAL_BAUD_MAX, encode_line
-from .follow import FollowConfig, TorqueFollow, follow_config
+from .follow import HOST_FAULT_OFFSET, FollowConfig, TorqueFollow, follow_config
 from .transport import CanTransport, Frame, group_by_bus, recv_any_fields, recv_queued_fields
 
 __all__ = ["OdriveAxis", "OdriveCanDriver", "OdriveAsciiDriver", "build", "build_ascii", "capabilities",
@@ -593,6 +593,15 @@ class OdriveCanDriver(TransportDriver):
                     handle(*est[k])
 
     # ------------------------------------------------------------------
+    def fault_text(self, joint: int, code: int) -> str:
+        """The axis error word's bit names (:func:`drivers.codecs.odrive.axis_error_names`), or
+        the host's own check."""
+        code = int(code)
+        if 0 < code < HOST_FAULT_OFFSET:
+            names = codec.axis_error_names(code, getattr(self, "firmware", "0.6"))
+            return f"axis error {', '.join(names)} (0x{code:X})"
+        return super().fault_text(joint, code)
+
     def enable(self) -> Feedback:
         """Set_Limits (each axis' ``current_limit_a`` and velocity limit), torque control /
         passthrough, zero torque, CLOSED_LOOP_CONTROL; wait until every axis reports it.
@@ -1294,6 +1303,15 @@ class OdriveAsciiDriver(TransportDriver):
     def firmware(self) -> str:
         """The firmware generation the error property names (``error``: 0.5, ``active_errors``: 0.6)."""
         return "0.5" if self.error_property == "error" else "0.6"
+
+    def fault_text(self, joint: int, code: int) -> str:
+        """The axis error word's bit names (:func:`drivers.codecs.odrive.axis_error_names`), or
+        the host's own check."""
+        code = int(code)
+        if 0 < code < HOST_FAULT_OFFSET:
+            names = codec.axis_error_names(code, getattr(self, "firmware", "0.6"))
+            return f"axis error {', '.join(names)} (0x{code:X})"
+        return super().fault_text(joint, code)
 
     def enable(self) -> Feedback:
         """Torque control, passthrough, zero torque, CLOSED_LOOP_CONTROL; wait until every axis reports it.

@@ -391,7 +391,7 @@ def test_corrupt_feedback_stops_the_bringup_as_corrupt_not_as_motion(protocol, t
     assert [f.check for f in res.findings] == ["stopped"], res.report()
     f = res.findings[0]
     assert "moved at" not in f.message and "sign" not in f.fix and "drives disabled" in f.fix, res.report()
-    if protocol == "odrive_can" and "device fault code" in f.message:
+    if protocol == "odrive_can" and "device fault: axis error" in f.message:
         return          # a flipped bit in a heartbeat's axis error field reads as a fault: stopped as one
     assert "no motion under the robot's limits can make" in f.message and "corrupt feedback" in f.message, f.message
     assert "encoder" in f.fix, f.fix
@@ -613,3 +613,74 @@ def test_another_controller_on_the_bus_stops_the_bringup(protocol, when, tmp_pat
     else:
         assert f.check == "stopped" and "drives were disabled" in f.fix, res.report()
         assert "doublets" not in res.report().split("direction/torque: j2")[-1]
+
+
+#: protocol -> what the bring-up's finding says when joint 2's drive power-cycles mid-way
+REBOOTED = {"mit": "device fault: replies frozen while the command changes (the drive's control loop stopped, or "
+                   "it rebooted out of motor mode?)",
+            "odrive_can": "drive not enabled any more", "cia402": "drive not enabled any more"}
+
+
+@pytest.mark.parametrize("protocol", list(REBOOTED))
+def test_a_drive_that_reboots_mid_bringup_stops_it_named(protocol, tmp_path, monkeypatch):
+    """Joint 2's drive power-cycles in the first joint's doublets (the emulators' reboot): the
+    bring-up stops in the cycle it can tell, drives disabled, and says so in the protocol's words:
+    a drive that reports itself off (ODrive IDLE in its heartbeat, CiA 402's boot-up message) as
+    not enabled, which the bring-up did not check before (CiA 402 stopped on stale feedback, ODrive
+    on the driver's frozen-replies check, as "device fault code 4294967553"); an MIT motor, whose
+    reply has no mode, by the driver's follow check, named."""
+    from drivers import registry
+
+    try:
+        from tests.test_recovery import _device
+    except ImportError:  # pragma: no cover - rootdir not on sys.path
+        from test_recovery import _device
+
+    real_build = registry.build_driver
+
+    def build(*args, **kwargs):
+        drv = real_build(*args, **kwargs)
+        cycle, count = drv.cycle, [0]
+
+        def cycle_(command):
+            count[0] += 1
+            if count[0] == 60:
+                emu, did = _device(drv, 1)
+                emu.reboot(did)
+            return cycle(command)
+        drv.cycle = cycle_
+        return drv
+
+    monkeypatch.setattr(registry, "build_driver", build)
+    res = bringup(_spec(_data(protocol, "clean", tmp_path), tmp_path), write=False)
+    assert [f.check for f in res.findings] == ["stopped"], res.report()
+    f = res.findings[0]
+    assert f.message.startswith("j2: " + REBOOTED[protocol]), f.message
+    assert "drives disabled" in f.fix
+
+
+@pytest.mark.parametrize("protocol, code, says", [
+    ("mit", 2, "over current (the drive's error byte 2)"),
+    ("mit", 0x101, "replies frozen while the command changes"),
+    ("odrive_can", 0x800, "axis error"),
+    ("odrive_can", (1 << 32) + 0x100, "the measured torque does not follow the command (a limp or saturated drive?) "
+                                      "(the host's check, code 0x100)"),
+    ("cia402", 0x2310, "EMCY 0x2310 (continuous over-current)"),
+    ("cia402", 0x8130, "EMCY 0x8130 (life guard or heartbeat error)"),
+    ("dynamixel", 0x24, "overheating, overload (0x24)"),
+    ("dynamixel", 0x100, "bus watchdog tripped (0x100)"),
+])
+def test_each_driver_names_its_fault_codes(protocol, code, says, tmp_path):
+    """Driver.fault_text: a device fault code in the protocol's own words (the bring-up's finding
+    and the run's device_fault message use it), the number kept."""
+    from controller.app.run import sim_driver_section
+    from drivers.registry import build_driver
+
+    spec = _spec(_data(protocol, "clean", tmp_path), tmp_path)
+    sec = sim_driver_section(spec.driver_section.data, q0=[0.3, -0.4], clock="lockstep", period_s=spec.period_s,
+                             file=spec.file, path="driver")
+    drv = build_driver(sec, now=lambda: 0.0, model=spec.model, rng=np.random.default_rng(0))
+    try:
+        assert says in drv.fault_text(1, code)
+    finally:
+        drv.close()

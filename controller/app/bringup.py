@@ -93,6 +93,8 @@ __all__ = ["BringupSpec", "BringupResult", "Finding", "bringup", "write_calibrat
 
 
 
+#: cycles in a row a drive reads not enabled before the bring-up stops on it
+DISABLED_CYCLES = 2
 #: what to do when another node sends to the drives' ids (the driver's listen before its first
 #: frame, or its check in every cycle): retrying cannot help while that node runs
 FOREIGN_FIX = ("another controller (or a spoofer) sends to these drives: stop it, or find which node on the bus "
@@ -200,6 +202,7 @@ class _Session:
         self.k = 0
         self.t0 = None
         self.stale = np.zeros(self.n, dtype=int)
+        self.off = np.zeros(self.n, dtype=int)
         #: per joint, the cycles in a row its gravity torque was over its cap
         self.unheld = np.zeros(self.n, dtype=int)
         #: how late the last few cycles' feedback was in hand [s]
@@ -214,6 +217,7 @@ class _Session:
         self.q_last = np.asarray(fb.position_rad, dtype=float).copy()
         self.t_fresh = np.full(self.n, self.t_sent)
         self.over_last = np.zeros(self.n)       # per joint, the sign of its last over-speed estimate
+        self.off = np.zeros(self.n, dtype=int)  # per joint, the cycles in a row it read not enabled
         if self.home_measured is None:      # the travel guard's reference: the first reading
             self.home_measured = self.q_last.copy()
         if self.plaus is not None:
@@ -319,15 +323,26 @@ class _Session:
     def _guard(self, fb: Feedback) -> None:
         fresh = np.asarray(fb.fresh, dtype=bool)
         self.stale = np.where(fresh, 0, self.stale + 1)
+        # what the drive says of itself first (as the run's safety: a fault, then a drive that
+        # is off), then what its silence says
+        fault = np.flatnonzero(np.asarray(fb.fault) != 0)
+        if fault.size:
+            j = int(fault[0])
+            raise _Abort(f"{self.names[j]}: device fault: {self.driver.fault_text(j, int(fb.fault[j]))}",
+                         "read the drive's fault (its manual), clear it, then run bringup again")
+        # a drive that switched itself off stays off (a reboot, a watchdog); one reading that
+        # says so is a corrupt reply's as well (a flipped statusword bit): two in a row
+        self.off = np.where(np.asarray(fb.enabled, dtype=bool), 0, self.off + 1)
+        off = np.flatnonzero(self.off >= DISABLED_CYCLES)
+        if off.size:
+            raise _Abort(f"{self.names[off[0]]}: drive not enabled any more (it switched itself off: a reboot or "
+                         f"brown-out, its own watchdog or fault, an e-stop)",
+                         "check the drive's supply, e-stop and watchdog, then run bringup again")
         bad = np.flatnonzero(self.stale >= self.stale_cycles)
         if bad.size:
             raise _Abort(f"{self.names[bad[0]]}: no feedback for {self.stale_cycles} cycles (safety.stale_cycles)",
                          "check the bus, the drive's power and id, and that this computer keeps up with "
                          "loop.rate_hz (a lower rate, or fewer other processes)")
-        fault = np.flatnonzero(np.asarray(fb.fault) != 0)
-        if fault.size:
-            raise _Abort(f"{self.names[fault[0]]}: device fault code {int(fb.fault[fault[0]])}",
-                         "read the drive's fault (its manual), clear it, then run bringup again")
         q = np.asarray(fb.position_rad, dtype=float)
         if not np.all(np.isfinite(q)):
             raise _Abort(f"{self.names[int(np.flatnonzero(~np.isfinite(q))[0])]}: non-finite position")

@@ -358,6 +358,9 @@ class EmulatedDriver(Driver):
     def disable(self) -> None:
         self.inner.disable()
 
+    def fault_text(self, joint: int, code: int) -> str:
+        return self.inner.fault_text(joint, code)
+
     def clear_faults(self) -> None:
         self._check_hosts()
         self.inner.clear_faults()
