@@ -94,6 +94,13 @@ _F64 = np.dtype(np.float64)
 _RUNS_KEPT = 16
 
 
+def axis_fault_text(code: int, firmware: str) -> str | None:
+    """An ODrive axis error word's bit names (:func:`drivers.codecs.odrive.axis_error_names`) with
+    the number, or None for no error or a host check's code (``HOST_FAULT_OFFSET`` and above)."""
+    if 0 < code < HOST_FAULT_OFFSET:
+        return f"axis error {', '.join(codec.axis_error_names(code, firmware))} (0x{code:X})"
+    return None
+
 @dataclass(frozen=True)
 class OdriveAxis:
     """One ODrive axis driving one joint.
@@ -594,13 +601,8 @@ class OdriveCanDriver(TransportDriver):
 
     # ------------------------------------------------------------------
     def fault_text(self, joint: int, code: int) -> str:
-        """The axis error word's bit names (:func:`drivers.codecs.odrive.axis_error_names`), or
-        the host's own check."""
-        code = int(code)
-        if 0 < code < HOST_FAULT_OFFSET:
-            names = codec.axis_error_names(code, getattr(self, "firmware", "0.6"))
-            return f"axis error {', '.join(names)} (0x{code:X})"
-        return super().fault_text(joint, code)
+        """The axis error word's bit names (:func:`axis_fault_text`), or the host's own check."""
+        return axis_fault_text(int(code), self.firmware) or super().fault_text(joint, code)
 
     def enable(self) -> Feedback:
         """Set_Limits (each axis' ``current_limit_a`` and velocity limit), torque control /
@@ -1305,13 +1307,10 @@ class OdriveAsciiDriver(TransportDriver):
         return "0.5" if self.error_property == "error" else "0.6"
 
     def fault_text(self, joint: int, code: int) -> str:
-        """The axis error word's bit names (:func:`drivers.codecs.odrive.axis_error_names`), or
-        the host's own check."""
-        code = int(code)
-        if 0 < code < HOST_FAULT_OFFSET:
-            names = codec.axis_error_names(code, getattr(self, "firmware", "0.6"))
-            return f"axis error {', '.join(names)} (0x{code:X})"
-        return super().fault_text(joint, code)
+        """The axis error word's bit names (:func:`axis_fault_text`; ``error_property`` 'error' is
+        firmware 0.5's), or the host's own check."""
+        firmware = "0.5" if self.error_property == "error" else "0.6"
+        return axis_fault_text(int(code), firmware) or super().fault_text(joint, code)
 
     def enable(self) -> Feedback:
         """Torque control, passthrough, zero torque, CLOSED_LOOP_CONTROL; wait until every axis reports it.
