@@ -28,6 +28,8 @@ ROOT, stem, robot = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 from drivers.sim.serve import build_server
 from controller.app.run import build_run, load_run
 from tests.test_bringup import write_clean_calibration
+from tests.serve_process import loosest_timing
+from drivers.base import TIMEOUT_MAX_S
 
 def overloads():
     out = {}
@@ -66,9 +68,11 @@ with tempfile.TemporaryDirectory() as d:
     at_ready = overloads()
     # the wall clock (a hardware run), with room for the two ends sharing one process: this is
     # about what is loaded when, not about timing
+    # (the loosest timing protections accepted, and the longest reply wait: a run beside a busy
+    # machine stopped on its late cycles, 2026-11-30)
     spec = load_run(str(d / "run.toml"), overrides={
-        "loop.duration_s": 0.2, "driver.reply_timeout_s": 0.25, "safety.overrun_fraction_max": 0.9,
-        "safety.lateness_max_s": 10.0})
+        "loop.duration_s": 0.2, "driver.reply_timeout_s": TIMEOUT_MAX_S["reply_timeout_s"],
+        "safety.tracking_error_max": 1.0, **{f"safety.{k}": v for k, v in loosest_timing().items()}})
     write_clean_calibration(spec)       # a hardware run needs one (bring-up: tests/test_bringup.py)
     r = build_run(spec, out_dir=d / "out")
     start = r.loop.clock.start
@@ -81,7 +85,7 @@ with tempfile.TemporaryDirectory() as d:
     host.close()
     end = overloads()
     served_late = {k: v for k, v in new(at_ready, end).items() if k.startswith("drivers.sim.")}
-    print("RESULT", res.status, res.n_cycles)
+    print("RESULT", res.status, res.n_cycles, [str(f) for f in res.faults[:2]])
     print("AFTER_START", new(at_start, end))
     print("SERVER_AFTER_READY", served_late)
 '''
