@@ -618,17 +618,19 @@ def test_another_controller_on_the_bus_stops_the_bringup(protocol, when, tmp_pat
 #: protocol -> what the bring-up's finding says when joint 2's drive power-cycles mid-way
 REBOOTED = {"mit": "device fault: replies frozen while the command changes (the drive's control loop stopped, or "
                    "it rebooted out of motor mode?)",
-            "odrive_can": "drive not enabled any more", "cia402": "drive not enabled any more"}
+            "odrive_can": "drive not enabled any more", "cia402": "drive not enabled any more",
+            "dynamixel": "device fault: torque found off (0x200)"}
 
 
-@pytest.mark.parametrize("protocol", list(REBOOTED))
+@pytest.mark.parametrize("protocol", [p for p in PROTOCOLS if (getattr(p, "values", (p,))[0]) in REBOOTED])
 def test_a_drive_that_reboots_mid_bringup_stops_it_named(protocol, tmp_path, monkeypatch):
     """Joint 2's drive power-cycles in the first joint's doublets (the emulators' reboot): the
     bring-up stops in the cycle it can tell, drives disabled, and says so in the protocol's words:
     a drive that reports itself off (ODrive IDLE in its heartbeat, CiA 402's boot-up message) as
     not enabled, which the bring-up did not check before (CiA 402 stopped on stale feedback, ODrive
     on the driver's frozen-replies check, as "device fault code 4294967553"); an MIT motor, whose
-    reply has no mode, by the driver's follow check, named."""
+    reply has no mode, by the driver's follow check, named; a Dynamixel servo by its torque found
+    off."""
     from drivers import registry
 
     try:

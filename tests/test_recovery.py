@@ -57,12 +57,14 @@ CELLS = {
     ("drive_reboot", "mit"): (_reboot, "device_fault"),
     ("drive_reboot", "odrive_can"): (_reboot, "drive_disabled"),
     ("drive_reboot", "cia402"): (_reboot, "drive_disabled"),
+    ("drive_reboot", "dynamixel"): (_reboot, "device_fault"),
     ("latched_fault", "cia402"): (_latched_fault, "device_fault"),
     ("latched_fault", "dynamixel"): (_latched_fault, "device_fault"),
 }
 #: what a device fault's message says in each protocol's own words
-NAMED = {"mit": "rebooted out of motor mode?) (the driver's check", "cia402": "EMCY 0x2310 (continuous over-current)",
-         "dynamixel": "overload (0x20)"}
+NAMED = {("drive_reboot", "mit"): "rebooted out of motor mode?) (the driver's check",
+         ("latched_fault", "cia402"): "EMCY 0x2310 (continuous over-current)",
+         ("latched_fault", "dynamixel"): "overload (0x20)", ("drive_reboot", "dynamixel"): "torque found off (0x200)"}
 EVENTS = ["recovery_asked", "recovery_confirmed", "faults_cleared", "re_enabled", "hold_done"]
 
 
@@ -95,7 +97,7 @@ def test_recovery_after_fault(fault, protocol, tmp_path):
     try:
         assert res.status == "fault" and res.faults[0].cause == cause, res.faults
         if cause == "device_fault":     # named as the protocol names it (Driver.fault_text)
-            assert NAMED[protocol] in res.faults[0].message, res.faults[0].message
+            assert NAMED[fault, protocol] in res.faults[0].message, res.faults[0].message
         if fault == "bus_off":
             with pytest.raises(CommsError):           # the bus is still off: nothing to clear yet
                 run.recover(res, lambda msg: True, hold_s=0.5)

@@ -472,8 +472,9 @@ def _device_fault(sec: Section):
 
 def _device_reboot(sec: Section):
     """``device_reboot_ids`` / ``device_reboot_at_s`` -> (ids, t_s) or None."""
-    if not sec.has("device_reboot_ids", doc="these drives power-cycle (out of motor mode or IDLE, zero "
-                                            "lost) at device_reboot_at_s"):
+    if not sec.has("device_reboot_ids", doc="these drives power-cycle at device_reboot_at_s (MIT: out of "
+                                            "motor mode, zero lost; ODrive: IDLE; CiA 402: object dictionary "
+                                            "reset, PRE-OPERATIONAL, SWITCH ON DISABLED)"):
         if sec.has("device_reboot_at_s", doc="device_reboot_ids: the loop time they reboot at [s]"):
             raise sec.error("device_reboot_at_s", "needs device_reboot_ids")
         sec.raw("device_reboot_ids", None)      # read (recorded by `check --explain driver.faults`)

@@ -620,6 +620,13 @@ class DynamixelBusEmulator(SerialDeviceEmulator):
             s.injected |= int(bits) & 0xFF
             s._check_hardware()
 
+    def reboot(self, dxl_id: int) -> None:
+        """Power-cycle one servo (a brown-out, an e-stop that cut its supply): as its Reboot
+        instruction, the RAM area back to its defaults (torque off, Bus Watchdog off, hardware
+        errors cleared), the EEPROM area kept (id, operating mode, limits)."""
+        with self._lock:
+            self.servo(dxl_id).reboot()
+
     def set_silent(self, dxl_id: int, silent: bool = True) -> None:
         with self._lock:
             self.servo(dxl_id).silent = bool(silent)
