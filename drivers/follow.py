@@ -61,6 +61,7 @@ def host_fault_text(code: int) -> str | None:
     c = code - HOST_FAULT_OFFSET
     return f"{FAULT_NAMES.get(c, 'a host check')} (the host's check, code 0x{c:X})"
 
+
 @dataclass(frozen=True)
 class FollowConfig:
     """Settings of :class:`FollowMonitor` (motor side).

@@ -91,14 +91,22 @@ from .run import _joint_start, make_safety, sim_driver_section
 __all__ = ["BringupSpec", "BringupResult", "Finding", "bringup", "write_calibration", "CAP_FRACTION_DEFAULT",
            "CAP_FRACTION_MAX"]
 
-
-
 #: cycles in a row a drive reads not enabled before the bring-up stops on it
 DISABLED_CYCLES = 2
 #: what to do when another node sends to the drives' ids (the driver's listen before its first
 #: frame, or its check in every cycle): retrying cannot help while that node runs
 FOREIGN_FIX = ("another controller (or a spoofer) sends to these drives: stop it, or find which node on the bus "
                "it is, so that this is the drives' only master, then run bringup again")
+
+
+def _fault_text(driver: Driver, j: int, code: int) -> str:
+    """The driver's name of joint ``j``'s fault ``code`` (:meth:`Driver.fault_text`); the number
+    where it has none or fails (a finding must not be lost to its message)."""
+    try:
+        return str(driver.fault_text(j, code))
+    except Exception:  # noqa: BLE001 - the number then
+        return f"fault code {code}"
+
 
 @dataclass
 class Finding:
@@ -328,7 +336,7 @@ class _Session:
         fault = np.flatnonzero(np.asarray(fb.fault) != 0)
         if fault.size:
             j = int(fault[0])
-            raise _Abort(f"{self.names[j]}: device fault: {self.driver.fault_text(j, int(fb.fault[j]))}",
+            raise _Abort(f"{self.names[j]}: device fault: {_fault_text(self.driver, j, int(fb.fault[j]))}",
                          "read the drive's fault (its manual), clear it, then run bringup again")
         # a drive that switched itself off stays off (a reboot, a watchdog); one reading that
         # says so is a corrupt reply's as well (a flipped statusword bit): two in a row

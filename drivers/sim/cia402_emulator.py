@@ -563,8 +563,9 @@ class Cia402Emulator(EmulatedDevice):
             self._identity(d)
             d.rpdo_ready, d.tpdo_ready = [], []
             d.rx_plans, d.tx_plans, d.rx_own, d.fast = [], [], {}, None
-            self._set_plant_limit(d)
-            self._output(d)
+            if self.plant is not None:      # (not bound yet: nothing to put on a joint)
+                self._set_plant_limit(d)
+                self._output(d)
             d.boot_due = self.plant.t_s if self.plant is not None else 0.0
 
     def _identity(self, d: _Drive) -> None:
