@@ -625,11 +625,12 @@ def test_a_rebooted_drive_is_seen_rebooted_by_canopens_master():
         node.nmt.add_heartbeat_callback(heard.append)
         emu.reboot(4)
         deadline = time.monotonic() + 10.0
-        while 0 not in heard:
-            assert time.monotonic() < deadline, f"no boot-up message: {heard}"
+        # (canopen calls the callbacks before it sets its state: both are waited for)
+        while 0 not in heard or node.nmt.state != "PRE-OPERATIONAL":
+            assert time.monotonic() < deadline, f"no boot-up message: {heard}, NMT {node.nmt.state}"
             host.sync()
             time.sleep(0.01)
-        assert node.nmt.state == "PRE-OPERATIONAL" and emu.nmt_state(4) == "PRE-OPERATIONAL"
+        assert emu.nmt_state(4) == "PRE-OPERATIONAL"
         assert node.sdo[0x6060].raw == od[0x6060].default
         assert node.sdo[0x1017].raw == (od[0x1017].default or 0)
         mask, value = State402.SW_MASK["SWITCH ON DISABLED"]       # canopen's statusword table
