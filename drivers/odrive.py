@@ -101,6 +101,7 @@ def axis_fault_text(code: int, firmware: str) -> str | None:
         return f"axis error {', '.join(codec.axis_error_names(code, firmware))} (0x{code:X})"
     return None
 
+
 @dataclass(frozen=True)
 class OdriveAxis:
     """One ODrive axis driving one joint.
@@ -1307,10 +1308,9 @@ class OdriveAsciiDriver(TransportDriver):
         return "0.5" if self.error_property == "error" else "0.6"
 
     def fault_text(self, joint: int, code: int) -> str:
-        """The axis error word's bit names (:func:`axis_fault_text`; ``error_property`` 'error' is
-        firmware 0.5's), or the host's own check."""
-        firmware = "0.5" if self.error_property == "error" else "0.6"
-        return axis_fault_text(int(code), firmware) or super().fault_text(joint, code)
+        """The axis error word's bit names (:func:`axis_fault_text`, of :attr:`firmware`), or the
+        host's own check."""
+        return axis_fault_text(int(code), self.firmware) or super().fault_text(joint, code)
 
     def enable(self) -> Feedback:
         """Torque control, passthrough, zero torque, CLOSED_LOOP_CONTROL; wait until every axis reports it.

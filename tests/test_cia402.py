@@ -29,7 +29,7 @@ from drivers.sim.emulators import EmulatorHost
 from drivers.sim.plant import SimulatedPlant
 from dynamics import load_model
 from dynamics.config import Section
-from dynamics.errors import DecodeError, DeviceFaultError, DriverError
+from dynamics.errors import CommsTimeoutError, DecodeError, DeviceFaultError, DriverError
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOT_2R = ROOT / "hil_configs" / "robots" / "seed003_2r.toml"
@@ -293,6 +293,23 @@ def test_missing_drive_heartbeat_is_a_fault(sim):
     fb = _run(d, clock, 100)                                  # 0.2 s > 3 heartbeat periods
     assert fb.fault[1] == FAULT_HEARTBEAT_LOST and fb.fault[0] == 0
     assert not fb.fresh[1]
+
+
+def test_a_rebooted_drive_reads_off_and_a_fault_reset_names_it(sim):
+    """Node 2 power-cycles mid-run: the cycle after its boot-up message reads it not enabled (its
+    TPDOs stop: PRE-OPERATIONAL); a fault reset without starting it again times out naming it and
+    its NMT state; clear_faults configures and starts it, and enable brings it back."""
+    d, clock, _ = sim
+    d.enable()
+    _run(d, clock, 10)
+    d.emulators[0].reboot(2)
+    fb = _run(d, clock, 1)
+    assert fb.enabled.tolist() == [True, False] and fb.info["nmt_state"][1] == 0     # BOOT-UP
+    with pytest.raises(CommsTimeoutError, match=r"fault reset: no TPDO from j1 \(NMT BOOT-UP\) within 0.05 s"):
+        d.inner.fault_reset(timeout_s=0.05)
+    d.clear_faults()
+    fb = d.enable()
+    assert fb.enabled.all() and fb.fresh.all() and d.emulators[0].nmt_state(2) == "OPERATIONAL"
 
 
 def test_one_tpdo_lost_makes_only_its_drive_not_fresh(sim):
