@@ -222,3 +222,30 @@ def test_a_lost_frame_on_a_frozen_inline_bus_is_not_waited_for(futile, delayed, 
         clock.t = 0.005
         assert fb.recv(0.0).arbitration_id == 1
     fb.shutdown()
+
+
+@pytest.mark.exclusive
+@pytest.mark.parametrize("fault", [{"device_fault": "limp", "device_fault_ids": [2], "device_fault_at_s": 0.3},
+                                   {"device_reboot_ids": [2], "device_reboot_at_s": 0.3}],
+                         ids=["device_fault", "device_reboot"])
+def test_scheduled_device_faults_are_timed_in_loop_time_on_the_wall_clock(fault, tmp_path):
+    """``device_fault_at_s`` / ``device_reboot_at_s`` are loop times on both clocks: on the wall
+    clock they were compared with the clock's own time, which had run through the build and the
+    enable (~0.4 s), so a reboot "at 0.3 s" struck in the first cycle (the run stopped at
+    t = 0.064 s).  The stop now comes after 0.3 s of loop time (timing rules at their loosest: a
+    loaded machine's late cycles are not this test's subject)."""
+    from pathlib import Path
+
+    from controller.app.run import build_run, load_run
+
+    try:
+        from tests.serve_process import loosest_timing
+    except ImportError:  # pragma: no cover - rootdir not on sys.path
+        from serve_process import loosest_timing
+
+    run = Path(__file__).resolve().parents[1] / "hil_configs" / "runs" / "3rrr_circle.toml"
+    overrides = {"loop.clock": "wall", **{f"driver.faults.{k}": v for k, v in fault.items()},
+                 **{f"safety.{k}": v for k, v in loosest_timing().items()}}
+    res = build_run(load_run(run, overrides=overrides, duration_s=0.6), out_dir=tmp_path / "run").execute()
+    assert res.status == "fault" and res.faults[0].cause == "device_fault", [str(f) for f in res.faults]
+    assert res.faults[0].t_s >= 0.3, [str(f) for f in res.faults]

@@ -326,9 +326,14 @@ class EmulatedDriver(Driver):
         self.faults_during_enable = faults_during_enable
         self._closed = False
         #: scheduled drive reboots ``(t_s, emulator, id)`` (``[driver.faults] device_reboot_ids``)
-        #: and the loop clock they are timed on (set by the builder)
+        #: and device faults ``(t_s, emulator, id, kind)`` (``device_fault_ids``), ``t_s`` in loop
+        #: time: from the first :meth:`cycle` (the loop's time 0; the clock's own time then is
+        #: the build and the enable on the wall clock, 0 on the lock-step clock), and the loop
+        #: clock they are timed on (set by the builder)
         self.reboots: list = []
+        self.device_faults: list = []
         self.now = None
+        self._t0: float | None = None
 
     @property
     def n_joints(self) -> int:
@@ -368,8 +373,12 @@ class EmulatedDriver(Driver):
     def cycle(self, command: Command) -> Feedback:
         for h in self.hosts:
             h.check()  # a dead emulator thread: raise its error now
+        if self._t0 is None and self.now is not None:
+            self._t0 = self.now()
+            for t_s, emu, cid, kind in self.device_faults:     # (the emulator times them on its clock)
+                emu.schedule_device_fault(cid, kind, self._t0 + t_s)
         if self.reboots:
-            t = self.now()
+            t = self.now() - self._t0
             for item in [r for r in self.reboots if t >= r[0]]:
                 self.reboots.remove(item)
                 item[1].reboot(item[2])
@@ -498,13 +507,17 @@ def _schedule_device_reboots(faults_sec: Section, spec, emulators: list, now) ->
     return out
 
 
-def _schedule_device_faults(faults_sec: Section, spec, emulators: list) -> None:
+def _schedule_device_faults(faults_sec: Section, spec, emulators: list) -> list:
+    """Unreported device faults from a loop time: ``(t_s, emulator, id, kind)`` for each, handed to
+    the emulator by :class:`EmulatedDriver` at its first cycle."""
     kind, ids, t = spec
+    out = []
     for cid in ids:
         emu = next((e for e in emulators if cid in getattr(e, "can_ids", ())), None)
         if emu is None or not hasattr(emu, "schedule_device_fault"):
             raise faults_sec.error("device_fault_ids", f"no emulated MIT motor with CAN id {cid}")
-        emu.schedule_device_fault(cid, kind, t)
+        out.append((t, emu, cid, kind))
+    return out
 
 
 def _build_emulated(section: Section, kind: str, *, now, transports, model, rng) -> EmulatedDriver:
@@ -584,8 +597,8 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
             buses.append(device_ends.pop(name) if serve == "inline"
                          else can.Bus(interface="virtual", channel=channels[name]))
             emulators.append(dev)
-        if device_fault is not None:
-            _schedule_device_faults(faults_sec, device_fault, emulators)
+        device_faults = ([] if device_fault is None
+                         else _schedule_device_faults(faults_sec, device_fault, emulators))
         reboots = ([] if device_reboot is None
                    else _schedule_device_reboots(faults_sec, device_reboot, emulators, now))
         # one host (one thread) for every bus: device events are processed in one time order
@@ -613,6 +626,7 @@ def _build_emulated(section: Section, kind: str, *, now, transports, model, rng)
     out = EmulatedDriver(driver, plant, hosts, emulators, fault_buses,
                          faults_during_enable=during_enable)
     out.reboots = reboots
+    out.device_faults = device_faults
     out.now = now
     return out
 
